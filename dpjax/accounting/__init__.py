@@ -1,0 +1,1 @@
+"""Pure-Python privacy accounting (never imports jax)."""

@@ -1,0 +1,43 @@
+"""Functional DP primitives: clipping, noise, sampling, projection.
+
+All functions are pure and take explicit PRNG keys; they can be used on their
+own inside user JAX code (``jit``/``vmap``/``scan`` friendly).
+"""
+
+from dpjax.primitives.clipping import (
+    ClippedSum,
+    clip_per_example,
+    clip_to_norm,
+    clipped_sum,
+    global_norm,
+    per_example_clipped_sum,
+    per_example_grads,
+    sensitivity_of_clipped_sum,
+)
+from dpjax.primitives.noise import add_gaussian_noise, gaussian_like
+from dpjax.primitives.projection import project_l2_ball
+from dpjax.primitives.sampling import (
+    FixedAvailability,
+    FullAvailability,
+    FullBatch,
+    OnePass,
+    Poisson,
+    RandomAvailability,
+    WithoutReplacement,
+    WithReplacement,
+    make_sampler,
+    poisson_sample,
+    sample_with_replacement,
+    sample_without_replacement,
+    valid_first_permutation,
+)
+
+__all__ = [
+    "ClippedSum", "clip_per_example", "clip_to_norm", "clipped_sum", "global_norm",
+    "per_example_clipped_sum", "per_example_grads", "sensitivity_of_clipped_sum",
+    "add_gaussian_noise", "gaussian_like", "project_l2_ball",
+    "FixedAvailability", "FullAvailability", "FullBatch", "OnePass", "Poisson",
+    "RandomAvailability", "WithoutReplacement", "WithReplacement", "make_sampler",
+    "poisson_sample", "sample_with_replacement", "sample_without_replacement",
+    "valid_first_permutation",
+]

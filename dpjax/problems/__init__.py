@@ -1,0 +1,6 @@
+"""Learning problems: per-example losses, evaluation metrics, Lipschitz bounds."""
+
+from dpjax.problems.flax_model import FlaxProblem
+from dpjax.problems.glm import LinearRegression, LogisticRegression, SoftmaxRegression
+
+__all__ = ["FlaxProblem", "LinearRegression", "LogisticRegression", "SoftmaxRegression"]

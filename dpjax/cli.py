@@ -1,0 +1,47 @@
+"""The ``dpjax`` command line.
+
+Subcommands live next to the code they drive; each module listed in
+``SUBCOMMAND_MODULES`` exposes ``add_parser(subparsers)`` which registers its
+parser with ``set_defaults(func=...)``. ``func(args)`` returns an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMAND_MODULES = [
+    "dpjax.tasks.cli",  # dpjax run <task>
+    "dpjax.accounting.cli",  # dpjax account
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dpjax",
+        description="JAX-compiled experiments for differentially private federated optimization.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        module = importlib.import_module(name)
+        add = getattr(module, "add_parser", None) or getattr(module, "add_account_parser")
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as err:  # bad input: a clear message, not a traceback
+        print(f"dpjax: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

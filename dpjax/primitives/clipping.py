@@ -1,0 +1,136 @@
+"""Per-example gradients and per-example clipping of pytrees.
+
+Clipping is the only thing that bounds how much one record can move a
+released vector, so it is where sensitivity comes from. ``clipped_sum`` returns
+the clipped *sum* together with its l2 sensitivity under a named neighbouring
+relation:
+
+* ``"add-remove"`` (add or delete one record): one clipped term appears or
+  disappears, sensitivity ``C``;
+* ``"replace-one"`` (substitute one record; the relation of ISRL-DP and of the
+  fixed-size-batch analyses): one clipped term ``a`` becomes ``a'`` with
+  ``||a - a'|| <= 2C``, sensitivity ``2C``.
+
+The sensitivity assumes the changed record appears *once* in the batch. With
+sampling with replacement a record can appear ``Q`` times and the sensitivity
+is ``Q`` times larger; the accounting layer handles that, not this module.
+
+Norms are the single global l2 norm over all leaves of the pytree (as in
+Abadi et al. 2016 and jax_privacy), never per-leaf.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import _validate
+
+PyTree = Any
+NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
+
+# Norms below this are treated as zero: clipping a zero vector must give zero,
+# never NaN (C / 0).
+_TINY = 1e-30
+
+
+def global_norm(tree: PyTree) -> jax.Array:
+    """l2 norm of all leaves of ``tree`` taken together."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in leaves))
+
+
+def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
+    """Scales ``tree`` by ``min(1, clip_norm / ||tree||)``.
+
+    Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose
+    norm is already ``<= clip_norm`` is returned multiplied by exactly 1.0, and
+    the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
+    ``clip_norm = inf`` disables clipping.
+    """
+    norm = global_norm(tree)
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
+    return jax.tree_util.tree_map(lambda leaf: leaf * scale.astype(leaf.dtype), tree)
+
+
+def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:
+    """Gradients of ``loss_fn(params, x_j, y_j)`` for every example ``j``.
+
+    Each leaf of the result has a new leading axis of length ``x.shape[0]``.
+    """
+    return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
+
+
+def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
+    """Clips each example's gradient (leading axis) to global norm ``clip_norm``."""
+    return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
+
+
+class ClippedSum(NamedTuple):
+    """A sum of per-example clipped vectors and its l2 sensitivity.
+
+    Attributes:
+      total: pytree, sum over the (valid) examples of the clipped vectors.
+      count: number of valid examples summed (a traced scalar).
+      sensitivity: l2 sensitivity of ``total`` to one record under the
+        relation it was computed for (``C`` or ``2C``).
+    """
+
+    total: PyTree
+    count: jax.Array
+    sensitivity: Any
+
+
+def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
+    """l2 sensitivity of a sum of vectors each clipped to ``clip_norm``.
+
+    ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
+    record is assumed to appear once in the sum.
+    """
+    _validate.check_choice("neighboring", neighboring, NEIGHBORING_RELATIONS)
+    if isinstance(clip_norm, (int, float)):
+        _validate.check_nonnegative("clip_norm", clip_norm, allow_inf=True)
+    return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm
+
+
+def clipped_sum(
+    grads: PyTree,
+    clip_norm,
+    mask: jax.Array | None = None,
+    neighboring: str = "replace-one",
+) -> ClippedSum:
+    """Clips every example of ``grads`` (leading axis) and sums them.
+
+    Args:
+      grads: pytree whose leaves share a leading example axis of length B.
+      clip_norm: clip threshold C >= 0 (float or traced scalar; ``inf`` means
+        no clipping, in which case the sensitivity is unbounded).
+      mask: optional bool/0-1 array [B]; examples with mask 0 (padding) do not
+        contribute.
+      neighboring: ``"replace-one"`` or ``"add-remove"``.
+
+    Returns:
+      ``ClippedSum(total, count, sensitivity)``.
+    """
+    sensitivity = sensitivity_of_clipped_sum(clip_norm, neighboring)
+    clipped = clip_per_example(grads, clip_norm)
+    leaves = jax.tree_util.tree_leaves(clipped)
+    batch = leaves[0].shape[0]
+    weights = jnp.ones((batch,), leaves[0].dtype) if mask is None else mask.astype(leaves[0].dtype)
+    total = jax.tree_util.tree_map(lambda leaf: jnp.tensordot(weights, leaf, axes=1), clipped)
+    return ClippedSum(total=total, count=jnp.sum(weights), sensitivity=sensitivity)
+
+
+def per_example_clipped_sum(
+    loss_fn: Callable,
+    params: PyTree,
+    x: jax.Array,
+    y: jax.Array,
+    clip_norm,
+    mask: jax.Array | None = None,
+    neighboring: str = "replace-one",
+) -> ClippedSum:
+    """Per-example gradients of ``loss_fn`` on a batch, clipped and summed."""
+    return clipped_sum(per_example_grads(loss_fn, params, x, y), clip_norm, mask, neighboring)

@@ -1,0 +1,37 @@
+"""Gaussian noise for pytrees.
+
+``add_gaussian_noise(key, tree, std)`` releases ``tree + N(0, std^2 I)``. If
+``tree`` has l2 sensitivity ``Delta`` under some neighbouring relation, one
+release is ``(eps, delta)``-DP for every pair on the curve of the analytic
+Gaussian mechanism with noise multiplier ``std / Delta`` (Balle & Wang 2018);
+``dpjax.accounting`` turns schedules of such releases into ``(eps, delta)``.
+
+Each leaf gets its own key (split from ``key``), so leaves are independent.
+``std = 0`` adds exactly zero, which makes a private algorithm with ``std = 0``
+bit-identical to its non-private twin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+
+
+def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
+    """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    keys = jax.random.split(key, len(leaves))
+    noise = [
+        jax.random.normal(k, leaf.shape, leaf.dtype) * jnp.asarray(std, leaf.dtype)
+        for k, leaf in zip(keys, leaves)
+    ]
+    return jax.tree_util.tree_unflatten(treedef, noise)
+
+
+def add_gaussian_noise(key: jax.Array, tree: PyTree, std) -> PyTree:
+    """``tree + N(0, std^2 I)`` (std may be a traced scalar)."""
+    return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))

@@ -1,0 +1,28 @@
+"""Euclidean projection onto an l2 ball (the constraint set W of the papers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dpjax.primitives.clipping import _TINY, global_norm
+
+PyTree = Any
+
+
+def project_l2_ball(tree: PyTree, radius, center: PyTree | None = None) -> PyTree:
+    """Projects ``tree`` onto ``{w : ||w - center|| <= radius}`` (global l2 norm).
+
+    ``radius = inf`` (or ``None``) is the identity (W = R^d). Points inside the
+    ball are returned unchanged (scaled by exactly 1.0).
+    """
+    if radius is None:
+        return tree
+    if center is None:
+        center = jax.tree_util.tree_map(jnp.zeros_like, tree)
+    offset = jax.tree_util.tree_map(jnp.subtract, tree, center)
+    norm = global_norm(offset)
+    scale = jnp.minimum(1.0, radius / jnp.maximum(norm, _TINY))
+    return jax.tree_util.tree_map(lambda c, o: c + o * scale.astype(o.dtype), center, offset)

@@ -1,0 +1,310 @@
+"""Silo availability and per-silo minibatch sampling, with static shapes.
+
+Everything here is shape-static so that it runs inside ``jit``/``vmap``/``scan``:
+a silo holds ``n_max`` padded rows of which the first ``size`` are real, and
+every sampler returns a fixed number of indices plus a validity mask.
+
+Availability (ISRL-DP paper, Assumption 1.4): in each round a uniformly random
+subset of ``M_r`` silos is available; ``FullAvailability`` (``M_r = N``),
+``FixedAvailability(M)`` and ``RandomAvailability(pmf)`` (``M_r`` drawn from a
+public pmf each round).
+
+Samplers (what the accountant calls the *sampling scheme*):
+
+=====================  ==========================================  ===============
+sampler                 law of the batch                           accounting name
+=====================  ==========================================  ===============
+``WithReplacement``     K i.i.d. uniform indices                    with-replacement
+``WithoutReplacement``  K distinct uniform indices                  without-replacement
+``OnePass``             disjoint blocks of one per-silo permutation one-pass
+``Poisson``             each record independently w.p. K/size       poisson
+``FullBatch``           every record                                full
+=====================  ==========================================  ===============
+
+The privacy of a round depends on the sampler, so samplers carry a ``scheme``
+string that the algorithms copy into the privacy schedule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import _validate
+
+# ---------------------------------------------------------------------------
+# Silo availability
+# ---------------------------------------------------------------------------
+
+
+def _mask_of_size(key: jax.Array, num_silos: int, count) -> jax.Array:
+    """A uniformly random {0,1}^N mask with exactly ``count`` ones."""
+    scores = jax.random.uniform(key, (num_silos,))
+    ranks = jnp.argsort(jnp.argsort(scores))  # a uniform random permutation
+    return ranks < count
+
+
+@dataclasses.dataclass(frozen=True)
+class FullAvailability:
+    """Every silo participates in every round (M_r = N, cross-silo default)."""
+
+    def validate(self, num_silos: int) -> None:
+        _validate.check_int("num_silos", num_silos, min_value=1)
+
+    def sample(self, key: jax.Array, num_silos: int) -> jax.Array:
+        del key
+        return jnp.ones((num_silos,), bool)
+
+    def expected_inverse(self, num_silos: int) -> float:
+        """E[1/M_r]."""
+        return 1.0 / num_silos
+
+    def expected_inverse_square(self, num_silos: int) -> float:
+        """E[1/M_r^2]."""
+        return 1.0 / num_silos**2
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedAvailability:
+    """A uniformly random subset of exactly ``num_available`` silos per round."""
+
+    num_available: int
+
+    def __post_init__(self):
+        _validate.check_int("num_available", self.num_available, min_value=1)
+
+    def validate(self, num_silos: int) -> None:
+        _validate.check_int("num_silos", num_silos, min_value=1)
+        _validate.check_le("num_available", self.num_available, "num_silos", num_silos)
+
+    def sample(self, key: jax.Array, num_silos: int) -> jax.Array:
+        return _mask_of_size(key, num_silos, self.num_available)
+
+    def expected_inverse(self, num_silos: int) -> float:
+        return 1.0 / self.num_available
+
+    def expected_inverse_square(self, num_silos: int) -> float:
+        return 1.0 / self.num_available**2
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomAvailability:
+    """``M_r`` drawn each round from ``pmf`` over ``{1, ..., len(pmf)}``, then a
+    uniformly random subset of that size (Assumption 1.4 of Lowy & Razaviyayn).
+
+    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal
+    the number of silos.
+    """
+
+    pmf: tuple[float, ...]
+
+    def __post_init__(self):
+        if not isinstance(self.pmf, tuple) or len(self.pmf) == 0:
+            raise ValueError(f"pmf={self.pmf!r} must be a non-empty tuple of probabilities")
+        for m, p in enumerate(self.pmf, start=1):
+            _validate.check_probability(f"pmf[{m - 1}]", p)
+        if not math.isclose(sum(self.pmf), 1.0, rel_tol=0, abs_tol=1e-9):
+            raise ValueError(f"pmf={self.pmf!r} must sum to 1 (sums to {sum(self.pmf)})")
+
+    def validate(self, num_silos: int) -> None:
+        _validate.check_int("num_silos", num_silos, min_value=1)
+        if len(self.pmf) != num_silos:
+            raise ValueError(f"pmf has length {len(self.pmf)}; it must have num_silos={num_silos} entries")
+
+    def sample(self, key: jax.Array, num_silos: int) -> jax.Array:
+        k_count, k_subset = jax.random.split(key)
+        logits = jnp.log(jnp.asarray(self.pmf, jnp.float32))
+        count = jax.random.categorical(k_count, logits) + 1
+        return _mask_of_size(k_subset, num_silos, count)
+
+    def expected_inverse(self, num_silos: int) -> float:
+        return sum(p / m for m, p in enumerate(self.pmf, start=1))
+
+    def expected_inverse_square(self, num_silos: int) -> float:
+        return sum(p / m**2 for m, p in enumerate(self.pmf, start=1))
+
+
+Availability = FullAvailability | FixedAvailability | RandomAvailability
+
+# ---------------------------------------------------------------------------
+# Per-silo minibatch samplers
+# ---------------------------------------------------------------------------
+
+
+def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
+    """``batch_size`` i.i.d. uniform indices in ``[0, size)``."""
+    return jax.random.randint(key, (batch_size,), 0, size)
+
+
+def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int) -> jax.Array:
+    """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``).
+
+    Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over
+    k-subsets and much cheaper than a full permutation.
+    """
+    scores = jax.random.uniform(key, (n_max,))
+    scores = jnp.where(jnp.arange(n_max) < size, scores, -jnp.inf)
+    _, idx = jax.lax.top_k(scores, batch_size)
+    return idx
+
+
+def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
+    """A uniform permutation of ``[0, size)`` followed by the padded rows."""
+    scores = jax.random.uniform(key, (n_max,))
+    scores = jnp.where(jnp.arange(n_max) < size, scores, 2.0)  # padding sorts last
+    return jnp.argsort(scores)
+
+
+def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
+    """Poisson sampling: each real record joins independently w.p. ``rate``.
+
+    Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the
+    sampled records are gathered into a fixed-size buffer (``jnp.nonzero`` with
+    ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
+    than ``max_batch_size`` records were drawn, in which case the batch was
+    truncated and the Poisson privacy analysis no longer applies: callers must
+    surface it (the engine refuses such runs).
+    """
+    chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
+    count = jnp.sum(chosen)
+    (idx,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
+    mask = jnp.arange(max_batch_size) < count
+    return idx, mask, count > max_batch_size
+
+
+def default_poisson_capacity(expected_batch_size: int) -> int:
+    """Buffer size for Poisson batches: K + 6 sqrt(K) + 8 (overflow prob. < 1e-8)."""
+    return int(expected_batch_size + math.ceil(6 * math.sqrt(expected_batch_size)) + 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchSampler:
+    batch_size: int
+
+    def __post_init__(self):
+        _validate.check_int("batch_size", self.batch_size, min_value=1)
+
+    def validate(self, min_size: int, num_rounds: int) -> None:
+        if self.batch_size > min_size:
+            raise ValueError(
+                f"batch_size={self.batch_size} must be <= the smallest silo size n={min_size}"
+            )
+
+    def padded_size(self, n_max: int) -> int:
+        return self.batch_size
+
+    def init_silo(self, key: jax.Array, size, n_max: int):
+        """Per-silo state created once per run (none for most samplers)."""
+        return jnp.zeros((), jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class WithReplacement(_BatchSampler):
+    """K indices drawn uniformly with replacement (Algorithm 2 as printed)."""
+
+    scheme = "with-replacement"
+
+    def draw(self, key, size, n_max, round_index, silo_state):
+        idx = sample_with_replacement(key, size, self.batch_size)
+        return idx, jnp.ones((self.batch_size,), bool), jnp.asarray(False)
+
+
+@dataclasses.dataclass(frozen=True)
+class WithoutReplacement(_BatchSampler):
+    """K distinct indices per round (fresh draw every round)."""
+
+    scheme = "without-replacement"
+
+    def draw(self, key, size, n_max, round_index, silo_state):
+        idx = sample_without_replacement(key, size, n_max, self.batch_size)
+        return idx, jnp.ones((self.batch_size,), bool), jnp.asarray(False)
+
+
+@dataclasses.dataclass(frozen=True)
+class OnePass(_BatchSampler):
+    """Round r uses block r of a per-silo permutation: every record at most once."""
+
+    scheme = "one-pass"
+
+    def validate(self, min_size: int, num_rounds: int) -> None:
+        super().validate(min_size, num_rounds)
+        if num_rounds * self.batch_size > min_size:
+            raise ValueError(
+                f"num_rounds={num_rounds} times batch_size={self.batch_size} must be <= the smallest "
+                f"silo size n={min_size} for one-pass sampling (R <= floor(n/K))"
+            )
+
+    def init_silo(self, key, size, n_max):
+        return valid_first_permutation(key, size, n_max)
+
+    def draw(self, key, size, n_max, round_index, silo_state):
+        del key
+        start = round_index * self.batch_size
+        idx = jax.lax.dynamic_slice(silo_state, (start,), (self.batch_size,))
+        mask = (start + jnp.arange(self.batch_size)) < size
+        return idx, mask, jnp.asarray(False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Poisson(_BatchSampler):
+    """Each record joins w.p. ``batch_size / size`` (expected batch K).
+
+    ``capacity`` is the static buffer size (default K + 6 sqrt(K) + 8).
+    """
+
+    capacity: int | None = None
+    scheme = "poisson"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.capacity is not None:
+            _validate.check_int("capacity", self.capacity, min_value=self.batch_size)
+
+    def padded_size(self, n_max: int) -> int:
+        cap = self.capacity or default_poisson_capacity(self.batch_size)
+        return min(cap, n_max)
+
+    def draw(self, key, size, n_max, round_index, silo_state):
+        rate = self.batch_size / size
+        return poisson_sample(key, size, n_max, rate, self.padded_size(n_max))
+
+
+@dataclasses.dataclass(frozen=True)
+class FullBatch:
+    """Every record of the silo, every round (gradient descent)."""
+
+    scheme = "full"
+
+    def validate(self, min_size: int, num_rounds: int) -> None:
+        return None
+
+    def padded_size(self, n_max: int) -> int:
+        return n_max
+
+    def init_silo(self, key, size, n_max):
+        return jnp.zeros((), jnp.int32)
+
+    def draw(self, key, size, n_max, round_index, silo_state):
+        del key
+        return jnp.arange(n_max), jnp.arange(n_max) < size, jnp.asarray(False)
+
+
+Sampler = WithReplacement | WithoutReplacement | OnePass | Poisson | FullBatch
+
+SAMPLERS = {
+    "with-replacement": WithReplacement,
+    "without-replacement": WithoutReplacement,
+    "one-pass": OnePass,
+    "poisson": Poisson,
+}
+
+
+def make_sampler(scheme: str, batch_size: int | None = None) -> Sampler:
+    """Builds a sampler from its accounting name (``"full"`` ignores batch_size)."""
+    if scheme == "full":
+        return FullBatch()
+    _validate.check_choice("sampling", scheme, tuple(SAMPLERS) + ("full",))
+    return SAMPLERS[scheme](batch_size)

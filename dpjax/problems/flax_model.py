@@ -1,0 +1,72 @@
+"""Adapter that turns any flax (linen) module into a dpjax problem."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import _validate
+from dpjax.problems.glm import _masked_mean
+
+LOSSES = ("squared", "logistic", "softmax")
+
+
+@dataclasses.dataclass(frozen=True)
+class FlaxProblem:
+    """A flax module ``module.apply(params, x)`` with a per-example loss.
+
+    Args:
+      module: a ``flax.linen.Module`` mapping one example (no batch axis) or a
+        batch of examples to a prediction (scalar / logit vector).
+      input_shape: shape of one example, used to initialise parameters.
+      loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"``
+        (binary, labels in {0,1}, scalar logit) or ``"softmax"`` (integer labels).
+
+    Flax models have no a-priori Lipschitz bound: private algorithms clip.
+    """
+
+    module: Any
+    input_shape: tuple[int, ...]
+    loss_kind: str = "squared"
+
+    def __post_init__(self):
+        _validate.check_choice("loss_kind", self.loss_kind, LOSSES)
+
+    @property
+    def kind(self):
+        return {"squared": "regression", "logistic": "binary", "softmax": "multiclass"}[self.loss_kind]
+
+    def init_params(self, key):
+        return self.module.init(key, jnp.zeros(self.input_shape, jnp.float32))
+
+    def _out(self, params, x):
+        return self.module.apply(params, x)
+
+    def loss(self, params, x, y):
+        out = self._out(params, x)
+        if self.loss_kind == "squared":
+            return 0.5 * jnp.sum(jnp.square(out - y))
+        if self.loss_kind == "logistic":
+            m = jnp.reshape(out, ())
+            return jax.nn.softplus(m) - y * m
+        return jax.nn.logsumexp(out) - out[y.astype(jnp.int32)]
+
+    def evaluate(self, params, x, y, mask=None):
+        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
+        out = jax.vmap(self._out, in_axes=(None, 0))(params, x)
+        metrics = {"loss": _masked_mean(losses, mask)}
+        if self.loss_kind == "squared":
+            metrics["rmse"] = jnp.sqrt(_masked_mean(jnp.sum(jnp.square(out.reshape(y.shape[0], -1) - y.reshape(y.shape[0], -1)), axis=-1), mask))
+        elif self.loss_kind == "logistic":
+            wrong = ((out.reshape(-1) >= 0).astype(jnp.float32) != y).astype(jnp.float32)
+            metrics["error"] = _masked_mean(wrong, mask)
+        else:
+            wrong = (jnp.argmax(out, axis=-1) != y.astype(jnp.int32)).astype(jnp.float32)
+            metrics["error"] = _masked_mean(wrong, mask)
+        return metrics
+
+    def lipschitz_bound(self, x):
+        return None

@@ -1,0 +1,149 @@
+"""Generalised linear models used by the papers' experiments.
+
+Each problem is a frozen (hashable) dataclass so it can be a static argument
+of ``jit``. ``loss(params, x, y)`` is the loss of *one* example; the engine
+vmaps it. ``lipschitz_bound(x)`` returns a bound L on the per-example gradient
+norm over all parameters when one exists (computed from data, which is not
+private: the papers do the same and say so), else ``None`` and the algorithm
+must clip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate
+
+
+def _masked_mean(values: jax.Array, mask: jax.Array | None) -> jax.Array:
+    if mask is None:
+        return jnp.mean(values)
+    w = mask.astype(values.dtype)
+    return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def _max_row_norm(x) -> float:
+    x = np.asarray(x, dtype=np.float64).reshape(np.shape(x)[0], -1)
+    return float(np.max(np.linalg.norm(x, axis=1))) if x.shape[0] else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LogisticRegression:
+    """Binary logistic regression without bias, labels in {0, 1}.
+
+    As in the experiments of Lowy & Razaviyayn (2023, Sec. 6), the margin
+    <w, x> is clipped to ``[-margin_clip, margin_clip]`` before the sigmoid for
+    numerical stability. The clip is *straight-through*: the gradient is
+    ``(sigmoid(clip(<w,x>)) - y) x`` exactly as in the authors' code, so
+    ``||grad|| <= ||x||`` always and ``lipschitz_bound = max ||x||``.
+    """
+
+    dim: int
+    margin_clip: float | None = 15.0
+
+    def __post_init__(self):
+        _validate.check_int("dim", self.dim, min_value=1)
+        if self.margin_clip is not None:
+            _validate.check_positive("margin_clip", self.margin_clip)
+
+    kind = "binary"
+
+    def init_params(self, key=None):
+        return jnp.zeros((self.dim,), jnp.float32)
+
+    def _margin(self, params, x):
+        m = jnp.dot(x, params)
+        if self.margin_clip is None:
+            return m
+        clipped = jnp.clip(m, -self.margin_clip, self.margin_clip)
+        return m + jax.lax.stop_gradient(clipped - m)
+
+    def loss(self, params, x, y):
+        m = self._margin(params, x)
+        # log(1 + e^m) - y m, the cross-entropy of sigmoid(m) against y.
+        return jax.nn.softplus(m) - y * m
+
+    def predict_proba(self, params, x):
+        return jax.nn.sigmoid(jnp.clip(x @ params, -50.0, 50.0))
+
+    def evaluate(self, params, x, y, mask=None):
+        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
+        wrong = ((self.predict_proba(params, x) >= 0.5).astype(jnp.float32) != y).astype(jnp.float32)
+        return {"loss": _masked_mean(losses, mask), "error": _masked_mean(wrong, mask)}
+
+    def lipschitz_bound(self, x) -> float:
+        return _max_row_norm(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class SoftmaxRegression:
+    """Multinomial logistic regression, labels are integer class ids.
+
+    Parameters are a ``[dim, num_classes]`` matrix (no bias, as in the obesity
+    experiment). ``||grad|| = ||x|| ||p - e_y|| <= sqrt(2) ||x||``.
+    """
+
+    dim: int
+    num_classes: int
+
+    def __post_init__(self):
+        _validate.check_int("dim", self.dim, min_value=1)
+        _validate.check_int("num_classes", self.num_classes, min_value=2)
+
+    kind = "multiclass"
+
+    def init_params(self, key=None):
+        return jnp.zeros((self.dim, self.num_classes), jnp.float32)
+
+    def loss(self, params, x, y):
+        logits = x @ params
+        return jax.nn.logsumexp(logits) - logits[y.astype(jnp.int32)]
+
+    def evaluate(self, params, x, y, mask=None):
+        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
+        wrong = (jnp.argmax(x @ params, axis=-1) != y.astype(jnp.int32)).astype(jnp.float32)
+        return {"loss": _masked_mean(losses, mask), "error": _masked_mean(wrong, mask)}
+
+    def lipschitz_bound(self, x) -> float:
+        return float(np.sqrt(2.0)) * _max_row_norm(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRegression:
+    """Least squares ``0.5 (<w, x> + b - y)^2`` (optionally with a bias ``b``).
+
+    The gradient is unbounded over R^d, so there is no Lipschitz bound:
+    private algorithms must clip per example.
+    """
+
+    dim: int
+    fit_intercept: bool = False
+
+    def __post_init__(self):
+        _validate.check_int("dim", self.dim, min_value=1)
+
+    kind = "regression"
+
+    def init_params(self, key=None):
+        if self.fit_intercept:
+            return {"w": jnp.zeros((self.dim,), jnp.float32), "b": jnp.zeros((), jnp.float32)}
+        return jnp.zeros((self.dim,), jnp.float32)
+
+    def predict(self, params, x):
+        if self.fit_intercept:
+            return x @ params["w"] + params["b"]
+        return x @ params
+
+    def loss(self, params, x, y):
+        return 0.5 * jnp.square(self.predict(params, x) - y)
+
+    def evaluate(self, params, x, y, mask=None):
+        sq = jnp.square(self.predict(params, x) - y)
+        return {"loss": 0.5 * _masked_mean(sq, mask), "rmse": jnp.sqrt(_masked_mean(sq, mask))}
+
+    def lipschitz_bound(self, x):
+        return None

@@ -1,0 +1,44 @@
+"""Dataset layer: NumPy loaders and federated (silo) splits for the five papers' experiments.
+
+No JAX here: every function returns plain NumPy arrays; the engine converts
+them and pads silos into ``[N, n_max, d]`` arrays with a mask.
+"""
+
+from dpjax.data.federated import FederatedDataset
+from dpjax.data.isrl import ISRL_MNIST_PAIRS, isrl_mnist_silos
+from dpjax.data.mnist import download_mnist, load_mnist, read_idx
+from dpjax.data.paths import ENV_VAR, DatasetNotFoundError, data_dir, download, sha256_file
+from dpjax.data.preprocess import (
+    PCA,
+    label_encode,
+    minmax_scale,
+    one_hot,
+    pca_fit,
+    pca_transform,
+    split_sizes,
+    standardize,
+    standardize_fit,
+)
+
+__all__ = [
+    "ENV_VAR",
+    "ISRL_MNIST_PAIRS",
+    "PCA",
+    "DatasetNotFoundError",
+    "FederatedDataset",
+    "data_dir",
+    "download",
+    "download_mnist",
+    "isrl_mnist_silos",
+    "label_encode",
+    "load_mnist",
+    "minmax_scale",
+    "one_hot",
+    "pca_fit",
+    "pca_transform",
+    "read_idx",
+    "sha256_file",
+    "split_sizes",
+    "standardize",
+    "standardize_fit",
+]

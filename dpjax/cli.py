@@ -14,6 +14,7 @@ import sys
 SUBCOMMAND_MODULES = [
     "dpjax.tasks.cli",  # dpjax run <task>
     "dpjax.accounting.cli",  # dpjax account
+    "dpjax.reproduce.cli",  # dpjax reproduce
 ]
 
 

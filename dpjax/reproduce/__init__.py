@@ -1,0 +1,59 @@
+"""Paper-figure reproductions: ``dpjax reproduce <figure-id>``.
+
+Each paper module (listed in ``FIGURE_MODULES``) registers its figures with
+``@register(...)``. A figure function has the signature::
+
+    fn(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path
+
+and writes into ``out_dir`` a tidy ``results.csv`` (one row per algorithm x
+epsilon x trial x metric, columns at least ``algorithm, epsilon, trial,
+metric, value, accountant``), a PNG figure and a markdown ``report.md``
+comparing the paper's claims with what dpjax measured; it returns the report
+path. ``quick=True`` must finish in minutes on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable
+
+# Modules that register figures; append yours (one line) when you add one.
+FIGURE_MODULES: list[str] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    name: str
+    paper: str
+    description: str
+    fn: Callable
+
+
+_REGISTRY: dict[str, Figure] = {}
+
+
+def register(name: str, *, paper: str, description: str):
+    """Decorator registering a figure reproduction under ``name``."""
+
+    def deco(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"figure name={name!r} is registered twice")
+        _REGISTRY[name] = Figure(name, paper, description, fn)
+        return fn
+
+    return deco
+
+
+def figures() -> dict[str, Figure]:
+    """All registered figures (imports the figure modules on first use)."""
+    for module in FIGURE_MODULES:
+        importlib.import_module(module)
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get(name: str) -> Figure:
+    available = figures()
+    if name not in available:
+        raise ValueError(f"figure={name!r} is unknown; `dpjax reproduce --list` shows {tuple(available)}")
+    return available[name]

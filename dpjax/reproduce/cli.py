@@ -1,0 +1,33 @@
+"""``dpjax reproduce``: list and run paper-figure reproductions."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import time
+
+from dpjax import reproduce
+
+
+def _run(args) -> int:
+    if args.list or not args.figure:
+        for fig in reproduce.figures().values():
+            print(f"{fig.name:28s} [{fig.paper}] {fig.description}")
+        return 0
+    fig = reproduce.get(args.figure)
+    out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}")
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    report = fig.fn(out, quick=args.quick, seed=args.seed)
+    print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("reproduce", help="reproduce a paper figure (see --list)")
+    p.add_argument("figure", nargs="?", help="figure id, e.g. isrl-mnist")
+    p.add_argument("--list", action="store_true", help="list the available figures")
+    p.add_argument("--quick", action="store_true", help="small protocol that finishes in minutes on 2 CPU cores")
+    p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_run)

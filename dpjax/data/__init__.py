@@ -5,9 +5,19 @@ them and pads silos into ``[N, n_max, d]`` arrays with a mask.
 """
 
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.isrl import ISRL_MNIST_PAIRS, isrl_mnist_silos
+from dpjax.data.isrl import ISRL_MNIST_PAIRS, OBESITY_STANDARDIZED, insurance_silos, isrl_mnist_silos, obesity_silos
 from dpjax.data.mnist import download_mnist, load_mnist, read_idx
 from dpjax.data.paths import ENV_VAR, DatasetNotFoundError, data_dir, download, sha256_file
+from dpjax.data.sources import REMOTE, UPSTREAM, download_dataset
+from dpjax.data.tabular import (
+    INSURANCE_FEATURES,
+    OBESITY_CLASSES,
+    OBESITY_FEATURES,
+    download_insurance,
+    download_obesity,
+    load_insurance,
+    load_obesity,
+)
 from dpjax.data.preprocess import (
     PCA,
     label_encode,
@@ -22,17 +32,30 @@ from dpjax.data.preprocess import (
 
 __all__ = [
     "ENV_VAR",
+    "INSURANCE_FEATURES",
     "ISRL_MNIST_PAIRS",
+    "OBESITY_CLASSES",
+    "OBESITY_FEATURES",
+    "OBESITY_STANDARDIZED",
+    "REMOTE",
+    "UPSTREAM",
     "PCA",
     "DatasetNotFoundError",
     "FederatedDataset",
     "data_dir",
     "download",
+    "download_dataset",
+    "download_insurance",
     "download_mnist",
+    "download_obesity",
+    "insurance_silos",
     "isrl_mnist_silos",
     "label_encode",
+    "load_insurance",
     "load_mnist",
+    "load_obesity",
     "minmax_scale",
+    "obesity_silos",
     "one_hot",
     "pca_fit",
     "pca_transform",

@@ -45,7 +45,7 @@ def _log_delta(mu: float, eps: float) -> float:
     diff = lb - la
     if diff >= 0:  # only through rounding; the true value is positive but tiny
         return -math.inf
-    return la + math.log1p(-math.exp(diff)) if diff > -1e-300 else la
+    return la + math.log1p(-math.exp(diff))
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:

@@ -31,6 +31,69 @@ def init_sampler_states(sampler, data: SiloData, run_key: jax.Array):
     return jax.vmap(sampler.init_silo, in_axes=(0, 0, None))(silo_keys, data.sizes, data.n_max)
 
 
+def draw_silo_batches(sampler, data: SiloData, sampler_states, key: jax.Array, round_index):
+    """Each silo's batch indices for this round: ``(idx [N, B], mask [N, B], overflow [N])``.
+
+    Uses the round's ``"sampling"`` stream split over silos, so an algorithm
+    that logs the indices sees exactly the batches its gradients use.
+    """
+    silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
+
+    def one_silo(size, state, k):
+        return sampler.draw(k, size, data.n_max, round_index, state)
+
+    return jax.vmap(one_silo)(data.sizes, sampler_states, silo_keys)
+
+
+CLIP_MODES = ("per-example", "minibatch-average")
+
+
+def silo_batch_gradients(
+    problem,
+    params: PyTree,
+    data: SiloData,
+    idx: jax.Array,
+    mask: jax.Array,
+    denominators,
+    *,
+    clip_norm,
+    private: bool,
+    neighboring: str = "replace-one",
+    clip_mode: str = "per-example",
+):
+    """Per-silo ``(1/K_i) sum_{j in batch_i} clip(grad f(w, x_ij))`` at a shared ``w``.
+
+    ``denominators`` is the public batch size: a scalar ``K`` or a per-silo
+    vector ``[N]`` of ``K_i`` (unbalanced silos, ISRL-DP Appendix H); never a
+    data-dependent count. ``clip_mode``:
+
+    * ``"per-example"`` (default): each record's gradient is clipped to
+      ``clip_norm`` before averaging; one record moves the silo's message by at
+      most ``2 C / K_i`` (replace-one).
+    * ``"minibatch-average"``: the authors' insurance script: the unclipped
+      minibatch mean is clipped to ``clip_norm``. One record can then move the
+      message by up to ``2 C`` (not ``2 C / K``): callers must account it so
+      (spec I-13).
+
+    ``private=False`` skips clipping entirely.
+    """
+    _validate.check_choice("clip_mode", clip_mode, CLIP_MODES)
+    denominators = jnp.broadcast_to(jnp.asarray(denominators, jnp.float32), (data.num_silos,))
+
+    def one_silo(x, y, i, m, denom):
+        xb, yb = x[i], y[i]
+        grads = clipping.per_example_grads(problem.loss, params, xb, yb)
+        per_example = private and clip_mode == "per-example"
+        bound = clip_norm if per_example else jnp.inf
+        summed = clipping.clipped_sum(grads, bound, m, neighboring)
+        mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)
+        if private and clip_mode == "minibatch-average":
+            mean = clipping.clip_to_norm(mean, clip_norm)
+        return mean
+
+    return jax.vmap(one_silo)(data.x, data.y, idx, mask, denominators)
+
+
 def silo_minibatch_gradients(
     problem,
     sampler,
@@ -52,28 +115,31 @@ def silo_minibatch_gradients(
     clipping but keeps everything else identical, so the two differ only in
     the clip and the noise.
 
-    Returns ``(grads [N, ...], overflow [N])``.
+    Returns ``(grads [N, ...], overflow [N])``. Composed of
+    ``draw_silo_batches`` and ``silo_batch_gradients``.
     """
-    silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
+    idx, mask, overflow = draw_silo_batches(sampler, data, sampler_states, key, round_index)
     batch_size = getattr(sampler, "batch_size", None)
-
-    def one_silo(x, y, size, state, k):
-        idx, mask, overflow = sampler.draw(k, size, data.n_max, round_index, state)
-        xb, yb = x[idx], y[idx]
-        grads = clipping.per_example_grads(problem.loss, params, xb, yb)
-        bound = clip_norm if private else jnp.inf
-        summed = clipping.clipped_sum(grads, bound, mask, neighboring)
-        denom = batch_size if batch_size is not None else summed.count
-        mean = jax.tree_util.tree_map(lambda t: t / jnp.asarray(denom, t.dtype), summed.total)
-        return mean, overflow
-
-    return jax.vmap(one_silo)(data.x, data.y, data.sizes, sampler_states, silo_keys)
+    if batch_size is not None:
+        denominators = batch_size
+    else:  # full batch: the silo size (public in the balanced/unbalanced setting)
+        denominators = data.sizes
+    grads = silo_batch_gradients(
+        problem, params, data, idx, mask, denominators,
+        clip_norm=clip_norm, private=private, neighboring=neighboring,
+    )
+    return grads, overflow
 
 
 def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int) -> PyTree:
-    """Each silo adds its own ``N(0, noise_std^2 I)`` to its message."""
+    """Each silo adds its own ``N(0, noise_std^2 I)`` to its message.
+
+    ``noise_std`` is a scalar (all silos) or a vector ``[N]`` of per-silo
+    stds ``sigma_i`` (per-silo budgets, ISRL-DP Algorithm 7).
+    """
     silo_keys = keys.silo_keys(keys.stream_key(key, "noise"), num_silos)
-    return jax.vmap(noise.add_gaussian_noise, in_axes=(0, 0, None))(silo_keys, messages, noise_std)
+    std_axis = 0 if jnp.ndim(noise_std) == 1 else None
+    return jax.vmap(noise.add_gaussian_noise, in_axes=(0, 0, std_axis))(silo_keys, messages, noise_std)
 
 
 def aggregate(messages: PyTree, available: jax.Array, how: str = "mean") -> PyTree:

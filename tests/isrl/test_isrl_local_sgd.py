@@ -1,0 +1,105 @@
+"""ISRL-DP Local SGD / FedAvg baselines (Lowy & Razaviyayn App. I; spec §2.10, §3.5)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax.accounting import compute_epsilon
+from dpjax.algorithms.local_sgd import LocalSgd, LocalSgdHParams
+from dpjax.engine import runner
+from dpjax.primitives.sampling import FixedAvailability
+from dpjax.problems import LinearRegression
+
+from .conftest import make_silos
+
+PROBLEM = LinearRegression(3)
+
+
+def test_sigma_zero_is_bit_identical_to_fedavg(reg_data):
+    hp = LocalSgdHParams.create(0.05, noise_std=0.0, clip_norm=1e9)
+    key = jax.random.key(3)
+    avail = FixedAvailability(3)
+    priv = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail), reg_data, hp, key)
+    fedavg = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail, private=False), reg_data, hp, key)
+    np.testing.assert_array_equal(priv.output, fedavg.output)
+    # and noise does change it (the test can fail)
+    noisy = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail),
+                       reg_data, LocalSgdHParams.create(0.05, 0.1, 1e9), key)
+    assert not np.array_equal(noisy.output, fedavg.output)
+
+
+def test_matches_a_numpy_reference_on_the_logged_records(reg_data):
+    """Replays the logged indices in NumPy: K sequential single-record steps per
+    available silo, then the average of the available silos' last iterates."""
+    eta, rounds, k = 0.05, 3, 4
+    alg = LocalSgd(PROBLEM, rounds, k, availability=FixedAvailability(2), private=False, log_indices=True)
+    res = runner.run(alg, reg_data, LocalSgdHParams.create(eta), jax.random.key(0))
+    x, y = np.asarray(reg_data.x, np.float64), np.asarray(reg_data.y, np.float64)
+    w = np.zeros(3)
+    for r in range(rounds):
+        idx, avail = res.round_metrics["indices"][r], res.round_metrics["available"][r]
+        assert avail.sum() == 2
+        locals_ = []
+        for i in np.flatnonzero(avail):
+            v = w.copy()
+            for j in idx[i]:
+                assert 0 <= j < int(reg_data.sizes[i])
+                v = v - eta * (x[i, j] @ v - y[i, j]) * x[i, j]
+            locals_.append(v)
+        w = np.mean(locals_, axis=0)
+    np.testing.assert_allclose(res.output, w, rtol=1e-5, atol=1e-6)
+
+
+def test_sum_aggregation_adds_the_local_updates(reg_data):
+    key = jax.random.key(1)
+    hp = LocalSgdHParams.create(0.05)
+    mean = runner.run(LocalSgd(PROBLEM, 1, 3, private=False), reg_data, hp, key).output
+    summed = runner.run(LocalSgd(PROBLEM, 1, 3, private=False, aggregation="sum"), reg_data, hp, key).output
+    np.testing.assert_allclose(summed, reg_data.num_silos * mean, rtol=1e-5, atol=1e-6)
+
+
+def test_noise_scale_of_the_aggregate():
+    """Zero data => zero gradients: after one round of K steps the model is
+    -eta * (1/N) sum_i sum_t u_i^t, per-coordinate variance eta^2 K sigma^2 / N."""
+    dim, n_silos, k, eta, sigma = 4000, 5, 3, 0.5, 0.7
+    data = make_silos(num_silos=n_silos, n=4, dim=dim)
+    data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
+    res = runner.run(LocalSgd(LinearRegression(dim), 1, k), data,
+                     LocalSgdHParams.create(eta, sigma, 1.0), jax.random.key(7))
+    var = float(np.var(res.output))
+    expected = eta**2 * k * sigma**2 / n_silos
+    # sample variance of d Gaussians: relative s.e. sqrt(2/d); allow 5 s.e.
+    assert abs(var / expected - 1) < 5 * math.sqrt(2 / dim)
+    assert abs(float(np.mean(res.output))) < 5 * math.sqrt(expected / dim)
+
+
+def test_privacy_schedule_is_rk_single_record_gaussians():
+    alg = LocalSgd(PROBLEM, 7, 5)
+    hp = LocalSgdHParams.create(0.1, noise_std=2.0, clip_norm=0.5)
+    s = alg.privacy_schedule(100, hp)
+    assert (s.steps, s.batch_size, s.dataset_size) == (35, 1, 100)
+    assert s.sensitivity == pytest.approx(1.0)  # 2C, replace-one
+    assert s.noise_multiplier == pytest.approx(2.0)
+    eps_more_steps = compute_epsilon(LocalSgd(PROBLEM, 14, 5).privacy_schedule(100, hp), 1e-5, "rdp").epsilon
+    eps = compute_epsilon(s, 1e-5, "rdp").epsilon
+    assert 0 < eps < eps_more_steps
+    with pytest.raises(ValueError, match="private=False"):
+        LocalSgd(PROBLEM, 7, 5, private=False).privacy_schedule(100, hp)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"num_rounds": 0}, "num_rounds"),
+    ({"local_steps": 0}, "local_steps"),
+    ({"aggregation": "median"}, "aggregation"),
+    ({"output": "exponential"}, "output"),
+    ({"projection_radius": -1.0}, "projection_radius"),
+])
+def test_bad_arguments_raise_naming_them(kwargs, name):
+    args = {"problem": PROBLEM, "num_rounds": 2, "local_steps": 2, **kwargs}
+    with pytest.raises(ValueError, match=name):
+        LocalSgd(**args)

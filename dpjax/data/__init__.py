@@ -4,6 +4,22 @@ No JAX here: every function returns plain NumPy arrays; the engine converts
 them and pads silos into ``[N, n_max, d]`` arrays with a mask.
 """
 
+from dpjax.data.diff2 import (
+    CAL_HOUSING_FEATURES,
+    DIFF2_DATASETS,
+    GAS_TURBINE_FEATURES,
+    KDD_FEATURES,
+    diff2_dataset,
+    diff2_silos,
+    download_diff2,
+    load_a9a,
+    load_blogfeedback,
+    load_california_housing,
+    load_gas_turbine,
+    load_kddcup99,
+    load_svmlight,
+    load_w8a,
+)
 from dpjax.data.federated import FederatedDataset
 from dpjax.data.isrl import ISRL_MNIST_PAIRS, OBESITY_STANDARDIZED, insurance_silos, isrl_mnist_silos, obesity_silos
 from dpjax.data.mnist import download_mnist, load_mnist, read_idx
@@ -31,6 +47,20 @@ from dpjax.data.preprocess import (
 )
 
 __all__ = [
+    "CAL_HOUSING_FEATURES",
+    "DIFF2_DATASETS",
+    "GAS_TURBINE_FEATURES",
+    "KDD_FEATURES",
+    "diff2_dataset",
+    "diff2_silos",
+    "download_diff2",
+    "load_a9a",
+    "load_blogfeedback",
+    "load_california_housing",
+    "load_gas_turbine",
+    "load_kddcup99",
+    "load_svmlight",
+    "load_w8a",
     "ENV_VAR",
     "INSURANCE_FEATURES",
     "ISRL_MNIST_PAIRS",

@@ -174,14 +174,18 @@ def label_encode(values, classes: Sequence | None = None) -> tuple[np.ndarray, l
     """Maps values to ``int64`` codes. ``classes`` defaults to the sorted unique values
     (scikit-learn ``LabelEncoder`` order); returns ``(codes, classes)``."""
     values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError(f"values has shape {values.shape}; expected [n]")
+    uniq, inverse = np.unique(values, return_inverse=True)
     if classes is None:
-        classes = sorted(set(values.tolist()))
+        classes = uniq.tolist()
     classes = list(classes)
     lookup = {c: i for i, c in enumerate(classes)}
     try:
-        codes = np.fromiter((lookup[v] for v in values.tolist()), dtype=np.int64, count=values.shape[0])
+        table = np.array([lookup[v] for v in uniq.tolist()], dtype=np.int64)
     except KeyError as e:
         raise ValueError(f"value {e.args[0]!r} is not among classes={classes!r}") from None
+    codes = table[inverse.reshape(-1)] if table.size else np.zeros(0, np.int64)
     return codes, classes
 
 

@@ -1,0 +1,63 @@
+"""``dpjax run <task>``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+
+
+def _run_isrl_mnist(args) -> int:
+    from dpjax.tasks import isrl_mnist
+
+    cfg = isrl_mnist.IsrlMnistConfig(
+        epsilon=args.epsilon,
+        rounds=args.rounds,
+        silos_per_round=args.silos_per_round,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        epsilon_max=args.epsilon_max,
+        sampling=args.sampling,
+        calibration=args.calibration,
+        learning_rates=tuple(args.learning_rates) if args.learning_rates else None,
+        repetitions=args.repetitions,
+        baseline=not args.no_baseline,
+        data_dir=args.data_dir,
+    )
+    out = args.out or pathlib.Path("runs") / f"isrl-mnist-{datetime.datetime.now():%Y%m%d-%H%M%S}"
+    summary = isrl_mnist.run(cfg, out, progress=not args.no_progress)
+    if args.json:
+        print(json.dumps(summary, default=isrl_mnist._json_default))
+    else:
+        print(isrl_mnist.format_summary(summary))
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("run", help="run an end-to-end task (e.g. isrl-mnist)")
+    tasks = p.add_subparsers(dest="task", metavar="TASK")
+    m = tasks.add_parser(
+        "isrl-mnist",
+        help="ISRL-DP Noisy MB-SGD on 25-silo MNIST (Lowy & Razaviyayn 2023, Fig. 4 setting)",
+        description="One trial of the ISRL-DP MNIST protocol: a step-size grid x repetitions as one "
+        "compiled program, selection by training loss, test error and the certified epsilon.",
+    )
+    m.add_argument("--epsilon", type=float, default=1.5, help="target ISRL-DP epsilon per silo (default 1.5)")
+    m.add_argument("--rounds", type=int, default=35, help="communication rounds R (default 35)")
+    m.add_argument("--silos-per-round", type=int, default=12, help="silos available per round M (default 12)")
+    m.add_argument("--seed", type=int, default=0, help="seed of the data split and of the run keys")
+    m.add_argument("--batch-size", type=int, help="records per silo per round K (default: n sqrt(eps_max)/(2 sqrt R))")
+    m.add_argument("--epsilon-max", type=float, help="eps_max of the default K rule (default: --epsilon)")
+    m.add_argument("--sampling", default="without-replacement",
+                   choices=["without-replacement", "with-replacement", "poisson", "one-pass"])
+    m.add_argument("--calibration", default="rdp", choices=["rdp", "pld", "paper", "paper-experiment"],
+                   help="how sigma is chosen for the target epsilon (default: tight RDP)")
+    m.add_argument("--learning-rates", type=float, nargs="+", help="step-size grid (default: M * exp(linspace(-6, 0, 10)))")
+    m.add_argument("--repetitions", type=int, default=3, help="repetitions per step size (default 3)")
+    m.add_argument("--no-baseline", action="store_true", help="skip the non-private MB-SGD baseline")
+    m.add_argument("--data-dir", help="directory with mnist.npz or the IDX files (default: $DPJAX_DATA_DIR, cache, packaged copy)")
+    m.add_argument("--out", help="output directory (default runs/isrl-mnist-<time>)")
+    m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.add_argument("--json", action="store_true", help="print the summary as JSON")
+    m.set_defaults(func=_run_isrl_mnist)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

@@ -1,0 +1,182 @@
+"""The compiled engine with ISRL-DP Noisy MB-SGD: determinism, vmap == loop,
+the non-private twin, unequal silo sizes, NaN detection."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax import keys
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.engine import NonFiniteError, SiloData, run, run_many, stack_hparams
+from dpjax.primitives import FixedAvailability, FullAvailability, RandomAvailability
+from dpjax.problems import LinearRegression, LogisticRegression
+
+DIM = 5
+
+
+def _silos(sizes=(30, 40, 25, 35), seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=DIM)
+    xs = [rng.normal(size=(n, DIM)).astype(np.float32) for n in sizes]
+    ys = [(x @ w + 0.3 * rng.normal(size=len(x)) > 0).astype(np.float32) for x in xs]
+    return xs, ys
+
+
+@pytest.fixture(scope="module")
+def data():
+    return SiloData.from_silos(*_silos())
+
+
+@pytest.fixture(scope="module")
+def algo():
+    return NoisyMbSgd(LogisticRegression(DIM), num_rounds=12, batch_size=6, availability=FixedAvailability(3))
+
+
+def test_same_seed_bit_identical_and_different_seed_differs(algo, data):
+    hp = MbSgdHParams.create(0.5, 0.2, 1.0)
+    a = run(algo, data, hp, jax.random.key(3))
+    b = run(algo, data, hp, jax.random.key(3))
+    c = run(algo, data, hp, jax.random.key(4))
+    np.testing.assert_array_equal(a.output, b.output)
+    assert not np.array_equal(a.output, c.output)
+
+
+def test_vmapped_runs_equal_runs_one_by_one(algo, data):
+    configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5), (2.0, 1.0, 2.0)]
+    run_keys = jax.random.split(jax.random.key(9), len(configs))
+    batched = run_many(algo, data, stack_hparams([MbSgdHParams.create(*c) for c in configs]), run_keys)
+    for i, c in enumerate(configs):
+        single = run(algo, data, MbSgdHParams.create(*c), run_keys[i])
+        np.testing.assert_allclose(batched.output[i], single.output, rtol=1e-6, atol=1e-7)
+
+
+def _reference_minibatch_sgd(algo, data, lr, key):
+    """Plain minibatch SGD written out by hand with the engine's key schedule."""
+    w = np.zeros(DIM, np.float64)
+    loss_grad = jax.grad(algo.problem.loss)
+    for r in range(algo.num_rounds):
+        rk = keys.round_key(key, r)
+        avail = np.asarray(algo.availability.sample(keys.stream_key(rk, "availability"), data.num_silos))
+        silo_k = keys.silo_keys(keys.stream_key(rk, "sampling"), data.num_silos)
+        grads = []
+        for i in range(data.num_silos):
+            idx, _, _ = algo.sampler.draw(silo_k[i], data.sizes[i], data.n_max, r, None)
+            g = np.mean([np.asarray(loss_grad(jnp.asarray(w, jnp.float32), data.x[i, j], data.y[i, j])) for j in np.asarray(idx)], axis=0)
+            grads.append(g)
+        w = w - lr * np.mean([g for g, a in zip(grads, avail) if a], axis=0)
+    return w
+
+
+def test_nonprivate_twin_is_plain_minibatch_sgd(algo, data):
+    twin = dataclasses.replace(algo, private=False, num_rounds=5)
+    key = jax.random.key(11)
+    res = run(twin, data, MbSgdHParams.create(0.7), key)
+    ref = _reference_minibatch_sgd(twin, data, 0.7, key)
+    np.testing.assert_allclose(res.output, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_private_with_zero_noise_and_loose_clip_equals_twin_exactly(algo, data):
+    key = jax.random.key(12)
+    private = run(algo, data, MbSgdHParams.create(0.7, 0.0, 1e6), key)
+    twin = run(dataclasses.replace(algo, private=False), data, MbSgdHParams.create(0.7), key)
+    np.testing.assert_array_equal(private.output, twin.output)
+
+
+def test_noise_changes_the_result_and_scales_with_sigma(algo, data):
+    key = jax.random.key(13)
+    base = run(algo, data, MbSgdHParams.create(0.5, 0.0, 1.0), key).output
+    small = run(algo, data, MbSgdHParams.create(0.5, 0.01, 1.0), key).output
+    large = run(algo, data, MbSgdHParams.create(0.5, 1.0, 1.0), key).output
+    # same keys: the trajectories differ only by the noise term (common random numbers)
+    assert 0 < np.linalg.norm(small - base) < np.linalg.norm(large - base)
+
+
+def test_unequal_silo_sizes_never_touch_padding():
+    xs, ys = _silos(sizes=(7, 50, 12))
+    data = SiloData.from_silos(xs, ys)
+    # poison the padded rows: if any were sampled the result would be NaN or differ
+    poisoned = SiloData(
+        x=jnp.where(data.mask[..., None], data.x, jnp.nan), y=data.y, mask=data.mask, sizes=data.sizes
+    )
+    for sampling in ("without-replacement", "with-replacement", "poisson", "one-pass"):
+        algo = NoisyMbSgd(LogisticRegression(DIM), num_rounds=3, batch_size=2, sampling=sampling)
+        clean = run(algo, data, MbSgdHParams.create(0.5, 0.1, 1.0), jax.random.key(0))
+        dirty = run(algo, poisoned, MbSgdHParams.create(0.5, 0.1, 1.0), jax.random.key(0))
+        np.testing.assert_array_equal(clean.output, dirty.output)
+
+
+def test_nan_run_stops_with_round_and_run_named(data):
+    algo = NoisyMbSgd(LinearRegression(DIM), num_rounds=10, batch_size=5, private=False)
+    xs, _ = _silos()
+    ys = [1e3 * np.ones(len(x), np.float32) for x in xs]
+    big = SiloData.from_silos([1e3 * x for x in xs], ys)
+    with pytest.raises(NonFiniteError, match=r"round \d+"):
+        run(algo, big, MbSgdHParams.create(100.0), jax.random.key(0))
+    hps = stack_hparams([MbSgdHParams.create(1e-9), MbSgdHParams.create(100.0)])
+    with pytest.raises(NonFiniteError, match=r"run 1 .*round \d+"):
+        run_many(algo, big, hps, jax.random.split(jax.random.key(0), 2))
+    marked = run_many(algo, big, hps, jax.random.split(jax.random.key(0), 2), on_nonfinite="mark")
+    assert marked.diverged_round[0] == -1 and marked.diverged_round[1] >= 0
+
+
+def test_random_availability_and_window_output_run(data):
+    algo = NoisyMbSgd(
+        LogisticRegression(DIM), num_rounds=10, batch_size=4,
+        availability=RandomAvailability((0.25, 0.25, 0.25, 0.25)), output="window", window=3,
+    )
+    res = run(algo, data, MbSgdHParams.create(0.5, 0.1, 1.0), jax.random.key(2))
+    counts = res.round_metrics["num_available"]
+    assert counts.min() >= 1 and counts.max() <= 4 and len(set(counts.tolist())) > 1
+    # window output = mean of the last 3 iterates, recomputed by hand
+    iterates = []
+    for r in (8, 9, 10):
+        short = dataclasses.replace(algo, num_rounds=r, output="last")
+        iterates.append(run(short, data, MbSgdHParams.create(0.5, 0.1, 1.0), jax.random.key(2)).output)
+    np.testing.assert_allclose(res.output, np.mean(iterates, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_paper_average_output_excludes_last_iterate(data):
+    algo = NoisyMbSgd(LogisticRegression(DIM), num_rounds=4, batch_size=4, output="average")
+    hp = MbSgdHParams.create(0.5, 0.1, 1.0)
+    res = run(algo, data, hp, jax.random.key(5))
+    iterates = [np.zeros(DIM)] + [
+        run(dataclasses.replace(algo, num_rounds=r, output="last"), data, hp, jax.random.key(5)).output for r in (1, 2, 3)
+    ]
+    np.testing.assert_allclose(res.output, np.mean(iterates, axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_eval_schedule_and_metrics(algo, data):
+    x, y, m = data.pooled()
+    res = run(
+        algo, data, MbSgdHParams.create(0.5, 0.0, 1.0), jax.random.key(0),
+        eval_fn=lambda p, d: algo.problem.evaluate(p, *d), eval_data=(x, y, m), eval_every=5,
+    )
+    np.testing.assert_array_equal(res.eval_rounds, [5, 10, 12])
+    assert res.eval_metrics["loss"].shape == (3,)
+    # the last evaluation is of the returned output
+    final = algo.problem.evaluate(jnp.asarray(res.output), x, y, m)
+    assert float(final["loss"]) == pytest.approx(float(res.eval_metrics["loss"][-1]), rel=1e-5)
+
+
+def test_privacy_schedule_reads_the_run_config(algo):
+    hp = MbSgdHParams.create(0.5, 0.3, 2.0)
+    s = algo.privacy_schedule(25, hp)
+    assert s.steps == algo.num_rounds and s.batch_size == algo.batch_size and s.dataset_size == 25
+    assert s.contribution_bound == pytest.approx(2.0 / algo.batch_size)
+    assert s.noise_std == pytest.approx(0.3) and s.sampling.value == algo.sampling
+    with pytest.raises(ValueError, match="private"):
+        dataclasses.replace(algo, private=False).privacy_schedule(25, hp)
+
+
+def test_one_compile_serves_a_grid(algo, data):
+    from dpjax.engine import runner
+
+    runner.compiled_runner.cache_clear()
+    for lrs in ([0.1, 0.2], [0.3, 0.4]):
+        hps = stack_hparams([MbSgdHParams.create(lr, 0.1, 1.0) for lr in lrs])
+        run_many(algo, data, hps, jax.random.split(jax.random.key(0), 2))
+    fn = runner.compiled_runner(algo, None, None, True, None, None)
+    assert fn._cache_size() == 1

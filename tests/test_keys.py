@@ -1,0 +1,64 @@
+"""Key discipline: no (round, stream, silo) key is ever used twice."""
+
+import itertools
+
+import jax
+import numpy as np
+
+from dpjax import keys
+
+
+def _words(key):
+    return tuple(np.asarray(keys.key_data(key)).ravel().tolist())
+
+
+def test_round_stream_silo_keys_are_all_distinct():
+    run_key = jax.random.key(42)
+    seen = {}
+    num_rounds, num_silos = 40, 25
+    for r in range(num_rounds):
+        rk = keys.round_key(run_key, r)
+        for stream in keys.STREAMS:
+            sk = keys.stream_key(rk, stream)
+            seen.setdefault(_words(sk), []).append((r, stream))
+            for i, silo in enumerate(keys.silo_keys(sk, num_silos)):
+                seen.setdefault(_words(silo), []).append((r, stream, i))
+    for stream in keys.STREAMS:
+        run_level = keys.run_stream_key(run_key, stream)
+        seen.setdefault(_words(run_level), []).append(("run", stream))
+        for i, silo in enumerate(keys.silo_keys(run_level, num_silos)):
+            seen.setdefault(_words(silo), []).append(("run", stream, i))
+    dupes = {k: v for k, v in seen.items() if len(v) > 1}
+    assert not dupes, f"keys reused: {list(dupes.values())[:3]}"
+    assert len(seen) == num_rounds * len(keys.STREAMS) * (num_silos + 1) + len(keys.STREAMS) * (num_silos + 1)
+
+
+def test_run_keys_are_distinct_across_runs_and_seeds():
+    words = [_words(k) for seed in range(3) for k in keys.run_keys(seed, 10)]
+    assert len(set(words)) == len(words)
+
+
+def test_stream_ids_are_unique_and_unknown_stream_rejected():
+    assert len(set(keys.STREAMS.values())) == len(keys.STREAMS)
+    import pytest
+
+    with pytest.raises(ValueError, match="stream"):
+        keys.stream_key(jax.random.key(0), "nosie")
+
+
+def test_per_silo_noise_is_independent_across_silos_and_rounds():
+    # The messages' noise of different silos/rounds must be uncorrelated draws.
+    from dpjax.engine import federated
+
+    import jax.numpy as jnp
+
+    num_silos, dim = 8, 4000
+    zeros = jnp.zeros((num_silos, dim))
+    run_key = jax.random.key(0)
+    draws = [federated.privatize_messages(zeros, keys.round_key(run_key, r), 1.0, num_silos) for r in range(3)]
+    flat = np.concatenate([np.asarray(d) for d in draws])  # [3*8, dim]
+    corr = np.corrcoef(flat)
+    off_diag = corr[~np.eye(len(corr), dtype=bool)]
+    assert np.max(np.abs(off_diag)) < 5 / np.sqrt(dim)
+    for a, b in itertools.combinations(range(len(flat)), 2):
+        assert not np.array_equal(flat[a], flat[b])

@@ -78,11 +78,13 @@ def test_nonprivate_twin_is_plain_minibatch_sgd(algo, data):
     np.testing.assert_allclose(res.output, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_private_with_zero_noise_and_loose_clip_equals_twin_exactly(algo, data):
+def test_private_with_zero_noise_and_loose_clip_equals_twin(algo, data):
+    # Same batches (same keys); the twin differentiates the batch-mean loss
+    # instead of summing per-example gradients, so only float rounding differs.
     key = jax.random.key(12)
     private = run(algo, data, MbSgdHParams.create(0.7, 0.0, 1e6), key)
     twin = run(dataclasses.replace(algo, private=False), data, MbSgdHParams.create(0.7), key)
-    np.testing.assert_array_equal(private.output, twin.output)
+    np.testing.assert_allclose(private.output, twin.output, rtol=1e-5, atol=1e-6)
 
 
 def test_noise_changes_the_result_and_scales_with_sigma(algo, data):

@@ -80,13 +80,22 @@ def silo_batch_gradients(
     _validate.check_choice("clip_mode", clip_mode, CLIP_MODES)
     denominators = jnp.broadcast_to(jnp.asarray(denominators, jnp.float32), (data.num_silos,))
 
+    per_example = private and clip_mode == "per-example"
+
+    def batch_loss(p, xb, yb, m, denom):
+        losses = jax.vmap(problem.loss, in_axes=(None, 0, 0))(p, xb, yb)
+        return jnp.sum(jnp.where(m, losses, 0.0)) / denom
+
     def one_silo(x, y, i, m, denom):
         xb, yb = x[i], y[i]
-        grads = clipping.per_example_grads(problem.loss, params, xb, yb)
-        per_example = private and clip_mode == "per-example"
-        bound = clip_norm if per_example else jnp.inf
-        summed = clipping.clipped_sum(grads, bound, m, neighboring)
-        mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)
+        if per_example:
+            grads = clipping.per_example_grads(problem.loss, params, xb, yb)
+            summed = clipping.clipped_sum(grads, clip_norm, m, neighboring)
+            mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)
+        else:
+            # No per-example clipping: the gradient of the batch-mean loss is
+            # the same quantity without materialising per-example gradients.
+            mean = jax.grad(batch_loss)(params, xb, yb, m, denom)
         if private and clip_mode == "minibatch-average":
             mean = clipping.clip_to_norm(mean, clip_norm)
         return mean
@@ -112,8 +121,9 @@ def silo_minibatch_gradients(
     ``K`` is the sampler's (expected) batch size, a public constant, so the
     sensitivity of one silo's mean to one record is ``2 C / K`` (replace-one)
     when the record appears once. Non-private (``private=False``) skips
-    clipping but keeps everything else identical, so the two differ only in
-    the clip and the noise.
+    clipping (and computes the batch-mean gradient directly, without
+    per-example gradients) but draws the same batches, so the two differ only
+    in the clip and the noise.
 
     Returns ``(grads [N, ...], overflow [N])``. Composed of
     ``draw_silo_batches`` and ``silo_batch_gradients``.

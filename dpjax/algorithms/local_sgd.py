@@ -28,8 +28,8 @@ replacement with K = 1). The paper's own calibration
 the moments accountant in the paper's regime (spec I-12): calibrate with the
 accountant instead and report both.
 
-``private=False`` is non-private Local SGD (FedAvg): the same code path with
-clipping and noise switched off. With ``noise_std = 0`` and a clip that never
+``private=False`` is non-private Local SGD (FedAvg): the same compiled step
+with ``noise_std = 0`` and ``clip_norm = inf`` (``non_private_hparams``). With ``noise_std = 0`` and a clip that never
 binds, the private algorithm is bit-identical to it (tested).
 """
 
@@ -43,6 +43,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.algorithms.accelerated import non_private_hparams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
@@ -153,6 +154,8 @@ class LocalSgd:
         self.availability.validate(data.num_silos)
 
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
+        if not self.private:
+            hparams = non_private_hparams(hparams)
         return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), hparams)
 
     def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
@@ -166,7 +169,7 @@ class LocalSgd:
             return local_sgd_trajectory(
                 self.problem, state.params, x, y, size, ks, kn,
                 num_steps=self.local_steps, learning_rate=hp.learning_rate,
-                clip_norm=hp.clip_norm, noise_std=hp.noise_std, private=self.private,
+                clip_norm=hp.clip_norm, noise_std=hp.noise_std, private=True,
                 projection_radius=self.projection_radius,
             )
 

@@ -12,6 +12,7 @@ import importlib
 import sys
 
 SUBCOMMAND_MODULES = [
+    "dpjax.sweep.cli",  # dpjax sweep, dpjax plot
     "dpjax.tasks.cli",  # dpjax run <task>
     "dpjax.accounting.cli",  # dpjax account
     "dpjax.reproduce.cli",  # dpjax reproduce

@@ -1,0 +1,23 @@
+"""Hyperparameter sweeps as single compiled programs, with a resumable results store.
+
+* ``SweepConfig`` (dataclass / TOML file) -> groups of runs (one compile per
+  static shape) -> fixed-shape chunks (``dpjax.sweep.plan``);
+* each chunk is one XLA program: trials x repetitions x configs, rounds in
+  ``lax.scan``, silos vmapped inside (``dpjax.sweep.program``), sharded over
+  devices with ``shard_map``;
+* results go to an append-only, atomically written sweep directory keyed by
+  run-config hashes; a killed sweep resumes where it stopped
+  (``dpjax.sweep.store``, ``dpjax.sweep.driver``);
+* paper protocols: step-size selection and percentile error bars
+  (``dpjax.sweep.select``) and ``dpjax plot`` (``dpjax.sweep.plot``).
+"""
+
+from dpjax.sweep.config import SweepConfig
+from dpjax.sweep.driver import SweepResult, run_sweep
+from dpjax.sweep.registry import ALGORITHMS, DATASETS, AlgorithmEntry, DatasetEntry, register_algorithm, register_dataset
+from dpjax.sweep.store import load_results
+
+__all__ = [
+    "SweepConfig", "SweepResult", "run_sweep", "load_results", "ALGORITHMS", "DATASETS",
+    "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
+]

@@ -1,0 +1,248 @@
+"""Sweep configuration: a frozen dataclass and its TOML file form.
+
+A sweep is one algorithm (plus its static fields), one data spec and a grid
+of axes. The TOML form mirrors the dataclass one to one::
+
+    name = "isrl-fig4"
+    algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.registry.ALGORITHMS
+    num_rounds = 35
+    eval_every = 35                   # optional; default: only after the last round
+    seed = 0                          # base seed of every run key
+    on_nonfinite = "mark"             # "mark" (record diverged_round) or "raise"
+
+    [static]                          # the algorithm's static (compile-time) fields
+    batch_size = "isrl-experiment"    # or an int
+    sampling = "with-replacement"
+    available = 12                    # silos available per round ("all" = N)
+
+    [data]
+    name = "isrl-mnist"               # a key of dpjax.sweep.registry.DATASETS
+    n_per_digit = 774
+
+    [privacy]                         # needed when the grid has an "epsilon" axis
+    accountant = "paper-experiment"   # any dpjax.accounting accountant
+    delta = "1/n^2"                   # or a number
+
+    [grid]
+    learning_rate = { logspace = [-6, 0, 10], base = "e" }
+    epsilon = [0.75, 1.5, 3, 6, 12, 18]
+    clip_norm = ["2*maxnorm"]         # numbers, or "<c>*maxnorm" (c times the largest ||x||)
+    repetition = 3                    # an int n means range(n)
+    trial = 20                        # data split i uses split seed data.split_seed + i
+
+Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the
+algorithm's per-run hyperparameters (e.g. ``learning_rate``, ``noise_std``,
+``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the
+accountant, so it excludes a ``noise_std`` axis) and any static field of the
+algorithm (each distinct static combination is compiled once). A scalar is a
+one-point axis. Every error names the offending key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import numbers
+import pathlib
+import re
+import tomllib
+from typing import Any
+
+from dpjax import _validate
+
+TOP_LEVEL_KEYS = (
+    "name", "algorithm", "num_rounds", "eval_every", "seed", "on_nonfinite",
+    "static", "data", "privacy", "grid", "chunk_size", "vmap_width",
+)
+PRIVACY_KEYS = ("accountant", "delta")
+SPECIAL_AXES = ("trial", "repetition", "epsilon")
+_MAXNORM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*maxnorm\s*$")
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def expand_axis(key: str, spec: Any) -> tuple:
+    """One grid axis as a tuple of values.
+
+    ``spec`` is a list, a scalar (a one-point axis), an int for ``trial`` and
+    ``repetition`` (``range(n)``), or a table ``{logspace = [a, b, num], base =
+    "e" | 10}`` / ``{linspace = [a, b, num]}``.
+    """
+    where = f"grid.{key}"
+    if isinstance(spec, dict):
+        kinds = [k for k in spec if k in ("logspace", "linspace")]
+        unknown = [k for k in spec if k not in ("logspace", "linspace", "base")]
+        if unknown:
+            raise ValueError(f"{where}.{unknown[0]} is not a known key; use logspace/linspace (and base)")
+        if len(kinds) != 1:
+            raise ValueError(f"{where}={spec!r} must have exactly one of logspace or linspace")
+        kind = kinds[0]
+        args = spec[kind]
+        if not (isinstance(args, list) and len(args) == 3 and all(_is_real(a) for a in args)):
+            raise ValueError(f"{where}.{kind}={args!r} must be [start, stop, num]")
+        start, stop = float(args[0]), float(args[1])
+        num = _validate.check_int(f"{where}.{kind}[2]", args[2], min_value=1)
+        pts = [start + (stop - start) * i / (num - 1) for i in range(num)] if num > 1 else [start]
+        if kind == "linspace":
+            if "base" in spec:
+                raise ValueError(f"{where}.base is only meaningful with logspace")
+            return tuple(pts)
+        base = spec.get("base", 10)
+        if base == "e":
+            base = math.e
+        if not _is_real(base) or base <= 0 or base == 1:
+            raise ValueError(f"{where}.base={spec.get('base')!r} must be 'e' or a positive number != 1")
+        return tuple(float(base) ** p for p in pts)
+    if key in ("trial", "repetition") and isinstance(spec, int) and not isinstance(spec, bool):
+        n = _validate.check_int(where, spec, min_value=1)
+        return tuple(range(n))
+    values = spec if isinstance(spec, list) else [spec]
+    if len(values) == 0:
+        raise ValueError(f"{where}=[] is an empty grid axis; give at least one value")
+    for i, v in enumerate(values):
+        if isinstance(v, (dict, list)):
+            raise ValueError(f"{where}[{i}]={v!r} must be a scalar")
+    if key in ("trial", "repetition"):
+        for i, v in enumerate(values):
+            _validate.check_int(f"{where}[{i}]", v, min_value=0)
+    if len(set(map(repr, values))) != len(values):
+        raise ValueError(f"{where}={values!r} repeats a value; every grid point must be distinct")
+    return tuple(values)
+
+
+def parse_maxnorm(value) -> float | None:
+    """``"2*maxnorm"`` -> 2.0; ``None`` for anything else."""
+    if isinstance(value, str):
+        m = _MAXNORM.match(value)
+        if m:
+            return float(m.group(1))
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepConfig:
+    """A resolved sweep configuration (see the module docstring for the fields).
+
+    ``grid`` maps each axis to a tuple of values (already expanded);
+    ``chunk_size`` (runs per stored chunk) and ``vmap_width`` (runs computed
+    simultaneously inside a chunk) are chosen automatically when ``None``.
+    """
+
+    algorithm: str
+    num_rounds: int
+    data: dict
+    grid: dict
+    static: dict = dataclasses.field(default_factory=dict)
+    privacy: dict | None = None
+    eval_every: int | None = None
+    seed: int = 0
+    on_nonfinite: str = "mark"
+    name: str = "sweep"
+    chunk_size: int | None = None
+    vmap_width: int | None = None
+
+    def __post_init__(self):
+        from dpjax.sweep import registry  # late: registry imports jax
+
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name={self.name!r} must be a non-empty string")
+        entry = registry.get_algorithm(self.algorithm)
+        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        if self.eval_every is not None:
+            _validate.check_int("eval_every", self.eval_every, min_value=1, max_value=self.num_rounds)
+        _validate.check_int("seed", self.seed, min_value=0)
+        _validate.check_choice("on_nonfinite", self.on_nonfinite, ("mark", "raise"))
+        if self.chunk_size is not None:
+            _validate.check_int("chunk_size", self.chunk_size, min_value=1)
+        if self.vmap_width is not None:
+            _validate.check_int("vmap_width", self.vmap_width, min_value=1)
+        if not isinstance(self.data, dict) or "name" not in self.data:
+            raise ValueError(f"data={self.data!r} must be a table with a 'name' key")
+        registry.get_dataset(self.data["name"]).check_options(self.data)
+        if not isinstance(self.static, dict):
+            raise ValueError(f"static={self.static!r} must be a table")
+        for k in self.static:
+            if k not in entry.static_fields:
+                raise ValueError(f"static.{k} is not a static field of algorithm {self.algorithm!r}; "
+                                 f"known: {entry.static_fields}")
+        if not isinstance(self.grid, dict) or not self.grid:
+            raise ValueError("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
+        grid = {}
+        for k, spec in self.grid.items():
+            if k not in SPECIAL_AXES and k not in entry.hparam_fields and k not in entry.static_fields:
+                raise ValueError(
+                    f"grid.{k} is not a known axis of algorithm {self.algorithm!r}; known: "
+                    f"{SPECIAL_AXES + entry.hparam_fields + entry.static_fields}"
+                )
+            if k in self.static:
+                raise ValueError(f"grid.{k} is also set in static.{k}; set it in one place")
+            values = spec if isinstance(spec, tuple) else expand_axis(k, spec)
+            if k in entry.hparam_fields or k == "epsilon":
+                for i, v in enumerate(values):
+                    if k == "clip_norm" and parse_maxnorm(v) is not None:
+                        continue
+                    if not _is_real(v):
+                        raise ValueError(f"grid.{k}[{i}]={v!r} must be a number")
+                    if k == "epsilon":
+                        _validate.check_positive(f"grid.{k}[{i}]", v)
+            grid[k] = values
+        object.__setattr__(self, "grid", grid)
+        for k in entry.required_hparams:
+            if k not in grid and not (k == "noise_std" and "epsilon" in grid):
+                raise ValueError(f"grid.{k} is missing; algorithm {self.algorithm!r} needs it")
+        if "epsilon" in grid:
+            if "noise_std" in grid:
+                raise ValueError("grid.epsilon and grid.noise_std are exclusive (epsilon sets noise_std)")
+            if not isinstance(self.privacy, dict):
+                raise ValueError("grid.epsilon needs a [privacy] table with accountant and delta")
+        if self.privacy is not None:
+            if not isinstance(self.privacy, dict):
+                raise ValueError(f"privacy={self.privacy!r} must be a table")
+            for k in self.privacy:
+                if k not in PRIVACY_KEYS:
+                    raise ValueError(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
+            if "accountant" not in self.privacy or "delta" not in self.privacy:
+                raise ValueError("privacy must set both accountant and delta")
+            from dpjax.accounting import api
+
+            _validate.check_choice("privacy.accountant", self.privacy["accountant"], api.ACCOUNTANTS)
+            d = self.privacy["delta"]
+            if d != "1/n^2":
+                _validate.check_open_unit("privacy.delta", d)
+        entry.check_static(self.static, self.grid)
+
+    # -- file forms ----------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: dict) -> "SweepConfig":
+        if not isinstance(d, dict):
+            raise ValueError(f"config={d!r} must be a table")
+        for k in d:
+            if k not in TOP_LEVEL_KEYS:
+                raise ValueError(f"{k} is not a known config key; known: {TOP_LEVEL_KEYS}")
+        for k in ("algorithm", "num_rounds", "data", "grid"):
+            if k not in d:
+                raise ValueError(f"{k} is missing from the config")
+        return cls(**d)
+
+    @classmethod
+    def from_toml(cls, path: str | pathlib.Path) -> "SweepConfig":
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise ValueError(f"config={str(path)!r} does not exist")
+        try:
+            d = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config={str(path)!r} is not valid TOML: {err}") from None
+        return cls.from_dict(d)
+
+    def to_dict(self) -> dict:
+        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it."""
+        d = dataclasses.asdict(self)
+        d["grid"] = {k: list(v) for k, v in self.grid.items()}
+        return d
+
+    def canonical_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))

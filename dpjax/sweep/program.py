@@ -1,0 +1,136 @@
+"""The compiled chunk program: a ``Tc x Sc x Hc`` tile of runs as one XLA program.
+
+Structure (outer to inner)::
+
+    trials       (data split: per-trial SiloData / eval data / hparams)
+      repetitions  (run keys)
+        configs      (per-run hyperparameters; keys and data shared)
+          one run = rounds in lax.scan, silos vmapped inside the round step
+
+Each level is a ``vmap`` or, when the simultaneous width would exceed
+``vmap_width``, a sequential ``lax.map`` (the innermost level uses
+``lax.map(..., batch_size=vmap_width)``). Because the inner ``vmap`` over
+configs sees an *unbatched* key and data, everything that depends only on the
+key (availability masks, minibatch indices, the standard normal draws of the
+noise) is computed once per repetition and shared by all configs — the
+common-random-numbers discipline of ``dpjax.keys`` turned into saved work —
+and per-config gradient evaluations become matrix products.
+
+Multi-device: the program is wrapped in ``shard_map`` over a 1-d mesh
+``("runs",)``; the global input has a leading device axis and device ``d``
+runs exactly the single-device program on its own chunk. The single-device
+path uses the same wrapper with a 1-device mesh, so sharded and unsharded
+sweeps execute the same per-chunk HLO and agree bit for bit.
+
+Run key of (trial t, repetition s): ``fold_in(fold_in(key(seed), t), s)``;
+initial parameters: ``problem.init_params(run_stream_key(run_key, "local"))``
+as in ``dpjax.engine.runner.run``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from dpjax import keys
+from dpjax.engine import runner
+
+# Number of XLA compilations done by this module (tests count them).
+COMPILATIONS = {"count": 0}
+
+
+def run_key_data(seed: int, trial: int, rep: int) -> np.ndarray:
+    k = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), trial), rep)
+    return np.asarray(jax.random.key_data(k))
+
+
+def _first_true(flags: jax.Array) -> jax.Array:
+    """Index of the first True along the last axis, -1 if none."""
+    return jnp.where(jnp.any(flags, axis=-1), jnp.argmax(flags, axis=-1), -1).astype(jnp.int32)
+
+
+def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_width: int):
+    """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc]) -> results``.
+
+    Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...],
+    "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
+    """
+    tc, sc, hc = shape
+    problem = algorithm.problem
+
+    def one_run(hp, data, eval_data, kd):
+        key = jax.random.wrap_key_data(kd)
+        params = problem.init_params(keys.run_stream_key(key, "local"))
+        _, _, round_metrics, evals = runner._run_single(algorithm, eval_fn, eval_every, params, hp, data, eval_data, key)
+        diverged = _first_true(~round_metrics["finite"])
+        overflow = round_metrics.get("sampling_overflow")
+        overflow = _first_true(overflow.reshape(overflow.shape[0], -1).any(-1)) if overflow is not None else jnp.int32(-1)
+        return {"diverged_round": diverged, "overflow_round": overflow, "evals": evals}
+
+    def over_configs(hp_t, data, eval_data, kd):
+        f = lambda hp: one_run(hp, data, eval_data, kd)
+        if vmap_width >= hc:
+            return jax.vmap(f)(hp_t)
+        return jax.lax.map(f, hp_t, batch_size=vmap_width)
+
+    def over_reps(hp_t, data, eval_data, kds):
+        f = lambda kd: over_configs(hp_t, data, eval_data, kd)
+        return jax.vmap(f)(kds) if vmap_width >= hc * sc else jax.lax.map(f, kds)
+
+    def over_trials(hp, data, eval_data, kds):
+        f = lambda a: over_reps(*a)
+        args = (hp, data, eval_data, kds)
+        return jax.vmap(f)(args) if vmap_width >= hc * sc * tc else jax.lax.map(f, args)
+
+    return over_trials
+
+
+@functools.lru_cache(maxsize=32)
+def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple):
+    mesh = Mesh(np.array(devices), ("runs",))
+    inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width)
+
+    def per_device(*args):
+        local = jax.tree_util.tree_map(lambda a: a[0], args)
+        return jax.tree_util.tree_map(lambda a: a[None], inner(*local))
+
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=P("runs"), out_specs=P("runs"), check_vma=False)
+    return jax.jit(fn), mesh
+
+
+class ChunkExecutor:
+    """Compiles a group's chunk program once and runs chunks (``len(devices)`` at a time)."""
+
+    def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices):
+        self.devices = tuple(devices)
+        self.shape = tuple(shape)
+        self.fn, self.mesh = _sharded(algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices)
+        self.sharding = NamedSharding(self.mesh, P("runs"))
+        self._compiled = None
+
+    def _put(self, args):
+        return jax.device_put(args, self.sharding)
+
+    def compile(self, args):
+        if self._compiled is None:
+            self._compiled = self.fn.lower(*self._put(args)).compile()
+            COMPILATIONS["count"] += 1
+        return self._compiled
+
+    def memory_bytes(self, args) -> int | None:
+        """Per-device bytes (arguments + outputs + temporaries) from XLA's memory analysis."""
+        try:
+            ma = self.compile(args).memory_analysis()
+            return int(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes)
+        except Exception:  # not every backend reports it
+            return None
+
+    def __call__(self, args) -> Any:
+        """``args`` leaves have a leading axis ``len(devices)`` (one chunk per device)."""
+        compiled = self.compile(args)
+        return jax.device_get(compiled(*self._put(args)))

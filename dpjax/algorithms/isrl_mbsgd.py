@@ -149,13 +149,20 @@ class NoisyMbSgd:
 
     def step(self, state: MbSgdState, data: SiloData, key) -> tuple[MbSgdState, dict]:
         hp = state.hparams
-        available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
+        avail_key = keys.stream_key(key, "availability")
+        if hasattr(self.availability, "sample_ids"):
+            # Static M: compute only the M available silos' messages.
+            silo_ids = self.availability.sample_ids(avail_key, data.num_silos)
+            available = jnp.ones(silo_ids.shape, bool)
+        else:  # random M_r: all N silos, masked
+            silo_ids = None
+            available = self.availability.sample(avail_key, data.num_silos)
         grads, overflow = federated.silo_minibatch_gradients(
             self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
-            clip_norm=hp.clip_norm, private=self.private, neighboring=self.neighboring,
+            clip_norm=hp.clip_norm, private=self.private, neighboring=self.neighboring, silo_ids=silo_ids,
         )
         if self.private:
-            grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos)
+            grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos, silo_ids)
         update = federated.aggregate(grads, available, self.aggregation)
         new_params = jax.tree_util.tree_map(lambda p, g: p - hp.learning_rate * g, state.params, update)
         new_params = project_l2_ball(new_params, self.projection_radius)

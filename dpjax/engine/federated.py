@@ -31,18 +31,27 @@ def init_sampler_states(sampler, data: SiloData, run_key: jax.Array):
     return jax.vmap(sampler.init_silo, in_axes=(0, 0, None))(silo_keys, data.sizes, data.n_max)
 
 
-def draw_silo_batches(sampler, data: SiloData, sampler_states, key: jax.Array, round_index):
+def _select(tree, silo_ids):
+    """Rows ``silo_ids`` of every leaf (identity when ``silo_ids`` is None)."""
+    if silo_ids is None:
+        return tree
+    return jax.tree_util.tree_map(lambda a: a[silo_ids], tree)
+
+
+def draw_silo_batches(sampler, data: SiloData, sampler_states, key: jax.Array, round_index, silo_ids=None):
     """Each silo's batch indices for this round: ``(idx [N, B], mask [N, B], overflow [N])``.
 
     Uses the round's ``"sampling"`` stream split over silos, so an algorithm
-    that logs the indices sees exactly the batches its gradients use.
+    that logs the indices sees exactly the batches its gradients use. With
+    ``silo_ids`` ([M] ints) only those silos draw (rows in that order); silo
+    i's key is the same whichever other silos are selected.
     """
     silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
 
     def one_silo(size, state, k):
         return sampler.draw(k, size, data.n_max, round_index, state)
 
-    return jax.vmap(one_silo)(data.sizes, sampler_states, silo_keys)
+    return jax.vmap(one_silo)(*_select((data.sizes, sampler_states, silo_keys), silo_ids))
 
 
 CLIP_MODES = ("per-example", "minibatch-average")
@@ -60,6 +69,7 @@ def silo_batch_gradients(
     private: bool,
     neighboring: str = "replace-one",
     clip_mode: str = "per-example",
+    silo_ids=None,
 ):
     """Per-silo ``(1/K_i) sum_{j in batch_i} clip(grad f(w, x_ij))`` at a shared ``w``.
 
@@ -75,10 +85,15 @@ def silo_batch_gradients(
       message by up to ``2 C`` (not ``2 C / K``): callers must account it so
       (spec I-13).
 
-    ``private=False`` skips clipping entirely.
+    ``private=False`` skips clipping entirely. With ``silo_ids`` ([M]), ``idx``
+    and ``mask`` are the selected silos' batches and only their rows are
+    gathered (``[M, B, ...]``), so unavailable silos cost nothing.
     """
     _validate.check_choice("clip_mode", clip_mode, CLIP_MODES)
     denominators = jnp.broadcast_to(jnp.asarray(denominators, jnp.float32), (data.num_silos,))
+    rows = (jnp.arange(data.num_silos) if silo_ids is None else silo_ids)[:, None]
+    xb_all, yb_all = data.x[rows, idx], data.y[rows, idx]
+    denominators = _select(denominators, silo_ids)
 
     per_example = private and clip_mode == "per-example"
 
@@ -86,8 +101,7 @@ def silo_batch_gradients(
         losses = jax.vmap(problem.loss, in_axes=(None, 0, 0))(p, xb, yb)
         return jnp.sum(jnp.where(m, losses, 0.0)) / denom
 
-    def one_silo(x, y, i, m, denom):
-        xb, yb = x[i], y[i]
+    def one_silo(xb, yb, m, denom):
         if per_example:
             grads = clipping.per_example_grads(problem.loss, params, xb, yb)
             summed = clipping.clipped_sum(grads, clip_norm, m, neighboring)
@@ -100,7 +114,7 @@ def silo_batch_gradients(
             mean = clipping.clip_to_norm(mean, clip_norm)
         return mean
 
-    return jax.vmap(one_silo)(data.x, data.y, idx, mask, denominators)
+    return jax.vmap(one_silo)(xb_all, yb_all, mask, denominators)
 
 
 def silo_minibatch_gradients(
@@ -115,6 +129,7 @@ def silo_minibatch_gradients(
     clip_norm,
     private: bool,
     neighboring: str = "replace-one",
+    silo_ids=None,
 ):
     """Per-silo minibatch gradients ``(1/K) sum_j clip(grad f(w, x_ij))``.
 
@@ -128,7 +143,7 @@ def silo_minibatch_gradients(
     Returns ``(grads [N, ...], overflow [N])``. Composed of
     ``draw_silo_batches`` and ``silo_batch_gradients``.
     """
-    idx, mask, overflow = draw_silo_batches(sampler, data, sampler_states, key, round_index)
+    idx, mask, overflow = draw_silo_batches(sampler, data, sampler_states, key, round_index, silo_ids)
     batch_size = getattr(sampler, "batch_size", None)
     if batch_size is not None:
         denominators = batch_size
@@ -136,18 +151,22 @@ def silo_minibatch_gradients(
         denominators = data.sizes
     grads = silo_batch_gradients(
         problem, params, data, idx, mask, denominators,
-        clip_norm=clip_norm, private=private, neighboring=neighboring,
+        clip_norm=clip_norm, private=private, neighboring=neighboring, silo_ids=silo_ids,
     )
     return grads, overflow
 
 
-def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int) -> PyTree:
+def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:
     """Each silo adds its own ``N(0, noise_std^2 I)`` to its message.
 
     ``noise_std`` is a scalar (all silos) or a vector ``[N]`` of per-silo
-    stds ``sigma_i`` (per-silo budgets, ISRL-DP Algorithm 7).
+    stds ``sigma_i`` (per-silo budgets, ISRL-DP Algorithm 7). With
+    ``silo_ids``, ``messages`` holds those silos' rows and each gets its own
+    silo's key (and std).
     """
-    silo_keys = keys.silo_keys(keys.stream_key(key, "noise"), num_silos)
+    silo_keys = _select(keys.silo_keys(keys.stream_key(key, "noise"), num_silos), silo_ids)
+    if jnp.ndim(noise_std) == 1:
+        noise_std = _select(noise_std, silo_ids)
     std_axis = 0 if jnp.ndim(noise_std) == 1 else None
     return jax.vmap(noise.add_gaussian_noise, in_axes=(0, 0, std_axis))(silo_keys, messages, noise_std)
 
@@ -168,3 +187,53 @@ def aggregate(messages: PyTree, available: jax.Array, how: str = "mean") -> PyTr
         return total / count.astype(leaf.dtype) if how == "mean" else total
 
     return jax.tree_util.tree_map(combine, messages)
+
+
+def _canonical_order(rows: jax.Array) -> jax.Array:
+    """A permutation that sorts the rows ``[N, P]`` by four fixed projections.
+
+    Each key is a per-row reduction, so it does not depend on the row's
+    position; the sorted order (hence the float sum over it) is a function of
+    the multiset of rows unless two *different* rows tie on all four keys.
+    """
+    p = rows.shape[1]
+    j = jnp.arange(1, p + 1, dtype=rows.dtype)
+    proj = [jnp.sum(rows * jnp.cos(j * (0.618034 + k)), axis=1) for k in range(4)]
+    return jnp.lexsort(tuple(reversed(proj)))
+
+
+def shuffle_reports(messages: PyTree, available: jax.Array, key: jax.Array):
+    """The shuffler: the available silos' reports, uniformly permuted.
+
+    Returns ``(reports [N, P], present [N])`` with the silos' messages
+    flattened to vectors; absent silos' rows are zero and ``present`` false.
+    The permutation comes from the ``key`` given (use the round's
+    ``"shuffle"`` stream).
+    """
+    from jax.flatten_util import ravel_pytree
+
+    flat = jax.vmap(lambda t: ravel_pytree(t)[0])(messages)
+    flat = jnp.where(available[:, None], flat, 0.0)
+    perm = jax.random.permutation(key, flat.shape[0])
+    return flat[perm], available[perm]
+
+
+def shuffled_aggregate(messages: PyTree, available: jax.Array, key: jax.Array, how: str = "mean") -> PyTree:
+    """Server aggregate behind a shuffler (ISRL-DP Section 5, A4).
+
+    The reports of the available silos are shuffled (``shuffle_reports``) and
+    the server sums them in a canonical order, so its output is a function of
+    the *multiset* of reports only: exactly (bitwise) invariant to the
+    shuffler's permutation and to which silo sent what. ``"mean"`` divides by
+    ``M_r``, the number of reports (public).
+    """
+    from jax.flatten_util import ravel_pytree
+
+    _validate.check_choice("aggregation", how, AGGREGATIONS)
+    one = jax.tree_util.tree_map(lambda leaf: leaf[0], messages)
+    _, unravel = ravel_pytree(one)
+    reports, present = shuffle_reports(messages, available, key)
+    total = jnp.sum(reports[_canonical_order(reports)], axis=0)
+    if how == "mean":
+        total = total / jnp.maximum(jnp.sum(present), 1).astype(total.dtype)
+    return unravel(total)

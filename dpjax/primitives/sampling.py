@@ -47,6 +47,12 @@ def _mask_of_size(key: jax.Array, num_silos: int, count) -> jax.Array:
     return ranks < count
 
 
+def _ids_of_size(key: jax.Array, num_silos: int, count: int) -> jax.Array:
+    """The ``count`` silo ids where ``_mask_of_size`` (same key) is true, ascending."""
+    scores = jax.random.uniform(key, (num_silos,))
+    return jnp.sort(jnp.argsort(scores)[:count])
+
+
 @dataclasses.dataclass(frozen=True)
 class FullAvailability:
     """Every silo participates in every round (M_r = N, cross-silo default)."""
@@ -57,6 +63,11 @@ class FullAvailability:
     def sample(self, key: jax.Array, num_silos: int) -> jax.Array:
         del key
         return jnp.ones((num_silos,), bool)
+
+    def sample_ids(self, key: jax.Array, num_silos: int) -> jax.Array:
+        """The available silos' ids (static count N), ascending."""
+        del key
+        return jnp.arange(num_silos)
 
     def expected_inverse(self, num_silos: int) -> float:
         """E[1/M_r]."""
@@ -82,6 +93,13 @@ class FixedAvailability:
 
     def sample(self, key: jax.Array, num_silos: int) -> jax.Array:
         return _mask_of_size(key, num_silos, self.num_available)
+
+    def sample_ids(self, key: jax.Array, num_silos: int) -> jax.Array:
+        """The ids of the same subset as ``sample`` (static count M), ascending.
+
+        Lets a round step compute only the M available silos' messages.
+        """
+        return _ids_of_size(key, num_silos, self.num_available)
 
     def expected_inverse(self, num_silos: int) -> float:
         return 1.0 / self.num_available

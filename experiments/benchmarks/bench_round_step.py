@@ -1,0 +1,120 @@
+"""Rounds/s of the compiled ISRL-DP round vs its non-private twin vs a NumPy silo loop.
+
+Issue #2 targets: private / non-private time <= 1.3x, and the compiled private
+round >= 15x a NumPy loop over silos. All three are measured side by side in
+one process (the machines are noisy, so only ratios from one run count).
+
+Settings (binary logistic regression, per-example clipping, Gaussian noise,
+N silos each sampling K of n records without replacement, M available):
+
+* ``mnist-fig4``: N=25, M=12, n=1238, d=50, K=444 (the ISRL-DP Fig. 4 shape);
+* ``wide``: N=25, M=25, n=2400, d=784, K=256 (raw MNIST pixels).
+
+Usage: ``python experiments/benchmarks/bench_round_step.py [--rounds 200] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd  # noqa: E402
+from dpjax.engine import SiloData, run  # noqa: E402
+from dpjax.primitives import FixedAvailability  # noqa: E402
+from dpjax.problems import LogisticRegression  # noqa: E402
+
+SETTINGS = {
+    "mnist-fig4": dict(N=25, M=12, n=1238, d=50, K=444),
+    "wide": dict(N=25, M=25, n=2400, d=784, K=256),
+}
+
+
+def make_data(N, n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=d) / np.sqrt(d)
+    xs = [rng.normal(size=(n, d)).astype(np.float32) / np.sqrt(d) * 3 for _ in range(N)]
+    ys = [(x @ w > 0).astype(np.float32) for x in xs]
+    return xs, ys
+
+
+def time_compiled(algo, data, hp, repeats):
+    key = jax.random.key(0)
+    t0 = time.perf_counter()
+    run(algo, data, hp, key)  # compile + first run
+    compile_s = time.perf_counter() - t0
+    best = np.inf
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(algo, data, hp, jax.random.key(i + 1)).output)
+        best = min(best, time.perf_counter() - t0)
+    return algo.num_rounds / best, compile_s
+
+
+def numpy_loop(xs, ys, rounds, K, M, clip, sigma, lr, seed=0):
+    """The authors' script structure: a Python loop over rounds and silos with
+    analytic per-example logistic gradients, clipping and per-silo noise."""
+    rng = np.random.default_rng(seed)
+    N, d = len(xs), xs[0].shape[1]
+    w = np.zeros(d, np.float32)
+    for _ in range(rounds):
+        avail = rng.choice(N, M, replace=False)
+        msgs = []
+        for i in avail:
+            idx = rng.choice(len(xs[i]), K, replace=False)
+            xb, yb = xs[i][idx], ys[i][idx]
+            m = np.clip(xb @ w, -15, 15)
+            g = (1 / (1 + np.exp(-m)) - yb)[:, None] * xb  # per-example gradients [K, d]
+            norms = np.linalg.norm(g, axis=1, keepdims=True)
+            g = g * np.minimum(1.0, clip / np.maximum(norms, 1e-30))
+            msgs.append(g.sum(0) / K + sigma * rng.standard_normal(d).astype(np.float32))
+        w = w - lr * np.mean(msgs, axis=0)
+    return w
+
+
+def time_numpy(xs, ys, rounds, K, M, repeats):
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        numpy_loop(xs, ys, rounds, K, M, clip=1.0, sigma=0.1, lr=0.5)
+        best = min(best, time.perf_counter() - t0)
+    return rounds / best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--numpy-rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    args = parser.parse_args(argv)
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.devices()}); rounds/s, best of {args.repeats}")
+    header = f"{'setting':12s} {'private':>10s} {'non-priv':>10s} {'numpy':>8s} {'priv/non-priv time':>19s} {'priv/numpy speed':>17s} {'compile s':>10s}"
+    print(header)
+    rows = []
+    for name in args.settings:
+        s = SETTINGS[name]
+        xs, ys = make_data(s["N"], s["n"], s["d"])
+        data = SiloData.from_silos(xs, ys)
+        common = dict(num_rounds=args.rounds, batch_size=s["K"], availability=FixedAvailability(s["M"]))
+        private = NoisyMbSgd(LogisticRegression(s["d"]), **common)
+        twin = NoisyMbSgd(LogisticRegression(s["d"]), private=False, **common)
+        hp = MbSgdHParams.create(0.5, 0.1, 1.0)
+        priv_rps, priv_compile = time_compiled(private, data, hp, args.repeats)
+        twin_rps, _ = time_compiled(twin, data, hp, args.repeats)
+        np_rps = time_numpy(xs, ys, args.numpy_rounds, s["K"], s["M"], args.repeats)
+        ratio, speedup = twin_rps / priv_rps, priv_rps / np_rps
+        rows.append((name, priv_rps, twin_rps, np_rps, ratio, speedup))
+        print(f"{name:12s} {priv_rps:10.1f} {twin_rps:10.1f} {np_rps:8.1f} {ratio:19.2f} {speedup:17.1f} {priv_compile:10.1f}")
+    print("targets: private/non-private time <= 1.3; private/numpy speed >= 15")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

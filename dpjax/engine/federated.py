@@ -237,3 +237,53 @@ def shuffled_aggregate(messages: PyTree, available: jax.Array, key: jax.Array, h
     if how == "mean":
         total = total / jnp.maximum(jnp.sum(present), 1).astype(total.dtype)
     return unravel(total)
+
+
+def _canonical_order(rows: jax.Array) -> jax.Array:
+    """A permutation that sorts the rows ``[N, P]`` by four fixed projections.
+
+    Each key is a per-row reduction, so it does not depend on the row's
+    position; the sorted order (hence the float sum over it) is a function of
+    the multiset of rows unless two *different* rows tie on all four keys.
+    """
+    p = rows.shape[1]
+    j = jnp.arange(1, p + 1, dtype=rows.dtype)
+    proj = [jnp.sum(rows * jnp.cos(j * (0.618034 + k)), axis=1) for k in range(4)]
+    return jnp.lexsort(tuple(reversed(proj)))
+
+
+def shuffle_reports(messages: PyTree, available: jax.Array, key: jax.Array):
+    """The shuffler: the available silos' reports, uniformly permuted.
+
+    Returns ``(reports [N, P], present [N])`` with the silos' messages
+    flattened to vectors; absent silos' rows are zero and ``present`` false.
+    The permutation comes from the ``key`` given (use the round's
+    ``"shuffle"`` stream).
+    """
+    from jax.flatten_util import ravel_pytree
+
+    flat = jax.vmap(lambda t: ravel_pytree(t)[0])(messages)
+    flat = jnp.where(available[:, None], flat, 0.0)
+    perm = jax.random.permutation(key, flat.shape[0])
+    return flat[perm], available[perm]
+
+
+def shuffled_aggregate(messages: PyTree, available: jax.Array, key: jax.Array, how: str = "mean") -> PyTree:
+    """Server aggregate behind a shuffler (ISRL-DP Section 5, A4).
+
+    The reports of the available silos are shuffled (``shuffle_reports``) and
+    the server sums them in a canonical order, so its output is a function of
+    the *multiset* of reports only: exactly (bitwise) invariant to the
+    shuffler's permutation and to which silo sent what. ``"mean"`` divides by
+    ``M_r``, the number of reports (public).
+    """
+    from jax.flatten_util import ravel_pytree
+
+    _validate.check_choice("aggregation", how, AGGREGATIONS)
+    one = jax.tree_util.tree_map(lambda leaf: leaf[0], messages)
+    _, unravel = ravel_pytree(one)
+    reports, present = shuffle_reports(messages, available, key)
+    total = jnp.sum(reports[_canonical_order(reports)], axis=0)
+    if how == "mean":
+        total = total / jnp.maximum(jnp.sum(present), 1).astype(total.dtype)
+    return unravel(total)

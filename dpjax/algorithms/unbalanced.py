@@ -1,0 +1,203 @@
+"""Noisy ISRL-DP MB-SGD with unbalanced silos and per-silo privacy budgets
+(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1; spec
+§2.8), plus the authors'-code minibatch-average clipping option.
+
+Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
+``sigma_i``: in round r every available silo i releases
+
+    g_i = (1/K_i) sum_{j <= K_i} clip_C(grad f(w_r, x_ij)) + u_i,   u_i ~ N(0, sigma_i^2 I)
+
+and the server averages the available silos' messages with equal weights
+``1/M_r``. On the padded arrays every silo draws ``max_i K_i`` indices and
+keeps the first ``K_i`` (for without-replacement sampling the top-K_i of
+i.i.d. scores: a uniform K_i-subset; for with-replacement K_i i.i.d. draws);
+the divisor is the public ``K_i``.
+
+Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)``
+(common fraction c, decision I-24) and the paper's ``sigma_i``; a tight
+accountant can calibrate each ``sigma_i`` from ``privacy_schedules``.
+
+Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
+releases of its minibatch mean with sensitivity ``2C/K_i`` plus
+``N(0, sigma_i^2 I)``; each silo has its own guarantee, computed from its
+own schedule (``privacy_schedules`` returns one per silo).
+
+``clip_mode="minibatch-average"`` reproduces the insurance script of the
+authors (it clips the minibatch *mean* to C, spec I-13). One record can then
+move a message by up to 2C, so its schedules use contribution bound C (not
+C/K_i): the honest, much weaker guarantee.
+
+``private=False`` is the non-private twin (same compiled step with sigma = 0
+and no clip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate, keys
+from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.algorithms.accelerated import non_private_hparams
+from dpjax.engine import federated
+from dpjax.engine.averaging import IterateAverager
+from dpjax.engine.silos import SiloData
+from dpjax.primitives import sampling as sampling_lib
+from dpjax.primitives.projection import project_l2_ball
+
+PyTree = Any
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class UnbalancedHParams:
+    """Per-run hyperparameters: step size, per-silo noise stds ``[N]`` and the clip C."""
+
+    learning_rate: Any
+    noise_std: Any
+    clip_norm: Any = 1.0
+
+    @classmethod
+    def create(cls, learning_rate, noise_stds, clip_norm=1.0) -> "UnbalancedHParams":
+        stds = np.asarray(noise_stds, np.float64)
+        if stds.ndim != 1 or stds.size == 0 or not np.all(np.isfinite(stds)) or np.any(stds < 0):
+            raise ValueError(f"noise_stds={noise_stds!r} must be a non-empty 1-D sequence of finite values >= 0")
+        if isinstance(learning_rate, (int, float)):
+            _validate.check_positive("learning_rate", learning_rate)
+        if isinstance(clip_norm, (int, float)):
+            _validate.check_positive("clip_norm", clip_norm, allow_inf=True)
+        return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(stds, jnp.float32),
+                   jnp.asarray(clip_norm, jnp.float32))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class UnbalancedState:
+    params: PyTree
+    round: jax.Array
+    averaged: PyTree
+    hparams: UnbalancedHParams
+
+
+@dataclasses.dataclass(frozen=True)
+class UnbalancedNoisyMbSgd:
+    """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and ``sigma_i``.
+
+    Args:
+      problem: a dpjax problem.
+      num_rounds: R.
+      batch_sizes: ``(K_1, ..., K_N)``, static, ``K_i <= n_i``.
+      sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
+      availability: silo availability model.
+      private: clip + noise (True) or the non-private twin.
+      aggregation: ``"mean"`` (paper) or ``"sum"``.
+      output: ``"last"``, ``"average"`` or ``"window"``.
+      projection_radius: radius of W (None: R^d).
+      clip_mode: ``"per-example"`` (default) or ``"minibatch-average"``
+        (authors' insurance script; weaker privacy, see module docstring).
+    """
+
+    problem: Any
+    num_rounds: int
+    batch_sizes: tuple
+    sampling: str = "without-replacement"
+    availability: Any = sampling_lib.FullAvailability()
+    private: bool = True
+    aggregation: str = "mean"
+    output: str = "last"
+    window: int = 8
+    projection_radius: float | None = None
+    clip_mode: str = "per-example"
+
+    def __post_init__(self):
+        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        if not isinstance(self.batch_sizes, tuple) or not self.batch_sizes:
+            raise ValueError(f"batch_sizes={self.batch_sizes!r} must be a non-empty tuple of ints (one per silo)")
+        for i, k in enumerate(self.batch_sizes):
+            _validate.check_int(f"batch_sizes[{i}]", k, min_value=1)
+        _validate.check_choice("sampling", self.sampling, ("without-replacement", "with-replacement"))
+        _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
+        _validate.check_choice("clip_mode", self.clip_mode, federated.CLIP_MODES)
+        if self.projection_radius is not None:
+            _validate.check_positive("projection_radius", self.projection_radius)
+        if self.output == "exponential":
+            raise ValueError("output='exponential' is not supported here; use 'last', 'average' or 'window'")
+        IterateAverager(self.output, self.window)
+
+    @property
+    def sampler(self):
+        return sampling_lib.make_sampler(self.sampling, max(self.batch_sizes))
+
+    @property
+    def averager(self) -> IterateAverager:
+        return IterateAverager(self.output, self.window)
+
+    def validate(self, data: SiloData) -> None:
+        self.availability.validate(data.num_silos)
+        if len(self.batch_sizes) != data.num_silos:
+            raise ValueError(f"batch_sizes has {len(self.batch_sizes)} entries; the data has {data.num_silos} silos")
+        for i, (k, n) in enumerate(zip(self.batch_sizes, data.silo_sizes())):
+            if k > n:
+                raise ValueError(f"batch_sizes[{i}]={k} must be <= that silo's size n_{i}={n}")
+
+    def init(self, params, hparams: UnbalancedHParams, data: SiloData, run_key) -> UnbalancedState:
+        if np.shape(hparams.noise_std)[-1:] != (data.num_silos,):
+            raise ValueError(
+                f"hparams.noise_std has shape {np.shape(hparams.noise_std)}; it needs one std per silo ({data.num_silos})"
+            )
+        if not self.private:
+            hparams = non_private_hparams(hparams)
+        return UnbalancedState(params, jnp.zeros((), jnp.int32), self.averager.init(params), hparams)
+
+    def step(self, state: UnbalancedState, data: SiloData, key) -> tuple[UnbalancedState, dict]:
+        hp = state.hparams
+        ks = jnp.asarray(self.batch_sizes, jnp.int32)
+        available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
+        sampler_states = jnp.zeros((data.num_silos,), jnp.int32)  # stateless samplers
+        idx, mask, _ = federated.draw_silo_batches(self.sampler, data, sampler_states, key, state.round)
+        mask = mask & (jnp.arange(idx.shape[1])[None, :] < ks[:, None])
+        grads = federated.silo_batch_gradients(
+            self.problem, state.params, data, idx, mask, ks.astype(jnp.float32),
+            clip_norm=hp.clip_norm, private=True, clip_mode=self.clip_mode)
+        grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos)
+        update = federated.aggregate(grads, available, self.aggregation)
+        new_params = jax.tree_util.tree_map(lambda p, g: p - hp.learning_rate * g, state.params, update)
+        new_params = project_l2_ball(new_params, self.projection_radius)
+        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
+        return UnbalancedState(new_params, state.round + 1, averaged, hp), {"num_available": jnp.sum(available)}
+
+    def params(self, state: UnbalancedState):
+        return state.params
+
+    def output_params(self, state: UnbalancedState):
+        return self.averager.value(state.averaged, state.params, state.round)
+
+    def privacy_schedules(self, silo_sizes, hparams: UnbalancedHParams) -> list[GaussianSchedule]:
+        """One schedule per silo: R releases, sensitivity ``2C/K_i`` (per-example
+        clip) or ``2C`` (minibatch-average clip), noise ``sigma_i``."""
+        if not self.private:
+            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
+        sizes = [int(s) for s in silo_sizes]
+        stds = np.asarray(hparams.noise_std, np.float64).reshape(-1)
+        if len(sizes) != len(self.batch_sizes) or stds.size != len(self.batch_sizes):
+            raise ValueError(
+                f"silo_sizes has {len(sizes)} entries and noise_std {stds.size}; both need {len(self.batch_sizes)}"
+            )
+        clip = float(hparams.clip_norm)
+        return [
+            GaussianSchedule(
+                noise_std=float(std),
+                contribution_bound=clip / k if self.clip_mode == "per-example" else clip,
+                sampling=Sampling(self.sampling),
+                dataset_size=n,
+                batch_size=k,
+                steps=self.num_rounds,
+                neighboring=Neighboring.REPLACE_ONE,
+                unit=PrivacyUnit.RECORD_IN_SILO,
+            )
+            for n, k, std in zip(sizes, self.batch_sizes, stds)
+        ]

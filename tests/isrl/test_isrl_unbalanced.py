@@ -1,0 +1,79 @@
+"""Unbalanced silos / per-silo budgets (A6, Algorithm 7; spec §2.8, I-24)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax import keys
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+from dpjax.engine import federated, runner
+from dpjax.primitives.sampling import FixedAvailability, make_sampler
+from dpjax.problems import LinearRegression
+
+from .conftest import make_silos
+
+PROBLEM = LinearRegression(3)
+SIZES = [6, 12, 9, 15]
+
+
+def test_equal_budgets_reduce_to_noisy_mbsgd(reg_data):
+    key = jax.random.key(0)
+    avail = FixedAvailability(3)
+    ours = runner.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
+                      UnbalancedHParams.create(0.1, [0.2] * 4, 1.5), key)
+    ref = runner.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
+    np.testing.assert_allclose(ours.output, ref.output, rtol=1e-6, atol=1e-7)
+
+
+def test_per_silo_batch_sizes_use_the_first_k_i_draws():
+    data = make_silos(sizes=SIZES)
+    ks, eta, key = (2, 5, 3, 7), 0.3, jax.random.key(1)
+    alg = UnbalancedNoisyMbSgd(PROBLEM, 1, ks, private=False)
+    res = runner.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
+    idx, _, _ = federated.draw_silo_batches(make_sampler("without-replacement", 7), data,
+                                            jnp.zeros(4, jnp.int32), keys.round_key(key, 0), 0)
+    x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
+    msgs = []
+    for i, k in enumerate(ks):
+        rows = np.asarray(idx[i, :k])
+        assert len(set(rows)) == k and rows.max() < SIZES[i]
+        msgs.append(np.mean([(x[i, j] @ np.zeros(3) - y[i, j]) * x[i, j] for j in rows], axis=0))
+    np.testing.assert_allclose(res.output, -eta * np.mean(msgs, axis=0), rtol=1e-5)
+
+
+def test_per_silo_noise_stds():
+    dim, eta = 3000, 0.5
+    stds = [0.5, 1.0, 0.0, 2.0]
+    data = make_silos(sizes=[4, 6, 5, 4], dim=dim)
+    data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
+    res = runner.run(UnbalancedNoisyMbSgd(LinearRegression(dim), 1, (2, 3, 2, 2)), data,
+                     UnbalancedHParams.create(eta, stds, 1.0), jax.random.key(3))
+    expected = eta**2 * sum(s * s for s in stds) / 16
+    assert abs(float(np.var(res.output)) / expected - 1) < 5 * math.sqrt(2 / dim)
+
+
+def test_privacy_schedules_per_silo_and_clip_modes():
+    hp = UnbalancedHParams.create(0.1, [1.0, 2.0], 3.0)
+    per_ex = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4)).privacy_schedules([10, 20], hp)
+    assert [(s.dataset_size, s.batch_size, s.noise_std) for s in per_ex] == [(10, 2, 1.0), (20, 4, 2.0)]
+    assert [s.sensitivity for s in per_ex] == [pytest.approx(3.0), pytest.approx(1.5)]  # 2C/K_i
+    avg = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4), clip_mode="minibatch-average").privacy_schedules([10, 20], hp)
+    assert [s.sensitivity for s in avg] == [pytest.approx(6.0)] * 2  # 2C: clipping the mean bounds nothing per record
+
+
+def test_validation_names_the_argument():
+    data = make_silos(sizes=SIZES)
+    with pytest.raises(ValueError, match=r"batch_sizes\[0\]"):
+        UnbalancedNoisyMbSgd(PROBLEM, 2, (7, 1, 1, 1)).validate(data)
+    with pytest.raises(ValueError, match="batch_sizes"):
+        UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1)).validate(data)
+    with pytest.raises(ValueError, match="noise_stds"):
+        UnbalancedHParams.create(0.1, [-1.0, 1.0])
+    with pytest.raises(ValueError, match="clip_mode"):
+        UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1, 1, 1), clip_mode="none")

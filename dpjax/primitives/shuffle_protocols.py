@@ -69,6 +69,12 @@ class PvecParams:
         if not p < 0.5:
             raise ValueError(f"probability={self.probability!r} must be < 1/2")
 
+    @classmethod
+    def from_calculator(cls, calculated) -> "PvecParams":
+        """From any calculator result exposing ``g``, ``b`` and ``p`` (e.g. the
+        accounting layer's P_vec parameter calculator, shuffle spec §2.3)."""
+        return cls(int(calculated.g), int(calculated.b), float(calculated.p))
+
     def messages_per_coordinate(self) -> int:
         """Each user sends g + b one-bit messages per coordinate."""
         return self.granularity + self.trials

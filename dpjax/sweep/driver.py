@@ -117,9 +117,14 @@ class _Sweep:
         c = parse_maxnorm(vals.get("clip_norm"))
         if c is not None:
             vals["clip_norm"] = c * td.max_norm
-        vals = {k: float(v) for k, v in vals.items()}
+        # The device computes in float32: record (and account for) exactly the float32 values it uses.
+        vals = {k: float(np.float32(v)) for k, v in vals.items()}
         if "epsilon" in axes:
-            vals["noise_std"] = self.noise_for_epsilon(g, td, vals["clip_norm"], float(axes["epsilon"]))
+            sigma = self.noise_for_epsilon(g, td, vals["clip_norm"], float(axes["epsilon"]))
+            s32 = np.float32(sigma)
+            if float(s32) < sigma:  # round the noise up, never down
+                s32 = np.nextafter(s32, np.float32(np.inf))
+            vals["noise_std"] = float(s32)
         self._hp_cache[key] = vals
         return vals
 

@@ -217,6 +217,7 @@ def _pooled_eval_data(train_x, train_y, test_x, test_y):
     return {"train_x": xtr, "train_y": ytr, "test_x": xte, "test_y": yte}
 
 
+@functools.lru_cache(maxsize=64)
 def classification_eval(problem):
     """Pooled training loss/error and pooled test loss/error of the output parameters."""
 

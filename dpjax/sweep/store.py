@@ -163,11 +163,16 @@ class Store:
         done = sorted(self.finished_chunks())
         if not done:
             return pd.DataFrame(), pd.DataFrame()
-        runs = pd.concat([pd.read_csv(self.runs_dir / f"{c}.csv", float_precision="round_trip") for c in done],
-                         ignore_index=True)
-        evals = pd.concat([pd.read_csv(self.evals_dir / f"{c}.csv", float_precision="round_trip") for c in done],
-                          ignore_index=True)
+        runs = pd.concat([_read_csv(self.runs_dir / f"{c}.csv") for c in done], ignore_index=True)
+        evals = pd.concat([_read_csv(self.evals_dir / f"{c}.csv") for c in done], ignore_index=True)
         return runs, evals
+
+
+def _read_csv(path) -> pd.DataFrame:
+    # pandas >= 3 parses floats round-trip by default (and deprecates the option).
+    if int(pd.__version__.split(".")[0]) >= 3:
+        return pd.read_csv(path)
+    return pd.read_csv(path, float_precision="round_trip")
 
 
 def load_results(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:

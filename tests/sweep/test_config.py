@@ -88,3 +88,14 @@ def test_static_axis_in_grid_is_allowed_and_exclusive_with_static():
     d["static"]["batch_size"] = 4
     with pytest.raises(ValueError, match="grid.batch_size"):
         SweepConfig.from_dict(d)
+
+
+def test_shipped_fig4_config_parses():
+    import pathlib
+
+    import dpjax.sweep
+
+    path = pathlib.Path(dpjax.sweep.__file__).parent / "configs" / "isrl_fig4.toml"
+    cfg = SweepConfig.from_toml(path)
+    assert cfg.grid["available"] == (12, 25) and len(cfg.grid["learning_rate"]) == 10
+    assert len(cfg.grid["trial"]) == 20 and len(cfg.grid["repetition"]) == 3

@@ -163,7 +163,9 @@ class Diff2State:
     """``params`` = x_{r-1}; ``prev_params`` = x_{r-2}; ``estimate`` = v~_{r-1}.
 
     ``round`` counts completed rounds (so the next round is ``round + 1``);
-    ``output_round`` is r^ (1-based) and ``output`` the stored x_{r^-1}.
+    ``output_round`` is r^ (1-based) and ``output`` the stored x_{r^-1};
+    ``grad_cache`` holds the per-record gradients at ``x_{r-1}`` (silo axis
+    first) when the algorithm caches them, else None.
     """
 
     params: PyTree
@@ -173,6 +175,7 @@ class Diff2State:
     output_round: jax.Array
     output: PyTree
     hparams: Diff2HParams
+    grad_cache: PyTree = None
 
 
 # ----------------------------------------------------------------------------- DIFF2 pieces
@@ -203,7 +206,8 @@ def clipped_mean(vectors: PyTree, radius, mask, count) -> PyTree:
 
 
 def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_restart, clip_diff, *,
-                  private: bool = True, restart_only: bool = False) -> PyTree:
+                  private: bool = True, restart_only: bool = False, prev_grads: PyTree = None,
+                  return_grads: bool = False):
     """``d_r^(p)`` for every silo (silo axis first), step 2 of Alg. 1.
 
     Restart: ClippedMean of per-record gradients at ``x_{r-1}`` (radius C1).
@@ -211,46 +215,53 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` (difference first, then clip)
     with radius ``C2 ||x_{r-1} - x_{r-2}||``. ``private=False`` disables
     clipping. ``restart_only`` (static) skips tracing the difference branch.
+    ``prev_grads`` (silo axis first): per-record gradients at ``x_{r-2}`` cached
+    from the previous round (spec §2.1 cost note), used instead of recomputing
+    them; ``return_grads`` also returns the per-record gradients at ``x_{r-1}``.
     """
     radius_diff = difference_radius(params, prev_params, clip_diff)
 
-    def one_silo(x, y, mask, size):
+    def one_silo(x, y, mask, size, cached):
         g_cur = clipping.per_example_grads(problem.loss, params, x, y)
         if restart_only:
             vectors, radius = g_cur, clip_restart
         else:
-            g_prev = clipping.per_example_grads(problem.loss, prev_params, x, y)
+            g_prev = cached if cached is not None else clipping.per_example_grads(problem.loss, prev_params, x, y)
             vectors = _tree_select(restart, g_cur, _tree_sub(g_cur, g_prev))
             radius = jnp.where(restart, clip_restart, radius_diff)
         if not private:
             radius = jnp.inf
-        return clipped_mean(vectors, radius, mask, size)
+        return clipped_mean(vectors, radius, mask, size), g_cur
 
-    return jax.vmap(one_silo)(data.x, data.y, data.mask, data.sizes)
+    msgs, grads = jax.vmap(one_silo)(data.x, data.y, data.mask, data.sizes, prev_grads)
+    return (msgs, grads) if return_grads else msgs
 
 
 def server_estimate(problem, params, prev_params, estimate, data: SiloData, restart, clip_restart, clip_diff, *,
-                    private: bool = True, restart_only: bool = False) -> PyTree:
+                    private: bool = True, restart_only: bool = False, prev_grads: PyTree = None,
+                    return_grads: bool = False):
     """Noise-free ``v_r = (1/P) sum_p d_r^(p) + [not restart] v~_{r-1}`` (step 4).
 
     The accumulator is reset (treated as 0) in every restart round.
     This is the quantity whose sensitivity Prop. 4.1 bounds by ``2C/(n_p P)``.
     """
-    msgs = silo_messages(problem, params, prev_params, data, restart, clip_restart, clip_diff,
-                         private=private, restart_only=restart_only)
+    msgs, grads = silo_messages(problem, params, prev_params, data, restart, clip_restart, clip_diff,
+                                private=private, restart_only=restart_only, prev_grads=prev_grads, return_grads=True)
     mean = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=0), msgs)
-    if restart_only:
-        return mean
-    return jax.tree_util.tree_map(lambda m, v: m + jnp.where(restart, jnp.zeros_like(v), v), mean, estimate)
+    if not restart_only:
+        mean = jax.tree_util.tree_map(lambda m, v: m + jnp.where(restart, jnp.zeros_like(v), v), mean, estimate)
+    return (mean, grads) if return_grads else mean
 
 
-def diff2_round_estimate(problem, state: Diff2State, data: SiloData, key, *, private: bool, restart_only: bool):
-    """One DIFF2 estimator round (steps 1-5 of Alg. 1): returns ``(v~_r, info)``."""
+def diff2_round_estimate(problem, state: Diff2State, data: SiloData, key, *, private: bool, restart_only: bool,
+                         prev_grads: PyTree = None):
+    """One DIFF2 estimator round (steps 1-5 of Alg. 1): returns ``(v~_r, info, grads at x_{r-1})``."""
     hp = state.hparams
     r = state.round + 1
     restart = jnp.asarray(True) if restart_only else is_restart_round(r, hp.restart_interval)
-    v = server_estimate(problem, state.params, state.prev_params, state.estimate, data, restart,
-                        hp.clip_restart, hp.clip_diff, private=private, restart_only=restart_only)
+    v, grads = server_estimate(problem, state.params, state.prev_params, state.estimate, data, restart,
+                               hp.clip_restart, hp.clip_diff, private=private, restart_only=restart_only,
+                               prev_grads=prev_grads, return_grads=True)
     disp = clipping.global_norm(_tree_sub(state.params, state.prev_params))
     radius = jnp.where(restart, hp.clip_restart, _times(hp.clip_diff, disp))
     std = _times(jnp.where(restart, hp.sigma_restart, hp.sigma_diff), radius)
@@ -259,7 +270,7 @@ def diff2_round_estimate(problem, state: Diff2State, data: SiloData, key, *, pri
     else:
         std = jnp.zeros_like(std)
     info = {"restart": restart, "displacement": disp, "clip_radius": radius, "noise_std": std}
-    return v, info
+    return v, info, grads
 
 
 def _check_common(problem, num_rounds, output):
@@ -301,6 +312,9 @@ class Diff2GD:
         ``restart_interval = 1``.
       private: False gives non-private GD (no clipping, no noise).
       output: ``"random"`` (Alg. 1: ``x_{r^-1}``, ``r^ ~ Unif{1..R}``) or ``"last"``.
+      cache_grads: keep the per-record gradients at ``x_{r-1}`` in the state so
+        a difference round evaluates ``n_p`` instead of ``2 n_p`` gradients
+        (memory ``P x n_max x d`` per run); same results.
     """
 
     problem: Any
@@ -308,6 +322,7 @@ class Diff2GD:
     restart_every_round: bool = False
     private: bool = True
     output: str = "random"
+    cache_grads: bool = False
 
     def __post_init__(self):
         _check_common(self.problem, self.num_rounds, self.output)
@@ -318,18 +333,26 @@ class Diff2GD:
 
     def init(self, params, hparams: Diff2HParams, data: SiloData, run_key) -> Diff2State:
         r_hat = jax.random.randint(keys.run_stream_key(run_key, "output"), (), 1, self.num_rounds + 1)
+        cache = None
+        if self.cache_grads and not self.restart_every_round:
+            # gradients at x_0 (= x_{-1}); round 1 is a restart round, so they are only a placeholder
+            cache = jax.vmap(lambda x, y: clipping.per_example_grads(self.problem.loss, params, x, y))(data.x, data.y)
         return Diff2State(
             params=params, prev_params=params, estimate=_tree_zeros(params),
             round=jnp.zeros((), jnp.int32), output_round=r_hat.astype(jnp.int32), output=params, hparams=hparams,
+            grad_cache=cache,
         )
 
     def step(self, state: Diff2State, data: SiloData, key) -> tuple[Diff2State, dict]:
-        v, info = diff2_round_estimate(self.problem, state, data, key, private=self.private,
-                                       restart_only=self.restart_every_round)
+        use_cache = self.cache_grads and not self.restart_every_round
+        v, info, grads = diff2_round_estimate(self.problem, state, data, key, private=self.private,
+                                              restart_only=self.restart_every_round,
+                                              prev_grads=state.grad_cache if use_cache else None)
         new_params = _tree_axpy(-state.hparams.learning_rate, v, state.params)
         r = state.round + 1
         output = _tree_select(r == state.output_round, state.params, state.output)  # x_{r^-1}
-        new_state = Diff2State(new_params, state.params, v, r, state.output_round, output, state.hparams)
+        new_state = Diff2State(new_params, state.params, v, r, state.output_round, output, state.hparams,
+                               grads if use_cache else None)
         metrics = dict(info)
         metrics["estimate_norm"] = clipping.global_norm(v)
         return new_state, metrics
@@ -436,7 +459,7 @@ class Diff2BvrLSgd:
 
     def step(self, state: BvrState, data: SiloData, key) -> tuple[BvrState, dict]:
         hp = state.hparams
-        v1, info = diff2_round_estimate(self.problem, state, data, key, private=self.private, restart_only=False)
+        v1, info, _ = diff2_round_estimate(self.problem, state, data, key, private=self.private, restart_only=False)
         r = state.round + 1
         x0 = state.params
         x1 = _tree_axpy(-hp.learning_rate * self.server_learning_rate_scale, v1, x0)

@@ -414,3 +414,13 @@ def test_bad_arguments_raise_value_error_naming_them():
         diff2.Diff2BvrLSgd(PROBLEM, 3, local_steps=2, batch_size=3).validate(data)
     with pytest.raises(ValueError, match="private"):
         diff2.nonprivate_gd(PROBLEM, 3).privacy_schedules(10, 2, hp())
+
+
+def test_gradient_cache_gives_the_same_run():
+    data, *_ = make_data()
+    key = jax.random.key(13)
+    h = hp(restart_interval=4, clip_restart=0.6, clip_diff=0.8, sigma_restart=0.2, sigma_diff=0.4)
+    a = runner.run(diff2.Diff2GD(PROBLEM, 25, output="last"), data, h, key, params=x0())
+    b = runner.run(diff2.Diff2GD(PROBLEM, 25, output="last", cache_grads=True), data, h, key, params=x0())
+    np.testing.assert_allclose(a.output, b.output, rtol=0, atol=1e-13)
+    assert b.state.grad_cache is not None and a.state.grad_cache is None

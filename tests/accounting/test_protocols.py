@@ -1,0 +1,137 @@
+"""PVEC parameters, user-level kappa/sigma, shuffle amplification, conversions, DIFF2 RDP — spec vectors."""
+
+import math
+
+import pytest
+
+from dpjax.accounting import conversions, diff2, pvec, shuffle, user_level
+from dpjax.accounting.gdp import gaussian_mechanism_sigma
+
+PVEC = [  # eps, delta, d, n, paper eps_hat, g, b, std, opt eps_hat, g, b, std, ratio paper, ratio opt
+    (1, 1e-5, 10, 1000, 0.0149, 32, 1.21e7, 3442, 0.1526, 32, 1.16e5, 336, 461, 45),
+    (1, 1e-5, 100, 1000, 0.0138, 32, 1.62e7, 3978, 0.1421, 100, 1.50e6, 387, 533, 52),
+    (4, 1e-6, 50, 10000, 0.0527, 100, 1.19e6, 1092, 0.5199, 100, 1.23e4, 111, 458, 46),
+    (15, 1e-6, 10, 1000, 0.2070, 32, 7.28e4, 267, 1.3483, 32, 1.72e3, 41, 343, 53),
+]
+
+
+@pytest.mark.parametrize("row", PVEC)
+def test_pvec_table(row):
+    e, d, dim, n, pe, pg, pb, ps, oe, og, ob, os_, pr, orat = row
+    p = pvec.pvec_params(e, d, n, dim, "paper")
+    assert p.eps_hat == pytest.approx(pe, abs=1e-4) and p.g == pg and p.b == pytest.approx(pb, rel=5e-3)
+    assert pvec.pvec_sum_std(p) == pytest.approx(ps, rel=2e-3) and round(pvec.pvec_gaussian_ratio(p)) == pr
+    assert p.p < 0.5
+    o = pvec.pvec_params(e, d, n, dim, "lemma_opt")
+    assert o.eps_hat == pytest.approx(oe, abs=1e-4) and o.g == og and o.b == pytest.approx(ob, rel=5e-3)
+    assert pvec.pvec_sum_std(o) == pytest.approx(os_, rel=3e-3) and round(pvec.pvec_gaussian_ratio(o)) == orat
+    # lemma_opt guarantee chain: sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2 <= eps
+    s = 4 * dim / o.g**2 + 4 * math.sqrt(dim) / o.g + 1
+    em = o.eps_hat * (2 / o.g + 1)
+    assert math.sqrt(2 * math.log(1 / o.delta_hat) * s) * o.eps_hat + math.expm1(em) / em * s * o.eps_hat**2 <= e
+    # paper chain: 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma)) <= eps
+    assert 18 * p.eps_hat**2 + 6 * p.eps_hat * math.sqrt(math.log(1 / p.delta_hat)) <= e
+
+
+def test_pvec_invalid():
+    with pytest.raises(ValueError, match="epsilon"):
+        pvec.pvec_params(16, 1e-5, 100, 10)
+    with pytest.raises(ValueError, match="delta"):
+        pvec.pvec_params(1, 0.6, 100, 10)
+    with pytest.raises(ValueError, match="mode"):
+        pvec.pvec_params(1, 1e-5, 100, 10, "numerical")
+
+
+USER = [(1, 1e-5, 2.119416e-6, 27.1287, 28, 2.0366e-7, 0.2449, 2349.97, 226),
+        (1, 1e-6, 2.119416e-7, 31.7339, 32, 2.7562e-8, 0.2449, 2901.74, 258),
+        (0.5, 1e-6, 2.740686e-7, 61.4395, 62, 2.3072e-8, 0.1244, 11153.90, 498),
+        (1, 1e-9, 2.119416e-10, 45.5494, 46, 2.5133e-11, 0.2449, 4988.31, 370)]
+
+
+@pytest.mark.parametrize("row", USER)
+def test_user_level_table(row):
+    e, d, dp, raw, kappa, p0, pk, sig, nmin = row
+    p = user_level.user_level_params(e, d)
+    assert p.delta_prime == pytest.approx(dp, rel=1e-6) and p.kappa_raw == pytest.approx(raw, abs=1e-4)
+    assert p.kappa == kappa and p.n_min == nmin and p.radius == 4 * kappa
+    assert p.sigma_over_delta == pytest.approx(sig, abs=0.006)
+    pmf = user_level.tdlap_pmf(p.eps_prime, p.kappa)
+    assert pmf[0] == pytest.approx(p0, rel=1e-3) and pmf[kappa] == pytest.approx(pk, abs=1e-4)
+    eps_c, delta_c = user_level.user_level_audit(p)
+    assert eps_c <= e + 1e-12 and delta_c <= d
+
+
+def test_user_level_phased_and_composition():
+    a = user_level.phased_erm_params(1, 1e-6, 10**4, 10**2)
+    assert (a["phases"], a["kappa"], a["radius"], a["n_min"], a["feasible"]) == (20, 719, 2876, 5754, True)
+    assert a["sigma_over_delta"] == pytest.approx(1.404e6, rel=1e-3)
+    b = user_level.phased_erm_params(1, 1e-6, 10**5, 10**3)
+    assert (b["phases"], b["kappa"]) == (27, 986) and b["sigma_over_delta"] == pytest.approx(2.620e6, rel=1e-3)
+    assert not user_level.phased_erm_params(1, 1e-6, 10**3, 10**3)["feasible"]
+    assert user_level.compose_user_level([(0.5, 1e-6, "a"), (0.5, 1e-6, "a"), (0.7, 1e-7, "b")]) == pytest.approx((1.0, 2e-6))
+    with pytest.raises(ValueError, match="epsilon"):
+        user_level.user_level_params(1.5, 1e-5)
+
+
+def test_shuffle_amplification():
+    cf = shuffle.fmt_closed_form_epsilon(1.0, 10000, 1e-6)
+    num = shuffle.fmt_numerical_epsilon(1.0, 10000, 1e-6)
+    assert 0 < num < cf < 1.0  # numerical bound tighter than the closed form, both amplify
+    # n = 1: no amplification; delta(eps) of randomized response at eps < eps0
+    assert shuffle.fmt_numerical_delta(1.0, 1, 0.0) == pytest.approx((math.e - 1) / (math.e + 1), rel=1e-12)
+    assert shuffle.fmt_numerical_delta(1.0, 1, 1.0) == 0.0
+    # more reports -> smaller epsilon
+    assert shuffle.fmt_numerical_epsilon(1.0, 20000, 1e-6) < num
+    with pytest.raises(ValueError, match="eps0"):
+        shuffle.fmt_closed_form_epsilon(5.0, 100, 1e-6)
+    assert shuffle.subsampled_epsilon(1.0, 0.1) == pytest.approx(math.log1p(0.1 * (math.e - 1)))
+    e, d = shuffle.advanced_composition(0.1, 1e-7, 10, 1e-6)
+    assert e == pytest.approx(math.sqrt(20 * math.log(1e6)) * 0.1 + 1.0 * math.expm1(0.1)) and d == pytest.approx(2e-6)
+
+
+def test_isrl_shuffle_chain_calibration():
+    args = dict(lipschitz=1.0, n=2000, silos=50, reports=2000, rounds=10, delta=1e-5)
+    s = shuffle.isrl_shuffle_sigma(1.0, mode="paper", **args)
+    out = shuffle.isrl_shuffle_chain(s, mode="paper", **args)
+    assert out["epsilon"] <= 1.0 and out["delta"] <= 1e-5
+    st = shuffle.isrl_shuffle_sigma(1.0, mode="tight", **args)
+    assert st <= s
+
+
+def test_conversions():
+    assert conversions.isrl_to_user_level(0.01, 1e-8, 100) == pytest.approx((1.0, 100 * math.exp(0.99) * 1e-8))
+    e, dt = conversions.isrl_to_user_level(0.01, 1e-8, 100, form="tight")
+    assert e == pytest.approx(1.0) and dt == pytest.approx(1e-8 * math.expm1(1.0) / math.expm1(0.01))
+    assert dt <= 100 * math.exp(0.99) * 1e-8
+    assert conversions.hybrid_isrl_budget(1.0, 1e-5, 100) == pytest.approx((0.01, 2.5e-8))
+    assert conversions.isrl_to_central(0.3, 1e-6) == (0.3, 1e-6)
+    assert conversions.group_privacy(1.0, 1e-5, 50)[1] == 1.0  # capped, never > 1
+    with pytest.raises(ValueError, match="group_size"):
+        conversions.group_privacy(1.0, 1e-5, 0)
+
+
+DIFF2 = [(3, 6, 334, 4.287e-3, 1.915e-2), (3, 20, 100, 2.346e-3, 2.045e-2), (3, 60, 34, 1.368e-3, 2.080e-2),
+         (3, 200, 10, 7.418e-4, 2.093e-2), (5, 20, 100, 1.484e-3, 1.293e-2)]
+
+
+@pytest.mark.parametrize("row", DIFF2)
+def test_diff2_reference_values(row):
+    eps, t, m, s1, s2 = row
+    assert diff2.count_restarts(2000, t) == m
+    a, b = diff2.diff2_gd_sigmas(eps, 1e-5, 2000, t, 1651, 10, 1.25, "paper")
+    assert a == pytest.approx(s1, rel=1e-3) and b == pytest.approx(s2, rel=1e-3)
+    # E4 at alpha_0 meets the target (E5/E6 use exactly eps/2 of RDP)
+    a0 = diff2.alpha0(eps, 1e-5)
+    rdp = 2 * a0 * m / (1651**2 * 100 * a**2) + 2 * a0 * (2000 - m) / (1651**2 * 100 * b**2)
+    assert rdp + math.log(1e5) / (a0 - 1) <= eps + 1e-12
+
+
+def test_diff2_dpgd_tight_and_bvr():
+    assert diff2.dpgd_sigma(3, 1e-5, 2000, 1651, 10) == pytest.approx(9.383e-3, rel=1e-3)
+    assert diff2.dpgd_sigma(5, 1e-5, 2000, 1651, 10) == pytest.approx(5.935e-3, rel=1e-3)
+    assert diff2.tight_slope(3, 1e-5) == pytest.approx(0.1735, abs=1e-4)
+    assert diff2.tight_slope(5, 1e-5) == pytest.approx(0.4496, abs=1e-4)
+    s3, ok = diff2.bvr_sigma3_closed_form(3, 1e-5, 2000, 10, 12, 1651, 10)
+    assert ok and s3 == pytest.approx(0.6124, abs=1e-4)
+    _, _, s3b = diff2.diff2_bvr_sigmas(3, 1e-5, 2000, 20, 10, 12, 1651, 10)
+    assert s3b == pytest.approx(0.3551, abs=1e-3)

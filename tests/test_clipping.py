@@ -107,3 +107,31 @@ def test_negative_or_nan_clip_norm_rejected(bad):
 def test_unknown_relation_rejected():
     with pytest.raises(ValueError, match="neighboring"):
         clipping.clipped_sum(jnp.ones((2, 2)), 1.0, neighboring="swap")
+
+
+@pytest.mark.parametrize("make", ["logistic", "softmax", "linear", "linear-bias"])
+@pytest.mark.parametrize("clip_norm", [None, 0.05, 1.0])
+def test_closed_form_glm_clipped_sum_equals_per_example_autodiff(make, clip_norm):
+    from dpjax.problems import LinearRegression, LogisticRegression, SoftmaxRegression
+
+    rng = np.random.default_rng(0)
+    n, d = 40, 6
+    x = jnp.asarray(rng.normal(size=(n, d)) * 2, jnp.float32)
+    weights = jnp.asarray(rng.integers(0, 3, size=n), jnp.float32)  # multiplicities
+    if make == "logistic":
+        prob, y = LogisticRegression(d, margin_clip=1.0), jnp.asarray(rng.integers(0, 2, n), jnp.float32)
+        params = jnp.asarray(rng.normal(size=d), jnp.float32)  # some margins beyond the clip
+    elif make == "softmax":
+        prob, y = SoftmaxRegression(d, 3), jnp.asarray(rng.integers(0, 3, n), jnp.int32)
+        params = jnp.asarray(rng.normal(size=(d, 3)), jnp.float32)
+    else:
+        prob = LinearRegression(d, fit_intercept=(make == "linear-bias"))
+        y = jnp.asarray(rng.normal(size=n), jnp.float32)
+        params = jax.tree_util.tree_map(lambda p: p + 0.3, prob.init_params())
+    closed = prob.weighted_grad_sum(params, x, y, weights, clip_norm)
+    grads = clipping.per_example_grads(prob.loss, params, x, y)
+    bound = jnp.inf if clip_norm is None else clip_norm
+    clipped = clipping.clip_per_example(grads, bound)
+    reference = jax.tree_util.tree_map(lambda g: jnp.tensordot(weights, g, axes=1), clipped)
+    for a, b in zip(jax.tree_util.tree_leaves(closed), jax.tree_util.tree_leaves(reference)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)

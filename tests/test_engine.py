@@ -71,7 +71,7 @@ def _reference_minibatch_sgd(algo, data, lr, key):
 
 
 def test_nonprivate_twin_is_plain_minibatch_sgd(algo, data):
-    twin = dataclasses.replace(algo, private=False, num_rounds=5)
+    twin = dataclasses.replace(algo, private=False, num_rounds=5, gradient_path="gather")
     key = jax.random.key(11)
     res = run(twin, data, MbSgdHParams.create(0.7), key)
     ref = _reference_minibatch_sgd(twin, data, 0.7, key)
@@ -182,3 +182,18 @@ def test_one_compile_serves_a_grid(algo, data):
         run_many(algo, data, hps, jax.random.split(jax.random.key(0), 2))
     fn = runner.compiled_runner(algo, None, None, True, None, None)
     assert fn._cache_size() == 1
+
+
+def test_dense_and_gather_paths_agree_in_law():
+    # Same algorithm, two gradient paths (different draws, same law): with
+    # full-batch-like K = n both are deterministic given the data and agree.
+    xs, ys = _silos(sizes=(20, 20, 20))
+    data = SiloData.from_silos(xs, ys)
+    hp = MbSgdHParams.create(0.5, 0.0, 0.3)
+    outs = [
+        run(NoisyMbSgd(LogisticRegression(DIM), num_rounds=6, batch_size=20, gradient_path=p), data, hp, jax.random.key(1)).output
+        for p in ("gather", "dense")
+    ]
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="gradient_path"):
+        NoisyMbSgd(LogisticRegression(DIM), num_rounds=2, batch_size=2, gradient_path="fast")

@@ -127,3 +127,35 @@ def test_sampler_validation():
         sampling.WithoutReplacement(20).validate(min_size=10, num_rounds=1)
     with pytest.raises(ValueError, match="sampling"):
         sampling.make_sampler("bootstrap", 3)
+
+
+@pytest.mark.parametrize("size,n_max,k", [(11, 16, 5), (1238, 1238, 444), (7, 7, 7), (50, 64, 1)])
+def test_gather_free_without_replacement_mask_is_a_uniform_k_subset(size, n_max, k):
+    masks = _draws(lambda key: sampling.subset_mask_without_replacement(key, size, n_max, k), 2000, seed=4)
+    assert np.all(masks.sum(axis=1) == k)
+    assert not masks[:, size:].any(), "a padded row was selected"
+    freq = masks[:, :size].mean(axis=0)
+    p = k / size
+    np.testing.assert_allclose(freq, p, atol=5 * np.sqrt(p * (1 - p) / 2000) + 1e-12)
+    if size <= 16:  # pairwise inclusion is uniform too (a k-subset, not just right marginals)
+        pair = (masks[:, 0] & masks[:, 1]).mean()
+        expected = k * (k - 1) / (size * (size - 1))
+        assert abs(pair - expected) <= 5 * np.sqrt(expected * (1 - expected) / 2000)
+
+
+@pytest.mark.parametrize("scheme", ["with-replacement", "without-replacement", "poisson", "one-pass"])
+def test_draw_weights_has_the_law_of_draw(scheme):
+    size, n_max, k = 20, 24, 4
+    sampler = sampling.make_sampler(scheme, k)
+    state = sampler.init_silo(jax.random.key(0), size, n_max)
+    weights = _draws(lambda key: sampler.draw_weights(key, size, n_max, 0, state)[0], 3000, seed=5)
+    assert np.all(weights[:, size:] == 0)
+    totals = weights.sum(axis=1)
+    if scheme == "poisson":
+        assert abs(totals.mean() - k) < 5 * np.sqrt(k * (1 - k / size) / 3000)
+    else:
+        assert np.all(totals == k)
+    if scheme == "one-pass":  # the block of round 0 of a fixed permutation
+        assert np.all(weights == weights[0]) and set(np.unique(weights)) == {0.0, 1.0}
+    else:
+        np.testing.assert_allclose(weights[:, :size].mean(axis=0), k / size, atol=0.03)

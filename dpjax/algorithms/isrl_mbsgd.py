@@ -99,6 +99,12 @@ class NoisyMbSgd:
       output: ``"last"``, ``"average"`` (paper), ``"window"`` (authors' 8-iterate window).
       projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
       neighboring: ``"replace-one"`` (ISRL-DP's relation) or ``"add-remove"``.
+      gradient_path: how silo gradients are computed (same law, different
+        draws): ``"gather"`` gathers the K sampled rows and uses per-example
+        autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses
+        the problem's closed-form clipped sum over the silo (GLMs; no gather);
+        ``"auto"`` (default) picks dense when the problem supports it and
+        ``K >= n_max / 8``.
     """
 
     problem: Any
@@ -112,6 +118,7 @@ class NoisyMbSgd:
     window: int = 8
     projection_radius: float | None = None
     neighboring: str = "replace-one"
+    gradient_path: str = "auto"
 
     def __post_init__(self):
         _validate.check_int("num_rounds", self.num_rounds, min_value=1)
@@ -121,7 +128,10 @@ class NoisyMbSgd:
         _validate.check_choice("neighboring", self.neighboring, ("replace-one", "add-remove"))
         if self.projection_radius is not None:
             _validate.check_positive("projection_radius", self.projection_radius)
+        _validate.check_choice("gradient_path", self.gradient_path, ("auto", "gather", "dense"))
         IterateAverager(self.output, self.window)  # validates output/window
+        if self.gradient_path == "dense" and not federated.supports_dense_gradients(self.problem, self.sampler):
+            raise ValueError(f"gradient_path='dense' needs a problem with weighted_grad_sum; {type(self.problem).__name__} has none")
 
     # -- static pieces -----------------------------------------------------
     @property
@@ -157,10 +167,16 @@ class NoisyMbSgd:
         else:  # random M_r: all N silos, masked
             silo_ids = None
             available = self.availability.sample(avail_key, data.num_silos)
-        grads, overflow = federated.silo_minibatch_gradients(
-            self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
-            clip_norm=hp.clip_norm, private=self.private, neighboring=self.neighboring, silo_ids=silo_ids,
-        )
+        if self._dense(data):
+            grads, overflow = federated.silo_dense_gradients(
+                self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
+                clip_norm=hp.clip_norm, private=self.private, silo_ids=silo_ids,
+            )
+        else:
+            grads, overflow = federated.silo_minibatch_gradients(
+                self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
+                clip_norm=hp.clip_norm, private=self.private, neighboring=self.neighboring, silo_ids=silo_ids,
+            )
         if self.private:
             grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos, silo_ids)
         update = federated.aggregate(grads, available, self.aggregation)
@@ -172,6 +188,11 @@ class NoisyMbSgd:
             "sampling_overflow": jnp.any(overflow & available),
         }
         return MbSgdState(new_params, state.round + 1, averaged, state.sampler_states, hp), metrics
+
+    def _dense(self, data: SiloData) -> bool:
+        if self.gradient_path != "auto":
+            return self.gradient_path == "dense"
+        return federated.supports_dense_gradients(self.problem, self.sampler) and 8 * self.batch_size >= data.n_max
 
     def params(self, state: MbSgdState):
         return state.params

@@ -156,6 +156,49 @@ def silo_minibatch_gradients(
     return grads, overflow
 
 
+def supports_dense_gradients(problem, sampler) -> bool:
+    """Whether the gather-free (multiplicity-weighted, closed-form) path applies."""
+    return hasattr(problem, "weighted_grad_sum") and hasattr(sampler, "draw_weights")
+
+
+def silo_dense_gradients(
+    problem,
+    sampler,
+    params: PyTree,
+    data: SiloData,
+    sampler_states,
+    key: jax.Array,
+    round_index,
+    *,
+    clip_norm,
+    private: bool,
+    silo_ids=None,
+):
+    """Same quantity as ``silo_minibatch_gradients`` without gathering rows.
+
+    Each silo draws its batch as a multiplicity vector over all ``n_max`` rows
+    (``sampler.draw_weights``, same law as ``draw``) and the problem computes
+    ``sum_j w_j clip(grad_j)`` in closed form (GLMs: two dense passes over the
+    silo). Cheaper than gather + per-example autodiff when ``K/n`` is not
+    tiny. Divides by the public batch size ``K``, so the sensitivity is the
+    same ``2 C / K`` (replace-one, record drawn once).
+
+    Returns ``(grads [N or M, ...], overflow [N or M])``.
+    """
+    silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
+    x, y, sizes, states, silo_keys = _select((data.x, data.y, data.sizes, sampler_states, silo_keys), silo_ids)
+    bound = clip_norm if private else None
+    denom = getattr(sampler, "batch_size", None)
+
+    def one_silo(xs, ys, size, state, k):
+        weights, overflow = sampler.draw_weights(k, size, data.n_max, round_index, state)
+        total = problem.weighted_grad_sum(params, xs, ys, weights, bound)
+        scale = denom if denom is not None else size
+        return jax.tree_util.tree_map(lambda t: t / jnp.asarray(scale, t.dtype), total), overflow
+
+    return jax.vmap(one_silo)(x, y, sizes, states, silo_keys)
+
+
 def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:
     """Each silo adds its own ``N(0, noise_std^2 I)`` to its message.
 

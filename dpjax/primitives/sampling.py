@@ -169,6 +169,43 @@ def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int
     return idx
 
 
+def _kth_smallest(values: jax.Array, valid: jax.Array, k) -> jax.Array:
+    """Smallest uint32 ``t`` with ``#{valid & values <= t} >= k`` (bisection, 32 steps)."""
+
+    def body(_, bounds):
+        lo, hi = bounds
+        mid = lo + (hi - lo) // 2
+        enough = jnp.sum(valid & (values <= mid)) >= k
+        return jnp.where(enough, lo, mid + 1), jnp.where(enough, mid, hi)
+
+    _, hi = jax.lax.fori_loop(0, 32, body, (jnp.uint32(0), jnp.uint32(0xFFFFFFFF)))
+    return hi
+
+
+def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size) -> jax.Array:
+    """A uniformly random ``batch_size``-subset of ``[0, size)`` as a bool mask ``[n_max]``.
+
+    Each record gets a random 64-bit score (two uint32 words); the subset is
+    the ``batch_size`` smallest scores, found by bisection on the first word
+    and, among records tied at the threshold, on the second. Exact (a uniform
+    k-subset) unless two records share all 64 bits, which has probability
+    below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in that event the
+    mask may hold more than ``batch_size`` ones, never fewer. Needs only
+    compares and sums (no sort, no gather), which is much faster than
+    ``top_k`` on CPU.
+    """
+    k_first, k_second = jax.random.split(key)
+    valid = jnp.arange(n_max) < size
+    first = jax.random.bits(k_first, (n_max,), jnp.uint32)
+    second = jax.random.bits(k_second, (n_max,), jnp.uint32)
+    threshold = _kth_smallest(first, valid, batch_size)
+    below = valid & (first < threshold)
+    tied = valid & (first == threshold)
+    needed = batch_size - jnp.sum(below)
+    second_threshold = _kth_smallest(second, tied, needed)
+    return below | (tied & (second <= second_threshold))
+
+
 def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
     """A uniform permutation of ``[0, size)`` followed by the padded rows."""
     scores = jax.random.uniform(key, (n_max,))
@@ -218,6 +255,9 @@ class _BatchSampler:
         """Per-silo state created once per run (none for most samplers)."""
         return jnp.zeros((), jnp.int32)
 
+    # ``draw_weights`` is the gather-free form of ``draw``: the batch as a
+    # multiplicity vector over all ``n_max`` rows (same law, other draws).
+
 
 @dataclasses.dataclass(frozen=True)
 class WithReplacement(_BatchSampler):
@@ -229,6 +269,10 @@ class WithReplacement(_BatchSampler):
         idx = sample_with_replacement(key, size, self.batch_size)
         return idx, jnp.ones((self.batch_size,), bool), jnp.asarray(False)
 
+    def draw_weights(self, key, size, n_max, round_index, silo_state):
+        idx = sample_with_replacement(key, size, self.batch_size)
+        return jnp.zeros((n_max,), jnp.float32).at[idx].add(1.0), jnp.asarray(False)
+
 
 @dataclasses.dataclass(frozen=True)
 class WithoutReplacement(_BatchSampler):
@@ -239,6 +283,10 @@ class WithoutReplacement(_BatchSampler):
     def draw(self, key, size, n_max, round_index, silo_state):
         idx = sample_without_replacement(key, size, n_max, self.batch_size)
         return idx, jnp.ones((self.batch_size,), bool), jnp.asarray(False)
+
+    def draw_weights(self, key, size, n_max, round_index, silo_state):
+        mask = subset_mask_without_replacement(key, size, n_max, self.batch_size)
+        return mask.astype(jnp.float32), jnp.asarray(False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +313,10 @@ class OnePass(_BatchSampler):
         mask = (start + jnp.arange(self.batch_size)) < size
         return idx, mask, jnp.asarray(False)
 
+    def draw_weights(self, key, size, n_max, round_index, silo_state):
+        idx, mask, overflow = self.draw(key, size, n_max, round_index, silo_state)
+        return jnp.zeros((n_max,), jnp.float32).at[idx].add(mask.astype(jnp.float32)), overflow
+
 
 @dataclasses.dataclass(frozen=True)
 class Poisson(_BatchSampler):
@@ -289,6 +341,12 @@ class Poisson(_BatchSampler):
         rate = self.batch_size / size
         return poisson_sample(key, size, n_max, rate, self.padded_size(n_max))
 
+    def draw_weights(self, key, size, n_max, round_index, silo_state):
+        # No buffer, so no overflow: the exact Poisson batch.
+        rate = self.batch_size / size
+        chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
+        return chosen.astype(jnp.float32), jnp.asarray(False)
+
 
 @dataclasses.dataclass(frozen=True)
 class FullBatch:
@@ -308,6 +366,10 @@ class FullBatch:
     def draw(self, key, size, n_max, round_index, silo_state):
         del key
         return jnp.arange(n_max), jnp.arange(n_max) < size, jnp.asarray(False)
+
+    def draw_weights(self, key, size, n_max, round_index, silo_state):
+        del key
+        return (jnp.arange(n_max) < size).astype(jnp.float32), jnp.asarray(False)
 
 
 Sampler = WithReplacement | WithoutReplacement | OnePass | Poisson | FullBatch

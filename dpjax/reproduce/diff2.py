@@ -99,16 +99,16 @@ FULL = Protocol(
 )
 
 QUICK = Protocol(
-    num_rounds=100,
-    eval_every=5,
+    num_rounds=80,
+    eval_every=4,
     seeds=(0, 1, 2, 3, 4),
-    learning_rates=(1.0, 0.5, 0.25),
+    learning_rates=(0.5, 0.125, 0.03125),
     clip_restart=(1.0, 3.0),
     clip_diff=(3.0, 30.0),
     restart_fractions=(0.03, 0.1),
     max_records={
-        "california_housing": 1500, "gas_turbine": 1500, "blogfeedback": 250,
-        "kddcup99": 600, "a9a": 600,
+        "california_housing": 1500, "gas_turbine": 1500, "blogfeedback": 200,
+        "kddcup99": 400, "a9a": 400,
     },
 )
 

@@ -1,0 +1,380 @@
+"""The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, App. I; ISRL spec §5.1).
+
+Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
+
+* ``noise_table``: sigma per (calibration, epsilon) for Noisy MB-SGD or Local
+  SGD, in the paper's Appendix I form (``"paper"``) or calibrated by a tight
+  accountant for the run's actual sampling scheme under replace-one
+  (``"tight"``, RDP for fixed-size sampling without replacement), with the
+  epsilon a tight accountant certifies for that sigma (spec I-10);
+* ``run_grid``: every configuration of one trial and one algorithm family
+  (calibration x epsilon x step size x clip x repetition, plus the non-private
+  twin as sigma = 0) as ONE compiled ``run_many`` program (a vmap over runs,
+  in fixed-size chunks so every trial reuses the same compilation); the data
+  split is shared, not batched;
+* ``select``: the paper's step-size selection by mean final training loss over
+  repetitions (the paper's criterion is the excess loss F^ - F^*; F^* is a
+  per-trial constant, so the argmin is the same), diverged runs count as an
+  infinite loss;
+* ``summarize`` / ``plot_panels``: 5th/95th-percentile error bars over trials
+  and the paper-style figure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpjax import _validate
+
+# Algorithm labels used in results.csv and the figures.
+MB = "isrl-dp-mbsgd"
+LOCAL = "isrl-dp-local-sgd"
+MB_NP = "mbsgd-nonprivate"
+LOCAL_NP = "local-sgd-nonprivate"
+LABELS = {
+    MB: "ISRL-DP MB-SGD",
+    LOCAL: "ISRL-DP Local SGD",
+    MB_NP: "MB-SGD (non-private)",
+    LOCAL_NP: "Local SGD (non-private)",
+}
+CALIBRATIONS = ("paper", "tight")
+#: What the ``accountant`` column says for each calibration.
+ACCOUNTANT_OF = {"paper": "paper-experiment", "tight": "rdp", "none": "none"}
+
+
+def default_data_dir() -> str | None:
+    """``$DPJAX_DATA_DIR`` if set, else the project's ``shared/data`` when present."""
+    env = os.environ.get("DPJAX_DATA_DIR")
+    if env:
+        return env
+    shared = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+    return str(shared) if shared.exists() else None
+
+
+def log_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> tuple[float, ...]:
+    """``scale * exp(linspace(lo, hi, num))`` (the authors' grids, evenly spaced exponents, spec I-17)."""
+    _validate.check_int("num", num, min_value=1)
+    _validate.check_positive("scale", scale)
+    return tuple(float(scale * v) for v in np.exp(np.linspace(lo, hi, num)))
+
+
+def thin(values: Sequence[float], count: int) -> tuple[float, ...]:
+    """``count`` values of ``values`` spread evenly (keeps both ends); for quick modes."""
+    _validate.check_int("count", count, min_value=1)
+    values = tuple(values)
+    if count >= len(values):
+        return values
+    idx = np.unique(np.round(np.linspace(0, len(values) - 1, count)).astype(int))
+    return tuple(values[i] for i in idx)
+
+
+# ---------------------------------------------------------------------------
+# Noise calibration
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseEntry:
+    """sigma for a unit clip (L = 1; sigma scales linearly with L) and its certified epsilon."""
+
+    calibration: str
+    epsilon: float
+    sigma_unit: float
+    realized_epsilon: float  # tight accountant (RDP, actual sampling, replace-one) at this sigma
+    accountant: str
+
+
+def noise_table(
+    kind: str,
+    *,
+    n: int,
+    rounds: int,
+    batch_size: int,
+    epsilons: Sequence[float],
+    delta: float,
+    epsilon_max: float,
+    calibrations: Sequence[str] = CALIBRATIONS,
+) -> dict[tuple[str, float], NoiseEntry]:
+    """Noise per (calibration, epsilon) for ``kind`` in {"mbsgd", "local-sgd"}, at L = 1.
+
+    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I,
+    spec §3.7; K is fixed by the caller from ``epsilon_max``); Local SGD
+    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (spec §3.5).
+    ``"tight"``: the smallest sigma the RDP accountant certifies at (eps, delta)
+    for the run's schedule (fixed-size sampling without replacement of K (MB-SGD)
+    or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).
+    Every entry carries the RDP epsilon of its sigma (``realized_epsilon``).
+    """
+    from dpjax.accounting import calibrate_noise, compute_epsilon, isrl_experiment_calibration
+    from dpjax.accounting.isrl import isrl_local_sgd_paper_sigma
+
+    _validate.check_choice("kind", kind, ("mbsgd", "local-sgd"))
+    for c in calibrations:
+        _validate.check_choice("calibrations[]", c, CALIBRATIONS)
+    n = _validate.check_int("n", n, min_value=1)
+    rounds = _validate.check_int("rounds", rounds, min_value=1)
+    batch_size = _validate.check_int("batch_size", batch_size, min_value=1, max_value=n)
+    delta = _validate.check_open_unit("delta", delta)
+    # The schedules the algorithms themselves hand to the accountant (unit clip).
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+    from dpjax.algorithms.local_sgd import LocalSgd
+    from dpjax.problems import LogisticRegression
+
+    unit = MbSgdHParams.create(1.0, 1.0, 1.0)
+    if kind == "mbsgd":
+        algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling="without-replacement")
+    else:
+        algo = LocalSgd(LogisticRegression(1), num_rounds=rounds, local_steps=batch_size)
+    schedule = algo.privacy_schedule(n, unit)
+    out = {}
+    for eps in epsilons:
+        eps = float(_validate.check_positive("epsilons[]", eps))
+        for cal in calibrations:
+            if cal == "paper":
+                if kind == "mbsgd":
+                    sigma = isrl_experiment_calibration(1.0, n, rounds, eps, delta, epsilon_max)[0]
+                else:
+                    sigma = isrl_local_sgd_paper_sigma(1.0, n, rounds, batch_size, eps, delta)
+            else:
+                sigma = calibrate_noise(schedule, eps, delta, "rdp")
+            realized = compute_epsilon(schedule.replace(noise_std=sigma), delta, "rdp").epsilon
+            out[(cal, eps)] = NoiseEntry(cal, eps, float(sigma), float(realized), ACCOUNTANT_OF[cal])
+    return out
+
+
+# ---------------------------------------------------------------------------
+# One trial's grid as one compiled program
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+    """``eval_fn`` for ``run_many`` (hashable, so trials reuse the compiled program).
+
+    Returns the pooled training loss and the test metric ``test_metric`` of
+    the problem's ``evaluate`` (``"error"`` or ``"rmse"``).
+    """
+
+    problem: Any
+    test_metric: str = "error"
+
+    def __call__(self, params, data):
+        tr = self.problem.evaluate(params, *data["train"])
+        te = self.problem.evaluate(params, *data["test"])
+        return {"train_loss": tr["loss"], "test": te[self.test_metric]}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One run of a grid. ``noise_std``/``clip_norm`` are absolute (already scaled by L)."""
+
+    algorithm: str
+    calibration: str
+    epsilon: float
+    learning_rate: float
+    clip_norm: float
+    noise_std: float
+    repetition: int
+    hp_index: int  # index of (learning_rate, clip_norm) in the tuning grid
+
+
+def eval_data_for(train, test_x, test_y):
+    """The ``eval_data`` of ``Evaluator``: pooled training rows and the pooled test set."""
+    import jax.numpy as jnp
+
+    return {
+        "train": train.pooled(),
+        "test": (jnp.asarray(test_x), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),
+    }
+
+
+def run_grid(
+    algorithm,
+    train,
+    eval_data,
+    evaluator: Evaluator,
+    specs: Sequence[RunSpec],
+    key,
+    *,
+    divergence_threshold: float,
+    chunk_size: int = 256,
+) -> pd.DataFrame:
+    """Runs every spec of one trial with ``run_many`` and returns one row per run.
+
+    Repetition ``r`` of every configuration uses ``fold_in(key, r)`` (common
+    random numbers across step sizes, epsilons and calibrations). Runs are
+    batched in chunks of ``chunk_size`` (the last chunk padded by repeating
+    its first run), so the compiled program is the same for every chunk and
+    every trial. A run is *diverged* if its iterate went non-finite or its
+    final training loss exceeds ``divergence_threshold`` (the authors' guard);
+    its ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
+    ``test``, ``diverged``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+    from dpjax.engine import run_many, stack_hparams
+
+    if len(specs) == 0:
+        raise ValueError("specs=[] must hold at least one run")
+    _validate.check_int("chunk_size", chunk_size, min_value=1)
+    _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
+    specs = list(specs)
+    size = min(chunk_size, len(specs))
+    train_loss, test, diverged = [], [], []
+    for start in range(0, len(specs), size):
+        chunk = specs[start:start + size]
+        real = len(chunk)
+        chunk = chunk + [chunk[0]] * (size - real)
+        hps = stack_hparams([MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm) for s in chunk])
+        rkeys = jnp.stack([jax.random.fold_in(key, s.repetition) for s in chunk])
+        res = run_many(algorithm, train, hps, rkeys, eval_fn=evaluator, eval_data=eval_data, on_nonfinite="mark")
+        tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
+        te = np.asarray(res.eval_metrics["test"][:, -1], np.float64)[:real]
+        bad = (np.asarray(res.diverged_round)[:real] >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
+        train_loss.append(np.where(bad, np.inf, tl))
+        test.append(np.where(bad, np.nan, te))
+        diverged.append(bad)
+    df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
+    df["train_loss"] = np.concatenate(train_loss)
+    df["test"] = np.concatenate(test)
+    df["diverged"] = np.concatenate(diverged)
+    return df
+
+
+def build_specs(
+    *,
+    private_name: str,
+    nonprivate_name: str,
+    noise: dict[tuple[str, float], NoiseEntry],
+    learning_rates: Sequence[float],
+    clip_norms: Sequence[float],
+    repetitions: int,
+    nonprivate_clip: bool,
+) -> list[RunSpec]:
+    """The runs of one algorithm family in one trial: for each (calibration, epsilon)
+    in ``noise`` every (step size, clip) pair x repetition with sigma = sigma_unit * clip,
+    plus the non-private twin (sigma = 0; clipped over ``clip_norms`` if
+    ``nonprivate_clip``, else unclipped)."""
+    _validate.check_int("repetitions", repetitions, min_value=1)
+    if not learning_rates or not clip_norms:
+        raise ValueError("learning_rates and clip_norms must be non-empty")
+    pairs = [(lr, c) for lr in learning_rates for c in clip_norms]
+    specs = []
+    for (cal, eps), entry in sorted(noise.items()):
+        for h, (lr, c) in enumerate(pairs):
+            for r in range(repetitions):
+                specs.append(RunSpec(private_name, cal, eps, lr, c, entry.sigma_unit * c, r, h))
+    np_pairs = pairs if nonprivate_clip else [(lr, math.inf) for lr in learning_rates]
+    for h, (lr, c) in enumerate(np_pairs):
+        for r in range(repetitions):
+            specs.append(RunSpec(nonprivate_name, "none", math.inf, lr, c, 0.0, r, h))
+    return specs
+
+
+# ---------------------------------------------------------------------------
+# Selection, tidy rows, error bars
+# ---------------------------------------------------------------------------
+
+
+def select(runs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
+    """Per ``by`` group, the (step size, clip) with the lowest mean final training loss.
+
+    Uses ``dpjax.sweep.select.select_best`` (over ``hp_index``); adds the
+    selected ``learning_rate``/``clip_norm``/``noise_std`` and ``edge``
+    (True when the selection hit an end of the step-size grid).
+    """
+    from dpjax.sweep.select import select_best
+
+    best = select_best(runs, over="hp_index", by=list(by), criterion="train_loss", report="test")
+    first = runs.drop_duplicates(list(by) + ["hp_index"])[list(by) + ["hp_index", "learning_rate", "clip_norm", "noise_std"]]
+    best = best.merge(first, on=list(by) + ["hp_index"], how="left")
+    lrs = runs.groupby(list(by))["learning_rate"].agg(["min", "max"]).reset_index()
+    best = best.merge(lrs, on=list(by), how="left")
+    best["edge"] = np.isclose(best["learning_rate"], best["min"]) | np.isclose(best["learning_rate"], best["max"])
+    return best.drop(columns=["min", "max"])
+
+
+def summarize(selected: pd.DataFrame, value: str, lines: Sequence[str], clip=None) -> pd.DataFrame:
+    """Mean and 5th/95th percentile bars over trials (``dpjax.sweep.select.error_bars``)."""
+    from dpjax.sweep.select import error_bars
+
+    return error_bars(selected, x="epsilon", value=value, lines=list(lines), clip=clip)
+
+
+def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tuple[str, dict]], *,
+                ylabel: str, title: str, clip=None, ncols: int = 3) -> None:
+    """Paper-style figure: one panel per (title, selector); private methods vs epsilon
+    with symmetric (p95 - p5)/2 bars, non-private methods as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _validate.check_int("ncols", ncols, min_value=1)
+    cols = min(ncols, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    colors = {MB: "tab:blue", LOCAL: "tab:red", MB_NP: "tab:blue", LOCAL_NP: "tab:red"}
+    for ax, (ptitle, sel) in zip(axes.flat, panels):
+        sub = summary
+        for k, v in sel.items():
+            sub = sub[sub[k] == v]
+        priv = sub[np.isfinite(sub["epsilon"].to_numpy(float))]
+        for alg in (MB, LOCAL):
+            s = priv[priv["algorithm"] == alg].sort_values("epsilon")
+            if len(s):
+                lo = s["mean"] - s["half_width"]
+                hi = s["mean"] + s["half_width"]
+                if clip is not None:
+                    lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
+                ax.errorbar(s["epsilon"], s["mean"], yerr=[s["mean"] - lo, hi - s["mean"]], marker="o",
+                            capsize=3, color=colors[alg], label=LABELS[alg])
+        for alg in (MB_NP, LOCAL_NP):
+            s = sub[sub["algorithm"] == alg]
+            if len(s):
+                m = float(s["mean"].iloc[0])
+                ax.axhline(m, color=colors[alg], ls="--", label=f"{LABELS[alg]} ({m:.3g})")
+        ax.set_xscale("log")
+        ax.set_xlabel("ε (nominal)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(ptitle, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_by: dict | None = None) -> list[dict]:
+    """results.csv rows of the selected configurations: one per algorithm x epsilon x trial x metric.
+
+    ``noise_by[(algorithm, calibration, epsilon)]`` gives the ``NoiseEntry``
+    whose tight-accountant epsilon is reported as metric ``realized_epsilon_rdp``.
+    """
+    rows = []
+    for rec in selected.to_dict("records"):
+        base = dict(setting) | {
+            "algorithm": rec["algorithm"], "calibration": rec["calibration"], "epsilon": rec["epsilon"],
+            "trial": rec["trial"], "accountant": ACCOUNTANT_OF[rec["calibration"]],
+            "learning_rate": rec["learning_rate"], "clip_norm": rec["clip_norm"], "noise_std": rec["noise_std"],
+            "n_reps": rec["n_reps"], "n_diverged": rec["n_diverged"], "lr_at_grid_edge": bool(rec["edge"]),
+        }
+        rows.append(base | {"metric": value_name, "value": rec["test"]})
+        rows.append(base | {"metric": "train_loss", "value": rec["train_loss"]})
+        if noise_by is not None and rec["calibration"] != "none":
+            entry = noise_by[(rec["algorithm"], rec["calibration"], rec["epsilon"])]
+            rows.append(base | {"metric": "realized_epsilon_rdp", "value": entry.realized_epsilon})
+    return rows

@@ -26,12 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:  # TEMP during parallel development
-            if err.name != name:
-                raise
-            continue
+        module = importlib.import_module(name)
         add = getattr(module, "add_parser", None) or getattr(module, "add_account_parser")
         add(sub)
     return parser

@@ -1,0 +1,132 @@
+"""The isrl-* figure driver end to end on a tiny synthetic task, the claim checks, the registry."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpjax.data import FederatedDataset
+from dpjax.problems import LogisticRegression
+from dpjax.reproduce import figures, isrl
+from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
+
+
+def _tiny_data(num_silos: int, seed: int) -> FederatedDataset:
+    rng = np.random.default_rng(seed)
+    w = np.array([1.5, -1.0, 0.5])
+    xs, ys, txs, tys = [], [], [], []
+    for i in range(num_silos):
+        x = (rng.normal(size=(50, 3)) + 0.3 * i).astype(np.float32)
+        y = (x @ w + 0.5 * rng.normal(size=50) > 0).astype(np.float32)
+        xs.append(x[:40]), ys.append(y[:40]), txs.append(x[40:]), tys.append(y[40:])
+    return FederatedDataset(xs, ys, txs, tys, name="tiny", num_classes=2, metadata={"seed": seed})
+
+
+TASK = isrl.Task(data=_tiny_data, problem=lambda fed: LogisticRegression(3),
+                 lipschitz=lambda fed: 2.0 * max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x))
+EXP = isrl.Experiment("tiny", "test_error", (isrl.Setting(4, 2),), (2.0,), 2.0, rounds=4, trials=2, repetitions=2,
+                      mb_grid=(0.05, 0.5), local_grid=(0.01, 0.1))
+
+
+@pytest.fixture(scope="module")
+def figure_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fig")
+    result = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
+    summ = isrl._means(result["selected"])
+    report = isrl.write_outputs(out, EXP, result, quick=True, seed=1, wall_s=1.0, figure_title="tiny",
+                                claims=isrl.claims_mnist(summ, EXP))
+    return out, report, result
+
+
+def test_outputs_are_tidy_and_labelled(figure_dir):
+    out, report, result = figure_dir
+    df = pd.read_csv(out / "results.csv")
+    for col in ("algorithm", "epsilon", "trial", "metric", "value", "accountant", "calibration"):
+        assert col in df.columns
+    assert set(df.algorithm) == {MB, LOCAL, MB_NP, LOCAL_NP}
+    private = df[df.algorithm.isin([MB, LOCAL])]
+    assert set(private.calibration) == {"paper", "tight"}
+    assert set(private[private.calibration == "paper"].accountant) == {"paper-experiment"}
+    assert set(private[private.calibration == "tight"].accountant) == {"rdp"}
+    assert set(df[df.algorithm.isin([MB_NP, LOCAL_NP])].accountant) == {"none"}
+    # one row per algorithm x calibration x epsilon x trial x metric
+    assert not df.duplicated(["algorithm", "calibration", "epsilon", "trial", "metric"]).any()
+    assert len(private[private.metric == "test_error"]) == 2 * 2 * EXP.trials
+    assert len(df[df.algorithm.isin([MB_NP, LOCAL_NP]) & (df.metric == "test_error")]) == 2 * EXP.trials
+    tight_eps = private[(private.metric == "realized_epsilon_rdp") & (private.calibration == "tight")].value
+    assert (tight_eps <= 2.0 * (1 + 1e-6)).all() and (tight_eps >= 1.8).all()
+    assert ((df[df.metric == "test_error"].value >= 0) & (df[df.metric == "test_error"].value <= 1)).all()
+    # every run of the grid: 2 calibrations x 1 eps x 2 lrs x 2 reps + 2 lrs x 2 reps non-private, per family/trial
+    runs = pd.read_csv(out / "runs.csv")
+    assert len(runs) == EXP.trials * 2 * (2 * 2 * 2 + 2 * 2)
+    assert (out / "tiny.png").stat().st_size > 10_000
+    text = report.read_text()
+    assert "## Claims" in text and "beats ISRL-DP Local SGD" in text and "paper" in text and "tight" in text
+
+
+def test_same_seed_same_results(figure_dir):
+    _, _, result = figure_dir
+    again = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
+    pd.testing.assert_frame_equal(result["runs"], again["runs"])
+    other = isrl.run_experiment(EXP, TASK, seed=2, log=lambda s: None)
+    assert not np.allclose(other["runs"]["train_loss"], result["runs"]["train_loss"])
+
+
+def _summary(values: dict) -> pd.DataFrame:
+    rows = []
+    for (alg, cal, eps), m in values.items():
+        rows.append({"num_silos": 25, "silos_per_round": 12, "algorithm": alg, "calibration": cal, "epsilon": eps,
+                     "mean": m, "p_lo": m, "p_hi": m, "half_width": 0.0, "n_trials": 1})
+    return pd.DataFrame(rows)
+
+
+def test_mnist_claims_can_fail():
+    exp = isrl.Experiment("m", "test_error", (isrl.Setting(25, 12),), (1.0, 12.0), 12.0, 5, 1, 1, (0.1,), (0.1,),
+                          calibrations=("paper",))
+    good = {(MB, "paper", 1.0): 0.20, (MB, "paper", 12.0): 0.14, (LOCAL, "paper", 1.0): 0.25,
+            (LOCAL, "paper", 12.0): 0.16, (LOCAL_NP, "none", math.inf): 0.15, (MB_NP, "none", math.inf): 0.13}
+    claims = isrl.claims_mnist(_summary(good), exp)
+    assert [c["holds"] for c in claims] == [True, True]
+    bad = good | {(MB, "paper", 1.0): 0.30, (MB, "paper", 12.0): 0.155}
+    claims = isrl.claims_mnist(_summary(bad), exp)
+    assert [c["holds"] for c in claims] == [False, False]
+
+
+def test_obesity_and_insurance_claims_use_the_papers_ranges():
+    exp = isrl.Experiment("o", "test_error", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
+                          calibrations=("paper",))
+    vals = {(MB, "paper", 1.0): 0.40, (MB, "paper", 3.0): 0.35, (LOCAL, "paper", 1.0): 0.50, (LOCAL, "paper", 3.0): 0.45}
+    (c,) = isrl.claims_obesity(_summary(vals), exp)
+    assert c["holds"]  # 20% and 22% lower
+    (c,) = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.44}), exp)
+    assert not c["holds"] and c["weaker form holds (MB-SGD lower at every ε)"]
+    ins = isrl.Experiment("i", "relative_rmse", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
+                          calibrations=("paper",))
+    vals = vals | {(MB, "paper", 1.0): 0.65, (MB, "paper", 3.0): 0.50, (LOCAL, "paper", 1.0): 0.9,
+                   (LOCAL, "paper", 3.0): 0.55, (LOCAL_NP, "none", math.inf): 0.48, (MB_NP, "none", math.inf): 0.47}
+    got = {c["claim"]: c["holds"] for c in isrl.claims_insurance(_summary(vals), ins)}
+    assert got["relative RMSE ≈ 0.6–0.7 at ε ≈ 1 (tolerance ±0.05)"]
+    assert got["ISRL-DP MB-SGD beats ISRL-DP Local SGD, especially for ε ≤ 2"]
+    vals[(MB, "paper", 1.0)] = 0.95
+    got = {c["claim"]: c["holds"] for c in isrl.claims_insurance(_summary(vals), ins)}
+    assert not got["relative RMSE ≈ 0.6–0.7 at ε ≈ 1 (tolerance ±0.05)"]
+
+
+def test_registry_lists_the_three_figures_and_protocols_validate():
+    names = set(figures())
+    assert {"isrl-mnist", "isrl-insurance", "isrl-obesity"} <= names
+    full, quick = isrl.mnist_experiment(False), isrl.mnist_experiment(True)
+    assert {s.silos_per_round for s in full.settings} == {25, 12, 18}
+    assert full.trials == 20 and full.repetitions == 3 and len(full.mb_grid) == 10
+    assert quick.trials < full.trials and set(quick.epsilons) <= set(full.epsilons)
+    assert quick.epsilon_max == full.epsilon_max  # same K in both modes
+    ins = isrl.insurance_experiment(False)
+    assert {(s.num_silos, s.silos_per_round) for s in ins.settings} == {
+        (3, 3), (3, 2), (5, 5), (5, 3), (10, 10), (10, 5), (12, 12), (12, 6)}
+    with pytest.raises(ValueError, match="epsilon_max"):
+        isrl.Experiment("x", "test_error", (isrl.Setting(2, 1),), (5.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))
+    with pytest.raises(ValueError, match="metric"):
+        isrl.Experiment("x", "accuracy", (isrl.Setting(2, 1),), (1.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))

@@ -1,0 +1,125 @@
+"""The ISRL-DP experiment protocol pieces (dpjax.reproduce.isrl_protocol) on tiny shapes."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
+from dpjax.engine import SiloData
+from dpjax.primitives import FixedAvailability
+from dpjax.problems import LogisticRegression
+from dpjax.reproduce import isrl_protocol as proto
+
+
+def _silos(num_silos=4, n=30, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.normal(size=d)
+    xs, ys = [], []
+    for _ in range(num_silos):
+        x = rng.normal(size=(n, d)).astype(np.float32)
+        ys.append((x @ w + 0.3 * rng.normal(size=n) > 0).astype(np.float32))
+        xs.append(x)
+    return xs, ys
+
+
+def test_log_grid_and_thin():
+    g = proto.log_grid(-6.0, 0.0, 10, scale=12)
+    assert len(g) == 10
+    assert g[0] == pytest.approx(12 * math.exp(-6)) and g[-1] == pytest.approx(12.0)
+    assert np.allclose(np.diff(np.log(g)), 6 / 9)
+    t = proto.thin(g, 4)
+    assert t[0] == g[0] and t[-1] == g[-1] and len(t) == 4
+    assert proto.thin(g, 20) == g
+    with pytest.raises(ValueError, match="count"):
+        proto.thin(g, 0)
+
+
+def test_build_specs_scales_noise_with_clip_and_adds_nonprivate_twin():
+    noise = {("paper", 1.0): proto.NoiseEntry("paper", 1.0, 0.5, 2.0, "paper-experiment"),
+             ("tight", 1.0): proto.NoiseEntry("tight", 1.0, 0.8, 1.0, "rdp")}
+    specs = proto.build_specs(private_name="p", nonprivate_name="np", noise=noise, learning_rates=(0.1, 1.0),
+                              clip_norms=(10.0, 100.0), repetitions=3, nonprivate_clip=False)
+    private = [s for s in specs if s.algorithm == "p"]
+    nonpriv = [s for s in specs if s.algorithm == "np"]
+    assert len(private) == 2 * 2 * 2 * 3  # calibrations x lrs x clips x reps
+    assert len(nonpriv) == 2 * 3  # unclipped: lrs x reps
+    for s in private:
+        assert s.noise_std == pytest.approx(noise[(s.calibration, s.epsilon)].sigma_unit * s.clip_norm)
+    assert all(s.noise_std == 0.0 and math.isinf(s.clip_norm) and math.isinf(s.epsilon) for s in nonpriv)
+    clipped = proto.build_specs(private_name="p", nonprivate_name="np", noise=noise, learning_rates=(0.1,),
+                                clip_norms=(10.0, 100.0), repetitions=1, nonprivate_clip=True)
+    assert sorted(s.clip_norm for s in clipped if s.algorithm == "np") == [10.0, 100.0]
+
+
+def test_noise_table_paper_formula_and_tight_certificate():
+    n, r, k, delta = 200, 10, 30, 1 / 200**2
+    tab = proto.noise_table("mbsgd", n=n, rounds=r, batch_size=k, epsilons=[2.0], delta=delta, epsilon_max=2.0)
+    paper, tight = tab[("paper", 2.0)], tab[("tight", 2.0)]
+    # Appendix I: sigma^2 = 8 L^2 ln(1/delta) R / (n^2 eps^2) at L = 1.
+    assert paper.sigma_unit == pytest.approx(math.sqrt(8 * math.log(1 / delta) * r / (n**2 * 4.0)))
+    # The tight sigma is certified at (about) the target by RDP, never above it.
+    assert 0.9 * 2.0 <= tight.realized_epsilon <= 2.0 * (1 + 1e-6)
+    # Less noise certifies a larger epsilon (monotone accountant).
+    if paper.sigma_unit < tight.sigma_unit:
+        assert paper.realized_epsilon > tight.realized_epsilon
+    else:
+        assert paper.realized_epsilon <= tight.realized_epsilon
+    with pytest.raises(ValueError, match="kind"):
+        proto.noise_table("sgd", n=n, rounds=r, batch_size=k, epsilons=[1.0], delta=delta, epsilon_max=1.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        proto.noise_table("mbsgd", n=n, rounds=r, batch_size=n + 1, epsilons=[1.0], delta=delta, epsilon_max=1.0)
+
+
+def _grid_setup(num_silos=4, n=30, d=3):
+    xs, ys = _silos(num_silos, n, d)
+    train = SiloData.from_silos(xs, ys)
+    tx, ty = _silos(2, 20, d, seed=1)
+    problem = LogisticRegression(d)
+    algo = NoisyMbSgd(problem, num_rounds=6, batch_size=5, availability=FixedAvailability(2), output="window")
+    return algo, train, proto.eval_data_for(train, np.concatenate(tx), np.concatenate(ty)), proto.Evaluator(problem)
+
+
+def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
+    algo, train, eval_data, ev = _grid_setup()
+    specs = [proto.RunSpec("a", "paper", 1.0, lr, 1e3, sig, rep, h)
+             for h, (lr, sig) in enumerate([(0.1, 0.0), (0.5, 0.2), (1.0, 1.0), (3e38, 0.0)]) for rep in range(2)][1:]
+    key = jax.random.key(3)
+    # 7 runs as one chunk vs chunks of 4 (the last one padded): identical rows.
+    whole = proto.run_grid(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7)
+    chunked = proto.run_grid(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=4)
+    pd.testing.assert_frame_equal(whole, chunked)
+    huge = whole[whole.learning_rate > 1e30]
+    assert len(huge) == 2 and huge["diverged"].all() and np.isinf(huge["train_loss"]).all()
+    ok = whole[whole.learning_rate < 1e30]
+    assert not ok["diverged"].any() and np.isfinite(ok["train_loss"]).all()
+    # Repetition r of a spec uses fold_in(key, r) wherever it sits in the grid.
+    again = proto.run_grid(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4)
+    np.testing.assert_array_equal(again["train_loss"].to_numpy(), whole["train_loss"].to_numpy()[3:7])
+    # A threshold below every loss marks everything as diverged.
+    low = proto.run_grid(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4)
+    assert low["diverged"].all()
+    with pytest.raises(ValueError, match="specs"):
+        proto.run_grid(algo, train, eval_data, ev, [], key, divergence_threshold=1.0)
+
+
+def test_select_uses_mean_training_loss_and_treats_divergence_as_infinite():
+    rows = []
+    # lr 0.1: losses 1.0, 1.2 -> mean 1.1 (test 0.30); lr 1.0: 0.5 and diverged -> inf; lr 0.5: 0.9, 1.0 -> 0.95.
+    for lr, h, losses, tests in ((0.1, 0, (1.0, 1.2), (0.3, 0.3)), (1.0, 2, (0.5, math.inf), (0.1, float("nan"))),
+                                 (0.5, 1, (0.9, 1.0), (0.2, 0.24))):
+        for rep, (l, t) in enumerate(zip(losses, tests)):
+            rows.append({"algorithm": "a", "calibration": "paper", "epsilon": 1.0, "trial": 0, "learning_rate": lr,
+                         "clip_norm": 1.0, "noise_std": 0.1, "repetition": rep, "hp_index": h, "train_loss": l,
+                         "test": t, "diverged": math.isinf(l)})
+    sel = proto.select(pd.DataFrame(rows), ["algorithm", "calibration", "epsilon", "trial"])
+    assert len(sel) == 1
+    rec = sel.iloc[0]
+    assert rec["learning_rate"] == 0.5
+    assert rec["test"] == pytest.approx(0.22)
+    assert rec["train_loss"] == pytest.approx(0.95)
+    assert not rec["edge"]  # 0.5 is inside [0.1, 1.0]

@@ -584,7 +584,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
         for n in datasets:
             s = summaries[n]
             lines += [f"### {n}, eps = {eps:g}", "",
-                      "| algorithm | " + " | ".join(f"min {m}" for m in metrics) + " | "
+                      "| algorithm | " + " | ".join(f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics) + " | "
                       + " | ".join(f"final {m}" for m in metrics) + " |",
                       "|---|" + "---|" * (2 * len(metrics))]
             for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)), ("DIFF2-GD", ("DIFF2-GD", eps))):

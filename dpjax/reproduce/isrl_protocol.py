@@ -319,6 +319,7 @@ def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tupl
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     _validate.check_int("ncols", ncols, min_value=1)
     cols = min(ncols, len(panels))
@@ -345,6 +346,11 @@ def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tupl
                 m = float(s["mean"].iloc[0])
                 ax.axhline(m, color=colors[alg], ls="--", label=f"{LABELS[alg]} ({m:.3g})")
         ax.set_xscale("log")
+        eps_ticks = sorted(set(float(e) for e in priv["epsilon"]))
+        if eps_ticks:
+            ax.set_xticks(eps_ticks)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xlabel("ε (nominal)")
         ax.set_ylabel(ylabel)
         ax.set_title(ptitle, fontsize=9)

@@ -27,7 +27,7 @@ def test_equal_budgets_reduce_to_noisy_mbsgd(reg_data):
     avail = FixedAvailability(3)
     ours = runner.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
                       UnbalancedHParams.create(0.1, [0.2] * 4, 1.5), key)
-    ref = runner.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
+    ref = runner.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail, gradient_path="gather"), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
     np.testing.assert_allclose(ours.output, ref.output, rtol=1e-6, atol=1e-7)
 
 

@@ -48,7 +48,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.events import GaussianSchedule
+from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
 from dpjax.engine import federated
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
@@ -309,13 +310,8 @@ class AcceleratedMbSgd:
         """
         if not self.private:
             raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
-        return GaussianSchedule(
-            noise_std=float(hparams.noise_std),
-            contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=Sampling(self.sampling),
-            dataset_size=int(silo_size),
-            batch_size=self.batch_size,
-            steps=self.num_rounds,
-            neighboring=Neighboring(self.neighboring),
-            unit=PrivacyUnit.RECORD_IN_SILO,
+        return silo_transcript_schedule(
+            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
+            sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
+            steps=self.num_rounds, neighboring=self.neighboring,
         )

@@ -67,6 +67,27 @@ class MbSgdHParams:
         return cls(f32(learning_rate), f32(noise_std), f32(clip_norm))
 
 
+def silo_transcript_schedule(
+    *, noise_std, contribution_bound, sampling, silo_size, batch_size, steps, neighboring="replace-one"
+) -> GaussianSchedule:
+    """One silo's transcript under ISRL-DP (unit: a record within that silo).
+
+    Shared by every ISRL-DP algorithm family: ``steps`` Gaussian releases,
+    each moved by at most ``contribution_bound`` by one record of a silo of
+    ``silo_size`` records sampled by ``sampling``.
+    """
+    return GaussianSchedule(
+        noise_std=float(noise_std),
+        contribution_bound=float(contribution_bound),
+        sampling=Sampling(sampling),
+        dataset_size=int(silo_size),
+        batch_size=batch_size,
+        steps=int(steps),
+        neighboring=Neighboring(neighboring),
+        unit=PrivacyUnit.RECORD_IN_SILO,
+    )
+
+
 def _is_num(v) -> bool:
     return isinstance(v, (int, float))
 
@@ -211,13 +232,8 @@ class NoisyMbSgd:
         """
         if not self.private:
             raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
-        return GaussianSchedule(
-            noise_std=float(hparams.noise_std),
-            contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=Sampling(self.sampling),
-            dataset_size=int(silo_size),
-            batch_size=self.batch_size,
-            steps=self.num_rounds,
-            neighboring=Neighboring(self.neighboring),
-            unit=PrivacyUnit.RECORD_IN_SILO,
+        return silo_transcript_schedule(
+            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
+            sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
+            steps=self.num_rounds, neighboring=self.neighboring,
         )

@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.events import GaussianSchedule
 from dpjax.algorithms.accelerated import non_private_hparams
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule
 from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
 from dpjax.engine.silos import SiloData
@@ -203,13 +203,8 @@ class LocalSgd:
         """
         if not self.private:
             raise ValueError("private=False: non-private Local SGD has no privacy guarantee to account")
-        return GaussianSchedule(
-            noise_std=float(hparams.noise_std),
-            contribution_bound=float(hparams.clip_norm),
-            sampling=Sampling.WITHOUT_REPLACEMENT,  # a uniform 1-subset per step
-            dataset_size=int(silo_size),
-            batch_size=1,
-            steps=self.num_rounds * self.local_steps,
-            neighboring=Neighboring.REPLACE_ONE,
-            unit=PrivacyUnit.RECORD_IN_SILO,
+        return silo_transcript_schedule(
+            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm),
+            sampling="without-replacement",  # a uniform 1-subset per step
+            silo_size=silo_size, batch_size=1, steps=self.num_rounds * self.local_steps,
         )

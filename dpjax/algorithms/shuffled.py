@@ -43,9 +43,9 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.events import GaussianSchedule
 from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round, non_private_hparams
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule
 from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
 from dpjax.engine.silos import SiloData
@@ -161,15 +161,10 @@ class ShuffledNoisyMbSgd:
             raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
         # K = 1 with replacement is a uniform 1-subset: the same law as without replacement.
         scheme = "without-replacement" if self.batch_size == 1 else self.sampling
-        return GaussianSchedule(
-            noise_std=float(hparams.noise_std),
-            contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=Sampling(scheme),
-            dataset_size=int(silo_size),
-            batch_size=self.batch_size,
-            steps=self.num_rounds,
-            neighboring=Neighboring(self.neighboring),
-            unit=PrivacyUnit.RECORD_IN_SILO,
+        return silo_transcript_schedule(
+            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
+            sampling=scheme, silo_size=silo_size, batch_size=self.batch_size,
+            steps=self.num_rounds, neighboring=self.neighboring,
         )
 
 

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.events import GaussianSchedule
+from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
 from dpjax.algorithms.accelerated import non_private_hparams
 from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
@@ -189,15 +190,9 @@ class UnbalancedNoisyMbSgd:
             )
         clip = float(hparams.clip_norm)
         return [
-            GaussianSchedule(
-                noise_std=float(std),
-                contribution_bound=clip / k if self.clip_mode == "per-example" else clip,
-                sampling=Sampling(self.sampling),
-                dataset_size=n,
-                batch_size=k,
-                steps=self.num_rounds,
-                neighboring=Neighboring.REPLACE_ONE,
-                unit=PrivacyUnit.RECORD_IN_SILO,
+            silo_transcript_schedule(
+                noise_std=std, contribution_bound=clip / k if self.clip_mode == "per-example" else clip,
+                sampling=self.sampling, silo_size=n, batch_size=k, steps=self.num_rounds,
             )
             for n, k, std in zip(sizes, self.batch_sizes, stds)
         ]

@@ -180,7 +180,7 @@ def test_one_compile_serves_a_grid(algo, data):
     for lrs in ([0.1, 0.2], [0.3, 0.4]):
         hps = stack_hparams([MbSgdHParams.create(lr, 0.1, 1.0) for lr in lrs])
         run_many(algo, data, hps, jax.random.split(jax.random.key(0), 2))
-    fn = runner.compiled_runner(algo, None, None, True, None, None)
+    fn = runner.compiled_runner(algo, None, None, True, None, None, 0)
     assert fn._cache_size() == 1
 
 
@@ -197,3 +197,14 @@ def test_dense_and_gather_paths_agree_in_law():
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="gradient_path"):
         NoisyMbSgd(LogisticRegression(DIM), num_rounds=2, batch_size=2, gradient_path="fast")
+
+
+def test_shared_key_grid_equals_runs_with_that_key(algo, data):
+    configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5)]
+    key = jax.random.key(21)
+    grid = run_many(algo, data, stack_hparams([MbSgdHParams.create(*c) for c in configs]), key, shared_key=True)
+    for i, c in enumerate(configs):
+        single = run(algo, data, MbSgdHParams.create(*c), key)
+        np.testing.assert_allclose(grid.output[i], single.output, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="shared_key"):
+        run_many(algo, data, stack_hparams([MbSgdHParams.create(*c) for c in configs]), jax.random.split(key, 3), shared_key=True)

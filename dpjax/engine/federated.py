@@ -102,7 +102,11 @@ def silo_batch_gradients(
         return jnp.sum(jnp.where(m, losses, 0.0)) / denom
 
     def one_silo(xb, yb, m, denom):
-        if per_example:
+        if per_example and hasattr(problem, "weighted_grad_sum"):
+            # GLMs: the same clipped sum in closed form (no [B, d] per-example tensor).
+            total = problem.weighted_grad_sum(params, xb, yb, m.astype(xb.dtype), clip_norm)
+            mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), total)
+        elif per_example:
             grads = clipping.per_example_grads(problem.loss, params, xb, yb)
             summed = clipping.clipped_sum(grads, clip_norm, m, neighboring)
             mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)

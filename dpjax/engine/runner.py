@@ -115,12 +115,12 @@ def _run_single(algorithm, eval_fn, eval_every, params, hparams, data, eval_data
 
 
 @functools.lru_cache(maxsize=64)
-def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, data_axis):
+def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, data_axis, key_axis=0):
     """The jitted program for an (algorithm, eval) pair; cached so a second
     call with new arrays of the same shapes does not recompile."""
     fn = functools.partial(_run_single, algorithm, eval_fn, eval_every)
     if batched:
-        fn = jax.vmap(fn, in_axes=(params_axis, 0, data_axis, data_axis, 0))
+        fn = jax.vmap(fn, in_axes=(params_axis, 0, data_axis, data_axis, key_axis))
     return jax.jit(fn)
 
 
@@ -211,6 +211,7 @@ def run_many(
     eval_data: PyTree = None,
     eval_every: int | None = None,
     on_nonfinite: str = "raise",
+    shared_key: bool = False,
 ) -> RunResult:
     """Runs a batch of independent configurations as one compiled program.
 
@@ -219,10 +220,18 @@ def run_many(
     unless ``data_batched`` (``params_batched``) says they have a runs axis too
     (e.g. one train/test split per trial). Results equal the same runs done one
     by one with ``run`` (tested).
+
+    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random
+    numbers: all configurations see the same availability, batches and noise
+    draws). The draws are then computed once, not per run, which on a grid of
+    step sizes / noise levels over shared data turns per-run matrix-vector
+    products into one matrix-matrix product.
     """
     _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
     _check_eval_every(algorithm, eval_every)
-    num_runs = keys_.shape[0]
+    num_runs = jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0]
+    if shared_key and keys_.shape != ():
+        raise ValueError(f"keys_ has shape {keys_.shape}; with shared_key=True pass one key (shape ())")
     for path, leaf in jax.tree_util.tree_leaves_with_path(hparams):
         if np.shape(leaf)[:1] != (num_runs,):
             raise ValueError(
@@ -235,10 +244,11 @@ def run_many(
     else:
         algorithm.validate(data)
     if params is None:
-        params = algorithm.problem.init_params(keys.run_stream_key(keys_[0], "local"))
+        params = algorithm.problem.init_params(keys.run_stream_key(keys_ if shared_key else keys_[0], "local"))
         params_batched = False
     data_axis = 0 if data_batched else None
-    fn = compiled_runner(algorithm, eval_fn, eval_every, True, 0 if params_batched else None, data_axis)
+    fn = compiled_runner(algorithm, eval_fn, eval_every, True, 0 if params_batched else None, data_axis,
+                         None if shared_key else 0)
     out = fn(params, hparams, data, eval_data, keys_)
     eval_rounds = eval_schedule(algorithm.num_rounds, eval_every) if eval_fn else np.array([], int)
     return _finish(out, hparams, on_nonfinite, batched=True, eval_rounds=eval_rounds)

@@ -10,7 +10,14 @@ N silos each sampling K of n records without replacement, M available):
 * ``mnist-fig4``: N=25, M=12, n=1238, d=50, K=444 (the ISRL-DP Fig. 4 shape);
 * ``wide``: N=25, M=25, n=2400, d=784, K=256 (raw MNIST pixels).
 
-Usage: ``python experiments/benchmarks/bench_round_step.py [--rounds 200] [--repeats 3]``
+Two throughputs are printed for the compiled engine: one configuration at a
+time (rounds/s), and a grid of ``--grid`` configurations (step sizes and noise
+levels) vmapped into one program sharing the data and the run key (common
+random numbers, as sweeps use; run-rounds/s, i.e. rounds of all runs per second) -- the way sweeps and figure reproductions use it.
+A NumPy loop runs one configuration at a time, so its rounds/s is also its
+run-rounds/s on a grid.
+
+Usage: ``python experiments/benchmarks/bench_round_step.py [--rounds 200] [--grid 32] [--repeats 3]``
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd  # noqa: E402
-from dpjax.engine import SiloData, run  # noqa: E402
+from dpjax.engine import SiloData, run, run_many, stack_hparams  # noqa: E402
 from dpjax.primitives import FixedAvailability  # noqa: E402
 from dpjax.problems import LogisticRegression  # noqa: E402
 
@@ -55,6 +62,20 @@ def time_compiled(algo, data, hp, repeats):
         jax.block_until_ready(run(algo, data, hp, jax.random.key(i + 1)).output)
         best = min(best, time.perf_counter() - t0)
     return algo.num_rounds / best, compile_s
+
+
+def time_compiled_grid(algo, data, width, repeats):
+    """run-rounds/s of ``width`` configurations vmapped into one program."""
+    hps = stack_hparams([MbSgdHParams.create(0.1 + 0.05 * i, 0.05 + 0.01 * i, 1.0) for i in range(width)])
+    # common random numbers across the grid, as sweeps and `dpjax run` use
+    call = lambda seed: run_many(algo, data, hps, jax.random.key(seed), shared_key=True).output
+    jax.block_until_ready(call(0))
+    best = np.inf
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(call(i + 1))
+        best = min(best, time.perf_counter() - t0)
+    return width * algo.num_rounds / best
 
 
 def numpy_loop(xs, ys, rounds, K, M, clip, sigma, lr, seed=0):
@@ -92,10 +113,13 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--numpy-rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--grid", type=int, default=32, help="configurations vmapped in the grid measurement")
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     args = parser.parse_args(argv)
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} ({jax.devices()}); rounds/s, best of {args.repeats}")
-    header = f"{'setting':12s} {'private':>10s} {'non-priv':>10s} {'numpy':>8s} {'priv/non-priv time':>19s} {'priv/numpy speed':>17s} {'compile s':>10s}"
+    print(f"single = one configuration per program (rounds/s); grid = {args.grid} configurations vmapped (run-rounds/s)")
+    header = (f"{'setting':11s} {'mode':6s} {'private':>9s} {'non-priv':>9s} {'numpy':>7s} "
+              f"{'priv/non-priv time':>18s} {'priv/numpy speed':>16s}")
     print(header)
     rows = []
     for name in args.settings:
@@ -106,12 +130,17 @@ def main(argv=None):
         private = NoisyMbSgd(LogisticRegression(s["d"]), **common)
         twin = NoisyMbSgd(LogisticRegression(s["d"]), private=False, **common)
         hp = MbSgdHParams.create(0.5, 0.1, 1.0)
-        priv_rps, priv_compile = time_compiled(private, data, hp, args.repeats)
-        twin_rps, _ = time_compiled(twin, data, hp, args.repeats)
         np_rps = time_numpy(xs, ys, args.numpy_rounds, s["K"], s["M"], args.repeats)
-        ratio, speedup = twin_rps / priv_rps, priv_rps / np_rps
-        rows.append((name, priv_rps, twin_rps, np_rps, ratio, speedup))
-        print(f"{name:12s} {priv_rps:10.1f} {twin_rps:10.1f} {np_rps:8.1f} {ratio:19.2f} {speedup:17.1f} {priv_compile:10.1f}")
+        for mode in ("single", "grid"):
+            if mode == "single":
+                priv_rps, _ = time_compiled(private, data, hp, args.repeats)
+                twin_rps, _ = time_compiled(twin, data, hp, args.repeats)
+            else:
+                priv_rps = time_compiled_grid(private, data, args.grid, args.repeats)
+                twin_rps = time_compiled_grid(twin, data, args.grid, args.repeats)
+            ratio, speedup = twin_rps / priv_rps, priv_rps / np_rps
+            rows.append((name, mode, priv_rps, twin_rps, np_rps, ratio, speedup))
+            print(f"{name:11s} {mode:6s} {priv_rps:9.1f} {twin_rps:9.1f} {np_rps:7.1f} {ratio:18.2f} {speedup:16.1f}")
     print("targets: private/non-private time <= 1.3; private/numpy speed >= 15")
     return rows
 

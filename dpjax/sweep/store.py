@@ -34,6 +34,10 @@ import numpy as np
 import pandas as pd
 
 TMP_SUFFIX = ".tmp"
+# A temporary file is written and renamed within milliseconds; one older than
+# this was left by a killed process. Younger ones may belong to another
+# process writing into the same sweep directory right now (multi-host mode).
+STALE_TEMP_SECONDS = 600.0
 
 
 def fsync_dir(path: pathlib.Path) -> None:
@@ -53,7 +57,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
     """Writes ``text`` to ``path`` atomically (temp file + fsync + os.replace + dir fsync)."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    # host + pid: several hosts may share the directory (pids can coincide)
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}{TMP_SUFFIX}")
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -138,13 +143,21 @@ class Store:
         atomic_write_text(self.root / f"env-{process_index}.json", json.dumps(env, indent=2) + "\n")
         self.clean_temporaries()
 
-    def clean_temporaries(self) -> None:
-        """Removes temporary files of writes that were interrupted (never complete ones)."""
+    def clean_temporaries(self, min_age_s: float = STALE_TEMP_SECONDS) -> None:
+        """Removes temporary files of interrupted writes (never complete ones).
+
+        Only files older than ``min_age_s`` are removed, so a process that
+        starts or resumes never deletes the in-flight temporary file of
+        another process sharing the directory. Leftover temporaries are
+        harmless meanwhile: only ``*.csv`` files count as finished chunks.
+        """
+        now = time.time()
         for d in (self.root, self.runs_dir, self.evals_dir):
             if d.exists():
                 for p in d.glob(f".*{TMP_SUFFIX}"):
                     try:
-                        p.unlink()
+                        if now - p.stat().st_mtime >= min_age_s:
+                            p.unlink()
                     except FileNotFoundError:
                         pass
 

@@ -1,0 +1,29 @@
+"""Interrupted-write temporaries: stale ones are cleaned, another process's
+in-flight one is left alone (several hosts may share a sweep directory)."""
+
+import os
+import time
+
+from dpjax.sweep import store
+
+
+def test_only_stale_temporaries_are_removed(tmp_path):
+    s = store.Store(tmp_path)
+    s.runs_dir.mkdir(parents=True, exist_ok=True)
+    fresh = s.runs_dir / ".chunk-0001.csv.otherhost-123.tmp"
+    stale = s.runs_dir / ".chunk-0002.csv.deadhost-456.tmp"
+    fresh.write_text("partial")
+    stale.write_text("partial")
+    old = time.time() - 2 * store.STALE_TEMP_SECONDS
+    os.utime(stale, (old, old))
+    s.clean_temporaries()
+    assert fresh.exists(), "a fresh temporary may belong to a concurrent writer"
+    assert not stale.exists()
+    assert s.finished_chunks() == set(), "temporaries never count as finished chunks"
+
+
+def test_atomic_write_leaves_no_temporary(tmp_path):
+    target = tmp_path / "a" / "b.csv"
+    store.atomic_write_text(target, "x,y\n1,2\n")
+    assert target.read_text() == "x,y\n1,2\n"
+    assert [p.name for p in target.parent.iterdir()] == ["b.csv"]

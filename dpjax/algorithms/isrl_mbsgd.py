@@ -180,14 +180,7 @@ class NoisyMbSgd:
 
     def step(self, state: MbSgdState, data: SiloData, key) -> tuple[MbSgdState, dict]:
         hp = state.hparams
-        avail_key = keys.stream_key(key, "availability")
-        if hasattr(self.availability, "sample_ids"):
-            # Static M: compute only the M available silos' messages.
-            silo_ids = self.availability.sample_ids(avail_key, data.num_silos)
-            available = jnp.ones(silo_ids.shape, bool)
-        else:  # random M_r: all N silos, masked
-            silo_ids = None
-            available = self.availability.sample(avail_key, data.num_silos)
+        silo_ids, available = federated.available_silos(self.availability, key, data.num_silos)
         if self._dense(data):
             grads, overflow = federated.silo_dense_gradients(
                 self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,

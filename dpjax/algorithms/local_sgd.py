@@ -161,9 +161,13 @@ class LocalSgd:
     def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
         hp = state.hparams
         n = data.num_silos
-        available = self.availability.sample(keys.stream_key(key, "availability"), n)
+        if self.log_indices:  # the index log is per silo: keep all N rows
+            silo_ids, available = None, self.availability.sample(keys.stream_key(key, "availability"), n)
+        else:  # static M: only the available silos run their local steps
+            silo_ids, available = federated.available_silos(self.availability, key, n)
         sample_keys = keys.silo_keys(keys.stream_key(key, "sampling"), n)
         noise_keys = keys.silo_keys(keys.stream_key(key, "noise"), n)
+        pick = (lambda a: a) if silo_ids is None else (lambda a: a[silo_ids])
 
         def one_silo(x, y, size, ks, kn):
             return local_sgd_trajectory(
@@ -173,7 +177,9 @@ class LocalSgd:
                 projection_radius=self.projection_radius,
             )
 
-        messages, indices = jax.vmap(one_silo)(data.x, data.y, data.sizes, sample_keys, noise_keys)
+        messages, indices = jax.vmap(one_silo)(
+            pick(data.x), pick(data.y), pick(data.sizes), pick(sample_keys), pick(noise_keys)
+        )
         if self.aggregation == "mean":
             new_params = federated.aggregate(messages, available, "mean")
         else:

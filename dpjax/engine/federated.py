@@ -25,6 +25,23 @@ PyTree = Any
 AGGREGATIONS = ("mean", "sum")
 
 
+def available_silos(availability, key: jax.Array, num_silos: int):
+    """This round's participating silos: ``(silo_ids, available)``.
+
+    With a static count (``FullAvailability``, ``FixedAvailability``) returns
+    the ``[M]`` ids and an all-true mask over them, so a round step computes
+    only the available silos' messages. With a random count
+    (``RandomAvailability``) returns ``(None, mask [N])``: all N silos are
+    computed and the mask zeroes the unavailable ones. Either way the subset
+    comes from the round's ``"availability"`` stream.
+    """
+    avail_key = keys.stream_key(key, "availability")
+    if hasattr(availability, "sample_ids"):
+        silo_ids = availability.sample_ids(avail_key, num_silos)
+        return silo_ids, jnp.ones(silo_ids.shape, bool)
+    return None, availability.sample(avail_key, num_silos)
+
+
 def init_sampler_states(sampler, data: SiloData, run_key: jax.Array):
     """Per-silo sampler state (e.g. one-pass permutations), from the run key."""
     silo_keys = keys.silo_keys(keys.run_stream_key(run_key, "permutation"), data.num_silos)

@@ -103,3 +103,15 @@ def test_bad_arguments_raise_naming_them(kwargs, name):
     args = {"problem": PROBLEM, "num_rounds": 2, "local_steps": 2, **kwargs}
     with pytest.raises(ValueError, match=name):
         LocalSgd(**args)
+
+
+def test_available_only_computation_equals_masked_all_silos():
+    # With a fixed M the step computes only the M available silos; with the
+    # index log on it computes all N and masks. Same keys => same trajectory.
+    data = make_silos(4, 10, 3)
+    hp = LocalSgdHParams.create(0.05, 0.3, 2.0)
+    kw = dict(num_rounds=4, local_steps=3, availability=FixedAvailability(2))
+    fast = runner.run(LocalSgd(PROBLEM, **kw), data, hp, jax.random.key(8))
+    full = runner.run(LocalSgd(PROBLEM, log_indices=True, **kw), data, hp, jax.random.key(8))
+    np.testing.assert_allclose(fast.output, full.output, rtol=1e-6, atol=1e-7)
+    assert np.all(full.round_metrics["available"].sum(axis=1) == 2)

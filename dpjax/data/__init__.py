@@ -46,21 +46,9 @@ from dpjax.data.preprocess import (
     standardize_fit,
 )
 
-__all__ = [
-    "CAL_HOUSING_FEATURES",
-    "DIFF2_DATASETS",
-    "GAS_TURBINE_FEATURES",
-    "KDD_FEATURES",
-    "diff2_dataset",
-    "diff2_silos",
-    "download_diff2",
-    "load_a9a",
-    "load_blogfeedback",
-    "load_california_housing",
-    "load_gas_turbine",
-    "load_kddcup99",
-    "load_svmlight",
-    "load_w8a",
+from dpjax.data import diff2 as _diff2
+
+__all__ = list(_diff2.__all__) + [
     "ENV_VAR",
     "INSURANCE_FEATURES",
     "ISRL_MNIST_PAIRS",

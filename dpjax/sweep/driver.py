@@ -142,8 +142,10 @@ class _Sweep:
         """
         from dpjax.accounting import api
 
-        ref = {**self.entry.hparam_defaults, "learning_rate": 1.0, "clip_norm": 1.0, "noise_std": 1.0}
-        schedule = self.algorithm(g).privacy_schedule(td.train.min_size, self.entry.make_hparams(ref))
+        ref = {**self.entry.hparam_defaults, **{k: 1.0 for k in self.entry.required_hparams},
+               "clip_norm": 1.0, "noise_std": 1.0}
+        alg = self.algorithm(g)
+        schedule = alg.privacy_schedule(td.train.min_size, self.entry.make_hparams(ref, algorithm=alg))
         delta = self.delta(td)
         ck = ("sigma1", schedule, epsilon, delta)
         if ck not in self._hp_cache:
@@ -157,7 +159,7 @@ class _Sweep:
         trials = [g.trials[i] for i in c.trial_idx]
         hp_rows = [[self.hparams(g, t, h) for h in c.cfg_idx] for t in trials]
         hp = self.entry.make_hparams({k: np.array([[r[k] for r in row] for row in hp_rows], np.float32)
-                                      for k in hp_rows[0][0]})
+                                      for k in hp_rows[0][0]}, algorithm=self.algorithm(g))
         data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
         kd = np.stack([np.stack([program.run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
@@ -211,7 +213,7 @@ class _Sweep:
                 )
             row = {"run_id": rid, "group": g.index, "trial": t, "repetition": s}
             row.update({k: v for k, v in g.static.items()})
-            row["batch_size_resolved"] = getattr(alg, "batch_size", None)
+            row.update(self.entry.resolved_columns(alg))
             row.update({f"axis_{k}": v for k, v in g.configs[h].items()})
             row.update(hp)
             if "epsilon" in g.configs[h]:

@@ -1,0 +1,196 @@
+"""Every registered algorithm family runs as a sweep, and a sweep row equals a direct run.
+
+The direct run builds the algorithm and its hparams with the algorithm
+module's own constructors (not the registry) and calls
+``dpjax.engine.run`` with the run key ``fold_in(fold_in(key(seed), trial),
+repetition)``.
+"""
+
+import math
+import tomllib
+
+import jax
+import numpy as np
+import pytest
+
+from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.algorithms.local_sgd import LocalSgd
+from dpjax.engine import runner
+from dpjax.primitives.sampling import FixedAvailability
+from dpjax.sweep import ALGORITHMS, SweepConfig, registry, run_sweep
+from dpjax.sweep.driver import _Sweep
+from tests.sweep.conftest import TINY
+
+R = 4  # rounds of every config below (eval after rounds 2 and 4)
+
+# algorithm -> (static table, grid axes beyond trial/repetition)
+CONFIGS = {
+    "isrl-mbsgd": ({"batch_size": 8, "sampling": "without-replacement"},
+                   {"learning_rate": [0.1, 1.0], "noise_std": [0.5], "clip_norm": ["1*maxnorm"]}),
+    "mbsgd": ({"batch_size": 8}, {"learning_rate": [0.1, 1.0]}),
+    "isrl-local-sgd": ({"local_steps": 3, "available": 2},
+                       {"learning_rate": [0.05, 0.3], "noise_std": [0.2], "clip_norm": [1.0]}),
+    "local-sgd": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
+    "fedavg": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
+    "isrl-accelerated": ({"batch_size": 8},  # one-pass: R K = 32 <= n = 40
+                         {"smoothness": [1.0, 4.0], "regularization": [0.01], "noise_std": [0.2], "clip_norm": [1.0]}),
+    "accelerated": ({"batch_size": 8, "sampling": "without-replacement"},
+                    {"smoothness": [1.0, 4.0], "strong_convexity": [0.1]}),
+}
+
+
+def direct(name, problem, row):
+    """The same configuration built by hand: ``(algorithm, hparams)``."""
+    if name == "isrl-mbsgd":
+        return (NoisyMbSgd(problem, R, 8, sampling="without-replacement"),
+                MbSgdHParams.create(row.learning_rate, row.noise_std, row.clip_norm))
+    if name == "mbsgd":
+        return NoisyMbSgd(problem, R, 8, private=False), MbSgdHParams.create(row.learning_rate)
+    if name == "isrl-local-sgd":
+        return (LocalSgd(problem, R, 3, availability=FixedAvailability(2)),
+                MbSgdHParams.create(row.learning_rate, row.noise_std, row.clip_norm))
+    if name in ("local-sgd", "fedavg"):
+        return LocalSgd(problem, R, 3, private=False), MbSgdHParams.create(row.learning_rate)
+    if name == "isrl-accelerated":
+        sched = AcsaSchedule.single_stage(R, row.smoothness, row.strong_convexity, row.regularization)
+        return AcceleratedMbSgd(problem, R, 8), AcceleratedHParams.create(sched, row.noise_std, row.clip_norm)
+    if name == "accelerated":
+        sched = AcsaSchedule.single_stage(R, row.smoothness, row.strong_convexity, row.regularization)
+        return (AcceleratedMbSgd(problem, R, 8, sampling="without-replacement", private=False),
+                AcceleratedHParams.create(sched))
+    raise AssertionError(name)
+
+
+def config(name, **top) -> SweepConfig:
+    d = tomllib.loads(TINY)
+    static, grid = CONFIGS[name]
+    d.update(algorithm=name, num_rounds=R, eval_every=2, static=dict(static),
+             grid={**grid, "repetition": 2, "trial": 2}, **top)
+    return SweepConfig.from_dict(d)
+
+
+def test_every_registered_algorithm_is_covered():
+    assert set(CONFIGS) == set(ALGORITHMS)
+    assert {"isrl-mbsgd", "isrl-local-sgd", "local-sgd", "fedavg", "mbsgd", "isrl-accelerated"} <= set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
+    cfg = config(name)
+    res = run_sweep(cfg, tmp_path, devices=jax.local_devices()[:1], progress=False)
+    runs, evals = res.runs, res.evals
+    assert len(runs) == 2 * 2 * 2 and runs.run_id.is_unique and (runs.diverged_round == -1).all()
+    assert sorted(evals.eval_round.unique()) == [2, 4]
+    assert np.isfinite(runs[["train_loss", "test_loss", "train_error", "test_error"]].to_numpy()).all()
+    resolved = "local_steps_resolved" if "local" in name or name == "fedavg" else "batch_size_resolved"
+    assert (runs[resolved] == CONFIGS[name][0].get("local_steps", CONFIGS[name][0].get("batch_size"))).all()
+
+    sw = _Sweep(cfg, jax.local_devices()[:1])
+    for _, row in runs.iloc[[0, 3, 5, 6]].iterrows():  # both trials, repetitions and configs
+        td = sw.trial(int(row.trial))
+        alg, hp = direct(name, td.problem, row)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
+        one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+                         eval_data=td.eval_data, eval_every=cfg.eval_every)
+        ev = evals[evals.run_id == row.run_id].sort_values("eval_round")
+        for m in ("train_loss", "test_loss", "train_error", "test_error"):
+            # The sweep vmaps configs that share a key and data (gradients become matrix
+            # products) while the direct run is unbatched: XLA may reduce and fuse in a
+            # different order, so the last float32 bits can differ (errors are exact counts).
+            np.testing.assert_allclose(ev[m].to_numpy(), one.eval_metrics[m].astype(np.float64), rtol=1e-6,
+                                       atol=1e-7, err_msg=f"{name} {m}")
+
+
+@pytest.mark.parametrize("name, accountant", [("isrl-local-sgd", "rdp"), ("isrl-local-sgd", "paper-experiment"),
+                                              ("isrl-accelerated", "rdp")])
+def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, accountant):
+    from dpjax.accounting import api
+
+    static, grid = CONFIGS[name]
+    grid = {k: v for k, v in grid.items() if k != "noise_std"}
+    grid["epsilon"] = [1.0, 8.0]
+    d = tomllib.loads(TINY)
+    d.update(algorithm=name, num_rounds=R, static=dict(static), grid={**grid, "trial": 1},
+             privacy={"accountant": accountant, "delta": "1/n^2"})
+    cfg = SweepConfig.from_dict(d)
+    sw = _Sweep(cfg, jax.local_devices()[:1])
+    g = sw.groups[0]
+    alg = sw.algorithm(g)
+    entry = registry.get_algorithm(name)
+    n, delta = 40, 1 / 40**2
+    for h, axes in enumerate(g.configs):
+        hp = sw.hparams(g, 0, h)
+        sched = alg.privacy_schedule(n, entry.make_hparams(hp, algorithm=alg))
+        assert sched.noise_std == hp["noise_std"] > 0
+        assert api.compute_epsilon(sched, delta, accountant).epsilon <= axes["epsilon"] * (1 + 1e-9)
+        unit = alg.privacy_schedule(n, entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg))
+        sigma = api.calibrate_noise(unit, axes["epsilon"], delta, accountant) * hp["clip_norm"]
+        assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
+
+
+def test_local_sgd_isrl_experiment_local_steps_uses_the_mbsgd_k_rule():
+    d = tomllib.loads(TINY)
+    d.update(algorithm="isrl-local-sgd", num_rounds=R, static={"local_steps": "isrl-experiment"},
+             grid={"learning_rate": [0.1], "epsilon": [2.0, 8.0]},
+             privacy={"accountant": "paper-experiment", "delta": "1/n^2"})
+    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    assert sw.algorithm(sw.groups[0]).local_steps == math.ceil(40 * math.sqrt(8.0) / (2 * math.sqrt(R)))
+
+
+def test_unknown_algorithm_lists_the_known_ones():
+    d = tomllib.loads(TINY)
+    d["algorithm"] = "fedprox"
+    with pytest.raises(ValueError) as err:
+        SweepConfig.from_dict(d)
+    msg = str(err.value)
+    assert "algorithm='fedprox' is unknown" in msg and all(repr(n) in msg for n in ALGORITHMS)
+    with pytest.raises(ValueError, match="isrl-local-sgd"):
+        registry.get_algorithm("fedprox")
+
+
+@pytest.mark.parametrize(
+    "name, mutate, key",
+    [
+        ("mbsgd", lambda d: d["grid"].update(epsilon=[1.0]), "grid.epsilon"),
+        ("local-sgd", lambda d: d["grid"].update(noise_std=[0.1]), "grid.noise_std"),
+        ("accelerated", lambda d: d["grid"].update(clip_norm=[1.0]), "grid.clip_norm"),
+        ("local-sgd", lambda d: d["static"].update(local_steps="isrl-experiment"), "static.local_steps"),
+        ("isrl-local-sgd", lambda d: d["static"].update(local_steps="isrl-experiment"), "static.local_steps"),
+        ("isrl-local-sgd", lambda d: d["static"].update(batch_size=3), "static.batch_size"),
+        ("isrl-local-sgd", lambda d: d["static"].pop("local_steps"), "static.local_steps"),
+        ("isrl-local-sgd", lambda d: d["static"].update(local_steps=0), "static.local_steps"),
+        ("mbsgd", lambda d: d["static"].update(private=True), "static.private"),
+        ("isrl-accelerated", lambda d: d["grid"].update(smoothness=[0.0]), "grid.smoothness[0]"),
+        ("isrl-accelerated", lambda d: d["grid"].update(regularization=[-1.0]), "grid.regularization[0]"),
+        ("isrl-accelerated", lambda d: d["grid"].pop("smoothness"), "grid.smoothness"),
+        ("isrl-accelerated", lambda d: d["grid"].update(learning_rate=[0.1]), "grid.learning_rate"),
+        ("isrl-accelerated", lambda d: d["static"].update(batch_size="isrl-experiment"), "static.batch_size"),
+        ("accelerated", lambda d: d["static"].update(projection_radius=-1.0), "static.projection_radius"),
+    ],
+)
+def test_bad_family_configs_name_the_key(name, mutate, key):
+    d = tomllib.loads(TINY)
+    static, grid = CONFIGS[name]
+    d.update(algorithm=name, num_rounds=R, static=dict(static), grid=dict(grid))
+    mutate(d)
+    with pytest.raises(ValueError) as err:
+        SweepConfig.from_dict(d)
+    assert key in str(err.value)
+
+
+def test_accelerated_hparams_need_the_algorithm():
+    with pytest.raises(ValueError, match="num_rounds"):
+        registry.get_algorithm("isrl-accelerated").make_hparams({"smoothness": 1.0})
+
+
+def test_acsa_single_stage_lanes_equal_the_scalar_schedule():
+    vals = {"smoothness": np.array([[1.0, 4.0]], np.float32), "strong_convexity": np.array([[0.1, 0.0]], np.float32),
+            "regularization": np.array([[0.01, 0.3]], np.float32)}
+    batched = registry.acsa_single_stage(vals, 5)
+    for j in range(2):
+        one = AcsaSchedule.single_stage(5, *(float(vals[k][0, j]) for k in ("smoothness", "strong_convexity",
+                                                                               "regularization")))
+        for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(batched)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[0, j])
+            assert np.asarray(a).dtype == np.asarray(b).dtype

@@ -199,6 +199,30 @@ def test_dense_and_gather_paths_agree_in_law():
         NoisyMbSgd(LogisticRegression(DIM), num_rounds=2, batch_size=2, gradient_path="fast")
 
 
+@pytest.mark.parametrize("sampling,batch_size,dense", [
+    ("without-replacement", 10, True),   # a mask draw, K >= n/8: two dense passes
+    ("without-replacement", 2, False),   # K < n/8: gather the few rows
+    ("with-replacement", 10, False),     # weights are a scatter of K indices: gather
+    ("one-pass", 3, False),
+    ("poisson", 10, True),
+])
+def test_auto_gradient_path_rule(sampling, batch_size, dense):
+    xs, ys = _silos(sizes=(20, 20, 20))
+    data = SiloData.from_silos(xs, ys)
+    algo = NoisyMbSgd(LogisticRegression(DIM), num_rounds=2, batch_size=batch_size, sampling=sampling)
+    assert algo._dense(data) is dense
+    # a problem without a closed form always gathers
+    assert not dataclasses.replace(algo, problem=_NoClosedForm(LogisticRegression(DIM)))._dense(data)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoClosedForm:
+    inner: object
+
+    def loss(self, params, x, y):
+        return self.inner.loss(params, x, y)
+
+
 def test_shared_key_grid_equals_runs_with_that_key(algo, data):
     configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5)]
     key = jax.random.key(21)

@@ -124,8 +124,10 @@ class NoisyMbSgd:
         draws): ``"gather"`` gathers the K sampled rows and uses per-example
         autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses
         the problem's closed-form clipped sum over the silo (GLMs; no gather);
-        ``"auto"`` (default) picks dense when the problem supports it and
-        ``K >= n_max / 8``.
+        ``"auto"`` (default) picks dense when the problem supports it,
+        ``K >= n_max / 8`` and the sampler draws a real mask (not with
+        replacement or one-pass, whose weights are a scatter of K indices);
+        see ``federated.prefer_dense_gradients``.
     """
 
     problem: Any
@@ -206,7 +208,7 @@ class NoisyMbSgd:
     def _dense(self, data: SiloData) -> bool:
         if self.gradient_path != "auto":
             return self.gradient_path == "dense"
-        return federated.supports_dense_gradients(self.problem, self.sampler) and 8 * self.batch_size >= data.n_max
+        return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, data.n_max)
 
     def params(self, state: MbSgdState):
         return state.params

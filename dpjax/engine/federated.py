@@ -186,6 +186,15 @@ def supports_dense_gradients(problem, sampler) -> bool:
     return hasattr(problem, "weighted_grad_sum") and hasattr(sampler, "draw_weights")
 
 
+def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> bool:
+    """The ``gradient_path="auto"`` rule: dense when it applies, the batch is not tiny
+    (``8 K >= n_max``: two passes over the silo cost less than gathering K rows and
+    drawing K distinct indices by ``top_k``) and the sampler's multiplicity vector is
+    not just a scatter of gathered indices (``weights_by_scatter``)."""
+    return (supports_dense_gradients(problem, sampler) and 8 * batch_size >= n_max
+            and not getattr(sampler, "weights_by_scatter", False))
+
+
 def silo_dense_gradients(
     problem,
     sampler,

@@ -257,6 +257,11 @@ class _BatchSampler:
 
     # ``draw_weights`` is the gather-free form of ``draw``: the batch as a
     # multiplicity vector over all ``n_max`` rows (same law, other draws).
+    # ``weights_by_scatter``: the vector is a scatter of ``draw``'s indices, so
+    # gathering those K rows is always cheaper than two passes over all n_max
+    # (measured: 2114 vs 1952 rounds/s single, 26.8k vs 14.4k run-rounds/s on a
+    # 32-config grid, with-replacement K=444 of n=1238, d=50).
+    weights_by_scatter = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,6 +269,7 @@ class WithReplacement(_BatchSampler):
     """K indices drawn uniformly with replacement (Algorithm 2 as printed)."""
 
     scheme = "with-replacement"
+    weights_by_scatter = True
 
     def draw(self, key, size, n_max, round_index, silo_state):
         idx = sample_with_replacement(key, size, self.batch_size)
@@ -294,6 +300,7 @@ class OnePass(_BatchSampler):
     """Round r uses block r of a per-silo permutation: every record at most once."""
 
     scheme = "one-pass"
+    weights_by_scatter = True
 
     def validate(self, min_size: int, num_rounds: int) -> None:
         super().validate(min_size, num_rounds)

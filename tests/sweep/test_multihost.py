@@ -45,7 +45,13 @@ def _tiny_cfg() -> SweepConfig:
     return SweepConfig.from_dict(d)
 
 
-def test_two_processes_with_jax_distributed_equal_one_process(tmp_path):
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The tiny sweep (chunk_size 4) in this process, on one device."""
+    return run_sweep(_tiny_cfg(), tmp_path_factory.mktemp("single"), devices=jax.local_devices()[:1], progress=False)
+
+
+def test_two_processes_with_jax_distributed_equal_one_process(tmp_path, reference):
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text(TINY.replace('name = "tiny"', 'name = "tiny"\nchunk_size = 4'))  # as _tiny_cfg()
     out = tmp_path / "shared"
@@ -72,7 +78,7 @@ def test_two_processes_with_jax_distributed_equal_one_process(tmp_path):
         assert "all 2 processes finished" in log and "holds 12 of 12 chunks" in log, log
 
     # the shared directory == one process on one device, bit for bit
-    ref = run_sweep(_tiny_cfg(), tmp_path / "single", devices=jax.local_devices()[:1], progress=False)
+    ref = reference
     runs, evals = load_results(out)
     assert len(runs) == 36 and set(runs.run_id) == set(ref.runs.run_id)
     pd.testing.assert_frame_equal(runs, ref.runs, check_exact=True)
@@ -127,3 +133,15 @@ def test_followers_wait_for_the_leaders_config(tmp_path):
     with pytest.raises(ValueError, match="process 0 has not written"):
         run_sweep(_tiny_cfg(), tmp_path, process_index=1, process_count=2, wait_for_config=0.3, progress=False)
     assert not (tmp_path / "config.json").exists()
+
+
+def test_manual_process_split_still_equals_one_process(tmp_path, reference):
+    """``--process-index/--process-count`` without the runtime: two shares, one directory."""
+    first = run_sweep(_tiny_cfg(), tmp_path, process_index=1, process_count=2, progress=False)
+    assert first.computed_chunks == [f"g000-c{i:06d}" for i in range(1, 12, 2)]
+    second = run_sweep(_tiny_cfg(), tmp_path, process_index=0, process_count=2, progress=False)
+    assert second.computed_chunks == [f"g000-c{i:06d}" for i in range(0, 12, 2)]
+    pd.testing.assert_frame_equal(second.runs, reference.runs, check_exact=True)
+    pd.testing.assert_frame_equal(second.evals, reference.evals, check_exact=True)
+    with pytest.raises(ValueError, match="process_index=2"):
+        run_sweep(_tiny_cfg(), tmp_path, process_index=2, process_count=2, progress=False)

@@ -39,6 +39,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _launch_pair(cfg_path, out, port):
+    """Runs ``dpjax sweep --distributed`` as processes 0 and 1 on 127.0.0.1:port; returns (procs, logs).
+
+    Bounded by TIMEOUT_S; children still running on the way out are killed.
+    """
+    env = _clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                     JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")  # loopback only
+    base = [sys.executable, "-m", "dpjax.cli", "sweep", str(cfg_path), "--out", str(out), "--no-progress",
+            "--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+            "--init-timeout", "120", "--shutdown-timeout", "300"]
+    procs = []
+    try:
+        for i in range(2):
+            procs.append(subprocess.Popen(base + ["--process-id", str(i)], cwd=REPO, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    return procs, logs
+
+
 def _tiny_cfg() -> SweepConfig:
     d = tomllib.loads(TINY)
     d["chunk_size"] = 4  # 12 chunks: 6 per process, 2 per step on each process's 2 devices
@@ -54,24 +78,11 @@ def reference(tmp_path_factory):
 def test_two_processes_with_jax_distributed_equal_one_process(tmp_path, reference):
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text(TINY.replace('name = "tiny"', 'name = "tiny"\nchunk_size = 4'))  # as _tiny_cfg()
-    out = tmp_path / "shared"
-    port = _free_port()
-    env = _clean_env(XLA_FLAGS="--xla_force_host_platform_device_count=2",
-                     JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")
-    base = [sys.executable, "-m", "dpjax.cli", "sweep", str(cfg_path), "--out", str(out), "--no-progress",
-            "--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-            "--init-timeout", "120", "--shutdown-timeout", "300"]
-    procs = []
-    try:
-        for i in range(2):
-            procs.append(subprocess.Popen(base + ["--process-id", str(i)], cwd=REPO, env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait(timeout=30)
+    for attempt in range(2):  # a second try only if the free port was taken in between
+        out = tmp_path / f"shared{attempt}"
+        procs, logs = _launch_pair(cfg_path, out, _free_port())
+        if not any("address already in use" in log.lower() for log in logs):
+            break
     for i, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"process {i}:\n{log[-4000:]}"
         assert f"(process {i} of 2): computed 6 chunk(s)" in log, log

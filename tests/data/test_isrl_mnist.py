@@ -105,3 +105,28 @@ def test_real_mnist_25_silos(mnist_real, mnist_pca):
     np.testing.assert_array_equal(again.train_x[3], fd.train_x[3])
     other = isrl_mnist_silos(x, y, seed=1, pca=mnist_pca)
     assert not np.array_equal(other.metadata["train_indices"][3], fd.metadata["train_indices"][3])
+
+
+def test_reused_pca_projection_cache_is_exact_and_tied_to_the_images():
+    from dpjax.data import isrl as isrl_data
+    from dpjax.data.preprocess import pca_fit
+
+    images, labels = _synthetic_digits()
+    pca = pca_fit(images.reshape(images.shape[0], -1) / 255.0, 5)
+    first = isrl_mnist_silos(images, labels, seed=4, n_per_digit=10, pca_dim=5, pca=pca)
+    assert isrl_data._PROJECTION_CACHE  # the whole image set was projected once
+    again = isrl_mnist_silos(images, labels, seed=4, n_per_digit=10, pca_dim=5, pca=pca)
+    isrl_data._PROJECTION_CACHE.clear()
+    fresh = isrl_mnist_silos(images, labels, seed=4, n_per_digit=10, pca_dim=5, pca=pca)
+    for a, b, c in zip(first.train_x, again.train_x, fresh.train_x):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+    # the rows really are the PCA features of the images behind them
+    idx = first.metadata["train_indices"][0]
+    expect = (images.reshape(images.shape[0], -1)[idx] / 255.0 - pca.mean) @ pca.components[:5].T
+    np.testing.assert_allclose(first.train_x[0], expect.astype(np.float32), rtol=1e-6, atol=1e-6)
+    # other images (a modified copy) are never served from the cache
+    other = images.copy()
+    other[:] = 255 - other
+    flipped = isrl_mnist_silos(other, labels, seed=4, n_per_digit=10, pca_dim=5, pca=pca)
+    assert not np.allclose(flipped.train_x[0], first.train_x[0])

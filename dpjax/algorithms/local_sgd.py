@@ -87,21 +87,26 @@ def local_sgd_trajectory(
 ):
     """K = ``num_steps`` single-record (noisy, clipped) SGD steps of one silo.
 
-    Step ``t`` uses ``fold_in(sample_key, t)`` for its record index and
-    ``fold_in(noise_key, t)`` for its noise, so the non-private twin sees the
-    same records. Returns ``(last_iterate, indices [K])``.
+    All K record indices come from one draw on ``sample_key`` and all K
+    standard-normal noise vectors from one draw on ``noise_key``, made before
+    the sequential steps (the steps only consume them): K small PRNG calls
+    inside the scan cost ~100 us each on CPU and dominated the run. The
+    non-private twin sees the same records. Returns ``(last_iterate, indices [K])``.
     """
+    indices = sampling_lib.sample_with_replacement(sample_key, size, num_steps)
+    stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_steps,) + jnp.shape(p), jnp.result_type(p)), params)
+    std_normals = noise.gaussian_like(noise_key, stacked, 1.0) if private else None
 
-    def body(w, t):
-        j = sampling_lib.sample_with_replacement(jax.random.fold_in(sample_key, t), size, 1)[0]
+    def body(w, step):
+        j, z = step
         g = jax.grad(problem.loss)(w, x[j], y[j])
         if private:
             g = clipping.clip_to_norm(g, clip_norm)
-            g = noise.add_gaussian_noise(jax.random.fold_in(noise_key, t), g, noise_std)
+            g = jax.tree_util.tree_map(lambda gi, zi: gi + jnp.asarray(noise_std, zi.dtype) * zi, g, z)
         w = jax.tree_util.tree_map(lambda p, gi: p - learning_rate * gi, w, g)
         return project_l2_ball(w, projection_radius), j
 
-    return jax.lax.scan(body, params, jnp.arange(num_steps))
+    return jax.lax.scan(body, params, (indices, std_normals))
 
 
 @dataclasses.dataclass(frozen=True)

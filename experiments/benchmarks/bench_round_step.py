@@ -15,7 +15,11 @@ time (rounds/s), and a grid of ``--grid`` configurations (step sizes and noise
 levels) vmapped into one program sharing the data and the run key (common
 random numbers, as sweeps use; run-rounds/s, i.e. rounds of all runs per second) -- the way sweeps and figure reproductions use it.
 A NumPy loop runs one configuration at a time, so its rounds/s is also its
-run-rounds/s on a grid.
+run-rounds/s on a grid. A last line per setting times a program that makes only
+one configuration's random draws (availability, batches, noise): the ceiling
+of single-configuration throughput with threefry keys, whatever the arithmetic
+costs. On the grid those draws are shared by all configurations (common random
+numbers) and stop mattering.
 
 Usage: ``python experiments/benchmarks/bench_round_step.py [--rounds 200] [--grid 32] [--repeats 3]``
 """
@@ -76,6 +80,36 @@ def time_compiled_grid(algo, data, width, repeats):
         jax.block_until_ready(call(i + 1))
         best = min(best, time.perf_counter() - t0)
     return width * algo.num_rounds / best
+
+
+def time_draws_only(algo, data, repeats):
+    """rounds/s of a program that makes only one configuration's random draws of a
+    round (availability, the silos' batches, the silos' noise) and no arithmetic:
+    the ceiling of single-configuration throughput with counter-based (threefry)
+    keys on this device."""
+    from dpjax import keys as keys_lib
+    from dpjax.engine import federated
+
+    params = algo.problem.init_params()
+
+    def one_round(acc, r):
+        key = keys_lib.round_key(jax.random.key(7), r)
+        silo_ids, _ = federated.available_silos(algo.availability, key, data.num_silos)
+        silo_keys = keys_lib.silo_keys(keys_lib.stream_key(key, "sampling"), data.num_silos)[silo_ids]
+        draw = algo.sampler.draw_weights if algo._dense(data) else algo.sampler.draw
+        batch = jax.vmap(lambda k, size: draw(k, size, data.n_max, r, None)[0])(silo_keys, data.sizes[silo_ids])
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros((silo_ids.shape[0],) + p.shape, p.dtype), params)
+        noisy = federated.privatize_messages(zeros, key, 1.0, data.num_silos, silo_ids)
+        return acc + jnp.sum(batch) + sum(jnp.sum(l) for l in jax.tree_util.tree_leaves(noisy)), None
+
+    fn = jax.jit(lambda: jax.lax.scan(one_round, jnp.float32(0), jnp.arange(algo.num_rounds))[0])
+    jax.block_until_ready(fn())
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        best = min(best, time.perf_counter() - t0)
+    return algo.num_rounds / best
 
 
 def numpy_loop(xs, ys, rounds, K, M, clip, sigma, lr, seed=0):
@@ -141,6 +175,9 @@ def main(argv=None):
             ratio, speedup = twin_rps / priv_rps, priv_rps / np_rps
             rows.append((name, mode, priv_rps, twin_rps, np_rps, ratio, speedup))
             print(f"{name:11s} {mode:6s} {priv_rps:9.1f} {twin_rps:9.1f} {np_rps:7.1f} {ratio:18.2f} {speedup:16.1f}")
+        draws_rps = time_draws_only(private, data, args.repeats)
+        print(f"{name:11s} draws-only ceiling of one configuration: {draws_rps:9.1f} rounds/s "
+              f"= {draws_rps / np_rps:.1f}x numpy (the round's PRNG draws alone, no arithmetic)")
     print("targets: private/non-private time <= 1.3; private/numpy speed >= 15")
     return rows
 

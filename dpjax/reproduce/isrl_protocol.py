@@ -210,16 +210,19 @@ def run_grid(
     """Runs every spec of one trial with ``run_many`` and returns one row per run.
 
     Repetition ``r`` of every configuration uses ``fold_in(key, r)`` (common
-    random numbers across step sizes, epsilons and calibrations). Runs are
-    batched in chunks of ``chunk_size`` (the last chunk padded by repeating
-    its first run), so the compiled program is the same for every chunk and
-    every trial. A run is *diverged* if its iterate went non-finite or its
+    random numbers across step sizes, epsilons and calibrations). The runs of
+    one repetition share that key, so they run as ``run_many(shared_key=True)``:
+    availability, batches and standard-normal draws are computed once and
+    shared by all of them, and their gradients become matrix products
+    (ISRL-DP Local SGD, 60 MNIST configurations: 1.1 s instead of 17 s with
+    one key per run). Runs are batched in chunks of ``chunk_size`` within a
+    repetition (the last chunk padded by repeating its first run), so the
+    compiled program is the same for every chunk and every trial. A run is *diverged* if its iterate went non-finite or its
     final training loss exceeds ``divergence_threshold`` (the authors' guard);
     its ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
     ``test``, ``diverged``.
     """
     import jax
-    import jax.numpy as jnp
 
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
     from dpjax.engine import run_many, stack_hparams
@@ -229,25 +232,32 @@ def run_grid(
     _validate.check_int("chunk_size", chunk_size, min_value=1)
     _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
     specs = list(specs)
-    size = min(chunk_size, len(specs))
-    train_loss, test, diverged = [], [], []
-    for start in range(0, len(specs), size):
-        chunk = specs[start:start + size]
-        real = len(chunk)
-        chunk = chunk + [chunk[0]] * (size - real)
-        hps = stack_hparams([MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm) for s in chunk])
-        rkeys = jnp.stack([jax.random.fold_in(key, s.repetition) for s in chunk])
-        res = run_many(algorithm, train, hps, rkeys, eval_fn=evaluator, eval_data=eval_data, on_nonfinite="mark")
-        tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
-        te = np.asarray(res.eval_metrics["test"][:, -1], np.float64)[:real]
-        bad = (np.asarray(res.diverged_round)[:real] >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
-        train_loss.append(np.where(bad, np.inf, tl))
-        test.append(np.where(bad, np.nan, te))
-        diverged.append(bad)
+    by_rep: dict[int, list[int]] = {}
+    for i, s in enumerate(specs):
+        by_rep.setdefault(int(s.repetition), []).append(i)
+    size = min(chunk_size, max(len(ix) for ix in by_rep.values()))
+    train_loss = np.empty(len(specs))
+    test = np.empty(len(specs))
+    diverged = np.empty(len(specs), bool)
+    for rep, members in by_rep.items():
+        rep_key = jax.random.fold_in(key, rep)
+        for start in range(0, len(members), size):
+            ix = members[start:start + size]
+            real = len(ix)
+            chunk = [specs[i] for i in ix] + [specs[ix[0]]] * (size - real)
+            hps = stack_hparams([MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm) for s in chunk])
+            res = run_many(algorithm, train, hps, rep_key, eval_fn=evaluator, eval_data=eval_data,
+                           on_nonfinite="mark", shared_key=True)
+            tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
+            te = np.asarray(res.eval_metrics["test"][:, -1], np.float64)[:real]
+            bad = (np.asarray(res.diverged_round)[:real] >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
+            train_loss[ix] = np.where(bad, np.inf, tl)
+            test[ix] = np.where(bad, np.nan, te)
+            diverged[ix] = bad
     df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
-    df["train_loss"] = np.concatenate(train_loss)
-    df["test"] = np.concatenate(test)
-    df["diverged"] = np.concatenate(diverged)
+    df["train_loss"] = train_loss
+    df["test"] = test
+    df["diverged"] = diverged
     return df
 
 

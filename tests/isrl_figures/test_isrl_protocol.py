@@ -100,6 +100,16 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
     # Repetition r of a spec uses fold_in(key, r) wherever it sits in the grid.
     again = proto.run_grid(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4)
     np.testing.assert_array_equal(again["train_loss"].to_numpy(), whole["train_loss"].to_numpy()[3:7])
+    # Each row is the run done alone with its repetition's key (the grid shares that key
+    # across a repetition's runs; rtol: the shared draws turn per-run products into GEMMs).
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+    from dpjax.engine import runner
+
+    for i in (0, 3, 4):
+        s = specs[i]
+        alone = runner.run(algo, train, MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm),
+                           jax.random.fold_in(key, s.repetition), eval_fn=ev, eval_data=eval_data)
+        np.testing.assert_allclose(whole["train_loss"].iloc[i], alone.eval_metrics["train_loss"][-1], rtol=1e-5)
     # A threshold below every loss marks everything as diverged.
     low = proto.run_grid(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4)
     assert low["diverged"].all()

@@ -59,6 +59,7 @@ __all__ = [
     "PrivacyUnit",
     "GaussianSchedule",
     "PrivacyReport",
+    "SdpReport",
 ]
 
 
@@ -305,3 +306,49 @@ class PrivacyReport:
             f"ε = {eps} (δ = {self.delta:.2g}; accountant={self.accountant}, "
             f"sampling={self.sampling}, neighbouring={self.neighboring}, unit={self.unit})"
         )
+
+
+@dataclass(frozen=True)
+class SdpReport:
+    """A shuffle-model run's privacy: the central guarantee and, where the
+    analysis has one, the local guarantee of each silo before shuffling.
+
+    Attributes:
+      central: (eps, delta)-shuffle DP of everything the analyzer sees (unit
+        ``record``: one record anywhere, replace-one).
+      local: the per-silo guarantee of the silo's own messages (unit
+        ``record-in-silo``; ISRL-DP), or None when the paper's analysis gives
+        none (e.g. P_vec, whose security rests on the shuffler).
+      details: intermediate quantities of the accountant (name -> number).
+    """
+
+    central: PrivacyReport
+    local: PrivacyReport | None = None
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.central, PrivacyReport):
+            raise ValueError(f"central={self.central!r} must be a PrivacyReport")
+        if self.local is not None and not isinstance(self.local, PrivacyReport):
+            raise ValueError(f"local={self.local!r} must be a PrivacyReport or None")
+        object.__setattr__(self, "details", dict(self.details))
+
+    @property
+    def epsilon(self) -> float:
+        """The central (shuffle-DP) epsilon."""
+        return self.central.epsilon
+
+    @property
+    def delta(self) -> float:
+        """The central (shuffle-DP) delta."""
+        return self.central.delta
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dict: ``central``, ``local`` (or None) and ``details``."""
+        details = {k: ("inf" if isinstance(x, float) and math.isinf(x) else x) for k, x in self.details.items()}
+        return {"central": self.central.as_dict(), "local": None if self.local is None else self.local.as_dict(),
+                "details": details}
+
+    def __str__(self) -> str:
+        local = "none" if self.local is None else str(self.local)
+        return f"shuffle DP: {self.central}; local (per silo): {local}"

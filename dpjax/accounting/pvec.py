@@ -14,6 +14,28 @@ Modes:
   eps_hat solves sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2 = eps with
   c_e = (e^{eps_max} - 1)/eps_max, eps_max = eps_hat (2/g + 1) (still proven by the paper's lemmas).
 
+The inverse direction, ``pvec_epsilon``: which (eps, delta) do given (g, b, p)
+certify for n summed d-dimensional vectors? Lemma A.1 with m = b n trials and
+t = g fixes alpha = sqrt(10 ln(2/delta_hat)/(b n p)) (so that
+2 exp(-alpha^2 b n p/10) = delta_hat) and Lemma 3.1's per-coordinate
+parameter eps_hat = 3 g alpha = g sqrt(90 ln(2/delta_hat)/(b n p)) -- exactly
+the calculator's relation b p = 90 g^2 ln(2/delta_hat)/(eps_hat^2 n) read
+backwards. The coordinates are composed with Lemma 3.3 at
+gamma = delta_hat = delta/(d + 1):
+
+* ``composition="lemma"`` (default; the corrected constant of shuffle spec
+  S-11 and the exact sum bound S of ``lemma_opt``):
+  eps = sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2;
+* ``composition="printed"``: Lemma 3.3 as printed (2 sqrt(ln(1/gamma) sum eps_j^2))
+  with the proof's Sum eps_j^2 <= 9 eps_hat^2 (needs g >= sqrt d) and
+  e^x - 1 <= 2x (needs eps_j <= 1): eps = 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma)).
+
+``pvec_epsilon`` of ``pvec_params(eps, ..., "lemma_opt")`` returns eps (the
+calculator solves the same equation). ``pvec_params(eps, ..., "paper")``
+parameters certify much less than their nominal eps: Theorem 3.2's
+eps_hat = eps/(18 sqrt(ln(1/gamma))) is a loose sufficient choice (e.g.
+eps = 1, delta = 1e-5, d = 10, n = 1000: 0.094 with "lemma", 0.337 with "printed").
+
 The protocol's per-coordinate std is ~350-530x (paper) / ~45-55x (lemma_opt)
 that of a Gaussian mechanism with the same l2 sensitivity (spec §2.3 table).
 """
@@ -26,7 +48,19 @@ from dataclasses import dataclass
 from dpjax import _validate as v
 from dpjax.accounting.gdp import gaussian_mechanism_sigma
 
-__all__ = ["PvecParams", "p1d_params", "pvec_params", "pvec_sum_std", "pvec_gaussian_ratio"]
+__all__ = [
+    "PvecParams",
+    "PvecCertificate",
+    "COMPOSITIONS",
+    "p1d_params",
+    "pvec_params",
+    "pvec_epsilon",
+    "pvec_sum_std",
+    "pvec_gaussian_ratio",
+]
+
+#: Lemma 3.3 forms accepted by `pvec_epsilon` (see module docstring).
+COMPOSITIONS = ("lemma", "printed")
 
 
 @dataclass(frozen=True)
@@ -110,3 +144,87 @@ def pvec_sum_std(params: PvecParams, delta2: float = 1.0) -> float:
 def pvec_gaussian_ratio(params: PvecParams, delta2: float = 1.0) -> float:
     """Protocol std / exact analytic-Gaussian sigma for l2 sensitivity 2 Delta_2 at the same (eps, delta)."""
     return pvec_sum_std(params, delta2) / gaussian_mechanism_sigma(params.epsilon, params.delta, 2 * delta2)
+
+
+@dataclass(frozen=True)
+class PvecCertificate:
+    """What `pvec_epsilon` certifies for given protocol parameters.
+
+    ``epsilon``/``delta``: the (eps, delta)-shuffle-DP guarantee of one P_vec
+    invocation on ``n`` vectors of dimension ``d`` (delta = d delta_hat + gamma);
+    ``eps_hat``/``delta_hat``: Lemma 3.1's per-coordinate parameters;
+    ``alpha``: Lemma A.1's alpha = eps_hat/(3g); ``composition``: the Lemma 3.3 form.
+    """
+
+    epsilon: float
+    delta: float
+    n: int
+    d: int
+    g: int
+    b: int
+    p: float
+    eps_hat: float
+    delta_hat: float
+    gamma: float
+    alpha: float
+    composition: str
+
+
+def pvec_epsilon(
+    granularity: int, trials: int, probability: float, n: int, d: int, delta: float, composition: str = "lemma"
+) -> PvecCertificate:
+    """(eps, delta) certified for P_vec with parameters (g, b, p) on n vectors in R^d (Cheu et al. 2022, Thm 3.2).
+
+    Inverse of `pvec_params` (module docstring). Fewer vectors mean less
+    binomial noise (Bin(n b, p)), so pass the smallest ``n`` any invocation can
+    have. ``delta`` is split as gamma = delta_hat = delta/(d + 1), as in the
+    calculator.
+
+    Raises:
+      ValueError: naming the argument, when an input is invalid or a
+        hypothesis of Lemma 3.1 / A.1 / 3.3 fails: p < 1/2 and delta < 1/2;
+        alpha = eps_hat/(3g) <= 0.79 (so that ln((1+alpha)/(1-alpha)) <= 3 alpha,
+        spec S-5); alpha b n p >= 2g (Lemma A.1, i.e. eps_hat <= 15 ln(2/delta_hat));
+        eps_hat <= 15; and for ``composition="printed"`` g >= sqrt(d) and
+        eps_hat (2/g + 1) <= 1.
+    """
+    g = v.check_int("granularity", granularity, min_value=1)
+    b = v.check_int("trials", trials, min_value=1)
+    p = v.check_real("probability", probability)
+    if not 0 < p < 0.5:
+        raise ValueError(f"probability={probability!r} must be in (0, 1/2) (Lemma 3.1)")
+    n = v.check_int("n", n, min_value=1)
+    d = v.check_int("d", d, min_value=1)
+    dl = v.check_open_unit("delta", delta)
+    if dl >= 0.5:
+        raise ValueError(f"delta={delta!r} must be < 1/2 for P_1D/P_vec (Lemma 3.1)")
+    v.check_choice("composition", composition, COMPOSITIONS)
+    gamma = dl / (d + 1)
+    bnp = b * n * p
+    alpha = math.sqrt(10 * math.log(2 / gamma) / bnp)
+    eps_hat = 3 * g * alpha
+    if alpha > 0.79:
+        raise ValueError(
+            f"trials={b}, probability={p!r}: alpha = eps_hat/(3g) = {alpha:.4g} > 0.79 for n={n}, so "
+            "ln((1+alpha)/(1-alpha)) <= 3 alpha fails (Lemma 3.1, spec S-5); more trials or a larger probability needed"
+        )
+    if alpha * bnp < 2 * g or eps_hat > 15:
+        raise ValueError(
+            f"trials={b}, probability={p!r}: per-coordinate eps_hat = {eps_hat:.4g} for n={n} is outside Lemma 3.1 "
+            "(needs eps_hat <= 15 and alpha b n p >= 2g)"
+        )
+    em = eps_hat * (2 / g + 1)  # largest per-coordinate eps_j
+    log_g = math.log(1 / gamma)
+    if composition == "lemma":
+        s = 4 * d / g**2 + 4 * math.sqrt(d) / g + 1
+        eps = math.sqrt(2 * log_g * s) * eps_hat + math.expm1(em) / em * s * eps_hat**2
+    else:
+        if g * g < d:
+            raise ValueError(f"granularity={g} must be >= sqrt(d) = {math.sqrt(d):.4g} for the printed composition (Thm 3.2 proof)")
+        if em > 1:
+            raise ValueError(
+                f"granularity={g}: eps_j <= eps_hat (2/g + 1) = {em:.4g} must be <= 1 for the printed composition "
+                "(e^x - 1 <= 2x)"
+            )
+        eps = 18 * eps_hat**2 + 6 * eps_hat * math.sqrt(log_g)
+    return PvecCertificate(eps, d * gamma + gamma, n, d, g, b, p, eps_hat, gamma, gamma, alpha, composition)

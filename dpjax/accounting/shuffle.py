@@ -35,8 +35,11 @@ __all__ = [
     "approx_dp_shuffle_delta",
     "subsampled_epsilon",
     "advanced_composition",
+    "record_inclusion_probability",
     "isrl_shuffle_chain",
     "isrl_shuffle_sigma",
+    "CHAIN_MODES",
+    "PARTICIPATION",
 ]
 
 
@@ -54,33 +57,52 @@ def fmt_closed_form_epsilon(eps0: float, n: int, delta: float) -> float:
     return math.log1p((e - 1) / (e + 1) * (8 * math.sqrt(e * math.log(4 / delta)) / math.sqrt(n) + 8 * e / n))
 
 
+_TAIL = 1e-24  # binomial mass left out of the tables (charged to delta)
+
+
 @lru_cache(maxsize=32)
 def _fmt_pair(eps0: float, n: int):
-    """FMT dominating pair tables: (weights of C, P(k|c), Q(k|c), truncated C mass)."""
+    """FMT dominating pair tables over the relevant window of (C, k).
+
+    Returns (weights of C, P(k|c), Q(k|c), mass of P(.|c) and Q(.|c) outside
+    the k-window, truncated C mass). Rows: the C ~ Bin(n-1, e^{-eps0}) values
+    whose pmf is >= 1e-24; columns: k within c/2 +- sqrt(30 c) + 2 of every row
+    (Hoeffding: the Bin(c, 1/2) tail beyond is < 1e-24). Everything left out
+    is accounted exactly (cdf/sf) and added to delta by `fmt_numerical_delta`.
+    """
     pc = math.exp(-eps0)
-    lo = int(stats.binom.ppf(1e-21, n - 1, pc))
-    hi = int(stats.binom.isf(1e-21, n - 1, pc))
-    cs = np.arange(max(lo, 0), min(hi, n - 1) + 1)
-    wc = stats.binom.pmf(cs, n - 1, pc)
-    dropped = max(0.0, 1.0 - float(wc.sum()))
+    pmf_all = stats.binom.pmf(np.arange(n), n - 1, pc)
+    idx = np.flatnonzero(pmf_all >= _TAIL)
+    cs = np.arange(idx[0], idx[-1] + 1)
+    wc = pmf_all[cs]
+    dropped = max(0.0, float(stats.binom.cdf(cs[0] - 1, n - 1, pc) + stats.binom.sf(cs[-1], n - 1, pc)))
     p = math.exp(eps0) / (math.exp(eps0) + 1)
-    k = np.arange(int(cs[-1]) + 2)[None, :]
+    half = math.ceil(math.sqrt(30 * cs[-1])) + 2
+    kmin = max(0, int(cs[0]) // 2 - half)
+    kmax = min(int(cs[-1]) + 1, -(-int(cs[-1]) // 2) + half + 1)
+    k = np.arange(kmin, kmax + 1)[None, :]
     c = cs[:, None]
-    b = np.where(k <= c, stats.binom.pmf(np.minimum(k, c), c, 0.5), 0.0)
-    b_prev = np.concatenate([np.zeros((len(cs), 1)), b[:, :-1]], axis=1)
-    return wc, p * b_prev + (1 - p) * b, (1 - p) * b_prev + p * b, dropped
+    b = stats.binom.pmf(k, c, 0.5)  # 0 outside [0, c]
+    b_prev = stats.binom.pmf(k - 1, c, 0.5)
+    col = cs.astype(np.float64)
+    out_b = stats.binom.cdf(kmin - 1, col, 0.5) + stats.binom.sf(kmax, col, 0.5)
+    out_prev = stats.binom.cdf(kmin - 2, col, 0.5) + stats.binom.sf(kmax - 1, col, 0.5)
+    out_p = p * out_prev + (1 - p) * out_b
+    out_q = (1 - p) * out_prev + p * out_b
+    return wc, p * b_prev + (1 - p) * b, (1 - p) * b_prev + p * b, out_p, out_q, dropped
 
 
 def fmt_numerical_delta(eps0: float, n: int, epsilon: float) -> float:
-    """Exact delta(eps) of FMT's dominating pair for n shuffled eps0-DP reports (valid upper bound)."""
+    """Exact delta(eps) of FMT's dominating pair for n shuffled eps0-DP reports (valid upper bound;
+    the <= 1e-24 binomial tails left out of the tables are added in full)."""
     eps0 = v.check_positive("eps0", eps0)
     n = v.check_int("n", n, min_value=1)
     eps = v.check_nonnegative("epsilon", epsilon)
     if n == 1:
         return max(0.0, (1 - math.exp(eps - eps0)) / (1 + math.exp(-eps0))) if eps < eps0 else 0.0
-    wc, pk, qk, dropped = _fmt_pair(eps0, n)
+    wc, pk, qk, out_p, out_q, dropped = _fmt_pair(eps0, n)
     ee = math.exp(eps)
-    d = np.maximum(np.clip(pk - ee * qk, 0, None).sum(axis=1), np.clip(qk - ee * pk, 0, None).sum(axis=1))
+    d = np.maximum(np.clip(pk - ee * qk, 0, None).sum(axis=1) + out_p, np.clip(qk - ee * pk, 0, None).sum(axis=1) + out_q)
     return float(min(1.0, float(np.dot(wc, d)) + dropped))
 
 
@@ -131,15 +153,72 @@ def advanced_composition(eps: float, delta: float, k: int, delta_prime: float) -
     return math.sqrt(2 * k * math.log(1 / dp)) * eps + k * eps * math.expm1(eps), k * delta + dp
 
 
-def isrl_shuffle_chain(
-    sigma: float, lipschitz: float, n: int, silos: int, reports: int, rounds: int, delta: float, mode: str = "paper"
-) -> dict:
-    """ISRL spec §3.6 chain for shuffled Noisy MB-SGD (A4). Returns the per-stage quantities and
-    (epsilon, delta_total). `reports` = M (shuffled reports per round); q = M/(nN).
+#: Chain modes of `isrl_shuffle_chain` (see its docstring).
+CHAIN_MODES = ("paper", "tight")
+#: What the analyzer knows about the participating silos (see `isrl_shuffle_chain`).
+PARTICIPATION = ("hidden", "public")
+_RECORD_SAMPLING = ("without-replacement", "with-replacement")
 
-    mode="paper": 2 q eps subsampling (needs eps_hat <= 1) and advanced composition;
-    mode="tight": ln(1 + q(e^eps - 1)) subsampling, numerical FMT bound, advanced composition.
-    Raises ValueError when a condition of the chain fails (naming it).
+
+def record_inclusion_probability(n: int, batch_size: int, sampling: str) -> float:
+    """P(a given record is in a silo's round batch): K/n without replacement, 1 - (1 - 1/n)^K with."""
+    n = v.check_int("n", n, min_value=1)
+    k = v.check_int("batch_size", batch_size, min_value=1)
+    v.check_choice("sampling", sampling, _RECORD_SAMPLING)
+    if sampling == "without-replacement":
+        if k > n:
+            raise ValueError(f"batch_size={k} must be <= n={n} for sampling='without-replacement'")
+        return k / n
+    return -math.expm1(k * math.log1p(-1 / n)) if n > 1 else 1.0
+
+
+def isrl_shuffle_chain(
+    sigma: float,
+    lipschitz: float,
+    n: int,
+    silos: int,
+    reports: int,
+    rounds: int,
+    delta: float,
+    mode: str = "paper",
+    *,
+    batch_size: int = 1,
+    sampling: str = "without-replacement",
+    participation: str = "hidden",
+) -> dict:
+    """ISRL spec §3.6 chain for Shuffled Noisy MB-SGD (A4; Lowy & Razaviyayn 2023, Thm 5.1/G.1).
+
+    Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in
+    each of which ``reports`` = M silos send ``mean of K clipped gradients + N(0, sigma^2 I)``
+    through a shuffler (A4 has M <= N; with K = 1, M up to n N models single-record
+    reports drawn from the pooled records, q = M/(nN)):
+
+    1. local randomizer: each report is an (eps0, delta0)-DP function of its
+       silo's K-record batch (exact Gaussian epsilon, sensitivity 2L: for
+       K > 1 the whole batch is the randomizer's input, which is valid but
+       conservative -- the paper's proof fixes K = 1);
+    2. amplification by shuffling of the M reports (Feldman-McMillan-Talwar:
+       closed form in ``mode="paper"``, numerical bound in ``"tight"``),
+       delta_s = M delta0, plus the approximate-DP term (`approx_dp_shuffle_delta`);
+    3. amplification by subsampling with q = P(a record is in this round's
+       reports): (M/N) q_rec with ``participation="hidden"`` (the analyzer sees
+       only shuffled messages, the paper's SDP model), q_rec with ``"public"``
+       (the analyzer knows which silos reported; every round is charged);
+       q_rec = K/n (without replacement) or 1 - (1 - 1/n)^K (with). Paper:
+       2 q eps (needs eps <= 1); tight: ln(1 + q (e^eps - 1)) (valid for any
+       data-independent index sampling under replace-one, by advanced joint
+       convexity);
+    4. advanced composition over R rounds with delta' = delta/2.
+
+    delta0 = delta/(18 R M q), the paper's split (= n N delta/(18 R M^2) for
+    K = 1, hidden participation). Returns every stage's quantities and
+    ("epsilon", "delta") = the composed (eps, delta_total). Neither mode is
+    exact: the chain stacks upper bounds.
+
+    Raises:
+      ValueError: naming the argument when an input is invalid or a condition
+        of the chain fails (closed-form shuffle bound range, delta0 in (0, 1),
+        eps_hat <= 1 for the paper's subsampling bound).
     """
     sigma = v.check_positive("sigma", sigma)
     lip = v.check_positive("lipschitz", lipschitz)
@@ -148,10 +227,15 @@ def isrl_shuffle_chain(
     m = v.check_int("reports", reports, min_value=1, max_value=n * silos)
     r = v.check_int("rounds", rounds, min_value=1)
     delta = v.check_open_unit("delta", delta)
-    v.check_choice("mode", mode, ("paper", "tight"))
-    d0 = n * silos * delta / (18 * r * m * m)
+    v.check_choice("mode", mode, CHAIN_MODES)
+    v.check_choice("participation", participation, PARTICIPATION)
+    q_rec = record_inclusion_probability(n, batch_size, sampling)
+    q = q_rec * m / silos if participation == "hidden" else q_rec
+    if q > 1:
+        raise ValueError(f"reports={m}: the inclusion probability q = M q_rec/N = {q:.4g} exceeds 1 (N={silos})")
+    d0 = delta / (18 * r * m * q)
     if not 0 < d0 < 1:
-        raise ValueError(f"delta={delta!r}: the chain's local delta0 = nN delta/(18 R M^2) = {d0!r} is not in (0, 1)")
+        raise ValueError(f"delta={delta!r}: the chain's local delta0 = delta/(18 R M q) = {d0!r} is not in (0, 1)")
     e0 = gaussian_mechanism_epsilon(sigma, 2 * lip, d0)
     ds = m * d0
     if mode == "paper":
@@ -159,7 +243,6 @@ def isrl_shuffle_chain(
     else:
         e_hat = fmt_numerical_epsilon(e0, m, ds) if e0 > 0 else 0.0
     d_hat = approx_dp_shuffle_delta(e_hat, max(e0, 1e-300), m, ds, d0)
-    q = m / (n * silos)
     e_r = subsampled_epsilon(e_hat, q, mode)
     d_r = q * d_hat
     e_tot, d_tot = advanced_composition(e_r, d_r, r, delta / 2)
@@ -168,14 +251,28 @@ def isrl_shuffle_chain(
 
 
 def isrl_shuffle_sigma(
-    epsilon: float, lipschitz: float, n: int, silos: int, reports: int, rounds: int, delta: float, mode: str = "paper"
+    epsilon: float,
+    lipschitz: float,
+    n: int,
+    silos: int,
+    reports: int,
+    rounds: int,
+    delta: float,
+    mode: str = "paper",
+    **chain_options,
 ) -> float:
-    """Smallest sigma (bisection, 1e-6 relative) with chain epsilon <= target and delta_total <= delta."""
+    """Smallest sigma (bisection, 1e-6 relative) with chain epsilon <= target and delta_total <= delta.
+
+    ``chain_options``: ``batch_size``, ``sampling``, ``participation`` of `isrl_shuffle_chain`.
+    """
     target = v.check_positive("epsilon", epsilon)
+    # Validate the schedule once (so a bad argument is named, not reported as infeasible).
+    isrl_shuffle_chain(1e6 * v.check_positive("lipschitz", lipschitz), lipschitz, n, silos, reports, rounds, delta,
+                       mode, **chain_options)
 
     def ok(s: float) -> bool:
         try:
-            out = isrl_shuffle_chain(s, lipschitz, n, silos, reports, rounds, delta, mode)
+            out = isrl_shuffle_chain(s, lipschitz, n, silos, reports, rounds, delta, mode, **chain_options)
         except ValueError:
             return False
         return out["epsilon"] <= target and out["delta"] <= delta

@@ -110,3 +110,21 @@ def test_report_str_and_json():
     assert json.loads(json.dumps(inf.as_dict()))["epsilon"] == "inf"
     with pytest.raises(ValueError, match="epsilon"):
         PrivacyReport(epsilon=-1.0, delta=1e-5, accountant="rdp", sampling="full", neighboring="replace-one", unit="record", noise_std=1.0)
+
+
+def test_sdp_report_carries_central_and_local():
+    from dpjax.accounting import SdpReport
+
+    central = PrivacyReport(0.5, 1e-6, "shuffle-tight", "without-replacement", "replace-one", "record", 2.0)
+    local = PrivacyReport(3.0, 1e-6, "rdp", "without-replacement", "replace-one", "record-in-silo", 2.0)
+    r = SdpReport(central, local, {"eps0": 1.2, "chain_epsilon": math.inf})
+    assert (r.epsilon, r.delta) == (0.5, 1e-6)
+    d = r.as_dict()
+    assert d["central"]["unit"] == "record" and d["local"]["unit"] == "record-in-silo"
+    assert d["details"] == {"eps0": 1.2, "chain_epsilon": "inf"}
+    assert "shuffle DP" in str(r) and "local" in str(r)
+    assert SdpReport(central).as_dict()["local"] is None
+    with pytest.raises(ValueError, match="central"):
+        SdpReport(0.5)
+    with pytest.raises(ValueError, match="local"):
+        SdpReport(central, 3.0)

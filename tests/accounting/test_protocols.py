@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from dpjax.accounting import conversions, diff2, pvec, shuffle, user_level
@@ -136,3 +137,88 @@ def test_diff2_dpgd_tight_and_bvr():
     assert ok and s3 == pytest.approx(0.6124, abs=1e-4)
     _, _, s3b = diff2.diff2_bvr_sigmas(3, 1e-5, 2000, 20, 10, 12, 1651, 10)
     assert s3b == pytest.approx(0.3551, abs=1e-3)
+
+
+@pytest.mark.parametrize("row", PVEC)
+def test_pvec_epsilon_inverts_the_calculator(row):
+    """params -> eps: lemma_opt parameters certify exactly their target under the
+    corrected composition; paper-mode parameters certify much less (the printed
+    eps_hat = eps/(18 sqrt(ln(1/gamma))) is loose, even with the printed constants)."""
+    e, d, dim, n = row[:4]
+    o = pvec.pvec_params(e, d, n, dim, "lemma_opt")
+    c = pvec.pvec_epsilon(o.g, o.b, o.p, n, dim, d)
+    assert c.epsilon == pytest.approx(e, rel=1e-9) and c.eps_hat == pytest.approx(o.eps_hat, rel=1e-12)
+    assert c.delta == pytest.approx(d, rel=1e-12) and c.delta_hat == pytest.approx(o.delta_hat, rel=1e-12)
+    p = pvec.pvec_params(e, d, n, dim, "paper")
+    lemma = pvec.pvec_epsilon(p.g, p.b, p.p, n, dim, d, "lemma").epsilon
+    printed = pvec.pvec_epsilon(p.g, p.b, p.p, n, dim, d, "printed").epsilon
+    assert lemma < printed < e
+    # printed constants: exactly the proof's 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma))
+    assert printed == pytest.approx(18 * p.eps_hat**2 + 6 * p.eps_hat * math.sqrt(math.log(1 / p.delta_hat)), rel=1e-9)
+
+
+def test_pvec_epsilon_monotone_and_invalid():
+    o = pvec.pvec_params(1.0, 1e-5, 1000, 10, "lemma_opt")
+    base = pvec.pvec_epsilon(o.g, o.b, o.p, 1000, 10, 1e-5).epsilon
+    assert pvec.pvec_epsilon(o.g, 2 * o.b, o.p, 1000, 10, 1e-5).epsilon < base  # more noise
+    assert pvec.pvec_epsilon(o.g, o.b, o.p, 2000, 10, 1e-5).epsilon < base  # more users, more noise
+    assert pvec.pvec_epsilon(o.g, o.b, o.p, 500, 10, 1e-5).epsilon > base
+    assert pvec.pvec_epsilon(o.g, o.b, o.p, 1000, 10, 1e-4).epsilon < base  # larger delta
+    for kw, name in (({"granularity": 0}, "granularity"), ({"trials": 0}, "trials"), ({"probability": 0.5}, "probability"),
+                     ({"n": 0}, "n"), ({"d": 0}, "d"), ({"delta": 0.6}, "delta"), ({"composition": "rdp"}, "composition")):
+        args = dict(granularity=o.g, trials=o.b, probability=o.p, n=1000, d=10, delta=1e-5) | kw
+        with pytest.raises(ValueError, match=name):
+            pvec.pvec_epsilon(**args)
+    with pytest.raises(ValueError, match="trials"):  # far too little noise: alpha > 0.79
+        pvec.pvec_epsilon(o.g, 1, 0.01, 10, 10, 1e-5)
+    with pytest.raises(ValueError, match="granularity"):  # printed composition needs g >= sqrt(d)
+        pvec.pvec_epsilon(4, o.b, o.p, 1000, 100, 1e-5, "printed")
+
+
+def test_isrl_shuffle_chain_generalisations():
+    args = dict(sigma=3.0, lipschitz=1.0, n=50, silos=1000, reports=200, rounds=20, delta=1e-6, mode="tight")
+    base = shuffle.isrl_shuffle_chain(**args)
+    # K = 1 defaults reproduce the paper's split and q = M/(nN)
+    assert base["q"] == pytest.approx(200 / (50 * 1000)) and base["delta0"] == pytest.approx(50 * 1000 * 1e-6 / (18 * 20 * 200**2))
+    # K records per report: q = M K/(N n) (without replacement), 1 - (1 - 1/n)^K with replacement
+    k4 = shuffle.isrl_shuffle_chain(**args, batch_size=4)
+    assert k4["q"] == pytest.approx(4 * base["q"]) and k4["epsilon"] > base["epsilon"]
+    wr = shuffle.isrl_shuffle_chain(**args, batch_size=4, sampling="with-replacement")
+    assert wr["q"] == pytest.approx(200 / 1000 * (1 - (1 - 1 / 50) ** 4)) and wr["epsilon"] < k4["epsilon"]
+    # the analyzer knows who reported: no amplification by silo sampling
+    pub = shuffle.isrl_shuffle_chain(**args, participation="public")
+    assert pub["q"] == pytest.approx(1 / 50) and pub["epsilon"] > base["epsilon"]
+    with pytest.raises(ValueError, match="participation"):
+        shuffle.isrl_shuffle_chain(**args, participation="secret")
+    with pytest.raises(ValueError, match="batch_size"):
+        shuffle.isrl_shuffle_chain(**args, batch_size=51)
+    # calibration with the same options round-trips
+    s = shuffle.isrl_shuffle_sigma(1.0, 1.0, 50, 1000, 200, 20, 1e-6, "tight", batch_size=2)
+    out = shuffle.isrl_shuffle_chain(s, 1.0, 50, 1000, 200, 20, 1e-6, "tight", batch_size=2)
+    assert out["epsilon"] <= 1.0 and out["epsilon"] == pytest.approx(1.0, rel=1e-4)
+
+
+def test_fmt_numerical_tables_are_windowed_but_exact():
+    """The (C, k) tables keep only the binomial window (tails <= 1e-24 charged to
+    delta): large n is fast and delta matches the full-table value."""
+    import time
+
+    t0 = time.perf_counter()
+    eps = shuffle.fmt_numerical_epsilon(1.4, 10_000, 1e-8)
+    assert time.perf_counter() - t0 < 10.0
+    assert 0 < eps < 0.2  # n = 1e4 reports amplify eps0 = 1.4 to ~0.11
+    # full-table reference on a small case
+    from scipy import stats
+
+    e0, n, e = 1.0, 40, 0.3
+    pc, p = math.exp(-e0), math.exp(e0) / (math.exp(e0) + 1)
+    ref = 0.0
+    for c in range(n):
+        k = np.arange(c + 2)
+        b = stats.binom.pmf(k, c, 0.5)
+        bp = stats.binom.pmf(k - 1, c, 0.5)
+        P, Q = p * bp + (1 - p) * b, (1 - p) * bp + p * b
+        d = max(np.clip(P - math.exp(e) * Q, 0, None).sum(), np.clip(Q - math.exp(e) * P, 0, None).sum())
+        ref += stats.binom.pmf(c, n - 1, pc) * d
+    got = shuffle.fmt_numerical_delta(e0, n, e)
+    assert ref <= got <= ref + 1e-15

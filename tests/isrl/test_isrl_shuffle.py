@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpjax.accounting import GaussianSchedule, compute_epsilon
+from dpjax.accounting import pvec as pvec_acc
+from dpjax.accounting import shuffle as shuffle_acc
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax.engine import federated, runner
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.primitives.sampling import FixedAvailability
-from dpjax.problems import LinearRegression
+from dpjax.problems import LinearRegression, LogisticRegression
 
 from .conftest import make_silos
 
@@ -81,9 +84,18 @@ def test_huge_trial_counts_are_exact_and_deterministic():
 
 def test_pvec_params_validation():
     with pytest.raises(ValueError, match="probability"):
-        sp.PvecParams(4, 10, 0.5)
+        sp.PvecParams.create(4, 10, 0.5)
     with pytest.raises(ValueError, match="granularity"):
-        sp.PvecParams(0, 10, 0.1)
+        sp.PvecParams.create(0, 10, 0.1)
+    with pytest.raises(ValueError, match="trials"):
+        sp.PvecParams.create(4, -1, 0.1)
+    with pytest.raises(ValueError, match="trials"):
+        sp.PvecParams.create(4, 2**31, 0.1)
+    # p is stored as the nearest float32 at or above it (never less noise)
+    p = 0.1234567891
+    stored = sp.PvecParams.create(4, 10, p)
+    assert float(stored.probability) >= p and float(stored.probability) - p < 1e-8
+    assert stored.numbers() == (4, 10, float(np.float32(stored.probability)))
 
 
 # ------------------------------------------------------------------ A4
@@ -122,8 +134,9 @@ def test_a5_without_noise_tracks_the_non_private_twin():
     data = make_silos(num_silos=4, n=12)
     rounds, k = 4, 3
     sched = AcsaSchedule.single_stage(rounds, 8.0)
-    a5 = SdpOnePassAccelerated(PROBLEM, rounds, k, sp.PvecParams(2**14, 0, 0.0))
-    res = runner.run(a5, data, SdpHParams.create(sched, clip_norm=50.0), jax.random.key(0))
+    a5 = SdpOnePassAccelerated(PROBLEM, rounds, k)
+    res = runner.run(a5, data, SdpHParams.create(sched, sp.PvecParams(2**14, 0, 0.0), clip_norm=50.0),
+                     jax.random.key(0))
     twin = runner.run(AcceleratedMbSgd(PROBLEM, rounds, k, private=False), data,
                       AcceleratedHParams.create(sched), jax.random.key(0))
     err = np.max(np.abs(np.asarray(res.output) - np.asarray(twin.output)))
@@ -137,11 +150,190 @@ def test_a5_noise_scale_matches_the_protocol_variance():
     data = make_silos(num_silos=n_silos, n=4, dim=dim)
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
     params = sp.PvecParams(granularity=6, trials=500, probability=0.2)
-    a5 = SdpOnePassAccelerated(LinearRegression(dim), 1, k, params)
-    res = runner.run(a5, data, SdpHParams.create(AcsaSchedule.single_stage(1, nu), bound), jax.random.key(2))
+    a5 = SdpOnePassAccelerated(LinearRegression(dim), 1, k)
+    res = runner.run(a5, data, SdpHParams.create(AcsaSchedule.single_stage(1, nu), params, bound), jax.random.key(2))
     m = n_silos * k
     var_sum = sp.pvec_variance(np.zeros((m, 1)), params, bound)[0]  # g even: no rounding variance
     expected = var_sum / (m * 2 * nu) ** 2  # eta_1 = 4 nu / 2, mu = 0
     out = np.asarray(res.output, np.float64)
     assert abs(out.var() / expected - 1) < 5 * math.sqrt(2 / dim)
     assert abs(out.mean()) < 5 * math.sqrt(expected / dim)
+
+
+# ------------------------------------------------------------------ privacy reports (A4)
+A4_CFG = dict(silo_size=200, num_silos=100)
+
+
+def _a4(num_available=100, rounds=50, k=1, sampling="with-replacement"):
+    return ShuffledNoisyMbSgd(LogisticRegression(10), rounds, num_available, batch_size=k, sampling=sampling)
+
+
+def test_a4_report_matches_the_accounting_functions():
+    """Central eps = the §3.6 chain called directly (isrl_bound=False), local eps0 =
+    compute_epsilon of the silo transcript; by default the smaller of chain and
+    ISRL-DP certifies (ISRL-DP => central DP). Documented configuration:
+    N = M = 100, n = 200, R = 50, sigma/L = 8, delta = 1e-6."""
+    hp = MbSgdHParams.create(0.1, noise_std=8.0, clip_norm=1.0)
+    algo = _a4()
+    chain_only = algo.privacy_report(**A4_CFG, hparams=hp, delta=1e-6, isrl_bound=False)
+    direct = shuffle_acc.isrl_shuffle_chain(8.0, 1.0, 200, 100, 100, 50, 1e-6, "tight")
+    assert chain_only.epsilon == direct["epsilon"] and chain_only.delta == direct["delta"] <= 1e-6
+    assert chain_only.central.accountant == "shuffle-tight" and chain_only.central.unit == "record"
+    assert chain_only.central.neighboring == "replace-one" and chain_only.details["message_epsilon"] == direct["eps0"]
+    schedule = GaussianSchedule(noise_std=8.0, contribution_bound=1.0, sampling="without-replacement", dataset_size=200,
+                                batch_size=1, steps=50)
+    local = compute_epsilon(schedule, 1e-6, "rdp")
+    assert chain_only.local.epsilon == local.epsilon and chain_only.local.unit == "record-in-silo"
+    best = algo.privacy_report(**A4_CFG, hparams=hp, delta=1e-6)
+    assert best.epsilon == min(direct["epsilon"], local.epsilon)
+    assert direct["epsilon"] == pytest.approx(0.43239, rel=1e-4) and local.epsilon == pytest.approx(0.085150, rel=1e-4)
+    assert best.central.accountant == "isrl-dp:rdp"  # the chain is looser at this N
+    # with many silos the chain wins (N = 1e4, M = 1e3, n = 10)
+    many = _a4(num_available=1000).privacy_report(silo_size=10, num_silos=10_000, hparams=hp, delta=1e-6)
+    assert many.central.accountant == "shuffle-tight" and many.epsilon == pytest.approx(0.17411, rel=1e-4)
+    assert many.epsilon < many.details["isrl_epsilon"] == pytest.approx(1.76842, rel=1e-4)
+    # paper mode (closed-form shuffle bound) needs M >= 16 ln(2/delta_s): refused, or ISRL-DP certifies
+    with pytest.raises(ValueError, match="accountant"):
+        algo.privacy_report(**A4_CFG, hparams=hp, delta=1e-6, accountant="shuffle-paper", isrl_bound=False)
+    assert algo.privacy_report(**A4_CFG, hparams=hp, delta=1e-6, accountant="shuffle-paper").epsilon == local.epsilon
+
+
+def test_a4_report_is_monotone():
+    def chain_eps(sigma=8.0, n_silos=100, m=100, **kw):
+        hp = MbSgdHParams.create(0.1, noise_std=sigma, clip_norm=1.0)
+        return _a4(num_available=m).privacy_report(200, n_silos, hp, 1e-6, isrl_bound=False, **kw).epsilon
+
+    base = chain_eps()
+    assert chain_eps(sigma=16.0) < base < chain_eps(sigma=4.0)  # more noise, smaller eps
+    assert chain_eps(n_silos=400, m=400) < base  # more shuffled reports, same q
+    assert chain_eps(n_silos=400, m=25) < chain_eps(n_silos=100, m=25)  # more silos, same M: more amplification
+    assert chain_eps(n_silos=400, m=25, participation="public") > chain_eps(n_silos=400, m=25)
+    hp = MbSgdHParams.create(0.1, noise_std=8.0, clip_norm=1.0)
+    assert _a4(k=4, sampling="without-replacement").privacy_report(200, 100, hp, 1e-6, isrl_bound=False).epsilon > base
+
+
+def test_a4_calibration_round_trips():
+    algo = _a4(num_available=1000)
+    for isrl_bound in (True, False):
+        sigma = algo.calibrate_noise(10, 10_000, 2.0, 1.0, 1e-6, isrl_bound=isrl_bound)
+        hp = MbSgdHParams.create(0.1, noise_std=sigma, clip_norm=2.0)
+        eps = algo.privacy_report(10, 10_000, hp, 1e-6, isrl_bound=isrl_bound).epsilon
+        assert 1.0 - 1e-4 <= eps <= 1.0
+        less = algo.privacy_report(10, 10_000, MbSgdHParams.create(0.1, sigma * 0.99, 2.0), 1e-6, isrl_bound=isrl_bound)
+        assert less.epsilon > 1.0
+
+
+def test_a4_report_invalid_inputs_name_the_argument():
+    hp = MbSgdHParams.create(0.1, noise_std=8.0, clip_norm=1.0)
+    algo = _a4(num_available=10, rounds=5)
+    cases = [
+        (dict(silo_size=0), "silo_size"), (dict(num_silos=5), "num_available"), (dict(delta=1.5), "delta"),
+        (dict(accountant="rdp"), "accountant"), (dict(participation="secret"), "participation"),
+        (dict(local_delta=0.0), "local_delta"),
+        (dict(hparams=MbSgdHParams.create(0.1, 8.0, math.inf)), "clip_norm"),
+        (dict(hparams=MbSgdHParams.create(0.1, -1.0 + 0 * jnp.zeros(2), 1.0)), "noise_std"),
+    ]
+    for kw, name in cases:
+        args = dict(silo_size=50, num_silos=20, hparams=hp, delta=1e-6) | kw
+        with pytest.raises(ValueError, match=name):
+            algo.privacy_report(**args)
+    with pytest.raises(ValueError, match="private"):
+        ShuffledNoisyMbSgd(LogisticRegression(10), 5, 10, private=False).privacy_report(50, 20, hp, 1e-6)
+    with pytest.raises(ValueError, match="target_epsilon"):
+        algo.calibrate_noise(50, 20, 1.0, 0.0, 1e-6)
+    assert math.isinf(algo.privacy_report(50, 20, MbSgdHParams.create(0.1, 0.0, 1.0), 1e-6).epsilon)
+
+
+# ------------------------------------------------------------------ privacy reports (A5)
+def _a5_setup(num_silos=4, n=12, k=3, rounds=4, availability=None):
+    data = make_silos(num_silos=num_silos, n=n)
+    algo = SdpOnePassAccelerated(PROBLEM, rounds, k, availability=availability or FixedAvailability(num_silos))
+    return data, algo
+
+
+def test_a5_report_matches_pvec_accounting_and_the_calibrator():
+    _, algo = _a5_setup(num_silos=8, availability=FixedAvailability(5))
+    sched = AcsaSchedule.single_stage(4, 8.0)
+    assert algo.min_vectors(8) == 15 and algo.dim == 3
+    for eps in (0.5, 2.0, 8.0):
+        hp = SdpHParams.create(sched, algo.pvec_params_for(8, eps, 1e-5), clip_norm=2.0)
+        rep = algo.privacy_report(12, 8, hp, 1e-5)
+        g, b, p = hp.pvec.numbers()
+        cert = pvec_acc.pvec_epsilon(g, b, p, 15, 3, 1e-5, "lemma")
+        assert rep.epsilon == cert.epsilon and rep.delta == cert.delta == pytest.approx(1e-5)
+        # the float32 probability is rounded up: the run is never less private than its target
+        assert eps * (1 - 1e-6) <= rep.epsilon <= eps * (1 + 1e-12)
+        assert rep.local is None and rep.central.accountant == "pvec-lemma" and rep.central.unit == "record"
+        if eps <= 2.0:  # the printed form needs eps_j <= 1 (e^x - 1 <= 2x)
+            printed = algo.privacy_report(12, 8, hp, 1e-5, composition="printed")
+            assert printed.epsilon > rep.epsilon  # the printed Lemma 3.3 constants are looser
+        else:
+            with pytest.raises(ValueError, match="granularity"):
+                algo.privacy_report(12, 8, hp, 1e-5, composition="printed")
+        assert rep.central.noise_std == pytest.approx(4.0 / g * math.sqrt(15 * b * p * (1 - p)) / 15)
+    paper = SdpHParams.create(sched, algo.pvec_params_for(8, 1.0, 1e-5, mode="paper"), clip_norm=2.0)
+    assert algo.privacy_report(12, 8, paper, 1e-5).epsilon < 0.5  # Theorem 3.2's calculator is loose
+
+
+def test_a5_report_is_monotone():
+    sched = AcsaSchedule.single_stage(4, 8.0)
+    _, algo = _a5_setup(availability=FixedAvailability(4))
+    pv = algo.pvec_params_for(4, 2.0, 1e-5)
+    base = algo.privacy_report(12, 4, SdpHParams.create(sched, pv), 1e-5).epsilon
+    more_noise = sp.PvecParams(pv.granularity, 2 * pv.trials, pv.probability)
+    assert algo.privacy_report(12, 4, SdpHParams.create(sched, more_noise), 1e-5).epsilon < base
+    full = SdpOnePassAccelerated(PROBLEM, 4, 3)  # FullAvailability: more silos, more users per P_vec call
+    assert full.privacy_report(12, 8, SdpHParams.create(sched, pv), 1e-5).epsilon < \
+        full.privacy_report(12, 4, SdpHParams.create(sched, pv), 1e-5).epsilon == base
+
+
+def test_a5_report_invalid_inputs_name_the_argument():
+    sched = AcsaSchedule.single_stage(4, 8.0)
+    _, algo = _a5_setup()
+    hp = SdpHParams.create(sched, algo.pvec_params_for(4, 2.0, 1e-5))
+    with pytest.raises(ValueError, match="num_rounds"):  # one pass needs R K <= n
+        algo.privacy_report(11, 4, hp, 1e-5)
+    with pytest.raises(ValueError, match="num_available"):
+        algo.privacy_report(12, 3, hp, 1e-5)
+    with pytest.raises(ValueError, match="delta"):
+        algo.privacy_report(12, 4, hp, 0.7)
+    with pytest.raises(ValueError, match="composition"):
+        algo.privacy_report(12, 4, hp, 1e-5, composition="tight")
+    with pytest.raises(ValueError, match="trials"):
+        algo.privacy_report(12, 4, SdpHParams.create(sched, sp.PvecParams(8, 0, 0.0)), 1e-5)
+    small = SdpOnePassAccelerated(PROBLEM, 4, 3, availability=FixedAvailability(4), max_granularity=8)
+    with pytest.raises(ValueError, match="max_granularity"):
+        small.privacy_report(12, 4, hp, 1e-5)
+    with pytest.raises(ValueError, match="epsilon"):
+        algo.pvec_params_for(4, 20.0, 1e-5)
+    batched = runner.stack_hparams([hp, hp])
+    with pytest.raises(ValueError, match="index one run"):
+        algo.privacy_report(12, 4, batched, 1e-5)
+    with pytest.raises(ValueError, match="max_granularity"):
+        SdpOnePassAccelerated(PROBLEM, 4, 2**11, max_granularity=2**14)
+
+
+# ------------------------------------------------------------------ traced P_vec parameters
+def test_a5_epsilon_grid_is_one_compiled_program():
+    """(g, b, p) are per-run hparams: three epsilons run with ONE compilation of
+    the single-run program and ONE of the batched program, and the vmapped
+    grid equals the per-epsilon runs."""
+    data, algo = _a5_setup(availability=FixedAvailability(3))
+    sched = AcsaSchedule.single_stage(4, 8.0)
+    hps = [SdpHParams.create(sched, algo.pvec_params_for(4, e, 1e-5), clip_norm=2.0) for e in (0.5, 2.0, 8.0)]
+    assert len({hp.pvec.numbers() for hp in hps}) == 3
+    key = jax.random.key(7)
+    runner.compiled_runner.cache_clear()
+    singles = [runner.run(algo, data, hp, key) for hp in hps]
+    single_prog = runner.compiled_runner(algo, None, None, False, None, None)
+    assert single_prog._cache_size() == 1
+    grid = runner.run_many(algo, data, runner.stack_hparams(hps), jnp.stack([key] * 3))
+    batched_prog = runner.compiled_runner(algo, None, None, True, None, None, 0)
+    assert batched_prog._cache_size() == 1
+    for i, res in enumerate(singles):
+        np.testing.assert_allclose(grid.output[i], res.output, rtol=1e-6, atol=1e-7)
+    assert not np.allclose(singles[0].output, singles[2].output)  # the noise really differs per epsilon
+    # a traced granularity above the static bound fails loudly (NaN -> NonFiniteError), not silently
+    capped = SdpOnePassAccelerated(PROBLEM, 4, 3, availability=FixedAvailability(3), max_granularity=4)
+    with pytest.raises(runner.NonFiniteError):
+        runner.run(capped, data, hps[0], key)

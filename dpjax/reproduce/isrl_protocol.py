@@ -12,9 +12,10 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   twin as sigma = 0) as ONE compiled ``run_many`` program (a vmap over runs,
   in fixed-size chunks so every trial reuses the same compilation); the data
   split is shared, not batched;
-* ``select``: the paper's step-size selection by mean final training loss over
-  repetitions (the paper's criterion is the excess loss F^ - F^*; F^* is a
-  per-trial constant, so the argmin is the same), diverged runs count as an
+* ``select``: the paper's step-size selection by the mean over repetitions
+  of a final training criterion: the excess risk F^(w) - F^* (the paper's;
+  F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training
+  loss (same argmin: F^* is constant per trial); diverged runs count as an
   infinite loss;
 * ``summarize`` / ``plot_panels``: 5th/95th-percentile error bars over trials
   and the paper-style figure.
@@ -296,16 +297,23 @@ def build_specs(
 # ---------------------------------------------------------------------------
 
 
-def select(runs: pd.DataFrame, by: Sequence[str]) -> pd.DataFrame:
-    """Per ``by`` group, the (step size, clip) with the lowest mean final training loss.
+def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss") -> pd.DataFrame:
+    """Per ``by`` group, the (step size, clip) with the lowest mean final ``criterion``
+    (``"train_loss"`` or ``"excess_risk"``, a column of ``runs``).
 
     Uses ``dpjax.sweep.select.select_best`` (over ``hp_index``); adds the
-    selected ``learning_rate``/``clip_norm``/``noise_std`` and ``edge``
-    (True when the selection hit an end of the step-size grid).
+    selected ``learning_rate``/``clip_norm``/``noise_std``, the mean
+    ``train_loss`` (and ``excess_risk`` when present) of the selection, and
+    ``edge`` (True when the selection hit an end of the step-size grid).
     """
     from dpjax.sweep.select import select_best
 
-    best = select_best(runs, over="hp_index", by=list(by), criterion="train_loss", report="test")
+    _validate.check_choice("criterion", criterion, ("train_loss", "excess_risk"))
+    best = select_best(runs, over="hp_index", by=list(by), criterion=criterion, report="test")
+    for col in ("train_loss", "excess_risk"):
+        if col != criterion and col in runs.columns:
+            means = runs.groupby(list(by) + ["hp_index"])[col].mean().reset_index()
+            best = best.merge(means, on=list(by) + ["hp_index"], how="left")
     first = runs.drop_duplicates(list(by) + ["hp_index"])[list(by) + ["hp_index", "learning_rate", "clip_norm", "noise_std"]]
     best = best.merge(first, on=list(by) + ["hp_index"], how="left")
     lrs = runs.groupby(list(by))["learning_rate"].agg(["min", "max"]).reset_index()
@@ -390,6 +398,8 @@ def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_b
         }
         rows.append(base | {"metric": value_name, "value": rec["test"]})
         rows.append(base | {"metric": "train_loss", "value": rec["train_loss"]})
+        if "excess_risk" in rec:
+            rows.append(base | {"metric": "excess_risk", "value": rec["excess_risk"]})
         if noise_by is not None and rec["calibration"] != "none":
             entry = noise_by[(rec["algorithm"], rec["calibration"], rec["epsilon"])]
             rows.append(base | {"metric": "realized_epsilon_rdp", "value": entry.realized_epsilon})

@@ -67,6 +67,47 @@ def test_outputs_are_tidy_and_labelled(figure_dir):
     assert "## Claims" in text and "beats ISRL-DP Local SGD" in text and "paper" in text and "tight" in text
 
 
+def test_excess_risk_selection_and_heterogeneity_label(figure_dir):
+    """F^* (Newton, pooled training data) per trial; excess_risk = train_loss - F^*
+    in runs.csv and results.csv; the selection minimises the mean excess risk;
+    upsilon*^2 in meta.json, optimum.csv, the report and the figure title."""
+    import json
+
+    from dpjax.reproduce import isrl_optimum
+
+    out, report, result = figure_dir
+    opt = pd.read_csv(out / "optimum.csv")
+    assert list(opt.trial) == [0, 1] and (opt.num_silos == 4).all() and opt.converged.all()
+    assert (opt.grad_norm < 1e-6).all() and (opt.upsilon_star_sq > 0).all()
+    for t in (0, 1):  # recompute F^* and upsilon*^2 from the trial's data
+        fed = _tiny_data(4, 1 * 1000 + t)
+        ref = isrl_optimum.pooled_optimum(LogisticRegression(3), fed.train_x, fed.train_y)
+        row = opt[opt.trial == t].iloc[0]
+        assert row.F_star == pytest.approx(ref.loss, rel=1e-12)
+        assert row.upsilon_star_sq == pytest.approx(ref.heterogeneity, rel=1e-12)
+    runs = pd.read_csv(out / "runs.csv")
+    f_star = runs.trial.map(dict(zip(opt.trial, opt.F_star)))
+    np.testing.assert_allclose(runs.excess_risk, runs.train_loss - f_star, rtol=1e-12)
+    assert (runs.excess_risk[np.isfinite(runs.excess_risk)] > -1e-6).all()
+    sel = result["selected"]
+    by = ["algorithm", "calibration", "epsilon", "trial"]
+    means = result["runs"].groupby(by + ["hp_index"])["excess_risk"].mean().reset_index()
+    best = means.loc[means.groupby(by)["excess_risk"].idxmin()]
+    merged = sel.merge(best, on=by, suffixes=("", "_best"))
+    assert len(merged) == len(sel) and (merged.hp_index == merged.hp_index_best).all()
+    df = pd.read_csv(out / "results.csv")
+    ex = df[df.metric == "excess_risk"].set_index(["algorithm", "calibration", "epsilon", "trial"]).value
+    tl = df[df.metric == "train_loss"].set_index(["algorithm", "calibration", "epsilon", "trial"]).value
+    trial_f = tl.index.get_level_values("trial").map(dict(zip(opt.trial, opt.F_star)))
+    np.testing.assert_allclose(ex.loc[tl.index], tl - np.asarray(trial_f), rtol=1e-9, atol=1e-12)
+    meta = json.loads((out / "meta.json").read_text())
+    ups = meta["settings"]["N=4, M=2"]["upsilon_star_sq"]
+    assert ups == pytest.approx(opt.upsilon_star_sq.mean()) and len(meta["pooled_optimum"]) == 2
+    assert meta["settings"]["N=4, M=2"]["F_star_by_trial"] == pytest.approx(list(opt.F_star))
+    text = report.read_text()
+    assert "υ*²" in text and f"υ*² = {ups:.3g}" in text and "excess risk" in text
+
+
 def test_same_seed_same_results(figure_dir):
     _, _, result = figure_dir
     again = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)

@@ -32,9 +32,14 @@ experiments, in float64 NumPy:
 Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with
 alpha = 0.25, beta = 0.5 on the Newton direction) by default; ``step=0.5``
 gives the authors' fixed damping. It stops when the Newton decrement
-``lambda^2/2 = -g^T dw / 2`` falls below ``tol`` (the authors use 1e-6; the
-default 1e-20 runs to float64 precision, which costs a few quadratic
-iterations more) or the gradient norm below ``grad_tol``.
+``lambda^2/2 = -g^T dw / 2`` (an estimate of F^(w) - F^*) is at most
+``tol * max(1, |F^(w)|)`` (default 1e-14: far below the float32 training
+losses it is compared with; the authors use 1e-6 absolute), when the gradient
+norm is at most ``grad_tol``, or when the line search can no longer decrease
+the loss (float64 resolution reached; ``converged`` then reports whether the
+decrement rule held to 1e-10). Nearly separable data (the obesity silos:
+98.6% training accuracy) have their infimum far out (||W|| ~ 4e3): Newton
+then converges linearly, F^* to ~1e-13 in about 40 iterations.
 """
 
 from __future__ import annotations
@@ -135,7 +140,7 @@ def _hessian(model: str, w: np.ndarray, x: np.ndarray, y: np.ndarray, num_classe
 
 
 def newton_minimize(model: str, x, y, *, num_classes: int | None = None, w0=None, step: str | float = "backtracking",
-                    tol: float = 1e-20, grad_tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
+                    tol: float = 1e-14, grad_tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
     """(Damped) Newton's method on the pooled mean loss of ``model`` over rows ``x [n, d]``.
 
     Returns ``(w, iterations, converged)`` with ``w`` flattened ([d] or [d*C],
@@ -178,14 +183,17 @@ def newton_minimize(model: str, x, y, *, num_classes: int | None = None, w0=None
         h = _hessian(model, w, x, y, num_classes)
         dw = -np.linalg.lstsq(h, g, rcond=None)[0]
         decrement = -float(g @ dw)  # lambda^2 (>= 0 for a PSD Hessian)
-        if decrement / 2 <= tol:
+        scale = max(1.0, abs(f))
+        if decrement / 2 <= tol * scale:
             return w, it, True
         if step == "backtracking":
             t = 1.0
             while True:
                 f_new = _loss(model, w + t * dw, x, y, num_classes)
-                if f_new <= f - 0.25 * t * decrement or t < 1e-12:
+                if f_new <= f - 0.25 * t * decrement:
                     break
+                if t < 1e-12:  # no decrease representable in float64: stalled
+                    return w, it, decrement / 2 <= 1e-10 * scale
                 t *= 0.5
         else:
             t = float(step)

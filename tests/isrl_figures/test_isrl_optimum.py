@@ -143,3 +143,20 @@ def test_invalid_inputs_name_the_argument():
         io.pooled_optimum(LogisticRegression(D), xs, ys[:-1])
     assert io.format_upsilon({25: 0.1712}) == "υ*² = 0.171"
     assert io.format_upsilon({3: 0.5, 5: 0.25}) == "υ*²: N=3 0.5, N=5 0.25"
+
+
+def test_nearly_separable_softmax_converges_at_float64_resolution():
+    """Classes 0 and 1 overlap, class 2 is linearly separable from both (like
+    the obesity silos): the infimum lies at infinity along one direction and
+    Newton converges linearly; the scale-aware decrement rule
+    (tol * max(1, F)) still stops, with a tiny gradient and F^* stable."""
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 3, size=600)
+    means = np.array([[0.5, 0, 0, 0], [-0.5, 0, 0, 0], [0, 8.0, 0, 0]])
+    x = means[y] + rng.normal(size=(600, D))
+    x[:, -1] = 1.0  # a bias column, as in the obesity features
+    xs, ys = np.split(x, 3), np.split(y, 3)
+    opt = io.pooled_optimum(SoftmaxRegression(D, 3), xs, ys)
+    assert opt.converged and opt.grad_norm < 1e-6 and np.linalg.norm(opt.params) > 10
+    looser = io.pooled_optimum(SoftmaxRegression(D, 3), xs, ys, tol=1e-10)
+    assert looser.iterations < opt.iterations and looser.loss == pytest.approx(opt.loss, rel=1e-8)

@@ -31,7 +31,9 @@ sizes exp(linspace(-6, 0, 10)) x 3 repetitions x 20 trials = 3600 runs, output
    what a careful NumPy rewrite costs, printed for reference.
 
 Run: ``python experiments/benchmarks/bench_sweep_fig4.py`` (``--trials 2`` for a
-quick look). Prints the times and the ratios from this one run.
+quick look; ``--host-devices 2`` splits a 2-core CPU into two XLA devices so the
+sweep's ``shard_map`` runs two chunks at once). Prints the times and the ratios
+from this one run.
 """
 
 from __future__ import annotations
@@ -201,7 +203,15 @@ def main(argv=None) -> int:
     ap.add_argument("--loop-sample", type=int, default=6, help="configurations timed for the per-config loop")
     ap.add_argument("--data", choices=("isrl-mnist", "synthetic"), default="isrl-mnist",
                     help="real MNIST split (default) or synthetic data of the same shapes")
+    ap.add_argument("--host-devices", type=int, default=None,
+                    help="split the CPU into this many XLA host devices (one per core) so the sweep's shard_map "
+                         "runs chunks side by side; results are bit-identical to one device")
     args = ap.parse_args(argv)
+    if args.host_devices:
+        if "jax" in sys.modules:
+            raise RuntimeError("--host-devices must be set before jax is imported")
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                                   f" --xla_force_host_platform_device_count={args.host_devices}").strip()
 
     import jax
 

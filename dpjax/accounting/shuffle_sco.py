@@ -61,6 +61,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 from scipy import stats
 
 from dpjax import _validate as v
@@ -309,11 +310,15 @@ def optimal_composition_delta(eps0: float, delta0: float, k: int, epsilon: float
     J ~ Bin(k, 1/(1 + e^eps0))."""
     if eps0 == 0:
         return 1 - (1 - delta0) ** k
-    j = range(k + 1)
-    q = 1 / (1 + math.exp(eps0))
-    pmf = stats.binom.pmf(list(j), k, q)
-    rr = sum(w * -math.expm1(epsilon - (k - 2 * i) * eps0) for i, w in zip(j, pmf) if (k - 2 * i) * eps0 > epsilon)
+    pmf, loss = _rr_composition(eps0, k)
+    rr = float(np.sum(pmf * -np.expm1(np.minimum(epsilon - loss, 0.0))))
     return 1 - (1 - delta0) ** k * (1 - max(0.0, rr))
+
+
+def _rr_composition(eps0: float, k: int):
+    """Privacy-loss pmf of k randomized-response pairs: loss (k - 2j) eps0 with J ~ Bin(k, 1/(1+e^eps0))."""
+    j = np.arange(k + 1)
+    return stats.binom.pmf(j, k, 1 / (1 + math.exp(eps0))), (k - 2 * j) * eps0
 
 
 def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, composition: str) -> float:
@@ -334,7 +339,7 @@ def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, compositio
     if optimal_composition_delta(eps0, delta0, k, hi) > delta:
         raise ValueError(f"delta={delta!r} is below the composed delta floor {1 - (1 - delta0) ** k!r}")
     lo = 0.0
-    for _ in range(100):
+    while hi - lo > 1e-9 * hi:
         mid = 0.5 * (lo + hi)
         lo, hi = (lo, mid) if optimal_composition_delta(eps0, delta0, k, mid) <= delta else (mid, hi)
     return hi
@@ -351,9 +356,10 @@ def pgd_round_budget(epsilon, delta, rounds, composition="advanced") -> tuple[fl
         return eps / (2 * math.sqrt(2 * T * math.log(1 / dl))), dr
     v.check_choice("composition", composition, COMPOSITIONS)
     lo, hi = 0.0, min(eps, 15.0)
-    for _ in range(60):
+    while hi - lo > 1e-6 * hi:
         mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if compose_epsilon(mid, dr, T, dl, "optimal") <= eps else (lo, mid)
+        ok = T == 1 and mid <= eps or T > 1 and optimal_composition_delta(mid, dr, T, eps) <= dl
+        lo, hi = (mid, hi) if ok else (lo, mid)
     return lo, dr
 
 
@@ -490,3 +496,47 @@ def bits_per_user(plan: ProtocolPlan) -> int:
         calls = 1 if ph.fresh else ph.rounds
         worst = max(worst, calls * plan.d * (ph.pvec.g + ph.pvec.b))
     return worst
+
+
+# ---------------------------------------------------------------------------
+# Exact P_1D output distributions and empirical audits (validation suite)
+# ---------------------------------------------------------------------------
+
+
+def p1d_count_pmf(x, g: int, b: int, p: float, scalar_range: float = 1.0):
+    """Exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in [0, Delta] (the
+    analyzer's output is the affine image (Delta/g)(Z - p b n)); returns ``(support_start, pmf)``.
+
+    xhat_i = floor(x_i g/Delta) + Bernoulli(frac): the rounded sum is a fixed integer plus a
+    Poisson-binomial, convolved with the binomial (numpy, float64)."""
+    x = np.asarray(x, np.float64)
+    scaled = np.clip(x * g / scalar_range, 0, g)
+    low = np.floor(scaled)
+    frac = scaled - low
+    pmf = np.array([1.0])
+    for f in frac[frac > 0]:
+        pmf = np.convolve(pmf, [1 - f, f])
+    pmf = np.convolve(pmf, stats.binom.pmf(np.arange(len(x) * b + 1), len(x) * b, p))
+    return int(low.sum()), pmf
+
+
+def hockey_stick(P, Q, epsilon: float) -> float:
+    """delta(eps) = sum_z (P(z) - e^eps Q(z))_+ for two pmfs on aligned supports ``(start, pmf)``."""
+    (sp_, p_), (sq, q_) = P, Q
+    lo, hi = min(sp_, sq), max(sp_ + len(p_), sq + len(q_))
+    a, c = np.zeros(hi - lo), np.zeros(hi - lo)
+    a[sp_ - lo:sp_ - lo + len(p_)] = p_
+    c[sq - lo:sq - lo + len(q_)] = q_
+    return float(np.clip(a - math.exp(epsilon) * c, 0, None).sum())
+
+
+def audit_lower_bound(tp: int, fp: int, trials: int, delta: float, confidence: float = 0.95) -> float:
+    """Empirical lower bound on eps from a distinguishing test run ``trials`` times on each of two
+    neighbours: with Clopper-Pearson bounds TPR >= t_lo and FPR <= f_hi (each at (1+confidence)/2),
+    any (eps, delta)-DP mechanism has t_lo <= e^eps f_hi + delta, so eps >= ln((t_lo - delta)/f_hi)."""
+    alpha = (1 - confidence) / 2
+    t_lo = stats.beta.ppf(alpha, tp, trials - tp + 1) if tp > 0 else 0.0
+    f_hi = stats.beta.ppf(1 - alpha, fp + 1, trials - fp) if fp < trials else 1.0
+    if t_lo - delta <= 0:
+        return 0.0
+    return max(0.0, math.log((t_lo - delta) / f_hi))

@@ -145,12 +145,16 @@ class ScoHParams:
 
     @classmethod
     def from_plan(cls, plan: sco_acc.ProtocolPlan, clip_norm: float | None = None, *,
-                  with_pvec: bool = True) -> "ScoHParams":
+                  with_pvec: bool = True, trial_groups: int = 1) -> "ScoHParams":
         """The per-round arrays of ``plan``; ``with_pvec=False`` stores a placeholder P_vec (1, 0, 0)
-        for Gaussian aggregators (whose plans may call for more than 2^31 - 1 trials)."""
+        for Gaussian aggregators. With ``trial_groups = k`` the stored trials are ceil(b/k) (the family
+        runs k of them per user) and p = b p/(k ceil(b/k)): the product b p that Lemma 3.1 needs is
+        kept, and the run's k ceil(b/k) >= b trials satisfy the lemma's b > 180 g^2 ln(2/delta)/(eps^2 n)."""
         a = plan.round_arrays()
         if not with_pvec:
             a |= {"g": [1] * plan.num_rounds, "b": [0] * plan.num_rounds, "p": [0.0] * plan.num_rounds}
+        else:
+            a["b"], a["p"] = zip(*(_grouped_trials(b, p, trial_groups) for b, p in zip(a["b"], a["p"])))
         stage = np.zeros(plan.num_rounds, np.int32)
         for r, flag in enumerate(a["restart"]):
             stage[r] = 1 if flag else stage[r - 1] + 1
@@ -169,19 +173,30 @@ def round_params(pvec: shuffle_protocols.PvecParams, r) -> shuffle_protocols.Pve
     return shuffle_protocols.PvecParams(pvec.granularity[r], pvec.trials[r], pvec.probability[r])
 
 
-def pvec_chunked_sum(key, vectors, mask, params, bound, max_granularity: int):
-    """P_vec (count level) on ``vectors [m, d]`` in chunks of < 2^24/max_granularity users
-    (each chunk's rounded sum is exact in float32; the chunks' Bin(m_c b, p) add up to Bin(m b, p))."""
+def pvec_chunked_sum(key, vectors, mask, params, bound, max_granularity: int, trial_groups: int = 1):
+    """P_vec (count level) on ``vectors [m, d]``: per coordinate the rounded sum (exact int32 -> float32
+    in chunks of < 2^24/max_granularity users) plus ``Bin(m * trial_groups * b, p)`` centred, drawn
+    exactly on the host (``shuffle_protocols.centred_binomial``; the chunks' binomials add up to
+    the round's). Each user runs ``trial_groups * b`` binomial trials (``trial_groups > 1`` represents
+    trial counts above the int32 range of ``PvecParams.trials``). A traced g above
+    ``max_granularity`` makes the result NaN rather than silently inexact."""
     m, d = vectors.shape
     chunk = max(1, min(m, (_EXACT_F32 - 1) // max_granularity))
     pad = -m % chunk
     vec = jnp.pad(vectors, ((0, pad), (0, 0))).reshape(-1, chunk, d)
     msk = jnp.pad(mask, (0, pad)).reshape(-1, chunk)
     kr, kn = jax.random.split(key)
-    c = vec.shape[0]
-    reports = jax.vmap(shuffle_protocols.pvec_user_counts, in_axes=(0, 0, 0, 0, None, None, None))(
-        jax.random.split(kr, c), jax.random.split(kn, c), vec, msk, params, bound, max_granularity)
-    return shuffle_protocols.pvec_analyze(jnp.sum(reports, axis=0), params, bound)
+    g = jnp.asarray(params.granularity, jnp.float32)
+
+    def chunk_report(k, v, mk):
+        xhat = jnp.where(mk[:, None], shuffle_protocols.randomized_rounding(k, v, params, bound), 0)
+        return jnp.sum(xhat, axis=0).astype(jnp.float32) - jnp.sum(mk).astype(jnp.float32) * (g / 2.0)
+
+    rounded = jnp.sum(jax.vmap(chunk_report)(jax.random.split(kr, vec.shape[0]), vec, msk), axis=0)
+    count = jnp.sum(mask.astype(jnp.int32)) * trial_groups
+    total = rounded + shuffle_protocols.centred_binomial(kn, count, params, d)
+    total = jnp.where(jnp.asarray(params.granularity) <= max_granularity, total, jnp.nan)
+    return shuffle_protocols.pvec_analyze(total, params, bound)
 
 
 def pvec_bits_sum(key, vectors, mask, params, bound, g_max: int, b_max: int):
@@ -234,6 +249,7 @@ class _ShuffleScoBase(FamilyBase):
     max_granularity: int = 2**12
     bit_buffer: tuple[int, int] | None = None
     honest_frac: float = 1.0
+    trial_groups: int = 1
 
     hparams_type = ScoHParams
 
@@ -242,6 +258,9 @@ class _ShuffleScoBase(FamilyBase):
         _validate.check_int("max_batch", self.max_batch, min_value=1)
         _validate.check_choice("aggregator", self.aggregator, AGGREGATORS)
         _validate.check_int("max_granularity", self.max_granularity, min_value=1, max_value=_EXACT_F32 - 1)
+        _validate.check_int("trial_groups", self.trial_groups, min_value=1)
+        if self.aggregator == "pvec-bits" and self.trial_groups != 1:
+            raise ValueError(f"trial_groups={self.trial_groups}: the bit-level simulator sends b bits per user")
         if self.aggregator == "pvec-bits" and self.bit_buffer is None:
             raise ValueError("bit_buffer=None: aggregator='pvec-bits' needs static (g_max, b_max) bit buffers")
         if self.smoothed and not hasattr(self.problem, "prox"):
@@ -260,8 +279,11 @@ class _ShuffleScoBase(FamilyBase):
         """``(family, hparams, plan)`` running ``plan`` (max_batch, max_granularity from the plan)."""
         mb = max(p.batch for p in plan.phases)
         gmax = max([p.pvec.g for p in plan.phases if p.pvec] + [kwargs.pop("max_granularity", 4)])
-        fam = cls(problem, plan.num_rounds, mb, aggregator, smoothed, radius, max_granularity=gmax, **kwargs)
-        hp = ScoHParams.from_plan(plan, with_pvec=aggregator in ("pvec", "pvec-bits"))
+        bmax = max([p.pvec.b for p in plan.phases if p.pvec] + [1])
+        groups = kwargs.pop("trial_groups", -(-bmax // shuffle_protocols._MAX_TRIALS))
+        fam = cls(problem, plan.num_rounds, mb, aggregator, smoothed, radius, max_granularity=gmax,
+                  trial_groups=groups, **kwargs)
+        hp = ScoHParams.from_plan(plan, with_pvec=aggregator in ("pvec", "pvec-bits"), trial_groups=groups)
         if aggregator == "matched-gaussian":
             hp = dataclasses.replace(hp, noise_std=_matched_std(plan))
         return fam, hp, plan
@@ -293,7 +315,7 @@ class _ShuffleScoBase(FamilyBase):
         k = keys.stream_key(key, "noise")
         pv = round_params(hp.pvec, r)
         if self.aggregator == "pvec":
-            total = pvec_chunked_sum(k, grads, mask, pv, hp.clip_norm, self.max_granularity)
+            total = pvec_chunked_sum(k, grads, mask, pv, hp.clip_norm, self.max_granularity, self.trial_groups)
         elif self.aggregator == "pvec-bits":
             total = pvec_bits_sum(k, grads, mask, pv, hp.clip_norm, *self.bit_buffer)
         else:
@@ -360,11 +382,12 @@ class _ShuffleScoBase(FamilyBase):
                                                            hparams.pvec.probability))
             for start, batch, fresh, T, a in phases:
                 sl = slice(a, a + T)
-                g, b, p = int(np.min(g_all[sl])), int(np.min(b_all[sl])), float(np.min(p_all[sl]))
+                g, b, p = int(np.min(g_all[sl])), int(np.min(b_all[sl])) * self.trial_groups, float(np.min(p_all[sl]))
                 if b == 0 or p == 0.0:
                     raise ValueError(f"hparams.pvec has trials={b}, probability={p} in round {a}: no privacy noise")
                 rows.append((g, b, p, batch, fresh, T, delta / (T + 1)))
-                bits = max(bits, (1 if fresh else T) * self.dim * (int(np.max(g_all[sl])) + int(np.max(b_all[sl]))))
+                bits = max(bits, (1 if fresh else T) * self.dim * (int(np.max(g_all[sl]))
+                                                                   + self.trial_groups * int(np.max(b_all[sl]))))
             eps, per_phase = sco_acc.transcript_epsilon(rows, self.dim, delta, base, comp, self.honest_frac)
             name = f"{base}:{comp or sco_acc.PVEC_ACCOUNTANTS[base][2]}"
             details |= {"per_phase": per_phase, "bits_per_user": bits, "honest_frac": self.honest_frac}
@@ -374,7 +397,7 @@ class _ShuffleScoBase(FamilyBase):
                      f"communication: {bits} one-bit messages per user"]
             if self.honest_frac < 1:
                 notes.append(f"robust shuffle privacy with honest fraction {self.honest_frac:g} (Claim A.8)")
-            std = float(np.max((2 * L / g_all) * np.sqrt(np.maximum(b_all * p_all * (1 - p_all), 0))))
+            std = float(np.max((2 * L / g_all) * np.sqrt(np.maximum(self.trial_groups * b_all * p_all * (1 - p_all), 0))))
         elif self.aggregator == "pan-gaussian":
             if not all(fresh for _, _, fresh, _, _ in phases):
                 raise ValueError("the pan-private analysis (Lemma C.4) needs every user in one batch")
@@ -421,7 +444,8 @@ class _ShuffleScoBase(FamilyBase):
                                             self.honest_frac < 1 and comp_name == "lemma" else batch, self.dim, mode)
                 if calc.g > self.max_granularity:
                     raise ValueError(f"max_granularity={self.max_granularity} is below the calculator's g={calc.g}")
-                g[a:a + T], b[a:a + T], p[a:a + T] = calc.g, calc.b, calc.p
+                g[a:a + T] = calc.g
+                b[a:a + T], p[a:a + T] = _grouped_trials(calc.b, calc.p, self.trial_groups)
             return {"pvec": shuffle_protocols.PvecParams.create(g, b, p)}
         if self.aggregator == "pan-gaussian":
             if accountant == "pan-paper":
@@ -621,6 +645,14 @@ class ShuffleAcsa(_ShuffleScoBase):
 
         plan = conv(n) if lam is None else sco_acc.phased_plan(conv, n, lam, phases=phases, diameter=2 * radius)
         return cls._from_plan(problem, plan, aggregator="pan-gaussian", smoothed=smoothness is None, radius=radius)
+
+
+def _grouped_trials(b: int, p: float, groups: int) -> tuple[int, float]:
+    """Trials per group and probability keeping b p when each user runs ``groups`` groups."""
+    if groups == 1:
+        return int(b), float(p)
+    per = -(-int(b) // groups)
+    return per, float(b) * p / (groups * per)
 
 
 def _dim(problem) -> int:

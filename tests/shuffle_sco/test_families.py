@@ -242,3 +242,14 @@ def test_invalid_inputs_name_the_argument():
         dataclasses.replace(fam, honest_frac=0.0)
     with pytest.raises(ValueError, match="accountant"):
         fam.privacy([1000], hp).epsilon(DELTA, "rdp")
+
+
+def test_families_follow_the_contract():
+    from dpjax.engine.contract import Algorithm
+
+    for fam, hp, _ in (S.ShuffleSgd.p_sgd(AbsoluteRegression(2), 1000, EPS, DELTA),
+                       S.ShuffleAcsa.pan_private(AbsoluteRegression(2), 1000, 0.5, DELTA)):
+        assert isinstance(fam, Algorithm) and isinstance(hp, fam.hparams_type)
+        assert fam.privacy([1000], hp).neighboring == "replace-one"
+        with pytest.raises(ValueError, match="hparams"):
+            fam.check_hparams(object())

@@ -89,34 +89,6 @@ _EXACT_F32 = 2**24
 
 
 # ---------------------------------------------------------------------------
-# Problems used by the validation suite
-# ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SquaredDistance:
-    """``l(theta; a) = 1/2 ||theta - a||^2`` (1-strongly convex, 1-smooth; L <= 2 on the unit ball
-    with ||a|| <= 1); the population optimum is E[a]. Labels are ignored."""
-
-    dim: int
-    kind = "regression"
-
-    def __post_init__(self):
-        _validate.check_int("dim", self.dim, min_value=1)
-
-    def init_params(self, key=None):
-        return jnp.zeros((self.dim,), jnp.float32)
-
-    def loss(self, params, x, y):
-        return 0.5 * jnp.sum(jnp.square(params - x))
-
-    def evaluate(self, params, x, y, mask=None):
-        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
-        w = jnp.ones_like(losses) if mask is None else mask.astype(losses.dtype)
-        return {"loss": jnp.sum(losses * w) / jnp.maximum(jnp.sum(w), 1.0)}
-
-
-# ---------------------------------------------------------------------------
 # Per-round schedule (hparams) and the gradient oracle
 # ---------------------------------------------------------------------------
 

@@ -44,6 +44,7 @@ from dpjax.algorithms import shuffle_sco as S
 from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
+from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.problems import LogisticRegression
 from dpjax.reproduce import register
@@ -284,7 +285,7 @@ class Instance:
 
     def problem(self, d):
         return {"nonsmooth": AbsoluteRegression, "smooth": lambda k: LogisticRegression(k, margin_clip=None),
-                "strongly_convex": S.SquaredDistance}[self.name](d)
+                "strongly_convex": MeanEstimation}[self.name](d)
 
     def sample(self, rng, n, d):
         a = _sphere(rng, n, d)

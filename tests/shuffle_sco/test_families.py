@@ -18,6 +18,7 @@ from dpjax.algorithms import shuffle_sco as S
 from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
+from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
 
 EPS, DELTA = 1.0, 1e-6
@@ -83,7 +84,7 @@ def _hp_numpy(hp):
 def test_p_sgd_twin_matches_numpy_and_zero_noise_gaussians_are_bit_identical():
     n, d = 90, 2
     a, y, data = _stream(n, d)
-    fam, hp, plan = S.ShuffleSgd.p_sgd(S.SquaredDistance(d), n, EPS, DELTA, lipschitz=2.0, aggregator="exact")
+    fam, hp, plan = S.ShuffleSgd.p_sgd(MeanEstimation(d), n, EPS, DELTA, lipschitz=2.0, aggregator="exact")
     assert plan.num_rounds >= 3 and fam.privacy([n], hp).private is False
     out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, _numpy_sgd(_sq_grad, a, y, _hp_numpy(hp)), atol=2e-6)
@@ -113,7 +114,7 @@ def test_p_gd_without_privacy_noise_tracks_the_twin_within_the_rounding_bound():
     and the projection are non-expansive, so ||theta_t - theta'_t|| <= sum_s eta_s sqrt(d) 2L/g."""
     n, d, g = 50, 3, 4000
     a, y, data = _stream(n, d, seed=2)
-    fam, hp, plan = S.ShuffleSgd.p_gd(S.SquaredDistance(d), n, EPS, DELTA, lipschitz=2.0, smoothness=1.0,
+    fam, hp, plan = S.ShuffleSgd.p_gd(MeanEstimation(d), n, EPS, DELTA, lipschitz=2.0, smoothness=1.0,
                                       rounds=6, max_granularity=g)
     T = plan.num_rounds
     quiet = dataclasses.replace(hp, pvec=sp.PvecParams.create(np.full(T, g), np.zeros(T, int), np.zeros(T)))
@@ -132,7 +133,7 @@ def test_closed_form_single_round():
     data = SiloData.from_silos([x.astype(np.float32)], [np.zeros(n, np.float32)])
     plan = sco.p_sgd_plan(n, 1, EPS, DELTA, 2.0, 2.0, batch=n)
     hp = dataclasses.replace(S.ScoHParams.from_plan(plan), step=jnp.ones(1))
-    fam = S.ShuffleSgd(S.SquaredDistance(1), 1, n, aggregator="exact")
+    fam = S.ShuffleSgd(MeanEstimation(1), 1, n, aggregator="exact")
     assert float(runner.run(fam, data, hp, jax.random.key(0)).output[0]) == 0.0
     last = runner.run(dataclasses.replace(fam, output="last"), data, hp, jax.random.key(0)).output
     assert float(last[0]) == pytest.approx(x.mean(), abs=1e-6)
@@ -143,7 +144,7 @@ def test_pan_private_release_has_covariance_two_zeta_squared():
     With alpha_1 = 1 the output is theta^ag = -g_1/(2 nu). Variance within the chi^2 99.9% interval."""
     n, d, reps = 2000, 3, 2000
     data = SiloData.from_silos([np.zeros((n, d), np.float32)], [np.zeros(n, np.float32)])
-    fam, hp, plan = S.ShuffleAcsa.pan_private(S.SquaredDistance(d), n, 0.5, DELTA, smoothness=1.0, lipschitz=2.0)
+    fam, hp, plan = S.ShuffleAcsa.pan_private(MeanEstimation(d), n, 0.5, DELTA, smoothness=1.0, lipschitz=2.0)
     first = jax.tree_util.tree_map(lambda v: v[:1] if np.ndim(v) else v, hp)
     fam1 = dataclasses.replace(fam, num_rounds=1, projection_radius=None)
     batch = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (reps,) + jnp.shape(v)), first)

@@ -410,8 +410,6 @@ class _ShuffleScoBase(FamilyBase):
                     e, dl = target, delta
                 else:
                     e, dl = sco_acc.pgd_round_budget(target, delta, T, comp)
-                    if comp == "advanced" and mode == "lemma_opt":  # the budget rule certifies via advanced composition
-                        e = min(e, target)
                 calc = pvec_acc.pvec_params(min(e, 15.0), dl, max(1, math.floor(self.honest_frac * batch)) if
                                             self.honest_frac < 1 and comp_name == "lemma" else batch, self.dim, mode)
                 if calc.g > self.max_granularity:

@@ -29,7 +29,7 @@ from dpjax.user_level.problems import Loss
 DYKSTRA_ITERS = 60
 SOLVER_ITERS = 400
 # allowance for float64 rounding in tau (relative to the domain diameter); far below any certified margin
-FLOAT_ALLOWANCE = 1e-10
+FLOAT_ALLOWANCE = 1e-13
 
 
 def project_ball(theta, center, radius):

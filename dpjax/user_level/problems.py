@@ -133,7 +133,7 @@ def exchangeable(kind: str, n: int, m: int, d: int, seed: int, *, noise: float =
     d = v.check_int("d", d, min_value=1)
     rng = np.random.default_rng(seed)
     a = _unit_ball(rng, (n * m,), d)
-    w = rng.normal(size=d)
+    w = np.random.default_rng([seed, 1]).normal(size=d)  # its own stream: the same w for every (n, m) of a seed
     w /= np.linalg.norm(w)
     if kind in ("logistic", "hinge"):
         p = 1 / (1 + np.exp(-4 * a @ w))

@@ -228,7 +228,7 @@ def _d2(quick: bool, seed: int):
     rows, stats = [], {}
     for n in ns:
         for m in ms:
-            if n * m > 2_000_000 and quick:
+            if n * m > (2_000_000 if quick else 4_000_000):  # memory: n m d float64 items
                 continue
             x, _ = problems.exchangeable("mean", n, m, d, seed + n + m)
             items = x.reshape(n * m, d)
@@ -431,10 +431,10 @@ def _d5(quick: bool, seed: int):
 
     from dpjax.user_level import mechanisms as mech, problems
 
-    rho, radius, reps, iters = 10.0, 1.0, (8 if quick else 24), 300
+    rho, radius, reps, iters = 1.0, 1.0, (8 if quick else 24), 300
     base_n, base_m, base_d = 100, 4, 5
     sweeps = {"m": [(base_n, m, base_d) for m in ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))],
-              "n": [(n, base_m, base_d) for n in ((50, 100, 200, 400) if quick else (50, 100, 200, 400, 800, 1600))],
+              "n": [(n, base_m, base_d) for n in ((100, 200, 400, 800) if quick else (100, 200, 400, 800, 1600))],
               "d": [(base_n, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]}
     theory = {"m": -0.5, "n": -1.0, "d": 0.5}
     kind = "absolute"

@@ -224,3 +224,25 @@ def test_phased_structure_and_rate_shape():
     sco = phased.phased_sco(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, variant="A4", mode="rate-shape",
                             min_group=8)
     assert np.isfinite(sco.theta).all()
+
+
+def test_noise_figure_quick_and_refuses_other_runs(tmp_path):
+    from dpjax import reproduce
+
+    fig = reproduce.get("user-level-noise")
+    report = fig.fn(tmp_path, quick=True, seed=0)
+    text = report.read_text()
+    assert "(6/6 hold)" in text and (tmp_path / "results.csv").exists() and (tmp_path / "user-level-noise.png").exists()
+    with pytest.raises(ValueError, match="another run"):
+        fig.fn(tmp_path, quick=False, seed=0)
+
+
+def test_input_validation_names_the_argument():
+    with pytest.raises(ValueError, match="n=20"):
+        acc.deletion_sensitivity_bound(20, 10, 128, 0.01, 1.0, 1.0)
+    with pytest.raises(ValueError, match="kind"):
+        P.Loss("huber")
+    with pytest.raises(ValueError, match="mode"):
+        acc.privacy("A2", 1.0, 1e-6, n=300, m=1, mode="fast")
+    with pytest.raises(ValueError, match="n=40"):
+        M.stable_table(lambda w: w[:1], 40, 2, 0.1)

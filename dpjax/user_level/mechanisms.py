@@ -297,30 +297,31 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
     return Release(out, status, params.sigma, params.sensitivity, cert, theta, "exact")
 
 
+def _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                             bound, method) -> Release:
+    """Algorithm 1 on theta* with Delta = bound(n, m, 4 kappa, beta, G, mu, c_K) (mu includes the regulariser)."""
+    n, m, _ = x.shape
+    kappa = acc.user_level_params(epsilon, delta).kappa
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    sens = bound(n, m, 4 * kappa, fail_prob, g, loss.strong_convexity + domain.reg, c_k)
+    return output_perturbation(key, loss, x, y, domain, acc.a1_params(epsilon, delta, sens, gaussian=gaussian),
+                               method)
+
+
 def sc_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
                    fail_prob: float, *, c_k: int = 2, method: str = "certificate", gaussian: str = "paper",
                    lipschitz: Optional[float] = None) -> Release:
     """Algorithm 2 (SCOutputPert_{eps,delta,beta,G,mu,K}): Algorithm 1 with Delta = Delta_expl (Theorem 3.1)."""
-    n, m, _ = x.shape
-    kappa = acc.user_level_params(epsilon, delta).kappa
-    g = loss.lipschitz if lipschitz is None else lipschitz
-    mu = loss.strong_convexity + domain.reg
-    sens = acc.deletion_sensitivity_bound(n, m, 4 * kappa, fail_prob, g, mu, c_k)
-    return output_perturbation(key, loss, x, y, domain, acc.a1_params(epsilon, delta, sens, gaussian=gaussian),
-                               method)
+    return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                                    acc.deletion_sensitivity_bound, method)
 
 
 def sc_output_pert_certified(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
                              fail_prob: float, *, c_k: int = 2, gaussian: str = "paper",
                              lipschitz: Optional[float] = None) -> Release:
     """A2c (Appendix C): target Delta_C = (2r+1) gamma_target/(mu(n-r-1)), released through the certificate."""
-    n, m, _ = x.shape
-    kappa = acc.user_level_params(epsilon, delta).kappa
-    g = loss.lipschitz if lipschitz is None else lipschitz
-    mu = loss.strong_convexity + domain.reg
-    sens = acc.certificate_sensitivity(n, m, 4 * kappa, fail_prob, g, mu, c_k)
-    return output_perturbation(key, loss, x, y, domain, acc.a1_params(epsilon, delta, sens, gaussian=gaussian),
-                               "certificate")
+    return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                                    acc.certificate_sensitivity, "certificate")
 
 
 def replace_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,

@@ -199,21 +199,29 @@ def localisation_radius(sigma0: float, d: int, fail_prob: float, *, sco_term: fl
     return sigma0 * (math.sqrt(d) + math.sqrt(2 * math.log(1 / fail_prob))) + sco_term
 
 
+def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k):
+    """Step 1 of Algorithms 5/6: theta_0 from Algorithm 2 (A2c) at (eps/2, delta/2), or theta* + N(0, sigma_0^2)
+    with sigma_0 = rho G/(mu n sqrt(m)) in rate-shape mode. Returns (sigma_0, theta_0, failed release or None)."""
+    n, m, d = x.shape
+    if mode == "rate-shape":
+        sigma0 = rho * loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
+        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(key, sigma0, d)), None
+    first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k)
+    if first.status != mech.OK:
+        return first.sigma, None, first
+    return first.sigma, domain.project(first.theta), None
+
+
 def strongly_convex_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float,
                         *, mode: str = "certified", rho: float = 1.0, c_k: int = 2) -> PhasedResult:
     """Algorithm 5 (Strongly-Convex-ERM; Theorem 4.3). Rate-shape mode: theta_0 = theta* + N(0, sigma_0^2 I),
     sigma_0 = rho G/(mu n sqrt(m)), then M' on K'."""
     n, m, d = x.shape
-    g, mu = loss.lipschitz, loss.strong_convexity
+    g = loss.lipschitz
     k0, k1 = jax.random.split(key)
-    if mode == "rate-shape":
-        sigma0 = rho * g / (mu * n * math.sqrt(m))
-        theta0 = domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(k0, sigma0, d))
-    else:
-        first = mech.sc_output_pert_certified(k0, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k)
-        if first.status != mech.OK:
-            return PhasedResult(np.full(d, np.nan), first.status, (first,), "A5")
-        sigma0, theta0 = first.sigma, domain.project(first.theta)
+    sigma0, theta0, failed = _centring_step(k0, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k)
+    if failed is not None:
+        return PhasedResult(np.full(d, np.nan), failed.status, (failed,), "A5")
     r_prime = localisation_radius(sigma0, d, fail_prob)
     inner_dom = domain.intersect(theta0, r_prime)
     mult = rho if mode == "rate-shape" else None
@@ -234,14 +242,9 @@ def strongly_convex_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: flo
     half = n // 2 if split_users else n
     x0, y0 = x[:half], y[:half]
     x1, y1 = (x[half:], y[half:]) if split_users else (x, y)
-    if mode == "rate-shape":
-        sigma0 = rho * g / (mu * half * math.sqrt(m))
-        theta0 = domain.project(mech.minimiser(loss, x0, y0, domain) + mech._gaussian(k0, sigma0, d))
-    else:
-        first = mech.sc_output_pert_certified(k0, loss, x0, y0, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k)
-        if first.status != mech.OK:
-            return PhasedResult(np.full(d, np.nan), first.status, (first,), "A6")
-        sigma0, theta0 = first.sigma, domain.project(first.theta)
+    sigma0, theta0, failed = _centring_step(k0, loss, x0, y0, domain, epsilon, delta, fail_prob, mode, rho, c_k)
+    if failed is not None:
+        return PhasedResult(np.full(d, np.nan), failed.status, (failed,), "A6")
     r_prime = localisation_radius(sigma0, d, fail_prob,
                                   sco_term=30 * g * math.sqrt(math.log(2 / fail_prob)) / (mu * math.sqrt(half * m)))
     inner_dom = domain.intersect(theta0, r_prime)

@@ -215,8 +215,8 @@ def test_certified_a2c_not_releasable_on_heterogeneous_users():
 
 
 def test_phased_structure_and_rate_shape():
-    x, y = P.exchangeable("logistic", 64, 8, 2, 0)
-    loss, dom = P.Loss("logistic"), M.Domain.ball(1.0, 2)
+    x, y = P.exchangeable("mean", 64, 8, 2, 0)
+    loss, dom = P.Loss("mean"), M.Domain.ball(1.0, 2)
     assert phased.num_phases(64, 8) == 9 and np.allclose(phased.phase_lambdas(0.5, 3), [2, 8, 32])
     a = phased.phased_erm(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, mode="rate-shape")
     b = phased.phased_erm(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, mode="rate-shape")
@@ -226,6 +226,7 @@ def test_phased_structure_and_rate_shape():
     assert np.isfinite(sco.theta).all()
 
 
+@pytest.mark.slow  # ~5-15 s, mostly matplotlib
 def test_noise_figure_quick_and_refuses_other_runs(tmp_path):
     from dpjax import reproduce
 

@@ -9,6 +9,12 @@ DP (replace-one-user; also add/remove-one-user, spec §1.2), including the
 failure output. Schedules compose by basic composition over calls on the same
 users and parallel composition (max) over disjoint user groups (spec §3.2);
 advanced composition is not used by the paper.
+
+``privacy(mechanism, epsilon, delta, n=, m=, mode=)`` returns the ``PrivacySpec`` (``UserLevelPrivacy``) of one
+run of Algorithm 1/2, A2c (Appendix C), Phased-ERM (Algorithm 3, Theorem 4.1), Phased-SCO (Algorithm 4 and the
+equal split A4b, Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselines B1/B2; ``min_users`` the
+smallest n for which its constants are defined; ``deletion_sensitivity_bound`` (Corollary 3.7, explicit),
+``certificate_sensitivity`` (Lemma C.1) and ``noise_multiplier`` the noise scales of spec §3.4.
 """
 
 from __future__ import annotations

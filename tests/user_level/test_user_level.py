@@ -247,3 +247,14 @@ def test_input_validation_names_the_argument():
         acc.privacy("A2", 1.0, 1e-6, n=300, m=1, mode="fast")
     with pytest.raises(ValueError, match="n=40"):
         M.stable_table(lambda w: w[:1], 40, 2, 0.1)
+
+
+def test_certified_phased_erm_stops_instead_of_substituting():
+    """A3 with A2c inside (eps = 1, delta = 1e-6, n = 6000 >= n_min = 5754 at m = 16): early phases pass the
+    certificate; once lambda_i = lambda 4^i pushes the target Delta below float64 resolution (Delta_C ~ 1e-13 vs
+    the 2 tau rounding allowance) the run stops as not releasable -- never bottom, never a baseline (spec A14)."""
+    x, y = P.exchangeable("mean", 6000, 16, 3, 0)
+    res = phased.phased_erm(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 3), 1.0, 1e-6, 0.01)
+    assert res.status == M.NOT_RELEASABLE and np.isnan(res.theta).all()
+    assert all(p.certificate.passed for p in res.phases[:-1]) and not res.phases[-1].certificate.passed
+    assert len(res.phases) >= 5 and res.phases[-1].certificate.target < 1e-12

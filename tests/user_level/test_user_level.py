@@ -258,3 +258,15 @@ def test_certified_phased_erm_stops_instead_of_substituting():
     assert res.status == M.NOT_RELEASABLE and np.isnan(res.theta).all()
     assert all(p.certificate.passed for p in res.phases[:-1]) and not res.phases[-1].certificate.passed
     assert len(res.phases) >= 5 and res.phases[-1].certificate.target < 1e-12
+
+
+def test_phased_without_noise_is_key_independent_and_reaches_the_minimiser():
+    """rho = 0 (infinite budget): M' is the noise-free localisation -- the same for every key, and for mean
+    estimation it reaches the ERM minimiser (the mean): phase i multiplies the gap by lambda_i/(1 + lambda_i) <= 1,
+    the first by 4e-3/(1 + 4e-3) < 1e-2."""
+    x, y = P.exchangeable("mean", 40, 8, 2, 3)
+    dom = M.Domain.ball(1.0, 2)
+    runs = [phased.phased_erm(jax.random.key(s), P.Loss("mean"), x, y, dom, 1, 1e-6, 0.01, mode="rate-shape",
+                              rho=0.0, lam=1e-3).theta for s in (0, 1)]
+    assert np.array_equal(runs[0], runs[1])
+    assert np.linalg.norm(runs[0] - x.reshape(-1, 2).mean(0)) <= 1e-2 * np.linalg.norm(x.reshape(-1, 2).mean(0)) + 1e-12

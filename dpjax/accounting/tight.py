@@ -450,8 +450,8 @@ def tight_epsilon(
                      f"({PLD_MAX_SINGLE_POINTS} points a step, {PLD_MAX_POINTS} composed; still an upper bound)")
         rdp_report = tight_epsilon(scheds, delta, "rdp")
         if rdp_report.epsilon < eps:
-            return dataclasses.replace(rdp_report, notes=rdp_report.notes + (
-                f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}",))
+            return dataclasses.replace(rdp_report, notes=rdp_report.notes + (notes[-1], (
+                f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}")))
     return report(eps)
 
 

@@ -4,7 +4,8 @@ Finding -> tests:
  1 sample rate rounded by the CLI      test_cli_poisson_sample_rate_is_accounted_exactly, test_cli_fixed_size_rate_must_be_a_batch
  2 heterogeneous composition           test_composition_*, test_diff2_compose_epsilon_*
  3 PLD calibration over-noises         test_pld_calibration_meets_documented_tolerance, test_tiny_targets_are_root_searched
- 4 PLD robustness (hang, memory)       test_pld_extremes_are_bounded_in_time_and_memory, test_calibration_with_delta_needing_no_noise
+ 4 PLD robustness (hang, memory)       test_pld_extremes_are_bounded_in_time_and_memory, test_calibration_with_delta_needing_no_noise,
+                                       test_memory_bounded_pld_falls_back_to_rdp_and_says_so
  5 tighter of RDP and PLD              test_best_reports_the_tighter_accountant_and_names_it, test_cli_default_is_best
  6 one-pass/shuffle pass count         test_passes_count_dropped_remainder_records
  7 sigma naming, CLI start-up          test_cli_noise_multiplier_and_deprecated_sigma, test_account_cli_does_not_import_jax
@@ -175,6 +176,18 @@ def test_pld_extremes_are_bounded_in_time_and_memory(std, sampling, k, steps, ep
     assert float(eps) >= eps_min and math.isfinite(float(eps))
     assert int(peak) < 512 * 2**20  # numpy buffers traced: the grids are bounded to a few tens of MiB
     assert "coarsened" in notes  # says that the grid was bounded
+
+
+def test_memory_bounded_pld_falls_back_to_rdp_and_says_so(monkeypatch):
+    from dpjax.accounting import tight
+
+    s = GaussianSchedule(noise_std=1.0, contribution_bound=1.0, sampling="poisson", dataset_size=1000, batch_size=10,
+                         steps=100, neighboring="add-remove", unit="record")
+    monkeypatch.setattr(tight, "PLD_MAX_SINGLE_POINTS", 64)  # a grid too coarse to beat RDP
+    rdp = compute_epsilon(s, 1e-5, "rdp").epsilon
+    r = compute_epsilon(s, 1e-5, "pld")
+    assert r.accountant == "rdp" and r.epsilon == rdp
+    assert any("coarsened" in n for n in r.notes) and any("fell back to rdp" in n for n in r.notes)
 
 
 def test_calibration_with_delta_needing_no_noise():

@@ -31,6 +31,7 @@ mutant's lower bound is above it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -132,7 +133,9 @@ class AuditResult:
         }
 
 
+@functools.lru_cache(maxsize=64)
 def _scorer(mechanism: Mechanism, score: Callable) -> Callable:
+    """jit(vmap over keys) of ``score(mechanism(key, dataset))``, cached per function pair."""
     def one(key, dataset):
         return jnp.asarray(score(mechanism(key, dataset)), jnp.float32).reshape(())
 
@@ -189,6 +192,8 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     runs = v.check_int("runs", runs, min_value=2)
     seed = v.check_int("seed", seed, min_value=0)
     v.check_open_unit("confidence", confidence)
+    overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))
+                 for name, m in audit.mutants.items() if not callable(m)}
     start = time.perf_counter()
     base = jax.random.key(seed)
     delta = audit.certificate.delta
@@ -199,7 +204,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
         if callable(mutant):
             fn, data, neighbour = _scorer(mutant, audit.score), audit.dataset, audit.neighbour
         else:
-            fn, data, neighbour = main, _override(audit.dataset, mutant), _override(audit.neighbour, mutant)
+            fn, (data, neighbour) = main, overrides[name]
         b = _bound(fn, data, neighbour, delta, jax.random.fold_in(base, i), runs, confidence, chunk)
         mutants.append(MutantResult(name, b, b.epsilon > audit.certificate.epsilon))
     exact = audit.exact() if audit.exact is not None else None

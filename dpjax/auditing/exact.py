@@ -50,9 +50,16 @@ def exact_epsilon(p, q, delta: float, eps_max: float = 60.0, tol: float = 1e-9) 
 
 
 def shifted_binomial_pmfs(trials: int, probability: float, shift: int) -> tuple[np.ndarray, np.ndarray]:
-    """pmfs of ``Bin(trials, p)`` and ``shift + Bin(trials, p)`` on ``0..trials+shift``."""
+    """pmfs of ``Bin(trials, p)`` and ``shift + Bin(trials, p)`` on a common support.
+
+    The support is ``0..trials+shift`` cut to the mean +- 40 standard deviations
+    (+ shift): outside it both pmfs are below 1e-300, i.e. zero in float64.
+    """
     trials = v.check_int("trials", trials, min_value=0)
     shift = v.check_int("shift", shift, min_value=0)
     p = v.check_probability("probability", probability)
-    k = np.arange(trials + shift + 1)
+    mean, sd = trials * p, math.sqrt(trials * p * (1 - p))
+    lo = max(0, math.floor(mean - 40 * sd - 1))
+    hi = min(trials + shift, math.ceil(mean + 40 * sd + 1) + shift)
+    k = np.arange(lo, hi + 1)
     return stats.binom.pmf(k, trials, p), stats.binom.pmf(k - shift, trials, p)

@@ -80,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
               + f" -> {'PASS' if result.passed else 'FAIL'} ({result.seconds:.1f} s)", flush=True)
         results.append(result)
     wall = time.perf_counter() - start
-    meta = {"mechanisms": names, "runs_per_dataset": args.runs, "seed": args.seed, "confidence": args.confidence, "delta": DELTA,
+    meta = {"mechanisms": names, "runs_per_dataset": args.runs, "seed": args.seed, "confidence": args.confidence,
+            "delta": DELTA,
             "wall_seconds": wall, "jax": jax.__version__, "python": platform.python_version(),
             "cpu_count": os.cpu_count(), "passed": all(r.passed for r in results)}
     header = (f"# dpjax privacy audit\n\n{args.runs} runs per dataset (half choose the threshold, half bound epsilon), "

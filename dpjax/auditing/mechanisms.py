@@ -45,7 +45,11 @@ from dpjax.accounting.diff2 import compose_epsilon
 from dpjax.accounting.events import GaussianSchedule
 from dpjax.auditing import exact as exact_lib
 from dpjax.auditing.audit import CanaryAudit, Certificate
+from dpjax.algorithms.diff2 import Diff2GD, Diff2HParams
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
+from dpjax.engine import federated
+from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise, sampling
 from dpjax.primitives import shuffle_protocols as sp
 
@@ -123,10 +127,6 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     Uses ``NoisyMbSgd``'s sampler and ``dpjax.engine.federated`` (``silo_minibatch_gradients``,
     ``privatize_messages``); certificate from ``NoisyMbSgd.privacy_schedule`` (replace-one in the silo).
     """
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import federated
-    from dpjax.engine.silos import SiloData
-
     algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling="without-replacement")
     params0 = jnp.zeros((dim,), jnp.float32)
 
@@ -178,7 +178,8 @@ def _batches(sampler_name: str, key, size, n: int, batch_size: int, epochs: int,
         return idx, jnp.ones(idx.shape, bool)
     rounds = jnp.arange(epochs * per_epoch)
     if sampler_name == "subsample":
-        idx = jax.vmap(lambda r: sampling.sample_without_replacement(jax.random.fold_in(key, r), size, n, batch_size))(rounds)
+        draw = lambda r: sampling.sample_without_replacement(jax.random.fold_in(key, r), size, n, batch_size)  # noqa: E731
+        idx = jax.vmap(draw)(rounds)
         return idx, jnp.ones(idx.shape, bool)
     def poisson(r):  # buffer = n: never overflows
         idx, mask, _ = sampling.poisson_sample(jax.random.fold_in(key, r), size, n, rate, n)
@@ -271,9 +272,6 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     restart round (noise std sigma1 C1), round 2 a difference round (noise std sigma2 C2 ||x1 - x0||).
     The released transcript is the two noisy estimators; certificate: ``compose_epsilon`` of
     ``Diff2GD.privacy_schedules`` (RDP, dp-accounting)."""
-    from dpjax.algorithms.diff2 import Diff2GD, Diff2HParams
-    from dpjax.engine.silos import SiloData
-
     problem = _Diff2Canary()
     algo = Diff2GD(problem, num_rounds=2, output="last")
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
@@ -379,7 +377,8 @@ def p1d_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> CanaryAu
         name="p1d",
         description="Cheu et al. P_1D shuffle protocol (primitives.shuffle_protocols.pvec_sum, d = 1)",
         mechanism=_pvec_mechanism(params, bound), dataset=d, neighbour=dp, score=lambda out: out[0],
-        certificate=Certificate(cert_eps, DELTA, "Cheu et al. Lemma 3.1 (dpjax.accounting.pvec, eps_hat)", "replace-one"),
+        certificate=Certificate(cert_eps, DELTA, "Cheu et al. Lemma 3.1 (dpjax.accounting.pvec, eps_hat)",
+                                "replace-one"),
         mutants={"no-clip": _pvec_mechanism(params, bound, clip=False)},
         exact=lambda: _binomial_exact(n, b, p, g, cert_eps),
         details={"n": n, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon},

@@ -27,7 +27,6 @@ multiple-comparison correction needed.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 from scipy import stats as _stats
@@ -181,10 +180,21 @@ def select_threshold(scores_d, scores_d_prime, delta: float, *, confidence: floa
     return best[1], best[2]
 
 
+#: Confidence of the Clopper-Pearson bounds that *rank* thresholds on the selection half.
+#: Stricter than the reported level: it penalises far-tail thresholds whose few selection
+#: counts were lucky (the winner's curse over ~4000 candidates), which would give a low
+#: bound on the evaluation half. Measured on N(0,1) vs N(1,1), 2e4 runs per half, 150 trials:
+#: median bound 2.26 either way, 1st percentile 1.55 (ranked at 95 %) vs 2.03 (at 1 - 1e-5).
+SELECTION_CONFIDENCE = 1 - 1e-5
+
+
 def select_and_bound(selection_d, selection_d_prime, evaluation_d, evaluation_d_prime, delta: float, *,
-                     confidence: float = 0.95) -> EpsilonLowerBound:
-    """Threshold chosen on the selection runs, epsilon bounded on the independent evaluation runs."""
-    threshold, orientation = select_threshold(selection_d, selection_d_prime, delta, confidence=confidence)
+                     confidence: float = 0.95, selection_confidence: float = SELECTION_CONFIDENCE) -> EpsilonLowerBound:
+    """Threshold chosen on the selection runs, epsilon bounded on the independent evaluation runs.
+
+    The reported bound holds at ``confidence`` whatever ``selection_confidence`` is (the
+    threshold does not depend on the evaluation runs)."""
+    threshold, orientation = select_threshold(selection_d, selection_d_prime, delta, confidence=selection_confidence)
     return epsilon_lower_bound(evaluation_d, evaluation_d_prime, threshold, delta,
                                orientation=orientation, confidence=confidence)
 

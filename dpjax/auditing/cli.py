@@ -17,7 +17,8 @@ import os
 __all__ = ["add_parser", "run"]
 
 _NAMES = ("gaussian", "isrl-silo", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
-          "dpsgd-batch-subsample", "dpsgd-individual-poisson", "diff2", "p1d", "pvec")
+          "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
+          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec")
 _FILES = ("audit.md", "audit.json")
 
 

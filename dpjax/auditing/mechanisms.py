@@ -16,6 +16,7 @@ isrl-silo                one silo's ISRL-DP messages, R rounds       RDP, withou
 dpsgd-*-shuffle          clipped sum + noise, permutation per epoch  van Dijk et al. exact strong-adversary mixture
 dpsgd-*-subsample        clipped sum + noise, uniform K-subsets      van Dijk et al. exact strong-adversary mixture
 dpsgd-individual-poisson clipped sum + noise, Poisson sampling       PLD (dp-accounting), add/remove
+dpsgd-*-subsample-g2     as dpsgd-*-subsample, a user of 2 records   van Dijk et al., replace-up-to-2
 diff2                    DIFF2-GD restart + difference round         RDP (dp-accounting) of the DIFF2 schedules
 p1d                      Cheu et al. P_1D (count-level simulation)   Lemma 3.1 of Cheu et al.; exact pmf compared
 pvec                     Cheu et al. P_vec, d = 4                    Thm 3.2 (Lemma 3.1 + 3.3, corrected constant)
@@ -188,12 +189,19 @@ def _batches(sampler_name: str, key, size, n: int, batch_size: int, epochs: int,
 
 
 def dpsgd_audit(clip_mode: str, sampler_name: str, noise_multiplier: float, n: int,
-                batch_size: int = 5, epochs: int = 1, clip_norm: float = 1.0, dim: int = 2) -> CanaryAudit:
+                batch_size: int = 5, epochs: int = 1, clip_norm: float = 1.0, dim: int = 2,
+                group_size: int = 1) -> CanaryAudit:
     """Central DP-SGD release sequence: per round a batch (shuffle / uniform subsample / Poisson),
     per-record gradients = the records, individual clipping (clip each, sum) or batch clipping
     (clip the batch mean), + Gaussian noise. van Dijk et al. convention for shuffle/subsample:
     std = 2 C sigma (replace-one); Poisson (Abadi et al.): std = C sigma, add/remove.
+
+    ``group_size`` g > 1 (subsampling only): D and D' differ in g canary records (a user
+    with g records; van Dijk et al.'s replace-up-to-g relation). Individual clipping then
+    moves a round by up to g C, batch clipping by C: the two modes' certificates differ.
     """
+    if group_size > 1 and sampler_name != "subsample":
+        raise ValueError(f"group_size={group_size} > 1 is audited with sampler='subsample' only")
     if clip_mode not in ("individual", "batch") or sampler_name not in ("shuffle", "subsample", "poisson"):
         raise ValueError(f"clip_mode={clip_mode!r}, sampler={sampler_name!r}: unknown DP-SGD variant")
     if sampler_name == "poisson" and clip_mode == "batch":
@@ -233,25 +241,32 @@ def dpsgd_audit(clip_mode: str, sampler_name: str, noise_multiplier: float, n: i
         score = lambda out: inclusion_mixture_llr(out[:, 0] / std, [1 - rate, rate], m_d, m_dp)  # noqa: E731
     else:
         d, dp = _canary_pair(n, dim, value)
+        d[:group_size, 0], dp[:group_size, 0] = -value, value
         dataset, neighbour = (jnp.asarray(d), jnp.int32(n)), (jnp.asarray(dp), jnp.int32(n))
         m = 1.0 / (2 * noise_multiplier)
         s, mm = (1, batch_size) if clip_mode == "individual" else (batch_size, 1)
-        eps = bc_accounting.batch_clipping_epsilon(sampler_name, n, s, mm, 1, epochs, noise_multiplier, DELTA)
+        eps = bc_accounting.batch_clipping_epsilon(sampler_name, n, s, mm, group_size, epochs, noise_multiplier, DELTA)
         cert = Certificate(eps, DELTA, f"dpjax.accounting.batch_clipping.batch_clipping_epsilon({sampler_name}, "
-                           f"s={s}, m={mm}, g=1; exact strong adversary)", "replace-one")
+                           f"s={s}, m={mm}, g={group_size}; exact strong adversary)",
+                           "replace-one" if group_size == 1 else f"replace-up-to-{group_size}")
         if sampler_name == "shuffle":
             per_epoch = n // batch_size
             score = lambda out: one_per_epoch_llr(out[:, 0].reshape(epochs, per_epoch) / std, -m, m)  # noqa: E731
         else:
-            score = lambda out: inclusion_mixture_llr(out[:, 0] / std, [1 - rate, rate], -m, m)  # noqa: E731
+            # canaries in a round: t ~ Hypergeometric(n, g, K); clipped entries L = t (individual), min(t, 1) (batch)
+            hits = [math.comb(group_size, t) * math.comb(n - group_size, batch_size - t) / math.comb(n, batch_size)
+                    for t in range(min(group_size, batch_size) + 1)]
+            probs = hits if clip_mode == "individual" else [hits[0], 1.0 - hits[0]]
+            score = lambda out: inclusion_mixture_llr(out[:, 0] / std, probs, -m, m)  # noqa: E731
+    suffix = "" if group_size == 1 else f"-g{group_size}"
     return CanaryAudit(
-        name=f"dpsgd-{clip_mode}-{sampler_name}",
+        name=f"dpsgd-{clip_mode}-{sampler_name}{suffix}",
         description=f"central DP-SGD, {clip_mode} clipping, {sampler_name} (primitives: sampling, clipping, noise)",
         mechanism=mech, dataset=_inputs(dataset, noise_std=std, clip_norm=clip_norm),
         neighbour=_inputs(neighbour, noise_std=std, clip_norm=clip_norm), score=score, certificate=cert,
         mutants=_standard_mutants(std),
         details={"noise_multiplier": noise_multiplier, "noise_std": std, "clip_norm": clip_norm, "n": n,
-                 "batch_size": batch_size, "epochs": epochs, "rounds": rounds},
+                 "batch_size": batch_size, "epochs": epochs, "rounds": rounds, "group_size": group_size},
     )
 
 
@@ -407,9 +422,12 @@ def pvec_audit(epsilon: float = 2.0, n: int = 100, dim: int = 4, bound: float = 
 
 # DP-SGD configurations (certified eps 1-3 at DELTA): shuffle, 2 rounds of 5 of 10 records;
 # subsample, 2 epochs of one round of 5 of 6 records; Poisson, 4 rounds at q = 1/4.
+# Groups of g = 2 records (a user), subsampling as above at sigma = 2: individual clipping
+# certifies 4.49, batch clipping 2.05.
 _DPSGD = {"shuffle": dict(noise_multiplier=1.2, n=10, epochs=1),
           "subsample": dict(noise_multiplier=1.5, n=6, epochs=2),
-          "poisson": dict(noise_multiplier=1.5, n=20, epochs=1)}
+          "poisson": dict(noise_multiplier=1.5, n=20, epochs=1),
+          "subsample-g2": dict(noise_multiplier=2.0, n=6, epochs=2, group_size=2)}
 
 AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "gaussian": gaussian_audit,
@@ -419,6 +437,8 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dpsgd-individual-subsample": lambda: dpsgd_audit("individual", "subsample", **_DPSGD["subsample"]),
     "dpsgd-batch-subsample": lambda: dpsgd_audit("batch", "subsample", **_DPSGD["subsample"]),
     "dpsgd-individual-poisson": lambda: dpsgd_audit("individual", "poisson", **_DPSGD["poisson"]),
+    "dpsgd-individual-subsample-g2": lambda: dpsgd_audit("individual", "subsample", **_DPSGD["subsample-g2"]),
+    "dpsgd-batch-subsample-g2": lambda: dpsgd_audit("batch", "subsample", **_DPSGD["subsample-g2"]),
     "diff2": diff2_audit,
     "p1d": p1d_audit,
     "pvec": pvec_audit,

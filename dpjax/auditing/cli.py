@@ -16,7 +16,7 @@ import os
 
 __all__ = ["add_parser", "run"]
 
-_NAMES = ("gaussian", "isrl-silo", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
+_NAMES = ("gaussian", "isrl-silo", "isrl-silo-poisson", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
           "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
           "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec")
 _FILES = ("audit.md", "audit.json")

@@ -13,6 +13,7 @@ audit                    mechanism                                   certificate
 =======================  ==========================================  =============================================
 gaussian                 clipped sum + Gaussian noise, one release   exact mu-GDP (Balle-Wang analytic Gaussian)
 isrl-silo                one silo's ISRL-DP messages, R rounds       RDP, without-replacement (Wang-Balle-Kasiviswanathan)
+isrl-silo-poisson        the same with Poisson sampling              PLD (dp-accounting), replace-one
 dpsgd-*-shuffle          clipped sum + noise, permutation per epoch  van Dijk et al. exact strong-adversary mixture
 dpsgd-*-subsample        clipped sum + noise, uniform K-subsets      van Dijk et al. exact strong-adversary mixture
 dpsgd-individual-poisson clipped sum + noise, Poisson sampling       PLD (dp-accounting), add/remove
@@ -121,14 +122,15 @@ class _LinearProbe:
 
 
 def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: int = 8, batch_size: int = 7,
-                    num_rounds: int = 2, num_silos: int = 2, dim: int = 2) -> CanaryAudit:
+                    num_rounds: int = 2, num_silos: int = 2, dim: int = 2, sampling_scheme: str = "without-replacement",
+                    accountant: str = "rdp") -> CanaryAudit:
     """Silo 0's ISRL-DP transcript (Lowy & Razaviyayn 2023, Algorithm 2): per round, K of n records
     without replacement, per-example clip to C, mean over K, + N(0, sigma^2 I); R rounds.
 
     Uses ``NoisyMbSgd``'s sampler and ``dpjax.engine.federated`` (``silo_minibatch_gradients``,
     ``privatize_messages``); certificate from ``NoisyMbSgd.privacy_schedule`` (replace-one in the silo).
     """
-    algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling="without-replacement")
+    algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling=sampling_scheme)
     params0 = jnp.zeros((dim,), jnp.float32)
 
     def data_for(first_silo):
@@ -153,9 +155,9 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
 
     schedule = algo.privacy_schedule(silo_size, MbSgdHParams.create(1.0, noise_std, clip_norm))
-    report = compute_epsilon(schedule, DELTA, "rdp")
+    report = compute_epsilon(schedule, DELTA, accountant)
     return CanaryAudit(
-        name="isrl-silo",
+        name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
         description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",
         mechanism=mech, dataset=data_for(d), neighbour=data_for(dp),
         score=lambda out: inclusion_mixture_llr(out[:, 0] / noise_std, [1 - q, q], -m, m),
@@ -163,7 +165,7 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
                                 f"{report.sampling}, NoisyMbSgd.privacy_schedule)", report.neighboring),
         mutants=_standard_mutants(noise_std),
         details={"noise_std": noise_std, "clip_norm": clip_norm, "silo_size": silo_size, "batch_size": batch_size,
-                 "num_rounds": num_rounds, "num_silos": num_silos, "sampling": "without-replacement"},
+                 "num_rounds": num_rounds, "num_silos": num_silos, "sampling": sampling_scheme},
     )
 
 
@@ -432,6 +434,8 @@ _DPSGD = {"shuffle": dict(noise_multiplier=1.2, n=10, epochs=1),
 AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "gaussian": gaussian_audit,
     "isrl-silo": isrl_silo_audit,
+    "isrl-silo-poisson": lambda: isrl_silo_audit(noise_std=0.6, batch_size=4, sampling_scheme="poisson",
+                                                 accountant="pld"),
     "dpsgd-individual-shuffle": lambda: dpsgd_audit("individual", "shuffle", **_DPSGD["shuffle"]),
     "dpsgd-batch-shuffle": lambda: dpsgd_audit("batch", "shuffle", **_DPSGD["shuffle"]),
     "dpsgd-individual-subsample": lambda: dpsgd_audit("individual", "subsample", **_DPSGD["subsample"]),

@@ -42,9 +42,12 @@ def _check_out(out: str, overwrite: bool) -> None:
     existing = [f for f in _FILES if os.path.exists(os.path.join(out, f))]
     if existing and not overwrite:
         raise ValueError(f"out={out!r} already holds {', '.join(existing)}; pass --overwrite to replace them")
-    os.makedirs(out, exist_ok=True)
-    if not os.access(out, os.W_OK):
-        raise ValueError(f"out={out!r} is not writable")
+    # Created only when the report is written (a failed run leaves nothing); check now that it can be.
+    probe = os.path.abspath(out)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
+        raise ValueError(f"out={out!r} is not writable ({probe} is not a writable directory)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
               f"seed {args.seed}, confidence {args.confidence:.0%}, delta {DELTA:g}; wall time {wall:.0f} s.")
     md = markdown_report(results, header)
     if args.out is not None:
+        os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "audit.md"), "w") as f:
             f.write(md)
         with open(os.path.join(args.out, "audit.json"), "w") as f:

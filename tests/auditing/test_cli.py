@@ -42,3 +42,9 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     f.write_text("x")
     assert main(["audit", "gaussian", "--out", str(f)]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_bad_input_leaves_no_output_directory(tmp_path):
+    out = tmp_path / "new" / "report"
+    assert main(["audit", "nope", "--out", str(out)]) == 2
+    assert not (tmp_path / "new").exists()

@@ -45,10 +45,10 @@ from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting.api import compute_epsilon
 from dpjax.accounting.diff2 import compose_epsilon
 from dpjax.accounting.events import GaussianSchedule
-from dpjax.auditing import exact as exact_lib
-from dpjax.auditing.audit import CanaryAudit, Certificate
 from dpjax.algorithms.diff2 import Diff2GD, Diff2HParams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.auditing import exact as exact_lib
+from dpjax.auditing.audit import CanaryAudit, Certificate
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine import federated
 from dpjax.engine.silos import SiloData

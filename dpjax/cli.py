@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = [
     "dpjax.tasks.cli",  # dpjax run <task>
     "dpjax.accounting.cli",  # dpjax account
     "dpjax.reproduce.cli",  # dpjax reproduce
+    "dpjax.auditing.cli",  # dpjax audit
 ]
 
 

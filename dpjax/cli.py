@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "run": "dpjax.tasks.cli",
     "account": "dpjax.accounting.cli",
     "reproduce": "dpjax.reproduce.cli",
+    "audit": "dpjax.auditing.cli",
 }
 
 

@@ -852,8 +852,7 @@ def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, cons
               "default).",))
     return _figure(insurance_experiment(quick, construction), insurance_task, claims_insurance,
                    "ISRL-DP insurance linear regression (Fig. 5/8/9): relative RMSE vs ε", out_dir, quick, seed,
-                   notes=rules + (
-                          "Relative RMSE = √(test MSE / test MSE of the pooled training mean)."))
+                   notes=rules + ("Relative RMSE = √(test MSE / test MSE of the pooled training mean).",))
 
 
 @register("isrl-obesity", paper=PAPER, constructions=("paper", "authors"),

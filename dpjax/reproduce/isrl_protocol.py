@@ -373,7 +373,9 @@ def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tupl
                 hi = s["mean"] + s["half_width"]
                 if clip is not None:
                     lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
-                ax.errorbar(s["epsilon"], s["mean"], yerr=[s["mean"] - lo, hi - s["mean"]], marker="o",
+                # a capped bar never reaches past its mean (a mean above the cap keeps a zero-length bar)
+                yerr = [np.maximum(s["mean"] - lo, 0.0), np.maximum(hi - s["mean"], 0.0)]
+                ax.errorbar(s["epsilon"], s["mean"], yerr=yerr, marker="o",
                             capsize=3, color=colors[alg], label=LABELS[alg])
         for alg in (MB_NP, LOCAL_NP):
             s = sub[sub["algorithm"] == alg]

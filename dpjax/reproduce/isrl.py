@@ -532,14 +532,13 @@ def _table(summ: pd.DataFrame, exp: Experiment) -> str:
 def _noise_table_md(noise: pd.DataFrame) -> str:
     if not len(noise):
         return ""
+    cell = lambda g, col: f"{g[col].iloc[0]:.4g}" if len(g) else "—"  # noqa: E731  (a calibration not run)
     lines = ["| setting | algorithm | ε (nominal) | σ/L paper | RDP ε of paper σ | σ/L tight (RDP) |", "|---|---|---|---|---|---|"]
     for (setting, alg, e), g in noise.groupby(["setting", "algorithm", "epsilon"], sort=True):
         paper = g[g.calibration == "paper"]
         tight = g[g.calibration == "tight"]
-        lines.append(
-            f"| {setting} | {LABELS[alg]} | {e:g} | "
-            f"{paper.sigma_over_L.iloc[0]:.4g} | {paper.realized_epsilon_rdp.iloc[0]:.4g} | "
-            f"{tight.sigma_over_L.iloc[0]:.4g} |" if len(paper) and len(tight) else f"| {setting} | {alg} | {e:g} | | | |")
+        lines.append(f"| {setting} | {LABELS[alg]} | {e:g} | {cell(paper, 'sigma_over_L')} | "
+                     f"{cell(paper, 'realized_epsilon_rdp')} | {cell(tight, 'sigma_over_L')} |")
     return "\n".join(lines)
 
 

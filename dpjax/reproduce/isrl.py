@@ -622,11 +622,21 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
             holds += "; " + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in extra.items())
         lines.append(f"| {c['claim']} | {c['setting']} | {c['calibration']} | {c['measured']} | {holds} |")
     lines += ["", f"## Test {'error' if metric == 'test_error' else 'relative RMSE'} of the selected configurations",
-              _table(summ, exp), "", "## Noise: paper vs tight calibration", "", _noise_table_md(result["noise"]), "",
+              _table(summ, exp), ""]
+    if "official_test" in selected.columns:
+        official = _means(selected.assign(test=selected["official_test"]))
+        lines += ["## The same selections on the official MNIST test set (10,000 images, parity labels)", "",
+                  "The generalisation gap between constructions: under the authors' construction most pooled test "
+                  "rows are copies of training images.", "", _table(official, exp), ""]
+    lines += ["## Noise: paper vs tight calibration", "", _noise_table_md(result["noise"]), "",
               "## Pooled training optimum (Newton) and heterogeneity υ*²", "", _optimum_md(optimum), ""]
     edge = selected[selected["edge"] & np.isfinite(selected["train_loss"])]
     lines.append(f"Selected step size at an end of its grid in {len(edge)}/{len(selected)} selections "
                  "(column `lr_at_grid_edge` of results.csv).")
+    ext = result["meta"].get("grid_extensions", [])
+    lines.append(f"The selection hit an end of the step-size grid {len(ext)} times before extension; each time "
+                 f"one more geometric step was run beyond it (at most {exp.max_grid_extensions} per side and group; "
+                 "runs.csv column `grid_extension`, meta.json `grid_extensions`).")
     ndiv = int(result["runs"]["diverged"].sum())
     lines.append(f"Diverged runs: {ndiv}/{len(result['runs'])} (counted as +∞ training loss).")
     lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]

@@ -566,7 +566,7 @@ def mnist_task(data_dir: str | None = None) -> Task:
     from dpjax.data import isrl_mnist_silos, load_mnist, pca_fit
     from dpjax.problems import LogisticRegression
 
-    mnist = load_mnist(data_dir if data_dir is not None else proto.default_data_dir())
+    mnist = load_mnist(data_dir)
     images, labels = mnist["train_images"], mnist["train_labels"]
     pca = pca_fit(images.reshape(images.shape[0], -1).astype(np.float64) / 255.0, 50)
 
@@ -583,7 +583,7 @@ def insurance_task(data_dir: str | None = None) -> Task:
     from dpjax.data import insurance_silos, load_insurance
     from dpjax.problems import LinearRegression
 
-    raw = load_insurance(data_dir if data_dir is not None else proto.default_data_dir())
+    raw = load_insurance(data_dir)
     return Task(data=lambda n_silos, seed: insurance_silos(raw, n_silos=n_silos, seed=seed),
                 problem=lambda fed: LinearRegression(fed.train_x[0].shape[1]), test_metric="rmse")
 
@@ -592,7 +592,7 @@ def obesity_task(data_dir: str | None = None) -> Task:
     from dpjax.data import load_obesity, obesity_silos
     from dpjax.problems import SoftmaxRegression
 
-    raw = load_obesity(data_dir if data_dir is not None else proto.default_data_dir())
+    raw = load_obesity(data_dir)
 
     def data(num_silos: int, seed: int):
         if num_silos != 7:
@@ -616,9 +616,10 @@ COMMON_NOTES = (
 )
 
 
-def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: bool, seed: int, notes=()) -> pathlib.Path:
+def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: bool, seed: int, notes=(),
+            data_dir=None) -> pathlib.Path:
     start = time.perf_counter()
-    result = run_experiment(exp, task_fn(), seed=seed)
+    result = run_experiment(exp, task_fn(data_dir), seed=seed)
     summ = _means(result["selected"])
     claims = claims_fn(summ, exp)
     wall = time.perf_counter() - start
@@ -628,9 +629,9 @@ def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: boo
 
 @register("isrl-mnist", paper=PAPER,
           description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε")
-def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     return _figure(mnist_experiment(quick), mnist_task, claims_mnist,
-                   "ISRL-DP MNIST logistic regression (Fig. 4/7): test error vs ε", out_dir, quick, seed,
+                   "ISRL-DP MNIST logistic regression (Fig. 4/7): test error vs ε", out_dir, quick, seed, data_dir=data_dir,
                    notes=("Silos drawn without replacement across silos (spec I-14); L = 2 max‖x‖ over all silos' "
                           "training features; clip at L never binds.",
                           "Quick mode: M ∈ {25, 12} only (Fig. 7's M = 18 in the full protocol)." if quick else
@@ -639,9 +640,9 @@ def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathl
 
 @register("isrl-insurance", paper=PAPER,
           description="Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε over an (N, M) grid")
-def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     return _figure(insurance_experiment(quick), insurance_task, claims_insurance,
-                   "ISRL-DP insurance linear regression (Fig. 5/8/9): relative RMSE vs ε", out_dir, quick, seed,
+                   "ISRL-DP insurance linear regression (Fig. 5/8/9): relative RMSE vs ε", out_dir, quick, seed, data_dir=data_dir,
                    notes=("Per-example clipping at the tuned threshold (spec I-13; the authors clip the minibatch mean); "
                           "non-private baselines are tuned over the same clip grid.",
                           "K, σ and δ = 1/n² use the smallest silo's training size (the last silo is slightly smaller), "
@@ -651,9 +652,9 @@ def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int) -> p
 
 @register("isrl-obesity", paper=PAPER,
           description="Fig. 6: obesity softmax regression (7 single-class silos, M = 3), test error vs ε")
-def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     return _figure(obesity_experiment(quick), obesity_task, claims_obesity,
-                   "ISRL-DP obesity softmax regression (Fig. 6): test error vs ε", out_dir, quick, seed,
+                   "ISRL-DP obesity softmax regression (Fig. 6): test error vs ε", out_dir, quick, seed, data_dir=data_dir,
                    notes=("R = 100, M = 3, L = 20, last-iterate output from the authors' code (spec I-15); per-silo "
                           "noise (the authors' script adds one server-side noise draw).",
                           "Silos subsampled without replacement to the smallest class's training count."))

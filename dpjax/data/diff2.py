@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import os
 import pathlib
+import warnings
 
 import numpy as np
 
@@ -107,7 +108,9 @@ def _float_frame(df, path) -> np.ndarray:
 def _loadtxt(path, source, **kwargs) -> np.ndarray:
     """``np.loadtxt`` whose errors name the file (numpy names the row and column)."""
     try:
-        return np.loadtxt(source, delimiter=",", dtype=np.float64, ndmin=2, **kwargs)
+        with warnings.catch_warnings():  # an empty table is reported by the caller, with the file name
+            warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+            return np.loadtxt(source, delimiter=",", dtype=np.float64, ndmin=2, **kwargs)
     except ValueError as err:
         raise ValueError(f"{path}: {' '.join(str(err).split())}") from None
 

@@ -36,6 +36,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -141,8 +142,9 @@ class Store:
             raise ValueError(f"out={str(self.root)!r} is a file, not a directory; choose a directory path")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.root / ".write-check", "ok\n")
-            (self.root / ".write-check").unlink()
+            fd, probe = tempfile.mkstemp(prefix=".write-check.", suffix=TMP_SUFFIX, dir=self.root)  # one per process
+            os.close(fd)
+            os.unlink(probe)
         except OSError as err:
             raise ValueError(f"out={str(self.root)!r} is not writable: {err.strerror or err}") from None
 

@@ -185,7 +185,7 @@ API_CASES = [
     ("sweep-unknown-axis", lambda: _sweep_cfg(**{"grid.momentum": [0.9]}), "grid.momentum"),
     ("sweep-repetition-zero", lambda: _sweep_cfg(**{"grid.repetition": 0}), "grid.repetition=0"),
     ("sweep-seed-negative", lambda: _sweep_cfg(seed=-1), "seed=-1"),
-    ("sweep-chunk-size-zero", lambda: _sweep_cfg(chunk_size=0), "chunk_size=0"),
+    ("sweep-config-chunk-size-zero", lambda: _sweep_cfg(chunk_size=0), "chunk_size=0"),
     ("sweep-epsilon-negative", lambda: _sweep_cfg(
         privacy={"accountant": "rdp", "delta": 1e-5}, **{"grid.noise_std": _DELETE, "grid.epsilon": [-1.0]}),
      "grid.epsilon[0]=-1.0"),

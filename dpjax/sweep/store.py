@@ -286,6 +286,10 @@ class Store:
         """
         done = sorted(self.finished_chunks())
         if not done:
+            if self.runs_dir.exists() and any(self.runs_dir.glob("*.csv")):
+                raise ValueError(f"sweep directory {str(self.root)!r} has chunk files but no manifests (written by "
+                                 "an older dpjax, or never committed); run `dpjax sweep CONFIG --out DIR` on it to "
+                                 "recompute and commit them")
             return pd.DataFrame(), pd.DataFrame()
         broken = [why for why in (self.verify(c) for c in done) if why]
         if broken:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import pathlib
-import textwrap
 
 import pytest
+
+from tests.sweep.conftest import TINY
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -51,38 +52,8 @@ def assert_clean_failure(code: int, err: str, *fragments: str) -> None:
         assert f in error_lines[0], (f, err)
 
 
-# Tiny sweep: 3 step sizes x 2 noise levels x 2 repetitions x 3 trials = 36 runs of 6 rounds.
-TINY_SWEEP = textwrap.dedent(
-    """
-    name = "tiny"
-    algorithm = "isrl-mbsgd"
-    num_rounds = 6
-    eval_every = 3
-    seed = 3
-    [static]
-    batch_size = 8
-    sampling = "without-replacement"
-    [data]
-    name = "synthetic-logistic"
-    num_silos = 3
-    n = 40
-    dim = 4
-    n_test = 16
-    [grid]
-    learning_rate = { logspace = [-1, 0.5, 3], base = 10 }
-    noise_std = [0.0, 0.5]
-    clip_norm = ["1*maxnorm"]
-    repetition = 2
-    trial = 3
-    """
-)
-
-
-@pytest.fixture
-def tiny_sweep(tmp_path) -> pathlib.Path:
-    p = tmp_path / "tiny.toml"
-    p.write_text(TINY_SWEEP)
-    return p
+# The sweep tests' tiny config: 3 step sizes x 2 noise levels x 2 repetitions x 3 trials = 36 runs of 6 rounds.
+TINY_SWEEP = TINY
 
 
 def store_files(root: pathlib.Path) -> dict[str, bytes]:

@@ -151,6 +151,7 @@ def test_store_verify_names_row_count_and_checksum_problems(tmp_path):
 
 
 # -- finding 11: `dpjax plot` draws the percentile interval it names -----------------------------------
+@pytest.mark.filterwarnings("ignore:No artists with labels")
 def test_plot_error_bars_are_the_asymmetric_percentile_interval(tmp_path, monkeypatch):
     import matplotlib.axes
     import pandas as pd

@@ -49,7 +49,9 @@ import numpy as np
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule
-from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
+from dpjax.accounting.privacy_spec import PrivacySpec
+from dpjax.algorithms.isrl_mbsgd import isrl_privacy, silo_transcript_schedule
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine import federated
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
@@ -212,7 +214,7 @@ def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, ra
 
 
 @dataclasses.dataclass(frozen=True)
-class AcceleratedMbSgd:
+class AcceleratedMbSgd(FamilyBase):
     """Accelerated noisy ISRL-DP MB-SGD (A3, A3a one-pass, A3c ERM) and its
     non-private twin.
 
@@ -241,15 +243,12 @@ class AcceleratedMbSgd:
     neighboring: str = "replace-one"
     log_indices: bool = False
 
+    hparams_type = AcceleratedHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-        _validate.check_int("batch_size", self.batch_size, min_value=1)
         _validate.check_choice("sampling", self.sampling,
                                ("one-pass", "with-replacement", "without-replacement", "poisson"))
-        _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
-        _validate.check_choice("neighboring", self.neighboring, ("replace-one", "add-remove"))
-        if self.projection_radius is not None:
-            _validate.check_positive("projection_radius", self.projection_radius)
+        self.check_common()
 
     @property
     def sampler(self):
@@ -301,6 +300,14 @@ class AcceleratedMbSgd:
 
     def output_params(self, state: AcceleratedState):
         return state.w_ag
+
+    def privacy(self, silo_sizes, hparams: AcceleratedHParams) -> PrivacySpec:
+        """Each silo's transcript (every round counted): one-pass gives
+        ``passes = ceil(R K / n) = 1`` Gaussian release per record (parallel
+        composition); other schemes R subsampled Gaussians."""
+        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
+                            sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
+                            neighboring=self.neighboring)
 
     def privacy_schedule(self, silo_size: int, hparams: AcceleratedHParams) -> GaussianSchedule:
         """One silo's transcript for the accountant (every round counted).

@@ -68,6 +68,8 @@ import jax.numpy as jnp
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
 from dpjax.primitives.sampling import sample_without_replacement
@@ -292,8 +294,23 @@ def _host_int(v) -> int:
 
 
 # ----------------------------------------------------------------------------- DIFF2-GD
+def _diff2_privacy(algorithm, silo_sizes, hparams, **kw) -> PrivacySpec:
+    """``privacy()`` of the DIFF2 family: its schedules composed (RDP curves added, Lemma B.3)."""
+    if not algorithm.private:
+        return NoPrivacy(f"{type(algorithm).__name__}(private=False) is non-private", "replace-one", "record")
+    sizes = [int(n) for n in (silo_sizes if hasattr(silo_sizes, "__len__") else [silo_sizes])]
+    if not sizes:
+        raise ValueError("silo_sizes=[] must name at least one silo")
+    schedules = algorithm.privacy_schedules(min(sizes), len(sizes), hparams, **kw)
+    # privacy_schedules lists restart rounds, then difference rounds (if any), then local steps (BVR, if any)
+    restarts = schedules[0].steps
+    fields = ["sigma_restart"] + (["sigma_diff"] if restarts < algorithm.num_rounds else [])
+    fields += ["sigma_local"] * (len(schedules) - len(fields))
+    return GaussianPrivacy(tuple(schedules), tuple(fields))
+
+
 @dataclasses.dataclass(frozen=True)
-class Diff2GD:
+class Diff2GD(FamilyBase):
     """DIFF2-GD (Alg. 1 + Alg. 3), DP-GD and non-private GD.
 
     Args:
@@ -315,6 +332,8 @@ class Diff2GD:
     private: bool = True
     output: str = "random"
     cache_grads: bool = False
+
+    hparams_type = Diff2HParams
 
     def __post_init__(self):
         _check_common(self.problem, self.num_rounds, self.output)
@@ -359,6 +378,11 @@ class Diff2GD:
         """m = ceil(R/T) (T = 1 when ``restart_every_round``)."""
         t = 1 if self.restart_every_round else _validate.check_int("restart_interval", _host_int(restart_interval), min_value=1)
         return -(-self.num_rounds // t)
+
+    def privacy(self, silo_sizes, hparams: Diff2HParams) -> PrivacySpec:
+        """Restart rounds (std sigma_1) and difference rounds (std sigma_2)
+        composed; calibration keeps the ratio sigma_2/sigma_1 of ``hparams``."""
+        return _diff2_privacy(self, silo_sizes, hparams)
 
     def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams) -> tuple[GaussianSchedule, ...]:
         """The run's releases for the accountant: (restart rounds[, difference rounds]).
@@ -405,7 +429,7 @@ class BvrState:
 
 
 @dataclasses.dataclass(frozen=True)
-class Diff2BvrLSgd:
+class Diff2BvrLSgd(FamilyBase):
     """DIFF2-BVR-L-SGD (Alg. 1 + Alg. 4).
 
     Args:
@@ -429,6 +453,8 @@ class Diff2BvrLSgd:
     private: bool = True
     output: str = "random"
     server_learning_rate_scale: float = 1.0
+
+    hparams_type = Diff2HParams
 
     def __post_init__(self):
         _check_common(self.problem, self.num_rounds, self.output)
@@ -495,6 +521,11 @@ class Diff2BvrLSgd:
 
     def output_params(self, state: BvrState):
         return state.output if self.output == "random" else state.params
+
+    def privacy(self, silo_sizes, hparams: Diff2HParams, local_count: str = "paper") -> PrivacySpec:
+        """Restart, difference and local schedules composed (Prop. E.2);
+        calibration keeps the ratios between sigma_1, sigma_2 and sigma_3."""
+        return _diff2_privacy(self, silo_sizes, hparams, local_count=local_count)
 
     def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams,
                           local_count: str = "paper") -> tuple[GaussianSchedule, ...]:

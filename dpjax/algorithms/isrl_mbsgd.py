@@ -32,11 +32,11 @@ import jax.numpy as jnp
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
 from dpjax.engine import federated
-from dpjax.engine.averaging import IterateAverager
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 
@@ -90,6 +90,27 @@ def silo_transcript_schedule(
 
 
 
+def smallest_silo(silo_sizes) -> int:
+    """The smallest silo size (the guarantee that holds for every silo); an int passes through."""
+    if isinstance(silo_sizes, (int,)) or getattr(silo_sizes, "ndim", 1) == 0:
+        return _validate.check_int("silo_sizes", int(silo_sizes), min_value=1)
+    sizes = [int(n) for n in silo_sizes]
+    if not sizes:
+        raise ValueError("silo_sizes=[] must name at least one silo")
+    return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
+
+
+def isrl_privacy(algorithm, silo_sizes, noise_std, contribution_bound, *, sampling, batch_size, steps,
+                 neighboring="replace-one") -> PrivacySpec:
+    """ISRL-DP ``privacy()`` of a family whose silos each release ``steps`` Gaussian messages."""
+    if not algorithm.private:
+        return NoPrivacy(f"{type(algorithm).__name__}(private=False) is the non-private twin", neighboring,
+                         PrivacyUnit.RECORD_IN_SILO.value)
+    return gaussian(silo_transcript_schedule(
+        noise_std=noise_std, contribution_bound=contribution_bound, sampling=sampling,
+        silo_size=smallest_silo(silo_sizes), batch_size=batch_size, steps=steps, neighboring=neighboring))
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class MbSgdState:
@@ -101,7 +122,7 @@ class MbSgdState:
 
 
 @dataclasses.dataclass(frozen=True)
-class NoisyMbSgd:
+class NoisyMbSgd(FamilyBase):
     """ISRL-DP Noisy MB-SGD and (``private=False``) its non-private twin.
 
     Args:
@@ -141,16 +162,12 @@ class NoisyMbSgd:
     neighboring: str = "replace-one"
     gradient_path: str = "auto"
 
+    hparams_type = MbSgdHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-        _validate.check_int("batch_size", self.batch_size, min_value=1)
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))
-        _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
-        _validate.check_choice("neighboring", self.neighboring, ("replace-one", "add-remove"))
-        if self.projection_radius is not None:
-            _validate.check_positive("projection_radius", self.projection_radius)
+        self.check_common()
         _validate.check_choice("gradient_path", self.gradient_path, ("auto", "gather", "dense"))
-        IterateAverager(self.output, self.window)  # validates output/window
         if self.gradient_path == "dense" and not federated.supports_dense_gradients(self.problem, self.sampler):
             raise ValueError(f"gradient_path='dense' needs a problem with weighted_grad_sum; {type(self.problem).__name__} has none")
 
@@ -159,10 +176,6 @@ class NoisyMbSgd:
     def sampler(self):
         return sampling_lib.make_sampler(self.sampling, self.batch_size)
 
-    @property
-    def averager(self) -> IterateAverager:
-        return IterateAverager(self.output, self.window)
-
     def validate(self, data: SiloData) -> None:
         """Host-side checks of the configuration against the data."""
         self.availability.validate(data.num_silos)
@@ -170,6 +183,7 @@ class NoisyMbSgd:
 
     # -- the compiled part -------------------------------------------------
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> MbSgdState:
+        self.check_hparams(hparams)
         return MbSgdState(
             params=params,
             round=jnp.zeros((), jnp.int32),
@@ -194,8 +208,7 @@ class NoisyMbSgd:
         if self.private:
             grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos, silo_ids)
         update = federated.aggregate(grads, available, self.aggregation)
-        new_params = jax.tree_util.tree_map(lambda p, g: p - hp.learning_rate * g, state.params, update)
-        new_params = project_l2_ball(new_params, self.projection_radius)
+        new_params = self.server_step(state.params, update, hp.learning_rate)
         averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
         metrics = {
             "num_available": jnp.sum(available),
@@ -208,13 +221,19 @@ class NoisyMbSgd:
             return self.gradient_path == "dense"
         return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, data.n_max)
 
-    def params(self, state: MbSgdState):
-        return state.params
-
     def output_params(self, state: MbSgdState):
         return self.averager.value(state.averaged, state.params, state.round)
 
     # -- privacy -----------------------------------------------------------
+    def privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
+        """Each silo's transcript: R Gaussian releases of a minibatch mean with
+        contribution ``clip_norm / K`` (accounted at the smallest silo). Every round
+        is counted even when a silo is unavailable (the adversary sees who
+        participates, so availability gives no amplification)."""
+        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
+                            sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
+                            neighboring=self.neighboring)
+
     def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
         """What one silo's transcript is, for the accounting layer.
 

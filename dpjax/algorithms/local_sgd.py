@@ -44,9 +44,10 @@ import jax.numpy as jnp
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule
 from dpjax.algorithms.accelerated import non_private_hparams
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule
+from dpjax.accounting.privacy_spec import PrivacySpec
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, silo_transcript_schedule
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine import federated
-from dpjax.engine.averaging import IterateAverager
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
 from dpjax.primitives import sampling as sampling_lib
@@ -110,7 +111,7 @@ def local_sgd_trajectory(
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalSgd:
+class LocalSgd(FamilyBase):
     """ISRL-DP Local SGD and (``private=False``) non-private Local SGD / FedAvg.
 
     Args:
@@ -141,19 +142,12 @@ class LocalSgd:
     projection_radius: float | None = None
     log_indices: bool = False
 
+    hparams_type = MbSgdHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-        _validate.check_int("local_steps", self.local_steps, min_value=1)
-        _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
-        if self.projection_radius is not None:
-            _validate.check_positive("projection_radius", self.projection_radius)
+        self.check_common()
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported by LocalSgd; use 'last', 'average' or 'window'")
-        IterateAverager(self.output, self.window)
-
-    @property
-    def averager(self) -> IterateAverager:
-        return IterateAverager(self.output, self.window)
 
     def validate(self, data: SiloData) -> None:
         self.availability.validate(data.num_silos)
@@ -204,6 +198,14 @@ class LocalSgd:
 
     def output_params(self, state: LocalSgdState):
         return self.averager.value(state.averaged, state.params, state.round)
+
+    def privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
+        """Each silo's transcript: R*K adaptive Gaussian releases, each on one
+        uniformly random record (rate 1/n) with sensitivity 2C (replace-one);
+        every round counts, available or not."""
+        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm),
+                            sampling="without-replacement", batch_size=1,
+                            steps=self.num_rounds * self.local_steps)
 
     def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
         """Silo transcript: R*K adaptive Gaussian releases, each on one uniformly

@@ -61,10 +61,11 @@ from dpjax.accounting import compute_epsilon
 from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, SdpReport
+from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
 from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round, non_private_hparams
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule, smallest_silo
 from dpjax.engine import federated
-from dpjax.engine.averaging import IterateAverager
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, shuffle_protocols
 from dpjax.primitives import sampling as sampling_lib
@@ -107,6 +108,13 @@ def min_available(availability, num_silos: int) -> int:
     raise ValueError(f"availability={availability!r}: no rule for its smallest round size")
 
 
+def _silo_count(silo_sizes) -> int:
+    """N from ``silo_sizes`` (a sequence of per-silo sizes)."""
+    if not hasattr(silo_sizes, "__len__"):
+        raise ValueError(f"silo_sizes={silo_sizes!r} must list every silo's size (the protocol needs N)")
+    return len(silo_sizes)
+
+
 # ---------------------------------------------------------------------------
 # A4: Shuffled Noisy MB-SGD
 # ---------------------------------------------------------------------------
@@ -123,7 +131,7 @@ class ShuffledState:
 
 
 @dataclasses.dataclass(frozen=True)
-class ShuffledNoisyMbSgd:
+class ShuffledNoisyMbSgd(FamilyBase):
     """A4 (and, ``private=False``, its non-private twin).
 
     Args:
@@ -149,17 +157,14 @@ class ShuffledNoisyMbSgd:
     projection_radius: float | None = None
     neighboring: str = "replace-one"
 
+    hparams_type = MbSgdHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
         _validate.check_int("num_available", self.num_available, min_value=1)
-        _validate.check_int("batch_size", self.batch_size, min_value=1)
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement"))
-        _validate.check_choice("neighboring", self.neighboring, ("replace-one", "add-remove"))
-        if self.projection_radius is not None:
-            _validate.check_positive("projection_radius", self.projection_radius)
+        self.check_common()
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported here; use 'last', 'average' or 'window'")
-        IterateAverager(self.output, self.window)
 
     @property
     def availability(self):
@@ -168,10 +173,6 @@ class ShuffledNoisyMbSgd:
     @property
     def sampler(self):
         return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    @property
-    def averager(self) -> IterateAverager:
-        return IterateAverager(self.output, self.window)
 
     def validate(self, data: SiloData) -> None:
         self.availability.validate(data.num_silos)
@@ -233,6 +234,21 @@ class ShuffledNoisyMbSgd:
                     mode=A4_ACCOUNTANTS[accountant], batch_size=self.batch_size,
                     sampling="without-replacement" if self.batch_size == 1 else self.sampling,
                     participation=participation)
+
+    def privacy(self, silo_sizes, hparams: MbSgdHParams, *, participation: str = "hidden",
+                isrl_bound: bool = True) -> PrivacySpec:
+        """The central shuffle-DP guarantee of the run (``privacy_report``'s
+        ``central``); accountants ``"shuffle-tight"`` (default) and
+        ``"shuffle-paper"``; calibration returns ``noise_std``."""
+        if not self.private:
+            return NoPrivacy("ShuffledNoisyMbSgd(private=False) is the non-private twin")
+        n, num_silos = smallest_silo(silo_sizes), _silo_count(silo_sizes)
+        opts = dict(participation=participation, isrl_bound=isrl_bound)
+        return ReportPrivacy(
+            epsilon_fn=lambda delta, acc: self.privacy_report(n, num_silos, hparams, delta, accountant=acc, **opts),
+            calibrate_fn=lambda target, delta, acc: {"noise_std": self.calibrate_noise(
+                n, num_silos, float(hparams.clip_norm), target, delta, accountant=acc, **opts)},
+            accountants=tuple(A4_ACCOUNTANTS), relation="replace-one", privacy_unit="record")
 
     def privacy_report(self, silo_size: int, num_silos: int, hparams: MbSgdHParams, delta: float, *,
                        accountant: str = "shuffle-tight", participation: str = "hidden", isrl_bound: bool = True,
@@ -385,7 +401,7 @@ def pvec_silo_reports(problem, params, data: SiloData, idx, mask, pvec, clip_nor
 
 
 @dataclasses.dataclass(frozen=True)
-class SdpOnePassAccelerated:
+class SdpOnePassAccelerated(FamilyBase):
     """A5: SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6).
 
     Args:
@@ -411,9 +427,10 @@ class SdpOnePassAccelerated:
     projection_radius: float | None = None
     max_granularity: int = 2**14
 
+    hparams_type = SdpHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-        _validate.check_int("batch_size", self.batch_size, min_value=1)
+        self.check_common()
         _validate.check_int("max_granularity", self.max_granularity, min_value=1)
         if self.batch_size * self.max_granularity >= 2**24:
             raise ValueError(
@@ -485,6 +502,23 @@ class SdpOnePassAccelerated:
         if calc.g > self.max_granularity:
             raise ValueError(f"max_granularity={self.max_granularity} is below the calculator's g={calc.g}")
         return shuffle_protocols.PvecParams.from_calculator(calc)
+
+    def privacy(self, silo_sizes, hparams: SdpHParams) -> PrivacySpec:
+        """The run's shuffle-DP guarantee from the P_vec parameters it runs with.
+
+        Accountants: ``"pvec-lemma"`` (corrected Lemma 3.3 constant, default;
+        calibration with the lemma-optimised calculator) and ``"pvec-printed"``
+        (the paper's printed constants; calibration with Theorem 3.2's choice).
+        Calibration returns ``pvec``.
+        """
+        n, num_silos = smallest_silo(silo_sizes), _silo_count(silo_sizes)
+        compositions = {"pvec-lemma": ("lemma", "lemma_opt"), "pvec-printed": ("printed", "paper")}
+        return ReportPrivacy(
+            epsilon_fn=lambda delta, acc: self.privacy_report(n, num_silos, hparams, delta,
+                                                              composition=compositions[acc][0]),
+            calibrate_fn=lambda target, delta, acc: {"pvec": self.pvec_params_for(
+                num_silos, target, delta, mode=compositions[acc][1])},
+            accountants=tuple(compositions), relation="replace-one", privacy_unit="record")
 
     def privacy_report(self, silo_size: int, num_silos: int, hparams: SdpHParams, delta: float, *,
                        composition: str = "lemma") -> SdpReport:

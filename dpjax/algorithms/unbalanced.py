@@ -42,10 +42,11 @@ import numpy as np
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.privacy_spec import NoPrivacy, PerSiloPrivacy, PrivacySpec, gaussian
 from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
 from dpjax.algorithms.accelerated import non_private_hparams
 from dpjax.engine import federated
-from dpjax.engine.averaging import IterateAverager
+from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
 from dpjax.primitives.projection import project_l2_ball
@@ -83,7 +84,7 @@ class UnbalancedState:
 
 
 @dataclasses.dataclass(frozen=True)
-class UnbalancedNoisyMbSgd:
+class UnbalancedNoisyMbSgd(FamilyBase):
     """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and ``sigma_i``.
 
     Args:
@@ -112,28 +113,22 @@ class UnbalancedNoisyMbSgd:
     projection_radius: float | None = None
     clip_mode: str = "per-example"
 
+    hparams_type = UnbalancedHParams
+
     def __post_init__(self):
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        self.check_common()
         if not isinstance(self.batch_sizes, tuple) or not self.batch_sizes:
             raise ValueError(f"batch_sizes={self.batch_sizes!r} must be a non-empty tuple of ints (one per silo)")
         for i, k in enumerate(self.batch_sizes):
             _validate.check_int(f"batch_sizes[{i}]", k, min_value=1)
         _validate.check_choice("sampling", self.sampling, ("without-replacement", "with-replacement"))
-        _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
         _validate.check_choice("clip_mode", self.clip_mode, federated.CLIP_MODES)
-        if self.projection_radius is not None:
-            _validate.check_positive("projection_radius", self.projection_radius)
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported here; use 'last', 'average' or 'window'")
-        IterateAverager(self.output, self.window)
 
     @property
     def sampler(self):
         return sampling_lib.make_sampler(self.sampling, max(self.batch_sizes))
-
-    @property
-    def averager(self) -> IterateAverager:
-        return IterateAverager(self.output, self.window)
 
     def validate(self, data: SiloData) -> None:
         self.availability.validate(data.num_silos)
@@ -174,6 +169,16 @@ class UnbalancedNoisyMbSgd:
 
     def output_params(self, state: UnbalancedState):
         return self.averager.value(state.averaged, state.params, state.round)
+
+    def privacy(self, silo_sizes, hparams: UnbalancedHParams) -> PrivacySpec:
+        """Per-silo guarantees (silo i: R releases, sensitivity ``2C/K_i`` or
+        ``2C``, noise ``sigma_i``); the run's epsilon is the largest and
+        calibration gives every silo its own ``noise_std``."""
+        if not self.private:
+            return NoPrivacy("UnbalancedNoisyMbSgd(private=False) is the non-private twin", "replace-one",
+                             "record-in-silo")
+        return PerSiloPrivacy(tuple(gaussian(s) for s in self.privacy_schedules(silo_sizes, hparams)),
+                              field="noise_std")
 
     def privacy_schedules(self, silo_sizes, hparams: UnbalancedHParams) -> list[GaussianSchedule]:
         """One schedule per silo: R releases, sensitivity ``2C/K_i`` (per-example

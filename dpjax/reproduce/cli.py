@@ -11,15 +11,23 @@ from dpjax import outputs, reproduce
 def _run(args) -> int:
     if args.list or not args.figure:
         for fig in reproduce.figures().values():
-            print(f"{fig.name:28s} [{fig.paper}] {fig.description}")
+            extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
+            print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
     fig = reproduce.get(args.figure)
-    out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}")
-    identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed}
+    options = {}
+    if args.construction is not None:
+        if args.construction not in fig.constructions:
+            raise ValueError(f"--construction={args.construction!r}: {fig.name} offers {fig.constructions}")
+        options["construction"] = args.construction
+    out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}"
+                       f"{'-' + args.construction if args.construction and args.construction != 'paper' else ''}")
+    identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed,
+                "construction": args.construction or "paper"}
     out, created = outputs.claim_output_dir(out, identity, overwrite=args.overwrite)  # before any compute
     start = time.perf_counter()
     try:
-        report = fig.fn(out, quick=args.quick, seed=args.seed, data_dir=args.data_dir)
+        report = fig.fn(out, quick=args.quick, seed=args.seed, data_dir=args.data_dir, **options)
     except BaseException:
         outputs.release_output_dir(out, created)
         raise
@@ -37,4 +45,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--construction", choices=("paper", "authors"), default=None,
+                   help="paper: the construction the paper's text describes (default); authors: what the authors' "
+                        "public scripts do (figures that offer it: see --list)")
     p.set_defaults(func=_run)

@@ -1,0 +1,273 @@
+"""One privacy method for every algorithm family: ``privacy(silo_sizes, hparams) -> PrivacySpec``.
+
+A ``PrivacySpec`` says what a run releases in terms the accounting layer
+understands, and answers the two questions a driver asks of any family:
+
+* ``epsilon(delta, accountant)`` -- the guarantee of the run as configured;
+* ``calibrate(target_epsilon, delta, accountant)`` -- the hyperparameter
+  values (a dict ``field -> value`` to ``dataclasses.replace`` into the
+  family's hparams) that meet a target epsilon, never overshooting it.
+
+Kinds:
+
+* ``GaussianPrivacy``: one or more ``GaussianSchedule``s composed (e.g. DIFF2's
+  restart and difference rounds). Calibration scales every schedule's noise by
+  one common factor, so the ratios between the noise fields that the family
+  chose are kept.
+* ``PerSiloPrivacy``: ISRL-DP with unbalanced silos -- each silo has its own
+  guarantee; the run's epsilon is the largest, calibration returns one noise
+  value per silo.
+* ``ReportPrivacy``: protocols whose accountant is not a Gaussian schedule
+  (shuffle amplification, P_vec); wraps the family's epsilon and calibration
+  functions.
+* ``NoPrivacy``: non-private twins; epsilon is infinite and calibration is
+  refused with the reason.
+
+Every spec names its neighbouring relation and privacy unit, and refuses a
+composition of schedules whose relations differ (such a number would certify
+neither). Pure Python: never imports jax.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from typing import Any, Callable, Sequence
+
+from dpjax import _validate as v
+from dpjax.accounting.events import GaussianSchedule, PrivacyReport
+
+# Relative precision of the common-scale bisection (the same order as the
+# single-schedule calibration's tolerance).
+_SCALE_RTOL = 1e-3
+
+
+class PrivacySpec(abc.ABC):
+    """What a run releases; see the module docstring."""
+
+    private: bool = True
+
+    @property
+    @abc.abstractmethod
+    def neighboring(self) -> str:
+        """The neighbouring relation the guarantee is stated for."""
+
+    @property
+    @abc.abstractmethod
+    def unit(self) -> str:
+        """The privacy unit (record, record in a silo, user, ...)."""
+
+    @abc.abstractmethod
+    def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
+        """The (epsilon, delta) guarantee of the run, naming the accountant."""
+
+    @abc.abstractmethod
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
+        """Hyperparameter values (``field -> value``) meeting ``target_epsilon``."""
+
+
+def _enum_value(x) -> str:
+    return getattr(x, "value", x)
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianPrivacy(PrivacySpec):
+    """A composition of Gaussian schedules.
+
+    Attributes:
+      schedules: the releases (at least one), all with the same neighbouring
+        relation and unit.
+      noise_fields: for each schedule, the hparams field holding its noise std
+        (absolute, as in ``GaussianSchedule.noise_std``); ``calibrate`` returns
+        values for these fields.
+    """
+
+    schedules: tuple[GaussianSchedule, ...]
+    noise_fields: tuple[str, ...] = ("noise_std",)
+
+    def __post_init__(self):
+        schedules = tuple(self.schedules)
+        if not schedules:
+            raise ValueError("schedules=() must contain at least one GaussianSchedule")
+        for s in schedules:
+            if not isinstance(s, GaussianSchedule):
+                raise ValueError(f"schedules contains {s!r}; expected GaussianSchedule")
+        fields = tuple(self.noise_fields)
+        if len(fields) != len(schedules):
+            raise ValueError(f"noise_fields={fields!r} must name one field per schedule ({len(schedules)})")
+        relations = {_enum_value(s.neighboring) for s in schedules}
+        if len(relations) > 1:
+            raise ValueError(f"schedules mix neighbouring relations {sorted(relations)}: a composed epsilon "
+                             "would certify neither; account them separately")
+        units = {_enum_value(s.unit) for s in schedules}
+        if len(units) > 1:
+            raise ValueError(f"schedules mix privacy units {sorted(units)}; account them separately")
+        object.__setattr__(self, "schedules", schedules)
+        object.__setattr__(self, "noise_fields", fields)
+
+    @property
+    def neighboring(self) -> str:
+        return _enum_value(self.schedules[0].neighboring)
+
+    @property
+    def unit(self) -> str:
+        return _enum_value(self.schedules[0].unit)
+
+    def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
+        from dpjax.accounting import api
+
+        # one schedule, or their composition (RDP curves added / PLDs composed; mixed relations refused)
+        return api.compute_epsilon(self.schedules[0] if len(self.schedules) == 1 else list(self.schedules),
+                                   delta, accountant)
+
+    def scaled(self, factor: float) -> "GaussianPrivacy":
+        """The same releases with every noise std multiplied by ``factor``."""
+        return GaussianPrivacy(tuple(s.replace(noise_std=s.noise_std * factor) for s in self.schedules),
+                               self.noise_fields)
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
+        """Noise stds meeting ``target_epsilon``.
+
+        One schedule: ``dpjax.accounting.calibrate_noise`` (the current noise
+        std is ignored). Several: the current noise stds fix the ratios (all
+        must be > 0) and one common factor is found by bisection on log scale,
+        finishing on the side that meets the target.
+        """
+        from dpjax.accounting import api
+
+        target = v.check_positive("target_epsilon", target_epsilon)
+        if len(self.schedules) == 1:
+            return {self.noise_fields[0]: api.calibrate_noise(self.schedules[0], target, delta, accountant)}
+        for field, s in zip(self.noise_fields, self.schedules):
+            if not s.noise_std > 0:
+                raise ValueError(f"{field}={s.noise_std!r} must be > 0: with several schedules the current "
+                                 "noise stds fix the ratios that calibration keeps")
+        eps = lambda f: self.scaled(f).epsilon(delta, accountant).epsilon  # noqa: E731
+        lo, hi = 1.0, 1.0
+        while eps(hi) > target:
+            hi *= 4.0
+            if hi > 1e12:
+                raise ValueError(f"target_epsilon={target!r} is not reached by any noise level")
+        while eps(lo) <= target and lo > 1e-12:
+            lo /= 4.0
+        while hi / lo > 1 + _SCALE_RTOL:
+            mid = math.sqrt(lo * hi)
+            lo, hi = (lo, mid) if eps(mid) <= target else (mid, hi)
+        return {f: s.noise_std * hi for f, s in zip(self.noise_fields, self.schedules)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PerSiloPrivacy(PrivacySpec):
+    """ISRL-DP with per-silo guarantees (unbalanced silos, per-silo budgets).
+
+    The run is (max_i epsilon_i, delta)-ISRL-DP. ``calibrate`` returns one
+    tuple of per-silo noise stds for ``field``, each silo calibrated to the
+    target on its own schedule.
+    """
+
+    silos: tuple[GaussianPrivacy, ...]
+    field: str = "noise_stds"
+
+    def __post_init__(self):
+        silos = tuple(self.silos)
+        if not silos:
+            raise ValueError("silos=() must contain at least one silo's GaussianPrivacy")
+        if len({s.neighboring for s in silos}) > 1 or len({s.unit for s in silos}) > 1:
+            raise ValueError("silos mix neighbouring relations or units; account them separately")
+        object.__setattr__(self, "silos", silos)
+
+    @property
+    def neighboring(self) -> str:
+        return self.silos[0].neighboring
+
+    @property
+    def unit(self) -> str:
+        return self.silos[0].unit
+
+    def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
+        reports = [s.epsilon(delta, accountant) for s in self.silos]
+        worst = max(range(len(reports)), key=lambda i: reports[i].epsilon)
+        r = reports[worst]
+        notes = r.notes + (f"largest of {len(reports)} per-silo guarantees (silo {worst})",)
+        return dataclasses.replace(r, notes=notes)
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
+        values = []
+        for s in self.silos:
+            (value,) = s.calibrate(target_epsilon, delta, accountant).values()
+            values.append(value)
+        return {self.field: tuple(values)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportPrivacy(PrivacySpec):
+    """A protocol whose accountant is its own (shuffle amplification, P_vec).
+
+    Attributes:
+      epsilon_fn: ``epsilon_fn(delta, accountant) -> PrivacyReport`` (an
+        ``SdpReport`` is reduced to its central report).
+      calibrate_fn: ``calibrate_fn(target_epsilon, delta, accountant) -> dict``.
+      accountants: the accountant names this protocol understands; others
+        are refused.
+      relation, privacy_unit: what the guarantee is stated for.
+    """
+
+    epsilon_fn: Callable[[float, str], Any]
+    calibrate_fn: Callable[[float, float, str], dict]
+    accountants: tuple[str, ...]
+    relation: str = "replace-one"
+    privacy_unit: str = "record"
+
+    @property
+    def neighboring(self) -> str:
+        return self.relation
+
+    @property
+    def unit(self) -> str:
+        return self.privacy_unit
+
+    def _check(self, accountant: str) -> str:
+        return v.check_choice("accountant", accountant, self.accountants)
+
+    def epsilon(self, delta: float, accountant: str | None = None) -> PrivacyReport:
+        report = self.epsilon_fn(delta, self._check(accountant or self.accountants[0]))
+        return getattr(report, "central", report)
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str | None = None) -> dict[str, Any]:
+        return dict(self.calibrate_fn(target_epsilon, delta, self._check(accountant or self.accountants[0])))
+
+
+@dataclasses.dataclass(frozen=True)
+class NoPrivacy(PrivacySpec):
+    """A non-private twin: no guarantee; calibration is refused."""
+
+    reason: str = "the non-private twin adds no noise"
+    relation: str = "replace-one"
+    privacy_unit: str = "record"
+    private = False
+
+    @property
+    def neighboring(self) -> str:
+        return self.relation
+
+    @property
+    def unit(self) -> str:
+        return self.privacy_unit
+
+    def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
+        delta = v.check_open_unit("delta", delta)
+        return PrivacyReport(math.inf, delta, "none", "n/a", self.relation, self.privacy_unit, 0.0, (self.reason,))
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
+        raise ValueError(f"target_epsilon={target_epsilon!r} cannot be met: {self.reason}")
+
+
+def gaussian(schedules: GaussianSchedule | Sequence[GaussianSchedule], noise_fields: str | Sequence[str] = "noise_std"
+             ) -> GaussianPrivacy:
+    """Shorthand: ``gaussian(schedule)`` or ``gaussian([s1, s2], ["sigma_a", "sigma_b"])``."""
+    if isinstance(schedules, GaussianSchedule):
+        schedules = (schedules,)
+    if isinstance(noise_fields, str):
+        noise_fields = (noise_fields,) * len(tuple(schedules))
+    return GaussianPrivacy(tuple(schedules), tuple(noise_fields))

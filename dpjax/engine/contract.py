@@ -1,0 +1,155 @@
+"""The one contract every algorithm family implements, and its shared parts.
+
+An algorithm family is a frozen (hashable) dataclass: its fields are the
+*static* configuration (problem, shapes, sampling scheme, number of rounds;
+one compiled program per combination). Per-run scalars that a sweep varies
+(step size, noise std, clip norm) live in an ``hparams`` pytree of type
+``hparams_type``, carried in the state, so a grid of configurations with the
+same static shape is one ``vmap``. The methods::
+
+    validate(data) -> None                            # host-side, before compiling
+    init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
+    step(state, data, round_key) -> (state, metrics)  # one round, pure
+    params(state) -> current iterate
+    output_params(state) -> the algorithm's output (e.g. an averaged iterate)
+    privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
+
+``privacy`` is the only privacy method: it returns a
+``dpjax.accounting.privacy_spec.PrivacySpec`` whose ``epsilon(delta,
+accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver
+uses the same way (non-private twins return ``NoPrivacy``).
+
+``FamilyBase`` removes the repetition between families: the common field
+checks, the hparams type check, the sampling x neighbouring check at
+construction time, the iterate averager and the server step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
+
+import jax
+import optax
+
+from dpjax import _validate
+from dpjax.accounting.events import Neighboring, Sampling, _FIXED_SIZE
+from dpjax.accounting.privacy_spec import PrivacySpec
+from dpjax.engine.averaging import IterateAverager
+from dpjax.primitives.projection import project_l2_ball
+
+PyTree = Any
+NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
+
+
+@runtime_checkable
+class Algorithm(Protocol):
+    """What the runner, the sweep executor and the accountant rely on."""
+
+    problem: Any
+    num_rounds: int
+    hparams_type: ClassVar[type]
+
+    def validate(self, data) -> None: ...
+
+    def init(self, params: PyTree, hparams: Any, data, run_key: jax.Array) -> Any: ...
+
+    def step(self, state: Any, data, key: jax.Array) -> tuple[Any, dict]: ...
+
+    def params(self, state: Any) -> PyTree: ...
+
+    def output_params(self, state: Any) -> PyTree: ...
+
+    def privacy(self, silo_sizes: Sequence[int], hparams: Any) -> PrivacySpec: ...
+
+
+def check_sampling_relation(sampling: str, neighboring: str) -> None:
+    """Refuses a sampling scheme x neighbouring relation pair no accountant certifies.
+
+    Fixed-size batches (with/without replacement, one-pass, shuffling) need a
+    fixed, public dataset size, so only replace-one is meaningful for them.
+    """
+    _validate.check_choice("neighboring", neighboring, NEIGHBORING_RELATIONS)
+    try:
+        s = Sampling(sampling)
+    except ValueError:
+        return  # not an accounting sampling name (e.g. "full-batch"); the family checks it
+    if Neighboring(neighboring) is Neighboring.ADD_REMOVE and s in _FIXED_SIZE:
+        raise ValueError(f"neighboring='add-remove' is not meaningful for sampling={sampling!r} (fixed-size "
+                         "batches need a fixed, public dataset size); use 'replace-one'")
+
+
+class FamilyBase:
+    """Shared behaviour of algorithm families (mix into a frozen dataclass).
+
+    Subclasses set ``hparams_type`` and may define any of the common fields
+    ``num_rounds``, ``batch_size``, ``local_steps``, ``sampling``,
+    ``neighboring``, ``aggregation``, ``output``/``window``,
+    ``projection_radius``; ``check_common()`` (call it from
+    ``__post_init__``) validates whichever are present.
+    """
+
+    hparams_type: ClassVar[type] = object
+
+    def check_common(self) -> None:
+        from dpjax.engine import federated
+
+        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        for name in ("batch_size", "local_steps"):
+            if hasattr(self, name):
+                _validate.check_int(name, getattr(self, name), min_value=1)
+        if hasattr(self, "aggregation"):
+            _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
+        if getattr(self, "projection_radius", None) is not None:
+            _validate.check_positive("projection_radius", self.projection_radius)
+        if hasattr(self, "neighboring"):
+            check_sampling_relation(getattr(self, "sampling", "full"), self.neighboring)
+        if hasattr(self, "output") and hasattr(self, "window"):
+            IterateAverager(self.output, self.window)
+
+    # -- shared pieces ------------------------------------------------------
+    @property
+    def averager(self) -> IterateAverager:
+        return IterateAverager(self.output, getattr(self, "window", 8))
+
+    def check_hparams(self, hparams: Any) -> Any:
+        """Refuses hparams of another family (a common silent mistake in sweeps)."""
+        if not isinstance(hparams, self.hparams_type):
+            raise ValueError(f"hparams={type(hparams).__name__} must be a {self.hparams_type.__name__} "
+                             f"for {type(self).__name__}")
+        return hparams
+
+    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
+        """``Proj_W(w - eta * update)``: optax SGD with a traced per-run step size.
+
+        Bit-identical to ``w - eta * g`` (``-(eta g)`` is exact), then the
+        projection onto the ball of ``projection_radius`` (None: no projection).
+        """
+        new = optax.apply_updates(params, sgd_updates(update, learning_rate))
+        return project_l2_ball(new, getattr(self, "projection_radius", None))
+
+    def params(self, state: Any) -> PyTree:
+        return state.params
+
+
+def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:
+    """The updates of ``optax.sgd(learning_rate)`` for a stateless, traced step size."""
+    return optax.tree.scale(-learning_rate, gradient)
+
+
+def family_hparams(algorithm) -> type:
+    """The family's hparams type (``hparams_type``)."""
+    t = getattr(type(algorithm), "hparams_type", None)
+    if t is None or t is object:
+        raise ValueError(f"{type(algorithm).__name__} declares no hparams_type")
+    return t
+
+
+def static_fields(cls) -> dict[str, dataclasses.Field]:
+    """A family's static configuration fields (all but problem and num_rounds)."""
+    return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("problem", "num_rounds")}
+
+
+def hparam_fields(hparams_type) -> dict[str, dataclasses.Field]:
+    """A family's per-run (vmapped) fields."""
+    return {f.name: f for f in dataclasses.fields(hparams_type)}

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -49,15 +48,6 @@ LABELS = {
 CALIBRATIONS = ("paper", "tight")
 #: What the ``accountant`` column says for each calibration.
 ACCOUNTANT_OF = {"paper": "paper-experiment", "tight": "rdp", "none": "none"}
-
-
-def default_data_dir() -> str | None:
-    """``$DPJAX_DATA_DIR`` if set, else the project's ``shared/data`` when present."""
-    env = os.environ.get("DPJAX_DATA_DIR")
-    if env:
-        return env
-    shared = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
-    return str(shared) if shared.exists() else None
 
 
 def log_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> tuple[float, ...]:
@@ -215,6 +205,7 @@ def run_grid(
     *,
     divergence_threshold: float,
     chunk_size: int = 256,
+    make_hparams=None,
 ) -> pd.DataFrame:
     """Runs every spec of one trial with ``run_many`` and returns one row per run.
 
@@ -229,7 +220,8 @@ def run_grid(
     compiled program is the same for every chunk and every trial. A run is *diverged* if its iterate went non-finite or its
     final training loss exceeds ``divergence_threshold`` (the authors' guard);
     its ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
-    ``test``, ``diverged``.
+    ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
+    (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
     """
     import jax
 
@@ -255,7 +247,8 @@ def run_grid(
             ix = members[start:start + size]
             real = len(ix)
             chunk = [specs[i] for i in ix] + [specs[ix[0]]] * (size - real)
-            hps = stack_hparams([MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm) for s in chunk])
+            make = make_hparams or (lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
+            hps = stack_hparams([make(s) for s in chunk])
             res = run_many(algorithm, train, hps, rep_key, eval_fn=evaluator, eval_data=eval_data,
                            on_nonfinite="mark", shared_key=True)
             tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
@@ -370,7 +363,9 @@ def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tupl
                 hi = s["mean"] + s["half_width"]
                 if clip is not None:
                     lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
-                ax.errorbar(s["epsilon"], s["mean"], yerr=[s["mean"] - lo, hi - s["mean"]], marker="o",
+                # a capped bar never reaches past its mean (a mean above the cap keeps a zero-length bar)
+                yerr = [np.maximum(s["mean"] - lo, 0.0), np.maximum(hi - s["mean"], 0.0)]
+                ax.errorbar(s["epsilon"], s["mean"], yerr=yerr, marker="o",
                             capsize=3, color=colors[alg], label=LABELS[alg])
         for alg in (MB_NP, LOCAL_NP):
             s = sub[sub["algorithm"] == alg]

@@ -21,7 +21,8 @@ import importlib
 from typing import Callable
 
 # Modules that register figures; append yours (one line) when you add one.
-FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level"]
+FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
+                              "dpjax.reproduce.shuffle_sco"]
 
 
 @dataclasses.dataclass(frozen=True)

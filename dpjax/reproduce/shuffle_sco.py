@@ -1,0 +1,532 @@
+"""Validation figures for shuffle-private SCO (Cheu, Joseph, Mao & Peng, ICLR 2022).
+
+The paper has no experiments; Table 1 is its only table. Two figures check its
+claims on the engine:
+
+* ``shuffle-sco-protocols``: P_1D / P_vec (Algorithms 1-2, Lemma 3.1,
+  Theorem 3.2) as simulated by ``dpjax.algorithms.shuffle_sco``: empirical
+  mean and variance against the exact formulas (z-scores, chi^2 intervals),
+  bit-level vs count-level simulators (KS test and the exact count pmf), the
+  exact hockey-stick privacy profile of P_1D on small inputs against the
+  claimed (eps (2/g + 1), delta), and a Monte-Carlo distinguishing audit
+  (threshold test on the analyzer's output, Clopper-Pearson) whose eps lower
+  bound must stay below the claim.
+* ``shuffle-sco-rates``: excess population loss against n and d on synthetic
+  SCO instances with known optimum (non-smooth absolute regression, smooth
+  logistic regression, strongly convex squared distance), for every protocol,
+  with fitted log-log slopes compared with Table 1's exponents (+-0.15 over at
+  least a decade). The n-range of each protocol is chosen from its explicit
+  bound (``dpjax.accounting.shuffle_sco`` plans): the n where the bound lies
+  in [0.01, 0.3] L D (private term neither negligible nor saturated), in
+  lemma_opt mode. P_vec is replaced by its variance-matched Gaussian
+  surrogate for the sweeps (``aggregator="matched-gaussian"``: same mean and
+  per-coordinate variance as the count-level protocol, whose binomial noise
+  has 1e5-1e11 trials) and one configuration per protocol is re-run with the
+  count-level P_vec to check that the two agree. Central-DP (noisy GD,
+  Gaussian mechanism) and local-DP (per-user Gaussian SGD) baselines share
+  the axes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax.accounting import pvec as pvec_acc
+from dpjax.accounting import shuffle_sco as sco
+from dpjax.algorithms import shuffle_sco as S
+from dpjax.algorithms.smoothing import AbsoluteRegression
+from dpjax.engine import runner
+from dpjax.engine.silos import SiloData
+from dpjax.reproduce.isrl_scaling import MeanEstimation
+from dpjax.primitives import shuffle_protocols as sp
+from dpjax.problems import LogisticRegression
+from dpjax.reproduce import register
+
+PAPER = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization (ICLR 2022)"
+
+
+def _check_out(out_dir: pathlib.Path) -> pathlib.Path:
+    out_dir = pathlib.Path(out_dir)
+    if (out_dir / "results.csv").exists():
+        raise ValueError(f"out={str(out_dir)!r} already holds results.csv; choose another --out or remove it "
+                         "(results are never overwritten)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def _write_csv(path, rows):
+    import csv
+
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+# ---------------------------------------------------------------------------
+# Protocol-level validation
+# ---------------------------------------------------------------------------
+
+
+def _pvec_draws(key, x, params, bound, reps):
+    # x and the parameters are arguments, not closure constants (XLA would constant-fold the draws)
+    f = jax.jit(jax.vmap(lambda k, xs, pv: S.pvec_chunked_sum(k, xs, jnp.ones(xs.shape[0], bool), pv, bound, 2**14),
+                         in_axes=(0, None, None)))
+    return np.asarray(f(jax.random.split(key, reps), jnp.asarray(x, jnp.float32), params), np.float64)
+
+
+def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict]:
+    """All protocol-level checks; returns tidy rows and the data for the plots."""
+    from scipy import stats
+
+    reps = 2000 if quick else 10000
+    key = jax.random.key(seed)
+    rows, plots = [], {}
+    chi_lo, chi_hi = stats.chi2.ppf([0.0005, 0.9995], reps - 1) / (reps - 1)
+    # 1. P_1D moments (inputs in [-1, 1] = [0, Delta] after the shift; Delta = 2)
+    for n in (10, 100, 1000):
+        pr = pvec_acc.p1d_params(1.0, 1e-5, n)
+        params = sp.PvecParams.create(pr.g, pr.b, pr.p)
+        for kind in ("uniform", "zeros", "Delta", "half"):
+            x = {"uniform": np.random.default_rng(seed + n).uniform(-1, 1, n), "zeros": np.full(n, -1.0),
+                 "Delta": np.full(n, 1.0), "half": np.full(n, -1 + 2 * 0.5 / pr.g)}[kind][:, None]
+            key, k = jax.random.split(key)
+            est = _pvec_draws(k, x, params, 1.0, reps)[:, 0]
+            var = float(sp.pvec_variance(x, params, 1.0)[0])
+            z = (est.mean() - x.sum()) / math.sqrt(var / reps)
+            ratio = est.var(ddof=1) / var
+            rows.append(dict(check="p1d_moments", n=n, d=1, inputs=kind, g=pr.g, b=pr.b, reps=reps, z_mean=z,
+                             var_ratio=ratio, chi2_lo=chi_lo, chi2_hi=chi_hi,
+                             holds=bool(abs(z) <= 4 and chi_lo <= ratio <= chi_hi)))
+    # 2. P_vec moments and the envelope constant
+    for d in (1, 10, 100):
+        m = 50
+        pv = pvec_acc.pvec_params(1.0, 1e-5, m, d, "lemma_opt")
+        params = sp.PvecParams.create(pv.g, pv.b, pv.p)
+        for kind in ("sphere", "zero"):
+            rng = np.random.default_rng(seed + d)
+            x = rng.normal(size=(m, d))
+            x = x / np.linalg.norm(x, axis=1, keepdims=True) if kind == "sphere" else np.zeros((m, d))
+            key, k = jax.random.split(key)
+            est = _pvec_draws(k, x, params, 1.0, reps // 2)
+            var = sp.pvec_variance(x, params, 1.0)
+            z = np.max(np.abs(est.mean(0) - x.sum(0)) / np.sqrt(var / (reps // 2)))
+            tot = float(np.mean(np.sum((est - x.sum(0)) ** 2, axis=1)))
+            envelope = d * math.log(d / 1e-5) ** 2 / 1.0**2  # d Delta_2^2 ln^2(d/delta)/eps^2
+            rows.append(dict(check="pvec_moments", n=m, d=d, inputs=kind, g=pv.g, b=pv.b, reps=reps // 2,
+                             z_mean=z, var_ratio=tot / float(np.sum(var)), envelope_constant=tot / envelope,
+                             holds=bool(z <= 4 + math.sqrt(2 * math.log(d)) and abs(tot / np.sum(var) - 1) < 0.1)))
+    # 3. bit level vs count level, against the exact count pmf
+    g, b, p, n = 4, 50, 0.3, 20
+    params = sp.PvecParams(g, b, p)
+    x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
+    xj, mj = jnp.asarray(x, jnp.float32), jnp.ones(n, bool)
+    key, k1, k2 = jax.random.split(key, 3)
+    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: S.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
+                                       in_axes=(0, None, None)))(jax.random.split(k1, reps), xj, mj), np.float64)[:, 0]
+    counts = _pvec_draws(k2, x, params, 1.0, reps)[:, 0]
+    ks = stats.ks_2samp(bits, counts).pvalue
+    start, pmf = sco.p1d_count_pmf((x[:, 0] + 1) / 2, g, b, p)
+    to_count = lambda o: np.rint((o + n) * g / 2 + p * b * n).astype(int)  # noqa: E731  (analyzer inverted)
+    support = np.arange(start, start + len(pmf))
+    chi = {}
+    for name, sample in (("bits", bits), ("counts", counts)):
+        c = to_count(sample)
+        keep = pmf > 5.0 / reps
+        obs = np.array([np.sum(c == z) for z in support[keep]])
+        exp = pmf[keep] * reps
+        chi[name] = float(stats.chi2.sf(np.sum((obs - exp) ** 2 / exp), max(1, keep.sum() - 1)))
+    rows.append(dict(check="bits_vs_counts", n=n, d=1, g=g, b=b, reps=reps, ks_pvalue=ks,
+                     chi2_pvalue_bits=chi["bits"], chi2_pvalue_counts=chi["counts"],
+                     holds=bool(ks > 1e-3 and min(chi.values()) > 1e-3)))
+    plots["bits"] = (bits, counts, support, pmf, to_count)
+    # 4. exact hockey-stick profile of P_1D (x_u = 0 vs Delta, the others at fractional positions 1/2)
+    eps, delta, n = 1.0, 1e-3, 20
+    pr = pvec_acc.p1d_params(eps, delta, n)
+    others = [0.5 / pr.g + 0.25] * (n - 1)
+    P = sco.p1d_count_pmf([0.0] + others, pr.g, pr.b, pr.p)
+    Q = sco.p1d_count_pmf([1.0] + others, pr.g, pr.b, pr.p)
+    claim = eps * (2 / pr.g + 1)
+    grid = np.linspace(0, claim, 40)
+    prof = [max(sco.hockey_stick(P, Q, e), sco.hockey_stick(Q, P, e)) for e in grid]
+    at_claim = max(sco.hockey_stick(P, Q, claim), sco.hockey_stick(Q, P, claim))
+    rows.append(dict(check="hockey_stick", n=n, d=1, g=pr.g, b=pr.b, epsilon=claim, delta=delta,
+                     exact_delta=at_claim, holds=bool(at_claim <= delta)))
+    plots["profile"] = (grid, prof, claim, delta)
+    # 5. Monte-Carlo distinguishing audit on the engine's simulator: threshold on the estimate,
+    #    threshold chosen on one half of the draws, rates measured on the other half
+    trials = 20000 if quick else 200000
+    base = np.array([-1.0] + [2 * o - 1 for o in others])[:, None]
+    neigh = base.copy()
+    neigh[0, 0] = 1.0
+    params = sp.PvecParams.create(pr.g, pr.b, pr.p)
+    key, ka, kb = jax.random.split(key, 3)
+    out_a = _pvec_draws(ka, base, params, 1.0, 2 * trials)[:, 0]
+    out_b = _pvec_draws(kb, neigh, params, 1.0, 2 * trials)[:, 0]
+    ts = np.quantile(np.r_[out_a[:trials], out_b[:trials]], np.linspace(0.5, 0.9999, 200))
+    best_t = max(ts, key=lambda t: sco.audit_lower_bound(int(np.sum(out_b[:trials] >= t)),
+                                                         int(np.sum(out_a[:trials] >= t)), trials, delta))
+    tp, fp = int(np.sum(out_b[trials:] >= best_t)), int(np.sum(out_a[trials:] >= best_t))
+    lb = sco.audit_lower_bound(tp, fp, trials, delta)
+    rows.append(dict(check="mc_audit", n=n, d=1, g=pr.g, b=pr.b, reps=trials, epsilon=claim, delta=delta,
+                     tpr=tp / trials, fpr=fp / trials, eps_lower_bound=lb, holds=bool(lb <= claim)))
+    log(f"protocol checks: {sum(r['holds'] for r in rows)}/{len(rows)} hold")
+    return rows, plots
+
+
+def _plot_protocols(path, rows, plots):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 4, figsize=(18, 4))
+    p1 = [r for r in rows if r["check"] in ("p1d_moments", "pvec_moments")]
+    ax[0].scatter(range(len(p1)), [r["z_mean"] for r in p1], label="z of the mean")
+    ax[0].scatter(range(len(p1)), [(r["var_ratio"] - 1) * 10 for r in p1], marker="x", label="10 (var ratio - 1)")
+    ax[0].axhline(4, ls="--", c="k")
+    ax[0].axhline(-4, ls="--", c="k")
+    ax[0].set_title("P_1D / P_vec: mean z-scores and variance ratios")
+    ax[0].set_xlabel("configuration (n, d, inputs)")
+    ax[0].legend()
+    bits, counts, support, pmf, to_count = plots["bits"]
+    ax[1].hist(to_count(bits), bins=np.arange(support[0], support[-1] + 2) - 0.5, density=True, alpha=0.5,
+               label="bit level")
+    ax[1].hist(to_count(counts), bins=np.arange(support[0], support[-1] + 2) - 0.5, density=True, alpha=0.5,
+               label="count level")
+    ax[1].plot(support, pmf, "k.-", ms=2, label="exact pmf")
+    ax[1].set_xlim(support[np.argmax(pmf)] - 25, support[np.argmax(pmf)] + 25)
+    ax[1].set_title("count of ones: bit vs count simulators")
+    ax[1].legend()
+    grid, prof, claim, delta = plots["profile"]
+    ax[2].semilogy(grid, np.maximum(prof, 1e-300), label="exact delta(eps) of P_1D")
+    ax[2].scatter([claim], [delta], c="r", label="claimed (eps(2/g+1), delta)")
+    ax[2].set_xlabel("eps")
+    ax[2].set_title("P_1D privacy profile (n = 20)")
+    ax[2].legend()
+    audit = [r for r in rows if r["check"] == "mc_audit"][0]
+    ax[3].bar(["audit lower bound", "claimed eps"], [audit["eps_lower_bound"], audit["epsilon"]])
+    ax[3].set_title("Monte-Carlo distinguishing audit")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@register("shuffle-sco-protocols", paper=PAPER,
+          description="P_1D/P_vec: moments vs exact formulas, bit vs count level, exact hockey-stick, MC audit")
+def shuffle_sco_protocols(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+    out_dir = _check_out(out_dir)
+    t0 = time.time()
+    rows, plots = protocol_checks(quick, seed)
+    wall = time.time() - t0
+    tidy = [dict(algorithm="P_1D" if r["d"] == 1 else "P_vec", epsilon=r.get("epsilon", 1.0), trial=0,
+                 metric=r["check"], value=r.get("z_mean", r.get("exact_delta", r.get("eps_lower_bound",
+                                                                                     r.get("ks_pvalue")))),
+                 accountant="lemma3.1", **{k: v for k, v in r.items() if k not in ("epsilon",)}) for r in rows]
+    _write_csv(out_dir / "results.csv", tidy)
+    _plot_protocols(out_dir / "shuffle_sco_protocols.png", rows, plots)
+    lines = [f"# shuffle-sco-protocols ({'quick' if quick else 'full'}; {wall:.0f} s)", "", f"Paper: {PAPER}.",
+             "The paper has no experiments; these checks validate Lemma 3.1 / Theorem 3.2 on dpjax's simulators.",
+             "", "| check | n | d | inputs | statistic | holds |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["check"] in ("p1d_moments", "pvec_moments"):
+            stat = f"z = {r['z_mean']:.2f}, var ratio = {r['var_ratio']:.3f}" + (
+                f", E||o - sum||^2 / (d ln^2(d/delta)/eps^2) = {r['envelope_constant']:.3g}" if "envelope_constant" in r else "")
+        elif r["check"] == "bits_vs_counts":
+            stat = (f"KS p = {r['ks_pvalue']:.3g}; chi^2 vs exact pmf p = {r['chi2_pvalue_bits']:.3g} (bits), "
+                    f"{r['chi2_pvalue_counts']:.3g} (counts)")
+        elif r["check"] == "hockey_stick":
+            stat = f"exact delta at eps(2/g+1) = {r['epsilon']:.3f}: {r['exact_delta']:.3g} <= {r['delta']:g}"
+        else:
+            stat = (f"TPR {r['tpr']:.4f}, FPR {r['fpr']:.4f}: eps >= {r['eps_lower_bound']:.3f} "
+                    f"(95%) vs claimed {r['epsilon']:.3f}")
+        lines.append(f"| {r['check']} | {r['n']} | {r['d']} | {r.get('inputs', '')} | {stat} | "
+                     f"{'holds' if r['holds'] else 'DIFFERS'} |")
+    lines += ["", "Tolerances: mean within 4 standard errors (P_vec: plus sqrt(2 ln d) for the maximum over d "
+              "coordinates); variance ratio within the chi^2 99.9% interval (P_1D) or 10% (P_vec total).",
+              "", "Figure: shuffle_sco_protocols.png; tidy results: results.csv."]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+# ---------------------------------------------------------------------------
+# Rates (Table 1)
+# ---------------------------------------------------------------------------
+
+EPS_RATES, DELTA_RATES = 0.9, 1e-6  # eps < 1 so that the pan-private protocol (Lemma C.5) shares the axes
+LAPLACE_SCALE = 0.1
+
+
+def _sphere(rng, n, d):
+    a = rng.normal(size=(n, d))
+    return a / np.linalg.norm(a, axis=1, keepdims=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """A synthetic SCO instance with a known population optimum (validation suite of the spec)."""
+
+    name: str
+    lipschitz: float
+    smoothness: float | None
+    lam: float | None
+
+    def theta_star(self, d):
+        return np.full(d, (0.5 if self.name != "smooth" else 0.8) / math.sqrt(d))
+
+    def problem(self, d):
+        return {"nonsmooth": AbsoluteRegression, "smooth": lambda k: LogisticRegression(k, margin_clip=None),
+                "strongly_convex": MeanEstimation}[self.name](d)
+
+    def sample(self, rng, n, d):
+        a = _sphere(rng, n, d)
+        ts = self.theta_star(d)
+        if self.name == "nonsmooth":
+            y = a @ ts + rng.laplace(scale=LAPLACE_SCALE, size=n)
+        elif self.name == "smooth":
+            y = (rng.random(n) < 1 / (1 + np.exp(-(a @ ts)))).astype(np.float64)
+        else:
+            a, y = ts + 0.5 * a, np.zeros(n)  # mean ts, ||a|| <= 1
+        return SiloData.from_silos([a.astype(np.float32)], [y.astype(np.float32)])
+
+    def excess(self, thetas, d, rng):
+        """Excess population loss of each row of ``thetas`` (closed form in the label noise, Monte Carlo
+        over 2e5 fresh features with non-negative integrands; exact for the squared distance)."""
+        ts = self.theta_star(d)
+        if self.name == "strongly_convex":
+            return 0.5 * np.sum((thetas - ts) ** 2, axis=1)
+        a = _sphere(rng, 200_000, d)
+        if self.name == "nonsmooth":  # E|t - xi| = |t| + b exp(-|t|/b) for Laplace(b) noise
+            t = np.abs((thetas - ts) @ a.T)
+            return np.mean(t + LAPLACE_SCALE * np.expm1(-t / LAPLACE_SCALE), axis=1)
+        m, ms = thetas @ a.T, (a @ ts)[None, :]
+        q = 1 / (1 + np.exp(-ms))  # E[softplus(m) - y m] - same at m* = KL(Bern(q) || Bern(sigmoid(m)))
+        return np.mean(np.logaddexp(0, m) - q * m - np.logaddexp(0, ms) + q * ms, axis=1)
+
+
+INSTANCES = {
+    "nonsmooth": Instance("nonsmooth", 1.0, None, None),
+    "smooth": Instance("smooth", 1.0, 0.25, None),
+    "strongly_convex": Instance("strongly_convex", 2.0, 1.0, 1.0),
+}
+
+# protocol -> (instance, Table 1 row, expected slope in n, in d)
+RATE_PROTOCOLS = {
+    "p_sgd": ("nonsmooth", "Thm 4.1 (P_SGD baseline): d^{1/4}/sqrt(eps n)", -1 / 2, 1 / 4),
+    "p_agd_smoothed": ("nonsmooth", "convex, sequential (Thm 4.7): d^{1/3}/(eps n)^{2/3}", -2 / 3, 1 / 3),
+    "pan_private_smoothed": ("nonsmooth", "pan-private convex (Thm C.3): d^{1/3}/(eps n)^{2/3}", -2 / 3, 1 / 3),
+    "p_agd": ("smooth", "convex and smooth, sequential (Thm 4.3): d^{2/5}/(eps n)^{4/5}", -4 / 5, 2 / 5),
+    "pan_private": ("smooth", "pan-private smooth (Thm C.3): d^{2/5}/(eps n)^{4/5}", -4 / 5, 2 / 5),
+    "p_agd_phased": ("strongly_convex", "strongly convex and smooth, sequential (Thm 4.8): d/(eps n)^2", -2.0, 1.0),
+    "p_gd_phased": ("strongly_convex", "strongly convex, fully interactive (Thm 4.9): d/(eps n)^2", -2.0, 1.0),
+}
+# the reference protocol whose schedule the central/local Gaussian baselines reuse, per instance
+BASELINE_OF = {"nonsmooth": "p_agd_smoothed", "smooth": "p_agd", "strongly_convex": "p_agd_phased"}
+PGD_ROUNDS = 30  # P_GD's T = min(n, eps^2 n^2/(d ln^2)) would cost n^2 gradients; capped (documented)
+
+
+def build(protocol: str, n: int, d: int, aggregator: str = "matched-gaussian"):
+    """``(family, hparams, plan)`` of a rate-experiment protocol (lemma_opt P_vec)."""
+    inst = INSTANCES[RATE_PROTOCOLS[protocol][0]]
+    prob, L, e, dl = inst.problem(d), inst.lipschitz, EPS_RATES, DELTA_RATES
+    agg = dict(aggregator=aggregator)
+    if protocol == "p_sgd":
+        return S.ShuffleSgd.p_sgd(prob, n, e, dl, lipschitz=L, **agg)
+    if protocol == "p_agd_smoothed":
+        return S.ShuffleAcsa.p_agd_smoothed(prob, n, e, dl, lipschitz=L, **agg)
+    if protocol == "p_agd":
+        return S.ShuffleAcsa.p_agd(prob, n, e, dl, smoothness=inst.smoothness, lipschitz=L, **agg)
+    if protocol == "pan_private_smoothed":
+        return S.ShuffleAcsa.pan_private(prob, n, e, dl, lipschitz=L)
+    if protocol == "pan_private":
+        return S.ShuffleAcsa.pan_private(prob, n, e, dl, smoothness=inst.smoothness, lipschitz=L)
+    if protocol == "p_agd_phased":
+        return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L, **agg)
+    if protocol == "p_gd_phased":
+        return S.ShuffleSgd.p_gd_phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L,
+                                        rounds=PGD_ROUNDS, **agg)
+    raise ValueError(f"protocol={protocol!r} must be one of {tuple(RATE_PROTOCOLS)}")
+
+
+def _variants(protocol, fam, hp):
+    """Hyperparameters run by the protocol's ONE compiled program: the protocol itself, its non-private
+    twin (noise 0: bit-identical to exact sums) and, for the instance's reference schedule, the central-
+    and local-DP Gaussian baselines (calibrated to (EPS_RATES, DELTA_RATES) with GDP; every Gaussian
+    aggregator adds noise_std N(0, I) to the round's sum, so only the std differs)."""
+    out = {protocol: hp, "twin": dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))}
+    if BASELINE_OF.get(RATE_PROTOCOLS[protocol][0]) == protocol:
+        for agg in ("central-gaussian", "local-gaussian"):
+            cal = dataclasses.replace(fam, aggregator=agg).calibrate(hp, EPS_RATES, DELTA_RATES, "gdp")
+            out[f"{agg.split('-')[0]}_dp[{protocol}]"] = dataclasses.replace(hp, **cal)
+    return out
+
+
+def measure(fam, hps: dict, inst: Instance, n, d, seeds, seed) -> dict:
+    """Excess population loss of ``seeds`` runs of every hparams in ``hps`` (one run_many)."""
+    rng = np.random.default_rng(seed * 7919 + n + 31 * d)
+    data = inst.sample(rng, n, d)
+    names = list(hps)
+    stacked = runner.stack_hparams([hps[k] for k in names for _ in range(seeds)])
+    keys_ = jax.random.split(jax.random.key(seed + n + d), len(names) * seeds)
+    out = np.asarray(runner.run_many(fam, data, stacked, keys_).output, np.float64)
+    ex = inst.excess(out, d, np.random.default_rng(12345 + d))
+    return {k: ex[i * seeds:(i + 1) * seeds] for i, k in enumerate(names)}
+
+
+def _fit(xs, ys):
+    lx, ly = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
+    return float(np.polyfit(lx, ly, 1)[0])
+
+
+def _row(alg, iname, sweep, n, d, ex, **kw):
+    return dict(algorithm=alg, instance=iname, sweep=sweep, n=n, d=d, epsilon=EPS_RATES, delta=DELTA_RATES,
+                trial="mean", metric="excess_loss", value=float(ex.mean()), q05=float(np.quantile(ex, 0.05)),
+                q95=float(np.quantile(ex, 0.95)), **kw)
+
+
+def rate_sweep(quick: bool, seed: int, log=print) -> tuple[list[dict], list[dict]]:
+    """Runs every protocol over its n-grid (and the d-sweep); returns (rows, slope summaries)."""
+    n_grid = [10**3, 10**4, 10**5] if quick else [int(round(10 ** (k / 2))) for k in range(6, 12)]
+    d_grid = (2, 8, 32) if quick else (2, 8, 32, 128)
+    d0, seeds = 8, (4 if quick else 10)
+    rows, summaries = [], []
+    for protocol, (iname, row, sn, sd) in RATE_PROTOCOLS.items():
+        inst = INSTANCES[iname]
+        LD = inst.lipschitz * 2.0
+        t0 = time.time()
+        meas, twin, bounds = {}, {}, {}
+        for n in n_grid:
+            fam, hp, plan = build(protocol, n, d0)
+            bounds[n] = plan.bound
+            res = measure(fam, _variants(protocol, fam, hp), inst, n, d0, seeds, seed)
+            meas[n], twin[n] = float(res[protocol].mean()), float(res["twin"].mean())
+            acc = ("pvec-lemma:optimal (matched-gaussian surrogate)" if fam.aggregator == "matched-gaussian"
+                   else fam.privacy([n], hp).epsilon(DELTA_RATES).accountant)
+            for name, ex in res.items():
+                alg = f"{protocol}_twin" if name == "twin" else name
+                rows.append(_row(alg, iname, "n", n, d0, ex, bound=plan.bound if name == protocol else None,
+                                 rounds=plan.num_rounds, batch=max(p.batch for p in plan.phases),
+                                 bits_per_user=plan.bits_per_user() if name == protocol else None,
+                                 accountant=acc if name == protocol else ("none" if name == "twin" else "gdp")))
+        window = [n for n in n_grid if 0.01 * LD <= bounds[n] <= 0.3 * LD]
+        # slope where the private term dominates (>= 3x the twin) and is not saturated (<= 0.3 L D)
+        dominant = [n for n in n_grid if meas[n] >= 3 * twin[n] and meas[n] <= 0.3 * LD]
+        fit_n = [n for n in dominant if n in window]
+        rule = "bound window and private term >= 3x twin"
+        if len(fit_n) < 2:  # the bound is worst case: fall back to the measured private term
+            fit_n, rule = dominant, "measured: private term >= 3x twin and <= 0.3 L D (bound window too narrow)"
+        slope_n = _fit(fit_n, [meas[n] for n in fit_n]) if len(fit_n) >= 2 else float("nan")
+        span_n = math.log10(max(fit_n) / min(fit_n)) if len(fit_n) >= 2 else 0.0
+        n_d = fit_n[len(fit_n) // 2] if fit_n else n_grid[-1]
+        md = {}
+        for d in d_grid:
+            fam, hp, plan = build(protocol, n_d, d)
+            res = measure(fam, {protocol: hp}, inst, n_d, d, seeds, seed)
+            md[d] = float(res[protocol].mean())
+            rows.append(_row(protocol, iname, "d", n_d, d, res[protocol], bound=plan.bound, rounds=plan.num_rounds,
+                             batch=max(p.batch for p in plan.phases), bits_per_user=plan.bits_per_user()))
+        slope_d = _fit(list(md), list(md.values()))
+        summaries.append(dict(protocol=protocol, instance=iname, table_row=row, expected_n=sn, slope_n=slope_n,
+                              n_range=(min(fit_n), max(fit_n)) if fit_n else None, decades=span_n,
+                              bound_window=(min(window), max(window)) if window else None,
+                              expected_d=sd, slope_d=slope_d, n_for_d=n_d, fit_rule=rule,
+                              holds_n=bool(span_n >= 1 and abs(slope_n - sn) <= 0.15),
+                              holds_d=bool(abs(slope_d - sd) <= 0.15), wall=time.time() - t0))
+        log(f"{protocol}: n-slope {slope_n:.3f} (expected {sn:.3f}, {span_n:.1f} decades), "
+            f"d-slope {slope_d:.3f} (expected {sd:.3f}); {time.time() - t0:.0f} s", flush=True)
+    for protocol in ("p_agd_smoothed", "p_agd"):  # the count-level P_vec against its surrogate
+        inst = INSTANCES[RATE_PROTOCOLS[protocol][0]]
+        n = 10**4
+        fam, hp, plan = build(protocol, n, d0, aggregator="pvec")
+        ex = measure(fam, {protocol: hp}, inst, n, d0, seeds, seed)[protocol]
+        sfam, shp, _ = build(protocol, n, d0)
+        sur = measure(sfam, {protocol: shp}, inst, n, d0, seeds, seed)[protocol]
+        rep = fam.privacy([n], hp).epsilon(DELTA_RATES)
+        rows.append(dict(_row(protocol, inst.name, "pvec-check", n, d0, ex, surrogate_value=float(sur.mean()),
+                              accountant=rep.accountant, bits_per_user=plan.bits_per_user()), epsilon=rep.epsilon))
+    return rows, summaries
+
+
+def _plot_rates(path, rows, summaries):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(2, 3, figsize=(17, 9))
+    for j, iname in enumerate(INSTANCES):
+        a = ax[0, j]
+        algs = sorted({r["algorithm"] for r in rows if r["instance"] == iname and r["sweep"] == "n"})
+        for alg in algs:
+            rs = sorted((r for r in rows if r["algorithm"] == alg and r["sweep"] == "n" and r["instance"] == iname),
+                        key=lambda r: r["n"])
+            style = "--" if "_dp[" in alg else (":" if alg.endswith("_twin") else "-o")
+            a.loglog([r["n"] for r in rs], [r["value"] for r in rs], style, ms=3, label=alg)
+        a.set_title(f"{iname}: excess population loss vs n (d = 8)")
+        a.set_xlabel("n")
+        a.legend(fontsize=7)
+        b = ax[1, j]
+        for alg in algs:
+            rs = sorted((r for r in rows if r["algorithm"] == alg and r["sweep"] == "d" and r["instance"] == iname),
+                        key=lambda r: r["d"])
+            if rs:
+                b.loglog([r["d"] for r in rs], [r["value"] for r in rs], "-o", ms=3, label=f"{alg} (n={rs[0]['n']})")
+        b.set_title(f"{iname}: excess loss vs d")
+        b.set_xlabel("d")
+        b.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+@register("shuffle-sco-rates", paper=PAPER,
+          description="Table 1: excess population loss vs n and d for every protocol, fitted slopes, DP baselines")
+def shuffle_sco_rates(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+    out_dir = _check_out(out_dir)
+    t0 = time.time()
+    rows, summaries = rate_sweep(quick, seed)
+    wall = time.time() - t0
+    _write_csv(out_dir / "results.csv", rows)
+    _write_csv(out_dir / "slopes.csv", summaries)
+    _plot_rates(out_dir / "shuffle_sco_rates.png", rows, summaries)
+    lines = [f"# shuffle-sco-rates ({'quick' if quick else 'full'}; {wall:.0f} s)", "", f"Paper: {PAPER}.",
+             f"eps = {EPS_RATES}, delta = {DELTA_RATES}, d = 8 for the n-sweeps; P_vec in lemma_opt mode through its "
+             "variance-matched Gaussian surrogate (checked against the count-level protocol below).",
+             "Slopes are fitted over the n of the bound window ([0.01, 0.3] L D from the explicit bound) where the "
+             "measured excess loss is >= 3x that of the non-private twin (same schedule, exact sums); when fewer than "
+             "two such n exist, over the n where the measured private term dominates (>= 3x twin, <= 0.3 L D). "
+             "slopes.csv names the rule used per protocol.",
+             "", "| Table 1 row | protocol | expected n-slope | measured | n range (decades) | bound window | "
+             "expected d-slope | measured (n) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        verdict = ("holds" if s["holds_n"] and s["holds_d"] else
+                   "differs" + (" (n)" if not s["holds_n"] else "") + (" (d)" if not s["holds_d"] else ""))
+        if s["decades"] < 1:
+            verdict += f"; fitted range only {s['decades']:.1f} decades"
+        lines.append(f"| {s['table_row']} | {s['protocol']} | {s['expected_n']:.3f} | {s['slope_n']:.3f} | "
+                     f"{s['n_range']} ({s['decades']:.1f}) | {s['bound_window']} | {s['expected_d']:.3f} | "
+                     f"{s['slope_d']:.3f} ({s['n_for_d']}) | {verdict} |")
+    lines += ["", "Not measured: the fully interactive convex row (P_GD + smoothing, sqrt(d)/(eps n), Thm 4.9): its "
+              "T = min(n, eps^2 n^2/(d ln^2)) full-batch rounds cost n^2 gradients, and its explicit bound enters the "
+              "[0.01, 0.3] L D window only at n >= 3e5 (1e11 gradients). The phased P_GD above runs with T capped at "
+              f"{PGD_ROUNDS} rounds per phase (budget split over those rounds).", "",
+              "Count-level P_vec vs the surrogate (same schedule, n = 1e4):", "",
+              "| protocol | excess (P_vec count level) | excess (surrogate) | certified eps | accountant | bits/user |",
+              "|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["sweep"] == "pvec-check":
+            lines.append(f"| {r['algorithm']} | {r['value']:.4g} | {r['surrogate_value']:.4g} | {r['epsilon']:.4g} | "
+                         f"{r['accountant']} | {r['bits_per_user']:.3g} |")
+    lines += ["", "Figure: shuffle_sco_rates.png; results.csv (every point), slopes.csv (fits)."]
+    report = out_dir / "report.md"
+    report.write_text("\n".join(lines) + "\n")
+    return report

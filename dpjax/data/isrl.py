@@ -16,7 +16,9 @@ from dpjax.data.federated import FederatedDataset
 from dpjax.data.preprocess import PCA, pca_fit, pca_transform, split_sizes, standardize_fit
 
 __all__ = [
+    "CONSTRUCTIONS",
     "ISRL_MNIST_PAIRS",
+    "authors_train_test_split",
     "insurance_silos",
     "isrl_mnist_silos",
     "obesity_silos",
@@ -24,6 +26,27 @@ __all__ = [
 
 #: (even, odd) digit pair of each of the 25 silos; silo m = 5 * (even // 2) + (odd // 2).
 ISRL_MNIST_PAIRS = tuple((e, o) for e in (0, 2, 4, 6, 8) for o in (1, 3, 5, 7, 9))
+
+#: ``"paper"``: the construction the paper's text describes (dpjax's documented
+#: choices where it is silent); ``"authors"``: what the authors' public scripts do.
+CONSTRUCTIONS = ("paper", "authors")
+
+
+def authors_train_test_split(n_samples: int, test_fraction: float = 0.2, random_state: int = 1):
+    """``(train_idx, test_idx)`` of scikit-learn's ``train_test_split(..., test_size=test_fraction,
+    random_state=random_state)``, without scikit-learn.
+
+    ``ShuffleSplit`` draws ``RandomState(random_state).permutation(n)``; the
+    first ``ceil(test_fraction n)`` positions are the test rows, the rest (in
+    permutation order) the training rows. Bit-for-bit the authors' split.
+    """
+    n = check_int("n_samples", n_samples, min_value=2)
+    test_fraction = check_probability("test_fraction", test_fraction, allow_zero=False)
+    n_test = int(np.ceil(test_fraction * n))
+    if not 0 < n_test < n:
+        raise ValueError(f"test_fraction={test_fraction!r} leaves no training or no test row of n_samples={n}")
+    perm = np.random.RandomState(random_state).permutation(n)
+    return perm[n_test:], perm[:n_test]
 
 
 # (weakref to the images, pca, pca_dim, features): the last projection of a whole image
@@ -68,8 +91,9 @@ def isrl_mnist_silos(
     replace: bool = False,
     pca: PCA | None = None,
     dtype=np.float32,
+    construction: str = "paper",
 ) -> FederatedDataset:
-    """The 25 (even, odd)-digit-pair silos of ISRL experiment A (ISRL spec §5.2, Fig. 4/7).
+    """The 25 (even, odd)-digit-pair silos of the ISRL-DP MNIST experiment (Lowy & Razaviyayn 2023, Figs. 4/7).
 
     Construction (following Woodworth et al. 2020b, as in the authors' code):
 
@@ -86,13 +110,30 @@ def isrl_mnist_silos(
     * shuffled and split per silo with ``n_test = ceil((1 - train_fraction) n)``:
       774 per digit -> 1548 per silo -> 1238 train / 310 test.
 
-    ``replace=False`` (default, spec §7 I-14): records are drawn without
-    replacement *across all silos*, so no image appears twice in a silo, silos
-    are disjoint and train/test never overlap. ``replace=True`` reproduces the
-    authors' code, which draws with replacement (duplicates and possible
-    train/test leakage). ``metadata["train_indices"]``/``["test_indices"]`` give
-    the row of ``images`` behind every record.
+    ``construction="paper"`` (default): with ``replace=False`` records are
+    drawn without replacement *across all silos*, so no image appears twice in
+    a silo, silos are disjoint and train/test never overlap (a fresh random
+    draw per ``seed``). ``replace=True`` draws each silo's records with
+    replacement from *all* images of its digits (duplicates, possible
+    train/test leakage); it is NOT the authors' construction.
+
+    ``construction="authors"`` reproduces ``DP_FL_MNIST_logistic_FINAL.py``
+    (``load_MNIST2``): the pool of each digit is its **first** ``n_per_digit``
+    images in file order (the same 7,740 images in every trial, shared by the
+    five silos holding that digit); each silo draws ``2 n_per_digit`` rows
+    **with replacement** from its pair's pool (evens first, as in the script)
+    and, for ``p > 0``, from the pool of all digits; then scikit-learn's
+    ``train_test_split(test_size=0.2, random_state=1)`` (``authors_train_test_split``,
+    bit for bit), so most test rows are copies of training images. The
+    with-replacement draws use ``RandomState(seed)``: the script's global
+    ``np.random`` state at that point depends on everything it ran before.
+    ``replace`` is ignored (always with replacement) and ``train_fraction``
+    must be 0.8.
+
+    ``metadata["train_indices"]``/``["test_indices"]`` give the row of
+    ``images`` behind every record.
     """
+    check_choice("construction", construction, CONSTRUCTIONS)
     seed = _check_seed(seed)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
     train_fraction = _check_train_fraction(train_fraction)
@@ -130,7 +171,24 @@ def isrl_mnist_silos(
     rng = np.random.default_rng(seed)
     by_digit = [np.flatnonzero(labels == k) for k in range(10)]
     silo_idx = []
-    if replace:
+    split = None
+    if construction == "authors":
+        if abs(train_fraction - 0.8) > 1e-12:
+            raise ValueError(f"train_fraction={train_fraction!r} must be 0.8 for construction='authors' (the script's split)")
+        for k in range(10):
+            if by_digit[k].size < n_per_digit:
+                raise ValueError(f"n_per_digit={n_per_digit} exceeds the {by_digit[k].size} images of digit {k}")
+        first = [by_digit[k][:n_per_digit] for k in range(10)]
+        all_nums = np.concatenate([first[k] for k in (0, 2, 4, 6, 8)] + [first[k] for k in (1, 3, 5, 7, 9)])
+        legacy = np.random.RandomState(seed)
+        n_individual = int(np.round(n_silo * (1.0 - p)))
+        for e, o in ISRL_MNIST_PAIRS:
+            task = np.concatenate([first[e], first[o]])
+            own = task[legacy.choice(task.size, size=n_individual)]
+            mixed = all_nums[legacy.choice(all_nums.size, size=n_silo - n_individual)]
+            silo_idx.append(np.concatenate([own, mixed]))
+        split = authors_train_test_split(n_silo, 0.2, random_state=1)
+    elif replace:
         all_idx = np.arange(x_raw.shape[0])
         for e, o in ISRL_MNIST_PAIRS:
             parts = [
@@ -188,8 +246,11 @@ def isrl_mnist_silos(
 
     train_x, train_y, test_x, test_y, tr_idx, te_idx = [], [], [], [], [], []
     for idx in silo_idx:
-        idx = rng.permutation(idx)
-        tr, te = idx[:n_train], idx[n_train:]
+        if split is None:
+            idx = rng.permutation(idx)
+            tr, te = idx[:n_train], idx[n_train:]
+        else:
+            tr, te = idx[split[0]], idx[split[1]]
         tr_idx.append(tr)
         te_idx.append(te)
         train_x.append(featurize(tr))
@@ -198,7 +259,7 @@ def isrl_mnist_silos(
         test_y.append(parity[te])
     d = train_x[0].shape[1]
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), spec §5.2",
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Figs. 4/7",
         "num_silos": 25,
         "pairs": list(ISRL_MNIST_PAIRS),
         "n_per_digit": n_per_digit,
@@ -208,7 +269,8 @@ def isrl_mnist_silos(
         "n_own_per_silo": n_own,
         "n_pool_per_silo": n_pool,
         "heterogeneity_p": p,
-        "replace": replace,
+        "replace": True if construction == "authors" else replace,
+        "construction": construction,
         "train_fraction": train_fraction,
         "d": d,
         "seed": seed,

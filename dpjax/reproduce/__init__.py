@@ -29,18 +29,25 @@ class Figure:
     paper: str
     description: str
     fn: Callable
+    constructions: tuple[str, ...] = ("paper",)
 
 
 _REGISTRY: dict[str, Figure] = {}
 
 
-def register(name: str, *, paper: str, description: str):
-    """Decorator registering a figure reproduction under ``name``."""
+def register(name: str, *, paper: str, description: str, constructions: tuple[str, ...] = ("paper",)):
+    """Decorator registering a figure reproduction under ``name``.
+
+    ``constructions``: the experimental constructions the figure offers
+    (``"paper"``: what the paper's text describes; ``"authors"``: what the
+    authors' public scripts do); the figure function then takes
+    ``construction=`` and names it in its title, meta and report.
+    """
 
     def deco(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"figure name={name!r} is registered twice")
-        _REGISTRY[name] = Figure(name, paper, description, fn)
+        _REGISTRY[name] = Figure(name, paper, description, fn, tuple(constructions))
         return fn
 
     return deco

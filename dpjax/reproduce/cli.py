@@ -12,13 +12,20 @@ from dpjax import reproduce
 def _run(args) -> int:
     if args.list or not args.figure:
         for fig in reproduce.figures().values():
-            print(f"{fig.name:28s} [{fig.paper}] {fig.description}")
+            extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
+            print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
     fig = reproduce.get(args.figure)
-    out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}")
+    options = {}
+    if args.construction is not None:
+        if args.construction not in fig.constructions:
+            raise ValueError(f"--construction={args.construction!r}: {fig.name} offers {fig.constructions}")
+        options["construction"] = args.construction
+    out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}"
+                       f"{'-' + args.construction if args.construction and args.construction != 'paper' else ''}")
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    report = fig.fn(out, quick=args.quick, seed=args.seed)
+    report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
     print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
     return 0
 
@@ -30,4 +37,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="small protocol that finishes in minutes on 2 CPU cores")
     p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--construction", choices=("paper", "authors"), default=None,
+                   help="paper: the construction the paper's text describes (default); authors: what the authors' "
+                        "public scripts do (figures that offer it: see --list)")
     p.set_defaults(func=_run)

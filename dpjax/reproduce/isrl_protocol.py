@@ -103,6 +103,7 @@ def noise_table(
     delta: float,
     epsilon_max: float,
     calibrations: Sequence[str] = CALIBRATIONS,
+    sampling: str = "without-replacement",
 ) -> dict[tuple[str, float], NoiseEntry]:
     """Noise per (calibration, epsilon) for ``kind`` in {"mbsgd", "local-sgd"}, at L = 1.
 
@@ -113,6 +114,8 @@ def noise_table(
     for the run's schedule (fixed-size sampling without replacement of K (MB-SGD)
     or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).
     Every entry carries the RDP epsilon of its sigma (``realized_epsilon``).
+    ``sampling`` is MB-SGD's minibatch sampling (``"with-replacement"`` is
+    accounted conservatively by the RDP accountant).
     """
     from dpjax.accounting import calibrate_noise, compute_epsilon, isrl_experiment_calibration
     from dpjax.accounting.isrl import isrl_local_sgd_paper_sigma
@@ -131,7 +134,7 @@ def noise_table(
 
     unit = MbSgdHParams.create(1.0, 1.0, 1.0)
     if kind == "mbsgd":
-        algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling="without-replacement")
+        algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling=sampling)
     else:
         algo = LocalSgd(LogisticRegression(1), num_rounds=rounds, local_steps=batch_size)
     schedule = algo.privacy_schedule(n, unit)
@@ -166,11 +169,15 @@ class Evaluator:
 
     problem: Any
     test_metric: str = "error"
+    extra_tests: tuple[str, ...] = ()  # further test sets in eval_data, reported as columns of these names
 
     def __call__(self, params, data):
         tr = self.problem.evaluate(params, *data["train"])
         te = self.problem.evaluate(params, *data["test"])
-        return {"train_loss": tr["loss"], "test": te[self.test_metric]}
+        out = {"train_loss": tr["loss"], "test": te[self.test_metric]}
+        for name in self.extra_tests:
+            out[name] = self.problem.evaluate(params, *data[name])[self.test_metric]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,14 +194,15 @@ class RunSpec:
     hp_index: int  # index of (learning_rate, clip_norm) in the tuning grid
 
 
-def eval_data_for(train, test_x, test_y):
-    """The ``eval_data`` of ``Evaluator``: pooled training rows and the pooled test set."""
+def eval_data_for(train, test_x, test_y, extra: dict | None = None):
+    """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and
+    any ``extra`` named test sets ``{name: (x, y)}``."""
     import jax.numpy as jnp
 
-    return {
-        "train": train.pooled(),
-        "test": (jnp.asarray(test_x), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),
-    }
+    out = {"train": train.pooled()}
+    for name, (x, y) in [("test", (test_x, test_y))] + sorted((extra or {}).items()):
+        out[name] = (jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
+    return out
 
 
 def run_grid(
@@ -239,6 +247,7 @@ def run_grid(
     size = min(chunk_size, max(len(ix) for ix in by_rep.values()))
     train_loss = np.empty(len(specs))
     test = np.empty(len(specs))
+    extra = {name: np.empty(len(specs)) for name in evaluator.extra_tests}
     diverged = np.empty(len(specs), bool)
     for rep, members in by_rep.items():
         rep_key = jax.random.fold_in(key, rep)
@@ -254,10 +263,14 @@ def run_grid(
             bad = (np.asarray(res.diverged_round)[:real] >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
             train_loss[ix] = np.where(bad, np.inf, tl)
             test[ix] = np.where(bad, np.nan, te)
+            for name, col in extra.items():
+                col[ix] = np.where(bad, np.nan, np.asarray(res.eval_metrics[name][:, -1], np.float64)[:real])
             diverged[ix] = bad
     df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
     df["train_loss"] = train_loss
     df["test"] = test
+    for name, col in extra.items():
+        df[name] = col
     df["diverged"] = diverged
     return df
 
@@ -310,7 +323,8 @@ def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss")
 
     _validate.check_choice("criterion", criterion, ("train_loss", "excess_risk"))
     best = select_best(runs, over="hp_index", by=list(by), criterion=criterion, report="test")
-    for col in ("train_loss", "excess_risk"):
+    extra_cols = [c for c in runs.columns if c.startswith("official_")]
+    for col in ["train_loss", "excess_risk"] + extra_cols:
         if col != criterion and col in runs.columns:
             means = runs.groupby(list(by) + ["hp_index"])[col].mean().reset_index()
             best = best.merge(means, on=list(by) + ["hp_index"], how="left")
@@ -400,6 +414,8 @@ def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_b
         rows.append(base | {"metric": "train_loss", "value": rec["train_loss"]})
         if "excess_risk" in rec:
             rows.append(base | {"metric": "excess_risk", "value": rec["excess_risk"]})
+        for col in (c for c in rec if c.startswith("official_")):
+            rows.append(base | {"metric": f"{col.replace('_test', '')}_{value_name}", "value": rec[col]})
         if noise_by is not None and rec["calibration"] != "none":
             entry = noise_by[(rec["algorithm"], rec["calibration"], rec["epsilon"])]
             rows.append(base | {"metric": "realized_epsilon_rdp", "value": entry.realized_epsilon})

@@ -130,3 +130,58 @@ def test_reused_pca_projection_cache_is_exact_and_tied_to_the_images():
     other[:] = 255 - other
     flipped = isrl_mnist_silos(other, labels, seed=4, n_per_digit=10, pca_dim=5, pca=pca)
     assert not np.allclose(flipped.train_x[0], first.train_x[0])
+
+
+# ---------------------------------------------------------------------------
+# construction="authors": DP_FL_MNIST_logistic_FINAL.py's load_MNIST2 (issue #16)
+# ---------------------------------------------------------------------------
+def test_authors_split_is_sklearn_shuffle_split():
+    from dpjax.data.isrl import authors_train_test_split
+
+    train, test = authors_train_test_split(1548, 0.2, random_state=1)
+    perm = np.random.RandomState(1).permutation(1548)
+    assert test.size == 310 and train.size == 1238  # ceil(0.2 * 1548) test rows, as ShuffleSplit
+    np.testing.assert_array_equal(test, perm[:310])
+    np.testing.assert_array_equal(train, perm[310:])
+    assert np.intersect1d(train, test).size == 0
+
+
+def test_authors_construction_on_real_mnist(mnist_real, mnist_pca):
+    images, labels = mnist_real["train_images"], mnist_real["train_labels"]
+    a = isrl_mnist_silos(images, labels, seed=0, pca=mnist_pca, construction="authors")
+    b = isrl_mnist_silos(images, labels, seed=1, pca=mnist_pca, construction="authors")
+    first = {k: np.flatnonzero(labels == k)[:774] for k in range(10)}
+    pool = np.concatenate(list(first.values()))
+    assert a.train_sizes == [1238] * 25 and a.test_sizes == [310] * 25
+    for fd in (a, b):
+        for m, (e, o) in enumerate(ISRL_MNIST_PAIRS):
+            rows = np.concatenate([fd.metadata["train_indices"][m], fd.metadata["test_indices"][m]])
+            # pool membership: only the first 774 images of the pair's two digits, in file order
+            assert np.isin(rows, np.concatenate([first[e], first[o]])).all()
+            # 1548 rows drawn with replacement from 1548 pool images: duplicates (expected
+            # distinct fraction 1 - (1 - 1/1548)^1548 ~ 0.632; 0.68 is > 6 sd above it)
+            assert rows.size == 1548 and np.unique(rows).size < 0.68 * 1548
+            np.testing.assert_array_equal(fd.train_y[m], (labels[fd.metadata["train_indices"][m]] % 2 == 0))
+    # the pool is the same 7,740 images in every trial; only the draws differ
+    used = lambda fd: np.unique(np.concatenate(fd.metadata["train_indices"] + fd.metadata["test_indices"]))
+    assert np.isin(used(a), pool).all() and np.isin(used(b), pool).all() and pool.size == 7740
+    assert not np.array_equal(a.metadata["train_indices"][0], b.metadata["train_indices"][0])
+    # most test rows are copies of training images (the script's leakage): with 1238 draws from
+    # 1548 images, P(a test image is also drawn for training) = 1 - (1 - 1/1548)^1238 ~ 0.55
+    leak = np.mean([np.isin(te, tr).mean() for tr, te in zip(a.metadata["train_indices"], a.metadata["test_indices"])])
+    assert 0.45 < leak < 0.65
+    # the fixed split: position j of silo m's drawn rows goes to train iff the permutation says so
+    from dpjax.data.isrl import authors_train_test_split
+    train_pos, _ = authors_train_test_split(1548)
+    assert a.metadata["construction"] == "authors"
+    assert a.metadata["train_indices"][3].shape == train_pos.shape
+
+
+def test_paper_construction_is_unchanged_by_the_option(mnist_real, mnist_pca):
+    images, labels = mnist_real["train_images"], mnist_real["train_labels"]
+    default = isrl_mnist_silos(images, labels, seed=5, pca=mnist_pca)
+    named = isrl_mnist_silos(images, labels, seed=5, pca=mnist_pca, construction="paper")
+    for x, y in zip(default.metadata["train_indices"], named.metadata["train_indices"]):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(ValueError, match="construction"):
+        isrl_mnist_silos(images, labels, seed=5, pca=mnist_pca, construction="script")

@@ -61,10 +61,37 @@ def test_outputs_are_tidy_and_labelled(figure_dir):
     assert ((df[df.metric == "test_error"].value >= 0) & (df[df.metric == "test_error"].value <= 1)).all()
     # every run of the grid: 2 calibrations x 1 eps x 2 lrs x 2 reps + 2 lrs x 2 reps non-private, per family/trial
     runs = pd.read_csv(out / "runs.csv")
-    assert len(runs) == EXP.trials * 2 * (2 * 2 * 2 + 2 * 2)
+    assert (runs.grid_extension == 0).sum() == EXP.trials * 2 * (2 * 2 * 2 + 2 * 2)
+    # extensions: one logged entry per extended (trial, family, calibration, epsilon, side) step, each
+    # adding one step size x repetitions runs (no clip grid here)
+    log = result["meta"]["grid_extensions"]
+    assert (runs.grid_extension == 1).sum() == len(log) * EXP.repetitions
     assert (out / "tiny.png").stat().st_size > 10_000
     text = report.read_text()
     assert "## Claims" in text and "beats ISRL-DP Local SGD" in text and "paper" in text and "tight" in text
+
+
+def test_grid_extension_moves_edge_selections_inward(figure_dir):
+    """Issue #16's generic rule: a step size selected at an end of its grid gets one more
+    geometric step beyond that end (up to max_grid_extensions per side), so a final
+    selection sits at the grid's edge only when that limit was reached or every
+    further step diverged."""
+    out, _, result = figure_dir
+    runs, selected = result["runs"], result["selected"]
+    assert result["meta"]["grid_extensions"], "the tiny protocol's 2-point grids must hit an edge"
+    for rec in selected.to_dict("records"):
+        group = runs[(runs.trial == rec["trial"]) & (runs.algorithm == rec["algorithm"])
+                     & (runs.calibration == rec["calibration"]) & (runs.epsilon == rec["epsilon"])]
+        lrs = sorted(group.learning_rate.unique())
+        if not rec["edge"]:
+            assert lrs[0] < rec["learning_rate"] < lrs[-1]
+            continue
+        side = "low" if np.isclose(rec["learning_rate"], lrs[0]) else "high"
+        mine = [e for e in result["meta"]["grid_extensions"] if e["trial"] == rec["trial"]
+                and e["algorithm"] == rec["algorithm"] and e["calibration"] == rec["calibration"]
+                and e["epsilon"] == rec["epsilon"] and e["side"] == side]
+        # still at the edge of everything tried: only once that side's extension limit was used up
+        assert len(mine) == EXP.max_grid_extensions
 
 
 def test_excess_risk_selection_and_heterogeneity_label(figure_dir):
@@ -113,7 +140,8 @@ def test_same_seed_same_results(figure_dir):
     again = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
     pd.testing.assert_frame_equal(result["runs"], again["runs"])
     other = isrl.run_experiment(EXP, TASK, seed=2, log=lambda s: None)
-    assert not np.allclose(other["runs"]["train_loss"], result["runs"]["train_loss"])
+    base = lambda r: r["runs"][r["runs"].grid_extension == 0]["train_loss"].to_numpy()
+    assert not np.allclose(base(other), base(result))
 
 
 def _summary(values: dict) -> pd.DataFrame:

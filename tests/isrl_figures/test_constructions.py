@@ -1,0 +1,65 @@
+"""Issue #16: the paper's and the authors' constructions of the ISRL-DP experiments."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dpjax.reproduce import isrl
+from dpjax.reproduce import isrl_protocol as proto
+
+
+def test_batch_size_rules():
+    """Fig. 4: n = 1238, R = 35, eps_max = 18: the paper's ceil gives 444, the script's int() 443."""
+    paper = isrl.mnist_experiment(quick=False)
+    authors = isrl.mnist_experiment(quick=False, construction="authors")
+    assert isrl.batch_size_rule(paper, 1238, 1 / 1238**2) == 444
+    assert isrl.batch_size_rule(authors, 1238, 1 / 1238**2) == 443 == int(1238 * math.sqrt(18 / 140))
+    assert isrl.sampling_of(paper) == "without-replacement" and isrl.sampling_of(authors) == "with-replacement"
+    assert authors.calibrations == ("paper",) and paper.calibrations == proto.CALIBRATIONS
+
+
+def test_obesity_server_noise_has_the_scripts_law():
+    """One server draw xi ~ N(0, sigma^2) added to the mean of M silos' K-sums, step eta, equals in
+    law per-silo noise sigma sqrt(M)/K on the K-means averaged over M, step eta K."""
+    m, k, sigma, eta = 3, 30, 0.7, 0.01
+    table = {("paper", 3.0): proto.NoiseEntry("paper", 3.0, sigma, 2.5, "paper-experiment")}
+    entry = isrl._server_noise_equivalent(table, m, k)[("paper", 3.0)]
+    assert entry.sigma_unit == pytest.approx(sigma * math.sqrt(m) / k, rel=1e-15)
+    assert entry.realized_epsilon == math.inf  # the silo messages carry no noise: no ISRL-DP guarantee
+    # Monte Carlo: the update's noise part under both descriptions. Each sample variance has relative
+    # sd sqrt(2/(n-1)), their ratio sqrt(4/(n-1)) ~ 0.0063 at n = 1e5; 6 sd bounds a false failure at ~1e-9.
+    rng = np.random.default_rng(0)
+    n = 100_000
+    script = eta * rng.normal(0.0, sigma, n)
+    dpjax_form = (eta * k) * rng.normal(0.0, entry.sigma_unit, (n, m)).mean(axis=1)
+    ratio = dpjax_form.var() / script.var()
+    assert abs(ratio - 1) < 6 * math.sqrt(2 * 2 / (n - 1))
+
+
+def test_constructions_are_named_and_checked():
+    from dpjax import reproduce
+
+    figs = reproduce.figures()
+    assert figs["isrl-mnist"].constructions == ("paper", "authors")
+    assert figs["isrl-obesity"].constructions == ("paper", "authors")
+    with pytest.raises(ValueError, match="construction"):
+        isrl.mnist_experiment(quick=True, construction="script")
+
+
+def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
+    from dpjax.reproduce import cli
+
+    class Args:
+        list = False
+        figure = "isrl-insurance"
+        construction = "authors"
+        out = str(tmp_path / "x")
+        quick = True
+        seed = 0
+
+    with pytest.raises(ValueError, match="offers"):
+        cli._run(Args())
+    assert not (tmp_path / "x").exists()

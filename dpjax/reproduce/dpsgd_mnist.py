@@ -276,8 +276,8 @@ def write_report(out, quick, cfg, best, privacy, wall, full_estimate, timings) -
                      + ("Within a few points, as the paper says." if abs(gap) <= 3 else
                         "NOT within a few points: with m = 1 each round's clipped mean (norm <= C) carries noise of "
                         f"std 2 C sigma = {2 * SIGMA:g} C per coordinate, while individual clipping divides the same "
-                        f"noise by m = {BATCH}; at equal sigma and E batch clipping has a {BATCH}x worse "
-                        "signal-to-noise ratio per round, which its 1x more rounds per epoch do not recover. "
+                        f"noise by m = {BATCH}; at equal sigma, E and batch size both make the same number of rounds, so "
+                        f"batch clipping has a {BATCH}x worse signal-to-noise ratio in every round. "
                         "The paper's 98.3 % cannot be matched with these (our) hyperparameters; its own are unknown."))
     if quick:
         lines.append("")

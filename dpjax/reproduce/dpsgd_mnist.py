@@ -127,7 +127,12 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None) ->
     if results.exists():
         raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
     start = time.perf_counter()
-    (xtr, ytr), (xte, yte) = load(cfg["n_train"], cfg["n_test"], seed, data_dir)
+    from dpjax.data.paths import DatasetNotFoundError
+
+    try:
+        (xtr, ytr), (xte, yte) = load(cfg["n_train"], cfg["n_test"], seed, data_dir)
+    except DatasetNotFoundError as err:  # the CLI reports ValueErrors in one line
+        raise ValueError(str(err)) from None
     data = SiloData.from_silos([xtr], [ytr])
     problem = FlaxProblem(cnn(), (28, 28, 1), "softmax")
 

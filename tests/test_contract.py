@@ -168,3 +168,18 @@ def test_gaussian_shorthand():
     s = alg_schedule("replace-one", "without-replacement")
     assert gaussian(s).noise_fields == ("noise_std",)
     assert gaussian([s, s], ["a", "b"]).noise_fields == ("a", "b")
+
+
+def test_composed_spec_is_accounted_by_every_tight_accountant():
+    """A DIFF2 composition is one accounting call with RDP or PLD; PLD never exceeds RDP by more
+    than its discretisation, and 'best' names the accountant that certified."""
+    alg = Diff2GD(PROBLEM, 12)
+    hp = Diff2HParams.create(0.1, restart_interval=4, sigma_restart=2.0, sigma_diff=4.0)
+    spec = alg.privacy([50, 60, 70], hp)
+    rdp = spec.epsilon(DELTA, "rdp")
+    pld = spec.epsilon(DELTA, "pld")
+    best = spec.epsilon(DELTA, "best")
+    assert 0 < pld.epsilon <= rdp.epsilon * 1.01
+    # full-batch Gaussian rounds: the exact GDP composition is also available and is the smallest
+    assert best.epsilon <= min(rdp.epsilon, pld.epsilon) and best.accountant in ("rdp", "pld", "gdp")
+    assert best.epsilon == spec.epsilon(DELTA, best.accountant).epsilon

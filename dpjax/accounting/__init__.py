@@ -8,6 +8,9 @@ Quick start::
                          neighboring="add-remove", unit="record")
     compute_epsilon(s, 1e-5, "rdp").epsilon    # 2.5966
     compute_epsilon(s, 1e-5, "pld").epsilon    # 2.38
+    compute_epsilon(s, 1e-5, "best")           # the smaller, naming the accountant that certified it
+    compute_epsilon([s, s2], 1e-5, "pld")      # heterogeneous composition (one neighbouring relation)
+    calibrate_noise(s, 1.0, 1e-5, "best")      # noise_std (absolute); / s.sensitivity = noise multiplier
 
 See README.md in this package for which accountant certifies what.
 """

@@ -2,12 +2,18 @@
 
 Accountants (see README.md for the full certification table):
 
-* tight: ``rdp``, ``pld``, ``zcdp``, ``gdp`` (`dpjax.accounting.tight`);
+* tight: ``rdp``, ``pld``, ``zcdp``, ``gdp`` (`dpjax.accounting.tight`), and
+  ``best``: the smallest epsilon of rdp, pld and gdp among those that
+  certify the schedule (the report's ``accountant`` names the winner);
 * ``paper``: the ISRL-DP paper's printed guarantee for Noisy MB-SGD
   (with/without-replacement sampling; ISRL Thm D.1) or for the one-pass
   variant (ISRL Thm 3.1) -- a reproduction of a claim, not a certificate;
 * ``paper-experiment``: the ISRL-DP Appendix I moments-accountant form
   (add/remove calibration, reported for comparison only).
+
+`compute_epsilon` also takes a sequence of schedules: their composition
+(heterogeneous, e.g. DIFF2's restart and difference rounds), with every tight
+accountant; schedules that mix neighbouring relations are refused.
 """
 
 from __future__ import annotations
@@ -20,17 +26,25 @@ from scipy import optimize
 from dpjax import _validate as v
 from dpjax.accounting import isrl as _isrl
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, Sampling
-from dpjax.accounting.tight import TIGHT_ACCOUNTANTS, tight_epsilon
+from dpjax.accounting.tight import TIGHT_ACCOUNTANTS, certifies, tight_epsilon
 
-__all__ = ["ACCOUNTANTS", "compute_epsilon", "calibrate_noise", "CALIBRATION_RTOL"]
+__all__ = ["ACCOUNTANTS", "compute_epsilon", "calibrate_noise", "use_probability", "CALIBRATION_RTOL",
+           "PLD_CALIBRATION_RTOL", "MIN_NOISE_MULTIPLIER"]
 
 PAPER_ACCOUNTANTS = ("paper", "paper-experiment")
-ACCOUNTANTS = TIGHT_ACCOUNTANTS + PAPER_ACCOUNTANTS
+ACCOUNTANTS = TIGHT_ACCOUNTANTS + ("best",) + PAPER_ACCOUNTANTS
 
-#: Relative tolerance of `calibrate_noise`: the returned sigma is at most
-#: (1 + CALIBRATION_RTOL) times the smallest sigma that meets the target on the
-#: accountant's curve, and it always meets the target (it is re-checked).
+#: Relative tolerance of `calibrate_noise`: the returned noise_std is at most
+#: (1 + CALIBRATION_RTOL) times the smallest noise_std that meets the target on
+#: the accountant's curve, and it always meets the target (it is re-checked).
 CALIBRATION_RTOL = 1e-6
+#: The same for PLD (and ``best`` when PLD wins), whose epsilon is only
+#: resolved to its discretisation: bisection stops at this relative width.
+PLD_CALIBRATION_RTOL = 5e-4
+#: Calibration looks for the noise down to this noise multiplier; a target met
+#: even there needs no noise to speak of and is refused (instead of chasing
+#: noise_std -> 0 through ever larger privacy-loss grids).
+MIN_NOISE_MULTIPLIER = 1e-4
 
 
 def _check_schedule(schedule) -> GaussianSchedule:
@@ -96,22 +110,26 @@ def _paper_epsilon(schedule: GaussianSchedule, delta: float, accountant: str) ->
     )
 
 
-def compute_epsilon(schedule: GaussianSchedule, delta: float, accountant: str = "rdp") -> PrivacyReport:
+def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyReport:
     """(epsilon, delta) guarantee of `schedule`, with the method that certified it.
 
     Args:
-      schedule: a `GaussianSchedule`.
+      schedule: a `GaussianSchedule`, or a sequence of them: their composition
+        (one neighbouring relation, unit and group size; tight accountants).
       delta: target delta in (0, 1).
-      accountant: one of `ACCOUNTANTS`.
+      accountant: one of `ACCOUNTANTS`; ``"best"`` reports the smallest
+        epsilon of rdp/pld/gdp and names the one that certified it.
 
     Raises:
-      ValueError: invalid argument, or `accountant` cannot certify the schedule
-        (the message names ``accountant`` and says what to use instead).
+      ValueError: invalid argument, schedules that mix neighbouring relations,
+        or `accountant` cannot certify the schedule (the message names
+        ``accountant`` and says what to use instead).
     """
-    schedule = _check_schedule(schedule)
     v.check_choice("accountant", accountant, ACCOUNTANTS)
     delta = v.check_open_unit("delta", delta)
     if accountant in PAPER_ACCOUNTANTS:
+        if not isinstance(schedule, GaussianSchedule):
+            raise ValueError(f"accountant={accountant!r} accounts one schedule; compose with a tight accountant")
         return _paper_epsilon(schedule, delta, accountant)
     return tight_epsilon(schedule, delta, accountant)
 
@@ -121,14 +139,17 @@ def calibrate_noise(
 ) -> float:
     """Smallest noise_std (ignoring ``schedule.noise_std``) with epsilon <= target.
 
-    Never overshoots: the returned sigma is verified to give
-    ``compute_epsilon(...).epsilon <= target_epsilon``, and it exceeds the
-    smallest such sigma by at most a factor (1 + CALIBRATION_RTOL) on the
-    accountant's (monotone) epsilon(sigma) curve.
+    Returns the absolute noise standard deviation (divide by
+    ``schedule.sensitivity`` for the noise multiplier). Never overshoots: the
+    returned noise_std gives ``compute_epsilon(...).epsilon <= target_epsilon``
+    with the same accountant (checked on the same function), and it exceeds
+    the smallest such noise_std by at most a factor (1 + CALIBRATION_RTOL)
+    (RDP/zCDP/GDP) or (1 + PLD_CALIBRATION_RTOL) (PLD, "best").
 
     Raises:
       ValueError: invalid argument, an accountant that cannot certify the
-        schedule, or a target no noise level reaches.
+        schedule, a target no noise level reaches, or a target met even at
+        noise multiplier `MIN_NOISE_MULTIPLIER` (delta too large to need noise).
     """
     schedule = _check_schedule(schedule)
     target = v.check_positive("target_epsilon", target_epsilon)
@@ -138,82 +159,134 @@ def calibrate_noise(
     if accountant in PAPER_ACCOUNTANTS:
         eps_at = lambda std: compute_epsilon(schedule.replace(noise_std=std), delta, accountant).epsilon  # noqa: E731
         return _calibrate_paper(schedule, target, delta, accountant, eps_at)
+    if accountant == "best":
+        # eps_best = min_a eps_a, each decreasing in the noise: the smallest noise is the min over accountants
+        return min(_calibrate_tight(schedule, target, delta, a) for a in ("rdp", "pld", "gdp") if certifies(a, schedule))
     return _calibrate_tight(schedule, target, delta, accountant)
 
 
 def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, accountant: str) -> float:
-    """Bracket (coarse PLD grid), Brent on log sigma (medium grid), verify (reporting grid).
+    """Bracket by factors of 4, Brent on log noise_std, then bisection on the
+    verified side: the smallest noise_std with eps <= target to a relative
+    width CALIBRATION_RTOL (PLD_CALIBRATION_RTOL for PLD).
 
-    For RDP/zCDP/GDP the three levels coincide. For PLD the bracket uses a
-    1e-2 discretisation, the root search 1e-3, and the returned sigma is
-    verified (and if needed nudged up by 1e-4 relative steps) with the 1e-4
-    grid that `compute_epsilon` reports, so it never overshoots the reported
-    epsilon; its excess over the optimum is the 1e-3 vs 1e-4 discretisation
-    gap (typically < 1e-3 relative in sigma).
+    PLD searches first on a 4x coarser grid (cheap), then re-brackets around
+    that root and finishes on the reporting grid. The final evaluations are
+    ``tight_epsilon`` itself, so the returned value -- the upper end of the
+    final bracket, where eps <= target was evaluated -- meets the target as
+    `compute_epsilon` reports it. An epsilon of 0 (tiny targets: eps already 0
+    at the bracket's top) is handled by the bisection.
     """
-    levels = {"coarse": 1e-2, "medium": 1e-3, "fine": None} if accountant == "pld" else {"coarse": None, "medium": None, "fine": None}
-    cache: dict = {}
+    cache: dict[tuple[float, float], float] = {}
 
-    def eps_at(std: float, level: str) -> float:
-        key = (std, levels[level])
-        if key not in cache:
-            cache[key] = tight_epsilon(schedule.replace(noise_std=std), delta, accountant, levels[level]).epsilon
-        return cache[key]
+    def eps_at(std: float, coarsening: float = 1.0) -> float:
+        if (std, coarsening) not in cache:
+            cache[std, coarsening] = tight_epsilon(schedule.replace(noise_std=std), delta, accountant,
+                                                   pld_coarsening=coarsening).epsilon
+        return cache[std, coarsening]
 
-    def feasible(std: float, level: str) -> bool:
-        return eps_at(std, level) <= target
+    pld = accountant == "pld"
+    first = (lambda std: eps_at(std, 4.0)) if pld else eps_at
+    lo, hi = _bracket(schedule, target, delta, first)
+    lo, hi = _refine(first, target, lo, hi, 1e-3 if pld else CALIBRATION_RTOL)
+    if not pld:
+        return hi
+    # re-bracket on the reporting grid around the coarse root, widening geometrically
+    for k in range(40):
+        if eps_at(hi) <= target:
+            break
+        lo, hi = hi, hi * (1 + 1e-3 * 2**k)
+    for k in range(40):
+        if eps_at(lo) > target:
+            break
+        hi, lo = lo, lo / (1 + 1e-3 * 2**k)
+    return _refine(eps_at, target, lo, hi, PLD_CALIBRATION_RTOL)[1]
 
-    # 1. bracket [lo, hi] with eps(lo) > target >= eps(hi); eps decreases in sigma.
-    hi = schedule.sensitivity * schedule.group_size
-    lo = None
-    for _ in range(200):
-        if feasible(hi, "coarse"):
+
+def use_probability(schedule: GaussianSchedule) -> float:
+    """Probability that a given record is used by at least one release.
+
+    Without noise the two neighbouring runs differ only when it is, so the
+    schedule is (0, p)-DP for every noise level including 0: a delta >= p
+    needs no noise. Group privacy (g > 1) and deterministic participation: 1.
+    """
+    if schedule.group_size > 1 or schedule.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+        return 1.0
+    if schedule.sampling is Sampling.WITH_REPLACEMENT:
+        draws, q = schedule.batch_size * schedule.steps, 1.0 / schedule.dataset_size
+    else:  # poisson, without-replacement: in each step's batch w.p. K/n
+        draws, q = schedule.steps, schedule.sample_rate
+    return -math.expm1(draws * math.log1p(-q)) if q < 1 else 1.0
+
+
+def _bracket(schedule: GaussianSchedule, target: float, delta: float, eps_at) -> tuple[float, float]:
+    """(lo, hi) with eps(lo) > target >= eps(hi), by factors of 4 from noise multiplier 1."""
+    p_used = use_probability(schedule)
+    if delta >= p_used:
+        raise ValueError(
+            f"delta={delta!r} is >= {p_used:.6g}, the probability that a record is used at all: the schedule is "
+            f"(0, delta)-DP without any noise, so target_epsilon={target!r} needs none; use a smaller delta"
+        )
+    unit = schedule.sensitivity * schedule.group_size
+    lo, hi = None, unit
+    for _ in range(40):  # noise multiplier up to 4^40 ~ 1e24
+        if eps_at(hi) <= target:
             break
         lo, hi = hi, hi * 4.0
     else:
-        raise ValueError(f"target_epsilon={target!r} cannot be reached by any noise level (delta={delta!r})")
+        raise ValueError(f"target_epsilon={target!r} cannot be reached by any noise level (delta={delta!r}): "
+                         f"epsilon is still {eps_at(hi):.3g} at noise multiplier {hi / schedule.sensitivity:.3g}")
     if lo is None:
         lo = hi
-        for _ in range(200):
+        while True:
             lo = lo / 4.0
-            if not feasible(lo, "coarse"):
+            if lo < MIN_NOISE_MULTIPLIER * schedule.sensitivity:
+                raise ValueError(
+                    f"target_epsilon={target!r} is met at every noise level down to noise multiplier "
+                    f"{MIN_NOISE_MULTIPLIER} (epsilon {eps_at(hi):.3g} there) with delta={delta!r}: this delta "
+                    "needs (almost) no noise, nothing to calibrate; use a smaller delta"
+                )
+            if eps_at(lo) > target:
                 break
             hi = lo
-        else:
-            raise ValueError(f"target_epsilon={target!r}: epsilon stays below target as noise_std -> 0")
-    # 2. re-validate the bracket at the medium level, then Brent on log sigma.
-    for _ in range(60):
-        if feasible(hi, "medium"):
-            break
-        lo, hi = hi, hi * 1.05
-    for _ in range(60):
-        if not feasible(lo, "medium"):
-            break
-        hi, lo = lo, lo / 1.05
+    return lo, hi
 
-    def f(log_std: float) -> float:
-        e = eps_at(math.exp(log_std), "medium")
-        return math.log(e) - math.log(target) if e > 0 else -math.inf
 
+def _refine(eps_at, target: float, lo: float, hi: float, rtol: float) -> tuple[float, float]:
+    """Shrink a bracket (eps(lo) > target >= eps(hi)) to hi/lo <= 1 + rtol.
+
+    Brent on log eps vs log noise (where eps is finite and positive at both
+    ends) gives a root estimate; a step either side of it re-brackets, and
+    bisection finishes, always keeping the invariant.
+    """
     a, b = math.log(lo), math.log(hi)
-    tol = math.log1p(CALIBRATION_RTOL) / 4
-    if b - a > tol and math.isfinite(f(a)) and math.isfinite(f(b)):
-        root = optimize.brentq(f, a, b, xtol=tol, rtol=4 * np.finfo(float).eps, maxiter=200)
-        cand = root + tol
-        for _ in range(8):
-            if cand >= b:
-                break
-            if f(cand) <= 0:
-                b = cand
-                break
-            cand += tol
-    sigma = math.exp(b)
-    # 3. verify at the reporting level.
-    for _ in range(200):
-        if feasible(sigma, "fine"):
-            return sigma
-        sigma *= 1 + 1e-4
-    raise ValueError(f"accountant={accountant!r}: calibration could not certify target_epsilon={target!r}")
+    feasible = lambda x: eps_at(math.exp(x)) <= target  # noqa: E731
+    xtol = math.log1p(rtol) / 4
+    if math.isfinite(eps_at(lo)) and eps_at(hi) > 0 and b - a > math.log1p(rtol):
+        def f(x: float) -> float:
+            e = eps_at(math.exp(x))
+            return math.log(e) - math.log(target) if e > 0 else -math.inf
+
+        try:
+            root = optimize.brentq(f, a, b, xtol=xtol, rtol=4 * np.finfo(float).eps, maxiter=100)
+        except (ValueError, RuntimeError):  # eps = 0 inside the bracket: bisection alone
+            root = None
+        if root is not None:
+            for x in (root - xtol, root - 2 * xtol):
+                if a < x < b and not feasible(x):
+                    a = x
+                    break
+            for x in (root + xtol, root + 2 * xtol, root + 4 * xtol):
+                if a < x < b and feasible(x):
+                    b = x
+                    break
+    while b - a > math.log1p(rtol):
+        mid = 0.5 * (a + b)
+        if feasible(mid):
+            b = mid
+        else:
+            a = mid
+    return math.exp(a), math.exp(b)
 
 
 def _calibrate_paper(schedule, target, delta, accountant, eps_at) -> float:

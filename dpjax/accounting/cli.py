@@ -1,16 +1,20 @@
-"""`dpjax account`: epsilon (or calibrated sigma) of a Gaussian schedule from the command line.
+"""`dpjax account`: epsilon (or the calibrated noise) of a Gaussian schedule from the command line.
 
 Examples::
 
-    python -m dpjax.accounting.cli --sampling poisson --sigma 1.1 --batch-size 256 \\
+    python -m dpjax.accounting.cli --sampling poisson --noise-multiplier 1.1 --batch-size 256 \\
         --dataset-size 60000 --steps 14062 --delta 1e-5 --neighboring add-remove --accountant rdp
     python -m dpjax.accounting.cli --sampling without-replacement --epsilon 1.5 --batch-size 15 \\
         --dataset-size 1238 --steps 35 --delta 6.5e-7 --json
 
-`--sigma` is the noise multiplier (noise std / sensitivity, sensitivity = 2 x
-contribution bound under replace-one, 1 x under add/remove). With
-`--epsilon`, sigma is calibrated (never overshooting). `--json` prints one
-JSON object with at least epsilon, delta, sigma, accountant.
+`--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution
+bound under replace-one, 1 x under add/remove); `--sigma` is its deprecated
+alias. With `--epsilon`, the noise is calibrated (never overshooting).
+`--sample-rate q` is accounted exactly for Poisson sampling; the fixed-size
+schemes need q n to be an integer batch. The default `--accountant best`
+reports the smallest epsilon any tight accountant certifies and names it.
+`--json` prints one JSON object with at least epsilon, delta,
+noise_multiplier, noise_std, accountant.
 """
 
 from __future__ import annotations
@@ -20,19 +24,22 @@ import json
 import math
 import sys
 
+from dpjax import _validate as v
 from dpjax.accounting.api import ACCOUNTANTS, calibrate_noise, compute_epsilon
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 
-__all__ = ["add_account_parser", "build_parser", "main", "run"]
+__all__ = ["add_account_parser", "batch_size_for_rate", "build_parser", "main", "run"]
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson")
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--sigma", type=float, help="noise multiplier (noise std / sensitivity)")
-    g.add_argument("--epsilon", type=float, help="target epsilon: calibrate sigma")
+    g.add_argument("--noise-multiplier", type=float, help="noise std / sensitivity")
+    g.add_argument("--sigma", type=float, dest="deprecated_sigma", help="deprecated alias of --noise-multiplier")
+    g.add_argument("--epsilon", type=float, help="target epsilon: calibrate the noise")
     r = p.add_mutually_exclusive_group()
-    r.add_argument("--sample-rate", type=float, help="q; with --dataset-size gives batch_size = round(q n)")
+    r.add_argument("--sample-rate", type=float,
+                   help="q: exact for poisson; fixed-size schemes need batch_size = q n to be an integer")
     r.add_argument("--batch-size", type=int)
     p.add_argument("--dataset-size", type=int, required=True)
     p.add_argument("--steps", type=int, required=True)
@@ -40,37 +47,64 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--neighboring", choices=[n.value for n in Neighboring], default="replace-one")
     p.add_argument("--unit", choices=[u.value for u in PrivacyUnit], default="record")
     p.add_argument("--group-size", type=int, default=1)
-    p.add_argument("--accountant", choices=list(ACCOUNTANTS), default="rdp")
+    p.add_argument("--accountant", choices=list(ACCOUNTANTS), default="best",
+                   help="'best' (default): the smallest epsilon of the tight accountants that certify")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def batch_size_for_rate(sampling: str, sample_rate: float, dataset_size: int) -> float | int | None:
+    """The ``batch_size`` that makes ``GaussianSchedule.sample_rate`` equal ``sample_rate``.
+
+    Poisson: the expected batch q n, fractional if need be, nudged up by an ulp
+    where q n / n rounds below q (never accounts a smaller rate). Fixed-size
+    schemes: q n must be an integer, else ValueError naming both values.
+    """
+    q = v.check_probability("sample_rate", sample_rate, allow_zero=False)
+    n = v.check_int("dataset_size", dataset_size, min_value=1)
+    if sampling == Sampling.FULL.value:
+        if q != 1:
+            raise ValueError(f"sample_rate={sample_rate!r} must be 1 for sampling='full'")
+        return None
+    k = q * n
+    if sampling == Sampling.POISSON.value:
+        while k / n < q:
+            k = math.nextafter(k, math.inf)
+        return k
+    k_int = round(k)
+    if k_int < 1 or abs(k - k_int) > 1e-9 * k:
+        raise ValueError(
+            f"sample_rate={sample_rate!r} with dataset_size={n} is a batch of {k:.6g} records; "
+            f"sampling={sampling!r} draws a fixed integer batch: give --batch-size "
+            f"(or a sample rate that is a multiple of 1/{n})"
+        )
+    return k_int
 
 
 def run(args: argparse.Namespace) -> dict:
     """Compute the result dict for parsed arguments (raises ValueError on invalid input)."""
     n = args.dataset_size
-    if args.sampling == "full":
-        k = None
-    elif args.batch_size is not None:
+    if args.sample_rate is not None:
+        k = batch_size_for_rate(args.sampling, args.sample_rate, n)
+    elif args.batch_size is not None or args.sampling == "full":
         k = args.batch_size
-    elif args.sample_rate is not None:
-        if not (isinstance(args.sample_rate, float) and 0 < args.sample_rate <= 1):
-            raise ValueError(f"sample_rate={args.sample_rate!r} must be in (0, 1]")
-        k = max(1, round(args.sample_rate * n)) if isinstance(n, int) and n > 0 else n
     else:
         raise ValueError("batch_size=None: give --batch-size or --sample-rate (or --sampling full)")
     base = GaussianSchedule(noise_std=1.0, contribution_bound=1.0, sampling=args.sampling, dataset_size=n,
                             batch_size=k, steps=args.steps, neighboring=args.neighboring, unit=args.unit,
                             group_size=args.group_size)
-    if args.sigma is not None:
-        if not (args.sigma >= 0 and math.isfinite(args.sigma)):
-            raise ValueError(f"sigma={args.sigma!r} must be a finite number >= 0")
-        std = args.sigma * base.sensitivity
+    multiplier = getattr(args, "noise_multiplier", None)
+    if getattr(args, "deprecated_sigma", None) is not None:
+        print("warning: --sigma is deprecated, use --noise-multiplier (noise std / sensitivity)", file=sys.stderr)
+        multiplier = args.deprecated_sigma
+    if multiplier is not None:
+        std = v.check_nonnegative("noise_multiplier", multiplier) * base.sensitivity
     else:
         std = calibrate_noise(base, args.epsilon, args.delta, args.accountant)
     report = compute_epsilon(base.replace(noise_std=std), args.delta, args.accountant)
     out = report.as_dict()
-    out["sigma"] = std / base.sensitivity
+    out["noise_multiplier"] = std / base.sensitivity
     out["sample_rate"] = base.sample_rate
-    out["batch_size"] = k
+    out["batch_size"] = base.batch_size
     out["dataset_size"] = n
     out["steps"] = args.steps
     out["group_size"] = args.group_size
@@ -80,7 +114,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _table(out: dict) -> str:
-    rows = [("epsilon", out["epsilon"]), ("delta", out["delta"]), ("sigma (noise multiplier)", out["sigma"]),
+    rows = [("epsilon", out["epsilon"]), ("delta", out["delta"]), ("noise multiplier", out["noise_multiplier"]), ("noise std", out["noise_std"]),
             ("accountant", out["accountant"]), ("sampling", out["sampling"]), ("neighbouring", out["neighboring"]),
             ("unit", out["unit"]), ("group size", out["group_size"]), ("dataset size", out["dataset_size"]),
             ("batch size", out["batch_size"]), ("sample rate", out["sample_rate"]), ("steps", out["steps"])]

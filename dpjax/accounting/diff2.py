@@ -343,27 +343,29 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
 def compose_epsilon(schedules: Sequence[GaussianSchedule], delta: float, orders: Sequence[float] | None = None,
                     conversion: str = "mironov") -> float:
     """Epsilon of a composition of ``GaussianSchedule``s (e.g. a DIFF2 algorithm's
-    ``privacy_schedules``) with ``dp_accounting``'s RDP accountant: every
-    schedule's ``to_dp_event()`` is composed at each order and the RDP curves
-    are added (Lemma B.3). ``conversion="mironov"`` (Lemma B.4, the paper's)
-    minimises ``rdp(alpha) + log(1/delta)/(alpha-1)`` over the orders;
-    ``"best"`` also tries ``dp_accounting``'s improved conversion and returns
-    the smaller (both are valid bounds)."""
-    import numpy as np
+    ``privacy_schedules``) by RDP: the schedules' RDP curves (as
+    ``compute_epsilon(..., "rdp")`` computes them, dp_accounting's where it has
+    a DpEvent) are added at each order (Lemma B.3). ``conversion="mironov"``
+    (Lemma B.4, the paper's) minimises ``rdp(alpha) + log(1/delta)/(alpha-1)``
+    over the orders; ``"best"`` also tries ``dp_accounting``'s improved
+    conversion and returns the smaller (both are valid bounds).
+
+    The general form (PLD too, "best" accountant) is
+    ``dpjax.accounting.compute_epsilon(schedules, delta, accountant)``; both
+    refuse schedules that mix neighbouring relations, units or group sizes.
+    """
     from dp_accounting.rdp import rdp_privacy_accountant as rpa
+
+    from dpjax.accounting import tight
 
     delta = v.check_open_unit("delta", delta)
     v.check_choice("conversion", conversion, ("mironov", "best"))
-    if not schedules:
-        raise ValueError("schedules=() must contain at least one schedule")
+    scheds = tight.check_composable(schedules)
+    if scheds[0].group_size != 1:
+        raise ValueError(f"group_size={scheds[0].group_size} has no RDP curve; use "
+                         "dpjax.accounting.compute_epsilon(schedules, delta) (group conversion)")
     orders = [float(a) for a in (rpa.DEFAULT_RDP_ORDERS if orders is None else orders)]
-    rdp = np.zeros(len(orders))
-    for s in schedules:
-        if not isinstance(s, GaussianSchedule):
-            raise ValueError(f"schedules contains {s!r}; expected GaussianSchedule")
-        acc = rpa.RdpAccountant(orders=orders, neighboring_relation=s.dp_neighboring_relation)
-        acc.compose(s.to_dp_event())
-        rdp = rdp + np.asarray(acc._rdp, dtype=float)
+    orders, rdp, _ = tight.rdp_curve(scheds, orders)
     eps = min(float(r) + math.log(1 / delta) / (a - 1) for a, r in zip(orders, rdp))
     if conversion == "best":
         eps = min(eps, float(rpa.compute_epsilon(orders, rdp, delta)[0]))

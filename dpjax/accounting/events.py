@@ -31,6 +31,7 @@ without-replacement    SelfComposed(SampledWOR(n, K, Gauss(std/2s)))  REPLACE_ON
 with-replacement       SelfComposed(SampledWR(n, K, Gauss(std/2s)))   REPLACE_ONE
 full                   SelfComposed(Gauss(std/Delta), steps)          ADD_OR_REMOVE
 one-pass / shuffle     SelfComposed(Gauss(std/Delta), passes)         ADD_OR_REMOVE
+                       (passes = ceil(steps / floor(n/K)))
 =====================  ===========================================  ==========
 
 For the unsampled cases the sensitivity Delta (2s or s) is folded into the
@@ -76,8 +77,8 @@ class Sampling(str, enum.Enum):
     POISSON = "poisson"  # each record independently with prob. q = K/n
     WITH_REPLACEMENT = "with-replacement"  # K i.i.d. uniform draws
     WITHOUT_REPLACEMENT = "without-replacement"  # uniform K-subset
-    ONE_PASS = "one-pass"  # fixed disjoint blocks of K, cycled in order
-    SHUFFLE = "shuffle"  # a fresh random permutation per epoch, blocks of K
+    ONE_PASS = "one-pass"  # floor(n/K) fixed disjoint blocks of K, cycled in order
+    SHUFFLE = "shuffle"  # a fresh random permutation per epoch, floor(n/K) blocks of K
     FULL = "full"  # the whole data set every round
 
 
@@ -121,7 +122,9 @@ class GaussianSchedule:
       sampling: a `Sampling` (or its string value).
       dataset_size: n, records in the protected data set (one silo for
         ISRL-DP).
-      batch_size: K (the expected batch for POISSON; None for FULL).
+      batch_size: K (None for FULL). For POISSON it is the expected batch
+        q n and may be fractional (the rate q = K/n is what is accounted); the
+        fixed-size schemes need an integer.
       steps: number of releases (rounds) that may touch this data set.
       neighboring: `Neighboring` relation (default replace-one, as in all five
         papers).
@@ -168,8 +171,15 @@ class GaussianSchedule:
                     f"batch_size=None is only allowed for sampling='full'; "
                     f"sampling={self.sampling.value!r} needs an integer batch size"
                 )
-            max_k = None if self.sampling is Sampling.WITH_REPLACEMENT else n
-            set_("batch_size", v.check_int("batch_size", self.batch_size, min_value=1, max_value=max_k))
+            if self.sampling is Sampling.POISSON:
+                # the expected batch q n: the rate q is the parameter, so q n need not be an integer
+                k = v.check_positive("batch_size", self.batch_size)
+                if k > n:
+                    raise ValueError(f"batch_size={self.batch_size!r} must be <= dataset_size={n} for sampling='poisson'")
+                set_("batch_size", int(k) if float(k).is_integer() else k)
+            else:
+                max_k = None if self.sampling is Sampling.WITH_REPLACEMENT else n
+                set_("batch_size", v.check_int("batch_size", self.batch_size, min_value=1, max_value=max_k))
         if self.group_size > n:
             raise ValueError(f"group_size={self.group_size!r} must be <= dataset_size={n}")
         if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in _FIXED_SIZE:
@@ -198,14 +208,32 @@ class GaussianSchedule:
         return self.noise_std / self.sensitivity
 
     @property
+    def blocks_per_epoch(self) -> int:
+        """floor(n/K): disjoint full blocks of K records in one permutation.
+
+        ONE_PASS and SHUFFLE walk one permutation block by block (block r is
+        positions [rK, (r+1)K), as ``dpjax.primitives.sampling.OnePass`` slices
+        it) and start a new epoch instead of wrapping around, so the n mod K
+        records at the end of each epoch's permutation are not used that epoch.
+        """
+        if self.sampling not in (Sampling.ONE_PASS, Sampling.SHUFFLE):
+            raise ValueError(f"blocks_per_epoch is undefined for sampling={self.sampling.value!r}")
+        return self.dataset_size // self.batch_size
+
+    @property
     def passes(self) -> int:
-        """Releases that touch one given record for deterministic-participation
-        schedules: ``steps`` for FULL, ceil(steps*K/n) epochs for ONE_PASS and
-        SHUFFLE (each record is in exactly one block per epoch)."""
+        """Most releases that touch one given record (deterministic participation).
+
+        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one
+        block per epoch and an epoch is ``blocks_per_epoch`` = floor(n/K) steps,
+        so it is used at most ceil(steps / floor(n/K)) times (in every epoch, in
+        the worst case). ceil(steps*K/n) would under-count when n mod K > 0:
+        n = 10, K = 4, 5 steps is 3 epochs of 2 blocks, not 2.
+        """
         if self.sampling is Sampling.FULL:
             return self.steps
         if self.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-            return -(-self.steps * self.batch_size // self.dataset_size)
+            return -(-self.steps // self.blocks_per_epoch)
         raise ValueError(f"passes is undefined for sampling={self.sampling.value!r} (random participation)")
 
     def replace(self, **kw: Any) -> "GaussianSchedule":

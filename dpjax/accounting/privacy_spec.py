@@ -117,9 +117,9 @@ class GaussianPrivacy(PrivacySpec):
     def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
         from dpjax.accounting import api
 
-        if len(self.schedules) == 1:
-            return api.compute_epsilon(self.schedules[0], delta, accountant)
-        return _compose(self.schedules, delta, accountant)
+        # one schedule, or their composition (RDP curves added / PLDs composed; mixed relations refused)
+        return api.compute_epsilon(self.schedules[0] if len(self.schedules) == 1 else list(self.schedules),
+                                   delta, accountant)
 
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""
@@ -261,18 +261,6 @@ class NoPrivacy(PrivacySpec):
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         raise ValueError(f"target_epsilon={target_epsilon!r} cannot be met: {self.reason}")
-
-
-def _compose(schedules: tuple[GaussianSchedule, ...], delta: float, accountant: str) -> PrivacyReport:
-    """Heterogeneous composition (RDP curves added per order, Lemma B.3 of DIFF2)."""
-    from dpjax.accounting import diff2
-
-    v.check_choice("accountant", accountant, ("rdp",))
-    eps = diff2.compose_epsilon(schedules, delta)
-    first = schedules[0]
-    return PrivacyReport(eps, delta, "rdp", ",".join(sorted({_enum_value(s.sampling) for s in schedules})),
-                         _enum_value(first.neighboring), _enum_value(first.unit), first.noise_std,
-                         (f"composition of {len(schedules)} schedules (RDP curves added per order)",))
 
 
 def gaussian(schedules: GaussianSchedule | Sequence[GaussianSchedule], noise_fields: str | Sequence[str] = "noise_std"

@@ -31,8 +31,10 @@ induction), which is valid for every accountant.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 from scipy import special, stats
@@ -43,6 +45,13 @@ from dpjax.accounting import gdp as _gdp
 
 __all__ = [
     "TIGHT_ACCOUNTANTS",
+    "PLD_MAX_POINTS",
+    "PLD_MAX_SINGLE_POINTS",
+    "certifies",
+    "check_composable",
+    "rdp_curve",
+    "choose_pld_discretization",
+    "pld_loss_width",
     "tight_epsilon",
     "conditioned_rdp",
     "rdp_orders",
@@ -103,11 +112,13 @@ def conditioned_rdp(schedule: GaussianSchedule, orders: np.ndarray | None = None
     return schedule.steps * rdp
 
 
-def _rdp_vector(schedule: GaussianSchedule) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     from dp_accounting import rdp as dpa_rdp
 
-    orders = rdp_orders()
+    orders = rdp_orders() if orders is None else np.asarray(orders, dtype=float)
     notes: tuple[str, ...] = ()
+    if schedule.noise_std == 0:
+        return orders, np.full_like(orders, np.inf), ("noise_std = 0: non-private",)
     if schedule.sampling is Sampling.WITH_REPLACEMENT or (
         schedule.sampling is Sampling.POISSON and schedule.neighboring is Neighboring.REPLACE_ONE
     ):
@@ -116,12 +127,17 @@ def _rdp_vector(schedule: GaussianSchedule) -> tuple[np.ndarray, np.ndarray, tup
             + ("; prefer accountant='pld'" if schedule.sampling is Sampling.POISSON else ""),
         )
         return orders, conditioned_rdp(schedule.replace(group_size=1), orders), notes
-    acc = dpa_rdp.RdpAccountant(orders=orders, neighboring_relation=schedule.dp_neighboring_relation)
-    base = schedule if schedule.sampling in _DETERMINISTIC else schedule.replace(group_size=1)
-    acc.compose(base.to_dp_event())
+    acc = dpa_rdp.RdpAccountant(orders=list(orders), neighboring_relation=schedule.dp_neighboring_relation)
+    acc.compose(_base(schedule).to_dp_event())
     if schedule.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
         notes = ("no amplification by shuffling claimed: each record is in one block per epoch",)
-    return orders, acc.rdp, notes
+    return orders, np.asarray(acc.rdp, dtype=float), notes
+
+
+def _base(schedule: GaussianSchedule) -> GaussianSchedule:
+    """The schedule whose DpEvent is accounted: group size folded into the
+    sensitivity for deterministic participation, else 1 (group conversion after)."""
+    return schedule if schedule.sampling in _DETERMINISTIC else schedule.replace(group_size=1)
 
 
 def _rdp_delta_fn(orders, rdp) -> Callable[[float], float]:
@@ -139,23 +155,106 @@ def _rdp_eps(orders, rdp, delta) -> float:
 
 
 # ----------------------------------------------------------------------------- PLD
-def _pld_accountant(schedule: GaussianSchedule, discretization: float | None = None):
-    from dp_accounting.pld import PLDAccountant
+#: Largest PLD grids dpjax lets dp_accounting build: the single-step PMF (made
+#: point by point in Python, ~5 us a point: 2^18 points ~ 1-2 s) and the
+#: composed one (FFT; 2^20 float64 points: 8 MiB, its FFTs < 100 MiB).
+PLD_MAX_SINGLE_POINTS = 2**18
+PLD_MAX_POINTS = 2**20
+#: The PLD value-discretisation interval is at most this fraction of the
+#: epsilon being certified (the RDP epsilon of the same schedule, an upper
+#: bound), so small epsilons keep their relative precision.
+PLD_RELATIVE_DISCRETIZATION = 1e-3
+_PLD_LOG_MASS_TRUNCATION = -50.0  # dp_accounting's from_gaussian_mechanism default
+_PLD_TAIL_TRUNCATION = 1e-15  # dp_accounting's PrivacyLossDistribution.self_compose default
 
-    if schedule.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
-        raise _refuse(
-            "pld",
-            schedule,
-            "dp_accounting has no PLD for fixed-size subsampling; use accountant='rdp' "
-            "(Wang-Balle-Kasiviswanathan bound / multiplicity conditioning) or Poisson sampling",
-        )
-    acc = PLDAccountant(
-        neighboring_relation=schedule.dp_neighboring_relation,
-        value_discretization_interval=discretization or PLD_DISCRETIZATION,
+
+def _refuse_pld_fixed_size(schedule: GaussianSchedule) -> ValueError:
+    return _refuse(
+        "pld",
+        schedule,
+        "dp_accounting has no PLD for fixed-size subsampling; use accountant='rdp' "
+        "(Wang-Balle-Kasiviswanathan bound / multiplicity conditioning) or Poisson sampling",
     )
-    base = schedule if schedule.sampling in _DETERMINISTIC else schedule.replace(group_size=1)
-    acc.compose(base.to_dp_event())
-    return acc
+
+
+def _pld_event_parameters(schedule: GaussianSchedule) -> tuple[float, float, int]:
+    """(noise multiplier, sampling probability, compositions) of the DpEvent
+    dp_accounting would compose: deterministic schedules are one Gaussian with
+    multiplier z/sqrt(passes) (as ``PLDAccountant`` composes a SelfComposed
+    Gaussian), Poisson ones a subsampled Gaussian self-composed ``steps`` times."""
+    if schedule.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
+        raise _refuse_pld_fixed_size(schedule)
+    base = _base(schedule)
+    if schedule.sampling in _DETERMINISTIC:
+        z = base.noise_std / (base.group_size * base.sensitivity)
+        return z / math.sqrt(base.passes), 1.0, 1
+    return base.noise_std / base.contribution_bound, base.sample_rate, base.steps
+
+
+def _single_pld(schedule: GaussianSchedule, interval: float):
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    z, q, _ = _pld_event_parameters(schedule)
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=z, value_discretization_interval=interval, sampling_prob=q,
+        neighboring_relation=schedule.dp_neighboring_relation,
+    )
+
+
+def _pld_of(schedule: GaussianSchedule, interval: float):
+    """dp_accounting's PrivacyLossDistribution of `schedule` (same construction as
+    ``PLDAccountant`` composing ``schedule.to_dp_event()``)."""
+    _, _, count = _pld_event_parameters(schedule)
+    pld = _single_pld(schedule, interval)
+    return pld if count == 1 else pld.self_compose(count, _PLD_TAIL_TRUNCATION)
+
+
+def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
+    """Widths, in privacy-loss units, of the single-step PMF dp_accounting
+    builds for `schedule` and of its self-composition (0 if none); the number
+    of grid points is about width / interval.
+
+    Measured on a coarse grid (~4096 points per step): the single step's
+    support, and for self-composition the Chernoff truncation bounds that
+    ``self_compose`` itself uses (tail mass 1e-15).
+    """
+    from dp_accounting.pld import common
+
+    z, q, count = _pld_event_parameters(schedule)
+    mu = 1.0 / z
+    # privacy loss +-mu t - mu^2/2 with t within sqrt(-2 log mass) ~ 10 sd of either mean (mixtures
+    # span both: about mu^2/2 + 20 mu; replace-one pairs twice that)
+    t_max = math.sqrt(-2.0 * _PLD_LOG_MASS_TRUNCATION) + 1.0
+    factor = 2.0 if schedule.neighboring is Neighboring.REPLACE_ONE else 1.0
+    coarse = max(factor * (2.0 * t_max * mu + mu * mu / 2.0), 1e-300) / 4096
+    pld = _single_pld(schedule, coarse)
+    single = composed = 0.0
+    for pmf in (pld._pmf_remove, pld._pmf_add):  # noqa: SLF001 (no public accessor for the PMF)
+        dense = pmf.to_dense_pmf()
+        single = max(single, dense.size * coarse)
+        if count > 1:
+            lo, hi = common.compute_self_convolve_bounds(dense._probs, count, _PLD_TAIL_TRUNCATION)  # noqa: SLF001
+            composed = max(composed, (hi - lo + 1) * coarse)
+    return single, composed
+
+
+def choose_pld_discretization(schedules, epsilon_scale: float) -> tuple[float, bool]:
+    """(value-discretisation interval, whether memory forced it coarser) for
+    one schedule or a composition (whose grid widths add).
+
+    The interval is ``min(PLD_DISCRETIZATION, PLD_RELATIVE_DISCRETIZATION *
+    epsilon_scale)``, raised where needed so that no PMF exceeds
+    ``PLD_MAX_SINGLE_POINTS`` (one step) or ``PLD_MAX_POINTS`` (composed)
+    points (2x margin on `pld_loss_width`). Any interval
+    gives a valid (pessimistic) upper bound; a coarse one is only looser.
+    """
+    wanted = PLD_DISCRETIZATION
+    if math.isfinite(epsilon_scale) and epsilon_scale > 0:
+        wanted = min(wanted, PLD_RELATIVE_DISCRETIZATION * epsilon_scale)
+    widths = [pld_loss_width(s) for s in check_composable(schedules)]
+    floor = 2.0 * max(max(single for single, _ in widths) / PLD_MAX_SINGLE_POINTS,
+                      sum(max(single, composed) for single, composed in widths) / PLD_MAX_POINTS)
+    return (floor, True) if floor > wanted else (wanted, False)
 
 
 # ------------------------------------------------------------------- group privacy
@@ -198,22 +297,90 @@ def group_privacy_epsilon(delta_fn: Callable[[float], float], group_size: int, d
 
 
 # ------------------------------------------------------------------------- driver
+def check_composable(schedules) -> tuple[GaussianSchedule, ...]:
+    """`schedules` (one `GaussianSchedule` or a non-empty sequence of them) as a tuple.
+
+    A composition certifies one neighbouring relation, one privacy unit and one
+    group size: schedules that mix them are refused (ValueError naming both).
+    """
+    if isinstance(schedules, GaussianSchedule):
+        return (schedules,)
+    if isinstance(schedules, (str, bytes)) or not isinstance(schedules, Iterable):
+        raise ValueError(f"schedules={schedules!r} must be a GaussianSchedule or a sequence of them")
+    scheds = tuple(schedules)
+    if not scheds:
+        raise ValueError("schedules=() must contain at least one GaussianSchedule")
+    for i, s in enumerate(scheds):
+        if not isinstance(s, GaussianSchedule):
+            raise ValueError(f"schedules[{i}]={s!r} must be a GaussianSchedule")
+    for attr in ("neighboring", "unit", "group_size"):
+        first = getattr(scheds[0], attr)
+        for i, s in enumerate(scheds[1:], start=1):
+            if getattr(s, attr) != first:
+                show = lambda x: x.value if isinstance(x, enum.Enum) else x  # noqa: E731
+                raise ValueError(
+                    f"schedules mix {attr}: schedules[0] has {attr}={show(first)!r}, schedules[{i}] has "
+                    f"{attr}={show(getattr(s, attr))!r}; a composition certifies one {attr}, so the "
+                    "composed epsilon would certify neither: account them separately"
+                )
+    return scheds
+
+
+def certifies(accountant: str, schedules) -> bool:
+    """Whether `accountant` (one of `TIGHT_ACCOUNTANTS`) certifies every schedule."""
+    scheds = check_composable(schedules)
+    if accountant == "rdp":
+        return True
+    if accountant == "pld":
+        return all(s.sampling not in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT) for s in scheds)
+    return all(s.sampling in _DETERMINISTIC for s in scheds)
+
+
+# integer orders only (dp_accounting's closed form, fast): the epsilon scale that sets the PLD grid
+_HINT_ORDERS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 512, 1024)
+
+
+def rdp_curve(scheds, orders=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per-order RDP of the composition (curves add, Mironov 2017 Prop. 1)."""
+    total, notes = None, []
+    for s in scheds:
+        orders, rdp, extra = _rdp_vector(s, orders)
+        total = rdp if total is None else total + rdp
+        notes.extend(n for n in extra if n not in notes)
+    return orders, total, notes
+
+
 def tight_epsilon(
-    schedule: GaussianSchedule, delta: float, accountant: str, pld_discretization: float | None = None
+    schedules, delta: float, accountant: str, pld_discretization: float | None = None, pld_coarsening: float = 1.0
 ) -> PrivacyReport:
-    """(epsilon, delta) of `schedule` under one of `TIGHT_ACCOUNTANTS`.
+    """(epsilon, delta) of one schedule or of the composition of several.
+
+    `accountant`: one of `TIGHT_ACCOUNTANTS` or ``"best"`` (the smallest epsilon
+    of rdp, pld and, for deterministic participation, gdp, among those that
+    certify; the report names the winner). A composition needs one
+    neighbouring relation, unit and group size (see `check_composable`).
 
     `pld_discretization` overrides the PLD value-discretisation interval
-    (default `PLD_DISCRETIZATION` = 1e-4; dp_accounting's pessimistic
-    discretisation keeps the result an upper bound for any interval).
+    (default: `choose_pld_discretization`, i.e. <= 1e-4 and <= 1e-3 x the RDP
+    epsilon, coarsened only to keep the grid <= `PLD_MAX_POINTS`;
+    dp_accounting's pessimistic discretisation keeps the result an upper
+    bound for any interval). `pld_coarsening` multiplies the automatic
+    interval (calibration's cheap first search).
     """
-    v.check_choice("accountant", accountant, TIGHT_ACCOUNTANTS)
+    v.check_choice("accountant", accountant, TIGHT_ACCOUNTANTS + ("best",))
+    scheds = check_composable(schedules)
     delta = v.check_open_unit("delta", delta)
+    if accountant == "best":
+        return _best_epsilon(scheds, delta)
+    first = scheds[0]
+    g = first.group_size
+    deterministic = all(s.sampling in _DETERMINISTIC for s in scheds)
+    # schedules whose curves are composed: group size folded in (deterministic) or 1 (conversion after)
+    comp = scheds if deterministic else tuple(s.replace(group_size=1) for s in scheds)
+    convert_group = g > 1 and not deterministic
     notes: list[str] = []
 
     def report(eps: float) -> PrivacyReport:
-        if schedule.noise_std == 0:
-            notes.append("noise_std = 0: non-private")
         eps = float(eps)
         if math.isnan(eps):  # defensive: never hand a NaN to the caller
             raise ValueError(f"accountant={accountant!r} produced no finite bound for this schedule")
@@ -221,27 +388,32 @@ def tight_epsilon(
             epsilon=max(eps, 0.0),
             delta=delta,
             accountant=accountant,
-            sampling=schedule.sampling.value,
-            neighboring=schedule.neighboring.value,
-            unit=schedule.unit.value,
-            noise_std=schedule.noise_std,
+            sampling="+".join(dict.fromkeys(s.sampling.value for s in scheds)),
+            neighboring=first.neighboring.value,
+            unit=first.unit.value,
+            noise_std=min(s.noise_std for s in scheds),
             notes=tuple(notes),
         )
 
-    g = schedule.group_size
+    if len(scheds) > 1:
+        notes.append(f"composition of {len(scheds)} schedules (noise_std: the smallest)")
     if g > 1:
         notes.append(
             f"group privacy for groups of {g} records"
-            + (" (sensitivity x g: exact)" if schedule.sampling in _DETERMINISTIC else " via (eps, delta) group conversion")
+            + (" (sensitivity x g: exact)" if deterministic else " via (eps, delta) group conversion")
         )
-    if schedule.noise_std == 0:
+    if any(s.noise_std == 0 for s in scheds):
+        notes.append("noise_std = 0: non-private")
         return report(math.inf)
 
     if accountant in ("zcdp", "gdp"):
-        if schedule.sampling not in _DETERMINISTIC:
-            raise _refuse(accountant, schedule, "only deterministic participation (full, one-pass, shuffle without amplification) is certified; use 'rdp' or 'pld'")
-        mu = math.sqrt(schedule.passes) * g * schedule.sensitivity / schedule.noise_std
-        if schedule.sampling is not Sampling.FULL:
+        for s in scheds:
+            if s.sampling not in _DETERMINISTIC:
+                raise _refuse(accountant, s, "only deterministic participation (full, one-pass, shuffle without "
+                                             "amplification) is certified; use 'rdp' or 'pld'")
+        # mu^2 adds over Gaussian releases (Dong-Roth-Su 2022 Cor. 3.3)
+        mu = math.sqrt(sum(s.passes * (g * s.sensitivity / s.noise_std) ** 2 for s in scheds))
+        if any(s.sampling is not Sampling.FULL for s in scheds):
             notes.append("no amplification by shuffling claimed: each record is in one block per epoch")
         if accountant == "gdp":
             return report(_gdp.gdp_epsilon(mu, delta))
@@ -249,16 +421,44 @@ def tight_epsilon(
         return report(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)))
 
     if accountant == "rdp":
-        orders, rdp, extra = _rdp_vector(schedule)
-        notes.extend(extra)
-        if g > 1 and schedule.sampling not in _DETERMINISTIC:
+        orders, rdp, rdp_notes = rdp_curve(comp)
+        notes.extend(rdp_notes)
+        if convert_group:
             return report(group_privacy_epsilon(_rdp_delta_fn(orders, rdp), g, delta))
         return report(_rdp_eps(orders, rdp, delta))
 
     # pld
-    acc = _pld_accountant(schedule, pld_discretization)
-    if schedule.sampling in _DETERMINISTIC and schedule.sampling is not Sampling.FULL:
+    for s in scheds:
+        if s.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
+            raise _refuse_pld_fixed_size(s)
+    interval, coarsened = pld_discretization, False
+    if interval is None:
+        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
+        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
+        interval *= pld_coarsening
+    pld = _pld_of(comp[0], interval)
+    for s in comp[1:]:
+        pld = pld.compose(_pld_of(s, interval))
+    if any(s.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE) for s in scheds):
         notes.append("no amplification by shuffling claimed: each record is in one block per epoch")
-    if g > 1 and schedule.sampling not in _DETERMINISTIC:
-        return report(group_privacy_epsilon(lambda e: float(acc.get_delta(e)), g, delta))
-    return report(acc.get_epsilon(delta))
+    if convert_group:
+        eps = group_privacy_epsilon(lambda e: float(pld.get_delta_for_epsilon(e)), g, delta)
+    else:
+        eps = pld.get_epsilon_for_delta(delta)
+    if coarsened:
+        notes.append(f"PLD discretisation coarsened to {interval:.3g} to bound the grid "
+                     f"({PLD_MAX_SINGLE_POINTS} points a step, {PLD_MAX_POINTS} composed; still an upper bound)")
+        rdp_report = tight_epsilon(scheds, delta, "rdp")
+        if rdp_report.epsilon < eps:
+            return dataclasses.replace(rdp_report, notes=rdp_report.notes + (notes[-1], (
+                f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}")))
+    return report(eps)
+
+
+def _best_epsilon(scheds, delta: float) -> PrivacyReport:
+    """The smallest epsilon among rdp, pld and gdp (where each certifies), naming the winner."""
+    reports = [tight_epsilon(scheds, delta, a) for a in ("rdp", "pld", "gdp") if certifies(a, scheds)]
+    best = min(reports, key=lambda r: r.epsilon)
+    others = ", ".join(f"{r.accountant} {r.epsilon:.6g}" for r in reports if r is not best)
+    note = f"accountant='best': {best.accountant} certified the smallest epsilon" + (f" (vs {others})" if others else "")
+    return dataclasses.replace(best, notes=best.notes + (note,))

@@ -313,8 +313,9 @@ def insurance_silos(
     standardize: str = "per_silo",
     add_bias: bool = True,
     dtype=np.float32,
+    ddof: int = 0,
 ) -> FederatedDataset:
-    """Silos of ISRL experiment B, linear regression on health insurance (ISRL spec §5.3, Fig. 5/8/9).
+    """Silos of the ISRL-DP insurance experiment, linear regression (Lowy & Razaviyayn 2023, Figs. 5/8/9).
 
     ``data`` is :func:`dpjax.data.load_insurance`'s output. Records are sorted by
     the target (charges, ascending, stable) and cut into ``n_silos`` consecutive
@@ -326,7 +327,9 @@ def insurance_silos(
     column is appended (``add_bias``), giving d = 7 with columns ``age, sex,
     bmi, children, smoker, region, bias``. y (USD) is not scaled.
     ``metadata["y_train_mean"]`` is the pooled training mean used by the naive
-    predictor of the relative-RMSE metric. The spec's grid is N in {3, 5, 10, 12}.
+    predictor of the relative-RMSE metric. The paper's grid is N in {3, 5, 10, 12}.
+    ``ddof``: the standard deviation's delta degrees of freedom (0 = scikit-learn's
+    ``StandardScaler``; the authors' script uses pandas ``std()``, ddof = 1).
     """
     x, y = _check_loader_dict("data", data, 6)
     n = x.shape[0]
@@ -353,7 +356,7 @@ def insurance_silos(
         tr_idx.append(g[:n_tr])
         te_idx.append(g[n_tr:])
     cont = [0, 2]  # age, bmi
-    pooled_stats = standardize_fit(x[np.concatenate(tr_idx)][:, cont])
+    pooled_stats = standardize_fit(x[np.concatenate(tr_idx)][:, cont], ddof=ddof)
 
     def feats(rows, stats):
         z = x[rows].copy()
@@ -366,7 +369,7 @@ def insurance_silos(
     train_x, train_y, test_x, test_y, stats_used = [], [], [], [], []
     for tr, te in zip(tr_idx, te_idx):
         if standardize == "per_silo":
-            stats = standardize_fit(x[tr][:, cont])
+            stats = standardize_fit(x[tr][:, cont], ddof=ddof)
         elif standardize == "pooled":
             stats = pooled_stats
         else:
@@ -389,6 +392,7 @@ def insurance_silos(
         "seed": seed,
         "train_fraction": train_fraction,
         "standardize": standardize,
+        "ddof": ddof,
         "standardized_columns": ["age", "bmi"],
         "standardize_stats": stats_used,
         "target": "charges (USD, unscaled)",

@@ -19,8 +19,8 @@ import importlib
 from typing import Callable
 
 # Modules that register figures; append yours (one line) when you add one.
-FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.dpsgd_mnist",
-                              "dpjax.reproduce.batch_clipping_privacy"]
+FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
+                              "dpjax.reproduce.dpsgd_mnist", "dpjax.reproduce.batch_clipping_privacy"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -215,6 +215,7 @@ def run_grid(
     *,
     divergence_threshold: float,
     chunk_size: int = 256,
+    make_hparams=None,
 ) -> pd.DataFrame:
     """Runs every spec of one trial with ``run_many`` and returns one row per run.
 
@@ -229,7 +230,8 @@ def run_grid(
     compiled program is the same for every chunk and every trial. A run is *diverged* if its iterate went non-finite or its
     final training loss exceeds ``divergence_threshold`` (the authors' guard);
     its ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
-    ``test``, ``diverged``.
+    ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
+    (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
     """
     import jax
 
@@ -255,7 +257,8 @@ def run_grid(
             ix = members[start:start + size]
             real = len(ix)
             chunk = [specs[i] for i in ix] + [specs[ix[0]]] * (size - real)
-            hps = stack_hparams([MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm) for s in chunk])
+            make = make_hparams or (lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
+            hps = stack_hparams([make(s) for s in chunk])
             res = run_many(algorithm, train, hps, rep_key, eval_fn=evaluator, eval_data=eval_data,
                            on_nonfinite="mark", shared_key=True)
             tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
@@ -370,7 +373,9 @@ def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tupl
                 hi = s["mean"] + s["half_width"]
                 if clip is not None:
                     lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
-                ax.errorbar(s["epsilon"], s["mean"], yerr=[s["mean"] - lo, hi - s["mean"]], marker="o",
+                # a capped bar never reaches past its mean (a mean above the cap keeps a zero-length bar)
+                yerr = [np.maximum(s["mean"] - lo, 0.0), np.maximum(hi - s["mean"], 0.0)]
+                ax.errorbar(s["epsilon"], s["mean"], yerr=yerr, marker="o",
                             capsize=3, color=colors[alg], label=LABELS[alg])
         for alg in (MB_NP, LOCAL_NP):
             s = sub[sub["algorithm"] == alg]

@@ -45,6 +45,10 @@ def test_constructions_are_named_and_checked():
     figs = reproduce.figures()
     assert figs["isrl-mnist"].constructions == ("paper", "authors")
     assert figs["isrl-obesity"].constructions == ("paper", "authors")
+    assert figs["isrl-insurance"].constructions == ("paper", "authors")
+    authors = isrl.insurance_experiment(quick=False, construction="authors")
+    assert authors.settings == (isrl.Setting(10, 5),) and authors.silo_rules == "insurance-script"
+    assert isrl.insurance_experiment(quick=False).silo_rules == "common"
     with pytest.raises(ValueError, match="construction"):
         isrl.mnist_experiment(quick=True, construction="script")
 
@@ -54,7 +58,7 @@ def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
 
     class Args:
         list = False
-        figure = "isrl-insurance"
+        figure = "diff2-regression"
         construction = "authors"
         out = str(tmp_path / "x")
         quick = True
@@ -63,3 +67,16 @@ def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
     with pytest.raises(ValueError, match="offers"):
         cli._run(Args())
     assert not (tmp_path / "x").exists()
+
+
+def test_insurance_script_noise_uses_each_silos_own_n_and_delta():
+    """sigma_i^2 = 8 L^2 R ln(1/delta_i) / (n_i^2 eps^2) with delta_i = 1/n_i^2 (the script's gauss_AC
+    called with each silo's n): the factors relative to the reference silo are exact."""
+    from dpjax.accounting import isrl_experiment_calibration
+
+    sizes, n_ref, rounds, eps = [107, 108, 110, 96], 96, 35, 1.0
+    factors = isrl._paper_sigma_factors(sizes, n_ref)
+    sig = lambda n: isrl_experiment_calibration(1.0, n, rounds, eps, 1.0 / n**2, eps)[0]
+    for n, f in zip(sizes, factors):
+        assert f == pytest.approx(sig(n) / sig(n_ref), rel=1e-12)
+    assert isrl._paper_sigma_factors([n_ref], n_ref)[0] == pytest.approx(1.0, rel=1e-15)

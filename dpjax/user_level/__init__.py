@@ -1,0 +1,29 @@
+"""User-level private convex optimisation (Ghazi, Kamath, Kumar, Manurangsi, Meka, Zhang; ICML 2023).
+
+Mechanisms (privacy unit: a user's whole block of m items; replace-one-user neighbours, Definition 1.1):
+
+* ``tdlap``: the shifted truncated discrete Laplace sampler TDLap (Definition 3.4).
+* ``mechanisms``: Algorithm 1 (DelOutputPert; exact subset enumeration), Algorithm 2 (SCOutputPert), the
+  certified polynomial-time version of Appendix C (A2c), and the replace-sensitivity baseline B1.
+* ``phased``: Algorithm 3 (Phased-ERM), Algorithm 4 (Phased-SCO, as printed and the equal-split correction
+  A4b), Algorithm 5 (Strongly-Convex-ERM), Algorithm 6 (Strongly-Convex-SCO), and the idealised M' (B2,
+  ``mode='rate-shape'``, not private).
+* ``problems``: losses, user-structured data ``[users, items, dim]`` and generators (exchangeable,
+  heterogeneous, the Appendix D lower-bound instance L1, Lemma 3.8's zero-sum families).
+* ``audit``: exact output laws and hockey-stick divergences of Algorithm 1, exact Lemma 3.8 tails.
+
+Accounting (pure Python) is in ``dpjax.accounting.user_level``: ``privacy(mechanism, epsilon, delta, n=, m=,
+mode=)`` returns the ``PrivacySpec`` of a run.
+"""
+
+from dpjax.user_level.mechanisms import (BOTTOM, NOT_RELEASABLE, OK, Domain, Release, del_output_pert,
+                                         output_perturbation, replace_output_pert, sc_output_pert,
+                                         sc_output_pert_certified, stable_table)
+from dpjax.user_level.phased import (phased_erm, phased_sco, strongly_convex_erm, strongly_convex_sco)
+from dpjax.user_level.problems import Loss, exchangeable, lower_bound_instance
+from dpjax.user_level.tdlap import tdlap_sample
+
+__all__ = ["BOTTOM", "NOT_RELEASABLE", "OK", "Domain", "Release", "del_output_pert", "output_perturbation",
+           "replace_output_pert", "sc_output_pert", "sc_output_pert_certified", "stable_table", "phased_erm",
+           "phased_sco", "strongly_convex_erm", "strongly_convex_sco", "Loss", "exchangeable",
+           "lower_bound_instance", "tdlap_sample"]

@@ -1,0 +1,340 @@
+"""Output perturbation with local deletion sensitivity (Ghazi et al., ICML 2023, Section 3, Appendix C).
+
+* ``stable_table`` + ``del_output_pert``: Algorithm 1 (DelOutputPert) with the stable set computed exactly by
+  enumerating every deletion set of at most 4 kappa + 1 users (the n^{O(log(1/delta)/eps)} procedure of
+  Section 6; only for tiny n). Theorem 3.3: (eps, delta)-DP for every deterministic f.
+* ``sc_output_pert``: Algorithm 2 (SCOutputPert), Algorithm 1 on f = theta* of a strongly convex ERM with
+  target Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first
+  tries the Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly
+  theta*(x) + N(0, sigma^2 I) whatever R1 is), falling back to the enumeration when feasible and otherwise
+  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; spec A14).
+* ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C =
+  (2r+1) gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
+* ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
+
+Randomness: ``key_r1, key_noise = jax.random.split(key)``; nothing else is random, and the data permutation pi
+of Theorem 3.6 is never drawn here. Status codes: ``OK``, ``BOTTOM`` (the private failure symbol of
+Algorithm 1), ``NOT_RELEASABLE`` (certificate failed and the exact enumeration is infeasible: the run stops).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate as v
+from dpjax.accounting import user_level as acc
+from dpjax.user_level import solver
+from dpjax.user_level.problems import Loss
+from dpjax.user_level.tdlap import tdlap_sample
+
+OK, BOTTOM, NOT_RELEASABLE = 0, 1, 2
+STATUS_NAMES = {OK: "ok", BOTTOM: "bottom", NOT_RELEASABLE: "not-releasable"}
+MAX_EXACT_USERS = 20
+MAX_EXACT_EVALUATIONS = 200_000
+
+
+# ---------------------------------------------------------------------------
+# exact Algorithm 1
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StableTable:
+    """Algorithm 1's deterministic part for every value r1 of R1 in {0..2 kappa}.
+
+    ``selected[r1]``: the chosen deletion set S (sorted user tuple; smallest |S|, then lexicographic) or None
+    (X^{r1}_stable empty: output bottom). ``centres[r1]`` = f(x_{-S}) (zeros where bottom).
+    ``robust[S]`` (by bitmask) = Delta_{4 kappa - |S|} f(x_{-S}) for |S| <= 2 kappa.
+    """
+
+    selected: tuple[Optional[tuple[int, ...]], ...]
+    centres: np.ndarray
+    bottom: np.ndarray
+    robust: dict
+
+
+def deletion_sets(n: int, max_size: int) -> list[tuple[int, ...]]:
+    """Every U subset of [n] with |U| <= max_size, by size then lexicographic order."""
+    return [u for s in range(min(max_size, n) + 1) for u in itertools.combinations(range(n), s)]
+
+
+def exact_evaluations(n: int, kappa: int) -> int:
+    """Number of oracle calls of the exact enumeration: sum_{u <= 4 kappa + 1} C(n, u)."""
+    return sum(math.comb(n, u) for u in range(min(4 * kappa + 1, n) + 1))
+
+
+def exact_feasible(n: int, kappa: int) -> bool:
+    return n <= MAX_EXACT_USERS and exact_evaluations(n, kappa) <= MAX_EXACT_EVALUATIONS
+
+
+def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensitivity: float) -> StableTable:
+    """Algorithm 1 lines 5-9 for every r1 (spec §2.3, "computing the stable set exactly").
+
+    ``f(weights [n]) -> [d]`` must be deterministic (weights 0 = user deleted). All f(x_{-U}), |U| <= 4 kappa + 1,
+    are computed in one vmap; D(U) = max_{i not in U} ||f(x_{-U}) - f(x_{-U-{i}})||; the robust sensitivity of
+    x_{-S} is max{D(U) : U superset of S, |U| <= 4 kappa} (a superset-max transform over bitmasks).
+    """
+    n = v.check_int("n", n, min_value=1)
+    kappa = v.check_int("kappa", kappa, min_value=1)
+    sensitivity = v.check_positive("sensitivity", sensitivity)
+    if not exact_feasible(n, kappa):
+        raise ValueError(f"n={n}, kappa={kappa}: the exact enumeration needs {exact_evaluations(n, kappa)} oracle "
+                         f"calls (limit {MAX_EXACT_EVALUATIONS}, n <= {MAX_EXACT_USERS}); use the certificate")
+    radius = 4 * kappa
+    sets = deletion_sets(n, radius + 1)
+    masks = np.array([sum(1 << i for i in u) for u in sets], dtype=np.int64)
+    weights = np.ones((len(sets), n))
+    for row, u in enumerate(sets):
+        weights[row, list(u)] = 0.0
+    with jax.enable_x64(True):
+        fvals = np.asarray(jax.vmap(f)(jnp.asarray(weights, jnp.float64)), dtype=np.float64)
+    index = {int(mk): row for row, mk in enumerate(masks)}
+    full = 1 << n
+    robust_all = np.full(full, -np.inf)
+    for row, u in enumerate(sets):
+        if len(u) > radius:
+            continue
+        mk = int(masks[row])
+        dists = [np.linalg.norm(fvals[row] - fvals[index[mk | (1 << i)]]) for i in range(n) if not mk >> i & 1]
+        robust_all[mk] = max(dists, default=0.0)
+    idx = np.arange(full)
+    for bit in range(n):
+        lower = idx[(idx >> bit & 1) == 0]
+        robust_all[lower] = np.maximum(robust_all[lower], robust_all[lower | (1 << bit)])
+    first_stable: list[Optional[tuple[int, ...]]] = []
+    robust = {}
+    for s in range(2 * kappa + 1):
+        found = None
+        for u in itertools.combinations(range(n), s) if s <= n else ():
+            mk = sum(1 << i for i in u)
+            robust[mk] = float(robust_all[mk])
+            if found is None and robust_all[mk] <= sensitivity:
+                found = u
+        first_stable.append(found)
+    d = fvals.shape[1]
+    selected, centres, bottom = [], np.zeros((2 * kappa + 1, d)), np.zeros(2 * kappa + 1, bool)
+    for r1 in range(2 * kappa + 1):
+        choice = next((first_stable[s] for s in range(r1 + 1) if first_stable[s] is not None), None)
+        selected.append(choice)
+        if choice is None:
+            bottom[r1] = True
+        else:
+            centres[r1] = fvals[index[sum(1 << i for i in choice)]]
+    return StableTable(tuple(selected), centres, bottom, robust)
+
+
+def del_output_pert(key: jax.Array, table: StableTable, params: acc.A1Params) -> tuple[int, np.ndarray]:
+    """Algorithm 1 (DelOutputPert) from its stable table: R1 ~ TDLap(eps', delta') (Definition 3.4), then bottom
+    or f(x_{-S}) + N(0, sigma^2 I). Returns ``(status, theta)`` (theta is NaN when bottom)."""
+    if len(table.selected) != 2 * params.kappa + 1:
+        raise ValueError(f"table has {len(table.selected)} entries; params.kappa={params.kappa} needs "
+                         f"{2 * params.kappa + 1}")
+    key_r1, key_noise = jax.random.split(key)
+    with jax.enable_x64(True):
+        r1 = int(tdlap_sample(key_r1, params.eps_prime, params.kappa))
+        noise = np.asarray(params.sigma * jax.random.normal(key_noise, (table.centres.shape[1],), jnp.float64))
+    if table.bottom[r1]:
+        return BOTTOM, np.full(table.centres.shape[1], np.nan)
+    return OK, table.centres[r1] + noise
+
+
+# ---------------------------------------------------------------------------
+# Algorithm 2 and its certified version (Appendix C)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """K = intersection of balls B(centers[j], radii[j]) plus the regulariser (reg/2)||theta - center||^2."""
+
+    centers: np.ndarray
+    radii: np.ndarray
+    reg: float = 0.0
+    center: Optional[np.ndarray] = None
+
+    @staticmethod
+    def ball(radius: float, d: int) -> "Domain":
+        return Domain(np.zeros((1, d)), np.array([float(radius)]))
+
+    def intersect(self, center, radius: float) -> "Domain":
+        """K cap B(center, radius), dropping any ball that contains another (the set is unchanged, and a single
+        ball keeps the exact projection and the finite solver error bound)."""
+        centers = np.vstack([self.centers, np.asarray(center, np.float64)[None]])
+        radii = np.append(self.radii, float(radius))
+        keep = []
+        for j in range(len(radii)):
+            redundant = any(k != j and (k not in keep or k < j) and
+                            np.linalg.norm(centers[j] - centers[k]) + radii[k] <= radii[j]
+                            for k in range(len(radii)) if k in keep or k > j)
+            if not redundant:
+                keep.append(j)
+        return dataclasses.replace(self, centers=centers[keep], radii=radii[keep])
+
+    def regularised(self, reg: float, center) -> "Domain":
+        return dataclasses.replace(self, reg=float(reg), center=np.asarray(center, np.float64))
+
+    def project(self, theta) -> np.ndarray:
+        with jax.enable_x64(True):
+            return np.asarray(solver.project_balls(jnp.asarray(theta, jnp.float64),
+                                                   jnp.asarray(self.centers, jnp.float64),
+                                                   jnp.asarray(self.radii, jnp.float64)))
+
+    @property
+    def diameter(self) -> float:
+        return float(2 * np.min(self.radii))
+
+    def reg_center(self, d: int) -> np.ndarray:
+        return np.zeros(d) if self.center is None else np.asarray(self.center, np.float64)
+
+
+def minimiser(loss: Loss, x, y, domain: Domain, weights=None) -> np.ndarray:
+    """theta*(x) (solver output, float64) over the domain for the users with weight 1."""
+    n, _, d = x.shape
+    w = np.ones(n) if weights is None else weights
+    with jax.enable_x64(True):
+        return np.asarray(solver.argmin(loss, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64),
+                                        jnp.asarray(w, jnp.float64), domain.reg, jnp.asarray(domain.reg_center(d)),
+                                        jnp.asarray(domain.centers, jnp.float64),
+                                        jnp.asarray(domain.radii, jnp.float64)))
+
+
+def oracle(loss: Loss, x, y, domain: Domain) -> Callable[[jax.Array], jax.Array]:
+    """f(weights) = theta*(x_mask): the deterministic function Algorithm 2 perturbs."""
+    d = x.shape[-1]
+    arrays = tuple(np.asarray(a, np.float64) for a in (x, y, domain.reg_center(d), domain.centers, domain.radii))
+
+    def f(weights):  # converted at trace time, inside the caller's float64 context
+        xs, ys, c, centers, radii = (jnp.asarray(a) for a in arrays)
+        return solver.argmin(loss, xs, ys, weights, domain.reg, c, centers, radii)
+
+    return f
+
+
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """Lemma C.1 check: passes iff (2r+1) gamma/(mu (n-r-1)) + 2 tau <= Delta (gamma inflated by 2 L_s tau)."""
+
+    gamma: float
+    tau: float
+    bound: float
+    target: float
+    passed: bool
+
+
+def certificate(loss: Loss, x, y, domain: Domain, theta, radius: int, sensitivity: float) -> Certificate:
+    """Appendix C certificate at the solver output ``theta`` (float64 throughout; spec A3 inflations).
+
+    g_i = grad L(theta; x_i) - grad L(theta; x) (centred per-user mean gradients, one vmap over users),
+    gamma = max_i ||g_i|| + 2 L_s tau, tau = ``solver_error_bound`` (data-independent, so it also bounds the
+    solver error on every sub-dataset x_{-S} the robust sensitivity involves).
+    """
+    n = x.shape[0]
+    mu = loss.strong_convexity + domain.reg
+    tau = solver.solver_error_bound(loss, domain.reg, domain.diameter, dykstra=len(domain.radii) > 1)
+    if not math.isfinite(tau) or n < radius + 2 or mu <= 0:
+        return Certificate(math.inf, tau, math.inf, sensitivity, False)
+    with jax.enable_x64(True):
+        grads = np.asarray(solver.user_mean_grads(loss, jnp.asarray(theta, jnp.float64),
+                                                  jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64)))
+    centred = grads - grads.mean(axis=0)
+    gamma = float(np.linalg.norm(centred, axis=1).max()) + 2 * loss.smoothness * tau
+    bound = (2 * radius + 1) * gamma / (mu * (n - radius - 1)) + 2 * tau
+    return Certificate(gamma, tau, bound, sensitivity, bool(bound <= sensitivity))
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """One mechanism output: ``theta`` (NaN unless ``status == OK``), status, and the internal diagnostics
+    (never released by the mechanism: kept for tests and reports)."""
+
+    theta: np.ndarray
+    status: int
+    sigma: float
+    sensitivity: float
+    certificate: Optional[Certificate] = None
+    minimiser: Optional[np.ndarray] = None
+    path: str = ""
+
+    @property
+    def status_name(self) -> str:
+        return STATUS_NAMES[self.status]
+
+
+def _gaussian(key, sigma, d):
+    with jax.enable_x64(True):
+        return np.asarray(sigma * jax.random.normal(key, (d,), jnp.float64))
+
+
+def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params: acc.A1Params,
+                        method: str = "certificate") -> Release:
+    """Algorithm 1 applied to f = theta* with the given parameters (the core of Algorithms 2 and A2c).
+
+    ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first; when it fails, the
+    enumeration if feasible, else ``NOT_RELEASABLE`` (spec A14).
+    """
+    v.check_choice("method", method, ("exact", "certificate"))
+    n, _, d = x.shape
+    theta = minimiser(loss, x, y, domain)
+    cert = None
+    if method == "certificate":
+        cert = certificate(loss, x, y, domain, theta, params.radius, params.sensitivity)
+        if cert.passed:
+            _, key_noise = jax.random.split(key)
+            return Release(theta + _gaussian(key_noise, params.sigma, d), OK, params.sigma, params.sensitivity,
+                           cert, theta, "certificate")
+        if not exact_feasible(n, params.kappa):
+            return Release(np.full(d, np.nan), NOT_RELEASABLE, params.sigma, params.sensitivity, cert, theta,
+                           "certificate-failed")
+    table = stable_table(oracle(loss, x, y, domain), n, params.kappa, params.sensitivity)
+    status, out = del_output_pert(key, table, params)
+    return Release(out, status, params.sigma, params.sensitivity, cert, theta, "exact")
+
+
+def _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                             bound, method) -> Release:
+    """Algorithm 1 on theta* with Delta = bound(n, m, 4 kappa, beta, G, mu, c_K) (mu includes the regulariser)."""
+    n, m, _ = x.shape
+    kappa = acc.user_level_params(epsilon, delta).kappa
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    sens = bound(n, m, 4 * kappa, fail_prob, g, loss.strong_convexity + domain.reg, c_k)
+    return output_perturbation(key, loss, x, y, domain, acc.a1_params(epsilon, delta, sens, gaussian=gaussian),
+                               method)
+
+
+def sc_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
+                   fail_prob: float, *, c_k: int = 2, method: str = "certificate", gaussian: str = "paper",
+                   lipschitz: Optional[float] = None) -> Release:
+    """Algorithm 2 (SCOutputPert_{eps,delta,beta,G,mu,K}): Algorithm 1 with Delta = Delta_expl (Theorem 3.1)."""
+    return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                                    acc.deletion_sensitivity_bound, method)
+
+
+def sc_output_pert_certified(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
+                             fail_prob: float, *, c_k: int = 2, gaussian: str = "paper",
+                             lipschitz: Optional[float] = None) -> Release:
+    """A2c (Appendix C): target Delta_C = (2r+1) gamma_target/(mu(n-r-1)), released through the certificate."""
+    return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
+                                    acc.certificate_sensitivity, "certificate")
+
+
+def replace_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
+                        lipschitz: Optional[float] = None) -> Release:
+    """Baseline B1: theta*(x) + N(0, sigma_B^2 I), sigma_B = (2G/(mu n) + 2 tau) sqrt(2 ln(1.25/delta))/eps."""
+    n, _, d = x.shape
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    mu = loss.strong_convexity + domain.reg
+    tau = solver.solver_error_bound(loss, domain.reg, domain.diameter, dykstra=len(domain.radii) > 1)
+    if not math.isfinite(tau):
+        raise ValueError(f"loss={loss.kind!r} with this domain has no solver error bound; B1's sensitivity "
+                         "2G/(mu n) would not cover the numerical minimiser")
+    sigma = acc.b1_sigma(epsilon, delta, n, g, mu) * (1 + tau * mu * n / (2 * g))
+    theta = minimiser(loss, x, y, domain)
+    _, key_noise = jax.random.split(key)
+    return Release(theta + _gaussian(key_noise, sigma, d), OK, sigma, 2 * g / (mu * n) + 2 * tau, None, theta, "B1")

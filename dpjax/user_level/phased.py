@@ -1,0 +1,253 @@
+"""Localisation schedules built on Algorithm 2 (Ghazi et al., ICML 2023, Sections 4-5, Appendix B).
+
+* ``phased_erm``: Algorithm 3 (Phased-ERM, Theorem 4.1): T = ceil(log2(n m)) calls at (eps/T, delta/T) on all
+  users, lambda_i = lambda 4^i, l_i = l + (lambda_i/2)||theta - theta_{i-1}||^2, K_i = K cap B(theta_{i-1}, G/lambda_i).
+* ``phased_sco``: Algorithm 4 (Phased-SCO, Theorem 5.1) as printed (``variant='A4'``: halving user groups
+  (n/2^i, n/2^{i-1}]) and the corrected equal split (``'A4b'``: T = ceil(log2(n m)) groups of floor(n/T) users);
+  each phase runs at the full (eps, delta) on its own disjoint users (parallel composition).
+* ``strongly_convex_erm`` / ``strongly_convex_sco``: Algorithms 5 and 6 (Theorems 4.3, 5.3): Algorithm 2 at
+  (eps/2, delta/2) gives theta_0, then Phased-ERM / Phased-SCO at (eps/2, delta/2) on K' = K cap B(theta_0, R').
+
+Modes: ``'certified'`` calls Algorithm 2 through the Appendix C certificate (``inner='A2c'``, default) or with
+Delta_expl (``'A2'``); a bottom or a not-releasable phase ends the run with that status. ``'rate-shape'`` is the
+idealised mechanism M' of Theorem 4.1's proof (baseline B2): theta_i = theta*_i + N(0, sigma_i^2 I) with
+sigma_i = rho 2G/(lambda_i n_i sqrt(m)) and no stability test -- NOT private; it is compiled as one scan over the
+phases and vmapped over run keys.
+
+Choices of this package (the paper leaves them open): the oracle minimises l_i over K, not K_i -- the two minima
+coincide when theta_{i-1} is in K (first-order optimality gives ||theta*_i - theta_{i-1}|| <= G/lambda_i, the fact
+Theorem 4.1's proof uses) -- and every released phase output is projected onto K before the next phase
+(post-processing). Phase i's key is ``fold_in(key, i)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate as v
+from dpjax.accounting import user_level as acc
+from dpjax.user_level import mechanisms as mech
+from dpjax.user_level import solver
+from dpjax.user_level.problems import Loss
+
+MODES = ("certified", "rate-shape")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhasedResult:
+    """Output of a phased schedule: ``theta`` (NaN unless OK), status, and per-phase diagnostics."""
+
+    theta: np.ndarray
+    status: int
+    phases: tuple = ()
+    variant: str = ""
+
+    @property
+    def status_name(self) -> str:
+        return mech.STATUS_NAMES[self.status]
+
+
+def num_phases(n: int, m: int) -> int:
+    """T = ceil(log2(n m)) (the paper's log(nm) with base 2; spec A6)."""
+    return max(1, math.ceil(math.log2(n * m) - 1e-12))
+
+
+def phase_lambdas(lam: float, t: int) -> np.ndarray:
+    """lambda_i = lambda 4^i, i = 1..T (Algorithm 3 line 5)."""
+    return lam * 4.0 ** np.arange(1, t + 1)
+
+
+def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float) -> float:
+    """lambda = (G/R) A sqrt(d)/(n sqrt(m)) (Theorem 4.1 with the noise multiplier A made explicit)."""
+    return lipschitz / diameter * multiplier * math.sqrt(d) / (n * math.sqrt(m))
+
+
+def sco_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float,
+               num_groups: int = 1) -> float:
+    """lambda = (G/R) max{A T sqrt(d)/(n sqrt(m)), sqrt(T/(n m))} (spec's correction of Theorem 5.1's lambda,
+    T = ``num_groups`` for the equal split, 1 for the printed halving schedule)."""
+    t = num_groups
+    return lipschitz / diameter * max(multiplier * t * math.sqrt(d) / (n * math.sqrt(m)), math.sqrt(t / (n * m)))
+
+
+def _groups(n, m, epsilon, delta, variant, min_group=None):
+    if min_group is None:
+        return acc.phased_sco_groups(n, m, epsilon, delta, variant)
+    # rate-shape mode: no privacy minimum; N0 is ``min_group`` (keeps the schedule's shape at small n)
+    if variant == "A4":
+        t = int(math.floor(math.log2(n / min_group)))
+        if t < 1:
+            raise ValueError(f"n={n} must be >= 2 N0 = {2 * min_group}")
+        return [(n // 2**i, n // 2 ** (i - 1)) for i in range(1, t + 1)]
+    t = num_phases(n, m)
+    size = n // t
+    if size < min_group:
+        raise ValueError(f"n={n} must be >= T N0 = {t * min_group}")
+    return [(i * size, (i + 1) * size) for i in range(t)]
+
+
+@functools.partial(jax.jit, static_argnames=("loss", "iters"))
+def _rate_shape_scan(loss: Loss, x, y, weights, lambdas, sigmas, base_centers, base_radii, theta0, key,
+                     iters: int = solver.SOLVER_ITERS):
+    """M': theta_i = proj_K(theta*_i + sigma_i N(0, I)) for i = 1..T (one scan; ``weights`` [T, n])."""
+
+    def phase(theta_prev, inputs):
+        i, w, lam, sigma = inputs
+        star = solver.argmin(loss, x, y, w, lam, theta_prev, base_centers, base_radii, iters)
+        noise = sigma * jax.random.normal(jax.random.fold_in(key, i), theta_prev.shape, theta_prev.dtype)
+        return solver.project_balls(star + noise, base_centers, base_radii), star
+
+    idx = jnp.arange(1, lambdas.shape[0] + 1)
+    theta, stars = jax.lax.scan(phase, theta0, (idx, weights, lambdas, sigmas))
+    return theta, stars
+
+
+def rate_shape_many(keys, loss: Loss, x, y, domain: mech.Domain, weights, lambdas, sigmas, theta0=None,
+                    iters: int = solver.SOLVER_ITERS) -> np.ndarray:
+    """``[runs, d]`` outputs of M' for a batch of run keys (vmapped); NOT private."""
+    d = x.shape[-1]
+    th0 = domain.project(np.zeros(d) if theta0 is None else theta0)
+    with jax.enable_x64(True):
+        f = lambda k: _rate_shape_scan(loss, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64),  # noqa: E731
+                                       jnp.asarray(weights, jnp.float64), jnp.asarray(lambdas, jnp.float64),
+                                       jnp.asarray(sigmas, jnp.float64), jnp.asarray(domain.centers, jnp.float64),
+                                       jnp.asarray(domain.radii, jnp.float64), jnp.asarray(th0), k, iters)[0]
+        return np.asarray(jax.vmap(f)(keys))
+
+
+def _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, lipschitz, inner,
+                      c_k, theta0=None):
+    """Certified loop: phase i calls Algorithm 2 (or A2c) on l_i with G_i = 2G, mu_i = lambda_i (+ loss mu)."""
+    d = x.shape[-1]
+    theta = domain.project(np.zeros(d) if theta0 is None else theta0)
+    phases = []
+    for i, ((lo, hi), lam) in enumerate(zip(groups, lambdas), start=1):
+        dom_i = domain.regularised(lam, theta)
+        call = mech.sc_output_pert_certified if inner == "A2c" else mech.sc_output_pert
+        rel = call(jax.random.fold_in(key, i), loss, x[lo:hi], y[lo:hi], dom_i, eps_ph, delta_ph, beta_ph,
+                   c_k=c_k, lipschitz=2 * lipschitz)
+        phases.append(rel)
+        if rel.status != mech.OK:
+            return PhasedResult(np.full(d, np.nan), rel.status, tuple(phases))
+        theta = domain.project(rel.theta)
+    return PhasedResult(theta, mech.OK, tuple(phases))
+
+
+def phased_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float, *,
+               lam: Optional[float] = None, mode: str = "certified", rho: float = 1.0, inner: str = "A2c",
+               c_k: int = 2, lipschitz: Optional[float] = None) -> PhasedResult:
+    """Algorithm 3 (Phased-ERM; Theorem 4.1). ``lam`` defaults to ``erm_lambda`` with the certified noise
+    multiplier of the phase (A of spec §3.4) or ``rho`` in rate-shape mode."""
+    v.check_choice("mode", mode, MODES)
+    v.check_choice("inner", inner, ("A2", "A2c"))
+    n, m, d = x.shape
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    t = num_phases(n, m)
+    eps_ph, delta_ph, beta_ph = epsilon / t, delta / t, fail_prob / t
+    if lam is None:
+        mult = rho if mode == "rate-shape" else acc.noise_multiplier(eps_ph, delta_ph, beta_ph, n, m, c_k, inner)
+        lam = erm_lambda(g, domain.diameter, n, m, d, mult)
+    lambdas = phase_lambdas(lam, t)
+    groups = [(0, n)] * t
+    if mode == "rate-shape":
+        sigmas = rho * 2 * g / (lambdas * n * math.sqrt(m))
+        theta = rate_shape_many(key[None], loss, x, y, domain, np.ones((t, n)), lambdas, sigmas)[0]
+        return PhasedResult(theta, mech.OK, (), "B2 (M', rate-shape, not private)")
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, g, inner, c_k)
+    return dataclasses.replace(res, variant=f"A3 ({inner} inside)")
+
+
+def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float, *,
+               variant: str = "A4b", lam: Optional[float] = None, mode: str = "certified", rho: float = 1.0,
+               inner: str = "A2c", c_k: int = 2, lipschitz: Optional[float] = None,
+               min_group: Optional[int] = None) -> PhasedResult:
+    """Algorithm 4 (Phased-SCO; Theorem 5.1): ``variant='A4'`` as printed (halving groups), ``'A4b'`` the
+    corrected equal split. Rate-shape mode takes N0 = ``min_group`` (default 8 kappa + 2)."""
+    v.check_choice("mode", mode, MODES)
+    v.check_choice("variant", variant, ("A4", "A4b"))
+    n, m, d = x.shape
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    n0 = min_group if min_group is not None else acc.user_level_params(epsilon, delta).n_min
+    groups = _groups(n, m, epsilon, delta, variant, n0)
+    t = len(groups)
+    beta_ph = fail_prob / t
+    if lam is None:
+        mult = rho if mode == "rate-shape" else acc.noise_multiplier(epsilon, delta, beta_ph, n0 * 2, m, c_k, inner)
+        lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
+    lambdas = phase_lambdas(lam, t)
+    if mode == "rate-shape":
+        sizes = np.array([hi - lo for lo, hi in groups], np.float64)
+        weights = np.zeros((t, n))
+        for i, (lo, hi) in enumerate(groups):
+            weights[i, lo:hi] = 1.0
+        sigmas = rho * 2 * g / (lambdas * sizes * math.sqrt(m))
+        theta = rate_shape_many(key[None], loss, x, y, domain, weights, lambdas, sigmas)[0]
+        return PhasedResult(theta, mech.OK, (), f"{variant} rate-shape (not private)")
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k)
+    return dataclasses.replace(res, variant=variant)
+
+
+def localisation_radius(sigma0: float, d: int, fail_prob: float, *, sco_term: float = 0.0) -> float:
+    """R' = sigma_0 (sqrt(d) + sqrt(2 ln(1/beta))) (+ the Proposition B.1 term for Algorithm 6)."""
+    return sigma0 * (math.sqrt(d) + math.sqrt(2 * math.log(1 / fail_prob))) + sco_term
+
+
+def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k):
+    """Step 1 of Algorithms 5/6: theta_0 from Algorithm 2 (A2c) at (eps/2, delta/2), or theta* + N(0, sigma_0^2)
+    with sigma_0 = rho G/(mu n sqrt(m)) in rate-shape mode. Returns (sigma_0, theta_0, failed release or None)."""
+    n, m, d = x.shape
+    if mode == "rate-shape":
+        sigma0 = rho * loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
+        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(key, sigma0, d)), None
+    first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k)
+    if first.status != mech.OK:
+        return first.sigma, None, first
+    return first.sigma, domain.project(first.theta), None
+
+
+def strongly_convex_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float,
+                        *, mode: str = "certified", rho: float = 1.0, c_k: int = 2) -> PhasedResult:
+    """Algorithm 5 (Strongly-Convex-ERM; Theorem 4.3). Rate-shape mode: theta_0 = theta* + N(0, sigma_0^2 I),
+    sigma_0 = rho G/(mu n sqrt(m)), then M' on K'."""
+    n, m, d = x.shape
+    g = loss.lipschitz
+    k0, k1 = jax.random.split(key)
+    sigma0, theta0, failed = _centring_step(k0, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k)
+    if failed is not None:
+        return PhasedResult(np.full(d, np.nan), failed.status, (failed,), "A5")
+    r_prime = localisation_radius(sigma0, d, fail_prob)
+    inner_dom = domain.intersect(theta0, r_prime)
+    mult = rho if mode == "rate-shape" else None
+    lam = None if mult is None else erm_lambda(g, 2 * r_prime, n, m, d, mult)
+    res = phased_erm(k1, loss, x, y, inner_dom, epsilon / 2, delta / 2, fail_prob, lam=lam, mode=mode, rho=rho,
+                     c_k=c_k)
+    return dataclasses.replace(res, variant="A5 " + res.variant)
+
+
+def strongly_convex_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float,
+                        *, mode: str = "certified", rho: float = 1.0, c_k: int = 2, split_users: bool = True,
+                        variant: str = "A4b", min_group: Optional[int] = None) -> PhasedResult:
+    """Algorithm 6 (Strongly-Convex-SCO; Theorem 5.3). ``split_users`` (default): the first half of the users
+    gives theta_0, the second half runs Phased-SCO (the printed version reuses them; spec A15)."""
+    n, m, d = x.shape
+    g, mu = loss.lipschitz, loss.strong_convexity
+    k0, k1 = jax.random.split(key)
+    half = n // 2 if split_users else n
+    x0, y0 = x[:half], y[:half]
+    x1, y1 = (x[half:], y[half:]) if split_users else (x, y)
+    sigma0, theta0, failed = _centring_step(k0, loss, x0, y0, domain, epsilon, delta, fail_prob, mode, rho, c_k)
+    if failed is not None:
+        return PhasedResult(np.full(d, np.nan), failed.status, (failed,), "A6")
+    r_prime = localisation_radius(sigma0, d, fail_prob,
+                                  sco_term=30 * g * math.sqrt(math.log(2 / fail_prob)) / (mu * math.sqrt(half * m)))
+    inner_dom = domain.intersect(theta0, r_prime)
+    res = phased_sco(k1, loss, x1, y1, inner_dom, epsilon / 2, delta / 2, fail_prob, variant=variant, mode=mode,
+                     rho=rho, c_k=c_k, min_group=min_group)
+    return dataclasses.replace(res, variant="A6 " + res.variant)

@@ -1,0 +1,29 @@
+"""Power of the test suite's run counts: the audits of tests/auditing/test_audits.py at seeds 0-3.
+
+    PYTHONPATH=. python experiments/audit/margins.py > experiments/audit/margins.txt
+    PYTHONPATH=. python experiments/audit/margins.py NAME ... >> experiments/audit/margins.txt  # some audits
+
+One line per (seed, mechanism): runs per dataset, certified eps, lower bound, mutants' bounds,
+pass. P_1D/P_vec (no-clip mutant only, caught by > 7) and the batch-clipping twins of the
+individual-clipping audits (same law, same numbers) are left out.
+"""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "auditing"))
+from test_audits import RUNS  # noqa: E402  (the run counts of the test suite)
+
+from dpjax.auditing.audit import run_audit  # noqa: E402
+from dpjax.auditing.mechanisms import audit_names, build_audit  # noqa: E402
+
+SKIP = ("p1d", "pvec", "dpsgd-batch-shuffle", "dpsgd-batch-subsample")
+
+names = sys.argv[1:] or [name for name in audit_names() if name not in SKIP]
+if not sys.argv[1:]:
+    print("seed mechanism runs certified lower_bound mutants passed")
+for seed in (0, 1, 2, 3):
+    for name in names:
+        r = run_audit(build_audit(name), runs=RUNS.get(name, 40_000), seed=seed)
+        print(seed, name, RUNS.get(name, 40_000), round(r.certificate.epsilon, 3), round(r.bound.epsilon, 3),
+              " ".join(f"{m.name}={m.bound.epsilon:.3f}" for m in r.mutants), r.passed, flush=True)

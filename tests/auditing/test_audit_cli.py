@@ -1,0 +1,50 @@
+"""`dpjax audit`: report files, exit codes, refusing to overwrite or to run on bad input."""
+
+import json
+
+import pytest
+
+from dpjax.cli import main
+
+
+def test_audit_writes_markdown_and_json(tmp_path, capsys):
+    out = tmp_path / "report"
+    code = main(["audit", "gaussian", "--runs", "400", "--out", str(out)])
+    assert code in (0, 1)  # 400 runs may not catch the half-noise mutant; the report says which
+    data = json.loads((out / "audit.json").read_text())
+    (audit,) = data["audits"]
+    assert audit["name"] == "gaussian" and audit["runs_per_dataset"] == 400
+    assert audit["lower_bound"]["epsilon"] < audit["certificate"]["epsilon"]
+    assert {m["name"] for m in audit["mutants"]} == {"half-noise", "no-clip"}
+    assert data["meta"]["passed"] == (code == 0)
+    md = (out / "audit.md").read_text()
+    assert "| gaussian |" in md and "gdp_epsilon" in md
+    # a second run into the same directory is refused before any compute
+    assert main(["audit", "gaussian", "--runs", "400", "--out", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["audit"], "mechanisms=[]"),
+    (["audit", "nope"], "mechanism='nope'"),
+    (["audit", "gaussian", "--all"], "not both"),
+    (["audit", "gaussian", "--runs", "1"], "runs=1"),
+    (["audit", "gaussian", "--confidence", "1.5"], "confidence=1.5"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["audit", "gaussian", "--out", str(f)]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_bad_input_leaves_no_output_directory(tmp_path):
+    out = tmp_path / "new" / "report"
+    assert main(["audit", "nope", "--out", str(out)]) == 2
+    assert not (tmp_path / "new").exists()

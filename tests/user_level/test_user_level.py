@@ -1,0 +1,272 @@
+"""Ghazi et al. (ICML 2023) user-level mechanisms: reference values, exact laws, exact privacy audit."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from dpjax.accounting import user_level as acc
+from dpjax.user_level import audit, mechanisms as M, phased, problems as P, tdlap
+
+# --- spec §3.5 reference values (computed from the formulas; tolerance 1e-3 relative) -----------------------
+NOISE_TABLE = [  # n, ln P_128 + ln(1/beta), Delta mu sqrt(m)/G, sigma_A2 mu sqrt(m)/G, sigma_B1 mu/G, m*
+    (300, 212.67, 0.42641, 1237.32, 0.035325, 1.227e9),
+    (1000, 390.82, 0.11349, 329.31, 0.010598, 9.656e8),
+    (10000, 695.52, 0.01336, 38.763, 0.0010598, 1.338e9),
+    (100000, 993.29, 0.00158, 4.5785, 0.00010598, 1.867e9),
+]
+
+
+@pytest.mark.parametrize("row", NOISE_TABLE)
+def test_noise_reference_table(row):
+    n, logs, delta_ratio, sigma_ratio, b1, mstar = row
+    assert acc.log_pair_count(n, 128) + math.log(100) == pytest.approx(logs, rel=1e-3)
+    assert acc.deletion_sensitivity_bound(n, 1, 128, 0.01, 1.0, 1.0, 1) == pytest.approx(delta_ratio, rel=2e-3)
+    assert acc.noise_multiplier(1, 1e-6, 0.01, n, 1, 1) / n == pytest.approx(sigma_ratio, rel=1e-3)
+    assert acc.b1_sigma(1, 1e-6, n, 1.0, 1.0) == pytest.approx(b1, rel=1e-3)
+    assert acc.crossover_m(1, 1e-6, 0.01, n) == pytest.approx(mstar, rel=2e-3)
+
+
+def test_phased_sco_and_min_users_reference():
+    sizes = [hi - lo for lo, hi in acc.phased_sco_groups(10**4, 1, 1, 1e-6, "A4")]
+    # spec: 5000, 2500, 1250, 625, 312 (n/2^i rounded; the half-open integer ranges give 313 for the last)
+    assert np.allclose(sizes, [5000, 2500, 1250, 625, 312], atol=1) and sum(sizes) <= 10**4
+    assert len(acc.phased_sco_groups(10**3, 1, 1, 1e-6, "A4")) == 1
+    assert len(acc.phased_sco_groups(10**5, 1, 1, 1e-6, "A4")) == 8
+    groups = acc.phased_sco_groups(10**5, 100, 1, 1e-6, "A4b")
+    assert len(groups) == 24 and all(b == c for (_, b), (c, _) in zip(groups, groups[1:]))  # disjoint, contiguous
+    assert acc.min_users("A2", 1, 1e-6) == 258 and acc.min_users("A4", 1, 1e-6) == 516
+    assert acc.min_users("A3", 1, 1e-6, m=100) == 5754
+    with pytest.raises(ValueError, match="n=1000"):
+        acc.privacy("A3", 1, 1e-6, n=1000, m=1000)
+
+
+def test_privacy_specs_compose_and_rate_shape_is_not_private():
+    p = acc.privacy("A3", 1.0, 1e-6, n=10**4, m=100)
+    assert len(p.calls) == 20 and p.epsilon(1e-6).epsilon == pytest.approx(1.0) and p.unit == "user"
+    cal = p.calibrate(0.5, 1e-6)
+    assert acc.privacy("A3", cal["epsilon"], cal["delta"], n=10**5, m=100).certified()[0] <= 0.5
+    sco = acc.privacy("A4", 1.0, 1e-6, n=10**4, m=1)  # parallel composition: 5 disjoint groups at (eps, delta)
+    assert len(sco.calls) == 5 and sco.certified() == pytest.approx((1.0, 1e-6))
+    a6 = acc.privacy("A6", 1.0, 1e-6, n=10**6, m=100)
+    assert a6.certified() == pytest.approx((0.5, 5e-7))  # split halves: disjoint users
+    assert acc.privacy("A6", 1.0, 1e-6, n=10**6, m=100, split_users=False).certified() == pytest.approx((1.0, 1e-6))
+    for spec in (acc.privacy("A3", 1, 1e-6, n=10, m=1, mode="rate-shape"), acc.privacy("B2", 1, 1e-6, n=10, m=1)):
+        rep = spec.epsilon(1e-6)
+        assert not spec.private and math.isinf(rep.epsilon) and "NOT private" in rep.notes[0]
+        with pytest.raises(ValueError, match="not private"):
+            spec.calibrate(1.0, 1e-6)
+    with pytest.raises(ValueError, match="delta"):
+        p.epsilon(1e-8)
+
+
+# --- D1: Lemma 3.8 exact hypergeometric tails --------------------------------------------------------------
+@pytest.mark.parametrize("beta,expected", [(0.1, 1.17e-15), (0.01, 8.37e-30)])
+def test_lemma38_exact_tail(beta, expected):
+    assert audit.lemma38_pm_tail(20000, 2000, beta) == pytest.approx(expected, rel=5e-3)
+
+
+def test_lemma38_sphere_family_statistical():
+    # S1: 2000 permutations; tail <= beta + 3 binomial standard deviations (sqrt(beta(1-beta)/k))
+    vecs = P.zero_sum_family("sphere", 400, 3, 1.0, seed=0)
+    rng = np.random.default_rng(1)
+    m, beta, k = 40, 0.05, 2000
+    sums = np.array([np.linalg.norm(vecs[rng.permutation(400)[:m]].sum(0)) for _ in range(k)])
+    frac = np.mean(sums > 5 * math.sqrt(m * math.log(1 / beta)))
+    assert frac <= beta + 3 * math.sqrt(beta * (1 - beta) / k)
+
+
+# --- A0: TDLap law --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("eps,delta", [(1, 1e-5), (1, 1e-6), (0.5, 1e-6), (1, 1e-9)])
+def test_tdlap_quantised_law_exact(eps, delta):
+    p = acc.user_level_params(eps, delta)
+    masses = tdlap.sampler_masses(p.eps_prime, p.kappa)
+    assert len(masses) == 2 * p.kappa + 1 and sum(masses) == 2**64 and masses == masses[::-1]
+    assert max(range(len(masses)), key=masses.__getitem__) == p.kappa  # centred (shifted) at kappa
+    assert masses[0] / 2**64 <= p.delta_prime  # p(0) = p(2 kappa) <= delta'
+    assert tdlap.sampler_log_ratio(p.eps_prime, p.kappa) <= p.eps_prime + 1e-9  # quantisation: < 2^-64 per atom
+    assert np.allclose(tdlap.sampler_pmf(p.eps_prime, p.kappa), acc.tdlap_pmf(p.eps_prime, p.kappa), rtol=1e-9)
+
+
+def test_tdlap_inverse_cdf_exact_at_every_threshold():
+    eps, kappa = 0.5, 4
+    th = tdlap._thresholds(eps, kappa)
+    cum = np.cumsum(np.array(tdlap.sampler_masses(eps, kappa), dtype=object))[:-1]
+    for k, c in enumerate(cum, start=1):
+        for value, expect in ((int(c), k), (int(c) - 1, k - 1)):
+            r = tdlap.tdlap_from_bits(np.uint32(value >> 32), np.uint32(value & 0xFFFFFFFF), th)
+            assert int(r) == expect
+    assert int(tdlap.tdlap_from_bits(np.uint32(2**32 - 1), np.uint32(2**32 - 1), th)) == 2 * kappa
+    assert int(tdlap.tdlap_from_bits(np.uint32(0), np.uint32(0), th)) == 0
+    draws = [int(tdlap.tdlap_sample(jax.random.key(s), eps, kappa)) for s in range(3)]
+    assert draws == [int(tdlap.tdlap_sample(jax.random.key(s), eps, kappa)) for s in range(3)]  # keyed
+
+
+# --- A1 exact: bottom, accuracy path, Observation 3.5, exhaustive privacy audit (D9) --------------------------
+def _clipped_mean_table(values, kappa, sensitivity):
+    x = np.clip(np.asarray(values, float), 0, 1)[:, None, None]
+    return M.stable_table(M.oracle(P.Loss("mean"), x, np.zeros(x.shape[:2]), M.Domain.ball(1.0, 1)),
+                          len(values), kappa, sensitivity)
+
+
+def test_a1_bottom_when_unstable_and_accuracy_path_when_stable():
+    vals = np.random.default_rng(0).uniform(size=10)
+    params = acc.a1_test_params(0.5, 2, 1e-4, 0.05)
+    unstable = _clipped_mean_table(vals, 2, 1e-4)
+    assert unstable.bottom.all()
+    assert all(M.del_output_pert(jax.random.key(s), unstable, params)[0] == M.BOTTOM for s in range(5))
+    stable = _clipped_mean_table(vals, 2, 10.0)  # Delta_{4 kappa} f(x) <= Delta: S = {} for every R1 (U4)
+    assert all(s == () for s in stable.selected)
+    status, out = M.del_output_pert(jax.random.key(3), stable, acc.a1_test_params(0.5, 2, 10.0, 0.05))
+    assert status == M.OK and abs(out[0] - vals.mean()) < 0.05 * 6
+
+
+def test_observation_3_5_monotonicity():
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        vals = rng.uniform(size=9)
+        other = vals.copy()
+        other[rng.integers(9)] = rng.uniform()
+        t, t2 = _clipped_mean_table(vals, 2, 0.08), _clipped_mean_table(other, 2, 0.08)
+        for r1 in range(4):  # X^{r1}_stable(x') nonempty => X^{r1+1}_stable(x) nonempty
+            assert t2.bottom[r1] or not t.bottom[r1 + 1]
+            assert t.bottom[r1] or not t2.bottom[r1 + 1]
+
+
+def test_exact_privacy_audit_d9():
+    """U5: exact output laws on neighbouring toy datasets; H_{e^{2 eps'}} <= p(0) + p(2 kappa) + e^{eps'} delta_G."""
+    eps_p, kappa, sens, sigma = 0.5, 2, 0.05, 0.4
+    params = acc.a1_test_params(eps_p, kappa, sens, sigma)
+    _, certified_delta = acc.a1_certified(params)
+    rng = np.random.default_rng(5)
+    base = rng.uniform(0.3, 0.7, size=10)
+    pairs = [(base, np.where(np.arange(10) == 0, 1.0, base)),  # adversarial: one user moved to an extreme
+             (base, np.where(np.arange(10) == 3, 0.0, base))]
+    worst = 0.0
+    for x, x2 in pairs:
+        lp = audit.output_law(_clipped_mean_table(x, kappa, sens), eps_p, kappa)
+        lq = audit.output_law(_clipped_mean_table(x2, kappa, sens), eps_p, kappa)
+        for a, b in ((lp, lq), (lq, lp)):
+            worst = max(worst, audit.hockey_stick(a, b, sigma, math.exp(2 * eps_p)))
+    assert worst <= certified_delta
+
+
+# --- A2 / A2c / B1 ---------------------------------------------------------------------------------------------
+def test_certificate_never_passes_above_exact_deletion_sensitivity():
+    """U8: on tiny instances, certificate passed => exact Delta_{4 kappa} theta*(x) <= Delta and S = {} always."""
+    kappa, n = 2, 12
+    passed = 0
+    for seed, sens in [(0, 0.02), (1, 0.1), (2, 0.5), (3, 3.0)]:
+        x, y = P.exchangeable("mean", n, 30, 2, seed)
+        dom = M.Domain.ball(1.0, 2)
+        theta = M.minimiser(P.Loss("mean"), x, y, dom)
+        cert = M.certificate(P.Loss("mean"), x, y, dom, theta, 4 * kappa, sens)
+        table = M.stable_table(M.oracle(P.Loss("mean"), x, y, dom), n, kappa, sens)
+        if cert.passed:
+            passed += 1
+            assert table.robust[0] <= sens and all(s == () for s in table.selected)
+        assert cert.bound >= table.robust[0] - 1e-12  # Lemma C.1 upper-bounds the exact robust sensitivity
+    assert passed >= 1
+
+
+def test_lemma_c1_deterministic_bound():
+    """U7: ||theta*(x) - theta*(x_{-S})|| <= |S| gamma/(mu (n - |S|)) + 2 tau for random S (mean estimation)."""
+    x, y = P.exchangeable("mean", 200, 50, 5, 0)
+    loss, dom = P.Loss("mean"), M.Domain.ball(10.0, 5)
+    theta = M.minimiser(loss, x, y, dom)
+    cert = M.certificate(loss, x, y, dom, theta, 1, 1.0)
+    gamma = cert.gamma
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(200):
+        s = rng.integers(1, 20)
+        w = np.ones(200)
+        w[rng.choice(200, s, replace=False)] = 0
+        dist = np.linalg.norm(theta - M.minimiser(loss, x, y, dom, w))
+        worst = max(worst, dist / (s * gamma / (200 - s)))
+        # U6: closed form (n xbar - sum_{S} xbar_i)/(n - |S|)
+        assert np.allclose(M.minimiser(loss, x, y, dom, w), x[w > 0].mean(axis=(0, 1)), atol=1e-10)
+    assert worst <= 1.0
+
+
+def test_noise_vanishes_to_the_non_private_minimiser_and_determinism():
+    """Infinite budget (sigma -> 0) leaves theta*; the same key gives the same output bit for bit."""
+    x, y = P.exchangeable("logistic", 300, 20, 3, 0)
+    loss, dom = P.Loss("logistic", ridge=0.5), M.Domain.ball(1.0, 3)
+    outs = []
+    for sigma in (1.0, 1e-3):
+        params = M.acc.A1Params(0.5, 1e-7, 2, 10.0, sigma)
+        rel = M.output_perturbation(jax.random.key(7), loss, x, y, dom, params, "certificate")
+        assert rel.status == M.OK and rel.path == "certificate"
+        outs.append((rel.theta - rel.minimiser) / sigma)
+    assert np.allclose(outs[0], outs[1], rtol=0, atol=1e-10)  # theta* + sigma z with the same z: float64 rounding only
+    b1 = M.replace_output_pert(jax.random.key(1), loss, x, y, dom, 0.9, 1e-6)
+    assert np.array_equal(b1.theta, M.replace_output_pert(jax.random.key(1), loss, x, y, dom, 0.9, 1e-6).theta)
+    perm = np.random.default_rng(0).permutation(300)  # U9: user order does not change the oracle
+    assert np.allclose(M.minimiser(loss, x[perm], y[perm], dom), rel.minimiser, atol=1e-9)
+
+
+def test_certified_a2c_not_releasable_on_heterogeneous_users():
+    # gamma <= ~1 (user means lie in the unit ball); gamma_target = 10 sqrt((ln n + ln 100)/m) < 1 needs m > ~4000
+    x, y = P.exchangeable("mean", 300, 4000, 2, 0, heterogeneous=3.0)
+    rel = M.sc_output_pert_certified(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 2), 1.0, 1e-5, 0.01)
+    assert rel.status == M.NOT_RELEASABLE and np.isnan(rel.theta).all() and not rel.certificate.passed
+
+
+def test_phased_structure_and_rate_shape():
+    x, y = P.exchangeable("mean", 64, 8, 2, 0)
+    loss, dom = P.Loss("mean"), M.Domain.ball(1.0, 2)
+    assert phased.num_phases(64, 8) == 9 and np.allclose(phased.phase_lambdas(0.5, 3), [2, 8, 32])
+    a = phased.phased_erm(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, mode="rate-shape")
+    b = phased.phased_erm(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, mode="rate-shape")
+    assert np.array_equal(a.theta, b.theta) and "not private" in a.variant
+    sco = phased.phased_sco(jax.random.key(0), loss, x, y, dom, 1, 1e-6, 0.01, variant="A4", mode="rate-shape",
+                            min_group=8)
+    assert np.isfinite(sco.theta).all()
+
+
+@pytest.mark.slow  # ~5-15 s, mostly matplotlib
+def test_noise_figure_quick_and_refuses_other_runs(tmp_path):
+    from dpjax import reproduce
+
+    fig = reproduce.get("user-level-noise")
+    report = fig.fn(tmp_path, quick=True, seed=0)
+    text = report.read_text()
+    assert "(6/6 hold)" in text and (tmp_path / "results.csv").exists() and (tmp_path / "user-level-noise.png").exists()
+    with pytest.raises(ValueError, match="another run"):
+        fig.fn(tmp_path, quick=False, seed=0)
+
+
+def test_input_validation_names_the_argument():
+    with pytest.raises(ValueError, match="n=20"):
+        acc.deletion_sensitivity_bound(20, 10, 128, 0.01, 1.0, 1.0)
+    with pytest.raises(ValueError, match="kind"):
+        P.Loss("huber")
+    with pytest.raises(ValueError, match="mode"):
+        acc.privacy("A2", 1.0, 1e-6, n=300, m=1, mode="fast")
+    with pytest.raises(ValueError, match="n=40"):
+        M.stable_table(lambda w: w[:1], 40, 2, 0.1)
+
+
+def test_certified_phased_erm_stops_instead_of_substituting():
+    """A3 with A2c inside (eps = 1, delta = 1e-6, n = 6000 >= n_min = 5754 at m = 16): early phases pass the
+    certificate; once lambda_i = lambda 4^i pushes the target Delta below float64 resolution (Delta_C ~ 1e-13 vs
+    the 2 tau rounding allowance) the run stops as not releasable -- never bottom, never a baseline (spec A14)."""
+    x, y = P.exchangeable("mean", 6000, 16, 3, 0)
+    res = phased.phased_erm(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 3), 1.0, 1e-6, 0.01)
+    assert res.status == M.NOT_RELEASABLE and np.isnan(res.theta).all()
+    assert all(p.certificate.passed for p in res.phases[:-1]) and not res.phases[-1].certificate.passed
+    assert len(res.phases) >= 5 and res.phases[-1].certificate.target < 1e-12
+
+
+def test_phased_without_noise_is_key_independent_and_reaches_the_minimiser():
+    """rho = 0 (infinite budget): M' is the noise-free localisation -- the same for every key, and for mean
+    estimation it reaches the ERM minimiser (the mean): phase i multiplies the gap by lambda_i/(1 + lambda_i) <= 1,
+    the first by 4e-3/(1 + 4e-3) < 1e-2."""
+    x, y = P.exchangeable("mean", 40, 8, 2, 3)
+    dom = M.Domain.ball(1.0, 2)
+    runs = [phased.phased_erm(jax.random.key(s), P.Loss("mean"), x, y, dom, 1, 1e-6, 0.01, mode="rate-shape",
+                              rho=0.0, lam=1e-3).theta for s in (0, 1)]
+    assert np.array_equal(runs[0], runs[1])
+    assert np.linalg.norm(runs[0] - x.reshape(-1, 2).mean(0)) <= 1e-2 * np.linalg.norm(x.reshape(-1, 2).mean(0)) + 1e-12

@@ -19,7 +19,6 @@ import pathlib
 import time
 
 import numpy as np
-from scipy import special, stats
 
 from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting import fdp

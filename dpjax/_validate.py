@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -90,3 +91,32 @@ def check_le(name: str, value: Any, other_name: str, other: Any) -> None:
     """``value <= other``, naming both arguments."""
     if not value <= other:
         raise ValueError(f"{_fmt(name, value)} must be <= {other_name}={other!r}")
+
+
+def concrete_scalar(value: Any) -> Any:
+    """``value`` when it is a concrete scalar (Python, NumPy or a 0-d jax array), else ``None``.
+
+    Lets a constructor validate every value it can see on the host — Python
+    numbers, ``np.float32(-0.1)``, ``jnp.float32(-0.1)`` — while leaving jax
+    tracers (inside ``jit``/``vmap``) and batched arrays alone. Bools are
+    returned as they are so that the ``check_*`` helpers reject them.
+    """
+    if isinstance(value, numbers.Number):
+        return value
+    jax = sys.modules.get("jax")  # never import jax here: the accounting layer uses this module
+    if jax is not None and isinstance(value, jax.core.Tracer):
+        return None
+    kind = getattr(getattr(value, "dtype", None), "kind", None)
+    if getattr(value, "shape", None) == () and kind is not None and kind in "fiub":
+        try:
+            return value.item()
+        except Exception:  # not concrete after all (e.g. an abstract value)
+            return None
+    return None
+
+
+def check_if_concrete(check, name: str, value: Any, **kwargs) -> None:
+    """Runs ``check(name, scalar, **kwargs)`` when ``value`` is a concrete scalar (see :func:`concrete_scalar`)."""
+    scalar = concrete_scalar(value)
+    if scalar is not None:
+        check(name, scalar, **kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 SUBCOMMAND_MODULES = [
@@ -45,18 +46,49 @@ def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: Failures a user can cause and fix (bad arguments or files, missing data, a full
+#: or read-only disk): one line on stderr and exit status 2. Anything else is a
+#: bug and keeps its traceback.
+EXPECTED_ERRORS = (ValueError, OSError)
+
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+def _attach_negative_numbers(argv: list[str]) -> list[str]:
+    """``["--delta", "-1e-5"]`` -> ``["--delta=-1e-5"]``.
+
+    argparse only recognises ``-1`` and ``-.5`` as negative numbers; ``-1e-5``
+    or ``-inf`` after an option would read as an unknown option ("expected one
+    argument"). Attached, the value reaches the option and its validator,
+    which then says what is wrong with it.
+    """
+    out: list[str] = []
+    for tok in argv:
+        prev = out[-1] if out else ""
+        if _NEGATIVE_NUMBER.match(tok) and prev.startswith("--") and "=" not in prev and prev != "--":
+            out[-1] = f"{prev}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line (an ``OSError`` keeps its errno, reason and file name)."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMAND_MODULES.get(argv[0]) if argv else None
     parser = build_parser(None if command is None else [command])
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attach_negative_numbers(argv))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
         return int(args.func(args) or 0)
-    except ValueError as err:  # bad input: a clear message, not a traceback
-        print(f"dpjax: error: {err}", file=sys.stderr)
+    except EXPECTED_ERRORS as err:  # bad input: a clear message, not a traceback
+        print(f"dpjax: error: {one_line(err)}", file=sys.stderr)
         return 2
 
 

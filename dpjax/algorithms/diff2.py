@@ -78,10 +78,6 @@ PyTree = Any
 OUTPUTS = ("random", "last")
 
 
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _tree_sub(a: PyTree, b: PyTree) -> PyTree:
     return jax.tree_util.tree_map(jnp.subtract, a, b)
 
@@ -142,16 +138,12 @@ class Diff2HParams:
         dtype=jnp.float32,
     ) -> "Diff2HParams":
         """Validated constructor (host-side scalars; arrays are passed through)."""
-        if _is_num(learning_rate):
-            _validate.check_positive("learning_rate", learning_rate)
-        if _is_num(restart_interval):
-            _validate.check_int("restart_interval", restart_interval, min_value=1)
+        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
+        _validate.check_if_concrete(_validate.check_int, "restart_interval", restart_interval, min_value=1)
         for name, val in (("clip_restart", clip_restart), ("clip_diff", clip_diff), ("clip_local", clip_local)):
-            if _is_num(val):
-                _validate.check_positive(name, val, allow_inf=True)
+            _validate.check_if_concrete(_validate.check_positive, name, val, allow_inf=True)
         for name, val in (("sigma_restart", sigma_restart), ("sigma_diff", sigma_diff), ("sigma_local", sigma_local)):
-            if _is_num(val):
-                _validate.check_nonnegative(name, val)
+            _validate.check_if_concrete(_validate.check_nonnegative, name, val)
         f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
         return cls(
             f(learning_rate), jnp.asarray(restart_interval, jnp.int32), f(clip_restart), f(clip_diff),

@@ -60,9 +60,10 @@ class MbSgdHParams:
 
     @classmethod
     def create(cls, learning_rate, noise_std=0.0, clip_norm=1.0) -> "MbSgdHParams":
-        _validate.check_positive("learning_rate", learning_rate) if _is_num(learning_rate) else None
-        _validate.check_nonnegative("noise_std", noise_std) if _is_num(noise_std) else None
-        _validate.check_positive("clip_norm", clip_norm, allow_inf=True) if _is_num(clip_norm) else None
+        # Concrete scalars of any kind (Python, NumPy, 0-d jax) are checked; tracers are not.
+        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
+        _validate.check_if_concrete(_validate.check_nonnegative, "noise_std", noise_std)
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         f32 = lambda v: jnp.asarray(v, jnp.float32)
         return cls(f32(learning_rate), f32(noise_std), f32(clip_norm))
 
@@ -87,9 +88,6 @@ def silo_transcript_schedule(
         unit=PrivacyUnit.RECORD_IN_SILO,
     )
 
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float))
 
 
 def smallest_silo(silo_sizes) -> int:

@@ -68,10 +68,8 @@ class UnbalancedHParams:
         stds = np.asarray(noise_stds, np.float64)
         if stds.ndim != 1 or stds.size == 0 or not np.all(np.isfinite(stds)) or np.any(stds < 0):
             raise ValueError(f"noise_stds={noise_stds!r} must be a non-empty 1-D sequence of finite values >= 0")
-        if isinstance(learning_rate, (int, float)):
-            _validate.check_positive("learning_rate", learning_rate)
-        if isinstance(clip_norm, (int, float)):
-            _validate.check_positive("clip_norm", clip_norm, allow_inf=True)
+        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(stds, jnp.float32),
                    jnp.asarray(clip_norm, jnp.float32))
 

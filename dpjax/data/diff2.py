@@ -4,6 +4,9 @@ and LIBSVM binary classification sets (a9a, w8a).
 Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the
 spec's preprocessing (§5.2) and the P = 10 round-robin i.i.d. client split of
 the authors' code (reference doc B.5: example ``i`` goes to worker ``i mod P``).
+Every loader takes ``verify=True``: a file named like a published one but with
+another row count (truncated, cut) is refused (:func:`dpjax.data.sources.check_known_file`);
+unreadable or non-numeric files raise a ``ValueError`` naming the file, row and column.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import gzip
 import os
 import pathlib
+import warnings
 
 import numpy as np
 
@@ -19,7 +23,7 @@ from dpjax.data.federated import FederatedDataset
 from dpjax.data.isrl import _check_seed, _check_train_fraction
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, find_file
 from dpjax.data.preprocess import label_encode, one_hot, split_sizes, standardize_fit
-from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, download_dataset
+from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, check_known_file, download_dataset
 
 __all__ = [
     "CAL_HOUSING_FEATURES",
@@ -80,13 +84,38 @@ def _read_csv_table(path: pathlib.Path, n_cols: int):
         import pandas as pd  # optional fast path; not a dependency of dpjax
     except ImportError:
         return None
-    df = pd.read_csv(path, header=None)
+    try:
+        df = pd.read_csv(path, header=None)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable CSV table: {' '.join(str(err).split())}") from None
     if df.shape[1] != n_cols:
         raise ValueError(f"{path} has {df.shape[1]} columns, expected {n_cols}")
     return df
 
 
-def load_california_housing(data_dir: str | os.PathLike | None = None) -> dict:
+def _float_frame(df, path) -> np.ndarray:
+    """``df`` as float64; a ValueError names the file, row and column of the first non-number."""
+    try:
+        return df.to_numpy(dtype=np.float64)
+    except (ValueError, TypeError):
+        import pandas as pd
+
+        bad = (df.apply(pd.to_numeric, errors="coerce").isna() & df.notna()).to_numpy()
+        r, c = np.argwhere(bad)[0]
+        raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {df.iat[r, c]!r} is not a number") from None
+
+
+def _loadtxt(path, source, **kwargs) -> np.ndarray:
+    """``np.loadtxt`` whose errors name the file (numpy names the row and column)."""
+    try:
+        with warnings.catch_warnings():  # an empty table is reported by the caller, with the file name
+            warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+            return np.loadtxt(source, delimiter=",", dtype=np.float64, ndmin=2, **kwargs)
+    except ValueError as err:
+        raise ValueError(f"{path}: {' '.join(str(err).split())}") from None
+
+
+def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """California Housing, L. Torgo's version (diff2 spec §5.1): 20640 x 8, target median house value.
 
     Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``).
@@ -96,14 +125,15 @@ def load_california_housing(data_dir: str | os.PathLike | None = None) -> dict:
     p = find_file(base, "california_housing", ["cal_housing.data"])
     if p is None:
         raise _not_found("California housing", base, "california_housing", ["cal_housing.data"], "california_housing")
-    a = np.loadtxt(p, delimiter=",", dtype=np.float64, ndmin=2)
+    a = _loadtxt(p, p)
     if a.shape[1] != 9:
         raise ValueError(f"{p} has {a.shape[1]} columns, expected 9")
+    check_known_file(p, a.shape[0], verify)
     return {"x": a[:, :8], "y": a[:, 8], "feature_names": list(CAL_HOUSING_FEATURES),
             "target_name": "medianHouseValue", "source": str(p)}
 
 
-def load_gas_turbine(data_dir: str | os.PathLike | None = None) -> dict:
+def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """Gas Turbine CO and NOx emissions (diff2 spec §5.1): the five yearly files 2011-2015 pooled
     (36733 rows), 9 features AT..CDP, target CO; the NOx column is removed.
 
@@ -122,9 +152,12 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None) -> dict:
             missing = [c for c in GAS_TURBINE_FEATURES + ("CO",) if c not in header]
             if missing:
                 raise ValueError(f"{p} lacks the column(s) {missing}; it has {header}")
-            a = np.loadtxt(f, delimiter=",", dtype=np.float64, ndmin=2)
+            a = _loadtxt(p, f)
+        if a.shape[0] == 0:
+            raise ValueError(f"{p} has a header but no data rows")
         if a.shape[1] != len(header):
             raise ValueError(f"{p} has {a.shape[1]} data columns, header has {len(header)}")
+        check_known_file(p, a.shape[0], verify)
         xs.append(a[:, [header.index(c) for c in GAS_TURBINE_FEATURES]])
         ys.append(a[:, header.index("CO")])
         years.append(np.full(a.shape[0], year, np.int32))
@@ -132,7 +165,7 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None) -> dict:
             "target_name": "CO", "year": np.concatenate(years), "source": ", ".join(str(p) for p in paths)}
 
 
-def load_blogfeedback(data_dir: str | os.PathLike | None = None) -> dict:
+def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """BlogFeedback training file (diff2 spec §5.1): 52397 x 280 features, target = column 281
     (comments in the next 24 h). Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
 
@@ -146,17 +179,18 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None) -> dict:
         raise _not_found("BlogFeedback", base, "blogfeedback", names, "blogfeedback")
     df = _read_csv_table(p, 281)
     if df is not None:
-        a = df.to_numpy(dtype=np.float64)
+        a = _float_frame(df, p)
     else:
         with _open_text(p) as f:
-            a = np.loadtxt(f, delimiter=",", dtype=np.float64, ndmin=2)
+            a = _loadtxt(p, f)
     if a.shape[1] != 281:
         raise ValueError(f"{p} has {a.shape[1]} columns, expected 281")
+    check_known_file(p, a.shape[0], verify)
     return {"x": a[:, :280], "y": a[:, 280], "feature_names": [f"f{i + 1}" for i in range(280)],
             "target_name": "comments_next_24h", "source": str(p)}
 
 
-def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot") -> dict:
+def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot", verify: bool = True) -> dict:
     """KDD Cup 1999, the official 10% file (diff2 spec §5.1, §7 A19/A20): 494021 rows, 41 features,
     23 connection labels.
 
@@ -178,7 +212,8 @@ def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = 
     num_idx = [i for i in range(41) if i not in sym_idx]
     df = _read_csv_table(p, 42)
     if df is not None:
-        num = df.iloc[:, num_idx].to_numpy(dtype=np.float64)
+        check_known_file(p, len(df), verify)
+        num = _float_frame(df.iloc[:, num_idx], p)
         sym = df.iloc[:, sym_idx + [41]].to_numpy().astype(str)
     else:
         with _open_text(p) as f:
@@ -252,7 +287,7 @@ def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dty
     return {"x": x, "y": np.asarray(labels, np.float64), "source": str(path)}
 
 
-def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train") -> dict:
+def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train", verify: bool = True) -> dict:
     """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows,
     file ``a9a``) or ``"test"`` (16281 rows, file ``a9a.t``)."""
     check_choice("split", split, ("train", "test"))
@@ -261,16 +296,20 @@ def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train")
     p = find_file(base, "libsvm_a9a", [name])
     if p is None:
         raise _not_found("LIBSVM a9a", base, "libsvm_a9a", [name], "a9a")
-    return load_svmlight(p, n_features=123)
+    out = load_svmlight(p, n_features=123)
+    check_known_file(p, out["x"].shape[0], verify)
+    return out
 
 
-def load_w8a(data_dir: str | os.PathLike | None = None) -> dict:
+def load_w8a(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """LIBSVM ``w8a`` (300 binary features, labels +1/-1; 49749 rows, file ``w8a``)."""
     base = _data_dir(data_dir)
     p = find_file(base, "libsvm_w8a", ["w8a"])
     if p is None:
         raise _not_found("LIBSVM w8a", base, "libsvm_w8a", ["w8a"], "w8a")
-    return load_svmlight(p, n_features=300)
+    out = load_svmlight(p, n_features=300)
+    check_known_file(p, out["x"].shape[0], verify)
+    return out
 
 
 def diff2_silos(

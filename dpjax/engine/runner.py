@@ -124,6 +124,31 @@ def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, 
     return jax.jit(fn)
 
 
+def _check_keys(name: str, value, batch_ndim: int) -> None:
+    """``value`` is a PRNG key array with ``batch_ndim`` leading axes: typed (``jax.random.key``)
+    or raw ``uint32 [..., 2]`` (``jax.random.PRNGKey``)."""
+    dtype = getattr(value, "dtype", None)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == np.uint32 and np.ndim(value) >= 1 and np.shape(value)[-1] == 2
+    what = "one key (jax.random.key(seed))" if batch_ndim == 0 else "a batch of keys (e.g. dpjax.keys.run_keys(seed, n))"
+    if not (typed or raw):
+        shown = value if np.ndim(value) == 0 else f"an array of shape {np.shape(value)} and dtype {dtype}"
+        raise ValueError(f"{name}={shown!r} must be a PRNG key array: {what}")
+    ndim = np.ndim(value) - (0 if typed else 1)
+    if ndim != batch_ndim:
+        raise ValueError(f"{name} has {ndim} key axes (shape {np.shape(value)}); expected {what}")
+
+
+def _check_data(algorithm, data: SiloData, batched: bool) -> None:
+    """The algorithm's host-side checks plus the problem's label check (when it has one)."""
+    per_trial = [jax.tree_util.tree_map(lambda a: a[i], data) for i in range(data.x.shape[0])] if batched else [data]
+    check_labels = getattr(algorithm.problem, "check_labels", None)
+    for d in per_trial:
+        algorithm.validate(d)
+        if check_labels is not None:
+            check_labels(np.asarray(d.y)[np.asarray(d.mask)])
+
+
 def _check_eval_every(algorithm, eval_every):
     if eval_every is not None:
         _validate.check_int("eval_every", eval_every, min_value=1, max_value=algorithm.num_rounds)
@@ -189,7 +214,8 @@ def run(
     """
     _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
     _check_eval_every(algorithm, eval_every)
-    algorithm.validate(data)
+    _check_keys("key", key, 0)
+    _check_data(algorithm, data, batched=False)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
     fn = compiled_runner(algorithm, eval_fn, eval_every, False, None, None)
@@ -229,20 +255,15 @@ def run_many(
     """
     _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
     _check_eval_every(algorithm, eval_every)
+    _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
     num_runs = jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0]
-    if shared_key and keys_.shape != ():
-        raise ValueError(f"keys_ has shape {keys_.shape}; with shared_key=True pass one key (shape ())")
     for path, leaf in jax.tree_util.tree_leaves_with_path(hparams):
         if np.shape(leaf)[:1] != (num_runs,):
             raise ValueError(
                 f"hparams{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}; "
                 f"its leading axis must be the number of runs ({num_runs} keys)"
             )
-    if data_batched:
-        for i in range(data.x.shape[0]):
-            algorithm.validate(jax.tree_util.tree_map(lambda a: a[i], data))
-    else:
-        algorithm.validate(data)
+    _check_data(algorithm, data, batched=data_batched)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(keys_ if shared_key else keys_[0], "local"))
         params_batched = False

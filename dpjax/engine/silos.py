@@ -62,12 +62,22 @@ class SiloData:
         numbers of silos or rows, empty silos, inconsistent feature shapes, or
         NaN/inf values.
         """
+        for name, arrs in (("xs", xs), ("ys", ys)):
+            if hasattr(arrs, "shape") or isinstance(arrs, (str, bytes)) or not isinstance(arrs, Sequence):
+                raise ValueError(f"{name} (a {type(arrs).__name__}{getattr(arrs, 'shape', '')}) must be a list "
+                                 "with one array per silo, e.g. [x_silo0, x_silo1, ...]")
         if len(xs) == 0:
             raise ValueError("xs=[] must contain at least one silo")
         if len(xs) != len(ys):
             raise ValueError(f"xs has {len(xs)} silos but ys has {len(ys)}; they must match")
         xs = [np.asarray(x) for x in xs]
         ys = [np.asarray(y) for y in ys]
+        for name, arrs in (("xs", xs), ("ys", ys)):
+            for i, a in enumerate(arrs):
+                if a.dtype.kind not in "fiub":
+                    raise ValueError(f"{name}[{i}] has dtype {a.dtype}; silo data must be numeric")
+                if a.ndim < 1:
+                    raise ValueError(f"{name}[{i}] is a scalar; every silo needs an array with one row per record")
         feat_shape = xs[0].shape[1:]
         label_shape = ys[0].shape[1:]
         for i, (x, y) in enumerate(zip(xs, ys)):

@@ -18,6 +18,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
+
 PyTree = Any
 
 
@@ -33,5 +35,10 @@ def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
 
 
 def add_gaussian_noise(key: jax.Array, tree: PyTree, std) -> PyTree:
-    """``tree + N(0, std^2 I)`` (std may be a traced scalar)."""
+    """``tree + N(0, std^2 I)`` (std may be a traced scalar).
+
+    A concrete ``std`` must be finite and >= 0 (a negative one would silently
+    act as ``|std|``); a traced one is the caller's responsibility.
+    """
+    _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))

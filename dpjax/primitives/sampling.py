@@ -390,8 +390,11 @@ SAMPLERS = {
 
 
 def make_sampler(scheme: str, batch_size: int | None = None) -> Sampler:
-    """Builds a sampler from its accounting name (``"full"`` ignores batch_size)."""
+    """Builds a sampler from its accounting name (``"full"``: every record, so no ``batch_size``)."""
     if scheme == "full":
+        if batch_size is not None:
+            raise ValueError(f"batch_size={batch_size!r} must be None with sampling='full' (every record is used "
+                             "every round); choose another sampling scheme to use batches")
         return FullBatch()
     _validate.check_choice("sampling", scheme, tuple(SAMPLERS) + ("full",))
     return SAMPLERS[scheme](batch_size)

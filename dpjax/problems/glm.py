@@ -78,6 +78,14 @@ class LogisticRegression:
 
     kind = "binary"
 
+    def check_labels(self, y) -> None:
+        """Host-side: the labels (real rows) are 0 or 1 (not -1/+1, not class ids)."""
+        y = np.asarray(y)
+        bad = ~np.isin(y, (0, 1))
+        if bad.any():
+            raise ValueError(f"y={y[bad][0]!r} (first bad label of {int(bad.sum())}): LogisticRegression needs "
+                             f"labels in {{0, 1}}; found values {np.unique(y)[:10].tolist()}")
+
     def init_params(self, key=None):
         return jnp.zeros((self.dim,), jnp.float32)
 
@@ -139,6 +147,14 @@ class SoftmaxRegression:
         _validate.check_int("num_classes", self.num_classes, min_value=2)
 
     kind = "multiclass"
+
+    def check_labels(self, y) -> None:
+        """Host-side: the labels (real rows) are integers in ``0 .. num_classes - 1``."""
+        y = np.asarray(y)
+        bad = (y != np.round(y)) | (y < 0) | (y >= self.num_classes)
+        if bad.any():
+            raise ValueError(f"y={y[bad][0]!r} (first bad label of {int(bad.sum())}): SoftmaxRegression with "
+                             f"num_classes={self.num_classes} needs integer labels in [0, {self.num_classes - 1}]")
 
     def init_params(self, key=None):
         return jnp.zeros((self.dim, self.num_classes), jnp.float32)

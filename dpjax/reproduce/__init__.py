@@ -3,13 +3,15 @@
 Each paper module (listed in ``FIGURE_MODULES``) registers its figures with
 ``@register(...)``. A figure function has the signature::
 
-    fn(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path
+    fn(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path
 
 and writes into ``out_dir`` a tidy ``results.csv`` (one row per algorithm x
 epsilon x trial x metric, columns at least ``algorithm, epsilon, trial,
 metric, value, accountant``), a PNG figure and a markdown ``report.md``
 comparing the paper's claims with what dpjax measured; it returns the report
-path. ``quick=True`` must finish in minutes on 2 CPU cores.
+path. ``quick=True`` must finish in minutes on 2 CPU cores. ``data_dir`` is
+passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then the cache
+directory; see :mod:`dpjax.data.paths`).
 """
 
 from __future__ import annotations

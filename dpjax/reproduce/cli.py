@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import time
 
-from dpjax import reproduce
+from dpjax import outputs, reproduce
 
 
 def _run(args) -> int:
@@ -23,9 +22,16 @@ def _run(args) -> int:
         options["construction"] = args.construction
     out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}"
                        f"{'-' + args.construction if args.construction and args.construction != 'paper' else ''}")
-    out.mkdir(parents=True, exist_ok=True)
+    identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed,
+                "construction": args.construction or "paper"}
+    out, created = outputs.claim_output_dir(out, identity, overwrite=args.overwrite)  # before any compute
     start = time.perf_counter()
-    report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
+    try:
+        report = fig.fn(out, quick=args.quick, seed=args.seed, data_dir=args.data_dir, **options)
+    except BaseException:
+        outputs.release_output_dir(out, created)
+        raise
+    outputs.finish_output_dir(out, identity)
     print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
     return 0
 
@@ -36,6 +42,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--list", action="store_true", help="list the available figures")
     p.add_argument("--quick", action="store_true", help="small protocol that finishes in minutes on 2 CPU cores")
     p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
+    p.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
+    p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--construction", choices=("paper", "authors"), default=None,
                    help="paper: the construction the paper's text describes (default); authors: what the authors' "

@@ -191,14 +191,6 @@ def make_eval_fn(problem, classification: bool):
 
 
 # ----------------------------------------------------------------------------- data
-def default_data_dir() -> str | None:
-    env = os.environ.get("DPJAX_DATA_DIR")
-    if env:
-        return env
-    shared = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
-    return str(shared) if shared.exists() else None
-
-
 @functools.lru_cache(maxsize=8)
 def _raw(name: str, data_dir: str | None):
     from dpjax.data import diff2 as d2
@@ -211,7 +203,7 @@ def load_split(name: str, seed: int, max_records: int | None, data_dir: str | No
     """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode)."""
     from dpjax.data import diff2 as d2
 
-    raw, task = _raw(name, data_dir if data_dir is not None else default_data_dir())
+    raw, task = _raw(name, None if data_dir is None else str(data_dir))
     n = raw["y"].shape[0]
     if max_records is not None and max_records < n:
         rows = np.sort(np.random.default_rng(10_000 + seed).choice(n, max_records, replace=False))
@@ -627,14 +619,14 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
     return report
 
 
-def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=()):
+def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None):
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     protocol = QUICK if quick else FULL
     t0 = time.time()
     results, summaries = {}, {}
     for name in datasets:
-        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed)
+        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir)
         summaries[name] = summarize(results[name], protocol, metrics)
     return _write_outputs(out_dir, fig_name, datasets, epsilons, metrics, results, summaries, protocol, quick,
                           time.time() - t0, notes)
@@ -642,17 +634,17 @@ def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, 
 
 @register("diff2-regression", paper=PAPER,
           description="Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, gas turbine, BlogFeedback (eps 3, 5)")
-def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     notes = ["BlogFeedback: only the UCI training file (52,397 rows) is available; the paper used 60,021 rows.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=REGRESSION_SETS, epsilons=(3.0, 5.0),
-                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes)
+                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes, data_dir=data_dir)
 
 
 @register("diff2-classification", paper=PAPER,
           description="Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover Type), eps 3")
-def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
+def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     notes = ["**Forest Cover Type is not available offline; LIBSVM a9a (binary, 123 binary features, training "
              "file only) is used as the stand-in.** KDD Cup 99: the official 10% file, 23 classes, the three symbolic "
              "columns one-hot encoded and not standardised (spec A19/A20). Loss: softmax cross-entropy.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=CLASSIFICATION_SETS, epsilons=(3.0,),
-                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes)
+                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes, data_dir=data_dir)

@@ -751,7 +751,7 @@ def mnist_task(data_dir: str | None = None, construction: str = "paper") -> Task
     from dpjax.data import isrl_mnist_silos, load_mnist, pca_fit
     from dpjax.problems import LogisticRegression
 
-    mnist = load_mnist(data_dir if data_dir is not None else proto.default_data_dir())
+    mnist = load_mnist(data_dir)
     images, labels = mnist["train_images"], mnist["train_labels"]
     pca = pca_fit(images.reshape(images.shape[0], -1).astype(np.float64) / 255.0, 50)
     test_images = mnist["test_images"].reshape(mnist["test_images"].shape[0], -1).astype(np.float64) / 255.0
@@ -773,7 +773,7 @@ def insurance_task(data_dir: str | None = None, construction: str = "paper") -> 
     from dpjax.data import insurance_silos, load_insurance
     from dpjax.problems import LinearRegression
 
-    raw = load_insurance(data_dir if data_dir is not None else proto.default_data_dir())
+    raw = load_insurance(data_dir)
     ddof = 1 if construction == "authors" else 0  # the script standardises with pandas std() (ddof = 1)
     return Task(data=lambda n_silos, seed: insurance_silos(raw, n_silos=n_silos, seed=seed, ddof=ddof),
                 problem=lambda fed: LinearRegression(fed.train_x[0].shape[1]), test_metric="rmse")
@@ -783,7 +783,7 @@ def obesity_task(data_dir: str | None = None, construction: str = "paper") -> Ta
     from dpjax.data import load_obesity, obesity_silos
     from dpjax.problems import SoftmaxRegression
 
-    raw = load_obesity(data_dir if data_dir is not None else proto.default_data_dir())
+    raw = load_obesity(data_dir)
 
     def data(num_silos: int, seed: int):
         if num_silos != 7:
@@ -817,9 +817,10 @@ AUTHORS_NOTES = (
 )
 
 
-def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: bool, seed: int, notes=()) -> pathlib.Path:
+def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: bool, seed: int, notes=(),
+            data_dir=None) -> pathlib.Path:
     start = time.perf_counter()
-    result = run_experiment(exp, task_fn(construction=exp.construction), seed=seed)
+    result = run_experiment(exp, task_fn(data_dir, construction=exp.construction), seed=seed)
     summ = _means(result["selected"])
     claims = claims_fn(summ, exp)
     wall = time.perf_counter() - start
@@ -831,14 +832,15 @@ def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: boo
 
 @register("isrl-mnist", paper=PAPER, constructions=("paper", "authors"),
           description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε")
-def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper") -> pathlib.Path:
+def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
+                      data_dir=None) -> pathlib.Path:
     data_note = ("Silos drawn without replacement across silos (disjoint silos, disjoint train/test)."
                  if construction == "paper" else
                  "Authors' data: the first 774 images of each digit in file order (the same pool every trial), "
                  "1,548 rows per silo drawn with replacement, split 80/20 with random_state=1 (most test rows "
                  "are copies of training images).")
     return _figure(mnist_experiment(quick, construction), mnist_task, claims_mnist,
-                   "ISRL-DP MNIST logistic regression (Fig. 4/7): test error vs ε", out_dir, quick, seed,
+                   "ISRL-DP MNIST logistic regression (Fig. 4/7): test error vs ε", out_dir, quick, seed, data_dir=data_dir,
                    notes=(data_note,
                           "L = 2 max‖x‖ over silo 1's training features (the script's and Appendix I's rule); "
                           "records are clipped at L, so the guarantee holds for every silo.",
@@ -850,7 +852,8 @@ def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construc
 
 @register("isrl-insurance", paper=PAPER, constructions=("paper", "authors"),
           description="Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε over an (N, M) grid")
-def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper") -> pathlib.Path:
+def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
+                          data_dir=None) -> pathlib.Path:
     rules = (("Per-example clipping at the tuned threshold; non-private baselines are tuned over the same clip grid.",
               "K, σ and δ = 1/n² use the smallest silo's training size (the last silo is slightly smaller), "
               "so every silo's guarantee is at least as strong.") if construction == "paper" else
@@ -861,12 +864,13 @@ def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, cons
               "default).",))
     return _figure(insurance_experiment(quick, construction), insurance_task, claims_insurance,
                    "ISRL-DP insurance linear regression (Fig. 5/8/9): relative RMSE vs ε", out_dir, quick, seed,
-                   notes=rules + ("Relative RMSE = √(test MSE / test MSE of the pooled training mean).",))
+                   data_dir=data_dir, notes=rules + ("Relative RMSE = √(test MSE / test MSE of the pooled training mean).",))
 
 
 @register("isrl-obesity", paper=PAPER, constructions=("paper", "authors"),
           description="Fig. 6: obesity softmax regression (7 single-class silos, M = 3), test error vs ε")
-def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper") -> pathlib.Path:
+def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
+                        data_dir=None) -> pathlib.Path:
     noise_note = ("Per-silo noise on minibatch means (the paper's Algorithm 2)." if construction == "paper" else
                   "Authors' noise model: silos send K-record gradient SUMS and the server adds ONE Gaussian draw of "
                   "the Appendix I σ to their average — run as per-silo noise σ√M/K on the means with the step × K "
@@ -875,6 +879,6 @@ def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, constr
     silo_note = ("Silos subsampled without replacement to 200 records." if construction == "paper" else
                  "Silos resampled with replacement to the smallest class's training count (the script's n_min).")
     return _figure(obesity_experiment(quick, construction), obesity_task, claims_obesity,
-                   "ISRL-DP obesity softmax regression (Fig. 6): test error vs ε", out_dir, quick, seed,
+                   "ISRL-DP obesity softmax regression (Fig. 6): test error vs ε", out_dir, quick, seed, data_dir=data_dir,
                    notes=("R = 100, M = 3, L = 20, last-iterate output from the authors' code.", noise_note,
                           silo_note))

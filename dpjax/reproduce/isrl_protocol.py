@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -49,15 +48,6 @@ LABELS = {
 CALIBRATIONS = ("paper", "tight")
 #: What the ``accountant`` column says for each calibration.
 ACCOUNTANT_OF = {"paper": "paper-experiment", "tight": "rdp", "none": "none"}
-
-
-def default_data_dir() -> str | None:
-    """``$DPJAX_DATA_DIR`` if set, else the project's ``shared/data`` when present."""
-    env = os.environ.get("DPJAX_DATA_DIR")
-    if env:
-        return env
-    shared = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
-    return str(shared) if shared.exists() else None
 
 
 def log_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> tuple[float, ...]:

@@ -61,13 +61,19 @@ def _sweep(args) -> int:
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.driver import run_sweep
 
+    import dataclasses
+
+    from dpjax.sweep import registry
+
     path = pathlib.Path(args.config)
     cfg = SweepConfig.from_toml(path)
-    if args.chunk_size is not None or args.vmap_width is not None:
-        import dataclasses
-
-        cfg = dataclasses.replace(cfg, chunk_size=args.chunk_size or cfg.chunk_size,
-                                  vmap_width=args.vmap_width or cfg.vmap_width)
+    if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
+        cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
+                                  vmap_width=cfg.vmap_width if args.vmap_width is None else args.vmap_width)
+    if args.data_dir is not None:
+        if "data_dir" not in registry.get_dataset(cfg.data["name"]).defaults:
+            raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
+        cfg = dataclasses.replace(cfg, data={**cfg.data, "data_dir": args.data_dir})
     res = run_sweep(
         cfg, args.out, source_text=path.read_text(), progress=not args.no_progress,
         process_index=index, process_count=count, max_chunks=args.max_chunks,
@@ -122,6 +128,9 @@ def add_parser(subparsers) -> None:
                    help="seconds to wait for all processes to connect (default 300)")
     d.add_argument("--shutdown-timeout", type=int, default=None,
                    help="seconds a finished process waits for the others at the end (default 3600)")
+    p.add_argument("--data-dir", default=None,
+                   help="directory holding the datasets (sets data.data_dir; default: the config's, then "
+                        "$DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--sleep-between-chunks", type=float, default=0.0, help=argparse.SUPPRESS)
@@ -144,6 +153,8 @@ def add_parser(subparsers) -> None:
 
 
 def main(argv=None) -> int:
+    from dpjax.cli import EXPECTED_ERRORS, one_line
+
     parser = argparse.ArgumentParser(prog="dpjax")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
@@ -152,8 +163,8 @@ def main(argv=None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except ValueError as err:
-        print(f"dpjax: error: {err}", file=sys.stderr)
+    except EXPECTED_ERRORS as err:
+        print(f"dpjax: error: {one_line(err)}", file=sys.stderr)
         return 2
 
 

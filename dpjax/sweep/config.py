@@ -113,6 +113,19 @@ def expand_axis(key: str, spec: Any) -> tuple:
     return tuple(values)
 
 
+#: Per-run hyperparameters that must be > 0 (the others, noise included, must be >= 0). All must be finite:
+#: an infinite clip norm or step size is never a meaningful grid point (and would void the privacy accounting).
+POSITIVE_HPARAMS = ("epsilon", "learning_rate", "clip_norm", "smoothness")
+
+
+def check_hparam_value(where: str, key: str, value) -> None:
+    """A grid value of hyperparameter ``key``: finite, > 0 or >= 0 by :data:`POSITIVE_HPARAMS`."""
+    if key in POSITIVE_HPARAMS:
+        _validate.check_positive(where, value)
+    else:
+        _validate.check_nonnegative(where, value)
+
+
 def parse_maxnorm(value) -> float | None:
     """``"2*maxnorm"`` -> 2.0; ``None`` for anything else."""
     if isinstance(value, str):
@@ -183,11 +196,11 @@ class SweepConfig:
             if k in entry.hparam_fields or k == "epsilon":
                 for i, v in enumerate(values):
                     if k == "clip_norm" and parse_maxnorm(v) is not None:
+                        _validate.check_positive(f"grid.{k}[{i}] (the factor of maxnorm)", parse_maxnorm(v))
                         continue
                     if not _is_real(v):
                         raise ValueError(f"grid.{k}[{i}]={v!r} must be a number")
-                    if k == "epsilon":
-                        _validate.check_positive(f"grid.{k}[{i}]", v)
+                    check_hparam_value(f"grid.{k}[{i}]", k, v)
             grid[k] = values
         object.__setattr__(self, "grid", grid)
         for k in entry.required_hparams:

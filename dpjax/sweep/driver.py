@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import sys
 import time
 from typing import Any
 
@@ -26,7 +27,7 @@ from dpjax.engine import runner
 from dpjax.sweep import plan as plan_lib
 from dpjax.sweep import program, registry
 from dpjax.sweep.config import SweepConfig, parse_maxnorm
-from dpjax.sweep.store import Store, environment
+from dpjax.sweep.store import Store, check_same_sweep, environment
 
 MEMORY_FRACTION = 0.5
 
@@ -290,12 +291,30 @@ def run_sweep(
     """
     start = time.perf_counter()
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
-    if process_count < 1 or not 0 <= process_index < process_count:
-        raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count})")
+    _validate.check_int("process_count", process_count, min_value=1)
+    _validate.check_int("process_index", process_index, min_value=0, max_value=process_count - 1)
+    if max_chunks is not None:
+        _validate.check_int("max_chunks", max_chunks, min_value=0)
+    _validate.check_nonnegative("sleep_between_chunks", sleep_between_chunks)
     store = Store(out_dir)
+    store.prepare()  # a file, read-only or full disk fails here, before any compute
+    store.lock(process_index)
+    try:
+        return _run_locked(cfg, store, devices, source_text, progress, process_index, process_count, max_chunks,
+                           sleep_between_chunks, wait_for_config, start)
+    finally:
+        store.unlock()
+
+
+def _run_locked(cfg, store, devices, source_text, progress, process_index, process_count, max_chunks,
+                sleep_between_chunks, wait_for_config, start) -> SweepResult:
     if wait_for_config is not None and process_index > 0:
         _wait_for_leader(store, wait_for_config)
     old = store.read_config()
+    if old is not None:  # a different sweep is refused before anything is loaded or compiled
+        check_same_sweep(store.root, old, cfg.to_dict(),
+                         keys=[k for k in cfg.to_dict() if getattr(cfg, k, None) is not None
+                               or k not in ("chunk_size", "vmap_width")])
     if old is not None and cfg.chunk_size is None and cfg.vmap_width is None:
         # Resume with the stored (possibly auto-chosen) tiling: same chunks, same lanes, same bits.
         cfg = dataclasses.replace(cfg, chunk_size=old.get("chunk_size"), vmap_width=old.get("vmap_width"))
@@ -307,7 +326,15 @@ def run_sweep(
     resolved = dataclasses.replace(cfg, chunk_size=sw.chunk_size, vmap_width=sw.vmap_width).to_dict()
     store.init(resolved, source_text, environment(devices), process_index)
 
-    finished = store.finished_chunks()
+    n_evals = len(runner.eval_schedule(cfg.num_rounds, cfg.eval_every))
+    finished, committed = set(), store.finished_chunks()
+    for c in chunks:
+        if c.chunk_id in committed:
+            why = store.verify(c.chunk_id, (c.num_runs, c.num_runs * n_evals))
+            if why is None:
+                finished.add(c.chunk_id)
+            else:  # committed, then damaged (truncated, emptied, edited): say so, then recompute it
+                print(f"sweep {cfg.name}: recomputing chunk {c.chunk_id}: {why}", file=sys.stderr, flush=True)
     todo = [c for c in chunks if c.chunk_id not in finished and c.index % process_count == process_index]
     skipped = sum(1 for c in chunks if c.chunk_id in finished)
     if max_chunks is not None:
@@ -335,7 +362,12 @@ def run_sweep(
         out = ex(stack_devices(per_dev))
         for j, c in enumerate(batch):
             runs_df, evals_df = sw.rows(c, _unstack(out, j), eval_rounds)
-            store.write_chunk(c.chunk_id, runs_df, evals_df)
+            try:
+                store.write_chunk(c.chunk_id, runs_df, evals_df)
+            except OSError as err:
+                raise OSError(err.errno, f"could not store chunk {c.chunk_id} ({err.strerror}); the "
+                              f"{skipped + len(computed)} chunk(s) stored before are intact: fix the disk and rerun "
+                              f"the same command to resume") from err
             computed.append(c.chunk_id)
             if bar is not None:
                 bar.update(c.num_runs)

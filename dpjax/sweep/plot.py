@@ -63,11 +63,13 @@ def plot_store(
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{c}={v}" for c, v in zip(line_cols, key)) or metric
-        lo = sub["mean"] - (sub["bar_lo"] if "bar_lo" in sub else sub["mean"] - sub["half_width"])
-        hi = (sub["bar_hi"] if "bar_hi" in sub else sub["mean"] + sub["half_width"]) - sub["mean"]
+        # The bar is the percentile interval itself, [p_lo, p_hi], drawn around the mean (asymmetric);
+        # with few trials the mean can fall outside it, and the bar then ends at the mean.
+        lo = np.maximum(sub["mean"] - sub["p_lo"], 0.0)
+        hi = np.maximum(sub["p_hi"] - sub["mean"], 0.0)
         ax.errorbar(sub[x], sub["mean"], yerr=np.vstack([lo, hi]), marker="o", capsize=3, label=label)
     ax.set_xlabel(x)
-    ax.set_ylabel(f"{metric} (mean over trials; {percentiles[0]:g}-{percentiles[1]:g} pct bars)")
+    ax.set_ylabel(f"{metric} (mean over trials; bars: {percentiles[0]:g}th-{percentiles[1]:g}th percentile)")
     if logx:
         ax.set_xscale("log")
     ax.grid(alpha=0.3)

@@ -7,19 +7,27 @@ Layout::
     DIR/env-<p>.json       versions, devices, host, time (one per process p)
     DIR/runs/<chunk>.csv   one row per run: id, axes, resolved hparams, diverged_round, final metrics
     DIR/evals/<chunk>.csv  one row per (run, evaluation round): id, eval_round, metrics
+    DIR/manifests/<chunk>.json  row counts and SHA-256 of the chunk's two CSVs (the commit record)
+    DIR/.lock-p<i>         held (flock) by the process computing share i while it runs
 
 Every file is written to a temporary name in the same directory, flushed,
 ``fsync``-ed and moved into place with ``os.replace`` (then the directory is
 ``fsync``-ed), so a reader — or a sweep killed at any instant, SIGKILL
 included — sees either the whole file or none of it. A chunk is finished
-exactly when its ``runs`` file exists (it is written after its ``evals``
-file); loaders ignore evals of unfinished chunks and temporary files. Floats
-are written with Python's shortest round-trip ``repr``, so a table read back
-equals the computed values bit for bit.
+exactly when its manifest exists (written after its ``evals`` and ``runs``
+files) and both files still match it: :meth:`Store.verify` re-hashes them,
+so a chunk truncated, emptied or edited by anything else is found — on
+resume it is recomputed, on load it is an error naming the file. Loaders
+ignore uncommitted chunks and temporary files. Floats are written with
+Python's shortest round-trip ``repr``, so a table read back equals the
+computed values bit for bit.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import io
 import json
 import os
@@ -28,6 +36,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -59,13 +68,22 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     # host + pid: several hosts may share the directory (pids can coincide)
     tmp = path.with_name(f".{path.name}.{socket.gethostname()}-{os.getpid()}{TMP_SUFFIX}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:  # disk full, read-only, ...: the old file (if any) is untouched
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(err.errno, f"cannot write {path}: {err.strerror or err}") from err
     fsync_dir(path.parent)
     return path
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def frame_to_csv(df: pd.DataFrame) -> str:
@@ -113,6 +131,55 @@ class Store:
         self.root = pathlib.Path(root)
         self.runs_dir = self.root / "runs"
         self.evals_dir = self.root / "evals"
+        self.manifest_dir = self.root / "manifests"
+        self._lock_fd = None
+
+    # -- before any compute ---------------------------------------------------
+    def prepare(self) -> None:
+        """Creates the directory and checks it is writable (a file, a read-only or a full disk fail here,
+        before anything is computed), with a ``ValueError`` naming ``out``."""
+        if self.root.exists() and not self.root.is_dir():
+            raise ValueError(f"out={str(self.root)!r} is a file, not a directory; choose a directory path")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".write-check.", suffix=TMP_SUFFIX, dir=self.root)  # one per process
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            raise ValueError(f"out={str(self.root)!r} is not writable: {err.strerror or err}") from None
+
+    def lock(self, process_index: int = 0) -> None:
+        """Takes this process's share of the directory (an exclusive ``flock`` held until exit).
+
+        A second process computing the same share of the same directory at the
+        same time would race it chunk for chunk; it is refused with a
+        ``ValueError``. The lock dies with its process (SIGKILL included), so
+        a resume never waits for a dead sweep.
+        """
+        import fcntl
+
+        path = self.root / f".lock-p{process_index}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if err.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise ValueError(
+                    f"out={str(self.root)!r} is being written by another dpjax sweep ({holder}) computing the same "
+                    f"share (process index {process_index}); wait for it to finish, or split the work with "
+                    "--process-index/--process-count"
+                ) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # -- config -----------------------------------------------------------
     @property
@@ -122,24 +189,29 @@ class Store:
     def read_config(self) -> dict | None:
         if not self.config_path.exists():
             return None
-        return json.loads(self.config_path.read_text())
+        try:
+            return json.loads(self.config_path.read_text())
+        except ValueError:
+            raise ValueError(f"{self.config_path} is not valid JSON; this sweep directory is damaged "
+                             "(restore config.json or start a new --out directory)") from None
 
     def init(self, resolved: dict, source_text: str | None, env: dict, process_index: int = 0) -> None:
         """Creates the directory, or checks that an existing one holds the same sweep."""
+        import fcntl
+
         self.root.mkdir(parents=True, exist_ok=True)
-        self.runs_dir.mkdir(exist_ok=True)
-        self.evals_dir.mkdir(exist_ok=True)
-        old = self.read_config()
-        if old is None:
-            atomic_write_text(self.config_path, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
-            if source_text is not None:
-                atomic_write_text(self.root / "config.toml", source_text)
-        elif old != resolved:
-            diff = sorted(k for k in set(old) | set(resolved) if old.get(k) != resolved.get(k))
-            raise ValueError(
-                f"out={str(self.root)!r} holds a different sweep (config differs at {diff}); "
-                "use a new --out directory to start another sweep"
-            )
+        for d in (self.runs_dir, self.evals_dir, self.manifest_dir):
+            d.mkdir(exist_ok=True)
+        # Processes of different shares may start together: read-compare-write config.json under one lock.
+        with open(self.root / ".config.lock", "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            old = self.read_config()
+            if old is None:
+                atomic_write_text(self.config_path, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
+                if source_text is not None:
+                    atomic_write_text(self.root / "config.toml", source_text)
+            else:
+                check_same_sweep(self.root, old, resolved)
         atomic_write_text(self.root / f"env-{process_index}.json", json.dumps(env, indent=2) + "\n")
         self.clean_temporaries()
 
@@ -152,7 +224,7 @@ class Store:
         harmless meanwhile: only ``*.csv`` files count as finished chunks.
         """
         now = time.time()
-        for d in (self.root, self.runs_dir, self.evals_dir):
+        for d in (self.root, self.runs_dir, self.evals_dir, self.manifest_dir):
             if d.exists():
                 for p in d.glob(f".*{TMP_SUFFIX}"):
                     try:
@@ -163,29 +235,91 @@ class Store:
 
     # -- chunks -----------------------------------------------------------
     def finished_chunks(self) -> set[str]:
-        if not self.runs_dir.exists():
+        """Chunks with a commit record (manifest); :meth:`verify` checks their files still match it."""
+        if not self.manifest_dir.exists():
             return set()
-        return {p.stem for p in self.runs_dir.glob("*.csv")}
+        return {p.stem for p in self.manifest_dir.glob("*.json")}
 
     def write_chunk(self, chunk_id: str, runs: pd.DataFrame, evals: pd.DataFrame) -> None:
-        atomic_write_text(self.evals_dir / f"{chunk_id}.csv", frame_to_csv(evals))
-        atomic_write_text(self.runs_dir / f"{chunk_id}.csv", frame_to_csv(runs))  # commit point
+        runs_text, evals_text = frame_to_csv(runs), frame_to_csv(evals)
+        manifest = {"chunk": chunk_id, "runs_rows": len(runs), "evals_rows": len(evals),
+                    "runs_sha256": _sha256(runs_text), "evals_sha256": _sha256(evals_text)}
+        atomic_write_text(self.evals_dir / f"{chunk_id}.csv", evals_text)
+        atomic_write_text(self.runs_dir / f"{chunk_id}.csv", runs_text)
+        self.manifest_dir.mkdir(exist_ok=True)
+        atomic_write_text(self.manifest_dir / f"{chunk_id}.json", json.dumps(manifest) + "\n")  # commit point
+
+    def verify(self, chunk_id: str, expected_rows: tuple[int, int] | None = None) -> str | None:
+        """``None`` if chunk ``chunk_id`` is committed and intact, else why not (naming the file).
+
+        Intact: the manifest parses, both CSVs exist with the SHA-256 it
+        records, and (if given) ``expected_rows = (runs, evals)`` equals its
+        row counts.
+        """
+        mpath = self.manifest_dir / f"{chunk_id}.json"
+        try:
+            m = json.loads(mpath.read_text())
+            recorded = {k: m[f"{k}_sha256"] for k in ("runs", "evals")}
+            rows = (int(m["runs_rows"]), int(m["evals_rows"]))
+        except FileNotFoundError:
+            return f"{mpath} is missing (the chunk was never committed)"
+        except (ValueError, KeyError, TypeError):
+            return f"{mpath} is damaged"
+        if expected_rows is not None and rows != tuple(expected_rows):
+            return f"{mpath} records {rows} (runs, evals) rows, the plan has {tuple(expected_rows)}"
+        for kind, d in (("runs", self.runs_dir), ("evals", self.evals_dir)):
+            p = d / f"{chunk_id}.csv"
+            try:
+                got = hashlib.sha256(p.read_bytes()).hexdigest()
+            except FileNotFoundError:
+                return f"{p} is missing"
+            if got != recorded[kind]:
+                return f"{p} does not match its manifest (sha256 {got[:12]}..., recorded {recorded[kind][:12]}...; " \
+                       f"truncated or modified after it was written)"
+        return None
 
     def load(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """``(runs, evals)`` of all finished chunks, in plan order."""
+        """``(runs, evals)`` of all committed chunks, in plan order, each verified against its manifest.
+
+        Raises ``ValueError`` naming every damaged chunk file (rerunning
+        ``dpjax sweep`` on the directory recomputes them).
+        """
         done = sorted(self.finished_chunks())
         if not done:
+            if self.runs_dir.exists() and any(self.runs_dir.glob("*.csv")):
+                raise ValueError(f"sweep directory {str(self.root)!r} has chunk files but no manifests (written by "
+                                 "an older dpjax, or never committed); run `dpjax sweep CONFIG --out DIR` on it to "
+                                 "recompute and commit them")
             return pd.DataFrame(), pd.DataFrame()
+        broken = [why for why in (self.verify(c) for c in done) if why]
+        if broken:
+            raise ValueError(f"sweep directory {str(self.root)!r} has {len(broken)} damaged chunk(s): "
+                             f"{'; '.join(broken[:3])}{' ...' if len(broken) > 3 else ''}. Run the same "
+                             "`dpjax sweep CONFIG --out DIR` again to recompute them")
         runs = pd.concat([_read_csv(self.runs_dir / f"{c}.csv") for c in done], ignore_index=True)
         evals = pd.concat([_read_csv(self.evals_dir / f"{c}.csv") for c in done], ignore_index=True)
         return runs, evals
 
 
+def check_same_sweep(root, old: dict, resolved: dict, keys=None) -> None:
+    """``ValueError`` when the directory's ``old`` config differs from ``resolved`` (on ``keys``, default all)."""
+    keys = sorted(set(old) | set(resolved)) if keys is None else keys
+    diff = [k for k in keys if old.get(k) != resolved.get(k)]
+    if diff:
+        raise ValueError(
+            f"out={str(root)!r} holds a different sweep (config differs at {diff}); "
+            "use a new --out directory to start another sweep"
+        )
+
+
 def _read_csv(path) -> pd.DataFrame:
-    # pandas >= 3 parses floats round-trip by default (and deprecates the option).
-    if int(pd.__version__.split(".")[0]) >= 3:
-        return pd.read_csv(path)
-    return pd.read_csv(path, float_precision="round_trip")
+    try:
+        # pandas >= 3 parses floats round-trip by default (and deprecates the option).
+        if int(pd.__version__.split(".")[0]) >= 3:
+            return pd.read_csv(path)
+        return pd.read_csv(path, float_precision="round_trip")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not a readable CSV table: {' '.join(str(err).split())}") from None
 
 
 def load_results(root: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -24,8 +24,16 @@ def _run_isrl_mnist(args) -> int:
         baseline=not args.no_baseline,
         data_dir=args.data_dir,
     )
+    from dpjax import outputs
+
     out = args.out or pathlib.Path("runs") / f"isrl-mnist-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    summary = isrl_mnist.run(cfg, out, progress=not args.no_progress)
+    # Checked here too so that the message names the flag; run() then writes into the claimed directory.
+    path, created = outputs.claim_output_dir(out, isrl_mnist.run_identity(cfg), overwrite=args.overwrite)
+    try:
+        summary = isrl_mnist.run(cfg, path, progress=not args.no_progress, overwrite=True)
+    except BaseException:
+        outputs.release_output_dir(path, created)
+        raise
     if args.json:
         print(json.dumps(summary, default=isrl_mnist._json_default))
     else:
@@ -55,8 +63,10 @@ def add_parser(subparsers) -> None:
     m.add_argument("--learning-rates", type=float, nargs="+", help="step-size grid (default: M * exp(linspace(-6, 0, 10)))")
     m.add_argument("--repetitions", type=int, default=3, help="repetitions per step size (default 3)")
     m.add_argument("--no-baseline", action="store_true", help="skip the non-private MB-SGD baseline")
-    m.add_argument("--data-dir", help="directory with mnist.npz or the IDX files (default: $DPJAX_DATA_DIR, cache, packaged copy)")
+    m.add_argument("--data-dir", help="directory with mnist.npz or the IDX files (default: $DPJAX_DATA_DIR, "
+                   "then ~/.cache/dpjax, then the packaged copy)")
     m.add_argument("--out", help="output directory (default runs/isrl-mnist-<time>)")
+    m.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     m.set_defaults(func=_run_isrl_mnist)

@@ -125,14 +125,38 @@ def prepare_data(cfg: IsrlMnistConfig):
     )
 
 
-def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progress: bool = True, dataset=None) -> dict[str, Any]:
+def run_identity(cfg: IsrlMnistConfig) -> dict:
+    """What makes two ``isrl-mnist`` runs the same run (their output may be rewritten)."""
+    return {"command": "run isrl-mnist", "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=_json_default))}
+
+
+def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progress: bool = True, dataset=None,
+        overwrite: bool = False) -> dict[str, Any]:
     """Runs one trial and returns (and writes) its summary.
 
     Writes ``config.json``, ``results.csv`` (tidy: algorithm, epsilon, trial,
     learning_rate, repetition, metric, value, accountant) and ``summary.json``
-    into ``out_dir`` when given. ``dataset`` may pass a prebuilt
-    ``FederatedDataset`` (tests use a small synthetic one).
+    into ``out_dir`` when given. ``out_dir`` is checked before any compute: a
+    file, an unwritable path, or a directory holding a different run's results
+    (unless ``overwrite``) raise ``ValueError`` (see :mod:`dpjax.outputs`).
+    ``dataset`` may pass a prebuilt ``FederatedDataset`` (tests use a small
+    synthetic one).
     """
+    from dpjax import outputs
+
+    if out_dir is None:
+        return _run(cfg, None, progress=progress, dataset=dataset)
+    out, created = outputs.claim_output_dir(out_dir, run_identity(cfg), overwrite=overwrite, flag="out_dir")
+    try:
+        summary = _run(cfg, out, progress=progress, dataset=dataset)
+    except BaseException:
+        outputs.release_output_dir(out, created)
+        raise
+    outputs.finish_output_dir(out, run_identity(cfg))
+    return summary
+
+
+def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, dataset) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
     from tqdm.auto import tqdm
@@ -249,6 +273,7 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
         "test_error": private_by_lr[private_lr]["test_error"],
         "train_loss": private_by_lr[private_lr]["train_loss"],
         "diverged_runs": int(private_div.sum()),
+        "private_runs": len(grid),
         "nonprivate": None if baseline is None else {
             "selected_learning_rate": baseline[3],
             "test_error": baseline[2][baseline[3]]["test_error"],
@@ -259,8 +284,7 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
     }
     summary["wall_time_s"] = time.perf_counter() - start
     if out_dir is not None:
-        out = pathlib.Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = out_dir
         _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=_json_default))
         header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
         body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)
@@ -272,6 +296,18 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
     return summary
 
 
+def _divergence_lines(summary: dict) -> list[str]:
+    """Says plainly when runs diverged (an ``inf`` test error is otherwise easy to misread)."""
+    total = summary["private_runs"]
+    k = summary.get("diverged_runs", 0)
+    if not math.isfinite(summary["test_error"]):
+        return [f"  DIVERGED: every run of the selected step size produced NaN/inf parameters ({k} of {total} runs "
+                "diverged); no step size of the grid trains stably: try smaller --learning-rates"]
+    if k:
+        return [f"  note: {k} of {total} private runs diverged (NaN/inf parameters) and count as infinitely bad"]
+    return []
+
+
 def format_summary(summary: dict) -> str:
     p = summary["privacy"]
     lines = [
@@ -281,6 +317,7 @@ def format_summary(summary: dict) -> str:
         f"clip L = {summary['lipschitz']:.3g}, selected step size = {summary['selected_learning_rate']:.4g}",
         f"  test error  = {summary['test_error']:.4f}   (train loss {summary['train_loss']:.4f}; "
         f"mean of {summary['config']['repetitions']} repetitions)",
+        *_divergence_lines(summary),
         f"  privacy     : ε = {p['epsilon']:.4g} at δ = {p['delta']:.3g}  [accountant={p['accountant']}, "
         f"sampling={p['sampling']}, neighbouring={p['neighboring']}, unit={p['unit']}]",
     ]

@@ -103,20 +103,20 @@ def test_synthetic_files_and_missing_errors(tmp_path):
         header = "AT,AP,AH,AFDP" + (" " if year == 2015 else "") + ",GTEP,TIT,TAT,TEY,CDP,CO,NOX"
         rows = "\n".join(",".join(f"{v:.4f}" for v in rng.uniform(0, 10, 11)) for _ in range(7))
         (tmp_path / "gas_turbine_co_nox" / f"gt_{year}.csv").write_text(header + "\n" + rows + "\n")
-    g = load_gas_turbine(tmp_path)
+    g = load_gas_turbine(tmp_path, verify=False)
     assert g["x"].shape == (35, 9) and g["feature_names"] == list(GAS_TURBINE_FEATURES)
     assert np.bincount(g["year"])[2011:].tolist() == [7] * 5
     np.savetxt(tmp_path / "cal_housing.data", rng.uniform(1, 9, (30, 9)), delimiter=",")
-    c = load_california_housing(tmp_path)
+    c = load_california_housing(tmp_path, verify=False)
     assert c["x"].shape == (30, 8) and c["y"].shape == (30,)
     kdd = ["0,tcp,http,SF," + ",".join(["1"] * 37) + ",normal.", "2,udp,private,REJ," + ",".join(["0"] * 37) + ",smurf.",
            "1,tcp,private,SF," + ",".join(["3"] * 37) + ",neptune."]
     with gzip.open(tmp_path / "kddcup.data_10_percent.gz", "wt") as f:
         f.write("\n".join(kdd) + "\n")
-    k = load_kddcup99(tmp_path)
+    k = load_kddcup99(tmp_path, verify=False)
     assert k["class_names"] == ["neptune", "normal", "smurf"] and k["y"].tolist() == [1, 2, 0]
     assert k["x"].shape == (3, 38 + 2 + 2 + 2) and k["standardize_mask"].sum() == 38
-    kc = load_kddcup99(tmp_path, symbolic="codes")
+    kc = load_kddcup99(tmp_path, symbolic="codes", verify=False)
     assert kc["x"].shape == (3, 41) and kc["x"][:, 1].tolist() == [0, 1, 0]
     empty = tmp_path / "empty"
     for loader, fname in [(load_california_housing, "cal_housing.data"), (load_blogfeedback, "blogData_train.csv"),

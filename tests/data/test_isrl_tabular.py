@@ -45,7 +45,7 @@ def _write_obesity(path, per_class=20, seed=0):
 
 def test_synthetic_insurance_codes_and_silos(tmp_path):
     _write_insurance(tmp_path / "insurance.csv")
-    d = load_insurance(tmp_path, source="files")
+    d = load_insurance(tmp_path, source="files", verify=False)
     assert d["x"].shape == (60, 6)
     assert set(d["x"][:, 1]) == {0, 1} and set(d["x"][:, 5]) == {0, 1, 2, 3}
     assert d["x"][0, 5] == 0 and d["x"][1, 5] == 1  # northeast, northwest
@@ -65,7 +65,7 @@ def test_synthetic_insurance_codes_and_silos(tmp_path):
 
 def test_insurance_validation(tmp_path):
     _write_insurance(tmp_path / "insurance.csv", n=30)
-    d = load_insurance(tmp_path, source="files")
+    d = load_insurance(tmp_path, source="files", verify=False)
     with pytest.raises(ValueError, match="n_silos=0 must be >= 1"):
         insurance_silos(d, n_silos=0, seed=0)
     with pytest.raises(ValueError, match="standardize="):
@@ -85,7 +85,7 @@ def test_insurance_validation(tmp_path):
 def test_synthetic_obesity_silos(tmp_path):
     (tmp_path / "obesity").mkdir()
     _write_obesity(tmp_path / "obesity" / "ObesityDataSet_raw_and_data_sinthetic.csv")
-    d = load_obesity(tmp_path)
+    d = load_obesity(tmp_path, verify=False)
     assert d["x"].shape == (143, 16) and d["class_names"] == list(OBESITY_CLASSES)
     fd = obesity_silos(d, seed=0)
     assert fd.num_silos == 7 and fd.num_classes == 7 and fd.dim == 17

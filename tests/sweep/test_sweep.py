@@ -104,19 +104,20 @@ def test_sigkill_mid_sweep_then_resume(full, tmp_path):
     proc = subprocess.Popen(cmd + ["--sleep-between-chunks", "3"], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
-    while time.time() < deadline and not list((out / "runs").glob("*.csv")) if out.exists() else True:
+    # A chunk is committed when its manifest exists (written after its runs file).
+    while time.time() < deadline and not list((out / "manifests").glob("*.json")) if out.exists() else True:
         if proc.poll() is not None:
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    done = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in (out / "runs").glob("*.csv")}
+    done = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in (out / "manifests").glob("*.json")}
     assert 1 <= len(done) < 3, f"kill landed outside the sweep: {done}"
     rerun = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"computed {3 - len(done)} chunk(s), skipped {len(done)} finished" in rerun.stdout
     for name, st in done.items():  # finished chunks were neither recomputed nor rewritten
-        p = out / "runs" / name
+        p = out / "manifests" / name
         assert (p.stat().st_mtime_ns, p.stat().st_ino) == st
     runs, evals = load_results(out)
     pd.testing.assert_frame_equal(runs, ref.runs, check_exact=True)

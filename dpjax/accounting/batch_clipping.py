@@ -132,18 +132,26 @@ def _check_sizes(n_records, s, m, g, epochs):
     return n_records, s, m, g, epochs
 
 
-def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int) -> C2Law:
-    """Exact law of c^2 (spec §3.4) for ``sampling`` in {"shuffle", "subsample"}.
+@lru_cache(maxsize=128)
+def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
+           rounds_per_epoch: int | None = None) -> C2Law:
+    """Exact law of c^2 (Definition 5.1) for ``sampling`` in {"shuffle", "subsample"}.
 
     Args:
       n_records: N. s: records per clipped subset. m: subsets per round
         (m = 1: batch clipping; s = 1: individual clipping). g: group size.
-        epochs: E. Rounds per epoch B = floor(N/(ms)) (remainder dropped, B16).
+        epochs: E. rounds_per_epoch: B, default floor(N/(ms)); with shuffling
+        each epoch uses the first B blocks of a uniform permutation and the
+        remaining N - B ms records sit the epoch out (at most floor(N/(ms))).
+        With subsampling the run has E B independent rounds.
     """
     v.check_choice("sampling", sampling, ("shuffle", "subsample"))
     n_records, s, m, g, epochs = _check_sizes(n_records, s, m, g, epochs)
     ms = m * s
     rounds = n_records // ms
+    if rounds_per_epoch is not None:
+        rounds = v.check_int("rounds_per_epoch", rounds_per_epoch, min_value=1,
+                             max_value=rounds if sampling == "shuffle" else None)
     if sampling == "subsample":
         # per round: t ~ Hypergeometric(N, g, ms); Y = L^2
         ymax = min(g, m) ** 2
@@ -277,3 +285,90 @@ def paper_bounds(
         l = out["l"]
         out["epsilon"] = math.inf if l >= d else _fdp.epsilon_from_tradeoff(lambda e: gdp_delta(out["mu_L"], e) + l, d)
     return out
+
+
+# ---------------------------------------------------------------------------
+# The accountants of DP-SGD-General (Algorithm 1), as PrivacyReports
+# ---------------------------------------------------------------------------
+
+#: ``strong-exact``: the exact strong-adversary mixture (Definition 5.2, Theorem 5.6) over the exact
+#: law of c^2; ``sqrt-gE``: G_{sqrt(gE)/sigma} (a certified lower bound for shuffling with batch
+#: clipping or g = 1, Theorem F.1 / Lemma F.2; an approximation otherwise, marked in the notes);
+#: ``generic-group``: G_{g sqrt(E)/sigma} (the g = 1 shuffling law composed with generic group
+#: privacy); ``standard``: a standard-adversary accountant (rdp, amplification by sampling), g = 1.
+BATCH_CLIPPING_ACCOUNTANTS = ("strong-exact", "sqrt-gE", "generic-group", "standard")
+
+
+def _epochs_for(sampling: str, num_rounds: int, rounds_per_epoch: int) -> tuple[int, int]:
+    """(epochs, rounds per epoch) to feed `c2_law` for a run of `num_rounds` rounds.
+
+    Shuffling: a trailing partial epoch is counted as a full one (its transcript is a prefix of
+    the full epoch's, i.e. post-processing, so this is conservative). Subsampling: the rounds are
+    i.i.d., so the run is one "epoch" of exactly `num_rounds` rounds.
+    """
+    if sampling == "subsample":
+        return 1, num_rounds
+    return -(-num_rounds // rounds_per_epoch), rounds_per_epoch
+
+
+def batch_clipping_report(
+    accountant: str, *, sampling: str, n_records: int, s: int, m: int, num_rounds: int, rounds_per_epoch: int,
+    sigma: float, delta: float, group_size: int = 1,
+):
+    """The (epsilon, delta) guarantee of a DP-SGD-General run (Algorithm 1, noise N(0, (2C sigma)^2 I)).
+
+    Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
+    strong adversary knows every round's index sets (Appendix C.2); its guarantee is valid
+    against any weaker adversary. Returns a ``dpjax.accounting.events.PrivacyReport``.
+    """
+    from dpjax.accounting.events import PrivacyReport
+    from dpjax.accounting.gdp import gdp_epsilon
+
+    v.check_choice("accountant", accountant, BATCH_CLIPPING_ACCOUNTANTS)
+    v.check_choice("sampling", sampling, ("shuffle", "subsample"))
+    n_records, s, m, g, num_rounds = _check_sizes(n_records, s, m, group_size, num_rounds)
+    rounds_per_epoch = v.check_int("rounds_per_epoch", rounds_per_epoch, min_value=1,
+                                   max_value=(n_records // (m * s)) if sampling == "shuffle" else None)
+    sigma = v.check_positive("sigma", sigma)
+    delta = v.check_open_unit("delta", delta)
+    epochs, b = _epochs_for(sampling, num_rounds, rounds_per_epoch)
+    epochs_equiv = num_rounds * m * s / n_records if sampling == "subsample" else epochs
+    relation = "replace-one" if g == 1 else f"replace-up-to-{g}"
+    notes: list[str] = [f"s={s}, m={m}, rounds={num_rounds}, epochs={epochs_equiv:.4g}, sigma={sigma:g}"]
+    if accountant == "strong-exact":
+        law = c2_law(sampling, n_records, s, m, g, epochs, b)
+        eps = _fdp.mixture_epsilon(law.mu_law(sigma), delta, law.dropped)
+        notes.append("exact strong-adversary mixture over q_E(c^2) (Definition 5.2, Lemma B.5); "
+                     f"truncated mass {law.dropped:.1e} charged to delta")
+    elif accountant == "sqrt-gE":
+        eps = gdp_epsilon(math.sqrt(g * epochs_equiv) / sigma, delta)
+        if sampling == "shuffle" and (m == 1 or g == 1):
+            notes.append("G_{sqrt(gE)/sigma}: certified lower bound (c^2 <= gE always; Theorem F.1, Lemma F.2)")
+        else:
+            notes.append("G_{sqrt(gE)/sigma}: an APPROXIMATION for this sampling x clipping (not a bound; "
+                         "see strong-exact)")
+    elif accountant == "generic-group":
+        eps = gdp_epsilon(g * math.sqrt(epochs_equiv) / sigma, delta)
+        notes.append("G_{g sqrt(E)/sigma}: the g = 1 law G_{sqrt(E)/sigma} with generic group privacy "
+                     + ("(valid)" if sampling == "shuffle" else "(for contrast; the g = 1 subsampling law is "
+                                                                "the binomial mixture)"))
+    else:
+        if g != 1:
+            raise ValueError(f"accountant='standard' covers group_size=1 only, got group_size={g}; "
+                             "use 'strong-exact' for groups")
+        from dpjax.accounting import api
+        from dpjax.accounting.events import GaussianSchedule
+
+        # One record moves the round's clipped sum by <= 2C (L <= 1); noise 2 C sigma.
+        if sampling == "shuffle":
+            sched = GaussianSchedule(2.0 * sigma, 1.0, "shuffle", b * m * s, m * s, epochs * b,
+                                     unit="record")
+            which = "gdp"
+        else:
+            sched = GaussianSchedule(2.0 * sigma, 1.0, "without-replacement", n_records, m * s, num_rounds,
+                                     unit="record")
+            which = "rdp"
+        eps = api.compute_epsilon(sched, delta, which).epsilon
+        notes.append(f"standard adversary (does not see the batches): {which} accountant"
+                     + (", amplification by subsampling credited" if sampling == "subsample" else ""))
+    return PrivacyReport(eps, delta, accountant, sampling, relation, "record", 2.0 * sigma, tuple(notes))

@@ -22,7 +22,8 @@ from typing import Callable
 
 # Modules that register figures; append yours (one line) when you add one.
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
-                              "dpjax.reproduce.shuffle_sco"]
+                              "dpjax.reproduce.shuffle_sco", "dpjax.reproduce.dpsgd_mnist",
+                              "dpjax.reproduce.batch_clipping_privacy"]
 
 
 @dataclasses.dataclass(frozen=True)

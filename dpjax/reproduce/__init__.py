@@ -34,6 +34,13 @@ class Figure:
     fn: Callable
     constructions: tuple[str, ...] = ("paper",)
 
+    @property
+    def reads_data(self) -> bool:
+        """Whether the figure loads a dataset (its function takes ``data_dir``); synthetic ones do not."""
+        import inspect
+
+        return "data_dir" in inspect.signature(self.fn).parameters
+
 
 _REGISTRY: dict[str, Figure] = {}
 

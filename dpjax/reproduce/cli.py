@@ -20,6 +20,10 @@ def _run(args) -> int:
         if args.construction not in fig.constructions:
             raise ValueError(f"--construction={args.construction!r}: {fig.name} offers {fig.constructions}")
         options["construction"] = args.construction
+    if fig.reads_data:
+        options["data_dir"] = args.data_dir
+    elif args.data_dir is not None:
+        raise ValueError(f"--data-dir={args.data_dir!r}: {fig.name} is synthetic and reads no dataset")
     out = pathlib.Path(args.out or f"results/{fig.name}{'-quick' if args.quick else ''}"
                        f"{'-' + args.construction if args.construction and args.construction != 'paper' else ''}")
     identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed,
@@ -27,7 +31,7 @@ def _run(args) -> int:
     out, created = outputs.claim_output_dir(out, identity, overwrite=args.overwrite)  # before any compute
     start = time.perf_counter()
     try:
-        report = fig.fn(out, quick=args.quick, seed=args.seed, data_dir=args.data_dir, **options)
+        report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
     except BaseException:
         outputs.release_output_dir(out, created)
         raise

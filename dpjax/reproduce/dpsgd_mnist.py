@@ -298,5 +298,5 @@ def write_report(out, quick, cfg, best, privacy, wall, full_estimate, timings) -
 
 
 @register("dpsgd-mnist", paper=PAPER, description="BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2")
-def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
-    return run_protocol(pathlib.Path(out), quick=quick, seed=seed)
+def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
+    return run_protocol(pathlib.Path(out), quick=quick, seed=seed, data_dir=data_dir)

@@ -80,3 +80,19 @@ def test_insurance_script_noise_uses_each_silos_own_n_and_delta():
     for n, f in zip(sizes, factors):
         assert f == pytest.approx(sig(n) / sig(n_ref), rel=1e-12)
     assert isrl._paper_sigma_factors([n_ref], n_ref)[0] == pytest.approx(1.0, rel=1e-15)
+
+
+def test_every_figure_takes_the_options_the_cli_passes():
+    """`dpjax reproduce` passes data_dir to every figure that reads data and construction to those
+    that offer one: each registered function must accept what it is given."""
+    import inspect
+
+    from dpjax import reproduce
+
+    for fig in reproduce.figures().values():
+        params = inspect.signature(fig.fn).parameters
+        assert {"quick", "seed"} <= set(params), fig.name
+        if len(fig.constructions) > 1:
+            assert "construction" in params, fig.name
+    assert reproduce.get("dpsgd-mnist").reads_data and reproduce.get("isrl-mnist").reads_data
+    assert not reproduce.get("user-level-tail").reads_data

@@ -330,6 +330,7 @@ def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef) -> PyTre
         own = dict(zip(call.param_names, (leaves[i] for i in call.leaf_ids)))
         c = coef.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype)
         cot = jnp.where(c != 0, c * d, jnp.zeros_like(d))  # masked rows add nothing, even if NaN
+        a = jnp.where(coef.reshape((-1,) + (1,) * (a.ndim - 1)) != 0, a, jnp.zeros_like(a))
         _, vjp = jax.vjp(lambda p, call=call, a=a: jax.vmap(lambda ai: call.module.apply({"params": p}, ai))(a), own)
         grads = vjp(cot)[0]
         for name, i in zip(call.param_names, call.leaf_ids):
@@ -338,8 +339,9 @@ def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef) -> PyTre
 
 
 def _clip_coefficients(sq_norms, clip_norm, weights):
-    norms = jnp.sqrt(sq_norms)
-    return weights * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, _TINY))
+    """``w_i min(1, C / ||g_i||)``, exactly 0 where ``w_i = 0`` (even for a NaN padding row)."""
+    factor = jnp.minimum(1.0, clip_norm / jnp.maximum(jnp.sqrt(sq_norms), _TINY))
+    return jnp.where(weights != 0, weights * factor, jnp.zeros_like(factor))
 
 
 def _weights(mask, batch, dtype=jnp.float32):

@@ -98,27 +98,42 @@ def _close(a, b):
         np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_per_example_norms_equal_vmap_grad(name):
-    loss, params, x, y = _setup(*CASES[name])
-    norms, fast = jax.jit(lambda p: gc.per_example_grad_norms(loss, p, x, y, require_fast=True))(params)
-    ref = jax.vmap(clipping.global_norm)(clipping.per_example_grads(loss, params, x, y))
-    assert bool(fast)
-    np.testing.assert_allclose(norms, ref, rtol=RTOL)
+def _perturbed(params, scale):
+    return jax.tree_util.tree_map(lambda p: p + scale * jnp.sin(7.0 * p + 1.0), params)
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_clipped_sum_equals_vmap_grad_with_mask(name):
+def test_norms_clipped_sums_and_differences_equal_vmap_grad(name):
+    """Per-example norms; clipped sums with a mask for clip norms that bind for
+    about half the examples, for none, and ``inf``; DIFF2's per-example
+    ``clip(grad l(w) - grad l(w'))`` for w' far from and very close to w."""
     loss, params, x, y = _setup(*CASES[name])
-    norms = jax.vmap(clipping.global_norm)(clipping.per_example_grads(loss, params, x, y))
     mask = jnp.asarray([1, 1, 0, 1, 0, 1, 1, 1, 1], jnp.float64)
-    median = float(jnp.median(norms))
-    for clip_norm in (0.5 * median, 10.0 * float(jnp.max(norms)), np.inf):  # binding for half, none, off
-        res = jax.jit(lambda p, c: gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True))(params, clip_norm)
-        ref = clipping.per_example_clipped_sum(loss, params, x, y, clip_norm, mask)
+    per_example = jax.jit(lambda p: clipping.per_example_grads(loss, p, x, y))
+    ghost_sum = jax.jit(lambda p, c: gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True))
+    ghost_diff = jax.jit(lambda p, q, c, use: gc.clipped_difference_sum(loss, p, q, x, y, c, mask, use_difference=use,
+                                                                        require_fast=True))
+    grads = per_example(params)
+    ref_norms = jax.vmap(clipping.global_norm)(grads)
+    norms, fast = jax.jit(lambda p: gc.per_example_grad_norms(loss, p, x, y, require_fast=True))(params)
+    assert bool(fast)
+    np.testing.assert_allclose(norms, ref_norms, rtol=RTOL)
+
+    median = float(jnp.median(ref_norms))
+    for clip_norm in (0.5 * median, 10.0 * float(jnp.max(ref_norms)), np.inf):
+        res = ghost_sum(params, clip_norm)
+        assert bool(res.fast_path) and float(res.count) == 7.0
+        _close(res.total, clipping.clipped_sum(grads, clip_norm, mask).total)
+
+    for scale in (1e-1, 1e-5):
+        prev = _perturbed(params, scale)
+        diffs = jax.tree_util.tree_map(jnp.subtract, grads, per_example(prev))
+        clip_norm = float(jnp.median(jax.vmap(clipping.global_norm)(diffs)))
+        res = ghost_diff(params, prev, clip_norm, True)
         assert bool(res.fast_path)
-        _close(res.total, ref.total)
-        assert float(res.count) == 7.0 and res.sensitivity == ref.sensitivity
+        _close(res.total, clipping.clipped_sum(diffs, clip_norm, mask).total)
+    # the traced "restart" flag selects the plain clipped gradients instead
+    _close(ghost_diff(params, prev, 0.5 * median, False).total, clipping.clipped_sum(grads, 0.5 * median, mask).total)
 
 
 def test_padding_rows_contribute_nothing_even_if_nan():
@@ -148,38 +163,15 @@ def test_zero_gradients_give_zero_not_nan():
     assert np.all(np.asarray(norms) == 0.0)
 
 
-def _perturbed(params, scale):
-    return jax.tree_util.tree_map(lambda p: p + scale * jnp.sin(7.0 * p + 1.0), params)
-
-
-@pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("scale", [1e-1, 1e-5])
-def test_gradient_difference_clipping_equals_materialised(name, scale):
-    """DIFF2's per-example ``clip(grad l(w) - grad l(w'))``, also for w' very close to w."""
-    loss, params, x, y = _setup(*CASES[name])
-    prev = _perturbed(params, scale)
-    diffs = jax.tree_util.tree_map(jnp.subtract, clipping.per_example_grads(loss, params, x, y),
-                                   clipping.per_example_grads(loss, prev, x, y))
-    norms = jax.vmap(clipping.global_norm)(diffs)
-    mask = jnp.ones(9).at[4].set(0.0)
-    clip_norm = float(jnp.median(norms))
-    res = jax.jit(lambda p, q: gc.clipped_difference_sum(loss, p, q, x, y, clip_norm, mask, require_fast=True))(params, prev)
-    assert bool(res.fast_path)
-    _close(res.total, clipping.clipped_sum(diffs, clip_norm, mask).total)
-    # a traced "restart" flag selects the plain clipped gradients instead
-    plain = jax.jit(lambda p, q, use: gc.clipped_difference_sum(loss, p, q, x, y, clip_norm, mask,
-                                                                use_difference=use).total)(params, prev, False)
-    _close(plain, clipping.per_example_clipped_sum(loss, params, x, y, clip_norm, mask).total)
-
-
 @pytest.mark.parametrize("model", [MLP(), CNN()])
 def test_fast_path_is_taken_and_required(model):
     """Fails if a supported model silently falls back to vmap(grad)."""
     loss, params, x, y = _setup(model)
     plan = gc.make_plan(loss, params, x, y)
     assert plan.fast, plan.reason
-    res = gc.ghost_clipped_sum(loss, params, x, y, 1.0, require_fast=True)
-    assert res.fast_path is True
+    flags = []
+    jax.eval_shape(lambda p: flags.append(gc.ghost_clipped_sum(loss, p, x, y, 1.0, require_fast=True).fast_path), params)
+    assert flags == [True]
 
 
 def test_unsupported_layer_falls_back_with_flag():
@@ -204,7 +196,8 @@ def test_flax_problem_clipped_sums_in_the_engine():
     assert problem.uses_ghost_clipping(params, data.x[0], data.y[0])
     idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
     mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
-    got = federated.silo_batch_gradients(problem, params, data, idx, mask, 4, clip_norm=0.1, private=True)
+    got = jax.jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1,
+                                                           private=True))(params)
     for s in range(2):
         xb, yb = data.x[s][idx[s]], data.y[s][idx[s]]
         ref = clipping.per_example_clipped_sum(problem.loss, params, xb, yb, 0.1, mask[s]).total
@@ -224,12 +217,14 @@ def test_diff2_messages_use_ghost_differences_and_match_materialised():
     assert gc.make_plan(problem.loss, params, data.x[0], data.y[0]).fast
     c1, c2 = 0.5, 3.0
     radius = float(diff2.difference_radius(params, prev, c2))
+    messages = jax.jit(lambda p, q, r: diff2.silo_messages(problem, p, q, data, r, c1, c2))
+    per_example = jax.jit(lambda p, x, y: clipping.per_example_grads(problem.loss, p, x, y))
     for restart in (True, False):
-        msgs = diff2.silo_messages(problem, params, prev, data, jnp.asarray(restart), c1, c2)
+        msgs = messages(params, prev, jnp.asarray(restart))
         for s, (x, y) in enumerate(zip(xs, ys)):
             x, y = jnp.asarray(x), jnp.asarray(y)
-            g = clipping.per_example_grads(problem.loss, params, x, y)
+            g = per_example(params, x, y)
             if not restart:
-                g = jax.tree_util.tree_map(jnp.subtract, g, clipping.per_example_grads(problem.loss, prev, x, y))
+                g = jax.tree_util.tree_map(jnp.subtract, g, per_example(prev, x, y))
             ref = clipping.clipped_sum(g, c1 if restart else radius).total
             _close(jax.tree_util.tree_map(lambda m, s=s: m[s], msgs), jax.tree_util.tree_map(lambda t: t / len(xs[s]), ref))

@@ -251,12 +251,19 @@ def _per_example_layer_grads(call: _Call, own: dict, a, d) -> list:
     return [g.reshape(g.shape[0], -1) for g in jax.tree_util.tree_leaves(grads)]
 
 
-def _layer_parts(plan: GhostPlan, leaves, inputs, deltas) -> list:
+def _materialise(t: int, k: int, c: int) -> bool:
+    """Per-example ``A^T D`` costs T K C flops, its Gram-form norm T^2 (K + C)."""
+    return t > 1 and t * (k + c) > k * c
+
+
+def _layer_parts(plan: GhostPlan, leaves, inputs, deltas):
     """Per group, the factors of its per-example gradient:
-    ``("outer", A [B,T,K], D [B,T,C])`` (grad = A^T D), ``("embed", idx [B,T], D)``
-    or ``("vec", G [B,F])`` (materialised)."""
-    parts = []
-    for group in plan.groups:
+    ``("outer", A [B,T,K], D [B,T,C])`` (grad = A^T D), ``("embed", idx [B,T], D)``,
+    ``("mat", G [B,K,C])`` or ``("vec", G [B,F])`` (materialised). Also returns
+    ``{group: (kernel grads [B,K,C], bias grads [B,C] or None)}`` for the
+    materialised groups."""
+    parts, mats = [], {}
+    for gi, group in enumerate(plan.groups):
         call = plan.calls[group[0]]
         if call.kind == "norm":
             own = dict(zip(call.param_names, (leaves[i] for i in call.leaf_ids)))
@@ -276,18 +283,24 @@ def _layer_parts(plan: GhostPlan, leaves, inputs, deltas) -> list:
             a_s = jnp.concatenate([_flat(inputs[k], inputs[k].shape[-1]) for k in group], axis=1)
         else:
             a_s = jnp.concatenate([_patches(plan.calls[k], inputs[k]) for k in group], axis=1)
-        parts.append(("outer", a_s, ds))
-        if "bias" in call.param_names:
-            parts.append(("vec", jnp.sum(ds, axis=1)))
-    return parts
+        bias = jnp.sum(ds, axis=1) if "bias" in call.param_names else None
+        if _materialise(a_s.shape[1], a_s.shape[2], ds.shape[2]):
+            kernel = jnp.einsum("btk,btc->bkc", a_s, ds, precision=_HIGHEST)
+            parts.append(("mat", kernel))
+            mats[gi] = (kernel, bias)  # reused by the clipped sum: no second weight-gradient pass
+        else:
+            parts.append(("outer", a_s, ds))
+        if bias is not None:
+            parts.append(("vec", bias))
+    return parts, mats
 
 
 def _difference_parts(parts, prev_parts) -> list:
     """Factors of ``grad l_i(w) - grad l_i(w')`` from those at ``w`` and ``w'``."""
     out = []
     for p, q in zip(parts, prev_parts):
-        if p[0] == "vec":
-            out.append(("vec", p[1] - q[1]))
+        if p[0] in ("vec", "mat"):
+            out.append((p[0], p[1] - q[1]))
         elif p[0] == "embed":
             out.append(("embed", jnp.concatenate([p[1], q[1]], 1), jnp.concatenate([p[2], -q[2]], 1)))
         else:  # A^T D - A'^T D' = A^T (D - D') + (A - A')^T D'
@@ -300,7 +313,12 @@ def _outer_sq_norms(a, d):
     t, k, c = a.shape[1], a.shape[2], d.shape[2]
     if t == 1:
         return jnp.sum(jnp.square(a[:, 0]), -1) * jnp.sum(jnp.square(d[:, 0]), -1)
-    if t * (k + c) <= k * c:  # Gram: T^2 (K + C) flops per example vs T K C
+    if t <= 4 and not _materialise(t, k, c):  # tiny Gram (e.g. a DIFF2 difference, T = 2): fused
+        # elementwise products, not B batched 2x2 matrix products
+        gram_a = jnp.sum(a[:, :, None, :] * a[:, None, :, :], axis=-1)
+        gram_d = jnp.sum(d[:, :, None, :] * d[:, None, :, :], axis=-1)
+        return jnp.sum(gram_a * gram_d, axis=(1, 2))
+    if not _materialise(t, k, c):
         gram_a = jnp.einsum("btk,bsk->bts", a, a, precision=_HIGHEST)
         gram_d = jnp.einsum("btc,bsc->bts", d, d, precision=_HIGHEST)
         return jnp.sum(gram_a * gram_d, axis=(1, 2))
@@ -310,8 +328,8 @@ def _outer_sq_norms(a, d):
 def _sq_norms(parts):
     total = 0.0
     for p in parts:
-        if p[0] == "vec":
-            total = total + jnp.sum(jnp.square(p[1]), axis=-1)
+        if p[0] in ("vec", "mat"):
+            total = total + jnp.sum(jnp.square(p[1].reshape(p[1].shape[0], -1)), axis=-1)
         elif p[0] == "embed":
             same = p[1][:, :, None] == p[1][:, None, :]
             gram = jnp.einsum("btf,bsf->bts", p[2], p[2], precision=_HIGHEST)
@@ -321,12 +339,29 @@ def _sq_norms(parts):
     return jnp.maximum(total, 0.0)  # the Gram form can round below 0 for a zero gradient
 
 
-def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef) -> PyTree:
+def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats) -> PyTree:
     """``sum_i coef_i grad l_i`` as a params pytree: per layer, the batch's weight
-    gradient with output cotangents ``coef_i delta_i`` (``A^T diag(coef) D`` for dense)."""
+    gradient with output cotangents ``coef_i delta_i`` (``A^T diag(coef) D`` for dense),
+    or ``sum_i coef_i G_i`` where the norms already materialised ``G_i``."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     out = [jnp.zeros_like(leaf) for leaf in leaves]
-    for call, a, d in zip(plan.calls, inputs, deltas):
+    done = set()
+    for gi, (kernel, bias) in mats.items():
+        call = plan.calls[plan.groups[gi][0]]
+        keep = coef != 0  # masked rows add nothing, even if NaN
+        for name, per_example in (("kernel", kernel), ("bias", bias)):
+            if per_example is None:
+                continue
+            weighted = jnp.where(keep.reshape((-1,) + (1,) * (per_example.ndim - 1)), per_example, 0.0)
+            total = jnp.tensordot(coef.astype(weighted.dtype), weighted, axes=1)
+            i = call.leaf_ids[call.param_names.index(name)]
+            if name == "kernel" and call.kind == "conv":  # patches are (c_in, *window)-major: to (*window, c_in, c_out)
+                total = jnp.moveaxis(total.reshape((-1,) + tuple(call.module.kernel_size) + (total.shape[-1],)), 0, -2)
+            out[i] = total.reshape(leaves[i].shape).astype(leaves[i].dtype)
+        done.update(plan.groups[gi])
+    for k, (call, a, d) in enumerate(zip(plan.calls, inputs, deltas)):
+        if k in done:
+            continue
         own = dict(zip(call.param_names, (leaves[i] for i in call.leaf_ids)))
         c = coef.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype)
         cot = jnp.where(c != 0, c * d, jnp.zeros_like(d))  # masked rows add nothing, even if NaN
@@ -368,7 +403,7 @@ def per_example_grad_norms(loss_fn: Callable, params: PyTree, x: jax.Array, y: j
         return jax.vmap(clipping.global_norm)(grads), False
     leaves = jax.tree_util.tree_leaves(params)
     inputs, deltas = _capture(loss_fn, params, x, y, plan)
-    return jnp.sqrt(_sq_norms(_layer_parts(plan, leaves, inputs, deltas))), True
+    return jnp.sqrt(_sq_norms(_layer_parts(plan, leaves, inputs, deltas)[0])), True
 
 
 def ghost_clipped_sum(
@@ -400,11 +435,11 @@ def ghost_clipped_sum(
     weights = _weights(mask, x.shape[0])
     inputs, deltas = _capture(loss_fn, params, x, y, plan)
     if clip_norm is None:
-        coef = weights
+        coef, mats = weights, {}
     else:
-        leaves = jax.tree_util.tree_leaves(params)
-        coef = _clip_coefficients(_sq_norms(_layer_parts(plan, leaves, inputs, deltas)), clip_norm, weights)
-    total = _weighted_layer_sums(plan, params, inputs, deltas, coef)
+        parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
+        coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
+    total = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats)
     return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
 
 
@@ -440,18 +475,18 @@ def clipped_difference_sum(
         return GhostClippedSum(res.total, res.count, sensitivity, False)
     leaves = jax.tree_util.tree_leaves(params)
     inputs, deltas = _capture(loss_fn, params, x, y, plan)
-    parts = _layer_parts(plan, leaves, inputs, deltas)
+    parts, mats = _layer_parts(plan, leaves, inputs, deltas)
     if static_plain:
         coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
-        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef),
+        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef, mats),
                                jnp.sum(weights), sensitivity, True)
     prev_inputs, prev_deltas = _capture(loss_fn, prev_params, x, y, plan)
-    prev_parts = _layer_parts(plan, jax.tree_util.tree_leaves(prev_params), prev_inputs, prev_deltas)
+    prev_parts, prev_mats = _layer_parts(plan, jax.tree_util.tree_leaves(prev_params), prev_inputs, prev_deltas)
     sq = jnp.where(use_difference, _sq_norms(_difference_parts(parts, prev_parts)), _sq_norms(parts))
     coef = _clip_coefficients(sq, clip_norm, weights)
-    cur = _weighted_layer_sums(plan, params, inputs, deltas, coef)
+    cur = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats)
     prev = _weighted_layer_sums(plan, prev_params, prev_inputs, prev_deltas,
-                                jnp.where(use_difference, coef, jnp.zeros_like(coef)))
+                                jnp.where(use_difference, coef, jnp.zeros_like(coef)), prev_mats)
     return GhostClippedSum(jax.tree_util.tree_map(jnp.subtract, cur, prev), jnp.sum(weights), sensitivity, True)
 
 

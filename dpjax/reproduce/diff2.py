@@ -114,6 +114,7 @@ QUICK = Protocol(
 
 
 # ----------------------------------------------------------------------------- model
+@functools.lru_cache(maxsize=16)  # one problem object per shape: repeated runs reuse the compiled programs
 def mlp_problem(input_dim: int, num_outputs: int, task: str):
     """The paper's FC_10 network as a dpjax problem (spec §5.3)."""
     import flax.linen as nn

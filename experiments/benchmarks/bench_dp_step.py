@@ -91,9 +91,14 @@ def make_steps(problem):
     return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad, "noise only": noise_only}
 
 
+CLOCK = time.perf_counter
+
+
 def time_interleaved(fns: dict, args, repeats: dict) -> dict:
     """Median ms per call; the functions take turns, so load changes on a shared
-    machine hit all of them alike."""
+    machine hit all of them alike. ``--cpu-time`` times with the process's CPU
+    time (all threads) instead of wall time: steadier on a machine other jobs
+    load, at the price of counting idle-spinning threads."""
     jitted = {label: jax.jit(fn) for label, fn in fns.items()}
     for f in jitted.values():
         jax.block_until_ready(f(*args))
@@ -101,9 +106,9 @@ def time_interleaved(fns: dict, args, repeats: dict) -> dict:
     for rep in range(max(repeats.values())):
         for label, f in jitted.items():
             if rep < repeats[label]:
-                t0 = time.perf_counter()
+                t0 = CLOCK()
                 jax.block_until_ready(f(*args))
-                times[label].append(time.perf_counter() - t0)
+                times[label].append(CLOCK() - t0)
     return {label: statistics.median(ts) * 1e3 for label, ts in times.items()}
 
 
@@ -180,8 +185,12 @@ def main():
     ap.add_argument("--models", nargs="*", default=list(MODELS))
     ap.add_argument("--opacus", action="store_true")
     ap.add_argument("--jax-privacy", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
     args = ap.parse_args()
-    print(f"device: {jax.devices()[0].device_kind} ({len(os.sched_getaffinity(0))} CPU cores usable), batch {args.batch}, median of {args.repeats} steps (ms)")
+    global CLOCK
+    CLOCK = time.process_time if args.cpu_time else time.perf_counter
+    print(f"device: {jax.devices()[0].device_kind} ({len(os.sched_getaffinity(0))} CPU cores usable), batch {args.batch}, median of {args.repeats} steps "
+          f"({'process CPU' if args.cpu_time else 'wall'} ms)")
     for name in args.models:
         cls, shape = MODELS[name]
         problem = FlaxProblem(cls(), shape, "softmax")

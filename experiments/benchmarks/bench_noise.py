@@ -22,6 +22,15 @@ same result):
   (and f16 clips the tails), so the released noise is not the Gaussian the
   accountant assumes. Rejected whatever their speed.
 
+Measured (2026-11-24, the shared 2-core CPU under load ~15, so only ratios
+within one run mean anything; three runs): one flat threefry draw took 0.41x,
+0.50x and 0.52x the time of one draw per leaf, so ``gaussian_like`` now draws
+a same-dtype tree in one flat draw (still threefry: same law, same seed =>
+same result). rbg and unsafe_rbg were 11-14x *slower* than per-leaf threefry
+on this CPU (XLA's CPU RngBitGenerator), bf16 2.9x and f16 1.2x slower, and
+are inexact anyway. On CPU the noise of a 203k-parameter model still costs
+about one non-private MLP step (bench_dp_step.py, "noise only" row).
+
 Usage: ``python experiments/benchmarks/bench_noise.py [--n 203530] [--repeats 40]``
 """
 

@@ -71,7 +71,7 @@ from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, 
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping, noise
+from dpjax.primitives import clipping, ghost_clipping, noise
 from dpjax.primitives.sampling import sample_without_replacement
 
 PyTree = Any
@@ -216,6 +216,11 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     radius_diff = difference_radius(params, prev_params, clip_diff)
 
     def one_silo(x, y, mask, size, cached):
+        if ghost_clipping.make_plan(problem.loss, params, x, y).fast:  # no per-record gradients (cache unused)
+            radius = clip_restart if restart_only else jnp.where(restart, clip_restart, radius_diff)
+            return ghost_clipping.clipped_difference_mean(
+                problem.loss, params, prev_params, x, y, radius if private else jnp.inf, mask, size,
+                use_difference=False if restart_only else ~restart), cached
         g_cur = clipping.per_example_grads(problem.loss, params, x, y)
         if restart_only:
             vectors, radius = g_cur, clip_restart
@@ -491,11 +496,10 @@ class Diff2BvrLSgd(FamilyBase):
             x_prev, x_cur, v_prev, out = carry  # x_{k-2}, x_{k-1}, v~_{k-1}
             idx = sample_without_replacement(jax.random.fold_in(sample_key, k), size, data.n_max, self.batch_size)
             xb, yb = xs[idx], ys[idx]
-            g_cur = clipping.per_example_grads(self.problem.loss, x_cur, xb, yb)
-            g_prev = clipping.per_example_grads(self.problem.loss, x_prev, xb, yb)
             disp = clipping.global_norm(_tree_sub(x_cur, x_prev))
             radius = _times(hp.clip_local, disp) if self.private else jnp.inf
-            d = clipped_mean(_tree_sub(g_cur, g_prev), radius, None, self.batch_size)
+            d = ghost_clipping.clipped_difference_mean(self.problem.loss, x_cur, x_prev, xb, yb, radius, None,
+                                                       self.batch_size)
             v = jax.tree_util.tree_map(jnp.add, d, v_prev)
             if self.private:
                 v = noise.add_gaussian_noise(jax.random.fold_in(local_key, k), v, _times(hp.sigma_local, radius))

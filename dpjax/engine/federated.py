@@ -192,7 +192,8 @@ def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> boo
     drawing K distinct indices by ``top_k``) and the sampler's multiplicity vector is
     not just a scatter of gathered indices (``weights_by_scatter``)."""
     return (supports_dense_gradients(problem, sampler) and 8 * batch_size >= n_max
-            and not getattr(sampler, "weights_by_scatter", False))
+            and not getattr(sampler, "weights_by_scatter", False)
+            and not getattr(problem, "prefer_gathered_batches", False))  # networks: cost per row, gather
 
 
 def silo_dense_gradients(

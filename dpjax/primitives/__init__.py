@@ -14,6 +14,13 @@ from dpjax.primitives.clipping import (
     per_example_grads,
     sensitivity_of_clipped_sum,
 )
+from dpjax.primitives.ghost_clipping import (
+    GhostClippedSum,
+    GhostFallbackError,
+    clipped_difference_sum,
+    ghost_clipped_sum,
+    per_example_grad_norms,
+)
 from dpjax.primitives.noise import add_gaussian_noise, gaussian_like
 from dpjax.primitives.projection import project_l2_ball
 from dpjax.primitives.sampling import (
@@ -35,6 +42,8 @@ from dpjax.primitives.sampling import (
 __all__ = [
     "ClippedSum", "clip_per_example", "clip_to_norm", "clipped_sum", "global_norm",
     "per_example_clipped_sum", "per_example_grads", "sensitivity_of_clipped_sum",
+    "GhostClippedSum", "GhostFallbackError", "clipped_difference_sum", "ghost_clipped_sum",
+    "per_example_grad_norms",
     "add_gaussian_noise", "gaussian_like", "project_l2_ball",
     "FixedAvailability", "FullAvailability", "FullBatch", "OnePass", "Poisson",
     "RandomAvailability", "WithoutReplacement", "WithReplacement", "make_sampler",

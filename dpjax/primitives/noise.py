@@ -6,7 +6,8 @@ release is ``(eps, delta)``-DP for every pair on the curve of the analytic
 Gaussian mechanism with noise multiplier ``std / Delta`` (Balle & Wang 2018);
 ``dpjax.accounting`` turns schedules of such releases into ``(eps, delta)``.
 
-Each leaf gets its own key (split from ``key``), so leaves are independent.
+All entries are independent: leaves of one dtype share one flat draw (split
+into the leaves), mixed-dtype trees get one key per leaf.
 ``std = 0`` adds exactly zero, which makes a private algorithm with ``std = 0``
 bit-identical to its non-private twin.
 """
@@ -17,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax import _validate
 
@@ -26,6 +28,17 @@ PyTree = Any
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
     """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
+    dtypes = {jnp.dtype(leaf.dtype) for leaf in leaves}
+    if len(dtypes) == 1 and len(leaves) > 1:
+        # One threefry draw for all leaves, then split: same law (i.i.d. normals),
+        # same seed => same result, about 2x faster on CPU than a draw per leaf
+        # (experiments/benchmarks/bench_noise.py).
+        dtype = dtypes.pop()
+        sizes = [int(np.prod(leaf.shape)) for leaf in leaves]
+        flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype)
+        parts = jnp.split(flat, np.cumsum(sizes)[:-1])
+        noise = [part.reshape(leaf.shape) for part, leaf in zip(parts, leaves)]
+        return jax.tree_util.tree_unflatten(treedef, noise)
     keys = jax.random.split(key, len(leaves))
     noise = [
         jax.random.normal(k, leaf.shape, leaf.dtype) * jnp.asarray(std, leaf.dtype)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax.primitives import ghost_clipping
 from dpjax.problems.glm import _masked_mean
 
 LOSSES = ("squared", "logistic", "softmax")
@@ -25,12 +26,17 @@ class FlaxProblem:
       loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"``
         (binary, labels in {0,1}, scalar logit) or ``"softmax"`` (integer labels).
 
-    Flax models have no a-priori Lipschitz bound: private algorithms clip.
+    Flax models have no a-priori Lipschitz bound: private algorithms clip;
+    ``weighted_grad_sum`` gives them the clipped sum by ghost norms.
+    ``prefer_gathered_batches``: a network's clipped sum costs a forward and
+    backward pass per row, so the engine should gather sampled rows rather
+    than weight every row of a silo (the GLMs' dense path).
     """
 
     module: Any
     input_shape: tuple[int, ...]
     loss_kind: str = "squared"
+    prefer_gathered_batches = True
 
     def __post_init__(self):
         _validate.check_choice("loss_kind", self.loss_kind, LOSSES)
@@ -53,6 +59,21 @@ class FlaxProblem:
             m = jnp.reshape(out, ())
             return jax.nn.softplus(m) - y * m
         return jax.nn.logsumexp(out) - out[y.astype(jnp.int32)]
+
+    def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
+        """``sum_j weights_j clip_C(grad loss(params, x_j, y_j))`` by ghost norms.
+
+        The per-example gradients are never materialised (see
+        ``dpjax.primitives.ghost_clipping``; models with layers it does not
+        support fall back to ``vmap(grad)``). ``weights`` are 0/1 padding flags
+        or multiplicities; ``clip_norm=None`` sums unclipped gradients.
+        ``row_sq_norms`` is accepted for the GLM interface and unused.
+        """
+        return ghost_clipping.ghost_clipped_sum(self.loss, params, x, y, clip_norm, weights).total
+
+    def uses_ghost_clipping(self, params, x, y) -> bool:
+        """Whether ``weighted_grad_sum`` runs the ghost path on this model (else ``vmap(grad)``)."""
+        return ghost_clipping.make_plan(self.loss, params, x, y).fast
 
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)

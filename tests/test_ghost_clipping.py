@@ -1,0 +1,230 @@
+"""Ghost clipping equals per-example autodiff + clipping (``vmap(grad)``).
+
+Comparisons run in float64: both sides compute the same sums in a different
+order, so they agree to a few hundred ulps of the largest term
+(~1e-13 relative); ``RTOL = 1e-9`` leaves a wide margin yet fails on any wrong
+term, factor or layout (those give O(1) relative errors).
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax.algorithms import diff2
+from dpjax.engine import federated
+from dpjax.engine.silos import SiloData
+from dpjax.primitives import clipping
+from dpjax.primitives import ghost_clipping as gc
+from dpjax.problems import FlaxProblem
+
+RTOL, ATOL = 1e-9, 1e-12
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+class MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(nn.tanh(nn.Dense(6)(x)))
+
+
+class CNN(nn.Module):
+    """Conv (materialised form: P=64 positions) + GroupNorm, pooling, a strided padded
+    conv on a 4x4 map (Gram form: P=4) + LayerNorm, two dense layers."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.reshape(1, 8, 8, 1)
+        x = nn.max_pool(nn.relu(nn.GroupNorm(num_groups=2)(nn.Conv(4, (3, 3))(x))), (2, 2), (2, 2))
+        x = nn.LayerNorm()(nn.Conv(6, (3, 3), strides=2, padding=1)(x))
+        return nn.Dense(3)(nn.tanh(nn.Dense(5)(x.reshape(-1))))
+
+
+class Seq(nn.Module):
+    """Embedding, a dense layer shared by two calls, Gram (T=3) and materialised
+    (T=6) dense norms, RMSNorm."""
+
+    @nn.compact
+    def __call__(self, tokens):
+        e = nn.Embed(7, 8)(tokens)                      # [6, 8]
+        shared = nn.Dense(8, name="shared")
+        h = nn.RMSNorm()(nn.tanh(shared(e[:3])))        # T=3: 3 (8 + 8) <= 64 -> Gram
+        h = shared(nn.tanh(h))
+        g = nn.Dense(4)(e)                              # T=6: 6 (8 + 4) > 32 -> materialised
+        return nn.Dense(3)(jnp.concatenate([h.mean(0), g.mean(0)]))
+
+
+class Scaled(nn.Module):
+    """A parametrised layer ghost clipping does not know."""
+
+    @nn.compact
+    def __call__(self, x):
+        return x * self.param("gain", nn.initializers.ones, x.shape)
+
+
+class WithUnsupported(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(3)(Scaled()(x))
+
+
+def _setup(module, kind="x", batch=9, seed=0):
+    key = jax.random.key(seed)
+    if kind == "tokens":
+        x = jax.random.randint(key, (batch, 6), 0, 7)
+    else:
+        x = jax.random.normal(key, (batch, 64), jnp.float64)
+    y = jnp.arange(batch) % 3
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), module.init(jax.random.key(1), x[0]))
+
+    def loss(p, xi, yi):
+        out = module.apply(p, xi)
+        return jax.nn.logsumexp(out) - out[yi]
+
+    return loss, params, x, y
+
+
+CASES = {"mlp": (MLP(), "x"), "cnn": (CNN(), "x"), "seq": (Seq(), "tokens")}
+
+
+def _close(a, b):
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(u), np.asarray(v), rtol=RTOL, atol=ATOL)
+
+
+def _perturbed(params, scale):
+    return jax.tree_util.tree_map(lambda p: p + scale * jnp.sin(7.0 * p + 1.0), params)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_norms_clipped_sums_and_differences_equal_vmap_grad(name):
+    """Per-example norms; clipped sums with a mask for clip norms that bind for
+    about half the examples, for none, and ``inf``; DIFF2's per-example
+    ``clip(grad l(w) - grad l(w'))`` for w' far from and very close to w."""
+    loss, params, x, y = _setup(*CASES[name])
+    mask = jnp.asarray([1, 1, 0, 1, 0, 1, 1, 1, 1], jnp.float64)
+    per_example = jax.jit(lambda p: clipping.per_example_grads(loss, p, x, y))
+    ghost_sum = jax.jit(lambda p, c: gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True))
+    ghost_diff = jax.jit(lambda p, q, c, use: gc.clipped_difference_sum(loss, p, q, x, y, c, mask, use_difference=use,
+                                                                        require_fast=True))
+    grads = per_example(params)
+    ref_norms = jax.vmap(clipping.global_norm)(grads)
+    norms, fast = jax.jit(lambda p: gc.per_example_grad_norms(loss, p, x, y, require_fast=True))(params)
+    assert bool(fast)
+    np.testing.assert_allclose(norms, ref_norms, rtol=RTOL)
+
+    median = float(jnp.median(ref_norms))
+    for clip_norm in (0.5 * median, 10.0 * float(jnp.max(ref_norms)), np.inf):
+        res = ghost_sum(params, clip_norm)
+        assert bool(res.fast_path) and float(res.count) == 7.0
+        _close(res.total, clipping.clipped_sum(grads, clip_norm, mask).total)
+
+    for scale in (1e-1, 1e-5):
+        prev = _perturbed(params, scale)
+        diffs = jax.tree_util.tree_map(jnp.subtract, grads, per_example(prev))
+        clip_norm = float(jnp.median(jax.vmap(clipping.global_norm)(diffs)))
+        res = ghost_diff(params, prev, clip_norm, True)
+        assert bool(res.fast_path)
+        _close(res.total, clipping.clipped_sum(diffs, clip_norm, mask).total)
+    # the traced "restart" flag selects the plain clipped gradients instead
+    _close(ghost_diff(params, prev, 0.5 * median, False).total, clipping.clipped_sum(grads, 0.5 * median, mask).total)
+
+
+def test_padding_rows_contribute_nothing_even_if_nan():
+    loss, params, x, y = _setup(MLP())
+    x = x.at[2].set(jnp.nan)
+    mask = jnp.ones(9).at[2].set(0.0)
+    res = gc.ghost_clipped_sum(loss, params, x, y, 0.3, mask)
+    keep = jnp.arange(9) != 2
+    ref = clipping.per_example_clipped_sum(loss, params, x[keep], y[keep], 0.3)
+    _close(res.total, ref.total)
+
+
+def test_zero_gradients_give_zero_not_nan():
+    module = MLP()
+    _, params, x, _ = _setup(module)
+    params = jax.tree_util.tree_map(jnp.zeros_like, params)
+
+    def sq_loss(p, xi, yi):  # output 0 = target: every per-example gradient is exactly zero
+        return 0.5 * jnp.sum(jnp.square(module.apply(p, xi) - yi))
+
+    y0 = jnp.zeros((9, 3))
+    for clip_norm in (1.0, 0.0):
+        res = gc.ghost_clipped_sum(sq_loss, params, x, y0, clip_norm, require_fast=True)
+        for leaf in jax.tree_util.tree_leaves(res.total):
+            assert np.all(np.asarray(leaf) == 0.0)
+    norms, _ = gc.per_example_grad_norms(sq_loss, params, x, y0)
+    assert np.all(np.asarray(norms) == 0.0)
+
+
+@pytest.mark.parametrize("model", [MLP(), CNN()])
+def test_fast_path_is_taken_and_required(model):
+    """Fails if a supported model silently falls back to vmap(grad)."""
+    loss, params, x, y = _setup(model)
+    plan = gc.make_plan(loss, params, x, y)
+    assert plan.fast, plan.reason
+    flags = []
+    jax.eval_shape(lambda p: flags.append(gc.ghost_clipped_sum(loss, p, x, y, 1.0, require_fast=True).fast_path), params)
+    assert flags == [True]
+
+
+def test_unsupported_layer_falls_back_with_flag():
+    loss, params, x, y = _setup(WithUnsupported())
+    plan = gc.make_plan(loss, params, x, y)
+    assert not plan.fast and "Scaled" in plan.reason
+    res = gc.ghost_clipped_sum(loss, params, x, y, 0.2)
+    assert res.fast_path is False
+    _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
+    with pytest.raises(gc.GhostFallbackError, match="require_fast=True"):
+        gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
+
+
+def test_flax_problem_clipped_sums_in_the_engine():
+    """``FlaxProblem`` gets the ghost path wherever the engine clips per example."""
+    problem = FlaxProblem(MLP(), (64,), "softmax")
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(n, 64)) for n in (6, 4)]
+    ys = [rng.integers(0, 3, size=n) for n in (6, 4)]
+    data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
+    assert problem.uses_ghost_clipping(params, data.x[0], data.y[0])
+    idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
+    mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
+    got = jax.jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1,
+                                                           private=True))(params)
+    for s in range(2):
+        xb, yb = data.x[s][idx[s]], data.y[s][idx[s]]
+        ref = clipping.per_example_clipped_sum(problem.loss, params, xb, yb, 0.1, mask[s]).total
+        _close(jax.tree_util.tree_map(lambda g, s=s: g[s], got), jax.tree_util.tree_map(lambda t: t / 4, ref))
+
+
+def test_diff2_messages_use_ghost_differences_and_match_materialised():
+    from dpjax.reproduce.diff2 import mlp_problem
+
+    problem = mlp_problem(5, 1, "regression")
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))
+    prev = _perturbed(params, 1e-2)
+    rng = np.random.default_rng(1)
+    xs = [rng.normal(size=(n, 5)) for n in (7, 5)]
+    ys = [rng.normal(size=(n, 1)) for n in (7, 5)]
+    data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
+    assert gc.make_plan(problem.loss, params, data.x[0], data.y[0]).fast
+    c1, c2 = 0.5, 3.0
+    radius = float(diff2.difference_radius(params, prev, c2))
+    messages = jax.jit(lambda p, q, r: diff2.silo_messages(problem, p, q, data, r, c1, c2))
+    per_example = jax.jit(lambda p, x, y: clipping.per_example_grads(problem.loss, p, x, y))
+    for restart in (True, False):
+        msgs = messages(params, prev, jnp.asarray(restart))
+        for s, (x, y) in enumerate(zip(xs, ys)):
+            x, y = jnp.asarray(x), jnp.asarray(y)
+            g = per_example(params, x, y)
+            if not restart:
+                g = jax.tree_util.tree_map(jnp.subtract, g, per_example(prev, x, y))
+            ref = clipping.clipped_sum(g, c1 if restart else radius).total
+            _close(jax.tree_util.tree_map(lambda m, s=s: m[s], msgs), jax.tree_util.tree_map(lambda t: t / len(xs[s]), ref))

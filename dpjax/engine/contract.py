@@ -90,6 +90,12 @@ class FamilyBase:
     """
 
     hparams_type: ClassVar[type] = object
+    #: hparams fields that the non-private twin sets to 0 (noise stds) and inf (clip norms).
+    noise_fields: ClassVar[tuple[str, ...]] = ("noise_std",)
+    clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
+    #: the hparams field that calibrated noise stds are proportional to (None: they are
+    #: noise multipliers, or not stds at all); the sweep calibrates at 1 and scales.
+    noise_scale_field: ClassVar[str | None] = "clip_norm"
 
     def check_common(self) -> None:
         from dpjax.engine import federated
@@ -119,6 +125,17 @@ class FamilyBase:
                              f"for {type(self).__name__}")
         return hparams
 
+    def run_hparams(self, hparams: Any) -> Any:
+        """The hparams a run uses: checked, and for the non-private twin
+        (``private=False``) ``parts.non_private(hparams)`` -- the one twin
+        mechanism of every family: the same compiled step with noise 0 and no clip."""
+        from dpjax.engine import parts
+
+        self.check_hparams(hparams)
+        if getattr(self, "private", True):
+            return hparams
+        return parts.non_private(hparams, self.noise_fields, self.clip_fields)
+
     def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
         """``Proj_W(w - eta * update)``: optax SGD with a traced per-run step size.
 
@@ -130,6 +147,19 @@ class FamilyBase:
 
     def params(self, state: Any) -> PyTree:
         return state.params
+
+
+class RoundFamily(FamilyBase):
+    """A family whose round is the ``parts.FederatedRound`` its ``round(data)`` method builds."""
+
+    def init(self, params, hparams, data, run_key):
+        return self.round(data).init(params, self.run_hparams(hparams), data, run_key)
+
+    def step(self, state, data, key):
+        return self.round(data).step(state, data, key)
+
+    def output_params(self, state):
+        return self.averager.value(state.averaged, state.params, state.round)
 
 
 def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:

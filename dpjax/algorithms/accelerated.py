@@ -41,7 +41,7 @@ bit-identical to it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -112,6 +112,15 @@ class AcsaSchedule:
     lam: Any
     stage_round: Any
     stage_nu: Any
+
+    #: the per-run scalars a sweep varies (``None``: required); ``from_sweep`` builds the schedule.
+    SWEEP_AXES: ClassVar[dict] = {"smoothness": dataclasses.MISSING, "strong_convexity": 0.0, "regularization": 0.0}
+
+    @classmethod
+    def from_sweep(cls, values: dict, num_rounds: int) -> "AcsaSchedule":
+        """The single-stage schedule of one sweep point (``single_stage``)."""
+        return cls.single_stage(num_rounds, float(values["smoothness"]), float(values.get("strong_convexity", 0.0)),
+                                float(values.get("regularization", 0.0)))
 
     @classmethod
     def single_stage(cls, num_rounds: int, smoothness: float, strong_convexity: float = 0.0,
@@ -303,3 +312,8 @@ class AcceleratedMbSgd(FamilyBase):
             sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
             steps=self.num_rounds, neighboring=self.neighboring,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-accelerated", AcceleratedMbSgd, twin="accelerated")

@@ -214,3 +214,8 @@ class NoisyMbSgd(RoundFamily):
             sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
             steps=self.num_rounds, neighboring=self.neighboring,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")

@@ -212,3 +212,8 @@ class LocalSgd(FamilyBase):
             sampling="without-replacement",  # a uniform 1-subset per step
             silo_size=silo_size, batch_size=1, steps=self.num_rounds * self.local_steps,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-local-sgd", LocalSgd, twin=("local-sgd", "fedavg"))  # two names of one twin

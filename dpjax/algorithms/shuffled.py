@@ -539,3 +539,9 @@ class SdpOnePassAccelerated(FamilyBase):
                    "min_vectors": m, "dim": self.dim, "granularity": g, "trials": b, "probability": p,
                    "bits_per_vector": self.dim * (g + b)}
         return SdpReport(central, None, details)
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-shuffled", ShuffledNoisyMbSgd, twin="shuffled")
+register_family("sdp-accelerated", SdpOnePassAccelerated, noise_scale_field=None)  # calibration sets pvec

@@ -62,10 +62,10 @@ class UnbalancedHParams:
     clip_norm: Any = 1.0
 
     @classmethod
-    def create(cls, learning_rate, noise_stds, clip_norm=1.0) -> "UnbalancedHParams":
-        stds = np.asarray(noise_stds, np.float64)
+    def create(cls, learning_rate, noise_std, clip_norm=1.0) -> "UnbalancedHParams":
+        stds = np.asarray(noise_std, np.float64)
         if stds.ndim != 1 or stds.size == 0 or not np.all(np.isfinite(stds)) or np.any(stds < 0):
-            raise ValueError(f"noise_stds={noise_stds!r} must be a non-empty 1-D sequence of finite values >= 0")
+            raise ValueError(f"noise_std={noise_std!r} must be a non-empty 1-D sequence of finite values >= 0")
         if isinstance(learning_rate, (int, float)):
             _validate.check_positive("learning_rate", learning_rate)
         if isinstance(clip_norm, (int, float)):
@@ -139,6 +139,12 @@ class UnbalancedNoisyMbSgd(RoundFamily):
             )
         return super().init(params, hparams, data, run_key)
 
+    def hparams_from_values(self, *, noise_std=0.0, **fields) -> UnbalancedHParams:
+        """A scalar ``noise_std`` is every silo's sigma_i."""
+        if np.ndim(noise_std) == 0:
+            noise_std = [float(noise_std)] * len(self.batch_sizes)
+        return UnbalancedHParams.create(noise_std=noise_std, **fields)
+
     def round(self, data: SiloData) -> parts.FederatedRound:
         """Algorithm 2's round with per-silo ``K_i`` (first ``K_i`` of ``max K_i`` draws) and ``sigma_i``."""
         client = parts.MinibatchGradient(self.problem, self.sampler, clip_mode=self.clip_mode,
@@ -176,3 +182,8 @@ class UnbalancedNoisyMbSgd(RoundFamily):
             )
             for n, k, std in zip(sizes, self.batch_sizes, stds)
         ]
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-unbalanced", UnbalancedNoisyMbSgd, twin="unbalanced")

@@ -125,6 +125,10 @@ class FamilyBase:
                              f"for {type(self).__name__}")
         return hparams
 
+    def hparams_from_values(self, **fields) -> Any:
+        """The validated hparams of one run from its field values (``hparams_type.create``)."""
+        return self.hparams_type.create(**fields)
+
     def run_hparams(self, hparams: Any) -> Any:
         """The hparams a run uses: checked, and for the non-private twin
         (``private=False``) ``parts.non_private(hparams)`` -- the one twin

@@ -549,7 +549,7 @@ def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, hete
     return xs, ys, txs, tys
 
 
-def _load_synthetic(opts: dict, trial: int) -> TrialData:
+def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
     from dpjax.problems.glm import LogisticRegression
 
     n = _validate.check_int("data.n", opts["n"], min_value=1)
@@ -560,6 +560,12 @@ def _load_synthetic(opts: dict, trial: int) -> TrialData:
     seed = _validate.check_int("data.split_seed", opts["split_seed"], min_value=0) + int(trial)
     xs, ys, txs, tys = synthetic_logistic_silos(num_silos, n, dim, n_test, het, seed)
     problem = LogisticRegression(dim)
+    if mlp:
+        from dpjax.problems import FlaxProblem
+        from dpjax.problems.mlp import MLP
+
+        width = _validate.check_int("data.hidden", opts["hidden"], min_value=1)
+        problem = FlaxProblem(MLP((width,)), (dim,), "logistic")
     max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in xs)
     return TrialData(SiloData.from_silos(xs, ys), _pooled_eval_data(xs, ys, txs, tys), problem, max_norm,
                      {"split_seed": seed})
@@ -570,6 +576,17 @@ register_dataset(
         name="synthetic-logistic",
         defaults={"num_silos": 4, "n": 64, "dim": 5, "n_test": 32, "heterogeneity": 1.0, "split_seed": 0},
         load=_load_synthetic,
+        eval_fn=classification_eval,
+    )
+)
+
+
+register_dataset(
+    DatasetEntry(
+        name="synthetic-mlp",  # the same silos, a one-hidden-layer flax MLP (FlaxProblem) as the model
+        defaults={"num_silos": 1, "n": 256, "dim": 5, "n_test": 128, "heterogeneity": 0.0, "split_seed": 0,
+                  "hidden": 16},
+        load=functools.partial(_load_synthetic, mlp=True),
         eval_fn=classification_eval,
     )
 )

@@ -1,44 +1,37 @@
 """What a sweep config can name: algorithms and datasets.
 
-Adding an algorithm to ``dpjax sweep`` is one ``register_algorithm`` call
-with an ``AlgorithmEntry``: how to build the (static, hashable) algorithm
-object from the config's static fields, which per-run hyperparameters it
-sweeps, and how to turn a dict of floats into its ``HParams`` pytree.
+Algorithms are *derived* from the family classes, never restated: a family
+registers itself next to its class (``register_family("isrl-mbsgd",
+NoisyMbSgd, twin="mbsgd")`` at the end of its module; every module of
+``dpjax.algorithms`` is imported, so a new family is one module plus that
+line). Its ``AlgorithmEntry`` reads
+
+* static fields (compile-time; one program per combination) from the family
+  dataclass (``contract.static_fields``), with their defaults; the twin name
+  fixes ``private=False``; ``available`` is accepted for ``availability``
+  (an int M, ``"all"`` or a pmf list);
+* per-run fields (vmapped inside one program) from ``hparams_type``
+  (``contract.hparam_fields``): scalar fields are grid axes; a nested field
+  whose type declares ``SWEEP_AXES``/``from_sweep`` is built from those axes
+  (the accelerated families' AC-SA schedule from ``smoothness``,
+  ``strong_convexity``, ``regularization``); other nested dataclasses are
+  dotted axes (``pvec.granularity``);
+* validation by construction: ``cls(...)`` for static values and the
+  family's ``hparams_from_values`` (``hparams_type.create``) for per-run
+  values, the error naming ``static.<k>`` or ``grid.<k>[i]``.
+
+Rules shared by all families: ``"isrl-experiment"`` for a size field
+(``batch_size``, ``local_steps``) resolves K = ceil(n sqrt(eps_max) / (2
+sqrt R)) from the grid's largest epsilon (ISRL-DP Appendix I); a clip axis
+may be ``"<c>*maxnorm"`` (c times the trial's largest feature norm); an
+``epsilon`` axis sets the calibrated fields through
+``algorithm.privacy(silo_sizes, unit_hparams).calibrate(eps, delta,
+accountant)`` (``AlgorithmEntry.calibrate``).
+
 Datasets are ``DatasetEntry`` objects that load one data split (``trial``)
-as padded ``SiloData`` plus the evaluation data and the problem.
-
-Registered algorithms (static fields: compile-time, one program per
-combination; per-run axes: vmapped inside one program; an ``epsilon`` axis
-sets ``noise_std`` through the algorithm's own ``privacy_schedule``):
-
-* ``isrl-mbsgd``: ``NoisyMbSgd`` (ISRL-DP Algorithm 2). Static: batch_size
-  (int or ``"isrl-experiment"``), sampling, available, private, aggregation,
-  output, window, projection_radius, neighboring. Per run: learning_rate,
-  noise_std or epsilon, clip_norm.
-* ``mbsgd``: its non-private twin ``NoisyMbSgd(private=False)``. Static as
-  above without private/neighboring (batch_size an int). Per run: learning_rate.
-* ``isrl-local-sgd``: ``LocalSgd`` (private Local SGD). Static: local_steps
-  (int or ``"isrl-experiment"``), available, aggregation, output, window,
-  projection_radius. Per run: learning_rate, noise_std or epsilon, clip_norm.
-* ``local-sgd`` / ``fedavg`` (two names, one algorithm):
-  ``LocalSgd(private=False)``. Static as above (local_steps an int). Per run:
-  learning_rate.
-* ``isrl-accelerated``: ``AcceleratedMbSgd`` (ISRL-DP Algorithm 1 with a
-  single-stage AC-SA schedule; one-pass A3a by default). Static: batch_size
-  (int), sampling, available, aggregation, projection_radius, neighboring.
-  Per run: smoothness (the schedule's nu = beta; the step-size axis),
-  strong_convexity, regularization, noise_std or epsilon, clip_norm.
-* ``accelerated``: its non-private twin. Per run: smoothness,
-  strong_convexity, regularization.
-
-``"isrl-experiment"`` resolves K = ceil(n sqrt(eps_max) / (2 sqrt R)) from the
-grid's largest epsilon (ISRL spec §3.7; Local SGD uses the same K as local
-steps, as in the paper's experiments). The non-private twins refuse an
-``epsilon`` axis; their hparams carry ``noise_std = 0`` and
-``clip_norm = inf`` (``non_private_hparams``). The accelerated families build
-the single-stage AC-SA schedule per run (``AcsaSchedule.single_stage(R,
-smoothness, strong_convexity, regularization)``); multi-stage schedules are
-not a per-run scalar and are not offered here.
+as padded ``SiloData`` plus the evaluation data and the problem; every
+loader of ``dpjax.data`` is registered (ISRL MNIST, insurance, obesity, the
+DIFF2 datasets) plus two synthetic ones.
 """
 
 from __future__ import annotations
@@ -478,14 +471,68 @@ def _pooled_eval_data(train_x, train_y, test_x, test_y):
 
 @functools.lru_cache(maxsize=64)
 def classification_eval(problem):
-    """Pooled training loss/error and pooled test loss/error of the output parameters."""
+    """Pooled training and pooled test metrics of the output parameters (every metric of
+    ``problem.evaluate``, prefixed ``train_`` / ``test_``: loss and error, or loss and rmse)."""
 
     def fn(params, ed):
         tr = problem.evaluate(params, ed["train_x"], ed["train_y"])
         te = problem.evaluate(params, ed["test_x"], ed["test_y"])
-        return {"train_loss": tr["loss"], "train_error": tr["error"], "test_loss": te["loss"], "test_error": te["error"]}
+        return {**{f"train_{k}": v for k, v in tr.items()}, **{f"test_{k}": v for k, v in te.items()}}
 
     return fn
+
+
+def trial_from_federated(fed, problem, metadata: dict) -> TrialData:
+    """A ``dpjax.data.FederatedDataset`` split as sweep ``TrialData`` (pooled evaluation data)."""
+    ys = [np.asarray(y, np.float32) for y in fed.train_y]
+    if fed.pooled_test_x is not None:
+        test_x, test_y = [fed.pooled_test_x], [np.asarray(fed.pooled_test_y, np.float32)]
+    else:
+        test_x, test_y = fed.test_x, [np.asarray(y, np.float32) for y in fed.test_y]
+    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
+    return TrialData(SiloData.from_silos(fed.train_x, ys), _pooled_eval_data(fed.train_x, ys, test_x, test_y),
+                     problem, max_norm, metadata)
+
+
+def _glm_for(fed):
+    from dpjax.problems import LinearRegression, SoftmaxRegression
+
+    d = fed.train_x[0].shape[1]
+    return LinearRegression(d) if fed.num_classes is None else SoftmaxRegression(d, fed.num_classes)
+
+
+@functools.lru_cache(maxsize=8)
+def _raw(loader_name: str, data_dir):
+    import dpjax.data as data_lib
+
+    return getattr(data_lib, loader_name)(data_dir)
+
+
+def _load_insurance(opts: dict, trial: int) -> TrialData:
+    from dpjax.data import insurance_silos
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = insurance_silos(_raw("load_insurance", opts["data_dir"]), n_silos=int(opts["n_silos"]), seed=seed,
+                          train_fraction=opts["train_fraction"], standardize=opts["standardize"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
+
+
+def _load_obesity(opts: dict, trial: int) -> TrialData:
+    from dpjax.data import obesity_silos
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = obesity_silos(_raw("load_obesity", opts["data_dir"]), seed=seed, train_fraction=opts["train_fraction"],
+                        n_per_silo=opts["n_per_silo"], replace=opts["replace"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
+
+
+def _load_diff2(name: str, opts: dict, trial: int) -> TrialData:
+    from dpjax.data import diff2_dataset
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = diff2_dataset(name, opts["data_dir"], seed=seed, n_silos=int(opts["n_silos"]),
+                        train_fraction=opts["train_fraction"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
 
 
 @functools.lru_cache(maxsize=4)
@@ -590,6 +637,30 @@ register_dataset(
         eval_fn=classification_eval,
     )
 )
+
+
+register_dataset(DatasetEntry(  # ISRL-DP experiment B (linear regression, silos sorted by charges)
+    name="isrl-insurance", defaults={"data_dir": None, "n_silos": 3, "train_fraction": 0.8,
+                                     "standardize": "per_silo", "split_seed": 0},
+    load=_load_insurance, eval_fn=classification_eval))
+register_dataset(DatasetEntry(  # ISRL-DP experiment C (softmax regression, one silo per class)
+    name="isrl-obesity", defaults={"data_dir": None, "n_per_silo": 200, "replace": False, "train_fraction": 0.8,
+                                   "split_seed": 0},
+    load=_load_obesity, eval_fn=classification_eval))
+
+
+def _register_diff2_datasets() -> None:
+    """The DIFF2 experiments' datasets (a GLM on P client silos; ``dpjax.data.DIFF2_DATASETS``)."""
+    from dpjax.data.diff2 import DIFF2_DATASETS
+
+    for name in DIFF2_DATASETS:
+        register_dataset(DatasetEntry(
+            name=f"diff2-{name.replace('_', '-')}",
+            defaults={"data_dir": None, "n_silos": 10, "train_fraction": 0.8, "split_seed": 0},
+            load=functools.partial(_load_diff2, name), eval_fn=classification_eval))
+
+
+_register_diff2_datasets()
 
 
 def stack_trials(trials: list[TrialData]):

@@ -8,6 +8,7 @@ repetition)``.
 
 import dataclasses
 import math
+import pathlib
 import tomllib
 
 import jax
@@ -26,7 +27,7 @@ from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
 from dpjax.engine import runner
 from dpjax.primitives.sampling import FixedAvailability
-from dpjax.sweep import ALGORITHMS, SweepConfig, registry, run_sweep
+from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
 from dpjax.sweep.driver import _Sweep
 from tests.sweep.conftest import TINY
 
@@ -292,3 +293,24 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
         eps = alg.privacy(sw.trial(0).train.silo_sizes(), sw.entry.make_hparams(vals, alg)).epsilon(1e-5, "rdp")
         assert eps.epsilon <= 2.0 * (1 + 1e-6), name
         assert eps.epsilon >= 2.0 / (1 + 2 * CALIBRATION_RTOL) ** 2, name
+
+
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def test_every_dataset_loader_of_dpjax_data_is_registered():
+    """ISRL MNIST/insurance/obesity, every DIFF2 dataset and the synthetic ones; each real one loads
+    one split as padded silos with pooled evaluation metrics of its problem."""
+    from dpjax.data.diff2 import DIFF2_DATASETS
+
+    expected = {"isrl-mnist", "isrl-insurance", "isrl-obesity", "synthetic-logistic", "synthetic-mlp"}
+    expected |= {f"diff2-{n.replace('_', '-')}" for n in DIFF2_DATASETS}
+    assert expected <= set(DATASETS)
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent: the real datasets cannot be loaded here (registration checked above)")
+    for name, silos in (("isrl-insurance", 3), ("isrl-obesity", 7), ("diff2-a9a", 10)):
+        entry = DATASETS[name]
+        td = entry.load(entry.resolve({"name": name, "data_dir": str(SHARED_DATA)}), 0)
+        assert td.train.num_silos == silos and td.max_norm > 0
+        metrics = entry.eval_fn(td.problem)(td.problem.init_params(jax.random.key(0)), td.eval_data)
+        assert {"train_loss", "test_loss"} <= set(metrics) and all(np.isfinite(float(v)) for v in metrics.values())

@@ -28,7 +28,7 @@ import optax
 from dpjax import _validate
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
-from dpjax.algorithms.isrl_mbsgd import smallest_silo
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, smallest_silo
 from dpjax.engine import federated, parts
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
@@ -39,22 +39,9 @@ PyTree = Any
 OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd, "adamw": optax.adamw, "rmsprop": optax.rmsprop}
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class DpSgdHParams:
-    """Per-run hyperparameters: step size, std of the noise on the clipped sum, clip norm C."""
-
-    learning_rate: Any
-    noise_std: Any = 0.0
-    clip_norm: Any = 1.0
-
-    @classmethod
-    def create(cls, learning_rate, noise_std=0.0, clip_norm=1.0) -> "DpSgdHParams":
-        _validate.check_positive("learning_rate", float(learning_rate))
-        _validate.check_nonnegative("noise_std", float(noise_std))
-        _validate.check_positive("clip_norm", float(clip_norm), allow_inf=True)
-        f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-        return cls(f32(learning_rate), f32(noise_std), f32(clip_norm))
+#: Per-run hyperparameters: step size, std of the noise on the clipped sum, clip norm C
+#: (the fields of Noisy MB-SGD's hparams, so the same type).
+DpSgdHParams = MbSgdHParams
 
 
 @dataclasses.dataclass(frozen=True)

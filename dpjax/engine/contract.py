@@ -21,7 +21,8 @@ uses the same way (non-private twins return ``NoPrivacy``).
 
 ``FamilyBase`` removes the repetition between families: the common field
 checks, the hparams type check, the sampling x neighbouring check at
-construction time, the iterate averager and the server step.
+construction time, the iterate averager and the non-private twin
+(``run_hparams``). Round steps are composed of ``dpjax.engine.parts``.
 """
 
 from __future__ import annotations
@@ -30,13 +31,11 @@ import dataclasses
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 import jax
-import optax
 
 from dpjax import _validate
 from dpjax.accounting.events import Neighboring, Sampling, _FIXED_SIZE
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.engine.averaging import IterateAverager
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
@@ -140,15 +139,6 @@ class FamilyBase:
             return hparams
         return parts.non_private(hparams, self.noise_fields, self.clip_fields)
 
-    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
-        """``Proj_W(w - eta * update)``: optax SGD with a traced per-run step size.
-
-        Bit-identical to ``w - eta * g`` (``-(eta g)`` is exact), then the
-        projection onto the ball of ``projection_radius`` (None: no projection).
-        """
-        new = optax.apply_updates(params, sgd_updates(update, learning_rate))
-        return project_l2_ball(new, getattr(self, "projection_radius", None))
-
     def params(self, state: Any) -> PyTree:
         return state.params
 
@@ -164,11 +154,6 @@ class RoundFamily(FamilyBase):
 
     def output_params(self, state):
         return self.averager.value(state.averaged, state.params, state.round)
-
-
-def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:
-    """The updates of ``optax.sgd(learning_rate)`` for a stateless, traced step size."""
-    return optax.tree.scale(-learning_rate, gradient)
 
 
 def family_hparams(algorithm) -> type:

@@ -39,6 +39,7 @@ import optax
 from dpjax import keys
 from dpjax.engine import federated
 from dpjax.engine.problem import ClosedFormClipping, Problem, has_closed_form_clipping  # noqa: F401
+from dpjax.primitives import noise
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
@@ -136,8 +137,6 @@ class CentralGaussian:
 
     def update(self, update, state: NoiseState, noise_std, silo_ids=None):
         del silo_ids
-        from dpjax.primitives import noise
-
         return noise.add_gaussian_noise(state.key, update, noise_std), NoiseState(jax.random.fold_in(state.key, 1))
 
 

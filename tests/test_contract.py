@@ -185,3 +185,16 @@ def test_composed_spec_is_accounted_by_every_tight_accountant():
     # full-batch Gaussian rounds: the exact GDP composition is also available and is the smallest
     assert best.epsilon <= min(rdp.epsilon, pld.epsilon) and best.accountant in ("rdp", "pld", "gdp")
     assert best.epsilon == spec.epsilon(DELTA, best.accountant).epsilon
+
+
+def test_family_server_step_equals_the_server_optimizer():
+    """FamilyBase.server_step (step size set per call) is parts.ServerOptimizer, bit for bit."""
+    alg = NoisyMbSgd(PROBLEM, 3, 2, projection_radius=0.5)
+    rng = np.random.default_rng(1)
+    params = {"w": jnp.asarray(rng.normal(size=5), jnp.float32)}
+    grad = {"w": jnp.asarray(rng.normal(size=5), jnp.float32)}
+    lr = jnp.float32(0.05)
+    got = alg.server_step(params, grad, lr)
+    from dpjax.primitives.projection import project_l2_ball
+    want = project_l2_ball({"w": params["w"] - lr * grad["w"]}, 0.5)
+    np.testing.assert_array_equal(np.asarray(got["w"]), np.asarray(want["w"]))

@@ -31,6 +31,7 @@ import dataclasses
 from typing import Any, ClassVar, Protocol, Sequence, runtime_checkable
 
 import jax
+import optax
 
 from dpjax import _validate
 from dpjax.accounting.events import Neighboring, Sampling, _FIXED_SIZE
@@ -163,6 +164,12 @@ class RoundFamily(FamilyBase):
 
     def output_params(self, state):
         return self.averager.value(state.averaged, state.params, state.round)
+
+
+def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:
+    """The updates of ``optax.sgd(learning_rate)`` for a stateless, traced step size
+    (``-(eta g)``, exact, so ``apply_updates`` gives ``w - eta g`` bit for bit)."""
+    return optax.tree.scale(-learning_rate, gradient)
 
 
 def family_hparams(algorithm) -> type:

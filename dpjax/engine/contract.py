@@ -56,15 +56,6 @@ class Algorithm(Protocol):
 
     def step(self, state: Any, data, key: jax.Array) -> tuple[Any, dict]: ...
 
-    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
-        """``Proj_W(w - eta * update)`` for families whose step size is set per call (e.g. a
-        per-round schedule): ``parts.ServerOptimizer`` (optax SGD, stateless) with ``eta`` injected."""
-        from dpjax.engine import parts
-
-        server = parts.ServerOptimizer(projection_radius=getattr(self, "projection_radius", None))
-        new, _ = server.step(params, update, server.init(params, learning_rate))
-        return new
-
     def params(self, state: Any) -> PyTree: ...
 
     def output_params(self, state: Any) -> PyTree: ...
@@ -148,6 +139,15 @@ class FamilyBase:
         if getattr(self, "private", True):
             return hparams
         return parts.non_private(hparams, self.noise_fields, self.clip_fields)
+
+    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
+        """``Proj_W(w - eta * update)`` for families whose step size is set per call (e.g. a
+        per-round schedule): ``parts.ServerOptimizer`` (optax SGD, stateless) with ``eta`` injected."""
+        from dpjax.engine import parts
+
+        server = parts.ServerOptimizer(projection_radius=getattr(self, "projection_radius", None))
+        new, _ = server.step(params, update, server.init(params, learning_rate))
+        return new
 
     def params(self, state: Any) -> PyTree:
         return state.params

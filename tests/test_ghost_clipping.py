@@ -196,8 +196,7 @@ def test_flax_problem_clipped_sums_in_the_engine():
     assert problem.uses_ghost_clipping(params, data.x[0], data.y[0])
     idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
     mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
-    got = jax.jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1,
-                                                           private=True))(params)
+    got = jax.jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1))(params)
     for s in range(2):
         xb, yb = data.x[s][idx[s]], data.y[s][idx[s]]
         ref = clipping.per_example_clipped_sum(problem.loss, params, xb, yb, 0.1, mask[s]).total

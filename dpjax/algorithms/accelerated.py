@@ -34,14 +34,14 @@ silo i in round r is a clipped minibatch mean (sensitivity ``2C/K``) plus
 ``N(0, sigma^2 I)``; ``privacy_schedule`` hands this to ``dpjax.accounting``
 with the sampling scheme actually used. ``private=False`` is the
 non-private twin (the same compiled step with sigma = 0 and no clip, see
-``non_private_hparams``); ``noise_std = 0`` with a non-binding clip is
+``parts.non_private``); ``noise_std = 0`` with a non-binding clip is
 bit-identical to it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,29 +52,12 @@ from dpjax.accounting.events import GaussianSchedule
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.algorithms.isrl_mbsgd import isrl_privacy, silo_transcript_schedule
 from dpjax.engine.contract import FamilyBase
-from dpjax.engine import federated
+from dpjax.engine import federated, parts
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
-
-def non_private_hparams(hparams):
-    """``hparams`` with ``noise_std = 0`` and ``clip_norm = inf``.
-
-    Every non-private twin in this package runs the *same* compiled round
-    step as its private algorithm with these values (instead of a separate
-    code path without clip and noise), so that ``noise_std = 0`` with a
-    non-binding clip is bit-identical to the twin: two differently fused XLA
-    programs can differ in the last bit (FMA contraction), one program on
-    equal values cannot.
-    """
-    return dataclasses.replace(
-        hparams,
-        noise_std=jnp.zeros_like(jnp.asarray(hparams.noise_std, jnp.float32)),
-        clip_norm=jnp.full_like(jnp.asarray(hparams.clip_norm, jnp.float32), jnp.inf),
-    )
-
 
 # ---------------------------------------------------------------------------
 # AC-SA algebra (pure, shared with the shuffle-DP variant A5)
@@ -129,6 +112,15 @@ class AcsaSchedule:
     lam: Any
     stage_round: Any
     stage_nu: Any
+
+    #: the per-run scalars a sweep varies (``None``: required); ``from_sweep`` builds the schedule.
+    SWEEP_AXES: ClassVar[dict] = {"smoothness": dataclasses.MISSING, "strong_convexity": 0.0, "regularization": 0.0}
+
+    @classmethod
+    def from_sweep(cls, values: dict, num_rounds: int) -> "AcsaSchedule":
+        """The single-stage schedule of one sweep point (``single_stage``)."""
+        return cls.single_stage(num_rounds, float(values["smoothness"]), float(values.get("strong_convexity", 0.0)),
+                                float(values.get("regularization", 0.0)))
 
     @classmethod
     def single_stage(cls, num_rounds: int, smoothness: float, strong_convexity: float = 0.0,
@@ -264,36 +256,34 @@ class AcceleratedMbSgd(FamilyBase):
             raise ValueError(
                 f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
             )
-        if not self.private:
-            hparams = non_private_hparams(hparams)
         return AcceleratedState(
             w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
             sampler_states=federated.init_sampler_states(self.sampler, data, run_key),
-            hparams=hparams,
+            hparams=self.run_hparams(hparams),
         )
 
-    def _private_gradient(self, state, data, key, hp, available):
-        def problem_step(w_md):
-            idx, mask, overflow = federated.draw_silo_batches(
-                self.sampler, data, state.sampler_states, key, state.round)
-            grads = federated.silo_batch_gradients(
-                self.problem, w_md, data, idx, mask, self.batch_size,
-                clip_norm=hp.clip_norm, private=True, neighboring=self.neighboring)
-            grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos)
-            metrics = {"num_available": jnp.sum(available),
-                       "sampling_overflow": jnp.any(overflow & available)}
-            if self.log_indices:
-                metrics.update(indices=idx, index_mask=mask, available=available)
-            return federated.aggregate(grads, available, self.aggregation), metrics
-        return problem_step
-
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
+        """AC-SA round whose gradient is the parts' round: minibatch gradient at ``w_md``
+        -> per-silo Gaussian -> mean/sum over the available silos (only the M
+        available silos are computed when M is static, unless indices are logged)."""
         hp = state.hparams
-        available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
-        step = self._private_gradient(state, data, key, hp, available)
-        new_w, new_ag, metrics = acsa_round(step, state, hp.schedule, self.projection_radius)
-        new_state = AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp)
-        return new_state, metrics
+        if self.log_indices:  # the index log is per silo: keep all N rows
+            silo_ids, available = None, self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
+        else:
+            silo_ids, available = federated.available_silos(self.availability, key, data.num_silos)
+        client = parts.MinibatchGradient(self.problem, self.sampler, self.neighboring)
+        privatizer, aggregator = parts.SiloGaussian(data.num_silos), parts.Aggregate(self.aggregation)
+
+        def problem_step(w_md):
+            grads, overflow, info = client(w_md, data, state.sampler_states, key, state.round, hp.clip_norm, silo_ids)
+            grads, _ = privatizer.update(grads, privatizer.init(key), hp.noise_std, silo_ids)
+            metrics = {"num_available": jnp.sum(available), "sampling_overflow": jnp.any(overflow & available)}
+            if self.log_indices:
+                metrics.update(indices=info["indices"], index_mask=info["index_mask"], available=available)
+            return aggregator(grads, available, key), metrics
+
+        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
+        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
 
     def params(self, state: AcceleratedState):
         return state.w_ag
@@ -322,3 +312,8 @@ class AcceleratedMbSgd(FamilyBase):
             sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
             steps=self.num_rounds, neighboring=self.neighboring,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-accelerated", AcceleratedMbSgd, twin="accelerated")

@@ -560,3 +560,13 @@ class Diff2BvrLSgd(FamilyBase):
                 steps=steps, neighboring=Neighboring.REPLACE_ONE, unit=PrivacyUnit.RECORD,
             ))
         return tuple(out)
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+# DIFF2's sigma_* are noise multipliers (std sigma x radius): calibrated as they are, not scaled by a clip.
+_DIFF2_FIELDS = dict(noise_fields=("sigma_restart", "sigma_diff", "sigma_local"),
+                     clip_fields=("clip_restart", "clip_diff", "clip_local"), noise_scale_field=None)
+register_family("diff2-gd", Diff2GD, twin="gd", **_DIFF2_FIELDS)
+register_family("dp-gd", Diff2GD, fixed={"restart_every_round": True}, **_DIFF2_FIELDS)
+register_family("diff2-bvr", Diff2BvrLSgd, twin="bvr-lsgd", **_DIFF2_FIELDS)

@@ -18,8 +18,9 @@ with-replacement sampling is accounted conservatively; without-replacement
 or Poisson sampling get tight RDP/PLD accounting).
 
 ``private=False`` gives the non-private twin (MB-SGD / "FedSGD"): the same
-code path with clipping and noise switched off. With ``noise_std = 0`` and a
-clip that never binds the private algorithm is bit-identical to it.
+compiled round with noise std 0 and clip norm inf (``parts.non_private``), so
+with ``noise_std = 0`` and a clip that never binds the private algorithm is
+bit-identical to it.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dpjax import _validate, keys
+from dpjax import _validate
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
-from dpjax.engine import federated
-from dpjax.engine.contract import FamilyBase
+from dpjax.engine import federated, parts
+from dpjax.engine.contract import RoundFamily
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
 
@@ -111,18 +112,11 @@ def isrl_privacy(algorithm, silo_sizes, noise_std, contribution_bound, *, sampli
         silo_size=smallest_silo(silo_sizes), batch_size=batch_size, steps=steps, neighboring=neighboring))
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class MbSgdState:
-    params: PyTree
-    round: jax.Array
-    averaged: PyTree
-    sampler_states: Any
-    hparams: MbSgdHParams
+MbSgdState = parts.RoundState
 
 
 @dataclasses.dataclass(frozen=True)
-class NoisyMbSgd(FamilyBase):
+class NoisyMbSgd(RoundFamily):
     """ISRL-DP Noisy MB-SGD and (``private=False``) its non-private twin.
 
     Args:
@@ -181,48 +175,17 @@ class NoisyMbSgd(FamilyBase):
         self.availability.validate(data.num_silos)
         self.sampler.validate(data.min_size, self.num_rounds)
 
-    # -- the compiled part -------------------------------------------------
-    def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> MbSgdState:
-        self.check_hparams(hparams)
-        return MbSgdState(
-            params=params,
-            round=jnp.zeros((), jnp.int32),
-            averaged=self.averager.init(params),
-            sampler_states=federated.init_sampler_states(self.sampler, data, run_key),
-            hparams=hparams,
-        )
-
-    def step(self, state: MbSgdState, data: SiloData, key) -> tuple[MbSgdState, dict]:
-        hp = state.hparams
-        silo_ids, available = federated.available_silos(self.availability, key, data.num_silos)
-        if self._dense(data):
-            grads, overflow = federated.silo_dense_gradients(
-                self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
-                clip_norm=hp.clip_norm, private=self.private, silo_ids=silo_ids,
-            )
-        else:
-            grads, overflow = federated.silo_minibatch_gradients(
-                self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
-                clip_norm=hp.clip_norm, private=self.private, neighboring=self.neighboring, silo_ids=silo_ids,
-            )
-        if self.private:
-            grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos, silo_ids)
-        update = federated.aggregate(grads, available, self.aggregation)
-        new_params = self.server_step(state.params, update, hp.learning_rate)
-        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
-        metrics = {
-            "num_available": jnp.sum(available),
-            "sampling_overflow": jnp.any(overflow & available),
-        }
-        return MbSgdState(new_params, state.round + 1, averaged, state.sampler_states, hp), metrics
+    # -- the round: minibatch gradient -> per-silo Gaussian -> mean/sum -> SGD ----
+    def round(self, data: SiloData) -> parts.FederatedRound:
+        client = parts.MinibatchGradient(self.problem, self.sampler, self.neighboring, dense=self._dense(data))
+        return parts.FederatedRound(self.availability, client, parts.SiloGaussian(data.num_silos),
+                                    parts.Aggregate(self.aggregation),
+                                    parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
 
     def _dense(self, data: SiloData) -> bool:
         if self.gradient_path != "auto":
             return self.gradient_path == "dense"
         return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, data.n_max)
-
-    def output_params(self, state: MbSgdState):
-        return self.averager.value(state.averaged, state.params, state.round)
 
     # -- privacy -----------------------------------------------------------
     def privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
@@ -249,3 +212,8 @@ class NoisyMbSgd(FamilyBase):
             sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
             steps=self.num_rounds, neighboring=self.neighboring,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")

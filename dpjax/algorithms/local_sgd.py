@@ -29,7 +29,7 @@ the moments accountant in the paper's regime (spec I-12): calibrate with the
 accountant instead and report both.
 
 ``private=False`` is non-private Local SGD (FedAvg): the same compiled step
-with ``noise_std = 0`` and ``clip_norm = inf`` (``non_private_hparams``). With ``noise_std = 0`` and a clip that never
+with ``noise_std = 0`` and ``clip_norm = inf`` (``parts.non_private``). With ``noise_std = 0`` and a clip that never
 binds, the private algorithm is bit-identical to it (tested).
 """
 
@@ -43,7 +43,6 @@ import jax.numpy as jnp
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule
-from dpjax.algorithms.accelerated import non_private_hparams
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, silo_transcript_schedule
 from dpjax.engine.contract import FamilyBase
@@ -83,7 +82,6 @@ def local_sgd_trajectory(
     learning_rate,
     clip_norm,
     noise_std,
-    private: bool,
     projection_radius=None,
 ):
     """K = ``num_steps`` single-record (noisy, clipped) SGD steps of one silo.
@@ -96,14 +94,12 @@ def local_sgd_trajectory(
     """
     indices = sampling_lib.sample_with_replacement(sample_key, size, num_steps)
     stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_steps,) + jnp.shape(p), jnp.result_type(p)), params)
-    std_normals = noise.gaussian_like(noise_key, stacked, 1.0) if private else None
+    std_normals = noise.gaussian_like(noise_key, stacked, 1.0)
 
     def body(w, step):
         j, z = step
-        g = jax.grad(problem.loss)(w, x[j], y[j])
-        if private:
-            g = clipping.clip_to_norm(g, clip_norm)
-            g = jax.tree_util.tree_map(lambda gi, zi: gi + jnp.asarray(noise_std, zi.dtype) * zi, g, z)
+        g = clipping.clip_to_norm(jax.grad(problem.loss)(w, x[j], y[j]), clip_norm)
+        g = jax.tree_util.tree_map(lambda gi, zi: gi + jnp.asarray(noise_std, zi.dtype) * zi, g, z)
         w = jax.tree_util.tree_map(lambda p, gi: p - learning_rate * gi, w, g)
         return project_l2_ball(w, projection_radius), j
 
@@ -153,9 +149,7 @@ class LocalSgd(FamilyBase):
         self.availability.validate(data.num_silos)
 
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
-        if not self.private:
-            hparams = non_private_hparams(hparams)
-        return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), hparams)
+        return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), self.run_hparams(hparams))
 
     def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
         hp = state.hparams
@@ -172,7 +166,7 @@ class LocalSgd(FamilyBase):
             return local_sgd_trajectory(
                 self.problem, state.params, x, y, size, ks, kn,
                 num_steps=self.local_steps, learning_rate=hp.learning_rate,
-                clip_norm=hp.clip_norm, noise_std=hp.noise_std, private=True,
+                clip_norm=hp.clip_norm, noise_std=hp.noise_std,
                 projection_radius=self.projection_radius,
             )
 
@@ -192,9 +186,6 @@ class LocalSgd(FamilyBase):
             metrics["indices"] = indices
             metrics["available"] = available
         return LocalSgdState(new_params, state.round + 1, averaged, hp), metrics
-
-    def params(self, state: LocalSgdState):
-        return state.params
 
     def output_params(self, state: LocalSgdState):
         return self.averager.value(state.averaged, state.params, state.round)
@@ -221,3 +212,8 @@ class LocalSgd(FamilyBase):
             sampling="without-replacement",  # a uniform 1-subset per step
             silo_size=silo_size, batch_size=1, steps=self.num_rounds * self.local_steps,
         )
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-local-sgd", LocalSgd, twin=("local-sgd", "fedavg"))  # two names of one twin

@@ -62,14 +62,14 @@ from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
-from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round, non_private_hparams
+from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule, smallest_silo
 from dpjax.engine import federated
-from dpjax.engine.contract import FamilyBase
+from dpjax.engine import parts
+from dpjax.engine.contract import FamilyBase, RoundFamily
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, shuffle_protocols
 from dpjax.primitives import sampling as sampling_lib
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 
@@ -120,18 +120,11 @@ def _silo_count(silo_sizes) -> int:
 # ---------------------------------------------------------------------------
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class ShuffledState:
-    params: PyTree
-    round: jax.Array
-    averaged: PyTree
-    sampler_states: Any
-    hparams: MbSgdHParams
+ShuffledState = parts.RoundState
 
 
 @dataclasses.dataclass(frozen=True)
-class ShuffledNoisyMbSgd(FamilyBase):
+class ShuffledNoisyMbSgd(RoundFamily):
     """A4 (and, ``private=False``, its non-private twin).
 
     Args:
@@ -178,32 +171,12 @@ class ShuffledNoisyMbSgd(FamilyBase):
         self.availability.validate(data.num_silos)
         self.sampler.validate(data.min_size, self.num_rounds)
 
-    def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> ShuffledState:
-        if not self.private:
-            hparams = non_private_hparams(hparams)
-        return ShuffledState(params, jnp.zeros((), jnp.int32), self.averager.init(params),
-                             federated.init_sampler_states(self.sampler, data, run_key), hparams)
-
-    def step(self, state: ShuffledState, data: SiloData, key) -> tuple[ShuffledState, dict]:
-        hp = state.hparams
-        available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
-        grads, overflow = federated.silo_minibatch_gradients(
-            self.problem, self.sampler, state.params, data, state.sampler_states, key, state.round,
-            clip_norm=hp.clip_norm, private=True, neighboring=self.neighboring,
-        )
-        reports = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos)
-        update = federated.shuffled_aggregate(reports, available, keys.stream_key(key, "shuffle"), "mean")
-        new_params = jax.tree_util.tree_map(lambda p, g: p - hp.learning_rate * g, state.params, update)
-        new_params = project_l2_ball(new_params, self.projection_radius)
-        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
-        metrics = {"num_available": jnp.sum(available), "sampling_overflow": jnp.any(overflow & available)}
-        return ShuffledState(new_params, state.round + 1, averaged, state.sampler_states, hp), metrics
-
-    def params(self, state: ShuffledState):
-        return state.params
-
-    def output_params(self, state: ShuffledState):
-        return self.averager.value(state.averaged, state.params, state.round)
+    def round(self, data: SiloData) -> parts.FederatedRound:
+        """Noisy MB-SGD's round with the M reports shuffled before the (multiset) mean."""
+        client = parts.MinibatchGradient(self.problem, self.sampler, self.neighboring)
+        return parts.FederatedRound(self.availability, client, parts.SiloGaussian(data.num_silos),
+                                    parts.Shuffled("mean"),
+                                    parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
 
     def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
         """The local (pre-shuffle) ISRL-DP guarantee of one silo: R subsampled
@@ -566,3 +539,9 @@ class SdpOnePassAccelerated(FamilyBase):
                    "min_vectors": m, "dim": self.dim, "granularity": g, "trials": b, "probability": p,
                    "bits_per_vector": self.dim * (g + b)}
         return SdpReport(central, None, details)
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-shuffled", ShuffledNoisyMbSgd, twin="shuffled")
+register_family("sdp-accelerated", SdpOnePassAccelerated, noise_scale_field=None)  # calibration sets pvec

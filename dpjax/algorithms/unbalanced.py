@@ -40,16 +40,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate, keys
+from dpjax import _validate
 from dpjax.accounting.events import GaussianSchedule
 from dpjax.accounting.privacy_spec import NoPrivacy, PerSiloPrivacy, PrivacySpec, gaussian
 from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
-from dpjax.algorithms.accelerated import non_private_hparams
-from dpjax.engine import federated
-from dpjax.engine.contract import FamilyBase
+from dpjax.engine import federated, parts
+from dpjax.engine.contract import RoundFamily
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import sampling as sampling_lib
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 
@@ -64,27 +62,21 @@ class UnbalancedHParams:
     clip_norm: Any = 1.0
 
     @classmethod
-    def create(cls, learning_rate, noise_stds, clip_norm=1.0) -> "UnbalancedHParams":
-        stds = np.asarray(noise_stds, np.float64)
+    def create(cls, learning_rate, noise_std, clip_norm=1.0) -> "UnbalancedHParams":
+        stds = np.asarray(noise_std, np.float64)
         if stds.ndim != 1 or stds.size == 0 or not np.all(np.isfinite(stds)) or np.any(stds < 0):
-            raise ValueError(f"noise_stds={noise_stds!r} must be a non-empty 1-D sequence of finite values >= 0")
+            raise ValueError(f"noise_std={noise_std!r} must be a non-empty 1-D sequence of finite values >= 0")
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(stds, jnp.float32),
                    jnp.asarray(clip_norm, jnp.float32))
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class UnbalancedState:
-    params: PyTree
-    round: jax.Array
-    averaged: PyTree
-    hparams: UnbalancedHParams
+UnbalancedState = parts.RoundState
 
 
 @dataclasses.dataclass(frozen=True)
-class UnbalancedNoisyMbSgd(FamilyBase):
+class UnbalancedNoisyMbSgd(RoundFamily):
     """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and ``sigma_i``.
 
     Args:
@@ -143,32 +135,21 @@ class UnbalancedNoisyMbSgd(FamilyBase):
             raise ValueError(
                 f"hparams.noise_std has shape {np.shape(hparams.noise_std)}; it needs one std per silo ({data.num_silos})"
             )
-        if not self.private:
-            hparams = non_private_hparams(hparams)
-        return UnbalancedState(params, jnp.zeros((), jnp.int32), self.averager.init(params), hparams)
+        return super().init(params, hparams, data, run_key)
 
-    def step(self, state: UnbalancedState, data: SiloData, key) -> tuple[UnbalancedState, dict]:
-        hp = state.hparams
-        ks = jnp.asarray(self.batch_sizes, jnp.int32)
-        available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
-        sampler_states = jnp.zeros((data.num_silos,), jnp.int32)  # stateless samplers
-        idx, mask, _ = federated.draw_silo_batches(self.sampler, data, sampler_states, key, state.round)
-        mask = mask & (jnp.arange(idx.shape[1])[None, :] < ks[:, None])
-        grads = federated.silo_batch_gradients(
-            self.problem, state.params, data, idx, mask, ks.astype(jnp.float32),
-            clip_norm=hp.clip_norm, private=True, clip_mode=self.clip_mode)
-        grads = federated.privatize_messages(grads, key, hp.noise_std, data.num_silos)
-        update = federated.aggregate(grads, available, self.aggregation)
-        new_params = jax.tree_util.tree_map(lambda p, g: p - hp.learning_rate * g, state.params, update)
-        new_params = project_l2_ball(new_params, self.projection_radius)
-        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
-        return UnbalancedState(new_params, state.round + 1, averaged, hp), {"num_available": jnp.sum(available)}
+    def hparams_from_values(self, *, noise_std=0.0, **fields) -> UnbalancedHParams:
+        """A scalar ``noise_std`` is every silo's sigma_i."""
+        if np.ndim(noise_std) == 0:
+            noise_std = [float(noise_std)] * len(self.batch_sizes)
+        return UnbalancedHParams.create(noise_std=noise_std, **fields)
 
-    def params(self, state: UnbalancedState):
-        return state.params
-
-    def output_params(self, state: UnbalancedState):
-        return self.averager.value(state.averaged, state.params, state.round)
+    def round(self, data: SiloData) -> parts.FederatedRound:
+        """Algorithm 2's round with per-silo ``K_i`` (first ``K_i`` of ``max K_i`` draws) and ``sigma_i``."""
+        client = parts.MinibatchGradient(self.problem, self.sampler, clip_mode=self.clip_mode,
+                                         batch_sizes=self.batch_sizes)
+        return parts.FederatedRound(self.availability, client, parts.SiloGaussian(data.num_silos),
+                                    parts.Aggregate(self.aggregation),
+                                    parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
 
     def privacy(self, silo_sizes, hparams: UnbalancedHParams) -> PrivacySpec:
         """Per-silo guarantees (silo i: R releases, sensitivity ``2C/K_i`` or
@@ -199,3 +180,8 @@ class UnbalancedNoisyMbSgd(FamilyBase):
             )
             for n, k, std in zip(sizes, self.batch_sizes, stds)
         ]
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("isrl-unbalanced", UnbalancedNoisyMbSgd, twin="unbalanced")

@@ -145,7 +145,7 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
         def one_round(r):
             key = keys.round_key(run_key, r)
             grads, _ = federated.silo_minibatch_gradients(
-                algo.problem, algo.sampler, params0, data, states, key, r, clip_norm=inputs["clip_norm"], private=True)
+                algo.problem, algo.sampler, params0, data, states, key, r, clip_norm=inputs["clip_norm"])
             return federated.privatize_messages(grads, key, inputs["noise_std"], data.num_silos)[0]
 
         return jax.vmap(one_round)(jnp.arange(num_rounds))

@@ -21,7 +21,8 @@ uses the same way (non-private twins return ``NoPrivacy``).
 
 ``FamilyBase`` removes the repetition between families: the common field
 checks, the hparams type check, the sampling x neighbouring check at
-construction time, the iterate averager and the server step.
+construction time, the iterate averager and the non-private twin
+(``run_hparams``). Round steps are composed of ``dpjax.engine.parts``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from dpjax import _validate
 from dpjax.accounting.events import Neighboring, Sampling, _FIXED_SIZE
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.engine.averaging import IterateAverager
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
@@ -90,6 +90,12 @@ class FamilyBase:
     """
 
     hparams_type: ClassVar[type] = object
+    #: hparams fields that the non-private twin sets to 0 (noise stds) and inf (clip norms).
+    noise_fields: ClassVar[tuple[str, ...]] = ("noise_std",)
+    clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
+    #: the hparams field that calibrated noise stds are proportional to (None: they are
+    #: noise multipliers, or not stds at all); the sweep calibrates at 1 and scales.
+    noise_scale_field: ClassVar[str | None] = "clip_norm"
 
     def check_common(self) -> None:
         from dpjax.engine import federated
@@ -119,21 +125,50 @@ class FamilyBase:
                              f"for {type(self).__name__}")
         return hparams
 
-    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
-        """``Proj_W(w - eta * update)``: optax SGD with a traced per-run step size.
+    def hparams_from_values(self, **fields) -> Any:
+        """The validated hparams of one run from its field values (``hparams_type.create``)."""
+        return self.hparams_type.create(**fields)
 
-        Bit-identical to ``w - eta * g`` (``-(eta g)`` is exact), then the
-        projection onto the ball of ``projection_radius`` (None: no projection).
-        """
-        new = optax.apply_updates(params, sgd_updates(update, learning_rate))
-        return project_l2_ball(new, getattr(self, "projection_radius", None))
+    def run_hparams(self, hparams: Any) -> Any:
+        """The hparams a run uses: checked, and for the non-private twin
+        (``private=False``) ``parts.non_private(hparams)`` -- the one twin
+        mechanism of every family: the same compiled step with noise 0 and no clip."""
+        from dpjax.engine import parts
+
+        self.check_hparams(hparams)
+        if getattr(self, "private", True):
+            return hparams
+        return parts.non_private(hparams, self.noise_fields, self.clip_fields)
+
+    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
+        """``Proj_W(w - eta * update)`` for families whose step size is set per call (e.g. a
+        per-round schedule): ``parts.ServerOptimizer`` (optax SGD, stateless) with ``eta`` injected."""
+        from dpjax.engine import parts
+
+        server = parts.ServerOptimizer(projection_radius=getattr(self, "projection_radius", None))
+        new, _ = server.step(params, update, server.init(params, learning_rate))
+        return new
 
     def params(self, state: Any) -> PyTree:
         return state.params
 
 
+class RoundFamily(FamilyBase):
+    """A family whose round is the ``parts.FederatedRound`` its ``round(data)`` method builds."""
+
+    def init(self, params, hparams, data, run_key):
+        return self.round(data).init(params, self.run_hparams(hparams), data, run_key)
+
+    def step(self, state, data, key):
+        return self.round(data).step(state, data, key)
+
+    def output_params(self, state):
+        return self.averager.value(state.averaged, state.params, state.round)
+
+
 def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:
-    """The updates of ``optax.sgd(learning_rate)`` for a stateless, traced step size."""
+    """The updates of ``optax.sgd(learning_rate)`` for a stateless, traced step size
+    (``-(eta g)``, exact, so ``apply_updates`` gives ``w - eta g`` bit for bit)."""
     return optax.tree.scale(-learning_rate, gradient)
 
 

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate, keys
+from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
-from dpjax.problems.glm import row_sq_norms
 
 PyTree = Any
 AGGREGATIONS = ("mean", "sum")
@@ -84,7 +84,6 @@ def silo_batch_gradients(
     denominators,
     *,
     clip_norm,
-    private: bool,
     neighboring: str = "replace-one",
     clip_mode: str = "per-example",
     silo_ids=None,
@@ -103,7 +102,7 @@ def silo_batch_gradients(
       message by up to ``2 C`` (not ``2 C / K``): callers must account it so
       (spec I-13).
 
-    ``private=False`` skips clipping entirely. With ``silo_ids`` ([M]), ``idx``
+    ``clip_norm = inf`` (the non-private twins) clips by exactly 1. With ``silo_ids`` ([M]), ``idx``
     and ``mask`` are the selected silos' batches and only their rows are
     gathered (``[M, B, ...]``), so unavailable silos cost nothing.
     """
@@ -113,10 +112,11 @@ def silo_batch_gradients(
     xb_all, yb_all = data.x[rows, idx], data.y[rows, idx]
     denominators = _select(denominators, silo_ids)
 
-    per_example = private and clip_mode == "per-example"
-    closed_form = per_example and hasattr(problem, "weighted_grad_sum")
+    per_example = clip_mode == "per-example"
+    closed_form = per_example and has_closed_form_clipping(problem)
     # Precomputed once from all rows (loop-invariant across rounds), gathered like the rows.
-    sq_all = jax.lax.optimization_barrier(row_sq_norms(data.x))[rows, idx] if closed_form else jnp.zeros(idx.shape)
+    sq_all = (jax.lax.optimization_barrier(problem.row_sq_norms(data.x))[rows, idx] if closed_form
+              else jnp.zeros(idx.shape))
 
     def batch_loss(p, xb, yb, m, denom):
         losses = jax.vmap(problem.loss, in_axes=(None, 0, 0))(p, xb, yb)
@@ -132,10 +132,10 @@ def silo_batch_gradients(
             summed = clipping.clipped_sum(grads, clip_norm, m, neighboring)
             mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)
         else:
-            # No per-example clipping: the gradient of the batch-mean loss is
-            # the same quantity without materialising per-example gradients.
+            # Minibatch-average clipping: the gradient of the batch-mean loss,
+            # without materialising per-example gradients, clipped below.
             mean = jax.grad(batch_loss)(params, xb, yb, m, denom)
-        if private and clip_mode == "minibatch-average":
+        if clip_mode == "minibatch-average":
             mean = clipping.clip_to_norm(mean, clip_norm)
         return mean
 
@@ -152,7 +152,6 @@ def silo_minibatch_gradients(
     round_index,
     *,
     clip_norm,
-    private: bool,
     neighboring: str = "replace-one",
     silo_ids=None,
 ):
@@ -160,10 +159,7 @@ def silo_minibatch_gradients(
 
     ``K`` is the sampler's (expected) batch size, a public constant, so the
     sensitivity of one silo's mean to one record is ``2 C / K`` (replace-one)
-    when the record appears once. Non-private (``private=False``) skips
-    clipping (and computes the batch-mean gradient directly, without
-    per-example gradients) but draws the same batches, so the two differ only
-    in the clip and the noise.
+    when the record appears once.
 
     Returns ``(grads [N, ...], overflow [N])``. Composed of
     ``draw_silo_batches`` and ``silo_batch_gradients``.
@@ -176,14 +172,14 @@ def silo_minibatch_gradients(
         denominators = data.sizes
     grads = silo_batch_gradients(
         problem, params, data, idx, mask, denominators,
-        clip_norm=clip_norm, private=private, neighboring=neighboring, silo_ids=silo_ids,
+        clip_norm=clip_norm, neighboring=neighboring, silo_ids=silo_ids,
     )
     return grads, overflow
 
 
 def supports_dense_gradients(problem, sampler) -> bool:
     """Whether the gather-free (multiplicity-weighted, closed-form) path applies."""
-    return hasattr(problem, "weighted_grad_sum") and hasattr(sampler, "draw_weights")
+    return has_closed_form_clipping(problem) and hasattr(sampler, "draw_weights")
 
 
 def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> bool:
@@ -206,7 +202,6 @@ def silo_dense_gradients(
     round_index,
     *,
     clip_norm,
-    private: bool,
     silo_ids=None,
 ):
     """Same quantity as ``silo_minibatch_gradients`` without gathering rows.
@@ -223,10 +218,10 @@ def silo_dense_gradients(
     silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
     # Row norms depend on the data only: computed from all silos (loop-invariant, so XLA hoists
     # it out of the rounds' scan) and materialised, never re-fused into each run's clip.
-    sq_norms = jax.lax.optimization_barrier(row_sq_norms(data.x)) if private else None
+    sq_norms = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))
     x, y, sizes, states, silo_keys, sq_norms = _select(
         (data.x, data.y, data.sizes, sampler_states, silo_keys, sq_norms), silo_ids)
-    bound = clip_norm if private else None
+    bound = clip_norm
     denom = getattr(sampler, "batch_size", None)
 
     def one_silo(xs, ys, size, state, k, sq):
@@ -239,14 +234,19 @@ def silo_dense_gradients(
 
 
 def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:
-    """Each silo adds its own ``N(0, noise_std^2 I)`` to its message.
+    """Each silo adds its own ``N(0, noise_std^2 I)`` to its message (the round key's ``"noise"`` stream)."""
+    return silo_noise(messages, keys.stream_key(key, "noise"), noise_std, num_silos, silo_ids)
+
+
+def silo_noise(messages: PyTree, noise_key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:
+    """Each silo adds its own ``N(0, noise_std^2 I)`` to its message, silo i with key ``silo_keys(noise_key)[i]``.
 
     ``noise_std`` is a scalar (all silos) or a vector ``[N]`` of per-silo
     stds ``sigma_i`` (per-silo budgets, ISRL-DP Algorithm 7). With
     ``silo_ids``, ``messages`` holds those silos' rows and each gets its own
     silo's key (and std).
     """
-    silo_keys = _select(keys.silo_keys(keys.stream_key(key, "noise"), num_silos), silo_ids)
+    silo_keys = _select(keys.silo_keys(noise_key, num_silos), silo_ids)
     if jnp.ndim(noise_std) == 1:
         noise_std = _select(noise_std, silo_ids)
     std_axis = 0 if jnp.ndim(noise_std) == 1 else None

@@ -104,6 +104,8 @@ class LogisticRegression:
     def predict_proba(self, params, x):
         return jax.nn.sigmoid(jnp.clip(x @ params, -50.0, 50.0))
 
+    row_sq_norms = staticmethod(row_sq_norms)
+
     def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
         """``sum_j weights_j clip_C(grad f(w; x_j, y_j))`` over rows ``x [n, d]``.
 
@@ -163,6 +165,8 @@ class SoftmaxRegression:
         logits = x @ params
         return jax.nn.logsumexp(logits) - logits[y.astype(jnp.int32)]
 
+    row_sq_norms = staticmethod(row_sq_norms)
+
     def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
         """Closed-form clipped sum: ``grad_j = x_j (p_j - e_{y_j})^T``, norm ``||x_j|| ||p_j - e_{y_j}||``."""
         resid = jax.nn.softmax(x @ params, axis=-1) - jax.nn.one_hot(y.astype(jnp.int32), self.num_classes, dtype=x.dtype)
@@ -208,6 +212,8 @@ class LinearRegression:
 
     def loss(self, params, x, y):
         return 0.5 * jnp.square(self.predict(params, x) - y)
+
+    row_sq_norms = staticmethod(row_sq_norms)
 
     def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
         """Closed-form clipped sum: ``grad_j = r_j (x_j, 1)``, norm ``|r_j| sqrt(||x_j||^2 + [bias])``."""

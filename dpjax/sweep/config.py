@@ -195,7 +195,7 @@ class SweepConfig:
             values = spec if isinstance(spec, tuple) else expand_axis(k, spec)
             if k in entry.hparam_fields or k == "epsilon":
                 for i, v in enumerate(values):
-                    if k == "clip_norm" and parse_maxnorm(v) is not None:
+                    if k in entry.clip_axes and parse_maxnorm(v) is not None:
                         _validate.check_positive(f"grid.{k}[{i}] (the factor of maxnorm)", parse_maxnorm(v))
                         continue
                     if not _is_real(v):
@@ -204,15 +204,16 @@ class SweepConfig:
             grid[k] = values
         object.__setattr__(self, "grid", grid)
         for k in entry.required_hparams:
-            if k not in grid and not (k == "noise_std" and "epsilon" in grid):
+            if k not in grid and not (k in entry.calibrated_fields and "epsilon" in grid):
                 raise ValueError(f"grid.{k} is missing; algorithm {self.algorithm!r} needs it")
         if "epsilon" in grid:
             if not entry.private:
                 private = [n for n, e in sorted(registry.ALGORITHMS.items()) if e.private]
                 raise ValueError(f"grid.epsilon: algorithm {self.algorithm!r} is non-private (nothing to calibrate); "
                                  f"private algorithms: {tuple(private)}")
-            if "noise_std" in grid:
-                raise ValueError("grid.epsilon and grid.noise_std are exclusive (epsilon sets noise_std)")
+            for k in entry.calibrated_fields:
+                if k in grid:
+                    raise ValueError(f"grid.epsilon and grid.{k} are exclusive (epsilon sets {k})")
             if not isinstance(self.privacy, dict):
                 raise ValueError("grid.epsilon needs a [privacy] table with accountant and delta")
         if self.privacy is not None:
@@ -229,7 +230,7 @@ class SweepConfig:
             d = self.privacy["delta"]
             if d != "1/n^2":
                 _validate.check_open_unit("privacy.delta", d)
-        entry.check_static(self.static, self.grid)
+        entry.check_static(self.static, self.grid, self.num_rounds)
 
     # -- file forms ----------------------------------------------------------
     @classmethod

@@ -1,11 +1,11 @@
 """``run_sweep``: plan, compile once per group, execute chunks, store, resume.
 
 Privacy: every run's noise is fixed on the host before execution. With an
-``epsilon`` axis, ``noise_std`` is ``dpjax.accounting.calibrate_noise`` of the
-algorithm's own ``privacy_schedule`` (the schedule that describes the
-compiled run: clip norm, batch size, sampling scheme, rounds, neighbouring
-relation) at the config's accountant and delta, for the smallest silo; the
-table records epsilon, delta, accountant and the resulting noise_std.
+``epsilon`` axis, every family is calibrated the same way:
+``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta,
+accountant)`` (``AlgorithmEntry.calibrate``; the spec describes the compiled
+run: clip norm, batch size, sampling scheme, rounds, neighbouring relation);
+the table records epsilon, delta, accountant and the resulting noise values.
 """
 
 from __future__ import annotations
@@ -119,48 +119,24 @@ class _Sweep:
         axes = g.configs[h]
         vals = dict(self.entry.hparam_defaults)
         vals.update({k: v for k, v in axes.items() if k != "epsilon"})
-        c = parse_maxnorm(vals.get("clip_norm"))
-        if c is not None:
-            vals["clip_norm"] = c * td.max_norm
+        for k in self.entry.clip_axes:
+            c = parse_maxnorm(vals.get(k))
+            if c is not None:
+                vals[k] = c * td.max_norm
         # The device computes in float32: record (and account for) exactly the float32 values it uses.
         vals = {k: float(np.float32(v)) for k, v in vals.items()}
         if "epsilon" in axes:
-            sigma = self.noise_for_epsilon(g, td, vals["clip_norm"], float(axes["epsilon"]))
-            s32 = np.float32(sigma)
-            if float(s32) < sigma:  # round the noise up, never down
-                s32 = np.nextafter(s32, np.float32(np.inf))
-            vals["noise_std"] = float(s32)
+            vals.update(self.entry.calibrate(self.algorithm(g), td.train.silo_sizes(), vals, float(axes["epsilon"]),
+                                             self.delta(td), self.cfg.privacy["accountant"], self._hp_cache))
         self._hp_cache[key] = vals
         return vals
-
-    def noise_for_epsilon(self, g, td, clip_norm: float, epsilon: float) -> float:
-        """noise_std reaching ``epsilon`` for this group's privacy schedule at ``clip_norm``.
-
-        The Gaussian mechanism's privacy depends only on noise_std / sensitivity
-        and the sensitivity is linear in the clip norm, so the accountant is
-        calibrated once at clip norm 1 and the result is scaled by ``clip_norm``
-        (times 1 + 1e-9, which covers float rounding of the product).
-        """
-        from dpjax.accounting import api
-
-        ref = {**self.entry.hparam_defaults, **{k: 1.0 for k in self.entry.required_hparams},
-               "clip_norm": 1.0, "noise_std": 1.0}
-        alg = self.algorithm(g)
-        schedule = alg.privacy_schedule(td.train.min_size, self.entry.make_hparams(ref, algorithm=alg))
-        delta = self.delta(td)
-        ck = ("sigma1", schedule, epsilon, delta)
-        if ck not in self._hp_cache:
-            self._hp_cache[ck] = api.calibrate_noise(schedule, epsilon, delta, self.cfg.privacy["accountant"])
-        sigma1 = float(self._hp_cache[ck])
-        return sigma1 if clip_norm == 1.0 else sigma1 * clip_norm * (1.0 + 1e-9)
 
     # -- chunk arguments -----------------------------------------------------
     def chunk_args(self, c: plan_lib.Chunk):
         g = self.groups[c.group]
         trials = [g.trials[i] for i in c.trial_idx]
         hp_rows = [[self.hparams(g, t, h) for h in c.cfg_idx] for t in trials]
-        hp = self.entry.make_hparams({k: np.array([[r[k] for r in row] for row in hp_rows], np.float32)
-                                      for k in hp_rows[0][0]}, algorithm=self.algorithm(g))
+        hp = self.entry.make_hparams(hp_rows, algorithm=self.algorithm(g))
         data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
         kd = np.stack([np.stack([program.run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
@@ -216,7 +192,8 @@ class _Sweep:
             row.update({k: v for k, v in g.static.items()})
             row.update(self.entry.resolved_columns(alg))
             row.update({f"axis_{k}": v for k, v in g.configs[h].items()})
-            row.update(hp)
+            row.update({f"{k}[{i}]": x for k, v in hp.items() if isinstance(v, tuple) for i, x in enumerate(v)})
+            row.update({k: v for k, v in hp.items() if not isinstance(v, tuple)})
             if "epsilon" in g.configs[h]:
                 row["epsilon"] = float(g.configs[h]["epsilon"])
                 row["delta"] = self.delta(self.trial(t))

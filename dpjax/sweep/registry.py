@@ -1,44 +1,37 @@
 """What a sweep config can name: algorithms and datasets.
 
-Adding an algorithm to ``dpjax sweep`` is one ``register_algorithm`` call
-with an ``AlgorithmEntry``: how to build the (static, hashable) algorithm
-object from the config's static fields, which per-run hyperparameters it
-sweeps, and how to turn a dict of floats into its ``HParams`` pytree.
+Algorithms are *derived* from the family classes, never restated: a family
+registers itself next to its class (``register_family("isrl-mbsgd",
+NoisyMbSgd, twin="mbsgd")`` at the end of its module; every module of
+``dpjax.algorithms`` is imported, so a new family is one module plus that
+line). Its ``AlgorithmEntry`` reads
+
+* static fields (compile-time; one program per combination) from the family
+  dataclass (``contract.static_fields``), with their defaults; the twin name
+  fixes ``private=False``; ``available`` is accepted for ``availability``
+  (an int M, ``"all"`` or a pmf list);
+* per-run fields (vmapped inside one program) from ``hparams_type``
+  (``contract.hparam_fields``): scalar fields are grid axes; a nested field
+  whose type declares ``SWEEP_AXES``/``from_sweep`` is built from those axes
+  (the accelerated families' AC-SA schedule from ``smoothness``,
+  ``strong_convexity``, ``regularization``); other nested dataclasses are
+  dotted axes (``pvec.granularity``);
+* validation by construction: ``cls(...)`` for static values and the
+  family's ``hparams_from_values`` (``hparams_type.create``) for per-run
+  values, the error naming ``static.<k>`` or ``grid.<k>[i]``.
+
+Rules shared by all families: ``"isrl-experiment"`` for a size field
+(``batch_size``, ``local_steps``) resolves K = ceil(n sqrt(eps_max) / (2
+sqrt R)) from the grid's largest epsilon (ISRL-DP Appendix I); a clip axis
+may be ``"<c>*maxnorm"`` (c times the trial's largest feature norm); an
+``epsilon`` axis sets the calibrated fields through
+``algorithm.privacy(silo_sizes, unit_hparams).calibrate(eps, delta,
+accountant)`` (``AlgorithmEntry.calibrate``).
+
 Datasets are ``DatasetEntry`` objects that load one data split (``trial``)
-as padded ``SiloData`` plus the evaluation data and the problem.
-
-Registered algorithms (static fields: compile-time, one program per
-combination; per-run axes: vmapped inside one program; an ``epsilon`` axis
-sets ``noise_std`` through the algorithm's own ``privacy_schedule``):
-
-* ``isrl-mbsgd``: ``NoisyMbSgd`` (ISRL-DP Algorithm 2). Static: batch_size
-  (int or ``"isrl-experiment"``), sampling, available, private, aggregation,
-  output, window, projection_radius, neighboring. Per run: learning_rate,
-  noise_std or epsilon, clip_norm.
-* ``mbsgd``: its non-private twin ``NoisyMbSgd(private=False)``. Static as
-  above without private/neighboring (batch_size an int). Per run: learning_rate.
-* ``isrl-local-sgd``: ``LocalSgd`` (private Local SGD). Static: local_steps
-  (int or ``"isrl-experiment"``), available, aggregation, output, window,
-  projection_radius. Per run: learning_rate, noise_std or epsilon, clip_norm.
-* ``local-sgd`` / ``fedavg`` (two names, one algorithm):
-  ``LocalSgd(private=False)``. Static as above (local_steps an int). Per run:
-  learning_rate.
-* ``isrl-accelerated``: ``AcceleratedMbSgd`` (ISRL-DP Algorithm 1 with a
-  single-stage AC-SA schedule; one-pass A3a by default). Static: batch_size
-  (int), sampling, available, aggregation, projection_radius, neighboring.
-  Per run: smoothness (the schedule's nu = beta; the step-size axis),
-  strong_convexity, regularization, noise_std or epsilon, clip_norm.
-* ``accelerated``: its non-private twin. Per run: smoothness,
-  strong_convexity, regularization.
-
-``"isrl-experiment"`` resolves K = ceil(n sqrt(eps_max) / (2 sqrt R)) from the
-grid's largest epsilon (ISRL spec §3.7; Local SGD uses the same K as local
-steps, as in the paper's experiments). The non-private twins refuse an
-``epsilon`` axis; their hparams carry ``noise_std = 0`` and
-``clip_norm = inf`` (``non_private_hparams``). The accelerated families build
-the single-stage AC-SA schedule per run (``AcsaSchedule.single_stage(R,
-smoothness, strong_convexity, regularization)``); multi-stage schedules are
-not a per-run scalar and are not offered here.
+as padded ``SiloData`` plus the evaluation data and the problem; every
+loader of ``dpjax.data`` is registered (ISRL MNIST, insurance, obesity, the
+DIFF2 datasets) plus two synthetic ones.
 """
 
 from __future__ import annotations
@@ -46,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import typing
 from typing import Any, Callable
 
 import jax
@@ -53,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax.engine.contract import hparam_fields, static_fields
 from dpjax.engine.silos import SiloData
 
 
@@ -84,360 +79,340 @@ class TrialData:
 
 
 # ---------------------------------------------------------------------------
-# Algorithms
+# Algorithms: entries derived from the family dataclasses
 # ---------------------------------------------------------------------------
-def _batch_size_column(alg) -> dict:
-    return {"batch_size_resolved": getattr(alg, "batch_size", None)}
+ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
+SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
+ALIASES = {"available": "availability"}  # config names kept from earlier sweep configs
+_NOT_CONFIGURABLE = ("problem", "num_rounds", "log_indices")
+
+
+def _placeholder_problem():
+    """A real, tiny problem used to construct (and so validate) a family at config time."""
+    from dpjax.problems.glm import LinearRegression
+
+    return LinearRegression(1)
+
+
+def _availability(value, num_silos: int | None = None):
+    """``"all"`` (or N) -> every silo; an int M -> M random silos a round; a list -> ``RandomAvailability(pmf)``."""
+    from dpjax.primitives.sampling import FixedAvailability, FullAvailability, RandomAvailability
+
+    if value == "all" or (num_silos is not None and value == num_silos):
+        return FullAvailability()
+    if isinstance(value, (list, tuple)):
+        return RandomAvailability(tuple(float(p) for p in value))
+    _validate.check_int("availability", value, min_value=1)
+    return FixedAvailability(int(value))
+
+
+def _resolve_size(value, ctx: BuildContext | None) -> int:
+    if value == ISRL_EXPERIMENT:
+        from dpjax.accounting import isrl as isrl_acc
+
+        if ctx is None or ctx.epsilon_max is None:
+            return 1  # config-time check: the rule itself is checked against the grid
+        # K does not depend on L or delta.
+        return isrl_acc.isrl_experiment_calibration(1.0, ctx.min_size, ctx.num_rounds, ctx.epsilon_max, 0.5)[1]
+    return value
+
+
+def _is_dataclass_type(t) -> bool:
+    return isinstance(t, type) and dataclasses.is_dataclass(t)
 
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmEntry:
-    """How the sweep builds and drives one algorithm family.
+    """How the sweep builds and drives one algorithm family, derived from its classes.
 
-    Attributes:
-      name: the config's ``algorithm`` value.
-      build: ``build(problem, num_rounds, static: dict, ctx: BuildContext) -> algorithm``.
-      hparam_fields: per-run scalar fields (grid axes vmapped in one program).
-      hparam_defaults: values used when an axis is absent from the grid.
-      required_hparams: fields that must be on the grid.
-      static_fields: static fields the config may set or sweep (one compile each).
-      make_hparams: ``make_hparams(values: dict name -> float or array, algorithm=None) -> HParams``
-        (float32 leaves; array values give a batch of runs). ``algorithm`` is the
-        built algorithm object, for hparams that depend on its static fields
-        (e.g. per-round schedules of length ``num_rounds``); families that
-        do not need it ignore it.
-      check_static: ``check_static(static: dict, grid: dict)``, raises ValueError naming the key
-        (``grid`` also holds the per-run axes, so value checks of those belong here too).
-      private: whether the family has a privacy guarantee (an ``epsilon`` axis
-        is calibrated through its ``privacy_schedule``); non-private twins refuse one.
-      resolved_columns: ``resolved_columns(algorithm) -> dict`` of columns recorded
-        for every run (e.g. the K that ``"isrl-experiment"`` resolved to).
+    Static fields are the family dataclass's fields (``contract.static_fields``;
+    ``fixed`` values are set by the name, e.g. ``{"private": False}`` for a
+    non-private twin) and per-run fields are those of its ``hparams_type``
+    (``contract.hparam_fields``): scalar fields are grid axes, a nested field
+    whose type declares ``SWEEP_AXES`` / ``from_sweep`` (the AC-SA schedule) is
+    built from those axes, any other nested dataclass (P_vec parameters) is
+    addressed by dotted names (``pvec.granularity``). Defaults are the dataclass
+    defaults; validation is constructing the objects (``cls(...)``,
+    ``hparams_type.create(...)``); the twin's axes exclude the family's
+    ``noise_fields`` and ``clip_fields``.
     """
 
     name: str
-    build: Callable
-    hparam_fields: tuple[str, ...]
-    hparam_defaults: dict
-    required_hparams: tuple[str, ...]
-    static_fields: tuple[str, ...]
-    make_hparams: Callable
-    check_static: Callable = lambda static, grid: None
-    private: bool = True
-    resolved_columns: Callable = _batch_size_column
+    cls: type
+    fixed: tuple = ()  # ((field, value), ...) set by the name
+    noise_fields: tuple | None = None  # overrides of the class's (e.g. DIFF2's multipliers)
+    clip_fields: tuple | None = None
+    noise_scale_field: Any = "class"
+
+    # -- derived facts -----------------------------------------------------
+    @property
+    def fixed_values(self) -> dict:
+        return dict(self.fixed)
+
+    @property
+    def private(self) -> bool:
+        return self.fixed_values.get("private", True) is not False
+
+    @property
+    def noise(self) -> tuple:
+        return tuple(self.noise_fields if self.noise_fields is not None else self.cls.noise_fields)
+
+    @property
+    def clips(self) -> tuple:
+        return tuple(self.clip_fields if self.clip_fields is not None else self.cls.clip_fields)
+
+    @property
+    def scale_field(self):
+        return self.cls.noise_scale_field if self.noise_scale_field == "class" else self.noise_scale_field
+
+    @functools.cached_property
+    def _fields(self) -> dict:
+        return {k: f for k, f in static_fields(self.cls).items()
+                if k not in _NOT_CONFIGURABLE and k not in self.fixed_values}
+
+    @property
+    def static_fields(self) -> tuple[str, ...]:
+        names = tuple(self._fields)
+        return names + tuple(a for a, k in ALIASES.items() if k in names)
+
+    @property
+    def required_static(self) -> tuple[str, ...]:
+        return tuple(k for k, f in self._fields.items()
+                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+
+    @functools.cached_property
+    def _hparam_layout(self) -> dict:
+        """axis -> (kind, owner field, default): kind 'scalar', 'sweep' (nested with
+        from_sweep) or 'sub' (nested dataclass field)."""
+        hints = typing.get_type_hints(self.cls.hparams_type)
+        out = {}
+        for name, f in hparam_fields(self.cls.hparams_type).items():
+            if not self.private and name in self.noise + self.clips:
+                continue
+            t = hints.get(name)
+            if hasattr(t, "SWEEP_AXES"):
+                for axis, default in t.SWEEP_AXES.items():
+                    out[axis] = ("sweep", name, default)
+            elif _is_dataclass_type(t):
+                for sub in dataclasses.fields(t):
+                    out[f"{name}.{sub.name}"] = ("sub", name, dataclasses.MISSING)
+            else:
+                out[name] = ("scalar", name, f.default)
+        return out
+
+    @property
+    def hparam_fields(self) -> tuple[str, ...]:
+        return tuple(self._hparam_layout)
+
+    @property
+    def hparam_defaults(self) -> dict:
+        return {k: d for k, (_, _, d) in self._hparam_layout.items() if d is not dataclasses.MISSING}
+
+    @property
+    def calibrated_fields(self) -> tuple[str, ...]:
+        """Axes an ``epsilon`` axis sets (the noise fields, or the nested fields calibration returns)."""
+        return tuple(k for k, (kind, owner, _) in self._hparam_layout.items()
+                     if owner in self.noise or (kind == "sub" and self.private))
+
+    @property
+    def required_hparams(self) -> tuple[str, ...]:
+        return tuple(k for k, (_, _, d) in self._hparam_layout.items() if d is dataclasses.MISSING)
+
+    @property
+    def clip_axes(self) -> tuple[str, ...]:
+        return tuple(k for k in self.hparam_fields if k in self.clips)
+
+    # -- building ------------------------------------------------------------
+    def build(self, problem, num_rounds: int, static: dict, ctx: BuildContext | None = None):
+        """The family object; constructing it validates every static field."""
+        kw = {ALIASES.get(k, k): v for k, v in static.items()}
+        for k in SIZE_RULE_FIELDS:
+            if k in kw:
+                kw[k] = _resolve_size(kw[k], ctx)
+        if "availability" in kw:
+            kw["availability"] = _availability(kw["availability"], ctx.num_silos if ctx else None)
+        for k, f in self._fields.items():
+            if k in kw and isinstance(kw[k], list):
+                kw[k] = tuple(kw[k])
+        return self.cls(problem=problem, num_rounds=num_rounds, **kw, **self.fixed_values)
+
+    def _lane(self, values: dict, num_rounds) -> dict:
+        """One run's hparams constructor arguments from its axis values."""
+        if any(v == "sweep" for v, _, _ in self._hparam_layout.values()) and num_rounds is None:
+            raise ValueError(f"make_hparams(algorithm=None): algorithm {self.name!r} builds a per-round schedule "
+                             "and needs the built algorithm (its num_rounds)")
+        kwargs, hints = {}, typing.get_type_hints(self.cls.hparams_type)
+        for axis, (kind, owner, default) in self._hparam_layout.items():
+            if kind == "scalar":
+                v = values.get(axis, default)
+                if v is dataclasses.MISSING:
+                    raise ValueError(f"grid.{axis} is missing; algorithm {self.name!r} needs it")
+                kwargs[owner] = int(v) if isinstance(default, int) and not isinstance(default, bool) else v
+            elif owner not in kwargs:
+                t = hints[owner]
+                if kind == "sweep":
+                    kwargs[owner] = t.from_sweep(values, num_rounds)
+                else:
+                    kwargs[owner] = t.create(**{f.name: values[f"{owner}.{f.name}"] for f in dataclasses.fields(t)})
+        return kwargs
+
+    def make_hparams(self, values, algorithm=None):
+        """The family's hparams: ``values`` is one run's dict (axis -> number) or a
+        nested list of such dicts (a batch of runs; leaves get the list's leading
+        axes). Each run's hparams are built by the family's validated constructor
+        (``algorithm.hparams_from_values`` or ``hparams_type.create``)."""
+        num_rounds = getattr(algorithm, "num_rounds", None)
+        make = algorithm.hparams_from_values if algorithm is not None else self.cls.hparams_type.create
+        if isinstance(values, dict):
+            return make(**self._lane(values, num_rounds))
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = [self.make_hparams(v, algorithm) for v in values]
+        return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.stack([np.asarray(x) for x in xs])), *arr)
+
+    def calibrate(self, algorithm, silo_sizes, values: dict, epsilon: float, delta: float, accountant: str,
+                  cache: dict | None = None) -> dict:
+        """The axis values an ``epsilon`` point sets: ``algorithm.privacy(silo_sizes,
+        unit).calibrate(epsilon, delta, accountant)`` at unit noise and (when the
+        family's noise stds are proportional to ``noise_scale_field``) unit clip,
+        scaled back by this run's clip (times 1 + 1e-9 for float rounding of the
+        product) and rounded up to float32; nested results (P_vec parameters)
+        become their dotted axes."""
+        unit = dict(values)
+        unit.update({k: 1.0 for k in self.noise if k in self._hparam_layout})
+        scale = 1.0
+        if self.scale_field is not None and self.scale_field in values:
+            scale, unit[self.scale_field] = float(values[self.scale_field]), 1.0
+        spec = algorithm.privacy(silo_sizes, self.make_hparams(unit, algorithm))
+        try:
+            key = (spec, epsilon, delta, accountant)
+            hash(key)
+        except TypeError:
+            key = None
+        if cache is not None and key is not None and key in cache:
+            out = cache[key]
+        else:
+            out = spec.calibrate(epsilon, delta, accountant)
+            if cache is not None and key is not None:
+                cache[key] = out
+
+        def scaled(sigma1: float) -> float:
+            sigma = float(sigma1) if scale == 1.0 else float(sigma1) * scale * (1.0 + 1e-9)
+            s32 = np.float32(sigma)
+            if float(s32) < sigma:  # round the noise up, never down
+                s32 = np.nextafter(s32, np.float32(np.inf))
+            return float(s32)
+
+        result = {}
+        for k, v in out.items():
+            if dataclasses.is_dataclass(v):
+                result.update({f"{k}.{f.name}": np.asarray(getattr(v, f.name)).item() for f in dataclasses.fields(v)})
+            elif np.ndim(v) == 1:
+                result[k] = tuple(scaled(x) for x in v)
+            else:
+                result[k] = scaled(v)
+        return result
+
+    def resolved_columns(self, algorithm) -> dict:
+        """The values the size rules resolved to (``batch_size_resolved``, ...)."""
+        return {f"{k}_resolved": getattr(algorithm, k) for k in SIZE_RULE_FIELDS if k in self._fields}
+
+    # -- config-time validation -------------------------------------------------
+    def check_static(self, static: dict, grid: dict, num_rounds: int = 1) -> None:
+        """Validates every static value and every per-run axis value by constructing
+        the objects, naming the key (``static.k`` / ``grid.k[i]``)."""
+        merged = {k: (v,) for k, v in static.items()}
+        merged.update({k: tuple(v) for k, v in grid.items() if k in self.static_fields})
+        names = {ALIASES.get(k, k) for k in merged}
+        for k in self.required_static:
+            if k not in names:
+                raise ValueError(f"static.{k} is missing; algorithm {self.name!r} needs it")
+        first = {k: v[0] for k, v in merged.items()}
+        for k, vals in merged.items():
+            field = self._fields[ALIASES.get(k, k)]
+            for v in vals:
+                if v == ISRL_EXPERIMENT and ALIASES.get(k, k) in SIZE_RULE_FIELDS:
+                    if "epsilon" not in grid:
+                        raise ValueError(f"static.{k}={ISRL_EXPERIMENT!r} needs an epsilon axis (K uses the largest "
+                                         "epsilon); give an int" + ("" if self.private else " (non-private family)"))
+                    continue
+                if isinstance(field.default, (bool, str)) and type(v) is not type(field.default):
+                    raise ValueError(f"static.{k}={v!r} must be a {type(field.default).__name__}")
+                trial = {kk: vv for kk, vv in first.items() if kk in (k,) or ALIASES.get(kk, kk) in self.required_static}
+                trial[k] = v
+                try:
+                    self.build(_placeholder_problem(), num_rounds, trial)
+                except (ValueError, TypeError) as err:
+                    raise ValueError(f"static.{k}={v!r}: {err}") from None
+        algorithm = self.build(_placeholder_problem(), num_rounds,
+                               {k: (1 if v == ISRL_EXPERIMENT else v) for k, v in first.items()})
+        # One axis at a time, the others at their defaults (required ones at their first value):
+        # the error names the axis value that fails. Axes only calibration fills (P_vec) are
+        # checked when each run is built.
+        base = {k: 1.0 for k in self.calibrated_fields}
+        base.update({k: grid[k][0] for k in self.required_hparams if k in grid})
+        order = [k for k in self.required_hparams if k in grid] + [k for k in grid if k in self.hparam_fields]
+        for k in dict.fromkeys(order):
+            for i, v in enumerate(grid[k]):
+                if isinstance(v, str):  # "<c>*maxnorm" clip norms resolve per trial
+                    continue
+                try:
+                    self.make_hparams({**base, k: v}, algorithm)
+                except (ValueError, TypeError) as err:
+                    if k not in self.required_hparams and not self._builds(base, algorithm):
+                        break
+                    raise ValueError(f"grid.{k}[{i}]={v!r}: {err}") from None
+
+    def _builds(self, values, algorithm) -> bool:
+        try:
+            self.make_hparams(values, algorithm)
+        except (ValueError, TypeError, KeyError):
+            return False
+        return True
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {}
 
 
 def register_algorithm(entry: AlgorithmEntry) -> AlgorithmEntry:
-    if entry.name in ALGORITHMS and ALGORITHMS[entry.name] is not entry:
+    if entry.name in ALGORITHMS and ALGORITHMS[entry.name] != entry:
         raise ValueError(f"algorithm={entry.name!r} is registered twice")
     ALGORITHMS[entry.name] = entry
     return entry
 
 
+def register_family(name: str, cls: type | None = None, *, twin: str | tuple[str, ...] | None = None,
+                    fixed: dict | None = None, **overrides):
+    """Registers a family under ``name`` (and its non-private twin(s) under ``twin``:
+    the same class with ``private=False``). Use as a decorator next to the class
+    or as a call: ``register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")``."""
+
+    def register(c):
+        fx = tuple(sorted((fixed or {}).items()))
+        register_algorithm(AlgorithmEntry(name, c, fx, **overrides))
+        for t in (twin,) if isinstance(twin, str) else (twin or ()):
+            register_algorithm(AlgorithmEntry(t, c, tuple(sorted({**dict(fx), "private": False}.items())),
+                                              **overrides))
+        return c
+
+    return register(cls) if cls is not None else register
+
+
+def _load_families() -> None:
+    """Imports every module of ``dpjax.algorithms`` (each registers its families)."""
+    import importlib
+    import pkgutil
+
+    import dpjax.algorithms as pkg
+
+    for m in pkgutil.iter_modules(pkg.__path__):
+        importlib.import_module(f"{pkg.__name__}.{m.name}")
+
+
 def get_algorithm(name) -> AlgorithmEntry:
+    _load_families()
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm={name!r} is unknown; known: {tuple(sorted(ALGORITHMS))}")
     return ALGORITHMS[name]
-
-
-# -- shared pieces of the ISRL-DP families ------------------------------------
-ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL spec §3.7)
-
-
-def _check_static_fields(algorithm: str, size_field: str, static: dict, grid: dict, fields: tuple,
-                         rule_allowed: bool) -> None:
-    """Type checks of the static fields shared by the ISRL-DP families.
-
-    ``size_field`` (``batch_size`` or ``local_steps``) is an int >= 1 or, when
-    ``rule_allowed``, ``"isrl-experiment"`` (which needs an epsilon axis).
-    """
-    merged = {k: (v,) for k, v in static.items()}
-    merged.update({k: v for k, v in grid.items() if k in fields})
-    for v in merged.get(size_field, ()):
-        if v == ISRL_EXPERIMENT and rule_allowed:
-            if "epsilon" not in grid:
-                raise ValueError(f"static.{size_field}={ISRL_EXPERIMENT!r} needs an epsilon axis "
-                                 "(K uses the largest epsilon)")
-        elif v == ISRL_EXPERIMENT:
-            raise ValueError(f"static.{size_field}={ISRL_EXPERIMENT!r} is not available for algorithm "
-                             f"{algorithm!r}; give an int")
-        else:
-            _validate.check_int(f"static.{size_field}", v, min_value=1)
-    for v in merged.get("available", ()):
-        if v != "all":
-            _validate.check_int("static.available", v, min_value=1)
-    for v in merged.get("private", ()):
-        if not isinstance(v, bool):
-            raise ValueError(f"static.private={v!r} must be true or false")
-    for k in ("sampling", "aggregation", "output", "neighboring"):
-        for v in merged.get(k, ()):
-            if not isinstance(v, str):
-                raise ValueError(f"static.{k}={v!r} must be a string")
-    for v in merged.get("window", ()):
-        _validate.check_int("static.window", v, min_value=1)
-    for v in merged.get("projection_radius", ()):
-        _validate.check_positive("static.projection_radius", v)
-    if size_field not in merged:
-        raise ValueError(f"static.{size_field} is missing; algorithm {algorithm!r} needs it")
-
-
-def _static_checker(algorithm: str, size_field: str, fields: tuple, rule_allowed: bool) -> Callable:
-    return functools.partial(_check_static_fields, algorithm, size_field, fields=fields, rule_allowed=rule_allowed)
-
-
-def _resolve_size(value, ctx: BuildContext) -> int:
-    if value == ISRL_EXPERIMENT:
-        from dpjax.accounting import isrl as isrl_acc
-
-        # K does not depend on L or delta.
-        return isrl_acc.isrl_experiment_calibration(1.0, ctx.min_size, ctx.num_rounds, ctx.epsilon_max, 0.5)[1]
-    return int(value)
-
-
-def _availability(value, ctx: BuildContext):
-    from dpjax.primitives.sampling import FixedAvailability, FullAvailability
-
-    return FullAvailability() if value == "all" or value == ctx.num_silos else FixedAvailability(int(value))
-
-
-def _f32(v):
-    return jnp.asarray(v, jnp.float32)
-
-
-def _mbsgd_hparams(values: dict, algorithm=None):
-    """``MbSgdHParams`` (also Local SGD's); absent noise_std / clip_norm default to 0 / 1."""
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-
-    lr = _f32(values["learning_rate"])
-    noise = _f32(values.get("noise_std", 0.0)) + jnp.zeros_like(lr)
-    clip = _f32(values.get("clip_norm", 1.0)) + jnp.zeros_like(lr)
-    return MbSgdHParams(lr, noise, clip)
-
-
-def _nonprivate_mbsgd_hparams(values: dict, algorithm=None):
-    """The non-private twins' hparams: noise_std = 0 and clip_norm = inf (``non_private_hparams``)."""
-    from dpjax.algorithms.accelerated import non_private_hparams
-
-    return non_private_hparams(_mbsgd_hparams({"learning_rate": values["learning_rate"]}))
-
-
-# -- Noisy MB-SGD (ISRL-DP Algorithm 2) and its non-private twin ---------------
-_ISRL_STATIC = (
-    "batch_size", "sampling", "available", "private", "aggregation", "output", "window",
-    "projection_radius", "neighboring",
-)
-_MBSGD_STATIC = tuple(k for k in _ISRL_STATIC if k not in ("private", "neighboring"))
-
-
-def _isrl_check_static(static: dict, grid: dict) -> None:
-    from dpjax.algorithms import isrl_mbsgd  # noqa: F401  (import errors surface here)
-
-    _check_static_fields("isrl-mbsgd", "batch_size", static, grid, _ISRL_STATIC, True)
-
-
-def _mbsgd_builder(private: bool | None):
-    def build(problem, num_rounds: int, static: dict, ctx: BuildContext):
-        from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
-
-        kw = dict(static)
-        k = _resolve_size(kw.pop("batch_size"), ctx)
-        availability = _availability(kw.pop("available", "all"), ctx)
-        if private is not None:
-            kw["private"] = private
-        return NoisyMbSgd(problem=problem, num_rounds=num_rounds, batch_size=k, availability=availability, **kw)
-
-    return build
-
-
-_isrl_build = _mbsgd_builder(None)  # static.private may switch the ISRL entry to its twin
-
-
-def _isrl_hparams(values: dict, algorithm=None):
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-
-    return MbSgdHParams(_f32(values["learning_rate"]), _f32(values["noise_std"]), _f32(values["clip_norm"]))
-
-
-register_algorithm(
-    AlgorithmEntry(
-        name="isrl-mbsgd",
-        build=_isrl_build,
-        hparam_fields=("learning_rate", "noise_std", "clip_norm"),
-        hparam_defaults={"noise_std": 0.0, "clip_norm": 1.0},
-        required_hparams=("learning_rate",),
-        static_fields=_ISRL_STATIC,
-        make_hparams=_isrl_hparams,
-        check_static=_isrl_check_static,
-    )
-)
-
-register_algorithm(
-    AlgorithmEntry(
-        name="mbsgd",
-        build=_mbsgd_builder(False),
-        hparam_fields=("learning_rate",),
-        hparam_defaults={},
-        required_hparams=("learning_rate",),
-        static_fields=_MBSGD_STATIC,
-        make_hparams=_nonprivate_mbsgd_hparams,
-        check_static=_static_checker("mbsgd", "batch_size", _MBSGD_STATIC, False),
-        private=False,
-    )
-)
-
-
-# -- Local SGD (ISRL-DP baseline) and non-private Local SGD / FedAvg -----------
-_LOCAL_STATIC = ("local_steps", "available", "aggregation", "output", "window", "projection_radius")
-
-
-def _local_sgd_builder(private: bool):
-    def build(problem, num_rounds: int, static: dict, ctx: BuildContext):
-        from dpjax.algorithms.local_sgd import LocalSgd
-
-        kw = dict(static)
-        k = _resolve_size(kw.pop("local_steps"), ctx)
-        availability = _availability(kw.pop("available", "all"), ctx)
-        return LocalSgd(problem=problem, num_rounds=num_rounds, local_steps=k, availability=availability,
-                        private=private, **kw)
-
-    return build
-
-
-def _local_steps_column(alg) -> dict:
-    return {"local_steps_resolved": alg.local_steps}
-
-
-register_algorithm(
-    AlgorithmEntry(
-        name="isrl-local-sgd",
-        build=_local_sgd_builder(True),
-        hparam_fields=("learning_rate", "noise_std", "clip_norm"),
-        hparam_defaults={"noise_std": 0.0, "clip_norm": 1.0},
-        required_hparams=("learning_rate",),
-        static_fields=_LOCAL_STATIC,
-        make_hparams=_mbsgd_hparams,
-        check_static=_static_checker("isrl-local-sgd", "local_steps", _LOCAL_STATIC, True),
-        resolved_columns=_local_steps_column,
-    )
-)
-
-for _name in ("local-sgd", "fedavg"):  # two names of one algorithm (run ids differ: they hash the name)
-    register_algorithm(
-        AlgorithmEntry(
-            name=_name,
-            build=_local_sgd_builder(False),
-            hparam_fields=("learning_rate",),
-            hparam_defaults={},
-            required_hparams=("learning_rate",),
-            static_fields=_LOCAL_STATIC,
-            make_hparams=_nonprivate_mbsgd_hparams,
-            check_static=_static_checker(_name, "local_steps", _LOCAL_STATIC, False),
-            private=False,
-            resolved_columns=_local_steps_column,
-        )
-    )
-
-
-# -- Accelerated noisy MB-SGD (ISRL-DP Algorithm 1, single-stage AC-SA) ---------
-_ACCEL_STATIC = ("batch_size", "sampling", "available", "aggregation", "projection_radius", "neighboring")
-_ACCEL_SCHEDULE = ("smoothness", "strong_convexity", "regularization")
-_ACCEL_DEFAULTS = {"strong_convexity": 0.0, "regularization": 0.0}
-
-
-def _accelerated_builder(private: bool):
-    def build(problem, num_rounds: int, static: dict, ctx: BuildContext):
-        from dpjax.algorithms.accelerated import AcceleratedMbSgd
-
-        kw = dict(static)
-        k = int(kw.pop("batch_size"))
-        availability = _availability(kw.pop("available", "all"), ctx)
-        return AcceleratedMbSgd(problem=problem, num_rounds=num_rounds, batch_size=k, availability=availability,
-                                private=private, **kw)
-
-    return build
-
-
-def acsa_single_stage(values: dict, num_rounds: int):
-    """``AcsaSchedule.single_stage`` for scalar or array ``smoothness`` / ``strong_convexity`` / ``regularization``.
-
-    Every leaf gets the broadcast shape of the values as leading axes
-    (``stage_round`` / ``stage_nu`` add a trailing ``[num_rounds]``). The sums
-    ``mu + lam`` and ``beta + lam`` are formed in float64 and rounded once to
-    float32, exactly as ``single_stage`` does with Python floats, so a sweep
-    lane equals the directly built schedule bit for bit.
-    """
-    from dpjax.algorithms.accelerated import AcsaSchedule
-
-    r = _validate.check_int("num_rounds", num_rounds, min_value=1)
-    get = lambda k: np.asarray(values.get(k, _ACCEL_DEFAULTS.get(k)), np.float64)
-    beta, mu, lam = get("smoothness"), get("strong_convexity"), get("regularization")
-    shape = np.broadcast_shapes(beta.shape, mu.shape, lam.shape)
-    full = lambda a: jnp.asarray(np.broadcast_to(a, shape).astype(np.float32))
-    per_round = lambda a: jnp.asarray(np.broadcast_to(a, shape + (r,)))
-    return AcsaSchedule(
-        mu=full(mu + lam),
-        lam=full(lam),
-        stage_round=per_round(np.arange(1, r + 1, dtype=np.int32)),
-        stage_nu=per_round((beta + lam)[..., None].astype(np.float32)),
-    )
-
-
-def _accelerated_hparams_maker(private: bool):
-    def make(values: dict, algorithm=None):
-        from dpjax.algorithms.accelerated import AcceleratedHParams, non_private_hparams
-
-        if algorithm is None:
-            raise ValueError("make_hparams(algorithm=None): the accelerated families build a per-round AC-SA "
-                             "schedule and need the built algorithm (its num_rounds)")
-        sched = acsa_single_stage(values, algorithm.num_rounds)
-        like = sched.mu
-        if not private:
-            return non_private_hparams(AcceleratedHParams(sched, jnp.zeros_like(like), jnp.ones_like(like)))
-        noise = _f32(values.get("noise_std", 0.0)) + jnp.zeros_like(like)
-        clip = _f32(values.get("clip_norm", 1.0)) + jnp.zeros_like(like)
-        return AcceleratedHParams(sched, noise, clip)
-
-    return make
-
-
-def _accelerated_checker(algorithm: str):
-    def check(static: dict, grid: dict) -> None:
-        _check_static_fields(algorithm, "batch_size", static, grid, _ACCEL_STATIC, False)
-        for k in _ACCEL_SCHEDULE:
-            for i, v in enumerate(grid.get(k, ())):
-                (_validate.check_positive if k == "smoothness" else _validate.check_nonnegative)(f"grid.{k}[{i}]", v)
-
-    return check
-
-
-register_algorithm(
-    AlgorithmEntry(
-        name="isrl-accelerated",
-        build=_accelerated_builder(True),
-        hparam_fields=_ACCEL_SCHEDULE + ("noise_std", "clip_norm"),
-        hparam_defaults={**_ACCEL_DEFAULTS, "noise_std": 0.0, "clip_norm": 1.0},
-        required_hparams=("smoothness",),
-        static_fields=_ACCEL_STATIC,
-        make_hparams=_accelerated_hparams_maker(True),
-        check_static=_accelerated_checker("isrl-accelerated"),
-    )
-)
-
-register_algorithm(
-    AlgorithmEntry(
-        name="accelerated",
-        build=_accelerated_builder(False),
-        hparam_fields=_ACCEL_SCHEDULE,
-        hparam_defaults=dict(_ACCEL_DEFAULTS),
-        required_hparams=("smoothness",),
-        static_fields=_ACCEL_STATIC,
-        make_hparams=_accelerated_hparams_maker(False),
-        check_static=_accelerated_checker("accelerated"),
-        private=False,
-    )
-)
 
 
 # ---------------------------------------------------------------------------
@@ -496,14 +471,68 @@ def _pooled_eval_data(train_x, train_y, test_x, test_y):
 
 @functools.lru_cache(maxsize=64)
 def classification_eval(problem):
-    """Pooled training loss/error and pooled test loss/error of the output parameters."""
+    """Pooled training and pooled test metrics of the output parameters (every metric of
+    ``problem.evaluate``, prefixed ``train_`` / ``test_``: loss and error, or loss and rmse)."""
 
     def fn(params, ed):
         tr = problem.evaluate(params, ed["train_x"], ed["train_y"])
         te = problem.evaluate(params, ed["test_x"], ed["test_y"])
-        return {"train_loss": tr["loss"], "train_error": tr["error"], "test_loss": te["loss"], "test_error": te["error"]}
+        return {**{f"train_{k}": v for k, v in tr.items()}, **{f"test_{k}": v for k, v in te.items()}}
 
     return fn
+
+
+def trial_from_federated(fed, problem, metadata: dict) -> TrialData:
+    """A ``dpjax.data.FederatedDataset`` split as sweep ``TrialData`` (pooled evaluation data)."""
+    ys = [np.asarray(y, np.float32) for y in fed.train_y]
+    if fed.pooled_test_x is not None:
+        test_x, test_y = [fed.pooled_test_x], [np.asarray(fed.pooled_test_y, np.float32)]
+    else:
+        test_x, test_y = fed.test_x, [np.asarray(y, np.float32) for y in fed.test_y]
+    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
+    return TrialData(SiloData.from_silos(fed.train_x, ys), _pooled_eval_data(fed.train_x, ys, test_x, test_y),
+                     problem, max_norm, metadata)
+
+
+def _glm_for(fed):
+    from dpjax.problems import LinearRegression, SoftmaxRegression
+
+    d = fed.train_x[0].shape[1]
+    return LinearRegression(d) if fed.num_classes is None else SoftmaxRegression(d, fed.num_classes)
+
+
+@functools.lru_cache(maxsize=8)
+def _raw(loader_name: str, data_dir):
+    import dpjax.data as data_lib
+
+    return getattr(data_lib, loader_name)(data_dir)
+
+
+def _load_insurance(opts: dict, trial: int) -> TrialData:
+    from dpjax.data import insurance_silos
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = insurance_silos(_raw("load_insurance", opts["data_dir"]), n_silos=int(opts["n_silos"]), seed=seed,
+                          train_fraction=opts["train_fraction"], standardize=opts["standardize"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
+
+
+def _load_obesity(opts: dict, trial: int) -> TrialData:
+    from dpjax.data import obesity_silos
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = obesity_silos(_raw("load_obesity", opts["data_dir"]), seed=seed, train_fraction=opts["train_fraction"],
+                        n_per_silo=opts["n_per_silo"], replace=opts["replace"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
+
+
+def _load_diff2(name: str, opts: dict, trial: int) -> TrialData:
+    from dpjax.data import diff2_dataset
+
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = diff2_dataset(name, opts["data_dir"], seed=seed, n_silos=int(opts["n_silos"]),
+                        train_fraction=opts["train_fraction"])
+    return trial_from_federated(fed, _glm_for(fed), {"split_seed": seed})
 
 
 @functools.lru_cache(maxsize=4)
@@ -567,7 +596,7 @@ def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, hete
     return xs, ys, txs, tys
 
 
-def _load_synthetic(opts: dict, trial: int) -> TrialData:
+def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
     from dpjax.problems.glm import LogisticRegression
 
     n = _validate.check_int("data.n", opts["n"], min_value=1)
@@ -578,6 +607,12 @@ def _load_synthetic(opts: dict, trial: int) -> TrialData:
     seed = _validate.check_int("data.split_seed", opts["split_seed"], min_value=0) + int(trial)
     xs, ys, txs, tys = synthetic_logistic_silos(num_silos, n, dim, n_test, het, seed)
     problem = LogisticRegression(dim)
+    if mlp:
+        from dpjax.problems import FlaxProblem
+        from dpjax.problems.mlp import MLP
+
+        width = _validate.check_int("data.hidden", opts["hidden"], min_value=1)
+        problem = FlaxProblem(MLP((width,)), (dim,), "logistic")
     max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in xs)
     return TrialData(SiloData.from_silos(xs, ys), _pooled_eval_data(xs, ys, txs, tys), problem, max_norm,
                      {"split_seed": seed})
@@ -591,6 +626,41 @@ register_dataset(
         eval_fn=classification_eval,
     )
 )
+
+
+register_dataset(
+    DatasetEntry(
+        name="synthetic-mlp",  # the same silos, a one-hidden-layer flax MLP (FlaxProblem) as the model
+        defaults={"num_silos": 1, "n": 256, "dim": 5, "n_test": 128, "heterogeneity": 0.0, "split_seed": 0,
+                  "hidden": 16},
+        load=functools.partial(_load_synthetic, mlp=True),
+        eval_fn=classification_eval,
+    )
+)
+
+
+register_dataset(DatasetEntry(  # ISRL-DP experiment B (linear regression, silos sorted by charges)
+    name="isrl-insurance", defaults={"data_dir": None, "n_silos": 3, "train_fraction": 0.8,
+                                     "standardize": "per_silo", "split_seed": 0},
+    load=_load_insurance, eval_fn=classification_eval))
+register_dataset(DatasetEntry(  # ISRL-DP experiment C (softmax regression, one silo per class)
+    name="isrl-obesity", defaults={"data_dir": None, "n_per_silo": 200, "replace": False, "train_fraction": 0.8,
+                                   "split_seed": 0},
+    load=_load_obesity, eval_fn=classification_eval))
+
+
+def _register_diff2_datasets() -> None:
+    """The DIFF2 experiments' datasets (a GLM on P client silos; ``dpjax.data.DIFF2_DATASETS``)."""
+    from dpjax.data.diff2 import DIFF2_DATASETS
+
+    for name in DIFF2_DATASETS:
+        register_dataset(DatasetEntry(
+            name=f"diff2-{name.replace('_', '-')}",
+            defaults={"data_dir": None, "n_silos": 10, "train_fraction": 0.8, "split_seed": 0},
+            load=functools.partial(_load_diff2, name), eval_fn=classification_eval))
+
+
+_register_diff2_datasets()
 
 
 def stack_trials(trials: list[TrialData]):

@@ -73,7 +73,7 @@ def test_validation_names_the_argument():
         UnbalancedNoisyMbSgd(PROBLEM, 2, (7, 1, 1, 1)).validate(data)
     with pytest.raises(ValueError, match="batch_sizes"):
         UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1)).validate(data)
-    with pytest.raises(ValueError, match="noise_stds"):
+    with pytest.raises(ValueError, match="noise_std="):
         UnbalancedHParams.create(0.1, [-1.0, 1.0])
     with pytest.raises(ValueError, match="clip_mode"):
         UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1, 1, 1), clip_mode="none")

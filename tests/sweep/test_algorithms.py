@@ -6,7 +6,9 @@ module's own constructors (not the registry) and calls
 repetition)``.
 """
 
+import dataclasses
 import math
+import pathlib
 import tomllib
 
 import jax
@@ -15,10 +17,17 @@ import pytest
 
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.accounting import CALIBRATION_RTOL
+from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
+from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
 from dpjax.algorithms.local_sgd import LocalSgd
+from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
+from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+from dpjax.primitives.shuffle_protocols import PvecParams
+from dpjax.problems import LinearRegression
 from dpjax.engine import runner
 from dpjax.primitives.sampling import FixedAvailability
-from dpjax.sweep import ALGORITHMS, SweepConfig, registry, run_sweep
+from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
 from dpjax.sweep.driver import _Sweep
 from tests.sweep.conftest import TINY
 
@@ -71,7 +80,6 @@ def config(name, **top) -> SweepConfig:
 
 
 def test_every_registered_algorithm_is_covered():
-    assert set(CONFIGS) == set(ALGORITHMS)
     assert {"isrl-mbsgd", "isrl-local-sgd", "local-sgd", "fedavg", "mbsgd", "isrl-accelerated"} <= set(ALGORITHMS)
 
 
@@ -184,13 +192,125 @@ def test_accelerated_hparams_need_the_algorithm():
         registry.get_algorithm("isrl-accelerated").make_hparams({"smoothness": 1.0})
 
 
-def test_acsa_single_stage_lanes_equal_the_scalar_schedule():
-    vals = {"smoothness": np.array([[1.0, 4.0]], np.float32), "strong_convexity": np.array([[0.1, 0.0]], np.float32),
-            "regularization": np.array([[0.01, 0.3]], np.float32)}
-    batched = registry.acsa_single_stage(vals, 5)
-    for j in range(2):
-        one = AcsaSchedule.single_stage(5, *(float(vals[k][0, j]) for k in ("smoothness", "strong_convexity",
-                                                                               "regularization")))
+def test_batched_accelerated_hparams_lanes_equal_the_scalar_schedule():
+    """The registry builds every lane with the family's own constructor (here
+    ``AcsaSchedule.single_stage`` through ``from_sweep``) and stacks them."""
+    entry = registry.get_algorithm("isrl-accelerated")
+    alg = AcceleratedMbSgd(LinearRegression(2), 5, 2)
+    lanes = [[{"smoothness": float(np.float32(b)), "strong_convexity": float(np.float32(m)),
+               "regularization": float(np.float32(r))} for b, m, r in ((1.0, 0.1, 0.01), (4.0, 0.0, 0.3))]]
+    batched = entry.make_hparams(lanes, algorithm=alg)
+    for j, lane in enumerate(lanes[0]):
+        one = AcceleratedHParams.create(AcsaSchedule.single_stage(5, lane["smoothness"], lane["strong_convexity"],
+                                                                  lane["regularization"]))
         for a, b in zip(jax.tree_util.tree_leaves(one), jax.tree_util.tree_leaves(batched)):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b)[0, j])
             assert np.asarray(a).dtype == np.asarray(b).dtype
+
+
+def test_registry_fields_are_the_dataclass_fields():
+    """Static and per-run fields come from the family dataclasses, not a restated list."""
+    from dpjax.engine.contract import hparam_fields, static_fields
+
+    for name, entry in ALGORITHMS.items():
+        fields = set(static_fields(entry.cls)) - {"log_indices"} - set(entry.fixed_values)
+        assert fields <= set(entry.static_fields), name
+        assert "gradient_path" in registry.get_algorithm("isrl-mbsgd").static_fields
+        scalars = {k for k in entry.hparam_fields if "." not in k}
+        assert scalars - {"smoothness", "strong_convexity", "regularization"} <= set(hparam_fields(entry.cls.hparams_type))
+
+
+# Families beyond the first seven: one small sweep each (one config, one trial, one
+# repetition) whose row equals the direct run built with the family's own constructors.
+N_SILOS, N = 3, 40
+MORE = {
+    "isrl-unbalanced": ({"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5], "noise_std": [0.3]},
+                        lambda p, r: (UnbalancedNoisyMbSgd(p, R, (4, 6, 8)),
+                                      UnbalancedHParams.create(r.learning_rate, [r.noise_std] * 3))),
+    "unbalanced": ({"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5]},
+                   lambda p, r: (UnbalancedNoisyMbSgd(p, R, (4, 6, 8), private=False),
+                                 UnbalancedHParams.create(r.learning_rate, [0.0] * 3))),
+    "isrl-shuffled": ({"num_available": 2}, {"learning_rate": [0.5], "noise_std": [0.3]},
+                      lambda p, r: (ShuffledNoisyMbSgd(p, R, 2), MbSgdHParams.create(r.learning_rate, r.noise_std))),
+    "shuffled": ({"num_available": 2}, {"learning_rate": [0.5]},
+                 lambda p, r: (ShuffledNoisyMbSgd(p, R, 2, private=False), MbSgdHParams.create(r.learning_rate))),
+    "sdp-accelerated": ({"batch_size": 4}, {"smoothness": [2.0], "pvec.granularity": [64], "pvec.trials": [4],
+                                            "pvec.probability": [0.25]},
+                        lambda p, r: (SdpOnePassAccelerated(p, R, 4), SdpHParams.create(
+                            AcsaSchedule.single_stage(R, r.smoothness), PvecParams.create(64, 4, 0.25)))),
+    "diff2-gd": ({}, {"learning_rate": [0.5], "restart_interval": [2], "sigma_restart": [0.5], "sigma_diff": [0.5]},
+                 lambda p, r: (Diff2GD(p, R), Diff2HParams.create(r.learning_rate, 2, sigma_restart=0.5,
+                                                                  sigma_diff=0.5))),
+    "gd": ({}, {"learning_rate": [0.5]}, lambda p, r: (Diff2GD(p, R, private=False),
+                                                        Diff2HParams.create(r.learning_rate))),
+    "dp-gd": ({}, {"learning_rate": [0.5], "sigma_restart": [0.5]},
+              lambda p, r: (Diff2GD(p, R, restart_every_round=True), Diff2HParams.create(r.learning_rate,
+                                                                                         sigma_restart=0.5))),
+    "diff2-bvr": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5], "sigma_restart": [0.5]},
+                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4), Diff2HParams.create(r.learning_rate, sigma_restart=0.5))),
+    "bvr-lsgd": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5]},
+                 lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
+    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_std": [0.5]},
+               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_std))),
+    "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
+            lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
+}
+
+
+def test_every_registered_family_has_a_test():
+    assert set(CONFIGS) | set(MORE) == set(ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
+    static, grid, make = MORE[name]
+    d = tomllib.loads(TINY)
+    d.update(algorithm=name, num_rounds=R, eval_every=R, static=dict(static), grid=dict(grid))
+    cfg = SweepConfig.from_dict(d)
+    cfg = dataclasses.replace(cfg, grid={**cfg.grid, "trial": (0,), "repetition": (0,)})
+    runs = run_sweep(cfg, tmp_path, devices=jax.local_devices()[:1], progress=False).runs
+    assert len(runs) == 1 and np.isfinite(runs.train_loss).all()
+    row = runs.iloc[0]
+    td = _Sweep(cfg, jax.local_devices()[:1]).trial(0)
+    alg, hp = make(td.problem, row)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), 0), 0)
+    one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+                     eval_data=td.eval_data, eval_every=R)
+    # one run in both (no vmap batching differences): equal up to float32 fusion order
+    np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)
+
+
+def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
+    """unbalanced (one sigma_i per silo) and DIFF2 (noise multipliers) via privacy().calibrate."""
+    for name, static, grid in (("isrl-unbalanced", {"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5]}),
+                               ("dp-gd", {}, {"learning_rate": [0.5]})):
+        d = tomllib.loads(TINY)
+        d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
+                 privacy={"accountant": "rdp", "delta": 1e-5})
+        sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+        g = sw.groups[0]
+        alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
+        eps = alg.privacy(sw.trial(0).train.silo_sizes(), sw.entry.make_hparams(vals, alg)).epsilon(1e-5, "rdp")
+        assert eps.epsilon <= 2.0 * (1 + 1e-6), name
+        assert eps.epsilon >= 2.0 / (1 + 2 * CALIBRATION_RTOL) ** 2, name
+
+
+SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def test_every_dataset_loader_of_dpjax_data_is_registered():
+    """ISRL MNIST/insurance/obesity, every DIFF2 dataset and the synthetic ones; each real one loads
+    one split as padded silos with pooled evaluation metrics of its problem."""
+    from dpjax.data.diff2 import DIFF2_DATASETS
+
+    expected = {"isrl-mnist", "isrl-insurance", "isrl-obesity", "synthetic-logistic", "synthetic-mlp"}
+    expected |= {f"diff2-{n.replace('_', '-')}" for n in DIFF2_DATASETS}
+    assert expected <= set(DATASETS)
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent: the real datasets cannot be loaded here (registration checked above)")
+    for name, silos in (("isrl-insurance", 3), ("isrl-obesity", 7), ("diff2-a9a", 10)):
+        entry = DATASETS[name]
+        td = entry.load(entry.resolve({"name": name, "data_dir": str(SHARED_DATA)}), 0)
+        assert td.train.num_silos == silos and td.max_norm > 0
+        metrics = entry.eval_fn(td.problem)(td.problem.init_params(jax.random.key(0)), td.eval_data)
+        assert {"train_loss", "test_loss"} <= set(metrics) and all(np.isfinite(float(v)) for v in metrics.values())

@@ -71,6 +71,18 @@ def _enum_value(x) -> str:
     return getattr(x, "value", x)
 
 
+class StatedRelation:
+    """Mixin for kinds that store their relation and unit as the fields ``relation`` and ``privacy_unit``."""
+
+    @property
+    def neighboring(self) -> str:
+        return self.relation
+
+    @property
+    def unit(self) -> str:
+        return self.privacy_unit
+
+
 @dataclasses.dataclass(frozen=True)
 class GaussianPrivacy(PrivacySpec):
     """A composition of Gaussian schedules.
@@ -201,7 +213,7 @@ class PerSiloPrivacy(PrivacySpec):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReportPrivacy(PrivacySpec):
+class ReportPrivacy(StatedRelation, PrivacySpec):
     """A protocol whose accountant is its own (shuffle amplification, P_vec).
 
     Attributes:
@@ -219,14 +231,6 @@ class ReportPrivacy(PrivacySpec):
     relation: str = "replace-one"
     privacy_unit: str = "record"
 
-    @property
-    def neighboring(self) -> str:
-        return self.relation
-
-    @property
-    def unit(self) -> str:
-        return self.privacy_unit
-
     def _check(self, accountant: str) -> str:
         return v.check_choice("accountant", accountant, self.accountants)
 
@@ -239,21 +243,13 @@ class ReportPrivacy(PrivacySpec):
 
 
 @dataclasses.dataclass(frozen=True)
-class NoPrivacy(PrivacySpec):
+class NoPrivacy(StatedRelation, PrivacySpec):
     """A non-private twin: no guarantee; calibration is refused."""
 
     reason: str = "the non-private twin adds no noise"
     relation: str = "replace-one"
     privacy_unit: str = "record"
     private = False
-
-    @property
-    def neighboring(self) -> str:
-        return self.relation
-
-    @property
-    def unit(self) -> str:
-        return self.privacy_unit
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
         delta = v.check_open_unit("delta", delta)

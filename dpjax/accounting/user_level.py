@@ -30,7 +30,7 @@ import numpy as np
 from dpjax import _validate as v
 from dpjax.accounting.events import PrivacyReport
 from dpjax.accounting.gdp import gdp_delta
-from dpjax.accounting.privacy_spec import PrivacySpec
+from dpjax.accounting.privacy_spec import PrivacySpec, StatedRelation
 
 __all__ = [
     "UserLevelParams",
@@ -305,7 +305,7 @@ MODES = ("certified", "rate-shape")
 
 
 @dataclass(frozen=True)
-class UserLevelPrivacy(PrivacySpec):
+class UserLevelPrivacy(StatedRelation, PrivacySpec):
     """User-level (replace-one-user) guarantee of a schedule of output-perturbation calls.
 
     ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint
@@ -334,14 +334,6 @@ class UserLevelPrivacy(PrivacySpec):
     @property
     def private(self) -> bool:  # type: ignore[override]
         return self.mode == "certified" and self.mechanism != "B2"
-
-    @property
-    def neighboring(self) -> str:
-        return self.relation
-
-    @property
-    def unit(self) -> str:
-        return self.privacy_unit
 
     def certified(self) -> tuple[float, float]:
         """(eps_total, delta_total) of the schedule (basic within groups, max across disjoint groups)."""

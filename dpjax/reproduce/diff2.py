@@ -65,6 +65,15 @@ REGRESSION_SETS = ("california_housing", "gas_turbine", "blogfeedback")
 CLASSIFICATION_SETS = ("kddcup99", "a9a")
 METRICS_REG = ("train_loss", "grad_norm_sq", "test_loss")
 METRICS_CLS = ("train_loss", "grad_norm_sq", "test_loss", "train_accuracy", "test_accuracy")
+CONSTRUCTION_TEXT = {
+    "paper": "the paper's text: a fresh 80/20 split per seed, standardisation statistics of the whole dataset, "
+             "Torgo's California housing, remainder dropped, Prop. 4.1 noise",
+    "authors": "the authors' scripts (lawrenceztang/CE-PLSGM): one train_test_split(random_state=0) for all seeds, "
+               "StandardScaler statistics of the training split on float32 features, scikit-learn's California "
+               "housing features, symbolic columns label-encoded and unscaled, every training record dealt, the "
+               "script's noise multipliers and its step-size search (patience checked one evaluation late; when no "
+               "step size survives, the smallest, stopped early); see experiments/diff2/README.md",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,24 +202,27 @@ def make_eval_fn(problem, classification: bool):
 
 # ----------------------------------------------------------------------------- data
 @functools.lru_cache(maxsize=8)
-def _raw(name: str, data_dir: str | None):
+def _raw(name: str, data_dir: str | None, construction: str = "paper"):
     from dpjax.data import diff2 as d2
 
-    loader, task = d2.DIFF2_DATASETS[name]
-    return loader(data_dir), task
+    return d2.load_diff2_raw(name, data_dir, construction=construction), d2.DIFF2_DATASETS[name][1]
 
 
-def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None):
-    """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode)."""
+def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None,
+               construction: str = "paper"):
+    """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode;
+    under the authors' construction the same rows for every seed, since their split is fixed)."""
     from dpjax.data import diff2 as d2
 
-    raw, task = _raw(name, None if data_dir is None else str(data_dir))
+    raw, task = _raw(name, None if data_dir is None else str(data_dir), construction)
     n = raw["y"].shape[0]
     if max_records is not None and max_records < n:
-        rows = np.sort(np.random.default_rng(10_000 + seed).choice(n, max_records, replace=False))
+        sub_seed = 10_000 + (seed if construction == "paper" else 0)
+        rows = np.sort(np.random.default_rng(sub_seed).choice(n, max_records, replace=False))
         sub = {k: (v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for k, v in raw.items()}
         raw = sub
-    return d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}"), task
+    return d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}",
+                          construction=construction), task
 
 
 # ----------------------------------------------------------------------------- configurations
@@ -230,7 +242,9 @@ class Config:
         return (self.algorithm, self.epsilon, self.restart_interval, self.clip_restart, self.clip_diff)
 
 
-def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
+def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = "paper") -> list[Config]:
+    """``construction="authors"``: the noise multipliers of the authors' script
+    (``dpjax.accounting.diff2.diff2_gd_sigmas_script``) instead of Prop. 4.1's."""
     from dpjax.accounting import diff2 as acc
 
     R = protocol.num_rounds
@@ -243,7 +257,10 @@ def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
             for eta in protocol.learning_rates:
                 out.append(Config("DP-GD", eps, 1, c1, 1.0, eta, s_dp, 0.0))
         for T in protocol.restart_intervals():
-            s1, s2 = acc.diff2_gd_sigmas(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT, mode="paper")
+            if construction == "authors":
+                s1, s2 = acc.diff2_gd_sigmas_script(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT)
+            else:
+                s1, s2 = acc.diff2_gd_sigmas(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT, mode="paper")
             for c1 in protocol.clip_restart:
                 for c2 in protocol.clip_diff:
                     for eta in protocol.learning_rates:
@@ -316,6 +333,34 @@ def choose_learning_rate(etas, traces, patience: int = 5, factor: float = 1.05) 
     return int(np.argmin(mins)), False
 
 
+def authors_step_size_search(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool, int]:
+    """The authors' step-size search (``train.py`` and ``notebook_for_evaluation.ipynb`` of
+    ``lawrenceztang/CE-PLSGM``): ``(index, survived, checkpoints recorded)``.
+
+    Step sizes are tried from the largest; a run stops at an evaluation whose loss
+    is NaN or that finds the patience counter already at ``patience`` (so a
+    counter reaching it at the last checkpoint, or an inf loss, does not fail it),
+    and the evaluations from the stopping one on are never recorded. The first
+    run that completes is kept; when none does, the notebook's
+    ``results[min(results.keys())]`` keeps the smallest step size, stopped early.
+    """
+    order = np.argsort(-np.asarray(etas, float))
+    for i in order:
+        losses = np.asarray(traces[i], float)
+        count, recorded, best = 0, 1, losses[0]
+        for loss in losses[1:]:
+            if count >= patience or np.isnan(loss):
+                break
+            if loss > factor * best:
+                count += 1
+            if loss < best:
+                best, count = loss, 0
+            recorded += 1
+        if recorded == losses.size:
+            return int(i), True, recorded
+    return int(i), False, recorded
+
+
 def paired_one_sided_pvalue(a, b) -> float:
     """One-sided paired t-test p-value for mean(a - b) < 0 (scipy ``ttest_rel``, alternative 'less')."""
     from scipy import stats
@@ -329,7 +374,7 @@ def paired_one_sided_pvalue(a, b) -> float:
 
 # ----------------------------------------------------------------------------- running
 def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0, data_dir=None, log=print,
-                seeds=None, config_filter=None) -> dict:
+                seeds=None, config_filter=None, construction: str = "paper") -> dict:
     """Runs every configuration for every seed on one dataset; returns traces.
 
     Result: ``{"configs", "eval_rounds", "traces": {seed: {metric: [num_configs, num_checkpoints]}},
@@ -344,9 +389,9 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     t0 = time.time()
     seeds = protocol.seeds if seeds is None else seeds
     cap = (protocol.max_records or {}).get(name)
-    fd0, task = load_split(name, seeds[0] + seed_offset, cap, data_dir)
+    fd0, task = load_split(name, seeds[0] + seed_offset, cap, data_dir, construction)
     n_min = fd0.metadata["n_min"]
-    configs = build_configs(protocol, epsilons, n_min)
+    configs = build_configs(protocol, epsilons, n_min, construction)
     if config_filter is not None:
         configs = [c for c in configs if config_filter(c)]
     privacy = verify_privacy(configs, protocol, n_min)
@@ -376,7 +421,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     traces, rounds = {}, None
     for s in seeds:
         seed = s + seed_offset
-        fd, _ = (fd0, task) if s == seeds[0] else load_split(name, seed, cap, data_dir)
+        fd, _ = (fd0, task) if s == seeds[0] else load_split(name, seed, cap, data_dir, construction)
         data = _silo_data(fd, classification)
         ed = {
             "xtr": jnp.asarray(np.concatenate(fd.train_x)),
@@ -421,8 +466,10 @@ def _silo_data(fd, classification: bool):
                                label_dtype=jnp.int32 if classification else jnp.float32)
 
 
-def summarize(result: dict, protocol: Protocol, metrics) -> dict:
-    """Applies the step-size rule and the per-panel configuration choice per seed.
+def summarize(result: dict, protocol: Protocol, metrics, construction: str = "paper") -> dict:
+    """Applies the step-size rule and the per-panel configuration choice per seed
+    (``construction="authors"``: :func:`authors_step_size_search`, and a stopped
+    run's checkpoints after its stop are not used).
 
     Returns ``{(algorithm, eps): {metric: {"curves": [seeds, checkpoints], "best": [...],
     "final": [...], "choice": [Config per seed], "fallback": n}}}``.
@@ -435,9 +482,18 @@ def summarize(result: dict, protocol: Protocol, metrics) -> dict:
     for seed, tr in result["traces"].items():
         # step-size search per group
         chosen: dict[tuple, tuple[int, bool]] = {}
+        recorded: dict[int, int] = {}  # authors: checkpoints the script records before it stops a run
+        if construction == "authors":
+            tr = {k: np.array(v, float) for k, v in tr.items()}
         for g, idx in groups.items():
-            j, ok = choose_learning_rate([configs[i].learning_rate for i in idx], tr["train_loss"][idx],
-                                         protocol.patience, protocol.factor)
+            etas = [configs[i].learning_rate for i in idx]
+            if construction == "authors":
+                j, ok, recorded[idx[j]] = authors_step_size_search(etas, tr["train_loss"][idx], protocol.patience,
+                                                                   protocol.factor)
+                for v in tr.values():
+                    v[idx[j], recorded[idx[j]]:] = np.nan
+            else:
+                j, ok = choose_learning_rate(etas, tr["train_loss"][idx], protocol.patience, protocol.factor)
             chosen[g] = (idx[j], ok)
         by_alg: dict[tuple, list[tuple]] = {}
         for g in groups:
@@ -458,7 +514,7 @@ def summarize(result: dict, protocol: Protocol, metrics) -> dict:
                 e = entry[m]
                 e["curves"].append(curve)
                 e["best"].append(np.nanmax(finite) if higher else np.nanmin(finite))
-                e["final"].append(curve[-1])
+                e["final"].append(curve[recorded.get(i, curve.size) - 1])
                 e["choice"].append(configs[i])
                 e["fallback"] += int(not chosen[best_g][1])
     for entry in out.values():
@@ -533,23 +589,26 @@ def _fmt(x):
 
 
 def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, metrics, results, summaries,
-                   protocol: Protocol, quick: bool, wall_s: float, extra_notes=()):
+                   protocol: Protocol, quick: bool, wall_s: float, extra_notes=(), construction: str = "paper"):
     import pandas as pd
 
     rows = []
     rounds_by = {n: results[n]["eval_rounds"] for n in datasets}
     for n in datasets:
         rows += _rows(n, summaries[n], rounds_by[n], results[n])
-    pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
+    pd.DataFrame(rows).assign(construction=construction).to_csv(out_dir / "results.csv", index=False)
     pngs = []
     for k, eps in enumerate(epsilons):
         png = out_dir / f"{fig_name}_eps{eps:g}.png"
         _plot(png, datasets, summaries, rounds_by, metrics, eps,
-              f"{PAPER}: eps={eps:g}, delta={DELTA:g}, R={protocol.num_rounds} ({'quick' if quick else 'full'} mode)")
+              f"{PAPER}: eps={eps:g}, delta={DELTA:g}, R={protocol.num_rounds} ({'quick' if quick else 'full'} mode)"
+              f" [construction: {construction}]")
         pngs.append(png.name)
-    lines = [f"# {PAPER} — {fig_name} ({'QUICK smoke-scale' if quick else 'FULL'} run)", ""]
+    lines = [f"# {PAPER} — {fig_name} ({'QUICK smoke-scale' if quick else 'FULL'} run) [construction: {construction}]",
+             ""]
     lines += [f"Wall time: {wall_s:.0f} s on this machine ({os.cpu_count()} CPU cores visible).", ""]
     lines += ["## Settings", "",
+              f"- construction: {construction} ({CONSTRUCTION_TEXT[construction]}).",
               f"- R = {protocol.num_rounds}, evaluation every {protocol.eval_every} rounds, seeds {list(protocol.seeds)}, "
               f"delta = {DELTA:g}, P = {NUM_SILOS} round-robin i.i.d. clients.",
               f"- step sizes {list(protocol.learning_rates)}; C1 grid {list(protocol.clip_restart)}; "
@@ -575,7 +634,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
         lines.append(f"- {n}: {meta['task']}, n used = {meta['n_total']}, n_train = {meta['n_train']}, n_min = "
                      f"{meta['n_min']}, d_in = {meta['d']}, parameters = {meta['n_params']}"
                      + (f" (subsampled from the full file, cap {meta['max_records']})" if meta.get("max_records") else "")
-                     + f"; run time {results[n]['wall_s']:.0f} s.")
+                     + f"; split: {meta.get('split')}; run time {results[n]['wall_s']:.0f} s.")
     lines += ["", "## Results (mean ± sd over seeds)", ""]
     claims = []
     for eps in epsilons:
@@ -625,32 +684,38 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
     return report
 
 
-def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None):
+def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None,
+                construction="paper"):
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     protocol = QUICK if quick else FULL
     t0 = time.time()
     results, summaries = {}, {}
     for name in datasets:
-        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir)
-        summaries[name] = summarize(results[name], protocol, metrics)
+        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir,
+                                    construction=construction)
+        summaries[name] = summarize(results[name], protocol, metrics, construction)
     return _write_outputs(out_dir, fig_name, datasets, epsilons, metrics, results, summaries, protocol, quick,
-                          time.time() - t0, notes)
+                          time.time() - t0, notes, construction)
 
 
-@register("diff2-regression", paper=PAPER,
+@register("diff2-regression", paper=PAPER, constructions=("paper", "authors"),
           description="Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, gas turbine, BlogFeedback (eps 3, 5)")
-def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
+def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
+                     construction: str = "paper") -> pathlib.Path:
     notes = ["BlogFeedback: only the UCI training file (52,397 rows) is available; the paper used 60,021 rows.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=REGRESSION_SETS, epsilons=(3.0, 5.0),
-                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes, data_dir=data_dir)
+                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes, data_dir=data_dir,
+                       construction=construction)
 
 
-@register("diff2-classification", paper=PAPER,
+@register("diff2-classification", paper=PAPER, constructions=("paper", "authors"),
           description="Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover Type), eps 3")
-def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
+def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
+                         construction: str = "paper") -> pathlib.Path:
     notes = ["**Forest Cover Type is not available offline; LIBSVM a9a (binary, 123 binary features, training "
              "file only) is used as the stand-in.** KDD Cup 99: the official 10% file, 23 classes, the three symbolic "
              "columns one-hot encoded and not standardised (spec A19/A20). Loss: softmax cross-entropy.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=CLASSIFICATION_SETS, epsilons=(3.0,),
-                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes, data_dir=data_dir)
+                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes, data_dir=data_dir,
+                       construction=construction)

@@ -614,10 +614,17 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
               f"- step sizes {list(protocol.learning_rates)}; C1 grid {list(protocol.clip_restart)}; "
               f"C2 grid {list(protocol.clip_diff)}; T = {list(protocol.restart_intervals())} "
               f"(fractions {list(protocol.restart_fractions)} of R).",
-              f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1). Every configuration's "
-              "epsilon was re-checked through `Diff2GD.privacy_schedules` + `dpjax.accounting.diff2.compose_epsilon`.",
-              "- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN); per panel "
-              "the configuration minimising that panel's criterion (test loss / accuracy: the train-loss choice); the "
+              (f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1)." if construction == "paper"
+               else "- noise: the authors' script's multipliers (`diff2_gd_sigmas_script`: sigma1^2 = 4u alpha_0 R/(T "
+               "n_min^2 P^2 eps), sigma2^2 = (4u/(u-1)) alpha_0 R/(n_min^2 P^2 eps), u = 1.25; DP-GD as the paper's).")
+              + " Every configuration's epsilon was re-checked through `Diff2GD.privacy_schedules` + "
+              "`dpjax.accounting.diff2.compose_epsilon` (values under Privacy check).",
+              ("- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN)"
+               if construction == "paper" else
+               "- selection: the script's step-size search (`authors_step_size_search`: a run stops at a NaN evaluation "
+               "or at one that finds the patience counter already at 5; the largest completed step size, else the "
+               "smallest, whose evaluations after its stop are unused)")
+              + "; per panel the configuration minimising that panel's criterion (test loss / accuracy: the train-loss choice); the "
               "t-test is one-sided paired (df = #seeds - 1) on per-seed minima over checkpoints (accuracy: maxima), "
               "H1: DIFF2-GD < DP-GD.",
               "- NOT accounted in epsilon (as in the paper): hyper-parameter search on private data, evaluation "

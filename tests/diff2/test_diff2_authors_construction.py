@@ -79,3 +79,27 @@ def test_quick_split_and_noise_follow_the_construction():
         else:
             assert (d.sigma_restart, d.sigma_diff) == (c.sigma_restart, c.sigma_diff)
     rep.verify_privacy(authors, rep.QUICK, n)  # raises if the script's noise exceeded eps
+
+
+def test_report_names_the_construction(tmp_path):
+    """Title, report settings and results.csv name the construction (hand-made traces, no training)."""
+    import pandas as pd
+
+    proto = rep.Protocol(num_rounds=4, eval_every=2, seeds=(0, 1), learning_rates=(0.5, 0.25), clip_restart=(1.0,),
+                         clip_diff=(3.0,), restart_fractions=(0.5,))
+    configs = [c for c in rep.build_configs(proto, (3.0,), 50, "authors")]
+    rng = np.random.default_rng(0)
+    traces = {s: {m: np.sort(rng.uniform(0.1, 1.0, (len(configs), 3)), axis=1)[:, ::-1] for m in rep.METRICS_REG}
+              for s in (0, 1)}
+    result = {"configs": configs, "eval_rounds": np.array([0, 2, 4]), "traces": traces, "wall_s": 1.0,
+              "privacy": {(3.0, 1): (2.9, 2.9), (3.0, 2): (2.8, 2.8)},
+              "meta": {"task": "regression", "n_total": 600, "n_train": 480, "n_min": 48, "d": 8, "n_params": 101,
+                       "max_records": None, "split": "sklearn train_test_split(test_size=0.2, random_state=0)"}}
+    summ = rep.summarize(result, proto, rep.METRICS_REG, "authors")
+    report = rep._write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
+                                {"california_housing": result}, {"california_housing": summ}, proto, True, 1.0,
+                                construction="authors")
+    text = report.read_text()
+    assert "[construction: authors]" in text.splitlines()[0]
+    assert "diff2_gd_sigmas_script" in text and "authors_step_size_search" in text and "random_state=0" in text
+    assert set(pd.read_csv(tmp_path / "results.csv")["construction"]) == {"authors"}

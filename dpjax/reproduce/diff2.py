@@ -37,6 +37,12 @@ stand-in for Fig. 3, next to KDD Cup 99 (10 %, 23 classes, one-hot symbolic
 columns). BlogFeedback uses the UCI training file only (52,397 rows; the paper
 pooled the test files too, 60,021 rows).
 
+Constructions (``--construction``): ``paper`` (default) is the above;
+``authors`` is what the authors' public scripts do (data:
+``dpjax.data.diff2.load_diff2_raw`` / ``diff2_silos(construction="authors")``;
+noise: ``dpjax.accounting.diff2.diff2_gd_sigmas_script``; step-size search:
+``authors_step_size_search``); experiments/diff2/README.md lists every difference.
+
 Quick mode: the same pipeline on subsampled datasets, fewer rounds and a
 reduced grid (``QUICK`` below); it is a smoke-scale reproduction, not the
 paper's protocol, and its report says so.

@@ -103,3 +103,14 @@ def test_report_names_the_construction(tmp_path):
     assert "[construction: authors]" in text.splitlines()[0]
     assert "diff2_gd_sigmas_script" in text and "authors_step_size_search" in text and "random_state=0" in text
     assert set(pd.read_csv(tmp_path / "results.csv")["construction"]) == {"authors"}
+
+
+def test_both_diff2_figures_offer_both_constructions():
+    import inspect
+
+    from dpjax import reproduce
+
+    figs = reproduce.figures()
+    for name in ("diff2-regression", "diff2-classification"):
+        assert figs[name].constructions == ("paper", "authors")
+        assert inspect.signature(figs[name].fn).parameters["construction"].default == "paper"

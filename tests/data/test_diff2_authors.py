@@ -161,3 +161,11 @@ def test_script_noise_multipliers():
     assert none is None and s == pytest.approx(acc.dpgd_sigma(eps, delta, R, n, P), rel=1e-12)
     with pytest.raises(ValueError, match="u=1.0"):
         acc.diff2_gd_sigmas_script(eps, delta, R, 6, n, P, u=1.0)
+
+
+def test_package_exports_the_construction_api():
+    import dpjax.data as data
+
+    for name in data.__all__:  # `from dpjax.data import *` needs every listed name
+        assert hasattr(data, name), name
+    assert data.load_diff2_raw is d2.load_diff2_raw and data.CONSTRUCTIONS == ("paper", "authors")

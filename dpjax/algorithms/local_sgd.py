@@ -1,5 +1,5 @@
 """ISRL-DP Local SGD and non-private Local SGD (FedAvg): the baselines of
-Lowy & Razaviyayn (ICLR 2023), Appendix I (spec §2.10, §3.5).
+Lowy & Razaviyayn (ICLR 2023), Appendix I.
 
 Each round r:
 
@@ -25,7 +25,7 @@ composed R*K times. ``privacy_schedule`` hands exactly this to the accountant
 replacement with K = 1). The paper's own calibration
 ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
 (``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``) is not certified by
-the moments accountant in the paper's regime (spec I-12): calibrate with the
+the moments accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the
 accountant instead and report both.
 
 ``private=False`` is non-private Local SGD (FedAvg): the same compiled step

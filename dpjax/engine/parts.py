@@ -156,7 +156,7 @@ class Aggregate:
 
 @dataclasses.dataclass(frozen=True)
 class Shuffled:
-    """Behind a shuffler (ISRL-DP Section 5, A4): a function of the multiset of
+    """Behind a shuffler (ISRL-DP Section 5, Shuffled Noisy MB-SGD): a function of the multiset of
     reports only (``federated.shuffled_aggregate``)."""
 
     how: str = "mean"

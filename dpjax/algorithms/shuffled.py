@@ -53,7 +53,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from dpjax import _validate, keys
 from dpjax.accounting import calibrate_noise as calibrate_gaussian
@@ -68,7 +67,7 @@ from dpjax.engine import federated
 from dpjax.engine import parts
 from dpjax.engine.contract import FamilyBase, RoundFamily
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping, shuffle_protocols
+from dpjax.primitives import shuffle_protocols
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
@@ -359,20 +358,6 @@ class SdpHParams:
         return cls(schedule, pvec, jnp.asarray(clip_norm, jnp.float32))
 
 
-def pvec_silo_reports(problem, params, data: SiloData, idx, mask, pvec, clip_norm, key, max_granularity=None):
-    """Every silo's P_vec centred count report for its clipped per-example
-    gradients at ``params``: ``[N, P]`` (P = number of parameters)."""
-    round_keys = keys.silo_keys(keys.stream_key(key, "rounding"), data.num_silos)
-    noise_keys = keys.silo_keys(keys.stream_key(key, "noise"), data.num_silos)
-
-    def one_silo(x, y, i, m, kr, kn):
-        grads = clipping.clip_per_example(clipping.per_example_grads(problem.loss, params, x[i], y[i]), clip_norm)
-        vectors = jax.vmap(lambda t: ravel_pytree(t)[0])(grads)
-        return shuffle_protocols.pvec_user_counts(kr, kn, vectors, m, pvec, clip_norm, max_granularity)
-
-    return jax.vmap(one_silo)(data.x, data.y, idx, mask, round_keys, noise_keys)
-
-
 @dataclasses.dataclass(frozen=True)
 class SdpOnePassAccelerated(FamilyBase):
     """SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6).
@@ -434,18 +419,20 @@ class SdpOnePassAccelerated(FamilyBase):
                                 federated.init_sampler_states(self.sampler, data, run_key), hparams)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
+        """AC-SA round whose gradient at ``w_md`` is: clipped per-example vectors of
+        every silo's next block (``parts.ClippedExampleVectors``) -> P_vec local
+        randomizer (``parts.PvecRandomizer``) -> shuffled P_vec analyzer over the
+        available silos, divided by ``M_r K`` (``parts.PvecAnalyzer``)."""
         hp = state.hparams
         available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
+        client = parts.ClippedExampleVectors(self.problem, self.sampler)
+        privatizer = parts.PvecRandomizer(data.num_silos, self.max_granularity)
+        analyzer = parts.PvecAnalyzer(self.batch_size)
 
         def problem_step(w_md):
-            idx, mask, _ = federated.draw_silo_batches(self.sampler, data, state.sampler_states, key, state.round)
-            reports = pvec_silo_reports(self.problem, w_md, data, idx, mask, hp.pvec, hp.clip_norm, key,
-                                        self.max_granularity)
-            weights = available.astype(jnp.float32)
-            total = shuffle_protocols.pvec_analyze(jnp.tensordot(weights, reports, axes=1), hp.pvec, hp.clip_norm)
-            m = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
-            _, unravel = ravel_pytree(w_md)
-            return unravel(total / m), {"num_available": jnp.sum(available)}
+            messages = client(w_md, data, state.sampler_states, key, state.round, hp.clip_norm)
+            reports, _ = privatizer.update(messages, privatizer.init(key), hp.pvec, hp.clip_norm)
+            return analyzer(reports, available, hp.pvec, hp.clip_norm, w_md), {"num_available": jnp.sum(available)}
 
         new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
         return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics

@@ -206,8 +206,39 @@ def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, ra
 # ---------------------------------------------------------------------------
 
 
+class AcsaFamily(FamilyBase):
+    """What the AC-SA families share (Algorithm 1 here, Algorithm 6 in ``shuffled``):
+    the state, the schedule-length check, the server's AC-SA step around a
+    family's ``problem_step(w_md) -> (gradient, metrics)``, and ``w_ag`` as output."""
+
+    def init_state(self, params, hparams, data: SiloData, run_key) -> AcceleratedState:
+        hparams = self.run_hparams(hparams)
+        length = np.shape(hparams.schedule.stage_round)[-1]
+        if length != self.num_rounds:
+            raise ValueError(
+                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
+            )
+        return AcceleratedState(
+            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
+            sampler_states=federated.init_sampler_states(self.sampler, data, run_key), hparams=hparams,
+        )
+
+    def acsa_step(self, state: AcceleratedState, problem_step) -> tuple[AcceleratedState, dict]:
+        hp = state.hparams
+        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
+        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
+
+    def params(self, state: AcceleratedState):
+        return state.w_ag
+
+    def output_params(self, state: AcceleratedState):
+        return state.w_ag
+
+
+
+
 @dataclasses.dataclass(frozen=True)
-class AcceleratedMbSgd(FamilyBase):
+class AcceleratedMbSgd(AcsaFamily):
     """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its
     non-private twin.
 
@@ -243,25 +274,8 @@ class AcceleratedMbSgd(FamilyBase):
                                ("one-pass", "with-replacement", "without-replacement", "poisson"))
         self.check_common()
 
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def init(self, params, hparams: AcceleratedHParams, data: SiloData, run_key) -> AcceleratedState:
-        length = np.shape(hparams.schedule.stage_round)[-1]
-        if length != self.num_rounds:
-            raise ValueError(
-                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
-            )
-        return AcceleratedState(
-            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
-            sampler_states=federated.init_sampler_states(self.sampler, data, run_key),
-            hparams=self.run_hparams(hparams),
-        )
+        return self.init_state(params, hparams, data, run_key)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
         """AC-SA round whose gradient is the parts' round: minibatch gradient at ``w_md``
@@ -283,14 +297,7 @@ class AcceleratedMbSgd(FamilyBase):
                 metrics.update(indices=info["indices"], index_mask=info["index_mask"], available=available)
             return aggregator(grads, available, key), metrics
 
-        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
-        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
-
-    def params(self, state: AcceleratedState):
-        return state.w_ag
-
-    def output_params(self, state: AcceleratedState):
-        return state.w_ag
+        return self.acsa_step(state, problem_step)
 
     def privacy(self, silo_sizes, hparams: AcceleratedHParams) -> PrivacySpec:
         """Each silo's transcript (every round counted): one-pass gives

@@ -106,9 +106,6 @@ class LocalSgd(FamilyBase):
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported by LocalSgd; use 'last', 'average' or 'window'")
 
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
         return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), self.run_hparams(hparams))
 

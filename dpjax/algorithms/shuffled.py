@@ -61,11 +61,11 @@ from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
-from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round
+from dpjax.algorithms.accelerated import AcceleratedState, AcsaFamily, AcsaSchedule
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule, smallest_silo
 from dpjax.engine import federated
 from dpjax.engine import parts
-from dpjax.engine.contract import FamilyBase, RoundFamily
+from dpjax.engine.contract import RoundFamily
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import shuffle_protocols
 from dpjax.primitives import sampling as sampling_lib
@@ -161,14 +161,6 @@ class ShuffledNoisyMbSgd(RoundFamily):
     @property
     def availability(self):
         return sampling_lib.FixedAvailability(self.num_available)
-
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
 
     def round(self, data: SiloData) -> parts.FederatedRound:
         """Noisy MB-SGD's round with the M reports shuffled before the (multiset) mean."""
@@ -359,7 +351,7 @@ class SdpHParams:
 
 
 @dataclasses.dataclass(frozen=True)
-class SdpOnePassAccelerated(FamilyBase):
+class SdpOnePassAccelerated(AcsaFamily):
     """SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6).
 
     Args:
@@ -407,16 +399,8 @@ class SdpOnePassAccelerated(FamilyBase):
         """d, the number of parameters: the dimension of every P_vec input."""
         return _num_params(self.problem)
 
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def init(self, params, hparams: SdpHParams, data: SiloData, run_key) -> AcceleratedState:
-        length = jnp.shape(hparams.schedule.stage_round)[-1]
-        if length != self.num_rounds:
-            raise ValueError(f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}")
-        return AcceleratedState(params, params, params, jnp.zeros((), jnp.int32),
-                                federated.init_sampler_states(self.sampler, data, run_key), hparams)
+        return self.init_state(params, hparams, data, run_key)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
         """AC-SA round whose gradient at ``w_md`` is: clipped per-example vectors of
@@ -434,14 +418,7 @@ class SdpOnePassAccelerated(FamilyBase):
             reports, _ = privatizer.update(messages, privatizer.init(key), hp.pvec, hp.clip_norm)
             return analyzer(reports, available, hp.pvec, hp.clip_norm, w_md), {"num_available": jnp.sum(available)}
 
-        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
-        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
-
-    def params(self, state: AcceleratedState):
-        return state.w_ag
-
-    def output_params(self, state: AcceleratedState):
-        return state.w_ag
+        return self.acsa_step(state, problem_step)
 
     # -- privacy -----------------------------------------------------------
     def min_vectors(self, num_silos: int) -> int:

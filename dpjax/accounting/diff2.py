@@ -1,20 +1,20 @@
 """Rényi-DP accounting for DIFF2 (Murata & Suzuki, ICML 2023), pure Python.
 
-Spec ``diff2_gradient_differences.md`` §3. Everything is with respect to one
+Section 4 / Appendices B, C, E of the paper. Everything is with respect to one
 client's data set under **replace-one** adjacency inside the silo; the binding
-client is the smallest one, so all calibration uses ``n_min`` (spec A15).
+client is the smallest one, so all calibration uses ``n_min`` (Props. 4.1/E.2 state n_p but calibrate with n_min).
 
 * A DIFF2 round (restart or difference) is a Gaussian mechanism whose noise std
   is ``sigma x radius`` and whose sensitivity is ``2 radius/(n P)``: the radius
   cancels and the round is ``(alpha, 2 alpha/(n^2 P^2 sigma^2))``-RDP
   (Lemma B.6). Composition over ``m = ceil(R/T)`` restart and ``R - m``
   difference rounds gives E3; Mironov's conversion (Lemma B.4) gives E4.
-* **paper** mode (Prop. 4.1, the experiments' calibration, spec A14):
+* **paper** mode (Prop. 4.1, the experiments' calibration):
   ``alpha_0 = 1 + ceil(2 log(1/delta)/eps)``,
   ``sigma1^2 = 4 u alpha_0 m/(n^2 P^2 eps)``,
   ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)`` (E5, E6), ``u = 1.25``;
   DP-GD uses the ``u -> 1``, ``T = 1`` closed form ``4 alpha_0 R/(n^2 P^2 eps)``
-  (spec A29).
+  (the paper's "u -> 1" for DP-GD).
 * **tight** mode (labelled; not the paper's): optimal real ``alpha`` in E4 in
   closed form (E7) and its inverse (E8), same ``u`` split.
 * DIFF2-BVR-L-SGD (Prop. E.2): local steps are without-replacement subsampled
@@ -26,7 +26,7 @@ client is the smallest one, so all calibration uses ``n_min`` (spec A15).
 layer's interfaces (``GaussianSchedule.to_dp_event`` composed in
 ``dp_accounting``'s RDP accountant), an independent cross-check.
 
-Not accounted (as in the paper, spec A16): hyper-parameter tuning on the
+Not accounted (as in the paper): hyper-parameter tuning on the
 private data, the evaluation curves, normalisation statistics.
 """
 

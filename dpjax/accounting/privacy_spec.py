@@ -23,7 +23,7 @@ Kinds:
 * ``NoPrivacy``: non-private twins; epsilon is infinite and calibration is
   refused with the reason.
 
-Every spec names its neighbouring relation and privacy unit, and refuses a
+Every PrivacySpec names its neighbouring relation and privacy unit, and refuses a
 composition of schedules whose relations differ (such a number would certify
 neither). Pure Python: never imports jax.
 """

@@ -1,4 +1,4 @@
-"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (shuffle-private SCO spec §2.1-§2.3, §3.3).
+"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (Cheu et al., ICLR 2022, Algorithms 1-2, Lemma 3.1, Theorem 3.2).
 
 Inputs are l2-bounded vectors (||x|| <= Delta_2) shifted into [0, 2 Delta_2]
 per coordinate; each coordinate runs P_1D with range 2 Delta_2, precision g,
@@ -23,8 +23,8 @@ the calculator's relation b p = 90 g^2 ln(2/delta_hat)/(eps_hat^2 n) read
 backwards. The coordinates are composed with Lemma 3.3 at
 gamma = delta_hat = delta/(d + 1):
 
-* ``composition="lemma"`` (default; the corrected constant of shuffle spec
-  S-11 and the exact sum bound S of ``lemma_opt``):
+* ``composition="lemma"`` (default; Lemma 3.3 with the Hoeffding
+  constant its proof invokes (the printed one is looser) and the exact sum bound S of ``lemma_opt``):
   eps = sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2;
 * ``composition="printed"``: Lemma 3.3 as printed (2 sqrt(ln(1/gamma) sum eps_j^2))
   with the proof's Sum eps_j^2 <= 9 eps_hat^2 (needs g >= sqrt d) and
@@ -37,7 +37,7 @@ eps_hat = eps/(18 sqrt(ln(1/gamma))) is a loose sufficient choice (e.g.
 eps = 1, delta = 1e-5, d = 10, n = 1000: 0.094 with "lemma", 0.337 with "printed").
 
 The protocol's per-coordinate std is ~350-530x (paper) / ~45-55x (lemma_opt)
-that of a Gaussian mechanism with the same l2 sensitivity (spec §2.3 table).
+that of a Gaussian mechanism with the same l2 sensitivity.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def pvec_epsilon(
       ValueError: naming the argument, when an input is invalid or a
         hypothesis of Lemma 3.1 / A.1 / 3.3 fails: p < 1/2 and delta < 1/2;
         alpha = eps_hat/(3g) <= 0.79 (so that ln((1+alpha)/(1-alpha)) <= 3 alpha,
-        spec S-5); alpha b n p >= 2g (Lemma A.1, i.e. eps_hat <= 15 ln(2/delta_hat));
+        whose proof needs alpha = eps/(3g) small); alpha b n p >= 2g (Lemma A.1, i.e. eps_hat <= 15 ln(2/delta_hat));
         eps_hat <= 15; and for ``composition="printed"`` g >= sqrt(d) and
         eps_hat (2/g + 1) <= 1.
     """
@@ -206,7 +206,7 @@ def pvec_epsilon(
     if alpha > 0.79:
         raise ValueError(
             f"trials={b}, probability={p!r}: alpha = eps_hat/(3g) = {alpha:.4g} > 0.79 for n={n}, so "
-            "ln((1+alpha)/(1-alpha)) <= 3 alpha fails (Lemma 3.1, spec S-5); more trials or a larger probability needed"
+            "ln((1+alpha)/(1-alpha)) <= 3 alpha fails (Lemma 3.1's proof needs alpha small); more trials or a larger probability needed"
         )
     if alpha * bnp < 2 * g or eps_hat > 15:
         raise ValueError(

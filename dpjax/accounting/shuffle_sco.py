@@ -11,17 +11,17 @@ share their parameters; users of round ``r`` of a phase are the rows
 ``[start, start + batch)`` every round for a fully interactive phase):
 
 * ``p_sgd_plan``      -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps
-  (the printed batch is unreadable; the proof's balance, paper-error list S-2),
+  (the printed batch is unreadable; the proof's balance B = sqrt(d) ln(d/delta)/eps),
   T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
 * ``p_agd_plan``      -- P_AGD, Algorithm 4 / Theorem 4.3: B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}
   / (eps beta D)^{2/5}, sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant
   nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's stepsize policy,
-  the recommended schedule of S-6). ``smoothed=True`` is Theorem 4.7: the
+  Lan's alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3). ``smoothed=True`` is Theorem 4.7: the
   beta_s-Moreau envelope with beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)),
   P_vec norm bound L (tight, the unconstrained envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
 * ``phased_plan``     -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups
   of floor(n/k) users; phase i runs the convex plan with distance D_{i-1},
-  D_i = min(D, sqrt(2 E_i/lam)) from the phase's explicit bound E_i (S-9).
+  D_i = min(D, sqrt(2 E_i/lam)) from the phase's explicit bound E_i (the reduction's group sizes made explicit).
 * ``p_gd_plan``       -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round,
   T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget
   (eps_r, delta_r) = (eps/(2 sqrt(2 T ln(1/delta))), delta/(T+1)) (paper) or
@@ -52,7 +52,7 @@ running the randomizer the binomial noise has honest_frac * m * b trials;
 ceil(honest_frac m) inputs (``composition="lemma"``) or as the paper's
 eps/honest_frac (``"printed"``, needs honest_frac >= 1/3, eps <= 1, g >= 3).
 
-Communication (Corollaries B.8-B.11; computed exactly from (g, b), S-15): a user
+Communication (Corollaries B.8-B.11; computed exactly from (g, b); the printed corollaries are garbled): a user
 sends d (g + b) one-bit messages per P_vec call it takes part in.
 """
 
@@ -188,7 +188,7 @@ def _clip_batch(x: float, n: int, rounding) -> int:
 
 def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma_opt", start=0,
                batch=None) -> ProtocolPlan:
-    """P_SGD (Theorem 4.1; batch rule of S-2, rounded to the nearest integer)."""
+    """P_SGD (Theorem 4.1; batch B = sqrt(d) ln(d/delta)/eps from its proof, rounded to the nearest integer)."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     B = _clip_batch(math.sqrt(d) * math.log(d / dl) / eps, n, round) if batch is None else \
         v.check_int("batch", batch, min_value=1, max_value=n)
@@ -198,7 +198,7 @@ def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma
     eta = D / (lg * math.sqrt(T))
     phase = Phase(T, start, B, True, eta, 0.0, D, eps, dl, D * lg / math.sqrt(T), pv)
     return ProtocolPlan("p_sgd", mode, n, d, eps, dl, L, D, None, None, (phase,),
-                        notes=(f"{n - T * B} leftover users unused (T = floor(n/B), S-18)",))
+                        notes=(f"{n - T * B} leftover users unused (T = floor(n/B))",))
 
 
 def _agd_batch(n, d, L, D, beta, eps, log_term):
@@ -246,7 +246,7 @@ def p_agd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=Non
         L_in, s = L, 0.0
     phase = _acsa_phase(n, d, eps, dl, L_in, D, beta, mode, start, s, batch)
     return ProtocolPlan("p_agd_smoothed" if smoothed else "p_agd", mode, n, d, eps, dl, L_in, D, beta, None,
-                        (phase,), notes=("AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1) (S-6)",))
+                        (phase,), notes=("AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1) (the printed 2/(t+2) gives alpha_1 = 2/3)",))
 
 
 def pan_private_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, smoothed=False,
@@ -274,7 +274,7 @@ def pan_private_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothne
 
 
 def phased_plan(convex_plan, n, lam, *, phases=None, constant=1.0, **kwargs) -> ProtocolPlan:
-    """The strongly convex reduction (Theorem 4.8; Theorem 4.9 with P_GD; S-9): ``convex_plan(n_i,
+    """The strongly convex reduction (Theorem 4.8; Theorem 4.9 with P_GD): ``convex_plan(n_i,
     diameter=D_i, start=..., **kwargs)`` on k disjoint groups of floor(n/k) users."""
     n = v.check_int("n", n, min_value=4)
     lam = v.check_positive("lam", lam)

@@ -1,5 +1,5 @@
 """Accelerated noisy ISRL-DP minibatch SGD (Lowy & Razaviyayn, ICLR 2023,
-Algorithm 1; AC-SA of Ghadimi & Lan as rebuilt in spec §2.3, decision I-1).
+Algorithm 1; AC-SA of Ghadimi & Lan (Algorithm 1's body is lost in print; the AC-SA step of Ghadimi & Lan 2012 is used).
 
 One round ``r`` (``t`` = round index inside the current stage, 1-based)::
 
@@ -12,19 +12,20 @@ One round ``r`` (``t`` = round index inside the current stage, 1-based)::
 and the output is ``w_ag``. ``mu`` is the strong-convexity modulus of the
 objective actually minimised, ``lam`` an optional data-independent
 regulariser ``(lam/2)||w - w_0||^2`` added at the server (it has no
-sensitivity and gets no noise; spec §2.3), ``nu`` the smoothness-like
-constant of the stage. Stages (multi-stage method, Appendix E.1, spec
-§2.3.1) restart at ``t = 1`` from ``q_{k-1} = w_ag`` (``q_0 = w_0``, I-5).
+sensitivity and gets no noise), ``nu`` the smoothness-like
+constant of the stage. Stages (multi-stage method, Appendix E.1;
+Ghadimi & Lan 2013 Prop. 7) restart at ``t = 1`` from ``q_{k-1} = w_ag`` (``q_0 = w_0``:
+Delta is measured from w_0, not 0 as printed).
 The whole schedule is per-round arrays in the hparams, so single-stage,
 multi-stage and different constants share one compiled program.
 
 Variants by the local sampling scheme:
 
-* ``sampling="one-pass"``: **A3a**, One-Pass Accelerated Noisy MB-SGD
+* ``sampling="one-pass"``: One-Pass Accelerated Noisy MB-SGD
   (Theorem 3.1/E.1): disjoint blocks of a per-silo permutation, every record
   used at most once, so silo i's transcript is ONE Gaussian release per record
   (parallel composition): ISRL-DP with sensitivity 2C/K.
-* ``sampling="with-replacement"``: **A3c**, accelerated ERM (Theorem 4.1/F.1),
+* ``sampling="with-replacement"``: accelerated ERM (Section 4, Theorem 4.1/F.1),
   K i.i.d. records per round, R adaptive subsampled Gaussians.
 * ``"without-replacement"`` / ``"poisson"``: the same step with the samplers
   the tight accountants certify.
@@ -60,7 +61,7 @@ from dpjax.primitives.projection import project_l2_ball
 PyTree = Any
 
 # ---------------------------------------------------------------------------
-# AC-SA algebra (pure, shared with the shuffle-DP variant A5)
+# AC-SA algebra (pure, shared with the SDP one-pass variant, Algorithm 6)
 # ---------------------------------------------------------------------------
 
 
@@ -126,7 +127,7 @@ class AcsaSchedule:
     def single_stage(cls, num_rounds: int, smoothness: float, strong_convexity: float = 0.0,
                      regularization: float = 0.0) -> "AcsaSchedule":
         """One stage on ``f + (lam/2)||w - w_0||^2`` with ``beta~ = beta + lam``,
-        ``mu~ = mu + lam`` (spec §2.3, decision I-2)."""
+        ``mu~ = mu + lam`` (step sizes the paper leaves open)."""
         _validate.check_int("num_rounds", num_rounds, min_value=1)
         beta = _validate.check_positive("smoothness", smoothness)
         mu = _validate.check_nonnegative("strong_convexity", strong_convexity)
@@ -205,16 +206,47 @@ def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, ra
 # ---------------------------------------------------------------------------
 
 
+class AcsaFamily(FamilyBase):
+    """What the AC-SA families share (Algorithm 1 here, Algorithm 6 in ``shuffled``):
+    the state, the schedule-length check, the server's AC-SA step around a
+    family's ``problem_step(w_md) -> (gradient, metrics)``, and ``w_ag`` as output."""
+
+    def init_state(self, params, hparams, data: SiloData, run_key) -> AcceleratedState:
+        hparams = self.run_hparams(hparams)
+        length = np.shape(hparams.schedule.stage_round)[-1]
+        if length != self.num_rounds:
+            raise ValueError(
+                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
+            )
+        return AcceleratedState(
+            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
+            sampler_states=federated.init_sampler_states(self.sampler, data, run_key), hparams=hparams,
+        )
+
+    def acsa_step(self, state: AcceleratedState, problem_step) -> tuple[AcceleratedState, dict]:
+        hp = state.hparams
+        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
+        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
+
+    def params(self, state: AcceleratedState):
+        return state.w_ag
+
+    def output_params(self, state: AcceleratedState):
+        return state.w_ag
+
+
+
+
 @dataclasses.dataclass(frozen=True)
-class AcceleratedMbSgd(FamilyBase):
-    """Accelerated noisy ISRL-DP MB-SGD (A3, A3a one-pass, A3c ERM) and its
+class AcceleratedMbSgd(AcsaFamily):
+    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its
     non-private twin.
 
     Args:
       problem: a dpjax problem.
       num_rounds: R; must equal the length of the hparams' schedule.
       batch_size: K records per silo per round.
-      sampling: ``"one-pass"`` (A3a, default), ``"with-replacement"`` (A3c),
+      sampling: ``"one-pass"`` (Theorem 3.1, default), ``"with-replacement"`` (ERM, Theorem 4.1),
         ``"without-replacement"`` or ``"poisson"``.
       availability: silo availability model.
       private: clip + per-silo Gaussian noise (True) or non-private twin.
@@ -242,25 +274,8 @@ class AcceleratedMbSgd(FamilyBase):
                                ("one-pass", "with-replacement", "without-replacement", "poisson"))
         self.check_common()
 
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def init(self, params, hparams: AcceleratedHParams, data: SiloData, run_key) -> AcceleratedState:
-        length = np.shape(hparams.schedule.stage_round)[-1]
-        if length != self.num_rounds:
-            raise ValueError(
-                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
-            )
-        return AcceleratedState(
-            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
-            sampler_states=federated.init_sampler_states(self.sampler, data, run_key),
-            hparams=self.run_hparams(hparams),
-        )
+        return self.init_state(params, hparams, data, run_key)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
         """AC-SA round whose gradient is the parts' round: minibatch gradient at ``w_md``
@@ -282,14 +297,7 @@ class AcceleratedMbSgd(FamilyBase):
                 metrics.update(indices=info["indices"], index_mask=info["index_mask"], available=available)
             return aggregator(grads, available, key), metrics
 
-        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
-        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
-
-    def params(self, state: AcceleratedState):
-        return state.w_ag
-
-    def output_params(self, state: AcceleratedState):
-        return state.w_ag
+        return self.acsa_step(state, problem_step)
 
     def privacy(self, silo_sizes, hparams: AcceleratedHParams) -> PrivacySpec:
         """Each silo's transcript (every round counted): one-pass gives

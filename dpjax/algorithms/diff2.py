@@ -3,7 +3,7 @@
 Murata & Suzuki, "DIFF2: Differential Private Optimization via Gradient
 Differences for Nonconvex Distributed Learning", ICML 2023.
 
-Algorithms (spec ``diff2_gradient_differences.md`` §2):
+Algorithms (Sections 3-5):
 
 * ``Diff2GD`` -- Alg. 1 (DIFF2 framework) with the GD routine (Alg. 3).
   Round ``r = 1..R`` is a *restart* round iff ``(r - 1) mod T == 0``
@@ -16,10 +16,10 @@ Algorithms (spec ``diff2_gradient_differences.md`` §2):
   ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``; the server adds the average to the
   previous noisy estimator and one draw ``N(0, (sigma2 C_{2,r})^2 I)``.
   GD routine: ``x_r = x_{r-1} - eta v~_r``.
-  With ``restart_every_round=True`` it is **DP-GD** (spec §2.3; every round is a
+  With ``restart_every_round=True`` it is **DP-GD** (every round is a
   restart round and the difference branch is not even traced); with
   ``private=False`` (and ``restart_every_round=True``) it is non-private
-  **GD (ref)** (spec §2.4).
+  **GD (ref)** (Section 6).
 * ``Diff2BvrLSgd`` -- Alg. 1 with the BVR-L-SGD routine (Alg. 4): after the
   server step ``x_{1,r-1} = x_{r-1} - eta v~_r`` the client
   ``p_r = r mod P`` (0-indexed; the paper's ``1 + (r mod P)``) runs ``K - 1``
@@ -28,7 +28,7 @@ Algorithms (spec ``diff2_gradient_differences.md`` §2):
   mechanism (radius ``C3 ||x_{k-1,r-1} - x_{k-2,r-1}||``, noise std
   ``sigma3`` times that radius); ``x_r = x_{K,r-1}``.
 
-Privacy guarantee (spec §1.2, §3; Prop. 4.1 / Prop. E.2): central DP with a
+Privacy guarantee (Section 2, Prop. 4.1 / Prop. E.2): central DP with a
 trusted server, record-level, **replace-one** neighbouring relation inside a
 fixed silo (``D_p`` and ``D'_p`` have the same size and differ in one record).
 Replacing one record of client ``p`` moves the server average by at most
@@ -44,7 +44,7 @@ Noise multipliers ``sigma1, sigma2(, sigma3)`` are *multipliers of the
 clipping radius*, already containing the ``1/(n_min P)`` factor -- they are
 not rescaled here.
 
-Output (spec §2.7): ``output="random"`` returns ``x_{r^-1}`` with
+Output (the utility theorems of Sections 4-5 are for a random iterate): ``output="random"`` returns ``x_{r^-1}`` with
 ``r^ ~ Unif{1..R}`` (``x_R`` is never output; BVR: the local starting point
 ``x_{k^-1, r^-1}``), drawn from the run's ``"output"`` stream; ``"last"``
 returns the last iterate (used for the experiments' curves).
@@ -210,7 +210,7 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     with radius ``C2 ||x_{r-1} - x_{r-2}||``. ``private=False`` disables
     clipping. ``restart_only`` (static) skips tracing the difference branch.
     ``prev_grads`` (silo axis first): per-record gradients at ``x_{r-2}`` cached
-    from the previous round (spec §2.1 cost note), used instead of recomputing
+    from the previous round (one gradient per record and round instead of two), used instead of recomputing
     them; ``return_grads`` also returns the per-record gradients at ``x_{r-1}``.
     """
     radius_diff = difference_radius(params, prev_params, clip_diff)
@@ -409,12 +409,12 @@ class Diff2GD(FamilyBase):
 
 
 def dp_gd(problem, num_rounds: int, output: str = "random") -> Diff2GD:
-    """DP-GD (spec §2.3): DIFF2-GD with every round a restart round."""
+    """DP-GD (Section 6): DIFF2-GD with every round a restart round."""
     return Diff2GD(problem, num_rounds, restart_every_round=True, private=True, output=output)
 
 
 def nonprivate_gd(problem, num_rounds: int, output: str = "random") -> Diff2GD:
-    """GD (ref) (spec §2.4): no clipping, no noise, full gradient every round."""
+    """GD (ref) (Section 6): no clipping, no noise, full gradient every round."""
     return Diff2GD(problem, num_rounds, restart_every_round=True, private=False, output=output)
 
 
@@ -442,7 +442,7 @@ class Diff2BvrLSgd(FamilyBase):
       local_steps: K >= 1 (the server step plus K-1 local steps per round).
       batch_size: b, local minibatch size (without replacement, b <= n_min).
       server_learning_rate_scale: optional factor for the server step
-        (spec A5; default 1: a single step size as in Alg. 4).
+        (Lemma F.1's proof hints at a second one; default 1: a single step size as in Alg. 4).
 
     The DIFF2 estimator ``v~_r`` is the one of ``Diff2GD`` (all clients,
     round-level iterates ``x_{r-1}, x_{r-2}``, which are K updates apart).

@@ -1,6 +1,6 @@
 """Noisy ISRL-DP MB-SGD with unbalanced silos and per-silo privacy budgets
-(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1; spec
-§2.8), plus the authors'-code minibatch-average clipping option.
+(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1),
+plus the authors'-code minibatch-average clipping option.
 
 Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
 ``sigma_i``: in round r every available silo i releases
@@ -14,7 +14,7 @@ i.i.d. scores: a uniform K_i-subset; for with-replacement K_i i.i.d. draws);
 the divisor is the public ``K_i``.
 
 Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)``
-(common fraction c, decision I-24) and the paper's ``sigma_i``; a tight
+(common fraction c; Theorem H.1 needs K_i/n_i equal across silos) and the paper's ``sigma_i``; a tight
 accountant can calibrate each ``sigma_i`` from ``privacy_schedules``.
 
 Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
@@ -23,7 +23,7 @@ releases of its minibatch mean with sensitivity ``2C/K_i`` plus
 own schedule (``privacy_schedules`` returns one per silo).
 
 ``clip_mode="minibatch-average"`` reproduces the insurance script of the
-authors (it clips the minibatch *mean* to C, spec I-13). One record can then
+authors (it clips the minibatch *mean* to C). One record can then
 move a message by up to 2C, so its schedules use contribution bound C (not
 C/K_i): the honest, much weaker guarantee.
 

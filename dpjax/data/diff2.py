@@ -1,8 +1,8 @@
-"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; diff2 spec §5.1-5.2)
+"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; Section 6, Table 2)
 and LIBSVM binary classification sets (a9a, w8a).
 
 Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the
-spec's preprocessing (§5.2) and the P = 10 round-robin i.i.d. client split of
+paper's preprocessing (Appendix A) and the P = 10 round-robin i.i.d. client split of
 the authors' code (reference doc B.5: example ``i`` goes to worker ``i mod P``).
 Every loader takes ``verify=True``: a file named like a published one but with
 another row count (truncated, cut) is refused (:func:`dpjax.data.sources.check_known_file`);
@@ -144,7 +144,7 @@ def _loadtxt(path, source, **kwargs) -> np.ndarray:
 
 
 def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """California Housing, L. Torgo's version (diff2 spec §5.1): 20640 x 8, target median house value.
+    """California Housing, L. Torgo's version (Table 2): 20640 x 8, target median house value.
 
     Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``).
     Not scikit-learn's per-household variant.
@@ -189,7 +189,7 @@ def california_housing_sklearn(data: dict) -> dict:
 
 
 def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """Gas Turbine CO and NOx emissions (diff2 spec §5.1): the five yearly files 2011-2015 pooled
+    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled
     (36733 rows), 9 features AT..CDP, target CO; the NOx column is removed.
 
     Column names are stripped (``gt_2015.csv`` has ``"AFDP "``). ``"year"`` gives each row's file.
@@ -221,10 +221,10 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool 
 
 
 def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """BlogFeedback training file (diff2 spec §5.1): 52397 x 280 features, target = column 281
+    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281
     (comments in the next 24 h). Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
 
-    Only the training file is read: the spec's 60,021 rows also pool the 60 daily
+    Only the training file is read: the paper's 60,021 rows also pool the 60 daily
     test files, which the authors' code (reference doc B.5) does not use.
     """
     base = _data_dir(data_dir)
@@ -246,10 +246,10 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool
 
 
 def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot", verify: bool = True) -> dict:
-    """KDD Cup 1999, the official 10% file (diff2 spec §5.1, §7 A19/A20): 494021 rows, 41 features,
+    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows, 41 features,
     23 connection labels.
 
-    ``symbolic="one_hot"`` (spec A19 decision) one-hot encodes protocol_type,
+    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type,
     service and flag (categories in sorted order) after the 38 numeric columns
     (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
     label-encoded in place. ``"standardize_mask"`` marks the numeric columns
@@ -445,17 +445,17 @@ def diff2_silos(
     dtype=np.float32,
     construction: str = "paper",
 ) -> FederatedDataset:
-    """The DIFF2 preprocessing and client split (diff2 spec §5.2, reference doc B.5).
+    """The DIFF2 preprocessing and client split (Appendix A; the authors' code).
 
     1. shuffle and split 80/20 (``n_test = ceil(0.2 n)``);
     2. standardise the columns in ``data["standardize_mask"]`` (all when absent)
        to mean 0 / std 1, statistics from the whole dataset
-       (``normalization_stats="all"``, spec §7 A17 decision) or the training
+       (``normalization_stats="all"``; the paper does not say which) or the training
        split (``"train"``); constant columns become 0;
     3. regression (``task="regression"``): divide y by max |y| over the whole
        dataset (``scale_target``), so y lies in (0, 1];
     4. the training set (already shuffled) is dealt round-robin: record ``i``
-       goes to client ``i mod P``. With ``drop_remainder`` (spec §7 A22) only the
+       goes to client ``i mod P``. With ``drop_remainder`` (train sizes are not multiples of P) only the
        first ``P * floor(n_train / P)`` records are dealt, so all clients have
        exactly ``n_min = floor(n_train / P)`` records; otherwise client sizes
        differ by at most one.
@@ -556,7 +556,7 @@ def diff2_silos(
     dealt = tr[: n_p * n_silos] if drop_remainder else tr
     silo_idx = [dealt[p::n_silos] for p in range(n_silos)]
     meta = {
-        "paper": "DIFF2 (Murata & Suzuki, ICML 2023), spec §5.2",
+        "paper": "DIFF2 (Murata & Suzuki, ICML 2023), Appendix A",
         "num_silos": n_silos,
         "n_total": int(n),
         "n_train": int(n_train),

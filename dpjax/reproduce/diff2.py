@@ -1,13 +1,13 @@
 """DIFF2 (Murata & Suzuki, ICML 2023) reproductions: Figs. 1-2 (regression) and Fig. 3 (classification).
 
 ``dpjax reproduce diff2-regression`` / ``diff2-classification``
-(spec ``diff2_gradient_differences.md`` §5).
+(the paper's Section 6 and Appendix A).
 
 Protocol (full mode, the paper's): P = 10 round-robin i.i.d. clients
 (``dpjax.data.diff2``), one-hidden-layer MLP with 10 softplus units
-(``U[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` init, spec A21), squared loss
-``(pred - y)^2`` for regression (A18) and softmax cross-entropy for
-classification (A19); R = 2000 rounds, delta = 1e-5,
+(``U[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` init; the printed U[-sqrt(w_in), sqrt(w_in)] would be far too wide), squared loss
+``(pred - y)^2`` for regression (PyTorch's MSELoss) and softmax cross-entropy for
+classification (the paper names no loss); R = 2000 rounds, delta = 1e-5,
 eps in {3, 5} (regression) / {3} (classification);
 DP-GD: C1 in {1, 3, 10, 30, 100}; DIFF2-GD: (C1, C2) in {1, 3, 10, 30, 100}^2 and
 T in {0.003R, 0.01R, 0.03R, 0.1R}; step sizes 0.5^i, i = 0..9, with the patience
@@ -28,9 +28,9 @@ algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
 identities are tested bit-for-bit) and both epsilons are rows of one
 ``Diff2HParams`` batch, vmapped by ``dpjax.engine.run_many`` in fixed-size
 chunks; the patience rule is applied post hoc to the recorded traces (the same
-selection as stopping early, spec §5.5).
+selection as stopping early, Appendix A).
 
-Not accounted for in epsilon (as in the paper, spec A16): the hyper-parameter
+Not accounted for in epsilon (as in the paper): the hyper-parameter
 search on private data, the evaluation curves, the normalisation statistics.
 Forest Cover Type is not available offline; a9a (binary, 123 features) is the
 stand-in for Fig. 3, next to KDD Cup 99 (10 %, 23 classes, one-hot symbolic
@@ -99,7 +99,7 @@ class Protocol:
     chunk_floats: float = 6e7  # per-chunk budget of per-example gradient floats
 
     def restart_intervals(self) -> tuple[int, ...]:
-        """T = max(1, round(c R)) (spec A27; = floor(c R) of the authors for R = 2000)."""
+        """T = max(1, round(c R)) (T = cR need not be an integer; = floor(c R) of the authors for R = 2000)."""
         return tuple(max(1, int(round(c * self.num_rounds))) for c in self.restart_fractions)
 
 
@@ -131,7 +131,7 @@ QUICK = Protocol(
 # ----------------------------------------------------------------------------- model
 @functools.lru_cache(maxsize=16)  # one problem object per shape: repeated runs reuse the compiled programs
 def mlp_problem(input_dim: int, num_outputs: int, task: str):
-    """The paper's FC_10 network as a dpjax problem (spec §5.3)."""
+    """The paper's FC_10 network as a dpjax problem (Section 6)."""
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -166,7 +166,7 @@ def _squared_loss_problem_cls():
 
     @dataclasses.dataclass(frozen=True)
     class _SquaredLossMLP(FlaxProblem):
-        """FlaxProblem with the paper's ``(pred - y)^2`` (PyTorch MSELoss, spec A18)
+        """FlaxProblem with the paper's ``(pred - y)^2`` (PyTorch MSELoss; the paper leaves the 1/2 open)
         instead of ``0.5 (pred - y)^2``."""
 
         def loss(self, params, x, y):
@@ -182,7 +182,7 @@ SquaredLossMLP = _squared_loss_problem_cls()
 
 @functools.lru_cache(maxsize=16)
 def make_eval_fn(problem, classification: bool):
-    """Non-private diagnostics (spec §5.6): train loss f(x) over the clients' union,
+    """Non-private diagnostics: train loss f(x) over the clients' union,
     squared norm of the full unclipped train gradient, test loss (and accuracies)."""
     import jax
     import jax.numpy as jnp
@@ -309,7 +309,7 @@ class _DummyProblem:
 
 # ----------------------------------------------------------------------------- selection (Appendix A)
 def survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
-    """The authors' early-stopping rule on a train-loss trace (checkpoint 0 first, spec A24):
+    """The authors' early-stopping rule on a train-loss trace (checkpoint 0 first, Appendix A):
     fail on NaN/inf; ``patience`` evaluations with loss > factor x best fail; the
     counter resets only on a strict improvement and is unchanged in between."""
     losses = np.asarray(losses, float)
@@ -330,7 +330,7 @@ def survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
 
 def choose_learning_rate(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
     """Index of the largest surviving step size (``etas`` in any order), and
-    whether one survived; otherwise the one with the lowest min train loss (A23)."""
+    whether one survived; otherwise the one with the lowest min train loss (the paper names no criterion)."""
     order = np.argsort(-np.asarray(etas, float))
     for i in order:
         if survives(traces[i], patience, factor):

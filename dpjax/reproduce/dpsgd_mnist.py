@@ -54,7 +54,7 @@ LOCAL_BATCH = 16
 
 
 def cnn():
-    """The spec's small MNIST CNN with group normalisation (no cross-round state)."""
+    """A small MNIST CNN with group normalisation (no cross-round state)."""
     import flax.linen as nn
 
     class SmallCNN(nn.Module):

@@ -1,21 +1,21 @@
-"""ISRL-DP figures (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I; ISRL spec §5).
+"""ISRL-DP figures (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I).
 
 ``dpjax reproduce isrl-mnist | isrl-insurance | isrl-obesity [--quick]``.
 
 Every figure compares ISRL-DP Noisy MB-SGD, ISRL-DP Local SGD and their
-non-private twins (horizontal lines) with the paper's protocol (spec §5.1):
+non-private twins (horizontal lines) with the paper's protocol (Appendix I):
 
 * matched work: MB-SGD draws K records per available silo per round, Local SGD
   takes K single-record steps; the same R for all methods; w0 = 0, no projection;
 * aggregation: the paper's *averaged* silo messages; the authors' step-size
   grids were tuned for summed silo messages (MNIST, insurance) or a summed
   minibatch (obesity), so the MB-SGD grids are multiplied by M (resp. K)
-  (spec §5.1); Local SGD averages the local iterates in the authors' scripts
+  (the authors' scripts); Local SGD averages the local iterates in the authors' scripts
   too, so its grids are used as printed;
 * output: the average of the last 8 iterates (authors' MNIST/insurance
   scripts); obesity: the last iterate (authors' obesity script);
-* sampling: K records *without* replacement per silo and round (spec I-8;
-  the printed algorithm samples with replacement, which no tight accountant
+* sampling: K records *without* replacement per silo and round (the
+  printed algorithm samples with replacement, which no tight accountant
   certifies);
 * step size (and, on insurance, clip threshold) selected by the mean final
   training excess risk F^(w) - F^* over repetitions, F^* and w* from Newton's
@@ -30,15 +30,15 @@ non-private twins (horizontal lines) with the paper's protocol (spec §5.1):
 
 Each figure is produced twice (two rows of panels, column ``calibration``):
 
-* ``paper``: the Appendix I moments-accountant calibration (spec §3.7,
-  accountant ``paper-experiment``), K = ceil(n sqrt(eps_max)/(2 sqrt R)) from
+* ``paper``: the Appendix I moments-accountant calibration
+  (accountant ``paper-experiment``), K = ceil(n sqrt(eps_max)/(2 sqrt R)) from
   the sweep's largest epsilon; Local SGD sigma^2 = 8 L^2 R K ln(1/delta)/(n^2 eps^2);
 * ``tight``: sigma calibrated by the RDP accountant for the actual schedule
   (fixed-size sampling without replacement, replace-one, same K) at the same
   nominal epsilon.
 
 The epsilon that RDP certifies for the paper's sigma is reported next to the
-nominal one (metric ``realized_epsilon_rdp``, spec I-10).
+nominal one (metric ``realized_epsilon_rdp``; Appendix I's form is an add/remove calibration).
 """
 
 from __future__ import annotations
@@ -728,7 +728,7 @@ def obesity_experiment(quick: bool, construction: str = "paper") -> Experiment:
     ``construction="authors"`` also the script's single server-side noise draw."""
     fields = _construction_fields(construction) | {"server_noise": construction == "authors"}
     mb = proto.log_grid(-7.0, -1.0, 8)
-    # Local SGD: the MB grid extended to smaller steps (spec §5.4; the authors'
+    # Local SGD: the MB grid extended to smaller steps (as the authors'
     # script uses exp(linspace(-12, -2)) for DP Local SGD).
     local = proto.log_grid(-12.0, -1.0, 12)
     eps = (0.5, 1.0, 3.0, 6.0, 9.0)
@@ -796,7 +796,7 @@ def obesity_task(data_dir: str | None = None, construction: str = "paper") -> Ta
             return obesity_silos(raw, seed=seed, replace=True)
         return obesity_silos(raw, seed=seed, n_per_silo=OBESITY_SILO_SIZE)
 
-    # L = 20 (>= 2 max ||x|| ~ 18.4, spec §3.7), the authors' constant.
+    # L = 20 (>= 2 max ||x|| ~ 18.4, Appendix I), the authors' constant.
     return Task(data=data, problem=lambda fed: SoftmaxRegression(fed.train_x[0].shape[1], fed.num_classes),
                 lipschitz=lambda fed: 20.0)
 

@@ -1,4 +1,4 @@
-"""The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, App. I; ISRL spec §5.1).
+"""The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, Section 6 / App. I).
 
 Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
 
@@ -6,7 +6,8 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   SGD, in the paper's Appendix I form (``"paper"``) or calibrated by a tight
   accountant for the run's actual sampling scheme under replace-one
   (``"tight"``, RDP for fixed-size sampling without replacement), with the
-  epsilon a tight accountant certifies for that sigma (spec I-10);
+  epsilon a tight accountant certifies for that sigma (Appendix I's form is an add/remove
+  calibration, not a replace-one certificate);
 * ``run_grid``: every configuration of one trial and one algorithm family
   (calibration x epsilon x step size x clip x repetition, plus the non-private
   twin as sigma = 0) as ONE compiled ``run_many`` program (a vmap over runs,
@@ -51,7 +52,7 @@ ACCOUNTANT_OF = {"paper": "paper-experiment", "tight": "rdp", "none": "none"}
 
 
 def log_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> tuple[float, ...]:
-    """``scale * exp(linspace(lo, hi, num))`` (the authors' grids, evenly spaced exponents, spec I-17)."""
+    """``scale * exp(linspace(lo, hi, num))`` (the authors' grids, evenly spaced exponents)."""
     _validate.check_int("num", num, min_value=1)
     _validate.check_positive("scale", scale)
     return tuple(float(scale * v) for v in np.exp(np.linspace(lo, hi, num)))
@@ -97,9 +98,9 @@ def noise_table(
 ) -> dict[tuple[str, float], NoiseEntry]:
     """Noise per (calibration, epsilon) for ``kind`` in {"mbsgd", "local-sgd"}, at L = 1.
 
-    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I,
-    spec §3.7; K is fixed by the caller from ``epsilon_max``); Local SGD
-    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (spec §3.5).
+    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I;
+    K is fixed by the caller from ``epsilon_max``); Local SGD
+    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (Appendix I).
     ``"tight"``: the smallest sigma the RDP accountant certifies at (eps, delta)
     for the run's schedule (fixed-size sampling without replacement of K (MB-SGD)
     or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).

@@ -1,4 +1,5 @@
-"""Scaling check of Noisy ISRL-DP MB-SGD against Theorem 2.1 (ISRL spec §5.6, §4.1).
+"""Scaling check of Noisy ISRL-DP MB-SGD against Theorem 2.1 (a check not in
+the paper: the empirical slopes of its upper bound).
 
 Problem (i.i.d. SCO, smooth and 1-strongly convex): ``f(w, x) = ||w - x||^2 / 2``
 with records ``x = w_dagger + phi * z``, ``z`` uniform on the unit sphere of
@@ -6,7 +7,7 @@ R^d, so ``F(w) - F* = ||w - w_dagger||^2 / 2`` exactly (no estimation of F*).
 Every record has ``||x|| <= ||w_dagger|| + phi``; gradients are clipped at
 ``L = clip`` so the sensitivity bound holds whatever the iterate.
 
-Algorithm: Noisy MB-SGD (A1) with the paper's noise (Theorem D.1,
+Algorithm: Noisy MB-SGD (Algorithm 2) with the paper's noise (Theorem D.1,
 ``isrl_paper_sigma``: sigma^2 = 256 L^2 R ln(2.5R/delta) ln(2/delta)/(n^2 eps^2)),
 K records per silo and round drawn with replacement as printed in Algorithm 2
 (K >= the paper's minimum; O(K) sampling keeps large n cheap),

@@ -273,7 +273,7 @@ def _sphere(rng, n, d):
 
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    """A synthetic SCO instance with a known population optimum (validation suite of the spec)."""
+    """A synthetic SCO instance with a known population optimum (for validating Theorems 4.1-4.9)."""
 
     name: str
     lipschitz: float

@@ -8,7 +8,7 @@ figure                      checks
 ==========================  ==========================================================================
 user-level-tail (D1)        Lemma 3.8's tail: exact hypergeometric tails (+-G e_1) and Monte Carlo (sphere)
 user-level-deletion (D2)    Theorem 3.6: ||theta*(x) - theta*(x_{-n})|| ~ 1/(n sqrt(m)), bound holds w.p. 1-beta
-user-level-noise (D3)       sigma of Algorithm 2, A2c, B1, B0 against m; crossover m* ~ 1e9 (spec §3.4)
+user-level-noise (D3)       sigma of Algorithm 2, A2c, B1, B0 against m; crossover m* ~ 1e9
 user-level-certificate (D4) Appendix C certificate pass rate, exchangeable vs heterogeneous users
 user-level-convex-erm (D5)  Theorem 4.1 rate of Phased-ERM (rate-shape M'): slopes -1/2 in m, -1 in n, +1/2 in d
 user-level-strongly-convex  Theorems 4.3/5.3 (A5, A6, rate-shape): ERM slopes -1 in m, -2 in n; SCO 1/(nm) term
@@ -178,7 +178,7 @@ def _d1(quick: bool, seed: int):
         for b, ex in zip(betas, exact_curve):
             thr = 5 * g * math.sqrt(m * math.log(1 / b))
             emp = float(np.mean(norms > thr))
-            allowance = 3 * math.sqrt(b * (1 - b) / draws)  # 3 binomial standard deviations (spec S1)
+            allowance = 3 * math.sqrt(b * (1 - b) / draws)  # 3 binomial standard deviations
             rows += [_row("sphere Monte Carlo", "tail", emp, fail_prob=b, m=m, draws=draws),
                      _row("pm-e1 exact", "tail", ex, fail_prob=b, m=m, N=size)]
             claims.append({"claim": "empirical tail <= beta (+ 3 binomial sd)", "setting": f"sphere, N={size}, d={d}, "
@@ -281,7 +281,7 @@ def d2_figure(out_dir, *, quick: bool, seed: int):
 
 
 # ---------------------------------------------------------------------------
-# D3: noise scales (spec §3.4)
+# D3: noise scales of Algorithm 2 against m
 # ---------------------------------------------------------------------------
 
 
@@ -631,7 +631,7 @@ def _d7(quick: bool, seed: int):
             loss = problems.Loss("squared", radius=big_b, zeta=mu / 2)
             dom = mech.Domain.ball(big_b, d)
             theta = mech.minimiser(loss, x, np.zeros(x.shape[:2]), dom)
-            g_eff = loss.lipschitz  # mu (G/mu + B) = 2G on K (spec L1)
+            g_eff = loss.lipschitz  # mu (G/mu + B) = 2G on K (Appendix D instance)
             s_a2 = rho * g_eff / (mu * n * math.sqrt(m))
             s_b1 = acc.b1_sigma(eps, DELTA, n, g_eff, mu)
             with jax.enable_x64(True):

@@ -14,7 +14,7 @@
 
 Every run has an id: the first 16 hex digits of the SHA-256 of the canonical
 JSON of everything that defines it (algorithm, resolved static fields, data
-spec, privacy spec, rounds, seed, trial, repetition, axis values).
+spec, privacy specification, rounds, seed, trial, repetition, axis values).
 """
 
 from __future__ import annotations

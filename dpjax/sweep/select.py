@@ -1,6 +1,6 @@
 """The papers' selection protocol and error bars, on a sweep's runs table.
 
-ISRL-DP (Lowy & Razaviyayn 2023, App. I; ISRL spec §5.1): for every (epsilon,
+ISRL-DP (Lowy & Razaviyayn 2023, Section 6 / App. I): for every (epsilon,
 setting, trial), each step size is run ``n_reps`` times; the step size with the
 smallest *mean final training loss* over the repetitions is selected (the
 paper's criterion is the excess loss F(w) - F*, which has the same argmin

@@ -2,7 +2,7 @@
 
 * ``output_law`` / ``hockey_stick``: the exact output distribution of Algorithm 1 on a dataset (a point mass on
   bottom plus a TDLap-weighted Gaussian mixture, from its stable table) and the hockey-stick divergence
-  H_{e^eps}(P || Q) between two such laws for scalar f, integrated on a fine grid (spec test U5, demonstration
+  H_{e^eps}(P || Q) between two such laws for scalar f, integrated on a fine grid (demonstration
   D9). Theorem 3.3's proof bounds it by p(0) + p(2 kappa) + e^{eps'} delta_G.
 * ``lemma38_pm_tail``: the exact tail of Lemma 3.8 for the +-G e_1 family, where ||sum_{j<=m} v_pi(j)|| =
   G |2K - m| with K hypergeometric (N, N/2, m).

@@ -7,7 +7,7 @@
   target Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first
   tries the Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly
   theta*(x) + N(0, sigma^2 I) whatever R1 is), falling back to the enumeration when feasible and otherwise
-  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; spec A14).
+  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; the paper falls back to the exponential algorithm).
 * ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C =
   (2r+1) gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
 * ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
@@ -75,7 +75,7 @@ def exact_feasible(n: int, kappa: int) -> bool:
 
 
 def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensitivity: float) -> StableTable:
-    """Algorithm 1 lines 5-9 for every r1 (spec §2.3, "computing the stable set exactly").
+    """Algorithm 1 lines 5-9 for every r1 (the stable set computed exactly).
 
     ``f(weights [n]) -> [d]`` must be deterministic (weights 0 = user deleted). All f(x_{-U}), |U| <= 4 kappa + 1,
     are computed in one vmap; D(U) = max_{i not in U} ||f(x_{-U}) - f(x_{-U-{i}})||; the robust sensitivity of
@@ -229,7 +229,7 @@ class Certificate:
 
 
 def certificate(loss: Loss, x, y, domain: Domain, theta, radius: int, sensitivity: float) -> Certificate:
-    """Appendix C certificate at the solver output ``theta`` (float64 throughout; spec A3 inflations).
+    """Appendix C certificate at the solver output ``theta`` (float64 throughout; solver error added as 2 tau).
 
     g_i = grad L(theta; x_i) - grad L(theta; x) (centred per-user mean gradients, one vmap over users),
     gamma = max_i ||g_i|| + 2 L_s tau, tau = ``solver_error_bound`` (data-independent, so it also bounds the
@@ -277,7 +277,7 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
     """Algorithm 1 applied to f = theta* with the given parameters (the core of Algorithms 2 and A2c).
 
     ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first; when it fails, the
-    enumeration if feasible, else ``NOT_RELEASABLE`` (spec A14).
+    enumeration if feasible, else ``NOT_RELEASABLE`` (never a data-dependent bottom).
     """
     v.check_choice("method", method, ("exact", "certificate"))
     n, _, d = x.shape

@@ -441,6 +441,8 @@ def _d5(quick: bool, seed: int):
     loss = problems.Loss(kind, radius=radius, smoothing=2e-4)
     rows, claims, curves, ref_norms, floors, ratios = [], [], {}, [], [], []
     keys = jax.random.split(jax.random.key(seed), reps)
+    # the d sweep again at 4x the users: is the d exponent a small-n transient? (it is not: see the notes)
+    sweeps["d (n=400)"] = [(400, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]
     sweeps["m (noisy labels)"] = sweeps["m"][:3]
     for axis, cells in sweeps.items():
         vals, flat = [], []
@@ -471,8 +473,8 @@ def _d5(quick: bool, seed: int):
                    + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis[0]))
         if not noise:
             claims.append(slope_claim(f"Phased-ERM excess risk vs {axis} (Theorem 4.1 exponent)", xs, vals,
-                                      theory[axis], setting))
-        if axis != "d":
+                                      theory[axis[0]], setting))
+        if axis[0] != "d":
             s = slope(xs, vals)
             claims.append({"claim": f"excess risk decays at least at the theorem's rate in {axis} (slope <= "
                            f"{theory[axis[0]]:+.2f} + {SLOPE_TOL}; Theorem 4.1 is an upper bound)", "setting": setting,
@@ -482,6 +484,14 @@ def _d5(quick: bool, seed: int):
             claims.append({"claim": f"B1 noise inside Phased-ERM is flat in m (|slope| <= {SLOPE_TOL})",
                            "setting": setting, "measured": f"{s:+.3f}", "holds": abs(s) <= SLOPE_TOL})
 
+    d_xs, d_vals, _ = curves["d"]
+    n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
+    worst_case = [2 * radius * math.sqrt(d_) / (n_d * math.sqrt(m_d)) for d_ in d_xs]  # R G sqrt(d)/(n sqrt(m))
+    d_ratio = [a / b for a, b in zip(d_vals, worst_case)]
+    claims.append({"claim": "Theorem 4.1 as an upper bound: excess risk <= R G sqrt(d)/(n sqrt(m)) at every d "
+                   "(R = diameter of K, G = 1; the O-tilde constant taken as 1)", "setting": f"n={n_d}, m={m_d}",
+                   "measured": "ratios " + ", ".join(f"d={d_}: {r_:.2g}" for d_, r_ in zip(d_xs, d_ratio)),
+                   "holds": max(d_ratio) <= 1.0})
     claims.append({"claim": "every cell's mean excess risk is >= 3x its solver floor (rho = 1e-4 run)",
                    "setting": f"{len(ratios)} cells", "measured": f"min ratio {min(ratios):.3g}",
                    "holds": min(ratios) >= 3})
@@ -510,9 +520,16 @@ def _d5(quick: bool, seed: int):
              "With label noise the empirical absolute loss is locally quadratic around its minimiser (an average of "
              "many kinks), so the excess risk of a perturbed minimiser scales like ||noise||^2 ~ d/(n^2 m), faster "
              "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)) (compare the two m sweeps).",
-             "On the d exponent: the theorem's sqrt(d) is a worst case over losses and data; for features spread over "
-             "the unit ball, E|<u, a>| for a unit vector u shrinks with d, so the measured d slope need not reach "
-             "+1/2 (see the table).",
+             f"On the d exponent (measured {slope(d_xs, d_vals):+.2f} at n = {n_d} and "
+             f"{slope(curves['d (n=400)'][0], curves['d (n=400)'][1]):+.2f} at n = 400, against the spec's +1/2): "
+             "the theorem's sqrt(d) is an upper bound over all losses and data, and this instance stays far below it "
+             f"(excess {1 / max(d_ratio):.0f}-{1 / min(d_ratio):.0f}x below R G sqrt(d)/(n sqrt(m)) at n = {n_d}), so "
+             "Theorem 4.1 is not contradicted in the measured range; but the excess grows ~linearly in d, i.e. its "
+             "ratio to the bound grows like sqrt(d). It is not a small-n transient (the same exponent and the same "
+             "ratios at 4x the users). The mechanism is not identified: it is not the final-phase noise "
+             "(sigma_T sqrt(d) ~ 1/(n m)^2 here) nor the rho = 1e-4 solver floor (>= 3x below, last claim); the "
+             "per-phase localisation error of the smoothed nonsmooth solves is the remaining candidate. The +1/2 "
+             "claim fails as measured.",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
@@ -564,30 +581,41 @@ def _d6(quick: bool, seed: int):
     mloss = problems.Loss("mean")
     d2 = 2
     sco_cells = [(n, 8) for n in ((128, 256, 512, 1024) if quick else (128, 256, 512, 1024, 2048))]
-    vals, erm_part = [], []
+    sco_rhos = (rho, 0.1, 0.01)  # rho -> 0 isolates the non-noise terms of A6 (decomposition, see the notes)
+    sco = {r_: [] for r_ in sco_rhos}
+    erm_part = []
     for n, m in sco_cells:
-        x, y = problems.exchangeable("mean", n, m, d2, seed + 13 * n + m)
         dom = mech.Domain.ball(1.0, d2)
-        exc = []
-        for r in range(reps):
-            res = phased.strongly_convex_sco(jax.random.fold_in(jax.random.key(seed), r), mloss, x, y, dom, 1.0, DELTA,
-                                             1 / (2 * n * n * m), mode="rate-shape", rho=rho, min_group=4)
-            exc.append(0.5 * float(np.sum(res.theta ** 2)))
-        vals.append(float(np.mean(exc)))
-        erm_part.append(0.5 * float(np.sum(x.reshape(-1, d2).mean(0) ** 2)))
-        rows += [_row("A6 Strongly-Convex-SCO A4b (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d2)
-                 for r, e in enumerate(exc)]
+        # population risk is an expectation over x ~ D too: a fresh dataset per run (one dataset per n made the
+        # statistical part a single chi-square draw per cell)
+        data = [problems.exchangeable("mean", n, m, d2, seed + 13 * n + m + 1000 * r) for r in range(reps)]
+        erm_part.append(float(np.mean([0.5 * np.sum(x.reshape(-1, d2).mean(0) ** 2) for x, _ in data])))
+        for rho_ in sco_rhos:
+            exc = []
+            for r, (x, y) in enumerate(data):
+                res = phased.strongly_convex_sco(jax.random.fold_in(jax.random.key(seed), r), mloss, x, y, dom, 1.0,
+                                                 DELTA, 1 / (2 * n * n * m), mode="rate-shape", rho=rho_, min_group=4)
+                exc.append(0.5 * float(np.sum(res.theta ** 2)))
+            sco[rho_].append(float(np.mean(exc)))
+            rows += [_row("A6 Strongly-Convex-SCO A4b (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d2,
+                          rho=rho_) for r, e in enumerate(exc)]
+        rows.append(_row("statistical term 1/2||xbar - E x||^2", "excess_population_risk", erm_part[-1], n=n, m=m,
+                         d=d2))
     xs = [c[0] for c in sco_cells]
+    vals = sco[rho]
     curves[("A6 SCO", "n")] = (xs, vals)
     curves[("statistical term 1/2||xbar - E x||^2", "n")] = (xs, erm_part)
     claims.append(slope_claim("A6 SCO excess population risk vs n (the 1/(nm) term dominates when d < n)", xs, vals,
                               -1.0, f"mean estimation d={d2}, m=8, rho={rho}"))
+    sco_slopes = {r_: slope(xs, v_) for r_, v_ in sco.items()}
+    floor_ratio = [a / b for a, b in zip(sco[sco_rhos[-1]], erm_part)]
 
     def plot(plt):
         panels = [(f"D6 A5 ERM: vs {axis}", axis, "excess empirical risk", [("A5", xs_, v, "o-")])
                   for (name, axis), (xs_, v) in curves.items() if name == "A5 ERM"]
         panels.append(("D6 A6 SCO: vs n (m = 8)", "n", "excess population risk",
                        [("A6 (A4b inside)", curves[("A6 SCO", "n")][0], curves[("A6 SCO", "n")][1], "o-"),
+                        *[(f"A6, rho={r_}", xs, v_, ":") for r_, v_ in sco.items() if r_ != rho],
                         ("1/2||xbar - E x||^2", xs, erm_part, "k--")]))
         return _loglog(plt, panels)
 
@@ -597,7 +625,19 @@ def _d6(quick: bool, seed: int):
              f"A5: ridge-logistic (mu = {mu}) on K = B(0, 1); reference minimum from the same oracle (accelerated "
              "gradient, linear convergence, float64).",
              "A6: mean estimation (items symmetric around 0, so the population excess is 1/2||theta||^2 exactly); "
-             "users split in halves (spec A15); rate-shape N0 = 4."]
+             "users split in halves (spec A15); rate-shape N0 = 4; a fresh dataset per run (population risk is an "
+             "expectation over the data as well).",
+             "A6 slope in n, measured honestly against the spec's -1: the fitted slope depends on rho -- "
+             + ", ".join(f"rho={r_}: {s_:+.2f}" for r_, s_ in sco_slopes.items())
+             + f". At rho = {rho} the noise term (d/(n^2 m) shape, slope -2) is not negligible next to the 1/(nm) "
+             "term at n <= 2048, so the fit lies between -1 and -2. As rho -> 0 (noise switched off) what remains "
+             f"decays SLOWER than 1/(nm) and sits {min(floor_ratio):.1f}-{max(floor_ratio):.1f}x above the statistical "
+             "term 1/2||xbar||^2 itself: A6 runs Phased-SCO (A4b) on half the users split into T = ceil(log2(n m)) "
+             "groups, so each phase's minimiser sees n/(2T) users and lambda carries sqrt(T) -- polylog factors that "
+             f"Theorem 5.3's O-tilde hides and that grow over this n range (T = {phased.num_phases(xs[0] // 2, 8)}.."
+             f"{phased.num_phases(xs[-1] // 2, 8)}). No rho in "
+             "between is a principled choice (picking one to land on -1 would be tuning), so the claim stays as "
+             "measured."]
     return "Theorems 4.3 / 5.3 strongly convex rates (A5, A6, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
 

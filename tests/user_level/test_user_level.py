@@ -1,5 +1,6 @@
 """Ghazi et al. (ICML 2023) user-level mechanisms: reference values, exact laws, exact privacy audit."""
 
+import itertools
 import math
 
 import jax
@@ -105,6 +106,25 @@ def test_tdlap_inverse_cdf_exact_at_every_threshold():
 
 # --- A1 exact: bottom, accuracy path, Observation 3.5, exhaustive privacy audit (D9) --------------------------
 _clipped_mean_table = audit.clipped_mean_table
+
+
+def test_stable_table_robust_sensitivity_matches_brute_force():
+    """Delta_{4 kappa - |S|} f(x_{-S}) (Definition 3.2) from the vectorised bitmask tables equals the direct
+    maximum over U superset of S, |U| <= 4 kappa, i not in U of |f(x_{-U}) - f(x_{-U-{i}})| (f = clipped mean)."""
+    vals = np.random.default_rng(7).uniform(size=7)
+    kappa, n = 1, 7
+    table = _clipped_mean_table(vals, kappa, 0.05)
+    f = lambda keep: vals[list(keep)].mean() if keep else 0.0  # noqa: E731  (f(empty) = proj_K(0) = 0)
+    for s_mask, got in table.robust.items():
+        s_set = {i for i in range(n) if s_mask >> i & 1}
+        want = 0.0
+        for size in range(len(s_set), 4 * kappa + 1):
+            for u in itertools.combinations(range(n), size):
+                if not s_set <= set(u):
+                    continue
+                keep = [i for i in range(n) if i not in u]
+                want = max([want] + [abs(f(keep) - f([k for k in keep if k != i])) for i in keep])
+        assert got == pytest.approx(want, abs=1e-12)
 
 
 def test_a1_bottom_when_unstable_and_accuracy_path_when_stable():

@@ -729,8 +729,12 @@ def _d8(quick: bool, seed: int):
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
-    n, d, n0, rho, reps = 256, 3, 16, 1.0, (4 if quick else 12)
+    # A4b needs n >= T N0 with T = ceil(log2(n m)): n = 256 allows m <= 256, the full grid's m = 1024 needs n = 512
+    n, d, n0, rho, reps = (256 if quick else 512), 3, 16, 1.0, (4 if quick else 12)
     ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
+    for m in ms:  # checked before any compute (a late failure would waste the cells before it)
+        if n < phased.num_phases(n, m) * n0:
+            raise ValueError(f"D8 grid: n={n} < T N0 = {phased.num_phases(n, m) * n0} at m={m} (A4b equal split)")
     loss, dom = problems.Loss("absolute", radius=1.0, smoothing=2e-4), mech.Domain.ball(1.0, d)
     # population risk: the generator's b = <a, w>/2 without label noise, so L(theta*; D) = 0 at theta* = w/2 and
     # L(theta; D) is estimated on 20000 fresh items

@@ -630,7 +630,7 @@ def _d6(quick: bool, seed: int):
              "A6 slope in n, measured honestly against the spec's -1: the fitted slope depends on rho -- "
              + ", ".join(f"rho={r_}: {s_:+.2f}" for r_, s_ in sco_slopes.items())
              + f". At rho = {rho} the noise term (d/(n^2 m) shape, slope -2) is not negligible next to the 1/(nm) "
-             "term at n <= 2048, so the fit lies between -1 and -2. As rho -> 0 (noise switched off) what remains "
+             f"term at n <= {xs[-1]}, so the fit lies between -1 and -2. As rho -> 0 (noise switched off) what remains "
              f"decays SLOWER than 1/(nm) and sits {min(floor_ratio):.1f}-{max(floor_ratio):.1f}x above the statistical "
              "term 1/2||xbar||^2 itself: A6 runs Phased-SCO (A4b) on half the users split into T = ceil(log2(n m)) "
              "groups, so each phase's minimiser sees n/(2T) users and lambda carries sqrt(T) -- polylog factors that "

@@ -486,6 +486,21 @@ def _d5(quick: bool, seed: int):
 
     d_xs, d_vals, _ = curves["d"]
     n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
+    # Is the excess the private term or the inner solves' Huber smoothing? Largest d cell again with half the
+    # width and 4x the iterations (converged: 4x the iterations at the original width changes nothing).
+    n_c, m_c, d_c = sweeps["d"][-1]
+    x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c)
+    _, best = lad_reference(x, y)
+    half_w = problems.Loss(kind, radius=radius, smoothing=loss.smoothing / 2)
+    half_out = _phased_erm_runs(half_w, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)
+    half_exc = float(np.mean([_true_loss(loss, th, x, y) - best for th in half_out]))
+    rows.append(_row(f"Phased-ERM M' ({kind}), half smoothing width", "excess_empirical_risk", half_exc, n=n_c, m=m_c,
+                     d=d_c, rho=rho, smoothing=loss.smoothing / 2))
+    smoothing_change = half_exc / d_vals[-1] - 1
+    claims.append({"claim": "the excess is the private term, not the inner solves' smoothing: halving the Huber "
+                   "width (4x iterations) changes it by < 25 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
+                   "measured": f"{d_vals[-1]:.3g} -> {half_exc:.3g} ({smoothing_change:+.0%})",
+                   "holds": abs(smoothing_change) < 0.25})
     worst_case = [2 * radius * math.sqrt(d_) / (n_d * math.sqrt(m_d)) for d_ in d_xs]  # R G sqrt(d)/(n sqrt(m))
     d_ratio = [a / b for a, b in zip(d_vals, worst_case)]
     claims.append({"claim": "Theorem 4.1 as an upper bound: excess risk <= R G sqrt(d)/(n sqrt(m)) at every d "
@@ -513,7 +528,8 @@ def _d5(quick: bool, seed: int):
              "sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
              f"Reference minimum: IRLS least-absolute-deviations fit in float64 (unconstrained; its norm is at most "
              f"{max(ref_norms):.3f} < {radius}, so it is the minimiser over K).",
-             f"Solver floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}. Inner solves: "
+             f"Solver floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}; it shrinks "
+             "with rho like the smoothing effect does, so it cannot detect that (the smoothing claim does). Inner solves: "
              f"accelerated projected gradient on the Huber-smoothed loss (width 2e-4, {iters} iterations); excess "
              "risk is measured on the true loss.",
              "B1 inside Phased-ERM: the same schedule with replace-one-user noise 2(2G)/(lambda_i n) (no sqrt(m)).",
@@ -522,14 +538,16 @@ def _d5(quick: bool, seed: int):
              "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)) (compare the two m sweeps).",
              f"On the d exponent (measured {slope(d_xs, d_vals):+.2f} at n = {n_d} and "
              f"{slope(curves['d (n=400)'][0], curves['d (n=400)'][1]):+.2f} at n = 400, against the spec's +1/2): "
-             "the theorem's sqrt(d) is an upper bound over all losses and data, and this instance stays far below it "
-             f"(excess {1 / max(d_ratio):.0f}-{1 / min(d_ratio):.0f}x below R G sqrt(d)/(n sqrt(m)) at n = {n_d}), so "
-             "Theorem 4.1 is not contradicted in the measured range; but the excess grows ~linearly in d, i.e. its "
-             "ratio to the bound grows like sqrt(d). It is not a small-n transient (the same exponent and the same "
-             "ratios at 4x the users). The mechanism is not identified: it is not the final-phase noise "
-             "(sigma_T sqrt(d) ~ 1/(n m)^2 here) nor the rho = 1e-4 solver floor (>= 3x below, last claim); the "
-             "per-phase localisation error of the smoothed nonsmooth solves is the remaining candidate. The +1/2 "
-             "claim fails as measured.",
+             "the excess of the sharp instance is set by the inner solves' Huber smoothing, not by the private "
+             f"term (smoothing claim: halving the width moves it by {smoothing_change:+.0%}). Phases whose "
+             "lambda_i exceeds the smoothed loss's curvature ~ E[a a^T]/w ~ 1/(d w) cannot pull the previous phase's "
+             "noise back, so the leftover error is ~ rho G d w/(n sqrt(m)): linear in d, and with the same n and m "
+             "exponents as Theorem 4.1 -- so on this instance the m and n slopes agreeing with the theorem is not "
+             "evidence for it either. With exact nonsmooth solves the sharp loss would be adaptive (the regularised "
+             "minimisers equal theta*) and only the final noise sigma_T sqrt(d) ~ 2R/(n m)^2 would remain. Theorem 4.1 "
+             f"is an upper bound and is not contradicted (excess {1 / max(d_ratio):.0f}-{1 / min(d_ratio):.0f}x below "
+             "R G sqrt(d)/(n sqrt(m))), but this instance cannot show its rate; a faithful D5 needs exact nonsmooth "
+             "solves and an instance whose excess is the private term (not done).",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"

@@ -246,22 +246,26 @@ NUMERICAL_TAIL = 1e-18
 
 @dataclass(frozen=True)
 class NumericalCertificate:
-    """What ``pvec_numerical_epsilon`` computes: ``epsilon`` at ``delta`` for ``calls`` P_vec calls on
-    ``n`` vectors in R^d, every coordinate's count shifted by ``shift`` (the spread worst case);
-    ``heuristic``: always True (the spread case is the worst case only under a Gaussian
-    approximation; not proven for binomial noise)."""
+    """What ``pvec_numerical_epsilon`` computes: ``epsilon`` at ``delta`` for ``calls`` P_vec calls,
+    every coordinate's count shifted by ``shift`` (the spread worst case), ``tail_delta`` of delta
+    spent on the truncated binomial tails; ``heuristic``: always True (the spread case is the worst
+    case only under a Gaussian approximation; not proven for binomial noise)."""
 
     epsilon: float
     delta: float
-    n: int
-    d: int
-    g: int
-    b: int
-    p: float
     shift: int
     calls: int
     tail_delta: float
     heuristic: bool = True
+
+
+def _check_protocol(granularity, trials, probability, n, d):
+    """(g, b, p, n, d) of a P_vec run: positive integers and p in (0, 1/2) (Lemma 3.1)."""
+    p = v.check_real("probability", probability)
+    if not 0 < p < 0.5:
+        raise ValueError(f"probability={probability!r} must be in (0, 1/2) (Lemma 3.1)")
+    return (v.check_int("granularity", granularity, min_value=1), v.check_int("trials", trials, min_value=1), p,
+            v.check_int("n", n, min_value=1), v.check_int("d", d, min_value=1))
 
 
 def spread_shift(g: int, d: int) -> int:
@@ -301,15 +305,11 @@ def pvec_numerical_epsilon(granularity: int, trials: int, probability: float, n:
     P_vec calls (a fully interactive phase), at ``k = spread_shift(g, d)`` for every coordinate
     unless ``shift`` is given. The binomial tails beyond ``NUMERICAL_TAIL`` are added to delta.
     Labelled heuristic: the spread shift is the worst case under a Gaussian approximation only
-    (mixed shift signs across coordinates are not composed separately)."""
+    (mixed shift signs across coordinates are not composed separately). Cost grows with the
+    binomial's sd sqrt(n b p (1-p)) (seconds for n b ~ 1e8, minutes for ~1e11)."""
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    g = v.check_int("granularity", granularity, min_value=1)
-    b = v.check_int("trials", trials, min_value=1)
-    p = v.check_real("probability", probability)
-    if not 0 < p < 0.5:
-        raise ValueError(f"probability={probability!r} must be in (0, 1/2) (Lemma 3.1)")
-    n, d = v.check_int("n", n, min_value=1), v.check_int("d", d, min_value=1)
+    g, b, p, n, d = _check_protocol(granularity, trials, probability, n, d)
     calls = v.check_int("calls", calls, min_value=1)
     dl = v.check_open_unit("delta", delta)
     k = spread_shift(g, d) if shift is None else v.check_int("shift", shift, min_value=0)
@@ -322,7 +322,7 @@ def pvec_numerical_epsilon(granularity: int, trials: int, probability: float, n:
                                                       value_discretization_interval=discretization,
                                                       symmetric=False)
     eps = pld.self_compose(d * calls).get_epsilon_for_delta(dl - tail_delta)
-    return NumericalCertificate(float(eps), dl, n, d, g, b, p, k, calls, tail_delta)
+    return NumericalCertificate(float(eps), dl, k, calls, tail_delta)
 
 
 def pvec_gaussian_approx_epsilon(granularity: int, trials: int, probability: float, n: int, d: int,
@@ -333,11 +333,6 @@ def pvec_gaussian_approx_epsilon(granularity: int, trials: int, probability: flo
     Gaussian, Balle & Wang 2018)."""
     from dpjax.accounting.gdp import gaussian_mechanism_epsilon
 
-    g = v.check_int("granularity", granularity, min_value=1)
-    b = v.check_int("trials", trials, min_value=1)
-    p = v.check_real("probability", probability)
-    if not 0 < p < 1:
-        raise ValueError(f"probability={probability!r} must be in (0, 1)")
-    n, d = v.check_int("n", n, min_value=1), v.check_int("d", d, min_value=1)
+    g, b, p, n, d = _check_protocol(granularity, trials, probability, n, d)
     sigma = math.sqrt(n * b * p * (1 - p))
     return gaussian_mechanism_epsilon(sigma, g + 2 * math.sqrt(d), v.check_open_unit("delta", delta))

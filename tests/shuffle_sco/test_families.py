@@ -287,3 +287,19 @@ def test_paper_acsa_schedule_matches_algorithm_4_as_printed():
     assert not np.allclose(lan, out)  # the default (Lan) schedule is a different program
     with pytest.raises(ValueError, match="acsa_schedule"):
         dataclasses.replace(fam, acsa_schedule="nesterov")
+
+
+def test_sweep_single_phase_schedule_and_its_validation():
+    """The sweep's one-phase schedule: fresh users advance by the batch, interactive ones stay; bad
+    axis values are refused naming the axis."""
+    fresh = S.ScoHParams.single_phase(3, 5, 0.1)
+    inter = S.ScoHParams.single_phase(3, 5.0, 0.1, interactive=1.0, noise_std=[0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(np.asarray(fresh.start), [0, 5, 10])
+    np.testing.assert_array_equal(np.asarray(inter.start), [0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(inter.stage_round), [1, 2, 3])
+    np.testing.assert_allclose(np.asarray(inter.noise_std), [0.1, 0.2, 0.3])
+    for kwargs, name in (({"batch": 0}, "batch"), ({"batch": 2.5}, "batch"), ({"step": -1.0}, "step"),
+                         ({"interactive": 2}, "interactive"), ({"noise_std": -0.1}, "noise_std")):
+        args = {"batch": 5, "step": 0.1} | kwargs
+        with pytest.raises(ValueError, match=name):
+            S.ScoHParams.single_phase(3, args.pop("batch"), args.pop("step"), **args)

@@ -50,6 +50,7 @@ import numpy as np
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # AC-SA step-size schedules of acsa_constants
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.algorithms.isrl_mbsgd import isrl_privacy, silo_transcript_schedule
 from dpjax.engine.contract import FamilyBase
@@ -65,9 +66,24 @@ PyTree = Any
 # ---------------------------------------------------------------------------
 
 
-def acsa_constants(stage_round, nu):
-    """``alpha_t = 2/(t+1)`` and ``eta_t = 4 nu/(t(t+1))`` (Ghadimi-Lan)."""
+def acsa_constants(stage_round, nu, schedule: str = "lan"):
+    """``(alpha_t, eta_t)`` of round ``t`` of a stage.
+
+    * ``"lan"`` (default): ``alpha_t = 2/(t+1)``, ``eta_t = 4 nu/(t(t+1))``
+      (Ghadimi-Lan; with mu = 0 the prox step is ``alpha_t/eta_t = t/(2 nu)``).
+    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022),
+      Theorem 4.3 (Algorithm 4, also Theorem C.3): ``alpha_t = 2/(t+2)`` and
+      inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``;
+      written here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the
+      mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``. It gives the arbitrary
+      start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a
+      noiseless problem (its step can be twice Lan's).
+    """
     t = jnp.asarray(stage_round, jnp.float32)
+    if schedule == "paper":
+        return 2.0 / (t + 2.0), 2.0 * nu / ((t + 1.0) * (t + 2.0))
+    if schedule != "lan":
+        raise ValueError(f"schedule={schedule!r} must be one of {ACSA_SCHEDULES}")
     return 2.0 / (t + 1.0), 4.0 * nu / (t * (t + 1.0))
 
 
@@ -185,13 +201,14 @@ class AcceleratedState:
     hparams: Any
 
 
-def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, radius):
+def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, radius, step_rule: str = "lan"):
     """Shared AC-SA round: ``problem_step(w_md) -> (g, metrics)`` supplies the
-    aggregated (private) gradient; returns ``(new_w, new_w_ag, metrics)``."""
+    aggregated (private) gradient; returns ``(new_w, new_w_ag, metrics)``.
+    ``step_rule`` is the (static) schedule of ``acsa_constants``."""
     r = state.round
     t, nu = schedule.stage_round[r], schedule.stage_nu[r]
     mu = schedule.mu
-    alpha, eta = acsa_constants(t, nu)
+    alpha, eta = acsa_constants(t, nu, step_rule)
     restart = t == 1
     w_prev = jax.tree_util.tree_map(lambda p, ag: jnp.where(restart, ag, p), state.w, state.w_ag)
     w_md = acsa_query_point(w_prev, state.w_ag, alpha, eta, mu)

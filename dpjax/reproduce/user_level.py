@@ -304,7 +304,7 @@ def _d3(quick: bool, seed: int):
         mstar = acc.crossover_m(eps, DELTA, beta, n)
         mstar_c = (a2c / b1) ** 2
         claims.append(slope_claim("sigma_A2 vs m", ms, sig["A2"], -0.5, f"n={n}"))
-        claims.append({"claim": "crossover of A2 with B1 near m* ~ 1e9 (spec §3.5)", "setting": f"n={n}, eps=1, "
+        claims.append({"claim": "crossover of A2 with B1 near m* ~ 1e9", "setting": f"n={n}, eps=1, "
                        f"delta=1e-6, beta=0.01", "measured": f"m* = {mstar:.3g} (A2c: {mstar_c:.3g})",
                        "holds": 1e8 <= mstar <= 1e10})
 
@@ -318,7 +318,7 @@ def _d3(quick: bool, seed: int):
     notes = ["Certified constants (Algorithm 1 line 3 as read by the spec, Delta_expl with c_K = 1, Delta_C of "
              "Appendix C); pure accounting, no data.",
              "A2c pays an extra factor ~ sqrt(r) over A2 (Lemma C.1 vs Corollary 3.7), so its crossover is later."]
-    return "noise scale against m (spec §3.4)", rows, claims, notes, plot, "certified"
+    return "noise scale against m", rows, claims, notes, plot, "certified"
 
 
 @register("user-level-noise", paper=PAPER, description="D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9")

@@ -20,6 +20,8 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral
+from dpjax.algorithms.dpsgd_general import DpSgdHParams as GeneralHParams
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
@@ -254,6 +256,15 @@ MORE = {
                lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_std))),
     "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
+    # Algorithm 1 of van Dijk et al.: batch clipping of m = 2 mini-batch means of s = 3 per round,
+    # shuffling with B = 2 rounds per epoch (R = 4: two epochs); the twin makes the same rounds unclipped.
+    "dpsgd-general": ({"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
+                      {"learning_rate": [0.5], "clip_norm": [0.7], "noise_multiplier": [0.3]},
+                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), GeneralHParams.create(r.learning_rate, 0.7, 0.3))),
+    "sgd-general": ({"subset_size": 1, "num_subsets": 4, "rounds_per_epoch": 4, "sampling": "subsample"},
+                    {"learning_rate": [0.5]},
+                    lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
+                                  GeneralHParams.create(r.learning_rate))),
 }
 
 

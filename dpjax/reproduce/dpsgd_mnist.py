@@ -220,6 +220,57 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     return write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings)
 
 
+def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
+    """One output folder from runs of ``run_protocol(..., only=...)`` over disjoint variants (e.g. one
+    process per variant on a loaded machine). Each variant's rows depend only on its own seeds and
+    keys, so the merged results equal a single run's; wall and CPU seconds are summed."""
+    out = pathlib.Path(out)
+    if (out / "results.csv").exists():
+        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+    rows, privacy, timings, chosen, wall, cpu, metas = [], {}, {}, {}, 0.0, 0.0, []
+    all_variants = variants()
+    for part in map(pathlib.Path, parts):
+        meta = json.loads((part / "meta.json").read_text())
+        metas.append(meta)
+        with open(part / "results.csv") as f:
+            for r in csv.DictReader(f):
+                rows.append({**r, "epochs": int(r["epochs"]), "learning_rate": float(r["learning_rate"]),
+                             "clip_norm": float(r["clip_norm"]), "sigma": float(r["sigma"]), "seed": int(r["seed"]),
+                             "test_accuracy": float(r["test_accuracy"])})
+        with open(part / "privacy.csv") as f:
+            for r in csv.DictReader(f):
+                privacy.setdefault(r.pop("variant"), []).append(
+                    {**r, "group_size": int(r["group_size"]), "epsilon": float(r["epsilon"])})
+        timings.update(meta["timings"])
+        chosen.update({n: all_variants[n] for n in meta["variants"]})
+        wall, cpu = wall + meta["wall_seconds"], cpu + meta["cpu_seconds"]
+    order = [n for n in all_variants if n in chosen]
+    chosen = {n: chosen[n] for n in order}
+    rows.sort(key=lambda r: order.index(r["variant"]))
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    privacy = {n: privacy[n] for n in order if n in privacy}
+    with open(out / "privacy.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
+        w.writeheader()
+        for name, prs in privacy.items():
+            for r in prs:
+                w.writerow({"variant": name, **r})
+    best = select_best(rows)
+    best = {n: best[n] for n in order}
+    full_estimate = extrapolate_full(timings)
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in metas[0]["config"].items()}
+    meta = {**metas[0], "variants": {n: describe(kw) for n, kw in chosen.items()}, "wall_seconds": wall,
+            "cpu_seconds": cpu, "timings": timings, "full_protocol_estimate_cpu_seconds": full_estimate,
+            "merged_from": [str(p) for p in parts], "load_average_at_end": [m["load_average_at_end"] for m in metas]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    plot(out / "dpsgd_mnist.png", best, privacy)
+    return write_report(out, meta["quick"], cfg, chosen, best, privacy, wall, cpu, full_estimate, timings, len(parts))
+
+
 def select_best(rows: list[dict]) -> dict[str, dict]:
     """Per variant, the (E, eta, C) with the highest mean test accuracy over seeds (NaN = diverged)."""
     groups: dict[tuple, list[float]] = {}
@@ -305,7 +356,8 @@ def noise_reading(chosen: dict) -> list[str]:
     return lines
 
 
-def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings) -> pathlib.Path:
+def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings,
+                 parts: int = 1) -> pathlib.Path:
     lines = [f"# DP-SGD-General on MNIST ({'quick' if quick else 'full' if cfg == FULL else 'reduced'} protocol)", "",
              f"Paper: {PAPER}. Paper's claims (sigma = 2): BC-SH 98.3 %, IC-SS 98.4 %; hyperparameters unknown "
              "(Appendix H is missing from the text).", "",
@@ -352,7 +404,8 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
         lines += ["", "Quick mode is a smoke-scale run (a training subset, few epochs, one seed): accuracies are below "
                   "a full run's and are not a reproduction of the paper's numbers."]
     est = full_estimate
-    lines += ["", f"Wall time: {wall:.0f} s, CPU time {cpu:.0f} s (all threads) on this machine (2 CPU cores shared "
+    summed = f" (summed over {parts} processes run side by side, one per variant)" if parts > 1 else ""
+    lines += ["", f"Wall time: {wall:.0f} s, CPU time {cpu:.0f} s (all threads){summed} on this machine (2 CPU cores shared "
               f"with other jobs; load average at the end {os.getloadavg()[0]:.1f}). Extrapolated full protocol "
               f"(the variants above x 25 (eta, C) (5 eta for SGD) x 3 seeds x E in {{10, 30, 50}} on 60,000 images, from "
               f"the CPU seconds per run-round measured here, compilation included): {est / 3600:.0f} CPU hours, i.e. about "

@@ -4,6 +4,7 @@ No JAX here: every function returns plain NumPy arrays; the engine converts
 them and pads silos into ``[N, n_max, d]`` arrays with a mask.
 """
 
+from dpjax.data.cifar10 import load_cifar10
 from dpjax.data.diff2 import (
     AUTHORS_SPLIT_SEED,
     BLOG_SYMBOLIC_COLUMNS,
@@ -57,6 +58,7 @@ from dpjax.data import diff2 as _diff2
 
 __all__ = list(_diff2.__all__) + [
     "ENV_VAR",
+    "load_cifar10",
     "INSURANCE_FEATURES",
     "ISRL_MNIST_PAIRS",
     "OBESITY_CLASSES",

@@ -20,6 +20,8 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral
+from dpjax.algorithms.dpsgd_general import DpSgdHParams as GeneralHParams
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
@@ -268,6 +270,15 @@ MORE = {
                      lambda p, r: (ShuffleAcsa(p, R, 40, "pvec"), _sco_hparams(
                          start=[0, 0, 0, 0], batch=40, step=2.0, pvec=PvecParams.create([64] * R, [4] * R, [0.25] * R))),
                      {"num_silos": 1}),
+    # Algorithm 1 of van Dijk et al.: batch clipping of m = 2 mini-batch means of s = 3 per round,
+    # shuffling with B = 2 rounds per epoch (R = 4: two epochs); the twin makes the same rounds unclipped.
+    "dpsgd-general": ({"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
+                      {"learning_rate": [0.5], "clip_norm": [0.7], "noise_multiplier": [0.3]},
+                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), GeneralHParams.create(r.learning_rate, 0.7, 0.3))),
+    "sgd-general": ({"subset_size": 1, "num_subsets": 4, "rounds_per_epoch": 4, "sampling": "subsample"},
+                    {"learning_rate": [0.5]},
+                    lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
+                                  GeneralHParams.create(r.learning_rate))),
 }
 
 

@@ -383,7 +383,7 @@ def load_diff2_raw(name: str, data_dir: str | os.PathLike | None = None, *, cons
     """The unscaled table of ``name`` (a key of :data:`DIFF2_DATASETS`) as ``construction`` defines it.
 
     ``"paper"``: the loader's table (Torgo's California housing with raw totals;
-    KDD's symbolic columns one-hot, spec A19). ``"authors"``: as the authors'
+    KDD's symbolic columns one-hot, as dpjax documents for this dataset). ``"authors"``: as the authors'
     ``load_dataset.py`` builds it: California housing through scikit-learn's
     feature set (:func:`california_housing_sklearn`); BlogFeedback's columns
     262-268 label-encoded and not standardised; KDD Cup 99's three symbolic

@@ -21,7 +21,7 @@ paired t-test (df = 4) on the per-seed minima, DIFF2-GD < DP-GD.
 Noise: Prop. 4.1 "paper" calibration (u = 1.25; DP-GD the u -> 1, T = 1
 closed form), noise multipliers from ``dpjax.accounting.diff2``; every
 configuration's epsilon is re-checked with ``compose_epsilon`` through the
-algorithm's ``privacy_schedules``.
+algorithm's ``privacy``.
 
 Implementation: one compiled program per dataset. All configurations of all
 algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
@@ -253,7 +253,7 @@ def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
 
 def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dict:
     """Re-derives each private configuration's epsilon through the algorithm's
-    ``privacy_schedules`` and ``compose_epsilon`` (dp_accounting RDP) and at
+    ``privacy`` and ``compose_epsilon`` (dp_accounting RDP) and at
     alpha_0 (paper); raises if any exceeds its target."""
     from dpjax.accounting import diff2 as acc
     from dpjax.algorithms import diff2 as alg
@@ -269,7 +269,7 @@ def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dic
                                   c.sigma_diff if c.restart_interval > 1 else None, DELTA, "paper", eps_target=c.epsilon)
         hp = alg.Diff2HParams(0.1, c.restart_interval, c.clip_restart, c.clip_diff, c.sigma_restart, c.sigma_diff)
         gd = alg.Diff2GD(_DummyProblem(), protocol.num_rounds, restart_every_round=c.restart_interval == 1)
-        composed = acc.compose_epsilon(gd.privacy_schedules(n_min, NUM_SILOS, hp), DELTA)
+        composed = acc.compose_epsilon(gd.privacy([n_min] * NUM_SILOS, hp).schedules, DELTA)
         if paper > c.epsilon * (1 + 1e-9) or composed > c.epsilon * (1 + 1e-9):
             raise RuntimeError(f"configuration {c} exceeds eps={c.epsilon}: paper {paper}, composed {composed}")
         checked[key] = (paper, composed)
@@ -338,6 +338,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     import jax
     import jax.numpy as jnp
 
+    from dpjax import keys
     from dpjax.algorithms import diff2 as alg
     from dpjax.engine import runner
 
@@ -384,9 +385,8 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
             "xte": jnp.asarray(fd.pooled_test_x),
             "yte": jnp.asarray(fd.pooled_test_y),
         }
-        base = jax.random.key(seed)
-        params0 = problem.init_params(jax.random.fold_in(base, 1))
-        run_key = jax.random.fold_in(base, 2)
+        params0 = problem.init_params(keys.run_key(seed, 1))
+        run_key = keys.run_key(seed, 2)
         ev0 = jax.device_get(jax.jit(eval_fn)(params0, ed))
         per_chunk = []
         for start in range(0, len(configs), chunk):
@@ -556,7 +556,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
               f"C2 grid {list(protocol.clip_diff)}; T = {list(protocol.restart_intervals())} "
               f"(fractions {list(protocol.restart_fractions)} of R).",
               f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1). Every configuration's "
-              "epsilon was re-checked through `Diff2GD.privacy_schedules` + `dpjax.accounting.diff2.compose_epsilon`.",
+              "epsilon was re-checked through `Diff2GD.privacy` + `dpjax.accounting.diff2.compose_epsilon`.",
               "- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN); per panel "
               "the configuration minimising that panel's criterion (test loss / accuracy: the train-loss choice); the "
               "t-test is one-sided paired (df = #seeds - 1) on per-seed minima over checkpoints (accuracy: maxima), "

@@ -290,7 +290,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
     (``isrl_optimum.pooled_optimum``; rows of ``optimum``); every run gets
     ``excess_risk = train_loss - F^*`` and the selection minimises its mean.
     """
-    import jax
+    from dpjax import keys
 
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
@@ -300,7 +300,6 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
     _validate.check_int("seed", seed, min_value=0)
     all_runs, noise_rows, optimum_rows, meta = [], [], [], {"settings": {}, "construction": exp.construction}
     grid_log: list[dict] = []
-    base_key = jax.random.key(seed)
     for trial in range(exp.trials):
         data_cache: dict[int, Any] = {}
         optimum_cache: dict[int, isrl_optimum.PooledOptimum] = {}
@@ -353,7 +352,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
             extra = task.extra_tests(fed) if task.extra_tests is not None else {}
             evaluator = proto.Evaluator(problem, task.test_metric, tuple(sorted(extra)))
             eval_data = proto.eval_data_for(train, test_x, test_y, extra)
-            key = jax.random.fold_in(jax.random.fold_in(base_key, trial), 1000 * setting.num_silos + setting.silos_per_round)
+            key = keys.run_key(seed, trial, 1000 * setting.num_silos + setting.silos_per_round)
             naive = None
             if exp.metric == "relative_rmse":
                 y_bar = float(fed.metadata["y_train_mean"])
@@ -362,7 +361,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
                 specs = proto.build_specs(
                     private_name=priv, nonprivate_name=nonpriv, noise=noise[priv], learning_rates=lrs,
                     clip_norms=clips, repetitions=exp.repetitions, nonprivate_clip=exp.nonprivate_clip)
-                fam_key = jax.random.fold_in(key, fam_idx)
+                fam_key = keys.run_key(key, fam_idx)
                 chunk = _chunk(len(specs))
                 df = proto.run_grid(algo, train, eval_data, evaluator, specs, fam_key,
                                     divergence_threshold=exp.divergence_threshold, chunk_size=chunk, make_hparams=make)

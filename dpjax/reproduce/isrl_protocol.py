@@ -127,7 +127,7 @@ def noise_table(
         algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling=sampling)
     else:
         algo = LocalSgd(LogisticRegression(1), num_rounds=rounds, local_steps=batch_size)
-    schedule = algo.privacy_schedule(n, unit)
+    schedule = algo.privacy([n], unit).schedule
     out = {}
     for eps in epsilons:
         eps = float(_validate.check_positive("epsilons[]", eps))
@@ -209,7 +209,7 @@ def run_grid(
 ) -> pd.DataFrame:
     """Runs every spec of one trial with ``run_many`` and returns one row per run.
 
-    Repetition ``r`` of every configuration uses ``fold_in(key, r)`` (common
+    Repetition ``r`` of every configuration uses ``keys.run_key(key, r)`` (common
     random numbers across step sizes, epsilons and calibrations). The runs of
     one repetition share that key, so they run as ``run_many(shared_key=True)``:
     availability, batches and standard-normal draws are computed once and
@@ -223,7 +223,7 @@ def run_grid(
     ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
     (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
     """
-    import jax
+    from dpjax import keys
 
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
     from dpjax.engine import run_many, stack_hparams
@@ -242,7 +242,7 @@ def run_grid(
     extra = {name: np.empty(len(specs)) for name in evaluator.extra_tests}
     diverged = np.empty(len(specs), bool)
     for rep, members in by_rep.items():
-        rep_key = jax.random.fold_in(key, rep)
+        rep_key = keys.run_key(key, rep)
         for start in range(0, len(members), size):
             ix = members[start:start + size]
             real = len(ix)

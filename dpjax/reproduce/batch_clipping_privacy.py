@@ -270,12 +270,9 @@ def n8_implementation_audit(rows, quick, seed):
 
 
 def plot(path, n1, n2, n3, n4, n8):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(2, 4, figsize=(20, 9))
+    fig, ax = new_figure(2, 4, figsize=(20, 9), squeeze=True)
     alphas, curves = n1
     for i, (g, (exact, sq, gen)) in enumerate(curves.items()):
         ax[0, 0].plot(alphas, exact, color=f"C{i}", label=f"exact BC-SH g={g}")
@@ -311,9 +308,7 @@ def plot(path, n1, n2, n3, n4, n8):
     ax[0, 3].set(title="N8 Monte-Carlo audits", xlabel="alpha", ylabel="beta")
     ax[0, 3].legend(fontsize=7)
     ax[1, 3].axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def write_report(out, rows, n5, n6, table, n8, wall):

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 
 PAPER = "DIFF2 (Murata & Suzuki, ICML 2023)"
 DELTA = 1e-5
@@ -488,12 +488,9 @@ def _rows(name: str, summary: dict, rounds, result: dict) -> list[dict]:
 
 
 def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(datasets), len(metrics), figsize=(4 * len(metrics), 3.2 * len(datasets)), squeeze=False)
+    fig, axes = new_figure(len(datasets), len(metrics), panel=(4, 3.2))
     colors = {"GD": "k", "DP-GD": "tab:blue", "DIFF2-GD": "tab:red"}
     for i, name in enumerate(datasets):
         summary, rounds = summaries[name], rounds_by[name]
@@ -513,10 +510,7 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
             ax.set_xlabel("round")
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title=title)
 
 
 def _pvalue(summary, eps, m, kind="best"):
@@ -581,16 +575,14 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
     for eps in epsilons:
         for n in datasets:
             s = summaries[n]
-            lines += [f"### {n}, eps = {eps:g}", "",
-                      "| algorithm | " + " | ".join(f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics) + " | "
-                      + " | ".join(f"final {m}" for m in metrics) + " |",
-                      "|---|" + "---|" * (2 * len(metrics))]
-            for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)), ("DIFF2-GD", ("DIFF2-GD", eps))):
-                e = s[key]
-                lines.append(f"| {algo} | " + " | ".join(_fmt(e[m]["best"]) for m in metrics) + " | "
-                             + " | ".join(_fmt(e[m]["final"]) for m in metrics) + " |")
-            lines.append("| p (DIFF2 < DP-GD) | " + " | ".join(f"{_pvalue(s, eps, m):.3g}" for m in metrics) + " | "
-                         + " | ".join(f"{_pvalue(s, eps, m, 'final'):.3g}" for m in metrics) + " |")
+            columns = (["algorithm"] + [f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics]
+                       + [f"final {m}" for m in metrics])
+            table = [[algo] + [_fmt(s[key][m][kind]) for kind in ("best", "final") for m in metrics]
+                     for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)),
+                                       ("DIFF2-GD", ("DIFF2-GD", eps)))]
+            table.append(["p (DIFF2 < DP-GD)"] + [f"{_pvalue(s, eps, m, kind):.3g}" for kind in ("best", "final")
+                                                  for m in metrics])
+            lines += [f"### {n}, eps = {eps:g}", "", report.markdown_table(table, columns)]
             ch = s[("DIFF2-GD", eps)]["train_loss"]["choice"]
             cd = s[("DP-GD", eps)]["train_loss"]["choice"]
             lines += ["", "Chosen (train-loss panel) DIFF2-GD (T, C1, C2, eta) per seed: "
@@ -606,23 +598,22 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
                 g = s[("GD", math.inf)][m]["best"]
                 p = _pvalue(s, eps, m)
                 holds = np.mean(a) < np.mean(b) and p < 0.05
-                claims.append(f"| {n} | {eps:g} | {m} | {np.mean(a):.4g} | {np.mean(b):.4g} | {p:.3g} | "
-                              f"{'holds' if holds else ('same direction, not significant' if np.mean(a) < np.mean(b) else 'does NOT hold')} | "
-                              f"{'yes' if np.mean(g) <= min(np.mean(a), np.mean(b)) else 'no'} |")
+                verdict = "holds" if holds else ("same direction, not significant" if np.mean(a) < np.mean(b)
+                                                 else "does NOT hold")
+                claims.append([n, f"{eps:g}", m, f"{np.mean(a):.4g}", f"{np.mean(b):.4g}", f"{p:.3g}", verdict,
+                               report.yes_no(np.mean(g) <= min(np.mean(a), np.mean(b)))])
     lines += ["## Claim by claim", "",
               "Paper: DIFF2-GD beats DP-GD on every metric and dataset, significantly by a one-sided paired t-test; "
               "GD (ref) is the lower envelope.", "",
-              "| dataset | eps | metric (min over rounds) | DIFF2-GD | DP-GD | p | claim | GD below both |",
-              "|---|---|---|---|---|---|---|---|"] + claims
+              report.markdown_table(claims, ["dataset", "eps", "metric (min over rounds)", "DIFF2-GD", "DP-GD", "p",
+                                             "claim", "GD below both"])]
     lines += ["", f"Figures: {', '.join(pngs)}; tidy results: results.csv "
               "(kind = curve | best | final; accountant column names the calibration).", ""]
     lines += ["## Privacy check", ""]
     for n in datasets:
         lines.append(f"- {n}: " + "; ".join(f"eps={e:g}, T={t}: paper-mode {p:.4f}, dp_accounting RDP {c:.4f}"
                                            for (e, t), (p, c) in sorted(results[n]["privacy"].items())))
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    return report.write_report(out_dir, lines)
 
 
 def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None):

@@ -55,6 +55,8 @@ from typing import Any
 import numpy as np
 
 from dpjax.reproduce import register, report
+# The authors' patience rule (Appendix A) is one of the sweep's selection rules.
+from dpjax.sweep.select import largest_surviving as choose_learning_rate, patience_survives as survives  # noqa: F401
 
 PAPER = "DIFF2 (Murata & Suzuki, ICML 2023)"
 DELTA = 1e-5
@@ -282,38 +284,6 @@ class _DummyProblem:
 
     def loss(self, params, x, y):  # pragma: no cover - never called
         return 0.0
-
-
-# ----------------------------------------------------------------------------- selection (Appendix A)
-def survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
-    """The authors' early-stopping rule on a train-loss trace (checkpoint 0 first, spec A24):
-    fail on NaN/inf; ``patience`` evaluations with loss > factor x best fail; the
-    counter resets only on a strict improvement and is unchanged in between."""
-    losses = np.asarray(losses, float)
-    if losses.size == 0 or not np.isfinite(losses[0]):
-        return False
-    best, count = losses[0], 0
-    for loss in losses[1:]:
-        if not np.isfinite(loss):
-            return False
-        if loss > factor * best:
-            count += 1
-        elif loss < best:
-            best, count = loss, 0
-        if count >= patience:
-            return False
-    return True
-
-
-def choose_learning_rate(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
-    """Index of the largest surviving step size (``etas`` in any order), and
-    whether one survived; otherwise the one with the lowest min train loss (A23)."""
-    order = np.argsort(-np.asarray(etas, float))
-    for i in order:
-        if survives(traces[i], patience, factor):
-            return int(i), True
-    mins = [np.nanmin(np.where(np.isfinite(t), t, np.nan)) if np.isfinite(t).any() else np.inf for t in traces]
-    return int(np.argmin(mins)), False
 
 
 def paired_one_sided_pvalue(a, b) -> float:

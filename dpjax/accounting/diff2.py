@@ -366,7 +366,7 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
 def compose_epsilon(schedules: Sequence[GaussianSchedule], delta: float, orders: Sequence[float] | None = None,
                     conversion: str = "mironov") -> float:
     """Epsilon of a composition of ``GaussianSchedule``s (e.g. a DIFF2 algorithm's
-    ``privacy_schedules``) by RDP: the schedules' RDP curves (as
+    ``privacy(silo_sizes, hparams).schedules``) by RDP: the schedules' RDP curves (as
     ``compute_epsilon(..., "rdp")`` computes them, dp_accounting's where it has
     a DpEvent) are added at each order (Lemma B.3). ``conversion="mironov"``
     (Lemma B.4, the paper's) minimises ``rdp(alpha) + log(1/delta)/(alpha-1)``

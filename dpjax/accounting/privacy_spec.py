@@ -133,6 +133,13 @@ class GaussianPrivacy(PrivacySpec):
         return api.compute_epsilon(self.schedules[0] if len(self.schedules) == 1 else list(self.schedules),
                                    delta, accountant)
 
+    @property
+    def schedule(self) -> GaussianSchedule:
+        """The one schedule of a single-release spec (refused for a composition)."""
+        if len(self.schedules) != 1:
+            raise ValueError(f"this spec composes {len(self.schedules)} schedules; use .schedules")
+        return self.schedules[0]
+
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""
         return GaussianPrivacy(tuple(s.replace(noise_std=s.noise_std * factor) for s in self.schedules),

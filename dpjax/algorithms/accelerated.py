@@ -32,7 +32,7 @@ Variants by the local sampling scheme:
 
 Privacy (ISRL-DP, record level, replace-one within a silo): the message of
 silo i in round r is a clipped minibatch mean (sensitivity ``2C/K``) plus
-``N(0, sigma^2 I)``; ``privacy_schedule`` hands this to ``dpjax.accounting``
+``N(0, sigma^2 I)``; ``privacy()`` hands this to ``dpjax.accounting``
 with the sampling scheme actually used. ``private=False`` is the
 non-private twin (the same compiled step with sigma = 0 and no clip, see
 ``parts.non_private``); ``noise_std = 0`` with a non-binding clip is
@@ -49,10 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule
 from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # AC-SA step-size schedules of acsa_constants
 from dpjax.accounting.privacy_spec import PrivacySpec
-from dpjax.algorithms.isrl_mbsgd import isrl_privacy, silo_transcript_schedule
+from dpjax.algorithms.isrl_mbsgd import isrl_privacy
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine import federated, parts
 from dpjax.engine.silos import SiloData
@@ -323,20 +322,6 @@ class AcceleratedMbSgd(AcsaFamily):
         return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
                             sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
                             neighboring=self.neighboring)
-
-    def privacy_schedule(self, silo_size: int, hparams: AcceleratedHParams) -> GaussianSchedule:
-        """One silo's transcript for the accountant (every round counted).
-
-        One-pass: ``passes = ceil(R K / n) = 1`` Gaussian release per record
-        (parallel composition). Other schemes: R subsampled Gaussians.
-        """
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=self.neighboring,
-        )
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

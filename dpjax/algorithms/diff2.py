@@ -39,7 +39,7 @@ sigma^2)``; ``C1`` and ``C2`` do not enter the privacy cost. BVR local steps
 are additionally ``(alpha, 2 alpha/(b^2 sigma3^2))``-RDP before the
 without-replacement amplification (Lemma B.7). The released transcript is the
 iterates, the output candidates and the noisy estimators (BVR: the whole local
-trajectory). ``privacy_schedules`` hands this to ``dpjax.accounting.diff2``.
+trajectory). ``privacy()`` hands this to ``dpjax.accounting``.
 Noise multipliers ``sigma1, sigma2(, sigma3)`` are *multipliers of the
 clipping radius*, already containing the ``1/(n_min P)`` factor -- they are
 not rescaled here.
@@ -306,8 +306,8 @@ def _diff2_privacy(algorithm, silo_sizes, hparams, **kw) -> PrivacySpec:
     sizes = [int(n) for n in (silo_sizes if hasattr(silo_sizes, "__len__") else [silo_sizes])]
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")
-    schedules = algorithm.privacy_schedules(min(sizes), len(sizes), hparams, **kw)
-    # privacy_schedules lists restart rounds, then difference rounds (if any), then local steps (BVR, if any)
+    schedules = algorithm._schedules(min(sizes), len(sizes), hparams, **kw)
+    # _schedules lists restart rounds, then difference rounds (if any), then local steps (BVR, if any)
     restarts = schedules[0].steps
     fields = ["sigma_restart"] + (["sigma_diff"] if restarts < algorithm.num_rounds else [])
     fields += ["sigma_local"] * (len(schedules) - len(fields))
@@ -389,16 +389,13 @@ class Diff2GD(FamilyBase):
         composed; calibration keeps the ratio sigma_2/sigma_1 of ``hparams``."""
         return _diff2_privacy(self, silo_sizes, hparams)
 
-    def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams) -> tuple[GaussianSchedule, ...]:
+    def _schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams) -> tuple[GaussianSchedule, ...]:
         """The run's releases for the accountant: (restart rounds[, difference rounds]).
 
         Each round's radius cancels (noise std = sigma x radius, sensitivity
         2 radius/(n P)), so the schedules use radius 1: contribution
-        ``1/(n_min P)`` and ``noise_std = sigma``. Use with
-        ``dpjax.accounting.diff2.compose_epsilon``.
+        ``1/(n_min P)`` and ``noise_std = sigma``.
         """
-        if not self.private:
-            raise ValueError("private=False: non-private GD has no privacy guarantee to account")
         n = _validate.check_int("min_silo_size", min_silo_size, min_value=1)
         p = _validate.check_int("num_silos", num_silos, min_value=1)
         m = self.restart_count(1 if self.restart_every_round else hparams.restart_interval)
@@ -531,16 +528,14 @@ class Diff2BvrLSgd(FamilyBase):
         calibration keeps the ratios between sigma_1, sigma_2 and sigma_3."""
         return _diff2_privacy(self, silo_sizes, hparams, local_count=local_count)
 
-    def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams,
-                          local_count: str = "paper") -> tuple[GaussianSchedule, ...]:
+    def _schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams,
+                   local_count: str = "paper") -> tuple[GaussianSchedule, ...]:
         """(restart, [difference], local) schedules for the accountant (Prop. E.2).
 
         Local steps: ``K ceil(R/P)`` (``local_count="paper"``) or the exact
         ``(K-1) max_p #{r : p_r = p}`` (``"exact"``) without-replacement
         Gaussian releases with contribution ``C3/b`` per record (radius 1).
         """
-        if not self.private:
-            raise ValueError("private=False: non-private BVR-L-SGD has no privacy guarantee to account")
         _validate.check_choice("local_count", local_count, ("paper", "exact"))
         n = _validate.check_int("min_silo_size", min_silo_size, min_value=1)
         p = _validate.check_int("num_silos", num_silos, min_value=1)

@@ -20,7 +20,7 @@ Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message
 is post-processing of its R*K noisy single-record gradients; each is a
 Gaussian mechanism with l2 sensitivity ``2C`` (one clipped gradient replaced)
 applied to a uniformly random record (sampling rate 1/n_i), adaptively
-composed R*K times. ``privacy_schedule`` hands exactly this to the accountant
+composed R*K times. ``privacy()`` hands exactly this to the accountant
 (a uniformly random 1-subset per step, i.e. fixed-size sampling without
 replacement with K = 1). The paper's own calibration
 ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
@@ -42,9 +42,8 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import keys
-from dpjax.accounting.events import GaussianSchedule
 from dpjax.accounting.privacy_spec import PrivacySpec
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, silo_transcript_schedule
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine import federated, parts
 from dpjax.engine.silos import SiloData
@@ -139,21 +138,6 @@ class LocalSgd(FamilyBase):
         return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm),
                             sampling="without-replacement", batch_size=1,
                             steps=self.num_rounds * self.local_steps)
-
-    def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
-        """Silo transcript: R*K adaptive Gaussian releases, each on one uniformly
-        random record (rate 1/n) with sensitivity 2C (replace-one).
-
-        ``silo_size``: that silo's n (the smallest silo gives a bound for all).
-        Every round counts, available or not.
-        """
-        if not self.private:
-            raise ValueError("private=False: non-private Local SGD has no privacy guarantee to account")
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm),
-            sampling="without-replacement",  # a uniform 1-subset per step
-            silo_size=silo_size, batch_size=1, steps=self.num_rounds * self.local_steps,
-        )
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

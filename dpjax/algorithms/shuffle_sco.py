@@ -83,7 +83,6 @@ from dpjax.algorithms.accelerated import ACSA_SCHEDULES, AcceleratedState, AcsaS
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import shuffle_protocols
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 AGGREGATORS = ("pvec", "pvec-bits", "exact", "central-gaussian", "local-gaussian", "pan-gaussian",

@@ -25,7 +25,7 @@ the calibration direction, target eps -> sigma or P_vec parameters).
 
 * Shuffled Noisy MB-SGD: each silo's transcript is ISRL-DP before shuffling (record level,
   replace-one): R subsampled Gaussians with sensitivity ``2C/K``
-  (``privacy_schedule``; the ``local`` part of the report). The central
+  (``local_privacy``; the ``local`` part of the report). The central
   guarantee is a numerical chain with Theorem G.1's structure (whose
   constant C is unspecified): Gaussian local randomizer -> amplification
   by shuffling of the M reports (Feldman-McMillan-Talwar, numerical or closed
@@ -59,11 +59,10 @@ from dpjax.accounting import calibrate_noise as calibrate_gaussian
 from dpjax.accounting import compute_epsilon
 from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
-from dpjax.accounting.events import GaussianSchedule, PrivacyReport, SdpReport
+from dpjax.accounting.events import PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
 from dpjax.algorithms.accelerated import AcceleratedState, AcsaFamily, AcsaSchedule
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule, smallest_silo
-from dpjax.engine import federated
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, smallest_silo
 from dpjax.engine import parts
 from dpjax.engine.contract import RoundFamily
 from dpjax.engine.silos import SiloData
@@ -169,19 +168,15 @@ class ShuffledNoisyMbSgd(RoundFamily):
                                     parts.Shuffled("mean"),
                                     parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
 
-    def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
-        """The local (pre-shuffle) ISRL-DP guarantee of one silo: R subsampled
+    def local_privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
+        """The local (pre-shuffle) ISRL-DP guarantee of each silo: R subsampled
         Gaussian releases with sensitivity 2C/K (the ``local`` part of
         ``privacy_report``; shuffle amplification is its ``central`` part)."""
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
         # K = 1 with replacement is a uniform 1-subset: the same law as without replacement.
         scheme = "without-replacement" if self.batch_size == 1 else self.sampling
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=scheme, silo_size=silo_size, batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=self.neighboring,
-        )
+        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
+                            sampling=scheme, batch_size=self.batch_size, steps=self.num_rounds,
+                            neighboring=self.neighboring)
 
     def _chain_args(self, silo_size, num_silos, accountant, participation) -> dict:
         if not self.private:
@@ -244,7 +239,7 @@ class ShuffledNoisyMbSgd(RoundFamily):
             ``"public"`` (the analyzer knows who reported: q = K/n).
           isrl_bound: also use ISRL-DP => central DP (see above).
           local_delta, local_accountant: the per-silo ISRL-DP (eps0, delta0) of the
-            silo's pre-shuffle transcript (``privacy_schedule``), via
+            silo's pre-shuffle transcript (``local_privacy``), via
             ``dpjax.accounting.compute_epsilon`` (default delta0 = ``delta``).
 
         Raises:
@@ -257,7 +252,7 @@ class ShuffledNoisyMbSgd(RoundFamily):
         local_delta = delta if local_delta is None else _validate.check_open_unit("local_delta", local_delta)
         sigma = _validate.check_nonnegative("hparams.noise_std", _scalar("hparams.noise_std", hparams.noise_std))
         clip = _validate.check_positive("hparams.clip_norm", _scalar("hparams.clip_norm", hparams.clip_norm))
-        schedule = self.privacy_schedule(args["n"], hparams)
+        schedule = self.local_privacy([args["n"]], hparams).schedule
         local = compute_epsilon(schedule, local_delta, local_accountant)
         notes = [
             f"Numerical chain (Theorem G.1 structure): Gaussian local randomizer (sensitivity 2L), "
@@ -318,7 +313,7 @@ class ShuffledNoisyMbSgd(RoundFamily):
             sigma = math.inf
         if isrl_bound:
             unit = MbSgdHParams(learning_rate=1.0, noise_std=1.0, clip_norm=clip)
-            sigma = min(sigma, calibrate_gaussian(self.privacy_schedule(n, unit), target, delta, local_accountant))
+            sigma = min(sigma, calibrate_gaussian(self.local_privacy([n], unit).schedule, target, delta, local_accountant))
         return sigma
 
 

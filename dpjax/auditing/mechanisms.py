@@ -124,7 +124,7 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     without replacement, per-example clip to C, mean over K, + N(0, sigma^2 I); R rounds.
 
     Uses ``NoisyMbSgd``'s sampler and ``dpjax.engine.federated`` (``silo_minibatch_gradients``,
-    ``privatize_messages``); certificate from ``NoisyMbSgd.privacy_schedule`` (replace-one in the silo).
+    ``privatize_messages``); certificate from ``NoisyMbSgd.privacy`` (replace-one in the silo).
     """
     algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling=sampling_scheme)
     params0 = jnp.zeros((dim,), jnp.float32)
@@ -150,15 +150,14 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     q = batch_size / silo_size
     m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
 
-    schedule = algo.privacy_schedule(silo_size, MbSgdHParams.create(1.0, noise_std, clip_norm))
-    report = compute_epsilon(schedule, DELTA, accountant)
+    report = algo.privacy([silo_size] * num_silos, MbSgdHParams.create(1.0, noise_std, clip_norm)).epsilon(DELTA, accountant)
     return CanaryAudit(
         name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
         description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",
         mechanism=mech, dataset=data_for(d), neighbour=data_for(dp),
         score=lambda out: inclusion_mixture_llr(out[:, 0] / noise_std, [1 - q, q], -m, m),
         certificate=Certificate(report.epsilon, DELTA, f"dpjax.accounting.compute_epsilon({report.accountant}; "
-                                f"{report.sampling}, NoisyMbSgd.privacy_schedule)", report.neighboring),
+                                f"{report.sampling}, NoisyMbSgd.privacy)", report.neighboring),
         mutants=_standard_mutants(noise_std),
         details={"noise_std": noise_std, "clip_norm": clip_norm, "silo_size": silo_size, "batch_size": batch_size,
                  "num_rounds": num_rounds, "num_silos": num_silos, "sampling": sampling_scheme},
@@ -284,7 +283,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     """DIFF2-GD (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 is a
     restart round (noise std sigma1 C1), round 2 a difference round (noise std sigma2 C2 ||x1 - x0||).
     The released transcript is the two noisy estimators; certificate: ``compose_epsilon`` of
-    ``Diff2GD.privacy_schedules`` (RDP, dp-accounting)."""
+    ``Diff2GD.privacy`` (RDP, dp-accounting)."""
     problem = _Diff2Canary()
     algo = Diff2GD(problem, num_rounds=2, output="last")
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
@@ -314,7 +313,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
 
     hp0 = Diff2HParams.create(learning_rate, restart_interval=2, sigma_restart=sigma_restart, sigma_diff=sigma_diff)
-    schedules = algo.privacy_schedules(silo_size, num_silos, hp0)
+    schedules = algo.privacy([silo_size] * num_silos, hp0).schedules
     eps = compose_epsilon(schedules, DELTA)
     eps = eps.epsilon if hasattr(eps, "epsilon") else float(eps)
     mu = 2 * a * math.hypot(1 / sigma_restart, 1 / sigma_diff)
@@ -323,7 +322,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         description="DIFF2-GD restart + difference channel (algorithms.diff2: clipped means, sigma x radius noise)",
         mechanism=mech, dataset=data_for(-1.0), neighbour=data_for(1.0), score=score,
         certificate=Certificate(eps, DELTA, "dpjax.accounting.diff2.compose_epsilon (RDP, dp-accounting) of "
-                                "Diff2GD.privacy_schedules", "replace-one"),
+                                "Diff2GD.privacy", "replace-one"),
         mutants={"half-noise": {"sigma_restart": sigma_restart / 2, "sigma_diff": sigma_diff / 2}},
         exact=lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA),
                        "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},

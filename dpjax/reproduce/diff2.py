@@ -21,7 +21,7 @@ paired t-test (df = 4) on the per-seed minima, DIFF2-GD < DP-GD.
 Noise: Prop. 4.1 "paper" calibration (u = 1.25; DP-GD the u -> 1, T = 1
 closed form), noise multipliers from ``dpjax.accounting.diff2``; every
 configuration's epsilon is re-checked with ``compose_epsilon`` through the
-algorithm's ``privacy_schedules``.
+algorithm's ``privacy``.
 
 Implementation: one compiled program per dataset. All configurations of all
 algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
@@ -60,7 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
+# The authors' patience rule (Appendix A) is one of the sweep's selection rules.
+from dpjax.sweep.select import largest_surviving as choose_learning_rate, patience_survives as survives  # noqa: F401
 
 PAPER = "DIFF2 (Murata & Suzuki, ICML 2023)"
 DELTA = 1e-5
@@ -276,7 +278,7 @@ def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = 
 
 def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dict:
     """Re-derives each private configuration's epsilon through the algorithm's
-    ``privacy_schedules`` and ``compose_epsilon`` (dp_accounting RDP) and at
+    ``privacy`` and ``compose_epsilon`` (dp_accounting RDP) and at
     alpha_0 (paper); raises if any exceeds its target."""
     from dpjax.accounting import diff2 as acc
     from dpjax.algorithms import diff2 as alg
@@ -292,7 +294,7 @@ def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dic
                                   c.sigma_diff if c.restart_interval > 1 else None, DELTA, "paper", eps_target=c.epsilon)
         hp = alg.Diff2HParams(0.1, c.restart_interval, c.clip_restart, c.clip_diff, c.sigma_restart, c.sigma_diff)
         gd = alg.Diff2GD(_DummyProblem(), protocol.num_rounds, restart_every_round=c.restart_interval == 1)
-        composed = acc.compose_epsilon(gd.privacy_schedules(n_min, NUM_SILOS, hp), DELTA)
+        composed = acc.compose_epsilon(gd.privacy([n_min] * NUM_SILOS, hp).schedules, DELTA)
         if paper > c.epsilon * (1 + 1e-9) or composed > c.epsilon * (1 + 1e-9):
             raise RuntimeError(f"configuration {c} exceeds eps={c.epsilon}: paper {paper}, composed {composed}")
         checked[key] = (paper, composed)
@@ -308,37 +310,6 @@ class _DummyProblem:
 
 
 # ----------------------------------------------------------------------------- selection (Appendix A)
-def survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
-    """The authors' early-stopping rule on a train-loss trace (checkpoint 0 first, Appendix A):
-    fail on NaN/inf; ``patience`` evaluations with loss > factor x best fail; the
-    counter resets only on a strict improvement and is unchanged in between."""
-    losses = np.asarray(losses, float)
-    if losses.size == 0 or not np.isfinite(losses[0]):
-        return False
-    best, count = losses[0], 0
-    for loss in losses[1:]:
-        if not np.isfinite(loss):
-            return False
-        if loss > factor * best:
-            count += 1
-        elif loss < best:
-            best, count = loss, 0
-        if count >= patience:
-            return False
-    return True
-
-
-def choose_learning_rate(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
-    """Index of the largest surviving step size (``etas`` in any order), and
-    whether one survived; otherwise the one with the lowest min train loss (the paper names no criterion)."""
-    order = np.argsort(-np.asarray(etas, float))
-    for i in order:
-        if survives(traces[i], patience, factor):
-            return int(i), True
-    mins = [np.nanmin(np.where(np.isfinite(t), t, np.nan)) if np.isfinite(t).any() else np.inf for t in traces]
-    return int(np.argmin(mins)), False
-
-
 def authors_step_size_search(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool, int]:
     """The authors' step-size search (``train.py`` and ``notebook_for_evaluation.ipynb`` of
     ``lawrenceztang/CE-PLSGM``): ``(index, survived, checkpoints recorded)``.
@@ -389,6 +360,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     import jax
     import jax.numpy as jnp
 
+    from dpjax import keys
     from dpjax.algorithms import diff2 as alg
     from dpjax.engine import runner
 
@@ -435,9 +407,8 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
             "xte": jnp.asarray(fd.pooled_test_x),
             "yte": jnp.asarray(fd.pooled_test_y),
         }
-        base = jax.random.key(seed)
-        params0 = problem.init_params(jax.random.fold_in(base, 1))
-        run_key = jax.random.fold_in(base, 2)
+        params0 = problem.init_params(keys.run_key(seed, 1))
+        run_key = keys.run_key(seed, 2)
         ev0 = jax.device_get(jax.jit(eval_fn)(params0, ed))
         per_chunk = []
         for start in range(0, len(configs), chunk):
@@ -550,12 +521,9 @@ def _rows(name: str, summary: dict, rounds, result: dict) -> list[dict]:
 
 
 def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(datasets), len(metrics), figsize=(4 * len(metrics), 3.2 * len(datasets)), squeeze=False)
+    fig, axes = new_figure(len(datasets), len(metrics), panel=(4, 3.2))
     colors = {"GD": "k", "DP-GD": "tab:blue", "DIFF2-GD": "tab:red"}
     for i, name in enumerate(datasets):
         summary, rounds = summaries[name], rounds_by[name]
@@ -575,10 +543,7 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
             ax.set_xlabel("round")
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title=title)
 
 
 def _pvalue(summary, eps, m, kind="best"):
@@ -623,7 +588,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
               (f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1)." if construction == "paper"
                else "- noise: the authors' script's multipliers (`diff2_gd_sigmas_script`: sigma1^2 = 4u alpha_0 R/(T "
                "n_min^2 P^2 eps), sigma2^2 = (4u/(u-1)) alpha_0 R/(n_min^2 P^2 eps), u = 1.25; DP-GD as the paper's).")
-              + " Every configuration's epsilon was re-checked through `Diff2GD.privacy_schedules` + "
+              + " Every configuration's epsilon was re-checked through `Diff2GD.privacy` + "
               "`dpjax.accounting.diff2.compose_epsilon` (values under Privacy check).",
               ("- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN)"
                if construction == "paper" else
@@ -653,16 +618,14 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
     for eps in epsilons:
         for n in datasets:
             s = summaries[n]
-            lines += [f"### {n}, eps = {eps:g}", "",
-                      "| algorithm | " + " | ".join(f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics) + " | "
-                      + " | ".join(f"final {m}" for m in metrics) + " |",
-                      "|---|" + "---|" * (2 * len(metrics))]
-            for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)), ("DIFF2-GD", ("DIFF2-GD", eps))):
-                e = s[key]
-                lines.append(f"| {algo} | " + " | ".join(_fmt(e[m]["best"]) for m in metrics) + " | "
-                             + " | ".join(_fmt(e[m]["final"]) for m in metrics) + " |")
-            lines.append("| p (DIFF2 < DP-GD) | " + " | ".join(f"{_pvalue(s, eps, m):.3g}" for m in metrics) + " | "
-                         + " | ".join(f"{_pvalue(s, eps, m, 'final'):.3g}" for m in metrics) + " |")
+            columns = (["algorithm"] + [f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics]
+                       + [f"final {m}" for m in metrics])
+            table = [[algo] + [_fmt(s[key][m][kind]) for kind in ("best", "final") for m in metrics]
+                     for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)),
+                                       ("DIFF2-GD", ("DIFF2-GD", eps)))]
+            table.append(["p (DIFF2 < DP-GD)"] + [f"{_pvalue(s, eps, m, kind):.3g}" for kind in ("best", "final")
+                                                  for m in metrics])
+            lines += [f"### {n}, eps = {eps:g}", "", report.markdown_table(table, columns)]
             ch = s[("DIFF2-GD", eps)]["train_loss"]["choice"]
             cd = s[("DP-GD", eps)]["train_loss"]["choice"]
             lines += ["", "Chosen (train-loss panel) DIFF2-GD (T, C1, C2, eta) per seed: "
@@ -678,23 +641,22 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
                 g = s[("GD", math.inf)][m]["best"]
                 p = _pvalue(s, eps, m)
                 holds = np.mean(a) < np.mean(b) and p < 0.05
-                claims.append(f"| {n} | {eps:g} | {m} | {np.mean(a):.4g} | {np.mean(b):.4g} | {p:.3g} | "
-                              f"{'holds' if holds else ('same direction, not significant' if np.mean(a) < np.mean(b) else 'does NOT hold')} | "
-                              f"{'yes' if np.mean(g) <= min(np.mean(a), np.mean(b)) else 'no'} |")
+                verdict = "holds" if holds else ("same direction, not significant" if np.mean(a) < np.mean(b)
+                                                 else "does NOT hold")
+                claims.append([n, f"{eps:g}", m, f"{np.mean(a):.4g}", f"{np.mean(b):.4g}", f"{p:.3g}", verdict,
+                               report.yes_no(np.mean(g) <= min(np.mean(a), np.mean(b)))])
     lines += ["## Claim by claim", "",
               "Paper: DIFF2-GD beats DP-GD on every metric and dataset, significantly by a one-sided paired t-test; "
               "GD (ref) is the lower envelope.", "",
-              "| dataset | eps | metric (min over rounds) | DIFF2-GD | DP-GD | p | claim | GD below both |",
-              "|---|---|---|---|---|---|---|---|"] + claims
+              report.markdown_table(claims, ["dataset", "eps", "metric (min over rounds)", "DIFF2-GD", "DP-GD", "p",
+                                             "claim", "GD below both"])]
     lines += ["", f"Figures: {', '.join(pngs)}; tidy results: results.csv "
               "(kind = curve | best | final; accountant column names the calibration).", ""]
     lines += ["## Privacy check", ""]
     for n in datasets:
         lines.append(f"- {n}: " + "; ".join(f"eps={e:g}, T={t}: paper-mode {p:.4f}, dp_accounting RDP {c:.4f}"
                                            for (e, t), (p, c) in sorted(results[n]["privacy"].items())))
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    return report.write_report(out_dir, lines)
 
 
 def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None,

@@ -102,7 +102,7 @@ def synthetic_silos(cfg: ScalingConfig, *, n: int, num_silos: int, seed: int):
 
 def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, seed: int = 0) -> dict:
     """Mean excess risk of the tuned step size (one ``run_many`` over step sizes x repetitions)."""
-    import jax
+    from dpjax import keys
     import jax.numpy as jnp
 
     from dpjax.accounting import isrl_paper_min_batch_size, isrl_paper_sigma
@@ -122,9 +122,7 @@ def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, s
                       sampling="with-replacement", output="average")
     grid = [(lr, r) for lr in cfg.learning_rates for r in range(cfg.repetitions)]
     hps = stack_hparams([MbSgdHParams.create(lr, sigma, cfg.clip) for lr, _ in grid])
-    key = jax.random.key(seed)
-    keys = jnp.stack([jax.random.fold_in(key, r) for _, r in grid])
-    res = run_many(algo, data, hps, keys)
+    res = run_many(algo, data, hps, jnp.stack([keys.run_key(seed, r) for _, r in grid]))
     err = 0.5 * np.sum((np.asarray(res.output, np.float64) - w_dagger) ** 2, axis=-1)
     by_lr = {lr: float(np.mean([e for (l, _), e in zip(grid, err) if l == lr])) for lr in cfg.learning_rates}
     best = min(by_lr, key=by_lr.get)

@@ -52,7 +52,7 @@ from dpjax.engine.silos import SiloData
 from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.problems import LogisticRegression
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 
 PAPER = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization (ICLR 2022)"
 
@@ -190,12 +190,9 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
 
 
 def _plot_protocols(path, rows, plots):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(1, 4, figsize=(18, 4))
+    fig, ax = new_figure(1, 4, figsize=(18, 4), squeeze=True)
     p1 = [r for r in rows if r["check"] in ("p1d_moments", "pvec_moments")]
     ax[0].scatter(range(len(p1)), [r["z_mean"] for r in p1], label="z of the mean")
     ax[0].scatter(range(len(p1)), [(r["var_ratio"] - 1) * 10 for r in p1], marker="x", label="10 (var ratio - 1)")
@@ -222,9 +219,7 @@ def _plot_protocols(path, rows, plots):
     audit = [r for r in rows if r["check"] == "mc_audit"][0]
     ax[3].bar(["audit lower bound", "claimed eps"], [audit["eps_lower_bound"], audit["epsilon"]])
     ax[3].set_title("Monte-Carlo distinguishing audit")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 @register("shuffle-sco-protocols", paper=PAPER,
@@ -242,7 +237,8 @@ def shuffle_sco_protocols(out_dir: pathlib.Path, *, quick: bool, seed: int) -> p
     _plot_protocols(out_dir / "shuffle_sco_protocols.png", rows, plots)
     lines = [f"# shuffle-sco-protocols ({'quick' if quick else 'full'}; {wall:.0f} s)", "", f"Paper: {PAPER}.",
              "The paper has no experiments; these checks validate Lemma 3.1 / Theorem 3.2 on dpjax's simulators.",
-             "", "| check | n | d | inputs | statistic | holds |", "|---|---|---|---|---|---|"]
+             ""]
+    checks = []
     for r in rows:
         if r["check"] in ("p1d_moments", "pvec_moments"):
             stat = f"z = {r['z_mean']:.2f}, var ratio = {r['var_ratio']:.3f}" + (
@@ -255,14 +251,12 @@ def shuffle_sco_protocols(out_dir: pathlib.Path, *, quick: bool, seed: int) -> p
         else:
             stat = (f"TPR {r['tpr']:.4f}, FPR {r['fpr']:.4f}: eps >= {r['eps_lower_bound']:.3f} "
                     f"(95%) vs claimed {r['epsilon']:.3f}")
-        lines.append(f"| {r['check']} | {r['n']} | {r['d']} | {r.get('inputs', '')} | {stat} | "
-                     f"{'holds' if r['holds'] else 'DIFFERS'} |")
+        checks.append([r["check"], r["n"], r["d"], r.get("inputs", ""), stat, "holds" if r["holds"] else "DIFFERS"])
+    lines.append(report.markdown_table(checks, ["check", "n", "d", "inputs", "statistic", "holds"]))
     lines += ["", "Tolerances: mean within 4 standard errors (P_vec: plus sqrt(2 ln d) for the maximum over d "
               "coordinates); variance ratio within the chi^2 99.9% interval (P_1D) or 10% (P_vec total).",
               "", "Figure: shuffle_sco_protocols.png; tidy results: results.csv."]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    return report.write_report(out_dir, lines)
 
 
 # ---------------------------------------------------------------------------
@@ -486,12 +480,9 @@ def rate_sweep(quick: bool, seed: int, log=print) -> tuple[list[dict], list[dict
 
 
 def _plot_rates(path, rows, summaries):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(2, 3, figsize=(17, 9))
+    fig, ax = new_figure(2, 3, figsize=(17, 9), squeeze=True)
     for j, iname in enumerate(INSTANCES):
         a = ax[0, j]
         algs = sorted({r["algorithm"] for r in rows if r["instance"] == iname and r["sweep"] == "n"})
@@ -512,9 +503,7 @@ def _plot_rates(path, rows, summaries):
         b.set_title(f"{iname}: excess loss vs d")
         b.set_xlabel("d")
         b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 @register("shuffle-sco-rates", paper=PAPER,
@@ -534,31 +523,31 @@ def shuffle_sco_rates(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathl
              "measured excess loss is >= 3x that of the non-private twin (same schedule, exact sums); when fewer than "
              "two such n exist, over the n where the measured private term dominates (>= 3x twin, <= 0.3 L D). "
              "slopes.csv names the rule used per protocol.",
-             "", "| Table 1 row | protocol | expected n-slope | measured | n range (decades) | bound window | "
-             "expected d-slope | measured (n) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+             ""]
+    fits = []
     for s in summaries:
         verdict = ("holds" if s["holds_n"] and s["holds_d"] else
                    "differs" + (" (n)" if not s["holds_n"] else "") + (" (d)" if not s["holds_d"] else ""))
         if s["decades"] < 1:
             verdict += f"; fitted range only {s['decades']:.1f} decades"
-        lines.append(f"| {s['table_row']} | {s['protocol']} | {s['expected_n']:.3f} | {s['slope_n']:.3f} | "
-                     f"{s['n_range']} ({s['decades']:.1f}) | {s['bound_window']} | {s['expected_d']:.3f} | "
-                     f"{s['slope_d']:.3f} ({s['n_for_d']}) | {verdict} |")
+        fits.append([s["table_row"], s["protocol"], f"{s['expected_n']:.3f}", f"{s['slope_n']:.3f}",
+                     f"{s['n_range']} ({s['decades']:.1f})", s["bound_window"], f"{s['expected_d']:.3f}",
+                     f"{s['slope_d']:.3f} ({s['n_for_d']})", verdict])
+    lines.append(report.markdown_table(fits, ["Table 1 row", "protocol", "expected n-slope", "measured",
+                                              "n range (decades)", "bound window", "expected d-slope", "measured (n)",
+                                              "verdict"]))
     lines += ["", "Not measured: the fully interactive convex row (P_GD + smoothing, sqrt(d)/(eps n), Thm 4.9): its "
               "T = min(n, eps^2 n^2/(d ln^2)) full-batch rounds cost n^2 gradients, and its explicit bound enters the "
               "[0.01, 0.3] L D window only at n >= 3e5 (1e11 gradients). The phased P_GD above runs with T capped at "
               f"{PGD_ROUNDS} rounds per phase (budget split over those rounds).", "",
               "Count-level P_vec vs the surrogate (same schedule, n = 1e4):", "",
-              "| protocol | excess (P_vec count level) | excess (surrogate) | certified eps | accountant | bits/user |",
-              "|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["sweep"] == "pvec-check":
-            lines.append(f"| {r['algorithm']} | {r['value']:.4g} | {r['surrogate_value']:.4g} | {r['epsilon']:.4g} | "
-                         f"{r['accountant']} | {r['bits_per_user']:.3g} |")
+              report.markdown_table([[r["algorithm"], f"{r['value']:.4g}", f"{r['surrogate_value']:.4g}",
+                                      f"{r['epsilon']:.4g}", r["accountant"], f"{r['bits_per_user']:.3g}"]
+                                     for r in rows if r["sweep"] == "pvec-check"],
+                                    ["protocol", "excess (P_vec count level)", "excess (surrogate)", "certified eps",
+                                     "accountant", "bits/user"])]
     lines += ["", "Figure: shuffle_sco_rates.png; results.csv (every point), slopes.csv (fits)."]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    return report.write_report(out_dir, lines)
 
 
 # ---------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 
 PAPER = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
 SLOPE_TOL = 0.15
@@ -70,50 +70,27 @@ def _check_out_dir(out_dir: pathlib.Path, name: str, quick: bool, seed: int) -> 
 
 def _write(out_dir: pathlib.Path, name: str, title: str, rows: list[dict], claims: list[dict], notes: Sequence[str],
            plot: Callable, *, quick: bool, seed: int, wall: float, mode: str) -> pathlib.Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
+    from dpjax.sweep.plot import pyplot, save_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tidy = pd.DataFrame(rows)
-    first = ["algorithm", "epsilon", "trial", "metric", "value", "accountant"]
-    for c in first:
-        if c not in tidy:
-            tidy[c] = np.nan
-    tidy = tidy[first + [c for c in tidy.columns if c not in first]]
-    tidy.to_csv(out_dir / "results.csv", index=False)
-    fig = plot(plt)
-    png = out_dir / f"{name}.png"
-    fig.savefig(png, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    report.tidy_results(out_dir, rows, fill_missing=True)
+    png = save_figure(plot(pyplot()), out_dir / f"{name}.png", tight=False, bbox_inches="tight")
     held = sum(bool(c["holds"]) for c in claims)
     lines = [f"# {name}: {title}", "",
              f"Paper: {PAPER} (no experiments in the paper; this is a numerical check of its theorems on synthetic "
              f"data). Mode: **{'quick' if quick else 'full'}**, seed {seed}, wall time {wall:.1f} s on "
-             f"{platform.machine()} ({_device()}).", "",
+             f"{platform.machine()} ({report.device_line()}).", "",
              f"Privacy mode: **{mode}**.", "", f"![figure]({png.name})", "",
              f"## Expected outcomes ({held}/{len(claims)} hold)", "",
-             "| expected outcome | setting | measured | holds |", "|---|---|---|---|"]
-    for c in claims:
-        lines.append(f"| {c['claim']} | {c['setting']} | {c['measured']} | {'yes' if c['holds'] else '**no**'} |")
+             report.markdown_table([[c["claim"], c["setting"], c["measured"], "yes" if c["holds"] else "**no**"]
+                                    for c in claims], ["expected outcome", "setting", "measured", "holds"])]
     lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
     lines += ["", f"Files: `results.csv` (tidy: algorithm, epsilon, trial, metric, value, accountant, ...), "
               f"`{png.name}`, `meta.json`."]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    (out_dir / "meta.json").write_text(json.dumps({"figure": name, "quick": quick, "seed": seed, "wall_time_s": wall,
-                                                   "claims_held": held, "claims": len(claims)}, indent=2))
-    return report
-
-
-def _device() -> str:
-    import os
-
-    import jax
-
-    return f"{jax.devices()[0].platform}, {os.cpu_count()} visible CPUs, jax {jax.__version__}"
+    path = report.write_report(out_dir, lines)
+    report.write_meta(out_dir, {"figure": name, "quick": quick, "seed": seed, "wall_time_s": wall,
+                                "claims_held": held, "claims": len(claims)})
+    return path
 
 
 def _figure(name: str, body: Callable, out_dir, quick: bool, seed: int) -> pathlib.Path:

@@ -196,7 +196,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         problem, num_rounds=cfg.rounds, batch_size=batch_size, sampling=cfg.sampling,
         availability=FixedAvailability(cfg.silos_per_round), output=cfg.output,
     )
-    schedule: GaussianSchedule = algo.privacy_schedule(n, MbSgdHParams.create(1.0, 1.0, lipschitz))
+    schedule: GaussianSchedule = algo.privacy([n], MbSgdHParams.create(1.0, 1.0, lipschitz)).schedule
     if cfg.calibration == "paper-experiment":
         sigma = sigma_exp
     else:
@@ -209,9 +209,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
 
     lrs = cfg.step_sizes()
     grid = [(lr, rep) for lr in lrs for rep in range(cfg.repetitions)]
-    run_key = jax.random.key(cfg.seed)
     # Repetition r of every step size uses the same key (common random numbers).
-    rkeys = jnp.stack([jax.random.fold_in(run_key, rep) for _, rep in grid])
+    rkeys = jnp.stack([keys.run_key(cfg.seed, rep) for _, rep in grid])
     eval_data = {
         "train": train.pooled(),
         "test": (jnp.asarray(test_x), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),

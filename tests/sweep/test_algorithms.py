@@ -132,10 +132,11 @@ def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, account
     n, delta = 40, 1 / 40**2
     for h, axes in enumerate(g.configs):
         hp = sw.hparams(g, 0, h)
-        sched = alg.privacy_schedule(n, entry.make_hparams(hp, algorithm=alg))
+        sched = alg.privacy([n], entry.make_hparams(hp, algorithm=alg)).schedule
         assert sched.noise_std == hp["noise_std"] > 0
         assert api.compute_epsilon(sched, delta, accountant).epsilon <= axes["epsilon"] * (1 + 1e-9)
-        unit = alg.privacy_schedule(n, entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg))
+        unit_hp = entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg)
+        unit = alg.privacy([n], unit_hp).schedule
         sigma = api.calibrate_noise(unit, axes["epsilon"], delta, accountant) * hp["clip_norm"]
         assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
 

@@ -466,7 +466,7 @@ def _d5(quick: bool, seed: int):
     # Is the excess the private term or the inner solves' Huber smoothing? Largest d cell again with half the
     # width and 4x the iterations (converged: 4x the iterations at the original width changes nothing).
     n_c, m_c, d_c = sweeps["d"][-1]
-    x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c)
+    x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c, noise=0.0)  # the sharp cell
     _, best = lad_reference(x, y)
     half_w = problems.Loss(kind, radius=radius, smoothing=loss.smoothing / 2)
     half_out = _phased_erm_runs(half_w, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)

@@ -373,11 +373,13 @@ def _sq_norms(parts):
     return jnp.maximum(total, 0.0)  # the Gram form can round below 0 for a zero gradient
 
 
-def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset()) -> PyTree:
+def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset(), rows=None) -> PyTree:
     """``sum_i coef_i grad l_i`` as a params pytree: per layer, the batch's weight
     gradient with output cotangents ``coef_i delta_i`` (``A^T diag(coef) D`` for dense),
     or ``sum_i coef_i G_i`` where the norms already materialised ``G_i``. Calls in
-    ``skip`` contribute nothing."""
+    ``skip`` contribute nothing. ``rows`` (default ``coef != 0``): the rows whose
+    inputs are used; pass the data mask so that inputs shared by a vmapped batch
+    of runs (the data) stay shared instead of being masked once per run."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     out = [jnp.zeros_like(leaf) for leaf in leaves]
     done = set(skip)
@@ -400,7 +402,8 @@ def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, sk
         own = dict(zip(call.param_names, (leaves[i] for i in call.leaf_ids)))
         c = coef.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype)
         cot = jnp.where(c != 0, c * d, jnp.zeros_like(d))  # masked rows add nothing, even if NaN
-        a = jnp.where(coef.reshape((-1,) + (1,) * (a.ndim - 1)) != 0, a, jnp.zeros_like(a))
+        used = (coef != 0) if rows is None else rows
+        a = jnp.where(used.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.zeros_like(a))
         _, vjp = jax.vjp(lambda p, call=call, a=a: jax.vmap(lambda ai: call.module.apply({"params": p}, ai))(a), own)
         grads = vjp(cot)[0]
         for name, i in zip(call.param_names, call.leaf_ids):
@@ -474,7 +477,7 @@ def ghost_clipped_sum(
     else:
         parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
         coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
-    total = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats)
+    total = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0)
     return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
 
 
@@ -515,8 +518,9 @@ def clipped_difference_from_passes(plan: GhostPlan, params: PyTree, prev_params:
     # one weight-gradient pass for data-input layers: cotangents coef (D - [use] D')
     deltas_eff = [d - jnp.where(use_difference, q, jnp.zeros_like(q)) if k in merged else d
                   for k, (d, q) in enumerate(zip(deltas, prev_deltas))]
-    cur = _weighted_layer_sums(plan, params, inputs, deltas_eff, coef, mats)
-    prev = _weighted_layer_sums(plan, prev_params, prev_inputs, prev_deltas, coef_prev, prev_mats, skip=merged)
+    rows = weights != 0  # masked rows add nothing, even if NaN (coefficients are 0 there too)
+    cur = _weighted_layer_sums(plan, params, inputs, deltas_eff, coef, mats, rows=rows)
+    prev = _weighted_layer_sums(plan, prev_params, prev_inputs, prev_deltas, coef_prev, prev_mats, skip=merged, rows=rows)
     return jax.tree_util.tree_map(jnp.subtract, cur, prev)
 
 
@@ -555,7 +559,7 @@ def clipped_difference_sum(
         inputs, deltas = passes
         parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
         coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
-        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef, mats),
+        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0),
                                jnp.sum(weights), sensitivity, True)
     prev_passes = _capture(loss_fn, prev_params, x, y, plan)
     total = clipped_difference_from_passes(plan, params, prev_params, passes, prev_passes, clip_norm, weights,

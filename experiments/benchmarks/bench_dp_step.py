@@ -101,10 +101,15 @@ def make_steps(problem):
         noisy = noise.add_gaussian_noise(key, total, SIGMA * CLIP)
         return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
 
+    def clip_only(params, x, y, key):
+        total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
+        return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], total))
+
     def noise_only(params, x, y, key):
         return noise.gaussian_like(key, params, SIGMA * CLIP)
 
-    return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad, "noise only": noise_only}
+    return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad,
+            "private without noise": clip_only, "noise only": noise_only}
 
 
 CLOCK = time.perf_counter

@@ -37,7 +37,10 @@ Gradient differences (DIFF2, Murata & Suzuki 2023, Algorithm 1 step 2):
 ``grad l_i(w) - grad l_i(w')`` of a dense layer is
 ``A^T (D - D') + (A - A')^T D'``, i.e. again one "dense layer" whose factors are
 ``[A; A - A']`` and ``[D - D'; D']`` stacked along the position axis, so its norm
-uses the same identities. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2``
+uses the same identities; when the layer's input does not depend on the
+parameters (``GhostPlan.fixed_inputs``: a first layer sees the data) the
+difference is just ``A^T (D - D')``. ``layer_passes`` / ``clipped_difference_from_passes``
+let DIFF2 carry the previous iterate's pass instead of recomputing it. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2``
 instead would cancel catastrophically in float32 when ``w' ~ w``.)
 
 Supported: models made of ``flax.linen`` ``Dense``, ``Conv``, ``Embed``,

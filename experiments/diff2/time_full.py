@@ -11,6 +11,10 @@ warm (best of two), for each DIFF2 clipping path side by side in one process:
 * ``auto``: what the reproduction runs now (``dpjax.algorithms.diff2.clipping_path``: ghost clipping
   with the previous iterate's layer passes carried, or per-record gradients if cheaper).
 
+Reference row ``non-private GD``: plain full-batch gradient descent on the same network, data and
+vmapped batch of runs (``jax.grad`` of the mean loss, no clipping, no noise): the floor of any exact
+per-record method, since DIFF2-GD must at least compute one full-batch gradient per round.
+
 The time per (run x round) is the marginal cost of the compiled program (no data loading, privacy
 check or evaluation inside the timed call); the evaluation every 20 rounds (full train gradient and
 test loss) is timed separately and added per round. The extrapolation uses the ``auto`` path:
@@ -70,7 +74,7 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
     keys_ = jnp.stack([jax.random.key(2)] * len(configs))
     out = {"n_train": int(n_min * rep.NUM_SILOS), "n_params": sum(int(p.size) for p in jax.tree_util.tree_leaves(params0)),
            "measured_runs": len(configs), "measured_rounds": rounds, "paths": {}}
-    for path in paths:
+    for path in (p for p in paths if p in PATHS):
         algorithm = alg.Diff2GD(problem, rounds, output="last", **PATHS[path])
         t0 = time.perf_counter()
         run = lambda algorithm=algorithm: runner.run_many(algorithm, data, hp, keys_, params=params0).state.params  # noqa: E731
@@ -81,6 +85,24 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
                               "ms_per_run_round": 1e3 * warm / (len(configs) * rounds)}
         print(f"  {name} {path:>10} ({out['paths'][path]['runs_on']}): "
               f"{out['paths'][path]['ms_per_run_round']:.2f} ms/run-round (compile+run {first:.1f} s)", flush=True)
+    if "non-private GD" in paths:
+        x = data.x.reshape((-1,) + data.x.shape[2:])
+        y = data.y.reshape((-1,) + data.y.shape[2:])
+
+        def gd(params):
+            def body(p, _):
+                g = jax.grad(lambda q: jnp.mean(jax.vmap(problem.loss, (None, 0, 0))(q, x, y)))(p)
+                return jax.tree_util.tree_map(lambda a, b: a - 0.01 * b, p, g), None
+            return jax.lax.scan(body, params, None, length=rounds)[0]
+
+        batch = jax.tree_util.tree_map(lambda a: jnp.stack([a] * len(configs)), params0)
+        gd_runs = jax.jit(jax.vmap(gd))
+        jax.block_until_ready(gd_runs(batch))
+        warm = _best_of(lambda: gd_runs(batch))
+        out["paths"]["non-private GD"] = {"runs_on": "full-batch grad", "warm_call_s": warm,
+                                          "ms_per_run_round": 1e3 * warm / (len(configs) * rounds)}
+        print(f"  {name} non-private GD: {out['paths']['non-private GD']['ms_per_run_round']:.2f} ms/run-round",
+              flush=True)
     ed = {"xtr": jnp.asarray(np.concatenate(fd.train_x)), "ytr": jnp.asarray(np.concatenate(fd.train_y)),
           "xte": jnp.asarray(fd.pooled_test_x), "yte": jnp.asarray(fd.pooled_test_y)}
     eval_fn = jax.jit(rep.make_eval_fn(problem, classification))
@@ -99,7 +121,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--configs", type=int, default=4)
     ap.add_argument("--datasets", nargs="*", default=list(EPS))
-    ap.add_argument("--paths", nargs="*", default=list(PATHS), choices=list(PATHS))
+    ap.add_argument("--paths", nargs="*", default=[*PATHS, "non-private GD"], choices=[*PATHS, "non-private GD"])
     ap.add_argument("--out", default=str(pathlib.Path(__file__).with_name("full_timing.json")))
     args = ap.parse_args()
     path = pathlib.Path(args.out)
@@ -111,6 +133,8 @@ def main() -> None:
         ratio = ", ".join(f"{k} {v['ms_per_run_round']:.2f}" for k, v in p.items())
         drop = (f"; per-record/auto {p['per-record']['ms_per_run_round'] / p['auto']['ms_per_run_round']:.1f}x"
                 if {"per-record", "auto"} <= set(p) else "")
+        drop += (f"; auto/non-private GD {p['auto']['ms_per_run_round'] / p['non-private GD']['ms_per_run_round']:.2f}x"
+                 if {"auto", "non-private GD"} <= set(p) else "")
         est = f"; full protocol ~{res['estimated_full_h']:.0f} h on this machine" if "estimated_full_h" in res else ""
         print(f"{name}: n_train={res['n_train']} d={res['n_params']} ms/run-round: {ratio}{drop}; "
               f"eval {res['eval_ms']:.1f} ms per 20 rounds{est}", flush=True)

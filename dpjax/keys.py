@@ -1,6 +1,8 @@
 """PRNG key discipline.
 
-Every random draw in dpjax derives from one *run key*:
+Every random draw in dpjax derives from one *run key*
+(``run_key(seed, *path)``: the seed's key folded in by the run's position
+in its experiment, e.g. trial and repetition):
 
     run_key --fold_in(r)--> round key --fold_in(stream id)--> stream key --split(N)--> per-silo keys
 
@@ -67,9 +69,31 @@ def silo_keys(key: jax.Array, num_silos: int) -> jax.Array:
     return jax.random.split(key, num_silos)
 
 
-def run_keys(seed: int, num_runs: int) -> jax.Array:
-    """Independent run keys for ``num_runs`` runs of one seed."""
-    return jax.random.split(jax.random.key(seed), num_runs)
+def run_key(seed, *path: int) -> jax.Array:
+    """The key of one run: ``jax.random.key(seed)`` (or ``seed`` itself if it is
+    already a key) folded in by each index of ``path`` in turn.
+
+    The one run-key convention of every driver: the path names where the run
+    sits in its experiment, outermost first, e.g. ``(trial, repetition)`` in a
+    sweep or ``(trial, setting, family, repetition)`` in the ISRL figures.
+    Runs that share a path prefix and differ only in hyperparameters get the
+    same key (common random numbers); ``run_key(run_key(s, a), b) ==
+    run_key(s, a, b)``, so a driver may hand a prefix key to a sub-driver.
+    """
+    key = jax.random.key(seed) if _is_seed(seed) else seed
+    for index in path:
+        key = jax.random.fold_in(key, index)
+    return key
+
+
+def run_keys(seed, num_runs: int, *path: int) -> jax.Array:
+    """``num_runs`` run keys ``run_key(seed, *path, i)``, ``i = 0 .. num_runs - 1`` (leading axis)."""
+    prefix = run_key(seed, *path)
+    return jax.vmap(lambda i: jax.random.fold_in(prefix, i))(jnp.arange(num_runs, dtype=jnp.uint32))
+
+
+def _is_seed(seed) -> bool:
+    return not (isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key))
 
 
 def key_data(key: jax.Array) -> jnp.ndarray:

@@ -63,7 +63,7 @@ def test_every_family_implements_the_contract(algorithm, hparams):
 def test_privacy_equals_the_schedule_it_wraps():
     alg = NoisyMbSgd(PROBLEM, 20, 8, sampling="poisson")
     hp = MbSgdHParams.create(0.1, 1.5, 2.0)
-    direct = accounting.compute_epsilon(alg.privacy_schedule(100, hp), DELTA, "rdp").epsilon
+    direct = accounting.compute_epsilon(alg.privacy([100], hp).schedule, DELTA, "rdp").epsilon
     # the smallest silo certifies: silo sizes (300, 100, 200) -> n = 100
     assert alg.privacy([300, 100, 200], hp).epsilon(DELTA).epsilon == direct
 

@@ -163,14 +163,13 @@ def test_eval_schedule_and_metrics(algo, data):
     assert float(final["loss"]) == pytest.approx(float(res.eval_metrics["loss"][-1]), rel=1e-5)
 
 
-def test_privacy_schedule_reads_the_run_config(algo):
+def test_privacy_reads_the_run_config(algo):
     hp = MbSgdHParams.create(0.5, 0.3, 2.0)
-    s = algo.privacy_schedule(25, hp)
+    s = algo.privacy([25, 30], hp).schedule  # the smallest silo certifies
     assert s.steps == algo.num_rounds and s.batch_size == algo.batch_size and s.dataset_size == 25
     assert s.contribution_bound == pytest.approx(2.0 / algo.batch_size)
     assert s.noise_std == pytest.approx(0.3) and s.sampling.value == algo.sampling
-    with pytest.raises(ValueError, match="private"):
-        dataclasses.replace(algo, private=False).privacy_schedule(25, hp)
+    assert not dataclasses.replace(algo, private=False).privacy([25], hp).private
 
 
 def test_one_compile_serves_a_grid(algo, data):

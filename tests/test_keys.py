@@ -38,6 +38,19 @@ def test_run_keys_are_distinct_across_runs_and_seeds():
     assert len(set(words)) == len(words)
 
 
+def test_run_key_is_the_seed_key_folded_by_the_path():
+    # the convention every driver uses (sweep: (trial, repetition); ISRL figures: (trial, setting,
+    # family, repetition)); a prefix key handed to a sub-driver gives the same keys
+    seed, path = 7, (3, 25012, 1, 2)
+    chain = jax.random.key(seed)
+    for i in path:
+        chain = jax.random.fold_in(chain, i)
+    assert _words(keys.run_key(seed, *path)) == _words(chain)
+    assert _words(keys.run_key(keys.run_key(seed, *path[:2]), *path[2:])) == _words(chain)
+    batch = keys.run_keys(seed, 4, *path[:3])
+    assert [_words(k) for k in batch] == [_words(keys.run_key(seed, *path[:3], r)) for r in range(4)]
+
+
 def test_stream_ids_are_unique_and_unknown_stream_rejected():
     assert len(set(keys.STREAMS.values())) == len(keys.STREAMS)
     import pytest

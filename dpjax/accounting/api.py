@@ -84,7 +84,7 @@ def _paper_epsilon(schedule: GaussianSchedule, delta: float, accountant: str) ->
             )
         notes.append("ISRL-DP Theorem D.1 printed calibration (advanced composition; paper's claim)")
         if schedule.sampling is Sampling.WITH_REPLACEMENT:
-            notes.append("the paper's proof uses a without-replacement lemma for with-replacement sampling (spec I-8)")
+            notes.append("the paper's proof uses a without-replacement lemma for with-replacement sampling (ISRL-DP, Theorem D.1)")
     elif schedule.sampling is Sampling.ONE_PASS:
         if r * k > n:
             raise ValueError(f"accountant={accountant!r}: one-pass needs steps*batch_size <= dataset_size, got {r}*{k} > {n}")

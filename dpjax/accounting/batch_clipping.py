@@ -1,12 +1,12 @@
 """Exact strong-adversary accountant for DP-SGD with batch / individual clipping
 (van Dijk, Nguyen, Nguyen & Phan, "Generalizing DP-SGD with Shuffling and Batch
-Clipping"; batch-clipping spec §3.2-§3.9).
+Clipping", Appendices C-F).
 
 Setting: N records, each round uses m subsets of s records (batch size ms); each
 subset's (mean) update is clipped to C and the round adds N(0, (2 C sigma)^2 I),
 so `sigma` is the noise multiplier w.r.t. the replace sensitivity 2C. If L of
 the m subsets of a round touch the g differing records, the round is G_{L/sigma}
-(spec §3.2). Over E epochs (B = floor(N/(ms)) rounds each) the realised count
+(App. C.4-C.5). Over E epochs (B = floor(N/(ms)) rounds each) the realised count
 c^2 = sum_rounds L^2 gives G_{c/sigma} (Eq. 13), and the run is the labelled
 mixture over the exact law q_E(c^2) (Lemma B.1; exact for the strong adversary
 A_1, valid in general):
@@ -14,15 +14,15 @@ A_1, valid in general):
     delta(eps) = sum_{c^2} q_E(c^2) delta_GDP(eps; c/sigma) + rho,
 
 where rho is the probability mass dropped in the convolutions (charged to
-delta). Relation: replace-up-to-g with N fixed (spec §1.3).
+delta). Relation: replace-up-to-g with N fixed (N stays secret).
 
-`c2_law` computes q_E exactly (inclusion-exclusion occupancy law, §3.4) for
+`c2_law` computes q_E exactly (inclusion-exclusion occupancy law) for
 ``sampling="shuffle"`` (random permutation per epoch) and ``"subsample"``
 (a fresh uniform ms-subset each round). `paper_bounds` reproduces the paper's
 printed closed forms with a `valid` flag; the subsampling tails e^{-E} are
-wrong (spec B2: Hoeffding without the 1/trials factor) and the printed lower
-bound is violated for E = 100 (spec V12); Theorem F.1's q_j is the
-Bose-Einstein law, not the permutation law (spec B3, V10).
+wrong (the Hoeffding step in Lemmas E.2, E.3, E.5 omits the 1/trials factor) and the printed lower
+bound is violated for E = 100 (N = 60000, ms = 256); Theorem F.1's q_j is the
+Bose-Einstein law, not the permutation law.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
             pt = math.exp(lp)
             for l, pl in enumerate(round_occupancy_law(m, s, t)):
                 py[l * l] += pt * pl
-        py[0] = max(0.0, 1.0 - py[1:].sum())  # normalise via the zero mass (spec numerical hygiene)
+        py[0] = max(0.0, 1.0 - py[1:].sum())  # normalise via the zero mass (keeps the law summing to 1 despite rounding)
         probs, dropped = _conv_power(py, rounds * epochs)
         return C2Law(probs, dropped)
     # shuffle: per-epoch generating function in x (records placed) and z (c^2)
@@ -211,7 +211,7 @@ def batch_clipping_delta(law: C2Law, sigma: float, epsilon: float) -> float:
 def batch_clipping_epsilon(
     sampling: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float, delta: float
 ) -> float:
-    """Exact strong-adversary epsilon at `delta` (spec §3.3 'direct (eps, delta) for a mixture')."""
+    """Exact strong-adversary epsilon at `delta` (delta of the mixture, inverted in eps)."""
     sigma = v.check_positive("sigma", sigma)
     delta = v.check_open_unit("delta", delta)
     law = c2_law(sampling, n_records, s, m, g, epochs)
@@ -219,7 +219,7 @@ def batch_clipping_epsilon(
 
 
 def shuffle_bose_einstein_qj(n_records: int, s: int, g: int) -> dict[int, float]:
-    """Theorem F.1's printed q_j = C(N/s, j) C(g-1, j-1) / C(N/s - 1 + g, g) (WRONG: spec B3)."""
+    """Theorem F.1's printed q_j = C(N/s, j) C(g-1, j-1) / C(N/s - 1 + g, g) (WRONG: Bose-Einstein occupancy, not the permutation law)."""
     n_records = v.check_int("n_records", n_records, min_value=1)
     s = v.check_int("s", s, min_value=1)
     g = v.check_int("g", g, min_value=1)

@@ -1,10 +1,10 @@
-"""Conversions between privacy notions (ISRL-DP paper Appendix C; ISRL spec §1.2, §3.10).
+"""Conversions between privacy notions (ISRL-DP paper Section 1 and Appendix C).
 
 * ISRL-DP (eps0, delta0) => central DP (eps0, delta0) (post-processing + conditioning).
 * ISRL-DP (eps0, delta0) => user-level DP with the silo as the user, by group
   privacy over the n records: (n eps0, n e^{(n-1) eps0} delta0) (paper's form),
   or the tighter delta0 (e^{n eps0} - 1)/(e^{eps0} - 1) (induction; `form="tight"`).
-* Hybrid design (A7): eps0 = eps/n, delta0 = delta/(4n).
+* Hybrid design (Appendix D.3.5): eps0 = eps/n, delta0 = delta/(4n).
 * Central DP / user-level DP imply NO ISRL-DP guarantee (not offered).
 """
 
@@ -45,7 +45,7 @@ def isrl_to_user_level(eps0: float, delta0: float, n: int, form: str = "paper") 
 
 
 def hybrid_isrl_budget(epsilon: float, delta: float, n: int) -> tuple[float, float]:
-    """A7 hybrid ISRL-DP + user-level design: eps0 = eps/n, delta0 = delta/(4n)."""
+    """Appendix D.3.5 hybrid ISRL-DP + user-level design: eps0 = eps/n, delta0 = delta/(4n)."""
     eps = v.check_positive("epsilon", epsilon)
     d = v.check_open_unit("delta", delta)
     n = v.check_int("n", n, min_value=1)

@@ -1,20 +1,20 @@
 """Rényi-DP accounting for DIFF2 (Murata & Suzuki, ICML 2023), pure Python.
 
-Spec ``diff2_gradient_differences.md`` §3. Everything is with respect to one
+Section 4 / Appendices B, C, E of the paper. Everything is with respect to one
 client's data set under **replace-one** adjacency inside the silo; the binding
-client is the smallest one, so all calibration uses ``n_min`` (spec A15).
+client is the smallest one, so all calibration uses ``n_min`` (Props. 4.1/E.2 state n_p but calibrate with n_min).
 
 * A DIFF2 round (restart or difference) is a Gaussian mechanism whose noise std
   is ``sigma x radius`` and whose sensitivity is ``2 radius/(n P)``: the radius
   cancels and the round is ``(alpha, 2 alpha/(n^2 P^2 sigma^2))``-RDP
   (Lemma B.6). Composition over ``m = ceil(R/T)`` restart and ``R - m``
   difference rounds gives E3; Mironov's conversion (Lemma B.4) gives E4.
-* **paper** mode (Prop. 4.1, the experiments' calibration, spec A14):
+* **paper** mode (Prop. 4.1, the experiments' calibration):
   ``alpha_0 = 1 + ceil(2 log(1/delta)/eps)``,
   ``sigma1^2 = 4 u alpha_0 m/(n^2 P^2 eps)``,
   ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)`` (E5, E6), ``u = 1.25``;
   DP-GD uses the ``u -> 1``, ``T = 1`` closed form ``4 alpha_0 R/(n^2 P^2 eps)``
-  (spec A29).
+  (the paper's "u -> 1" for DP-GD).
 * **tight** mode (labelled; not the paper's): optimal real ``alpha`` in E4 in
   closed form (E7) and its inverse (E8), same ``u`` split.
 * DIFF2-BVR-L-SGD (Prop. E.2): local steps are without-replacement subsampled
@@ -26,7 +26,7 @@ client is the smallest one, so all calibration uses ``n_min`` (spec A15).
 layer's interfaces (``GaussianSchedule.to_dp_event`` composed in
 ``dp_accounting``'s RDP accountant), an independent cross-check.
 
-Not accounted (as in the paper, spec A16): hyper-parameter tuning on the
+Not accounted (as in the paper): hyper-parameter tuning on the
 private data, the evaluation curves, normalisation statistics.
 """
 
@@ -50,6 +50,7 @@ __all__ = [
     "tight_slope",
     "diff2_epsilon",
     "diff2_gd_sigmas",
+    "diff2_gd_sigmas_script",
     "dpgd_sigma",
     "rdp_subsampled_wor_gaussian",
     "lemma_b8_conditions",
@@ -193,6 +194,28 @@ def dpgd_sigma(eps: float, delta: float, num_rounds: int, n_min: int, num_silos:
     if mode == "paper":
         return math.sqrt(4.0 * alpha0(eps, delta) * r / (npsq * eps))
     return math.sqrt(2.0 * r / (npsq * tight_slope(eps, delta)))
+
+
+def diff2_gd_sigmas_script(eps: float, delta: float, num_rounds: int, restart_interval: int, n_min: int,
+                           num_silos: int, u: float = 1.25) -> tuple[float, float | None]:
+    """The noise multipliers the authors' DIFF2 script uses (``Diff2_GD_Server._set_sigma`` /
+    ``_set_sigma2``; public in ``lawrenceztang/CE-PLSGM``, ``src/optimizers.py``).
+
+    Prop. 4.1 with ``R/T`` restart rounds in place of ``m = ceil(R/T)`` and ``R``
+    difference rounds in place of ``R - m``:
+    ``sigma1^2 = 4 u alpha_0 R/(T n^2P^2 eps)`` (``4`` for ``u`` when ``T = 1``, DP-GD),
+    ``sigma2^2 = (4u/(u-1)) alpha_0 R/(n^2P^2 eps)``. ``sigma1`` is below
+    Prop. 4.1's by ``sqrt(R/(T m))`` when ``T`` does not divide ``R``; ``sigma2``
+    is above it by ``sqrt(R/(R - m))``. ``(sigma, None)`` for ``T = 1``.
+    """
+    _check_common(num_rounds, restart_interval, n_min, num_silos)
+    u = v.check_real("u", u)
+    if not u > 1:
+        raise ValueError(f"u={u!r} must be > 1 (budget split 1/u : (u-1)/u)")
+    scale = alpha0(eps, delta) * num_rounds / ((n_min * num_silos) ** 2 * eps)
+    if restart_interval == 1:
+        return math.sqrt(4.0 * scale), None
+    return math.sqrt(4.0 * u * scale / restart_interval), math.sqrt(4.0 * u / (u - 1.0) * scale)
 
 
 # ----------------------------------------------------------------------------- Lemma B.7
@@ -343,7 +366,7 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
 def compose_epsilon(schedules: Sequence[GaussianSchedule], delta: float, orders: Sequence[float] | None = None,
                     conversion: str = "mironov") -> float:
     """Epsilon of a composition of ``GaussianSchedule``s (e.g. a DIFF2 algorithm's
-    ``privacy_schedules``) by RDP: the schedules' RDP curves (as
+    ``privacy(silo_sizes, hparams).schedules``) by RDP: the schedules' RDP curves (as
     ``compute_epsilon(..., "rdp")`` computes them, dp_accounting's where it has
     a DpEvent) are added at each order (Lemma B.3). ``conversion="mironov"``
     (Lemma B.4, the paper's) minimises ``rdp(alpha) + log(1/delta)/(alpha-1)``

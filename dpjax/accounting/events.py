@@ -2,7 +2,7 @@
 
 A *schedule* is the accounting-side description of a compiled run. The engine
 builds it from the same config object that drives the run (e.g.
-``IsrlMbSgd.privacy_schedule(silo_sizes, sigma)``), so the numbers are never
+``NoisyMbSgd.privacy(silo_sizes, hparams).schedules``), so the numbers are never
 typed twice. Accountants (``dpjax.accounting.compute_epsilon`` and friends)
 consume schedules and refuse, with a ``ValueError`` naming ``accountant``, any
 schedule they cannot certify -- the same contract as ``dp_accounting``'s

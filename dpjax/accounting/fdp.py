@@ -1,11 +1,11 @@
 """f-DP toolkit (Dong, Roth & Su 2022): trade-off functions, mixtures, bound families.
 
-Conventions follow the batch-clipping spec §3.1-§3.5 (van Dijk et al.,
+Conventions follow van Dijk et al. (Appendices B-C,
 "Generalizing DP-SGD with Shuffling and Batch Clipping"):
 
 * ``tradeoff_gaussian(mu, a) = G_mu(a) = Phi(Phi^{-1}(1-a) - mu)``;
 * ``tradeoff_eps_delta(eps, delta, a) = max{0, 1-delta-e^eps a, e^-eps (1-delta-a)}``
-  (the paper prints "min", a typo: spec B4);
+  (the paper prints "min", a typo that would make it identically 0);
 * ``delta_from_tradeoff(f, eps) = sup_a (1 - e^eps a - f(a))`` for symmetric f;
 * Gaussian mixtures (Lemma B.5), with the c = 0 atom handled explicitly;
   their exact (eps, delta) curve is sum_c q_c delta_GDP(eps; mu_c) (conjugate of

@@ -1,25 +1,25 @@
 """ISRL-DP federated learning (Lowy & Razaviyayn, ICLR 2023): the paper's printed calibrations.
 
-"Paper mode" reproduces the printed formulas exactly (ISRL spec §3.2, §3.3,
-§3.5, §3.7); the tight accountants in `dpjax.accounting.tight` say what the
+"Paper mode" reproduces the printed formulas exactly (Theorem D.1's proof,
+Theorem 3.1/E.1, Appendix I); the tight accountants in `dpjax.accounting.tight` say what the
 resulting noise actually buys. Notation: L = Lipschitz / clip bound of one
 record's gradient, n = records per silo, R = rounds, K = minibatch size,
 (epsilon, delta) = the per-silo ISRL-DP target (replace-one relation).
 
 Where the paper is loose or wrong (numbers in README.md):
 
-* §3.2 chain: advanced composition + amplification by subsampling (2 q eps')
+* Theorem D.1's chain: advanced composition + amplification by subsampling (2 q eps')
   + classical Gaussian mechanism. At n = 1238, R = 35, delta = 1/n^2 the
   printed sigma at nominal eps = 1.5 (K = 15, sigma = 0.852 L) buys
   eps = 0.039 (PLD, Poisson, replace-one) -- 36-270x more noise variance than
-  needed (spec §3.4).
+  needed.
 * The proof applies a without-replacement subsampling lemma to the
-  with-replacement sampling of Algorithm 2 (spec I-8).
+  with-replacement sampling of Algorithm 2.
 * Appendix I's moments-accountant calibration (`isrl_experiment_calibration`)
   is an add/remove calibration; under replace-one it is roughly nominal with
-  PLD + Poisson and not certified by the fixed-size RDP bound (spec §3.4, I-10).
+  PLD + Poisson and not certified by the fixed-size RDP bound.
 * Local SGD baseline: the moments-accountant form needs RK >= n^2 eps/4, which
-  the experiments violate (spec I-12; `moments_accountant_min_batch`).
+  the experiments violate (`moments_accountant_min_batch`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _check_paper_eps(epsilon: float, delta: float) -> None:
 
 
 def isrl_paper_chain(n: int, batch_size: int, rounds: int, epsilon: float, delta: float) -> dict:
-    """Intermediate quantities of the §3.2 chain (ISRL Theorem D.1 proof).
+    """Intermediate quantities of the Theorem D.1 proof's chain.
 
     eps~ = eps/(2 sqrt(2 R ln(2/delta))), delta~ = delta/(2R) (advanced
     composition, Dwork-Roth Thm 3.20); eps' = n eps~/(2K) per-step budget before
@@ -76,7 +76,7 @@ def isrl_paper_chain(n: int, batch_size: int, rounds: int, epsilon: float, delta
 
 
 def isrl_paper_sigma(lipschitz: float, n: int, rounds: int, epsilon: float, delta: float) -> float:
-    """Printed noise of Noisy ISRL-DP MB-SGD (ISRL Thm 2.1/D.1; spec §3.2).
+    """Printed noise of Noisy ISRL-DP MB-SGD (ISRL Thm 2.1/D.1).
 
     sigma^2 = 256 L^2 R ln(2.5 R/delta) ln(2/delta) / (n^2 eps^2). Requires
     eps <= 2 ln(2/delta) (ValueError otherwise) and K >=
@@ -105,7 +105,7 @@ def isrl_paper_epsilon(lipschitz: float, n: int, rounds: int, sigma: float, delt
 
 
 def isrl_paper_min_batch_size(n: int, rounds: int, epsilon: float, delta: float) -> int:
-    """K >= eps n / (4 sqrt(2 R ln(2/delta))) (i.e. eps' <= 1 in the §3.2 chain), at least 1."""
+    """K >= eps n / (4 sqrt(2 R ln(2/delta))) (i.e. eps' <= 1 in Theorem D.1's chain), at least 1."""
     n, rounds, epsilon, delta = _common(n, rounds, epsilon, delta)
     return max(1, math.ceil(epsilon * n / (4 * math.sqrt(2 * rounds * math.log(2 / delta))) - 1e-12))
 
@@ -122,12 +122,12 @@ def moments_accountant_min_batch(n: int, steps: int, epsilon: float) -> float:
 def isrl_experiment_calibration(
     lipschitz: float, n: int, rounds: int, epsilon: float, delta: float, epsilon_max: float | None = None
 ) -> tuple[float, int]:
-    """Appendix I ("as in the experiments") moments-accountant calibration (spec §3.7).
+    """Appendix I ("as in the experiments") moments-accountant calibration.
 
     sigma^2 = 8 L^2 ln(1/delta) R / (n^2 eps^2), K = ceil(n sqrt(eps_max) / (2 sqrt R))
     clipped to [1, n]; eps_max defaults to eps (pass the sweep's largest eps so
     one K serves the sweep). This is an add/remove moments-accountant
-    calibration; it is NOT a certified replace-one guarantee (spec §3.4, I-10).
+    calibration; it is NOT a certified replace-one guarantee (it is add/remove).
     """
     lipschitz = v.check_positive("lipschitz", lipschitz)
     n, rounds, epsilon, delta = _common(n, rounds, epsilon, delta)
@@ -150,7 +150,7 @@ def isrl_experiment_epsilon(lipschitz: float, n: int, rounds: int, sigma: float,
 def isrl_authors_code_calibration(
     lipschitz: float, n: int, rounds: int, epsilon: float, delta: float, epsilon_max: float | None = None
 ) -> tuple[float, int]:
-    """The authors' public experiment scripts (spec §3.2 "authors' code variant", I-9).
+    """The authors' public experiment scripts (whose noise differs from Appendix I's text).
 
     K = ceil(n eps_max / (4 sqrt(2 R ln(2/delta)))) (clipped to [1, n]) and
     sigma^2 = 256 L^2 R ln(2.5 R K/(delta n)) ln(2/delta) / (n^2 eps^2)
@@ -170,11 +170,11 @@ def isrl_authors_code_calibration(
 
 
 def isrl_one_pass_paper_sigma(lipschitz: float, batch_size: int, epsilon: float, delta: float) -> float:
-    """One-pass accelerated MB-SGD (A3a; ISRL Thm 3.1; spec §3.3).
+    """One-pass accelerated MB-SGD (ISRL Section 3, Thm 3.1/E.1).
 
     sigma^2 = 32 L^2 ln(1.25/delta) / (eps^2 K^2); requires eps <= 8 ln(1/delta).
     Parallel composition over disjoint blocks: no dependence on R. About
-    2.2-2.8x the std the exact analytic Gaussian needs (spec §3.3 table).
+    2.2-2.8x the std the exact analytic Gaussian needs.
     """
     lipschitz = v.check_positive("lipschitz", lipschitz)
     k = v.check_int("batch_size", batch_size, min_value=1)
@@ -200,12 +200,12 @@ def isrl_one_pass_paper_epsilon(lipschitz: float, batch_size: int, sigma: float,
 def isrl_local_sgd_paper_sigma(
     lipschitz: float, n: int, rounds: int, local_steps: int, epsilon: float, delta: float
 ) -> float:
-    """ISRL-DP Local SGD baseline (Appendix I; spec §3.5, §3.7).
+    """ISRL-DP Local SGD baseline (Appendix I).
 
     sigma^2 = 8 L^2 (R K) ln(1/delta) / (eps^2 n^2) per local step (K local
     steps of batch 1 per round). The moments accountant behind it needs
     R K >= n^2 eps / 4 (`moments_accountant_min_batch` <= 1), which the paper's
-    experiments violate (spec I-12): the value is reported, not certified.
+    experiments violate: the value is reported, not certified.
     """
     lipschitz = v.check_positive("lipschitz", lipschitz)
     n, rounds, epsilon, delta = _common(n, rounds, epsilon, delta)

@@ -23,7 +23,7 @@ Kinds:
 * ``NoPrivacy``: non-private twins; epsilon is infinite and calibration is
   refused with the reason.
 
-Every spec names its neighbouring relation and privacy unit, and refuses a
+Every PrivacySpec names its neighbouring relation and privacy unit, and refuses a
 composition of schedules whose relations differ (such a number would certify
 neither). Pure Python: never imports jax.
 """
@@ -132,6 +132,13 @@ class GaussianPrivacy(PrivacySpec):
         # one schedule, or their composition (RDP curves added / PLDs composed; mixed relations refused)
         return api.compute_epsilon(self.schedules[0] if len(self.schedules) == 1 else list(self.schedules),
                                    delta, accountant)
+
+    @property
+    def schedule(self) -> GaussianSchedule:
+        """The one schedule of a single-release spec (refused for a composition)."""
+        if len(self.schedules) != 1:
+            raise ValueError(f"this spec composes {len(self.schedules)} schedules; use .schedules")
+        return self.schedules[0]
 
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""

@@ -1,4 +1,4 @@
-"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (shuffle-private SCO spec §2.1-§2.3, §3.3).
+"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (Cheu et al., ICLR 2022, Algorithms 1-2, Lemma 3.1, Theorem 3.2).
 
 Inputs are l2-bounded vectors (||x|| <= Delta_2) shifted into [0, 2 Delta_2]
 per coordinate; each coordinate runs P_1D with range 2 Delta_2, precision g,
@@ -6,7 +6,8 @@ b binomial trials with success probability p. Guarantee: (eps, delta)-shuffle
 DP for eps <= 15, delta < 1/2 (Thm 3.2 via Lemma 3.1 per coordinate and the
 heterogeneous advanced composition Lemma 3.3).
 
-Modes:
+Modes (``numerical`` and ``gaussian_approx`` are the optional ones, see the end of
+this module):
 * ``paper``: eps_hat = eps/(18 sqrt(ln(1/gamma))), gamma = delta/(d+1),
   g = max(ceil(sqrt n), ceil(sqrt d), 4) (normalised inputs),
   b = floor(180 g^2 ln(2/delta_hat)/(eps_hat^2 n)) + 1, p = 90 g^2 ln(2/delta_hat)/(b eps_hat^2 n).
@@ -23,8 +24,8 @@ the calculator's relation b p = 90 g^2 ln(2/delta_hat)/(eps_hat^2 n) read
 backwards. The coordinates are composed with Lemma 3.3 at
 gamma = delta_hat = delta/(d + 1):
 
-* ``composition="lemma"`` (default; the corrected constant of shuffle spec
-  S-11 and the exact sum bound S of ``lemma_opt``):
+* ``composition="lemma"`` (default; Lemma 3.3 with the Hoeffding
+  constant its proof invokes (the printed one is looser) and the exact sum bound S of ``lemma_opt``):
   eps = sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2;
 * ``composition="printed"``: Lemma 3.3 as printed (2 sqrt(ln(1/gamma) sum eps_j^2))
   with the proof's Sum eps_j^2 <= 9 eps_hat^2 (needs g >= sqrt d) and
@@ -37,7 +38,7 @@ eps_hat = eps/(18 sqrt(ln(1/gamma))) is a loose sufficient choice (e.g.
 eps = 1, delta = 1e-5, d = 10, n = 1000: 0.094 with "lemma", 0.337 with "printed").
 
 The protocol's per-coordinate std is ~350-530x (paper) / ~45-55x (lemma_opt)
-that of a Gaussian mechanism with the same l2 sensitivity (spec §2.3 table).
+that of a Gaussian mechanism with the same l2 sensitivity.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ __all__ = [
     "pvec_epsilon",
     "pvec_sum_std",
     "pvec_gaussian_ratio",
+    "NumericalCertificate",
+    "spread_shift",
+    "pvec_numerical_epsilon",
+    "pvec_gaussian_approx_epsilon",
 ]
 
 #: Lemma 3.3 forms accepted by `pvec_epsilon` (see module docstring).
@@ -184,7 +189,7 @@ def pvec_epsilon(
       ValueError: naming the argument, when an input is invalid or a
         hypothesis of Lemma 3.1 / A.1 / 3.3 fails: p < 1/2 and delta < 1/2;
         alpha = eps_hat/(3g) <= 0.79 (so that ln((1+alpha)/(1-alpha)) <= 3 alpha,
-        spec S-5); alpha b n p >= 2g (Lemma A.1, i.e. eps_hat <= 15 ln(2/delta_hat));
+        whose proof needs alpha = eps/(3g) small); alpha b n p >= 2g (Lemma A.1, i.e. eps_hat <= 15 ln(2/delta_hat));
         eps_hat <= 15; and for ``composition="printed"`` g >= sqrt(d) and
         eps_hat (2/g + 1) <= 1.
     """
@@ -206,7 +211,7 @@ def pvec_epsilon(
     if alpha > 0.79:
         raise ValueError(
             f"trials={b}, probability={p!r}: alpha = eps_hat/(3g) = {alpha:.4g} > 0.79 for n={n}, so "
-            "ln((1+alpha)/(1-alpha)) <= 3 alpha fails (Lemma 3.1, spec S-5); more trials or a larger probability needed"
+            "ln((1+alpha)/(1-alpha)) <= 3 alpha fails (Lemma 3.1's proof needs alpha small); more trials or a larger probability needed"
         )
     if alpha * bnp < 2 * g or eps_hat > 15:
         raise ValueError(
@@ -228,3 +233,106 @@ def pvec_epsilon(
             )
         eps = 18 * eps_hat**2 + 6 * eps_hat * math.sqrt(log_g)
     return PvecCertificate(eps, d * gamma + gamma, n, d, g, b, p, eps_hat, gamma, gamma, alpha, composition)
+
+
+# ---------------------------------------------------------------------------
+# Optional modes beyond the paper's lemmas: a numerical PLD
+# account (heuristic worst case) and a Gaussian approximation (diagnostic)
+# ---------------------------------------------------------------------------
+
+#: Tail mass of the centred binomial left out of the numerical account (added to delta).
+NUMERICAL_TAIL = 1e-18
+
+
+@dataclass(frozen=True)
+class NumericalCertificate:
+    """What ``pvec_numerical_epsilon`` computes: ``epsilon`` at ``delta`` for ``calls`` P_vec calls,
+    every coordinate's count shifted by ``shift`` (the spread worst case), ``tail_delta`` of delta
+    spent on the truncated binomial tails; ``heuristic``: always True (the spread case is the worst
+    case only under a Gaussian approximation; not proven for binomial noise)."""
+
+    epsilon: float
+    delta: float
+    shift: int
+    calls: int
+    tail_delta: float
+    heuristic: bool = True
+
+
+def _check_protocol(granularity, trials, probability, n, d):
+    """(g, b, p, n, d) of a P_vec run: positive integers and p in (0, 1/2) (Lemma 3.1)."""
+    p = v.check_real("probability", probability)
+    if not 0 < p < 0.5:
+        raise ValueError(f"probability={probability!r} must be in (0, 1/2) (Lemma 3.1)")
+    return (v.check_int("granularity", granularity, min_value=1), v.check_int("trials", trials, min_value=1), p,
+            v.check_int("n", n, min_value=1), v.check_int("d", d, min_value=1))
+
+
+def spread_shift(g: int, d: int) -> int:
+    """Worst-case per-coordinate count shift when the l2 change is spread evenly: a_j = 2 Delta_2/sqrt(d)
+    and |xhat - xhat'| <= g a_j/Delta + 2 (rounding slack, Lemma 3.1's proof) give ceil(2 + g/sqrt d)."""
+    return math.ceil(2 + g / math.sqrt(d))
+
+
+def _binomial_log_pmfs(m: int, p: float, shift: int):
+    """log pmfs of Bin(m, p) and shift + Bin(m, p) on a common window holding all but NUMERICAL_TAIL of
+    each; returns ``(base, shifted, tail)`` as dicts outcome -> log mass and the left-out mass."""
+    import numpy as np
+    from scipy import stats
+
+    # window mp +- 12 sd (ppf/isf are unreliable at 1e-18 for m ~ 1e8); its exact tail is checked
+    sd = math.sqrt(m * p * (1 - p))
+    lo, hi = max(0, math.floor(m * p - 12 * sd - 12)), min(m, math.ceil(m * p + 12 * sd + 12))
+    tail = float(stats.binom.cdf(lo - 1, m, p) + stats.binom.sf(hi, m, p))
+    if tail > NUMERICAL_TAIL:
+        raise ValueError(f"trials={m}, probability={p!r}: binomial tail {tail:.3g} outside the window")
+    z = np.arange(lo, hi + 1)
+    logpmf = stats.binom.logpmf(z, m, p)
+    base = dict(zip(z.tolist(), logpmf.tolist()))
+    shifted = dict(zip((z + shift).tolist(), logpmf.tolist()))
+    return base, shifted, tail
+
+
+def pvec_numerical_epsilon(granularity: int, trials: int, probability: float, n: int, d: int, delta: float, *,
+                           calls: int = 1, shift: int | None = None,
+                           discretization: float = 1e-4) -> NumericalCertificate:
+    """``numerical`` mode of the P_vec accounting (optional, not from the paper).
+
+    Per coordinate the analyzer sees ``c + Bin(n b, p)``; on neighbours the rounded sum moves by at
+    most ``k`` (coupled randomized rounding: joint convexity bounds the mixture by the largest shift).
+    The privacy-loss distribution of ``k + Bin(n b, p)`` against ``Bin(n b, p)`` (both orders,
+    pessimistic discretisation, ``dp_accounting``) is composed over the d coordinates and ``calls``
+    P_vec calls (a fully interactive phase), at ``k = spread_shift(g, d)`` for every coordinate
+    unless ``shift`` is given. The binomial tails beyond ``NUMERICAL_TAIL`` are added to delta.
+    Labelled heuristic: the spread shift is the worst case under a Gaussian approximation only
+    (mixed shift signs across coordinates are not composed separately). Cost grows with the
+    binomial's sd sqrt(n b p (1-p)) (seconds for n b ~ 1e8, minutes for ~1e11)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    g, b, p, n, d = _check_protocol(granularity, trials, probability, n, d)
+    calls = v.check_int("calls", calls, min_value=1)
+    dl = v.check_open_unit("delta", delta)
+    k = spread_shift(g, d) if shift is None else v.check_int("shift", shift, min_value=0)
+    base, shifted, tail = _binomial_log_pmfs(n * b, p, k)
+    # each composed mechanism may lose its tail mass (union bound over d * calls coordinates)
+    tail_delta = d * calls * tail
+    if tail_delta >= dl:
+        raise ValueError(f"delta={delta!r} is below the truncated binomial mass {tail_delta:.3g}")
+    pld = pld_lib.from_two_probability_mass_functions(base, shifted, pessimistic_estimate=True,
+                                                      value_discretization_interval=discretization,
+                                                      symmetric=False)
+    eps = pld.self_compose(d * calls).get_epsilon_for_delta(dl - tail_delta)
+    return NumericalCertificate(float(eps), dl, k, calls, tail_delta)
+
+
+def pvec_gaussian_approx_epsilon(granularity: int, trials: int, probability: float, n: int, d: int,
+                                 delta: float) -> float:
+    """``gaussian_approx`` diagnostic (never a guarantee): the centred count noise treated as
+    N(0, n b p (1-p)) per coordinate and the worst-case integer shift vector of l2 norm g + 2 sqrt(d)
+    (|xhat - xhat'| <= g a_j/Delta + 2, ||a|| <= Delta); eps of that Gaussian mechanism (analytic
+    Gaussian, Balle & Wang 2018)."""
+    from dpjax.accounting.gdp import gaussian_mechanism_epsilon
+
+    g, b, p, n, d = _check_protocol(granularity, trials, probability, n, d)
+    sigma = math.sqrt(n * b * p * (1 - p))
+    return gaussian_mechanism_epsilon(sigma, g + 2 * math.sqrt(d), v.check_open_unit("delta", delta))

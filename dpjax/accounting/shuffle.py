@@ -9,11 +9,11 @@
   A ~ Bin(C, 1/2), D ~ Bern(e^eps0/(e^eps0+1)); P = (A + D, C - A + 1 - D) vs
   Q = (A + 1 - D, C - A + D); delta(eps) = E_C sum_k (P - e^eps Q)_+, both
   orders. Binomial mass of C below 1e-20 is truncated and charged to delta.
-* `approx_dp_shuffle_delta`: the approximate-DP extension used by ISRL spec
-  §3.6 (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed;
+* `approx_dp_shuffle_delta`: the approximate-DP extension used for ISRL-DP's
+  Theorem G.1 (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed;
   <= 9 n delta0 in the paper's regime).
-* `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (A4) "paper-structure"
-  chain of spec §3.6, numerically inverted in sigma by `isrl_shuffle_sigma`.
+* `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (Section 5) "paper-structure"
+  chain (Theorem G.1's structure with explicit constants), numerically inverted in sigma by `isrl_shuffle_sigma`.
   Neither mode is exact: the chain stacks closed-form bounds.
 """
 
@@ -125,7 +125,7 @@ def fmt_numerical_epsilon(eps0: float, n: int, delta: float) -> float:
 
 
 def approx_dp_shuffle_delta(eps: float, eps0: float, n: int, delta_shuffle: float, delta0: float) -> float:
-    """delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0 (ISRL spec §3.6, reconstructed FMT Thm 3.8)."""
+    """delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0 (ISRL-DP Theorem G.1, reconstructed FMT Thm 3.8)."""
     eps = v.check_nonnegative("eps", eps)
     eps0 = v.check_positive("eps0", eps0)
     n = v.check_int("n", n, min_value=1)
@@ -186,11 +186,11 @@ def isrl_shuffle_chain(
     sampling: str = "without-replacement",
     participation: str = "hidden",
 ) -> dict:
-    """ISRL spec §3.6 chain for Shuffled Noisy MB-SGD (A4; Lowy & Razaviyayn 2023, Thm 5.1/G.1).
+    """Numerical chain for Shuffled Noisy MB-SGD (Section 5; Lowy & Razaviyayn 2023, Thm 5.1/G.1).
 
     Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in
     each of which ``reports`` = M silos send ``mean of K clipped gradients + N(0, sigma^2 I)``
-    through a shuffler (A4 has M <= N; with K = 1, M up to n N models single-record
+    through a shuffler (Shuffled Noisy MB-SGD has M <= N; with K = 1, M up to n N models single-record
     reports drawn from the pooled records, q = M/(nN)):
 
     1. local randomizer: each report is an (eps0, delta0)-DP function of its

@@ -11,17 +11,18 @@ share their parameters; users of round ``r`` of a phase are the rows
 ``[start, start + batch)`` every round for a fully interactive phase):
 
 * ``p_sgd_plan``      -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps
-  (the printed batch is unreadable; the proof's balance, paper-error list S-2),
+  (the printed batch is unreadable; the proof's balance B = sqrt(d) ln(d/delta)/eps),
   T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
 * ``p_agd_plan``      -- P_AGD, Algorithm 4 / Theorem 4.3: B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}
   / (eps beta D)^{2/5}, sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant
   nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's stepsize policy,
-  the recommended schedule of S-6). ``smoothed=True`` is Theorem 4.7: the
+  Lan's alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3), or with ``schedule="paper"`` Theorem 4.3's
+  alpha_t = 2/(t+2), L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (``acsa_nu``). ``smoothed=True`` is Theorem 4.7: the
   beta_s-Moreau envelope with beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)),
   P_vec norm bound L (tight, the unconstrained envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
 * ``phased_plan``     -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups
   of floor(n/k) users; phase i runs the convex plan with distance D_{i-1},
-  D_i = min(D, sqrt(2 E_i/lam)) from the phase's explicit bound E_i (S-9).
+  D_i = min(D, sqrt(2 E_i/lam)) from the phase's explicit bound E_i (the reduction's group sizes made explicit).
 * ``p_gd_plan``       -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round,
   T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget
   (eps_r, delta_r) = (eps/(2 sqrt(2 T ln(1/delta))), delta/(T+1)) (paper) or
@@ -52,7 +53,7 @@ running the randomizer the binomial noise has honest_frac * m * b trials;
 ceil(honest_frac m) inputs (``composition="lemma"``) or as the paper's
 eps/honest_frac (``"printed"``, needs honest_frac >= 1/3, eps <= 1, g >= 3).
 
-Communication (Corollaries B.8-B.11; computed exactly from (g, b), S-15): a user
+Communication (Corollaries B.8-B.11; computed exactly from (g, b); the printed corollaries are garbled): a user
 sends d (g + b) one-bit messages per P_vec call it takes part in.
 """
 
@@ -72,15 +73,18 @@ __all__ = [
     "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS",
     "pvec_total_variance", "p_sgd_plan", "p_agd_plan", "phased_plan", "p_gd_plan", "pan_private_plan",
     "central_gd_plan", "local_sgd_plan", "smoothing_beta", "pgd_rounds", "pgd_round_budget",
-    "optimal_composition_delta", "compose_epsilon", "pvec_round_epsilon", "transcript_epsilon",
-    "bits_per_user", "pan_private_epsilon",
+    "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES", "pvec_round_epsilon", "transcript_epsilon",
+    "bits_per_user", "pan_private_epsilon", "gaussian_approx_transcript_epsilon", "REPORT_ONLY",
 ]
 
 #: Across-round compositions for fully interactive phases.
 COMPOSITIONS = ("advanced", "optimal")
 #: P_vec accountants: name -> (pvec_epsilon composition, calculator mode, default across-round composition).
 PVEC_ACCOUNTANTS = {"pvec-lemma": ("lemma", "lemma_opt", "optimal"),
-                    "pvec-printed": ("printed", "paper", "advanced")}
+                    "pvec-printed": ("printed", "paper", "advanced"),
+                    "pvec-numerical": ("numerical", "lemma_opt", "pld")}
+#: Accountants that only report (heuristic or diagnostic): calibration refuses them.
+REPORT_ONLY = ("pvec-numerical",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +192,7 @@ def _clip_batch(x: float, n: int, rounding) -> int:
 
 def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma_opt", start=0,
                batch=None) -> ProtocolPlan:
-    """P_SGD (Theorem 4.1; batch rule of S-2, rounded to the nearest integer)."""
+    """P_SGD (Theorem 4.1; batch B = sqrt(d) ln(d/delta)/eps from its proof, rounded to the nearest integer)."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     B = _clip_batch(math.sqrt(d) * math.log(d / dl) / eps, n, round) if batch is None else \
         v.check_int("batch", batch, min_value=1, max_value=n)
@@ -198,7 +202,7 @@ def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma
     eta = D / (lg * math.sqrt(T))
     phase = Phase(T, start, B, True, eta, 0.0, D, eps, dl, D * lg / math.sqrt(T), pv)
     return ProtocolPlan("p_sgd", mode, n, d, eps, dl, L, D, None, None, (phase,),
-                        notes=(f"{n - T * B} leftover users unused (T = floor(n/B), S-18)",))
+                        notes=(f"{n - T * B} leftover users unused (T = floor(n/B))",))
 
 
 def _agd_batch(n, d, L, D, beta, eps, log_term):
@@ -212,9 +216,29 @@ def smoothing_beta(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, log_ter
     return (eps * n) ** (2 / 3) * L / (d ** (1 / 3) * D * lt ** (2 / 3))
 
 
+#: AC-SA step-size schedules (``dpjax.algorithms.accelerated.ACSA_SCHEDULES``).
+ACSA_SCHEDULES = ("lan", "paper")
+_SCHEDULE_NOTE = {"lan": "AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1) (the printed 2/(t+2) gives alpha_1 = 2/3)",
+                  "paper": "AC-SA schedule of Theorem 4.3 as printed: alpha_t = 2/(t+2), "
+                           "L_t = ((T+2)^{3/2} sigma/D + beta)/(t+1)"}
+
+
+def acsa_nu(rounds: int, sigma: float, diameter: float, beta: float, schedule: str = "lan") -> float:
+    """The AC-SA constant nu a phase stores as its ``step``.
+
+    ``"lan"``: nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)), prox step 1/L_t = t/(2 nu)
+    (Lan 2012's stepsize policy with alpha_t = 2/(t+1)); ``"paper"``: Theorem 4.3's
+    nu = (T+2)^{3/2} sigma/D + beta with L_t = nu/(t+1), alpha_t = 2/(t+2)."""
+    v.check_choice("schedule", schedule, ACSA_SCHEDULES)
+    if schedule == "paper":
+        return (rounds + 2) ** 1.5 * sigma / diameter + beta
+    return max(2 * beta, (rounds + 2) ** 1.5 * sigma / (math.sqrt(6) * diameter))
+
+
 def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, log_term=None,
-                variance=None) -> Phase:
-    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3."""
+                variance=None, schedule="lan") -> Phase:
+    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3; the
+    phase's ``step`` is the constant nu of ``schedule`` (``acsa_nu``)."""
     lt = math.log(d / dl) if log_term is None else log_term
     B = _clip_batch(_agd_batch(n, d, L, D, beta, eps, lt), n, round) if batch is None else batch
     T = n // B
@@ -225,7 +249,7 @@ def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, l
     else:
         var = variance(B)
     sigma = math.sqrt(L * L / B + var)
-    nu = max(2 * beta, (T + 2) ** 1.5 * sigma / (math.sqrt(6) * D))
+    nu = acsa_nu(T, sigma, D, beta, schedule)
     bound = beta * D * D / T**2 + sigma * D / math.sqrt(T)
     if smoothing:
         bound += L * L / (2 * smoothing)
@@ -233,10 +257,11 @@ def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, l
 
 
 def p_agd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, smoothed=False,
-               mode="lemma_opt", start=0, batch=None) -> ProtocolPlan:
+               mode="lemma_opt", start=0, batch=None, schedule="lan") -> ProtocolPlan:
     """P_AGD (Theorem 4.3) on a beta-smooth loss, or (``smoothed=True``, Theorem 4.7) on the
     beta_s-Moreau envelope of a non-smooth one. ``lipschitz`` is L of the loss; in paper
-    mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L."""
+    mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L. ``schedule``:
+    the AC-SA step schedule (``acsa_nu``)."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     if smoothed:
         beta = smoothing_beta(n, d, eps, dl, L, D)
@@ -244,13 +269,13 @@ def p_agd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=Non
     else:
         beta = v.check_positive("smoothness", smoothness)
         L_in, s = L, 0.0
-    phase = _acsa_phase(n, d, eps, dl, L_in, D, beta, mode, start, s, batch)
+    phase = _acsa_phase(n, d, eps, dl, L_in, D, beta, mode, start, s, batch, schedule=schedule)
     return ProtocolPlan("p_agd_smoothed" if smoothed else "p_agd", mode, n, d, eps, dl, L_in, D, beta, None,
-                        (phase,), notes=("AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1) (S-6)",))
+                        (phase,), notes=(_SCHEDULE_NOTE[schedule],))
 
 
 def pan_private_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, smoothed=False,
-                     start=0, batch=None) -> ProtocolPlan:
+                     start=0, batch=None, schedule="lan") -> ProtocolPlan:
     """Pan-private AC-SA (Algorithm 6, Theorem C.3): Gaussian noise zeta^2 = 8 L^2 ln(2/delta)/(B^2 eps^2)
     drawn twice per batch; 0 < eps, delta < 1 (Lemma C.5)."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
@@ -267,14 +292,15 @@ def pan_private_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothne
         return 8 * L * L * math.log(2 / dl) / (B * B * eps * eps)
 
     ph = _acsa_phase(n, d, eps, dl, L, D, beta, "n/a", start, s, batch, log_term=lt,
-                     variance=lambda B: 2 * d * zeta2(B))
+                     variance=lambda B: 2 * d * zeta2(B), schedule=schedule)
     ph = dataclasses.replace(ph, noise_std=ph.batch * math.sqrt(zeta2(ph.batch)))
     return ProtocolPlan("pan_private_smoothed" if smoothed else "pan_private", "gaussian", n, d, eps, dl, L, D,
-                        beta, None, (ph,), notes=("noise_std = B zeta: the std of each of the two draws Z_1, Z_2 on the batch SUM",))
+                        beta, None, (ph,), notes=("noise_std = B zeta: the std of each of the two draws Z_1, Z_2 on the batch SUM",
+                                                  _SCHEDULE_NOTE[schedule]))
 
 
 def phased_plan(convex_plan, n, lam, *, phases=None, constant=1.0, **kwargs) -> ProtocolPlan:
-    """The strongly convex reduction (Theorem 4.8; Theorem 4.9 with P_GD; S-9): ``convex_plan(n_i,
+    """The strongly convex reduction (Theorem 4.8; Theorem 4.9 with P_GD): ``convex_plan(n_i,
     diameter=D_i, start=..., **kwargs)`` on k disjoint groups of floor(n/k) users."""
     n = v.check_int("n", n, min_value=4)
     lam = v.check_positive("lam", lam)
@@ -452,13 +478,22 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
 
     ``rounds``: per phase ``(g, b, p, m, fresh, T, delta_round)``: fresh phases use each
     user in one round (parallel composition), interactive phases compose their T rounds.
-    Phases use disjoint users. Returns ``(epsilon, details)``.
+    Phases use disjoint users. ``"pvec-numerical"`` composes the coordinates' (and an interactive
+    phase's rounds') privacy-loss distributions numerically at the spread worst-case shift
+    (``pvec.pvec_numerical_epsilon``; heuristic, never a guarantee). Returns ``(epsilon, details)``.
     """
     comp_name, _, default_comp = PVEC_ACCOUNTANTS[v.check_choice("accountant", accountant, tuple(PVEC_ACCOUNTANTS))]
     comp = composition or default_comp
     worst, details = 0.0, []
     for g, b, p, m, fresh, T, dr in rounds:
-        if fresh or T == 1:
+        if comp_name == "numerical":
+            calls = 1 if fresh else T
+            h = v.check_real("honest_frac", honest_frac)
+            cert = pvec_acc.pvec_numerical_epsilon(g, b, p, max(1, math.ceil(h * m)), d, delta, calls=calls)
+            e = cert.epsilon
+            how = (f"numerical PLD of {d * calls} coordinate releases at the spread shift k={cert.shift} "
+                   "(heuristic worst case)")
+        elif fresh or T == 1:
             e = pvec_round_epsilon(g, b, p, m, d, delta, comp_name, honest_frac)
             how = "one call per user (parallel composition over disjoint rounds)"
         else:
@@ -468,6 +503,19 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
         details.append((e, how))
         worst = max(worst, e)
     return worst, details
+
+
+def gaussian_approx_transcript_epsilon(rounds, d: int, delta: float) -> float:
+    """``gaussian_approx`` diagnostic (never a guarantee) of a transcript of P_vec rounds
+    (``transcript_epsilon``'s rows): each call's count noise as a Gaussian with the worst-case shift
+    vector of norm g + 2 sqrt(d) (``pvec.pvec_gaussian_approx_epsilon``), an interactive phase's T
+    calls composed exactly (GDP)."""
+    worst = 0.0
+    for g, b, p, m, fresh, T, _ in rounds:
+        sigma = math.sqrt(m * b * p * (1 - p))
+        calls = 1 if fresh else T
+        worst = max(worst, gdp.gaussian_mechanism_epsilon(sigma, g + 2 * math.sqrt(d), delta, count=calls))
+    return worst
 
 
 def pan_private_epsilon(noise_std_sum: float, lipschitz: float, delta: float, accountant: str) -> float:

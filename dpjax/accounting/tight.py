@@ -11,7 +11,8 @@ accountant    certifies
               full / one-pass / shuffle (no amplification: each record is in one block
               per epoch, Gaussian RDP alpha*mu^2/2 composed over epochs),
               with-replacement and poisson+replace-one by the conservative
-              multiplicity-conditioning bound of ISRL spec §3.9 (see
+              multiplicity-conditioning bound (condition on the changed
+              record's multiplicity Q ~ Bin(K, 1/n); see
               ``conditioned_rdp``), marked in the report notes.
 ``pld``       poisson (both relations; replace-one uses the dominating pair
               (1-q)N(0)+qN(s) vs (1-q)N(0)+qN(-s)), full / one-pass / shuffle;
@@ -81,7 +82,7 @@ def _refuse(accountant: str, schedule: GaussianSchedule, why: str) -> ValueError
 def conditioned_rdp(schedule: GaussianSchedule, orders: np.ndarray | None = None) -> np.ndarray:
     """Per-schedule RDP by conditioning on the multiplicity Q of the changed record.
 
-    ISRL spec §3.9. Couple the two runs so that all draws coincide; the changed
+    Couple the two runs so that all draws coincide; the changed
     record then appears Q times in the batch (Q ~ Bin(K, 1/n) with replacement,
     Q ~ Bernoulli(q) for Poisson) and the released means differ by at most
     2 s Q. Since exp((alpha-1) D_alpha) is jointly convex,
@@ -123,7 +124,7 @@ def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np
         schedule.sampling is Sampling.POISSON and schedule.neighboring is Neighboring.REPLACE_ONE
     ):
         notes = (
-            "conservative multiplicity-conditioning RDP bound (ISRL spec §3.9); not tight"
+            "conservative multiplicity-conditioning RDP bound (conditioned on the record's multiplicity); not tight"
             + ("; prefer accountant='pld'" if schedule.sampling is Sampling.POISSON else ""),
         )
         return orders, conditioned_rdp(schedule.replace(group_size=1), orders), notes

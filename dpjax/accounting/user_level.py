@@ -1,20 +1,21 @@
-"""User-level DP output perturbation (user-level private convex optimisation spec §2.2, §3).
+"""User-level DP output perturbation (Ghazi et al., ICML 2023, Section 3).
 
 Algorithm 1 (DelOutputPert) at (eps, delta) with target deletion sensitivity Delta:
 eps' = eps/2, delta' = delta/(e^eps + 2), kappa = ceil(1 + ln(1/delta')/eps')
-(rounded up: spec A2), TDLap(eps', delta') on {0..2 kappa} with pmf
+(rounded up: the paper's kappa need not be an integer), TDLap(eps', delta') on {0..2 kappa} with pmf
 proportional to exp(-eps'|r - kappa|), Gaussian std
 sigma = sqrt(2 ln(2/delta')) 8 kappa Delta/eps'. Guarantee: (eps, delta) user-level
-DP (replace-one-user; also add/remove-one-user, spec §1.2), including the
+DP (replace-one-user; also add/remove-one-user, Section 2), including the
 failure output. Schedules compose by basic composition over calls on the same
-users and parallel composition (max) over disjoint user groups (spec §3.2);
+users and parallel composition (max) over disjoint user groups (as in the proofs of Theorems 4.1/5.1);
 advanced composition is not used by the paper.
 
 ``privacy(mechanism, epsilon, delta, n=, m=, mode=)`` returns the ``PrivacySpec`` (``UserLevelPrivacy``) of one
 run of Algorithm 1/2, A2c (Appendix C), Phased-ERM (Algorithm 3, Theorem 4.1), Phased-SCO (Algorithm 4 and the
 equal split A4b, Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselines B1/B2; ``min_users`` the
 smallest n for which its constants are defined; ``deletion_sensitivity_bound`` (Corollary 3.7, explicit),
-``certificate_sensitivity`` (Lemma C.1) and ``noise_multiplier`` the noise scales of spec §3.4.
+``certificate_sensitivity`` (Lemma C.1) and ``noise_multiplier`` the Gaussian noise scales of Algorithm 2
+and its certified version as functions of the schedule.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class UserLevelParams:
     kappa_raw: float
     kappa: int
     sigma_over_delta: float  # sigma / Delta
-    n_min: int  # 8 kappa + 2 (utility requirement, spec §3.3)
+    n_min: int  # 8 kappa + 2 (Theorem 3.1's n >= C log(1/delta)/eps with C made explicit)
 
     @property
     def radius(self) -> int:
@@ -100,7 +101,7 @@ def tdlap_pmf(eps: float, kappa: int) -> np.ndarray:
 
 def user_level_audit(params: UserLevelParams) -> tuple[float, float]:
     """Certified (2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G) with delta_G the exact Gaussian delta
-    at eps' for mu = 8 kappa Delta / sigma (spec §3.1 audit quantities); must be <= (eps, delta)."""
+    at eps' for mu = 8 kappa Delta / sigma (Theorem 3.3's proof); must be <= (eps, delta)."""
     pmf = tdlap_pmf(params.eps_prime, params.kappa)
     mu = 8 * params.kappa / params.sigma_over_delta
     dg = gdp_delta(mu, params.eps_prime)
@@ -119,7 +120,7 @@ def phased_erm_params(epsilon: float, delta: float, n: int, m: int) -> dict:
 
 def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[float, float]:
     """(eps, delta) of a schedule of calls (eps_i, delta_i, user_group_id): basic composition within a group,
-    max over disjoint groups (spec §3.2)."""
+    max over disjoint groups (parallel composition)."""
     sums: dict = defaultdict(lambda: [0.0, 0.0])
     any_call = False
     for i, call in enumerate(calls):
@@ -161,7 +162,7 @@ class A1Params:
 
 
 def a1_params(epsilon: float, delta: float, sensitivity: float, *, gaussian: str = "paper") -> A1Params:
-    """Algorithm 1 line 3 (spec reading): eps'=eps/2, delta'=delta/(e^eps+2), kappa, sigma.
+    """Algorithm 1 line 3 (garbled in print; read consistently with the proof's final inequality): eps'=eps/2, delta'=delta/(e^eps+2), kappa, sigma.
 
     ``gaussian='paper'``: sigma = sqrt(2 ln(2/delta')) 8 kappa Delta / eps'. ``'analytic'``: the smallest sigma
     whose exact Gaussian delta at eps' for shift 8 kappa Delta is <= delta' (keeps Theorem 3.3's proof valid).
@@ -178,7 +179,7 @@ def a1_params(epsilon: float, delta: float, sensitivity: float, *, gaussian: str
 
 
 def a1_test_params(eps_prime: float, kappa: int, sensitivity: float, sigma: float) -> A1Params:
-    """Test mode (spec test U5): kappa and sigma given directly; privacy from ``a1_certified``."""
+    """Test mode: kappa and sigma given directly; privacy from ``a1_certified``."""
     return A1Params(v.check_positive("eps_prime", eps_prime), math.nan, v.check_int("kappa", kappa, min_value=1),
                     v.check_positive("sensitivity", sensitivity), v.check_positive("sigma", sigma), True)
 
@@ -191,7 +192,7 @@ def a1_certified(params: A1Params) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------
-# Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (spec §2.4, §2.6, §3.4)
+# Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (Section 3.2, Appendix C)
 # ---------------------------------------------------------------------------
 
 
@@ -245,7 +246,7 @@ def certificate_sensitivity(n: int, m: int, r: int, fail_prob: float, lipschitz:
 
 def noise_multiplier(epsilon: float, delta: float, fail_prob: float, n: int, m: int, c_k: int = 1,
                      variant: str = "A2") -> float:
-    """A = sigma mu n sqrt(m) / G, the phase-independent noise multiplier (spec §3.4) of Algorithm 2
+    """A = sigma mu n sqrt(m) / G, the phase-independent noise multiplier of Algorithm 2
     (``variant='A2'``, Delta_expl) or of its certified version (``'A2c'``, Delta_C)."""
     p = user_level_params(epsilon, delta)
     v.check_choice("variant", variant, ("A2", "A2c"))
@@ -263,7 +264,7 @@ def b1_sigma(epsilon: float, delta: float, n: int, lipschitz: float, strong_conv
 
 
 def crossover_m(epsilon: float, delta: float, fail_prob: float, n: int, c_k: int = 1) -> float:
-    """m* = (A / (2 sqrt(2 ln(1.25/delta))/eps))^2: Algorithm 2 beats B1 iff m > m* (spec §3.4)."""
+    """m* = (A / (2 sqrt(2 ln(1.25/delta))/eps))^2: Algorithm 2 beats B1 iff m > m*."""
     a = noise_multiplier(epsilon, delta, fail_prob, n, 1, c_k)
     return (a / (2 * math.sqrt(2 * math.log(1.25 / delta)) / epsilon)) ** 2
 
@@ -309,7 +310,7 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
     """User-level (replace-one-user) guarantee of a schedule of output-perturbation calls.
 
     ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint
-    groups (parallel composition; spec §3.2, the paper's accounting). The schedule is scale-free in (eps, delta),
+    groups (parallel composition, the paper's accounting in Theorems 4.1/5.1). The schedule is scale-free in (eps, delta),
     so ``calibrate`` returns the ``epsilon``/``delta`` arguments of the mechanism. ``mode='rate-shape'``
     (idealised noise, no stability test) is NOT private: ``epsilon`` reports infinity with that reason and
     ``calibrate`` refuses.
@@ -374,7 +375,7 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
 
 
 def min_users(mechanism: str, epsilon: float, delta: float, m: int = 1, n: int | None = None) -> int:
-    """Smallest number of users for which the mechanism's constants are defined (spec §3.3).
+    """Smallest number of users for which the mechanism's constants are defined (n >= 8 kappa + 2 for one call, Corollary 3.7).
 
     A1/A2/A2c/B2-free calls: n >= 8 kappa + 2 (Corollary 3.7 with r = 4 kappa <= n/2); A3: the same with the
     per-phase kappa at (eps/T, delta/T), T = ceil(log2(n m)) (``n`` needed since T depends on it; the
@@ -409,7 +410,7 @@ def min_users(mechanism: str, epsilon: float, delta: float, m: int = 1, n: int |
 
 def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mode: str = "certified",
             split_users: bool = True, noise_std: float = 0.0) -> UserLevelPrivacy:
-    """The ``PrivacySpec`` of one run of a mechanism of the paper (spec §3.2).
+    """The ``PrivacySpec`` of one run of a mechanism of the paper.
 
     A1/A2/A2c: one call (Theorem 3.3 / 3.1). A3 Phased-ERM: T = ceil(log2(n m)) calls at (eps/T, delta/T) on the
     same users (basic composition, Theorem 4.1). A4/A4b Phased-SCO: one (eps, delta) call per disjoint user group

@@ -1,5 +1,5 @@
 """Accelerated noisy ISRL-DP minibatch SGD (Lowy & Razaviyayn, ICLR 2023,
-Algorithm 1; AC-SA of Ghadimi & Lan as rebuilt in spec §2.3, decision I-1).
+Algorithm 1; AC-SA of Ghadimi & Lan (Algorithm 1's body is lost in print; the AC-SA step of Ghadimi & Lan 2012 is used).
 
 One round ``r`` (``t`` = round index inside the current stage, 1-based)::
 
@@ -12,26 +12,27 @@ One round ``r`` (``t`` = round index inside the current stage, 1-based)::
 and the output is ``w_ag``. ``mu`` is the strong-convexity modulus of the
 objective actually minimised, ``lam`` an optional data-independent
 regulariser ``(lam/2)||w - w_0||^2`` added at the server (it has no
-sensitivity and gets no noise; spec §2.3), ``nu`` the smoothness-like
-constant of the stage. Stages (multi-stage method, Appendix E.1, spec
-§2.3.1) restart at ``t = 1`` from ``q_{k-1} = w_ag`` (``q_0 = w_0``, I-5).
+sensitivity and gets no noise), ``nu`` the smoothness-like
+constant of the stage. Stages (multi-stage method, Appendix E.1;
+Ghadimi & Lan 2013 Prop. 7) restart at ``t = 1`` from ``q_{k-1} = w_ag`` (``q_0 = w_0``:
+Delta is measured from w_0, not 0 as printed).
 The whole schedule is per-round arrays in the hparams, so single-stage,
 multi-stage and different constants share one compiled program.
 
 Variants by the local sampling scheme:
 
-* ``sampling="one-pass"``: **A3a**, One-Pass Accelerated Noisy MB-SGD
+* ``sampling="one-pass"``: One-Pass Accelerated Noisy MB-SGD
   (Theorem 3.1/E.1): disjoint blocks of a per-silo permutation, every record
   used at most once, so silo i's transcript is ONE Gaussian release per record
   (parallel composition): ISRL-DP with sensitivity 2C/K.
-* ``sampling="with-replacement"``: **A3c**, accelerated ERM (Theorem 4.1/F.1),
+* ``sampling="with-replacement"``: accelerated ERM (Section 4, Theorem 4.1/F.1),
   K i.i.d. records per round, R adaptive subsampled Gaussians.
 * ``"without-replacement"`` / ``"poisson"``: the same step with the samplers
   the tight accountants certify.
 
 Privacy (ISRL-DP, record level, replace-one within a silo): the message of
 silo i in round r is a clipped minibatch mean (sensitivity ``2C/K``) plus
-``N(0, sigma^2 I)``; ``privacy_schedule`` hands this to ``dpjax.accounting``
+``N(0, sigma^2 I)``; ``privacy()`` hands this to ``dpjax.accounting``
 with the sampling scheme actually used. ``private=False`` is the
 non-private twin (the same compiled step with sigma = 0 and no clip, see
 ``parts.non_private``); ``noise_std = 0`` with a non-binding clip is
@@ -48,9 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # AC-SA step-size schedules of acsa_constants
 from dpjax.accounting.privacy_spec import PrivacySpec
-from dpjax.algorithms.isrl_mbsgd import isrl_privacy, silo_transcript_schedule
+from dpjax.algorithms.isrl_mbsgd import isrl_privacy
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine import federated, parts
 from dpjax.engine.silos import SiloData
@@ -60,13 +61,28 @@ from dpjax.primitives.projection import project_l2_ball
 PyTree = Any
 
 # ---------------------------------------------------------------------------
-# AC-SA algebra (pure, shared with the shuffle-DP variant A5)
+# AC-SA algebra (pure, shared with the SDP one-pass variant, Algorithm 6)
 # ---------------------------------------------------------------------------
 
 
-def acsa_constants(stage_round, nu):
-    """``alpha_t = 2/(t+1)`` and ``eta_t = 4 nu/(t(t+1))`` (Ghadimi-Lan)."""
+def acsa_constants(stage_round, nu, schedule: str = "lan"):
+    """``(alpha_t, eta_t)`` of round ``t`` of a stage.
+
+    * ``"lan"`` (default): ``alpha_t = 2/(t+1)``, ``eta_t = 4 nu/(t(t+1))``
+      (Ghadimi-Lan; with mu = 0 the prox step is ``alpha_t/eta_t = t/(2 nu)``).
+    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022),
+      Theorem 4.3 (Algorithm 4, also Theorem C.3): ``alpha_t = 2/(t+2)`` and
+      inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``;
+      written here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the
+      mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``. It gives the arbitrary
+      start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a
+      noiseless problem (its step can be twice Lan's).
+    """
     t = jnp.asarray(stage_round, jnp.float32)
+    if schedule == "paper":
+        return 2.0 / (t + 2.0), 2.0 * nu / ((t + 1.0) * (t + 2.0))
+    if schedule != "lan":
+        raise ValueError(f"schedule={schedule!r} must be one of {ACSA_SCHEDULES}")
     return 2.0 / (t + 1.0), 4.0 * nu / (t * (t + 1.0))
 
 
@@ -126,7 +142,7 @@ class AcsaSchedule:
     def single_stage(cls, num_rounds: int, smoothness: float, strong_convexity: float = 0.0,
                      regularization: float = 0.0) -> "AcsaSchedule":
         """One stage on ``f + (lam/2)||w - w_0||^2`` with ``beta~ = beta + lam``,
-        ``mu~ = mu + lam`` (spec §2.3, decision I-2)."""
+        ``mu~ = mu + lam`` (step sizes the paper leaves open)."""
         _validate.check_int("num_rounds", num_rounds, min_value=1)
         beta = _validate.check_positive("smoothness", smoothness)
         mu = _validate.check_nonnegative("strong_convexity", strong_convexity)
@@ -184,13 +200,14 @@ class AcceleratedState:
     hparams: Any
 
 
-def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, radius):
+def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, radius, step_rule: str = "lan"):
     """Shared AC-SA round: ``problem_step(w_md) -> (g, metrics)`` supplies the
-    aggregated (private) gradient; returns ``(new_w, new_w_ag, metrics)``."""
+    aggregated (private) gradient; returns ``(new_w, new_w_ag, metrics)``.
+    ``step_rule`` is the (static) schedule of ``acsa_constants``."""
     r = state.round
     t, nu = schedule.stage_round[r], schedule.stage_nu[r]
     mu = schedule.mu
-    alpha, eta = acsa_constants(t, nu)
+    alpha, eta = acsa_constants(t, nu, step_rule)
     restart = t == 1
     w_prev = jax.tree_util.tree_map(lambda p, ag: jnp.where(restart, ag, p), state.w, state.w_ag)
     w_md = acsa_query_point(w_prev, state.w_ag, alpha, eta, mu)
@@ -205,16 +222,47 @@ def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, ra
 # ---------------------------------------------------------------------------
 
 
+class AcsaFamily(FamilyBase):
+    """What the AC-SA families share (Algorithm 1 here, Algorithm 6 in ``shuffled``):
+    the state, the schedule-length check, the server's AC-SA step around a
+    family's ``problem_step(w_md) -> (gradient, metrics)``, and ``w_ag`` as output."""
+
+    def init_state(self, params, hparams, data: SiloData, run_key) -> AcceleratedState:
+        hparams = self.run_hparams(hparams)
+        length = np.shape(hparams.schedule.stage_round)[-1]
+        if length != self.num_rounds:
+            raise ValueError(
+                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
+            )
+        return AcceleratedState(
+            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
+            sampler_states=federated.init_sampler_states(self.sampler, data, run_key), hparams=hparams,
+        )
+
+    def acsa_step(self, state: AcceleratedState, problem_step) -> tuple[AcceleratedState, dict]:
+        hp = state.hparams
+        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
+        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
+
+    def params(self, state: AcceleratedState):
+        return state.w_ag
+
+    def output_params(self, state: AcceleratedState):
+        return state.w_ag
+
+
+
+
 @dataclasses.dataclass(frozen=True)
-class AcceleratedMbSgd(FamilyBase):
-    """Accelerated noisy ISRL-DP MB-SGD (A3, A3a one-pass, A3c ERM) and its
+class AcceleratedMbSgd(AcsaFamily):
+    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its
     non-private twin.
 
     Args:
       problem: a dpjax problem.
       num_rounds: R; must equal the length of the hparams' schedule.
       batch_size: K records per silo per round.
-      sampling: ``"one-pass"`` (A3a, default), ``"with-replacement"`` (A3c),
+      sampling: ``"one-pass"`` (Theorem 3.1, default), ``"with-replacement"`` (ERM, Theorem 4.1),
         ``"without-replacement"`` or ``"poisson"``.
       availability: silo availability model.
       private: clip + per-silo Gaussian noise (True) or non-private twin.
@@ -242,25 +290,8 @@ class AcceleratedMbSgd(FamilyBase):
                                ("one-pass", "with-replacement", "without-replacement", "poisson"))
         self.check_common()
 
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def init(self, params, hparams: AcceleratedHParams, data: SiloData, run_key) -> AcceleratedState:
-        length = np.shape(hparams.schedule.stage_round)[-1]
-        if length != self.num_rounds:
-            raise ValueError(
-                f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}"
-            )
-        return AcceleratedState(
-            w=params, w_ag=params, anchor=params, round=jnp.zeros((), jnp.int32),
-            sampler_states=federated.init_sampler_states(self.sampler, data, run_key),
-            hparams=self.run_hparams(hparams),
-        )
+        return self.init_state(params, hparams, data, run_key)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
         """AC-SA round whose gradient is the parts' round: minibatch gradient at ``w_md``
@@ -282,14 +313,7 @@ class AcceleratedMbSgd(FamilyBase):
                 metrics.update(indices=info["indices"], index_mask=info["index_mask"], available=available)
             return aggregator(grads, available, key), metrics
 
-        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
-        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
-
-    def params(self, state: AcceleratedState):
-        return state.w_ag
-
-    def output_params(self, state: AcceleratedState):
-        return state.w_ag
+        return self.acsa_step(state, problem_step)
 
     def privacy(self, silo_sizes, hparams: AcceleratedHParams) -> PrivacySpec:
         """Each silo's transcript (every round counted): one-pass gives
@@ -298,20 +322,6 @@ class AcceleratedMbSgd(FamilyBase):
         return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
                             sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
                             neighboring=self.neighboring)
-
-    def privacy_schedule(self, silo_size: int, hparams: AcceleratedHParams) -> GaussianSchedule:
-        """One silo's transcript for the accountant (every round counted).
-
-        One-pass: ``passes = ceil(R K / n) = 1`` Gaussian release per record
-        (parallel composition). Other schemes: R subsampled Gaussians.
-        """
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=self.neighboring,
-        )
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -3,7 +3,7 @@
 Murata & Suzuki, "DIFF2: Differential Private Optimization via Gradient
 Differences for Nonconvex Distributed Learning", ICML 2023.
 
-Algorithms (spec ``diff2_gradient_differences.md`` §2):
+Algorithms (Sections 3-5):
 
 * ``Diff2GD`` -- Alg. 1 (DIFF2 framework) with the GD routine (Alg. 3).
   Round ``r = 1..R`` is a *restart* round iff ``(r - 1) mod T == 0``
@@ -16,10 +16,10 @@ Algorithms (spec ``diff2_gradient_differences.md`` §2):
   ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``; the server adds the average to the
   previous noisy estimator and one draw ``N(0, (sigma2 C_{2,r})^2 I)``.
   GD routine: ``x_r = x_{r-1} - eta v~_r``.
-  With ``restart_every_round=True`` it is **DP-GD** (spec §2.3; every round is a
+  With ``restart_every_round=True`` it is **DP-GD** (every round is a
   restart round and the difference branch is not even traced); with
   ``private=False`` (and ``restart_every_round=True``) it is non-private
-  **GD (ref)** (spec §2.4).
+  **GD (ref)** (Section 6).
 * ``Diff2BvrLSgd`` -- Alg. 1 with the BVR-L-SGD routine (Alg. 4): after the
   server step ``x_{1,r-1} = x_{r-1} - eta v~_r`` the client
   ``p_r = r mod P`` (0-indexed; the paper's ``1 + (r mod P)``) runs ``K - 1``
@@ -28,7 +28,7 @@ Algorithms (spec ``diff2_gradient_differences.md`` §2):
   mechanism (radius ``C3 ||x_{k-1,r-1} - x_{k-2,r-1}||``, noise std
   ``sigma3`` times that radius); ``x_r = x_{K,r-1}``.
 
-Privacy guarantee (spec §1.2, §3; Prop. 4.1 / Prop. E.2): central DP with a
+Privacy guarantee (Section 2, Prop. 4.1 / Prop. E.2): central DP with a
 trusted server, record-level, **replace-one** neighbouring relation inside a
 fixed silo (``D_p`` and ``D'_p`` have the same size and differ in one record).
 Replacing one record of client ``p`` moves the server average by at most
@@ -39,12 +39,12 @@ sigma^2)``; ``C1`` and ``C2`` do not enter the privacy cost. BVR local steps
 are additionally ``(alpha, 2 alpha/(b^2 sigma3^2))``-RDP before the
 without-replacement amplification (Lemma B.7). The released transcript is the
 iterates, the output candidates and the noisy estimators (BVR: the whole local
-trajectory). ``privacy_schedules`` hands this to ``dpjax.accounting.diff2``.
+trajectory). ``privacy()`` hands this to ``dpjax.accounting``.
 Noise multipliers ``sigma1, sigma2(, sigma3)`` are *multipliers of the
 clipping radius*, already containing the ``1/(n_min P)`` factor -- they are
 not rescaled here.
 
-Output (spec §2.7): ``output="random"`` returns ``x_{r^-1}`` with
+Output (the utility theorems of Sections 4-5 are for a random iterate): ``output="random"`` returns ``x_{r^-1}`` with
 ``r^ ~ Unif{1..R}`` (``x_R`` is never output; BVR: the local starting point
 ``x_{k^-1, r^-1}``), drawn from the run's ``"output"`` stream; ``"last"``
 returns the last iterate (used for the experiments' curves).
@@ -259,8 +259,8 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     ``path`` picks ghost clipping or materialised per-record gradients
     (``clipping_path``). ``prev_cache`` (silo axis first): the per-record work
     at ``x_{r-2}`` kept from the previous round (per-record gradients, or the
-    ghost path's layer passes), used instead of recomputing it (spec §2.1 cost
-    note); ``return_cache`` also returns that work at ``x_{r-1}``.
+    ghost path's layer passes), used instead of recomputing it (one pass per record
+    and round instead of two); ``return_cache`` also returns that work at ``x_{r-1}``.
     """
     radius_diff = difference_radius(params, prev_params, clip_diff)
     ghost = clipping_path(problem, params, data.x[0], data.y[0], path) == "ghost"
@@ -363,8 +363,8 @@ def _diff2_privacy(algorithm, silo_sizes, hparams, **kw) -> PrivacySpec:
     sizes = [int(n) for n in (silo_sizes if hasattr(silo_sizes, "__len__") else [silo_sizes])]
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")
-    schedules = algorithm.privacy_schedules(min(sizes), len(sizes), hparams, **kw)
-    # privacy_schedules lists restart rounds, then difference rounds (if any), then local steps (BVR, if any)
+    schedules = algorithm._schedules(min(sizes), len(sizes), hparams, **kw)
+    # _schedules lists restart rounds, then difference rounds (if any), then local steps (BVR, if any)
     restarts = schedules[0].steps
     fields = ["sigma_restart"] + (["sigma_diff"] if restarts < algorithm.num_rounds else [])
     fields += ["sigma_local"] * (len(schedules) - len(fields))
@@ -460,16 +460,13 @@ class Diff2GD(FamilyBase):
         composed; calibration keeps the ratio sigma_2/sigma_1 of ``hparams``."""
         return _diff2_privacy(self, silo_sizes, hparams)
 
-    def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams) -> tuple[GaussianSchedule, ...]:
+    def _schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams) -> tuple[GaussianSchedule, ...]:
         """The run's releases for the accountant: (restart rounds[, difference rounds]).
 
         Each round's radius cancels (noise std = sigma x radius, sensitivity
         2 radius/(n P)), so the schedules use radius 1: contribution
-        ``1/(n_min P)`` and ``noise_std = sigma``. Use with
-        ``dpjax.accounting.diff2.compose_epsilon``.
+        ``1/(n_min P)`` and ``noise_std = sigma``.
         """
-        if not self.private:
-            raise ValueError("private=False: non-private GD has no privacy guarantee to account")
         n = _validate.check_int("min_silo_size", min_silo_size, min_value=1)
         p = _validate.check_int("num_silos", num_silos, min_value=1)
         m = self.restart_count(1 if self.restart_every_round else hparams.restart_interval)
@@ -480,12 +477,12 @@ class Diff2GD(FamilyBase):
 
 
 def dp_gd(problem, num_rounds: int, output: str = "random") -> Diff2GD:
-    """DP-GD (spec §2.3): DIFF2-GD with every round a restart round."""
+    """DP-GD (Section 6): DIFF2-GD with every round a restart round."""
     return Diff2GD(problem, num_rounds, restart_every_round=True, private=True, output=output)
 
 
 def nonprivate_gd(problem, num_rounds: int, output: str = "random") -> Diff2GD:
-    """GD (ref) (spec §2.4): no clipping, no noise, full gradient every round."""
+    """GD (ref) (Section 6): no clipping, no noise, full gradient every round."""
     return Diff2GD(problem, num_rounds, restart_every_round=True, private=False, output=output)
 
 
@@ -513,7 +510,7 @@ class Diff2BvrLSgd(FamilyBase):
       local_steps: K >= 1 (the server step plus K-1 local steps per round).
       batch_size: b, local minibatch size (without replacement, b <= n_min).
       server_learning_rate_scale: optional factor for the server step
-        (spec A5; default 1: a single step size as in Alg. 4).
+        (Lemma F.1's proof hints at a second one; default 1: a single step size as in Alg. 4).
 
     The DIFF2 estimator ``v~_r`` is the one of ``Diff2GD`` (all clients,
     round-level iterates ``x_{r-1}, x_{r-2}``, which are K updates apart).
@@ -602,16 +599,14 @@ class Diff2BvrLSgd(FamilyBase):
         calibration keeps the ratios between sigma_1, sigma_2 and sigma_3."""
         return _diff2_privacy(self, silo_sizes, hparams, local_count=local_count)
 
-    def privacy_schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams,
-                          local_count: str = "paper") -> tuple[GaussianSchedule, ...]:
+    def _schedules(self, min_silo_size: int, num_silos: int, hparams: Diff2HParams,
+                   local_count: str = "paper") -> tuple[GaussianSchedule, ...]:
         """(restart, [difference], local) schedules for the accountant (Prop. E.2).
 
         Local steps: ``K ceil(R/P)`` (``local_count="paper"``) or the exact
         ``(K-1) max_p #{r : p_r = p}`` (``"exact"``) without-replacement
         Gaussian releases with contribution ``C3/b`` per record (radius 1).
         """
-        if not self.private:
-            raise ValueError("private=False: non-private BVR-L-SGD has no privacy guarantee to account")
         _validate.check_choice("local_count", local_count, ("paper", "exact"))
         n = _validate.check_int("min_silo_size", min_silo_size, min_value=1)
         p = _validate.check_int("num_silos", num_silos, min_value=1)

@@ -159,6 +159,8 @@ class DpSgdGeneral(FamilyBase):
     neighboring: str = "replace-one"
 
     hparams_type = DpSgdHParams
+    noise_fields = ("noise_multiplier",)
+    noise_scale_field = None  # sigma is a multiplier of C: calibration needs no clip scaling
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SAMPLINGS)
@@ -389,3 +391,8 @@ class DpSgdGeneral(FamilyBase):
 
         return ReportPrivacy(epsilon_fn, calibrate_fn, _bc.BATCH_CLIPPING_ACCOUNTANTS,
                              "replace-one" if g == 1 else f"replace-up-to-{g}", PrivacyUnit.RECORD_IN_SILO.value)
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+register_family("dpsgd-general", DpSgdGeneral, twin="sgd-general")

@@ -12,7 +12,7 @@ Each round r:
 Privacy (inter-silo record-level DP, replace-one within a silo): silo i's
 transcript is R releases of a minibatch mean with l2 sensitivity ``2L/K``
 (for a record drawn once) plus Gaussian noise of std sigma.
-``privacy_schedule`` hands exactly this to ``dpjax.accounting``; which
+``privacy()`` hands exactly this to ``dpjax.accounting``; which
 accountant certifies it depends on the sampling scheme (the paper's
 with-replacement sampling is accounted conservatively; without-replacement
 or Poisson sampling get tight RDP/PLD accounting).
@@ -196,22 +196,6 @@ class NoisyMbSgd(RoundFamily):
         return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
                             sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
                             neighboring=self.neighboring)
-
-    def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
-        """What one silo's transcript is, for the accounting layer.
-
-        ``silo_size`` is that silo's n (use the smallest silo for a guarantee
-        that holds for every silo). Every round is counted even when the silo
-        is unavailable (the adversary sees who participates, so silo
-        availability gives no amplification).
-        """
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=self.sampling, silo_size=silo_size, batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=self.neighboring,
-        )
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -1,5 +1,5 @@
 """ISRL-DP Local SGD and non-private Local SGD (FedAvg): the baselines of
-Lowy & Razaviyayn (ICLR 2023), Appendix I (spec §2.10, §3.5).
+Lowy & Razaviyayn (ICLR 2023), Appendix I.
 
 Each round r:
 
@@ -20,12 +20,12 @@ Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message
 is post-processing of its R*K noisy single-record gradients; each is a
 Gaussian mechanism with l2 sensitivity ``2C`` (one clipped gradient replaced)
 applied to a uniformly random record (sampling rate 1/n_i), adaptively
-composed R*K times. ``privacy_schedule`` hands exactly this to the accountant
+composed R*K times. ``privacy()`` hands exactly this to the accountant
 (a uniformly random 1-subset per step, i.e. fixed-size sampling without
 replacement with K = 1). The paper's own calibration
 ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
 (``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``) is not certified by
-the moments accountant in the paper's regime (spec I-12): calibrate with the
+the moments accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the
 accountant instead and report both.
 
 ``private=False`` is non-private Local SGD (FedAvg): the same compiled step
@@ -41,16 +41,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dpjax import _validate, keys
-from dpjax.accounting.events import GaussianSchedule
+from dpjax import keys
 from dpjax.accounting.privacy_spec import PrivacySpec
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, silo_transcript_schedule
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy
 from dpjax.engine.contract import FamilyBase
-from dpjax.engine import federated
+from dpjax.engine import federated, parts
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping, noise
 from dpjax.primitives import sampling as sampling_lib
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 
@@ -67,43 +64,6 @@ class LocalSgdState:
     round: jax.Array
     averaged: PyTree
     hparams: MbSgdHParams
-
-
-def local_sgd_trajectory(
-    problem,
-    params: PyTree,
-    x: jax.Array,
-    y: jax.Array,
-    size,
-    sample_key: jax.Array,
-    noise_key: jax.Array,
-    *,
-    num_steps: int,
-    learning_rate,
-    clip_norm,
-    noise_std,
-    projection_radius=None,
-):
-    """K = ``num_steps`` single-record (noisy, clipped) SGD steps of one silo.
-
-    All K record indices come from one draw on ``sample_key`` and all K
-    standard-normal noise vectors from one draw on ``noise_key``, made before
-    the sequential steps (the steps only consume them): K small PRNG calls
-    inside the scan cost ~100 us each on CPU and dominated the run. The
-    non-private twin sees the same records. Returns ``(last_iterate, indices [K])``.
-    """
-    indices = sampling_lib.sample_with_replacement(sample_key, size, num_steps)
-    stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_steps,) + jnp.shape(p), jnp.result_type(p)), params)
-    std_normals = noise.gaussian_like(noise_key, stacked, 1.0)
-
-    def body(w, step):
-        j, z = step
-        g = clipping.clip_to_norm(jax.grad(problem.loss)(w, x[j], y[j]), clip_norm)
-        g = jax.tree_util.tree_map(lambda gi, zi: gi + jnp.asarray(noise_std, zi.dtype) * zi, g, z)
-        w = jax.tree_util.tree_map(lambda p, gi: p - learning_rate * gi, w, g)
-        return project_l2_ball(w, projection_radius), j
-
-    return jax.lax.scan(body, params, (indices, std_normals))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,41 +105,22 @@ class LocalSgd(FamilyBase):
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported by LocalSgd; use 'last', 'average' or 'window'")
 
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
         return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), self.run_hparams(hparams))
 
     def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
+        """availability -> K local steps with per-step Gaussian noise (``parts.LocalSteps``,
+        ``parts.StepGaussian``) -> model averaging (``parts.ModelAveraging``) -> averager."""
         hp = state.hparams
-        n = data.num_silos
         if self.log_indices:  # the index log is per silo: keep all N rows
-            silo_ids, available = None, self.availability.sample(keys.stream_key(key, "availability"), n)
+            silo_ids, available = None, self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
         else:  # static M: only the available silos run their local steps
-            silo_ids, available = federated.available_silos(self.availability, key, n)
-        sample_keys = keys.silo_keys(keys.stream_key(key, "sampling"), n)
-        noise_keys = keys.silo_keys(keys.stream_key(key, "noise"), n)
-        pick = (lambda a: a) if silo_ids is None else (lambda a: a[silo_ids])
-
-        def one_silo(x, y, size, ks, kn):
-            return local_sgd_trajectory(
-                self.problem, state.params, x, y, size, ks, kn,
-                num_steps=self.local_steps, learning_rate=hp.learning_rate,
-                clip_norm=hp.clip_norm, noise_std=hp.noise_std,
-                projection_radius=self.projection_radius,
-            )
-
-        messages, indices = jax.vmap(one_silo)(
-            pick(data.x), pick(data.y), pick(data.sizes), pick(sample_keys), pick(noise_keys)
-        )
-        if self.aggregation == "mean":
-            new_params = federated.aggregate(messages, available, "mean")
-        else:
-            updates = jax.tree_util.tree_map(lambda m, p: m - p[None], messages, state.params)
-            total = federated.aggregate(updates, available, "sum")
-            new_params = jax.tree_util.tree_map(jnp.add, state.params, total)
-        new_params = project_l2_ball(new_params, self.projection_radius)
+            silo_ids, available = federated.available_silos(self.availability, key, data.num_silos)
+        client = parts.LocalSteps(self.problem, self.local_steps, parts.StepGaussian(data.num_silos),
+                                  self.projection_radius)
+        messages, indices = client(state.params, data, key, hp, silo_ids)
+        new_params = parts.ModelAveraging(self.aggregation, self.projection_radius).step(state.params, messages,
+                                                                                         available)
         averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
         metrics = {"num_available": jnp.sum(available)}
         if self.log_indices:
@@ -197,21 +138,6 @@ class LocalSgd(FamilyBase):
         return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm),
                             sampling="without-replacement", batch_size=1,
                             steps=self.num_rounds * self.local_steps)
-
-    def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
-        """Silo transcript: R*K adaptive Gaussian releases, each on one uniformly
-        random record (rate 1/n) with sensitivity 2C (replace-one).
-
-        ``silo_size``: that silo's n (the smallest silo gives a bound for all).
-        Every round counts, available or not.
-        """
-        if not self.private:
-            raise ValueError("private=False: non-private Local SGD has no privacy guarantee to account")
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm),
-            sampling="without-replacement",  # a uniform 1-subset per step
-            silo_size=silo_size, batch_size=1, steps=self.num_rounds * self.local_steps,
-        )
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -1,11 +1,11 @@
 """Theory-driven parameter rules of Lowy & Razaviyayn (ICLR 2023) as pure
 Python functions (no jax): rounds R, step sizes, averaging weights, batch
 sizes, smoothing and regularisation constants, multi-stage schedules,
-unbalanced-silo parameters (A6) and the hybrid user-level rule (A7).
+unbalanced-silo parameters (Appendix H) and the hybrid user-level rule
+(Appendix D.3.5).
 
-Every function cites the theorem it implements and the spec section
-(``shared/spec/isrl_dp_federated_learning.md``). Logarithms of quantities
-below 1 are clamped to 0 (spec I-19). ``M`` is the (harmonic-mean)
+Every function cites the theorem it implements. Logarithms of quantities
+below 1 are clamped to 0 (so a rate's log factor never turns negative). ``M`` is the (harmonic-mean)
 availability, ``1/M = E[1/M_r]``; noise calibrations come from
 ``dpjax.accounting`` so the numbers are never typed twice.
 """
@@ -22,17 +22,17 @@ from dpjax.accounting.isrl import isrl_paper_min_batch_size, isrl_paper_sigma
 
 
 def _log_plus(x: float) -> float:
-    """``max(ln x, 0)`` (I-19)."""
+    """``max(ln x, 0)``: log factors of the rates never negative."""
     return math.log(x) if x > 1.0 else 0.0
 
 
 # ---------------------------------------------------------------------------
-# A1: Noisy MB-SGD (Theorem D.1)
+# Noisy MB-SGD, Algorithm 2 (Theorem D.1)
 # ---------------------------------------------------------------------------
 
 
 def mbsgd_convex_schedule(*, smoothness, diameter, lipschitz, n, num_available, dim, epsilon) -> dict:
-    """Theorem D.1.1 (smooth convex; spec §2.1): uniform averaging, constant step.
+    """Theorem D.1.1 (smooth convex): uniform averaging, constant step.
 
     ``R = (beta D sqrt(M)/L) min(sqrt(n), eps n/sqrt(d)) + min(n M, eps^2 n^2 M/d)``
     (rounded up), ``eta = min(1/beta, (D/(L sqrt(R))) min(1, eps n sqrt(M)/sqrt(R d), sqrt(n M/R)))``.
@@ -52,7 +52,7 @@ def mbsgd_convex_schedule(*, smoothness, diameter, lipschitz, n, num_available, 
 
 def mbsgd_strongly_convex_schedule(*, smoothness, strong_convexity, diameter, lipschitz, n, num_available,
                                    dim, epsilon, noise_std) -> dict:
-    """Theorem D.1.2 / Lemma D.6.2 with Stich's (2019) Lemma D.5 (spec §2.1).
+    """Theorem D.1.2 / Lemma D.6.2 with Stich's (2019) Lemma D.5.
 
     ``R = max((2 beta/mu) ln(beta D^2 mu M eps^2 n^2/(d L^2)), min(M n, M eps^2 n^2/d))``,
     ``c = d sigma^2/M + L^2``, ``eta = min(1/(2 beta), ln(max(2, mu^2 D^2 R^2/c))/(mu R))``
@@ -87,7 +87,7 @@ def stich_weights(num_rounds: int, strong_convexity: float, learning_rate: float
 
 
 # ---------------------------------------------------------------------------
-# A2: smoothing constants (Theorems D.2, F.2)
+# Smoothing constants (Theorems D.2, F.2)
 # ---------------------------------------------------------------------------
 
 
@@ -120,13 +120,14 @@ def smoothing_beta(*, lipschitz, n, num_available, dim, epsilon, delta, diameter
 
 def smoothed_strong_convexity(strong_convexity: float, beta: float) -> float:
     """Strong convexity of the Moreau envelope of a mu-strongly convex loss:
-    ``mu beta/(mu + beta)`` (spec I-21)."""
+    ``mu beta/(mu + beta)`` (the envelope of a
+    mu-strongly convex f is only that strongly convex)."""
     mu, beta = v.check_positive("strong_convexity", strong_convexity), v.check_positive("beta", beta)
     return mu * beta / (mu + beta)
 
 
 # ---------------------------------------------------------------------------
-# A3: accelerated family (Appendix E, F)
+# Accelerated family, Algorithm 1 (Appendix E, F)
 # ---------------------------------------------------------------------------
 
 
@@ -144,7 +145,7 @@ def variance_bound(*, gradient_variance, batch_size, num_available, num_silos, h
 
 
 def regularization_lambda(*, variance, diameter, num_rounds) -> float:
-    """``lambda = V / (2 D sqrt(R))`` (Theorem E.1 proof; decisions I-2, I-22);
+    """``lambda = V / (2 D sqrt(R))`` (Theorem E.1 proof; F.1's V_X/(||w0 - w*|| sqrt R) read the same way);
     ``variance`` is V^2."""
     var = v.check_nonnegative("variance", variance)
     big_d, r = v.check_positive("diameter", diameter), v.check_int("num_rounds", num_rounds, min_value=1)
@@ -152,7 +153,7 @@ def regularization_lambda(*, variance, diameter, num_rounds) -> float:
 
 
 def multistage_stages(*, num_rounds, smoothness, strong_convexity, variance, initial_gap) -> list[tuple[int, float]]:
-    """Multi-stage AC-SA (Appendix E.1; Ghadimi & Lan 2013 Prop. 7; spec §2.3.1).
+    """Multi-stage AC-SA (Appendix E.1; Ghadimi & Lan 2013 Prop. 7).
 
     ``R_k = ceil(max(4 sqrt(2 beta/mu), 128 V^2/(3 mu Delta 2^{-(k+1)})))``,
     ``nu_k = max(2 beta, sqrt(mu V^2/(3 Delta 2^{-(k-1)} R_k (R_k+1)(R_k+2))))``,
@@ -180,9 +181,9 @@ def multistage_stages(*, num_rounds, smoothness, strong_convexity, variance, ini
 
 def one_pass_batch_size_convex(*, lipschitz, smoothness, diameter, n, dim, epsilon, delta, num_available,
                                shuffle_dp=False) -> int:
-    """K of Theorem E.1.1 (A3a):
+    """K of Theorem E.1.1 (one-pass accelerated):
     ``(L/(beta D))^{2/5} n^{3/5} (d ln(1/delta))^{1/5} / (eps^{2/5} M^{1/5})``;
-    with ``shuffle_dp=True`` the A5 rule of Theorem G.2 (M^{2/5}, spec I-7).
+    with ``shuffle_dp=True`` the Algorithm 6 rule of Theorem G.2 (M^{2/5}).
     Rounded to the nearest integer in [1, n]; R = n // K.
     """
     lip, beta = v.check_positive("lipschitz", lipschitz), v.check_positive("smoothness", smoothness)
@@ -197,7 +198,7 @@ def one_pass_batch_size_convex(*, lipschitz, smoothness, diameter, n, dim, epsil
 def one_pass_batch_size_strongly_convex(*, lipschitz, smoothness, strong_convexity, initial_gap, n, dim,
                                         epsilon, delta, num_available, gradient_variance,
                                         shuffle_dp=False) -> int:
-    """K of Theorem E.1.2 (A3a) / G.2 (A5, ``shuffle_dp=True``):
+    """K of Theorem E.1.2 (one-pass accelerated) / G.2 (Algorithm 6, ``shuffle_dp=True``):
     ``n / (sqrt(kappa) ln(mu Delta min(eps^2 n^2 M^a/(L^2 d ln(1/delta)), n M/phi^2)))``
     with a = 1 (ISRL) or 2 (SDP). Clipped to [1, n] (K = n when the log is <= 0).
     """
@@ -217,8 +218,8 @@ def one_pass_batch_size_strongly_convex(*, lipschitz, smoothness, strong_convexi
 
 def erm_accelerated_rounds(*, smoothness, diameter, lipschitz, n, num_silos, num_available, dim, epsilon, delta,
                            batch_size=None, max_iter=100) -> dict:
-    """A3c (Theorem F.1.1) rounds with the R-K coupling resolved by the
-    fixed-point iteration of spec §2.5:
+    """Accelerated ERM (Theorem F.1.1) rounds with the R-K coupling resolved by the
+    fixed-point iteration:
 
     ``R = max((beta D sqrt(M) eps n/(L sqrt(d ln(1/delta))))^{1/2}, 1{M K < N n} eps^2 n^2/(K d ln(1/delta)))``,
     then ``K_min(R) = ceil(eps n/(4 sqrt(2 R ln(2/delta))))``; if ``K < K_min``
@@ -246,13 +247,13 @@ def erm_accelerated_rounds(*, smoothness, diameter, lipschitz, n, num_silos, num
 
 
 # ---------------------------------------------------------------------------
-# A6 / A7
+# Unbalanced silos (Appendix H) / hybrid user-level design (Appendix D.3.5)
 # ---------------------------------------------------------------------------
 
 
 def unbalanced_parameters(*, silo_sizes: Sequence[int], epsilons: Sequence[float], deltas: Sequence[float],
                           num_rounds: int, lipschitz: float) -> dict:
-    """Algorithm 7 (Appendix H; decision I-24): per-silo ``sigma_i`` (paper
+    """Algorithm 7 (Appendix H; K_i = ceil(c n_i) with a common c): per-silo ``sigma_i`` (paper
     calibration with that silo's n_i, eps_i, delta_i) and ``K_i = ceil(c n_i)``
     with one common fraction ``c = max_i K_min,i / n_i`` so that
     ``K_i / n_i`` is (up to rounding) equal and every ``K_i >= K_min,i``.
@@ -274,7 +275,7 @@ def unbalanced_parameters(*, silo_sizes: Sequence[int], epsilons: Sequence[float
 
 
 def hybrid_user_level_budget(*, epsilon: float, delta: float, n: int) -> tuple[float, float]:
-    """A7 (Appendix D.3.5): run ISRL-DP with ``eps_0 = eps/n``, ``delta_0 = delta/(4n)``.
+    """Hybrid design (Appendix D.3.5): run ISRL-DP with ``eps_0 = eps/n``, ``delta_0 = delta/(4n)``.
 
     By group privacy over a silo's n records the run is then
     ``(n eps_0, n e^{(n-1) eps_0} delta_0) <= (eps, delta)`` user-level DP,

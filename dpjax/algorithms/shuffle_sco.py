@@ -15,8 +15,11 @@ ICLR 2022, Section 4 and Appendix C) as two dpjax families.
   phased strongly convex reduction (Theorem 4.8), and pan-private AC-SA
   (Appendix C, Algorithm 6: two Gaussian draws per batch instead of P_vec).
   The AC-SA round is ``dpjax.algorithms.accelerated.acsa_round`` with
-  mu = 0, alpha_t = 2/(t+1) and step 1/L_t = t/(2 nu) (the Ghadimi-Lan form of
-  Lan's stepsize policy); a phase restarts it from the previous phase's output.
+  mu = 0 and ``acsa_schedule="lan"`` (default: alpha_t = 2/(t+1), step
+  1/L_t = t/(2 nu), the Ghadimi-Lan form of Lan's stepsize policy) or
+  ``"paper"`` (Theorem 4.3 as printed: alpha_t = 2/(t+2), 1/L_t = (t+1)/nu
+  with nu = (T+2)^{3/2} sigma/D + beta); a phase restarts it from the previous
+  phase's output.
 
 Users. The n users are the n records of ONE silo (``SiloData`` with
 ``num_silos=1``), in a fixed order that is the protocol's user stream (the
@@ -63,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -76,11 +79,10 @@ from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting import shuffle_sco as sco_acc
 from dpjax.accounting.events import PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
-from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round
+from dpjax.algorithms.accelerated import ACSA_SCHEDULES, AcceleratedState, AcsaSchedule, acsa_round
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import shuffle_protocols
-from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
 AGGREGATORS = ("pvec", "pvec-bits", "exact", "central-gaussian", "local-gaussian", "pan-gaussian",
@@ -114,6 +116,42 @@ class ScoHParams:
     pvec: shuffle_protocols.PvecParams
     noise_std: Any
     clip_norm: Any
+
+    #: sweep axes (``dpjax.sweep``): one run's single-phase schedule, built by ``single_phase``
+    #: (``interactive``: 0 = fresh users every round as in P_SGD/P_AGD, 1 = the same users every
+    #: round as in P_GD); the P_vec axes default to "no P_vec" (Gaussian and exact aggregators).
+    SWEEP_AXES: ClassVar[dict] = {"batch": dataclasses.MISSING, "step": dataclasses.MISSING, "interactive": 0,
+                                  "smoothing": 0.0, "noise_std": 0.0, "clip_norm": 1.0, "pvec.granularity": 1,
+                                  "pvec.trials": 0, "pvec.probability": 0.0}
+
+    @classmethod
+    def single_phase(cls, num_rounds: int, batch: int, step, *, interactive: int = 0, smoothing=0.0,
+                     noise_std=0.0, clip_norm=1.0, pvec: shuffle_protocols.PvecParams | None = None,
+                     start: int = 0) -> "ScoHParams":
+        """One phase of ``num_rounds`` rounds of ``batch`` users from row ``start``: fresh users every
+        round (``interactive=0``; rows ``[start + r batch, start + (r+1) batch)``) or the same users
+        (``interactive=1``). Scalars are repeated over the rounds; ``pvec`` may hold scalars or
+        per-round arrays (a calibration's result)."""
+        T = _validate.check_int("num_rounds", num_rounds, min_value=1)
+        # sweep grids hold floats: integral values are accepted for the integer axes
+        as_int = lambda v: int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v  # noqa: E731
+        B = _validate.check_int("batch", as_int(batch), min_value=1)
+        inter = _validate.check_choice("interactive", as_int(interactive), (0, 1))
+        start = as_int(start)
+        step, smoothing, noise_std = (np.broadcast_to(np.asarray(v, np.float64), (T,)) for v in (step, smoothing,
+                                                                                                noise_std))
+        for name, v, low in (("step", step, 0.0), ("smoothing", smoothing, None), ("noise_std", noise_std, None)):
+            if not np.all(np.isfinite(v)) or np.any(v < 0) or (low is not None and np.any(v <= low)):
+                raise ValueError(f"{name}={v.tolist()!r} must be finite and " + (">= 0" if low is None else "> 0"))
+        _validate.check_positive("clip_norm", float(clip_norm))
+        _validate.check_int("start", start, min_value=0)
+        pvec = pvec if pvec is not None else shuffle_protocols.PvecParams(1, 0, 0.0)
+        pv = shuffle_protocols.PvecParams.create(*(np.broadcast_to(np.asarray(a), (T,)) for a in (
+            pvec.granularity, pvec.trials, pvec.probability)))
+        r = np.arange(T)
+        return cls(jnp.asarray(start + (0 if inter else B) * r, jnp.int32), jnp.full((T,), B, jnp.int32),
+                   jnp.asarray(r + 1, jnp.int32), jnp.asarray(step, jnp.float32), jnp.asarray(smoothing, jnp.float32),
+                   pv, jnp.asarray(noise_std, jnp.float32), jnp.float32(clip_norm))
 
     @classmethod
     def from_plan(cls, plan: sco_acc.ProtocolPlan, clip_norm: float | None = None, *,
@@ -260,6 +298,11 @@ class _ShuffleScoBase(FamilyBase):
             hp = dataclasses.replace(hp, noise_std=_matched_std(plan))
         return fam, hp, plan
 
+    def hparams_from_values(self, **values) -> ScoHParams:
+        """One sweep run's hparams (``ScoHParams.SWEEP_AXES``): a single phase of ``num_rounds``
+        rounds (``ScoHParams.single_phase``)."""
+        return ScoHParams.single_phase(self.num_rounds, **values)
+
     def validate(self, data: SiloData) -> None:
         if data.num_silos != 1:
             raise ValueError(f"data has {data.num_silos} silos; the n users are the records of ONE silo")
@@ -322,13 +365,17 @@ class _ShuffleScoBase(FamilyBase):
                              privacy_unit="user")
         if agg in ("pvec", "pvec-bits"):
             accs = tuple(sco_acc.PVEC_ACCOUNTANTS) + ("pvec-lemma-advanced",)
+            generic = {"best": "pvec-lemma", "paper": "pvec-printed"}
         elif agg == "pan-gaussian":
-            accs = ("pan-analytic", "pan-paper")
+            accs, generic = ("pan-analytic", "pan-paper"), {"best": "pan-analytic", "paper": "pan-paper"}
         else:
-            accs = ("gdp",)
-        return ReportPrivacy(epsilon_fn=lambda delta, acc: self.report(hparams, delta, acc),
-                             calibrate_fn=lambda target, delta, acc: self.calibrate(hparams, target, delta, acc),
-                             accountants=accs, relation="replace-one", privacy_unit="user")
+            accs, generic = ("gdp",), {"best": "gdp"}
+        # the generic names a sweep config accepts ("best": the tightest proven account, "paper": the
+        # paper's own) resolve to this protocol's accountants
+        own = lambda acc: generic.get(acc, acc)  # noqa: E731
+        return ReportPrivacy(epsilon_fn=lambda delta, acc: self.report(hparams, delta, own(acc)),
+                             calibrate_fn=lambda target, delta, acc: self.calibrate(hparams, target, delta, own(acc)),
+                             accountants=accs + tuple(generic), relation="replace-one", privacy_unit="user")
 
     def report(self, hparams: ScoHParams, delta: float, accountant: str = "pvec-lemma") -> SdpReport:
         """Certificate of the whole transcript from the parameters the run holds.
@@ -336,9 +383,12 @@ class _ShuffleScoBase(FamilyBase):
         P_vec: per phase, Theorem 3.2 inverted at the (g, b, p) and batch it runs with
         (``pvec-lemma``: corrected Lemma 3.3 constant, optimal composition across rounds;
         ``pvec-printed``: the paper's constants and advanced composition;
-        ``pvec-lemma-advanced``: lemma constants, advanced composition); phases use disjoint
-        users, so the run's eps is the largest phase's. Details: per-phase eps and how it was
-        composed, bits per user (Corollaries B.8-B.11, exact in (g, b)). Gaussian
+        ``pvec-lemma-advanced``: lemma constants, advanced composition;
+        ``pvec-numerical``: numerical privacy-loss distributions at the spread worst-case
+        shift, a heuristic that is not from the paper); phases use disjoint users, so the
+        run's eps is the largest phase's. Details: per-phase eps and how it was composed, bits
+        per user (Corollaries B.8-B.11, exact in (g, b)) and the ``gaussian_approx`` diagnostic
+        eps (never a guarantee). Gaussian
         aggregators: GDP (central/local) or Lemma C.4 (pan-private).
         """
         delta = _validate.check_open_unit("delta", delta)
@@ -347,7 +397,8 @@ class _ShuffleScoBase(FamilyBase):
         noise = np.asarray(hparams.noise_std)
         details: dict = {"phases": len(phases), "rounds": self.num_rounds, "aggregator": self.aggregator}
         if self.aggregator in ("pvec", "pvec-bits"):
-            comp = {"pvec-lemma": None, "pvec-printed": None, "pvec-lemma-advanced": "advanced"}[accountant]
+            comp = {"pvec-lemma": None, "pvec-printed": None, "pvec-numerical": None,
+                    "pvec-lemma-advanced": "advanced"}[accountant]
             base = "pvec-lemma" if accountant == "pvec-lemma-advanced" else accountant
             rows, bits = [], 0
             g_all, b_all, p_all = (np.asarray(a) for a in (hparams.pvec.granularity, hparams.pvec.trials,
@@ -362,13 +413,17 @@ class _ShuffleScoBase(FamilyBase):
                                                                    + self.trial_groups * int(np.max(b_all[sl]))))
             eps, per_phase = sco_acc.transcript_epsilon(rows, self.dim, delta, base, comp, self.honest_frac)
             name = f"{base}:{comp or sco_acc.PVEC_ACCOUNTANTS[base][2]}"
-            details |= {"per_phase": per_phase, "bits_per_user": bits, "honest_frac": self.honest_frac}
+            details |= {"per_phase": per_phase, "bits_per_user": bits, "honest_frac": self.honest_frac,
+                        "gaussian_approx_epsilon": sco_acc.gaussian_approx_transcript_epsilon(rows, self.dim, delta)}
             notes = [f"P_vec (Theorem 3.2; Lemma 3.1 per coordinate, Lemma 3.3 "
                      f"{'as printed' if base == 'pvec-printed' else 'with the Hoeffding constant'})",
                      "; ".join(f"phase {i}: eps={e:.4g} ({how})" for i, (e, how) in enumerate(per_phase)),
                      f"communication: {bits} one-bit messages per user"]
             if self.honest_frac < 1:
                 notes.append(f"robust shuffle privacy with honest fraction {self.honest_frac:g} (Claim A.8)")
+            if base == "pvec-numerical":
+                notes.append("HEURISTIC: numerical account at the spread worst-case shift, not proven for "
+                             "binomial noise (not a guarantee of the paper)")
             std = float(np.max((2 * L / g_all) * np.sqrt(np.maximum(self.trial_groups * b_all * p_all * (1 - p_all), 0))))
         elif self.aggregator == "pan-gaussian":
             if not all(fresh for _, _, fresh, _, _ in phases):
@@ -400,6 +455,9 @@ class _ShuffleScoBase(FamilyBase):
         phases = self._phases(hparams)
         L = float(np.asarray(hparams.clip_norm))
         if self.aggregator in ("pvec", "pvec-bits"):
+            if accountant in sco_acc.REPORT_ONLY:
+                raise ValueError(f"accountant={accountant!r} is a heuristic report; calibrate with 'pvec-lemma' "
+                                 "or 'pvec-printed'")
             base = "pvec-lemma" if accountant == "pvec-lemma-advanced" else accountant
             comp_name, mode, comp = sco_acc.PVEC_ACCOUNTANTS[base]
             comp = "advanced" if accountant == "pvec-lemma-advanced" else comp
@@ -556,7 +614,15 @@ class ShuffleSgd(_ShuffleScoBase):
 class ShuffleAcsa(_ShuffleScoBase):
     """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8)
     and pan-private AC-SA (Algorithm 6, ``aggregator="pan-gaussian"``). Arguments as
-    ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag)."""
+    ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag), plus ``acsa_schedule``: ``"lan"``
+    (default) or ``"paper"`` (Theorem 4.3's alpha_t, L_t; ``accelerated.acsa_constants``); the
+    hparams' ``step`` is that schedule's nu (the constructors' ``schedule=`` sets both)."""
+
+    acsa_schedule: str = "lan"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _validate.check_choice("acsa_schedule", self.acsa_schedule, ACSA_SCHEDULES)
 
     def init(self, params, hparams: ScoHParams, data: SiloData, run_key) -> AcceleratedState:
         return AcceleratedState(params, params, params, jnp.zeros((), jnp.int32), None, hparams)
@@ -565,7 +631,7 @@ class ShuffleAcsa(_ShuffleScoBase):
         hp, r = state.hparams, state.round
         schedule = AcsaSchedule(jnp.float32(0.0), jnp.float32(0.0), hp.stage_round, hp.step)
         new_w, new_ag, metrics = acsa_round(lambda w_md: self._oracle(w_md, data, hp, r, key), state, schedule,
-                                            self.projection_radius)
+                                            self.projection_radius, self.acsa_schedule)
         return AcceleratedState(new_w, new_ag, state.anchor, r + 1, None, hp), metrics
 
     def params(self, state: AcceleratedState):
@@ -576,45 +642,52 @@ class ShuffleAcsa(_ShuffleScoBase):
 
     @classmethod
     def p_agd(cls, problem, n, epsilon, delta, *, smoothness, lipschitz=1.0, radius=1.0, mode="lemma_opt",
-              aggregator="pvec", **kwargs):
+              aggregator="pvec", schedule="lan", **kwargs):
         """P_AGD (Theorem 4.3): B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}/(eps beta D)^{2/5}, T = floor(n/B),
-        AC-SA constant nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D))."""
-        plan = sco_acc.p_agd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness, mode=mode)
-        return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=False, radius=radius, **kwargs)
+        AC-SA constant nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (``schedule="lan"``) or
+        Theorem 4.3's (T+2)^{3/2} sigma_or/D + beta (``schedule="paper"``)."""
+        plan = sco_acc.p_agd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness, mode=mode,
+                                  schedule=schedule)
+        return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=False, radius=radius,
+                              acsa_schedule=schedule, **kwargs)
 
     @classmethod
     def p_agd_smoothed(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0, mode="lemma_opt",
-                       aggregator="pvec", **kwargs):
+                       aggregator="pvec", schedule="lan", **kwargs):
         """P_AGD on the beta_s-Moreau envelope (Theorem 4.7), beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta))."""
-        plan = sco_acc.p_agd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothed=True, mode=mode)
-        return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=True, radius=radius, **kwargs)
+        plan = sco_acc.p_agd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothed=True, mode=mode,
+                                  schedule=schedule)
+        return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=True, radius=radius,
+                              acsa_schedule=schedule, **kwargs)
 
     @classmethod
     def phased(cls, problem, n, epsilon, delta, lam, *, smoothness=None, lipschitz=1.0, radius=1.0,
-               mode="lemma_opt", phases=None, aggregator="pvec", **kwargs):
+               mode="lemma_opt", phases=None, aggregator="pvec", schedule="lan", **kwargs):
         """Theorem 4.8: k disjoint groups, phase i runs (smoothed, if ``smoothness`` is None) P_AGD from the
         previous output with distance D_{i-1}."""
         d = _dim(problem)
         plan = sco_acc.phased_plan(
             lambda m, diameter, start: sco_acc.p_agd_plan(m, d, epsilon, delta, lipschitz, diameter, smoothness,
-                                                          smoothed=smoothness is None, mode=mode, start=start),
+                                                          smoothed=smoothness is None, mode=mode, start=start,
+                                                          schedule=schedule),
             n, lam, phases=phases, diameter=2 * radius)
         return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=smoothness is None, radius=radius,
-                              **kwargs)
+                              acsa_schedule=schedule, **kwargs)
 
     @classmethod
     def pan_private(cls, problem, n, epsilon, delta, *, smoothness=None, lipschitz=1.0, radius=1.0, lam=None,
-                    phases=None):
+                    phases=None, schedule="lan"):
         """Pan-private AC-SA (Algorithm 6, Theorem C.3), smoothed when ``smoothness`` is None, phased when
         ``lam`` is given."""
         d = _dim(problem)
 
         def conv(m, diameter=2 * radius, start=0):
             return sco_acc.pan_private_plan(m, d, epsilon, delta, lipschitz, diameter, smoothness,
-                                            smoothed=smoothness is None, start=start)
+                                            smoothed=smoothness is None, start=start, schedule=schedule)
 
         plan = conv(n) if lam is None else sco_acc.phased_plan(conv, n, lam, phases=phases, diameter=2 * radius)
-        return cls._from_plan(problem, plan, aggregator="pan-gaussian", smoothed=smoothness is None, radius=radius)
+        return cls._from_plan(problem, plan, aggregator="pan-gaussian", smoothed=smoothness is None, radius=radius,
+                              acsa_schedule=schedule)
 
 
 def _grouped_trials(b: int, p: float, groups: int) -> tuple[int, float]:
@@ -637,3 +710,10 @@ def _matched_std(plan: sco_acc.ProtocolPlan):
         var = sco_acc.pvec_total_variance(ph.pvec, plan.lipschitz, ph.batch) / plan.d
         out += [math.sqrt(var)] * ph.rounds
     return jnp.asarray(out, jnp.float32)
+
+
+from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+
+# One sweep run is one phase (``ScoHParams.SWEEP_AXES``); the non-private twin is ``aggregator="exact"``.
+register_family("shuffle-sgd", ShuffleSgd)
+register_family("shuffle-acsa", ShuffleAcsa)

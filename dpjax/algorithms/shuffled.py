@@ -1,7 +1,7 @@
 """Shuffle-DP algorithms of Lowy & Razaviyayn (ICLR 2023, Section 5):
 
-* ``ShuffledNoisyMbSgd`` -- **A4**, Shuffled Noisy MB-SGD (Theorem 5.1/G.1;
-  spec §2.6). Each round exactly M silos are available; each samples K
+* ``ShuffledNoisyMbSgd`` -- Shuffled Noisy MB-SGD (Section 5,
+  Theorem 5.1/G.1). Each round exactly M silos are available; each samples K
   records (K = 1 in the paper's proof), releases its clipped minibatch mean
   plus ``N(0, sigma^2 I)``; a shuffler permutes the M reports and the server
   averages them. The server's update is a function of the multiset of reports
@@ -9,8 +9,8 @@
   shuffling changes privacy, not utility: the trajectory is that of Noisy
   MB-SGD with K records and ``FixedAvailability(M)`` up to float summation
   order.
-* ``SdpOnePassAccelerated`` -- **A5**, SDP One-Pass Accelerated Noisy MB-SGD
-  (Algorithm 6, Theorem 5.2/G.2; spec §2.7). The AC-SA round of
+* ``SdpOnePassAccelerated`` -- SDP One-Pass Accelerated Noisy MB-SGD
+  (Algorithm 6, Theorem 5.2/G.2). The AC-SA round of
   ``accelerated.py`` where every available silo takes its next disjoint block
   of K records and runs the P_vec local randomizer on each of its K clipped
   gradients; the server runs the P_vec analyzer on the ``M_r K`` shuffled
@@ -23,16 +23,16 @@ the same config and hparams that drive the compiled loop, plus the per-silo
 local guarantee where the paper's analysis has one; each algorithm also has
 the calibration direction, target eps -> sigma or P_vec parameters).
 
-* A4: each silo's transcript is ISRL-DP before shuffling (record level,
+* Shuffled Noisy MB-SGD: each silo's transcript is ISRL-DP before shuffling (record level,
   replace-one): R subsampled Gaussians with sensitivity ``2C/K``
-  (``privacy_schedule``; the ``local`` part of the report). The central
-  guarantee is the chain of ISRL spec §3.6 (Theorem G.1's structure, whose
-  constant C is unspecified, I-20): Gaussian local randomizer -> amplification
+  (``local_privacy``; the ``local`` part of the report). The central
+  guarantee is a numerical chain with Theorem G.1's structure (whose
+  constant C is unspecified): Gaussian local randomizer -> amplification
   by shuffling of the M reports (Feldman-McMillan-Talwar, numerical or closed
   form) -> amplification by subsampling silos and records -> advanced
   composition (``dpjax.accounting.shuffle.isrl_shuffle_chain``);
   ``calibrate_noise`` inverts it.
-* A5: each round's P_vec invocation is ``(eps, delta)``-shuffle-DP in its
+* Algorithm 6: each round's P_vec invocation is ``(eps, delta)``-shuffle-DP in its
   ``M_r K`` inputs (Theorem 3.2 of Cheu et al. 2022) for the (g, b, p) it
   runs with; one pass over disjoint blocks makes the run ``(eps, delta)``-SDP
   by parallel composition (Theorem 5.2/G.2). The report inverts the P_vec
@@ -53,27 +53,25 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from dpjax import _validate, keys
 from dpjax.accounting import calibrate_noise as calibrate_gaussian
 from dpjax.accounting import compute_epsilon
 from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
-from dpjax.accounting.events import GaussianSchedule, PrivacyReport, SdpReport
+from dpjax.accounting.events import PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, ReportPrivacy
-from dpjax.algorithms.accelerated import AcceleratedState, AcsaSchedule, acsa_round
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, silo_transcript_schedule, smallest_silo
-from dpjax.engine import federated
+from dpjax.algorithms.accelerated import AcceleratedState, AcsaFamily, AcsaSchedule
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy, smallest_silo
 from dpjax.engine import parts
-from dpjax.engine.contract import FamilyBase, RoundFamily
+from dpjax.engine.contract import RoundFamily
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping, shuffle_protocols
+from dpjax.primitives import shuffle_protocols
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
 
-#: Central accountants of A4: the §3.6 chain with the numerical (tight) or
+#: Central accountants of Shuffled Noisy MB-SGD: Theorem G.1's chain with the numerical (tight) or
 #: closed-form (paper) shuffle bound (``isrl_shuffle_chain`` modes).
 A4_ACCOUNTANTS = {"shuffle-tight": "tight", "shuffle-paper": "paper"}
 
@@ -116,7 +114,7 @@ def _silo_count(silo_sizes) -> int:
 
 
 # ---------------------------------------------------------------------------
-# A4: Shuffled Noisy MB-SGD
+# Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
 # ---------------------------------------------------------------------------
 
 
@@ -125,7 +123,7 @@ ShuffledState = parts.RoundState
 
 @dataclasses.dataclass(frozen=True)
 class ShuffledNoisyMbSgd(RoundFamily):
-    """A4 (and, ``private=False``, its non-private twin).
+    """Shuffled Noisy MB-SGD (and, ``private=False``, its non-private twin).
 
     Args:
       problem: a dpjax problem.
@@ -163,14 +161,6 @@ class ShuffledNoisyMbSgd(RoundFamily):
     def availability(self):
         return sampling_lib.FixedAvailability(self.num_available)
 
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def round(self, data: SiloData) -> parts.FederatedRound:
         """Noisy MB-SGD's round with the M reports shuffled before the (multiset) mean."""
         client = parts.MinibatchGradient(self.problem, self.sampler, self.neighboring)
@@ -178,19 +168,15 @@ class ShuffledNoisyMbSgd(RoundFamily):
                                     parts.Shuffled("mean"),
                                     parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
 
-    def privacy_schedule(self, silo_size: int, hparams: MbSgdHParams) -> GaussianSchedule:
-        """The local (pre-shuffle) ISRL-DP guarantee of one silo: R subsampled
+    def local_privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
+        """The local (pre-shuffle) ISRL-DP guarantee of each silo: R subsampled
         Gaussian releases with sensitivity 2C/K (the ``local`` part of
         ``privacy_report``; shuffle amplification is its ``central`` part)."""
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
         # K = 1 with replacement is a uniform 1-subset: the same law as without replacement.
         scheme = "without-replacement" if self.batch_size == 1 else self.sampling
-        return silo_transcript_schedule(
-            noise_std=hparams.noise_std, contribution_bound=float(hparams.clip_norm) / self.batch_size,
-            sampling=scheme, silo_size=silo_size, batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=self.neighboring,
-        )
+        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
+                            sampling=scheme, batch_size=self.batch_size, steps=self.num_rounds,
+                            neighboring=self.neighboring)
 
     def _chain_args(self, silo_size, num_silos, accountant, participation) -> dict:
         if not self.private:
@@ -228,7 +214,7 @@ class ShuffledNoisyMbSgd(RoundFamily):
                        local_delta: float | None = None, local_accountant: str = "rdp") -> SdpReport:
         """Shuffle-DP (eps, delta) of the whole run and each silo's local ISRL-DP guarantee.
 
-        Central epsilon: the ISRL spec §3.6 chain (``isrl_shuffle_chain``) and,
+        Central epsilon: Theorem G.1's chain (``isrl_shuffle_chain``) and,
         with ``isrl_bound=True`` (default), the smaller of it and the silos'
         ISRL-DP epsilon at ``delta``: (eps0, delta0)-ISRL-DP implies
         (eps0, delta0)-central DP (Lowy & Razaviyayn 2023, App. C) and the
@@ -253,7 +239,7 @@ class ShuffledNoisyMbSgd(RoundFamily):
             ``"public"`` (the analyzer knows who reported: q = K/n).
           isrl_bound: also use ISRL-DP => central DP (see above).
           local_delta, local_accountant: the per-silo ISRL-DP (eps0, delta0) of the
-            silo's pre-shuffle transcript (``privacy_schedule``), via
+            silo's pre-shuffle transcript (``local_privacy``), via
             ``dpjax.accounting.compute_epsilon`` (default delta0 = ``delta``).
 
         Raises:
@@ -266,10 +252,10 @@ class ShuffledNoisyMbSgd(RoundFamily):
         local_delta = delta if local_delta is None else _validate.check_open_unit("local_delta", local_delta)
         sigma = _validate.check_nonnegative("hparams.noise_std", _scalar("hparams.noise_std", hparams.noise_std))
         clip = _validate.check_positive("hparams.clip_norm", _scalar("hparams.clip_norm", hparams.clip_norm))
-        schedule = self.privacy_schedule(args["n"], hparams)
+        schedule = self.local_privacy([args["n"]], hparams).schedule
         local = compute_epsilon(schedule, local_delta, local_accountant)
         notes = [
-            f"ISRL spec §3.6 chain (Theorem G.1 structure): Gaussian local randomizer (sensitivity 2L), "
+            f"Numerical chain (Theorem G.1 structure): Gaussian local randomizer (sensitivity 2L), "
             f"{'numerical' if args['mode'] == 'tight' else 'closed-form'} Feldman-McMillan-Talwar amplification "
             f"over M={args['reports']} shuffled reports, subsampling, advanced composition over R={args['rounds']} "
             "rounds; an upper bound, not exact",
@@ -327,19 +313,19 @@ class ShuffledNoisyMbSgd(RoundFamily):
             sigma = math.inf
         if isrl_bound:
             unit = MbSgdHParams(learning_rate=1.0, noise_std=1.0, clip_norm=clip)
-            sigma = min(sigma, calibrate_gaussian(self.privacy_schedule(n, unit), target, delta, local_accountant))
+            sigma = min(sigma, calibrate_gaussian(self.local_privacy([n], unit).schedule, target, delta, local_accountant))
         return sigma
 
 
 # ---------------------------------------------------------------------------
-# A5: SDP one-pass accelerated noisy MB-SGD with P_vec
+# Algorithm 6: SDP one-pass accelerated noisy MB-SGD with P_vec
 # ---------------------------------------------------------------------------
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SdpHParams:
-    """Per-run hyperparameters of A5: the AC-SA schedule, the P_vec
+    """Per-run hyperparameters of Algorithm 6: the AC-SA schedule, the P_vec
     parameters (g, b, p) and the norm bound L of the P_vec inputs
     (per-example clip). All leaves are traced, so runs with different
     (eps, delta) -- different (g, b, p) -- share one compiled program."""
@@ -359,23 +345,9 @@ class SdpHParams:
         return cls(schedule, pvec, jnp.asarray(clip_norm, jnp.float32))
 
 
-def pvec_silo_reports(problem, params, data: SiloData, idx, mask, pvec, clip_norm, key, max_granularity=None):
-    """Every silo's P_vec centred count report for its clipped per-example
-    gradients at ``params``: ``[N, P]`` (P = number of parameters)."""
-    round_keys = keys.silo_keys(keys.stream_key(key, "rounding"), data.num_silos)
-    noise_keys = keys.silo_keys(keys.stream_key(key, "noise"), data.num_silos)
-
-    def one_silo(x, y, i, m, kr, kn):
-        grads = clipping.clip_per_example(clipping.per_example_grads(problem.loss, params, x[i], y[i]), clip_norm)
-        vectors = jax.vmap(lambda t: ravel_pytree(t)[0])(grads)
-        return shuffle_protocols.pvec_user_counts(kr, kn, vectors, m, pvec, clip_norm, max_granularity)
-
-    return jax.vmap(one_silo)(data.x, data.y, idx, mask, round_keys, noise_keys)
-
-
 @dataclasses.dataclass(frozen=True)
-class SdpOnePassAccelerated(FamilyBase):
-    """A5: SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6).
+class SdpOnePassAccelerated(AcsaFamily):
+    """SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6).
 
     Args:
       problem: a dpjax problem.
@@ -422,39 +394,26 @@ class SdpOnePassAccelerated(FamilyBase):
         """d, the number of parameters: the dimension of every P_vec input."""
         return _num_params(self.problem)
 
-    def validate(self, data: SiloData) -> None:
-        self.availability.validate(data.num_silos)
-        self.sampler.validate(data.min_size, self.num_rounds)
-
     def init(self, params, hparams: SdpHParams, data: SiloData, run_key) -> AcceleratedState:
-        length = jnp.shape(hparams.schedule.stage_round)[-1]
-        if length != self.num_rounds:
-            raise ValueError(f"hparams.schedule has {length} rounds; it must have num_rounds={self.num_rounds}")
-        return AcceleratedState(params, params, params, jnp.zeros((), jnp.int32),
-                                federated.init_sampler_states(self.sampler, data, run_key), hparams)
+        return self.init_state(params, hparams, data, run_key)
 
     def step(self, state: AcceleratedState, data: SiloData, key) -> tuple[AcceleratedState, dict]:
+        """AC-SA round whose gradient at ``w_md`` is: clipped per-example vectors of
+        every silo's next block (``parts.ClippedExampleVectors``) -> P_vec local
+        randomizer (``parts.PvecRandomizer``) -> shuffled P_vec analyzer over the
+        available silos, divided by ``M_r K`` (``parts.PvecAnalyzer``)."""
         hp = state.hparams
         available = self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
+        client = parts.ClippedExampleVectors(self.problem, self.sampler)
+        privatizer = parts.PvecRandomizer(data.num_silos, self.max_granularity)
+        analyzer = parts.PvecAnalyzer(self.batch_size)
 
         def problem_step(w_md):
-            idx, mask, _ = federated.draw_silo_batches(self.sampler, data, state.sampler_states, key, state.round)
-            reports = pvec_silo_reports(self.problem, w_md, data, idx, mask, hp.pvec, hp.clip_norm, key,
-                                        self.max_granularity)
-            weights = available.astype(jnp.float32)
-            total = shuffle_protocols.pvec_analyze(jnp.tensordot(weights, reports, axes=1), hp.pvec, hp.clip_norm)
-            m = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
-            _, unravel = ravel_pytree(w_md)
-            return unravel(total / m), {"num_available": jnp.sum(available)}
+            messages = client(w_md, data, state.sampler_states, key, state.round, hp.clip_norm)
+            reports, _ = privatizer.update(messages, privatizer.init(key), hp.pvec, hp.clip_norm)
+            return analyzer(reports, available, hp.pvec, hp.clip_norm, w_md), {"num_available": jnp.sum(available)}
 
-        new_w, new_ag, metrics = acsa_round(problem_step, state, hp.schedule, self.projection_radius)
-        return AcceleratedState(new_w, new_ag, state.anchor, state.round + 1, state.sampler_states, hp), metrics
-
-    def params(self, state: AcceleratedState):
-        return state.w_ag
-
-    def output_params(self, state: AcceleratedState):
-        return state.w_ag
+        return self.acsa_step(state, problem_step)
 
     # -- privacy -----------------------------------------------------------
     def min_vectors(self, num_silos: int) -> int:
@@ -466,7 +425,7 @@ class SdpOnePassAccelerated(FamilyBase):
                         mode: str = "lemma_opt") -> shuffle_protocols.PvecParams:
         """Calibration direction: P_vec parameters for a target (eps, delta)-SDP run.
 
-        The calculator of the shuffle spec §2.3 (``dpjax.accounting.pvec.pvec_params``;
+        The P_vec calculator (proof of Cheu et al. Theorem 3.2; ``dpjax.accounting.pvec.pvec_params``;
         ``mode="lemma_opt"``, the lemma-optimised constants, by default;
         ``"paper"`` = Theorem 3.2's printed choice) for ``min_vectors(num_silos)``
         inputs of dimension ``dim``. Pass the result to ``SdpHParams.create``.

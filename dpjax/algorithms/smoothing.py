@@ -1,5 +1,5 @@
 """Moreau-envelope (Nesterov) smoothing for non-smooth losses (Lowy &
-Razaviyayn, ICLR 2023, Algorithm A2 / Lemma D.7; spec §2.2).
+Razaviyayn, ICLR 2023, Appendix D.2, Lemma D.7).
 
 ``f_beta(w, x) = min_v [ f(v, x) + (beta/2) ||w - v||^2 ]`` with minimiser
 ``v* = prox_{f/beta}(w)`` and ``grad f_beta(w) = beta (w - v*)``. The envelope
@@ -10,10 +10,10 @@ the envelope of ``base``'s loss, written as
 ``f(sg(v*)) + (beta/2)||w - sg(v*)||^2`` (``sg`` = stop-gradient), so that
 its value is ``f_beta(w)`` and its autodiff gradient is exactly
 ``beta (w - v*)`` (Danskin). Every algorithm of dpjax can run on it
-unchanged (Theorem D.2: run A1 on ``f_beta``).
+unchanged (Theorem D.2: run Noisy MB-SGD, Algorithm 2, on ``f_beta``).
 
-The prox is taken over ``v in R^d`` (the *unconstrained* envelope, the
-spec's recommended decision I-4): then ``||grad f_beta|| <= L`` and the
+The prox is taken over ``v in R^d`` (the *unconstrained* envelope;
+Lemma D.7's 2L is for the W-constrained one): then ``||grad f_beta|| <= L`` and the
 approximation bound holds on all of R^d. The paper states the envelope is
 ``2L``-Lipschitz (for the W-constrained envelope); ``lipschitz_factor=2``
 reproduces that conservative constant in ``lipschitz_bound`` (paper mode),
@@ -127,7 +127,7 @@ class MoreauEnvelope:
       beta: smoothing parameter (e.g. ``schedules.smoothing_beta``); static,
         so changing it recompiles.
       lipschitz_factor: 1 (tight, unconstrained envelope, default) or 2 (the
-        paper's Lemma D.7 constant; spec I-4); multiplies ``lipschitz_bound``.
+        paper's Lemma D.7 constant); multiplies ``lipschitz_bound``.
     """
 
     base: Any

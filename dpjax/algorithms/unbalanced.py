@@ -1,6 +1,6 @@
 """Noisy ISRL-DP MB-SGD with unbalanced silos and per-silo privacy budgets
-(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1; spec
-§2.8), plus the authors'-code minibatch-average clipping option.
+(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1),
+plus the authors'-code minibatch-average clipping option.
 
 Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
 ``sigma_i``: in round r every available silo i releases
@@ -14,16 +14,16 @@ i.i.d. scores: a uniform K_i-subset; for with-replacement K_i i.i.d. draws);
 the divisor is the public ``K_i``.
 
 Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)``
-(common fraction c, decision I-24) and the paper's ``sigma_i``; a tight
-accountant can calibrate each ``sigma_i`` from ``privacy_schedules``.
+(common fraction c; Theorem H.1 needs K_i/n_i equal across silos) and the paper's ``sigma_i``; a tight
+accountant can calibrate each ``sigma_i`` from ``privacy()``.
 
 Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
 releases of its minibatch mean with sensitivity ``2C/K_i`` plus
 ``N(0, sigma_i^2 I)``; each silo has its own guarantee, computed from its
-own schedule (``privacy_schedules`` returns one per silo).
+own schedule (``privacy()`` holds one per silo).
 
 ``clip_mode="minibatch-average"`` reproduces the insurance script of the
-authors (it clips the minibatch *mean* to C, spec I-13). One record can then
+authors (it clips the minibatch *mean* to C). One record can then
 move a message by up to 2C, so its schedules use contribution bound C (not
 C/K_i): the honest, much weaker guarantee.
 
@@ -41,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.accounting.events import GaussianSchedule
 from dpjax.accounting.privacy_spec import NoPrivacy, PerSiloPrivacy, PrivacySpec, gaussian
 from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
 from dpjax.engine import federated, parts
@@ -158,14 +157,6 @@ class UnbalancedNoisyMbSgd(RoundFamily):
         if not self.private:
             return NoPrivacy("UnbalancedNoisyMbSgd(private=False) is the non-private twin", "replace-one",
                              "record-in-silo")
-        return PerSiloPrivacy(tuple(gaussian(s) for s in self.privacy_schedules(silo_sizes, hparams)),
-                              field="noise_std")
-
-    def privacy_schedules(self, silo_sizes, hparams: UnbalancedHParams) -> list[GaussianSchedule]:
-        """One schedule per silo: R releases, sensitivity ``2C/K_i`` (per-example
-        clip) or ``2C`` (minibatch-average clip), noise ``sigma_i``."""
-        if not self.private:
-            raise ValueError("private=False: the non-private twin has no privacy guarantee to account")
         sizes = [int(s) for s in silo_sizes]
         stds = np.asarray(hparams.noise_std, np.float64).reshape(-1)
         if len(sizes) != len(self.batch_sizes) or stds.size != len(self.batch_sizes):
@@ -173,13 +164,12 @@ class UnbalancedNoisyMbSgd(RoundFamily):
                 f"silo_sizes has {len(sizes)} entries and noise_std {stds.size}; both need {len(self.batch_sizes)}"
             )
         clip = float(hparams.clip_norm)
-        return [
-            silo_transcript_schedule(
+        return PerSiloPrivacy(tuple(
+            gaussian(silo_transcript_schedule(
                 noise_std=std, contribution_bound=clip / k if self.clip_mode == "per-example" else clip,
-                sampling=self.sampling, silo_size=n, batch_size=k, steps=self.num_rounds,
-            )
+                sampling=self.sampling, silo_size=n, batch_size=k, steps=self.num_rounds))
             for n, k, std in zip(sizes, self.batch_sizes, stds)
-        ]
+        ), field="noise_std")
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

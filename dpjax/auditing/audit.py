@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax import _validate as v
+from dpjax import _validate as v, keys
 from dpjax.auditing import stats
 
 __all__ = ["Certificate", "CanaryAudit", "MutantResult", "AuditResult", "sample_scores", "run_audit"]
@@ -195,17 +195,16 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))
                  for name, m in audit.mutants.items() if not callable(m)}
     start = time.perf_counter()
-    base = jax.random.key(seed)
     delta = audit.certificate.delta
     main = _scorer(audit.mechanism, audit.score)
-    bound = _bound(main, audit.dataset, audit.neighbour, delta, jax.random.fold_in(base, 0), runs, confidence, chunk)
+    bound = _bound(main, audit.dataset, audit.neighbour, delta, keys.run_key(seed, 0), runs, confidence, chunk)
     mutants = []
     for i, (name, mutant) in enumerate(sorted(audit.mutants.items()), start=1):
         if callable(mutant):
             fn, data, neighbour = _scorer(mutant, audit.score), audit.dataset, audit.neighbour
         else:
             fn, (data, neighbour) = main, overrides[name]
-        b = _bound(fn, data, neighbour, delta, jax.random.fold_in(base, i), runs, confidence, chunk)
+        b = _bound(fn, data, neighbour, delta, keys.run_key(seed, i), runs, confidence, chunk)
         mutants.append(MutantResult(name, b, b.epsilon > audit.certificate.epsilon))
     exact = audit.exact() if audit.exact is not None else None
     return AuditResult(audit.name, audit.description, audit.certificate, bound, tuple(mutants), exact, runs, seed,

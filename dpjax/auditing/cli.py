@@ -18,7 +18,7 @@ __all__ = ["add_parser", "run"]
 
 _NAMES = ("gaussian", "isrl-silo", "isrl-silo-poisson", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
           "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
-          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec")
+          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec", "user-level")
 _FILES = ("audit.md", "audit.json")
 
 

@@ -21,12 +21,8 @@ dpsgd-*-subsample-g2     as dpsgd-*-subsample, a user of 2 records   van Dijk et
 diff2                    DIFF2-GD restart + difference round         RDP (dp-accounting) of the DIFF2 schedules
 p1d                      Cheu et al. P_1D (count-level simulation)   Lemma 3.1 of Cheu et al.; exact pmf compared
 pvec                     Cheu et al. P_vec, d = 4                    Thm 3.2 (Lemma 3.1 + 3.3, corrected constant)
+user-level               Ghazi et al. Algorithm 1 (DelOutputPert)    Theorem 3.3's proof (test-mode kappa, sigma)
 =======================  ==========================================  =============================================
-
-User-level output perturbation (``dpjax.user_level``) is audited the same way
-once it exists: ``CanaryAudit(mechanism=lambda key, users: ..., dataset=users,
-neighbour=users_with_one_user_replaced, score=projection onto the canary user's
-direction, certificate=Certificate(epsilon, delta, "user-level Algorithm 1"))``.
 """
 
 from __future__ import annotations
@@ -128,7 +124,7 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     without replacement, per-example clip to C, mean over K, + N(0, sigma^2 I); R rounds.
 
     Uses ``NoisyMbSgd``'s sampler and ``dpjax.engine.federated`` (``silo_minibatch_gradients``,
-    ``privatize_messages``); certificate from ``NoisyMbSgd.privacy_schedule`` (replace-one in the silo).
+    ``privatize_messages``); certificate from ``NoisyMbSgd.privacy`` (replace-one in the silo).
     """
     algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling=sampling_scheme)
     params0 = jnp.zeros((dim,), jnp.float32)
@@ -154,15 +150,14 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     q = batch_size / silo_size
     m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
 
-    schedule = algo.privacy_schedule(silo_size, MbSgdHParams.create(1.0, noise_std, clip_norm))
-    report = compute_epsilon(schedule, DELTA, accountant)
+    report = algo.privacy([silo_size] * num_silos, MbSgdHParams.create(1.0, noise_std, clip_norm)).epsilon(DELTA, accountant)
     return CanaryAudit(
         name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
         description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",
         mechanism=mech, dataset=data_for(d), neighbour=data_for(dp),
         score=lambda out: inclusion_mixture_llr(out[:, 0] / noise_std, [1 - q, q], -m, m),
         certificate=Certificate(report.epsilon, DELTA, f"dpjax.accounting.compute_epsilon({report.accountant}; "
-                                f"{report.sampling}, NoisyMbSgd.privacy_schedule)", report.neighboring),
+                                f"{report.sampling}, NoisyMbSgd.privacy)", report.neighboring),
         mutants=_standard_mutants(noise_std),
         details={"noise_std": noise_std, "clip_norm": clip_norm, "silo_size": silo_size, "batch_size": batch_size,
                  "num_rounds": num_rounds, "num_silos": num_silos, "sampling": sampling_scheme},
@@ -288,7 +283,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     """DIFF2-GD (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 is a
     restart round (noise std sigma1 C1), round 2 a difference round (noise std sigma2 C2 ||x1 - x0||).
     The released transcript is the two noisy estimators; certificate: ``compose_epsilon`` of
-    ``Diff2GD.privacy_schedules`` (RDP, dp-accounting)."""
+    ``Diff2GD.privacy`` (RDP, dp-accounting)."""
     problem = _Diff2Canary()
     algo = Diff2GD(problem, num_rounds=2, output="last")
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
@@ -318,7 +313,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
 
     hp0 = Diff2HParams.create(learning_rate, restart_interval=2, sigma_restart=sigma_restart, sigma_diff=sigma_diff)
-    schedules = algo.privacy_schedules(silo_size, num_silos, hp0)
+    schedules = algo.privacy([silo_size] * num_silos, hp0).schedules
     eps = compose_epsilon(schedules, DELTA)
     eps = eps.epsilon if hasattr(eps, "epsilon") else float(eps)
     mu = 2 * a * math.hypot(1 / sigma_restart, 1 / sigma_diff)
@@ -327,7 +322,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         description="DIFF2-GD restart + difference channel (algorithms.diff2: clipped means, sigma x radius noise)",
         mechanism=mech, dataset=data_for(-1.0), neighbour=data_for(1.0), score=score,
         certificate=Certificate(eps, DELTA, "dpjax.accounting.diff2.compose_epsilon (RDP, dp-accounting) of "
-                                "Diff2GD.privacy_schedules", "replace-one"),
+                                "Diff2GD.privacy", "replace-one"),
         mutants={"half-noise": {"sigma_restart": sigma_restart / 2, "sigma_diff": sigma_diff / 2}},
         exact=lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA),
                        "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
@@ -422,6 +417,67 @@ def pvec_audit(epsilon: float = 2.0, n: int = 100, dim: int = 4, bound: float = 
     )
 
 
+# ----------------------------------------------------------------------------- user-level output perturbation
+def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outliers: int = 2,
+                     sensitivity: float = 1e-4, gaussian_mu: float = 0.25) -> CanaryAudit:
+    """Algorithm 1 of Ghazi et al. (ICML 2023), DelOutputPert, on f = mean of the users' values clipped to [0, 1],
+    replace-one-user neighbours (``dpjax.user_level.audit.canary_pair``: D' moves the canary user from 0 to 1).
+
+    Test mode (spec test U5): ``kappa`` and sigma = 8 kappa Delta / ``gaussian_mu`` are given directly; the
+    certificate is Theorem 3.3's proof, ``(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps', gaussian_mu))``.
+    The stable tables come from the exact enumeration of every deletion set of <= 4 kappa + 1 users
+    (``stable_table``); the audited runs are ``release_from_table`` (the TDLap draw, bottom, the Gaussian) jitted
+    and vmapped over keys. The target Delta is far below the replace sensitivity 1/n of f (the paper's regime:
+    Delta ~ 1/(n sqrt(m)) << 1/n), so privacy rests on the stability test; the mutant skips it (releases
+    f(x) + N(0, sigma^2), never bottom) and is caught. Score: the release, bottom mapped above every release.
+    """
+    from dpjax.accounting import user_level as ul_acc
+    from dpjax.user_level import audit as ul_audit, mechanisms as ul_mech
+
+    sigma = 8 * kappa * sensitivity / gaussian_mu
+    params = ul_acc.a1_test_params(eps_prime, kappa, sensitivity, sigma)
+    cert_eps, cert_delta = ul_acc.a1_certified(params)
+    x, x2 = ul_audit.canary_pair(n, outliers)
+    tables = [ul_audit.clipped_mean_table(v_, kappa, sensitivity) for v_ in (x, x2)]
+
+    def inputs(values, table):
+        return {"centres": jnp.asarray(table.centres, jnp.float32), "bottom": jnp.asarray(table.bottom),
+                "sigma": jnp.float32(sigma), "f_full": jnp.float32(np.clip(values, 0, 1).mean())}
+
+    def mech(key, inp):
+        return ul_mech.release_from_table(key, inp["centres"], inp["bottom"], inp["sigma"], eps_prime, kappa)
+
+    def no_stability_test(key, inp):  # the same key use: the noise key is the second half of split(key)
+        _, key_noise = jax.random.split(key)
+        return jnp.int32(ul_mech.OK), inp["f_full"] + inp["sigma"] * jax.random.normal(key_noise, (1,))
+
+    bottom_score = 1e3  # above every release (|f| <= 1, sigma << 1): one threshold sees both bottom and shifts
+
+    def exact():
+        laws = [ul_audit.output_law(t, eps_prime, kappa) for t in tables]
+        skip = [ul_audit.skip_test_law(v_) for v_ in (x, x2)]
+        return {"epsilon": ul_audit.exact_epsilon(*laws, sigma, cert_delta),
+                "no_stability_test_epsilon": ul_audit.exact_epsilon(*skip, sigma, cert_delta),
+                "half_noise_epsilon": ul_audit.exact_epsilon(*laws, sigma / 2, cert_delta),
+                "p_bottom_d": laws[0][0], "p_bottom_d_prime": laws[1][0]}
+
+    return CanaryAudit(
+        name="user-level",
+        description="Ghazi et al. Algorithm 1 (DelOutputPert; user_level.mechanisms.release_from_table on exact "
+                    "stable tables), f = clipped mean of user values",
+        mechanism=mech, dataset=inputs(x, tables[0]), neighbour=inputs(x2, tables[1]),
+        score=lambda out: jnp.where(out[0] == ul_mech.BOTTOM, bottom_score, out[1][0]),
+        certificate=Certificate(cert_eps, cert_delta, "dpjax.accounting.user_level.a1_certified (Theorem 3.3 proof, "
+                                "test-mode kappa and sigma)", "replace-one-user"),
+        mutants={"no-stability-test": no_stability_test},
+        exact=exact,
+        details={"eps_prime": eps_prime, "kappa": kappa, "n": n, "outlier_users": outliers,
+                 "Delta": sensitivity, "sigma": sigma, "gaussian_mu": gaussian_mu,
+                 "release_probability": f"{1 - tables[0].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D), "
+                                        f"{1 - tables[1].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D')"},
+    )
+
+
 # DP-SGD configurations (certified eps 1-3 at DELTA): shuffle, 2 rounds of 5 of 10 records;
 # subsample, 2 epochs of one round of 5 of 6 records; Poisson, 4 rounds at q = 1/4.
 # Groups of g = 2 records (a user), subsampling as above at sigma = 2: individual clipping
@@ -446,6 +502,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "diff2": diff2_audit,
     "p1d": p1d_audit,
     "pvec": pvec_audit,
+    "user-level": user_level_audit,
 }
 
 

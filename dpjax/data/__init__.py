@@ -4,21 +4,29 @@ No JAX here: every function returns plain NumPy arrays; the engine converts
 them and pads silos into ``[N, n_max, d]`` arrays with a mask.
 """
 
+from dpjax.data.cifar10 import load_cifar10
 from dpjax.data.diff2 import (
+    AUTHORS_SPLIT_SEED,
+    BLOG_SYMBOLIC_COLUMNS,
     CAL_HOUSING_FEATURES,
+    CONSTRUCTIONS,
     DIFF2_DATASETS,
     GAS_TURBINE_FEATURES,
     KDD_FEATURES,
+    SKLEARN_CAL_HOUSING_FEATURES,
+    california_housing_sklearn,
     diff2_dataset,
     diff2_silos,
     download_diff2,
     load_a9a,
     load_blogfeedback,
     load_california_housing,
+    load_diff2_raw,
     load_gas_turbine,
     load_kddcup99,
     load_svmlight,
     load_w8a,
+    standard_scaler_fit,
 )
 from dpjax.data.federated import FederatedDataset
 from dpjax.data.isrl import ISRL_MNIST_PAIRS, OBESITY_STANDARDIZED, insurance_silos, isrl_mnist_silos, obesity_silos
@@ -50,6 +58,7 @@ from dpjax.data import diff2 as _diff2
 
 __all__ = list(_diff2.__all__) + [
     "ENV_VAR",
+    "load_cifar10",
     "INSURANCE_FEATURES",
     "ISRL_MNIST_PAIRS",
     "OBESITY_CLASSES",

@@ -1,12 +1,25 @@
-"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; diff2 spec §5.1-5.2)
+"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; Section 6, Table 2)
 and LIBSVM binary classification sets (a9a, w8a).
 
 Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the
-spec's preprocessing (§5.2) and the P = 10 round-robin i.i.d. client split of
+paper's preprocessing (Appendix A) and the P = 10 round-robin i.i.d. client split of
 the authors' code (reference doc B.5: example ``i`` goes to worker ``i mod P``).
 Every loader takes ``verify=True``: a file named like a published one but with
 another row count (truncated, cut) is refused (:func:`dpjax.data.sources.check_known_file`);
 unreadable or non-numeric files raise a ``ValueError`` naming the file, row and column.
+
+Two experimental constructions (``construction=``, as for ISRL-DP in
+:mod:`dpjax.data.isrl`): ``"paper"`` follows the paper's text (Section 6,
+Appendix A) and the spec's decisions where it is silent; ``"authors"``
+reproduces the data construction of the authors' public scripts
+(``lawrenceztang/CE-PLSGM``, ``src/utils/load_dataset.py`` and
+``src/train.py``, the DIFF2 code the CE-PLSGM fork was built on):
+scikit-learn's California housing feature set (:func:`california_housing_sklearn`),
+symbolic columns label-encoded and not standardised (BlogFeedback's columns
+262-268), one fixed ``train_test_split(test_size=0.2, random_state=0)`` for
+every seed, ``StandardScaler`` statistics from the training split only,
+computed on float32 features, and every training record dealt to a client
+(no remainder dropped).
 """
 
 from __future__ import annotations
@@ -20,26 +33,33 @@ import numpy as np
 
 from dpjax._validate import check_choice, check_int
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.isrl import _check_seed, _check_train_fraction
+from dpjax.data.isrl import CONSTRUCTIONS, _check_seed, _check_train_fraction, authors_train_test_split
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, find_file
 from dpjax.data.preprocess import label_encode, one_hot, split_sizes, standardize_fit
 from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, check_known_file, download_dataset
 
 __all__ = [
+    "AUTHORS_SPLIT_SEED",
+    "BLOG_SYMBOLIC_COLUMNS",
     "CAL_HOUSING_FEATURES",
+    "CONSTRUCTIONS",
     "DIFF2_DATASETS",
     "GAS_TURBINE_FEATURES",
     "KDD_FEATURES",
+    "SKLEARN_CAL_HOUSING_FEATURES",
+    "california_housing_sklearn",
     "diff2_dataset",
     "diff2_silos",
     "download_diff2",
     "load_a9a",
     "load_blogfeedback",
     "load_california_housing",
+    "load_diff2_raw",
     "load_gas_turbine",
     "load_kddcup99",
     "load_svmlight",
     "load_w8a",
+    "standard_scaler_fit",
 ]
 
 CAL_HOUSING_FEATURES = (
@@ -59,6 +79,14 @@ KDD_FEATURES = (
     "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate",
 )
 KDD_SYMBOLIC = ("protocol_type", "service", "flag")
+#: scikit-learn's ``fetch_california_housing`` columns (per-household averages of the raw totals).
+SKLEARN_CAL_HOUSING_FEATURES = ("MedInc", "HouseAge", "AveRooms", "AveBedrms", "Population", "AveOccup",
+                                "Latitude", "Longitude")
+#: BlogFeedback columns (0-based) the authors' ``BlogFeedback`` class declares symbolic: the seven
+#: weekday indicators of the basetime, label-encoded and left unscaled.
+BLOG_SYMBOLIC_COLUMNS = tuple(range(262, 269))
+#: ``random_state`` of the authors' one ``train_test_split`` (the same split for every seed).
+AUTHORS_SPLIT_SEED = 0
 
 
 def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote_key: str) -> DatasetNotFoundError:
@@ -116,7 +144,7 @@ def _loadtxt(path, source, **kwargs) -> np.ndarray:
 
 
 def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """California Housing, L. Torgo's version (diff2 spec §5.1): 20640 x 8, target median house value.
+    """California Housing, L. Torgo's version (Table 2): 20640 x 8, target median house value.
 
     Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``).
     Not scikit-learn's per-household variant.
@@ -133,8 +161,35 @@ def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify
             "target_name": "medianHouseValue", "source": str(p)}
 
 
+def california_housing_sklearn(data: dict) -> dict:
+    """scikit-learn's ``fetch_california_housing`` table, derived from the raw-totals file
+    (the authors' construction; the paper names the Torgo version).
+
+    scikit-learn reads the same StatLib/Torgo ``cal_housing.data`` (20640 rows, no
+    missing values; the 207 missing ``total_bedrooms`` exist only in the later
+    ``housing.csv`` variant), reorders it and replaces the totals by
+    per-household averages: MedInc, HouseAge, AveRooms = totalRooms / households,
+    AveBedrms = totalBedrooms / households, Population, AveOccup = population /
+    households, Latitude, Longitude; target = medianHouseValue / 100000. Same
+    float64 operations as scikit-learn, so the values are bit-identical.
+    """
+    names = list(data.get("feature_names") or ())
+    if names != list(CAL_HOUSING_FEATURES):
+        raise ValueError(f"data must be load_california_housing's raw table (features {CAL_HOUSING_FEATURES}), "
+                         f"got features {names}")
+    x = np.asarray(data["x"], np.float64)
+    col = {n: x[:, i] for i, n in enumerate(CAL_HOUSING_FEATURES)}
+    households = col["households"]
+    feats = np.column_stack([
+        col["medianIncome"], col["housingMedianAge"], col["totalRooms"] / households, col["totalBedrooms"] / households,
+        col["population"], col["population"] / households, col["latitude"], col["longitude"],
+    ])
+    return {**data, "x": feats, "y": np.asarray(data["y"], np.float64) / 100000.0,
+            "feature_names": list(SKLEARN_CAL_HOUSING_FEATURES), "target_name": "MedHouseVal (100k USD)"}
+
+
 def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """Gas Turbine CO and NOx emissions (diff2 spec §5.1): the five yearly files 2011-2015 pooled
+    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled
     (36733 rows), 9 features AT..CDP, target CO; the NOx column is removed.
 
     Column names are stripped (``gt_2015.csv`` has ``"AFDP "``). ``"year"`` gives each row's file.
@@ -166,10 +221,10 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool 
 
 
 def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """BlogFeedback training file (diff2 spec §5.1): 52397 x 280 features, target = column 281
+    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281
     (comments in the next 24 h). Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
 
-    Only the training file is read: the spec's 60,021 rows also pool the 60 daily
+    Only the training file is read: the paper's 60,021 rows also pool the 60 daily
     test files, which the authors' code (reference doc B.5) does not use.
     """
     base = _data_dir(data_dir)
@@ -191,10 +246,10 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool
 
 
 def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot", verify: bool = True) -> dict:
-    """KDD Cup 1999, the official 10% file (diff2 spec §5.1, §7 A19/A20): 494021 rows, 41 features,
+    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows, 41 features,
     23 connection labels.
 
-    ``symbolic="one_hot"`` (spec A19 decision) one-hot encodes protocol_type,
+    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type,
     service and flag (categories in sorted order) after the 38 numeric columns
     (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
     label-encoded in place. ``"standardize_mask"`` marks the numeric columns
@@ -312,6 +367,70 @@ def load_w8a(data_dir: str | os.PathLike | None = None, *, verify: bool = True) 
     return out
 
 
+def _label_encode_columns(data: dict, columns) -> dict:
+    """The authors' ``My_Dataset``: each symbolic column label-encoded in place (codes of its
+    sorted unique values, ``LabelEncoder``) and excluded from standardisation."""
+    x = np.array(data["x"], np.float64)
+    mask = np.array(data.get("standardize_mask", np.ones(x.shape[1], bool)), bool)
+    for j in columns:
+        x[:, j] = label_encode(x[:, j])[0]
+        mask[j] = False
+    return {**data, "x": x, "standardize_mask": mask, "symbolic_columns": list(columns)}
+
+
+def load_diff2_raw(name: str, data_dir: str | os.PathLike | None = None, *, construction: str = "paper",
+                   verify: bool = True) -> dict:
+    """The unscaled table of ``name`` (a key of :data:`DIFF2_DATASETS`) as ``construction`` defines it.
+
+    ``"paper"``: the loader's table (Torgo's California housing with raw totals;
+    KDD's symbolic columns one-hot, as dpjax documents for this dataset). ``"authors"``: as the authors'
+    ``load_dataset.py`` builds it: California housing through scikit-learn's
+    feature set (:func:`california_housing_sklearn`); BlogFeedback's columns
+    262-268 label-encoded and not standardised; KDD Cup 99's three symbolic
+    columns label-encoded in place (``symbolic="codes"``: its class is not in
+    the public scripts, but their ``My_Dataset`` can only take numbers, so the
+    string columns must go through its ``LabelEncoder`` step); gas turbine,
+    a9a and w8a unchanged.
+    """
+    check_choice("name", name, tuple(DIFF2_DATASETS))
+    check_choice("construction", construction, CONSTRUCTIONS)
+    loader = DIFF2_DATASETS[name][0]
+    if construction == "authors" and name == "kddcup99":
+        return load_kddcup99(data_dir, symbolic="codes", verify=verify)
+    data = loader(data_dir, verify=verify)
+    if construction == "authors" and name == "california_housing":
+        return california_housing_sklearn(data)
+    if construction == "authors" and name == "blogfeedback":
+        return _label_encode_columns(data, BLOG_SYMBOLIC_COLUMNS)
+    return data
+
+
+def standard_scaler_fit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean_, scale_)`` of scikit-learn's ``StandardScaler().fit(x)`` with its numerics.
+
+    float64 accumulators over (possibly float32) ``x``, the two-pass variance with
+    the correction term of ``_incremental_mean_and_var``, ddof = 0, and scale 1
+    for columns ``_is_constant_feature`` flags (var <= n eps var + (n mean eps)^2)
+    or whose std is below 10 eps. Applying it as scikit-learn does
+    (``x -= mean_; x /= scale_`` in ``x``'s dtype) gives its values bit for bit.
+    """
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise ValueError(f"x has shape {x.shape}; expected [n >= 1, d]")
+    n = x.shape[0]
+    total = np.sum(x, axis=0, dtype=np.float64)
+    mean = total / n
+    centred = x - mean
+    correction = np.sum(centred, axis=0, dtype=np.float64)
+    centred **= 2
+    var = (np.sum(centred, axis=0, dtype=np.float64) - correction**2 / n) / n
+    eps = np.finfo(np.float64).eps
+    constant = var <= n * eps * var + (n * mean * eps) ** 2
+    scale = np.sqrt(var)
+    scale[constant | (scale < 10 * eps)] = 1.0
+    return mean, scale
+
+
 def diff2_silos(
     data: dict,
     *,
@@ -319,34 +438,55 @@ def diff2_silos(
     task: str,
     n_silos: int = 10,
     train_fraction: float = 0.8,
-    normalization_stats: str = "all",
+    normalization_stats: str | None = None,
     scale_target: bool = True,
-    drop_remainder: bool = True,
+    drop_remainder: bool | None = None,
     name: str = "diff2",
     dtype=np.float32,
+    construction: str = "paper",
 ) -> FederatedDataset:
-    """The DIFF2 preprocessing and client split (diff2 spec §5.2, reference doc B.5).
+    """The DIFF2 preprocessing and client split (Appendix A; the authors' code).
 
     1. shuffle and split 80/20 (``n_test = ceil(0.2 n)``);
     2. standardise the columns in ``data["standardize_mask"]`` (all when absent)
        to mean 0 / std 1, statistics from the whole dataset
-       (``normalization_stats="all"``, spec §7 A17 decision) or the training
+       (``normalization_stats="all"``; the paper does not say which) or the training
        split (``"train"``); constant columns become 0;
     3. regression (``task="regression"``): divide y by max |y| over the whole
        dataset (``scale_target``), so y lies in (0, 1];
     4. the training set (already shuffled) is dealt round-robin: record ``i``
-       goes to client ``i mod P``. With ``drop_remainder`` (spec §7 A22) only the
+       goes to client ``i mod P``. With ``drop_remainder`` (train sizes are not multiples of P) only the
        first ``P * floor(n_train / P)`` records are dealt, so all clients have
        exactly ``n_min = floor(n_train / P)`` records; otherwise client sizes
        differ by at most one.
 
     Classification labels are int32 class codes (``num_classes`` = number of
     classes in ``data["class_names"]`` or in y); the test set is pooled.
+
+    ``construction="paper"`` (default) is the above with ``normalization_stats="all"``
+    and ``drop_remainder=True``. ``construction="authors"`` is the authors'
+    ``My_Dataset`` + ``random_split_to_local_datasets``: the split is
+    scikit-learn's ``train_test_split(test_size=0.2, random_state=0)``
+    (:func:`dpjax.data.isrl.authors_train_test_split`), the same for every
+    ``seed``; features are cast to float32 first and standardised with
+    ``StandardScaler`` statistics of the training split
+    (:func:`standard_scaler_fit`, ``normalization_stats="train"``); every
+    training record is dealt (``drop_remainder=False``; ``n_min`` is the
+    smallest client). Steps 3 and 4 are the same in both.
     """
     check_choice("task", task, ("regression", "classification"))
+    check_choice("construction", construction, CONSTRUCTIONS)
+    authors = construction == "authors"
+    if normalization_stats is None:
+        normalization_stats = "train" if authors else "all"
     check_choice("normalization_stats", normalization_stats, ("all", "train"))
+    if drop_remainder is None:
+        drop_remainder = not authors
     seed = _check_seed(seed)
     train_fraction = _check_train_fraction(train_fraction)
+    if authors and (normalization_stats != "train" or drop_remainder or train_fraction != 0.8):
+        raise ValueError(f"construction='authors' fixes normalization_stats='train', drop_remainder=False and "
+                         f"train_fraction=0.8 (got {normalization_stats!r}, {drop_remainder!r}, {train_fraction!r})")
     for flag_name, flag in (("scale_target", scale_target), ("drop_remainder", drop_remainder)):
         if not isinstance(flag, bool):
             raise ValueError(f"{flag_name}={flag!r} must be a bool")
@@ -363,18 +503,32 @@ def diff2_silos(
     mask = np.asarray(data.get("standardize_mask", np.ones(x.shape[1], bool)), bool)
     if mask.shape != (x.shape[1],):
         raise ValueError(f"data['standardize_mask'] has shape {mask.shape}, expected ({x.shape[1]},)")
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(n)
-    tr, te = perm[:n_train], perm[n_train:]
     cols = np.flatnonzero(mask)
-    stat_rows = slice(None) if normalization_stats == "all" else tr
-    mean, std = standardize_fit(x[stat_rows][:, cols]) if cols.size else (np.zeros(0), np.ones(0))
+    if authors:
+        tr, te = authors_train_test_split(n, 0.2, random_state=AUTHORS_SPLIT_SEED)
+        n_train, n_test = tr.size, te.size
+        x32 = x.astype(np.float32)  # the script casts before splitting and scaling
+        mean, scale = standard_scaler_fit(x32[tr][:, cols]) if cols.size else (np.zeros(0), np.ones(0))
 
-    def feats(rows):
-        z = x[rows].astype(np.float64)
-        if cols.size:
-            z[:, cols] = (z[:, cols] - mean) / std
-        return z.astype(dtype)
+        def feats(rows):
+            z = x32[rows]
+            if cols.size:
+                block = z[:, cols]
+                block -= mean  # in float32, as StandardScaler.transform
+                block /= scale
+                z[:, cols] = block
+            return z.astype(dtype)
+    else:
+        perm = np.random.default_rng(seed).permutation(n)
+        tr, te = perm[:n_train], perm[n_train:]
+        stat_rows = slice(None) if normalization_stats == "all" else tr
+        mean, std = standardize_fit(x[stat_rows][:, cols]) if cols.size else (np.zeros(0), np.ones(0))
+
+        def feats(rows):
+            z = x[rows].astype(np.float64)
+            if cols.size:
+                z[:, cols] = (z[:, cols] - mean) / std
+            return z.astype(dtype)
 
     if task == "regression":
         y_scale = float(np.max(np.abs(y))) if scale_target else 1.0
@@ -402,7 +556,7 @@ def diff2_silos(
     dealt = tr[: n_p * n_silos] if drop_remainder else tr
     silo_idx = [dealt[p::n_silos] for p in range(n_silos)]
     meta = {
-        "paper": "DIFF2 (Murata & Suzuki, ICML 2023), spec §5.2",
+        "paper": "DIFF2 (Murata & Suzuki, ICML 2023), Appendix A",
         "num_silos": n_silos,
         "n_total": int(n),
         "n_train": int(n_train),
@@ -414,7 +568,11 @@ def diff2_silos(
         "seed": seed,
         "train_fraction": train_fraction,
         "normalization_stats": normalization_stats,
+        "construction": construction,
+        "split": (f"sklearn train_test_split(test_size=0.2, random_state={AUTHORS_SPLIT_SEED}), the same for every seed"
+                  if authors else f"numpy default_rng(seed={seed}) permutation"),
         "standardized_columns": int(cols.size),
+        "symbolic_columns": data.get("symbolic_columns"),
         "target_scale": y_scale,
         "partition": "round-robin over the shuffled training set (index mod P), i.i.d.",
         "source": data.get("source"),
@@ -447,12 +605,14 @@ DIFF2_DATASETS = {
 }
 
 
-def diff2_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: int, **kwargs) -> FederatedDataset:
-    """Loads ``name`` (a key of :data:`DIFF2_DATASETS`) and applies :func:`diff2_silos`
-    (P = 10 by default; keyword arguments are passed on). Cover Type is not available."""
-    check_choice("name", name, tuple(DIFF2_DATASETS))
-    loader, task = DIFF2_DATASETS[name]
-    return diff2_silos(loader(data_dir), seed=seed, task=task, name=f"diff2_{name}", **kwargs)
+def diff2_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: int, construction: str = "paper",
+                  **kwargs) -> FederatedDataset:
+    """Loads ``name`` (a key of :data:`DIFF2_DATASETS`) under ``construction``
+    (:func:`load_diff2_raw`) and applies :func:`diff2_silos` (P = 10 by default;
+    keyword arguments are passed on). Cover Type is not available."""
+    data = load_diff2_raw(name, data_dir, construction=construction)
+    return diff2_silos(data, seed=seed, task=DIFF2_DATASETS[name][1], name=f"diff2_{name}",
+                       construction=construction, **kwargs)
 
 
 def download_diff2(name: str, data_dir: str | os.PathLike | None = None) -> pathlib.Path:

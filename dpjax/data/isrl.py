@@ -1,7 +1,7 @@
 """Silo splits of the ISRL-DP federated learning experiments (Lowy & Razaviyayn, ICLR 2023).
 
-ISRL spec §5.2 (MNIST, binary logistic regression), §5.3 (health insurance,
-linear regression) and §5.4 (obesity, softmax regression).
+ISRL-DP Section 6 / Appendix I: MNIST, binary logistic regression (Fig. 4/7); health
+insurance, linear regression (Fig. 5, 8-9); obesity, softmax regression (Fig. 6).
 """
 
 from __future__ import annotations
@@ -381,7 +381,7 @@ def insurance_silos(
         test_y.append(y[te].astype(dtype))
     names = list(data.get("feature_names", ["age", "sex", "bmi", "children", "smoker", "region"]))
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), spec §5.3",
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 5/8-9",
         "num_silos": n_silos,
         "group_size": size,
         "n_per_silo": [int(g.size) for g in groups],
@@ -405,7 +405,7 @@ def insurance_silos(
     return FederatedDataset(train_x, train_y, test_x, test_y, name="isrl_insurance", num_classes=None, metadata=meta)
 
 
-#: Continuous obesity columns the authors' code standardises (ISRL spec §5.4).
+#: Continuous obesity columns the authors' code standardises.
 OBESITY_STANDARDIZED = ("Age", "Height", "Weight", "CH2O", "TUE")
 
 
@@ -419,7 +419,7 @@ def obesity_silos(
     add_bias: bool = True,
     dtype=np.float32,
 ) -> FederatedDataset:
-    """Silos of ISRL experiment C, softmax regression on obesity data (ISRL spec §5.4, Fig. 6).
+    """Silos of ISRL experiment C, softmax regression on obesity data (ISRL-DP Fig. 6).
 
     ``data`` is :func:`dpjax.data.load_obesity`'s output (label-encoded, 16
     features). Global shuffled 80/20 split (``n_test = ceil(0.2 n)``: 1688 / 423);
@@ -470,7 +470,7 @@ def obesity_silos(
         )
     silo_idx = [rng.choice(c, n_per_silo, replace=replace) for c in per_class]
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), spec §5.4",
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6",
         "num_silos": k,
         "class_names": classes,
         "n_train_per_silo": n_per_silo,

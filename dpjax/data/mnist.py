@@ -1,6 +1,6 @@
 """MNIST (LeCun, Cortes & Burges) as plain NumPy arrays.
 
-Used by the ISRL-DP experiment A (ISRL spec §5.2, Fig. 4/7 of Lowy & Razaviyayn,
+Used by the ISRL-DP MNIST experiment (Fig. 4/7 and Appendix I of Lowy & Razaviyayn,
 ICLR 2023). Sources, in the order tried by :func:`load_mnist`:
 
 1. ``mnist.npz`` (keys ``x_train, y_train, x_test, y_test``; the Keras layout and
@@ -173,7 +173,7 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
 
     Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training
     labels are 5, 0, 4, 1, 9), labels ``uint8 [n]``; n = 60000 / 10000.
-    (ISRL spec §5.2.)
+    (ISRL-DP Appendix I.)
 
     Args:
       data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are

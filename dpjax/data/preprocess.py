@@ -56,7 +56,7 @@ def pca_fit(x, n_components: int) -> PCA:
 
     Deterministic sign convention: each component's entry of largest absolute
     value is positive. ``x`` may have any trailing shape (flattened per row).
-    (ISRL spec §5.2: PCA to d = 50 of the [0, 1]-scaled MNIST training images.)
+    (ISRL-DP Appendix I: PCA to d = 50 of the [0, 1]-scaled MNIST training images.)
     """
     x = _as_2d("x", x)
     n, d = x.shape

@@ -1,4 +1,4 @@
-"""Tabular datasets of the ISRL-DP experiments B and C (ISRL spec §5.3, §5.4).
+"""Tabular datasets of the ISRL-DP insurance and obesity experiments (Figs. 5, 6, 8, 9; Appendix I).
 
 * Medical Cost Personal ("insurance", B. Lantz; 1338 rows): ``insurance.csv``.
 * UCI obesity levels (Palechor & de la Hoz Manotas 2019; 2111 rows):
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 INSURANCE_FEATURES = ("age", "sex", "bmi", "children", "smoker", "region")
-#: ISRL spec §5.3: alphabetical label codes.
+#: Alphabetical label codes (as the authors' insurance script encodes them).
 INSURANCE_CODES = {
     "sex": ("female", "male"),
     "smoker": ("no", "yes"),
@@ -109,10 +109,10 @@ def _insurance_package_csvs() -> list[pathlib.Path] | None:
 
 
 def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict:
-    """Medical Cost Personal data (ISRL spec §5.3): 1338 rows, 6 features, target charges (USD).
+    """Medical Cost Personal data (ISRL-DP Fig. 5/8): 1338 rows, 6 features, target charges (USD).
 
     Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}``
-    with columns ``age, sex, bmi, children, smoker, region`` and the spec's
+    with columns ``age, sex, bmi, children, smoker, region`` and the authors'
     alphabetical label codes (sex female 0 / male 1; smoker no 0 / yes 1;
     region northeast 0, northwest 1, southeast 2, southwest 3). No scaling here.
 
@@ -158,7 +158,7 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
 
 
 def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """UCI obesity-levels data (ISRL spec §5.4): 2111 rows, 16 features, 7 classes.
+    """UCI obesity-levels data (ISRL-DP Fig. 6): 2111 rows, 16 features, 7 classes.
 
     Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names",
     "categorical", "codes", "source"}``. Categorical columns (Gender,

@@ -115,6 +115,21 @@ class FamilyBase:
 
     # -- shared pieces ------------------------------------------------------
     @property
+    def sampler(self):
+        """The per-silo record sampler of ``sampling`` with ``batch_size`` records."""
+        from dpjax.primitives import sampling
+
+        return sampling.make_sampler(self.sampling, self.batch_size)
+
+    def validate(self, data) -> None:
+        """Host-side checks against the data: the availability model, and for a family
+        that samples ``batch_size`` records per silo, that its sampler can serve
+        ``num_rounds`` rounds from the smallest silo."""
+        self.availability.validate(data.num_silos)
+        if getattr(self, "batch_size", None) is not None:
+            self.sampler.validate(data.min_size, self.num_rounds)
+
+    @property
     def averager(self) -> IterateAverager:
         return IterateAverager(self.output, getattr(self, "window", 8))
 

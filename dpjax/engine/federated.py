@@ -100,7 +100,7 @@ def silo_batch_gradients(
     * ``"minibatch-average"``: the authors' insurance script: the unclipped
       minibatch mean is clipped to ``clip_norm``. One record can then move the
       message by up to ``2 C`` (not ``2 C / K``): callers must account it so
-      (spec I-13).
+      (the authors' insurance script clips the minibatch mean).
 
     ``clip_norm = inf`` (the non-private twins) clips by exactly 1. With ``silo_ids`` ([M]), ``idx``
     and ``mask`` are the selected silos' batches and only their rows are
@@ -301,7 +301,7 @@ def shuffle_reports(messages: PyTree, available: jax.Array, key: jax.Array):
 
 
 def shuffled_aggregate(messages: PyTree, available: jax.Array, key: jax.Array, how: str = "mean") -> PyTree:
-    """Server aggregate behind a shuffler (ISRL-DP Section 5, A4).
+    """Server aggregate behind a shuffler (ISRL-DP Section 5, Shuffled Noisy MB-SGD).
 
     The reports of the available silos are shuffled (``shuffle_reports``) and
     the server sums them in a canonical order, so its output is a function of

@@ -10,6 +10,9 @@ copy-pasted::
     params, opt_state = server(params, update, opt_state)   # optax + projection
     averaged  = averager.update(...)                # the output rule
 
+* Local SGD is ``LocalSteps`` (with the per-step ``StepGaussian``) ->
+  ``ModelAveraging``; the SDP one-pass family is ``ClippedExampleVectors`` ->
+  ``PvecRandomizer`` -> ``PvecAnalyzer`` under an AC-SA server.
 * Problems are declared by protocols (``Problem``; optional
   ``ClosedFormClipping`` for problems that compute clipped gradient sums in
   closed form), not detected by ``hasattr``.
@@ -35,11 +38,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 
 from dpjax import keys
 from dpjax.engine import federated
 from dpjax.engine.problem import ClosedFormClipping, Problem, has_closed_form_clipping  # noqa: F401
-from dpjax.primitives import noise
+from dpjax.primitives import clipping, noise, sampling, shuffle_protocols
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
@@ -105,6 +109,68 @@ class MinibatchGradient:
         return grads, overflow, {"indices": idx, "index_mask": mask}
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalSteps:
+    """Client update of the local-update families (Local SGD / FedAvg): from the
+    server model, ``num_steps`` single-record steps
+    ``w <- Proj_W(w - eta (clip_C(grad f(w, x_j)) + u))`` on records drawn with
+    replacement; the message is the last local iterate.
+
+    ``privatizer`` (``StepGaussian``) adds the per-step noise ``u``. All K
+    indices and all K standard normals of a silo are drawn before the
+    sequential steps (K small PRNG calls inside the scan cost ~100 us each on
+    CPU). Returns ``(messages, indices [silos, K])``.
+    """
+
+    problem: Any
+    num_steps: int
+    privatizer: Any
+    projection_radius: float | None = None
+
+    def __call__(self, params, data, key, hparams, silo_ids=None):
+        n = data.num_silos
+        pick = (lambda a: a) if silo_ids is None else (lambda a: a[silo_ids])
+        sample_keys = keys.silo_keys(keys.stream_key(key, "sampling"), n)
+        noise_keys = self.privatizer.silo_keys(self.privatizer.init(key))
+
+        def one_silo(x, y, size, sample_key, noise_key):
+            indices = sampling.sample_with_replacement(sample_key, size, self.num_steps)
+            std_normals = self.privatizer.standard_normals(noise_key, params, self.num_steps)
+
+            def body(w, step):
+                j, z = step
+                g = clipping.clip_to_norm(jax.grad(self.problem.loss)(w, x[j], y[j]), hparams.clip_norm)
+                g = self.privatizer.update(g, z, hparams.noise_std)
+                w = jax.tree_util.tree_map(lambda p, gi: p - hparams.learning_rate * gi, w, g)
+                return project_l2_ball(w, self.projection_radius), j
+
+            return jax.lax.scan(body, params, (indices, std_normals))
+
+        return jax.vmap(one_silo)(pick(data.x), pick(data.y), pick(data.sizes), pick(sample_keys),
+                                  pick(noise_keys))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClippedExampleVectors:
+    """Client update of the shuffle-model families: each silo's K sampled
+    per-example gradients at ``params``, clipped to ``clip_norm`` and flattened,
+    ``[N, K, P]``, with the batch mask ``[N, K]`` (the inputs of a local
+    randomizer such as P_vec)."""
+
+    problem: Any
+    sampler: Any
+
+    def __call__(self, params, data, sampler_states, key, round_index, clip_norm):
+        idx, mask, _ = federated.draw_silo_batches(self.sampler, data, sampler_states, key, round_index)
+
+        def one_silo(x, y, i):
+            grads = clipping.clip_per_example(clipping.per_example_grads(self.problem.loss, params, x[i], y[i]),
+                                              clip_norm)
+            return jax.vmap(lambda t: ravel_pytree(t)[0])(grads)
+
+        return jax.vmap(one_silo)(data.x, data.y, idx), mask
+
+
 # ---------------------------------------------------------------------------
 # Privatizers (optax-style init/update; the state is the round's noise key)
 # ---------------------------------------------------------------------------
@@ -140,6 +206,55 @@ class CentralGaussian:
         return noise.add_gaussian_noise(state.key, update, noise_std), NoiseState(jax.random.fold_in(state.key, 1))
 
 
+@dataclasses.dataclass(frozen=True)
+class StepGaussian:
+    """Each silo adds ``N(0, sigma^2 I)`` to every local step's clipped gradient
+    (ISRL-DP Local SGD): the silo's draws come from its key of the round's
+    ``"noise"`` stream, all K at once (``standard_normals``)."""
+
+    num_silos: int
+
+    def init(self, round_key) -> NoiseState:
+        return NoiseState(keys.stream_key(round_key, "noise"))
+
+    def silo_keys(self, state: NoiseState):
+        return keys.silo_keys(state.key, self.num_silos)
+
+    def standard_normals(self, silo_key, params, num_steps):
+        stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_steps,) + jnp.shape(p), jnp.result_type(p)), params)
+        return noise.gaussian_like(silo_key, stacked, 1.0)
+
+    def update(self, gradient, std_normal, noise_std):
+        return jax.tree_util.tree_map(lambda g, z: g + jnp.asarray(noise_std, z.dtype) * z, gradient, std_normal)
+
+
+class PvecState(NamedTuple):
+    rounding_key: jax.Array
+    noise_key: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class PvecRandomizer:
+    """The P_vec local randomizer (Cheu et al. 2022, Algorithm 2) of every silo
+    on its clipped vectors: one centred count report ``[N, P]`` per silo,
+    simulated at the count level (``shuffle_protocols.pvec_user_counts``). The
+    state holds the round's ``"rounding"`` and ``"noise"`` stream keys."""
+
+    num_silos: int
+    max_granularity: int | None = None
+
+    def init(self, round_key) -> PvecState:
+        return PvecState(keys.stream_key(round_key, "rounding"), keys.stream_key(round_key, "noise"))
+
+    def update(self, messages, state: PvecState, pvec, clip_norm):
+        vectors, mask = messages
+        round_keys = keys.silo_keys(state.rounding_key, self.num_silos)
+        noise_keys = keys.silo_keys(state.noise_key, self.num_silos)
+        reports = jax.vmap(lambda v, m, kr, kn: shuffle_protocols.pvec_user_counts(
+            kr, kn, v, m, pvec, clip_norm, self.max_granularity))(vectors, mask, round_keys, noise_keys)
+        return reports, state
+
+
 # ---------------------------------------------------------------------------
 # Aggregators: (messages [M or N, ...], available [M or N], round_key) -> update
 # ---------------------------------------------------------------------------
@@ -156,13 +271,47 @@ class Aggregate:
 
 @dataclasses.dataclass(frozen=True)
 class Shuffled:
-    """Behind a shuffler (ISRL-DP Section 5, A4): a function of the multiset of
+    """Behind a shuffler (ISRL-DP Section 5, Shuffled Noisy MB-SGD): a function of the multiset of
     reports only (``federated.shuffled_aggregate``)."""
 
     how: str = "mean"
 
     def __call__(self, messages, available, round_key):
         return federated.shuffled_aggregate(messages, available, keys.stream_key(round_key, "shuffle"), self.how)
+
+
+@dataclasses.dataclass(frozen=True)
+class PvecAnalyzer:
+    """The P_vec analyzer on the shuffled reports of the available silos, divided
+    by the public number of vectors ``M_r K``: the aggregated gradient, shaped
+    like ``params``."""
+
+    batch_size: int
+
+    def __call__(self, reports, available, pvec, clip_norm, params):
+        weights = available.astype(jnp.float32)
+        total = shuffle_protocols.pvec_analyze(jnp.tensordot(weights, reports, axes=1), pvec, clip_norm)
+        m = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
+        return ravel_pytree(params)[1](total / m)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAveraging:
+    """Server of the local-update families (FedAvg) on local models:
+    ``"mean"`` averages the available silos' models (the paper), ``"sum"``
+    adds their summed local updates ``w^i - w`` to the server model (the
+    ISRL-DP authors' scripts); then ``Proj_W``."""
+
+    how: str = "mean"
+    projection_radius: float | None = None
+
+    def step(self, params, messages, available):
+        if self.how == "mean":
+            new = federated.aggregate(messages, available, "mean")
+        else:
+            updates = jax.tree_util.tree_map(lambda m, p: m - p[None], messages, params)
+            new = jax.tree_util.tree_map(jnp.add, params, federated.aggregate(updates, available, "sum"))
+        return project_l2_ball(new, self.projection_radius)
 
 
 # ---------------------------------------------------------------------------

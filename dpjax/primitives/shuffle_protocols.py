@@ -1,6 +1,7 @@
 """Shuffle-model summation protocols P_1D / P_vec (Cheu, Joseph, Mao, Peng,
 ICLR 2022, Algorithms 1-2; restated as Algorithms 4-5 of Lowy & Razaviyayn
-2023, corrected per spec I-3). Spec: ``shuffle_private_sco.md`` §2.1-2.4.
+2023, whose restatement shifts by L instead of 2L and re-centres by L instead of
+m L; the original protocols are implemented).
 
 Protocol for m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L``
 after the shift), parameters ``(g, b, p)``::
@@ -14,10 +15,10 @@ after the shift), parameters ``(g, b, p)``::
 
 ``o`` is an unbiased estimate of ``sum_k x_k`` with per-coordinate variance
 ``(Delta/g)^2 [sum_k r_k (1 - r_k) + m b p (1 - p)]``, ``r_k`` the fractional
-parts (shuffle spec §2.1). The corrections of I-3 are built in: range
+parts (Cheu et al., Lemma 3.1). The ISRL restatement's slips are corrected: range
 ``2L`` (not ``L``) and re-centring by ``m L`` (not ``L``).
 
-Simulation (shuffle spec §2.4). The analyzer's output depends on the shuffled
+Simulation. The analyzer's output depends on the shuffled
 bits only through the per-coordinate count of ones, so the engine never
 materialises bits: per coordinate it draws the rounded sum exactly and the
 binomial noise ``Binomial(m b, p)`` exactly, which is equal in distribution
@@ -34,8 +35,8 @@ only the *centred* noise ``Binomial(m b, p) - m b p`` (magnitude ~ sqrt(m b))
 is returned as float32. The rounded sums are exact int32 on device (they
 are <= m g, checked against 2^24 so their float32 conversion is exact).
 
-Parameters ``(g, b, p)`` come from the protocol's calculator (shuffle spec
-§2.3; ``dpjax.accounting.pvec``). They are per-run *numbers*, not shapes: the
+Parameters ``(g, b, p)`` come from the protocol's calculator (proof of
+Theorem 3.2 of Cheu et al.; ``dpjax.accounting.pvec``). They are per-run *numbers*, not shapes: the
 count-level simulation never materialises the ``g + b`` bits, so a change of
 (g, b, p) changes no array shape. ``PvecParams`` is therefore a pytree whose
 three fields may be traced, and a grid over epsilon (hence over (g, b, p))
@@ -130,7 +131,7 @@ class PvecParams:
     @classmethod
     def from_calculator(cls, calculated) -> "PvecParams":
         """From any calculator result exposing ``g``, ``b`` and ``p`` (e.g.
-        ``dpjax.accounting.pvec.pvec_params``, shuffle spec §2.3), via ``create``."""
+        ``dpjax.accounting.pvec.pvec_params``, proof of Cheu et al. Theorem 3.2), via ``create``."""
         return cls.create(int(calculated.g), int(calculated.b), float(calculated.p))
 
     def numbers(self) -> tuple[int, int, float]:

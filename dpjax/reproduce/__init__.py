@@ -9,7 +9,8 @@ and writes into ``out_dir`` a tidy ``results.csv`` (one row per algorithm x
 epsilon x trial x metric, columns at least ``algorithm, epsilon, trial,
 metric, value, accountant``), a PNG figure and a markdown ``report.md``
 comparing the paper's claims with what dpjax measured; it returns the report
-path. ``quick=True`` must finish in minutes on 2 CPU cores. ``data_dir`` is
+path. Tables, ``results.csv``, ``report.md`` and ``meta.json`` are written
+with ``dpjax.reproduce.report``, figures with ``dpjax.sweep.plot``. ``quick=True`` must finish in minutes on 2 CPU cores. ``data_dir`` is
 passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then the cache
 directory; see :mod:`dpjax.data.paths`).
 """

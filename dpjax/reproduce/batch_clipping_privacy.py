@@ -23,7 +23,7 @@ import numpy as np
 from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting import fdp
 from dpjax.accounting.gdp import gdp_delta, gdp_epsilon
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 
 PAPER = "van Dijk et al., Generalizing DP-SGD with Shuffling and Batch Clipping"
 DELTA = 1e-5
@@ -270,12 +270,9 @@ def n8_implementation_audit(rows, quick, seed):
 
 
 def plot(path, n1, n2, n3, n4, n8):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(2, 4, figsize=(20, 9))
+    fig, ax = new_figure(2, 4, figsize=(20, 9), squeeze=True)
     alphas, curves = n1
     for i, (g, (exact, sq, gen)) in enumerate(curves.items()):
         ax[0, 0].plot(alphas, exact, color=f"C{i}", label=f"exact BC-SH g={g}")
@@ -311,9 +308,7 @@ def plot(path, n1, n2, n3, n4, n8):
     ax[0, 3].set(title="N8 Monte-Carlo audits", xlabel="alpha", ylabel="beta")
     ax[0, 3].legend(fontsize=7)
     ax[1, 3].axis("off")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def write_report(out, rows, n5, n6, table, n8, wall):
@@ -328,25 +323,29 @@ def write_report(out, rows, n5, n6, table, n8, wall):
         lines.append(f"- g = {g}: min over alpha of (exact BC-SH mixture - G_sqrt(gE)/sigma) = "
                      f"{get('N1', f'g={g}', 'min(exact - G_sqrt(gE)/sigma)'):.2e} (>= 0: the exact curve lies on or "
                      "above the headline bound)")
-    lines += ["", "| g | SH-BC | SH-IC | SS-BC | SS-IC | G_sqrt(gE)/sigma | generic G_g sqrt(E)/sigma |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    n3 = []
     for r in sorted({int(r["key"].split("g=")[1]) for r in rows if r["demo"] == "N3"}):
         v = lambda k: get("N3", f"{k} g={r}", "exact epsilon")  # noqa: E731
-        lines.append(f"| {r} | {v('shuffle-batch'):.3f} | {v('shuffle-individual'):.3f} | {v('subsample-batch'):.3f} | "
-                     f"{v('subsample-individual'):.3f} | {get('N3', f'g={r}', 'epsilon G_sqrt(gE)/sigma'):.3f} | "
-                     f"{get('N3', f'g={r}', 'epsilon G_g sqrt(E)/sigma'):.3f} |")
+        n3.append([r] + [f"{v(k):.3f}" for k in ("shuffle-batch", "shuffle-individual", "subsample-batch",
+                                                  "subsample-individual")]
+                  + [f"{get('N3', f'g={r}', 'epsilon G_sqrt(gE)/sigma'):.3f}",
+                     f"{get('N3', f'g={r}', 'epsilon G_g sqrt(E)/sigma'):.3f}"])
+    lines += ["", report.markdown_table(n3, ["g", "SH-BC", "SH-IC", "SS-BC", "SS-IC", "G_sqrt(gE)/sigma",
+                                             "generic G_g sqrt(E)/sigma"])]
     lines += ["", "Batch clipping with shuffling sits at or just below sqrt(gE)/sigma; individual clipping with "
               "shuffling slightly above it (Table 1 row 4's approximation is not a bound); subsampling is worse "
               "for the strong adversary; the generic law grows like g.", "",
               "## N4: the printed subsampling bounds (Lemmas E.2/E.3)", "",
-              "| E | claimed tail e^-E | exact Pr[c^2 > (c^L)^2] | exact Pr[c^2 < (c^U)^2] | max(paper f^L - exact f) |"
-              " exact eps | paper lower-bound eps |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    for e in (1, 10, 100):
-        k = f"E={e}"
-        lines.append(f"| {e} | {get('N4', k, 'paper tail e^-E'):.2e} | {get('N4', k, 'exact Pr[c^2 > (c^L)^2]'):.4f} | "
-                     f"{get('N4', k, 'exact Pr[c^2 < (c^U)^2]'):.4f} | "
-                     f"{get('N4', k, 'max(paper f^L - exact f) (>0: printed bound fails)'):.2e} | "
-                     f"{get('N4', k, 'exact epsilon'):.3f} | {get('N4', k, 'paper lower-bound epsilon'):.3f} |")
+              report.markdown_table(
+                  [[e, f"{get('N4', f'E={e}', 'paper tail e^-E'):.2e}",
+                    f"{get('N4', f'E={e}', 'exact Pr[c^2 > (c^L)^2]'):.4f}",
+                    f"{get('N4', f'E={e}', 'exact Pr[c^2 < (c^U)^2]'):.4f}",
+                    f"{get('N4', f'E={e}', 'max(paper f^L - exact f) (>0: printed bound fails)'):.2e}",
+                    f"{get('N4', f'E={e}', 'exact epsilon'):.3f}",
+                    f"{get('N4', f'E={e}', 'paper lower-bound epsilon'):.3f}"]
+                   for e in (1, 10, 100)],
+                  ["E", "claimed tail e^-E", "exact Pr[c^2 > (c^L)^2]", "exact Pr[c^2 < (c^U)^2]",
+                   "max(paper f^L - exact f)", "exact eps", "paper lower-bound eps"])]
     lines += ["", "A positive max(paper f^L - exact f) means the printed 'lower bound' claims more privacy than the "
               "exact strong-adversary trade-off: the Hoeffding tails e^-E are wrong by orders of magnitude.", "",
               "E = 100, exact delta vs the paper's delta_GDP(mu_L) + l (V12):", ""]
@@ -355,23 +354,23 @@ def write_report(out, rows, n5, n6, table, n8, wall):
         ex, pa = get("N4", k, "exact delta"), get("N4", k, "paper delta_GDP(mu_L) + l")
         lines.append(f"- eps = {e}: exact {ex:.4e}, paper {pa:.4e}{' (VIOLATED)' if pa < ex else ''}")
     lines += ["", "## N5: strong vs standard adversary (subsampling, g = 1)", "",
-              "| ms/N | strong exact eps | standard rdp eps | CLT reference eps |", "| --- | --- | --- | --- |"]
-    for rate, strong, standard, clt in n5:
-        lines.append(f"| {rate:g} | {strong:.3f} | {standard:.3f} | {clt:.3f} |")
+              report.markdown_table([[f"{rate:g}", f"{strong:.3f}", f"{standard:.3f}", f"{clt:.3f}"]
+                                     for rate, strong, standard, clt in n5],
+                                    ["ms/N", "strong exact eps", "standard rdp eps", "CLT reference eps"])]
     lines += ["", "The strong adversary (knows the batches) gets no amplification: its epsilon barely moves with "
               "ms/N, while the standard accountants shrink with the sampling rate.", "",
               "## N6: delta floor of the collision bound (shuffling, general clipping, ms = 256, E = 10)", "",
-              "| N | g | exact delta at eps* | paper delta (GDP + E l) | floor E g^2 ms/(N-g) |",
-              "| --- | --- | --- | --- | --- |"]
-    for n, g, exact, paper, floor in n6:
-        lines.append(f"| {n} | {g} | {exact:.3e} | {paper:.3e} | {floor:.3e} |")
+              report.markdown_table([[n, g, f"{exact:.3e}", f"{paper:.3e}", f"{floor:.3e}"]
+                                     for n, g, exact, paper, floor in n6],
+                                    ["N", "g", "exact delta at eps*", "paper delta (GDP + E l)",
+                                     "floor E g^2 ms/(N-g)"])]
     lines += ["", "eps* = epsilon of G_sqrt(gE)/sigma at delta = 1e-5. The paper's route cannot certify any delta "
               "below its floor; the exact mixture can.", "",
               "## N7: Table 1 recomputed (V7 configuration)", "",
-              "| row | g | mu_L | l | mu_U | u | paper eps | exact eps | valid |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for t in table:
-        lines.append(f"| {t['row']} | {t['g']} | {t['mu_L']:.4f} | {t['l']:.3e} | {t['mu_U']:.4f} | {t['u']:.3e} | "
-                     f"{t['paper_epsilon']:.4f} | {t['exact_epsilon']:.4f} | {t['valid']} |")
+              report.markdown_table([[t["row"], t["g"], f"{t['mu_L']:.4f}", f"{t['l']:.3e}", f"{t['mu_U']:.4f}",
+                                      f"{t['u']:.3e}", f"{t['paper_epsilon']:.4f}", f"{t['exact_epsilon']:.4f}",
+                                      t["valid"]] for t in table],
+                                    ["row", "g", "mu_L", "l", "mu_U", "u", "paper eps", "exact eps", "valid"])]
     (_, _, _, ok_mix), (_, _, _, ok_impl) = n8
     lines += ["", "Rows marked valid = False use the printed Hoeffding tails (spec B2); their epsilons are not "
               "certificates. Row 5/6 uses the exact permutation law, not Theorem F.1's Bose-Einstein q_j (B3).", "",
@@ -384,9 +383,7 @@ def write_report(out, rows, n5, n6, table, n8, wall):
               f"[{get('N8', 'implementation audit (S4)', 'min(beta_emp - G_sqrt(E)/sigma)'):.3f}, "
               f"{get('N8', 'implementation audit (S4)', 'max(beta_emp - G_sqrt(E)/sigma)'):.3f}]; close to 0 = tight).",
               "", f"Wall time: {wall:.1f} s."]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return report.write_report(out, lines)
 
 
 @register("batch-clipping-privacy", paper=PAPER,

@@ -1,13 +1,13 @@
 """DIFF2 (Murata & Suzuki, ICML 2023) reproductions: Figs. 1-2 (regression) and Fig. 3 (classification).
 
 ``dpjax reproduce diff2-regression`` / ``diff2-classification``
-(spec ``diff2_gradient_differences.md`` §5).
+(the paper's Section 6 and Appendix A).
 
 Protocol (full mode, the paper's): P = 10 round-robin i.i.d. clients
 (``dpjax.data.diff2``), one-hidden-layer MLP with 10 softplus units
-(``U[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` init, spec A21), squared loss
-``(pred - y)^2`` for regression (A18) and softmax cross-entropy for
-classification (A19); R = 2000 rounds, delta = 1e-5,
+(``U[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` init; the printed U[-sqrt(w_in), sqrt(w_in)] would be far too wide), squared loss
+``(pred - y)^2`` for regression (PyTorch's MSELoss) and softmax cross-entropy for
+classification (the paper names no loss); R = 2000 rounds, delta = 1e-5,
 eps in {3, 5} (regression) / {3} (classification);
 DP-GD: C1 in {1, 3, 10, 30, 100}; DIFF2-GD: (C1, C2) in {1, 3, 10, 30, 100}^2 and
 T in {0.003R, 0.01R, 0.03R, 0.1R}; step sizes 0.5^i, i = 0..9, with the patience
@@ -21,21 +21,27 @@ paired t-test (df = 4) on the per-seed minima, DIFF2-GD < DP-GD.
 Noise: Prop. 4.1 "paper" calibration (u = 1.25; DP-GD the u -> 1, T = 1
 closed form), noise multipliers from ``dpjax.accounting.diff2``; every
 configuration's epsilon is re-checked with ``compose_epsilon`` through the
-algorithm's ``privacy_schedules``.
+algorithm's ``privacy``.
 
 Implementation: one compiled program per dataset. All configurations of all
 algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
 identities are tested bit-for-bit) and both epsilons are rows of one
 ``Diff2HParams`` batch, vmapped by ``dpjax.engine.run_many`` in fixed-size
 chunks; the patience rule is applied post hoc to the recorded traces (the same
-selection as stopping early, spec §5.5).
+selection as stopping early, Appendix A).
 
-Not accounted for in epsilon (as in the paper, spec A16): the hyper-parameter
+Not accounted for in epsilon (as in the paper): the hyper-parameter
 search on private data, the evaluation curves, the normalisation statistics.
 Forest Cover Type is not available offline; a9a (binary, 123 features) is the
 stand-in for Fig. 3, next to KDD Cup 99 (10 %, 23 classes, one-hot symbolic
 columns). BlogFeedback uses the UCI training file only (52,397 rows; the paper
 pooled the test files too, 60,021 rows).
+
+Constructions (``--construction``): ``paper`` (default) is the above;
+``authors`` is what the authors' public scripts do (data:
+``dpjax.data.diff2.load_diff2_raw`` / ``diff2_silos(construction="authors")``;
+noise: ``dpjax.accounting.diff2.diff2_gd_sigmas_script``; step-size search:
+``authors_step_size_search``); experiments/diff2/README.md lists every difference.
 
 Quick mode: the same pipeline on subsampled datasets, fewer rounds and a
 reduced grid (``QUICK`` below); it is a smoke-scale reproduction, not the
@@ -54,7 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
+# The authors' patience rule (Appendix A) is one of the sweep's selection rules.
+from dpjax.sweep.select import largest_surviving as choose_learning_rate, patience_survives as survives  # noqa: F401
 
 PAPER = "DIFF2 (Murata & Suzuki, ICML 2023)"
 DELTA = 1e-5
@@ -65,6 +73,15 @@ REGRESSION_SETS = ("california_housing", "gas_turbine", "blogfeedback")
 CLASSIFICATION_SETS = ("kddcup99", "a9a")
 METRICS_REG = ("train_loss", "grad_norm_sq", "test_loss")
 METRICS_CLS = ("train_loss", "grad_norm_sq", "test_loss", "train_accuracy", "test_accuracy")
+CONSTRUCTION_TEXT = {
+    "paper": "the paper's text: a fresh 80/20 split per seed, standardisation statistics of the whole dataset, "
+             "Torgo's California housing, remainder dropped, Prop. 4.1 noise",
+    "authors": "the authors' scripts (lawrenceztang/CE-PLSGM): one train_test_split(random_state=0) for all seeds, "
+               "StandardScaler statistics of the training split on float32 features, scikit-learn's California "
+               "housing features, symbolic columns label-encoded and unscaled, every training record dealt, the "
+               "script's noise multipliers and its step-size search (patience checked one evaluation late; when no "
+               "step size survives, the smallest, stopped early); see experiments/diff2/README.md",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +102,7 @@ class Protocol:
     path: str = "auto"  # DIFF2 clipping path (dpjax.algorithms.diff2.clipping_path)
 
     def restart_intervals(self) -> tuple[int, ...]:
-        """T = max(1, round(c R)) (spec A27; = floor(c R) of the authors for R = 2000)."""
+        """T = max(1, round(c R)) (T = cR need not be an integer; = floor(c R) of the authors for R = 2000)."""
         return tuple(max(1, int(round(c * self.num_rounds))) for c in self.restart_fractions)
 
 
@@ -117,7 +134,7 @@ QUICK = Protocol(
 # ----------------------------------------------------------------------------- model
 @functools.lru_cache(maxsize=16)  # one problem object per shape: repeated runs reuse the compiled programs
 def mlp_problem(input_dim: int, num_outputs: int, task: str):
-    """The paper's FC_10 network as a dpjax problem (spec §5.3)."""
+    """The paper's FC_10 network as a dpjax problem (Section 6)."""
     import flax.linen as nn
     import jax
     import jax.numpy as jnp
@@ -152,7 +169,7 @@ def _squared_loss_problem_cls():
 
     @dataclasses.dataclass(frozen=True)
     class _SquaredLossMLP(FlaxProblem):
-        """FlaxProblem with the paper's ``(pred - y)^2`` (PyTorch MSELoss, spec A18)
+        """FlaxProblem with the paper's ``(pred - y)^2`` (PyTorch MSELoss; the paper leaves the 1/2 open)
         instead of ``0.5 (pred - y)^2``."""
 
         def loss(self, params, x, y):
@@ -168,7 +185,7 @@ SquaredLossMLP = _squared_loss_problem_cls()
 
 @functools.lru_cache(maxsize=16)
 def make_eval_fn(problem, classification: bool):
-    """Non-private diagnostics (spec §5.6): train loss f(x) over the clients' union,
+    """Non-private diagnostics: train loss f(x) over the clients' union,
     squared norm of the full unclipped train gradient, test loss (and accuracies)."""
     import jax
     import jax.numpy as jnp
@@ -194,24 +211,27 @@ def make_eval_fn(problem, classification: bool):
 
 # ----------------------------------------------------------------------------- data
 @functools.lru_cache(maxsize=8)
-def _raw(name: str, data_dir: str | None):
+def _raw(name: str, data_dir: str | None, construction: str = "paper"):
     from dpjax.data import diff2 as d2
 
-    loader, task = d2.DIFF2_DATASETS[name]
-    return loader(data_dir), task
+    return d2.load_diff2_raw(name, data_dir, construction=construction), d2.DIFF2_DATASETS[name][1]
 
 
-def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None):
-    """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode)."""
+def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None,
+               construction: str = "paper"):
+    """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode;
+    under the authors' construction the same rows for every seed, since their split is fixed)."""
     from dpjax.data import diff2 as d2
 
-    raw, task = _raw(name, None if data_dir is None else str(data_dir))
+    raw, task = _raw(name, None if data_dir is None else str(data_dir), construction)
     n = raw["y"].shape[0]
     if max_records is not None and max_records < n:
-        rows = np.sort(np.random.default_rng(10_000 + seed).choice(n, max_records, replace=False))
+        sub_seed = 10_000 + (seed if construction == "paper" else 0)
+        rows = np.sort(np.random.default_rng(sub_seed).choice(n, max_records, replace=False))
         sub = {k: (v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for k, v in raw.items()}
         raw = sub
-    return d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}"), task
+    return d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}",
+                          construction=construction), task
 
 
 # ----------------------------------------------------------------------------- configurations
@@ -231,7 +251,9 @@ class Config:
         return (self.algorithm, self.epsilon, self.restart_interval, self.clip_restart, self.clip_diff)
 
 
-def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
+def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = "paper") -> list[Config]:
+    """``construction="authors"``: the noise multipliers of the authors' script
+    (``dpjax.accounting.diff2.diff2_gd_sigmas_script``) instead of Prop. 4.1's."""
     from dpjax.accounting import diff2 as acc
 
     R = protocol.num_rounds
@@ -244,7 +266,10 @@ def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
             for eta in protocol.learning_rates:
                 out.append(Config("DP-GD", eps, 1, c1, 1.0, eta, s_dp, 0.0))
         for T in protocol.restart_intervals():
-            s1, s2 = acc.diff2_gd_sigmas(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT, mode="paper")
+            if construction == "authors":
+                s1, s2 = acc.diff2_gd_sigmas_script(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT)
+            else:
+                s1, s2 = acc.diff2_gd_sigmas(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT, mode="paper")
             for c1 in protocol.clip_restart:
                 for c2 in protocol.clip_diff:
                     for eta in protocol.learning_rates:
@@ -254,7 +279,7 @@ def build_configs(protocol: Protocol, epsilons, n_min: int) -> list[Config]:
 
 def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dict:
     """Re-derives each private configuration's epsilon through the algorithm's
-    ``privacy_schedules`` and ``compose_epsilon`` (dp_accounting RDP) and at
+    ``privacy`` and ``compose_epsilon`` (dp_accounting RDP) and at
     alpha_0 (paper); raises if any exceeds its target."""
     from dpjax.accounting import diff2 as acc
     from dpjax.algorithms import diff2 as alg
@@ -270,7 +295,7 @@ def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dic
                                   c.sigma_diff if c.restart_interval > 1 else None, DELTA, "paper", eps_target=c.epsilon)
         hp = alg.Diff2HParams(0.1, c.restart_interval, c.clip_restart, c.clip_diff, c.sigma_restart, c.sigma_diff)
         gd = alg.Diff2GD(_DummyProblem(), protocol.num_rounds, restart_every_round=c.restart_interval == 1)
-        composed = acc.compose_epsilon(gd.privacy_schedules(n_min, NUM_SILOS, hp), DELTA)
+        composed = acc.compose_epsilon(gd.privacy([n_min] * NUM_SILOS, hp).schedules, DELTA)
         if paper > c.epsilon * (1 + 1e-9) or composed > c.epsilon * (1 + 1e-9):
             raise RuntimeError(f"configuration {c} exceeds eps={c.epsilon}: paper {paper}, composed {composed}")
         checked[key] = (paper, composed)
@@ -286,35 +311,32 @@ class _DummyProblem:
 
 
 # ----------------------------------------------------------------------------- selection (Appendix A)
-def survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
-    """The authors' early-stopping rule on a train-loss trace (checkpoint 0 first, spec A24):
-    fail on NaN/inf; ``patience`` evaluations with loss > factor x best fail; the
-    counter resets only on a strict improvement and is unchanged in between."""
-    losses = np.asarray(losses, float)
-    if losses.size == 0 or not np.isfinite(losses[0]):
-        return False
-    best, count = losses[0], 0
-    for loss in losses[1:]:
-        if not np.isfinite(loss):
-            return False
-        if loss > factor * best:
-            count += 1
-        elif loss < best:
-            best, count = loss, 0
-        if count >= patience:
-            return False
-    return True
+def authors_step_size_search(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool, int]:
+    """The authors' step-size search (``train.py`` and ``notebook_for_evaluation.ipynb`` of
+    ``lawrenceztang/CE-PLSGM``): ``(index, survived, checkpoints recorded)``.
 
-
-def choose_learning_rate(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
-    """Index of the largest surviving step size (``etas`` in any order), and
-    whether one survived; otherwise the one with the lowest min train loss (A23)."""
+    Step sizes are tried from the largest; a run stops at an evaluation whose loss
+    is NaN or that finds the patience counter already at ``patience`` (so a
+    counter reaching it at the last checkpoint, or an inf loss, does not fail it),
+    and the evaluations from the stopping one on are never recorded. The first
+    run that completes is kept; when none does, the notebook's
+    ``results[min(results.keys())]`` keeps the smallest step size, stopped early.
+    """
     order = np.argsort(-np.asarray(etas, float))
     for i in order:
-        if survives(traces[i], patience, factor):
-            return int(i), True
-    mins = [np.nanmin(np.where(np.isfinite(t), t, np.nan)) if np.isfinite(t).any() else np.inf for t in traces]
-    return int(np.argmin(mins)), False
+        losses = np.asarray(traces[i], float)
+        count, recorded, best = 0, 1, losses[0]
+        for loss in losses[1:]:
+            if count >= patience or np.isnan(loss):
+                break
+            if loss > factor * best:
+                count += 1
+            if loss < best:
+                best, count = loss, 0
+            recorded += 1
+        if recorded == losses.size:
+            return int(i), True, recorded
+    return int(i), False, recorded
 
 
 def paired_one_sided_pvalue(a, b) -> float:
@@ -330,7 +352,7 @@ def paired_one_sided_pvalue(a, b) -> float:
 
 # ----------------------------------------------------------------------------- running
 def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0, data_dir=None, log=print,
-                seeds=None, config_filter=None) -> dict:
+                seeds=None, config_filter=None, construction: str = "paper") -> dict:
     """Runs every configuration for every seed on one dataset; returns traces.
 
     Result: ``{"configs", "eval_rounds", "traces": {seed: {metric: [num_configs, num_checkpoints]}},
@@ -339,15 +361,16 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     import jax
     import jax.numpy as jnp
 
+    from dpjax import keys
     from dpjax.algorithms import diff2 as alg
     from dpjax.engine import runner
 
     t0 = time.time()
     seeds = protocol.seeds if seeds is None else seeds
     cap = (protocol.max_records or {}).get(name)
-    fd0, task = load_split(name, seeds[0] + seed_offset, cap, data_dir)
+    fd0, task = load_split(name, seeds[0] + seed_offset, cap, data_dir, construction)
     n_min = fd0.metadata["n_min"]
-    configs = build_configs(protocol, epsilons, n_min)
+    configs = build_configs(protocol, epsilons, n_min, construction)
     if config_filter is not None:
         configs = [c for c in configs if config_filter(c)]
     privacy = verify_privacy(configs, protocol, n_min)
@@ -378,7 +401,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     traces, rounds = {}, None
     for s in seeds:
         seed = s + seed_offset
-        fd, _ = (fd0, task) if s == seeds[0] else load_split(name, seed, cap, data_dir)
+        fd, _ = (fd0, task) if s == seeds[0] else load_split(name, seed, cap, data_dir, construction)
         data = _silo_data(fd, classification)
         ed = {
             "xtr": jnp.asarray(np.concatenate(fd.train_x)),
@@ -386,9 +409,8 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
             "xte": jnp.asarray(fd.pooled_test_x),
             "yte": jnp.asarray(fd.pooled_test_y),
         }
-        base = jax.random.key(seed)
-        params0 = problem.init_params(jax.random.fold_in(base, 1))
-        run_key = jax.random.fold_in(base, 2)
+        params0 = problem.init_params(keys.run_key(seed, 1))
+        run_key = keys.run_key(seed, 2)
         ev0 = jax.device_get(jax.jit(eval_fn)(params0, ed))
         per_chunk = []
         for start in range(0, len(configs), chunk):
@@ -423,8 +445,10 @@ def _silo_data(fd, classification: bool):
                                label_dtype=jnp.int32 if classification else jnp.float32)
 
 
-def summarize(result: dict, protocol: Protocol, metrics) -> dict:
-    """Applies the step-size rule and the per-panel configuration choice per seed.
+def summarize(result: dict, protocol: Protocol, metrics, construction: str = "paper") -> dict:
+    """Applies the step-size rule and the per-panel configuration choice per seed
+    (``construction="authors"``: :func:`authors_step_size_search`, and a stopped
+    run's checkpoints after its stop are not used).
 
     Returns ``{(algorithm, eps): {metric: {"curves": [seeds, checkpoints], "best": [...],
     "final": [...], "choice": [Config per seed], "fallback": n}}}``.
@@ -437,9 +461,18 @@ def summarize(result: dict, protocol: Protocol, metrics) -> dict:
     for seed, tr in result["traces"].items():
         # step-size search per group
         chosen: dict[tuple, tuple[int, bool]] = {}
+        recorded: dict[int, int] = {}  # authors: checkpoints the script records before it stops a run
+        if construction == "authors":
+            tr = {k: np.array(v, float) for k, v in tr.items()}
         for g, idx in groups.items():
-            j, ok = choose_learning_rate([configs[i].learning_rate for i in idx], tr["train_loss"][idx],
-                                         protocol.patience, protocol.factor)
+            etas = [configs[i].learning_rate for i in idx]
+            if construction == "authors":
+                j, ok, recorded[idx[j]] = authors_step_size_search(etas, tr["train_loss"][idx], protocol.patience,
+                                                                   protocol.factor)
+                for v in tr.values():
+                    v[idx[j], recorded[idx[j]]:] = np.nan
+            else:
+                j, ok = choose_learning_rate(etas, tr["train_loss"][idx], protocol.patience, protocol.factor)
             chosen[g] = (idx[j], ok)
         by_alg: dict[tuple, list[tuple]] = {}
         for g in groups:
@@ -460,7 +493,7 @@ def summarize(result: dict, protocol: Protocol, metrics) -> dict:
                 e = entry[m]
                 e["curves"].append(curve)
                 e["best"].append(np.nanmax(finite) if higher else np.nanmin(finite))
-                e["final"].append(curve[-1])
+                e["final"].append(curve[recorded.get(i, curve.size) - 1])
                 e["choice"].append(configs[i])
                 e["fallback"] += int(not chosen[best_g][1])
     for entry in out.values():
@@ -490,12 +523,9 @@ def _rows(name: str, summary: dict, rounds, result: dict) -> list[dict]:
 
 
 def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
-    import matplotlib
+    from dpjax.sweep.plot import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(datasets), len(metrics), figsize=(4 * len(metrics), 3.2 * len(datasets)), squeeze=False)
+    fig, axes = new_figure(len(datasets), len(metrics), panel=(4, 3.2))
     colors = {"GD": "k", "DP-GD": "tab:blue", "DIFF2-GD": "tab:red"}
     for i, name in enumerate(datasets):
         summary, rounds = summaries[name], rounds_by[name]
@@ -515,10 +545,7 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
             ax.set_xlabel("round")
             if i == 0 and j == 0:
                 ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, title=title)
 
 
 def _pvalue(summary, eps, m, kind="best"):
@@ -535,32 +562,42 @@ def _fmt(x):
 
 
 def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, metrics, results, summaries,
-                   protocol: Protocol, quick: bool, wall_s: float, extra_notes=()):
+                   protocol: Protocol, quick: bool, wall_s: float, extra_notes=(), construction: str = "paper"):
     import pandas as pd
 
     rows = []
     rounds_by = {n: results[n]["eval_rounds"] for n in datasets}
     for n in datasets:
         rows += _rows(n, summaries[n], rounds_by[n], results[n])
-    pd.DataFrame(rows).to_csv(out_dir / "results.csv", index=False)
+    pd.DataFrame(rows).assign(construction=construction).to_csv(out_dir / "results.csv", index=False)
     pngs = []
     for k, eps in enumerate(epsilons):
         png = out_dir / f"{fig_name}_eps{eps:g}.png"
         _plot(png, datasets, summaries, rounds_by, metrics, eps,
-              f"{PAPER}: eps={eps:g}, delta={DELTA:g}, R={protocol.num_rounds} ({'quick' if quick else 'full'} mode)")
+              f"{PAPER}: eps={eps:g}, delta={DELTA:g}, R={protocol.num_rounds} ({'quick' if quick else 'full'} mode)"
+              f" [construction: {construction}]")
         pngs.append(png.name)
-    lines = [f"# {PAPER} — {fig_name} ({'QUICK smoke-scale' if quick else 'FULL'} run)", ""]
+    lines = [f"# {PAPER} — {fig_name} ({'QUICK smoke-scale' if quick else 'FULL'} run) [construction: {construction}]",
+             ""]
     lines += [f"Wall time: {wall_s:.0f} s on this machine ({os.cpu_count()} CPU cores visible).", ""]
     lines += ["## Settings", "",
+              f"- construction: {construction} ({CONSTRUCTION_TEXT[construction]}).",
               f"- R = {protocol.num_rounds}, evaluation every {protocol.eval_every} rounds, seeds {list(protocol.seeds)}, "
               f"delta = {DELTA:g}, P = {NUM_SILOS} round-robin i.i.d. clients.",
               f"- step sizes {list(protocol.learning_rates)}; C1 grid {list(protocol.clip_restart)}; "
               f"C2 grid {list(protocol.clip_diff)}; T = {list(protocol.restart_intervals())} "
               f"(fractions {list(protocol.restart_fractions)} of R).",
-              f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1). Every configuration's "
-              "epsilon was re-checked through `Diff2GD.privacy_schedules` + `dpjax.accounting.diff2.compose_epsilon`.",
-              "- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN); per panel "
-              "the configuration minimising that panel's criterion (test loss / accuracy: the train-loss choice); the "
+              (f"- noise: {ACCOUNTANT}; DP-GD sigma^2 = 4 alpha_0 R/(n_min^2 P^2 eps) (u -> 1)." if construction == "paper"
+               else "- noise: the authors' script's multipliers (`diff2_gd_sigmas_script`: sigma1^2 = 4u alpha_0 R/(T "
+               "n_min^2 P^2 eps), sigma2^2 = (4u/(u-1)) alpha_0 R/(n_min^2 P^2 eps), u = 1.25; DP-GD as the paper's).")
+              + " Every configuration's epsilon was re-checked through `Diff2GD.privacy` + "
+              "`dpjax.accounting.diff2.compose_epsilon` (values under Privacy check).",
+              ("- selection: largest step size surviving the patience rule (5 evaluations > 1.05 x best, NaN)"
+               if construction == "paper" else
+               "- selection: the script's step-size search (`authors_step_size_search`: a run stops at a NaN evaluation "
+               "or at one that finds the patience counter already at 5; the largest completed step size, else the "
+               "smallest, whose evaluations after its stop are unused)")
+              + "; per panel the configuration minimising that panel's criterion (test loss / accuracy: the train-loss choice); the "
               "t-test is one-sided paired (df = #seeds - 1) on per-seed minima over checkpoints (accuracy: maxima), "
               "H1: DIFF2-GD < DP-GD.",
               "- NOT accounted in epsilon (as in the paper): hyper-parameter search on private data, evaluation "
@@ -577,22 +614,20 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
         lines.append(f"- {n}: {meta['task']}, n used = {meta['n_total']}, n_train = {meta['n_train']}, n_min = "
                      f"{meta['n_min']}, d_in = {meta['d']}, parameters = {meta['n_params']}"
                      + (f" (subsampled from the full file, cap {meta['max_records']})" if meta.get("max_records") else "")
-                     + f"; run time {results[n]['wall_s']:.0f} s.")
+                     + f"; split: {meta.get('split')}; run time {results[n]['wall_s']:.0f} s.")
     lines += ["", "## Results (mean ± sd over seeds)", ""]
     claims = []
     for eps in epsilons:
         for n in datasets:
             s = summaries[n]
-            lines += [f"### {n}, eps = {eps:g}", "",
-                      "| algorithm | " + " | ".join(f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics) + " | "
-                      + " | ".join(f"final {m}" for m in metrics) + " |",
-                      "|---|" + "---|" * (2 * len(metrics))]
-            for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)), ("DIFF2-GD", ("DIFF2-GD", eps))):
-                e = s[key]
-                lines.append(f"| {algo} | " + " | ".join(_fmt(e[m]["best"]) for m in metrics) + " | "
-                             + " | ".join(_fmt(e[m]["final"]) for m in metrics) + " |")
-            lines.append("| p (DIFF2 < DP-GD) | " + " | ".join(f"{_pvalue(s, eps, m):.3g}" for m in metrics) + " | "
-                         + " | ".join(f"{_pvalue(s, eps, m, 'final'):.3g}" for m in metrics) + " |")
+            columns = (["algorithm"] + [f"{'max' if m.endswith('accuracy') else 'min'} {m}" for m in metrics]
+                       + [f"final {m}" for m in metrics])
+            table = [[algo] + [_fmt(s[key][m][kind]) for kind in ("best", "final") for m in metrics]
+                     for algo, key in (("GD (ref)", ("GD", math.inf)), ("DP-GD", ("DP-GD", eps)),
+                                       ("DIFF2-GD", ("DIFF2-GD", eps)))]
+            table.append(["p (DIFF2 < DP-GD)"] + [f"{_pvalue(s, eps, m, kind):.3g}" for kind in ("best", "final")
+                                                  for m in metrics])
+            lines += [f"### {n}, eps = {eps:g}", "", report.markdown_table(table, columns)]
             ch = s[("DIFF2-GD", eps)]["train_loss"]["choice"]
             cd = s[("DP-GD", eps)]["train_loss"]["choice"]
             lines += ["", "Chosen (train-loss panel) DIFF2-GD (T, C1, C2, eta) per seed: "
@@ -608,51 +643,56 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
                 g = s[("GD", math.inf)][m]["best"]
                 p = _pvalue(s, eps, m)
                 holds = np.mean(a) < np.mean(b) and p < 0.05
-                claims.append(f"| {n} | {eps:g} | {m} | {np.mean(a):.4g} | {np.mean(b):.4g} | {p:.3g} | "
-                              f"{'holds' if holds else ('same direction, not significant' if np.mean(a) < np.mean(b) else 'does NOT hold')} | "
-                              f"{'yes' if np.mean(g) <= min(np.mean(a), np.mean(b)) else 'no'} |")
+                verdict = "holds" if holds else ("same direction, not significant" if np.mean(a) < np.mean(b)
+                                                 else "does NOT hold")
+                claims.append([n, f"{eps:g}", m, f"{np.mean(a):.4g}", f"{np.mean(b):.4g}", f"{p:.3g}", verdict,
+                               report.yes_no(np.mean(g) <= min(np.mean(a), np.mean(b)))])
     lines += ["## Claim by claim", "",
               "Paper: DIFF2-GD beats DP-GD on every metric and dataset, significantly by a one-sided paired t-test; "
               "GD (ref) is the lower envelope.", "",
-              "| dataset | eps | metric (min over rounds) | DIFF2-GD | DP-GD | p | claim | GD below both |",
-              "|---|---|---|---|---|---|---|---|"] + claims
+              report.markdown_table(claims, ["dataset", "eps", "metric (min over rounds)", "DIFF2-GD", "DP-GD", "p",
+                                             "claim", "GD below both"])]
     lines += ["", f"Figures: {', '.join(pngs)}; tidy results: results.csv "
               "(kind = curve | best | final; accountant column names the calibration).", ""]
     lines += ["## Privacy check", ""]
     for n in datasets:
         lines.append(f"- {n}: " + "; ".join(f"eps={e:g}, T={t}: paper-mode {p:.4f}, dp_accounting RDP {c:.4f}"
                                            for (e, t), (p, c) in sorted(results[n]["privacy"].items())))
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    return report
+    return report.write_report(out_dir, lines)
 
 
-def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None):
+def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, notes=(), data_dir=None,
+                construction="paper"):
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     protocol = QUICK if quick else FULL
     t0 = time.time()
     results, summaries = {}, {}
     for name in datasets:
-        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir)
-        summaries[name] = summarize(results[name], protocol, metrics)
+        results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir,
+                                    construction=construction)
+        summaries[name] = summarize(results[name], protocol, metrics, construction)
     return _write_outputs(out_dir, fig_name, datasets, epsilons, metrics, results, summaries, protocol, quick,
-                          time.time() - t0, notes)
+                          time.time() - t0, notes, construction)
 
 
-@register("diff2-regression", paper=PAPER,
+@register("diff2-regression", paper=PAPER, constructions=("paper", "authors"),
           description="Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, gas turbine, BlogFeedback (eps 3, 5)")
-def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
+def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
+                     construction: str = "paper") -> pathlib.Path:
     notes = ["BlogFeedback: only the UCI training file (52,397 rows) is available; the paper used 60,021 rows.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=REGRESSION_SETS, epsilons=(3.0, 5.0),
-                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes, data_dir=data_dir)
+                       metrics=METRICS_REG, fig_name="diff2_regression", notes=notes, data_dir=data_dir,
+                       construction=construction)
 
 
-@register("diff2-classification", paper=PAPER,
+@register("diff2-classification", paper=PAPER, constructions=("paper", "authors"),
           description="Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover Type), eps 3")
-def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
+def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
+                         construction: str = "paper") -> pathlib.Path:
     notes = ["**Forest Cover Type is not available offline; LIBSVM a9a (binary, 123 binary features, training "
              "file only) is used as the stand-in.** KDD Cup 99: the official 10% file, 23 classes, the three symbolic "
              "columns one-hot encoded and not standardised (spec A19/A20). Loss: softmax cross-entropy.", ""]
     return _run_figure(out_dir, quick=quick, seed=seed, datasets=CLASSIFICATION_SETS, epsilons=(3.0,),
-                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes, data_dir=data_dir)
+                       metrics=METRICS_CLS, fig_name="diff2_classification", notes=notes, data_dir=data_dir,
+                       construction=construction)

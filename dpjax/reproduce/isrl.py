@@ -1,21 +1,21 @@
-"""ISRL-DP figures (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I; ISRL spec §5).
+"""ISRL-DP figures (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I).
 
 ``dpjax reproduce isrl-mnist | isrl-insurance | isrl-obesity [--quick]``.
 
 Every figure compares ISRL-DP Noisy MB-SGD, ISRL-DP Local SGD and their
-non-private twins (horizontal lines) with the paper's protocol (spec §5.1):
+non-private twins (horizontal lines) with the paper's protocol (Appendix I):
 
 * matched work: MB-SGD draws K records per available silo per round, Local SGD
   takes K single-record steps; the same R for all methods; w0 = 0, no projection;
 * aggregation: the paper's *averaged* silo messages; the authors' step-size
   grids were tuned for summed silo messages (MNIST, insurance) or a summed
   minibatch (obesity), so the MB-SGD grids are multiplied by M (resp. K)
-  (spec §5.1); Local SGD averages the local iterates in the authors' scripts
+  (the authors' scripts); Local SGD averages the local iterates in the authors' scripts
   too, so its grids are used as printed;
 * output: the average of the last 8 iterates (authors' MNIST/insurance
   scripts); obesity: the last iterate (authors' obesity script);
-* sampling: K records *without* replacement per silo and round (spec I-8;
-  the printed algorithm samples with replacement, which no tight accountant
+* sampling: K records *without* replacement per silo and round (the
+  printed algorithm samples with replacement, which no tight accountant
   certifies);
 * step size (and, on insurance, clip threshold) selected by the mean final
   training excess risk F^(w) - F^* over repetitions, F^* and w* from Newton's
@@ -30,22 +30,21 @@ non-private twins (horizontal lines) with the paper's protocol (spec §5.1):
 
 Each figure is produced twice (two rows of panels, column ``calibration``):
 
-* ``paper``: the Appendix I moments-accountant calibration (spec §3.7,
-  accountant ``paper-experiment``), K = ceil(n sqrt(eps_max)/(2 sqrt R)) from
+* ``paper``: the Appendix I moments-accountant calibration
+  (accountant ``paper-experiment``), K = ceil(n sqrt(eps_max)/(2 sqrt R)) from
   the sweep's largest epsilon; Local SGD sigma^2 = 8 L^2 R K ln(1/delta)/(n^2 eps^2);
 * ``tight``: sigma calibrated by the RDP accountant for the actual schedule
   (fixed-size sampling without replacement, replace-one, same K) at the same
   nominal epsilon.
 
 The epsilon that RDP certifies for the paper's sigma is reported next to the
-nominal one (metric ``realized_epsilon_rdp``, spec I-10).
+nominal one (metric ``realized_epsilon_rdp``; Appendix I's form is an add/remove calibration).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import pathlib
 import platform
@@ -60,6 +59,8 @@ from dpjax import _validate
 from dpjax.reproduce import register
 from dpjax.reproduce import isrl_optimum
 from dpjax.reproduce import isrl_protocol as proto
+from dpjax.reproduce import report
+from dpjax.sweep import plot
 from dpjax.reproduce.isrl_protocol import LABELS, LOCAL, LOCAL_NP, MB, MB_NP
 
 PAPER = "ISRL-DP (Lowy & Razaviyayn, ICLR 2023)"
@@ -290,7 +291,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
     (``isrl_optimum.pooled_optimum``; rows of ``optimum``); every run gets
     ``excess_risk = train_loss - F^*`` and the selection minimises its mean.
     """
-    import jax
+    from dpjax import keys
 
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
@@ -300,7 +301,6 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
     _validate.check_int("seed", seed, min_value=0)
     all_runs, noise_rows, optimum_rows, meta = [], [], [], {"settings": {}, "construction": exp.construction}
     grid_log: list[dict] = []
-    base_key = jax.random.key(seed)
     for trial in range(exp.trials):
         data_cache: dict[int, Any] = {}
         optimum_cache: dict[int, isrl_optimum.PooledOptimum] = {}
@@ -353,7 +353,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
             extra = task.extra_tests(fed) if task.extra_tests is not None else {}
             evaluator = proto.Evaluator(problem, task.test_metric, tuple(sorted(extra)))
             eval_data = proto.eval_data_for(train, test_x, test_y, extra)
-            key = jax.random.fold_in(jax.random.fold_in(base_key, trial), 1000 * setting.num_silos + setting.silos_per_round)
+            key = keys.run_key(seed, trial, 1000 * setting.num_silos + setting.silos_per_round)
             naive = None
             if exp.metric == "relative_rmse":
                 y_bar = float(fed.metadata["y_train_mean"])
@@ -362,7 +362,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
                 specs = proto.build_specs(
                     private_name=priv, nonprivate_name=nonpriv, noise=noise[priv], learning_rates=lrs,
                     clip_norms=clips, repetitions=exp.repetitions, nonprivate_clip=exp.nonprivate_clip)
-                fam_key = jax.random.fold_in(key, fam_idx)
+                fam_key = keys.run_key(key, fam_idx)
                 chunk = _chunk(len(specs))
                 df = proto.run_grid(algo, train, eval_data, evaluator, specs, fam_key,
                                     divergence_threshold=exp.divergence_threshold, chunk_size=chunk, make_hparams=make)
@@ -507,25 +507,26 @@ def claims_obesity(summ, exp: Experiment) -> list[dict]:
 
 
 def _table(summ: pd.DataFrame, exp: Experiment) -> str:
+    def cell(r):
+        return f"{_fmt(r['mean'].iloc[0])} [{_fmt(r.p_lo.iloc[0])}, {_fmt(r.p_hi.iloc[0])}]"
+
     lines = []
+    eps = sorted(exp.epsilons)
+    columns = ["method", "calibration"] + [f"ε={e:g}" for e in eps]
     for st in exp.settings:
         lines.append(f"\n**{st.label}** — mean over trials [p5, p95]\n")
-        eps = sorted(exp.epsilons)
-        lines.append("| method | calibration | " + " | ".join(f"ε={e:g}" for e in eps) + " |")
-        lines.append("|---|---|" + "---|" * len(eps))
         sub = summ[(summ.num_silos == st.num_silos) & (summ.silos_per_round == st.silos_per_round)]
+        rows = []
         for alg in (MB, LOCAL):
             for cal in exp.calibrations:
                 s = sub[(sub.algorithm == alg) & (sub.calibration == cal)]
-                cells = []
-                for e in eps:
-                    r = s[np.isclose(s.epsilon, e)]
-                    cells.append("—" if not len(r) else f"{_fmt(r['mean'].iloc[0])} [{_fmt(r.p_lo.iloc[0])}, {_fmt(r.p_hi.iloc[0])}]")
-                lines.append(f"| {LABELS[alg]} | {cal} | " + " | ".join(cells) + " |")
+                rows.append([LABELS[alg], cal] + [cell(r) if len(r := s[np.isclose(s.epsilon, e)]) else "—"
+                                                  for e in eps])
         for alg in (MB_NP, LOCAL_NP):
             r = sub[sub.algorithm == alg]
             if len(r):
-                lines.append(f"| {LABELS[alg]} | — | {_fmt(r['mean'].iloc[0])} [{_fmt(r.p_lo.iloc[0])}, {_fmt(r.p_hi.iloc[0])}] (all ε) |" + " |" * (len(eps) - 1))
+                rows.append([LABELS[alg], "—", f"{cell(r)} (all ε)"] + [""] * (len(eps) - 1))
+        lines.append(report.markdown_table(rows, columns))
     return "\n".join(lines)
 
 
@@ -533,13 +534,14 @@ def _noise_table_md(noise: pd.DataFrame) -> str:
     if not len(noise):
         return ""
     cell = lambda g, col: f"{g[col].iloc[0]:.4g}" if len(g) else "—"  # noqa: E731  (a calibration not run)
-    lines = ["| setting | algorithm | ε (nominal) | σ/L paper | RDP ε of paper σ | σ/L tight (RDP) |", "|---|---|---|---|---|---|"]
+    rows = []
     for (setting, alg, e), g in noise.groupby(["setting", "algorithm", "epsilon"], sort=True):
         paper = g[g.calibration == "paper"]
         tight = g[g.calibration == "tight"]
-        lines.append(f"| {setting} | {LABELS[alg]} | {e:g} | {cell(paper, 'sigma_over_L')} | "
-                     f"{cell(paper, 'realized_epsilon_rdp')} | {cell(tight, 'sigma_over_L')} |")
-    return "\n".join(lines)
+        rows.append([setting, LABELS[alg], f"{e:g}", cell(paper, "sigma_over_L"), cell(paper, "realized_epsilon_rdp"),
+                     cell(tight, "sigma_over_L")])
+    return report.markdown_table(rows, ["setting", "algorithm", "ε (nominal)", "σ/L paper", "RDP ε of paper σ",
+                                        "σ/L tight (RDP)"])
 
 
 def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick: bool, seed: int, wall_s: float,
@@ -559,10 +561,7 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
               for (s_, a, c, e), r in noise_by.items() if s_ == st.label}
         rows += proto.tidy_rows(sel, metric, setting={"num_silos": st.num_silos, "silos_per_round": st.silos_per_round},
                                 noise_by=nb)
-    tidy = pd.DataFrame(rows)
-    first = ["algorithm", "epsilon", "trial", "metric", "value", "accountant", "calibration"]
-    tidy = tidy[first + [c for c in tidy.columns if c not in first]]
-    tidy.to_csv(out_dir / "results.csv", index=False)
+    report.tidy_results(out_dir, rows, report.TIDY_COLUMNS + ("calibration",))
     result["runs"].to_csv(out_dir / "runs.csv", index=False)
     result["noise"].to_csv(out_dir / "noise.csv", index=False)
     optimum = result.get("optimum")
@@ -585,15 +584,17 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
         s["calibration_in"] = cal
         plot_summ.append(s)
     png = out_dir / f"{exp.name}.png"
-    proto.plot_panels(png, pd.concat(plot_summ, ignore_index=True), panels,
-                      ylabel="test error" if metric == "test_error" else "relative RMSE", title=figure_title, clip=clip,
-                      ncols=len(exp.settings))
+    plot.plot_panels(png, pd.concat(plot_summ, ignore_index=True), panels,
+                     private={MB: (LABELS[MB], "tab:blue"), LOCAL: (LABELS[LOCAL], "tab:red")},
+                     nonprivate={MB_NP: (LABELS[MB_NP], "tab:blue"), LOCAL_NP: (LABELS[LOCAL_NP], "tab:red")},
+                     ylabel="test error" if metric == "test_error" else "relative RMSE", title=figure_title, clip=clip,
+                     ncols=len(exp.settings))
 
     lines = [
         f"# {exp.name}: {figure_title}",
         "",
         f"Paper: {PAPER}. Mode: **{'quick' if quick else 'full'}** protocol, seed {seed}. "
-        f"Wall time {wall_s:.1f} s on {platform.machine()} ({_device()}).",
+        f"Wall time {wall_s:.1f} s on {platform.machine()} ({report.device_line()}).",
         "",
         f"Protocol: R = {exp.rounds}, ε ∈ {list(exp.epsilons)} (K from ε_max = {exp.epsilon_max:g}), "
         f"{exp.trials} trials × {exp.repetitions} repetitions, {len(exp.mb_grid)} MB-SGD / {len(exp.local_grid)} "
@@ -612,15 +613,15 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
         "",
         "## Claims",
         "",
-        "| claim | setting | calibration | measured | holds |",
-        "|---|---|---|---|---|",
     ]
+    claim_rows = []
     for c in claims:
         extra = {k: v for k, v in c.items() if k not in ("claim", "setting", "calibration", "measured", "holds")}
-        holds = "yes" if c["holds"] else "no"
+        holds = report.yes_no(c["holds"])
         if extra:
-            holds += "; " + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in extra.items())
-        lines.append(f"| {c['claim']} | {c['setting']} | {c['calibration']} | {c['measured']} | {holds} |")
+            holds += "; " + "; ".join(f"{k}: {report.yes_no(v)}" for k, v in extra.items())
+        claim_rows.append([c["claim"], c["setting"], c["calibration"], c["measured"], holds])
+    lines.append(report.markdown_table(claim_rows, ["claim", "setting", "calibration", "measured", "holds"]))
     lines += ["", f"## Test {'error' if metric == 'test_error' else 'relative RMSE'} of the selected configurations",
               _table(summ, exp), ""]
     if "official_test" in selected.columns:
@@ -643,36 +644,27 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
     lines += ["", "Files: `results.csv` (tidy, selected configurations; metrics "
               f"`{metric}`, `train_loss`, `excess_risk`, `realized_epsilon_rdp`), `runs.csv` (every run), `noise.csv`, "
               f"`optimum.csv` (F̂*, υ*² per trial), `{png.name}`, `meta.json`."]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    (out_dir / "meta.json").write_text(json.dumps(
-        {"experiment": dataclasses.asdict(exp) | {"settings": [dataclasses.asdict(s) for s in exp.settings]},
-         "seed": seed, "quick": quick, "wall_time_s": wall_s} | result["meta"], indent=2, default=str))
-    return report
+    path = report.write_report(out_dir, lines)
+    report.write_meta(out_dir, {"experiment": dataclasses.asdict(exp) | {"settings": [dataclasses.asdict(s)
+                                                                                    for s in exp.settings]},
+                                "seed": seed, "quick": quick, "wall_time_s": wall_s} | result["meta"])
+    return path
 
 
 def _optimum_md(optimum) -> str:
     if optimum is None or not len(optimum):
         return ""
-    lines = ["F̂* = min of the pooled training loss (Newton's method, float64; logistic: the unclipped loss — the "
+    intro = ("F̂* = min of the pooled training loss (Newton's method, float64; logistic: the unclipped loss — the "
              "training loss of the runs clips margins at ±15, which agrees at w* when max |⟨w*, x⟩| ≤ 15); "
-             "υ*² = (1/N) Σᵢ ‖∇F̂ᵢ(w*)‖² (Lowy & Razaviyayn, App. I). Excess risk of a run = final training loss − F̂*.",
-             "", "| N | trial | F̂* | υ*² | ‖∇F̂(w*)‖ | Newton iterations | converged | max abs margin ⟨w*, x⟩ |",
-             "|---|---|---|---|---|---|---|---|"]
+             "υ*² = (1/N) Σᵢ ‖∇F̂ᵢ(w*)‖² (Lowy & Razaviyayn, App. I). Excess risk of a run = final training loss − F̂*.")
+    rows = []
     for rec in optimum.sort_values(["num_silos", "trial"]).to_dict("records"):
         margin = rec.get("max_abs_margin")
         margin = "—" if margin is None or (isinstance(margin, float) and not math.isfinite(margin)) else f"{margin:.3g}"
-        lines.append(f"| {rec['num_silos']} | {rec['trial']} | {rec['F_star']:.6g} | {rec['upsilon_star_sq']:.4g} | "
-                     f"{rec['grad_norm']:.2g} | {rec['newton_iterations']} | {'yes' if rec['converged'] else 'no'} | {margin} |")
-    return "\n".join(lines)
-
-
-def _device() -> str:
-    import os
-
-    import jax
-
-    return f"{jax.devices()[0].platform}, {os.cpu_count()} visible CPUs, jax {jax.__version__}"
+        rows.append([rec["num_silos"], rec["trial"], f"{rec['F_star']:.6g}", f"{rec['upsilon_star_sq']:.4g}",
+                     f"{rec['grad_norm']:.2g}", rec["newton_iterations"], report.yes_no(rec["converged"]), margin])
+    return intro + "\n\n" + report.markdown_table(rows, ["N", "trial", "F̂*", "υ*²", "‖∇F̂(w*)‖", "Newton iterations",
+                                                         "converged", "max abs margin ⟨w*, x⟩"])
 
 
 # ---------------------------------------------------------------------------
@@ -728,7 +720,7 @@ def obesity_experiment(quick: bool, construction: str = "paper") -> Experiment:
     ``construction="authors"`` also the script's single server-side noise draw."""
     fields = _construction_fields(construction) | {"server_noise": construction == "authors"}
     mb = proto.log_grid(-7.0, -1.0, 8)
-    # Local SGD: the MB grid extended to smaller steps (spec §5.4; the authors'
+    # Local SGD: the MB grid extended to smaller steps (as the authors'
     # script uses exp(linspace(-12, -2)) for DP Local SGD).
     local = proto.log_grid(-12.0, -1.0, 12)
     eps = (0.5, 1.0, 3.0, 6.0, 9.0)
@@ -796,7 +788,7 @@ def obesity_task(data_dir: str | None = None, construction: str = "paper") -> Ta
             return obesity_silos(raw, seed=seed, replace=True)
         return obesity_silos(raw, seed=seed, n_per_silo=OBESITY_SILO_SIZE)
 
-    # L = 20 (>= 2 max ||x|| ~ 18.4, spec §3.7), the authors' constant.
+    # L = 20 (>= 2 max ||x|| ~ 18.4, Appendix I), the authors' constant.
     return Task(data=data, problem=lambda fed: SoftmaxRegression(fed.train_x[0].shape[1], fed.num_classes),
                 lipschitz=lambda fed: 20.0)
 

@@ -1,13 +1,13 @@
 """Pooled training optimum and heterogeneity for the ISRL-DP figures.
 
-Lowy & Razaviyayn (ICLR 2023), Appendix I (ISRL spec §5.1): step sizes are
+Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I: step sizes are
 selected by the final *training excess risk* ``F^(w) - F^*``, with ``F^*`` the
 minimum of the pooled training loss found by Newton's method, and each plot
 is labelled with the heterogeneity at the pooled minimizer ``w*``::
 
     upsilon*^2 = (1/N) sum_i || grad F^_i(w*) ||^2,
 
-``F^_i`` the mean training loss of silo i (spec §1.3; 0 for homogeneous
+``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous
 silos, but not conversely).
 
 ``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the

@@ -1,4 +1,4 @@
-"""The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, App. I; ISRL spec §5.1).
+"""The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, Section 6 / App. I).
 
 Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
 
@@ -6,7 +6,8 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   SGD, in the paper's Appendix I form (``"paper"``) or calibrated by a tight
   accountant for the run's actual sampling scheme under replace-one
   (``"tight"``, RDP for fixed-size sampling without replacement), with the
-  epsilon a tight accountant certifies for that sigma (spec I-10);
+  epsilon a tight accountant certifies for that sigma (Appendix I's form is an add/remove
+  calibration, not a replace-one certificate);
 * ``run_grid``: every configuration of one trial and one algorithm family
   (calibration x epsilon x step size x clip x repetition, plus the non-private
   twin as sigma = 0) as ONE compiled ``run_many`` program (a vmap over runs,
@@ -17,15 +18,14 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training
   loss (same argmin: F^* is constant per trial); diverged runs count as an
   infinite loss;
-* ``summarize`` / ``plot_panels``: 5th/95th-percentile error bars over trials
-  and the paper-style figure.
+* ``summarize``: 5th/95th-percentile error bars over trials (the
+  paper-style figure is ``dpjax.sweep.plot.plot_panels``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +51,7 @@ ACCOUNTANT_OF = {"paper": "paper-experiment", "tight": "rdp", "none": "none"}
 
 
 def log_grid(lo: float, hi: float, num: int, scale: float = 1.0) -> tuple[float, ...]:
-    """``scale * exp(linspace(lo, hi, num))`` (the authors' grids, evenly spaced exponents, spec I-17)."""
+    """``scale * exp(linspace(lo, hi, num))`` (the authors' grids, evenly spaced exponents)."""
     _validate.check_int("num", num, min_value=1)
     _validate.check_positive("scale", scale)
     return tuple(float(scale * v) for v in np.exp(np.linspace(lo, hi, num)))
@@ -97,9 +97,9 @@ def noise_table(
 ) -> dict[tuple[str, float], NoiseEntry]:
     """Noise per (calibration, epsilon) for ``kind`` in {"mbsgd", "local-sgd"}, at L = 1.
 
-    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I,
-    spec §3.7; K is fixed by the caller from ``epsilon_max``); Local SGD
-    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (spec §3.5).
+    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I;
+    K is fixed by the caller from ``epsilon_max``); Local SGD
+    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (Appendix I).
     ``"tight"``: the smallest sigma the RDP accountant certifies at (eps, delta)
     for the run's schedule (fixed-size sampling without replacement of K (MB-SGD)
     or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).
@@ -127,7 +127,7 @@ def noise_table(
         algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling=sampling)
     else:
         algo = LocalSgd(LogisticRegression(1), num_rounds=rounds, local_steps=batch_size)
-    schedule = algo.privacy_schedule(n, unit)
+    schedule = algo.privacy([n], unit).schedule
     out = {}
     for eps in epsilons:
         eps = float(_validate.check_positive("epsilons[]", eps))
@@ -209,7 +209,7 @@ def run_grid(
 ) -> pd.DataFrame:
     """Runs every spec of one trial with ``run_many`` and returns one row per run.
 
-    Repetition ``r`` of every configuration uses ``fold_in(key, r)`` (common
+    Repetition ``r`` of every configuration uses ``keys.run_key(key, r)`` (common
     random numbers across step sizes, epsilons and calibrations). The runs of
     one repetition share that key, so they run as ``run_many(shared_key=True)``:
     availability, batches and standard-normal draws are computed once and
@@ -223,7 +223,7 @@ def run_grid(
     ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
     (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
     """
-    import jax
+    from dpjax import keys
 
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
     from dpjax.engine import run_many, stack_hparams
@@ -242,7 +242,7 @@ def run_grid(
     extra = {name: np.empty(len(specs)) for name in evaluator.extra_tests}
     diverged = np.empty(len(specs), bool)
     for rep, members in by_rep.items():
-        rep_key = jax.random.fold_in(key, rep)
+        rep_key = keys.run_key(key, rep)
         for start in range(0, len(members), size):
             ix = members[start:start + size]
             real = len(ix)
@@ -334,61 +334,6 @@ def summarize(selected: pd.DataFrame, value: str, lines: Sequence[str], clip=Non
     from dpjax.sweep.select import error_bars
 
     return error_bars(selected, x="epsilon", value=value, lines=list(lines), clip=clip)
-
-
-def plot_panels(path: pathlib.Path, summary: pd.DataFrame, panels: Sequence[tuple[str, dict]], *,
-                ylabel: str, title: str, clip=None, ncols: int = 3) -> None:
-    """Paper-style figure: one panel per (title, selector); private methods vs epsilon
-    with symmetric (p95 - p5)/2 bars, non-private methods as horizontal lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    _validate.check_int("ncols", ncols, min_value=1)
-    cols = min(ncols, len(panels))
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
-    colors = {MB: "tab:blue", LOCAL: "tab:red", MB_NP: "tab:blue", LOCAL_NP: "tab:red"}
-    for ax, (ptitle, sel) in zip(axes.flat, panels):
-        sub = summary
-        for k, v in sel.items():
-            sub = sub[sub[k] == v]
-        priv = sub[np.isfinite(sub["epsilon"].to_numpy(float))]
-        for alg in (MB, LOCAL):
-            s = priv[priv["algorithm"] == alg].sort_values("epsilon")
-            if len(s):
-                lo = s["mean"] - s["half_width"]
-                hi = s["mean"] + s["half_width"]
-                if clip is not None:
-                    lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
-                # a capped bar never reaches past its mean (a mean above the cap keeps a zero-length bar)
-                yerr = [np.maximum(s["mean"] - lo, 0.0), np.maximum(hi - s["mean"], 0.0)]
-                ax.errorbar(s["epsilon"], s["mean"], yerr=yerr, marker="o",
-                            capsize=3, color=colors[alg], label=LABELS[alg])
-        for alg in (MB_NP, LOCAL_NP):
-            s = sub[sub["algorithm"] == alg]
-            if len(s):
-                m = float(s["mean"].iloc[0])
-                ax.axhline(m, color=colors[alg], ls="--", label=f"{LABELS[alg]} ({m:.3g})")
-        ax.set_xscale("log")
-        eps_ticks = sorted(set(float(e) for e in priv["epsilon"]))
-        if eps_ticks:
-            ax.set_xticks(eps_ticks)
-            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xlabel("ε (nominal)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(ptitle, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_by: dict | None = None) -> list[dict]:

@@ -8,7 +8,7 @@ figure                      checks
 ==========================  ==========================================================================
 user-level-tail (D1)        Lemma 3.8's tail: exact hypergeometric tails (+-G e_1) and Monte Carlo (sphere)
 user-level-deletion (D2)    Theorem 3.6: ||theta*(x) - theta*(x_{-n})|| ~ 1/(n sqrt(m)), bound holds w.p. 1-beta
-user-level-noise (D3)       sigma of Algorithm 2, A2c, B1, B0 against m; crossover m* ~ 1e9 (spec §3.4)
+user-level-noise (D3)       sigma of Algorithm 2, A2c, B1, B0 against m; crossover m* ~ 1e9
 user-level-certificate (D4) Appendix C certificate pass rate, exchangeable vs heterogeneous users
 user-level-convex-erm (D5)  Theorem 4.1 rate of Phased-ERM (rate-shape M'): slopes -1/2 in m, -1 in n, +1/2 in d
 user-level-strongly-convex  Theorems 4.3/5.3 (A5, A6, rate-shape): ERM slopes -1 in m, -2 in n; SCO 1/(nm) term
@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 
 PAPER = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
 SLOPE_TOL = 0.15
@@ -70,50 +70,27 @@ def _check_out_dir(out_dir: pathlib.Path, name: str, quick: bool, seed: int) -> 
 
 def _write(out_dir: pathlib.Path, name: str, title: str, rows: list[dict], claims: list[dict], notes: Sequence[str],
            plot: Callable, *, quick: bool, seed: int, wall: float, mode: str) -> pathlib.Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
+    from dpjax.sweep.plot import pyplot, save_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tidy = pd.DataFrame(rows)
-    first = ["algorithm", "epsilon", "trial", "metric", "value", "accountant"]
-    for c in first:
-        if c not in tidy:
-            tidy[c] = np.nan
-    tidy = tidy[first + [c for c in tidy.columns if c not in first]]
-    tidy.to_csv(out_dir / "results.csv", index=False)
-    fig = plot(plt)
-    png = out_dir / f"{name}.png"
-    fig.savefig(png, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    report.tidy_results(out_dir, rows, fill_missing=True)
+    png = save_figure(plot(pyplot()), out_dir / f"{name}.png", tight=False, bbox_inches="tight")
     held = sum(bool(c["holds"]) for c in claims)
     lines = [f"# {name}: {title}", "",
              f"Paper: {PAPER} (no experiments in the paper; this is a numerical check of its theorems on synthetic "
              f"data). Mode: **{'quick' if quick else 'full'}**, seed {seed}, wall time {wall:.1f} s on "
-             f"{platform.machine()} ({_device()}).", "",
+             f"{platform.machine()} ({report.device_line()}).", "",
              f"Privacy mode: **{mode}**.", "", f"![figure]({png.name})", "",
              f"## Expected outcomes ({held}/{len(claims)} hold)", "",
-             "| expected outcome | setting | measured | holds |", "|---|---|---|---|"]
-    for c in claims:
-        lines.append(f"| {c['claim']} | {c['setting']} | {c['measured']} | {'yes' if c['holds'] else '**no**'} |")
+             report.markdown_table([[c["claim"], c["setting"], c["measured"], "yes" if c["holds"] else "**no**"]
+                                    for c in claims], ["expected outcome", "setting", "measured", "holds"])]
     lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
     lines += ["", f"Files: `results.csv` (tidy: algorithm, epsilon, trial, metric, value, accountant, ...), "
               f"`{png.name}`, `meta.json`."]
-    report = out_dir / "report.md"
-    report.write_text("\n".join(lines) + "\n")
-    (out_dir / "meta.json").write_text(json.dumps({"figure": name, "quick": quick, "seed": seed, "wall_time_s": wall,
-                                                   "claims_held": held, "claims": len(claims)}, indent=2))
-    return report
-
-
-def _device() -> str:
-    import os
-
-    import jax
-
-    return f"{jax.devices()[0].platform}, {os.cpu_count()} visible CPUs, jax {jax.__version__}"
+    path = report.write_report(out_dir, lines)
+    report.write_meta(out_dir, {"figure": name, "quick": quick, "seed": seed, "wall_time_s": wall,
+                                "claims_held": held, "claims": len(claims)})
+    return path
 
 
 def _figure(name: str, body: Callable, out_dir, quick: bool, seed: int) -> pathlib.Path:
@@ -178,7 +155,7 @@ def _d1(quick: bool, seed: int):
         for b, ex in zip(betas, exact_curve):
             thr = 5 * g * math.sqrt(m * math.log(1 / b))
             emp = float(np.mean(norms > thr))
-            allowance = 3 * math.sqrt(b * (1 - b) / draws)  # 3 binomial standard deviations (spec S1)
+            allowance = 3 * math.sqrt(b * (1 - b) / draws)  # 3 binomial standard deviations
             rows += [_row("sphere Monte Carlo", "tail", emp, fail_prob=b, m=m, draws=draws),
                      _row("pm-e1 exact", "tail", ex, fail_prob=b, m=m, N=size)]
             claims.append({"claim": "empirical tail <= beta (+ 3 binomial sd)", "setting": f"sphere, N={size}, d={d}, "
@@ -281,7 +258,7 @@ def d2_figure(out_dir, *, quick: bool, seed: int):
 
 
 # ---------------------------------------------------------------------------
-# D3: noise scales (spec §3.4)
+# D3: noise scales of Algorithm 2 against m
 # ---------------------------------------------------------------------------
 
 
@@ -304,7 +281,7 @@ def _d3(quick: bool, seed: int):
         mstar = acc.crossover_m(eps, DELTA, beta, n)
         mstar_c = (a2c / b1) ** 2
         claims.append(slope_claim("sigma_A2 vs m", ms, sig["A2"], -0.5, f"n={n}"))
-        claims.append({"claim": "crossover of A2 with B1 near m* ~ 1e9 (spec §3.5)", "setting": f"n={n}, eps=1, "
+        claims.append({"claim": "crossover of A2 with B1 near m* ~ 1e9", "setting": f"n={n}, eps=1, "
                        f"delta=1e-6, beta=0.01", "measured": f"m* = {mstar:.3g} (A2c: {mstar_c:.3g})",
                        "holds": 1e8 <= mstar <= 1e10})
 
@@ -318,7 +295,7 @@ def _d3(quick: bool, seed: int):
     notes = ["Certified constants (Algorithm 1 line 3 as read by the spec, Delta_expl with c_K = 1, Delta_C of "
              "Appendix C); pure accounting, no data.",
              "A2c pays an extra factor ~ sqrt(r) over A2 (Lemma C.1 vs Corollary 3.7), so its crossover is later."]
-    return "noise scale against m (spec §3.4)", rows, claims, notes, plot, "certified"
+    return "noise scale against m", rows, claims, notes, plot, "certified"
 
 
 @register("user-level-noise", paper=PAPER, description="D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9")
@@ -441,6 +418,8 @@ def _d5(quick: bool, seed: int):
     loss = problems.Loss(kind, radius=radius, smoothing=2e-4)
     rows, claims, curves, ref_norms, floors, ratios = [], [], {}, [], [], []
     keys = jax.random.split(jax.random.key(seed), reps)
+    # the d sweep again at 4x the users: is the d exponent a small-n transient? (it is not: see the notes)
+    sweeps["d (n=400)"] = [(400, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]
     sweeps["m (noisy labels)"] = sweeps["m"][:3]
     for axis, cells in sweeps.items():
         vals, flat = [], []
@@ -471,8 +450,8 @@ def _d5(quick: bool, seed: int):
                    + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis[0]))
         if not noise:
             claims.append(slope_claim(f"Phased-ERM excess risk vs {axis} (Theorem 4.1 exponent)", xs, vals,
-                                      theory[axis], setting))
-        if axis != "d":
+                                      theory[axis[0]], setting))
+        if axis[0] != "d":
             s = slope(xs, vals)
             claims.append({"claim": f"excess risk decays at least at the theorem's rate in {axis} (slope <= "
                            f"{theory[axis[0]]:+.2f} + {SLOPE_TOL}; Theorem 4.1 is an upper bound)", "setting": setting,
@@ -482,6 +461,29 @@ def _d5(quick: bool, seed: int):
             claims.append({"claim": f"B1 noise inside Phased-ERM is flat in m (|slope| <= {SLOPE_TOL})",
                            "setting": setting, "measured": f"{s:+.3f}", "holds": abs(s) <= SLOPE_TOL})
 
+    d_xs, d_vals, _ = curves["d"]
+    n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
+    # Is the excess the private term or the inner solves' Huber smoothing? Largest d cell again with half the
+    # width and 4x the iterations (converged: 4x the iterations at the original width changes nothing).
+    n_c, m_c, d_c = sweeps["d"][-1]
+    x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c)
+    _, best = lad_reference(x, y)
+    half_w = problems.Loss(kind, radius=radius, smoothing=loss.smoothing / 2)
+    half_out = _phased_erm_runs(half_w, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)
+    half_exc = float(np.mean([_true_loss(loss, th, x, y) - best for th in half_out]))
+    rows.append(_row(f"Phased-ERM M' ({kind}), half smoothing width", "excess_empirical_risk", half_exc, n=n_c, m=m_c,
+                     d=d_c, rho=rho, smoothing=loss.smoothing / 2))
+    smoothing_change = half_exc / d_vals[-1] - 1
+    claims.append({"claim": "the excess is the private term, not the inner solves' smoothing: halving the Huber "
+                   "width (4x iterations) changes it by < 25 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
+                   "measured": f"{d_vals[-1]:.3g} -> {half_exc:.3g} ({smoothing_change:+.0%})",
+                   "holds": abs(smoothing_change) < 0.25})
+    worst_case = [2 * radius * math.sqrt(d_) / (n_d * math.sqrt(m_d)) for d_ in d_xs]  # R G sqrt(d)/(n sqrt(m))
+    d_ratio = [a / b for a, b in zip(d_vals, worst_case)]
+    claims.append({"claim": "Theorem 4.1 as an upper bound: excess risk <= R G sqrt(d)/(n sqrt(m)) at every d "
+                   "(R = diameter of K, G = 1; the O-tilde constant taken as 1)", "setting": f"n={n_d}, m={m_d}",
+                   "measured": "ratios " + ", ".join(f"d={d_}: {r_:.2g}" for d_, r_ in zip(d_xs, d_ratio)),
+                   "holds": max(d_ratio) <= 1.0})
     claims.append({"claim": "every cell's mean excess risk is >= 3x its solver floor (rho = 1e-4 run)",
                    "setting": f"{len(ratios)} cells", "measured": f"min ratio {min(ratios):.3g}",
                    "holds": min(ratios) >= 3})
@@ -503,16 +505,26 @@ def _d5(quick: bool, seed: int):
              "sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
              f"Reference minimum: IRLS least-absolute-deviations fit in float64 (unconstrained; its norm is at most "
              f"{max(ref_norms):.3f} < {radius}, so it is the minimiser over K).",
-             f"Solver floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}. Inner solves: "
+             f"Solver floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}; it shrinks "
+             "with rho like the smoothing effect does, so it cannot detect that (the smoothing claim does). Inner solves: "
              f"accelerated projected gradient on the Huber-smoothed loss (width 2e-4, {iters} iterations); excess "
              "risk is measured on the true loss.",
              "B1 inside Phased-ERM: the same schedule with replace-one-user noise 2(2G)/(lambda_i n) (no sqrt(m)).",
              "With label noise the empirical absolute loss is locally quadratic around its minimiser (an average of "
              "many kinks), so the excess risk of a perturbed minimiser scales like ||noise||^2 ~ d/(n^2 m), faster "
              "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)) (compare the two m sweeps).",
-             "On the d exponent: the theorem's sqrt(d) is a worst case over losses and data; for features spread over "
-             "the unit ball, E|<u, a>| for a unit vector u shrinks with d, so the measured d slope need not reach "
-             "+1/2 (see the table).",
+             f"On the d exponent (measured {slope(d_xs, d_vals):+.2f} at n = {n_d} and "
+             f"{slope(curves['d (n=400)'][0], curves['d (n=400)'][1]):+.2f} at n = 400, against the spec's +1/2): "
+             "the excess of the sharp instance is set by the inner solves' Huber smoothing, not by the private "
+             f"term (smoothing claim: halving the width moves it by {smoothing_change:+.0%}). Phases whose "
+             "lambda_i exceeds the smoothed loss's curvature ~ E[a a^T]/w ~ 1/(d w) cannot pull the previous phase's "
+             "noise back, so the leftover error is ~ rho G d w/(n sqrt(m)): linear in d, and with the same n and m "
+             "exponents as Theorem 4.1 -- so on this instance the m and n slopes agreeing with the theorem is not "
+             "evidence for it either. With exact nonsmooth solves the sharp loss would be adaptive (the regularised "
+             "minimisers equal theta*) and only the final noise sigma_T sqrt(d) ~ 2R/(n m)^2 would remain. Theorem 4.1 "
+             f"is an upper bound and is not contradicted (excess {1 / max(d_ratio):.0f}-{1 / min(d_ratio):.0f}x below "
+             "R G sqrt(d)/(n sqrt(m))), but this instance cannot show its rate; a faithful D5 needs exact nonsmooth "
+             "solves and an instance whose excess is the private term (not done).",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
@@ -564,30 +576,41 @@ def _d6(quick: bool, seed: int):
     mloss = problems.Loss("mean")
     d2 = 2
     sco_cells = [(n, 8) for n in ((128, 256, 512, 1024) if quick else (128, 256, 512, 1024, 2048))]
-    vals, erm_part = [], []
+    sco_rhos = (rho, 0.1, 0.01)  # rho -> 0 isolates the non-noise terms of A6 (decomposition, see the notes)
+    sco = {r_: [] for r_ in sco_rhos}
+    erm_part = []
     for n, m in sco_cells:
-        x, y = problems.exchangeable("mean", n, m, d2, seed + 13 * n + m)
         dom = mech.Domain.ball(1.0, d2)
-        exc = []
-        for r in range(reps):
-            res = phased.strongly_convex_sco(jax.random.fold_in(jax.random.key(seed), r), mloss, x, y, dom, 1.0, DELTA,
-                                             1 / (2 * n * n * m), mode="rate-shape", rho=rho, min_group=4)
-            exc.append(0.5 * float(np.sum(res.theta ** 2)))
-        vals.append(float(np.mean(exc)))
-        erm_part.append(0.5 * float(np.sum(x.reshape(-1, d2).mean(0) ** 2)))
-        rows += [_row("A6 Strongly-Convex-SCO A4b (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d2)
-                 for r, e in enumerate(exc)]
+        # population risk is an expectation over x ~ D too: a fresh dataset per run (one dataset per n made the
+        # statistical part a single chi-square draw per cell)
+        data = [problems.exchangeable("mean", n, m, d2, seed + 13 * n + m + 1000 * r) for r in range(reps)]
+        erm_part.append(float(np.mean([0.5 * np.sum(x.reshape(-1, d2).mean(0) ** 2) for x, _ in data])))
+        for rho_ in sco_rhos:
+            exc = []
+            for r, (x, y) in enumerate(data):
+                res = phased.strongly_convex_sco(jax.random.fold_in(jax.random.key(seed), r), mloss, x, y, dom, 1.0,
+                                                 DELTA, 1 / (2 * n * n * m), mode="rate-shape", rho=rho_, min_group=4)
+                exc.append(0.5 * float(np.sum(res.theta ** 2)))
+            sco[rho_].append(float(np.mean(exc)))
+            rows += [_row("A6 Strongly-Convex-SCO A4b (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d2,
+                          rho=rho_) for r, e in enumerate(exc)]
+        rows.append(_row("statistical term 1/2||xbar - E x||^2", "excess_population_risk", erm_part[-1], n=n, m=m,
+                         d=d2))
     xs = [c[0] for c in sco_cells]
+    vals = sco[rho]
     curves[("A6 SCO", "n")] = (xs, vals)
     curves[("statistical term 1/2||xbar - E x||^2", "n")] = (xs, erm_part)
     claims.append(slope_claim("A6 SCO excess population risk vs n (the 1/(nm) term dominates when d < n)", xs, vals,
                               -1.0, f"mean estimation d={d2}, m=8, rho={rho}"))
+    sco_slopes = {r_: slope(xs, v_) for r_, v_ in sco.items()}
+    floor_ratio = [a / b for a, b in zip(sco[sco_rhos[-1]], erm_part)]
 
     def plot(plt):
         panels = [(f"D6 A5 ERM: vs {axis}", axis, "excess empirical risk", [("A5", xs_, v, "o-")])
                   for (name, axis), (xs_, v) in curves.items() if name == "A5 ERM"]
         panels.append(("D6 A6 SCO: vs n (m = 8)", "n", "excess population risk",
                        [("A6 (A4b inside)", curves[("A6 SCO", "n")][0], curves[("A6 SCO", "n")][1], "o-"),
+                        *[(f"A6, rho={r_}", xs, v_, ":") for r_, v_ in sco.items() if r_ != rho],
                         ("1/2||xbar - E x||^2", xs, erm_part, "k--")]))
         return _loglog(plt, panels)
 
@@ -597,7 +620,19 @@ def _d6(quick: bool, seed: int):
              f"A5: ridge-logistic (mu = {mu}) on K = B(0, 1); reference minimum from the same oracle (accelerated "
              "gradient, linear convergence, float64).",
              "A6: mean estimation (items symmetric around 0, so the population excess is 1/2||theta||^2 exactly); "
-             "users split in halves (spec A15); rate-shape N0 = 4."]
+             "users split in halves (spec A15); rate-shape N0 = 4; a fresh dataset per run (population risk is an "
+             "expectation over the data as well).",
+             "A6 slope in n, measured honestly against the spec's -1: the fitted slope depends on rho -- "
+             + ", ".join(f"rho={r_}: {s_:+.2f}" for r_, s_ in sco_slopes.items())
+             + f". At rho = {rho} the noise term (d/(n^2 m) shape, slope -2) is not negligible next to the 1/(nm) "
+             f"term at n <= {xs[-1]}, so the fit lies between -1 and -2. As rho -> 0 (noise switched off) what remains "
+             f"decays SLOWER than 1/(nm) and sits {min(floor_ratio):.1f}-{max(floor_ratio):.1f}x above the statistical "
+             "term 1/2||xbar||^2 itself: A6 runs Phased-SCO (A4b) on half the users split into T = ceil(log2(n m)) "
+             "groups, so each phase's minimiser sees n/(2T) users and lambda carries sqrt(T) -- polylog factors that "
+             f"Theorem 5.3's O-tilde hides and that grow over this n range (T = {phased.num_phases(xs[0] // 2, 8)}.."
+             f"{phased.num_phases(xs[-1] // 2, 8)}). No rho in "
+             "between is a principled choice (picking one to land on -1 would be tuning), so the claim stays as "
+             "measured."]
     return "Theorems 4.3 / 5.3 strongly convex rates (A5, A6, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
 
@@ -631,7 +666,7 @@ def _d7(quick: bool, seed: int):
             loss = problems.Loss("squared", radius=big_b, zeta=mu / 2)
             dom = mech.Domain.ball(big_b, d)
             theta = mech.minimiser(loss, x, np.zeros(x.shape[:2]), dom)
-            g_eff = loss.lipschitz  # mu (G/mu + B) = 2G on K (spec L1)
+            g_eff = loss.lipschitz  # mu (G/mu + B) = 2G on K (Appendix D instance)
             s_a2 = rho * g_eff / (mu * n * math.sqrt(m))
             s_b1 = acc.b1_sigma(eps, DELTA, n, g_eff, mu)
             with jax.enable_x64(True):
@@ -689,8 +724,12 @@ def _d8(quick: bool, seed: int):
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
-    n, d, n0, rho, reps = 256, 3, 16, 1.0, (4 if quick else 12)
+    # A4b needs n >= T N0 with T = ceil(log2(n m)): n = 256 allows m <= 256, the full grid's m = 1024 needs n = 512
+    n, d, n0, rho, reps = (256 if quick else 512), 3, 16, 1.0, (4 if quick else 12)
     ms = (1, 4, 16, 64, 256) if quick else (1, 4, 16, 64, 256, 1024)
+    for m in ms:  # checked before any compute (a late failure would waste the cells before it)
+        if n < phased.num_phases(n, m) * n0:
+            raise ValueError(f"D8 grid: n={n} < T N0 = {phased.num_phases(n, m) * n0} at m={m} (A4b equal split)")
     loss, dom = problems.Loss("absolute", radius=1.0, smoothing=2e-4), mech.Domain.ball(1.0, d)
     # population risk: the generator's b = <a, w>/2 without label noise, so L(theta*; D) = 0 at theta* = w/2 and
     # L(theta; D) is estimated on 20000 fresh items
@@ -745,68 +784,103 @@ def d8_figure(out_dir, *, quick: bool, seed: int):
 
 
 def _d9(quick: bool, seed: int):
+    """Exact hockey-stick audit of Algorithm 1 (spec test U5) at parameters where the certificate is not vacuous
+    (certified delta well below 1, release probability well above 0), with the stability-test-skipped mutant."""
     from dpjax.accounting import user_level as acc
-    from dpjax.user_level import audit, mechanisms as mech, problems
+    from dpjax.user_level import audit
 
-    kappa, eps_p = 2, 0.5
-    sizes = (10,) if quick else (10, 12)
-    settings = ((0.05, 0.4), (0.1, 0.3), (0.02, 1.0))
+    eps_p = 1.0
+    configs = ((3, 14),) if quick else ((3, 14), (4, 18))  # (kappa, n): n >= 4 kappa + 2, exact enumeration
     rng = np.random.default_rng(seed)
-    rows, claims, table = [], [], []
-
-    def tab(vals, sens):
-        xs = np.clip(np.asarray(vals, float), 0, 1)[:, None, None]
-        return mech.stable_table(mech.oracle(problems.Loss("mean"), xs, np.zeros(xs.shape[:2]),
-                                             mech.Domain.ball(1.0, 1)), len(vals), kappa, sens)
-
-    for n in sizes:
-        base = rng.uniform(0.3, 0.7, size=n)
-        pairs = [("adversarial: user 0 -> 1.0", base, np.where(np.arange(n) == 0, 1.0, base)),
-                 ("adversarial: user 1 -> 0.0", base, np.where(np.arange(n) == 1, 0.0, base)),
-                 ("random replacement", base, np.where(np.arange(n) == 2, rng.uniform(), base))]
-        if not quick:
-            spread = rng.uniform(size=n)
-            pairs.append(("spread data, user 0 -> 1.0", spread, np.where(np.arange(n) == 0, 1.0, spread)))
-        for sens, sigma in settings:
-            params = acc.a1_test_params(eps_p, kappa, sens, sigma)
-            eps_c, delta_c = acc.a1_certified(params)
-            for label, x, x2 in pairs:
-                t1, t2 = tab(x, sens), tab(x2, sens)
-                lp = audit.output_law(t1, eps_p, kappa)
-                lq = audit.output_law(t2, eps_p, kappa)
-                h = max(audit.hockey_stick(lp, lq, sigma, math.exp(eps_c)),
-                        audit.hockey_stick(lq, lp, sigma, math.exp(eps_c)))
-                table.append((n, label, sens, sigma, lp[0], lq[0], h, delta_c))
-                rows.append(_row("Algorithm 1 (exact)", "hockey_stick", h, epsilon=eps_c,
-                                 accountant="Theorem 3.3 proof (test mode)", n=n, pair=label, Delta=sens, sigma=sigma,
-                                 certified_delta=delta_c, p_bottom_x=lp[0], p_bottom_x2=lq[0]))
-    worst = max(r[6] / r[7] for r in table)
-    claims.append({"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
-                   "setting": f"{len(table)} (pair, Delta, sigma) cases, kappa={kappa}, eps'={eps_p}",
-                   "measured": f"max H/delta_cert = {worst:.3g}", "holds": worst <= 1.0})
-    bots = sum(1 for r in table if 0 < r[4] < 1 or 0 < r[5] < 1)
-    claims.append({"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
-                   "setting": "", "measured": f"{bots}/{len(table)} cases", "holds": bots > 0})
+    rows, table = [], []
+    for kappa, n in configs:
+        spread = rng.uniform(0.3, 0.7, size=n)
+        pairs = [(f"canary, {j} outlier users", *audit.canary_pair(n, j), 1e-4) for j in range(4)]
+        # spread data at larger Delta: partial-bottom laws and shifted centres (Delta near the deletion sensitivity)
+        pairs += [(f"spread data, user 0 -> 1.0, Delta={sens}", spread, np.where(np.arange(n) == 0, 1.0, spread),
+                   sens) for sens in ((0.1, 0.2) if quick else (0.05, 0.1, 0.15, 0.2))]
+        for label, x, x2, sens in pairs:
+            lp, lq = (audit.output_law(audit.clipped_mean_table(v_, kappa, sens), eps_p, kappa) for v_ in (x, x2))
+            sp, sq = audit.skip_test_law(x), audit.skip_test_law(x2)
+            for gaussian_mu in (0.25, 0.5):
+                sigma = 8 * kappa * sens / gaussian_mu
+                eps_c, delta_c = acc.a1_certified(acc.a1_test_params(eps_p, kappa, sens, sigma))
+                h = lambda a, b, s_: max(audit.hockey_stick(a, b, s_, math.exp(eps_c)),  # noqa: E731
+                                         audit.hockey_stick(b, a, s_, math.exp(eps_c)))
+                case = {"kappa": kappa, "n": n, "pair": label, "Delta": sens, "sigma": sigma, "mu_G": gaussian_mu,
+                        "certified_epsilon": eps_c, "certified_delta": delta_c,
+                        "release_prob_x": float(lp[1].sum()), "release_prob_x2": float(lq[1].sum()),
+                        "H": h(lp, lq, sigma), "exact_epsilon": audit.exact_epsilon(lp, lq, sigma, delta_c),
+                        "H_no_stability_test": h(sp, sq, sigma), "H_half_noise": h(lp, lq, sigma / 2)}
+                table.append(case)
+                rows.append(_row("Algorithm 1 (exact)", "hockey_stick", case["H"], epsilon=eps_c,
+                                 accountant="Theorem 3.3 proof (test mode)", **{k: v_ for k, v_ in case.items()
+                                                                                 if k != "H"}))
+    canary = [c for c in table if c["pair"].startswith("canary")]
+    worst = max(c["H"] / c["certified_delta"] for c in table)
+    claims = [
+        {"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
+         "setting": f"{len(table)} cases, eps' = {eps_p}, (kappa, n) in {configs}", "measured":
+         f"max H/delta_cert = {worst:.3g}; max exact eps {max(c['exact_epsilon'] for c in table):.3f} "
+         f"(certified {2 * eps_p:g})", "holds": worst <= 1.0},
+        {"claim": "the certificate is not vacuous: certified delta < 1 and release probability > 0 on both "
+         "datasets of every canary pair", "setting": f"{len(canary)} canary cases (Delta = 1e-4)",
+         "measured": f"certified delta {min(c['certified_delta'] for c in canary):.3g} .. "
+         f"{max(c['certified_delta'] for c in canary):.3g}; release probability "
+         f"{min(min(c['release_prob_x'], c['release_prob_x2']) for c in canary):.3g} .. 1",
+         "holds": max(c["certified_delta"] for c in canary) < 1
+         and min(min(c["release_prob_x"], c["release_prob_x2"]) for c in canary) > 0},
+        {"claim": "mutant with the stability test skipped violates the certificate (H > certified delta) on every "
+         "canary pair", "setting": "f(x) + N(0, sigma^2), never bottom", "measured":
+         f"min H/delta_cert = {min(c['H_no_stability_test'] / c['certified_delta'] for c in canary):.3g}",
+         "holds": all(c["H_no_stability_test"] > c["certified_delta"] for c in canary)},
+        {"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
+         "setting": "", "measured": f"{sum(1 for c in table if 0 < min(c['release_prob_x'], c['release_prob_x2']) < 1)}"
+         f"/{len(table)} cases", "holds": any(0 < min(c["release_prob_x"], c["release_prob_x2"]) < 1 for c in table)},
+    ]
 
     def plot(plt):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.bar(range(len(table)), [r[6] for r in table], label="H (max of both directions)")
-        ax.plot(range(len(table)), [r[7] for r in table], "k_", markersize=12, label="certified delta")
+        fig, ax = plt.subplots(figsize=(8, 4))
+        idx = np.arange(len(table))
+        floor = 1e-12  # log axis: zero divergences drawn at the floor
+        ax.bar(idx - 0.2, [max(c["H"], floor) for c in table], 0.4, label="Algorithm 1: H (max of both directions)")
+        ax.bar(idx + 0.2, [max(c["H_no_stability_test"], floor) for c in table], 0.4,
+               label="mutant: stability test skipped")
+        ax.plot(idx, [c["certified_delta"] for c in table], "k_", markersize=12, label="certified delta")
         ax.set_yscale("log")
-        ax.set_xlabel("case")
-        ax.set_title("D9: exact hockey-stick divergence of Algorithm 1 (toy)", fontsize=9)
+        ax.set_xlabel("case (see the table in report.md)")
+        ax.set_title("D9: exact hockey-stick divergence of Algorithm 1 at the certified epsilon", fontsize=9)
         ax.legend(fontsize=7)
         return fig
 
-    lines = ["| n | pair | Delta | sigma | P(bottom) x | P(bottom) x' | H | certified delta |", "|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.3g} | {r[5]:.3g} | {r[6]:.3g} | {r[7]:.3g} |" for r in table]
-    notes = [f"Test mode: kappa = {kappa}, eps' = {eps_p} (eps = 2 eps' = 1), sigma given directly; f = mean of user "
-             "values clipped to [0, 1] (the deterministic oracle on K = B(0,1)); stable sets by exhaustive "
-             "enumeration of all deletion sets of <= 4 kappa + 1 users; output laws exact (TDLap pmf of the sampler "
-             "x bottom / Gaussian mixture), divergence integrated on a grid of spacing sigma/400.",
-             "certified delta = p(0) + p(2 kappa) + e^{eps'} delta_G(eps', 8 kappa Delta/sigma) (Theorem 3.3's proof).",
+    lines = ["| kappa | n | pair | Delta | sigma | cert. delta | P(release) x | P(release) x' | H | exact eps | "
+             "H, no stability test | H, half noise |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {c['kappa']} | {c['n']} | {c['pair']} | {c['Delta']:g} | {c['sigma']:.3g} | "
+              f"{c['certified_delta']:.3g} | {c['release_prob_x']:.3g} | {c['release_prob_x2']:.3g} | {c['H']:.3g} | "
+              f"{c['exact_epsilon']:.3f} | {c['H_no_stability_test']:.3g} | {c['H_half_noise']:.3g} |" for c in table]
+    notes = [f"Test mode: eps' = {eps_p} (certified eps = 2 eps' = {2 * eps_p:g}), kappa and sigma = 8 kappa Delta/mu_G "
+             "given directly (mu_G in {0.25, 0.5}); f = mean of user values clipped to [0, 1] (the deterministic "
+             "oracle on K = B(0,1)); stable sets by exhaustive enumeration of every deletion set of <= 4 kappa + 1 "
+             "users; output laws exact (the sampler's TDLap law x bottom / Gaussian mixture), divergence integrated "
+             "on a grid of spacing sigma/400.",
+             "certified delta = p(0) + p(2 kappa) + e^{eps'} delta_G(eps', 8 kappa Delta/sigma) (Theorem 3.3's proof). "
+             "The earlier version of this audit used kappa = 2, eps' = 0.5 (certified delta >= 0.25, mostly 1.0) "
+             "where the laws were bottom with probability 1 or the certificate was vacuous; here kappa = 3-4, "
+             "eps' = 1 give certified delta 0.017-0.066.",
+             "Canary pairs (dpjax.user_level.audit.canary_pair): D has j outlier users at 1 and the rest at 0, D' also "
+             "moves user 0 from 0 to 1; with Delta = 1e-4 (far below the replace sensitivity 1/n, the paper's regime "
+             "Delta ~ 1/(n sqrt(m))) the first stable set deletes the outliers, so both release the same centre and "
+             "differ only in P(bottom) = P(R1 < j) vs P(R1 < j+1): exact eps up to ~eps' (0.90 at j = 2), the bottom "
+             "step of the proof is nearly tight. The same pair is `dpjax audit user-level` (empirical, 95 % "
+             "Clopper-Pearson).",
+             "Mutants: skipping the stability test releases f(x) + N(0, sigma^2), whose centres differ by 1/n >> sigma: "
+             "caught on every canary pair. Halving sigma is NOT caught by any case: Theorem 3.3's Gaussian step "
+             "charges a shift of 8 kappa Delta, while neighbouring releases here differ by at most ~2 Delta "
+             "(column 'H, half noise' <= certified delta throughout) -- the certificate is loose by a factor "
+             "~4 kappa in its Gaussian part, so half the noise stays within it.",
              "Table:\n\n" + "\n".join(lines)]
-    return "exact privacy audit of Algorithm 1 (toy)", rows, claims, notes, plot, "certified (test-mode constants)"
+    return "exact privacy audit of Algorithm 1 (toy, non-vacuous certificate)", rows, claims, notes, plot, \
+        "certified (test-mode constants)"
 
 
 @register("user-level-audit", paper=PAPER, description="D9: exact hockey-stick audit of Algorithm 1 on toy neighbours")

@@ -225,8 +225,10 @@ class SweepConfig:
             if "accountant" not in self.privacy or "delta" not in self.privacy:
                 raise ValueError("privacy must set both accountant and delta")
             from dpjax.accounting import api
+            from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS  # DP-SGD-General's reports
 
-            _validate.check_choice("privacy.accountant", self.privacy["accountant"], api.ACCOUNTANTS)
+            _validate.check_choice("privacy.accountant", self.privacy["accountant"],
+                                   api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
             d = self.privacy["delta"]
             if d != "1/n^2":
                 _validate.check_open_unit("privacy.delta", d)

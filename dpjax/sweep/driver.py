@@ -3,7 +3,7 @@
 Privacy: every run's noise is fixed on the host before execution. With an
 ``epsilon`` axis, every family is calibrated the same way:
 ``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta,
-accountant)`` (``AlgorithmEntry.calibrate``; the spec describes the compiled
+accountant)`` (``AlgorithmEntry.calibrate``; the plan describes the compiled
 run: clip norm, batch size, sampling scheme, rounds, neighbouring relation);
 the table records epsilon, delta, accountant and the resulting noise values.
 """

@@ -14,7 +14,7 @@
 
 Every run has an id: the first 16 hex digits of the SHA-256 of the canonical
 JSON of everything that defines it (algorithm, resolved static fields, data
-spec, privacy spec, rounds, seed, trial, repetition, axis values).
+spec, privacy specification, rounds, seed, trial, repetition, axis values).
 """
 
 from __future__ import annotations
@@ -136,6 +136,6 @@ def describe(groups: list[Group], chunks: list[Chunk]) -> str:
     shape = {}
     for c in chunks:
         shape.setdefault(c.group, (len(c.trial_idx), len(c.rep_idx), len(c.cfg_idx)))
-    parts = [f"{len(groups)} group(s) x {math.prod((len(g.trials), len(g.repetitions), len(g.configs)))} runs"]
+    parts = [f"{len(groups)} group(s) x {sum(math.prod((len(g.trials), len(g.repetitions), len(g.configs))) for g in groups)} runs"]
     parts.append(f"{len(chunks)} chunks of shape (trials, reps, configs) = {sorted(set(shape.values()))}")
     return "; ".join(parts)

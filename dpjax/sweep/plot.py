@@ -1,8 +1,13 @@
-"""``dpjax plot``: paper-style figures (metric vs x with percentile bars) from a sweep directory."""
+"""The one plotting module: ``dpjax plot`` (paper-style figures, metric vs x with
+percentile bars, from a sweep directory) and the figure plumbing every
+reproduction uses (``new_figure``, ``save_figure``, ``percentile_errorbar``,
+``plot_panels``)."""
 
 from __future__ import annotations
 
+import math
 import pathlib
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -25,6 +30,95 @@ def _static_lines(runs, x: str) -> list[str]:
     return cols
 
 
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only written to files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def new_figure(rows: int = 1, cols: int = 1, *, panel: tuple[float, float] = (5.5, 4.0), figsize=None, **kwargs):
+    """``(fig, axes)`` on the non-interactive Agg backend; ``axes`` is a 2-d array
+    (``squeeze=False``) unless ``squeeze=True`` is passed; ``figsize`` defaults to
+    ``panel`` per panel."""
+    kwargs.setdefault("squeeze", False)
+    figsize = figsize or (panel[0] * cols, panel[1] * rows)
+    return pyplot().subplots(rows, cols, figsize=figsize, **kwargs)
+
+
+def save_figure(fig, path, *, title: str | None = None, dpi: int = 110, tight: bool = True, **savefig_kwargs
+                ) -> pathlib.Path:
+    """Sets the suptitle, lays out, writes ``path`` and closes ``fig``."""
+    if title:
+        fig.suptitle(title, fontsize=10)
+    if tight:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi, **savefig_kwargs)
+    pyplot().close(fig)
+    return pathlib.Path(path)
+
+
+def percentile_errorbar(ax, x, mean, lo, hi, *, clip=None, **kwargs):
+    """``mean`` against ``x`` with the bar ``[lo, hi]`` drawn around it (asymmetric),
+    capped to ``clip = (min, max)`` if given. A bar never reaches past its mean: with
+    few trials the mean can fall outside the interval, and the bar then ends at the mean."""
+    mean, lo, hi = (np.asarray(a, float) for a in (mean, lo, hi))
+    if clip is not None:
+        lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
+    yerr = np.vstack([np.maximum(mean - lo, 0.0), np.maximum(hi - mean, 0.0)])
+    kwargs.setdefault("marker", "o")
+    kwargs.setdefault("capsize", 3)
+    return ax.errorbar(x, mean, yerr=yerr, **kwargs)
+
+
+def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]], *, private: Mapping[str, tuple],
+                nonprivate: Mapping[str, tuple], ylabel: str, title: str, clip=None, ncols: int = 3) -> None:
+    """Paper-style figure: one panel per ``(title, selector)``; the ``private`` methods
+    (``name -> (label, color)``) vs epsilon with symmetric ``half_width`` bars around
+    the mean, the ``nonprivate`` ones as horizontal lines. ``summary`` has columns
+    ``algorithm, epsilon, mean, half_width`` and the selectors' columns."""
+    import matplotlib.ticker
+
+    from dpjax import _validate
+
+    _validate.check_int("ncols", ncols, min_value=1)
+    cols = min(ncols, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = new_figure(rows, cols, panel=(4.6, 3.6))
+    for ax, (ptitle, sel) in zip(axes.flat, panels):
+        sub = summary
+        for k, v in sel.items():
+            sub = sub[sub[k] == v]
+        priv = sub[np.isfinite(sub["epsilon"].to_numpy(float))]
+        for alg, (label, color) in private.items():
+            s = priv[priv["algorithm"] == alg].sort_values("epsilon")
+            if len(s):
+                percentile_errorbar(ax, s["epsilon"], s["mean"], s["mean"] - s["half_width"],
+                                    s["mean"] + s["half_width"], clip=clip, color=color, label=label)
+        for alg, (label, color) in nonprivate.items():
+            s = sub[sub["algorithm"] == alg]
+            if len(s):
+                m = float(s["mean"].iloc[0])
+                ax.axhline(m, color=color, ls="--", label=f"{label} ({m:.3g})")
+        ax.set_xscale("log")
+        eps_ticks = sorted(set(float(e) for e in priv["epsilon"]))
+        if eps_ticks:
+            ax.set_xticks(eps_ticks)
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("ε (nominal)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(ptitle, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    save_figure(fig, path, title=title)
+
+
 def plot_store(
     store,
     *,
@@ -40,11 +134,6 @@ def plot_store(
 ) -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions,
     then plots the mean ``metric`` over trials against ``x`` with percentile bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs, _ = load_results(store)
     if len(runs) == 0:
         raise ValueError(f"store={str(store)!r} has no finished runs yet")
@@ -58,16 +147,12 @@ def plot_store(
     is_rate = metric.endswith("error")
     bars = select.error_bars(chosen, x=x, value=metric, lines=line_cols, percentiles=percentiles,
                              clip=(0.0, 1.0) if is_rate else None)
-    fig, ax = plt.subplots(figsize=(5.5, 4.0))
+    fig, ax = new_figure(squeeze=True)
     groups = bars.groupby(line_cols, dropna=False) if line_cols else [((), bars)]
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{c}={v}" for c, v in zip(line_cols, key)) or metric
-        # The bar is the percentile interval itself, [p_lo, p_hi], drawn around the mean (asymmetric);
-        # with few trials the mean can fall outside it, and the bar then ends at the mean.
-        lo = np.maximum(sub["mean"] - sub["p_lo"], 0.0)
-        hi = np.maximum(sub["p_hi"] - sub["mean"], 0.0)
-        ax.errorbar(sub[x], sub["mean"], yerr=np.vstack([lo, hi]), marker="o", capsize=3, label=label)
+        percentile_errorbar(ax, sub[x], sub["mean"], sub["p_lo"], sub["p_hi"], label=label)
     ax.set_xlabel(x)
     ax.set_ylabel(f"{metric} (mean over trials; bars: {percentiles[0]:g}th-{percentiles[1]:g}th percentile)")
     if logx:
@@ -76,9 +161,6 @@ def plot_store(
     ax.legend(fontsize=8)
     if title:
         ax.set_title(title)
-    fig.tight_layout()
-    out = pathlib.Path(out) if out else pathlib.Path(store) / "figure.png"
-    fig.savefig(out, dpi=150)
-    plt.close(fig)
+    out = save_figure(fig, pathlib.Path(out) if out else pathlib.Path(store) / "figure.png", dpi=150)
     bars.to_csv(out.with_suffix(".csv"), index=False)
     return out

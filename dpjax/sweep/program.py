@@ -22,7 +22,7 @@ runs exactly the single-device program on its own chunk. The single-device
 path uses the same wrapper with a 1-device mesh, so sharded and unsharded
 sweeps execute the same per-chunk HLO and agree bit for bit.
 
-Run key of (trial t, repetition s): ``fold_in(fold_in(key(seed), t), s)``;
+Run key of (trial t, repetition s): ``keys.run_key(seed, t, s)``;
 initial parameters: ``problem.init_params(run_stream_key(run_key, "local"))``
 as in ``dpjax.engine.runner.run``.
 """
@@ -48,8 +48,7 @@ _COMPILED: dict = {}
 
 
 def run_key_data(seed: int, trial: int, rep: int) -> np.ndarray:
-    k = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), trial), rep)
-    return np.asarray(jax.random.key_data(k))
+    return np.asarray(jax.random.key_data(keys.run_key(seed, trial, rep)))
 
 
 def _first_true(flags: jax.Array) -> jax.Array:

@@ -186,6 +186,13 @@ class AlgorithmEntry:
         from_sweep) or 'sub' (nested dataclass field)."""
         hints = typing.get_type_hints(self.cls.hparams_type)
         out = {}
+        declared = getattr(self.cls.hparams_type, "SWEEP_AXES", None)
+        if declared is not None:  # the hparams type builds its whole (per-round) schedule from these axes
+            for axis, default in declared.items():
+                owner = axis.split(".")[0]
+                if self.private or owner not in self.noise + self.clips:
+                    out[axis] = ("sub" if "." in axis else "scalar", owner, default)
+            return out
         for name, f in hparam_fields(self.cls.hparams_type).items():
             if not self.private and name in self.noise + self.clips:
                 continue
@@ -253,7 +260,13 @@ class AlgorithmEntry:
                 if kind == "sweep":
                     kwargs[owner] = t.from_sweep(values, num_rounds)
                 else:
-                    kwargs[owner] = t.create(**{f.name: values[f"{owner}.{f.name}"] for f in dataclasses.fields(t)})
+                    sub = {}
+                    for f in dataclasses.fields(t):
+                        axis = f"{owner}.{f.name}"
+                        sub[f.name] = values.get(axis, self._hparam_layout[axis][2])
+                        if sub[f.name] is dataclasses.MISSING:
+                            raise ValueError(f"grid.{axis} is missing; algorithm {self.name!r} needs it")
+                    kwargs[owner] = t.create(**sub)
         return kwargs
 
     def make_hparams(self, values, algorithm=None):
@@ -304,8 +317,8 @@ class AlgorithmEntry:
 
         result = {}
         for k, v in out.items():
-            if dataclasses.is_dataclass(v):
-                result.update({f"{k}.{f.name}": np.asarray(getattr(v, f.name)).item() for f in dataclasses.fields(v)})
+            if dataclasses.is_dataclass(v):  # per-round parameters (one per round) become tuples
+                result.update({f"{k}.{f.name}": _item_or_tuple(getattr(v, f.name)) for f in dataclasses.fields(v)})
             elif np.ndim(v) == 1:
                 result[k] = tuple(scaled(x) for x in v)
             else:
@@ -349,6 +362,8 @@ class AlgorithmEntry:
         # the error names the axis value that fails. Axes only calibration fills (P_vec) are
         # checked when each run is built.
         base = {k: 1.0 for k in self.calibrated_fields}
+        base.update({k: d for k, (kind, _, d) in self._hparam_layout.items()  # nested axes with declared defaults
+                     if k in base and kind == "sub" and d is not dataclasses.MISSING})
         base.update({k: grid[k][0] for k in self.required_hparams if k in grid})
         order = [k for k in self.required_hparams if k in grid] + [k for k in grid if k in self.hparam_fields]
         for k in dict.fromkeys(order):
@@ -368,6 +383,11 @@ class AlgorithmEntry:
         except (ValueError, TypeError, KeyError):
             return False
         return True
+
+
+def _item_or_tuple(value):
+    a = np.asarray(value)
+    return a.item() if a.size == 1 else tuple(a.tolist())
 
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {}

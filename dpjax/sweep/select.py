@@ -1,6 +1,6 @@
 """The papers' selection protocol and error bars, on a sweep's runs table.
 
-ISRL-DP (Lowy & Razaviyayn 2023, App. I; ISRL spec §5.1): for every (epsilon,
+ISRL-DP (Lowy & Razaviyayn 2023, Section 6 / App. I): for every (epsilon,
 setting, trial), each step size is run ``n_reps`` times; the step size with the
 smallest *mean final training loss* over the repetitions is selected (the
 paper's criterion is the excess loss F(w) - F*, which has the same argmin
@@ -9,6 +9,10 @@ averaged over the repetitions, is reported. Diverged runs (NaN/inf, or a
 ``diverged_round`` >= 0) count as an infinite loss, as the authors' scripts
 assign a huge loss. Error bars: the 5th and 95th percentiles over trials,
 drawn as a symmetric bar of half-width (p95 - p5)/2 around the mean.
+
+DIFF2 (Murata & Suzuki 2023, App. A): per configuration, the largest step
+size whose training-loss trace passes the authors' patience rule
+(``largest_surviving``).
 """
 
 from __future__ import annotations
@@ -90,3 +94,36 @@ def error_bars(
         out["bar_lo"] = np.maximum(out["mean"] - out["half_width"], clip[0])
         out["bar_hi"] = np.minimum(out["mean"] + out["half_width"], clip[1])
     return out
+
+
+def patience_survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
+    """DIFF2's (Murata & Suzuki 2023, App. A) early-stopping rule on a train-loss trace
+    (checkpoint 0 first): fail on NaN/inf; ``patience`` evaluations with loss >
+    factor x best fail; the counter resets only on a strict improvement and is
+    unchanged in between."""
+    losses = np.asarray(losses, float)
+    if losses.size == 0 or not np.isfinite(losses[0]):
+        return False
+    best, count = losses[0], 0
+    for loss in losses[1:]:
+        if not np.isfinite(loss):
+            return False
+        if loss > factor * best:
+            count += 1
+        elif loss < best:
+            best, count = loss, 0
+        if count >= patience:
+            return False
+    return True
+
+
+def largest_surviving(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
+    """DIFF2's step-size selection: the index of the largest step size whose trace
+    ``patience_survives`` (``etas`` in any order), and whether one survived;
+    otherwise the one with the lowest min train loss."""
+    order = np.argsort(-np.asarray(etas, float))
+    for i in order:
+        if patience_survives(traces[i], patience, factor):
+            return int(i), True
+    mins = [np.nanmin(np.where(np.isfinite(t), t, np.nan)) if np.isfinite(t).any() else np.inf for t in traces]
+    return int(np.argmin(mins)), False

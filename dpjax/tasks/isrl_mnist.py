@@ -1,7 +1,7 @@
 """``dpjax run isrl-mnist``: ISRL-DP Noisy MB-SGD on the 25-silo MNIST task.
 
-The setting of Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I (ISRL
-spec §5.2): binary (even vs odd) logistic regression on PCA-50 MNIST features,
+The setting of Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I
+(experiment of Fig. 4/7): binary (even vs odd) logistic regression on PCA-50 MNIST features,
 N = 25 silos each holding one (even, odd) digit pair, n = 1238 training
 records per silo, ``M`` silos available per round, R rounds, delta = 1/n^2.
 
@@ -16,9 +16,9 @@ Noise calibration (``calibration=``):
 * ``"rdp"`` (default) / ``"pld"``: sigma is the smallest noise that a tight
   accountant certifies for the *actual* sampling scheme under replace-one
   (ISRL-DP's relation) at the target (epsilon, delta);
-* ``"paper"``: Theorem D.1's advanced-composition calibration (ISRL spec §3.2);
+* ``"paper"``: Theorem D.1's advanced-composition calibration;
 * ``"paper-experiment"``: the Appendix I moments-accountant form used for the
-  paper's figures (add/remove calibration, spec §3.7; not a replace-one
+  paper's figures (add/remove calibration, Appendix I; not a replace-one
   certificate, so the tight epsilon of the resulting run is printed too).
 
 Whatever the calibration, the run reports epsilon as certified by a tight
@@ -57,7 +57,7 @@ class IsrlMnistConfig:
     rounds: int = 35
     silos_per_round: int = 12
     seed: int = 0
-    batch_size: int | None = None  # default: K = ceil(n sqrt(eps_max) / (2 sqrt(R))) (ISRL spec §3.7)
+    batch_size: int | None = None  # default: K = ceil(n sqrt(eps_max) / (2 sqrt(R))) (Appendix I)
     epsilon_max: float | None = None  # the eps_max of that K rule; default: epsilon
     sampling: str = "without-replacement"
     calibration: str = "rdp"
@@ -93,7 +93,7 @@ class IsrlMnistConfig:
         if self.learning_rates is not None:
             return tuple(self.learning_rates)
         # The authors' grid exp(linspace(-6, 0, 10)) was tuned for *summed* silo
-        # messages; with the paper's averaged messages multiply by M (spec §5.1).
+        # messages; with the paper's averaged messages multiply by M (the authors' grids assume summed messages).
         return tuple(float(self.silos_per_round * v) for v in np.exp(np.linspace(-6.0, 0.0, 10)))
 
 
@@ -181,7 +181,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     _validate.check_le("silos_per_round", cfg.silos_per_round, "num_silos", num_silos)
     n = train.min_size
     delta = 1.0 / n**2
-    # L = 2 max ||x|| over the training features (ISRL spec §3.7; non-private
+    # L = 2 max ||x|| over the training features (Appendix I; non-private
     # preprocessing as in the paper). Per-example clipping at L never binds for
     # logistic regression (||grad|| <= ||x||) but makes the bound unconditional.
     lipschitz = 2.0 * max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
@@ -196,7 +196,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         problem, num_rounds=cfg.rounds, batch_size=batch_size, sampling=cfg.sampling,
         availability=FixedAvailability(cfg.silos_per_round), output=cfg.output,
     )
-    schedule: GaussianSchedule = algo.privacy_schedule(n, MbSgdHParams.create(1.0, 1.0, lipschitz))
+    schedule: GaussianSchedule = algo.privacy([n], MbSgdHParams.create(1.0, 1.0, lipschitz)).schedule
     if cfg.calibration == "paper-experiment":
         sigma = sigma_exp
     else:
@@ -209,9 +209,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
 
     lrs = cfg.step_sizes()
     grid = [(lr, rep) for lr in lrs for rep in range(cfg.repetitions)]
-    run_key = jax.random.key(cfg.seed)
     # Repetition r of every step size uses the same key (common random numbers).
-    rkeys = jnp.stack([jax.random.fold_in(run_key, rep) for _, rep in grid])
+    rkeys = jnp.stack([keys.run_key(cfg.seed, rep) for _, rep in grid])
     eval_data = {
         "train": train.pooled(),
         "test": (jnp.asarray(test_x), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),

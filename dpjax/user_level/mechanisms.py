@@ -7,7 +7,7 @@
   target Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first
   tries the Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly
   theta*(x) + N(0, sigma^2 I) whatever R1 is), falling back to the enumeration when feasible and otherwise
-  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; spec A14).
+  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; the paper falls back to the exponential algorithm).
 * ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C =
   (2r+1) gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
 * ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
@@ -37,7 +37,7 @@ from dpjax.user_level.tdlap import tdlap_sample
 OK, BOTTOM, NOT_RELEASABLE = 0, 1, 2
 STATUS_NAMES = {OK: "ok", BOTTOM: "bottom", NOT_RELEASABLE: "not-releasable"}
 MAX_EXACT_USERS = 20
-MAX_EXACT_EVALUATIONS = 200_000
+MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletion sets
 
 
 # ---------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def exact_feasible(n: int, kappa: int) -> bool:
 
 
 def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensitivity: float) -> StableTable:
-    """Algorithm 1 lines 5-9 for every r1 (spec §2.3, "computing the stable set exactly").
+    """Algorithm 1 lines 5-9 for every r1 (the stable set computed exactly).
 
     ``f(weights [n]) -> [d]`` must be deterministic (weights 0 = user deleted). All f(x_{-U}), |U| <= 4 kappa + 1,
     are computed in one vmap; D(U) = max_{i not in U} ||f(x_{-U}) - f(x_{-U-{i}})||; the robust sensitivity of
@@ -95,15 +95,19 @@ def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensit
         weights[row, list(u)] = 0.0
     with jax.enable_x64(True):
         fvals = np.asarray(jax.vmap(f)(jnp.asarray(weights, jnp.float64)), dtype=np.float64)
-    index = {int(mk): row for row, mk in enumerate(masks)}
     full = 1 << n
+    # dense tables over bitmasks (n <= MAX_EXACT_USERS): f(x_{-U}) and D(U), vectorised over U for each user i
+    dense = np.zeros((full, fvals.shape[1]))
+    dense[masks] = fvals
+    size = np.zeros(full, np.int64)
+    size[masks] = [len(u) for u in sets]
     robust_all = np.full(full, -np.inf)
-    for row, u in enumerate(sets):
-        if len(u) > radius:
-            continue
-        mk = int(masks[row])
-        dists = [np.linalg.norm(fvals[row] - fvals[index[mk | (1 << i)]]) for i in range(n) if not mk >> i & 1]
-        robust_all[mk] = max(dists, default=0.0)
+    inner = masks[size[masks] <= radius]
+    robust_all[inner] = 0.0
+    for i in range(n):
+        lack = inner[(inner >> i & 1) == 0]
+        dist = np.linalg.norm(dense[lack] - dense[lack | (1 << i)], axis=1)
+        robust_all[lack] = np.maximum(robust_all[lack], dist)
     idx = np.arange(full)
     for bit in range(n):
         lower = idx[(idx >> bit & 1) == 0]
@@ -126,23 +130,33 @@ def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensit
         if choice is None:
             bottom[r1] = True
         else:
-            centres[r1] = fvals[index[sum(1 << i for i in choice)]]
+            centres[r1] = dense[sum(1 << i for i in choice)]
     return StableTable(tuple(selected), centres, bottom, robust)
+
+
+def release_from_table(key: jax.Array, centres: jax.Array, bottom: jax.Array, sigma, eps_prime: float,
+                       kappa: int) -> tuple[jax.Array, jax.Array]:
+    """Algorithm 1 lines 4-10 given the stable table, traceable (jit/vmap over keys): R1 ~ TDLap(eps', kappa)
+    (Definition 3.4), then bottom or ``centres[R1] + N(0, sigma^2 I)``. Returns ``(status, theta)`` with status
+    ``OK``/``BOTTOM`` (int32) and theta NaN when bottom. ``key_r1, key_noise = split(key)``."""
+    key_r1, key_noise = jax.random.split(key)
+    r1 = tdlap_sample(key_r1, eps_prime, kappa)
+    noise = sigma * jax.random.normal(key_noise, centres.shape[1:], centres.dtype)
+    bot = bottom[r1]
+    return jnp.where(bot, BOTTOM, OK).astype(jnp.int32), jnp.where(bot, jnp.nan, centres[r1] + noise)
 
 
 def del_output_pert(key: jax.Array, table: StableTable, params: acc.A1Params) -> tuple[int, np.ndarray]:
     """Algorithm 1 (DelOutputPert) from its stable table: R1 ~ TDLap(eps', delta') (Definition 3.4), then bottom
-    or f(x_{-S}) + N(0, sigma^2 I). Returns ``(status, theta)`` (theta is NaN when bottom)."""
+    or f(x_{-S}) + N(0, sigma^2 I) (``release_from_table`` in float64). Returns ``(status, theta)`` (theta is NaN
+    when bottom)."""
     if len(table.selected) != 2 * params.kappa + 1:
         raise ValueError(f"table has {len(table.selected)} entries; params.kappa={params.kappa} needs "
                          f"{2 * params.kappa + 1}")
-    key_r1, key_noise = jax.random.split(key)
     with jax.enable_x64(True):
-        r1 = int(tdlap_sample(key_r1, params.eps_prime, params.kappa))
-        noise = np.asarray(params.sigma * jax.random.normal(key_noise, (table.centres.shape[1],), jnp.float64))
-    if table.bottom[r1]:
-        return BOTTOM, np.full(table.centres.shape[1], np.nan)
-    return OK, table.centres[r1] + noise
+        status, theta = release_from_table(key, jnp.asarray(table.centres, jnp.float64), jnp.asarray(table.bottom),
+                                           params.sigma, params.eps_prime, params.kappa)
+        return int(status), np.asarray(theta, np.float64)
 
 
 # ---------------------------------------------------------------------------
@@ -229,7 +243,7 @@ class Certificate:
 
 
 def certificate(loss: Loss, x, y, domain: Domain, theta, radius: int, sensitivity: float) -> Certificate:
-    """Appendix C certificate at the solver output ``theta`` (float64 throughout; spec A3 inflations).
+    """Appendix C certificate at the solver output ``theta`` (float64 throughout; solver error added as 2 tau).
 
     g_i = grad L(theta; x_i) - grad L(theta; x) (centred per-user mean gradients, one vmap over users),
     gamma = max_i ||g_i|| + 2 L_s tau, tau = ``solver_error_bound`` (data-independent, so it also bounds the
@@ -277,7 +291,7 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
     """Algorithm 1 applied to f = theta* with the given parameters (the core of Algorithms 2 and A2c).
 
     ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first; when it fails, the
-    enumeration if feasible, else ``NOT_RELEASABLE`` (spec A14).
+    enumeration if feasible, else ``NOT_RELEASABLE`` (never a data-dependent bottom).
     """
     v.check_choice("method", method, ("exact", "certificate"))
     n, _, d = x.shape

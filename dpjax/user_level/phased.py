@@ -55,7 +55,7 @@ class PhasedResult:
 
 
 def num_phases(n: int, m: int) -> int:
-    """T = ceil(log2(n m)) (the paper's log(nm) with base 2; spec A6)."""
+    """T = ceil(log2(n m)) (the paper's log(nm) has no base; base 2 makes 4^T = (nm)^2)."""
     return max(1, math.ceil(math.log2(n * m) - 1e-12))
 
 
@@ -71,7 +71,7 @@ def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multip
 
 def sco_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float,
                num_groups: int = 1) -> float:
-    """lambda = (G/R) max{A T sqrt(d)/(n sqrt(m)), sqrt(T/(n m))} (spec's correction of Theorem 5.1's lambda,
+    """lambda = (G/R) max{A T sqrt(d)/(n sqrt(m)), sqrt(T/(n m))} (correction of Theorem 5.1's lambda,
     T = ``num_groups`` for the equal split, 1 for the printed halving schedule)."""
     t = num_groups
     return lipschitz / diameter * max(multiplier * t * math.sqrt(d) / (n * math.sqrt(m)), math.sqrt(t / (n * m)))
@@ -144,7 +144,7 @@ def phased_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
                lam: Optional[float] = None, mode: str = "certified", rho: float = 1.0, inner: str = "A2c",
                c_k: int = 2, lipschitz: Optional[float] = None) -> PhasedResult:
     """Algorithm 3 (Phased-ERM; Theorem 4.1). ``lam`` defaults to ``erm_lambda`` with the certified noise
-    multiplier of the phase (A of spec §3.4) or ``rho`` in rate-shape mode."""
+    multiplier of the phase (the phase-independent multiplier A) or ``rho`` in rate-shape mode."""
     v.check_choice("mode", mode, MODES)
     v.check_choice("inner", inner, ("A2", "A2c"))
     n, m, d = x.shape
@@ -235,7 +235,7 @@ def strongly_convex_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: flo
                         *, mode: str = "certified", rho: float = 1.0, c_k: int = 2, split_users: bool = True,
                         variant: str = "A4b", min_group: Optional[int] = None) -> PhasedResult:
     """Algorithm 6 (Strongly-Convex-SCO; Theorem 5.3). ``split_users`` (default): the first half of the users
-    gives theta_0, the second half runs Phased-SCO (the printed version reuses them; spec A15)."""
+    gives theta_0, the second half runs Phased-SCO (the printed Algorithm 6 reuses them, a data-dependent K')."""
     n, m, d = x.shape
     g, mu = loss.lipschitz, loss.strong_convexity
     k0, k1 = jax.random.split(key)

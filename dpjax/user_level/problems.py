@@ -8,7 +8,7 @@ Every loss writes its per-item value and (sub)gradient once, for an array module
 compiled solvers, ``numpy`` in float64 for the privacy-critical certificate of Appendix C).
 
 The generators permute items across users (the exchangeability assumption pi of Theorem 3.6); that permutation
-is a property of the *data*, never of a mechanism (spec pitfall: shuffling inside a mechanism mixes users).
+is a property of the *data*, never of a mechanism (shuffling items inside a mechanism would mix users).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def exchangeable(kind: str, n: int, m: int, d: int, seed: int, *, noise: float =
 
     ``heterogeneous > 0`` violates exchangeability: user i's features are shifted by u_i ~ N(0, tau^2 I) (tau =
     ``heterogeneous``) and, for classification, labels flipped at a user rate rho_i ~ U[0, 0.5]
-    (spec §5 heterogeneous control). Features are clipped to the unit ball.
+    (a heterogeneous control for the certificate experiment). Features are clipped to the unit ball.
     """
     v.check_choice("kind", kind, LOSSES)
     n = v.check_int("n", n, min_value=1)

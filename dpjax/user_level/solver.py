@@ -1,4 +1,4 @@
-"""The deterministic argmin oracle of the user-level mechanisms (spec §2.0) and its error bound.
+"""The deterministic argmin oracle of the user-level mechanisms (Observation 3.5 needs a deterministic f) and its error bound.
 
 ``argmin(loss, x, y, weights, reg, center, ball_centers, ball_radii)`` minimises
 
@@ -11,7 +11,7 @@ minimiser); the others use projected accelerated gradient with constant momentum
 Intersections of balls are projected with Dykstra's algorithm.
 
 ``solver_error_bound`` is a data-independent bound tau on ||argmin(...) - theta*|| for every dataset (from the
-method's linear rate with a fixed iteration count), which the Appendix C certificate adds as 2 tau (spec A3).
+method's linear rate with a fixed iteration count), which the Appendix C certificate adds as 2 tau (the proofs assume exact minimisers).
 Everything runs in float64 (``jax.enable_x64``): the certificate compares float64 numbers with margins far
 above float64 rounding.
 """
@@ -109,13 +109,13 @@ def argmin(loss: Loss, x, y, weights, reg, center, ball_centers, ball_radii, ite
 
 def solver_error_bound(loss: Loss, reg: float, diameter: float, iters: int = SOLVER_ITERS,
                        dykstra: bool = False) -> float:
-    """Data-independent tau >= ||argmin(...) - theta*|| for every dataset (spec A3).
+    """Data-independent tau >= ||argmin(...) - theta*|| for every dataset (solver error, charged to the sensitivity).
 
     Closed form (quadratic losses, one ball): float rounding only. Accelerated projected gradient on a
     mu-strongly convex, L-smooth F over a set of diameter D: F(x_t) - F* <= (F(x_0) - F* + mu/2 D^2)
     (1 - sqrt(mu/L))^t with F(x_0) - F* <= G_F D (G_F = G + reg D), and ||x_t - x*||^2 <= 2 (F(x_t) - F*)/mu.
     Dykstra's projections (intersections of balls) carry no finite-iteration guarantee here: returns inf.
-    Nonsmooth kinds (solved through a surrogate): inf (the certificate is refused, spec A22).
+    Nonsmooth kinds (solved through a surrogate): inf (the certificate is refused: it needs the gradient at theta*).
     """
     if dykstra or not loss.smooth:
         return math.inf

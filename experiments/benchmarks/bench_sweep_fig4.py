@@ -91,6 +91,7 @@ def time_jit_loop(cfg, sample: int):
     import jax
 
     from dpjax.engine import runner
+    from dpjax.keys import run_key
     from dpjax.sweep.driver import _Sweep
 
     sw = _Sweep(cfg, jax.local_devices()[:1])
@@ -100,7 +101,7 @@ def time_jit_loop(cfg, sample: int):
     ev = sw.eval_fn(td.problem)
     entry = sw.entry
     picks = [(h, s) for h in range(len(g.configs)) for s in g.repetitions][:: max(1, 180 // sample)][:sample]
-    keys = {s: jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), g.trials[0]), s) for s in g.repetitions}
+    keys = {s: run_key(cfg.seed, g.trials[0], s) for s in g.repetitions}
     # (a) one jit per configuration
     t0 = time.perf_counter()
     for h, s in picks:

@@ -115,7 +115,7 @@ def test_monotonicity():
 
 
 def test_agrees_with_direct_rdp_composition_through_schedules():
-    """The algorithm's privacy_schedules composed in dp_accounting equal E3 + Mironov."""
+    """The algorithm's privacy() schedules composed in dp_accounting equal E3 + Mironov."""
     import jax.numpy as jnp
 
     from dpjax.algorithms import diff2
@@ -124,8 +124,10 @@ def test_agrees_with_direct_rdp_composition_through_schedules():
     s1, s2 = acc.diff2_gd_sigmas(3.0, DELTA, R, 20, N, P)
     alg = diff2.Diff2GD(LinearRegression(2), R)
     hp = diff2.Diff2HParams.create(0.1, restart_interval=20, sigma_restart=s1, sigma_diff=s2)
-    scheds = alg.privacy_schedules(N, P, hp)
+    scheds = alg.privacy([N] * P, hp).schedules
     assert [s.steps for s in scheds] == [100, 1900]
+    with pytest.raises(ValueError, match="composes 2 schedules"):
+        alg.privacy([N] * P, hp).schedule  # a composition has no single schedule
     assert all(s.sampling is Sampling.FULL for s in scheds)
     orders = [1.5, 2.0, 3.0, 5.0, 8.0, 9.0, 12.0, 20.0, 64.0]
     direct = min(acc.diff2_rdp(a, R, 20, N, P, s1, s2) + math.log(1 / DELTA) / (a - 1) for a in orders)
@@ -137,7 +139,8 @@ def test_agrees_with_direct_rdp_composition_through_schedules():
     assert e == pytest.approx(2.937, rel=2e-3)
     # DP-GD: one schedule of R full-batch rounds
     sd = acc.dpgd_sigma(3.0, DELTA, R, N, P)
-    dp = diff2.dp_gd(LinearRegression(2), R).privacy_schedules(N, P, diff2.Diff2HParams.create(0.1, sigma_restart=sd))
+    dp_hp = diff2.Diff2HParams.create(0.1, sigma_restart=sd)
+    dp = diff2.dp_gd(LinearRegression(2), R).privacy([N] * P, dp_hp).schedules
     assert len(dp) == 1 and dp[0].steps == R
     assert acc.compose_epsilon(dp, DELTA) <= 3.0
 
@@ -212,7 +215,7 @@ def test_bvr_schedules_compose_below_target():
     s1, s2, s3 = acc.diff2_bvr_sigmas(3.0, DELTA, R, 20, 10, 12, N, P)
     alg = diff2.Diff2BvrLSgd(LinearRegression(2), R, local_steps=10, batch_size=12)
     hp = diff2.Diff2HParams.create(0.1, restart_interval=20, sigma_restart=s1, sigma_diff=s2, sigma_local=s3)
-    scheds = alg.privacy_schedules(N, P, hp)
+    scheds = alg.privacy([N] * P, hp).schedules
     assert scheds[-1].sampling is Sampling.WITHOUT_REPLACEMENT and scheds[-1].steps == 2000
     assert acc.compose_epsilon(scheds, DELTA) <= 3.0
 

@@ -412,8 +412,8 @@ def test_bad_arguments_raise_value_error_naming_them():
     data, *_ = make_data(sizes=(3, 2))
     with pytest.raises(ValueError, match="batch_size"):
         diff2.Diff2BvrLSgd(PROBLEM, 3, local_steps=2, batch_size=3).validate(data)
-    with pytest.raises(ValueError, match="private"):
-        diff2.nonprivate_gd(PROBLEM, 3).privacy_schedules(10, 2, hp())
+    with pytest.raises(ValueError, match="non-private"):
+        diff2.nonprivate_gd(PROBLEM, 3).privacy([10, 10], hp()).calibrate(1.0, 1e-5)
 
 
 def test_gradient_cache_gives_the_same_run():

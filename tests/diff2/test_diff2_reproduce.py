@@ -10,33 +10,6 @@ from scipy import stats
 from dpjax.reproduce import diff2 as rep
 
 
-def test_patience_rule_on_hand_made_traces():
-    assert rep.survives([1.0, 0.9, 0.8, 0.7])
-    assert not rep.survives([1.0, 0.9, float("nan"), 0.7])
-    assert not rep.survives([1.0, float("inf")])
-    assert not rep.survives([float("nan")])
-    # five evaluations above 1.05 x best -> fail
-    assert not rep.survives([1.0, 1.1, 1.2, 1.1, 1.06, 1.3])
-    # four are fine
-    assert rep.survives([1.0, 1.1, 1.2, 1.1, 1.06])
-    # the band (best, 1.05 best] leaves the counter unchanged
-    assert not rep.survives([1.0, 1.1, 1.2, 1.02, 1.1, 1.06, 1.3])
-    assert rep.survives([1.0, 1.1, 1.2, 1.02, 1.03, 1.04, 1.01, 1.1, 1.2])
-    # a strict improvement resets the counter
-    assert rep.survives([1.0, 1.1, 1.2, 1.1, 1.06, 0.99, 1.1, 1.2, 1.1, 1.06])
-    # round 0 seeds best
-    assert not rep.survives([0.5, 0.6, 0.6, 0.6, 0.6, 0.6])
-
-
-def test_choose_learning_rate_takes_largest_survivor_or_falls_back():
-    etas = [0.25, 1.0, 0.5]
-    traces = [np.array([1.0, 0.5, 0.4]), np.array([1.0, np.nan, np.nan]), np.array([1.0, 0.6, 0.3])]
-    assert rep.choose_learning_rate(etas, traces) == (2, True)
-    bad = [np.array([1.0, 2.0, 2.0, 2.0, 2.0, 2.0]), np.array([1.0, np.nan, np.nan, np.nan, np.nan, np.nan]),
-           np.array([1.0, 0.7, 2.0, 2.0, 2.0, 2.0, 2.0])]
-    assert rep.choose_learning_rate(etas, bad) == (2, False)
-
-
 def test_pvalue_matches_scipy_paired_one_sided():
     a = np.array([0.10, 0.12, 0.09, 0.11, 0.10])
     b = np.array([0.13, 0.12, 0.12, 0.15, 0.11])

@@ -162,20 +162,22 @@ def _local_reference(params, xs, ys, lr, beta):
     return total
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.9])
-def test_eq2_eq3_local_steps_with_state_reset_every_round(beta):
+@pytest.mark.parametrize("beta,m", [(0.0, 1), (0.9, 1), (0.0, 3), (0.9, 3)])
+def test_eq2_eq3_local_steps_with_state_reset_every_round(beta, m):
+    """m = 1: eqs. (2)/(3); m = 3: eq. (5) with the local rule on each of m subsets from the same w
+    (the MNIST experiment's BC-SH-localSGD/-momentum rounds): w <- w - eta/m sum_h [a_h]_C."""
     data, lr, c = make_data(), 0.2, 0.5
     hp = DpSgdHParams.create(lr, c, 0.0)
     opt = optax.trace(decay=beta) if beta else optax.identity()
-    alg = family(subset_size=4, num_subsets=1, update_rule="local", local_batch_size=1, local_optimizer=opt)
+    alg = family(subset_size=4, num_subsets=m, update_rule="local", local_batch_size=1, local_optimizer=opt)
     key = jax.random.key(4)
     state = alg.init(PARAMS, hp, data, key)
     x, y = np.asarray(data.x[0]), np.asarray(data.y[0])
     w = PARAMS
     for r in range(2):  # the second round must start from a reset momentum buffer
         idx, _ = round_batches(alg, state, data, key, r)
-        a = _local_reference(w, x[idx[0]], y[idx[0]], lr, beta)
-        w = optax.apply_updates(w, scale(clip_to_norm(a, c), -lr))
+        terms = [clip_to_norm(_local_reference(w, x[row], y[row], lr, beta), c) for row in idx]
+        w = optax.apply_updates(w, scale(tree_sum(terms), -lr / m))
         state, _ = jax.jit(alg.step)(state, data, keys.round_key(key, r))
         assert_tree_close(state.params, w, rtol=2e-5, atol=2e-6)
 

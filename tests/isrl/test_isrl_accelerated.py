@@ -148,7 +148,7 @@ def test_schedule_length_must_match_rounds(reg_data):
 def test_one_pass_privacy_is_a_single_gaussian_release():
     alg = AcceleratedMbSgd(PROBLEM, 5, 8)
     hp = _hp(5, noise=0.3, clip=2.0)
-    s = alg.privacy_schedule(40, hp)
+    s = alg.privacy([40], hp).schedule
     assert s.passes == 1 and s.sensitivity == pytest.approx(2 * 2.0 / 8)
     eps = compute_epsilon(s, 1e-5, "pld").epsilon
     exact = gaussian_mechanism_epsilon(0.3, 0.5, 1e-5)

@@ -78,18 +78,18 @@ def test_noise_scale_of_the_aggregate():
     assert abs(float(np.mean(res.output))) < 5 * math.sqrt(expected / dim)
 
 
-def test_privacy_schedule_is_rk_single_record_gaussians():
+def test_privacy_is_rk_single_record_gaussians():
     alg = LocalSgd(PROBLEM, 7, 5)
     hp = LocalSgdHParams.create(0.1, noise_std=2.0, clip_norm=0.5)
-    s = alg.privacy_schedule(100, hp)
+    s = alg.privacy([100], hp).schedule
     assert (s.steps, s.batch_size, s.dataset_size) == (35, 1, 100)
     assert s.sensitivity == pytest.approx(1.0)  # 2C, replace-one
     assert s.noise_multiplier == pytest.approx(2.0)
-    eps_more_steps = compute_epsilon(LocalSgd(PROBLEM, 14, 5).privacy_schedule(100, hp), 1e-5, "rdp").epsilon
+    eps_more_steps = compute_epsilon(LocalSgd(PROBLEM, 14, 5).privacy([100], hp).schedule, 1e-5, "rdp").epsilon
     eps = compute_epsilon(s, 1e-5, "rdp").epsilon
     assert 0 < eps < eps_more_steps
     with pytest.raises(ValueError, match="private=False"):
-        LocalSgd(PROBLEM, 7, 5, private=False).privacy_schedule(100, hp)
+        LocalSgd(PROBLEM, 7, 5, private=False).privacy([100], hp).calibrate(1.0, 1e-5)
 
 
 @pytest.mark.parametrize("kwargs, name", [

@@ -123,7 +123,7 @@ def test_a4_matches_noisy_mbsgd_with_k1_and_fixed_m(reg_data):
     twin = runner.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3, private=False), reg_data, hp, key)
     zero = runner.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3), reg_data, MbSgdHParams.create(0.1, 0.0, 1e9), key)
     np.testing.assert_array_equal(twin.output, zero.output)
-    s = ShuffledNoisyMbSgd(PROBLEM, 6, 3).privacy_schedule(12, hp)
+    s = ShuffledNoisyMbSgd(PROBLEM, 6, 3).local_privacy([12], hp).schedule
     assert (s.steps, s.batch_size, s.sensitivity) == (6, 1, pytest.approx(4.0))
 
 

@@ -58,12 +58,13 @@ def test_per_silo_noise_stds():
     assert abs(float(np.var(res.output)) / expected - 1) < 5 * math.sqrt(2 / dim)
 
 
-def test_privacy_schedules_per_silo_and_clip_modes():
+def test_privacy_per_silo_and_clip_modes():
     hp = UnbalancedHParams.create(0.1, [1.0, 2.0], 3.0)
-    per_ex = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4)).privacy_schedules([10, 20], hp)
+    per_ex = [s.schedule for s in UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4)).privacy([10, 20], hp).silos]
     assert [(s.dataset_size, s.batch_size, s.noise_std) for s in per_ex] == [(10, 2, 1.0), (20, 4, 2.0)]
     assert [s.sensitivity for s in per_ex] == [pytest.approx(3.0), pytest.approx(1.5)]  # 2C/K_i
-    avg = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4), clip_mode="minibatch-average").privacy_schedules([10, 20], hp)
+    avg_alg = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4), clip_mode="minibatch-average")
+    avg = [s.schedule for s in avg_alg.privacy([10, 20], hp).silos]
     assert [s.sensitivity for s in avg] == [pytest.approx(6.0)] * 2  # 2C: clipping the mean bounds nothing per record
 
 

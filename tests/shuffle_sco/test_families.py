@@ -254,3 +254,52 @@ def test_families_follow_the_contract():
         assert fam.privacy([1000], hp).neighboring == "replace-one"
         with pytest.raises(ValueError, match="hparams"):
             fam.check_hparams(object())
+
+
+def test_paper_acsa_schedule_matches_algorithm_4_as_printed():
+    """schedule="paper": alpha_t = 2/(t+2), theta_{t+1} = Proj(theta_t - g_t/L_t) with
+    L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (Theorem 4.3), computed here by hand from the plan's
+    batch and P_vec parameters; the family's twin must follow it step by step."""
+    n, d, L, beta = 600, 2, 2.0, 1.0
+    a, y, data = _stream(n, d, seed=3)
+    fam, hp, plan = S.ShuffleAcsa.p_agd(MeanEstimation(d), n, EPS, DELTA, smoothness=beta, lipschitz=L,
+                                        aggregator="exact", schedule="paper")
+    assert fam.acsa_schedule == "paper" and plan.num_rounds >= 3
+    ph = plan.phases[0]
+    B, T, D = ph.batch, ph.rounds, 2.0
+    g, b, p = ph.pvec.g, ph.pvec.b, ph.pvec.p
+    sigma = math.sqrt(L * L / B + d * (2 * L / g) ** 2 * (B / 4 + B * b * p * (1 - p)) / B**2)
+    nu = (T + 2) ** 1.5 * sigma / D + beta
+    np.testing.assert_allclose(np.asarray(hp.step), nu, rtol=1e-6)
+    theta = ag = np.zeros(d)
+    for t in range(1, T + 1):
+        alpha, Lt = 2 / (t + 2), nu / (t + 1)
+        md = alpha * theta + (1 - alpha) * ag
+        s0 = (t - 1) * B
+        grad = np.mean([_sq_grad(md, a[i], y[i], 0.0) for i in range(s0, s0 + B)], axis=0)
+        theta = _proj(theta - grad / Lt)
+        ag = alpha * theta + (1 - alpha) * ag
+    out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
+    np.testing.assert_allclose(out, ag, atol=2e-6)
+    lan_fam, lan_hp, _ = S.ShuffleAcsa.p_agd(MeanEstimation(d), n, EPS, DELTA, smoothness=beta, lipschitz=L,
+                                             aggregator="exact")
+    lan = np.asarray(runner.run(lan_fam, data, lan_hp, jax.random.key(0)).output)
+    assert not np.allclose(lan, out)  # the default (Lan) schedule is a different program
+    with pytest.raises(ValueError, match="acsa_schedule"):
+        dataclasses.replace(fam, acsa_schedule="nesterov")
+
+
+def test_sweep_single_phase_schedule_and_its_validation():
+    """The sweep's one-phase schedule: fresh users advance by the batch, interactive ones stay; bad
+    axis values are refused naming the axis."""
+    fresh = S.ScoHParams.single_phase(3, 5, 0.1)
+    inter = S.ScoHParams.single_phase(3, 5.0, 0.1, interactive=1.0, noise_std=[0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(np.asarray(fresh.start), [0, 5, 10])
+    np.testing.assert_array_equal(np.asarray(inter.start), [0, 0, 0])
+    np.testing.assert_array_equal(np.asarray(inter.stage_round), [1, 2, 3])
+    np.testing.assert_allclose(np.asarray(inter.noise_std), [0.1, 0.2, 0.3])
+    for kwargs, name in (({"batch": 0}, "batch"), ({"batch": 2.5}, "batch"), ({"step": -1.0}, "step"),
+                         ({"interactive": 2}, "interactive"), ({"noise_std": -0.1}, "noise_std")):
+        args = {"batch": 5, "step": 0.1} | kwargs
+        with pytest.raises(ValueError, match=name):
+            S.ScoHParams.single_phase(3, args.pop("batch"), args.pop("step"), **args)

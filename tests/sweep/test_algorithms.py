@@ -20,7 +20,10 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral
+from dpjax.algorithms.dpsgd_general import DpSgdHParams as GeneralHParams
 from dpjax.algorithms.local_sgd import LocalSgd
+from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.primitives.shuffle_protocols import PvecParams
@@ -129,10 +132,11 @@ def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, account
     n, delta = 40, 1 / 40**2
     for h, axes in enumerate(g.configs):
         hp = sw.hparams(g, 0, h)
-        sched = alg.privacy_schedule(n, entry.make_hparams(hp, algorithm=alg))
+        sched = alg.privacy([n], entry.make_hparams(hp, algorithm=alg)).schedule
         assert sched.noise_std == hp["noise_std"] > 0
         assert api.compute_epsilon(sched, delta, accountant).epsilon <= axes["epsilon"] * (1 + 1e-9)
-        unit = alg.privacy_schedule(n, entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg))
+        unit_hp = entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg)
+        unit = alg.privacy([n], unit_hp).schedule
         sigma = api.calibrate_noise(unit, axes["epsilon"], delta, accountant) * hp["clip_norm"]
         assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
 
@@ -217,7 +221,9 @@ def test_registry_fields_are_the_dataclass_fields():
         assert fields <= set(entry.static_fields), name
         assert "gradient_path" in registry.get_algorithm("isrl-mbsgd").static_fields
         scalars = {k for k in entry.hparam_fields if "." not in k}
-        assert scalars - {"smoothness", "strong_convexity", "regularization"} <= set(hparam_fields(entry.cls.hparams_type))
+        declared = set(getattr(entry.cls.hparams_type, "SWEEP_AXES", {}))  # a schedule built from declared axes
+        assert scalars - {"smoothness", "strong_convexity", "regularization"} - declared <= set(
+            hparam_fields(entry.cls.hparams_type))
 
 
 # Families beyond the first seven: one small sweep each (one config, one trial, one
@@ -254,7 +260,37 @@ MORE = {
                lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_std))),
     "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
+    # shuffle-private SCO: the n users are the records of ONE silo (4th entry: data overrides)
+    "shuffle-sgd": ({"max_batch": 8, "aggregator": "central-gaussian"}, {"batch": [8], "step": [0.5],
+                                                                        "noise_std": [0.3]},
+                    lambda p, r: (ShuffleSgd(p, R, 8, "central-gaussian"), _sco_hparams(
+                        start=[0, 8, 16, 24], batch=8, step=0.5, noise_std=0.3)), {"num_silos": 1}),
+    "shuffle-acsa": ({"max_batch": 40, "aggregator": "pvec"},
+                     {"batch": [40], "interactive": [1], "step": [2.0], "pvec.granularity": [64],
+                      "pvec.trials": [4], "pvec.probability": [0.25]},
+                     lambda p, r: (ShuffleAcsa(p, R, 40, "pvec"), _sco_hparams(
+                         start=[0, 0, 0, 0], batch=40, step=2.0, pvec=PvecParams.create([64] * R, [4] * R, [0.25] * R))),
+                     {"num_silos": 1}),
+    # Algorithm 1 of van Dijk et al.: batch clipping of m = 2 mini-batch means of s = 3 per round,
+    # shuffling with B = 2 rounds per epoch (R = 4: two epochs); the twin makes the same rounds unclipped.
+    "dpsgd-general": ({"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
+                      {"learning_rate": [0.5], "clip_norm": [0.7], "noise_multiplier": [0.3]},
+                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), GeneralHParams.create(r.learning_rate, 0.7, 0.3))),
+    "sgd-general": ({"subset_size": 1, "num_subsets": 4, "rounds_per_epoch": 4, "sampling": "subsample"},
+                    {"learning_rate": [0.5]},
+                    lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
+                                  GeneralHParams.create(r.learning_rate))),
 }
+
+
+def _sco_hparams(start, batch, step, noise_std=0.0, pvec=None):
+    """Shuffle-SCO hparams written out round by round (one phase: stage rounds 1..R)."""
+    import jax.numpy as jnp
+
+    return ScoHParams(jnp.asarray(start, jnp.int32), jnp.full(R, batch, jnp.int32), jnp.arange(1, R + 1, dtype=jnp.int32),
+                      jnp.full(R, step, jnp.float32), jnp.zeros(R, jnp.float32),
+                      pvec if pvec is not None else PvecParams.create([1] * R, [0] * R, [0.0] * R),
+                      jnp.full(R, noise_std, jnp.float32), jnp.float32(1.0))
 
 
 def test_every_registered_family_has_a_test():
@@ -263,8 +299,10 @@ def test_every_registered_family_has_a_test():
 
 @pytest.mark.parametrize("name", sorted(MORE))
 def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
-    static, grid, make = MORE[name]
+    static, grid, make, *data = MORE[name]
     d = tomllib.loads(TINY)
+    if data:
+        d["data"].update(data[0])
     d.update(algorithm=name, num_rounds=R, eval_every=R, static=dict(static), grid=dict(grid))
     cfg = SweepConfig.from_dict(d)
     cfg = dataclasses.replace(cfg, grid={**cfg.grid, "trial": (0,), "repetition": (0,)})
@@ -314,3 +352,25 @@ def test_every_dataset_loader_of_dpjax_data_is_registered():
         assert td.train.num_silos == silos and td.max_norm > 0
         metrics = entry.eval_fn(td.problem)(td.problem.init_params(jax.random.key(0)), td.eval_data)
         assert {"train_loss", "test_loss"} <= set(metrics) and all(np.isfinite(float(v)) for v in metrics.values())
+
+
+@pytest.mark.parametrize("name,static,grid", [
+    ("shuffle-acsa", {"max_batch": 40, "aggregator": "pvec"}, {"batch": [40], "interactive": [1], "step": [2.0]}),
+    ("shuffle-sgd", {"max_batch": 8, "aggregator": "central-gaussian"}, {"batch": [8], "step": [0.5]}),
+])
+def test_epsilon_axis_calibrates_the_shuffle_sco_families(name, static, grid):
+    """An epsilon axis sets P_vec's (g, b, p) (or the Gaussian std) through privacy().calibrate with the
+    generic accountant "best" (P_vec: the lemma account; Gaussian: GDP); the built run certifies the
+    target, and not far below it (the calculator solves the lemma's equation; GDP is exact)."""
+    d = tomllib.loads(TINY)
+    d["data"].update(num_silos=1)
+    d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
+             privacy={"accountant": "best", "delta": 1e-5})
+    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    g = sw.groups[0]
+    alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
+    hp = sw.entry.make_hparams(vals, alg)
+    rep = alg.privacy(sw.trial(0).train.silo_sizes(), hp).epsilon(1e-5, "best")
+    assert 2.0 * 0.99 <= rep.epsilon <= 2.0 * (1 + 1e-6), name
+    if name == "shuffle-acsa":  # 4 interactive rounds share the budget: one P_vec per round
+        assert rep.accountant == "pvec-lemma:optimal" and np.all(np.asarray(hp.pvec.trials) > 0)

@@ -66,3 +66,30 @@ def test_bad_columns_and_percentiles_are_named():
         select.error_bars(df, percentiles=(95, 5))
     with pytest.raises(ValueError, match="empty"):
         select.select_best(df.iloc[:0])
+
+
+def test_diff2_patience_rule_on_hand_made_traces():
+    assert select.patience_survives([1.0, 0.9, 0.8, 0.7])
+    assert not select.patience_survives([1.0, 0.9, float("nan"), 0.7])
+    assert not select.patience_survives([1.0, float("inf")])
+    assert not select.patience_survives([float("nan")])
+    # five evaluations above 1.05 x best -> fail
+    assert not select.patience_survives([1.0, 1.1, 1.2, 1.1, 1.06, 1.3])
+    # four are fine
+    assert select.patience_survives([1.0, 1.1, 1.2, 1.1, 1.06])
+    # the band (best, 1.05 best] leaves the counter unchanged
+    assert not select.patience_survives([1.0, 1.1, 1.2, 1.02, 1.1, 1.06, 1.3])
+    assert select.patience_survives([1.0, 1.1, 1.2, 1.02, 1.03, 1.04, 1.01, 1.1, 1.2])
+    # a strict improvement resets the counter
+    assert select.patience_survives([1.0, 1.1, 1.2, 1.1, 1.06, 0.99, 1.1, 1.2, 1.1, 1.06])
+    # round 0 seeds best
+    assert not select.patience_survives([0.5, 0.6, 0.6, 0.6, 0.6, 0.6])
+
+
+def test_diff2_selection_takes_largest_survivor_or_falls_back():
+    etas = [0.25, 1.0, 0.5]
+    traces = [np.array([1.0, 0.5, 0.4]), np.array([1.0, np.nan, np.nan]), np.array([1.0, 0.6, 0.3])]
+    assert select.largest_surviving(etas, traces) == (2, True)
+    bad = [np.array([1.0, 2.0, 2.0, 2.0, 2.0, 2.0]), np.array([1.0, np.nan, np.nan, np.nan, np.nan, np.nan]),
+           np.array([1.0, 0.7, 2.0, 2.0, 2.0, 2.0, 2.0])]
+    assert select.largest_surviving(etas, bad) == (2, False)

@@ -181,7 +181,7 @@ def test_epsilon_axis_uses_the_algorithms_schedule_and_accountant():
             L = sw.trial(t).max_norm
             sigma, _ = isrl.isrl_experiment_calibration(L, n, R, axes["epsilon"], 1 / n**2)
             assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
-            sched = alg.privacy_schedule(n, registry.get_algorithm("isrl-mbsgd").make_hparams(hp))
+            sched = alg.privacy([n], registry.get_algorithm("isrl-mbsgd").make_hparams(hp)).schedule
             assert api.compute_epsilon(sched, 1 / n**2, "paper-experiment").epsilon <= axes["epsilon"] * (1 + 1e-9)
 
 

@@ -1,0 +1,53 @@
+"""`dpjax reproduce dpsgd-mnist` bookkeeping: parts run as separate processes merge into the single
+run's tables, the best configuration per variant is the highest mean over seeds, and the report
+states the BC-SH vs IC-SS gap; nothing is overwritten."""
+
+import csv
+import json
+
+import pytest
+
+from dpjax.reproduce import dpsgd_mnist as exp
+
+
+def write_part(folder, variant, accs, privacy_eps):
+    """A part as run_protocol(only=(variant,)) writes it: accs = {(eta, seed): accuracy}."""
+    folder.mkdir(parents=True)
+    with open(folder / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["variant", "epochs", "learning_rate", "clip_norm", "sigma", "seed",
+                                          "test_accuracy"])
+        w.writeheader()
+        for (lr, seed), a in accs.items():
+            w.writerow({"variant": variant, "epochs": 3, "learning_rate": lr, "clip_norm": 1.0, "sigma": 2.0,
+                        "seed": seed, "test_accuracy": a})
+    with open(folder / "privacy.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
+        w.writeheader()
+        for g in exp.GROUPS:
+            w.writerow({"variant": variant, "group_size": g, "accountant": "strong-exact", "epsilon": privacy_eps * g,
+                        "notes": ""})
+    meta = {"quick": True, "seed": 0, "config": {**exp.QUICK, "lrs": [0.3, 1.0], "epochs": [3], "clips": [1.0]},
+            "variants": {variant: exp.describe(exp.variants()[variant])}, "wall_seconds": 100.0, "cpu_seconds": 40.0,
+            "load_average_at_end": [1.0, 1.0, 1.0],
+            "timings": {f"{variant} E=3": {"seconds": 90.0, "cpu_seconds": 36.0, "rounds": 120, "runs": 4,
+                                           "batch": exp.ROUND_RECORDS}}}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def test_parts_merge_into_one_run_and_the_report_states_the_gap(tmp_path):
+    ic = write_part(tmp_path / "ic", "IC-SS", {(0.3, 0): 0.90, (0.3, 1): 0.92, (1.0, 0): 0.95, (1.0, 1): 0.85}, 1.5)
+    bc = write_part(tmp_path / "bc", "BC-SH", {(0.3, 0): 0.88, (0.3, 1): 0.90, (1.0, 0): 0.80, (1.0, 1): 0.82}, 1.0)
+    report = exp.merge_parts(tmp_path / "out", [ic, bc]).read_text()
+    with open(tmp_path / "out" / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["variant"] for r in rows] == ["BC-SH"] * 4 + ["IC-SS"] * 4  # the variants' own order
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["cpu_seconds"] == 80.0 and meta["wall_seconds"] == 200.0
+    # best = highest mean over seeds: IC-SS at eta 0.3 (0.91) beats eta 1.0 (0.90); BC-SH at 0.3 (0.89)
+    assert "| BC-SH | m = 64, s = 4, shuffle, eq. (4) | 89.00 ± 1.00 | 3 | 0.3 |" in report
+    assert "| IC-SS | m = 256, s = 1, subsample, eq. (1) | 91.00 ± 1.00 | 3 | 0.3 |" in report
+    assert "gap +2.00 points" in report and "within a few points" in report
+    assert "| BC-SH | 4 | 4.000 |" in report and "summed over 2 processes" in report
+    with pytest.raises(ValueError, match="never overwritten"):
+        exp.merge_parts(tmp_path / "out", [ic, bc])

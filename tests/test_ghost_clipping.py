@@ -227,3 +227,39 @@ def test_diff2_messages_use_ghost_differences_and_match_materialised():
                 g = jax.tree_util.tree_map(jnp.subtract, g, per_example(prev, x, y))
             ref = clipping.clipped_sum(g, c1 if restart else radius).total
             _close(jax.tree_util.tree_map(lambda m, s=s: m[s], msgs), jax.tree_util.tree_map(lambda t: t / len(xs[s]), ref))
+
+
+def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_per_record_run():
+    """DIFF2-GD with the layer passes carried between rounds (ghost path) gives the
+    run of materialised per-record gradients; the selector names the path it took."""
+    from dpjax.engine import runner
+    from dpjax.problems import LinearRegression
+    from dpjax.reproduce.diff2 import mlp_problem
+
+    problem = mlp_problem(5, 1, "regression")
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))
+    rng = np.random.default_rng(2)
+    xs = [rng.normal(size=(n, 5)) for n in (7, 5)]
+    ys = [rng.normal(size=(n, 1)) for n in (7, 5)]
+    data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
+    h = diff2.Diff2HParams.create(0.05, restart_interval=3, clip_restart=0.5, clip_diff=2.0, sigma_restart=0.1,
+                                  sigma_diff=0.2, dtype=jnp.float64)
+    ghost = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="auto")
+    ref = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="per-record")
+    assert ghost.path_used(params, data) == "ghost" and ref.path_used(params, data) == "per-record"
+    # the first layer sees the data: its input is not carried (it is the same at every iterate)
+    assert gc.make_plan(problem.loss, params, data.x[0], data.y[0]).fixed_inputs == (True, False)
+    key = jax.random.key(3)
+    a = runner.run(ghost, data, h, key, params=params)
+    b = runner.run(ref, data, h, key, params=params)
+    _close(a.output, b.output)
+    carried_inputs, carried_deltas = a.state.grad_cache  # layer passes, not per-record gradients
+    assert carried_inputs[0] is None and [d.shape[-1] for d in carried_deltas] == [10, 1]
+    # a model ghost clipping does not support: auto falls back and says so, "ghost" refuses
+    linear = LinearRegression(5, fit_intercept=False)
+    w = jnp.zeros(5, jnp.float64)
+    assert diff2.clipping_path(linear, w, data.x[0], data.y[0][:, 0]) == "per-record"
+    with pytest.raises(ValueError, match="path='ghost'"):
+        diff2.clipping_path(linear, w, data.x[0], data.y[0][:, 0], "ghost")
+    with pytest.raises(ValueError, match="path"):
+        diff2.Diff2GD(problem, 3, path="fast")

@@ -76,6 +76,7 @@ from dpjax.primitives.sampling import sample_without_replacement
 
 PyTree = Any
 OUTPUTS = ("random", "last")
+PATHS = ("auto", "ghost", "per-record")
 
 
 def _tree_sub(a: PyTree, b: PyTree) -> PyTree:
@@ -158,8 +159,10 @@ class Diff2State:
 
     ``round`` counts completed rounds (so the next round is ``round + 1``);
     ``output_round`` is r^ (1-based) and ``output`` the stored x_{r^-1};
-    ``grad_cache`` holds the per-record gradients at ``x_{r-1}`` (silo axis
-    first) when the algorithm caches them, else None.
+    ``grad_cache`` (silo axis first) holds the per-record work at ``x_{r-1}``
+    when the algorithm caches it, else None: the per-record gradients on the
+    per-record path, the layers' passes (``ghost_clipping.carried_passes``)
+    on the ghost path.
     """
 
     params: PyTree
@@ -199,9 +202,53 @@ def clipped_mean(vectors: PyTree, radius, mask, count) -> PyTree:
     return jax.tree_util.tree_map(lambda t: t / jnp.asarray(count, t.dtype), summed.total)
 
 
+def _ghost_traffic(plan, params) -> float:
+    """Floats moved per record by a ghost-clipped difference round: per layer
+    call, its input and output-gradient rows (K + C per position) read or
+    written about six times (pass, carry, norms, weighted sum)."""
+    leaves = jax.tree_util.tree_leaves(params)
+    total = 0.0
+    for call in plan.calls:
+        c = call.out_shape[-1] if call.out_shape else 1
+        positions = math.prod(call.out_shape[:-1]) if len(call.out_shape) > 1 else 1
+        k = max(int(leaves[i].size) for i in call.leaf_ids) // max(c, 1)
+        total += 6.0 * positions * (k + c)
+    return total
+
+
+def clipping_path(problem, params, x, y, path: str = "auto") -> str:
+    """Which per-record computation DIFF2 runs on ``problem``: ``"ghost"`` (ghost
+    clipping of the gradient differences, ``dpjax.primitives.ghost_clipping``) or
+    ``"per-record"`` (per-record gradients materialised with ``vmap(grad)``).
+
+    ``path="auto"`` takes ghost clipping when the model supports it and it moves
+    fewer floats per record than materialising (about 5 d per record: the
+    gradient written, read for its norm and for the weighted sum, carried to
+    the next round); ``"ghost"`` raises a ``ValueError`` if the model is not
+    supported. ``x, y``: one silo's records (only shapes are used).
+    """
+    _validate.check_choice("path", path, PATHS)
+    if path == "per-record":
+        return "per-record"
+    plan = ghost_clipping.make_plan(problem.loss, params, x, y)
+    if not plan.fast:
+        if path == "ghost":
+            raise ValueError(f"path='ghost' but ghost clipping cannot run on {problem!r}: {plan.reason}")
+        return "per-record"
+    if path == "ghost":
+        return "ghost"
+    d = sum(int(leaf.size) for leaf in jax.tree_util.tree_leaves(params))
+    return "ghost" if _ghost_traffic(plan, params) < 5.0 * d else "per-record"
+
+
+def _ghost_passes(problem, params, x, y):
+    plan = ghost_clipping.make_plan(problem.loss, params, x, y)
+    return ghost_clipping.carried_passes(plan, ghost_clipping.layer_passes(problem.loss, params, x, y, plan))
+
+
 def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_restart, clip_diff, *,
-                  private: bool = True, restart_only: bool = False, prev_grads: PyTree = None,
-                  return_grads: bool = False):
+                  private: bool = True, restart_only: bool = False, prev_cache: PyTree = None,
+                  return_cache: bool = False, path: str = "auto"):
     """``d_r^(p)`` for every silo (silo axis first), step 2 of Alg. 1.
 
     Restart: ClippedMean of per-record gradients at ``x_{r-1}`` (radius C1).
@@ -209,58 +256,68 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` (difference first, then clip)
     with radius ``C2 ||x_{r-1} - x_{r-2}||``. ``private=False`` disables
     clipping. ``restart_only`` (static) skips tracing the difference branch.
-    ``prev_grads`` (silo axis first): per-record gradients at ``x_{r-2}`` cached
-    from the previous round (one gradient per record and round instead of two), used instead of recomputing
-    them; ``return_grads`` also returns the per-record gradients at ``x_{r-1}``.
+    ``path`` picks ghost clipping or materialised per-record gradients
+    (``clipping_path``). ``prev_cache`` (silo axis first): the per-record work
+    at ``x_{r-2}`` kept from the previous round (per-record gradients, or the
+    ghost path's layer passes), used instead of recomputing it (one pass per record
+    and round instead of two); ``return_cache`` also returns that work at ``x_{r-1}``.
     """
     radius_diff = difference_radius(params, prev_params, clip_diff)
+    ghost = clipping_path(problem, params, data.x[0], data.y[0], path) == "ghost"
 
     def one_silo(x, y, mask, size, cached):
-        if ghost_clipping.make_plan(problem.loss, params, x, y).fast:  # no per-record gradients (cache unused)
-            radius = clip_restart if restart_only else jnp.where(restart, clip_restart, radius_diff)
-            return ghost_clipping.clipped_difference_mean(
-                problem.loss, params, prev_params, x, y, radius if private else jnp.inf, mask, size,
-                use_difference=False if restart_only else ~restart), cached
+        radius = clip_restart if restart_only else jnp.where(restart, clip_restart, radius_diff)
+        if not private:
+            radius = jnp.inf
+        if ghost and restart_only:
+            return ghost_clipping.clipped_difference_mean(problem.loss, params, prev_params, x, y, radius, mask,
+                                                          size, use_difference=False), cached
+        if ghost:  # one layer pass per round: the one at x_{r-2} is carried
+            plan = ghost_clipping.make_plan(problem.loss, params, x, y)
+            passes = ghost_clipping.layer_passes(problem.loss, params, x, y, plan)
+            prev = cached if cached is not None else _ghost_passes(problem, prev_params, x, y)
+            total = ghost_clipping.clipped_difference_from_passes(
+                plan, params, prev_params, passes, prev, radius, mask.astype(x.dtype), ~restart)
+            mean = jax.tree_util.tree_map(lambda t: t / jnp.asarray(size, t.dtype), total)
+            return mean, ghost_clipping.carried_passes(plan, passes)
         g_cur = clipping.per_example_grads(problem.loss, params, x, y)
         if restart_only:
-            vectors, radius = g_cur, clip_restart
+            vectors = g_cur
         else:
             g_prev = cached if cached is not None else clipping.per_example_grads(problem.loss, prev_params, x, y)
             vectors = _tree_select(restart, g_cur, _tree_sub(g_cur, g_prev))
-            radius = jnp.where(restart, clip_restart, radius_diff)
-        if not private:
-            radius = jnp.inf
         return clipped_mean(vectors, radius, mask, size), g_cur
 
-    msgs, grads = jax.vmap(one_silo)(data.x, data.y, data.mask, data.sizes, prev_grads)
-    return (msgs, grads) if return_grads else msgs
+    msgs, cache = jax.vmap(one_silo)(data.x, data.y, data.mask, data.sizes, prev_cache)
+    return (msgs, cache) if return_cache else msgs
 
 
 def server_estimate(problem, params, prev_params, estimate, data: SiloData, restart, clip_restart, clip_diff, *,
-                    private: bool = True, restart_only: bool = False, prev_grads: PyTree = None,
-                    return_grads: bool = False):
+                    private: bool = True, restart_only: bool = False, prev_cache: PyTree = None,
+                    return_cache: bool = False, path: str = "auto"):
     """Noise-free ``v_r = (1/P) sum_p d_r^(p) + [not restart] v~_{r-1}`` (step 4).
 
     The accumulator is reset (treated as 0) in every restart round.
     This is the quantity whose sensitivity Prop. 4.1 bounds by ``2C/(n_p P)``.
     """
-    msgs, grads = silo_messages(problem, params, prev_params, data, restart, clip_restart, clip_diff,
-                                private=private, restart_only=restart_only, prev_grads=prev_grads, return_grads=True)
+    msgs, cache = silo_messages(problem, params, prev_params, data, restart, clip_restart, clip_diff,
+                                private=private, restart_only=restart_only, prev_cache=prev_cache,
+                                return_cache=True, path=path)
     mean = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=0), msgs)
     if not restart_only:
         mean = jax.tree_util.tree_map(lambda m, v: m + jnp.where(restart, jnp.zeros_like(v), v), mean, estimate)
-    return (mean, grads) if return_grads else mean
+    return (mean, cache) if return_cache else mean
 
 
 def diff2_round_estimate(problem, state: Diff2State, data: SiloData, key, *, private: bool, restart_only: bool,
-                         prev_grads: PyTree = None):
-    """One DIFF2 estimator round (steps 1-5 of Alg. 1): returns ``(v~_r, info, grads at x_{r-1})``."""
+                         prev_cache: PyTree = None, path: str = "auto"):
+    """One DIFF2 estimator round (steps 1-5 of Alg. 1): returns ``(v~_r, info, per-record work at x_{r-1})``."""
     hp = state.hparams
     r = state.round + 1
     restart = jnp.asarray(True) if restart_only else is_restart_round(r, hp.restart_interval)
-    v, grads = server_estimate(problem, state.params, state.prev_params, state.estimate, data, restart,
+    v, cache = server_estimate(problem, state.params, state.prev_params, state.estimate, data, restart,
                                hp.clip_restart, hp.clip_diff, private=private, restart_only=restart_only,
-                               prev_grads=prev_grads, return_grads=True)
+                               prev_cache=prev_cache, return_cache=True, path=path)
     disp = clipping.global_norm(_tree_sub(state.params, state.prev_params))
     radius = jnp.where(restart, hp.clip_restart, _times(hp.clip_diff, disp))
     std = _times(jnp.where(restart, hp.sigma_restart, hp.sigma_diff), radius)
@@ -269,7 +326,7 @@ def diff2_round_estimate(problem, state: Diff2State, data: SiloData, key, *, pri
     else:
         std = jnp.zeros_like(std)
     info = {"restart": restart, "displacement": disp, "clip_radius": radius, "noise_std": std}
-    return v, info, grads
+    return v, info, cache
 
 
 def _check_common(problem, num_rounds, output):
@@ -326,9 +383,15 @@ class Diff2GD(FamilyBase):
         ``restart_interval = 1``.
       private: False gives non-private GD (no clipping, no noise).
       output: ``"random"`` (Alg. 1: ``x_{r^-1}``, ``r^ ~ Unif{1..R}``) or ``"last"``.
-      cache_grads: keep the per-record gradients at ``x_{r-1}`` in the state so
-        a difference round evaluates ``n_p`` instead of ``2 n_p`` gradients
-        (memory ``P x n_max x d`` per run); same results.
+      cache_grads: keep the per-record work at ``x_{r-1}`` in the state so a
+        difference round does one pass over the data instead of two: the
+        per-record gradients (memory ``P x n_max x d`` per run) on the
+        per-record path, the layers' output gradients and parameter-dependent
+        inputs on the ghost path (``P x n_max x`` a few times the layer
+        widths); same results.
+      path: ``"auto"`` | ``"ghost"`` | ``"per-record"``: how per-record
+        gradients (differences) are clipped, see ``clipping_path``;
+        ``path_used(params, data)`` says which one runs.
     """
 
     problem: Any
@@ -337,11 +400,17 @@ class Diff2GD(FamilyBase):
     private: bool = True
     output: str = "random"
     cache_grads: bool = False
+    path: str = "auto"
 
     hparams_type = Diff2HParams
 
     def __post_init__(self):
         _check_common(self.problem, self.num_rounds, self.output)
+        _validate.check_choice("path", self.path, PATHS)
+
+    def path_used(self, params, data: SiloData) -> str:
+        """``"ghost"`` or ``"per-record"``: the path ``step`` runs on this model and data."""
+        return clipping_path(self.problem, params, data.x[0], data.y[0], self.path)
 
     def validate(self, data: SiloData) -> None:
         if data.min_size < 1:
@@ -351,8 +420,10 @@ class Diff2GD(FamilyBase):
         r_hat = jax.random.randint(keys.run_stream_key(run_key, "output"), (), 1, self.num_rounds + 1)
         cache = None
         if self.cache_grads and not self.restart_every_round:
-            # gradients at x_0 (= x_{-1}); round 1 is a restart round, so they are only a placeholder
-            cache = jax.vmap(lambda x, y: clipping.per_example_grads(self.problem.loss, params, x, y))(data.x, data.y)
+            # the work at x_0 (= x_{-1}); round 1 is a restart round, so it is only a placeholder
+            work = _ghost_passes if self.path_used(params, data) == "ghost" else (
+                lambda pr, p, x, y: clipping.per_example_grads(pr.loss, p, x, y))
+            cache = jax.vmap(lambda x, y: work(self.problem, params, x, y))(data.x, data.y)
         return Diff2State(
             params=params, prev_params=params, estimate=_tree_zeros(params),
             round=jnp.zeros((), jnp.int32), output_round=r_hat.astype(jnp.int32), output=params, hparams=hparams,
@@ -361,14 +432,14 @@ class Diff2GD(FamilyBase):
 
     def step(self, state: Diff2State, data: SiloData, key) -> tuple[Diff2State, dict]:
         use_cache = self.cache_grads and not self.restart_every_round
-        v, info, grads = diff2_round_estimate(self.problem, state, data, key, private=self.private,
+        v, info, cache = diff2_round_estimate(self.problem, state, data, key, private=self.private,
                                               restart_only=self.restart_every_round,
-                                              prev_grads=state.grad_cache if use_cache else None)
+                                              prev_cache=state.grad_cache if use_cache else None, path=self.path)
         new_params = _tree_axpy(-state.hparams.learning_rate, v, state.params)
         r = state.round + 1
         output = _tree_select(r == state.output_round, state.params, state.output)  # x_{r^-1}
         new_state = Diff2State(new_params, state.params, v, r, state.output_round, output, state.hparams,
-                               grads if use_cache else None)
+                               cache if use_cache else None)
         metrics = dict(info)
         metrics["estimate_norm"] = clipping.global_norm(v)
         return new_state, metrics

@@ -37,7 +37,10 @@ Gradient differences (DIFF2, Murata & Suzuki 2023, Algorithm 1 step 2):
 ``grad l_i(w) - grad l_i(w')`` of a dense layer is
 ``A^T (D - D') + (A - A')^T D'``, i.e. again one "dense layer" whose factors are
 ``[A; A - A']`` and ``[D - D'; D']`` stacked along the position axis, so its norm
-uses the same identities. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2``
+uses the same identities; when the layer's input does not depend on the
+parameters (``GhostPlan.fixed_inputs``: a first layer sees the data) the
+difference is just ``A^T (D - D')``. ``layer_passes`` / ``clipped_difference_from_passes``
+let DIFF2 carry the previous iterate's pass instead of recomputing it. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2``
 instead would cancel catastrophically in float32 when ``w' ~ w``.)
 
 Supported: models made of ``flax.linen`` ``Dense``, ``Conv``, ``Embed``,
@@ -58,6 +61,7 @@ from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
+import jax.extend as jex
 import jax.numpy as jnp
 
 from dpjax.primitives import clipping
@@ -112,6 +116,7 @@ class GhostPlan:
     reason: str
     calls: tuple[_Call, ...] = ()
     groups: tuple[tuple[int, ...], ...] = ()
+    fixed_inputs: tuple[bool, ...] = ()  # per call: its input does not depend on params (e.g. the data)
 
 
 def _own_params(module) -> dict:
@@ -189,7 +194,36 @@ def make_plan(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> 
         return GhostPlan(False, "a parameter is shared between different layers")
     if set(covered) != set(range(n_leaves)):
         return GhostPlan(False, "some parameters are not used by a supported flax layer")
-    return GhostPlan(True, "", tuple(found), tuple(tuple(g) for g in groups.values()))
+    fixed = _parameter_free_inputs(loss_fn, params, x[0], y[0], len(found))
+    return GhostPlan(True, "", tuple(found), tuple(tuple(g) for g in groups.values()), fixed)
+
+
+def _parameter_free_inputs(loss_fn, params, xi, yi, num_calls: int) -> tuple[bool, ...]:
+    """Per supported layer call, whether its input is independent of ``params``
+    (a dependency walk over the jaxpr of the captured inputs as a function of
+    ``params``; any equation with a dependent operand is dependent, so the
+    answer errs towards False)."""
+
+    def inputs_of(p):
+        captured = []
+
+        def interceptor(fn, args, kwargs, ctx):
+            if ctx.method_name == "__call__" and type(ctx.module) in _KINDS and _own_params(ctx.module):
+                captured.append(args[0])
+            return fn(*args, **kwargs)
+
+        with nn.intercept_methods(interceptor):
+            loss_fn(p, xi, yi)
+        return captured
+
+    jaxpr = jax.make_jaxpr(inputs_of)(params).jaxpr
+    dependent = set(jaxpr.invars)
+    is_dep = lambda v: isinstance(v, jex.core.Var) and v in dependent  # noqa: E731  (literals are constants)
+    for eqn in jaxpr.eqns:
+        if any(is_dep(v) for v in eqn.invars):
+            dependent.update(eqn.outvars)
+    out = tuple(not is_dep(v) for v in jaxpr.outvars)
+    return out if len(out) == num_calls else (False,) * num_calls
 
 
 def _capture(loss_fn, params, x, y, plan: GhostPlan):
@@ -258,7 +292,7 @@ def _materialise(t: int, k: int, c: int) -> bool:
 
 def _layer_parts(plan: GhostPlan, leaves, inputs, deltas):
     """Per group, the factors of its per-example gradient:
-    ``("outer", A [B,T,K], D [B,T,C])`` (grad = A^T D), ``("embed", idx [B,T], D)``,
+    ``("outer", A [B,T,K], D [B,T,C], fixed)`` (grad = A^T D; ``fixed``: A does not depend on params), ``("embed", idx [B,T], D)``,
     ``("mat", G [B,K,C])`` or ``("vec", G [B,F])`` (materialised). Also returns
     ``{group: (kernel grads [B,K,C], bias grads [B,C] or None)}`` for the
     materialised groups."""
@@ -289,7 +323,7 @@ def _layer_parts(plan: GhostPlan, leaves, inputs, deltas):
             parts.append(("mat", kernel))
             mats[gi] = (kernel, bias)  # reused by the clipped sum: no second weight-gradient pass
         else:
-            parts.append(("outer", a_s, ds))
+            parts.append(("outer", a_s, ds, all(plan.fixed_inputs[k] for k in group)))
         if bias is not None:
             parts.append(("vec", bias))
     return parts, mats
@@ -303,8 +337,11 @@ def _difference_parts(parts, prev_parts) -> list:
             out.append((p[0], p[1] - q[1]))
         elif p[0] == "embed":
             out.append(("embed", jnp.concatenate([p[1], q[1]], 1), jnp.concatenate([p[2], -q[2]], 1)))
+        elif p[3]:  # the layer sees the data itself: A = A', so the difference is A^T (D - D')
+            out.append(("outer", p[1], p[2] - q[2], True))
         else:  # A^T D - A'^T D' = A^T (D - D') + (A - A')^T D'
-            out.append(("outer", jnp.concatenate([p[1], p[1] - q[1]], 1), jnp.concatenate([p[2] - q[2], q[2]], 1)))
+            out.append(("outer", jnp.concatenate([p[1], p[1] - q[1]], 1), jnp.concatenate([p[2] - q[2], q[2]], 1),
+                        False))
     return out
 
 
@@ -339,13 +376,16 @@ def _sq_norms(parts):
     return jnp.maximum(total, 0.0)  # the Gram form can round below 0 for a zero gradient
 
 
-def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats) -> PyTree:
+def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset(), rows=None) -> PyTree:
     """``sum_i coef_i grad l_i`` as a params pytree: per layer, the batch's weight
     gradient with output cotangents ``coef_i delta_i`` (``A^T diag(coef) D`` for dense),
-    or ``sum_i coef_i G_i`` where the norms already materialised ``G_i``."""
+    or ``sum_i coef_i G_i`` where the norms already materialised ``G_i``. Calls in
+    ``skip`` contribute nothing. ``rows`` (default ``coef != 0``): the rows whose
+    inputs are used; pass the data mask so that inputs shared by a vmapped batch
+    of runs (the data) stay shared instead of being masked once per run."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     out = [jnp.zeros_like(leaf) for leaf in leaves]
-    done = set()
+    done = set(skip)
     for gi, (kernel, bias) in mats.items():
         call = plan.calls[plan.groups[gi][0]]
         keep = coef != 0  # masked rows add nothing, even if NaN
@@ -365,7 +405,8 @@ def _weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats) ->
         own = dict(zip(call.param_names, (leaves[i] for i in call.leaf_ids)))
         c = coef.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype)
         cot = jnp.where(c != 0, c * d, jnp.zeros_like(d))  # masked rows add nothing, even if NaN
-        a = jnp.where(coef.reshape((-1,) + (1,) * (a.ndim - 1)) != 0, a, jnp.zeros_like(a))
+        used = (coef != 0) if rows is None else rows
+        a = jnp.where(used.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.zeros_like(a))
         _, vjp = jax.vjp(lambda p, call=call, a=a: jax.vmap(lambda ai: call.module.apply({"params": p}, ai))(a), own)
         grads = vjp(cot)[0]
         for name, i in zip(call.param_names, call.leaf_ids):
@@ -439,8 +480,51 @@ def ghost_clipped_sum(
     else:
         parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
         coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
-    total = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats)
+    total = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0)
     return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
+
+
+def layer_passes(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, plan: GhostPlan):
+    """``(inputs, deltas)`` of every supported layer call at ``params`` (one forward
+    and one activation-gradient backward pass); ``plan`` from ``make_plan``.
+    DIFF2 carries these from one round to the next (the previous iterate's pass)."""
+    return _capture(loss_fn, params, x, y, plan)
+
+
+def carried_passes(plan: GhostPlan, passes):
+    """``passes`` without the layer inputs that do not depend on the parameters
+    (they are the same at every iterate, so carrying them would only cost memory)."""
+    inputs, deltas = passes
+    return [None if f else a for a, f in zip(inputs, plan.fixed_inputs)], deltas
+
+
+def clipped_difference_from_passes(plan: GhostPlan, params: PyTree, prev_params: PyTree, passes, prev_passes,
+                                   clip_norm, weights, use_difference=True) -> PyTree:
+    """``sum_i weights_i clip_C(grad l_i(params) - grad l_i(prev_params))`` from the
+    two iterates' ``layer_passes`` (``prev_passes`` may come from ``carried_passes``).
+
+    A layer whose input is the data (``plan.fixed_inputs``) has the difference
+    ``A^T (D - D')``: its norm is ``||a_i||^2 ||d_i - d'_i||^2`` and its clipped sum
+    one weight-gradient pass with cotangents ``f_i (d_i - d'_i)``.
+    ``use_difference=False`` clips the plain gradients at ``params``.
+    """
+    inputs, deltas = passes
+    prev_inputs = [a if f or q is None else q for a, q, f in zip(inputs, prev_passes[0], plan.fixed_inputs)]
+    prev_deltas = prev_passes[1]
+    parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
+    prev_parts, prev_mats = _layer_parts(plan, jax.tree_util.tree_leaves(prev_params), prev_inputs, prev_deltas)
+    sq = jnp.where(use_difference, _sq_norms(_difference_parts(parts, prev_parts)), _sq_norms(parts))
+    coef = _clip_coefficients(sq, clip_norm, weights)
+    coef_prev = jnp.where(use_difference, coef, jnp.zeros_like(coef))
+    in_mats = {k for gi in mats for k in plan.groups[gi]}
+    merged = frozenset(k for k, f in enumerate(plan.fixed_inputs) if f and k not in in_mats)
+    # one weight-gradient pass for data-input layers: cotangents coef (D - [use] D')
+    deltas_eff = [d - jnp.where(use_difference, q, jnp.zeros_like(q)) if k in merged else d
+                  for k, (d, q) in enumerate(zip(deltas, prev_deltas))]
+    rows = weights != 0  # masked rows add nothing, even if NaN (coefficients are 0 there too)
+    cur = _weighted_layer_sums(plan, params, inputs, deltas_eff, coef, mats, rows=rows)
+    prev = _weighted_layer_sums(plan, prev_params, prev_inputs, prev_deltas, coef_prev, prev_mats, skip=merged, rows=rows)
+    return jax.tree_util.tree_map(jnp.subtract, cur, prev)
 
 
 def clipped_difference_sum(
@@ -473,21 +557,17 @@ def clipped_difference_sum(
             g = jax.tree_util.tree_map(lambda u, v: jnp.where(use_difference, u - v, u), g, g_prev)
         res = clipping.clipped_sum(g, clip_norm, mask)
         return GhostClippedSum(res.total, res.count, sensitivity, False)
-    leaves = jax.tree_util.tree_leaves(params)
-    inputs, deltas = _capture(loss_fn, params, x, y, plan)
-    parts, mats = _layer_parts(plan, leaves, inputs, deltas)
+    passes = _capture(loss_fn, params, x, y, plan)
     if static_plain:
+        inputs, deltas = passes
+        parts, mats = _layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
         coef = _clip_coefficients(_sq_norms(parts), clip_norm, weights)
-        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef, mats),
+        return GhostClippedSum(_weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0),
                                jnp.sum(weights), sensitivity, True)
-    prev_inputs, prev_deltas = _capture(loss_fn, prev_params, x, y, plan)
-    prev_parts, prev_mats = _layer_parts(plan, jax.tree_util.tree_leaves(prev_params), prev_inputs, prev_deltas)
-    sq = jnp.where(use_difference, _sq_norms(_difference_parts(parts, prev_parts)), _sq_norms(parts))
-    coef = _clip_coefficients(sq, clip_norm, weights)
-    cur = _weighted_layer_sums(plan, params, inputs, deltas, coef, mats)
-    prev = _weighted_layer_sums(plan, prev_params, prev_inputs, prev_deltas,
-                                jnp.where(use_difference, coef, jnp.zeros_like(coef)), prev_mats)
-    return GhostClippedSum(jax.tree_util.tree_map(jnp.subtract, cur, prev), jnp.sum(weights), sensitivity, True)
+    prev_passes = _capture(loss_fn, prev_params, x, y, plan)
+    total = clipped_difference_from_passes(plan, params, prev_params, passes, prev_passes, clip_norm, weights,
+                                           use_difference)
+    return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
 
 
 def clipped_difference_mean(loss_fn, params, prev_params, x, y, clip_norm, mask, count, *, use_difference=True):

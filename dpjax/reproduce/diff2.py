@@ -99,6 +99,7 @@ class Protocol:
     patience: int = 5
     factor: float = 1.05
     chunk_floats: float = 6e7  # per-chunk budget of per-example gradient floats
+    path: str = "auto"  # DIFF2 clipping path (dpjax.algorithms.diff2.clipping_path)
 
     def restart_intervals(self) -> tuple[int, ...]:
         """T = max(1, round(c R)) (T = cR need not be an integer; = floor(c R) of the authors for R = 2000)."""
@@ -377,10 +378,11 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     d_in = fd0.train_x[0].shape[1]
     problem = mlp_problem(d_in, fd0.num_classes if classification else 1, task)
     eval_fn = make_eval_fn(problem, classification)
-    # Ghost clipping (no per-record gradients) when the network supports it; else cache the gradients.
-    ghost = problem.uses_ghost_clipping(problem.init_params(jax.random.key(0)), jnp.asarray(fd0.train_x[0][:1]),
-                                        jnp.asarray(fd0.train_y[0][:1]))
-    algorithm = alg.Diff2GD(problem, protocol.num_rounds, output="last", cache_grads=not ghost)
+    # Ghost clipping of the differences or materialised per-record gradients, whichever moves fewer floats
+    # (alg.clipping_path); either way the previous iterate's per-record work is carried, not recomputed.
+    algorithm = alg.Diff2GD(problem, protocol.num_rounds, output="last", cache_grads=True, path=protocol.path)
+    clip_path = algorithm.path_used(problem.init_params(jax.random.key(0)), _silo_data(fd0, classification))
+    ghost = clip_path == "ghost"
     hp_all = alg.Diff2HParams(
         learning_rate=np.array([c.learning_rate for c in configs], np.float32),
         restart_interval=np.array([c.restart_interval for c in configs], np.int32),
@@ -428,7 +430,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
         "eval_rounds": np.concatenate([[0], rounds]),
         "traces": traces,
         "meta": {**{k: v for k, v in fd0.metadata.items() if k not in ("train_indices", "test_indices", "feature_names")},
-                 "n_params": n_params, "task": task, "max_records": cap},
+                 "n_params": n_params, "task": task, "max_records": cap, "clipping_path": clip_path},
         "privacy": privacy,
         "wall_s": time.time() - t0,
     }

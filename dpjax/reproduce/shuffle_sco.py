@@ -587,9 +587,7 @@ def plot_regimes(path, rows):
                          and float(r["epsilon"]) == eps and r["schedule"] == sched), key=lambda r: int(r["n"]))
             ax.loglog([int(r["n"]) for r in rs], [float(r["value"]) for r in rs], style, ms=3, color=f"C{i % 10}",
                       label=None if suffix else f"{alg} (eps {eps:g}, {sched})")
-    ax.set_xlabel("n")
-    ax.set_ylabel("excess population loss (d = 8)")
-    ax.set_title("Table 1 regimes (dotted: non-private twins)")
+    ax.set(xlabel="n", ylabel="excess population loss (d = 8)", title="Table 1 regimes (dotted: non-private twins)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -526,8 +526,12 @@ def _d5(quick: bool, seed: int):
              "the phases with lambda_i < h contract the earlier noise and the error is set by the phase with "
              "lambda_i ~ h: excess ~ h d sigma_i^2 ~ rho^2 G^2 d/(h n^2 m), i.e. the strongly convex rate of Theorem "
              "4.3 with mu = h (m exponent -1, n exponent -2; d exponent +1 from the noise, +1 more from h ~ 1/d on the "
-             "sharp instance). The measured exponents are to be read against this regime, and the excess against "
-             f"the bound (ratios {min(d_ratio):.2g}-{max(d_ratio):.2g} of R G sqrt(d)/(n sqrt(m)) in the d sweep).",
+             "sharp instance). So the Theorem 4.1 exponent claims fail here because this instance is in that locally "
+             "strongly convex regime, not because the bound is violated: the excess stays "
+             f"{min(d_ratio):.2g}-{max(d_ratio):.2g} of R G sqrt(d)/(n sqrt(m)) in the d sweep, and the m and n slopes "
+             f"are steeper than the theorem's (the upper-bound claims hold). The ratio grows like d^"
+             f"{slope(d_xs, d_ratio):.2f}; extrapolated, it reaches 1 (the worst-case regime lambda_1 ~ h) near d ~ "
+             f"{d_xs[-1] * d_ratio[-1] ** (-1 / slope(d_xs, d_ratio)):.0f} at n = {n_d}, m = {m_d} (not run).",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"

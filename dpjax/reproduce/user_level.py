@@ -511,9 +511,9 @@ def _d5(quick: bool, seed: int):
              f"rho = {rho}, lambda = (G/R) rho sqrt(d)/(n sqrt(m)), T = ceil(log2(n m)); {reps} noise draws per cell.",
              f"Loss: Huber regression h_w(<theta, a> - b) with w = {D5_HUBER_WIDTH} (h_w(u) = u^2/(2w) for |u| <= w, "
              "|u| - w/2 beyond): convex and G = 1 Lipschitz, so Theorem 4.1 applies to it as the loss; it is also "
-             f"(1/w)-smooth, so the inner solves (accelerated projected gradient, {iters} iterations) are exact and the "
-             "excess, measured on the same loss, is the private term (convergence claim: 4x the iterations changes it "
-             f"by {solver_change:+.2%}). K = B(0, {radius}), b = <a, w*>/2 (||w*|| = 1). Sharp instance (main sweeps): "
+             f"(1/w)-smooth, so the inner solves (accelerated projected gradient, {iters} iterations) are exact "
+             "and the excess, measured on the same loss, is the private term (convergence claim: 4x the iterations "
+             f"changes it by {solver_change:+.2%}). K = B(0, {radius}), b = <a, w*>/2 (||w*|| = 1). Sharp instance (main sweeps): "
              "no label noise. Noisy instance (second m sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
              f"Reference minimum: float64 IRLS for the Huber loss (unconstrained; norm at most {max(ref_norms):.3f} < "
              f"{radius}, so it is the minimiser over K; gradient norm at most {max(ref_grads):.1e}).",

@@ -373,16 +373,25 @@ def d4_figure(out_dir, *, quick: bool, seed: int):
 # ---------------------------------------------------------------------------
 
 
-def lad_reference(x, y, iters: int = 300, floor: float = 1e-9) -> tuple[np.ndarray, float]:
-    """High-precision non-private least-absolute-deviations fit (IRLS, float64): the reference minimiser of the
-    mean absolute loss for D5 (unconstrained; the report checks that it lies inside K)."""
+D5_HUBER_WIDTH = 0.1  # the D5 loss itself (not a solver surrogate); 1/10 of the label range |b| <= 1/2
+
+
+def huber_reference(loss, x, y, iters: int = 300) -> tuple[np.ndarray, float, float]:
+    """High-precision non-private minimiser of D5's Huber regression loss h_w(<theta, a> - b) (float64 IRLS:
+    weights psi(r)/r = 1/max(|r|, w), a majorise-minimise iteration for the Huber loss). Unconstrained; the
+    report checks that it lies inside K. Returns (theta, mean loss, gradient norm at theta)."""
     a = x.reshape(-1, x.shape[-1])
     b = y.reshape(-1)
     theta = np.linalg.lstsq(a, b, rcond=None)[0]
     for _ in range(iters):
-        w = 1.0 / np.maximum(np.abs(a @ theta - b), floor)
+        w = 1.0 / np.maximum(np.abs(a @ theta - b), loss.smoothing)
         theta = np.linalg.solve(a.T @ (w[:, None] * a), a.T @ (w * b))
-    return theta, float(np.mean(np.abs(a @ theta - b)))
+    grad = np.mean(loss.grad(theta, a, b, np), axis=0)
+    return theta, _huber_loss(loss, theta, x, y), float(np.linalg.norm(grad))
+
+
+def _huber_loss(loss, theta, x, y) -> float:
+    return float(np.mean(loss.value(np.asarray(theta), x, y, np, smoothed=True)))
 
 
 def _true_loss(loss, theta, x, y) -> float:
@@ -414,11 +423,12 @@ def _d5(quick: bool, seed: int):
               "n": [(n, base_m, base_d) for n in ((100, 200, 400, 800) if quick else (100, 200, 400, 800, 1600))],
               "d": [(base_n, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]}
     theory = {"m": -0.5, "n": -1.0, "d": 0.5}
+    # The Huber regression loss h_w(<theta, a> - b) IS the loss here (convex, G = 1, (1/w)-smooth), so Theorem 4.1
+    # applies to it and the inner solves are exact to float precision; the excess is measured on the same loss.
     kind = "absolute"
-    loss = problems.Loss(kind, radius=radius, smoothing=2e-4)
-    rows, claims, curves, ref_norms, floors, ratios = [], [], {}, [], [], []
+    loss = problems.Loss(kind, radius=radius, smoothing=D5_HUBER_WIDTH)
+    rows, claims, curves, ref_norms, ref_grads, floors, ratios = [], [], {}, [], [], [], []
     keys = jax.random.split(jax.random.key(seed), reps)
-    # the d sweep again at 4x the users: is the d exponent a small-n transient? (it is not: see the notes)
     sweeps["d (n=400)"] = [(400, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]
     sweeps["m (noisy labels)"] = sweeps["m"][:3]
     for axis, cells in sweeps.items():
@@ -427,23 +437,24 @@ def _d5(quick: bool, seed: int):
         for n, m, d in cells:
             x, y = problems.exchangeable(kind, n, m, d, seed + 7 * n + m + d, noise=noise)
             dom = mech.Domain.ball(radius, d)
-            ref, best = lad_reference(x, y)
+            ref, best, gnorm = huber_reference(loss, x, y)
             ref_norms.append(float(np.linalg.norm(ref)))
+            ref_grads.append(gnorm)
             outs = _phased_erm_runs(loss, x, y, dom, keys, rho, iters=iters)
-            exc = np.array([_true_loss(loss, th, x, y) - best for th in outs])
-            floors.append(_true_loss(loss, _phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=iters)[0], x, y)
+            exc = np.array([_huber_loss(loss, th, x, y) - best for th in outs])
+            floors.append(_huber_loss(loss, _phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=iters)[0], x, y)
                           - best)
             vals.append(float(exc.mean()))
             ratios.append(vals[-1] / max(floors[-1], 1e-300))
             rows.append(_row(f"Phased-ERM rho=1e-4 ({kind})", "solver_floor", floors[-1], n=n, m=m, d=d))
-            rows += [_row(f"Phased-ERM M' ({kind})", "excess_empirical_risk", e, r, n=n, m=m, d=d, rho=rho)
-                     for r, e in enumerate(exc)]
+            rows += [_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e, r, n=n, m=m,
+                          d=d, rho=rho) for r, e in enumerate(exc)]
             if axis == "m":  # B1 noise inside, on the sharp instance
                 b1 = _phased_erm_runs(loss, x, y, dom, keys, rho, replace_noise=True, iters=iters)
-                exb = np.array([_true_loss(loss, th, x, y) - best for th in b1])
+                exb = np.array([_huber_loss(loss, th, x, y) - best for th in b1])
                 flat.append(float(exb.mean()))
-                rows += [_row(f"Phased-ERM with B1 noise ({kind})", "excess_empirical_risk", e, r, n=n, m=m, d=d,
-                              rho=rho) for r, e in enumerate(exb)]
+                rows += [_row(f"Phased-ERM with B1 noise (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e,
+                              r, n=n, m=m, d=d, rho=rho) for r, e in enumerate(exb)]
         xs = [c[{"n": 0, "m": 1, "d": 2}[axis[0]]] for c in cells]
         curves[axis] = (xs, vals, flat)
         setting = (f"rate-shape rho={rho}; {'noisy' if noise else 'sharp'} instance; "
@@ -463,75 +474,71 @@ def _d5(quick: bool, seed: int):
 
     d_xs, d_vals, _ = curves["d"]
     n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
-    # Is the excess the private term or the inner solves' Huber smoothing? Largest d cell again with half the
-    # width and 4x the iterations (converged: 4x the iterations at the original width changes nothing).
+    # Converged inner solves: the largest d cell again with 4x the iterations must give the same excess.
     n_c, m_c, d_c = sweeps["d"][-1]
     x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c, noise=0.0)  # the sharp cell
-    _, best = lad_reference(x, y)
-    half_w = problems.Loss(kind, radius=radius, smoothing=loss.smoothing / 2)
-    half_out = _phased_erm_runs(half_w, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)
-    half_exc = float(np.mean([_true_loss(loss, th, x, y) - best for th in half_out]))
-    rows.append(_row(f"Phased-ERM M' ({kind}), half smoothing width", "excess_empirical_risk", half_exc, n=n_c, m=m_c,
-                     d=d_c, rho=rho, smoothing=loss.smoothing / 2))
-    smoothing_change = half_exc / d_vals[-1] - 1
-    claims.append({"claim": "the excess is the private term, not the inner solves' smoothing: halving the Huber "
-                   "width (4x iterations) changes it by < 25 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
-                   "measured": f"{d_vals[-1]:.3g} -> {half_exc:.3g} ({smoothing_change:+.0%})",
-                   "holds": abs(smoothing_change) < 0.25})
+    _, best, _ = huber_reference(loss, x, y)
+    long_out = _phased_erm_runs(loss, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)
+    long_exc = float(np.mean([_huber_loss(loss, th, x, y) - best for th in long_out]))
+    rows.append(_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH}), 4x inner iterations", "excess_empirical_risk",
+                     long_exc, n=n_c, m=m_c, d=d_c, rho=rho, inner_iterations=4 * iters))
+    solver_change = long_exc / d_vals[-1] - 1
+    claims.append({"claim": "the excess is the private term, not inner-solver error: 4x the inner iterations "
+                   "changes it by < 5 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
+                   "measured": f"{d_vals[-1]:.4g} -> {long_exc:.4g} ({solver_change:+.2%})",
+                   "holds": abs(solver_change) < 0.05})
     worst_case = [2 * radius * math.sqrt(d_) / (n_d * math.sqrt(m_d)) for d_ in d_xs]  # R G sqrt(d)/(n sqrt(m))
     d_ratio = [a / b for a, b in zip(d_vals, worst_case)]
     claims.append({"claim": "Theorem 4.1 as an upper bound: excess risk <= R G sqrt(d)/(n sqrt(m)) at every d "
                    "(R = diameter of K, G = 1; the O-tilde constant taken as 1)", "setting": f"n={n_d}, m={m_d}",
                    "measured": "ratios " + ", ".join(f"d={d_}: {r_:.2g}" for d_, r_ in zip(d_xs, d_ratio)),
                    "holds": max(d_ratio) <= 1.0})
-    claims.append({"claim": "every cell's mean excess risk is >= 3x its solver floor (rho = 1e-4 run)",
+    claims.append({"claim": "every cell's mean excess risk is >= 3x its floor (rho = 1e-4 run)",
                    "setting": f"{len(ratios)} cells", "measured": f"min ratio {min(ratios):.3g}",
                    "holds": min(ratios) >= 3})
 
     def plot(plt):
         panels = []
         for axis, (xs, vals, flat) in curves.items():
-            cs = [(f"M' {kind}", xs, vals, "o-")]
+            cs = [("M' huber", xs, vals, "o-")]
             if flat:
                 cs.append(("B1 noise inside", xs, flat, "s--"))
-            panels.append((f"D5 {kind}: excess risk vs {axis}", axis, "excess empirical risk", cs))
+            panels.append((f"D5 huber: excess risk vs {axis}", axis, "excess empirical risk", cs))
         return _loglog(plt, panels)
 
+    slopes = {axis: slope(c[0], c[1]) for axis, c in curves.items()}
     notes = [f"Rate-shape mode (M' of Theorem 4.1's proof, NOT private): sigma_i = rho 2G/(lambda_i n sqrt(m)), "
              f"rho = {rho}, lambda = (G/R) rho sqrt(d)/(n sqrt(m)), T = ceil(log2(n m)); {reps} noise draws per cell.",
-             f"Loss: absolute regression |<theta, a> - b| (nonsmooth, G = 1), K = B(0, {radius}), b = <a, w>/2 "
-             "(||w|| = 1). Sharp instance (main sweeps): no label noise, so L(theta) - L* = mean |<theta - w/2, a>| "
-             "grows linearly away from the minimiser (the worst case of Theorem 4.1). Noisy instance (second m "
-             "sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
-             f"Reference minimum: IRLS least-absolute-deviations fit in float64 (unconstrained; its norm is at most "
-             f"{max(ref_norms):.3f} < {radius}, so it is the minimiser over K).",
-             f"Solver floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}; it shrinks "
-             "with rho like the smoothing effect does, so it cannot detect that (the smoothing claim does). Inner solves: "
-             f"accelerated projected gradient on the Huber-smoothed loss (width 2e-4, {iters} iterations); excess "
-             "risk is measured on the true loss.",
+             f"Loss: Huber regression h_w(<theta, a> - b) with w = {D5_HUBER_WIDTH} (h_w(u) = u^2/(2w) for |u| <= w, "
+             "|u| - w/2 beyond): convex and G = 1 Lipschitz, so Theorem 4.1 applies to it as the loss; it is also "
+             f"(1/w)-smooth, so the inner solves (accelerated projected gradient, {iters} iterations) are exact "
+             "and the excess, measured on the same loss, is the private term (convergence claim: 4x the iterations "
+             f"changes it by {solver_change:+.2%}). K = B(0, {radius}), b = <a, w*>/2 (||w*|| = 1). Sharp instance (main sweeps): "
+             "no label noise. Noisy instance (second m sweep): + Laplace(0.1) label noise clipped to [-1, 1].",
+             f"Reference minimum: float64 IRLS for the Huber loss (unconstrained; norm at most {max(ref_norms):.3f} < "
+             f"{radius}, so it is the minimiser over K; gradient norm at most {max(ref_grads):.1e}).",
+             f"Floor (the same schedule with rho = 1e-4, metric solver_floor): at most {max(floors):.2g}.",
              "B1 inside Phased-ERM: the same schedule with replace-one-user noise 2(2G)/(lambda_i n) (no sqrt(m)).",
-             "With label noise the empirical absolute loss is locally quadratic around its minimiser (an average of "
-             "many kinks), so the excess risk of a perturbed minimiser scales like ||noise||^2 ~ d/(n^2 m), faster "
-             "than Theorem 4.1's worst-case sqrt(d)/(n sqrt(m)) (compare the two m sweeps).",
-             f"On the d exponent (measured {slope(d_xs, d_vals):+.2f} at n = {n_d} and "
-             f"{slope(curves['d (n=400)'][0], curves['d (n=400)'][1]):+.2f} at n = 400, against the spec's +1/2): "
-             "the excess of the sharp instance is set by the inner solves' Huber smoothing, not by the private "
-             f"term (smoothing claim: halving the width moves it by {smoothing_change:+.0%}). Phases whose "
-             "lambda_i exceeds the smoothed loss's curvature ~ E[a a^T]/w ~ 1/(d w) cannot pull the previous phase's "
-             "noise back, so the leftover error is ~ rho G d w/(n sqrt(m)): linear in d, and with the same n and m "
-             "exponents as Theorem 4.1 -- so on this instance the m and n slopes agreeing with the theorem is not "
-             "evidence for it either. With exact nonsmooth solves the sharp loss would be adaptive (the regularised "
-             "minimisers equal theta*) and only the final noise sigma_T sqrt(d) ~ 2R/(n m)^2 would remain. Theorem 4.1 "
-             f"is an upper bound and is not contradicted (excess {1 / max(d_ratio):.0f}-{1 / min(d_ratio):.0f}x below "
-             "R G sqrt(d)/(n sqrt(m))), but this instance cannot show its rate; a faithful D5 needs exact nonsmooth "
-             "solves and an instance whose excess is the private term (not done).",
+             "Measured slopes: " + ", ".join(f"{a}: {s_:+.2f}" for a, s_ in slopes.items()) + ". Theorem 4.1 is a "
+             "worst-case upper bound; its exponents are attained by instances whose curvature near the minimiser "
+             "scales like lambda ~ sqrt(d)/(n sqrt(m)) (the Appendix D construction). A fixed smooth instance has "
+             "curvature h > 0 near its minimiser (here E[a a^T]/w on the sharp instance, ~ 1/(d w)); once lambda_1 < h "
+             "the phases with lambda_i < h contract the earlier noise and the error is set by the phase with "
+             "lambda_i ~ h: excess ~ h d sigma_i^2 ~ rho^2 G^2 d/(h n^2 m), i.e. the strongly convex rate of Theorem "
+             "4.3 with mu = h (m exponent -1, n exponent -2; d exponent +1 from the noise, +1 more from h ~ 1/d on the "
+             "sharp instance). So the Theorem 4.1 exponent claims fail here because this instance is in that locally "
+             "strongly convex regime, not because the bound is violated: the excess stays "
+             f"{min(d_ratio):.2g}-{max(d_ratio):.2g} of R G sqrt(d)/(n sqrt(m)) in the d sweep, and the m and n slopes "
+             f"are steeper than the theorem's (the upper-bound claims hold). The ratio grows like d^"
+             f"{slope(d_xs, d_ratio):.2f}; extrapolated, it reaches 1 (the worst-case regime lambda_1 ~ h) near d ~ "
+             f"{d_xs[-1] * d_ratio[-1] ** (-1 / slope(d_xs, d_ratio)):.0f} at n = {n_d}, m = {m_d} (not run).",
              "The hinge loss is not run (no high-precision reference solver for it here)."]
     return "Theorem 4.1 convex ERM rate (Phased-ERM, rate-shape)", rows, claims, notes, plot, \
         "rate-shape (M', NOT private)"
 
 
 @register("user-level-convex-erm", paper=PAPER, description="D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
-          "absolute loss; slopes in m, n, d")
+          "Huber regression loss; slopes in m, n, d")
 def d5_figure(out_dir, *, quick: bool, seed: int):
     return _figure("user-level-convex-erm", _d5, out_dir, quick, seed)
 

@@ -293,3 +293,24 @@ def test_phased_without_noise_is_key_independent_and_reaches_the_minimiser():
                               rho=0.0, lam=1e-3).theta for s in (0, 1)]
     assert np.array_equal(runs[0], runs[1])
     assert np.linalg.norm(runs[0] - x.reshape(-1, 2).mean(0)) <= 1e-2 * np.linalg.norm(x.reshape(-1, 2).mean(0)) + 1e-12
+
+
+def test_d5_huber_reference_is_the_minimiser_the_solver_reaches():
+    """D5's reference (float64 IRLS for the Huber loss, the D5 loss itself) is a stationary point of the convex
+    Huber loss (gradient ~ float64 rounding), and the compiled accelerated solver (no ridge, K = B(0, 1) not active:
+    the minimiser has norm ~ 1/2) reaches the same minimum: for an L = 1/w smooth convex loss the first-order
+    optimality gap after t accelerated steps is O(L D^2 / t^2), here 10 * 4 / 2000^2 = 1e-5 at most, and the
+    IRLS point cannot be beaten (convexity + zero gradient)."""
+    from dpjax.reproduce import user_level as U
+    from dpjax.user_level import solver
+
+    loss = P.Loss("absolute", radius=1.0, smoothing=U.D5_HUBER_WIDTH)
+    x, y = P.exchangeable("absolute", 30, 4, 3, 5, noise=0.1)
+    ref, best, gnorm = U.huber_reference(loss, x, y)
+    assert gnorm < 1e-10 and np.linalg.norm(ref) < 1.0
+    dom = M.Domain.ball(1.0, 3)
+    with jax.enable_x64(True):
+        sol = np.asarray(solver.argmin(loss, np.asarray(x), np.asarray(y), np.ones(30), 0.0, np.zeros(3),
+                                       np.asarray(dom.centers), np.asarray(dom.radii), iters=2000))
+    gap = U._huber_loss(loss, sol, x, y) - best
+    assert -1e-12 <= gap <= 1e-5

@@ -193,22 +193,13 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
             print(f"  {name} E={epochs}: {len(grid) * cfg['seeds']} runs x {alg.num_rounds} rounds in {took:.1f} s "
                   f"({cpu:.0f} s CPU)", flush=True)
 
-    with open(results, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     best = select_best(rows)
     privacy = {}
     for name, b in best.items():
         alg = algs[(name, b["epochs"])]
         if alg.private:
             privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], b["clip_norm"], SIGMA))
-    with open(out / "privacy.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
-        w.writeheader()
-        for name, prs in privacy.items():
-            for r in prs:
-                w.writerow({"variant": name, **r})
+    _write_tables(out, rows, privacy)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     full_estimate = extrapolate_full(timings)
     meta = {"quick": quick, "seed": seed, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
@@ -218,6 +209,20 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     plot(out / "dpsgd_mnist.png", best, privacy)
     return write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings)
+
+
+def _write_tables(out: pathlib.Path, rows: list[dict], privacy: dict[str, list[dict]]) -> None:
+    """``results.csv`` (one row per run) and ``privacy.csv`` (one row per variant x group size x accountant)."""
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with open(out / "privacy.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
+        w.writeheader()
+        for name, prs in privacy.items():
+            for r in prs:
+                w.writerow({"variant": name, **r})
 
 
 def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
@@ -248,17 +253,8 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
     order = [n for n in all_variants if n in chosen]
     chosen = {n: chosen[n] for n in order}
     rows.sort(key=lambda r: order.index(r["variant"]))
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
     privacy = {n: privacy[n] for n in order if n in privacy}
-    with open(out / "privacy.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
-        w.writeheader()
-        for name, prs in privacy.items():
-            for r in prs:
-                w.writerow({"variant": name, **r})
+    _write_tables(out, rows, privacy)
     best = select_best(rows)
     best = {n: best[n] for n in order}
     full_estimate = extrapolate_full(timings)

@@ -1,23 +1,38 @@
-"""The reduced full-data run of `dpjax reproduce dpsgd-mnist` that fits the development machine.
+"""Reduced runs of `dpjax reproduce dpsgd-mnist` on all 60,000 / 10,000 MNIST images.
 
-All 60,000 training / 10,000 test MNIST images, E = 1, eta = 0.5, C = 1, one seed, BC-SH
-(m = 64 clipped means of s = 4) and IC-SS (m = 256, s = 1) only, sigma = 2. The full protocol
-(25 (eta, C) x 3 seeds x E in {10, 30, 50}) needs hundreds of CPU hours (see the quick report).
+The full protocol (25 (eta, C) x 3 seeds x E in {10, 30, 50}, six variants) needs hundreds of
+CPU hours (see the quick report). This script runs a sub-grid of it, one variant per process so a
+long run can be split across processes or machine leases; `--merge` combines finished parts into
+one output folder (each variant's rows depend only on its own seeds and keys).
 
-    python experiments/dpsgd/run_reduced.py --data-dir /path/to/data --out experiments/dpsgd/reduced/dpsgd-mnist
+    # the development machine's reduced run: E = 1, eta = 0.5, C = 1, one seed, BC-SH and IC-SS
+    python experiments/dpsgd/run_reduced.py --data-dir /path/to/data --out out/dpsgd-mnist-reduced
+    # the full (eta, C) grid at E = 10 with 3 seeds, one variant (the GPU run in experiments/dpsgd)
+    python experiments/dpsgd/run_reduced.py --epochs 10 --lrs 0.01 0.03 0.1 0.3 1.0 \
+        --clips 0.1 0.5 1.0 2.0 5.0 --seeds 3 --only BC-SH --out parts/BC-SH
+    python experiments/dpsgd/run_reduced.py --merge parts/* --out merged
 """
 
 import argparse
 import pathlib
 
-from dpjax.reproduce.dpsgd_mnist import FULL, run_protocol
+from dpjax.reproduce.dpsgd_mnist import FULL, merge_parts, run_protocol
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--only", default="BC-SH,IC-SS", help="comma-separated variants (one process each in parallel)")
+    ap.add_argument("--only", default="BC-SH,IC-SS", help="comma-separated variants")
+    ap.add_argument("--epochs", type=int, nargs="+", default=[1])
+    ap.add_argument("--lrs", type=float, nargs="+", default=[0.5])
+    ap.add_argument("--clips", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--merge", nargs="+", default=None, help="finished part folders to merge into --out")
     args = ap.parse_args()
-    config = dict(FULL, epochs=(1,), lrs=(0.5,), clips=(1.0,), seeds=1)
-    print(run_protocol(pathlib.Path(args.out), quick=False, seed=0, data_dir=args.data_dir, config=config,
-                       only=tuple(args.only.split(","))))
+    if args.merge:
+        print(merge_parts(pathlib.Path(args.out), [pathlib.Path(p) for p in args.merge]))
+    else:
+        config = dict(FULL, epochs=tuple(args.epochs), lrs=tuple(args.lrs), clips=tuple(args.clips),
+                      seeds=args.seeds)
+        print(run_protocol(pathlib.Path(args.out), quick=False, seed=0, data_dir=args.data_dir, config=config,
+                           only=tuple(args.only.split(","))))

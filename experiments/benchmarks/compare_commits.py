@@ -1,0 +1,119 @@
+"""Before/after timing of a refactor: one benchmark script from two commits, interleaved.
+
+On a shared machine two benchmark runs minutes apart see different loads, so a
+before/after comparison from separate runs is noise. This script checks out
+both commits into temporary worktrees and runs each commit's own copy of a
+benchmark alternately (A B A B ...), each in a fresh process with its own
+``PYTHONPATH``, parses the numbers it prints, and reports per-metric medians
+and the median of the paired ratios after/before (each pair ran back to back,
+so a load change between pairs cancels in its ratio).
+
+Benchmarks understood (the parsers below read their printed tables):
+
+* ``round_step``: ``bench_round_step.py`` -- private / non-private rounds/s
+  per setting and mode (single configuration, vmapped grid); higher is better.
+* ``sweep_fig4``: ``bench_sweep_fig4.py`` -- the compiled grid's wall time for
+  the ISRL Fig. 4 protocol (``[grid ]`` line, end to end); lower is better.
+
+Issue #10 (the composable round steps) may not slow the engine down: run
+
+    python experiments/benchmarks/compare_commits.py --before cf1ff84 --after HEAD --bench round_step --pairs 3
+
+and read the ratio column (1.00 = unchanged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+BENCHES = {
+    "round_step": ("experiments/benchmarks/bench_round_step.py", ["--rounds", "200", "--grid", "32", "--repeats", "3"]),
+    "sweep_fig4": ("experiments/benchmarks/bench_sweep_fig4.py", ["--trials", "2", "--loop-sample", "1"]),
+}
+
+
+def parse_round_step(text: str) -> dict[str, float]:
+    """``setting mode private non-priv numpy ...`` rows -> {"mnist-fig4 single private": rounds/s, ...}."""
+    out = {}
+    for m in re.finditer(r"^(\S+)\s+(single|grid)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", text, re.M):
+        setting, mode, priv, nonpriv = m.group(1), m.group(2), float(m.group(3)), float(m.group(4))
+        out[f"{setting} {mode} private (rounds/s)"] = priv
+        out[f"{setting} {mode} non-private (rounds/s)"] = nonpriv
+    return out
+
+
+def parse_sweep_fig4(text: str) -> dict[str, float]:
+    m = re.search(r"^\[grid \]\s+([\d.]+) s", text, re.M)
+    return {"compiled grid wall (s)": float(m.group(1))} if m else {}
+
+
+PARSERS = {"round_step": parse_round_step, "sweep_fig4": parse_sweep_fig4}
+HIGHER_IS_BETTER = {"round_step": True, "sweep_fig4": False}
+
+
+def run_once(tree: pathlib.Path, bench: str, extra: list[str]) -> dict[str, float]:
+    script, args = BENCHES[bench]
+    env = {**os.environ, "PYTHONPATH": str(tree), "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}
+    proc = subprocess.run([sys.executable, str(tree / script), *args, *extra], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{bench} failed in {tree}:\n{proc.stderr[-2000:]}")
+    values = PARSERS[bench](proc.stdout)
+    if not values:
+        raise SystemExit(f"could not parse {bench}'s output in {tree}:\n{proc.stdout[-2000:]}")
+    return values
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--before", default="cf1ff84")
+    ap.add_argument("--after", default="HEAD")
+    ap.add_argument("--bench", choices=sorted(BENCHES), default="round_step")
+    ap.add_argument("--pairs", type=int, default=3, help="A/B pairs (each pair runs before then after, alternating order)")
+    ap.add_argument("extra", nargs="*", help="arguments passed on to the benchmark (after --)")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {}
+        for label, rev in (("before", args.before), ("after", args.after)):
+            path = pathlib.Path(tmp) / label
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev], check=True)
+            trees[label] = path
+        # tests read ../shared/data relative to a checkout; the benchmarks find MNIST through it too
+        shared = ROOT.parent / "shared"
+        if shared.exists() and not (pathlib.Path(tmp) / "shared").exists():
+            (pathlib.Path(tmp) / "shared").symlink_to(shared)
+        try:
+            results = {"before": [], "after": []}
+            for i in range(args.pairs):
+                order = ("before", "after") if i % 2 == 0 else ("after", "before")
+                for label in order:
+                    results[label].append(run_once(trees[label], args.bench, args.extra))
+                    print(f"pair {i + 1}/{args.pairs}: {label} done", file=sys.stderr, flush=True)
+        finally:
+            for path in trees.values():
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], check=False)
+    keys = [k for k in results["before"][0] if all(k in r for r in results["before"] + results["after"])]
+    better = "higher" if HIGHER_IS_BETTER[args.bench] else "lower"
+    print(f"{args.bench}: before = {args.before}, after = {args.after}, {args.pairs} interleaved pairs "
+          f"({better} is better); ratio = median over pairs of after/before")
+    print(f"{'metric':42s} {'before (median)':>16s} {'after (median)':>15s} {'ratio':>7s}  per-pair ratios")
+    for k in keys:
+        b = [r[k] for r in results["before"]]
+        a = [r[k] for r in results["after"]]
+        ratios = [x / y for x, y in zip(a, b)]
+        print(f"{k:42s} {statistics.median(b):16.1f} {statistics.median(a):15.1f} {statistics.median(ratios):7.3f}  "
+              + " ".join(f"{r:.2f}" for r in ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

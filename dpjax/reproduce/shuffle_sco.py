@@ -29,7 +29,12 @@ claims on the engine:
   not measurable at its common eps = 0.9 and n <= 3e5, re-run with eps,
   n-range and AC-SA schedule (Lan's or Theorem 4.3's) chosen per protocol
   (``REGIMES``), with the saturation level taken from the instance (0.3 x the
-  excess loss of theta_0) instead of 0.3 L D.
+  excess loss of theta_0) instead of 0.3 L D; plus the two rows with their
+  own instances: strongly convex non-smooth (phased smoothed P_AGD, Theorem
+  4.8, on ridge + noiseless absolute regression, closed-form optimum) and
+  fully interactive convex (smoothed P_GD, Theorem 4.9, T = n rounds of all
+  n users, on axis-aligned features whose full-batch gradient is a function
+  of d counts, ``pgd_axis_run``).
 """
 
 from __future__ import annotations

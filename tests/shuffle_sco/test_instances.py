@@ -120,19 +120,24 @@ def test_pgd_axis_simulator_is_the_family_with_exact_sums():
     assert np.abs(out - inst.theta_star(d)).max() < 0.05  # and it does optimise
 
 
-def test_pgd_axis_noise_is_the_matched_std():
-    """With noise, the mean output over runs is the noiseless one and the spread grows with the std."""
-    inst, n, d = R.INSTANCES["axis_nonsmooth"], 400, 2
+def test_pgd_axis_noise_enters_the_round_sum():
+    """Two rounds by hand: theta_1 = Proj(theta_0 - eta (counts clip(beta (theta_0 - theta*)) + std z)/n) with
+    z the round's N(0, I) draw, output (theta_0 + theta_1)/2; the twin (std 0) ignores its key."""
+    inst, n, d = R.INSTANCES["axis_nonsmooth"], 400, 3
     plan = sco.p_gd_plan(n, d, 4.0, 1e-6, 1.0, 2.0, None)
     (ph,) = plan.phases
-    keys = jax.random.split(jax.random.key(1), 3)
+    std = float(S._matched_std(plan)[0])
+    assert std > 0
+    keys = jax.random.split(jax.random.key(1), 2)
     counts = R.axis_counts(np.random.default_rng(0), n, d)
-    base = np.asarray(R.pgd_axis_run(counts, inst.theta_star(d), float(n), ph.step, ph.smoothing, 1.0,
-                                     np.zeros(3), keys, rounds=ph.rounds))
-    noisy = np.asarray(R.pgd_axis_run(counts, inst.theta_star(d), float(n), ph.step, ph.smoothing, 1.0,
-                                      np.full(3, float(S._matched_std(plan)[0])), keys, rounds=ph.rounds))
-    np.testing.assert_array_equal(base[0], base[1])  # the twin ignores its key
-    assert not np.allclose(noisy[0], noisy[1])
+    ts = inst.theta_star(d)
+    out = np.asarray(R.pgd_axis_run(counts, ts, float(n), ph.step, ph.smoothing, 1.0, np.array([std, 0.0]),
+                                    keys, rounds=2))
+    z = np.asarray(jax.random.normal(jax.random.fold_in(keys[0], 0), (d,)), np.float64)
+    for row, noise in ((out[0], std * z), (out[1], 0.0)):
+        theta1 = -ph.step * (counts * np.clip(ph.smoothing * (0 - ts), -1, 1) + noise) / n
+        theta1 *= min(1.0, 1.0 / np.linalg.norm(theta1))
+        np.testing.assert_allclose(row, theta1 / 2, rtol=1e-5, atol=1e-7)
 
 
 def test_regimes_configuration_is_valid():

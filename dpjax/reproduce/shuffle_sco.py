@@ -747,7 +747,9 @@ def _regime_report(out_dir, rows, summaries, wall, quick):
              "d = 8 for the n-sweeps, delta = 1e-6, lemma_opt P_vec through its variance-matched Gaussian surrogate. "
              "Fit: the n of the bound window ([0.01, 0.3] L D) where the measured loss is >= 3x the non-private "
              "twin's and <= 0.3 x the excess loss of the start theta_0 = 0 (above that the iterates barely leave "
-             "theta_0); with fewer than two such n, every n meeting the two measured conditions.", "",
+             "theta_0); with fewer than two such n, or for regimes whose fit rule is 'measured' (slopes.csv), every "
+             "n meeting the two measured conditions. p_gd_smoothed runs T = n rounds from sufficient statistics "
+             "on the axis instance (pgd_axis_run).", "",
              "| Table 1 row | protocol | eps | AC-SA schedule | expected n-slope | measured | n range (decades) | "
              "expected d-slope | measured (n) | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:

@@ -29,12 +29,18 @@ claims on the engine:
   not measurable at its common eps = 0.9 and n <= 3e5, re-run with eps,
   n-range and AC-SA schedule (Lan's or Theorem 4.3's) chosen per protocol
   (``REGIMES``), with the saturation level taken from the instance (0.3 x the
-  excess loss of theta_0) instead of 0.3 L D.
+  excess loss of theta_0) instead of 0.3 L D; plus the two rows with their
+  own instances: strongly convex non-smooth (phased smoothed P_AGD, Theorem
+  4.8, on ridge + noiseless absolute regression, closed-form optimum) and
+  fully interactive convex (smoothed P_GD, Theorem 4.9, T = n rounds of all
+  n users, on axis-aligned features whose full-batch gradient is a function
+  of d counts, ``pgd_axis_run``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import pathlib
 import time
@@ -51,6 +57,7 @@ from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
 from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
+from dpjax.primitives.projection import project_l2_ball
 from dpjax.problems import LogisticRegression
 from dpjax.reproduce import register, report
 
@@ -272,9 +279,40 @@ def _sphere(rng, n, d):
     return a / np.linalg.norm(a, axis=1, keepdims=True)
 
 
+def sphere_abs_mean(d: int) -> float:
+    """kappa_d = E|a_1| for a uniform on the unit sphere of R^d: Gamma(d/2)/(sqrt(pi) Gamma((d+1)/2)),
+    so E|<a, u>| = kappa_d ||u|| for every u (rotation invariance)."""
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+@dataclasses.dataclass(frozen=True)
+class RidgeAbsoluteRegression(AbsoluteRegression):
+    """``f(w; a, y) = |<a, w> - y| + (lam/2)||w||^2``: non-smooth, lam-strongly convex and
+    (||a|| + lam R)-Lipschitz on the ball of radius R -- the non-smooth strongly convex class of
+    Theorem 4.8 (phased P_AGD on the Moreau envelope)."""
+
+    lam: float = 0.2
+
+    def loss(self, params, x, y):
+        return super().loss(params, x, y) + 0.5 * self.lam * jnp.sum(jnp.square(params))
+
+    def prox(self, params, x, y, beta):
+        """``(lam/2)||v||^2 + (beta/2)||w - v||^2 = ((lam + beta)/2)||v - beta w/(lam + beta)||^2 + const``:
+        the prox of the absolute loss with parameter lam + beta at ``beta w/(lam + beta)``."""
+        return super().prox(params * (beta / (self.lam + beta)), x, y, self.lam + beta)
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
-    """A synthetic SCO instance with a known population optimum (for validating Theorems 4.1-4.9)."""
+    """A synthetic SCO instance with a known population optimum (for validating Theorems 4.1-4.9).
+
+    ``sc_nonsmooth``: ``|<a, theta> - y| + (lam/2)||theta||^2`` with a uniform on the sphere and noiseless
+    labels y = <a, theta*>: the population loss is F(theta) = kappa_d ||theta - theta*|| + (lam/2)||theta||^2
+    (``sphere_abs_mean``), non-smooth at theta* and lam-strongly convex, minimised on the segment [0, theta*]
+    at s* theta*/||theta*||, s* = min(||theta*||, kappa_d/lam) (= theta* when lam ||theta*|| <= kappa_d).
+    ``axis_nonsmooth``: ``|<a, theta> - y|`` with a = +-e_j (j uniform) and y = <a, theta*>: F(theta) =
+    ||theta - theta*||_1/d exactly; the full-batch gradient of n users is a function of the d counts of
+    their axes, which makes fully interactive P_GD (T = n rounds of n users) affordable (``pgd_axis_run``)."""
 
     name: str
     lipschitz: float
@@ -285,26 +323,49 @@ class Instance:
         return np.full(d, (0.5 if self.name != "smooth" else 0.8) / math.sqrt(d))
 
     def problem(self, d):
-        return {"nonsmooth": AbsoluteRegression, "smooth": lambda k: LogisticRegression(k, margin_clip=None),
+        if self.name == "sc_nonsmooth":
+            return RidgeAbsoluteRegression(d, self.lam)
+        return {"nonsmooth": AbsoluteRegression, "axis_nonsmooth": AbsoluteRegression,
+                "smooth": lambda k: LogisticRegression(k, margin_clip=None),
                 "strongly_convex": MeanEstimation}[self.name](d)
 
     def sample(self, rng, n, d):
-        a = _sphere(rng, n, d)
         ts = self.theta_star(d)
+        if self.name == "axis_nonsmooth":  # the axes first: ``axis_counts`` with the same rng state
+            axes, a = rng.integers(0, d, n), np.zeros((n, d))
+            a[np.arange(n), axes] = rng.choice((-1.0, 1.0), n)
+            return SiloData.from_silos([a.astype(np.float32)], [(a @ ts).astype(np.float32)])
+        a = _sphere(rng, n, d)
         if self.name == "nonsmooth":
             y = a @ ts + rng.laplace(scale=LAPLACE_SCALE, size=n)
+        elif self.name == "sc_nonsmooth":
+            y = a @ ts
         elif self.name == "smooth":
             y = (rng.random(n) < 1 / (1 + np.exp(-(a @ ts)))).astype(np.float64)
         else:
             a, y = ts + 0.5 * a, np.zeros(n)  # mean ts, ||a|| <= 1
         return SiloData.from_silos([a.astype(np.float32)], [y.astype(np.float32)])
 
+    def sc_minimiser(self, d):
+        """(theta_min, F(theta_min)) of the ``sc_nonsmooth`` population loss (closed form, see above)."""
+        ts, kappa = self.theta_star(d), sphere_abs_mean(d)
+        r = float(np.linalg.norm(ts))
+        s = min(r, kappa / self.lam)
+        return ts * (s / r), kappa * (r - s) + 0.5 * self.lam * s * s
+
     def excess(self, thetas, d, rng):
         """Excess population loss of each row of ``thetas`` (closed form in the label noise, Monte Carlo
-        over 2e5 fresh features with non-negative integrands; exact for the squared distance)."""
+        over 2e5 fresh features with non-negative integrands; exact for the squared distance and the
+        ``*_nonsmooth`` instances)."""
         ts = self.theta_star(d)
         if self.name == "strongly_convex":
             return 0.5 * np.sum((thetas - ts) ** 2, axis=1)
+        if self.name == "axis_nonsmooth":
+            return np.sum(np.abs(thetas - ts), axis=1) / d
+        if self.name == "sc_nonsmooth":
+            _, f_min = self.sc_minimiser(d)
+            f = sphere_abs_mean(d) * np.linalg.norm(thetas - ts, axis=1) + 0.5 * self.lam * np.sum(thetas**2, axis=1)
+            return np.maximum(f - f_min, 0.0)  # >= 0 up to float rounding at the minimiser
         a = _sphere(rng, 200_000, d)
         if self.name == "nonsmooth":  # E|t - xi| = |t| + b exp(-|t|/b) for Laplace(b) noise
             t = np.abs((thetas - ts) @ a.T)
@@ -318,6 +379,9 @@ INSTANCES = {
     "nonsmooth": Instance("nonsmooth", 1.0, None, None),
     "smooth": Instance("smooth", 1.0, 0.25, None),
     "strongly_convex": Instance("strongly_convex", 2.0, 1.0, 1.0),
+    # lam = 0.2 <= kappa_d/||theta*|| for d <= 32 (kappa_32 = 0.141): the minimiser is theta*; L = 1 + lam R
+    "sc_nonsmooth": Instance("sc_nonsmooth", 1.2, None, 0.2),
+    "axis_nonsmooth": Instance("axis_nonsmooth", 1.0, None, None),
 }
 
 # protocol -> (instance, Table 1 row, expected slope in n, in d)
@@ -330,6 +394,14 @@ RATE_PROTOCOLS = {
     "p_agd_phased": ("strongly_convex", "strongly convex and smooth, sequential (Thm 4.8): d/(eps n)^2", -2.0, 1.0),
     "p_gd_phased": ("strongly_convex", "strongly convex, fully interactive (Thm 4.9): d/(eps n)^2", -2.0, 1.0),
 }
+# rows measured only by shuffle-sco-regimes, on instances set up for them (same layout)
+REGIME_PROTOCOLS = {
+    "p_agd_phased_smoothed": ("sc_nonsmooth", "strongly convex, sequential (Thm 4.8 with smoothing): "
+                              "d^{2/3}/(eps n)^{4/3}", -4 / 3, 2 / 3),
+    "p_gd_smoothed": ("axis_nonsmooth", "convex, fully interactive (Thm 4.9, P_GD + smoothing): sqrt(d)/(eps n)",
+                      -1.0, 1 / 2),
+}
+TABLE1 = {**RATE_PROTOCOLS, **REGIME_PROTOCOLS}
 # the reference protocol whose schedule the central/local Gaussian baselines reuse, per instance
 BASELINE_OF = {"nonsmooth": "p_agd_smoothed", "smooth": "p_agd", "strongly_convex": "p_agd_phased"}
 PGD_ROUNDS = 30  # P_GD's T = min(n, eps^2 n^2/(d ln^2)) would cost n^2 gradients; capped (documented)
@@ -339,7 +411,7 @@ def build(protocol: str, n: int, d: int, aggregator: str = "matched-gaussian", e
           schedule: str = "lan"):
     """``(family, hparams, plan)`` of a rate-experiment protocol (lemma_opt P_vec); ``schedule`` is the
     AC-SA step schedule of the accelerated protocols (``"lan"`` or Theorem 4.3's ``"paper"``)."""
-    inst = INSTANCES[RATE_PROTOCOLS[protocol][0]]
+    inst = INSTANCES[TABLE1[protocol][0]]
     prob, L, e, dl = inst.problem(d), inst.lipschitz, eps, DELTA_RATES
     agg = dict(aggregator=aggregator)
     acc = dict(schedule=schedule)
@@ -356,10 +428,14 @@ def build(protocol: str, n: int, d: int, aggregator: str = "matched-gaussian", e
     if protocol == "p_agd_phased":
         return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L, **agg,
                                     **acc)
+    if protocol == "p_agd_phased_smoothed":  # non-smooth: every phase runs smoothed P_AGD (Theorem 4.8)
+        return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=None, lipschitz=L, **agg, **acc)
+    if protocol == "p_gd_smoothed":  # T = min(n, eps^2 n^2/(d ln^2(nd/delta))) rounds of all n users
+        return S.ShuffleSgd.p_gd(prob, n, e, dl, lipschitz=L, **agg)
     if protocol == "p_gd_phased":
         return S.ShuffleSgd.p_gd_phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L,
                                         rounds=PGD_ROUNDS, **agg)
-    raise ValueError(f"protocol={protocol!r} must be one of {tuple(RATE_PROTOCOLS)}")
+    raise ValueError(f"protocol={protocol!r} must be one of {tuple(TABLE1)}")
 
 
 def _variants(protocol, fam, hp, eps=EPS_RATES):
@@ -368,7 +444,7 @@ def _variants(protocol, fam, hp, eps=EPS_RATES):
     and local-DP Gaussian baselines (calibrated to (EPS_RATES, DELTA_RATES) with GDP; every Gaussian
     aggregator adds noise_std N(0, I) to the round's sum, so only the std differs)."""
     out = {protocol: hp, "twin": dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))}
-    if BASELINE_OF.get(RATE_PROTOCOLS[protocol][0]) == protocol:
+    if BASELINE_OF.get(TABLE1[protocol][0]) == protocol:
         for agg in ("central-gaussian", "local-gaussian"):
             cal = dataclasses.replace(fam, aggregator=agg).calibrate(hp, eps, DELTA_RATES, "gdp")
             out[f"{agg.split('-')[0]}_dp[{protocol}]"] = dataclasses.replace(hp, **cal)
@@ -387,6 +463,68 @@ def measure(fam, hps: dict, inst: Instance, n, d, seeds, seed) -> dict:
     return {k: ex[i * seeds:(i + 1) * seeds] for i, k in enumerate(names)}
 
 
+def axis_counts(rng, n, d):
+    """Users per axis of ``axis_nonsmooth`` data: the same draw as ``Instance.sample``'s axes (same rng state)."""
+    return np.bincount(rng.integers(0, d, n), minlength=d)
+
+
+@functools.partial(jax.jit, static_argnames=("rounds",))
+def pgd_axis_run(counts, theta_star, n, step, smoothing, radius, noise_std, keys, *, rounds: int):
+    """Smoothed P_GD (Algorithm 5 on the Moreau envelope, Theorem 4.9) on the ``axis_nonsmooth`` instance,
+    one run per (``noise_std``, ``keys``) row, from sufficient statistics: a user with a = s e_j,
+    y = s theta*_j has envelope gradient beta (w - prox) = clip(beta (w_j - theta*_j), -1, 1) e_j (norm <= 1
+    <= L, so P_vec's clipping is the identity), hence the round's gradient sum over all n users is
+    counts * clip(beta (w - theta*), -1, 1): O(d) per round instead of O(n d). The aggregator is P_vec's
+    variance-matched Gaussian surrogate (``noise_std``: std of the noise on the round's sum, 0 for the
+    twin), divided by the public n; projected step; output the average of theta_0..theta_{T-1} (float32
+    Kahan sum: T reaches 1e7). Same recursion as ``ShuffleSgd`` with the plan's hparams
+    (tests/shuffle_sco/test_instances.py compares them with exact sums)."""
+    counts = jnp.asarray(counts, jnp.float32)
+    theta_star = jnp.asarray(theta_star, jnp.float32)
+
+    def one(std, key):
+        def body(t, carry):
+            w, total, comp = carry
+            g = counts * jnp.clip(smoothing * (w - theta_star), -1.0, 1.0)
+            g = g + std * jax.random.normal(jax.random.fold_in(key, t), w.shape)
+            new = project_l2_ball(w - step * (g / n), radius)
+            y = w - comp  # Kahan summation of the iterates
+            acc = total + y
+            return new, acc, (acc - total) - y
+
+        zero = jnp.zeros_like(theta_star)
+        _, total, _ = jax.lax.fori_loop(0, rounds, body, (zero, zero, zero))
+        return total / rounds
+
+    return jax.vmap(one)(jnp.asarray(noise_std, jnp.float32), keys)
+
+
+def measure_pgd_axis(plan, inst: Instance, n, d, seeds, seed) -> dict:
+    """``measure`` for ``p_gd_smoothed`` on ``axis_nonsmooth`` (same data seed and key layout; the plan's
+    single phase, its matched std and a noiseless twin)."""
+    (ph,) = plan.phases
+    counts = axis_counts(np.random.default_rng(seed * 7919 + n + 31 * d), n, d)
+    std = float(S._matched_std(plan)[0])
+    keys_ = jax.random.split(jax.random.key(seed + n + d), 2 * seeds)
+    out = pgd_axis_run(counts, inst.theta_star(d), float(n), ph.step, ph.smoothing, 1.0,
+                       np.array([std] * seeds + [0.0] * seeds), keys_, rounds=ph.rounds)
+    ex = inst.excess(np.asarray(out, np.float64), d, None)
+    return {"p_gd_smoothed": ex[:seeds], "twin": ex[seeds:]}
+
+
+def _measure_point(protocol, inst, n, d, seeds, seed, eps, schedule, variants=True):
+    """(plan, {name: excess losses}, accountant) of one (n, d) point of ``protocol``."""
+    if protocol == "p_gd_smoothed":  # sufficient statistics; the family would need n^2 gradients
+        plan = sco.p_gd_plan(n, d, eps, DELTA_RATES, inst.lipschitz, 2.0, None)
+        res = measure_pgd_axis(plan, inst, n, d, seeds, seed)
+        return plan, res if variants else {protocol: res[protocol]}, "pvec-lemma:optimal (matched-gaussian surrogate)"
+    fam, hp, plan = build(protocol, n, d, eps=eps, schedule=schedule)
+    res = measure(fam, _variants(protocol, fam, hp, eps) if variants else {protocol: hp}, inst, n, d, seeds, seed)
+    acc = ("pvec-lemma:optimal (matched-gaussian surrogate)" if fam.aggregator == "matched-gaussian"
+           else fam.privacy([n], hp).epsilon(DELTA_RATES).accountant)
+    return plan, res, acc
+
+
 def _fit(xs, ys):
     lx, ly = np.log(np.asarray(xs, float)), np.log(np.asarray(ys, float))
     return float(np.polyfit(lx, ly, 1)[0])
@@ -399,14 +537,17 @@ def _row(alg, iname, sweep, n, d, ex, eps=EPS_RATES, **kw):
 
 
 def protocol_sweep(protocol: str, n_grid, d_grid, d0: int, seeds: int, seed: int, *, eps: float = EPS_RATES,
-                   schedule: str = "lan", ceiling: str = "bound", log=print) -> tuple[list[dict], dict]:
+                   schedule: str = "lan", ceiling: str = "bound", fit: str = "bound", log=print
+                   ) -> tuple[list[dict], dict]:
     """One protocol over ``n_grid`` (d = d0) and ``d_grid`` (at the middle n of the fit): rows and the
     slope summary. The n-slope is fitted over the n of the bound window ([0.01, 0.3] L D from the
     explicit bound) where the measured loss is >= 3x the non-private twin's and not saturated; with fewer
     than two such n, over the n where the measured private term dominates. Saturated means above
     ``0.3 L D`` (``ceiling="bound"``) or above 0.3 x the excess loss of the start theta_0 = 0
-    (``ceiling="trivial"``: the iterates barely leave theta_0 there, whatever L D allows)."""
-    iname, row, sn, sd = RATE_PROTOCOLS[protocol]
+    (``ceiling="trivial"``: the iterates barely leave theta_0 there, whatever L D allows). ``fit="measured"``
+    skips the bound window (for instances where the explicit bound's constants put the window less than a
+    decade wide inside the measured regime) and fits every n meeting the two measured conditions."""
+    iname, row, sn, sd = TABLE1[protocol]
     inst = INSTANCES[iname]
     LD = inst.lipschitz * 2.0
     top = 0.3 * LD if ceiling == "bound" else 0.3 * float(inst.excess(np.zeros((1, d0)), d0,
@@ -414,12 +555,9 @@ def protocol_sweep(protocol: str, n_grid, d_grid, d0: int, seeds: int, seed: int
     t0 = time.time()
     meas, twin, bounds, rows = {}, {}, {}, []
     for n in n_grid:
-        fam, hp, plan = build(protocol, n, d0, eps=eps, schedule=schedule)
+        plan, res, acc = _measure_point(protocol, inst, n, d0, seeds, seed, eps, schedule)
         bounds[n] = plan.bound
-        res = measure(fam, _variants(protocol, fam, hp, eps), inst, n, d0, seeds, seed)
         meas[n], twin[n] = float(res[protocol].mean()), float(res["twin"].mean())
-        acc = ("pvec-lemma:optimal (matched-gaussian surrogate)" if fam.aggregator == "matched-gaussian"
-               else fam.privacy([n], hp).epsilon(DELTA_RATES).accountant)
         for name, ex in res.items():
             alg = f"{protocol}_twin" if name == "twin" else name
             rows.append(_row(alg, iname, "n", n, d0, ex, eps, bound=plan.bound if name == protocol else None,
@@ -431,15 +569,16 @@ def protocol_sweep(protocol: str, n_grid, d_grid, d0: int, seeds: int, seed: int
     dominant = [n for n in n_grid if meas[n] >= 3 * twin[n] and meas[n] <= top]
     fit_n = [n for n in dominant if n in window]
     rule = "bound window and private term >= 3x twin"
-    if len(fit_n) < 2:  # the bound is worst case: fall back to the measured private term
+    if fit == "measured":
+        fit_n, rule = dominant, f"measured: private term >= 3x twin and <= {top:.3g} (regime's rule)"
+    elif len(fit_n) < 2:  # the bound is worst case: fall back to the measured private term
         fit_n, rule = dominant, f"measured: private term >= 3x twin and <= {top:.3g} (bound window too narrow)"
     slope_n = _fit(fit_n, [meas[n] for n in fit_n]) if len(fit_n) >= 2 else float("nan")
     span_n = math.log10(max(fit_n) / min(fit_n)) if len(fit_n) >= 2 else 0.0
     n_d = fit_n[len(fit_n) // 2] if fit_n else n_grid[-1]
     md = {}
     for d in d_grid:
-        fam, hp, plan = build(protocol, n_d, d, eps=eps, schedule=schedule)
-        res = measure(fam, {protocol: hp}, inst, n_d, d, seeds, seed)
+        plan, res, _ = _measure_point(protocol, inst, n_d, d, seeds, seed, eps, schedule, variants=False)
         md[d] = float(res[protocol].mean())
         rows.append(_row(protocol, iname, "d", n_d, d, res[protocol], eps, bound=plan.bound, rounds=plan.num_rounds,
                          batch=max(p.batch for p in plan.phases), bits_per_user=plan.bits_per_user(),
@@ -483,7 +622,7 @@ def _plot_rates(path, rows, summaries):
     from dpjax.sweep.plot import new_figure, save_figure
 
     fig, ax = new_figure(2, 3, figsize=(17, 9), squeeze=True)
-    for j, iname in enumerate(INSTANCES):
+    for j, iname in enumerate(dict.fromkeys(v[0] for v in RATE_PROTOCOLS.values())):
         a = ax[0, j]
         algs = sorted({r["algorithm"] for r in rows if r["instance"] == iname and r["sweep"] == "n"})
         for alg in algs:
@@ -554,18 +693,23 @@ def shuffle_sco_rates(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathl
 # Table 1 slopes in regimes chosen per protocol (the affected rows of shuffle-sco-rates)
 # ---------------------------------------------------------------------------
 
-#: (protocol, eps, AC-SA schedule, n-grid, d-grid): eps and n chosen from the explicit bounds and a pilot
-#: so that the private term dominates the twin and is below the trivial level over >= 1 decade.
+#: (protocol, eps, AC-SA schedule, n-grid, d-grid, fit rule): eps and n chosen from the explicit bounds and a
+#: pilot so that the private term dominates the twin and is below the trivial level over >= 1 decade.
 #: Larger eps shifts the unsaturated range of P_SGD / smoothed P_AGD down to reachable n; the smooth
-#: pan-private row needs a small eps for its private term to exceed the statistical one.
+#: pan-private row needs a small eps for its private term to exceed the statistical one. Fit rule "bound":
+#: the bound window where it leaves >= 2 points; "measured": the measured conditions only (the explicit
+#: bound's constants put its window less than a decade inside the measured regime).
 REGIMES = (
-    ("p_agd_phased", 0.9, "paper", (10**5, 3 * 10**5, 10**6, 3 * 10**6), (2, 8, 32)),
-    ("p_agd_phased", 0.9, "lan", (10**5, 3 * 10**5, 10**6, 3 * 10**6), ()),
-    ("p_agd_smoothed", 4.0, "paper", (10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6), (2, 8, 32)),
-    ("p_agd_smoothed", 4.0, "lan", (10**5, 3 * 10**5, 10**6), ()),
-    ("p_sgd", 8.0, "lan", (3 * 10**5, 10**6, 3 * 10**6), ()),
-    ("pan_private", 0.1, "lan", (10**5, 3 * 10**5, 10**6, 3 * 10**6), ()),
-    ("p_gd_phased", 0.9, "lan", (3 * 10**5, 10**6, 3 * 10**6), ()),
+    ("p_agd_phased", 0.9, "paper", (10**5, 3 * 10**5, 10**6, 3 * 10**6), (2, 8, 32), "bound"),
+    ("p_agd_phased", 0.9, "lan", (10**5, 3 * 10**5, 10**6, 3 * 10**6), (), "bound"),
+    ("p_agd_smoothed", 4.0, "paper", (10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6), (2, 8, 32), "bound"),
+    ("p_agd_smoothed", 4.0, "lan", (10**5, 3 * 10**5, 10**6), (), "bound"),
+    ("p_sgd", 8.0, "lan", (3 * 10**5, 10**6, 3 * 10**6), (), "bound"),
+    ("pan_private", 0.1, "lan", (10**5, 3 * 10**5, 10**6, 3 * 10**6), (), "bound"),
+    ("p_gd_phased", 0.9, "lan", (3 * 10**5, 10**6, 3 * 10**6), (), "bound"),
+    ("p_agd_phased_smoothed", 4.0, "paper", (3 * 10**5, 10**6, 3 * 10**6, 10**7), (2, 8, 32), "measured"),
+    ("p_gd_smoothed", 1.0, "lan", (3 * 10**5, 10**6, 3 * 10**6), (2, 8, 32), "measured"),
+    ("p_gd_smoothed", 4.0, "lan", (3 * 10**4, 10**5, 3 * 10**5, 10**6), (), "measured"),
 )
 #: seeds per point (full run; the machine is shared, so fewer than shuffle-sco-rates' 10)
 REGIME_SEEDS = 4
@@ -603,7 +747,9 @@ def _regime_report(out_dir, rows, summaries, wall, quick):
              "d = 8 for the n-sweeps, delta = 1e-6, lemma_opt P_vec through its variance-matched Gaussian surrogate. "
              "Fit: the n of the bound window ([0.01, 0.3] L D) where the measured loss is >= 3x the non-private "
              "twin's and <= 0.3 x the excess loss of the start theta_0 = 0 (above that the iterates barely leave "
-             "theta_0); with fewer than two such n, every n meeting the two measured conditions.", "",
+             "theta_0); with fewer than two such n, or for regimes whose fit rule is 'measured' (slopes.csv), every "
+             "n meeting the two measured conditions. p_gd_smoothed runs T = n rounds from sufficient statistics "
+             "on the axis instance (pgd_axis_run).", "",
              "| Table 1 row | protocol | eps | AC-SA schedule | expected n-slope | measured | n range (decades) | "
              "expected d-slope | measured (n) | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
@@ -612,7 +758,7 @@ def _regime_report(out_dir, rows, summaries, wall, quick):
             verdict += ", " + ("holds" if s["holds_d"] else "differs") + " (d)"
         if s["decades"] < 1:
             verdict += f"; fitted range only {s['decades']:.1f} decades"
-        sched = s["schedule"] if s["protocol"] not in ("p_sgd", "p_gd_phased") else "-"
+        sched = s["schedule"] if s["protocol"] not in ("p_sgd", "p_gd_phased", "p_gd_smoothed") else "-"
         lines.append(f"| {s['table_row']} | {s['protocol']} | {s['epsilon']:g} | {sched} | {s['expected_n']:.3f} | "
                      f"{s['slope_n']:.3f} | {s['n_range']} ({s['decades']:.1f}) | {s['expected_d']:.3f} | "
                      f"{s['slope_d']:.3f} ({s['n_for_d']}) | {verdict} |")
@@ -623,18 +769,26 @@ def _regime_report(out_dir, rows, summaries, wall, quick):
 
 @register("shuffle-sco-regimes", paper=PAPER,
           description="Table 1 slopes in per-protocol regimes (eps, n-range, AC-SA schedule) where they are measurable")
-def shuffle_sco_regimes(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
-    """The rows of ``shuffle-sco-rates`` whose slopes were not measurable at eps = 0.9 and n <= 3e5, re-run in
-    the regimes of ``REGIMES``; the report is rewritten after every protocol (a cut run keeps its rows)."""
+def shuffle_sco_regimes(out_dir: pathlib.Path, *, quick: bool, seed: int,
+                        protocols: tuple[str, ...] | None = None) -> pathlib.Path:
+    """The rows of ``shuffle-sco-rates`` whose slopes were not measurable at eps = 0.9 and n <= 3e5, and the
+    rows measured only here, re-run in the regimes of ``REGIMES`` (``protocols``: only those, e.g. to add
+    rows to a kept run); the report is rewritten after every protocol (a cut run keeps its rows)."""
+    if protocols is not None:
+        unknown = set(protocols) - {r[0] for r in REGIMES}
+        if unknown:
+            raise ValueError(f"protocols={sorted(unknown)!r} must be among {sorted({r[0] for r in REGIMES})}")
     out_dir = _check_out(out_dir)
     t0 = time.time()
     rows, summaries = [], []
     seeds = 2 if quick else REGIME_SEEDS
-    for protocol, eps, schedule, n_grid, d_grid in REGIMES:
+    for protocol, eps, schedule, n_grid, d_grid, fit in REGIMES:
+        if protocols is not None and protocol not in protocols:
+            continue
         if quick:
             n_grid, d_grid = n_grid[:2], ()
         r, summary = protocol_sweep(protocol, list(n_grid), d_grid, 8, seeds, seed, eps=eps, schedule=schedule,
-                                    ceiling="trivial")
+                                    ceiling="trivial", fit=fit)
         rows += r
         summaries.append(summary)
         _regime_report(out_dir, rows, summaries, time.time() - t0, quick)

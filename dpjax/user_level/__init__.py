@@ -9,7 +9,8 @@ Mechanisms (privacy unit: a user's whole block of m items; replace-one-user neig
   A4b), Algorithm 5 (Strongly-Convex-ERM), Algorithm 6 (Strongly-Convex-SCO), and the idealised M' (B2,
   ``mode='rate-shape'``, not private).
 * ``problems``: losses, user-structured data ``[users, items, dim]`` and generators (exchangeable,
-  heterogeneous, the Appendix D lower-bound instance L1, Lemma 3.8's zero-sum families).
+  heterogeneous, the Appendix D lower-bound instance L1, the convex instance whose curvature is Phased-ERM's
+  lambda (Theorem 4.1's worst-case regime), Lemma 3.8's zero-sum families).
 * ``audit``: exact output laws and hockey-stick divergences of Algorithm 1, exact Lemma 3.8 tails.
 
 Accounting (pure Python) is in ``dpjax.accounting.user_level``: ``privacy(mechanism, epsilon, delta, n=, m=,
@@ -20,10 +21,10 @@ from dpjax.user_level.mechanisms import (BOTTOM, NOT_RELEASABLE, OK, Domain, Rel
                                          output_perturbation, replace_output_pert, sc_output_pert,
                                          sc_output_pert_certified, stable_table)
 from dpjax.user_level.phased import (phased_erm, phased_sco, strongly_convex_erm, strongly_convex_sco)
-from dpjax.user_level.problems import Loss, exchangeable, lower_bound_instance
+from dpjax.user_level.problems import Loss, convex_rate_instance, exchangeable, lower_bound_instance
 from dpjax.user_level.tdlap import tdlap_sample
 
 __all__ = ["BOTTOM", "NOT_RELEASABLE", "OK", "Domain", "Release", "del_output_pert", "output_perturbation",
            "replace_output_pert", "sc_output_pert", "sc_output_pert_certified", "stable_table", "phased_erm",
-           "phased_sco", "strongly_convex_erm", "strongly_convex_sco", "Loss", "exchangeable",
+           "phased_sco", "strongly_convex_erm", "strongly_convex_sco", "Loss", "convex_rate_instance", "exchangeable",
            "lower_bound_instance", "tdlap_sample"]

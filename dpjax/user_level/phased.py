@@ -96,17 +96,34 @@ def _groups(n, m, epsilon, delta, variant, min_group=None):
 @functools.partial(jax.jit, static_argnames=("loss", "iters"))
 def _rate_shape_scan(loss: Loss, x, y, weights, lambdas, sigmas, base_centers, base_radii, theta0, key,
                      iters: int = solver.SOLVER_ITERS):
-    """M': theta_i = proj_K(theta*_i + sigma_i N(0, I)) for i = 1..T (one scan; ``weights`` [T, n])."""
+    """M': theta_i = proj_K(theta*_i + sigma_i N(0, I)) for i = 1..T (one scan; ``weights`` [T, users]).
+
+    ``x`` is ``[n, m, d]`` (every phase sees all users, Phased-ERM) or ``[T, users per group, m, d]`` (phase i
+    sees only its own group, Phased-SCO: the same objective as masking the full data, at 1/T of the cost)."""
+    per_phase = x.ndim == 4
 
     def phase(theta_prev, inputs):
-        i, w, lam, sigma = inputs
-        star = solver.argmin(loss, x, y, w, lam, theta_prev, base_centers, base_radii, iters)
+        i, w, lam, sigma = inputs[:4]
+        xi, yi = inputs[4:] if per_phase else (x, y)
+        star = solver.argmin(loss, xi, yi, w, lam, theta_prev, base_centers, base_radii, iters)
         noise = sigma * jax.random.normal(jax.random.fold_in(key, i), theta_prev.shape, theta_prev.dtype)
         return solver.project_balls(star + noise, base_centers, base_radii), star
 
     idx = jnp.arange(1, lambdas.shape[0] + 1)
-    theta, stars = jax.lax.scan(phase, theta0, (idx, weights, lambdas, sigmas))
+    theta, stars = jax.lax.scan(phase, theta0, (idx, weights, lambdas, sigmas) + ((x, y) if per_phase else ()))
     return theta, stars
+
+
+def _group_stack(x, y, groups):
+    """Phased-SCO's disjoint groups stacked as ``[T, largest group, m, d]`` (shorter groups padded with weight-0
+    users), with their ``[T, largest group]`` weights."""
+    size = max(hi - lo for lo, hi in groups)
+    xs = np.zeros((len(groups), size) + x.shape[1:])
+    ys = np.zeros((len(groups), size) + y.shape[1:])
+    weights = np.zeros((len(groups), size))
+    for i, (lo, hi) in enumerate(groups):
+        xs[i, : hi - lo], ys[i, : hi - lo], weights[i, : hi - lo] = x[lo:hi], y[lo:hi], 1.0
+    return xs, ys, weights
 
 
 def rate_shape_many(keys, loss: Loss, x, y, domain: mech.Domain, weights, lambdas, sigmas, theta0=None,
@@ -184,11 +201,9 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
     lambdas = phase_lambdas(lam, t)
     if mode == "rate-shape":
         sizes = np.array([hi - lo for lo, hi in groups], np.float64)
-        weights = np.zeros((t, n))
-        for i, (lo, hi) in enumerate(groups):
-            weights[i, lo:hi] = 1.0
+        xs, ys, weights = _group_stack(np.asarray(x), np.asarray(y), groups)
         sigmas = rho * 2 * g / (lambdas * sizes * math.sqrt(m))
-        theta = rate_shape_many(key[None], loss, x, y, domain, weights, lambdas, sigmas)[0]
+        theta = rate_shape_many(key[None], loss, xs, ys, domain, weights, lambdas, sigmas)[0]
         return PhasedResult(theta, mech.OK, (), f"{variant} rate-shape (not private)")
     res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k)
     return dataclasses.replace(res, variant=variant)

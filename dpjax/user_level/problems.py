@@ -168,9 +168,50 @@ def lower_bound_instance(n: int, m: int, d: int, seed: int, *, lipschitz: float 
     sigma_d = big_b / (1000 * math.sqrt(d))
     rng = np.random.default_rng(seed)
     chi = rng.uniform(-psi * sigma_d / math.sqrt(m), psi * sigma_d / math.sqrt(m), size=d)
-    z = chi + sigma_d * rng.normal(size=(n, m, d))
-    z = z * (np.linalg.norm(z, axis=-1, keepdims=True) <= big_b)
-    return z, chi, sigma_d, big_b
+    return _truncated_gaussian(rng, chi, sigma_d, (n, m), big_b), chi, sigma_d, big_b
+
+
+def _truncated_gaussian(rng, chi, sigma, shape, bound):
+    """Definition D.1: Z 1[||Z|| <= bound] with Z ~ N(chi, sigma^2 I)."""
+    z = chi + sigma * rng.normal(size=shape + (len(chi),))
+    return z * (np.linalg.norm(z, axis=-1, keepdims=True) <= bound)
+
+
+def convex_rate_instance(n: int, m: int, d: int, seed: int, *, rho: float = 1.0, radius: float = 1.0,
+                         lipschitz: float = 1.0, offset: float = 0.5):
+    """Theorem 4.1's worst-case regime for Phased-ERM (Algorithm 3): a convex G-Lipschitz ERM instance whose
+    curvature equals the cell's lambda = (G/R) rho sqrt(d)/(n sqrt(m)) (R = 2 ``radius``, the diameter of K).
+
+    Loss ``zeta ||theta - x||^2`` with 2 zeta = mu = lambda (the Appendix D loss, with mu tied to lambda instead of
+    to G/R: Phased-ERM's excess on it is Theta(mu R^2) when mu ~ lambda and smaller for any other mu -- ~mu R^2
+    below, the strongly convex rate G^2 d/(mu n^2 m) above -- so mu = lambda puts the instance where the bound
+    R G sqrt(d)/(n sqrt(m)) is attained up to a constant). Data: x_ij ~ N^tr(chi, s^2 I; B) (Definition D.1) with
+    chi = ``offset`` radius u (u a uniform unit vector from its own stream, the same for every (n, m) of a seed),
+    s = radius/sqrt(d) and B = G/mu - radius, so the gradient mu (theta - x) has norm <= mu (radius + B) = G on
+    K = B(0, radius). The ERM minimiser is the item mean x_bar (inside K w.h.p.; the caller checks).
+
+    Returns ``(x [n, m, d], chi, mu, B)``; the loss is ``Loss('squared', radius=radius, zeta=mu/2)`` with G =
+    ``lipschitz`` (``Loss.lipschitz`` assumes ||x|| <= 1 and does not apply here).
+    """
+    from dpjax.user_level.phased import erm_lambda  # phased imports this module
+
+    n = v.check_int("n", n, min_value=1)
+    m = v.check_int("m", m, min_value=1)
+    d = v.check_int("d", d, min_value=1)
+    v.check_positive("rho", rho)
+    v.check_positive("radius", radius)
+    v.check_positive("lipschitz", lipschitz)
+    if not 0 <= offset < 1:
+        raise ValueError(f"offset={offset} must be in [0, 1)")
+    mu = erm_lambda(lipschitz, 2 * radius, n, m, d, rho)
+    big_b = lipschitz / mu - radius
+    if big_b <= radius:
+        raise ValueError(f"rho={rho}: lambda = {mu:.3g} leaves no room for data (G/lambda - radius = {big_b:.3g} must "
+                         f"be > radius = {radius}); rho sqrt(d)/(n sqrt(m)) must be < 1")
+    u = np.random.default_rng([seed, 2]).normal(size=d)
+    chi = offset * radius * u / np.linalg.norm(u)
+    x = _truncated_gaussian(np.random.default_rng(seed), chi, radius / math.sqrt(d), (n, m), big_b)
+    return x, chi, mu, big_b
 
 
 def zero_sum_family(kind: str, size: int, d: int, lipschitz: float, seed: int) -> np.ndarray:

@@ -23,7 +23,7 @@ XLA:CPU: its convolution canonicalisation pass (``ConvCanonicalization``, which
 rewrites a convolution into the NHWC/HWIO layout that its fast Eigen/YNNPACK
 kernels need) visits only the entry computation, so the backward-pass
 convolutions of a gradient inside a ``scan`` body fall back to the naive
-elemental emitter (10-80x slower on the MNIST CNN; jax-ml/jax#12868). In the
+elemental emitter (2-85x slower per convolution on the MNIST CNN; jax-ml/jax#12868). In the
 host loop every round is an entry computation.
 """
 

@@ -231,3 +231,40 @@ def test_shared_key_grid_equals_runs_with_that_key(algo, data):
         np.testing.assert_allclose(grid.output[i], single.output, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="shared_key"):
         run_many(algo, data, stack_hparams([MbSgdHParams.create(*c) for c in configs]), jax.random.split(key, 3), shared_key=True)
+
+
+def test_host_round_loop_equals_scan(algo, data):
+    """round_loop="host" runs the same rounds with the same keys: outputs, per-round metrics and the
+    eval schedule equal the scan's (float32 round-off only: XLA compiles the two programs separately)."""
+    x, y, m = data.pooled()
+    configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5)]
+    hps = stack_hparams([MbSgdHParams.create(*c) for c in configs])
+    run_keys = jax.random.split(jax.random.key(13), len(configs))
+    kw = dict(eval_fn=lambda p, d: algo.problem.evaluate(p, *d), eval_data=(x, y, m), eval_every=5)
+    scan = run_many(algo, data, hps, run_keys, **kw)
+    host = run_many(algo, data, hps, run_keys, round_loop="host", **kw)
+    np.testing.assert_allclose(host.output, scan.output, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(host.eval_rounds, scan.eval_rounds)
+    assert host.eval_metrics["loss"].shape == scan.eval_metrics["loss"].shape == (3, 3)
+    np.testing.assert_allclose(host.eval_metrics["loss"], scan.eval_metrics["loss"], rtol=1e-5)
+    assert set(host.round_metrics) == set(scan.round_metrics)
+    for k, v in scan.round_metrics.items():
+        assert host.round_metrics[k].shape == v.shape == (3, algo.num_rounds)
+        np.testing.assert_array_equal(host.round_metrics[k], v)  # integer/boolean metrics: exact
+    single = run(algo, data, MbSgdHParams.create(*configs[1]), run_keys[1], round_loop="host")
+    np.testing.assert_allclose(single.output, scan.output[1], rtol=1e-5, atol=1e-6)
+    assert single.round_metrics["num_available"].shape == (algo.num_rounds,)
+    with pytest.raises(ValueError, match="round_loop"):
+        run(algo, data, MbSgdHParams.create(*configs[1]), run_keys[1], round_loop="while")
+
+
+def test_host_round_loop_reports_nonfinite_round(data):
+    algo = NoisyMbSgd(LinearRegression(DIM), num_rounds=10, batch_size=5, private=False)
+    xs, _ = _silos()
+    big = SiloData.from_silos([1e3 * x for x in xs], [1e3 * np.ones(len(x), np.float32) for x in xs])
+    hps = stack_hparams([MbSgdHParams.create(1e-9), MbSgdHParams.create(100.0)])
+    ks = jax.random.split(jax.random.key(0), 2)
+    scan = run_many(algo, big, hps, ks, on_nonfinite="mark")
+    host = run_many(algo, big, hps, ks, on_nonfinite="mark", round_loop="host")
+    np.testing.assert_array_equal(host.diverged_round, scan.diverged_round)
+    assert host.diverged_round[1] >= 0

@@ -262,7 +262,9 @@ class DpSgdGeneral(FamilyBase):
             return (w, opt_state, optax.tree.add(total, u)), None
 
         init = (params, self.local_optimizer.init(params), optax.tree.zeros_like(params))
-        (_, _, total), _ = jax.lax.scan(step, init, (xs, ys))
+        # Unrolled: a convolution's gradient inside a loop body misses XLA:CPU's fast kernels
+        # (see dpjax.engine.runner, round_loop="host"); s / local_batch_size steps are few.
+        (_, _, total), _ = jax.lax.scan(step, init, (xs, ys), unroll=True)
         return total
 
     def clipped_terms_sum(self, params, xb, yb, mask, hp: DpSgdHParams, keep=None):

@@ -16,6 +16,15 @@ Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing
 else is random. After the compiled program returns, the host checks every run
 for NaN/inf and for broken sampling assumptions and raises an error naming the
 run and the round rather than returning a silently broken result.
+
+``round_loop="host"`` runs the same rounds as one compiled call per round from a
+Python loop instead of one ``lax.scan``. Use it for convolutional networks on
+XLA:CPU: its convolution canonicalisation pass (``ConvCanonicalization``, which
+rewrites a convolution into the NHWC/HWIO layout that its fast Eigen/YNNPACK
+kernels need) visits only the entry computation, so the backward-pass
+convolutions of a gradient inside a ``scan`` body fall back to the naive
+elemental emitter (2-85x slower per convolution on the MNIST CNN; jax-ml/jax#12868). In the
+host loop every round is an entry computation.
 """
 
 from __future__ import annotations
@@ -124,6 +133,55 @@ def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, 
     return jax.jit(fn)
 
 
+ROUND_LOOPS = ("scan", "host")
+
+
+@functools.lru_cache(maxsize=64)
+def _host_loop_programs(algorithm, eval_fn, batched: bool, params_axis, data_axis, key_axis=0):
+    """``(init, round, output, evaluate)`` jitted separately for ``round_loop="host"``; a round is
+    ``_run_single``'s ``one_round`` with the same round key, so only XLA's compilation differs."""
+
+    def init(params, hparams, data, run_key):
+        return algorithm.init(params, hparams, data, run_key)
+
+    def one_round(state, data, run_key, r):
+        state, metrics = algorithm.step(state, data, keys.round_key(run_key, r))
+        metrics = dict(metrics)
+        metrics["finite"] = tree_all_finite(algorithm.params(state))
+        return state, metrics
+
+    output = algorithm.output_params
+
+    def evaluate(state, eval_data):
+        return eval_fn(algorithm.output_params(state), eval_data) if eval_fn is not None else {}
+
+    if batched:
+        init = jax.vmap(init, in_axes=(params_axis, 0, data_axis, key_axis))
+        one_round = jax.vmap(one_round, in_axes=(0, data_axis, key_axis, None))
+        output = jax.vmap(output)
+        evaluate = jax.vmap(evaluate, in_axes=(0, data_axis))
+    return jax.jit(init), jax.jit(one_round), jax.jit(output), jax.jit(evaluate)
+
+
+def _run_host_loop(algorithm, eval_fn, eval_every, batched, params_axis, data_axis, key_axis,
+                   params, hparams, data, eval_data, run_key):
+    """``round_loop="host"``: the rounds of ``_run_single`` from a Python loop (same outputs)."""
+    init, one_round, output, evaluate = _host_loop_programs(algorithm, eval_fn, batched, params_axis, data_axis, key_axis)
+    state = init(params, hparams, data, run_key)
+    eval_points = set(eval_schedule(algorithm.num_rounds, eval_every).tolist()) if eval_fn else set()
+    round_metrics, evals = [], []
+    for r in range(algorithm.num_rounds):
+        state, metrics = one_round(state, data, run_key, jnp.int32(r))
+        round_metrics.append(metrics)
+        if r + 1 in eval_points:
+            evals.append(evaluate(state, eval_data))
+    axis = 1 if batched else 0
+    stack = lambda *xs: jnp.stack(xs, axis=axis)  # noqa: E731  (rounds / evaluations axis, as scan's)
+    round_metrics = jax.tree_util.tree_map(stack, *round_metrics)
+    evals = jax.tree_util.tree_map(stack, *evals) if evals else {}
+    return state, output(state), round_metrics, evals
+
+
 def _check_keys(name: str, value, batch_ndim: int) -> None:
     """``value`` is a PRNG key array with ``batch_ndim`` leading axes: typed (``jax.random.key``)
     or raw ``uint32 [..., 2]`` (``jax.random.PRNGKey``)."""
@@ -198,6 +256,7 @@ def run(
     eval_data: PyTree = None,
     eval_every: int | None = None,
     on_nonfinite: str = "raise",
+    round_loop: str = "scan",
 ) -> RunResult:
     """Runs ``algorithm.num_rounds`` rounds of one configuration.
 
@@ -211,15 +270,22 @@ def run(
         evaluated every ``eval_every`` rounds and after the last round.
       on_nonfinite: ``"raise"`` (default) raises ``NonFiniteError`` naming the
         round; ``"mark"`` returns the result with ``diverged_round`` set.
+      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or
+        ``"host"`` (one compiled call per round; for CNNs on CPU, see the module
+        docstring). Same rounds and keys; float results may differ in the last bits.
     """
     _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
+    _validate.check_choice("round_loop", round_loop, ROUND_LOOPS)
     _check_eval_every(algorithm, eval_every)
     _check_keys("key", key, 0)
     _check_data(algorithm, data, batched=False)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
-    fn = compiled_runner(algorithm, eval_fn, eval_every, False, None, None)
-    out = fn(params, hparams, data, eval_data, key)
+    if round_loop == "host":
+        out = _run_host_loop(algorithm, eval_fn, eval_every, False, None, None, None,
+                             params, hparams, data, eval_data, key)
+    else:
+        out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None)(params, hparams, data, eval_data, key)
     eval_rounds = eval_schedule(algorithm.num_rounds, eval_every) if eval_fn else np.array([], int)
     return _finish(out, hparams, on_nonfinite, batched=False, eval_rounds=eval_rounds)
 
@@ -238,6 +304,7 @@ def run_many(
     eval_every: int | None = None,
     on_nonfinite: str = "raise",
     shared_key: bool = False,
+    round_loop: str = "scan",
 ) -> RunResult:
     """Runs a batch of independent configurations as one compiled program.
 
@@ -252,8 +319,11 @@ def run_many(
     draws). The draws are then computed once, not per run, which on a grid of
     step sizes / noise levels over shared data turns per-run matrix-vector
     products into one matrix-matrix product.
+
+    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs).
     """
     _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
+    _validate.check_choice("round_loop", round_loop, ROUND_LOOPS)
     _check_eval_every(algorithm, eval_every)
     _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
     num_runs = jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0]
@@ -268,9 +338,11 @@ def run_many(
         params = algorithm.problem.init_params(keys.run_stream_key(keys_ if shared_key else keys_[0], "local"))
         params_batched = False
     data_axis = 0 if data_batched else None
-    fn = compiled_runner(algorithm, eval_fn, eval_every, True, 0 if params_batched else None, data_axis,
-                         None if shared_key else 0)
-    out = fn(params, hparams, data, eval_data, keys_)
+    axes = (0 if params_batched else None, data_axis, None if shared_key else 0)
+    if round_loop == "host":
+        out = _run_host_loop(algorithm, eval_fn, eval_every, True, *axes, params, hparams, data, eval_data, keys_)
+    else:
+        out = compiled_runner(algorithm, eval_fn, eval_every, True, *axes)(params, hparams, data, eval_data, keys_)
     eval_rounds = eval_schedule(algorithm.num_rounds, eval_every) if eval_fn else np.array([], int)
     return _finish(out, hparams, on_nonfinite, batched=True, eval_rounds=eval_rounds)
 

@@ -147,7 +147,7 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     import jax
 
     from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
-    from dpjax.engine import SiloData, run_many, stack_hparams
+    from dpjax.engine import SiloData, stack_hparams
     from dpjax.problems import FlaxProblem
 
     cfg = {**(QUICK if quick else FULL), **(config or {})}
@@ -181,9 +181,8 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
             t0, c0 = time.perf_counter(), time.process_time()
             for s in range(cfg["seeds"]):
                 keys = jax.random.split(jax.random.key(seed * 1000 + s), len(grid))
-                res = run_many(alg, data, hps, keys, eval_fn=eval_fn, eval_data=(xte, yte), on_nonfinite="mark")
-                acc = np.asarray(res.eval_metrics["test_accuracy"])[:, -1]
-                for (lr, c), a, bad in zip(grid, acc, np.asarray(res.diverged_round)):
+                acc, diverged = train_grid(alg, data, hps, keys, eval_fn, (xte, yte))
+                for (lr, c), a, bad in zip(grid, acc, diverged):
                     rows.append({"variant": name, "epochs": epochs, "learning_rate": lr, "clip_norm": c,
                                  "sigma": SIGMA if private else 0.0, "seed": s,
                                  "test_accuracy": float(a) if bad < 0 else float("nan")})
@@ -209,6 +208,30 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     plot(out / "dpsgd_mnist.png", best, privacy)
     return write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings)
+
+
+def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np.ndarray]:
+    """Final test accuracy and first diverged round (-1: none) of every run of the grid.
+
+    On an accelerator the runs are vmapped in one compiled scan over the rounds (``run_many``).
+    On CPU every round is its own compiled call (``round_loop="host"``: XLA:CPU leaves the CNN's
+    gradient convolutions inside a loop body on its naive emitter, see ``dpjax.engine.runner``)
+    and the runs go one after the other: vmapping the runs turns each convolution into a grouped
+    one over per-run kernels, which XLA:CPU runs about 1.3x slower than the runs one by one
+    (``experiments/benchmarks/bench_dpsgd_quick_variants.py --host-single``).
+    """
+    import jax
+
+    from dpjax.engine import run, run_many
+
+    kw = dict(eval_fn=eval_fn, eval_data=eval_data, on_nonfinite="mark")
+    if jax.default_backend() != "cpu":
+        res = run_many(alg, data, hps, keys, **kw)
+        return np.asarray(res.eval_metrics["test_accuracy"])[:, -1], np.asarray(res.diverged_round)
+    results = [run(alg, data, jax.tree_util.tree_map(lambda a, i=i: a[i], hps), keys[i], round_loop="host", **kw)
+               for i in range(len(keys))]
+    return (np.array([r.eval_metrics["test_accuracy"][-1] for r in results]),
+            np.array([r.diverged_round for r in results]))
 
 
 def _write_tables(out: pathlib.Path, rows: list[dict], privacy: dict[str, list[dict]]) -> None:

@@ -51,3 +51,42 @@ def test_parts_merge_into_one_run_and_the_report_states_the_gap(tmp_path):
     assert "| BC-SH | 4 | 4.000 |" in report and "summed over 2 processes" in report
     with pytest.raises(ValueError, match="never overwritten"):
         exp.merge_parts(tmp_path / "out", [ic, bc])
+
+
+def test_train_grid_on_cpu_equals_the_vmapped_scan():
+    """On CPU the grid runs one by one with a host round loop (fast convolution kernels); it trains
+    the same models as run_many's vmapped scan: equal final accuracies and divergence flags (the
+    parameters agree to float32 round-off, far below one test image's share of the accuracy)."""
+    import jax
+    import numpy as np
+
+    from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
+    from dpjax.engine import SiloData, run_many, stack_hparams
+    from dpjax.problems import FlaxProblem
+
+    import flax.linen as nn
+
+    class TinyCNN(nn.Module):  # a convolution and a dense layer: compiles in seconds
+        @nn.compact
+        def __call__(self, x):
+            x = nn.tanh(nn.Conv(4, (3, 3), padding="VALID")(x))
+            return nn.Dense(10)(x.reshape(x.shape[:-3] + (-1,)))
+
+    assert jax.default_backend() == "cpu"
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 48).astype(np.int32)
+    problem = FlaxProblem(TinyCNN(), (8, 8, 1), "softmax")
+    alg = DpSgdGeneral.for_epochs(problem, 32, 1, subset_size=4, num_subsets=4)  # batch clipping, 2 rounds
+    data = SiloData.from_silos([x[:32]], [y[:32]])
+    hps = stack_hparams([DpSgdHParams.create(lr, 1.0, 0.5) for lr in (0.3, 3e38)])  # the second run overflows
+    keys = jax.random.split(jax.random.key(4), 2)
+
+    def eval_fn(params, ed):
+        return {"test_accuracy": 1.0 - problem.evaluate(params, ed[0], ed[1])["error"]}
+
+    acc, diverged = exp.train_grid(alg, data, hps, keys, eval_fn, (x[32:], y[32:]))
+    ref = run_many(alg, data, hps, keys, eval_fn=eval_fn, eval_data=(x[32:], y[32:]), on_nonfinite="mark")
+    np.testing.assert_array_equal(diverged, ref.diverged_round)
+    assert diverged[0] == -1 and diverged[1] >= 0
+    assert acc[0] == ref.eval_metrics["test_accuracy"][0, -1]

@@ -140,7 +140,7 @@ class _Sweep:
         data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
         kd = np.stack([np.stack([program.run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
-        return hp, data, eval_data, kd
+        return hp, data, eval_data, kd, None  # initial parameters from each run key
 
     def executor(self, g: plan_lib.Group, shape) -> program.ChunkExecutor:
         if g.index not in self._executors:

@@ -56,36 +56,64 @@ def _first_true(flags: jax.Array) -> jax.Array:
     return jnp.where(jnp.any(flags, axis=-1), jnp.argmax(flags, axis=-1), -1).astype(jnp.int32)
 
 
-def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_width: int):
-    """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc]) -> results``.
+def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_width: int, *,
+                  trial_axis: bool = True, common_keys: bool = True, initial_params: bool = False):
+    """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc], params) -> results``.
+
+    Options (static; each changes the program, so results are bit-identical
+    only within one choice):
+
+    * ``trial_axis=False``: ``data``/``eval_data`` carry no trial axis (one
+      data split per call, ``Tc = 1``; trials are separate calls of the same
+      compiled program);
+    * ``common_keys=False``: one key per run, ``keydata[Tc,Sc,Hc]``, instead of
+      one key per repetition shared by its configurations;
+    * ``initial_params=True``: ``params`` (no leading axes) is every run's
+      starting point; otherwise ``problem.init_params`` of the run key's
+      ``"local"`` stream and ``params`` is ``None``.
 
     Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...],
     "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
     """
     tc, sc, hc = shape
     problem = algorithm.problem
+    if not trial_axis and tc != 1:
+        raise ValueError(f"shape={shape}: without a trial axis a chunk holds one trial")
+    if not common_keys and sc != 1:
+        raise ValueError(f"shape={shape}: with one key per run, repetitions are lanes (Sc = 1)")
 
-    def one_run(hp, data, eval_data, kd):
+    def one_run(hp, data, eval_data, kd, params):
         key = jax.random.wrap_key_data(kd)
-        params = problem.init_params(keys.run_stream_key(key, "local"))
+        if not initial_params:
+            params = problem.init_params(keys.run_stream_key(key, "local"))
         _, _, round_metrics, evals = runner._run_single(algorithm, eval_fn, eval_every, params, hp, data, eval_data, key)
         diverged = _first_true(~round_metrics["finite"])
         overflow = round_metrics.get("sampling_overflow")
         overflow = _first_true(overflow.reshape(overflow.shape[0], -1).any(-1)) if overflow is not None else jnp.int32(-1)
         return {"diverged_round": diverged, "overflow_round": overflow, "evals": evals}
 
-    def over_configs(hp_t, data, eval_data, kd):
-        f = lambda hp: one_run(hp, data, eval_data, kd)
+    def over_configs(hp_t, data, eval_data, kd, params):
+        if common_keys:
+            f = lambda hp: one_run(hp, data, eval_data, kd, params)
+            xs = hp_t
+        else:
+            f = lambda a: one_run(a[0], data, eval_data, a[1], params)
+            xs = (hp_t, kd)
         if vmap_width >= hc:
-            return jax.vmap(f)(hp_t)
-        return jax.lax.map(f, hp_t, batch_size=vmap_width)
+            return jax.vmap(f)(xs)
+        return jax.lax.map(f, xs, batch_size=vmap_width)
 
-    def over_reps(hp_t, data, eval_data, kds):
-        f = lambda kd: over_configs(hp_t, data, eval_data, kd)
+    def over_reps(hp_t, data, eval_data, kds, params):
+        if not common_keys:  # one key per lane: repetitions are lanes, the axis has length 1
+            return jax.tree_util.tree_map(lambda a: a[None], over_configs(hp_t, data, eval_data, kds[0], params))
+        f = lambda kd: over_configs(hp_t, data, eval_data, kd, params)
         return jax.vmap(f)(kds) if vmap_width >= hc * sc else jax.lax.map(f, kds)
 
-    def over_trials(hp, data, eval_data, kds):
-        f = lambda a: over_reps(*a)
+    def over_trials(hp, data, eval_data, kds, params):
+        if not trial_axis:
+            first = lambda tree: jax.tree_util.tree_map(lambda a: a[0], tree)
+            return jax.tree_util.tree_map(lambda a: a[None], over_reps(first(hp), data, eval_data, kds[0], params))
+        f = lambda a: over_reps(*a, params)
         args = (hp, data, eval_data, kds)
         return jax.vmap(f)(args) if vmap_width >= hc * sc * tc else jax.lax.map(f, args)
 
@@ -93,9 +121,9 @@ def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], v
 
 
 @functools.lru_cache(maxsize=32)
-def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple):
+def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, options: tuple = ()):
     mesh = Mesh(np.array(devices), ("runs",))
-    inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width)
+    inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width, **dict(options))
 
     def per_device(*args):
         local = jax.tree_util.tree_map(lambda a: a[0], args)
@@ -106,12 +134,18 @@ def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple):
 
 
 class ChunkExecutor:
-    """Compiles a group's chunk program once and runs chunks (``len(devices)`` at a time)."""
+    """Compiles a group's chunk program once and runs chunks (``len(devices)`` at a time).
 
-    def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices):
+    ``options``: the static options of ``make_chunk_fn`` (``trial_axis``,
+    ``common_keys``, ``initial_params``). Arguments are
+    ``(hp, data, eval_data, keydata, params)`` with a leading device axis.
+    """
+
+    def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, **options):
         self.devices = tuple(devices)
         self.shape = tuple(shape)
-        self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices)
+        self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices,
+                           tuple(sorted(options.items())))
         self.fn, self.mesh = _sharded(*self.static_key)
         self.sharding = NamedSharding(self.mesh, P("runs"))
         self._compiled = None

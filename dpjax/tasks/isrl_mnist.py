@@ -164,7 +164,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     from dpjax import keys
     from dpjax.accounting import GaussianSchedule, calibrate_noise, compute_epsilon, isrl_experiment_calibration
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import SiloData, run_many, stack_hparams
+    from dpjax.engine import SiloData, stack_hparams
+    from dpjax.sweep import run_grid
     from dpjax.primitives import FixedAvailability
     from dpjax.problems import LogisticRegression
 
@@ -222,8 +223,10 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
 
     def sweep(algorithm, noise_std):
         hps = stack_hparams([MbSgdHParams.create(lr, noise_std, lipschitz) for lr, _ in grid])
-        res = run_many(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data, on_nonfinite="mark")
-        final = {k: v[:, -1] for k, v in res.eval_metrics.items()}
+        # One key per lane, all runs in one chunk (the grid's historical program; its numbers are pinned).
+        res = run_grid(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data,
+                       common_random_numbers=False, chunk_size=len(grid))
+        final = {k: v[:, -1] for k, v in res.evals.items()}
         diverged = np.asarray(res.diverged_round) >= 0
         for k in final:  # diverged runs count as infinitely bad (paper protocol)
             final[k] = np.where(diverged | ~np.isfinite(final[k]), np.inf, final[k])

@@ -823,7 +823,8 @@ def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: boo
 
 
 @register("isrl-mnist", paper=PAPER, constructions=("paper", "authors"),
-          description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε")
+          description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε "
+                      "(the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)")
 def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
                       data_dir=None) -> pathlib.Path:
     data_note = ("Silos drawn without replacement across silos (disjoint silos, disjoint train/test)."

@@ -134,21 +134,18 @@ def run_grid(
     evals: dict[str, np.ndarray] = {}
     for start in range(0, len(chunks), len(devices)):
         batch = chunks[start:start + len(devices)]
-        per_device = [chunk_args(m) for m in batch]
-        per_device += [per_device[-1]] * (len(devices) - len(per_device))  # idle devices redo the last chunk
-        out = executor(jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *per_device))
-        for d, members in enumerate(batch):
+        for members, out in zip(batch, executor.run_chunks([chunk_args(m) for m in batch])):
             real = len(members)
-            overflow = np.asarray(out["overflow_round"][d, 0, 0, :real])
+            overflow = np.asarray(out["overflow_round"][0, 0, :real])
             if (overflow >= 0).any():
                 lane = int(np.argmax(overflow >= 0))
                 raise runner.SamplingOverflowError(
                     f"run {members[lane]}: a Poisson batch overflowed its buffer at round {int(overflow[lane])}; "
                     "the batch was truncated and the Poisson privacy analysis does not apply. "
                     "Increase the sampler's capacity.")
-            diverged[members] = out["diverged_round"][d, 0, 0, :real]
+            diverged[members] = out["diverged_round"][0, 0, :real]
             for m, arr in out["evals"].items():
-                arr = np.asarray(arr[d, 0, 0, :real])
+                arr = np.asarray(arr[0, 0, :real])
                 if m not in evals:
                     evals[m] = np.empty((num_runs,) + arr.shape[1:], arr.dtype)
                 evals[m][members] = arr

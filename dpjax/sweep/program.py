@@ -63,11 +63,12 @@ def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], v
     Options (static; each changes the program, so results are bit-identical
     only within one choice):
 
-    * ``trial_axis=False``: ``data``/``eval_data`` carry no trial axis (one
-      data split per call, ``Tc = 1``; trials are separate calls of the same
-      compiled program);
-    * ``common_keys=False``: one key per run, ``keydata[Tc,Sc,Hc]``, instead of
-      one key per repetition shared by its configurations;
+    * ``trial_axis=False``: a chunk is the runs of one data split and one
+      repetition (``Tc = Sc = 1``), vmapped directly: ``data``/``eval_data``
+      carry no trial axis and no size-1 trial or repetition ``vmap`` is added
+      (it would change XLA's batched products and so the last bits);
+    * ``common_keys=False`` (only without a trial axis): one key per run,
+      ``keydata[1,1,Hc]``, instead of one key shared by the chunk;
     * ``initial_params=True``: ``params`` (no leading axes) is every run's
       starting point; otherwise ``problem.init_params`` of the run key's
       ``"local"`` stream and ``params`` is ``None``.
@@ -77,10 +78,10 @@ def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], v
     """
     tc, sc, hc = shape
     problem = algorithm.problem
-    if not trial_axis and tc != 1:
-        raise ValueError(f"shape={shape}: without a trial axis a chunk holds one trial")
-    if not common_keys and sc != 1:
-        raise ValueError(f"shape={shape}: with one key per run, repetitions are lanes (Sc = 1)")
+    if not trial_axis and (tc, sc) != (1, 1):
+        raise ValueError(f"shape={shape}: without a trial axis a chunk holds one trial and one repetition")
+    if trial_axis and not common_keys:
+        raise ValueError("common_keys=False needs trial_axis=False (one key per lane)")
 
     def one_run(hp, data, eval_data, kd, params):
         key = jax.random.wrap_key_data(kd)
@@ -104,15 +105,14 @@ def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], v
         return jax.lax.map(f, xs, batch_size=vmap_width)
 
     def over_reps(hp_t, data, eval_data, kds, params):
-        if not common_keys:  # one key per lane: repetitions are lanes, the axis has length 1
-            return jax.tree_util.tree_map(lambda a: a[None], over_configs(hp_t, data, eval_data, kds[0], params))
         f = lambda kd: over_configs(hp_t, data, eval_data, kd, params)
         return jax.vmap(f)(kds) if vmap_width >= hc * sc else jax.lax.map(f, kds)
 
     def over_trials(hp, data, eval_data, kds, params):
         if not trial_axis:
             first = lambda tree: jax.tree_util.tree_map(lambda a: a[0], tree)
-            return jax.tree_util.tree_map(lambda a: a[None], over_reps(first(hp), data, eval_data, kds[0], params))
+            out = over_configs(first(hp), data, eval_data, kds[0, 0], params)
+            return jax.tree_util.tree_map(lambda a: a[None, None], out)
         f = lambda a: over_reps(*a, params)
         args = (hp, data, eval_data, kds)
         return jax.vmap(f)(args) if vmap_width >= hc * sc * tc else jax.lax.map(f, args)
@@ -131,6 +131,11 @@ def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, 
 
     fn = jax.shard_map(per_device, mesh=mesh, in_specs=P("runs"), out_specs=P("runs"), check_vma=False)
     return jax.jit(fn), mesh
+
+
+def stack_devices(per_device: list):
+    """Stacks per-device chunk arguments on a leading device axis."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *per_device)
 
 
 class ChunkExecutor:
@@ -170,6 +175,17 @@ class ChunkExecutor:
             return int(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes)
         except Exception:  # not every backend reports it
             return None
+
+    def run_chunks(self, chunk_args: list) -> list:
+        """Runs up to ``len(devices)`` chunks at once, one per device; returns their outputs in order.
+
+        Idle devices redo the last chunk (same program, discarded output).
+        """
+        if not 1 <= len(chunk_args) <= len(self.devices):
+            raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
+        padded = list(chunk_args) + [chunk_args[-1]] * (len(self.devices) - len(chunk_args))
+        out = self(stack_devices(padded))
+        return [jax.tree_util.tree_map(lambda a: a[i], out) for i in range(len(chunk_args))]
 
     def __call__(self, args) -> Any:
         """``args`` leaves have a leading axis ``len(devices)`` (one chunk per device)."""

@@ -27,12 +27,14 @@ def _synthetic_silos(num_silos=6, n=50, d=20, seed=0):
 
 
 def isrl_grid() -> dict[str, np.ndarray]:
-    """``isrl_protocol.run_grid``: MB-SGD and Local SGD families, two repetitions, chunks of 5 (padded)."""
+    """``isrl_protocol.run_grid``: MB-SGD (binary and multiclass) and Local SGD families, two repetitions,
+    chunks of 5 (padded)."""
     from dpjax import keys
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.engine import SiloData
-    from dpjax.problems import LogisticRegression
+    from dpjax.primitives import FixedAvailability
+    from dpjax.problems import LogisticRegression, SoftmaxRegression
     from dpjax.reproduce import isrl_protocol as proto
 
     xs, ys, tx, ty = _synthetic_silos()
@@ -40,11 +42,21 @@ def isrl_grid() -> dict[str, np.ndarray]:
     problem = LogisticRegression(xs[0].shape[1])
     evaluator = proto.Evaluator(problem)
     eval_data = proto.eval_data_for(train, tx, ty)
+    softmax = SoftmaxRegression(xs[0].shape[1], 3)
+    ys3 = [(x[:, 0] > 0).astype(np.float32) + (x[:, 1] > 0.5) for x in xs]
+    train3 = SiloData.from_silos(xs, ys3)
     out = {}
     for name, algo, kind in (("mb", NoisyMbSgd(problem, num_rounds=12, batch_size=10), "mbsgd"),
-                             ("local", LocalSgd(problem, num_rounds=6, local_steps=3), "local-sgd")):
+                             ("local", LocalSgd(problem, num_rounds=6, local_steps=3), "local-sgd"),
+                             # the figures' setting: M < N available silos, 8-iterate window, a multiclass GLM
+                             ("softmax", NoisyMbSgd(softmax, num_rounds=12, batch_size=10, output="window",
+                                                    availability=FixedAvailability(4)), "mbsgd")):
+        if name == "softmax":
+            train, problem = train3, softmax
+            evaluator = proto.Evaluator(problem)
+            eval_data = proto.eval_data_for(train, tx, (tx[:, 0] > 0).astype(np.float32) + (tx[:, 1] > 0.5))
         noise = proto.noise_table(kind, n=50, rounds=algo.num_rounds, batch_size=10 if kind == "mbsgd" else 3,
-                                  epsilons=(1.0, 4.0), delta=1e-4, epsilon_max=4.0)
+                                  epsilons=(1.0, 4.0), delta=1e-4, epsilon_max=4.0, calibrations=("paper",))
         specs = proto.build_specs(private_name=name, nonprivate_name=name + "-np", noise=noise,
                                   learning_rates=(0.1, 1.0, 30.0), clip_norms=(0.5, 2.0), repetitions=2,
                                   nonprivate_clip=False)
@@ -65,7 +77,7 @@ def isrl_scaling() -> dict[str, np.ndarray]:
 
 
 def isrl_mnist_task() -> dict[str, np.ndarray]:
-    """``dpjax run isrl-mnist`` (``tasks.isrl_mnist.run``) on a synthetic 4-silo split."""
+    """``dpjax run isrl-mnist-trial`` (``tasks.isrl_mnist.run``) on a synthetic 4-silo split."""
     from dpjax.tasks import isrl_mnist as task
 
     xs, ys, tx, ty = _synthetic_silos(num_silos=4, n=40, d=8, seed=2)

@@ -284,7 +284,7 @@ def _extend_at_edges(df, exp, algo, train, eval_data, evaluator, key, chunk, noi
 def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str], None] = print) -> dict:
     """Runs every trial of ``exp``; returns ``{"runs", "selected", "noise", "meta", "optimum"}``.
 
-    Per trial and setting: one ``run_many`` program for the MB-SGD family
+    Per trial and setting: one ``dpjax.sweep.run_grid`` grid for the MB-SGD family
     (calibration x epsilon x step size [x clip] x repetition + non-private) and
     one for the Local SGD family. Per trial and number of silos: F^*, w* and
     upsilon*^2 by Newton's method on the pooled training data

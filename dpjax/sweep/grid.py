@@ -14,8 +14,9 @@ Options of the protocol rather than of a driver:
   one repetition whose configurations share the key (availability, batches and
   standard-normal draws computed once, gradients of all configurations as one
   matrix product); chunks never mix repetitions;
-* ``params``: one starting point for every run (default: each run's
-  ``problem.init_params`` of its run key's ``"local"`` stream);
+* ``params``: one starting point for every run (default: ``problem.init_params``
+  of the ``"local"`` stream of the chunk's first run key: each run's own with
+  common random numbers, the first lane's otherwise, as ``engine.run_many``);
 * per-trial data splits: one call per split (the compiled program is reused);
   ``run_sweep`` stacks equal-shape splits on a trial axis instead;
 * the papers' selection rules (mean over repetitions, DIFF2's patience rule)
@@ -32,7 +33,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from dpjax import _validate
+from dpjax import _validate, keys
 from dpjax.engine import runner
 from dpjax.sweep import program
 
@@ -98,7 +99,7 @@ def run_grid(
         (``OutputParams()`` returns the output parameters).
       common_random_numbers: runs with equal keys share them inside one
         program (see the module docstring); ``False``: one key per lane.
-      params: one starting point for every run (default: from each run key).
+      params: one starting point for every run (default: from the chunk's first run key, see above).
       chunk_size: runs per compiled chunk (the last chunk of a repetition is
         padded by repeating its first run; padding is discarded).
       devices: devices to spread chunks over (default: the first local device).
@@ -122,13 +123,18 @@ def run_grid(
     width, chunks = _chunks(key_data, common_random_numbers, chunk_size)
     executor = program.ChunkExecutor(
         algorithm, eval_fn, eval_every, (1, 1, width), width, devices,
-        trial_axis=False, common_keys=common_random_numbers, initial_params=params is not None)
+        trial_axis=False, common_keys=common_random_numbers, initial_params=True)
+    problem = algorithm.problem
 
     def chunk_args(members):
         lanes = np.asarray(members + [members[0]] * (width - len(members)))
         hp = jax.tree_util.tree_map(lambda a: a[lanes][None], hparams)
         kd = key_data[lanes[0]][None, None] if common_random_numbers else key_data[lanes][None, None]
-        return hp, data, eval_data, kd, params
+        # The starting point enters the program as data (as in dpjax.engine.run_many): computed inside,
+        # XLA would fold the constant and round differently.
+        start = params if params is not None else problem.init_params(
+            keys.run_stream_key(jax.random.wrap_key_data(key_data[lanes[0]]), "local"))
+        return hp, data, eval_data, kd, start
 
     diverged = np.empty(num_runs, np.int64)
     evals: dict[str, np.ndarray] = {}

@@ -125,17 +125,34 @@ def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, 
     mesh = Mesh(np.array(devices), ("runs",))
     inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width, **dict(options))
 
+    per_chunk = _per_chunk_args(dict(options))
+
     def per_device(*args):
-        local = jax.tree_util.tree_map(lambda a: a[0], args)
+        local = [jax.tree_util.tree_map(lambda a: a[0], x) if sharded else x for x, sharded in zip(args, per_chunk)]
         return jax.tree_util.tree_map(lambda a: a[None], inner(*local))
 
-    fn = jax.shard_map(per_device, mesh=mesh, in_specs=P("runs"), out_specs=P("runs"), check_vma=False)
+    specs = tuple(P("runs") if sharded else P() for sharded in per_chunk)
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=P("runs"), check_vma=False)
     return jax.jit(fn), mesh
 
 
-def stack_devices(per_device: list):
-    """Stacks per-device chunk arguments on a leading device axis."""
-    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *per_device)
+def _per_chunk_args(options: dict) -> tuple[bool, ...]:
+    """Which of ``(hp, data, eval_data, keydata, params)`` differ per chunk (a leading device axis).
+
+    Without a trial axis the data and the starting point are shared by every
+    chunk and enter the program unsliced: slicing a device axis off the data
+    inside the program changes XLA's fusion and the last bits of the result.
+    """
+    if options.get("trial_axis", True):
+        return (True,) * 5
+    return (True, False, False, True, False)
+
+
+def stack_devices(per_device: list, per_chunk: tuple[bool, ...] = (True,) * 5):
+    """Stacks per-device chunk arguments on a leading device axis (shared arguments: the first's)."""
+    stack = lambda *xs: np.stack([np.asarray(x) for x in xs])
+    return tuple(jax.tree_util.tree_map(stack, *column) if sharded else column[0]
+                 for column, sharded in zip(zip(*per_device), per_chunk))
 
 
 class ChunkExecutor:
@@ -143,7 +160,9 @@ class ChunkExecutor:
 
     ``options``: the static options of ``make_chunk_fn`` (``trial_axis``,
     ``common_keys``, ``initial_params``). Arguments are
-    ``(hp, data, eval_data, keydata, params)`` with a leading device axis.
+    ``(hp, data, eval_data, keydata, params)`` with a leading device axis
+    (without a trial axis only ``hp`` and ``keydata`` have one; the rest is
+    shared, see ``_per_chunk_args``).
     """
 
     def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, **options):
@@ -152,11 +171,12 @@ class ChunkExecutor:
         self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices,
                            tuple(sorted(options.items())))
         self.fn, self.mesh = _sharded(*self.static_key)
-        self.sharding = NamedSharding(self.mesh, P("runs"))
+        self.per_chunk = _per_chunk_args(dict(options))
+        self.shardings = tuple(NamedSharding(self.mesh, P("runs") if sharded else P()) for sharded in self.per_chunk)
         self._compiled = None
 
     def _put(self, args):
-        return jax.device_put(args, self.sharding)
+        return tuple(jax.device_put(a, s) for a, s in zip(args, self.shardings))
 
     def compile(self, args):
         if self._compiled is None:
@@ -184,7 +204,7 @@ class ChunkExecutor:
         if not 1 <= len(chunk_args) <= len(self.devices):
             raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
         padded = list(chunk_args) + [chunk_args[-1]] * (len(self.devices) - len(chunk_args))
-        out = self(stack_devices(padded))
+        out = self(stack_devices(padded, self.per_chunk))
         return [jax.tree_util.tree_map(lambda a: a[i], out) for i in range(len(chunk_args))]
 
     def __call__(self, args) -> Any:

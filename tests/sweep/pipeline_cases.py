@@ -64,6 +64,10 @@ def isrl_grid() -> dict[str, np.ndarray]:
                             divergence_threshold=5.0, chunk_size=5)
         for col in ("train_loss", "test", "diverged"):
             out[f"isrl_grid/{name}/{col}"] = df[col].to_numpy()
+        # a grid of one run (a chunk of width 1, as the figures' step-size grid extensions run)
+        one = proto.run_grid(algo, train, eval_data, evaluator, specs[:1], keys.run_key(7, 3, 1),
+                             divergence_threshold=5.0, chunk_size=5)
+        out[f"isrl_grid/{name}/single_train_loss"] = one["train_loss"].to_numpy()
     return out
 
 

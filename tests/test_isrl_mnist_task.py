@@ -1,4 +1,4 @@
-"""The `dpjax run isrl-mnist` task end to end (synthetic silos, and real MNIST
+"""The `dpjax run isrl-mnist-trial` task end to end (synthetic silos, and real MNIST
 when ../shared/data is present), plus the CLI and the accounting-purity rule."""
 
 import json
@@ -71,7 +71,7 @@ def test_task_on_real_mnist(shared_data, tmp_path):
 
 def test_cli_reports_epsilon_with_accountant(shared_data, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist", "--epsilon", "2", "--rounds", "4",
+        [sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist-trial", "--epsilon", "2", "--rounds", "4",
          "--silos-per-round", "5", "--learning-rates", "1.0", "--repetitions", "1", "--no-baseline",
          "--no-progress", "--data-dir", str(shared_data / "mnist"), "--out", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=600,
@@ -82,7 +82,7 @@ def test_cli_reports_epsilon_with_accountant(shared_data, tmp_path):
 
 
 def test_cli_bad_input_is_a_clear_error():
-    out = subprocess.run([sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist", "--epsilon", "-1"],
+    out = subprocess.run([sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist-trial", "--epsilon", "-1"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "epsilon=-1.0 must be > 0" in out.stderr

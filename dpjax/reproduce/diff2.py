@@ -26,8 +26,8 @@ algorithm's ``privacy``.
 Implementation: one compiled program per dataset. All configurations of all
 algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
 identities are tested bit-for-bit) and both epsilons are rows of one
-``Diff2HParams`` batch, vmapped by ``dpjax.engine.run_many`` in fixed-size
-chunks; the patience rule is applied post hoc to the recorded traces (the same
+``Diff2HParams`` batch, run by the sweep executor ``dpjax.sweep.run_grid`` in
+fixed-size chunks; the patience rule is applied post hoc to the recorded traces (the same
 selection as stopping early, Appendix A).
 
 Not accounted for in epsilon (as in the paper): the hyper-parameter
@@ -363,7 +363,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
 
     from dpjax import keys
     from dpjax.algorithms import diff2 as alg
-    from dpjax.engine import runner
+    from dpjax.sweep import run_grid
 
     t0 = time.time()
     seeds = protocol.seeds if seeds is None else seeds
@@ -412,18 +412,12 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
         params0 = problem.init_params(keys.run_key(seed, 1))
         run_key = keys.run_key(seed, 2)
         ev0 = jax.device_get(jax.jit(eval_fn)(params0, ed))
-        per_chunk = []
-        for start in range(0, len(configs), chunk):
-            idx = np.arange(start, start + chunk)
-            idx = np.minimum(idx, len(configs) - 1)  # pad the last chunk (same shapes, one compile)
-            hp = jax.tree_util.tree_map(lambda a: jnp.asarray(a[idx]), hp_all)
-            res = runner.run_many(algorithm, data, hp, jnp.stack([run_key] * chunk), params=params0,
-                                  eval_fn=eval_fn, eval_data=ed, eval_every=protocol.eval_every, on_nonfinite="mark")
-            valid = min(chunk, len(configs) - start)
-            per_chunk.append({k: np.asarray(v)[:valid] for k, v in res.eval_metrics.items()})
-            rounds = res.eval_rounds
-        merged = {k: np.concatenate([c[k] for c in per_chunk]) for k in per_chunk[0]}
-        traces[seed] = {k: np.concatenate([np.full((len(configs), 1), ev0[k]), v], axis=1) for k, v in merged.items()}
+        # One (equal) key per lane and one shared starting point: the historical program, numbers pinned.
+        res = run_grid(algorithm, data, hp_all, jnp.stack([run_key] * len(configs)), params=params0,
+                       eval_fn=eval_fn, eval_data=ed, eval_every=protocol.eval_every,
+                       common_random_numbers=False, chunk_size=chunk)
+        rounds = res.eval_rounds
+        traces[seed] = {k: np.concatenate([np.full((len(configs), 1), ev0[k]), v], axis=1) for k, v in res.evals.items()}
         log(f"  {name} seed {seed}: {len(configs)} runs x {protocol.num_rounds} rounds, {time.time() - t0:.0f}s elapsed")
     return {
         "configs": configs,

@@ -284,7 +284,7 @@ def _extend_at_edges(df, exp, algo, train, eval_data, evaluator, key, chunk, noi
 def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str], None] = print) -> dict:
     """Runs every trial of ``exp``; returns ``{"runs", "selected", "noise", "meta", "optimum"}``.
 
-    Per trial and setting: one ``run_many`` program for the MB-SGD family
+    Per trial and setting: one ``dpjax.sweep.run_grid`` grid for the MB-SGD family
     (calibration x epsilon x step size [x clip] x repetition + non-private) and
     one for the Local SGD family. Per trial and number of silos: F^*, w* and
     upsilon*^2 by Newton's method on the pooled training data
@@ -823,7 +823,8 @@ def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: boo
 
 
 @register("isrl-mnist", paper=PAPER, constructions=("paper", "authors"),
-          description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε")
+          description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε "
+                      "(the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)")
 def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
                       data_dir=None) -> pathlib.Path:
     data_note = ("Silos drawn without replacement across silos (disjoint silos, disjoint train/test)."

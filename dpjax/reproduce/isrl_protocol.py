@@ -10,9 +10,9 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   calibration, not a replace-one certificate);
 * ``run_grid``: every configuration of one trial and one algorithm family
   (calibration x epsilon x step size x clip x repetition, plus the non-private
-  twin as sigma = 0) as ONE compiled ``run_many`` program (a vmap over runs,
-  in fixed-size chunks so every trial reuses the same compilation); the data
-  split is shared, not batched;
+  twin as sigma = 0) through the sweep's executor ``dpjax.sweep.run_grid``
+  (fixed-size compiled chunks, so every trial reuses the same compilation;
+  common random numbers per repetition); the data split is shared, not batched;
 * ``select``: the paper's step-size selection by the mean over repetitions
   of a final training criterion: the excess risk F^(w) - F^* (the paper's;
   F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training
@@ -151,7 +151,7 @@ def noise_table(
 
 @dataclasses.dataclass(frozen=True)
 class Evaluator:
-    """``eval_fn`` for ``run_many`` (hashable, so trials reuse the compiled program).
+    """``eval_fn`` of a grid (hashable, so trials reuse the compiled program).
 
     Returns the pooled training loss and the test metric ``test_metric`` of
     the problem's ``evaluate`` (``"error"`` or ``"rmse"``).
@@ -207,64 +207,45 @@ def run_grid(
     chunk_size: int = 256,
     make_hparams=None,
 ) -> pd.DataFrame:
-    """Runs every spec of one trial with ``run_many`` and returns one row per run.
+    """Runs every spec of one trial through ``dpjax.sweep.run_grid``; one row per run.
 
-    Repetition ``r`` of every configuration uses ``keys.run_key(key, r)`` (common
-    random numbers across step sizes, epsilons and calibrations). The runs of
-    one repetition share that key, so they run as ``run_many(shared_key=True)``:
-    availability, batches and standard-normal draws are computed once and
-    shared by all of them, and their gradients become matrix products
-    (ISRL-DP Local SGD, 60 MNIST configurations: 1.1 s instead of 17 s with
-    one key per run). Runs are batched in chunks of ``chunk_size`` within a
-    repetition (the last chunk padded by repeating its first run), so the
-    compiled program is the same for every chunk and every trial. A run is *diverged* if its iterate went non-finite or its
-    final training loss exceeds ``divergence_threshold`` (the authors' guard);
-    its ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
+    Repetition ``r`` of every configuration uses ``keys.run_key(key, r)``
+    (common random numbers across step sizes, epsilons and calibrations): the
+    runs of one repetition share that key inside one program, so availability,
+    batches and standard-normal draws are computed once and their gradients
+    become matrix products (ISRL-DP Local SGD, 60 MNIST configurations: 1.1 s
+    instead of 17 s with one key per run). Chunks of ``chunk_size`` runs within
+    a repetition keep the compiled program the same for every chunk and every
+    trial. A run is *diverged* if its iterate went non-finite or its final
+    training loss exceeds ``divergence_threshold`` (the authors' guard); its
+    ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
     ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
     (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
     """
-    from dpjax import keys
+    import jax
 
+    from dpjax import keys
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-    from dpjax.engine import run_many, stack_hparams
+    from dpjax.engine import stack_hparams
+    from dpjax.sweep import run_grid as execute
 
     if len(specs) == 0:
         raise ValueError("specs=[] must hold at least one run")
-    _validate.check_int("chunk_size", chunk_size, min_value=1)
     _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
     specs = list(specs)
-    by_rep: dict[int, list[int]] = {}
-    for i, s in enumerate(specs):
-        by_rep.setdefault(int(s.repetition), []).append(i)
-    size = min(chunk_size, max(len(ix) for ix in by_rep.values()))
-    train_loss = np.empty(len(specs))
-    test = np.empty(len(specs))
-    extra = {name: np.empty(len(specs)) for name in evaluator.extra_tests}
-    diverged = np.empty(len(specs), bool)
-    for rep, members in by_rep.items():
-        rep_key = keys.run_key(key, rep)
-        for start in range(0, len(members), size):
-            ix = members[start:start + size]
-            real = len(ix)
-            chunk = [specs[i] for i in ix] + [specs[ix[0]]] * (size - real)
-            make = make_hparams or (lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
-            hps = stack_hparams([make(s) for s in chunk])
-            res = run_many(algorithm, train, hps, rep_key, eval_fn=evaluator, eval_data=eval_data,
-                           on_nonfinite="mark", shared_key=True)
-            tl = np.asarray(res.eval_metrics["train_loss"][:, -1], np.float64)[:real]
-            te = np.asarray(res.eval_metrics["test"][:, -1], np.float64)[:real]
-            bad = (np.asarray(res.diverged_round)[:real] >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
-            train_loss[ix] = np.where(bad, np.inf, tl)
-            test[ix] = np.where(bad, np.nan, te)
-            for name, col in extra.items():
-                col[ix] = np.where(bad, np.nan, np.asarray(res.eval_metrics[name][:, -1], np.float64)[:real])
-            diverged[ix] = bad
+    make = make_hparams or (lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
+    rep_keys = {r: keys.run_key(key, r) for r in sorted({int(s.repetition) for s in specs})}
+    run_keys = jax.numpy.stack([rep_keys[int(s.repetition)] for s in specs])
+    res = execute(algorithm, train, stack_hparams([make(s) for s in specs]), run_keys, eval_fn=evaluator,
+                  eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size)
+    tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
+    bad = (res.diverged_round >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
     df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
-    df["train_loss"] = train_loss
-    df["test"] = test
-    for name, col in extra.items():
-        df[name] = col
-    df["diverged"] = diverged
+    df["train_loss"] = np.where(bad, np.inf, tl)
+    df["test"] = np.where(bad, np.nan, np.asarray(res.evals["test"][:, -1], np.float64))
+    for name in evaluator.extra_tests:
+        df[name] = np.where(bad, np.nan, np.asarray(res.evals[name][:, -1], np.float64))
+    df["diverged"] = bad
     return df
 
 

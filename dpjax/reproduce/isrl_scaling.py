@@ -101,13 +101,14 @@ def synthetic_silos(cfg: ScalingConfig, *, n: int, num_silos: int, seed: int):
 
 
 def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, seed: int = 0) -> dict:
-    """Mean excess risk of the tuned step size (one ``run_many`` over step sizes x repetitions)."""
+    """Mean excess risk of the tuned step size (one ``dpjax.sweep.run_grid`` over step sizes x repetitions)."""
     from dpjax import keys
     import jax.numpy as jnp
 
     from dpjax.accounting import isrl_paper_min_batch_size, isrl_paper_sigma
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import SiloData, run_many, stack_hparams
+    from dpjax.engine import SiloData, stack_hparams
+    from dpjax.sweep import OutputParams, run_grid
 
     n = _validate.check_int("n", n, min_value=2)
     num_silos = _validate.check_int("num_silos", num_silos, min_value=1)
@@ -122,8 +123,10 @@ def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, s
                       sampling="with-replacement", output="average")
     grid = [(lr, r) for lr in cfg.learning_rates for r in range(cfg.repetitions)]
     hps = stack_hparams([MbSgdHParams.create(lr, sigma, cfg.clip) for lr, _ in grid])
-    res = run_many(algo, data, hps, jnp.stack([keys.run_key(seed, r) for _, r in grid]))
-    err = 0.5 * np.sum((np.asarray(res.output, np.float64) - w_dagger) ** 2, axis=-1)
+    # One key per lane (not shared by a repetition's step sizes): the grid is one chunk of all runs.
+    res = run_grid(algo, data, hps, jnp.stack([keys.run_key(seed, r) for _, r in grid]), eval_fn=OutputParams(),
+                   common_random_numbers=False, chunk_size=len(grid), on_nonfinite="raise")
+    err = 0.5 * np.sum((np.asarray(res.evals["params"][:, -1], np.float64) - w_dagger) ** 2, axis=-1)
     by_lr = {lr: float(np.mean([e for (l, _), e in zip(grid, err) if l == lr])) for lr in cfg.learning_rates}
     best = min(by_lr, key=by_lr.get)
     sel = np.array([e for (l, _), e in zip(grid, err) if l == best])

@@ -5,6 +5,8 @@
 * each chunk is one XLA program: trials x repetitions x configs, rounds in
   ``lax.scan``, silos vmapped inside (``dpjax.sweep.program``), sharded over
   devices with ``shard_map``;
+* ``run_grid``: the same compiled chunks for one data split and a stack of
+  hyperparameters, without the store (the paper drivers' executor);
 * results go to an append-only, atomically written sweep directory keyed by
   run-config hashes; a killed sweep resumes where it stopped
   (``dpjax.sweep.store``, ``dpjax.sweep.driver``);
@@ -14,12 +16,13 @@
 
 from dpjax.sweep.config import SweepConfig
 from dpjax.sweep.driver import SweepResult, run_sweep
+from dpjax.sweep.grid import GridResult, OutputParams, run_grid
 from dpjax.sweep.registry import ALGORITHMS, DATASETS, AlgorithmEntry, DatasetEntry, register_algorithm, register_dataset
 from dpjax.sweep.store import load_results
 from dpjax.sweep import registry as _registry
 
 __all__ = [
-    "SweepConfig", "SweepResult", "run_sweep", "load_results", "ALGORITHMS", "DATASETS",
+    "SweepConfig", "SweepResult", "run_sweep", "GridResult", "OutputParams", "run_grid", "load_results", "ALGORITHMS", "DATASETS",
     "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
 ]
 

@@ -3,7 +3,7 @@
 A sweep is one algorithm (plus its static fields), one data spec and a grid
 of axes. The TOML form mirrors the dataclass one to one::
 
-    name = "isrl-fig4"
+    name = "isrl-fig4-mbsgd-appendix-i"
     algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.registry.ALGORITHMS
     num_rounds = 35
     eval_every = 35                   # optional; default: only after the last round

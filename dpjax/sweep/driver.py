@@ -140,7 +140,7 @@ class _Sweep:
         data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
         kd = np.stack([np.stack([program.run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
-        return hp, data, eval_data, kd
+        return hp, data, eval_data, kd, None  # initial parameters from each run key
 
     def executor(self, g: plan_lib.Group, shape) -> program.ChunkExecutor:
         if g.index not in self._executors:
@@ -157,7 +157,7 @@ class _Sweep:
             c = chunks[0]
             shape = (len(c.trial_idx), len(c.rep_idx), len(c.cfg_idx))
             ex = self.executor(self.groups[c.group], shape)
-            need = ex.memory_bytes(stack_devices([self.chunk_args(c)] * len(self.devices)))
+            need = ex.memory_bytes(program.stack_devices([self.chunk_args(c)] * len(self.devices)))
             if need is None or need <= budget or self.chunk_size == 1:
                 return
             self._executors.clear()
@@ -207,14 +207,6 @@ class _Sweep:
                 er.update({m: float(arr[lt, ls, lh, e]) for m, arr in out["evals"].items()})
                 evals.append(er)
         return pd.DataFrame(runs), pd.DataFrame(evals)
-
-
-def stack_devices(per_device: list):
-    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *per_device)
-
-
-def _unstack(out, i):
-    return jax.tree_util.tree_map(lambda a: a[i], out)
 
 
 def _wait_for_leader(store: Store, timeout_s: float) -> None:
@@ -334,11 +326,9 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
         g = sw.groups[batch[0].group]
         shape = (len(batch[0].trial_idx), len(batch[0].rep_idx), len(batch[0].cfg_idx))
         ex = sw.executor(g, shape)
-        per_dev = [sw.chunk_args(c) for c in batch]
-        per_dev += [per_dev[-1]] * (D - len(per_dev))  # idle devices redo the last chunk; discarded
-        out = ex(stack_devices(per_dev))
-        for j, c in enumerate(batch):
-            runs_df, evals_df = sw.rows(c, _unstack(out, j), eval_rounds)
+        outs = ex.run_chunks([sw.chunk_args(c) for c in batch])
+        for c, out in zip(batch, outs):
+            runs_df, evals_df = sw.rows(c, out, eval_rounds)
             try:
                 store.write_chunk(c.chunk_id, runs_df, evals_df)
             except OSError as err:

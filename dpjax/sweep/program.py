@@ -56,36 +56,64 @@ def _first_true(flags: jax.Array) -> jax.Array:
     return jnp.where(jnp.any(flags, axis=-1), jnp.argmax(flags, axis=-1), -1).astype(jnp.int32)
 
 
-def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_width: int):
-    """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc]) -> results``.
+def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_width: int, *,
+                  trial_axis: bool = True, common_keys: bool = True, initial_params: bool = False):
+    """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc], params) -> results``.
+
+    Options (static; each changes the program, so results are bit-identical
+    only within one choice):
+
+    * ``trial_axis=False``: a chunk is the runs of one data split and one
+      repetition (``Tc = Sc = 1``), vmapped directly: ``data``/``eval_data``
+      carry no trial axis and no size-1 trial or repetition ``vmap`` is added
+      (it would change XLA's batched products and so the last bits);
+    * ``common_keys=False`` (only without a trial axis): one key per run,
+      ``keydata[1,1,Hc]``, instead of one key shared by the chunk;
+    * ``initial_params=True``: ``params`` (no leading axes) is every run's
+      starting point; otherwise ``problem.init_params`` of the run key's
+      ``"local"`` stream and ``params`` is ``None``.
 
     Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...],
     "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
     """
     tc, sc, hc = shape
     problem = algorithm.problem
+    if not trial_axis and (tc, sc) != (1, 1):
+        raise ValueError(f"shape={shape}: without a trial axis a chunk holds one trial and one repetition")
+    if trial_axis and not common_keys:
+        raise ValueError("common_keys=False needs trial_axis=False (one key per lane)")
 
-    def one_run(hp, data, eval_data, kd):
+    def one_run(hp, data, eval_data, kd, params):
         key = jax.random.wrap_key_data(kd)
-        params = problem.init_params(keys.run_stream_key(key, "local"))
+        if not initial_params:
+            params = problem.init_params(keys.run_stream_key(key, "local"))
         _, _, round_metrics, evals = runner._run_single(algorithm, eval_fn, eval_every, params, hp, data, eval_data, key)
         diverged = _first_true(~round_metrics["finite"])
         overflow = round_metrics.get("sampling_overflow")
         overflow = _first_true(overflow.reshape(overflow.shape[0], -1).any(-1)) if overflow is not None else jnp.int32(-1)
         return {"diverged_round": diverged, "overflow_round": overflow, "evals": evals}
 
-    def over_configs(hp_t, data, eval_data, kd):
-        f = lambda hp: one_run(hp, data, eval_data, kd)
+    def over_configs(hp_t, data, eval_data, kd, params):
+        if common_keys:
+            f = lambda hp: one_run(hp, data, eval_data, kd, params)
+            xs = hp_t
+        else:
+            f = lambda a: one_run(a[0], data, eval_data, a[1], params)
+            xs = (hp_t, kd)
         if vmap_width >= hc:
-            return jax.vmap(f)(hp_t)
-        return jax.lax.map(f, hp_t, batch_size=vmap_width)
+            return jax.vmap(f)(xs)
+        return jax.lax.map(f, xs, batch_size=vmap_width)
 
-    def over_reps(hp_t, data, eval_data, kds):
-        f = lambda kd: over_configs(hp_t, data, eval_data, kd)
+    def over_reps(hp_t, data, eval_data, kds, params):
+        f = lambda kd: over_configs(hp_t, data, eval_data, kd, params)
         return jax.vmap(f)(kds) if vmap_width >= hc * sc else jax.lax.map(f, kds)
 
-    def over_trials(hp, data, eval_data, kds):
-        f = lambda a: over_reps(*a)
+    def over_trials(hp, data, eval_data, kds, params):
+        if not trial_axis:
+            first = lambda tree: jax.tree_util.tree_map(lambda a: a[0], tree)
+            out = over_configs(first(hp), data, eval_data, kds[0, 0], params)
+            return jax.tree_util.tree_map(lambda a: a[None, None], out)
+        f = lambda a: over_reps(*a, params)
         args = (hp, data, eval_data, kds)
         return jax.vmap(f)(args) if vmap_width >= hc * sc * tc else jax.lax.map(f, args)
 
@@ -93,31 +121,62 @@ def make_chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], v
 
 
 @functools.lru_cache(maxsize=32)
-def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple):
+def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, options: tuple = ()):
     mesh = Mesh(np.array(devices), ("runs",))
-    inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width)
+    inner = make_chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width, **dict(options))
+
+    per_chunk = _per_chunk_args(dict(options))
 
     def per_device(*args):
-        local = jax.tree_util.tree_map(lambda a: a[0], args)
+        local = [jax.tree_util.tree_map(lambda a: a[0], x) if sharded else x for x, sharded in zip(args, per_chunk)]
         return jax.tree_util.tree_map(lambda a: a[None], inner(*local))
 
-    fn = jax.shard_map(per_device, mesh=mesh, in_specs=P("runs"), out_specs=P("runs"), check_vma=False)
+    specs = tuple(P("runs") if sharded else P() for sharded in per_chunk)
+    fn = jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=P("runs"), check_vma=False)
     return jax.jit(fn), mesh
 
 
-class ChunkExecutor:
-    """Compiles a group's chunk program once and runs chunks (``len(devices)`` at a time)."""
+def _per_chunk_args(options: dict) -> tuple[bool, ...]:
+    """Which of ``(hp, data, eval_data, keydata, params)`` differ per chunk (a leading device axis).
 
-    def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices):
+    Without a trial axis the data and the starting point are shared by every
+    chunk and enter the program unsliced: slicing a device axis off the data
+    inside the program changes XLA's fusion and the last bits of the result.
+    """
+    if options.get("trial_axis", True):
+        return (True,) * 5
+    return (True, False, False, True, False)
+
+
+def stack_devices(per_device: list, per_chunk: tuple[bool, ...] = (True,) * 5):
+    """Stacks per-device chunk arguments on a leading device axis (shared arguments: the first's)."""
+    stack = lambda *xs: np.stack([np.asarray(x) for x in xs])
+    return tuple(jax.tree_util.tree_map(stack, *column) if sharded else column[0]
+                 for column, sharded in zip(zip(*per_device), per_chunk))
+
+
+class ChunkExecutor:
+    """Compiles a group's chunk program once and runs chunks (``len(devices)`` at a time).
+
+    ``options``: the static options of ``make_chunk_fn`` (``trial_axis``,
+    ``common_keys``, ``initial_params``). Arguments are
+    ``(hp, data, eval_data, keydata, params)`` with a leading device axis
+    (without a trial axis only ``hp`` and ``keydata`` have one; the rest is
+    shared, see ``_per_chunk_args``).
+    """
+
+    def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, **options):
         self.devices = tuple(devices)
         self.shape = tuple(shape)
-        self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices)
+        self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.devices,
+                           tuple(sorted(options.items())))
         self.fn, self.mesh = _sharded(*self.static_key)
-        self.sharding = NamedSharding(self.mesh, P("runs"))
+        self.per_chunk = _per_chunk_args(dict(options))
+        self.shardings = tuple(NamedSharding(self.mesh, P("runs") if sharded else P()) for sharded in self.per_chunk)
         self._compiled = None
 
     def _put(self, args):
-        return jax.device_put(args, self.sharding)
+        return tuple(jax.device_put(a, s) for a, s in zip(args, self.shardings))
 
     def compile(self, args):
         if self._compiled is None:
@@ -136,6 +195,17 @@ class ChunkExecutor:
             return int(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes)
         except Exception:  # not every backend reports it
             return None
+
+    def run_chunks(self, chunk_args: list) -> list:
+        """Runs up to ``len(devices)`` chunks at once, one per device; returns their outputs in order.
+
+        Idle devices redo the last chunk (same program, discarded output).
+        """
+        if not 1 <= len(chunk_args) <= len(self.devices):
+            raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
+        padded = list(chunk_args) + [chunk_args[-1]] * (len(self.devices) - len(chunk_args))
+        out = self(stack_devices(padded, self.per_chunk))
+        return [jax.tree_util.tree_map(lambda a: a[i], out) for i in range(len(chunk_args))]
 
     def __call__(self, args) -> Any:
         """``args`` leaves have a leading axis ``len(devices)`` (one chunk per device)."""

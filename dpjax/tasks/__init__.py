@@ -1,5 +1,5 @@
 """End-to-end jobs run by ``dpjax run <task>``."""
 
 TASKS = {
-    "isrl-mnist": "dpjax.tasks.isrl_mnist",
+    "isrl-mnist-trial": "dpjax.tasks.isrl_mnist",
 }

@@ -373,7 +373,7 @@ def _file(t):
     return f
 
 
-RUN = ["run", "isrl-mnist", "--no-progress"]
+RUN = ["run", "isrl-mnist-trial", "--no-progress"]
 CLI_CASES = [
     ("run-epsilon-negative-exponent", lambda t: RUN + ["--epsilon", "-1e-5", "--out", t / "o"], ["epsilon=-1e-05"]),
     ("run-epsilon-minus-inf", lambda t: RUN + ["--epsilon", "-inf", "--out", t / "o"], ["epsilon=-inf"]),

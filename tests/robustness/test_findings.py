@@ -100,7 +100,7 @@ def test_run_never_overwrites_a_different_run_and_reports_divergence(tmp_path, c
     with pytest.raises(ValueError, match="another run's results; pass --overwrite"):
         isrl_mnist.run(b, out, progress=False, dataset=_synthetic())
     # From the CLI the check comes before the data are read (a missing --data-dir would fail later).
-    code, _, err = run_cli(["run", "isrl-mnist", "--epsilon", "4", "--data-dir", tmp_path / "none", "--out", out,
+    code, _, err = run_cli(["run", "isrl-mnist-trial", "--epsilon", "4", "--data-dir", tmp_path / "none", "--out", out,
                             "--no-progress"], capsys)
     assert_clean_failure(code, err, f"--out={str(out)!r} already holds another run's results", "--overwrite")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -202,4 +202,4 @@ def test_sharded_equals_unsharded_bit_for_bit(tmp_path):
     r = subprocess.run([sys.executable, script, str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "IDENTICAL" in r.stdout
+    assert "IDENTICAL" in r.stdout and "IDENTICAL run_grid" in r.stdout

@@ -1,0 +1,164 @@
+"""``run_grid``: the programmatic grid executor every experiment driver goes through.
+
+``dpjax.sweep.run_sweep`` (file-backed: plan, store, resume) and the paper
+drivers (``dpjax.reproduce``, ``dpjax.tasks``) execute their runs with the same
+compiled chunk program (``dpjax.sweep.program.ChunkExecutor``): a fixed-shape
+chunk of runs is one XLA program, rounds in ``lax.scan``, runs vmapped,
+compiled once per shape and reused by every chunk and every call with equal
+shapes. ``run_grid`` takes one data split, a stack of per-run hyperparameters
+and one run key per run, and returns the runs' evaluation traces in run order.
+
+Options of the protocol rather than of a driver:
+
+* ``common_random_numbers=True``: runs with equal run keys are executed as
+  one repetition whose configurations share the key (availability, batches and
+  standard-normal draws computed once, gradients of all configurations as one
+  matrix product); chunks never mix repetitions;
+* ``params``: one starting point for every run (default: ``problem.init_params``
+  of the ``"local"`` stream of the chunk's first run key: each run's own with
+  common random numbers, the first lane's otherwise, as ``engine.run_many``);
+* per-trial data splits: one call per split (the compiled program is reused);
+  ``run_sweep`` stacks equal-shape splits on a trial axis instead;
+* the papers' selection rules (mean over repetitions, DIFF2's patience rule)
+  apply to the returned traces: ``dpjax.sweep.select``.
+
+Chunk width changes the floating-point summation order of batched products,
+so a driver that pins its numbers keeps its ``chunk_size``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from dpjax import _validate, keys
+from dpjax.engine import runner
+from dpjax.sweep import program
+
+
+@dataclasses.dataclass(frozen=True)
+class GridResult:
+    """Per-run results in the order of the runs given to ``run_grid``."""
+
+    evals: dict[str, np.ndarray]  # metric -> [num_runs, num_evals (, metric shape)]
+    eval_rounds: np.ndarray  # completed rounds of each evaluation
+    diverged_round: np.ndarray  # int [num_runs]: first round with non-finite parameters, -1 if none
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputParams:
+    """``eval_fn`` returning the output parameters themselves (``evals["params"]``)."""
+
+    def __call__(self, params, eval_data):
+        return {"params": params}
+
+
+def _key_data(run_keys) -> np.ndarray:
+    runner._check_keys("run_keys", run_keys, 1)
+    typed = jax.numpy.issubdtype(run_keys.dtype, jax.dtypes.prng_key)
+    return np.asarray(jax.random.key_data(run_keys) if typed else run_keys)
+
+
+def _chunks(key_data: np.ndarray, common: bool, chunk_size: int) -> tuple[int, list[list[int]]]:
+    """Chunk width and the run indices of each chunk (before padding)."""
+    if not common:
+        width = min(chunk_size, len(key_data))
+        return width, [list(range(s, min(s + width, len(key_data)))) for s in range(0, len(key_data), width)]
+    groups: dict[bytes, list[int]] = {}
+    for i, kd in enumerate(key_data):
+        groups.setdefault(kd.tobytes(), []).append(i)
+    width = min(chunk_size, max(len(g) for g in groups.values()))
+    return width, [g[s:s + width] for g in groups.values() for s in range(0, len(g), width)]
+
+
+def run_grid(
+    algorithm,
+    data,
+    hparams,
+    run_keys,
+    *,
+    eval_fn=None,
+    eval_data=None,
+    eval_every: int | None = None,
+    common_random_numbers: bool = True,
+    params=None,
+    chunk_size: int = 256,
+    devices=None,
+    on_nonfinite: str = "mark",
+) -> GridResult:
+    """Runs ``len(run_keys)`` runs of ``algorithm`` on one data split in compiled chunks.
+
+    Args:
+      algorithm: the algorithm (its static configuration is the program).
+      data: the silos' training data (``SiloData``), shared by every run.
+      hparams: per-run hyperparameters stacked on a leading runs axis.
+      run_keys: one run key per run (``dpjax.keys.run_key``).
+      eval_fn, eval_data, eval_every: as in ``dpjax.engine.run``
+        (``OutputParams()`` returns the output parameters).
+      common_random_numbers: runs with equal keys share them inside one
+        program (see the module docstring); ``False``: one key per lane.
+      params: one starting point for every run (default: from the chunk's first run key, see above).
+      chunk_size: runs per compiled chunk (the last chunk of a repetition is
+        padded by repeating its first run; padding is discarded).
+      devices: devices to spread chunks over (default: the first local device).
+      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or
+        ``"raise"`` (``NonFiniteError``).
+    """
+    _validate.check_choice("on_nonfinite", on_nonfinite, ("raise", "mark"))
+    _validate.check_int("chunk_size", chunk_size, min_value=1)
+    runner._check_eval_every(algorithm, eval_every)
+    key_data = _key_data(run_keys)
+    num_runs = len(key_data)
+    if num_runs == 0:
+        raise ValueError("run_keys holds no key; a grid needs at least one run")
+    for path, leaf in jax.tree_util.tree_leaves_with_path(hparams):
+        if np.shape(leaf)[:1] != (num_runs,):
+            raise ValueError(f"hparams{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}; its leading axis "
+                             f"must be the number of runs ({num_runs} keys)")
+    runner._check_data(algorithm, data, batched=False)
+    devices = tuple(devices) if devices is not None else tuple(jax.local_devices()[:1])
+    hparams = jax.tree_util.tree_map(np.asarray, hparams)
+    width, chunks = _chunks(key_data, common_random_numbers, chunk_size)
+    executor = program.ChunkExecutor(
+        algorithm, eval_fn, eval_every, (1, 1, width), width, devices,
+        trial_axis=False, common_keys=common_random_numbers, initial_params=True)
+    problem = algorithm.problem
+
+    def chunk_args(members):
+        lanes = np.asarray(members + [members[0]] * (width - len(members)))
+        hp = jax.tree_util.tree_map(lambda a: a[lanes][None], hparams)
+        kd = key_data[lanes[0]][None, None] if common_random_numbers else key_data[lanes][None, None]
+        # The starting point enters the program as data (as in dpjax.engine.run_many): computed inside,
+        # XLA would fold the constant and round differently.
+        start = params if params is not None else problem.init_params(
+            keys.run_stream_key(jax.random.wrap_key_data(key_data[lanes[0]]), "local"))
+        return hp, data, eval_data, kd, start
+
+    diverged = np.empty(num_runs, np.int64)
+    evals: dict[str, np.ndarray] = {}
+    for start in range(0, len(chunks), len(devices)):
+        batch = chunks[start:start + len(devices)]
+        for members, out in zip(batch, executor.run_chunks([chunk_args(m) for m in batch])):
+            real = len(members)
+            overflow = np.asarray(out["overflow_round"][0, 0, :real])
+            if (overflow >= 0).any():
+                lane = int(np.argmax(overflow >= 0))
+                raise runner.SamplingOverflowError(
+                    f"run {members[lane]}: a Poisson batch overflowed its buffer at round {int(overflow[lane])}; "
+                    "the batch was truncated and the Poisson privacy analysis does not apply. "
+                    "Increase the sampler's capacity.")
+            diverged[members] = out["diverged_round"][0, 0, :real]
+            for m, arr in out["evals"].items():
+                arr = np.asarray(arr[0, 0, :real])
+                if m not in evals:
+                    evals[m] = np.empty((num_runs,) + arr.shape[1:], arr.dtype)
+                evals[m][members] = arr
+    if on_nonfinite == "raise" and (diverged >= 0).any():
+        run = int(np.argmax(diverged >= 0))
+        raise runner.NonFiniteError(
+            f"run {run} produced NaN/inf parameters at round {int(diverged[run])} (0-based); lower the step size "
+            "or check the data, or pass on_nonfinite='mark'. No result was returned.")
+    eval_rounds = runner.eval_schedule(algorithm.num_rounds, eval_every) if eval_fn else np.array([], int)
+    return GridResult(evals, eval_rounds, diverged)

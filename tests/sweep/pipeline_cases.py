@@ -1,0 +1,136 @@
+"""Tiny configurations of every grid driver, shared by the expectations script and the test.
+
+``python -m tests.sweep.pipeline_cases [--data-dir DIR]`` (run from the repository root, on the code
+before a refactoring) writes ``tests/sweep/data/pipeline_expectations.npz``: each driver's outputs on
+its tiny configuration. ``tests/sweep/test_pipeline_drivers.py`` recomputes them and requires bit
+equality, so a change of any reproduction driver that moves a number fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import types
+
+import numpy as np
+
+EXPECTATIONS = pathlib.Path(__file__).with_name("data") / "pipeline_expectations.npz"
+
+
+def _synthetic_silos(num_silos=6, n=50, d=20, seed=0):
+    rng = np.random.default_rng(seed)
+    xs = [rng.normal(size=(n, d)).astype(np.float32) for _ in range(num_silos)]
+    ys = [rng.integers(0, 2, n).astype(np.float32) for _ in range(num_silos)]
+    tx, ty = rng.normal(size=(40, d)).astype(np.float32), rng.integers(0, 2, 40).astype(np.float32)
+    return xs, ys, tx, ty
+
+
+def isrl_grid() -> dict[str, np.ndarray]:
+    """``isrl_protocol.run_grid``: MB-SGD (binary and multiclass) and Local SGD families, two repetitions,
+    chunks of 5 (padded)."""
+    from dpjax import keys
+    from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
+    from dpjax.algorithms.local_sgd import LocalSgd
+    from dpjax.engine import SiloData
+    from dpjax.primitives import FixedAvailability
+    from dpjax.problems import LogisticRegression, SoftmaxRegression
+    from dpjax.reproduce import isrl_protocol as proto
+
+    xs, ys, tx, ty = _synthetic_silos()
+    train = SiloData.from_silos(xs, ys)
+    problem = LogisticRegression(xs[0].shape[1])
+    evaluator = proto.Evaluator(problem)
+    eval_data = proto.eval_data_for(train, tx, ty)
+    softmax = SoftmaxRegression(xs[0].shape[1], 3)
+    ys3 = [(x[:, 0] > 0).astype(np.float32) + (x[:, 1] > 0.5) for x in xs]
+    train3 = SiloData.from_silos(xs, ys3)
+    out = {}
+    for name, algo, kind in (("mb", NoisyMbSgd(problem, num_rounds=12, batch_size=10), "mbsgd"),
+                             ("local", LocalSgd(problem, num_rounds=6, local_steps=3), "local-sgd"),
+                             # the figures' setting: M < N available silos, 8-iterate window, a multiclass GLM
+                             ("softmax", NoisyMbSgd(softmax, num_rounds=12, batch_size=10, output="window",
+                                                    availability=FixedAvailability(4)), "mbsgd")):
+        if name == "softmax":
+            train, problem = train3, softmax
+            evaluator = proto.Evaluator(problem)
+            eval_data = proto.eval_data_for(train, tx, (tx[:, 0] > 0).astype(np.float32) + (tx[:, 1] > 0.5))
+        noise = proto.noise_table(kind, n=50, rounds=algo.num_rounds, batch_size=10 if kind == "mbsgd" else 3,
+                                  epsilons=(1.0, 4.0), delta=1e-4, epsilon_max=4.0, calibrations=("paper",))
+        specs = proto.build_specs(private_name=name, nonprivate_name=name + "-np", noise=noise,
+                                  learning_rates=(0.1, 1.0, 30.0), clip_norms=(0.5, 2.0), repetitions=2,
+                                  nonprivate_clip=False)
+        df = proto.run_grid(algo, train, eval_data, evaluator, specs, keys.run_key(7, 3, 1),
+                            divergence_threshold=5.0, chunk_size=5)
+        for col in ("train_loss", "test", "diverged"):
+            out[f"isrl_grid/{name}/{col}"] = df[col].to_numpy()
+        # a grid of one run (a chunk of width 1, as the figures' step-size grid extensions run)
+        one = proto.run_grid(algo, train, eval_data, evaluator, specs[:1], keys.run_key(7, 3, 1),
+                             divergence_threshold=5.0, chunk_size=5)
+        out[f"isrl_grid/{name}/single_train_loss"] = one["train_loss"].to_numpy()
+    return out
+
+
+def isrl_scaling() -> dict[str, np.ndarray]:
+    """``isrl_scaling.excess_risk`` on a tiny synthetic instance."""
+    from dpjax.reproduce import isrl_scaling as sc
+
+    cfg = sc.ScalingConfig(dim=3, rounds=20, batch_size=16, learning_rates=(0.25, 1.0), repetitions=3)
+    res = sc.excess_risk(cfg, n=400, epsilon=2.0, num_silos=3, seed=1)
+    return {f"isrl_scaling/{k}": np.asarray(v, np.float64) for k, v in res.items()}
+
+
+def isrl_mnist_task() -> dict[str, np.ndarray]:
+    """``dpjax run isrl-mnist-trial`` (``tasks.isrl_mnist.run``) on a synthetic 4-silo split."""
+    from dpjax.tasks import isrl_mnist as task
+
+    xs, ys, tx, ty = _synthetic_silos(num_silos=4, n=40, d=8, seed=2)
+    fed = types.SimpleNamespace(train_x=xs, train_y=ys, test_x=[tx], test_y=[ty])
+    cfg = task.IsrlMnistConfig(epsilon=2.0, rounds=6, silos_per_round=3, seed=1, repetitions=2,
+                               learning_rates=(0.5, 2.0, 8.0))
+    s = task.run(cfg, None, progress=False, dataset=fed)
+    out = {f"isrl_mnist_task/{k}": np.asarray(s[k], np.float64)
+           for k in ("sigma", "selected_learning_rate", "test_error", "train_loss", "diverged_runs")}
+    for k in ("selected_learning_rate", "test_error", "train_loss"):
+        out[f"isrl_mnist_task/nonprivate_{k}"] = np.asarray(s["nonprivate"][k], np.float64)
+    return out
+
+
+def diff2_protocol():
+    from dpjax.reproduce import diff2
+
+    return diff2.Protocol(num_rounds=6, eval_every=3, seeds=(0, 1), learning_rates=(0.5, 0.25),
+                          clip_restart=(1.0,), clip_diff=(3.0,), restart_fractions=(0.5,),
+                          max_records={"california_housing": 300}, chunk_floats=2.7e5)
+
+
+def diff2_dataset(data_dir: str) -> dict[str, np.ndarray]:
+    """``diff2.run_dataset`` on 300 California housing records, R = 6, two seeds, chunks of 3 or 4 (padded)."""
+    from dpjax.reproduce import diff2
+
+    res = diff2.run_dataset("california_housing", diff2_protocol(), (3.0, 5.0), data_dir=data_dir, log=lambda *_: None)
+    out = {"diff2/eval_rounds": np.asarray(res["eval_rounds"])}
+    for seed, traces in res["traces"].items():
+        for metric, arr in traces.items():
+            out[f"diff2/{seed}/{metric}"] = np.asarray(arr)
+    return out
+
+
+CASES = {"isrl_grid": isrl_grid, "isrl_scaling": isrl_scaling, "isrl_mnist_task": isrl_mnist_task}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", required=True, help="directory holding california_housing (the DIFF2 case)")
+    args = ap.parse_args()
+    out = {}
+    for fn in CASES.values():
+        out.update(fn())
+    out.update(diff2_dataset(args.data_dir))
+    EXPECTATIONS.parent.mkdir(exist_ok=True)
+    np.savez(EXPECTATIONS, **out)
+    print(f"wrote {len(out)} arrays to {EXPECTATIONS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -77,9 +77,19 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
+# Old task names: one line saying what replaced them (the three "isrl-mnist" pipelines are named by what differs).
+RENAMED_TASKS = {
+    "isrl-mnist": "the task isrl-mnist is now `dpjax run isrl-mnist-trial` (one trial at one epsilon); "
+                  "the paper figure is `dpjax reproduce isrl-mnist`",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMAND_MODULES.get(argv[0]) if argv else None
+    if command is not None and len(argv) > 1 and argv[0] == "run" and argv[1] in RENAMED_TASKS:
+        print(f"dpjax: error: {RENAMED_TASKS[argv[1]]}", file=sys.stderr)
+        return 2
     parser = build_parser(None if command is None else [command])
     args = parser.parse_args(_attach_negative_numbers(argv))
     if not getattr(args, "func", None):

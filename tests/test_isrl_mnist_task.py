@@ -88,6 +88,14 @@ def test_cli_bad_input_is_a_clear_error():
     assert "epsilon=-1.0 must be > 0" in out.stderr
 
 
+def test_old_task_name_says_what_replaced_it(capsys):
+    from dpjax.cli import main
+
+    assert main(["run", "isrl-mnist", "--rounds", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "isrl-mnist-trial" in err[0] and "dpjax reproduce isrl-mnist" in err[0]
+
+
 def test_accounting_never_imports_jax():
     code = "import dpjax.accounting, sys; assert 'jax' not in sys.modules, sorted(m for m in sys.modules if 'jax' in m)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

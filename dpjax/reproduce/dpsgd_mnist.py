@@ -151,10 +151,10 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     from dpjax.problems import FlaxProblem
 
     cfg = {**(QUICK if quick else FULL), **(config or {})}
-    out.mkdir(parents=True, exist_ok=True)
     results = out / "results.csv"
     if results.exists():
         raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
     start, cpu_start = time.perf_counter(), time.process_time()
     from dpjax.data.paths import DatasetNotFoundError
 

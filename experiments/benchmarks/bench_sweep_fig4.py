@@ -1,6 +1,6 @@
 """ISRL-DP Fig. 4 protocol three ways: compiled grid vs per-config jit loop vs NumPy (authors' structure).
 
-Protocol (ISRL spec §5.2, Lowy & Razaviyayn 2023 Fig. 4): binary logistic
+Protocol (Lowy & Razaviyayn 2023, Fig. 4 and Appendix I): binary logistic
 regression on the 25-silo MNIST split (N = 25, n = 1238, d = 50), M = 12
 silos available per round, R = 35 rounds, K = ceil(n sqrt(eps_max)/(2 sqrt R))
 = 444 records per silo per round drawn with replacement (as the authors'
@@ -52,7 +52,7 @@ def fig4_config(trials: int, vmap_width: int | None, data: str):
     from dpjax.sweep import SweepConfig
 
     d = {
-        "name": "isrl-fig4",
+        "name": "isrl-fig4-mbsgd-appendix-i-m12",  # the M = 12 panel of sweep/configs/isrl_fig4_mbsgd_appendix_i.toml
         "algorithm": "isrl-mbsgd",
         "num_rounds": 35,
         "seed": 0,

@@ -301,8 +301,20 @@ class Store:
         return runs, evals
 
 
+def _identity(config: dict) -> dict:
+    """A resolved config without ``data.data_dir``: where the dataset files lie is not part of a sweep's
+    identity (a sweep may resume on another machine or after the data moved; the dataset's name and
+    split seeds are)."""
+    data = config.get("data")
+    if isinstance(data, dict) and "data_dir" in data:
+        return {**config, "data": {k: v for k, v in data.items() if k != "data_dir"}}
+    return config
+
+
 def check_same_sweep(root, old: dict, resolved: dict, keys=None) -> None:
-    """``ValueError`` when the directory's ``old`` config differs from ``resolved`` (on ``keys``, default all)."""
+    """``ValueError`` when the directory's ``old`` config differs from ``resolved`` (on ``keys``, default all;
+    ``data.data_dir`` is not compared, see ``_identity``)."""
+    old, resolved = _identity(old), _identity(resolved)
     keys = sorted(set(old) | set(resolved)) if keys is None else keys
     diff = [k for k in keys if old.get(k) != resolved.get(k)]
     if diff:

@@ -4,6 +4,8 @@ in-flight one is left alone (several hosts may share a sweep directory)."""
 import os
 import time
 
+import pytest
+
 from dpjax.sweep import store
 
 
@@ -27,3 +29,15 @@ def test_atomic_write_leaves_no_temporary(tmp_path):
     store.atomic_write_text(target, "x,y\n1,2\n")
     assert target.read_text() == "x,y\n1,2\n"
     assert [p.name for p in target.parent.iterdir()] == ["b.csv"]
+
+
+def test_resume_check_ignores_where_the_data_lies_but_not_which_data(tmp_path):
+    from dpjax.sweep.store import check_same_sweep
+
+    old = {"name": "s", "data": {"name": "isrl-mnist", "split_seed": 0, "data_dir": "/a/data"}}
+    moved = {"name": "s", "data": {"name": "isrl-mnist", "split_seed": 0, "data_dir": "/b/data"}}
+    check_same_sweep(tmp_path, old, moved)  # the same sweep, its files read from elsewhere
+    check_same_sweep(tmp_path, old, {"name": "s", "data": {"name": "isrl-mnist", "split_seed": 0}})
+    with pytest.raises(ValueError, match=r"different sweep \(config differs at \['data'\]\)"):
+        check_same_sweep(tmp_path, old, {"name": "s", "data": {"name": "isrl-mnist", "split_seed": 1,
+                                                               "data_dir": "/a/data"}})

@@ -39,6 +39,17 @@ The private rounds are unchanged within the pair-to-pair spread (0.97-1.06). One
 pairs: the non-private twin on the Fig. 4 grid is 13 % slower, because it now runs the private
 family's own code path with the noise and clipping switched off instead of a separate ``jax.grad``
 path (the issue's "one non-private twin mechanism"); the private/non-private ratio there is now 0.99.
+
+The whole Fig. 4 protocol through the sweep executor (``--bench sweep_fig4``: ``dpjax.sweep.run_sweep``
+end to end, data splits, calibration, compilation and the results store included), cf1ff84 against
+bb79b58 on the same machine (load 0.3-3.8: two other developers at work; interleaving cancels most of it):
+
+| run | before (median s) | after (median s) | ratio | per pair |
+|---|---|---|---|---|
+| 2 trials (360 runs), ``--pairs 4`` | 6.5 | 6.7 | 1.04 | 0.88 1.08 1.08 1.00 |
+| 20 trials (3,600 runs), ``--pairs 3 -- --trials 20 --loop-sample 1`` | 18.2 | 12.7 | 0.81 | 0.97 0.70 0.81 |
+
+No regression: the spread between pairs is larger than any difference between the commits.
 """
 
 from __future__ import annotations

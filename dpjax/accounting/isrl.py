@@ -34,7 +34,9 @@ __all__ = [
     "isrl_paper_min_batch_size",
     "isrl_paper_chain",
     "isrl_experiment_calibration",
+    "isrl_experiment_batch_size",
     "isrl_experiment_epsilon",
+    "isrl_per_silo_sigma_factors",
     "isrl_authors_code_calibration",
     "isrl_one_pass_paper_sigma",
     "isrl_one_pass_paper_epsilon",
@@ -133,8 +135,38 @@ def isrl_experiment_calibration(
     n, rounds, epsilon, delta = _common(n, rounds, epsilon, delta)
     eps_max = epsilon if epsilon_max is None else v.check_positive("epsilon_max", epsilon_max)
     sigma = math.sqrt(8 * lipschitz**2 * math.log(1 / delta) * rounds / (n**2 * epsilon**2))
-    k = math.ceil(n * math.sqrt(eps_max) / (2 * math.sqrt(rounds)) - 1e-12)
-    return sigma, int(min(max(k, 1), n))
+    return sigma, isrl_experiment_batch_size(n, rounds, eps_max)
+
+
+def isrl_experiment_batch_size(n: int, rounds: int, epsilon_max: float, construction: str = "paper") -> int:
+    """K of the experiments (Appendix I) from the sweep's largest epsilon, one K for every epsilon.
+
+    ``"paper"``: K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n] (Appendix I);
+    ``"authors"``: the authors' public scripts' ``int(max(1, n sqrt(eps_max / (4 R))))``
+    (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443 where Appendix I gives 444).
+    """
+    n = v.check_int("n", n, min_value=1)
+    rounds = v.check_int("rounds", rounds, min_value=1)
+    epsilon_max = v.check_positive("epsilon_max", epsilon_max)
+    v.check_choice("construction", construction, ("paper", "authors"))
+    if construction == "authors":
+        return int(max(1, math.floor(n * math.sqrt(epsilon_max / (4 * rounds)))))
+    k = math.ceil(n * math.sqrt(epsilon_max) / (2 * math.sqrt(rounds)) - 1e-12)
+    return int(min(max(k, 1), n))
+
+
+def isrl_per_silo_sigma_factors(silo_sizes, n_ref: int):
+    """sigma_i / sigma_ref of the Appendix I calibration (``isrl_experiment_calibration``) when
+    silo i uses its own n_i and delta_i = 1/n_i^2 (the authors' insurance script calls its
+    calibration with each silo's n): sigma^2 is proportional to ln(n^2) / n^2, so
+    sigma_i / sigma_ref = (n_ref / n_i) sqrt(ln n_i / ln n_ref). Returns a float64 array."""
+    import numpy as np
+
+    n_ref = v.check_int("n_ref", n_ref, min_value=2)
+    sizes = np.asarray(silo_sizes, np.float64)
+    if sizes.ndim != 1 or sizes.size == 0 or np.any(sizes < 2):
+        raise ValueError(f"silo_sizes={list(np.atleast_1d(sizes))!r} must be a non-empty list of sizes >= 2")
+    return (n_ref / sizes) * np.sqrt(np.log(sizes) / math.log(n_ref))
 
 
 def isrl_experiment_epsilon(lipschitz: float, n: int, rounds: int, sigma: float, delta: float) -> float:

@@ -44,7 +44,6 @@ nominal one (metric ``realized_epsilon_rdp``; Appendix I's form is an add/remove
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import pathlib
 import platform
@@ -61,6 +60,7 @@ from dpjax.reproduce import isrl_optimum
 from dpjax.reproduce import isrl_protocol as proto
 from dpjax.reproduce import report
 from dpjax.sweep import plot
+from dpjax.sweep.select import error_bars
 from dpjax.reproduce.isrl_protocol import LABELS, LOCAL, LOCAL_NP, MB, MB_NP
 
 PAPER = "ISRL-DP (Lowy & Razaviyayn, ICLR 2023)"
@@ -143,29 +143,6 @@ class Task:
     extra_tests: Callable[[Any], dict] | None = None
 
 
-def batch_size_rule(exp: Experiment, n: int, delta: float) -> int:
-    """K from the grid's largest epsilon: ``ceil(n sqrt(eps_max) / (2 sqrt R))`` (Appendix I, the
-    paper's construction) or the authors' ``int(max(1, n sqrt(eps_max / (4 R))))`` (a floor)."""
-    from dpjax.accounting import isrl_experiment_calibration
-
-    if exp.construction == "authors":
-        return int(max(1, math.floor(n * math.sqrt(exp.epsilon_max / (4 * exp.rounds)))))
-    return isrl_experiment_calibration(1.0, n, exp.rounds, exp.epsilon_max, delta, exp.epsilon_max)[1]
-
-
-def sampling_of(exp: Experiment) -> str:
-    """Minibatch sampling: without replacement (the paper's construction, tight accounting) or
-    with replacement (the authors' scripts draw ``np.random.randint`` indices)."""
-    return "with-replacement" if exp.construction == "authors" else "without-replacement"
-
-
-def extended_grid(values: Sequence[float], side: str) -> float:
-    """The next value of a geometric grid beyond its ``side`` ("low"/"high") end."""
-    v = sorted(values)
-    ratio = v[1] / v[0] if len(v) > 1 else 10.0
-    return v[0] / ratio if side == "low" else v[-1] * ratio
-
-
 # ---------------------------------------------------------------------------
 # The driver
 # ---------------------------------------------------------------------------
@@ -177,222 +154,131 @@ def _pooled_test(fed):
     return np.concatenate(fed.test_x), np.concatenate(fed.test_y)
 
 
-@functools.lru_cache(maxsize=256)
-def _noise(kind: str, n: int, rounds: int, k: int, epsilons: tuple, delta: float, eps_max: float, cals: tuple,
-           sampling: str = "without-replacement"):
-    return proto.noise_table(kind, n=n, rounds=rounds, batch_size=k, epsilons=epsilons, delta=delta,
-                             epsilon_max=eps_max, calibrations=cals, sampling=sampling)
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One trial of one setting as configuration: the data, the two families' grids
+    (``dpjax.sweep.table.Family``), their noise tables and what ``meta.json`` records."""
+
+    train: Any
+    eval_data: Any
+    evaluator: Any
+    families: tuple
+    noise: dict
+    naive_rmse: float | None
+    meta: dict
 
 
-def _chunk(num_runs: int, max_chunk: int = 256) -> int:
-    return math.ceil(num_runs / math.ceil(num_runs / max_chunk))
+def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[dict], context: dict) -> Panel:
+    """ISRL-DP MB-SGD and Local SGD on ``fed`` with the protocol of the module docstring."""
+    from dpjax.accounting.isrl import isrl_experiment_batch_size
+    from dpjax.algorithms.isrl_constructions import insurance_script_mbsgd, minibatch_sampling, server_noise_equivalent
+    from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
+    from dpjax.algorithms.local_sgd import LocalSgd
+    from dpjax.engine import SiloData
+    from dpjax.primitives import FixedAvailability
+    from dpjax.sweep import table
 
+    train = SiloData.from_silos(fed.train_x, fed.train_y)
+    _validate.check_le("silos_per_round", setting.silos_per_round, "num_silos", train.num_silos)
+    problem = task.problem(fed)
+    n = train.min_size
+    delta = 1.0 / n**2
+    # The insurance script takes K and Local SGD's noise from n = ceil(1338/N), the silo
+    # size before its 80/20 split; elsewhere n is the (smallest) training size.
+    n_script = int(fed.metadata["group_size"]) if exp.silo_rules == "insurance-script" else n
+    k = isrl_experiment_batch_size(n_script, exp.rounds, exp.epsilon_max, exp.construction)
+    clips = (float(task.lipschitz(fed)),) if exp.clip_norms is None else tuple(exp.clip_norms)
+    mb_lrs = tuple({"M": setting.silos_per_round, "K": k, "1": 1}[exp.mb_grid_scale] * v for v in exp.mb_grid)
+    sampling = minibatch_sampling(exp.construction)
+    common = {"rounds": exp.rounds, "batch_size": k, "epsilons": tuple(float(e) for e in exp.epsilons),
+              "epsilon_max": float(exp.epsilon_max), "calibrations": tuple(exp.calibrations)}
+    noise = {MB: proto.noise_table("mbsgd", n=n, delta=delta, sampling=sampling, **common),
+             LOCAL: proto.noise_table("local-sgd", n=n_script, delta=1.0 / n_script**2, **common)}
+    if exp.server_noise:
+        noise[MB] = server_noise_equivalent(noise[MB], setting.silos_per_round, k)
+    avail = FixedAvailability(setting.silos_per_round)
+    mb_algo, mb_make = NoisyMbSgd(problem, num_rounds=exp.rounds, batch_size=k, sampling=sampling,
+                                  availability=avail, output=exp.output), None
+    if exp.silo_rules == "insurance-script":
+        mb_algo, mb_make, noise[MB] = insurance_script_mbsgd(
+            problem, rounds=exp.rounds, batch_size=k, availability=avail, output=exp.output,
+            silo_sizes=train.silo_sizes(), n_ref=n, delta=delta, noise=noise[MB])
+    local_algo = LocalSgd(problem, num_rounds=exp.rounds, local_steps=k, availability=avail, output=exp.output)
 
-def _server_noise_equivalent(table: dict, silos_per_round: int, k: int) -> dict:
-    """The authors' obesity noise model as per-silo noise with the same law.
+    def family(priv, nonpriv, algo, lrs, make):
+        runs = {"private_name": priv, "nonprivate_name": nonpriv, "noise": noise[priv], "clip_norms": clips,
+                "repetitions": exp.repetitions, "nonprivate_clip": exp.nonprivate_clip}
 
-    The script steps ``w - eta (sum_m S_m / M + xi)`` with ``S_m`` a silo's
-    K-record gradient *sum* and ONE server draw ``xi ~ N(0, sigma^2)``. Dividing
-    by K: ``w - (eta K)(mean_m g_m + xi / K)``; per-silo noise of std ``s`` on the
-    minibatch means averages to ``N(0, s^2 / M)``, so ``s = sigma sqrt(M) / K``
-    with the step size times K (the obesity grid is already scaled by K). The
-    silo messages then carry no noise of their own: no ISRL-DP guarantee
-    (``realized_epsilon = inf``).
-    """
-    factor = math.sqrt(silos_per_round) / k
-    return {key: dataclasses.replace(e, sigma_unit=e.sigma_unit * factor, realized_epsilon=math.inf)
-            for key, e in table.items()}
+        def extend(requests, done):
+            grid_log.extend(context | {"algorithm": nonpriv if r["calibration"] == "none" else priv} | r
+                            for r in requests)
+            return proto.extension_specs(requests, done, **runs)
 
+        return table.Family(algo, proto.build_specs(learning_rates=lrs, **runs), extend, make)
 
-def _paper_sigma_factors(silo_sizes, n_ref: int) -> np.ndarray:
-    """sigma_i / sigma_ref of the Appendix I calibration when silo i uses its own n_i and
-    delta_i = 1/n_i^2 (the authors' insurance script): sigma^2 ∝ ln(n^2) / n^2."""
-    sizes = np.asarray(silo_sizes, np.float64)
-    return (n_ref / sizes) * np.sqrt(np.log(sizes) / math.log(n_ref))
-
-
-def _insurance_script_mb(problem, exp, k, avail, train, n, delta, noise):
-    """The authors' insurance MB-SGD: each silo clips its minibatch MEAN to L (sensitivity 2L, not
-    2L/K) and adds noise of its own n_i, delta_i; the realized RDP epsilon of the smallest silo is
-    recomputed for that sensitivity (with-replacement sampling, accounted conservatively)."""
-    from dpjax.accounting import GaussianSchedule, compute_epsilon
-    from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
-
-    algo = UnbalancedNoisyMbSgd(problem, num_rounds=exp.rounds, batch_sizes=(k,) * train.num_silos,
-                                sampling="with-replacement", availability=avail, output=exp.output,
-                                clip_mode="minibatch-average")
-    factors = _paper_sigma_factors(train.silo_sizes(), n)
-    make = lambda s: UnbalancedHParams.create(s.learning_rate, s.noise_std * factors, s.clip_norm)  # noqa: E731
-    realized = {}
-    for key_, e in noise.items():
-        sched = GaussianSchedule(noise_std=e.sigma_unit, contribution_bound=1.0, sampling="with-replacement",
-                                 dataset_size=n, batch_size=k, steps=exp.rounds, neighboring="replace-one",
-                                 unit="record-in-silo")
-        realized[key_] = dataclasses.replace(e, realized_epsilon=compute_epsilon(sched, delta, "rdp").epsilon)
-    return algo, make, realized
-
-
-def _extend_at_edges(df, exp, algo, train, eval_data, evaluator, key, chunk, noise, priv, nonpriv, clips, grid_log,
-                     context: dict, make_hparams=None):
-    """Extends the step-size grid where the selection sits at an end (issue #16's generic rule).
-
-    Per (calibration, epsilon) group of this trial, while the selected step
-    size (lowest mean training loss over repetitions) is the smallest or
-    largest tried and fewer than ``exp.max_grid_extensions`` extensions were
-    made on that side, one more geometric step beyond it is run (same key, so
-    the new runs share their random draws with the old ones). A group whose
-    runs all diverged is left alone. Every extension is logged in ``grid_log``.
-    """
-    if exp.max_grid_extensions == 0:
-        return df
-    by = ["calibration", "epsilon"]
-    extensions: dict[tuple, dict[str, int]] = {}
-    while True:
-        sel = proto.select(df, by, criterion="train_loss")
-        todo = []
-        for rec in sel.to_dict("records"):
-            if not np.isfinite(rec["train_loss"]):
-                continue
-            group = df[(df.calibration == rec["calibration"]) & (df.epsilon == rec["epsilon"])]
-            lrs = sorted(group["learning_rate"].unique())
-            side = "low" if np.isclose(rec["learning_rate"], lrs[0]) else (
-                "high" if np.isclose(rec["learning_rate"], lrs[-1]) else None)
-            done = extensions.setdefault((rec["calibration"], rec["epsilon"]), {"low": 0, "high": 0})
-            if side is None or done[side] >= exp.max_grid_extensions:
-                continue
-            done[side] += 1
-            todo.append((rec["calibration"], rec["epsilon"], extended_grid(lrs, side), side))
-        if not todo:
-            return df
-        specs = []
-        next_h = int(df["hp_index"].max()) + 1
-        for j, (cal, eps, lr, side) in enumerate(todo):
-            name = nonpriv if cal == "none" else priv
-            for c_i, c in enumerate(clips if cal != "none" or exp.nonprivate_clip else (math.inf,)):
-                sigma = 0.0 if cal == "none" else noise[(cal, eps)].sigma_unit * c
-                for r in range(exp.repetitions):
-                    specs.append(proto.RunSpec(name, cal, eps, lr, c, sigma, r, next_h + j * len(clips) + c_i))
-            grid_log.append(context | {"algorithm": priv if cal != "none" else nonpriv, "calibration": cal,
-                                       "epsilon": eps, "side": side, "learning_rate": lr})
-        extra = proto.run_grid(algo, train, eval_data, evaluator, specs, key,
-                               divergence_threshold=exp.divergence_threshold, chunk_size=chunk,
-                               make_hparams=make_hparams)
-        extra["grid_extension"] = 1
-        df = pd.concat([df, extra], ignore_index=True)
+    test_x, test_y = _pooled_test(fed)
+    extra = task.extra_tests(fed) if task.extra_tests is not None else {}
+    naive = None
+    if exp.metric == "relative_rmse":
+        naive = float(np.sqrt(np.mean((np.asarray(test_y, np.float64) - float(fed.metadata["y_train_mean"])) ** 2)))
+    meta = {"n_min": n, "silo_sizes": list(train.silo_sizes()), "K": k, "delta": delta, "dim": problem.dim,
+            "sampling": sampling, "noise_placement": "server (one draw)" if exp.server_noise else "per silo",
+            "silo_rules": exp.silo_rules, "n_for_K": n_script, "clip_norms": list(clips),
+            "mb_learning_rates": list(mb_lrs), "local_learning_rates": list(exp.local_grid)}
+    return Panel(train, table.eval_data_for(train, test_x, test_y, extra),
+                 table.Evaluator(problem, task.test_metric, tuple(sorted(extra))),
+                 (family(MB, MB_NP, mb_algo, mb_lrs, mb_make), family(LOCAL, LOCAL_NP, local_algo, exp.local_grid, None)),
+                 noise, naive, meta)
 
 
 def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str], None] = print) -> dict:
     """Runs every trial of ``exp``; returns ``{"runs", "selected", "noise", "meta", "optimum"}``.
 
-    Per trial and setting: one ``dpjax.sweep.run_grid`` grid for the MB-SGD family
-    (calibration x epsilon x step size [x clip] x repetition + non-private) and
-    one for the Local SGD family. Per trial and number of silos: F^*, w* and
-    upsilon*^2 by Newton's method on the pooled training data
-    (``isrl_optimum.pooled_optimum``; rows of ``optimum``); every run gets
-    ``excess_risk = train_loss - F^*`` and the selection minimises its mean.
+    Per trial and setting: the MB-SGD and Local SGD families' grids
+    (calibration x epsilon x step size [x clip] x repetition + non-private)
+    through ``dpjax.sweep.table.run_families``, each step-size grid extended
+    where the selection sits at an end (at most ``exp.max_grid_extensions`` per
+    side and group). Per trial and number of silos: F^*, w* and upsilon*^2 by
+    Newton's method on the pooled training data (``isrl_optimum.pooled_optimum``;
+    rows of ``optimum``); every run gets ``excess_risk = train_loss - F^*`` and
+    the selection minimises its mean.
     """
     from dpjax import keys
-
-    from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
-    from dpjax.algorithms.local_sgd import LocalSgd
-    from dpjax.engine import SiloData
-    from dpjax.primitives import FixedAvailability
+    from dpjax.sweep import table
 
     _validate.check_int("seed", seed, min_value=0)
     all_runs, noise_rows, optimum_rows, meta = [], [], [], {"settings": {}, "construction": exp.construction}
     grid_log: list[dict] = []
     for trial in range(exp.trials):
-        data_cache: dict[int, Any] = {}
-        optimum_cache: dict[int, isrl_optimum.PooledOptimum] = {}
+        data: dict[int, Any] = {}
+        f_star: dict[int, float] = {}
         for setting in exp.settings:
             t0 = time.perf_counter()
-            if setting.num_silos not in data_cache:
-                data_cache[setting.num_silos] = task.data(setting.num_silos, seed * 1000 + trial)
-            fed = data_cache[setting.num_silos]
-            train = SiloData.from_silos(fed.train_x, fed.train_y)
-            _validate.check_le("silos_per_round", setting.silos_per_round, "num_silos", train.num_silos)
-            test_x, test_y = _pooled_test(fed)
-            problem = task.problem(fed)
-            if setting.num_silos not in optimum_cache:
-                opt = isrl_optimum.pooled_optimum(problem, fed.train_x, fed.train_y)
-                optimum_cache[setting.num_silos] = opt
+            if setting.num_silos not in data:
+                data[setting.num_silos] = fed = task.data(setting.num_silos, seed * 1000 + trial)
+                opt = isrl_optimum.pooled_optimum(task.problem(fed), fed.train_x, fed.train_y)
+                f_star[setting.num_silos] = opt.loss
                 optimum_rows.append({"trial": trial, "num_silos": setting.num_silos} | opt.as_dict())
-            f_star = optimum_cache[setting.num_silos].loss
-            n = train.min_size
-            delta = 1.0 / n**2
-            # The insurance script takes K and Local SGD's noise from n = ceil(1338/N), the silo
-            # size before its 80/20 split; elsewhere n is the (smallest) training size.
-            n_script = int(fed.metadata["group_size"]) if exp.silo_rules == "insurance-script" else n
-            k = batch_size_rule(exp, n_script, 1.0 / n_script**2)
-            if exp.clip_norms is None:
-                clips = (float(task.lipschitz(fed)),)
-            else:
-                clips = tuple(exp.clip_norms)
-            scale = {"M": setting.silos_per_round, "K": k, "1": 1}[exp.mb_grid_scale]
-            mb_lrs = tuple(scale * v for v in exp.mb_grid)
-            eps = tuple(float(e) for e in exp.epsilons)
-            cals = tuple(exp.calibrations)
-            sampling = sampling_of(exp)
-            noise = {
-                MB: _noise("mbsgd", n, exp.rounds, k, eps, delta, float(exp.epsilon_max), cals, sampling),
-                LOCAL: _noise("local-sgd", n_script, exp.rounds, k, eps, 1.0 / n_script**2, float(exp.epsilon_max),
-                              cals),
-            }
-            if exp.server_noise:
-                noise[MB] = _server_noise_equivalent(noise[MB], setting.silos_per_round, k)
-            avail = FixedAvailability(setting.silos_per_round)
-            mb_algo, mb_make = NoisyMbSgd(problem, num_rounds=exp.rounds, batch_size=k, sampling=sampling,
-                                          availability=avail, output=exp.output), None
-            if exp.silo_rules == "insurance-script":
-                mb_algo, mb_make, noise[MB] = _insurance_script_mb(problem, exp, k, avail, train, n, delta, noise[MB])
-            families = (
-                (MB, MB_NP, mb_algo, mb_lrs, mb_make),
-                (LOCAL, LOCAL_NP, LocalSgd(problem, num_rounds=exp.rounds, local_steps=k, availability=avail,
-                                           output=exp.output), tuple(exp.local_grid), None),
-            )
-            extra = task.extra_tests(fed) if task.extra_tests is not None else {}
-            evaluator = proto.Evaluator(problem, task.test_metric, tuple(sorted(extra)))
-            eval_data = proto.eval_data_for(train, test_x, test_y, extra)
+            context = {"trial": trial, "num_silos": setting.num_silos, "silos_per_round": setting.silos_per_round}
+            panel = _panel(exp, task, setting, data[setting.num_silos], grid_log, context)
             key = keys.run_key(seed, trial, 1000 * setting.num_silos + setting.silos_per_round)
-            naive = None
-            if exp.metric == "relative_rmse":
-                y_bar = float(fed.metadata["y_train_mean"])
-                naive = float(np.sqrt(np.mean((np.asarray(test_y, np.float64) - y_bar) ** 2)))
-            for fam_idx, (priv, nonpriv, algo, lrs, make) in enumerate(families):
-                specs = proto.build_specs(
-                    private_name=priv, nonprivate_name=nonpriv, noise=noise[priv], learning_rates=lrs,
-                    clip_norms=clips, repetitions=exp.repetitions, nonprivate_clip=exp.nonprivate_clip)
-                fam_key = keys.run_key(key, fam_idx)
-                chunk = _chunk(len(specs))
-                df = proto.run_grid(algo, train, eval_data, evaluator, specs, fam_key,
-                                    divergence_threshold=exp.divergence_threshold, chunk_size=chunk, make_hparams=make)
-                df["grid_extension"] = 0
-                df = _extend_at_edges(df, exp, algo, train, eval_data, evaluator, fam_key, chunk, noise[priv],
-                                      priv, nonpriv, clips, grid_log,
-                                      {"trial": trial, "num_silos": setting.num_silos,
-                                       "silos_per_round": setting.silos_per_round}, make)
-                df["excess_risk"] = isrl_optimum.excess_risk(df["train_loss"], f_star)
-                if naive is not None:
-                    df["test"] = df["test"] / naive
-                df["trial"] = trial
-                df["num_silos"] = setting.num_silos
-                df["silos_per_round"] = setting.silos_per_round
-                all_runs.append(df)
+            for df in table.run_families(panel.families, panel.train, panel.eval_data, panel.evaluator, key,
+                                         divergence_threshold=exp.divergence_threshold,
+                                         extend_by=["calibration", "epsilon"], criterion="train_loss",
+                                         column="learning_rate", max_extensions=exp.max_grid_extensions):
+                df["excess_risk"] = isrl_optimum.excess_risk(df["train_loss"], f_star[setting.num_silos])
+                if panel.naive_rmse is not None:
+                    df["test"] = df["test"] / panel.naive_rmse
+                all_runs.append(df.assign(**context))
             if trial == 0:
-                meta["settings"][setting.label] = {
-                    "n_min": n, "silo_sizes": list(train.silo_sizes()), "K": k, "delta": delta, "dim": problem.dim,
-                    "sampling": sampling, "noise_placement": "server (one draw)" if exp.server_noise else "per silo",
-                    "silo_rules": exp.silo_rules, "n_for_K": n_script,
-                    "clip_norms": list(clips), "mb_learning_rates": list(mb_lrs), "local_learning_rates": list(exp.local_grid),
-                }
-                for fam, table in noise.items():
-                    for (cal, e), entry in table.items():
-                        noise_rows.append({"setting": setting.label, "algorithm": fam, "calibration": cal, "epsilon": e,
-                                           "sigma_over_L": entry.sigma_unit, "realized_epsilon_rdp": entry.realized_epsilon})
+                meta["settings"][setting.label] = panel.meta
+                noise_rows += [{"setting": setting.label, "algorithm": fam, "calibration": cal, "epsilon": e,
+                                "sigma_over_L": entry.sigma_unit, "realized_epsilon_rdp": entry.realized_epsilon}
+                               for fam, tab in panel.noise.items() for (cal, e), entry in tab.items()]
             log(f"[{exp.name}] trial {trial + 1}/{exp.trials} {setting.label}: {time.perf_counter() - t0:.1f} s")
     runs = pd.concat(all_runs, ignore_index=True)
-    by = ["num_silos", "silos_per_round", "algorithm", "calibration", "epsilon", "trial"]
-    selected = proto.select(runs, by, criterion="excess_risk")
+    selected = proto.select(runs, ["num_silos", "silos_per_round", "algorithm", "calibration", "epsilon", "trial"],
+                            criterion="excess_risk")
     optimum = pd.DataFrame(optimum_rows)
     meta["selection_criterion"] = "mean final training excess risk F^(w) - F^* over repetitions"
     meta["grid_extensions"] = grid_log
@@ -410,8 +296,7 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
 
 
 def _means(selected: pd.DataFrame) -> pd.DataFrame:
-    summ = proto.summarize(selected, "test", ["num_silos", "silos_per_round", "calibration", "algorithm"])
-    return summ
+    return error_bars(selected, x="epsilon", value="test", lines=["num_silos", "silos_per_round", "calibration", "algorithm"])
 
 
 def _val(summ, setting: Setting, alg: str, cal: str, eps: float | None = None) -> float:

@@ -1,6 +1,10 @@
 """The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, Section 6 / App. I).
 
-Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
+The paper-specific pieces of the ``isrl-*`` figures (``dpjax.reproduce.isrl``);
+the grid runs through the one experiment pipeline (``dpjax.sweep.table``:
+run specs -> compiled chunks -> one row per run; ``dpjax.sweep.select``:
+selection by the mean criterion over repetitions and the step-size grid
+extension):
 
 * ``noise_table``: sigma per (calibration, epsilon) for Noisy MB-SGD or Local
   SGD, in the paper's Appendix I form (``"paper"``) or calibrated by a tight
@@ -8,31 +12,30 @@ Shared by the ``isrl-*`` figures (``dpjax.reproduce.isrl``):
   (``"tight"``, RDP for fixed-size sampling without replacement), with the
   epsilon a tight accountant certifies for that sigma (Appendix I's form is an add/remove
   calibration, not a replace-one certificate);
-* ``run_grid``: every configuration of one trial and one algorithm family
-  (calibration x epsilon x step size x clip x repetition, plus the non-private
-  twin as sigma = 0) through the sweep's executor ``dpjax.sweep.run_grid``
-  (fixed-size compiled chunks, so every trial reuses the same compilation;
-  common random numbers per repetition); the data split is shared, not batched;
+* ``build_specs``/``extension_specs``: the runs of one trial and one algorithm
+  family (calibration x epsilon x step size x clip x repetition, plus the
+  non-private twin as sigma = 0);
 * ``select``: the paper's step-size selection by the mean over repetitions
   of a final training criterion: the excess risk F^(w) - F^* (the paper's;
   F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training
   loss (same argmin: F^* is constant per trial); diverged runs count as an
   infinite loss;
-* ``summarize``: 5th/95th-percentile error bars over trials (the
-  paper-style figure is ``dpjax.sweep.plot.plot_panels``).
+* ``tidy_rows``: results.csv rows of the selected configurations.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dpjax import _validate
+# The evaluator of the figures' grids (imported from here by the pipeline tests).
+from dpjax.sweep.table import Evaluator, eval_data_for  # noqa: F401
 
 # Algorithm labels used in results.csv and the figures.
 MB = "isrl-dp-mbsgd"
@@ -105,8 +108,15 @@ def noise_table(
     or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).
     Every entry carries the RDP epsilon of its sigma (``realized_epsilon``).
     ``sampling`` is MB-SGD's minibatch sampling (``"with-replacement"`` is
-    accounted conservatively by the RDP accountant).
+    accounted conservatively by the RDP accountant). Tables are cached (every trial
+    of a figure asks for the same ones).
     """
+    return dict(_noise_table(kind, n, rounds, batch_size, tuple(epsilons), delta, epsilon_max, tuple(calibrations),
+                             sampling))
+
+
+@functools.lru_cache(maxsize=256)
+def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, calibrations, sampling):
     from dpjax.accounting import calibrate_noise, compute_epsilon, isrl_experiment_calibration
     from dpjax.accounting.isrl import isrl_local_sgd_paper_sigma
 
@@ -145,29 +155,8 @@ def noise_table(
 
 
 # ---------------------------------------------------------------------------
-# One trial's grid as one compiled program
+# One trial's runs
 # ---------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Evaluator:
-    """``eval_fn`` of a grid (hashable, so trials reuse the compiled program).
-
-    Returns the pooled training loss and the test metric ``test_metric`` of
-    the problem's ``evaluate`` (``"error"`` or ``"rmse"``).
-    """
-
-    problem: Any
-    test_metric: str = "error"
-    extra_tests: tuple[str, ...] = ()  # further test sets in eval_data, reported as columns of these names
-
-    def __call__(self, params, data):
-        tr = self.problem.evaluate(params, *data["train"])
-        te = self.problem.evaluate(params, *data["test"])
-        out = {"train_loss": tr["loss"], "test": te[self.test_metric]}
-        for name in self.extra_tests:
-            out[name] = self.problem.evaluate(params, *data[name])[self.test_metric]
-        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,71 +171,6 @@ class RunSpec:
     noise_std: float
     repetition: int
     hp_index: int  # index of (learning_rate, clip_norm) in the tuning grid
-
-
-def eval_data_for(train, test_x, test_y, extra: dict | None = None):
-    """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and
-    any ``extra`` named test sets ``{name: (x, y)}``."""
-    import jax.numpy as jnp
-
-    out = {"train": train.pooled()}
-    for name, (x, y) in [("test", (test_x, test_y))] + sorted((extra or {}).items()):
-        out[name] = (jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
-    return out
-
-
-def run_grid(
-    algorithm,
-    train,
-    eval_data,
-    evaluator: Evaluator,
-    specs: Sequence[RunSpec],
-    key,
-    *,
-    divergence_threshold: float,
-    chunk_size: int = 256,
-    make_hparams=None,
-) -> pd.DataFrame:
-    """Runs every spec of one trial through ``dpjax.sweep.run_grid``; one row per run.
-
-    Repetition ``r`` of every configuration uses ``keys.run_key(key, r)``
-    (common random numbers across step sizes, epsilons and calibrations): the
-    runs of one repetition share that key inside one program, so availability,
-    batches and standard-normal draws are computed once and their gradients
-    become matrix products (ISRL-DP Local SGD, 60 MNIST configurations: 1.1 s
-    instead of 17 s with one key per run). Chunks of ``chunk_size`` runs within
-    a repetition keep the compiled program the same for every chunk and every
-    trial. A run is *diverged* if its iterate went non-finite or its final
-    training loss exceeds ``divergence_threshold`` (the authors' guard); its
-    ``train_loss`` is then +inf. Columns: the spec fields, ``train_loss``,
-    ``test``, ``diverged``. ``make_hparams(spec)`` builds one run's hparams
-    (default ``MbSgdHParams.create(learning_rate, noise_std, clip_norm)``).
-    """
-    import jax
-
-    from dpjax import keys
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-    from dpjax.engine import stack_hparams
-    from dpjax.sweep import run_grid as execute
-
-    if len(specs) == 0:
-        raise ValueError("specs=[] must hold at least one run")
-    _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
-    specs = list(specs)
-    make = make_hparams or (lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
-    rep_keys = {r: keys.run_key(key, r) for r in sorted({int(s.repetition) for s in specs})}
-    run_keys = jax.numpy.stack([rep_keys[int(s.repetition)] for s in specs])
-    res = execute(algorithm, train, stack_hparams([make(s) for s in specs]), run_keys, eval_fn=evaluator,
-                  eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size)
-    tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
-    bad = (res.diverged_round >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
-    df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
-    df["train_loss"] = np.where(bad, np.inf, tl)
-    df["test"] = np.where(bad, np.nan, np.asarray(res.evals["test"][:, -1], np.float64))
-    for name in evaluator.extra_tests:
-        df[name] = np.where(bad, np.nan, np.asarray(res.evals[name][:, -1], np.float64))
-    df["diverged"] = bad
-    return df
 
 
 def build_specs(
@@ -279,8 +203,34 @@ def build_specs(
     return specs
 
 
+def extension_specs(
+    requests: Sequence[dict],
+    runs: pd.DataFrame,
+    *,
+    private_name: str,
+    nonprivate_name: str,
+    noise: dict[tuple[str, float], NoiseEntry],
+    clip_norms: Sequence[float],
+    repetitions: int,
+    nonprivate_clip: bool,
+) -> list[RunSpec]:
+    """The runs of step-size grid extensions (``dpjax.sweep.select.extend_grid_at_edges``
+    requests: a (calibration, epsilon) group and its new ``learning_rate``), as
+    ``build_specs`` would have made them, with ``hp_index`` values after those of ``runs``."""
+    next_h = int(runs["hp_index"].max()) + 1
+    specs = []
+    for j, req in enumerate(requests):
+        cal, eps, lr = req["calibration"], req["epsilon"], req["learning_rate"]
+        name = nonprivate_name if cal == "none" else private_name
+        for c_i, c in enumerate(clip_norms if cal != "none" or nonprivate_clip else (math.inf,)):
+            sigma = 0.0 if cal == "none" else noise[(cal, eps)].sigma_unit * c
+            for r in range(repetitions):
+                specs.append(RunSpec(name, cal, eps, lr, c, sigma, r, next_h + j * len(clip_norms) + c_i))
+    return specs
+
+
 # ---------------------------------------------------------------------------
-# Selection, tidy rows, error bars
+# Selection, tidy rows
 # ---------------------------------------------------------------------------
 
 
@@ -288,33 +238,19 @@ def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss")
     """Per ``by`` group, the (step size, clip) with the lowest mean final ``criterion``
     (``"train_loss"`` or ``"excess_risk"``, a column of ``runs``).
 
-    Uses ``dpjax.sweep.select.select_best`` (over ``hp_index``); adds the
-    selected ``learning_rate``/``clip_norm``/``noise_std``, the mean
-    ``train_loss`` (and ``excess_risk`` when present) of the selection, and
-    ``edge`` (True when the selection hit an end of the step-size grid).
+    ``dpjax.sweep.select.select_mean`` over ``hp_index``: the selected
+    ``learning_rate``/``clip_norm``/``noise_std``, the mean ``test``,
+    ``train_loss`` (and ``excess_risk``, ``official_*`` when present) of the
+    selection, and ``edge`` (True when the selection hit an end of the
+    step-size grid).
     """
-    from dpjax.sweep.select import select_best
+    from dpjax.sweep.select import select_mean
 
     _validate.check_choice("criterion", criterion, ("train_loss", "excess_risk"))
-    best = select_best(runs, over="hp_index", by=list(by), criterion=criterion, report="test")
     extra_cols = [c for c in runs.columns if c.startswith("official_")]
-    for col in ["train_loss", "excess_risk"] + extra_cols:
-        if col != criterion and col in runs.columns:
-            means = runs.groupby(list(by) + ["hp_index"])[col].mean().reset_index()
-            best = best.merge(means, on=list(by) + ["hp_index"], how="left")
-    first = runs.drop_duplicates(list(by) + ["hp_index"])[list(by) + ["hp_index", "learning_rate", "clip_norm", "noise_std"]]
-    best = best.merge(first, on=list(by) + ["hp_index"], how="left")
-    lrs = runs.groupby(list(by))["learning_rate"].agg(["min", "max"]).reset_index()
-    best = best.merge(lrs, on=list(by), how="left")
-    best["edge"] = np.isclose(best["learning_rate"], best["min"]) | np.isclose(best["learning_rate"], best["max"])
-    return best.drop(columns=["min", "max"])
-
-
-def summarize(selected: pd.DataFrame, value: str, lines: Sequence[str], clip=None) -> pd.DataFrame:
-    """Mean and 5th/95th percentile bars over trials (``dpjax.sweep.select.error_bars``)."""
-    from dpjax.sweep.select import error_bars
-
-    return error_bars(selected, x="epsilon", value=value, lines=list(lines), clip=clip)
+    means = [c for c in ["train_loss", "excess_risk"] + extra_cols if c != criterion and c in runs.columns]
+    return select_mean(runs, by, over="hp_index", criterion=criterion, report="test", mean_columns=means,
+                       first_columns=("learning_rate", "clip_norm", "noise_std"), edge_column="learning_rate")
 
 
 def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_by: dict | None = None) -> list[dict]:

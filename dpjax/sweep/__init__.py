@@ -7,11 +7,12 @@
   devices with ``shard_map``;
 * ``run_grid``: the same compiled chunks for one data split and a stack of
   hyperparameters, without the store (the paper drivers' executor);
+  ``dpjax.sweep.table``: a table of run specs through it, one row per run;
 * results go to an append-only, atomically written sweep directory keyed by
   run-config hashes; a killed sweep resumes where it stopped
   (``dpjax.sweep.store``, ``dpjax.sweep.driver``);
-* paper protocols: step-size selection and percentile error bars
-  (``dpjax.sweep.select``) and ``dpjax plot`` (``dpjax.sweep.plot``).
+* paper protocols: step-size selection, its grid extension at the ends and
+  percentile error bars (``dpjax.sweep.select``) and ``dpjax plot`` (``dpjax.sweep.plot``).
 """
 
 from dpjax.sweep.config import SweepConfig

@@ -7,17 +7,26 @@ import math
 import numpy as np
 import pytest
 
+from dpjax.algorithms.isrl_constructions import minibatch_sampling, server_noise_equivalent
 from dpjax.reproduce import isrl
 from dpjax.reproduce import isrl_protocol as proto
 
 
 def test_batch_size_rules():
     """Fig. 4: n = 1238, R = 35, eps_max = 18: the paper's ceil gives 444, the script's int() 443."""
+    from dpjax.accounting import isrl_experiment_calibration
+    from dpjax.accounting.isrl import isrl_experiment_batch_size
+
     paper = isrl.mnist_experiment(quick=False)
     authors = isrl.mnist_experiment(quick=False, construction="authors")
-    assert isrl.batch_size_rule(paper, 1238, 1 / 1238**2) == 444
-    assert isrl.batch_size_rule(authors, 1238, 1 / 1238**2) == 443 == int(1238 * math.sqrt(18 / 140))
-    assert isrl.sampling_of(paper) == "without-replacement" and isrl.sampling_of(authors) == "with-replacement"
+    assert isrl_experiment_batch_size(1238, 35, 18.0) == 444
+    assert isrl_experiment_batch_size(1238, 35, 18.0, "authors") == 443 == int(1238 * math.sqrt(18 / 140))
+    assert isrl_experiment_calibration(1.0, 1238, 35, 18.0, 1 / 1238**2, 18.0)[1] == 444
+    assert isrl_experiment_batch_size(10, 35, 1e6) == 10  # clipped to n (the authors' floor is not)
+    with pytest.raises(ValueError, match="construction"):
+        isrl_experiment_batch_size(1238, 35, 18.0, "script")
+    assert minibatch_sampling(paper.construction) == "without-replacement"
+    assert minibatch_sampling(authors.construction) == "with-replacement"
     assert authors.calibrations == ("paper",) and paper.calibrations == proto.CALIBRATIONS
 
 
@@ -26,7 +35,7 @@ def test_obesity_server_noise_has_the_scripts_law():
     law per-silo noise sigma sqrt(M)/K on the K-means averaged over M, step eta K."""
     m, k, sigma, eta = 3, 30, 0.7, 0.01
     table = {("paper", 3.0): proto.NoiseEntry("paper", 3.0, sigma, 2.5, "paper-experiment")}
-    entry = isrl._server_noise_equivalent(table, m, k)[("paper", 3.0)]
+    entry = server_noise_equivalent(table, m, k)[("paper", 3.0)]
     assert entry.sigma_unit == pytest.approx(sigma * math.sqrt(m) / k, rel=1e-15)
     assert entry.realized_epsilon == math.inf  # the silo messages carry no noise: no ISRL-DP guarantee
     # Monte Carlo: the update's noise part under both descriptions. Each sample variance has relative
@@ -76,13 +85,16 @@ def test_insurance_script_noise_uses_each_silos_own_n_and_delta():
     """sigma_i^2 = 8 L^2 R ln(1/delta_i) / (n_i^2 eps^2) with delta_i = 1/n_i^2 (the script's gauss_AC
     called with each silo's n): the factors relative to the reference silo are exact."""
     from dpjax.accounting import isrl_experiment_calibration
+    from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
 
     sizes, n_ref, rounds, eps = [107, 108, 110, 96], 96, 35, 1.0
-    factors = isrl._paper_sigma_factors(sizes, n_ref)
+    factors = isrl_per_silo_sigma_factors(sizes, n_ref)
     sig = lambda n: isrl_experiment_calibration(1.0, n, rounds, eps, 1.0 / n**2, eps)[0]
     for n, f in zip(sizes, factors):
         assert f == pytest.approx(sig(n) / sig(n_ref), rel=1e-12)
-    assert isrl._paper_sigma_factors([n_ref], n_ref)[0] == pytest.approx(1.0, rel=1e-15)
+    assert isrl_per_silo_sigma_factors([n_ref], n_ref)[0] == pytest.approx(1.0, rel=1e-15)
+    with pytest.raises(ValueError, match="silo_sizes"):
+        isrl_per_silo_sigma_factors([96, 1], n_ref)
 
 
 def test_every_figure_takes_the_options_the_cli_passes():

@@ -1,4 +1,5 @@
-"""The ISRL-DP experiment protocol pieces (dpjax.reproduce.isrl_protocol) on tiny shapes."""
+"""The ISRL-DP experiment protocol pieces (dpjax.reproduce.isrl_protocol) and the run-table executor
+(dpjax.sweep.table) on tiny shapes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dpjax.engine import SiloData
 from dpjax.primitives import FixedAvailability
 from dpjax.problems import LogisticRegression
 from dpjax.reproduce import isrl_protocol as proto
+from dpjax.sweep import table
 
 
 def _silos(num_silos=4, n=30, d=3, seed=0):
@@ -81,7 +83,7 @@ def _grid_setup(num_silos=4, n=30, d=3):
     tx, ty = _silos(2, 20, d, seed=1)
     problem = LogisticRegression(d)
     algo = NoisyMbSgd(problem, num_rounds=6, batch_size=5, availability=FixedAvailability(2), output="window")
-    return algo, train, proto.eval_data_for(train, np.concatenate(tx), np.concatenate(ty)), proto.Evaluator(problem)
+    return algo, train, table.eval_data_for(train, np.concatenate(tx), np.concatenate(ty)), table.Evaluator(problem)
 
 
 def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
@@ -90,19 +92,24 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
              for h, (lr, sig) in enumerate([(0.1, 0.0), (0.5, 0.2), (1.0, 1.0), (3e38, 0.0)]) for rep in range(2)][1:]
     key = jax.random.key(3)
     # 7 runs as one chunk vs chunks of 4 (the last one padded): identical rows.
-    whole = proto.run_grid(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7)
-    chunked = proto.run_grid(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=4)
+    whole = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7)
+    chunked = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=4)
     pd.testing.assert_frame_equal(whole, chunked)
+    # the default hparams: the spec's fields named like the family's per-run fields
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+
+    explicit = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7,
+                               make_hparams=lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
+    pd.testing.assert_frame_equal(whole, explicit)
     huge = whole[whole.learning_rate > 1e30]
     assert len(huge) == 2 and huge["diverged"].all() and np.isinf(huge["train_loss"]).all()
     ok = whole[whole.learning_rate < 1e30]
     assert not ok["diverged"].any() and np.isfinite(ok["train_loss"]).all()
     # Repetition r of a spec uses fold_in(key, r) wherever it sits in the grid.
-    again = proto.run_grid(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4)
+    again = table.run_table(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4)
     np.testing.assert_array_equal(again["train_loss"].to_numpy(), whole["train_loss"].to_numpy()[3:7])
     # Each row is the run done alone with its repetition's key (the grid shares that key
     # across a repetition's runs; rtol: the shared draws turn per-run products into GEMMs).
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
     from dpjax.engine import runner
 
     for i in (0, 3, 4):
@@ -111,10 +118,10 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
                            jax.random.fold_in(key, s.repetition), eval_fn=ev, eval_data=eval_data)
         np.testing.assert_allclose(whole["train_loss"].iloc[i], alone.eval_metrics["train_loss"][-1], rtol=1e-5)
     # A threshold below every loss marks everything as diverged.
-    low = proto.run_grid(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4)
+    low = table.run_table(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4)
     assert low["diverged"].all()
     with pytest.raises(ValueError, match="specs"):
-        proto.run_grid(algo, train, eval_data, ev, [], key, divergence_threshold=1.0)
+        table.run_table(algo, train, eval_data, ev, [], key, divergence_threshold=1.0)
 
 
 def test_select_uses_mean_training_loss_and_treats_divergence_as_infinite():
@@ -133,3 +140,20 @@ def test_select_uses_mean_training_loss_and_treats_divergence_as_infinite():
     assert rec["test"] == pytest.approx(0.22)
     assert rec["train_loss"] == pytest.approx(0.95)
     assert not rec["edge"]  # 0.5 is inside [0.1, 1.0]
+
+
+def test_run_families_keys_each_family_and_extends_only_with_a_rule():
+    """Family i runs with keys.run_key(key, i) in balanced chunks; ``extend=None`` adds no column."""
+    from dpjax import keys
+
+    algo, train, eval_data, ev = _grid_setup()
+    specs = [proto.RunSpec("a", "paper", 1.0, lr, 1e3, 0.2, rep, h) for h, lr in enumerate((0.1, 0.5)) for rep in range(2)]
+    key = jax.random.key(5)
+    fams = [table.Family(algo, specs), table.Family(algo, specs)]
+    first, second = table.run_families(fams, train, eval_data, ev, key, divergence_threshold=100.0)
+    for i, got in enumerate((first, second)):
+        alone = table.run_table(algo, train, eval_data, ev, specs, keys.run_key(key, i), divergence_threshold=100.0,
+                                chunk_size=table.balanced_chunk(len(specs)))
+        pd.testing.assert_frame_equal(got, alone)
+    assert not np.array_equal(first["train_loss"], second["train_loss"])  # different keys, different noise
+    assert table.balanced_chunk(300) == 150 and table.balanced_chunk(256) == 256 and table.balanced_chunk(7) == 7

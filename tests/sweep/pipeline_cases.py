@@ -27,7 +27,7 @@ def _synthetic_silos(num_silos=6, n=50, d=20, seed=0):
 
 
 def isrl_grid() -> dict[str, np.ndarray]:
-    """``isrl_protocol.run_grid``: MB-SGD (binary and multiclass) and Local SGD families, two repetitions,
+    """``sweep.table.run_table`` on ``isrl_protocol`` specs: MB-SGD (binary and multiclass) and Local SGD families, two repetitions,
     chunks of 5 (padded)."""
     from dpjax import keys
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
@@ -36,12 +36,13 @@ def isrl_grid() -> dict[str, np.ndarray]:
     from dpjax.primitives import FixedAvailability
     from dpjax.problems import LogisticRegression, SoftmaxRegression
     from dpjax.reproduce import isrl_protocol as proto
+    from dpjax.sweep import table
 
     xs, ys, tx, ty = _synthetic_silos()
     train = SiloData.from_silos(xs, ys)
     problem = LogisticRegression(xs[0].shape[1])
-    evaluator = proto.Evaluator(problem)
-    eval_data = proto.eval_data_for(train, tx, ty)
+    evaluator = table.Evaluator(problem)
+    eval_data = table.eval_data_for(train, tx, ty)
     softmax = SoftmaxRegression(xs[0].shape[1], 3)
     ys3 = [(x[:, 0] > 0).astype(np.float32) + (x[:, 1] > 0.5) for x in xs]
     train3 = SiloData.from_silos(xs, ys3)
@@ -53,19 +54,19 @@ def isrl_grid() -> dict[str, np.ndarray]:
                                                     availability=FixedAvailability(4)), "mbsgd")):
         if name == "softmax":
             train, problem = train3, softmax
-            evaluator = proto.Evaluator(problem)
-            eval_data = proto.eval_data_for(train, tx, (tx[:, 0] > 0).astype(np.float32) + (tx[:, 1] > 0.5))
+            evaluator = table.Evaluator(problem)
+            eval_data = table.eval_data_for(train, tx, (tx[:, 0] > 0).astype(np.float32) + (tx[:, 1] > 0.5))
         noise = proto.noise_table(kind, n=50, rounds=algo.num_rounds, batch_size=10 if kind == "mbsgd" else 3,
                                   epsilons=(1.0, 4.0), delta=1e-4, epsilon_max=4.0, calibrations=("paper",))
         specs = proto.build_specs(private_name=name, nonprivate_name=name + "-np", noise=noise,
                                   learning_rates=(0.1, 1.0, 30.0), clip_norms=(0.5, 2.0), repetitions=2,
                                   nonprivate_clip=False)
-        df = proto.run_grid(algo, train, eval_data, evaluator, specs, keys.run_key(7, 3, 1),
+        df = table.run_table(algo, train, eval_data, evaluator, specs, keys.run_key(7, 3, 1),
                             divergence_threshold=5.0, chunk_size=5)
         for col in ("train_loss", "test", "diverged"):
             out[f"isrl_grid/{name}/{col}"] = df[col].to_numpy()
         # a grid of one run (a chunk of width 1, as the figures' step-size grid extensions run)
-        one = proto.run_grid(algo, train, eval_data, evaluator, specs[:1], keys.run_key(7, 3, 1),
+        one = table.run_table(algo, train, eval_data, evaluator, specs[:1], keys.run_key(7, 3, 1),
                              divergence_threshold=5.0, chunk_size=5)
         out[f"isrl_grid/{name}/single_train_loss"] = one["train_loss"].to_numpy()
     return out

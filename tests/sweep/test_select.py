@@ -93,3 +93,57 @@ def test_diff2_selection_takes_largest_survivor_or_falls_back():
     bad = [np.array([1.0, 2.0, 2.0, 2.0, 2.0, 2.0]), np.array([1.0, np.nan, np.nan, np.nan, np.nan, np.nan]),
            np.array([1.0, 0.7, 2.0, 2.0, 2.0, 2.0, 2.0])]
     assert select.largest_surviving(etas, bad) == (2, False)
+
+
+def _quadratic_runs(lrs, *, group, best, hp_start=0, reps=2, diverge=False):
+    """Runs of one group whose mean training loss is (log10 lr - log10 best)^2 (+ a repetition offset)."""
+    return pd.DataFrame([dict(group=group, learning_rate=lr, hp_index=hp_start + h, repetition=r,
+                              train_loss=np.inf if diverge else (np.log10(lr) - np.log10(best)) ** 2 + 0.01 * r,
+                              test=lr)
+                         for h, lr in enumerate(lrs) for r in range(reps)])
+
+
+def test_select_mean_adds_means_first_values_and_the_grid_edge():
+    runs = pd.concat([_quadratic_runs((0.01, 0.1, 1.0), group="a", best=0.1),
+                      _quadratic_runs((0.01, 0.1, 1.0), group="b", best=10.0)], ignore_index=True)
+    runs["excess"] = runs["train_loss"] + 1.0
+    sel = select.select_mean(runs, ["group"], criterion="train_loss", mean_columns=("excess",),
+                             first_columns=("learning_rate",), edge_column="learning_rate")
+    a, b = sel.set_index("group").loc["a"], sel.set_index("group").loc["b"]
+    assert a.learning_rate == 0.1 and not a.edge and a.excess == pytest.approx(1.005)
+    assert b.learning_rate == 1.0 and b.edge  # the best step lies beyond the grid's top
+    assert a.test == pytest.approx(0.1)  # the reported metric's mean over repetitions
+
+
+def test_extend_grid_at_edges_steps_geometrically_until_inside_or_capped():
+    runs = pd.concat([_quadratic_runs((0.01, 0.1, 1.0), group="inside", best=0.1),
+                      _quadratic_runs((0.01, 0.1, 1.0), group="high", best=100.0),
+                      _quadratic_runs((0.01, 0.1, 1.0), group="far", best=1e9),
+                      _quadratic_runs((0.01, 0.1, 1.0), group="diverged", best=1.0, diverge=True)], ignore_index=True)
+    requested, logged = [], []
+
+    def run_values(requests, done):
+        requested.append(requests)
+        start = int(done["hp_index"].max()) + 1
+        best = {"high": 100.0, "far": 1e9}
+        return pd.concat([_quadratic_runs((r["learning_rate"],), group=r["group"], best=best[r["group"]],
+                                          hp_start=start + j) for j, r in enumerate(requests)], ignore_index=True)
+
+    out = select.extend_grid_at_edges(runs, by=["group"], criterion="train_loss", column="learning_rate",
+                                      max_extensions=3, run_values=run_values, log=logged.append)
+    new = out[out.grid_extension == 1]
+    assert set(new.group) == {"high", "far"}  # "inside" is interior, "diverged" has no finite selection
+    # "high": 10, then 100 (selected, interior once 1000 is tried), then 1000 -> stops inside the grid
+    assert sorted(new[new.group == "high"].learning_rate.unique()) == pytest.approx([10.0, 100.0, 1000.0])
+    # "far": capped after 3 extensions on the high side
+    assert sorted(new[new.group == "far"].learning_rate.unique()) == pytest.approx([10.0, 100.0, 1000.0])
+    assert [len(r) for r in requested] == [2, 2, 2]
+    assert logged[0] == {"group": "far", "side": "high", "learning_rate": pytest.approx(10.0)}
+    assert (out.grid_extension == 0).sum() == len(runs) and (new.hp_index > runs.hp_index.max()).all()
+    untouched = select.extend_grid_at_edges(runs, by=["group"], criterion="train_loss", column="learning_rate",
+                                            max_extensions=0, run_values=run_values)
+    assert len(untouched) == len(runs) and (untouched.grid_extension == 0).all()
+    with pytest.raises(ValueError, match="max_extensions"):
+        select.extend_grid_at_edges(runs, by=["group"], criterion="train_loss", column="learning_rate",
+                                    max_extensions=-1, run_values=run_values)
+    assert select.extended_grid([0.01, 0.1, 1.0], "low") == pytest.approx(0.001)

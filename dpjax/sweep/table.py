@@ -1,0 +1,185 @@
+"""A table of run specs through ``dpjax.sweep.run_grid``: one tidy row per run.
+
+The paper drivers describe one trial's grid as a list of *run specs* (frozen
+dataclasses, one per run: the hyperparameters, labels such as a calibration
+or an epsilon, and a ``repetition`` index). ``run_table`` executes them as
+compiled chunks of ``run_grid`` on one data split and returns one row per spec
+(the spec's fields, the final training loss, the test metric(s) and whether
+the run diverged); ``run_families`` does so for several algorithm families of
+one trial, each with its own key, and extends each family's step-size grid
+where the selection sits at an end (``select.extend_grid_at_edges``).
+Selection over the rows: ``dpjax.sweep.select``.
+
+Protocol options (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I):
+
+* common random numbers: repetition ``r`` of every spec uses
+  ``keys.run_key(key, r)``; the runs of one repetition share it inside one
+  program, so availability, batches and standard-normal draws are computed
+  once and gradients become matrix products;
+* divergence: a run whose iterate went non-finite or whose final training
+  loss exceeds ``divergence_threshold`` (the authors' guard) is *diverged*;
+  its training loss is +inf, so a mean over repetitions never selects it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from dpjax import _validate
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+    """``eval_fn`` of a grid (hashable, so trials reuse the compiled program).
+
+    Returns the pooled training loss and the test metric ``test_metric`` of
+    the problem's ``evaluate`` (``"error"`` or ``"rmse"``).
+    """
+
+    problem: Any
+    test_metric: str = "error"
+    extra_tests: tuple[str, ...] = ()  # further test sets in eval_data, reported as columns of these names
+
+    def __call__(self, params, data):
+        tr = self.problem.evaluate(params, *data["train"])
+        te = self.problem.evaluate(params, *data["test"])
+        out = {"train_loss": tr["loss"], "test": te[self.test_metric]}
+        for name in self.extra_tests:
+            out[name] = self.problem.evaluate(params, *data[name])[self.test_metric]
+        return out
+
+
+def eval_data_for(train, test_x, test_y, extra: dict | None = None):
+    """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and
+    any ``extra`` named test sets ``{name: (x, y)}``."""
+    import jax.numpy as jnp
+
+    out = {"train": train.pooled()}
+    for name, (x, y) in [("test", (test_x, test_y))] + sorted((extra or {}).items()):
+        out[name] = (jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
+    return out
+
+
+def balanced_chunk(num_runs: int, max_chunk: int = 256) -> int:
+    """The chunk width that splits ``num_runs`` into equal chunks of at most ``max_chunk``."""
+    return math.ceil(num_runs / math.ceil(num_runs / max_chunk))
+
+
+def hparams_from_spec(algorithm, spec) -> Any:
+    """The family's hparams from the spec's fields that name its per-run fields
+    (``hparams_type.create`` with e.g. ``learning_rate``, ``noise_std``, ``clip_norm``)."""
+    from dpjax.engine.contract import family_hparams, hparam_fields
+
+    names = hparam_fields(family_hparams(algorithm))
+    return algorithm.hparams_from_values(**{n: getattr(spec, n) for n in names if hasattr(spec, n)})
+
+
+def run_table(
+    algorithm,
+    train,
+    eval_data,
+    evaluator: Evaluator,
+    specs: Sequence[Any],
+    key,
+    *,
+    divergence_threshold: float = math.inf,
+    chunk_size: int = 256,
+    make_hparams: Callable[[Any], Any] | None = None,
+) -> pd.DataFrame:
+    """Runs every spec of one data split through ``dpjax.sweep.run_grid``; one row per run.
+
+    ``specs`` are dataclass instances with a ``repetition`` field; repetition
+    ``r`` uses ``keys.run_key(key, r)`` (common random numbers across the
+    specs of a repetition). Chunks of ``chunk_size`` runs within a repetition
+    keep the compiled program the same for every chunk and every trial.
+    Columns: the spec fields, ``train_loss`` (+inf if diverged), ``test`` and
+    the evaluator's extra test columns (NaN if diverged), ``diverged``.
+    ``make_hparams(spec)`` builds one run's hparams (default
+    ``hparams_from_spec``).
+    """
+    import jax
+
+    from dpjax import keys
+    from dpjax.engine import stack_hparams
+    from dpjax.sweep.grid import run_grid
+
+    if len(specs) == 0:
+        raise ValueError("specs=[] must hold at least one run")
+    _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
+    specs = list(specs)
+    make = make_hparams or (lambda s: hparams_from_spec(algorithm, s))
+    rep_keys = {r: keys.run_key(key, r) for r in sorted({int(s.repetition) for s in specs})}
+    run_keys = jax.numpy.stack([rep_keys[int(s.repetition)] for s in specs])
+    res = run_grid(algorithm, train, stack_hparams([make(s) for s in specs]), run_keys, eval_fn=evaluator,
+                   eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size)
+    tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
+    bad = (res.diverged_round >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
+    df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
+    df["train_loss"] = np.where(bad, np.inf, tl)
+    df["test"] = np.where(bad, np.nan, np.asarray(res.evals["test"][:, -1], np.float64))
+    for name in evaluator.extra_tests:
+        df[name] = np.where(bad, np.nan, np.asarray(res.evals[name][:, -1], np.float64))
+    df["diverged"] = bad
+    return df
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One algorithm family's grid in a trial.
+
+    ``specs``: its run specs; ``extend(requests, runs) -> specs`` builds the
+    runs of step-size grid extensions (``select.extend_grid_at_edges``
+    requests), ``None`` for none; ``make_hparams`` as in ``run_table``.
+    """
+
+    algorithm: Any
+    specs: Sequence[Any]
+    extend: Callable[[list[dict], pd.DataFrame], Sequence[Any]] | None = None
+    make_hparams: Callable[[Any], Any] | None = None
+
+
+def run_families(
+    families: Sequence[Family],
+    train,
+    eval_data,
+    evaluator: Evaluator,
+    key,
+    *,
+    divergence_threshold: float,
+    extend_by: Sequence[str] = (),
+    criterion: str = "train_loss",
+    column: str = "learning_rate",
+    max_extensions: int = 0,
+) -> list[pd.DataFrame]:
+    """One trial's families, one table each: family ``i`` runs its specs with
+    ``keys.run_key(key, i)`` in balanced chunks (``balanced_chunk``), then, if it
+    has an ``extend`` rule, extends its ``column`` grid per ``extend_by`` group
+    while the selection (mean ``criterion``) sits at an end
+    (``select.extend_grid_at_edges``; the extensions reuse the family's key, so
+    they share their random draws with the first runs)."""
+    from dpjax import keys
+    from dpjax.sweep.select import extend_grid_at_edges
+
+    out = []
+    for i, fam in enumerate(families):
+        fam_key = keys.run_key(key, i)
+        chunk = balanced_chunk(len(fam.specs))
+
+        def run(specs, fam=fam, fam_key=fam_key, chunk=chunk):
+            return run_table(fam.algorithm, train, eval_data, evaluator, specs, fam_key,
+                             divergence_threshold=divergence_threshold, chunk_size=chunk,
+                             make_hparams=fam.make_hparams)
+
+        df = run(fam.specs)
+        if fam.extend is not None:
+            df = extend_grid_at_edges(df, by=extend_by, criterion=criterion, column=column,
+                                      max_extensions=max_extensions,
+                                      run_values=lambda requests, runs, fam=fam, run=run: run(fam.extend(requests, runs)))
+        out.append(df)
+    return out

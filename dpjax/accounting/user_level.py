@@ -20,7 +20,6 @@ and its certified version as functions of the schedule.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Iterable

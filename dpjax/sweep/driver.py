@@ -11,9 +11,7 @@ the table records epsilon, delta, accountant and the resulting noise values.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
-import pathlib
 import sys
 import time
 from typing import Any

@@ -5,20 +5,35 @@ drivers (``dpjax.reproduce``, ``dpjax.tasks``) execute their runs with the same
 compiled chunk program (``dpjax.sweep.program.ChunkExecutor``): a fixed-shape
 chunk of runs is one XLA program, rounds in ``lax.scan``, runs vmapped,
 compiled once per shape and reused by every chunk and every call with equal
-shapes. ``run_grid`` takes one data split, a stack of per-run hyperparameters
-and one run key per run, and returns the runs' evaluation traces in run order.
+shapes. ``run_grid`` takes a data split (or one per trial), a stack of per-run
+hyperparameters and one run key per run, and returns the runs' evaluation
+traces in run order.
 
 Options of the protocol rather than of a driver:
 
 * ``common_random_numbers=True``: runs with equal run keys are executed as
   one repetition whose configurations share the key (availability, batches and
   standard-normal draws computed once, gradients of all configurations as one
-  matrix product); chunks never mix repetitions;
+  matrix product); chunks never mix repetitions. ``False``: one key per lane;
+  with every run in one chunk (``chunk_size >= len(run_keys)``) this is
+  ``dpjax.engine.run_many``'s program and its results bit for bit;
 * ``params``: one starting point for every run (default: ``problem.init_params``
   of the ``"local"`` stream of the chunk's first run key: each run's own with
   common random numbers, the first lane's otherwise, as ``engine.run_many``);
-* per-trial data splits: one call per split (the compiled program is reused);
-  ``run_sweep`` stacks equal-shape splits on a trial axis instead;
+* per-trial data splits: ``data`` a sequence of ``Trial(data, eval_data,
+  params)`` and ``trial_of_run`` the trial index of each run. Chunks never mix
+  trials; each trial's runs are chunked as a call on its split alone would
+  chunk them, so the results equal one call per split bit for bit, and
+  equal-shape trials reuse one compiled program. (``run_sweep`` instead stacks
+  equal-shape splits on a trial axis of one program: other numbers.);
+* ``round_loop="host"``: one compiled call per round from a Python loop instead
+  of one ``lax.scan`` (``program.HostLoopExecutor``; one device, chunks one
+  after another). XLA:CPU leaves the convolutions of a gradient inside a loop
+  body on its naive emitter (jax-ml/jax#12868, see ``dpjax.engine.runner``), so
+  CNNs run 2-10x faster on CPU this way. A chunk of one run is
+  ``engine.run(..., round_loop="host")``, a wider one
+  ``engine.run_many(..., round_loop="host")``, bit for bit; the float results
+  differ from the scan's in the last bits;
 * the papers' selection rules (mean over repetitions, DIFF2's patience rule)
   apply to the returned traces: ``dpjax.sweep.select``.
 
@@ -172,16 +187,13 @@ def run_grid(
         raise ValueError(f"devices={devices!r}: round_loop='host' runs on one device")
     hparams = jax.tree_util.tree_map(np.asarray, hparams)
     problem = algorithm.problem
-    executors: dict[int, Any] = {}  # chunk width -> executor (equal-shape trials reuse its compiled program)
-
     def executor(width: int):
-        if width not in executors:
-            executors[width] = (
-                program.HostLoopExecutor(algorithm, eval_fn, eval_every, width, devices[0],
-                                         common_keys=common_random_numbers) if round_loop == "host" else
-                program.ChunkExecutor(algorithm, eval_fn, eval_every, (1, 1, width), width, devices,
-                                      trial_axis=False, common_keys=common_random_numbers, initial_params=True))
-        return executors[width]
+        """A trial's executor; equal-shape trials find the compiled program in ``program``'s cache."""
+        if round_loop == "host":
+            return program.HostLoopExecutor(algorithm, eval_fn, eval_every, width, devices[0],
+                                            common_keys=common_random_numbers)
+        return program.ChunkExecutor(algorithm, eval_fn, eval_every, (1, 1, width), width, devices,
+                                     trial_axis=False, common_keys=common_random_numbers, initial_params=True)
 
     def chunk_args(trial: Trial, members: list[int], width: int):
         lanes = np.asarray(members + [members[0]] * (width - len(members)))

@@ -254,4 +254,4 @@ class HostLoopExecutor:
                     else np.full(finite.shape[:1], -1, np.int32))
         grid = lambda a: a[None, None]  # noqa: E731  (the [Tc = 1, Sc = 1, Hc] layout of ChunkExecutor's outputs)
         return {"diverged_round": grid(_first_true_np(~finite)), "overflow_round": grid(overflow),
-                "evals": {m: grid(lanes(v)) for m, v in evals.items()}}
+                "evals": jax.tree_util.tree_map(lambda v: grid(lanes(v)), evals)}

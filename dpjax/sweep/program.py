@@ -25,6 +25,9 @@ sweeps execute the same per-chunk HLO and agree bit for bit.
 Run key of (trial t, repetition s): ``keys.run_key(seed, t, s)``;
 initial parameters: ``problem.init_params(run_stream_key(run_key, "local"))``
 as in ``dpjax.engine.runner.run``.
+
+``HostLoopExecutor`` runs the same chunks (without a trial axis) as one
+compiled call per round instead (``run_grid(..., round_loop="host")``).
 """
 
 from __future__ import annotations

@@ -363,7 +363,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
 
     from dpjax import keys
     from dpjax.algorithms import diff2 as alg
-    from dpjax.sweep import run_grid
+    from dpjax.sweep import Trial, run_grid
 
     t0 = time.time()
     seeds = protocol.seeds if seeds is None else seeds
@@ -398,27 +398,32 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     n_out = fd0.num_classes if classification else 1
     per_record = 8 * (10 + n_out) if ghost else n_params  # activations/output grads at two iterates vs gradients
     chunk = int(max(1, min(len(configs), protocol.chunk_floats // (3 * n_train * per_record))))
-    traces, rounds = {}, None
-    for s in seeds:
-        seed = s + seed_offset
+    # Every seed's split first, then one grid: a trial per seed, the seed's configurations as its runs.
+    trials, seed_values = [], [s + seed_offset for s in seeds]
+    for s, seed in zip(seeds, seed_values):
         fd, _ = (fd0, task) if s == seeds[0] else load_split(name, seed, cap, data_dir, construction)
-        data = _silo_data(fd, classification)
         ed = {
             "xtr": jnp.asarray(np.concatenate(fd.train_x)),
             "ytr": jnp.asarray(np.concatenate(fd.train_y)),
             "xte": jnp.asarray(fd.pooled_test_x),
             "yte": jnp.asarray(fd.pooled_test_y),
         }
-        params0 = problem.init_params(keys.run_key(seed, 1))
-        run_key = keys.run_key(seed, 2)
-        ev0 = jax.device_get(jax.jit(eval_fn)(params0, ed))
-        # One (equal) key per lane and one shared starting point: the historical program, numbers pinned.
-        res = run_grid(algorithm, data, hp_all, jnp.stack([run_key] * len(configs)), params=params0,
-                       eval_fn=eval_fn, eval_data=ed, eval_every=protocol.eval_every,
-                       common_random_numbers=False, chunk_size=chunk)
-        rounds = res.eval_rounds
-        traces[seed] = {k: np.concatenate([np.full((len(configs), 1), ev0[k]), v], axis=1) for k, v in res.evals.items()}
-        log(f"  {name} seed {seed}: {len(configs)} runs x {protocol.num_rounds} rounds, {time.time() - t0:.0f}s elapsed")
+        trials.append(Trial(_silo_data(fd, classification), ed, problem.init_params(keys.run_key(seed, 1))))
+    # One (equal) key per lane and one starting point per seed: the historical program, numbers pinned.
+    run_keys = jnp.stack([keys.run_key(seed, 2) for seed in seed_values for _ in configs])
+    hp_seeds = jax.tree_util.tree_map(lambda a: np.tile(a, len(seeds)), hp_all)
+    res = run_grid(algorithm, trials, hp_seeds, run_keys, trial_of_run=np.repeat(np.arange(len(seeds)), len(configs)),
+                   eval_fn=eval_fn, eval_data=None, eval_every=protocol.eval_every, common_random_numbers=False,
+                   chunk_size=chunk)
+    rounds, traces = res.eval_rounds, {}
+    initial_eval = jax.jit(eval_fn)
+    for t, (trial, seed) in enumerate(zip(trials, seed_values)):
+        ev0 = jax.device_get(initial_eval(trial.params, trial.eval_data))
+        runs = slice(t * len(configs), (t + 1) * len(configs))
+        traces[seed] = {k: np.concatenate([np.full((len(configs), 1), ev0[k]), v[runs]], axis=1)
+                        for k, v in res.evals.items()}
+    log(f"  {name} seeds {seed_values}: {len(seeds)} x {len(configs)} runs x {protocol.num_rounds} rounds, "
+        f"{time.time() - t0:.0f}s elapsed")
     return {
         "configs": configs,
         "eval_rounds": np.concatenate([[0], rounds]),

@@ -452,13 +452,18 @@ def _variants(protocol, fam, hp, eps=EPS_RATES):
 
 
 def measure(fam, hps: dict, inst: Instance, n, d, seeds, seed) -> dict:
-    """Excess population loss of ``seeds`` runs of every hparams in ``hps`` (one run_many)."""
+    """Excess population loss of ``seeds`` runs of every hparams in ``hps`` (one ``dpjax.sweep.run_grid``
+    chunk holding every run: one key per lane, the first lane's starting point)."""
+    from dpjax.sweep import OutputParams, run_grid
+
     rng = np.random.default_rng(seed * 7919 + n + 31 * d)
     data = inst.sample(rng, n, d)
     names = list(hps)
     stacked = runner.stack_hparams([hps[k] for k in names for _ in range(seeds)])
     keys_ = jax.random.split(jax.random.key(seed + n + d), len(names) * seeds)
-    out = np.asarray(runner.run_many(fam, data, stacked, keys_).output, np.float64)
+    res = run_grid(fam, data, stacked, keys_, eval_fn=OutputParams(), common_random_numbers=False,
+                   chunk_size=len(keys_), on_nonfinite="raise")
+    out = np.asarray(res.evals["params"][:, -1], np.float64)
     ex = inst.excess(out, d, np.random.default_rng(12345 + d))
     return {k: ex[i * seeds:(i + 1) * seeds] for i, k in enumerate(names)}
 

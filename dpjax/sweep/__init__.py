@@ -17,13 +17,13 @@
 
 from dpjax.sweep.config import SweepConfig
 from dpjax.sweep.driver import SweepResult, run_sweep
-from dpjax.sweep.grid import GridResult, OutputParams, run_grid
+from dpjax.sweep.grid import GridResult, OutputParams, Trial, run_grid
 from dpjax.sweep.registry import ALGORITHMS, DATASETS, AlgorithmEntry, DatasetEntry, register_algorithm, register_dataset
 from dpjax.sweep.store import load_results
 from dpjax.sweep import registry as _registry
 
 __all__ = [
-    "SweepConfig", "SweepResult", "run_sweep", "GridResult", "OutputParams", "run_grid", "load_results", "ALGORITHMS", "DATASETS",
+    "SweepConfig", "SweepResult", "run_sweep", "GridResult", "OutputParams", "Trial", "run_grid", "load_results", "ALGORITHMS", "DATASETS",
     "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
 ]
 

@@ -25,6 +25,9 @@ sweeps execute the same per-chunk HLO and agree bit for bit.
 Run key of (trial t, repetition s): ``keys.run_key(seed, t, s)``;
 initial parameters: ``problem.init_params(run_stream_key(run_key, "local"))``
 as in ``dpjax.engine.runner.run``.
+
+``HostLoopExecutor`` runs the same chunks (without a trial axis) as one
+compiled call per round instead (``run_grid(..., round_loop="host")``).
 """
 
 from __future__ import annotations
@@ -211,3 +214,47 @@ class ChunkExecutor:
         """``args`` leaves have a leading axis ``len(devices)`` (one chunk per device)."""
         compiled = self.compile(args)
         return jax.device_get(compiled(*self._put(args)))
+
+
+def _first_true_np(flags: np.ndarray) -> np.ndarray:
+    return np.where(flags.any(axis=-1), np.argmax(flags, axis=-1), -1).astype(np.int32)
+
+
+class HostLoopExecutor:
+    """``round_loop="host"``: runs a chunk's rounds as one compiled call per round from a Python loop.
+
+    Same chunk arguments and outputs as ``ChunkExecutor`` without a trial axis
+    (``trial_axis=False``, ``initial_params=True``), on one device, one chunk
+    at a time. A chunk of one run executes ``dpjax.engine.run(...,
+    round_loop="host")``'s unbatched programs, a wider chunk
+    ``dpjax.engine.run_many(..., round_loop="host")``'s vmapped ones (one key
+    per lane, or one shared key with ``common_keys``), so the results equal
+    those calls bit for bit. Why a host loop: XLA:CPU leaves convolutions of a
+    gradient inside a loop body on its naive emitter (see
+    ``dpjax.engine.runner``; jax-ml/jax#12868).
+    """
+
+    def __init__(self, algorithm, eval_fn, eval_every, width: int, device, *, common_keys: bool = True):
+        self.algorithm, self.eval_fn, self.eval_every = algorithm, eval_fn, eval_every
+        self.width, self.device, self.common_keys = int(width), device, common_keys
+
+    def run_chunks(self, chunk_args: list) -> list:
+        return [self._run_one(*args) for args in chunk_args]
+
+    def _run_one(self, hp, data, eval_data, kd, params):
+        batched = self.width > 1
+        hp = jax.tree_util.tree_map(lambda a: a[0] if batched else a[0, 0], hp)  # drop the trial (and lane) axis
+        kd = kd[0, 0] if self.common_keys or batched else kd[0, 0, 0]
+        key_axis = 0 if batched and not self.common_keys else None
+        with jax.default_device(self.device):
+            out = runner._run_host_loop(self.algorithm, self.eval_fn, self.eval_every, batched, None, None, key_axis,
+                                        params, hp, data, eval_data, jax.random.wrap_key_data(kd))
+        _, _, round_metrics, evals = jax.device_get(out)
+        lanes = (lambda a: np.asarray(a)) if batched else (lambda a: np.asarray(a)[None])
+        finite = lanes(round_metrics["finite"])
+        overflow = round_metrics.get("sampling_overflow")
+        overflow = (_first_true_np(lanes(overflow).reshape(finite.shape + (-1,)).any(-1)) if overflow is not None
+                    else np.full(finite.shape[:1], -1, np.int32))
+        grid = lambda a: a[None, None]  # noqa: E731  (the [Tc = 1, Sc = 1, Hc] layout of ChunkExecutor's outputs)
+        return {"diverged_round": grid(_first_true_np(~finite)), "overflow_round": grid(overflow),
+                "evals": jax.tree_util.tree_map(lambda v: grid(lanes(v)), evals)}

@@ -117,7 +117,62 @@ def diff2_dataset(data_dir: str) -> dict[str, np.ndarray]:
     return out
 
 
-CASES = {"isrl_grid": isrl_grid, "isrl_scaling": isrl_scaling, "isrl_mnist_task": isrl_mnist_task}
+def dpsgd_mnist_grid() -> dict[str, np.ndarray]:
+    """``dpsgd_mnist.train_grid`` (on CPU: chunks of one run, host round loop) for batch clipping with
+    shuffling and individual clipping with subsampling on a tiny CNN and 8x8 synthetic images, one run
+    diverging. The metric is the mean predicted probability of the true label: continuous, so the pin
+    sees the last bit of the trained parameters (a 0/1 accuracy over a few images would not)."""
+    import flax.linen as nn
+    import jax
+
+    from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
+    from dpjax.engine import SiloData, stack_hparams
+    from dpjax.problems import FlaxProblem
+    from dpjax.reproduce import dpsgd_mnist
+
+    class TinyCNN(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.tanh(nn.Conv(4, (3, 3), padding="VALID")(x))
+            return nn.Dense(10)(x.reshape(x.shape[:-3] + (-1,)))
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(48, 8, 8, 1)).astype(np.float32)
+    y = rng.integers(0, 10, 48).astype(np.int32)
+    problem = FlaxProblem(TinyCNN(), (8, 8, 1), "softmax")
+    data = SiloData.from_silos([x[:32]], [y[:32]])
+
+    def eval_fn(params, ed):
+        probs = jax.nn.softmax(problem.module.apply(params, ed[0]))
+        return {"test_accuracy": probs[np.arange(len(ed[1])), ed[1]].mean()}
+
+    hps = stack_hparams([DpSgdHParams.create(lr, 1.0, 0.5) for lr in (0.3, 1.0, 3e38)])
+    out = {}
+    for name, kw in (("bc", dict(subset_size=4, num_subsets=4)),
+                     ("ic", dict(sampling="subsample", subset_size=1, num_subsets=8))):
+        alg = DpSgdGeneral.for_epochs(problem, 32, 2, **kw)
+        acc, diverged = dpsgd_mnist.train_grid(alg, data, hps, jax.random.split(jax.random.key(5), 3), eval_fn,
+                                               (x[32:], y[32:]))
+        out[f"dpsgd_mnist_grid/{name}/test_accuracy"] = np.asarray(acc)
+        out[f"dpsgd_mnist_grid/{name}/diverged"] = np.asarray(diverged)
+    return out
+
+
+def shuffle_sco_points() -> dict[str, np.ndarray]:
+    """``shuffle_sco._measure_point`` (one grid of the protocol, its non-private twin and, for a reference
+    protocol, the central/local Gaussian baselines) at n = 1000, d = 8, two seeds."""
+    from dpjax.reproduce import shuffle_sco as sco
+
+    out = {}
+    for protocol in ("p_sgd", "p_agd_smoothed", "p_agd_phased"):
+        inst = sco.INSTANCES[sco.TABLE1[protocol][0]]
+        _, res, _ = sco._measure_point(protocol, inst, 1000, 8, 2, 0, sco.EPS_RATES, "lan")
+        out.update({f"shuffle_sco_points/{protocol}/{k}": np.asarray(v) for k, v in res.items()})
+    return out
+
+
+CASES = {"isrl_grid": isrl_grid, "isrl_scaling": isrl_scaling, "isrl_mnist_task": isrl_mnist_task,
+         "dpsgd_mnist_grid": dpsgd_mnist_grid, "shuffle_sco_points": shuffle_sco_points}
 
 
 def main() -> None:

@@ -2,8 +2,10 @@
 
 The expectations (``data/pipeline_expectations.npz``) were written by
 ``python -m tests.sweep.pipeline_cases --data-dir ../shared/data`` on the code
-before the drivers were moved onto the sweep executor; equality is exact
-(the same compiled arithmetic, the same keys, the same chunk widths).
+before the drivers were moved onto the sweep executor (the ``dpsgd_mnist_grid``
+and ``shuffle_sco_points`` cases on commit b1d1c2f, where those drivers still
+called ``dpjax.engine.run``/``run_many``); equality is exact (the same compiled
+arithmetic, the same keys, the same chunk widths).
 """
 
 import numpy as np
@@ -20,22 +22,23 @@ def expected():
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts chunk executions and makes the old per-driver path (``run_many``) fail loudly."""
+    """Counts chunk executions (scan or host round loop) and makes the old per-driver paths
+    (``dpjax.engine.run_many`` and ``dpjax.engine.run``) fail loudly."""
     calls = {"chunks": 0}
-    original = program.ChunkExecutor.__call__
-
-    def spy(self, args):
-        calls["chunks"] += 1
-        return original(self, args)
-
-    def bypass(*args, **kwargs):
-        raise AssertionError("a grid driver called run_many instead of dpjax.sweep.run_grid")
-
-    monkeypatch.setattr(program.ChunkExecutor, "__call__", spy)
     import dpjax.engine
 
-    monkeypatch.setattr(dpjax.engine, "run_many", bypass)
-    monkeypatch.setattr(dpjax.engine.runner, "run_many", bypass)
+    for cls, method in ((program.ChunkExecutor, "__call__"), (program.HostLoopExecutor, "run_chunks")):
+        def spy(self, args, _original=getattr(cls, method)):
+            calls["chunks"] += 1
+            return _original(self, args)
+
+        monkeypatch.setattr(cls, method, spy)
+    for name in ("run_many", "run"):
+        def bypass(*args, _name=name, **kwargs):
+            raise AssertionError(f"a grid driver called {_name} instead of dpjax.sweep.run_grid")
+
+        monkeypatch.setattr(dpjax.engine, name, bypass)
+        monkeypatch.setattr(dpjax.engine.runner, name, bypass)
     return calls
 
 

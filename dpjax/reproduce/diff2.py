@@ -56,13 +56,12 @@ import math
 import os
 import pathlib
 import time
-from typing import Any
 
 import numpy as np
 
 from dpjax.reproduce import register, report
 # The authors' patience rule (Appendix A) is one of the sweep's selection rules.
-from dpjax.sweep.select import largest_surviving as choose_learning_rate, patience_survives as survives  # noqa: F401
+from dpjax.sweep.select import largest_surviving as choose_learning_rate
 
 PAPER = "DIFF2 (Murata & Suzuki, ICML 2023)"
 DELTA = 1e-5

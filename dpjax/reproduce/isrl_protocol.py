@@ -34,8 +34,6 @@ import numpy as np
 import pandas as pd
 
 from dpjax import _validate
-# The evaluator of the figures' grids (imported from here by the pipeline tests).
-from dpjax.sweep.table import Evaluator, eval_data_for  # noqa: F401
 
 # Algorithm labels used in results.csv and the figures.
 MB = "isrl-dp-mbsgd"

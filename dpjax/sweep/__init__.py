@@ -5,8 +5,9 @@
 * each chunk is one XLA program: trials x repetitions x configs, rounds in
   ``lax.scan``, silos vmapped inside (``dpjax.sweep.program``), sharded over
   devices with ``shard_map``;
-* ``run_grid``: the same compiled chunks for one data split and a stack of
-  hyperparameters, without the store (the paper drivers' executor);
+* ``run_grid``: the same compiled chunks for a stack of hyperparameters on one
+  data split or on per-trial splits (``Trial``), scanned or host-looped rounds,
+  without the store (the paper drivers' executor);
   ``dpjax.sweep.table``: a table of run specs through it, one row per run;
 * results go to an append-only, atomically written sweep directory keyed by
   run-config hashes; a killed sweep resumes where it stopped

@@ -9,7 +9,6 @@ equality, so a change of any reproduction driver that moves a number fails.
 from __future__ import annotations
 
 import argparse
-import math
 import pathlib
 import types
 

@@ -1,7 +1,6 @@
 """Config parsing: every bad config fails with an error naming the key."""
 
 import math
-import textwrap
 
 import pytest
 

@@ -69,7 +69,7 @@ def _tiny_grid():
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
     from dpjax.engine import SiloData, stack_hparams
     from dpjax.problems import LogisticRegression
-    from dpjax.reproduce.isrl_protocol import Evaluator, eval_data_for
+    from dpjax.sweep.table import Evaluator, eval_data_for
 
     xs, ys, tx, ty = cases._synthetic_silos(num_silos=3, n=20, d=4, seed=5)
     train = SiloData.from_silos(xs, ys)

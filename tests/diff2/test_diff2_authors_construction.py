@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpjax.reproduce import diff2 as rep
+from dpjax.sweep import select
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -18,7 +19,7 @@ def test_authors_search_checks_patience_one_evaluation_late():
     # the counter reaches 5 at the last checkpoint: dpjax's rule fails the run, the script has no
     # later evaluation at which to stop it
     late = [1.0, 1.1, 1.2, 1.1, 1.06, 1.3]
-    assert not rep.survives(late)
+    assert not select.patience_survives(late)
     assert rep.authors_step_size_search([0.5], [late]) == (0, True, 6)
     # one more evaluation after the counter reached 5: stopped there, that evaluation unrecorded
     assert rep.authors_step_size_search([0.5], [late + [0.9]]) == (0, False, 6)

@@ -8,19 +8,22 @@ client is the smallest one, so all calibration uses ``n_min`` (Props. 4.1/E.2 st
   is ``sigma x radius`` and whose sensitivity is ``2 radius/(n P)``: the radius
   cancels and the round is ``(alpha, 2 alpha/(n^2 P^2 sigma^2))``-RDP
   (Lemma B.6). Composition over ``m = ceil(R/T)`` restart and ``R - m``
-  difference rounds gives E3; Mironov's conversion (Lemma B.4) gives E4.
+  difference rounds gives ``diff2_rdp``; Mironov's conversion (Lemma B.4)
+  gives ``epsilon_at_alpha``.
 * **paper** mode (Prop. 4.1, the experiments' calibration):
   ``alpha_0 = 1 + ceil(2 log(1/delta)/eps)``,
   ``sigma1^2 = 4 u alpha_0 m/(n^2 P^2 eps)``,
-  ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)`` (E5, E6), ``u = 1.25``;
+  ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)``, ``u = 1.25``;
   DP-GD uses the ``u -> 1``, ``T = 1`` closed form ``4 alpha_0 R/(n^2 P^2 eps)``
   (the paper's "u -> 1" for DP-GD).
-* **tight** mode (labelled; not the paper's): optimal real ``alpha`` in E4 in
-  closed form (E7) and its inverse (E8), same ``u`` split.
+* **tight** mode (labelled; not the paper's): the optimal real ``alpha`` in
+  Lemma B.4 in closed form (``tight_epsilon_from_slope``) and its inverse
+  (``tight_slope``), same ``u`` split.
 * DIFF2-BVR-L-SGD (Prop. E.2): local steps are without-replacement subsampled
-  Gaussian mechanisms, amplified with Lemma B.7 (E2, in log space, integer
-  ``alpha``), counted ``K ceil(R/P)`` times; ``sigma3`` by bisection on E10
-  (or the closed form E11 under the conditions E12).
+  Gaussian mechanisms, amplified with Lemma B.7 (in log space, integer
+  ``alpha``), counted ``K ceil(R/P)`` times; ``sigma3`` by bisection on the
+  local-step budget (or the closed form at the end of Appendix E, only where
+  its batch-size condition holds).
 
 ``compose_epsilon`` evaluates the same quantities through the accounting
 layer's interfaces (``GaussianSchedule.to_dp_event`` composed in
@@ -108,7 +111,8 @@ def _check_common(num_rounds, restart_interval, n, num_silos):
 
 def diff2_rdp(alpha: float, num_rounds: int, restart_interval: int, n: int, num_silos: int,
               sigma_restart: float, sigma_diff: float | None) -> float:
-    """E3: ``2 alpha m/(n^2P^2 sigma1^2) + 2 alpha (R-m)/(n^2P^2 sigma2^2)``."""
+    """RDP of ``m`` restart and ``R - m`` difference rounds:
+    ``2 alpha m/(n^2P^2 sigma1^2) + 2 alpha (R-m)/(n^2P^2 sigma2^2)``."""
     m = _check_common(num_rounds, restart_interval, n, num_silos)
     total = m * rdp_diff2_round(alpha, sigma_restart, n, num_silos)
     if num_rounds > m:
@@ -119,7 +123,7 @@ def diff2_rdp(alpha: float, num_rounds: int, restart_interval: int, n: int, num_
 
 
 def epsilon_at_alpha(rdp: float, alpha: float, delta: float) -> float:
-    """E4 / Lemma B.4: ``rdp + log(1/delta)/(alpha - 1)``."""
+    """Lemma B.4 (Mironov): ``rdp + log(1/delta)/(alpha - 1)``."""
     if alpha <= 1:
         raise ValueError(f"alpha={alpha!r} must be > 1")
     delta = v.check_open_unit("delta", delta)
@@ -127,7 +131,7 @@ def epsilon_at_alpha(rdp: float, alpha: float, delta: float) -> float:
 
 
 def tight_epsilon_from_slope(slope: float, delta: float) -> float:
-    """E7: min over real alpha > 1 of ``A alpha + log(1/delta)/(alpha-1)``
+    """Min over real alpha > 1 of ``A alpha + log(1/delta)/(alpha-1)``
     = ``A + 2 sqrt(A log(1/delta))`` for a linear RDP curve ``A alpha``."""
     a = v.check_nonnegative("slope", slope, allow_inf=True)
     lg = math.log(1.0 / v.check_open_unit("delta", delta))
@@ -135,7 +139,7 @@ def tight_epsilon_from_slope(slope: float, delta: float) -> float:
 
 
 def tight_slope(eps: float, delta: float) -> float:
-    """E8, the inverse of E7: ``(sqrt(log(1/delta) + eps) - sqrt(log(1/delta)))^2``."""
+    """The inverse of ``tight_epsilon_from_slope``: ``(sqrt(log(1/delta) + eps) - sqrt(log(1/delta)))^2``."""
     eps = v.check_positive("eps", eps)
     lg = math.log(1.0 / v.check_open_unit("delta", delta))
     return (math.sqrt(lg + eps) - math.sqrt(lg)) ** 2
@@ -146,15 +150,16 @@ def diff2_epsilon(num_rounds: int, restart_interval: int, n: int, num_silos: int
                   eps_target: float | None = None) -> float:
     """Epsilon of DIFF2-GD / DP-GD (``restart_interval = 1``).
 
-    ``mode="paper"``: E4 at the fixed order ``alpha_0(eps_target, delta)``
-    (Prop. 4.1 needs the target to fix alpha_0). ``mode="tight"``: E7.
+    ``mode="paper"``: Lemma B.4 at the fixed order ``alpha_0(eps_target, delta)``
+    (Prop. 4.1 needs the target to fix alpha_0). ``mode="tight"``: the
+    optimal real order (``tight_epsilon_from_slope``).
     """
     v.check_choice("mode", mode, MODES)
     slope = diff2_rdp(1.0 + 1.0, num_rounds, restart_interval, n, num_silos, sigma_restart, sigma_diff) / 2.0
     if mode == "tight":
         return tight_epsilon_from_slope(slope, delta)
     if eps_target is None:
-        raise ValueError("eps_target=None: mode='paper' evaluates E4 at alpha_0(eps_target, delta)")
+        raise ValueError("eps_target=None: mode='paper' evaluates Lemma B.4 at alpha_0(eps_target, delta)")
     a0 = alpha0(eps_target, delta)
     return epsilon_at_alpha(slope * a0, a0, delta)
 
@@ -163,8 +168,8 @@ def diff2_gd_sigmas(eps: float, delta: float, num_rounds: int, restart_interval:
                     num_silos: int, u: float = 1.25, mode: str = "paper") -> tuple[float, float | None]:
     """Noise multipliers ``(sigma1, sigma2)`` of DIFF2-GD for target (eps, delta).
 
-    Paper (Prop. 4.1, E5-E6): ``sigma1^2 = 4 u alpha_0 m/(n^2P^2 eps)``,
-    ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2P^2 eps)``. Tight (E8):
+    Paper (Prop. 4.1): ``sigma1^2 = 4 u alpha_0 m/(n^2P^2 eps)``,
+    ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2P^2 eps)``. Tight (``tight_slope``):
     ``sigma1^2 = 2 u m/(n^2P^2 A*)``, ``sigma2^2 = (2u/(u-1))(R-m)/(n^2P^2 A*)``.
     ``restart_interval = 1`` returns DP-GD's ``(sigma, None)`` (u -> 1 limit).
     ``sigma2`` is None when there is no difference round.
@@ -273,7 +278,7 @@ def lemma_b8_bound(alpha: int, gamma: float, base_rdp: Callable[[float], float],
 
 
 def bvr_local_rdp(alpha: int, sigma_local: float, batch_size: int, n: int) -> float:
-    """Amplified RDP of one BVR local step: E2 with ``eps(j) = 2 j/(b^2 sigma3^2)``, gamma = b/n."""
+    """Amplified RDP of one BVR local step: Lemma B.7 with ``eps(j) = 2 j/(b^2 sigma3^2)``, gamma = b/n."""
     b = v.check_int("batch_size", batch_size, min_value=1)
     n = v.check_int("n", n, min_value=b)
     s = v.check_nonnegative("sigma_local", sigma_local, allow_inf=True)
@@ -289,7 +294,7 @@ def _local_count(num_rounds, num_silos, local_steps):
 
 def diff2_bvr_rdp(alpha: int, num_rounds: int, restart_interval: int, local_steps: int, batch_size: int,
                   n: int, num_silos: int, sigma_restart: float, sigma_diff: float | None, sigma_local: float) -> float:
-    """E9: DIFF2 part (E3) + ``K ceil(R/P)`` amplified local steps."""
+    """RDP of DIFF2-BVR-L-SGD (Prop. E.2): the DIFF2 rounds (``diff2_rdp``) + ``K ceil(R/P)`` amplified local steps."""
     k = v.check_int("local_steps", local_steps, min_value=1)
     base = diff2_rdp(alpha, num_rounds, restart_interval, n, num_silos, sigma_restart, sigma_diff)
     return base + _local_count(num_rounds, num_silos, k) * bvr_local_rdp(alpha, sigma_local, batch_size, n)
@@ -312,7 +317,8 @@ def diff2_bvr_epsilon(num_rounds, restart_interval, local_steps, batch_size, n, 
 
 def bvr_sigma3_closed_form(eps: float, delta: float, num_rounds: int, local_steps: int, batch_size: int,
                            n_min: int, num_silos: int) -> tuple[float, bool]:
-    """E11 (end of Appendix E, Lemma B.8 with c = 1, u1 = u2 = 3) and whether E12 holds.
+    """The closed-form ``sigma3`` at the end of Appendix E (Lemma B.8 with c = 1,
+    u1 = u2 = 3) and whether its batch-size condition holds.
 
     ``sigma3^2 = max{(8/3)(4+e) alpha_0^2/(alpha_0-1) 6 K ceil(R/P)/(n^2 eps), 6 alpha_0/b^2}``,
     valid only if ``b <= min{n/(2 e alpha_0), (4 n/(alpha_0 sigma3^2))^{1/3}}``.
@@ -331,7 +337,8 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
 
     ``sigma1^2 = 4 u1 alpha_0 m/(n^2P^2 eps)``, ``sigma2^2 = 4 u2 alpha_0 (R-m)/(n^2P^2 eps)``,
     and the smallest ``sigma3`` with ``2 K ceil(R/P) eps'_3(alpha_0) <= (1 - 1/u1 - 1/u2) eps``
-    (E10, exact E2, bisection; ``method="closed-form"`` uses E11 and refuses when E12 fails).
+    (bisection on the exact Lemma B.7 bound; ``method="closed-form"`` uses
+    ``bvr_sigma3_closed_form`` and refuses when its batch-size condition fails).
     """
     v.check_choice("method", method, ("bisection", "closed-form"))
     if not (u1 > 1 and u2 > 1 and 1 / u1 + 1 / u2 < 1):
@@ -344,7 +351,8 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
     if method == "closed-form":
         s3, ok = bvr_sigma3_closed_form(eps, delta, num_rounds, local_steps, batch_size, n_min, num_silos)
         if not ok:
-            raise ValueError(f"batch_size={batch_size} violates E12; the closed-form sigma3 is not valid")
+            raise ValueError(f"batch_size={batch_size} exceeds min{{n/(2 e alpha_0), (4 n/(alpha_0 sigma3^2))^(1/3)}}: "
+                             "the closed-form sigma3 of Appendix E is not valid")
         return s1, s2, s3
     budget = (1 - 1 / u1 - 1 / u2) * eps
     kc = _local_count(num_rounds, num_silos, local_steps)

@@ -300,6 +300,16 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
 # The privacy contract (dpjax.accounting.privacy_spec.PrivacySpec) for every mechanism and schedule
 # ---------------------------------------------------------------------------
 
+# Mechanism names, by the paper's numbering (Ghazi et al. 2023):
+#   A1  Algorithm 1, DelOutputPert (generic deletion-sensitivity output perturbation)
+#   A2  Algorithm 2, SCOutputPert (A1 on a strongly convex ERM minimiser; Theorem 3.1)
+#   A2c A2 with the polynomial-time certificate of Appendix C instead of A1's subset enumeration
+#   A3  Algorithm 3, Phased-ERM (Theorem 4.1)
+#   A4  Algorithm 4, Phased-SCO with halving phases, as printed (Theorem 5.1)
+#   A4b Phased-SCO with equal phases of ceil(log2(n m)) disjoint user groups (the split Theorem 5.1 needs)
+#   A5  Algorithm 5, strongly convex ERM (Theorem 4.3); A6 Algorithm 6, strongly convex SCO (Theorem 5.3)
+#   B1  baseline: standard user-level output perturbation with replace sensitivity 2G/(mu n)
+#   B2  the idealised M' of Theorem 4.1's proof (exact minimiser plus noise, no stability test): NOT private
 MECHANISMS = ("A1", "A2", "A2c", "A3", "A4", "A4b", "A5", "A6", "B1", "B2")
 MODES = ("certified", "rate-shape")
 

@@ -22,6 +22,9 @@ user-level-audit (D9)       exact hockey-stick divergences of Algorithm 1 on nei
 shape sigma_i = rho 2G/(lambda_i n sqrt(m)), no stability test). They are NOT private; with the certified
 constants the noise multiplier is ~1e5-1e6 (D3), so the rates only show at m ~ 1e9. Every report says which.
 Slopes are least-squares fits of log(metric) on log(parameter), compared with the theorem's exponent +-0.15.
+D1-D9 number these demonstrations; the mechanism names (A1-A6, A2c, A4b, B1, B2) are listed with the
+paper's algorithm and theorem numbers at ``dpjax.accounting.user_level.MECHANISMS``. B0 is the item-level
+output perturbation (sensitivity 2G/(mu n m)), shown for scale only: it is not user-level private.
 """
 
 from __future__ import annotations

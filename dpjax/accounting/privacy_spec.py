@@ -90,13 +90,16 @@ class GaussianPrivacy(PrivacySpec):
     Attributes:
       schedules: the releases (at least one), all with the same neighbouring
         relation and unit.
-      noise_fields: for each schedule, the hparams field holding its noise std
-        (absolute, as in ``GaussianSchedule.noise_std``); ``calibrate`` returns
-        values for these fields.
+      noise_fields: for each schedule, the hparams field holding its noise;
+        ``calibrate`` returns values for these fields.
+      multipliers: the fields hold noise multipliers (std / sensitivity; every
+        family's hparams): ``calibrate`` returns ``noise_std / sensitivity``.
+        False: absolute stds (``GaussianSchedule.noise_std``).
     """
 
     schedules: tuple[GaussianSchedule, ...]
     noise_fields: tuple[str, ...] = ("noise_std",)
+    multipliers: bool = False
 
     def __post_init__(self):
         schedules = tuple(self.schedules)
@@ -143,37 +146,31 @@ class GaussianPrivacy(PrivacySpec):
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""
         return GaussianPrivacy(tuple(s.replace(noise_std=s.noise_std * factor) for s in self.schedules),
-                               self.noise_fields)
+                               self.noise_fields, self.multipliers)
+
+    def _value(self, schedule: GaussianSchedule, noise_std: float) -> float:
+        return noise_std / schedule.sensitivity if self.multipliers else noise_std
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
-        """Noise stds meeting ``target_epsilon``.
+        """Noise meeting ``target_epsilon`` (multipliers or stds, see ``multipliers``).
 
         One schedule: ``dpjax.accounting.calibrate_noise`` (the current noise
-        std is ignored). Several: the current noise stds fix the ratios (all
-        must be > 0) and one common factor is found by bisection on log scale,
-        finishing on the side that meets the target.
+        is ignored). Several: the current noises fix the ratios (all must be
+        > 0) and one common factor is found by ``calibration.smallest_scale``.
         """
-        from dpjax.accounting import api
+        from dpjax.accounting import api, calibration
 
         target = v.check_positive("target_epsilon", target_epsilon)
         if len(self.schedules) == 1:
-            return {self.noise_fields[0]: api.calibrate_noise(self.schedules[0], target, delta, accountant)}
+            s = self.schedules[0]
+            return {self.noise_fields[0]: self._value(s, api.calibrate_noise(s, target, delta, accountant))}
         for field, s in zip(self.noise_fields, self.schedules):
             if not s.noise_std > 0:
                 raise ValueError(f"{field}={s.noise_std!r} must be > 0: with several schedules the current "
-                                 "noise stds fix the ratios that calibration keeps")
-        eps = lambda f: self.scaled(f).epsilon(delta, accountant).epsilon  # noqa: E731
-        lo, hi = 1.0, 1.0
-        while eps(hi) > target:
-            hi *= 4.0
-            if hi > 1e12:
-                raise ValueError(f"target_epsilon={target!r} is not reached by any noise level")
-        while eps(lo) <= target and lo > 1e-12:
-            lo /= 4.0
-        while hi / lo > 1 + _SCALE_RTOL:
-            mid = math.sqrt(lo * hi)
-            lo, hi = (lo, mid) if eps(mid) <= target else (mid, hi)
-        return {f: s.noise_std * hi for f, s in zip(self.noise_fields, self.schedules)}
+                                 "noise levels fix the ratios that calibration keeps")
+        factor = calibration.smallest_scale(lambda f: self.scaled(f).epsilon(delta, accountant).epsilon, target,
+                                            rtol=_SCALE_RTOL, min_scale=1e-12, what="noise scale factor")
+        return {f: self._value(s, s.noise_std * factor) for f, s in zip(self.noise_fields, self.schedules)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,32 +218,54 @@ class PerSiloPrivacy(PrivacySpec):
 
 @dataclasses.dataclass(frozen=True)
 class ReportPrivacy(StatedRelation, PrivacySpec):
-    """A protocol whose accountant is its own (shuffle amplification, P_vec).
+    """A protocol whose accountant is its own (shuffle amplification, P_vec, f-DP batch clipping).
+
+    The protocol is a one-parameter family of noise levels: ``scale = 1`` is
+    the run as configured, larger scales add more noise. Calibration is the
+    one routine, ``calibration.smallest_scale`` on ``epsilon_fn``.
 
     Attributes:
-      epsilon_fn: ``epsilon_fn(delta, accountant) -> PrivacyReport`` (an
-        ``SdpReport`` is reduced to its central report).
-      calibrate_fn: ``calibrate_fn(target_epsilon, delta, accountant) -> dict``.
+      epsilon_fn: ``epsilon_fn(delta, accountant, scale) -> PrivacyReport`` (an
+        ``SdpReport`` is reduced to its central report); non-increasing in scale.
+      values_fn: ``values_fn(scale, delta, accountant) -> dict``: the hparams
+        values (``field -> value``) of the run at ``scale``.
       accountants: the accountant names this protocol understands; others
         are refused.
       relation, privacy_unit: what the guarantee is stated for.
+      start: where calibration's bracketing starts; rtol: its relative width;
+      min_scale: the smallest scale it looks at.
     """
 
-    epsilon_fn: Callable[[float, str], Any]
-    calibrate_fn: Callable[[float, float, str], dict]
+    epsilon_fn: Callable[[float, str, float], Any]
+    values_fn: Callable[[float, float, str], dict]
     accountants: tuple[str, ...]
     relation: str = "replace-one"
     privacy_unit: str = "record"
+    start: float = 1.0
+    rtol: float = 1e-4
+    min_scale: float = 1e-6
 
-    def _check(self, accountant: str) -> str:
-        return v.check_choice("accountant", accountant, self.accountants)
+    def _check(self, accountant: str | None) -> str:
+        return v.check_choice("accountant", accountant or self.accountants[0], self.accountants)
 
     def epsilon(self, delta: float, accountant: str | None = None) -> PrivacyReport:
-        report = self.epsilon_fn(delta, self._check(accountant or self.accountants[0]))
+        report = self.epsilon_fn(delta, self._check(accountant), 1.0)
         return getattr(report, "central", report)
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str | None = None) -> dict[str, Any]:
-        return dict(self.calibrate_fn(target_epsilon, delta, self._check(accountant or self.accountants[0])))
+        from dpjax.accounting import calibration
+
+        accountant = self._check(accountant)
+        target = v.check_positive("target_epsilon", target_epsilon)
+        delta = v.check_open_unit("delta", delta)
+
+        def eps(scale: float) -> float:
+            report = self.epsilon_fn(delta, accountant, scale)
+            return getattr(report, "central", report).epsilon
+
+        scale = calibration.smallest_scale(eps, target, start=self.start, rtol=self.rtol, min_scale=self.min_scale,
+                                           what="noise scale")
+        return dict(self.values_fn(scale, delta, accountant))
 
 
 @dataclasses.dataclass(frozen=True)

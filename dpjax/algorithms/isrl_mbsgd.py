@@ -5,21 +5,27 @@ Each round r:
 1. the network makes a uniformly random subset S_r of M_r silos available;
 2. every available silo i samples K of its n_i records, computes per-example
    gradients at w_r, clips each to ``clip_norm`` (L) and releases
-   ``g_i = (1/K) sum_j clip(grad f(w_r, x_ij)) + u_i``, ``u_i ~ N(0, sigma^2 I)``;
+   ``g_i = (1/K) sum_j clip(grad f(w_r, x_ij)) + u_i``, ``u_i ~ N(0, sigma^2 I)``
+   with ``sigma = noise_multiplier x 2L/K`` (the sensitivity of the clipped mean);
 3. the server averages the messages, ``g = (1/M_r) sum_{i in S_r} g_i``, and
    steps ``w_{r+1} = Proj_W(w_r - eta g)``.
 
+The round is its parts (``dpjax.engine.chain``): ``SiloBatches`` (availability x
+record sampler) -> ``MinibatchGradient`` -> ``ClipPerUnit`` (the sensitivity
+``2L/K`` comes from here) -> ``GaussianNoise`` on each silo -> ``Aggregate`` ->
+``OptaxServer`` (SGD + projection) -> ``Averager``.
+
 Privacy (inter-silo record-level DP, replace-one within a silo): silo i's
-transcript is R releases of a minibatch mean with l2 sensitivity ``2L/K``
-(for a record drawn once) plus Gaussian noise of std sigma.
-``privacy()`` hands exactly this to ``dpjax.accounting``; which
-accountant certifies it depends on the sampling scheme (the paper's
-with-replacement sampling is accounted conservatively; without-replacement
-or Poisson sampling get tight RDP/PLD accounting).
+transcript is R releases of a minibatch mean plus Gaussian noise of
+multiplier ``noise_multiplier``; ``privacy()`` composes the parts' events
+(``dpjax.accounting.plan``). Which accountant certifies it depends on the
+sampling scheme (the paper's with-replacement sampling is accounted
+conservatively; without-replacement or Poisson sampling get tight RDP/PLD
+accounting).
 
 ``private=False`` gives the non-private twin (MB-SGD / "FedSGD"): the same
-compiled round with noise std 0 and clip norm inf (``parts.non_private``), so
-with ``noise_std = 0`` and a clip that never binds the private algorithm is
+compiled round with noise multiplier 0 and clip norm inf, so with
+``noise_multiplier = 0`` and a clip that never binds the private algorithm is
 bit-identical to it.
 """
 
@@ -34,9 +40,10 @@ import jax.numpy as jnp
 from dpjax import _validate
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
-from dpjax.engine import federated, parts
-from dpjax.engine.contract import RoundFamily
+from dpjax.engine import federated
+from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
 from dpjax.engine.silos import SiloData
+from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
@@ -49,24 +56,24 @@ class MbSgdHParams:
 
     Attributes:
       learning_rate: constant step size eta.
-      noise_std: sigma, per-coordinate std of each silo's Gaussian noise
-        (absolute, in gradient units, as in the paper).
-      clip_norm: per-example clip threshold L (the gradient-norm bound that
-        the sensitivity 2L/K assumes).
+      noise_multiplier: z, each silo's noise std divided by the sensitivity of
+        its message (``sigma = z x 2L/K`` under replace-one; the std itself is
+        derived from the clipper's bound at run time).
+      clip_norm: per-example clip threshold L.
     """
 
     learning_rate: Any
-    noise_std: Any = 0.0
+    noise_multiplier: Any = 0.0
     clip_norm: Any = 1.0
 
     @classmethod
-    def create(cls, learning_rate, noise_std=0.0, clip_norm=1.0) -> "MbSgdHParams":
+    def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "MbSgdHParams":
         # Concrete scalars of any kind (Python, NumPy, 0-d jax) are checked; tracers are not.
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
-        _validate.check_if_concrete(_validate.check_nonnegative, "noise_std", noise_std)
+        _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         f32 = lambda v: jnp.asarray(v, jnp.float32)
-        return cls(f32(learning_rate), f32(noise_std), f32(clip_norm))
+        return cls(f32(learning_rate), f32(noise_multiplier), f32(clip_norm))
 
 
 def silo_transcript_schedule(
@@ -112,11 +119,11 @@ def isrl_privacy(algorithm, silo_sizes, noise_std, contribution_bound, *, sampli
         silo_size=smallest_silo(silo_sizes), batch_size=batch_size, steps=steps, neighboring=neighboring))
 
 
-MbSgdState = parts.RoundState
+MbSgdState = ChainState
 
 
 @dataclasses.dataclass(frozen=True)
-class NoisyMbSgd(RoundFamily):
+class NoisyMbSgd(ChainFamily):
     """ISRL-DP Noisy MB-SGD and (``private=False``) its non-private twin.
 
     Args:
@@ -157,6 +164,7 @@ class NoisyMbSgd(RoundFamily):
     gradient_path: str = "auto"
 
     hparams_type = MbSgdHParams
+    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))
@@ -176,26 +184,21 @@ class NoisyMbSgd(RoundFamily):
         self.sampler.validate(data.min_size, self.num_rounds)
 
     # -- the round: minibatch gradient -> per-silo Gaussian -> mean/sum -> SGD ----
-    def round(self, data: SiloData) -> parts.FederatedRound:
-        client = parts.MinibatchGradient(self.problem, self.sampler, self.neighboring, dense=self._dense(data))
-        return parts.FederatedRound(self.availability, client, parts.SiloGaussian(data.num_silos),
-                                    parts.Aggregate(self.aggregation),
-                                    parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
+    def parts(self, shape: DataShape) -> Parts:
+        dense = self._dense(shape)
+        return Parts(
+            selection=SiloBatches(self.availability, self.sampling, self.batch_size, dense=dense),
+            client=MinibatchGradient(self.problem, self.batch_size),
+            clipper=ClipPerUnit("clip_norm", self.neighboring),
+            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
+            aggregator=Aggregate(self.aggregation),
+            server=OptaxServer(projection_radius=self.projection_radius),
+            averager=Averager(self.output, self.window))
 
-    def _dense(self, data: SiloData) -> bool:
+    def _dense(self, shape: DataShape) -> bool:
         if self.gradient_path != "auto":
             return self.gradient_path == "dense"
-        return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, data.n_max)
-
-    # -- privacy -----------------------------------------------------------
-    def privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
-        """Each silo's transcript: R Gaussian releases of a minibatch mean with
-        contribution ``clip_norm / K`` (accounted at the smallest silo). Every round
-        is counted even when a silo is unavailable (the adversary sees who
-        participates, so availability gives no amplification)."""
-        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm) / self.batch_size,
-                            sampling=self.sampling, batch_size=self.batch_size, steps=self.num_rounds,
-                            neighboring=self.neighboring)
+        return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, shape.n_max)
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -1,0 +1,219 @@
+"""A run's privacy, assembled from what its parts say they do (a DP plan).
+
+Each part of a round contributes one immutable event, in the spirit of
+``dp_accounting``'s ``DpEvent`` and ``jax_privacy``'s execution plan
+(clipper x batch selection x noise x rounds):
+
+* the batch selection: ``SelectionEvent`` -- the sampling scheme, each
+  protected data set's size and batch size, the privacy unit, and how many
+  releases a record can be part of per round;
+* the clipper: ``ClipEvent`` -- the neighbouring relation its bound is stated for;
+* the privatizer: one ``NoiseEvent`` per kind of release -- the noise
+  multiplier (std / sensitivity; the sensitivity itself came from the clipper
+  at run time), the hparams field it lives in, where the noise is added
+  (each silo's own message, or once on the server's aggregate) and how many
+  such releases the run makes.
+
+``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the
+``PrivacySpec`` every driver reads (``epsilon`` / ``calibrate``). Because the
+run's noise std is ``noise_multiplier x sensitivity`` (computed from the
+clipped value itself), the accountants need the multiplier, the sampling and
+the number of releases only: the schedules below have contribution bound 1 and
+noise std ``multiplier x sensitivity(1)``.
+
+Rules (stated once, here):
+
+* noise on each silo's own message (ISRL-DP, unit ``record-in-silo``): every
+  silo's transcript is its own guarantee and the run's epsilon is the largest.
+  Silos with the same (multiplier, batch size) are accounted together at the
+  smallest silo (the largest sampling rate); otherwise one schedule per silo
+  (``PerSiloPrivacy``). Every round counts for every silo (availability gives
+  no amplification: who reports is visible).
+* noise once on the aggregate (central DP, unit ``record``): one schedule at the
+  smallest silo's rate ``K / n_min`` (an upper bound on every record's rate).
+* several noise events (e.g. DIFF2's restart and difference rounds): their
+  schedules composed (RDP curves added / PLDs composed); calibration scales all
+  multipliers by one common factor, keeping the ratios the family chose.
+
+Pure Python: never imports jax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Sequence
+
+from dpjax import _validate as v
+from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, _coerce_enum
+from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
+
+
+class Placement(str, enum.Enum):
+    """Where the privatizer adds its noise."""
+
+    SILO = "silo"  # each silo on its own message (local / ISRL-DP)
+    SERVER = "server"  # once, on the aggregate (central DP, a trusted server)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionEvent:
+    """What the batch selection does to one protected data set per round.
+
+    Attributes:
+      sampling: the scheme (``Sampling``).
+      dataset_sizes: the protected data sets' sizes (one per silo).
+      batch_sizes: the batch size of each silo (None for the full data set), or
+        one value for every silo.
+      unit: the privacy unit.
+      releases_per_round: how many noisy releases one record can enter per
+        round (K single-record local steps: K).
+    """
+
+    sampling: Sampling
+    dataset_sizes: tuple[int, ...]
+    batch_sizes: tuple | int | float | None
+    unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
+    releases_per_round: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "sampling", _coerce_enum("sampling", self.sampling, Sampling))
+        object.__setattr__(self, "unit", _coerce_enum("unit", self.unit, PrivacyUnit))
+        sizes = tuple(v.check_int(f"silo_sizes[{i}]", int(n), min_value=1) for i, n in enumerate(self.dataset_sizes))
+        if not sizes:
+            raise ValueError("silo_sizes=() must name at least one silo")
+        object.__setattr__(self, "dataset_sizes", sizes)
+        k = self.batch_sizes
+        ks = tuple(k) if isinstance(k, (tuple, list)) else (k,) * len(sizes)
+        if len(ks) != len(sizes):
+            raise ValueError(f"batch_sizes has {len(ks)} entries for {len(sizes)} silos")
+        object.__setattr__(self, "batch_sizes", ks)
+        v.check_int("releases_per_round", self.releases_per_round, min_value=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipEvent:
+    """The clipper's neighbouring relation (its bound is per unit of that relation)."""
+
+    relation: Neighboring = Neighboring.REPLACE_ONE
+
+    def __post_init__(self):
+        object.__setattr__(self, "relation", _coerce_enum("relation", self.relation, Neighboring))
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseEvent:
+    """Gaussian releases of one kind.
+
+    Attributes:
+      field: the hparams field holding the noise multiplier (what calibration returns).
+      noise_multiplier: std / sensitivity; one value, or one per silo (silo placement).
+      placement: ``Placement.SILO`` or ``Placement.SERVER``.
+      steps: how many such releases the run makes per record's data set (None:
+        every round's releases, ``num_rounds x releases_per_round``).
+    """
+
+    field: str
+    noise_multiplier: float | tuple[float, ...]
+    placement: Placement = Placement.SILO
+    steps: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "placement", _coerce_enum("placement", self.placement, Placement))
+        z = self.noise_multiplier
+        if isinstance(z, (tuple, list)):
+            object.__setattr__(self, "noise_multiplier",
+                               tuple(v.check_nonnegative(f"{self.field}[{i}]", float(x)) for i, x in enumerate(z)))
+        else:
+            object.__setattr__(self, "noise_multiplier", v.check_nonnegative(self.field, float(z)))
+        if self.steps is not None:
+            v.check_int("steps", self.steps, min_value=0)
+
+
+def _unit_sensitivity(relation: Neighboring) -> float:
+    return 2.0 if relation is Neighboring.REPLACE_ONE else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DpPlan:
+    """selection x clip x noise x rounds; ``spec()`` gives the run's ``PrivacySpec``."""
+
+    selection: SelectionEvent
+    clip: ClipEvent
+    noises: tuple[NoiseEvent, ...]
+    num_rounds: int
+    label: str = "family"
+
+    def __post_init__(self):
+        object.__setattr__(self, "noises", tuple(self.noises))
+        if not self.noises:
+            raise ValueError("noises=() must list at least one NoiseEvent")
+        v.check_int("num_rounds", self.num_rounds, min_value=1)
+
+    def _schedule(self, n: int, k, z: float, steps: int, unit: PrivacyUnit) -> GaussianSchedule:
+        return GaussianSchedule(noise_std=z * _unit_sensitivity(self.clip.relation), contribution_bound=1.0,
+                                sampling=self.selection.sampling, dataset_size=n,
+                                batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit)
+
+    def _steps(self, noise: NoiseEvent) -> int:
+        if noise.steps is not None:
+            return noise.steps
+        return self.num_rounds * self.selection.releases_per_round
+
+    def _group(self, silos: Sequence[int]) -> GaussianPrivacy | None:
+        """The composed schedules of the silos ``silos``, accounted at the smallest of them
+        (the largest rate, the most passes); None when they differ in batch size or multiplier."""
+        sel = self.selection
+        ks = {sel.batch_sizes[i] for i in silos}
+        if len(ks) != 1:
+            return None
+        (k,) = ks
+        n = min(sel.dataset_sizes[i] for i in silos)
+        schedules, fields = [], []
+        for noise in self.noises:
+            zs = {self._z(noise, i) for i in silos}
+            if len(zs) != 1:
+                return None
+            steps = self._steps(noise)
+            if steps == 0:
+                continue
+            schedules.append(self._schedule(n, k, zs.pop(), steps, sel.unit))
+            fields.append(noise.field)
+        return GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
+
+    @staticmethod
+    def _z(noise: NoiseEvent, silo: int) -> float:
+        z = noise.noise_multiplier
+        return z[silo] if isinstance(z, tuple) else z
+
+    def spec(self) -> PrivacySpec:
+        """The ``PrivacySpec`` of the plan (see the module docstring for the rules)."""
+        relation, unit = self.clip.relation.value, self.selection.unit.value
+        if all(self._all_zero(noise) for noise in self.noises):
+            return NoPrivacy(f"{self.label} adds no noise (noise multiplier 0)", relation, unit)
+        placements = {noise.placement for noise in self.noises}
+        if len(placements) != 1:
+            raise ValueError(f"{self.label}: noise events mix placements {sorted(p.value for p in placements)}")
+        silos = list(range(len(self.selection.dataset_sizes)))
+        together = self._group(silos)
+        if together is not None:
+            return together
+        if placements.pop() is Placement.SERVER:
+            raise ValueError(f"{self.label}: noise on the aggregate needs one noise multiplier and one batch size "
+                             "for every silo")
+        per_silo = []
+        for i in silos:
+            one = self._group([i])
+            if one is None:
+                raise ValueError(f"{self.label}: silo {i} mixes batch sizes")  # unreachable: one silo
+            per_silo.append(one)
+        fields = {noise.field for noise in self.noises}
+        if len(fields) != 1:
+            raise ValueError(f"{self.label}: per-silo accounting of several noise fields {sorted(fields)} is not "
+                             "supported")
+        return PerSiloPrivacy(tuple(per_silo), fields.pop())
+
+    @staticmethod
+    def _all_zero(noise: NoiseEvent) -> bool:
+        z = noise.noise_multiplier
+        return all(x == 0 for x in z) if isinstance(z, tuple) else z == 0 or (noise.steps == 0)

@@ -1,0 +1,170 @@
+"""The one generic round: a family's parts composed like ``optax.chain``.
+
+A family is a declaration -- its static config plus one part per role
+(``Parts``, built by ``parts(shape)``) -- and this module's ``ChainFamily``
+gives it ``init``, ``step``, ``params``, ``output_params`` and ``privacy``::
+
+    batch  = selection.update(...)                  # which silos and records
+    query  = server.query(params, ...)              # where clients compute (w, or AC-SA's w_md)
+    units  = client.update(query, batch, ...)       # what each silo computes (not yet clipped)
+    msgs   = clipper.update(units, ...)             # clipped sums + their sensitivity (Sensitive)
+    placement "silo":   msgs = privatizer(msgs); agg = aggregator(msgs)     # local / ISRL-DP
+    placement "server": agg = aggregator(msgs);  agg = privatizer(agg)      # central DP
+    params = server.update(agg.value, params, ...)  # any optax optimizer, projection
+    averaged = averager.update(...)                 # the output rule
+
+Every part's state is carried in ``ChainState`` across rounds. The privacy of
+the run is the composition of the parts' events over the rounds
+(``dpjax.accounting.plan.DpPlan``: selection x clipper x privatizer x rounds);
+the noise a run adds is ``noise_multiplier x`` the sensitivity the clipper
+returned, so both consumers -- the compiled round and the accountant -- read
+the same parts.
+
+The non-private twin (``private=False``) runs the same compiled round with
+``FamilyBase.run_hparams``: noise multipliers 0 and clip norms ``inf``
+(bit-identical to a private run with those values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from dpjax.accounting.plan import DpPlan
+from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
+from dpjax.engine.contract import FamilyBase
+from dpjax.engine.roles import Context
+
+PyTree = Any
+PLACEMENTS = ("silo", "server")
+
+
+class DataShape(NamedTuple):
+    """The static facts of the data a family's parts may depend on."""
+
+    num_silos: int
+    n_max: int
+
+    @classmethod
+    def of(cls, data) -> "DataShape":
+        return cls(int(data.num_silos), int(data.n_max))
+
+    @classmethod
+    def of_sizes(cls, silo_sizes) -> "DataShape":
+        sizes = [int(n) for n in silo_sizes]
+        return cls(len(sizes), max(sizes) if sizes else 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """A family's declaration: one part per role and where the noise goes.
+
+    ``log_batches`` adds each round's batch (indices, weights, available) to
+    the round metrics (for tests and audits).
+    """
+
+    selection: Any
+    client: Any
+    clipper: Any
+    privatizer: Any
+    aggregator: Any
+    server: Any
+    averager: Any
+    placement: str = "silo"
+    log_batches: bool = False
+
+    def __post_init__(self):
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r} must be one of {PLACEMENTS}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ChainState:
+    """The run state: the iterate, the round counter, every part's state and the run's hparams."""
+
+    params: PyTree
+    round: jax.Array
+    selection: Any
+    client: Any
+    clipper: Any
+    privatizer: Any
+    aggregator: Any
+    server: Any
+    averager: Any
+    hparams: Any
+
+
+def _silo_sizes(silo_sizes) -> tuple[int, ...]:
+    if isinstance(silo_sizes, int) or getattr(silo_sizes, "ndim", 1) == 0:
+        return (int(silo_sizes),)
+    sizes = tuple(int(n) for n in silo_sizes)
+    if not sizes:
+        raise ValueError("silo_sizes=[] must name at least one silo")
+    return sizes
+
+
+class ChainFamily(FamilyBase):
+    """A family whose round is its ``parts(shape)`` composed by the generic step (mix into a frozen
+    dataclass next to ``FamilyBase``'s fields; set ``hparams_type`` and define ``parts``)."""
+
+    def parts(self, shape: DataShape) -> Parts:
+        raise NotImplementedError(f"{type(self).__name__} declares no parts")
+
+    # -- the compiled part -------------------------------------------------
+    def init(self, params, hparams, data, run_key) -> ChainState:
+        hp = self.run_hparams(hparams)
+        p = self.parts(DataShape.of(data))
+        return ChainState(params, jnp.zeros((), jnp.int32), p.selection.init(data, run_key), p.client.init(params),
+                          p.clipper.init(params, hp), p.privatizer.init(params), p.aggregator.init(params),
+                          p.server.init(params, hp), p.averager.init(params, run_key), hp)
+
+    def step(self, state: ChainState, data, key) -> tuple[ChainState, dict]:
+        p = self.parts(DataShape.of(data))
+        ctx = Context(state.round, key, state.hparams)
+        batch, selection = p.selection.update(state.selection, data, ctx)
+        query = p.server.query(state.params, state.server, ctx)
+        units, client = p.client.update(query, batch, data, state.client, ctx)
+        messages, clipper = p.clipper.update(units, state.clipper, ctx)
+        if p.placement == "silo":
+            messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
+            update, aggregator = p.aggregator.update(messages, batch, state.aggregator, ctx)
+        else:
+            update, aggregator = p.aggregator.update(messages, batch, state.aggregator, ctx)
+            update, privatizer = p.privatizer.update(update, batch, state.privatizer, ctx)
+        params, server = p.server.update(update.value, state.params, state.server, ctx)
+        averager = p.averager.update(state.averager, state.params, params, ctx)
+        metrics = {"num_available": jnp.sum(batch.available),
+                   "sampling_overflow": jnp.any(batch.overflow & batch.available)}
+        if p.log_batches:
+            metrics.update(indices=batch.indices, index_mask=batch.weights, available=batch.available)
+        new = ChainState(params, state.round + 1, selection, client, clipper, privatizer, aggregator, server,
+                         averager, state.hparams)
+        return new, metrics
+
+    def params(self, state: ChainState) -> PyTree:
+        return state.params
+
+    def output_params(self, state: ChainState) -> PyTree:
+        # the averager does not depend on the data: any shape gives the same part
+        return self.parts(DataShape(1, 1)).averager.value(state.averager, state.params, state.round)
+
+    # -- privacy -----------------------------------------------------------
+    def dp_plan(self, silo_sizes, hparams) -> DpPlan:
+        """selection x clipper x privatizer x rounds, from the parts the compiled round runs."""
+        sizes = _silo_sizes(silo_sizes)
+        p = self.parts(DataShape.of_sizes(sizes))
+        return DpPlan(p.selection.event(sizes), p.clipper.event(hparams),
+                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__)
+
+    def privacy(self, silo_sizes, hparams) -> PrivacySpec:
+        """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``)."""
+        self.check_hparams(hparams)
+        if not getattr(self, "private", True):
+            plan = self.dp_plan(silo_sizes, hparams)
+            return NoPrivacy(f"{type(self).__name__}(private=False) is the non-private twin",
+                             plan.clip.relation.value, plan.selection.unit.value)
+        return self.dp_plan(silo_sizes, hparams).spec()

@@ -1,0 +1,245 @@
+"""The roles of one round, their one signature each, and the values passed between them.
+
+A family's round is a chain of stateful parts, composed by one generic step
+(``dpjax.engine.chain``) the way ``optax.chain`` composes gradient
+transformations (see ``../shared/design/core.md`` and the module docstring of
+``chain``). Every part is an ``(init, update)`` pair whose state lives in the
+run state across rounds, so a part can remember: a sampler's permutation, an
+adaptive clip norm, a tree-aggregation noise buffer, an optimiser's moments.
+
+====================  ==========================================================================
+role                  signature
+====================  ==========================================================================
+batch selection       ``init(data, run_key) -> s``; ``update(s, data, ctx) -> (Batch, s)``
+client update         ``init(params) -> s``; ``update(params, batch, data, s, ctx) -> (units, s)``
+clipper               ``init(params, hparams) -> s``; ``update(units, s, ctx) -> (Sensitive, s)``
+privatizer            ``init(params) -> s``; ``update(Sensitive, batch, s, ctx) -> (Sensitive, s)``
+aggregator            ``init(params) -> s``; ``update(Sensitive, batch, s, ctx) -> (Sensitive, s)``
+server optimizer      ``init(params, hparams) -> s``; ``query(params, s, ctx) -> params``;
+                      ``update(update, params, s, ctx) -> (params, s)``
+averager              ``init(params, run_key) -> s``; ``update(s, before, after, ctx) -> s``;
+                      ``value(s, params, rounds_done) -> params``
+====================  ==========================================================================
+
+Every part also says, host-side, what it contributes to the run's privacy
+(``event(...)``: the batch selection's sampling, the clipper's neighbouring
+relation, the privatizer's noise); a family's ``privacy()`` is their
+composition over the rounds (``dpjax.accounting.plan``), never re-derived.
+
+**Privacy travels with the value.** The clipper returns a ``Sensitive``: the
+clipped sum together with the l2 bound of ONE unit's contribution to it and
+the neighbouring relation that bound is stated for
+(``sensitivity = 2 bound`` for replace-one, ``bound`` for add/remove, the
+convention of ``dpjax.primitives.clipping``). Dividing by a public constant
+divides the bound (``Sensitive.divided``); an aggregator passes on the bound of
+its output; the privatizer adds ``N(0, (noise_multiplier * sensitivity)^2 I)``
+reading the sensitivity from the value it is given. No family computes a
+sensitivity.
+
+Units (what the clipper clips) are described by the client, not materialised:
+``PerExampleGradients`` lets the clipper take the cheapest exact path (the
+problem's closed form, ghost norms for flax models, else ``vmap(grad)``);
+``PerUnitVectors`` are vectors the client already computed (local updates,
+subset gradients, gradient differences, model deltas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+RELATIONS = ("replace-one", "add-remove")
+
+
+class Context(NamedTuple):
+    """What every part sees in a round: the 0-based round index, the round key
+    (``dpjax.keys.round_key(run_key, round)``; parts draw from its named streams)
+    and the run's hyperparameters."""
+
+    round: jax.Array
+    key: jax.Array
+    hparams: Any
+
+
+class Batch(NamedTuple):
+    """The batch selection of one round.
+
+    Attributes:
+      silo_ids: int32 ``[M]``, the silos computed this round (their rows, in this
+        order), or None: all ``N`` silos (unavailable ones masked by ``available``).
+      available: bool ``[M]`` (or ``[N]``): which computed silos report.
+      indices: int32 ``[M, B]`` record indices of each silo's batch, or None:
+        every row of the silo, weighted by ``weights`` (the gather-free path).
+      weights: ``[M, B]`` (or ``[M, n_max]``): 0/1 mask or multiplicities of the records.
+      overflow: bool ``[M]``: a silo's batch did not fit its static buffer.
+      num_silos: N, the number of silos of the data (static; per-silo keys split over N).
+      info: extra per-round facts a part published (e.g. ``{"run": bool[M]}``), or ``{}``.
+    """
+
+    silo_ids: Any
+    available: jax.Array
+    indices: Any
+    weights: jax.Array
+    overflow: jax.Array
+    num_silos: int
+    info: dict = {}
+
+    def rows(self):
+        """The data rows of the computed silos: ``silo_ids`` or ``arange(N)``."""
+        return jnp.arange(self.num_silos) if self.silo_ids is None else self.silo_ids
+
+    def select(self, tree):
+        """Rows ``silo_ids`` of every leaf of ``tree`` (a per-silo ``[N, ...]`` pytree); identity for all silos."""
+        if self.silo_ids is None:
+            return tree
+        return jax.tree_util.tree_map(lambda a: a[self.silo_ids], tree)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["value", "bound"], meta_fields=["relation"])
+@dataclasses.dataclass(frozen=True)
+class Sensitive:
+    """A value about to be released (or already privatized) with its sensitivity.
+
+    Attributes:
+      value: the pytree (leading silo axis ``[M, ...]`` for per-silo messages).
+      bound: the largest l2 norm of one unit's contribution to ``value`` (a scalar,
+        or ``[M]``: one per silo); ``inf`` when nothing clips (the non-private twin).
+      relation: the neighbouring relation the sensitivity is stated for.
+    """
+
+    value: PyTree
+    bound: Any
+    relation: str = "replace-one"
+
+    def __post_init__(self):
+        if self.relation not in RELATIONS:
+            raise ValueError(f"relation={self.relation!r} must be one of {RELATIONS}")
+
+    @property
+    def sensitivity(self):
+        """l2 sensitivity of ``value`` to one unit: ``2 bound`` (replace-one) or ``bound`` (add/remove)."""
+        return 2.0 * self.bound if self.relation == "replace-one" else self.bound
+
+    def divided(self, denominator) -> "Sensitive":
+        """``value / denominator`` for a PUBLIC denominator (scalar, or ``[M]`` per silo), bound likewise."""
+        d = jnp.asarray(denominator)
+        per_silo = d.ndim == 1
+
+        def div(t):
+            dd = d.astype(t.dtype)
+            return t / (dd.reshape((-1,) + (1,) * (t.ndim - 1)) if per_silo else dd)
+
+        return Sensitive(jax.tree_util.tree_map(div, self.value), self.bound / d.astype(jnp.float32), self.relation)
+
+    def replace(self, **kw) -> "Sensitive":
+        return dataclasses.replace(self, **kw)
+
+
+# ---------------------------------------------------------------------------
+# Units: what a client asks the clipper to clip (one silo row per leading index)
+# ---------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class PerExampleGradients:
+    """For every silo, ``sum_j w_j clip(grad loss(params, x_j, y_j))`` divided by ``denominator``.
+
+    Attributes:
+      loss: per-example ``loss(params, x, y)`` (static).
+      params: the point the gradients are taken at.
+      x, y: ``[M, B, ...]`` the silos' records (gathered rows, or every row).
+      weights: ``[M, B]`` 0/1 mask or multiplicities.
+      denominator: the public divisor, scalar or ``[M]`` (``K``, ``K_i``, or the silo size).
+      problem: the problem (the clipper looks for a closed form or ghost norms on it).
+      row_sq_norms: optional precomputed ``||x_j||^2`` ``[M, B]`` (GLM closed form).
+      reduce: False keeps the clipped per-example vectors ``[M, B, P]`` (local randomizers).
+    """
+
+    loss: Callable
+    params: PyTree
+    x: jax.Array
+    y: jax.Array
+    weights: jax.Array
+    denominator: Any = 1.0
+    problem: Any = None
+    row_sq_norms: Any = None
+    reduce: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class PerUnitVectors:
+    """Vectors the client computed, one unit per leading index of ``[M, U, ...]`` (or ``[M, ...]``
+    with ``per_silo=True``: one unit per silo), with weights ``[M, U]`` (or ``[M]``); the clipper
+    clips each unit and sums them per silo, then divides by ``denominator``."""
+
+    vectors: PyTree
+    weights: Any = None
+    denominator: Any = 1.0
+    per_silo: bool = False
+
+
+# ---------------------------------------------------------------------------
+# The roles (one signature each)
+# ---------------------------------------------------------------------------
+@runtime_checkable
+class BatchSelection(Protocol):
+    def init(self, data, run_key) -> Any: ...
+
+    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]: ...
+
+    def event(self, silo_sizes): ...
+
+
+@runtime_checkable
+class ClientUpdate(Protocol):
+    def init(self, params) -> Any: ...
+
+    def update(self, params, batch: Batch, data, state, ctx: Context) -> tuple[Any, Any]: ...
+
+
+@runtime_checkable
+class Clipper(Protocol):
+    relation: str
+
+    def init(self, params, hparams) -> Any: ...
+
+    def update(self, units, state, ctx: Context) -> tuple[Sensitive, Any]: ...
+
+    def event(self, hparams): ...
+
+
+@runtime_checkable
+class Privatizer(Protocol):
+    def init(self, params) -> Any: ...
+
+    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]: ...
+
+    def events(self, hparams, num_rounds: int): ...
+
+
+@runtime_checkable
+class Aggregator(Protocol):
+    def init(self, params) -> Any: ...
+
+    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]: ...
+
+
+@runtime_checkable
+class ServerOptimizer(Protocol):
+    def init(self, params, hparams) -> Any: ...
+
+    def query(self, params, state, ctx: Context) -> PyTree: ...
+
+    def update(self, update: PyTree, params, state, ctx: Context) -> tuple[PyTree, Any]: ...
+
+
+@runtime_checkable
+class Averager(Protocol):
+    def init(self, params, run_key) -> Any: ...
+
+    def update(self, state, before, after, ctx: Context) -> Any: ...
+
+    def value(self, state, params, rounds_done) -> PyTree: ...

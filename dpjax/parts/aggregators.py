@@ -1,0 +1,72 @@
+"""Aggregators: how the server combines the silos' messages, and the sensitivity of the result.
+
+An aggregator is ``init(params) -> state`` and
+``update(Sensitive, batch, state, ctx) -> (Sensitive, state)``. Its output's
+bound is what one unit can move the aggregate by: a record lives in one silo,
+so the largest available silo's bound (``"sum"``), divided by the public
+number of reports ``M_r`` (``"mean"``). With noise on the server
+(``placement="server"``) that is the sensitivity the privatizer reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from dpjax import _validate, keys
+from dpjax.engine import federated
+from dpjax.engine.roles import Batch, Context, Sensitive
+
+AGGREGATIONS = ("mean", "sum")
+
+
+def _largest_bound(message: Sensitive, available):
+    bound = jnp.asarray(message.bound, jnp.float32)
+    if bound.ndim == 0:
+        return bound
+    return jnp.max(jnp.where(available, bound, 0.0))
+
+
+def _aggregate_bound(message: Sensitive, available, how: str):
+    bound = _largest_bound(message, available)
+    if how == "mean":
+        return bound / jnp.maximum(jnp.sum(available.astype(jnp.float32)), 1.0)
+    return bound
+
+
+@dataclasses.dataclass(frozen=True)
+class Aggregate:
+    """``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers); ``"sum"``: ``sum_{i in S_r} g_i``
+    (the ISRL-DP authors' scripts: the step size times ``M_r``)."""
+
+    how: str = "mean"
+
+    def __post_init__(self):
+        _validate.check_choice("aggregation", self.how, AGGREGATIONS)
+
+    def init(self, params):
+        return ()
+
+    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        value = federated.aggregate(messages.value, batch.available, self.how)
+        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffledAggregate:
+    """Behind a shuffler (ISRL-DP Section 5): the aggregate is a function of the multiset of
+    reports only (``federated.shuffled_aggregate``, the round's ``"shuffle"`` stream)."""
+
+    how: str = "mean"
+
+    def __post_init__(self):
+        _validate.check_choice("aggregation", self.how, AGGREGATIONS)
+
+    def init(self, params):
+        return ()
+
+    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        value = federated.shuffled_aggregate(messages.value, batch.available, keys.stream_key(ctx.key, "shuffle"),
+                                             self.how)
+        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state

@@ -1,0 +1,116 @@
+"""Clippers: the only parts that bound what one unit contributes, hence where sensitivity comes from.
+
+A clipper is ``init(params, hparams) -> state`` and
+``update(units, state, ctx) -> (Sensitive, state)``: it clips the units a
+client described and returns their per-silo sum (divided by the client's
+public denominator) together with the bound of one unit's contribution and the
+neighbouring relation (``dpjax.engine.roles.Sensitive``). Host-side,
+``event(hparams)`` names that relation for the accountant.
+
+``ClipPerUnit`` takes the cheapest exact path for per-example gradients: the
+problem's closed form (GLMs: ``weighted_grad_sum`` with ``row_sq_norms``),
+ghost norms for flax models (``weighted_grad_sum`` without per-example
+gradients, ``dpjax.primitives.ghost_clipping``), else ``vmap(grad)``
+(``dpjax.primitives.clipping``). A clip norm of ``inf`` (the non-private twin)
+multiplies every unit by exactly 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from dpjax.accounting.plan import ClipEvent
+from dpjax.engine.problem import has_closed_form_clipping
+from dpjax.engine.roles import Context, PerExampleGradients, PerUnitVectors, Sensitive
+from dpjax.primitives import clipping
+
+
+def _silo_clipped_sum(units: PerExampleGradients, clip_norm, relation: str):
+    """``sum_j w_j clip_C(grad loss(params, x_j, y_j))`` of every silo ``[M, ...]``."""
+    problem, params = units.problem, units.params
+    closed_form = problem is not None and has_closed_form_clipping(problem)
+    ghost = problem is not None and not closed_form and hasattr(problem, "weighted_grad_sum")
+
+    def one_silo(x, y, w, sq):
+        if closed_form:
+            return problem.weighted_grad_sum(params, x, y, w.astype(x.dtype), clip_norm, row_sq_norms=sq)
+        if ghost:
+            return problem.weighted_grad_sum(params, x, y, w.astype(x.dtype), clip_norm)
+        grads = clipping.per_example_grads(units.loss, params, x, y)
+        return clipping.clipped_sum(grads, clip_norm, w, relation).total
+
+    sq = units.row_sq_norms if units.row_sq_norms is not None else jnp.zeros(units.weights.shape)
+    return jax.vmap(one_silo)(units.x, units.y, units.weights, sq)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipPerUnit:
+    """Clip every unit (an example's gradient, or a client-computed vector) to ``C``.
+
+    Args:
+      clip_field: the hparams field holding ``C``.
+      relation: the neighbouring relation the bound is stated for
+        (``"replace-one"``: sensitivity ``2C``; ``"add-remove"``: ``C``).
+    """
+
+    clip_field: str = "clip_norm"
+    relation: str = "replace-one"
+
+    def init(self, params, hparams):
+        return ()
+
+    def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        clip_norm = getattr(ctx.hparams, self.clip_field)
+        if isinstance(units, PerExampleGradients):
+            if not units.reduce:
+                raise ValueError("ClipPerUnit sums per-example gradients; a local randomizer needs the "
+                                 "clipped vectors themselves (use a vector clipper)")
+            total = _silo_clipped_sum(units, clip_norm, self.relation)
+        elif isinstance(units, PerUnitVectors):
+            if units.per_silo:
+                total = clipping.clip_per_example(units.vectors, clip_norm)
+                if units.weights is not None:
+                    total = jax.tree_util.tree_map(
+                        lambda t: t * units.weights.astype(t.dtype).reshape((-1,) + (1,) * (t.ndim - 1)), total)
+            else:
+                total = jax.vmap(lambda v, w: clipping.clipped_sum(v, clip_norm, w, self.relation).total)(
+                    units.vectors, units.weights)
+        else:
+            raise ValueError(f"units={type(units).__name__} is not a unit description ClipPerUnit knows")
+        clipped = Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation)
+        return clipped.divided(units.denominator), state
+
+    def event(self, hparams) -> ClipEvent:
+        return ClipEvent(self.relation)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipMinibatchMean:
+    """Clip each silo's unclipped minibatch MEAN gradient to ``C`` (the ISRL-DP authors' insurance
+    script): one record can move the message by up to ``2C``, not ``2C/K``, and the bound says so."""
+
+    clip_field: str = "clip_norm"
+    relation: str = "replace-one"
+
+    def init(self, params, hparams):
+        return ()
+
+    def update(self, units: PerExampleGradients, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        clip_norm = getattr(ctx.hparams, self.clip_field)
+        denominator = jnp.broadcast_to(jnp.asarray(units.denominator, jnp.float32), units.weights.shape[:1])
+
+        def one_silo(x, y, w, denom):
+            def batch_loss(p):
+                losses = jax.vmap(units.loss, in_axes=(None, 0, 0))(p, x, y)
+                return jnp.sum(jnp.where(w, losses, 0.0)) / denom
+
+            return clipping.clip_to_norm(jax.grad(batch_loss)(units.params), clip_norm)
+
+        total = jax.vmap(one_silo)(units.x, units.y, units.weights, denominator)
+        return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+
+    def event(self, hparams) -> ClipEvent:
+        return ClipEvent(self.relation)

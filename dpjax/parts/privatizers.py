@@ -1,0 +1,84 @@
+"""Privatizers: the parts that add noise, reading the sensitivity from the value they are given.
+
+A privatizer is ``init(params) -> state`` and
+``update(Sensitive, batch, state, ctx) -> (Sensitive, state)``; host-side,
+``events(hparams, num_rounds)`` lists the releases it makes for the accountant
+(``dpjax.accounting.plan.NoiseEvent``). Gaussian noise is always given as a
+noise multiplier ``z`` (an hparams field): the std is
+``z x sensitivity`` with the sensitivity of the value (``Sensitive``), so the
+sensitivity is never re-derived here; ``z = 0`` adds exactly zero (also for an
+unclipped value, whose sensitivity is infinite), which makes a private run
+with ``z = 0`` bit-identical to its non-private twin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import keys
+from dpjax.accounting.plan import NoiseEvent, Placement
+from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.primitives import noise
+
+
+def gaussian_std(noise_multiplier, sensitivity):
+    """``noise_multiplier x sensitivity``, exactly 0 when the multiplier is 0 (even for ``inf`` sensitivity)."""
+    z = jnp.asarray(noise_multiplier, jnp.float32)
+    sens = jnp.asarray(sensitivity, jnp.float32)
+    return jnp.where(z == 0, jnp.zeros_like(z * sens), z * sens)
+
+
+def host_multiplier(value) -> float | tuple[float, ...]:
+    """One run's noise multiplier(s) as Python floats (a per-silo vector becomes a tuple)."""
+    a = np.asarray(value, np.float64)
+    if a.ndim == 0:
+        return float(a)
+    if a.ndim == 1:
+        return tuple(float(x) for x in a)
+    raise ValueError(f"noise multiplier has shape {a.shape}; pass one run's hyperparameters")
+
+
+@dataclasses.dataclass(frozen=True)
+class GaussianNoise:
+    """Gaussian noise ``N(0, (z x sensitivity)^2 I)``.
+
+    Args:
+      noise_field: the hparams field holding the multiplier ``z`` (a scalar, or
+        one value per silo ``[N]``: per-silo budgets).
+      placement: ``"silo"``: every silo adds its own noise to its message with
+        its own key of the round's ``stream`` (ISRL-DP; the silo messages are the
+        protected transcript); ``"server"``: the server adds it once to the
+        aggregate (central DP).
+      stream: the round key's stream the noise is drawn from.
+    """
+
+    noise_field: str = "noise_multiplier"
+    placement: str = "silo"
+    stream: str = "noise"
+
+    def __post_init__(self):
+        Placement(self.placement)
+
+    def init(self, params):
+        return ()
+
+    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        z = getattr(ctx.hparams, self.noise_field)
+        noise_key = keys.stream_key(ctx.key, self.stream)
+        if self.placement == "server":
+            std = gaussian_std(z, message.sensitivity)
+            return message.replace(value=noise.add_gaussian_noise(noise_key, message.value, std)), state
+        if jnp.ndim(z) == 1:  # per-silo multipliers [N]
+            z = batch.select(z)
+        std = gaussian_std(z, message.sensitivity)
+        silo_keys = batch.select(keys.silo_keys(noise_key, batch.num_silos))
+        std_axis = 0 if jnp.ndim(std) == 1 else None
+        noisy = jax.vmap(noise.add_gaussian_noise, in_axes=(0, 0, std_axis))(silo_keys, message.value, std)
+        return message.replace(value=noisy), state
+
+    def events(self, hparams, num_rounds: int) -> tuple[NoiseEvent, ...]:
+        return (NoiseEvent(self.noise_field, host_multiplier(getattr(hparams, self.noise_field)), self.placement),)

@@ -1,0 +1,84 @@
+"""Batch selection parts: which silos report and which of their records each round uses.
+
+A batch selection is ``init(data, run_key) -> state`` and
+``update(state, data, ctx) -> (Batch, state)`` (``dpjax.engine.roles``); its
+host-side ``event(silo_sizes)`` tells the accountant the sampling scheme, the
+batch sizes and the privacy unit. Draws come from the round key's
+``"availability"`` and ``"sampling"`` streams (``dpjax.keys``), per-silo state
+(one-pass permutations) from the run key's ``"permutation"`` stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from dpjax import keys
+from dpjax.accounting.plan import SelectionEvent
+from dpjax.engine import federated
+from dpjax.engine.roles import Batch, Context
+from dpjax.primitives import sampling as sampling_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class SiloBatches:
+    """Availability x a per-silo record sampler (Noisy MB-SGD and its relatives).
+
+    Args:
+      availability: ``FullAvailability()``, ``FixedAvailability(M)`` or ``RandomAvailability(pmf)``.
+      scheme: the record sampler's scheme (``dpjax.primitives.sampling.make_sampler``):
+        ``"with-replacement"``, ``"without-replacement"``, ``"poisson"``, ``"one-pass"``, ``"full"``.
+      batch_size: K (None for ``"full"``).
+      dense: draw each silo's batch as a multiplicity vector over all its rows
+        (``sampler.draw_weights``; same law, different draws) for problems with a
+        closed-form clipped sum; else gather K indices (``sampler.draw``).
+      all_silos: compute every silo and mask the unavailable ones (for per-silo
+        logs) instead of only the available ones when their number is static.
+      unit: the privacy unit the selection protects (``"record-in-silo"``: one
+        record of one silo's data set, ISRL-DP; ``"record"``: central DP).
+    """
+
+    availability: Any = sampling_lib.FullAvailability()
+    scheme: str = "without-replacement"
+    batch_size: int | None = None
+    dense: bool = False
+    all_silos: bool = False
+    unit: str = "record-in-silo"
+
+    @property
+    def sampler(self):
+        return sampling_lib.make_sampler(self.scheme, self.batch_size)
+
+    def init(self, data, run_key):
+        return federated.init_sampler_states(self.sampler, data, run_key)
+
+    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+        if self.all_silos:
+            silo_ids = None
+            available = self.availability.sample(keys.stream_key(ctx.key, "availability"), data.num_silos)
+        else:
+            silo_ids, available = federated.available_silos(self.availability, ctx.key, data.num_silos)
+        if self.dense:
+            weights, overflow = self._dense_weights(state, data, ctx, silo_ids)
+            return Batch(silo_ids, available, None, weights, overflow, data.num_silos), state
+        idx, mask, overflow = federated.draw_silo_batches(self.sampler, data, state, ctx.key, ctx.round, silo_ids)
+        return Batch(silo_ids, available, idx, mask, overflow, data.num_silos), state
+
+    def _dense_weights(self, state, data, ctx: Context, silo_ids):
+        sampler = self.sampler
+        silo_keys = keys.silo_keys(keys.stream_key(ctx.key, "sampling"), data.num_silos)
+        sizes, states = data.sizes, state
+        if silo_ids is not None:
+            sizes, states, silo_keys = jax.tree_util.tree_map(lambda a: a[silo_ids], (sizes, states, silo_keys))
+        return jax.vmap(lambda k, size, s: sampler.draw_weights(k, size, data.n_max, ctx.round, s))(
+            silo_keys, sizes, states)
+
+    def validate(self, data) -> None:
+        self.availability.validate(data.num_silos)
+
+    def event(self, silo_sizes) -> SelectionEvent:
+        scheme = "full" if self.scheme == "full" else self.scheme
+        return SelectionEvent(scheme, tuple(int(n) for n in silo_sizes),
+                              None if scheme == "full" else self.batch_size, self.unit)

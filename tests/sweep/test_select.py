@@ -163,7 +163,7 @@ def _power_law(x, exponent, spread, seeds=12, seed=0):
 X5 = np.array([1e3, 3e3, 1e4, 3e4, 1e5])  # 5 points, 2 decades
 
 
-def test_slope_verdict_holds_when_the_interval_meets_the_claim():
+def test_slope_verdict_holds_when_the_interval_lies_within_the_claim():
     v = select.slope_verdict(X5, _power_law(X5, -0.5, 0.05), predicted=-0.5, tolerance=0.15)
     assert v.verdict == "holds" and v.holds
     lo, hi = v.ci
@@ -176,18 +176,20 @@ def test_slope_verdict_differs_only_when_the_interval_excludes_the_claimed_range
     samples = _power_law(X5, -0.5, 0.05)
     v = select.slope_verdict(X5, samples, predicted=-2 / 3, tolerance=0.1)  # range [-0.767, -0.567]
     assert v.verdict == "differs" and v.ci[0] > -2 / 3 + 0.1
-    # same data, tolerance wide enough to reach the interval: the interval meets the range -> holds
+    # same data, tolerance wide enough to hold the interval -> holds
     assert select.slope_verdict(X5, samples, predicted=-2 / 3, tolerance=0.2).verdict == "holds"
-    # a point estimate outside the tolerance whose interval still reaches the range is not "differs"
-    v = select.judge_slope(-0.82, (-0.86, -0.80), n_points=5, decades=2, predicted=-2 / 3, tolerance=0.15)
-    assert v.verdict == "holds"  # the interval meets [-0.817, -0.517]
-    v = select.judge_slope(-0.85, (-0.88, -0.82), n_points=5, decades=2, predicted=-2 / 3, tolerance=0.15)
-    assert v.verdict == "differs"
+    kw = dict(n_points=5, decades=2, predicted=-2 / 3, tolerance=0.15)  # claimed range [-0.817, -0.517]
+    assert select.judge_slope(-0.82, (-0.86, -0.80), **kw).verdict == "inconclusive"  # straddles -0.817
+    assert select.judge_slope(-0.85, (-0.88, -0.82), **kw).verdict == "differs"
+    assert select.judge_slope(-0.70, (-0.80, -0.60), **kw).verdict == "holds"
+    # a point estimate inside the range does not make it hold when the interval reaches outside
+    v = select.judge_slope(-0.60, (-0.70, -0.45), **kw)
+    assert v.verdict == "inconclusive" and "straddles" in v.reason
 
 
 def test_slope_verdict_is_inconclusive_with_a_wide_interval():
     v = select.slope_verdict(X5, _power_law(X5, -0.5, 2.0, seeds=6), predicted=-0.5, tolerance=0.15)
-    assert v.verdict == "inconclusive" and "wide" in v.reason
+    assert v.verdict == "inconclusive" and "straddles" in v.reason
     assert v.ci[1] - v.ci[0] > 0.3
 
 
@@ -215,6 +217,8 @@ def test_slope_verdict_one_sided_claims_and_exact_values():
     v = select.slope_verdict(X5, samples, predicted=-1.0, tolerance=0.15, side="at_most")
     assert v.verdict == "differs" and v.expected() == "<= -0.850"
     assert select.slope_verdict(X5, samples, predicted=-1.0, tolerance=0.15, side="at_least").verdict == "holds"
+    at_most = dict(n_points=5, decades=2, predicted=-0.5, tolerance=0.15, side="at_most")  # <= -0.35
+    assert select.judge_slope(-0.36, (-0.40, -0.30), **at_most).verdict == "inconclusive"
     exact = select.slope_verdict(X5, list(X5**-0.5), predicted=-0.5, tolerance=0.15)
     assert exact.verdict == "holds" and exact.ci == (exact.slope, exact.slope) and "deterministic" in exact.interval
     single = select.slope_verdict(X5, [np.array([v_]) for v_ in X5**-0.5], predicted=-0.5, tolerance=0.15)

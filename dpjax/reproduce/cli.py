@@ -15,7 +15,7 @@ def _run(args) -> int:
             print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
     fig = reproduce.get(args.figure)
-    if args.report_only:
+    if getattr(args, "report_only", False):
         return _report_only(fig, args)
     options = {}
     if args.construction is not None:

@@ -555,8 +555,11 @@ def _pvalue(summary, eps, m, kind="best"):
 
 
 def _fmt(x):
+    """Mean ± sample SD over the seeds (the table's header says so); one seed: the value alone."""
     x = np.asarray(x, float)
-    return f"{np.nanmean(x):.4g} ± {np.nanstd(x, ddof=1) if x.size > 1 else 0:.2g}"
+    if np.sum(np.isfinite(x)) < 2:
+        return f"{np.nanmean(x):.4g}"
+    return f"{np.nanmean(x):.4g} ± {np.nanstd(x, ddof=1):.2g}"
 
 
 def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, metrics, results, summaries,
@@ -613,7 +616,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
                      f"{meta['n_min']}, d_in = {meta['d']}, parameters = {meta['n_params']}"
                      + (f" (subsampled from the full file, cap {meta['max_records']})" if meta.get("max_records") else "")
                      + f"; split: {meta.get('split')}; run time {results[n]['wall_s']:.0f} s.")
-    lines += ["", "## Results (mean ± sd over seeds)", ""]
+    lines += ["", f"## Results (mean ± sample SD over the {len(protocol.seeds)} seeds)", ""]
     claims = []
     for eps in epsilons:
         for n in datasets:

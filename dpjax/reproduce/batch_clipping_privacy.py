@@ -308,7 +308,7 @@ def plot(path, n1, n2, n3, n4, n8):
     ax[0, 3].set(title="N8 Monte-Carlo audits", xlabel="alpha", ylabel="beta")
     ax[0, 3].legend(fontsize=7)
     ax[1, 3].axis("off")
-    save_figure(fig, path, dpi=110)
+    save_figure(fig, path, dpi=110, title=f"Batch-clipping accountant N1-N8 (sigma = {SIGMA}, delta = {DELTA})")
 
 
 def _truthy(v) -> bool:

@@ -533,16 +533,18 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
                 if key not in summary:
                     continue
                 cur = summary[key][m]["curves"]
-                mu, sd = np.nanmean(cur, 0), np.nanstd(cur, 0)
+                cur = np.asarray(cur, float)
+                mu = np.nanmean(cur, 0)
+                sd = np.nanstd(cur, 0, ddof=1) if cur.shape[0] > 1 else np.zeros_like(mu)
                 ax.plot(rounds, mu, color=colors[algo], label=algo, lw=1.2)
                 ax.fill_between(rounds, mu - sd, mu + sd, color=colors[algo], alpha=0.2)
             if not m.endswith("accuracy"):
                 ax.set_yscale("log")
             p = _pvalue(summary, eps, m)
-            ax.set_title(f"{name}: {m}\np = {p:.3g}", fontsize=9)
+            ax.set_title(f"{name}: {m}\none-sided paired p = {p:.3g}", fontsize=9)
             ax.set_xlabel("round")
-            if i == 0 and j == 0:
-                ax.legend(fontsize=8)
+            ax.set_ylabel(f"{m} (mean ± SD over seeds)")
+            ax.legend(fontsize=7)
     save_figure(fig, path, title=title)
 
 

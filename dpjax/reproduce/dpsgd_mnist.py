@@ -378,6 +378,7 @@ def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
         if n in names:
             ax1.plot([names.index(n) - 0.4, names.index(n) + 0.4], [v, v], "k--")
     ax1.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
+    ax1.set_xlabel("variant")
     seeds = sorted({best[n]["seeds"] for n in names})
     ax1.set_ylabel("best test accuracy (%, mean over seeds)")
     ax1.set_title("MNIST, sigma = 2 (dashed: paper; bars: sample SD over "
@@ -388,6 +389,10 @@ def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
             if pts:
                 ax2.plot(*zip(*pts), style, label=f"{name} {acc}")
     ax2.set_xscale("log", base=2)
+    from dpjax.sweep.plot import spans_decades
+
+    if spans_decades([r["epsilon"] for rows in privacy.values() for r in rows]):
+        ax2.set_yscale("log")
     ax2.set_xlabel("group size g")
     ax2.set_ylabel("epsilon at delta = 1e-5")
     ax2.set_title("privacy of the selected configurations")

@@ -96,7 +96,7 @@ def _write(out_dir: pathlib.Path, name: str, title: str, rows: list[dict], claim
 
     out_dir.mkdir(parents=True, exist_ok=True)
     report.tidy_results(out_dir, rows, fill_missing=True)
-    png = save_figure(plot(pyplot()), out_dir / f"{name}.png", tight=False, bbox_inches="tight")
+    png = save_figure(plot(pyplot()), out_dir / f"{name}.png")
     held = sum(bool(c["holds"]) for c in claims)
     open_ = sum(c.get("verdict") == "inconclusive" for c in claims)
     lines = [f"# {name}: {title}", "",
@@ -148,6 +148,56 @@ def _loglog(plt, panels):
     return fig
 
 
+def plot_tail(plt, curves, betas, draws):
+    """D1's figure: the empirical tail of ||sum of the first m of a random permutation|| per m (log y), with
+    Lemma 3.8's thresholds; ``curves`` = [(m, norms, exact_curve)]."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for m, norms, _ in curves:
+        ts = np.linspace(0, norms.max() * 1.1, 200)
+        ax.semilogy(ts / math.sqrt(m), [max(np.mean(norms > t), 1 / draws / 10) for t in ts], label=f"sphere m={m}")
+    for b in betas:
+        ax.axvline(5 * math.sqrt(math.log(1 / b)), ls=":", color="k", lw=0.8)
+    ax.set_xlabel("t / (G sqrt(m))  (dotted: Lemma 3.8's thresholds 5 sqrt(ln 1/beta))")
+    ax.set_ylabel("Pr[||sum_{j<=m} v_pi(j)|| > t]")
+    ax.legend(fontsize=7)
+    ax.set_title("D1: Lemma 3.8 tail (zero-sum family, random permutations)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_certificate(plt, ms, rate):
+    """D4's figure: certificate pass rate and gamma/gamma_target against m; ``rate[(label, m)] = (pass, ratio)``."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for label in ("exchangeable", "heterogeneous (tau=3)"):
+        axes[0].semilogx(ms, [rate[(label, m)][0] for m in ms], "o-", label=label)
+        axes[1].loglog(ms, [rate[(label, m)][1] for m in ms], "o-", label=label)
+    axes[1].axhline(1.0, color="k", ls="--", lw=0.8)
+    axes[0].set(xlabel="m (items per user)", ylabel="certificate pass rate", title="D4: A2c certificate pass rate")
+    axes[1].set(xlabel="m (items per user)", ylabel="gamma / gamma_target", title="measured gamma vs gamma_target")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_audit(plt, table):
+    """D9's figure: the exact hockey-stick divergence per case against the certified delta (log y)."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    idx = np.arange(len(table))
+    floor = 1e-12  # log axis: zero divergences drawn at the floor
+    ax.bar(idx - 0.2, [max(c["H"], floor) for c in table], 0.4, label="Algorithm 1: H (max of both directions)")
+    ax.bar(idx + 0.2, [max(c["H_no_stability_test"], floor) for c in table], 0.4,
+           label="mutant: stability test skipped")
+    ax.plot(idx, [c["certified_delta"] for c in table], "k_", markersize=12, label="certified delta")
+    ax.set_yscale("log")
+    ax.set_xlabel("case (see the table in report.md)")
+    ax.set_ylabel("hockey-stick divergence H (log; 0 drawn at 1e-12)")
+    ax.set_title("D9: exact hockey-stick divergence of Algorithm 1 at the certified epsilon", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def _row(alg, metric, value, trial=0, epsilon=math.nan, accountant="none (not private)", **extra):
     return {"algorithm": alg, "epsilon": epsilon, "trial": trial, "metric": metric, "value": float(value),
             "accountant": accountant, **extra}
@@ -194,17 +244,7 @@ def _d1(quick: bool, seed: int):
         curves.append((m, norms, exact_curve))
 
     def plot(plt):
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for m, norms, exact_curve in curves:
-            ts = np.linspace(0, norms.max() * 1.1, 200)
-            ax.semilogy(ts / math.sqrt(m), [max(np.mean(norms > t), 1 / draws / 10) for t in ts], label=f"sphere m={m}")
-        for b in betas:
-            ax.axvline(5 * math.sqrt(math.log(1 / b)), ls=":", color="k", lw=0.8)
-        ax.set_xlabel("t / (G sqrt(m))  (dotted: Lemma 3.8 thresholds 5 sqrt(ln 1/beta))")
-        ax.set_ylabel("Pr[||sum_{j<=m} v_pi(j)|| > t]")
-        ax.legend(fontsize=7)
-        ax.set_title("D1: Lemma 3.8 tail (zero-sum family, random permutations)", fontsize=9)
-        return fig
+        return plot_tail(plt, curves, betas, draws)
 
     notes = [f"Sphere family: {size} random unit vectors in R^{d} minus their mean, rescaled to max norm G = 1; "
              f"{draws} uniformly random m-subsets (the first m slots of a uniform permutation).",
@@ -379,16 +419,7 @@ def _d4(quick: bool, seed: int):
                    "holds": het[-1] <= 0.5 and het[0] >= 0.5})
 
     def plot(plt):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for label in ("exchangeable", "heterogeneous (tau=3)"):
-            axes[0].semilogx(ms, [rate[(label, m)][0] for m in ms], "o-", label=label)
-            axes[1].loglog(ms, [rate[(label, m)][1] for m in ms], "o-", label=label)
-        axes[1].axhline(1.0, color="k", ls="--", lw=0.8)
-        axes[0].set(xlabel="m", ylabel="certificate pass rate", title="D4: A2c certificate pass rate")
-        axes[1].set(xlabel="m", ylabel="gamma / gamma_target", title="measured gamma vs gamma_target")
-        for ax in axes:
-            ax.legend(fontsize=7)
-        return fig
+        return plot_certificate(plt, ms, rate)
 
     notes = [f"Mean estimation on K = B(0,1) (G = 2, mu = 1), eps = {eps}, delta = {delta}, beta = {beta}, "
              f"kappa = {kappa}, r = 4 kappa = {4 * kappa}; c_K = 2.",
@@ -975,18 +1006,7 @@ def _d9(quick: bool, seed: int):
     ]
 
     def plot(plt):
-        fig, ax = plt.subplots(figsize=(8, 4))
-        idx = np.arange(len(table))
-        floor = 1e-12  # log axis: zero divergences drawn at the floor
-        ax.bar(idx - 0.2, [max(c["H"], floor) for c in table], 0.4, label="Algorithm 1: H (max of both directions)")
-        ax.bar(idx + 0.2, [max(c["H_no_stability_test"], floor) for c in table], 0.4,
-               label="mutant: stability test skipped")
-        ax.plot(idx, [c["certified_delta"] for c in table], "k_", markersize=12, label="certified delta")
-        ax.set_yscale("log")
-        ax.set_xlabel("case (see the table in report.md)")
-        ax.set_title("D9: exact hockey-stick divergence of Algorithm 1 at the certified epsilon", fontsize=9)
-        ax.legend(fontsize=7)
-        return fig
+        return plot_audit(plt, table)
 
     lines = ["| kappa | n | pair | Delta | sigma | cert. delta | P(release) x | P(release) x' | H | exact eps | "
              "H, no stability test | H, half noise |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]

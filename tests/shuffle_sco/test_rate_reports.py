@@ -89,3 +89,27 @@ def test_kept_results_without_seed_values_use_the_band(tmp_path):
     width = lambda s: s["ci_hi_n"] - s["ci_lo_n"]  # noqa: E731
     assert 0.5 < width(kept) / width(live) < 2.0
     assert not math.isnan(kept["ci_lo_d"])
+
+
+def test_cli_report_only_checks_the_kept_run(tmp_path, capsys):
+    """``dpjax reproduce NAME --report-only --out DIR``: regenerates a kept run; refuses a run of another figure
+    or protocol, a folder without results, and a figure that cannot regenerate."""
+    import json
+
+    from dpjax import cli
+
+    rows = _rows([10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6], [2, 8, 32, 128])
+    for r in rows:
+        r["schedule"] = "paper"
+    _write(tmp_path, rows)
+    (tmp_path / ".dpjax-run.json").write_text(json.dumps({"command": "reproduce", "figure": "shuffle-sco-regimes",
+                                                          "quick": False, "seed": 0, "construction": "paper"}))
+    assert cli.main(["reproduce", "shuffle-sco-regimes", "--report-only", "--out", str(tmp_path)]) == 0
+    assert "holds" in (tmp_path / "report.md").read_text()
+    assert cli.main(["reproduce", "shuffle-sco-regimes", "--quick", "--report-only", "--out", str(tmp_path)]) == 2
+    assert "quick=False" in capsys.readouterr().err
+    assert cli.main(["reproduce", "shuffle-sco-rates", "--report-only", "--out", str(tmp_path)]) == 2
+    assert cli.main(["reproduce", "shuffle-sco-rates", "--report-only", "--out", str(tmp_path / "none")]) == 2
+    assert "no results.csv" in capsys.readouterr().err
+    assert cli.main(["reproduce", "user-level-noise", "--report-only", "--out", str(tmp_path)]) == 2
+    assert "cannot regenerate" in capsys.readouterr().err

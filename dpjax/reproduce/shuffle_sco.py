@@ -14,8 +14,10 @@ claims on the engine:
 * ``shuffle-sco-rates``: excess population loss against n and d on synthetic
   SCO instances with known optimum (non-smooth absolute regression, smooth
   logistic regression, strongly convex squared distance), for every protocol,
-  with fitted log-log slopes compared with Table 1's exponents (+-0.15 over at
-  least a decade). The n-range of each protocol is chosen from its explicit
+  with fitted log-log slopes compared with Table 1's exponents (+-0.15) by the
+  verdict rule of ``dpjax.sweep.select.slope_verdict`` (>= 4 points over >= 1
+  decade, 90 % bootstrap interval over seeds; every point keeps its seeds'
+  values in results.csv, and ``--report-only`` re-judges a kept run). The n-range of each protocol is chosen from its explicit
   bound (``dpjax.accounting.shuffle_sco`` plans): the n where the bound lies
   in [0.01, 0.3] L D (private term neither negligible nor saturated), in
   lemma_opt mode. P_vec is replaced by its variance-matched Gaussian

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import pathlib
-import re
 import sys
 
 import numpy as np

@@ -245,7 +245,10 @@ def _user_gradients(problem, smoothed, params, x, y, smoothing, clip_norm):
             return ravel_pytree(jax.grad(problem.loss)(params, xi, yi))[0]
     grads = jax.vmap(one)(x, y)
     norms = jnp.linalg.norm(grads, axis=1, keepdims=True)
-    return grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30)), unravel
+    # a user whose gradient overflowed sends the zero vector (norm <= L): inf times C/inf would be NaN, and
+    # one user would decide that P_vec's sum is NaN -- outside the accounted mechanism (issue 23)
+    clipped = grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30))
+    return jnp.where(jnp.isfinite(norms), clipped, 0.0), unravel
 
 
 @dataclasses.dataclass(frozen=True)

@@ -267,6 +267,21 @@ def test_local_gaussian_report_uses_each_users_smallest_noise():
                                                                  DELTA), rel=1e-6)
 
 
+def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
+    """Issue 23 (privacy sweep): the P_vec users project their own gradient onto the ball of radius L; one user
+    whose gradient overflowed (inf) used to send NaN (inf times L/inf), making the protocol's sum NaN by that
+    user's data alone. It now sends the zero vector (norm 0 <= L)."""
+    class Scaled:  # loss 1e20 <theta, x>: the gradient 1e20 x overflows float32 for |x| > 3.4e18
+        def loss(self, params, x, y):
+            return 1e20 * jnp.sum(params * x)
+
+    x = jnp.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20]], jnp.float32)
+    grads, _ = S._user_gradients(Scaled(), False, jnp.zeros(2), x, jnp.zeros(3), 0.0, 1.0)
+    grads = np.asarray(grads)
+    assert np.all(np.isfinite(grads)) and np.all(grads[1] == 0)
+    np.testing.assert_allclose(grads[[0, 2]], [[1.0, 0.0], [0.0, -1.0]], rtol=1e-6)
+
+
 def test_calibration_round_trip_and_robust_report():
     n, d = 5000, 3
     fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(d), n, EPS, DELTA)

@@ -247,8 +247,9 @@ def _user_gradients(problem, smoothed, params, x, y, smoothing, clip_norm):
     norms = jnp.linalg.norm(grads, axis=1, keepdims=True)
     # a user whose gradient overflowed sends the zero vector (norm <= L): inf times C/inf would be NaN, and
     # one user would decide that P_vec's sum is NaN -- outside the accounted mechanism (issue 23)
-    clipped = grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30))
-    return jnp.where(jnp.isfinite(norms), clipped, 0.0), unravel
+    ok = jnp.isfinite(norms)
+    factor = jnp.where(ok, jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
+    return jnp.where(ok, grads, 0.0) * factor, unravel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,12 +361,20 @@ class _ShuffleScoBase(FamilyBase):
         return out
 
     def privacy(self, silo_sizes, hparams: ScoHParams) -> PrivacySpec:
-        """The whole transcript's guarantee for one user (replace-one); see ``report``."""
+        """The whole transcript's guarantee for one user (replace-one); see ``report``.
+
+        The schedule is checked against the data first (``check_schedule``): a round asking for users
+        beyond the n that exist, or for more than ``max_batch``, runs with fewer users than its
+        ``batch`` -- fewer P_vec noise contributions than the report counts -- so it is refused."""
         agg = self.aggregator
         if agg in ("exact", "matched-gaussian"):
             return NoPrivacy("the exact sum (non-private twin)" if agg == "exact" else
                              "matched-gaussian is a variance-matched surrogate of P_vec, not a DP mechanism",
                              privacy_unit="user")
+        sizes = [int(x) for x in (silo_sizes if hasattr(silo_sizes, "__len__") else [silo_sizes])]
+        if len(sizes) != 1:
+            raise ValueError(f"silo_sizes={sizes!r}: the n users are the records of ONE silo")
+        self.check_schedule(hparams, sizes[0])
         if agg in ("pvec", "pvec-bits"):
             accs = tuple(sco_acc.PVEC_ACCOUNTANTS) + ("pvec-lemma-advanced",)
             generic = {"best": "pvec-lemma", "paper": "pvec-printed"}

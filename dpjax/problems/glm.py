@@ -41,7 +41,7 @@ def _clip_coefficients(residual_norms, weights, clip_norm):
 def _clipped(residual, coef):
     """``residual * coef`` with an exact 0 where ``coef`` is 0: an overflowed residual (inf) times 0 would be
     NaN and one record would make the whole clipped sum NaN (issue 23; ``dpjax.primitives.clipping``)."""
-    return jnp.where(coef != 0, residual * coef, jnp.zeros_like(residual * coef))
+    return jnp.where(coef != 0, residual, jnp.zeros_like(residual)) * coef
 
 
 def row_sq_norms(x: jax.Array) -> jax.Array:

@@ -275,11 +275,24 @@ def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
         def loss(self, params, x, y):
             return 1e20 * jnp.sum(params * x)
 
-    x = jnp.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20]], jnp.float32)
-    grads, _ = S._user_gradients(Scaled(), False, jnp.zeros(2), x, jnp.zeros(3), 0.0, 1.0)
+    x = jnp.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20], [jnp.nan, 0.0]], jnp.float32)
+    grads, _ = S._user_gradients(Scaled(), False, jnp.zeros(2), x, jnp.zeros(4), 0.0, 1.0)
     grads = np.asarray(grads)
-    assert np.all(np.isfinite(grads)) and np.all(grads[1] == 0)
+    assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0)
     np.testing.assert_allclose(grads[[0, 2]], [[1.0, 0.0], [0.0, -1.0]], rtol=1e-6)
+
+
+def test_privacy_refuses_a_schedule_the_data_cannot_run():
+    """Issue 23 (privacy sweep): a round whose users run past the n that exist (or beyond max_batch) runs with
+    fewer users than its ``batch`` -- the oracle masks them, so fewer P_vec noise contributions -- while the
+    report counts ``batch``: ``privacy(silo_sizes, hparams)`` now checks the schedule against n and refuses."""
+    fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(2), 1000, EPS, DELTA)
+    used = int(np.max(np.asarray(hp.start) + np.asarray(hp.batch)))
+    assert fam.privacy([used], hp).epsilon(DELTA).epsilon == pytest.approx(EPS, rel=1e-6)
+    with pytest.raises(ValueError, match="num_users"):
+        fam.privacy([used - 1], hp)
+    with pytest.raises(ValueError, match="max_batch"):
+        fam.privacy([1000], dataclasses.replace(hp, batch=hp.batch.at[0].set(fam.max_batch + 1)))
 
 
 def test_calibration_round_trip_and_robust_report():

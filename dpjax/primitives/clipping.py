@@ -49,10 +49,18 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     norm is already ``<= clip_norm`` is returned multiplied by exactly 1.0, and
     the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
     ``clip_norm = inf`` disables clipping.
+
+    A tree with an inf or NaN entry (a gradient that overflowed) becomes the zero tree when ``clip_norm``
+    is finite: ``C / ||inf||`` = 0 times inf is NaN, and one such record would turn the whole clipped sum
+    -- and the release -- into NaN, an output decided by that record outside the accounted mechanism
+    (issue 23). Zero has norm <= C, so the sum's sensitivity is unchanged. Without clipping
+    (``clip_norm = inf``, the non-private twin) the NaN propagates as before.
     """
     norm = global_norm(tree)
     scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
-    return jax.tree_util.tree_map(lambda leaf: leaf * scale.astype(leaf.dtype), tree)
+    keep = jnp.isfinite(norm) | ~jnp.isfinite(clip_norm)
+    return jax.tree_util.tree_map(lambda leaf: jnp.where(keep, leaf * scale.astype(leaf.dtype),
+                                                         jnp.zeros_like(leaf)), tree)
 
 
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:

@@ -147,7 +147,10 @@ def add_parser(subparsers) -> None:
     q.add_argument("--lo", type=float, default=5.0, help="lower percentile of the error bars (default 5)")
     q.add_argument("--hi", type=float, default=95.0, help="upper percentile of the error bars (default 95)")
     q.add_argument("--title", default=None)
-    q.add_argument("--logx", action="store_true", help="log-scale x axis")
+    scale = q.add_mutually_exclusive_group()
+    scale.add_argument("--logx", action="store_const", const=True, default=None,
+                       help="log-scale x axis (default: log when the x values span a decade or more)")
+    scale.add_argument("--linear-x", dest="logx", action="store_const", const=False, help="linear x axis")
     q.add_argument("--out", default=None, help="output image (default STORE/figure.png)")
     q.set_defaults(func=_plot)
 

@@ -34,6 +34,15 @@ Rules (stated once, here):
 * several noise events (e.g. DIFF2's restart and difference rounds): their
   schedules composed (RDP curves added / PLDs composed); calibration scales all
   multipliers by one common factor, keeping the ratios the family chose.
+* m clipped subsets of s records per round drawn by shuffling or fixed-size
+  subsampling (``SubsetSelectionEvent``, DP-SGD-General): the exact f-DP
+  batch-clipping accountant of ``dpjax.accounting.batch_clipping`` (the strong
+  adversary who sees every round's index sets), at every silo's size, the
+  worst reported; its ``s`` (records per clipped unit: 1 = individual
+  clipping) is the clipper's ``ClipEvent.unit_records``. Poisson subsets
+  (individual clipping) take the Gaussian rules above.
+* ``group_size`` g protects any g records at once (the Gaussian schedules'
+  ``group_size``; the batch-clipping accountant's replace-up-to-g).
 
 Pure Python: never imports jax.
 """
@@ -92,13 +101,40 @@ class SelectionEvent:
 
 
 @dataclasses.dataclass(frozen=True)
+class SubsetSelectionEvent(SelectionEvent):
+    """Each round, m disjoint subsets of s records (the clipper's units; ``batch_sizes`` = m s, or the
+    expected batch m for Poisson) -- DP-SGD-General's batch selection (van Dijk et al., Algorithm 1).
+
+    Attributes:
+      num_subsets: m, the clipped units per round.
+      rounds_per_epoch: B; shuffling uses blocks 0..B-1 of a fresh permutation per epoch,
+        subsampling counts B rounds as an epoch (reporting only).
+      filtering: Appendix D's probabilistic filtering (data-independent coins drop
+        subsets); reported without its heuristic factor-2 gain.
+    """
+
+    num_subsets: int = 1
+    rounds_per_epoch: int = 1
+    filtering: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        v.check_int("num_subsets", self.num_subsets, min_value=1)
+        v.check_int("rounds_per_epoch", self.rounds_per_epoch, min_value=1)
+
+
+@dataclasses.dataclass(frozen=True)
 class ClipEvent:
-    """The clipper's neighbouring relation (its bound is per unit of that relation)."""
+    """The clipper's neighbouring relation (its bound is per unit of that relation) and how many
+    records one clipped unit holds (``unit_records``: 1 = individual clipping, s = batch clipping
+    of s-record subsets)."""
 
     relation: Neighboring = Neighboring.REPLACE_ONE
+    unit_records: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "relation", _coerce_enum("relation", self.relation, Neighboring))
+        v.check_int("unit_records", self.unit_records, min_value=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +166,10 @@ class NoiseEvent:
             v.check_int("steps", self.steps, min_value=0)
 
 
+#: The samplings the batch-clipping accountant covers, by its names for them.
+_BATCH_CLIPPING = {Sampling.SHUFFLE: "shuffle", Sampling.WITHOUT_REPLACEMENT: "subsample"}
+
+
 def _unit_sensitivity(relation: Neighboring) -> float:
     return 2.0 if relation is Neighboring.REPLACE_ONE else 1.0
 
@@ -143,17 +183,20 @@ class DpPlan:
     noises: tuple[NoiseEvent, ...]
     num_rounds: int
     label: str = "family"
+    group_size: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "noises", tuple(self.noises))
         if not self.noises:
             raise ValueError("noises=() must list at least one NoiseEvent")
         v.check_int("num_rounds", self.num_rounds, min_value=1)
+        v.check_int("group_size", self.group_size, min_value=1)
 
     def _schedule(self, n: int, k, z: float, steps: int, unit: PrivacyUnit) -> GaussianSchedule:
         return GaussianSchedule(noise_std=z * _unit_sensitivity(self.clip.relation), contribution_bound=1.0,
                                 sampling=self.selection.sampling, dataset_size=n,
-                                batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit)
+                                batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit,
+                                group_size=self.group_size)
 
     def _steps(self, noise: NoiseEvent) -> int:
         if noise.steps is not None:
@@ -194,6 +237,8 @@ class DpPlan:
         placements = {noise.placement for noise in self.noises}
         if len(placements) != 1:
             raise ValueError(f"{self.label}: noise events mix placements {sorted(p.value for p in placements)}")
+        if isinstance(self.selection, SubsetSelectionEvent) and self.selection.sampling in _BATCH_CLIPPING:
+            return self._batch_clipping_spec()
         silos = list(range(len(self.selection.dataset_sizes)))
         together = self._group(silos)
         if together is not None:
@@ -212,6 +257,33 @@ class DpPlan:
             raise ValueError(f"{self.label}: per-silo accounting of several noise fields {sorted(fields)} is not "
                              "supported")
         return PerSiloPrivacy(tuple(per_silo), fields.pop())
+
+    def _batch_clipping_spec(self) -> PrivacySpec:
+        """m clipped subsets of s records, shuffled or subsampled: the exact batch-clipping accountant.
+
+        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of one
+        unit); with noise on the aggregate (pooled silos) one record still enters only its own silo's
+        subsets, and the other silos' terms are independent of it, so each silo's law applies to its
+        records and the run's guarantee is the worst silo's -- the same numbers as noise on every silo.
+        """
+        from dpjax.accounting import batch_clipping
+
+        sel, (noise,) = self.selection, self.noises
+        if self.clip.relation is not Neighboring.REPLACE_ONE:
+            raise ValueError(f"{self.label}: sampling={sel.sampling.value!r} batches have a fixed size; the "
+                             f"clipper's relation must be 'replace-one', not {self.clip.relation.value!r}")
+        if isinstance(noise.noise_multiplier, tuple):
+            raise ValueError(f"{self.label}: per-silo noise multipliers are not supported by the batch-clipping "
+                             "accountant")
+        s, m = self.clip.unit_records, sel.num_subsets
+        if any(k != m * s for k in sel.batch_sizes):
+            raise ValueError(f"{self.label}: batch sizes {sel.batch_sizes} must equal num_subsets*unit_records={m * s}")
+        notes = (("experimental filtering: reported without its heuristic factor-2 gain",) if sel.filtering else ())
+        return batch_clipping.batch_clipping_privacy(
+            sampling=_BATCH_CLIPPING[sel.sampling], dataset_sizes=sel.dataset_sizes, s=s, m=m,
+            num_rounds=self._steps(noise), rounds_per_epoch=sel.rounds_per_epoch,
+            noise_multiplier=noise.noise_multiplier, field=noise.field, group_size=self.group_size,
+            unit=sel.unit.value, notes=notes)
 
     @staticmethod
     def _all_zero(noise: NoiseEvent) -> bool:

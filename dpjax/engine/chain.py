@@ -153,18 +153,19 @@ class ChainFamily(FamilyBase):
         return self.parts(DataShape(1, 1)).averager.value(state.averager, state.params, state.round)
 
     # -- privacy -----------------------------------------------------------
-    def dp_plan(self, silo_sizes, hparams) -> DpPlan:
+    def dp_plan(self, silo_sizes, hparams, group_size: int = 1) -> DpPlan:
         """selection x clipper x privatizer x rounds, from the parts the compiled round runs."""
         sizes = _silo_sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
         return DpPlan(p.selection.event(sizes), p.clipper.event(hparams),
-                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__)
+                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__, group_size)
 
-    def privacy(self, silo_sizes, hparams) -> PrivacySpec:
-        """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``)."""
+    def privacy(self, silo_sizes, hparams, group_size: int = 1) -> PrivacySpec:
+        """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``);
+        ``group_size`` g protects any g records at once."""
         self.check_hparams(hparams)
         if not getattr(self, "private", True):
-            plan = self.dp_plan(silo_sizes, hparams)
+            plan = self.dp_plan(silo_sizes, hparams, group_size)
             return NoPrivacy(f"{type(self).__name__}(private=False) is the non-private twin",
                              plan.clip.relation.value, plan.selection.unit.value)
-        return self.dp_plan(silo_sizes, hparams).spec()
+        return self.dp_plan(silo_sizes, hparams, group_size).spec()

@@ -9,11 +9,12 @@
 """
 
 from dpjax.parts.aggregators import Aggregate, ShuffledAggregate
-from dpjax.parts.clients import MinibatchGradient
+from dpjax.parts.clients import MinibatchGradient, SubsetUpdate
 from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit
 from dpjax.parts.privatizers import GaussianNoise, gaussian_std
-from dpjax.parts.selection import SiloBatches
-from dpjax.parts.servers import Averager, OptaxServer
+from dpjax.parts.selection import SiloBatches, SubsetBatches
+from dpjax.parts.servers import Averager, Gated, OptaxServer, UnitStepServer
 
-__all__ = ["Aggregate", "ShuffledAggregate", "MinibatchGradient", "ClipMinibatchMean", "ClipPerUnit",
-           "GaussianNoise", "gaussian_std", "SiloBatches", "Averager", "OptaxServer"]
+__all__ = ["Aggregate", "ShuffledAggregate", "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit",
+           "GaussianNoise", "gaussian_std", "SiloBatches", "SubsetBatches", "Averager", "Gated", "OptaxServer",
+           "UnitStepServer"]

@@ -178,7 +178,8 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
         for epochs in cfg["epochs"]:
             alg = DpSgdGeneral.for_epochs(problem, len(ytr), epochs, **kw)
             algs[(name, epochs)] = alg
-            hps = stack_hparams([DpSgdHParams.create(lr, c, SIGMA if private else 0.0) for lr, c in grid])
+            hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=SIGMA if private else 0.0, clip_norm=c)
+                                 for lr, c in grid])
             t0, c0 = time.perf_counter(), time.process_time()
             for s in range(cfg["seeds"]):
                 keys = jax.random.split(jax.random.key(seed * 1000 + s), len(grid))
@@ -198,7 +199,8 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     for name, b in best.items():
         alg = algs[(name, b["epochs"])]
         if alg.private:
-            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], b["clip_norm"], SIGMA))
+            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], noise_multiplier=SIGMA,
+                                                                              clip_norm=b["clip_norm"]))
     _write_tables(out, rows, privacy)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     full_estimate = extrapolate_full(timings)

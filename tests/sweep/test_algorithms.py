@@ -19,9 +19,8 @@ from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, A
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
-from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
-from dpjax.algorithms.dpsgd_general import DpSgdGeneral
-from dpjax.algorithms.dpsgd_general import DpSgdHParams as GeneralHParams
+from dpjax.algorithms.dp_sgd import DpSgd
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
@@ -256,8 +255,8 @@ MORE = {
                   lambda p, r: (Diff2BvrLSgd(p, R, 2, 4), Diff2HParams.create(r.learning_rate, sigma_restart=0.5))),
     "bvr-lsgd": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5]},
                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
-    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_std": [0.5]},
-               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_std))),
+    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_multiplier": [0.5]},
+               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
     "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
     # shuffle-private SCO: the n users are the records of ONE silo (4th entry: data overrides)
@@ -275,11 +274,11 @@ MORE = {
     # shuffling with B = 2 rounds per epoch (R = 4: two epochs); the twin makes the same rounds unclipped.
     "dpsgd-general": ({"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
                       {"learning_rate": [0.5], "clip_norm": [0.7], "noise_multiplier": [0.3]},
-                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), GeneralHParams.create(r.learning_rate, 0.7, 0.3))),
+                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), DpSgdHParams.create(r.learning_rate, 0.3, 0.7))),
     "sgd-general": ({"subset_size": 1, "num_subsets": 4, "rounds_per_epoch": 4, "sampling": "subsample"},
                     {"learning_rate": [0.5]},
                     lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
-                                  GeneralHParams.create(r.learning_rate))),
+                                  DpSgdHParams.create(r.learning_rate))),
 }
 
 

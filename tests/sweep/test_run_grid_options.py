@@ -28,7 +28,8 @@ def _flax_grid():
     y = rng.integers(0, 3, 40).astype(np.int32)
     problem = FlaxProblem(MLP(), (5,), "softmax")
     alg = DpSgdGeneral.for_epochs(problem, 32, 2, subset_size=4, num_subsets=2)
-    hps = stack_hparams([DpSgdHParams.create(lr, c, 0.7) for lr, c in ((0.1, 0.5), (0.5, 1.0), (2.0, 1.0), (3e38, 1.0))])
+    hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=0.7, clip_norm=c)
+                         for lr, c in ((0.1, 0.5), (0.5, 1.0), (2.0, 1.0), (3e38, 1.0))])
 
     def eval_fn(params, ed):
         return {"loss": problem.loss(params, ed[0], ed[1]).mean()}

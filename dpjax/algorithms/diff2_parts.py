@@ -300,7 +300,8 @@ class RadiusClipper:
         elif isinstance(ghost, GhostPasses):
             use_difference = ~units.restart
             total = jax.vmap(lambda p, q, w: ghost_clipping.clipped_difference_from_passes(
-                ghost.plan, ghost.params, ghost.prev_params, p, q, radius, w, use_difference))(ghost.passes, ghost.prev_passes, units.weights)
+                ghost.plan, ghost.params, ghost.prev_params, p, q, radius, w, use_difference))(
+                ghost.passes, ghost.prev_passes, units.weights)
         else:
             weights = units.weights if units.weights is not None else jnp.ones(ghost.x.shape[:2], bool)
             total = jax.vmap(lambda x, y, w: ghost_clipping.clipped_difference_sum(

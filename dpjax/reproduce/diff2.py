@@ -388,7 +388,8 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     # the paper's sigma (std / radius) as noise multipliers (std / sensitivity) of this algorithm's rounds
     noise = algorithm.noise_multipliers_from_paper(
         [len(x) for x in fd0.train_x],
-        sigma_restart=np.array([c.sigma_restart for c in configs]), sigma_diff=np.array([c.sigma_diff for c in configs]))
+        sigma_restart=np.array([c.sigma_restart for c in configs]),
+        sigma_diff=np.array([c.sigma_diff for c in configs]))
     hp_all = alg.Diff2HParams(
         learning_rate=np.array([c.learning_rate for c in configs], np.float32),
         restart_interval=np.array([c.restart_interval for c in configs], np.int32),

@@ -242,8 +242,8 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     xs = [rng.normal(size=(n, 5)) for n in (7, 5)]
     ys = [rng.normal(size=(n, 1)) for n in (7, 5)]
     data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
-    h = diff2.Diff2HParams.create(0.05, restart_interval=3, clip_restart=0.5, clip_diff=2.0, sigma_restart=0.1,
-                                  sigma_diff=0.2, dtype=jnp.float64)
+    h = diff2.Diff2HParams.create(0.05, restart_interval=3, clip_restart=0.5, clip_diff=2.0,
+                                  noise_multiplier_restart=0.7, noise_multiplier_diff=1.4, dtype=jnp.float64)
     ghost = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="auto")
     ref = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="per-record")
     assert ghost.path_used(params, data) == "ghost" and ref.path_used(params, data) == "per-record"
@@ -253,7 +253,7 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     a = runner.run(ghost, data, h, key, params=params)
     b = runner.run(ref, data, h, key, params=params)
     _close(a.output, b.output)
-    carried_inputs, carried_deltas = a.state.grad_cache  # layer passes, not per-record gradients
+    carried_inputs, carried_deltas = a.state.client.cache  # layer passes, not per-record gradients
     assert carried_inputs[0] is None and [d.shape[-1] for d in carried_deltas] == [10, 1]
     # a model ghost clipping does not support: auto falls back and says so, "ghost" refuses
     linear = LinearRegression(5, fit_intercept=False)

@@ -288,6 +288,9 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     algo = Diff2GD(problem, num_rounds=2, output="last")
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
 
+    def multipliers(s1, s2):  # the paper's sigma (std / radius) -> the family's noise multipliers
+        return algo.noise_multipliers_from_paper([silo_size] * num_silos, sigma_restart=s1, sigma_diff=s2)
+
     def data_for(sign):
         xs = [np.zeros((silo_size, 1), np.float32) for _ in range(num_silos)]
         ys = [np.ones(silo_size, np.float32) for _ in range(num_silos)]
@@ -297,11 +300,11 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     def mech(run_key, inputs):
         data = inputs["data"]
         hp = Diff2HParams.create(learning_rate, restart_interval=2, clip_restart=clip_restart, clip_diff=clip_diff,
-                                 sigma_restart=inputs["sigma_restart"], sigma_diff=inputs["sigma_diff"])
+                                 **multipliers(inputs["sigma_restart"], inputs["sigma_diff"]))
         state = algo.init(jnp.zeros((1,), jnp.float32), hp, data, run_key)
         state1, _ = algo.step(state, data, keys.round_key(run_key, 0))
         state2, _ = algo.step(state1, data, keys.round_key(run_key, 1))
-        return jnp.stack([state1.estimate[0], state2.estimate[0], state2.prev_params[0]])
+        return jnp.stack([state1.server.estimate[0], state2.server.estimate[0], state2.client.prev_params[0]])
 
     a = 1.0 / (silo_size * num_silos)  # normalised shift of the server mean (Prop. 4.1: 2C/(nP) between D, D')
 
@@ -312,7 +315,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         z2 = (v2 - v1) / (sigma_diff * radius) * jnp.sign(x1)
         return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
 
-    hp0 = Diff2HParams.create(learning_rate, restart_interval=2, sigma_restart=sigma_restart, sigma_diff=sigma_diff)
+    hp0 = Diff2HParams.create(learning_rate, restart_interval=2, **multipliers(sigma_restart, sigma_diff))
     schedules = algo.privacy([silo_size] * num_silos, hp0).schedules
     eps = compose_epsilon(schedules, DELTA)
     eps = eps.epsilon if hasattr(eps, "epsilon") else float(eps)

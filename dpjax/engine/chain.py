@@ -43,14 +43,22 @@ PLACEMENTS = ("silo", "server")
 
 
 class DataShape(NamedTuple):
-    """The static facts of the data a family's parts may depend on."""
+    """The static facts of the data a family's parts may depend on.
+
+    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo
+    records ``[N, n_max, ...]`` (a client whose state carries per-record work
+    across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init``
+    from them); None where only the silo sizes are known (privacy, output rule).
+    """
 
     num_silos: int
     n_max: int
+    records: Any = None
 
     @classmethod
     def of(cls, data) -> "DataShape":
-        return cls(int(data.num_silos), int(data.n_max))
+        records = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data.x, data.y))
+        return cls(int(data.num_silos), int(data.n_max), records)
 
     @classmethod
     def of_sizes(cls, silo_sizes) -> "DataShape":

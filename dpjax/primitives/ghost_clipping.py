@@ -278,7 +278,7 @@ class _Linen:
             path = "/".join(str(p) for p in module.scope.path)
         except Exception:  # noqa: BLE001  (an unbound module has no scope)
             path = ""
-        return f"{type(module).__name__} '{path}'"
+        return f"{type(module).__name__} '{path}'" if path else f"{type(module).__name__} (the top-level module)"
 
     @staticmethod
     def classify(module, method, args, kwargs):
@@ -367,15 +367,16 @@ class _NNX:
 
     @staticmethod
     def call_with_params(module, method, fn, args, kwargs, new_params: dict):
-        variables = {k: getattr(module, k) for k in new_params}
-        old = {k: v.get_value() for k, v in variables.items()}
-        try:
-            for k, v in variables.items():
-                v.set_value(new_params[k])
-            return fn(*args, **kwargs)
-        finally:
-            for k, v in variables.items():
-                v.set_value(old[k])
+        # a fresh copy carrying the new values (NNX forbids mutating a Variable
+        # created outside the current trace, e.g. under the per-example vmap)
+        graphdef, state = nnx.split(module)
+        flat, treedef = jax.tree_util.tree_flatten_with_path(state)
+        values = []
+        for path, value in flat:
+            key = path[0].key if path and hasattr(path[0], "key") else None
+            values.append(new_params[key] if len(path) <= 2 and key in new_params else value)
+        fresh = nnx.merge(graphdef, jax.tree_util.tree_unflatten(treedef, values))
+        return fn.__func__(fresh, *args, **kwargs)
 
 
 # ----------------------------------------------------------------------------- observing layer calls
@@ -403,7 +404,8 @@ class _Observer:
         if ops is _NNX:
             path = self.nnx_paths.get(id(module))
             base = type(module).__mro__[1] if getattr(type(module), "_dpjax_hooked", False) else type(module)
-            where = f"'{path}'" if path is not None else "(created inside a transformation)"
+            where = ("(a copy made inside an NNX transformation)" if path is None
+                     else f"'{path}'" if path else "(the top-level module)")
             return f"{base.__name__} {where}"
         return ops.name(module)
 

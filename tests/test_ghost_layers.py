@@ -117,6 +117,27 @@ def _compare(loss, params, x, y, rtol=RTOL64, unclipped=False):
     return plan
 
 
+def _norm_forms(loss, params, x, y):
+    """Per parameter leaf, the form its per-example norm takes (``vec``: materialised,
+    ``outer``/``embed``: Gram or T = 1, ``tied``: embedding + read-out), traced only."""
+    plan = gc.make_plan(loss, params, x, y)
+    forms = []
+
+    def parts(p):
+        found = gc._layer_parts(plan, jax.tree_util.tree_leaves(p), *gc._capture(loss, p, x, y, plan))[0]
+        forms.extend(part[0] for part in found)
+
+    jax.eval_shape(parts, params)
+    return dict(zip((leaf for leaf, _ in plan.leaf_groups), forms))
+
+
+def _table_form(problem, params, x, y):
+    """The norm form of a tied transformer's token table."""
+    plan = gc.make_plan(problem.loss, params, x, y)
+    leaf = next(c.leaf("embedding") for c in plan.calls if c.method == "attend")
+    return _norm_forms(problem.loss, params, x, y)[leaf]
+
+
 def _kinds(plan):
     return {f"{c.name}.{c.method}": c.kind for c in plan.calls}
 
@@ -228,12 +249,13 @@ def test_weight_sharing_batchnorm_einsum_custom_layer(seed):
 
 def _random_transformer(seed, tied):
     r = _rng(seed)
-    t = int(r.integers(3, 9))
+    t = int(r.integers(5, 9))
     heads = int(r.integers(1, 3))
-    # tied: vocabulary below T^2 (embedding gradient materialised) or above (Gram form + cross term)
-    vocab = int(r.choice([5, 97])) if tied else int(r.integers(5, 40))
+    # tied: a table no larger than the T^2 Gram matrix (V F <= T^2: the embedding gradient is
+    # materialised) on even seeds, else the Gram form with the cross term
+    vocab = (3 if seed % 2 == 0 else 97) if tied else int(r.integers(5, 40))
     kw = dict(vocab_size=vocab, width=4 * heads, num_heads=heads, mlp_width=int(r.integers(4, 12)),
-              num_layers=1 + seed % 2, num_classes=vocab if tied else 3, tied_readout=tied)
+              num_layers=1 + (seed // 2) % 2, num_classes=vocab if tied else 3, tied_readout=tied)
     problem = transformer_problem(seq_len=t, **kw)
     x = jax.random.randint(jax.random.key(seed), (BATCH, t), 0, vocab)
     y = jax.random.randint(jax.random.key(seed + 7), (BATCH,), 0, kw["num_classes"])
@@ -255,12 +277,14 @@ def test_transformer_embedding_attention_layernorm(seed, tied):
     assert all(k == ("materialised" if "LayerNorm" in name else "attend" if name.endswith(".attend")
                      else "embed" if "Embed" in name else "dense") for name, k in kinds.items()), kinds
     assert sum("attn_0/" in name for name in kinds) == 4  # query, key, value, out
+    if tied:
+        assert _table_form(problem, params, x, y) == ("vec" if problem.module.vocab_size == 3 else "tied")
 
 
 def test_tied_embedding_differences_for_diff2():
     """DIFF2's clipped gradient differences on the tied transformer (Gram + cross
     term for the shared table, materialised LayerNorm differences)."""
-    problem, x, y = _random_transformer(0, True)
+    problem, x, y = _random_transformer(1, True)
     params = jit(lambda k: _f64(problem.init_params(k)))(jax.random.key(0))
     prev = jax.tree_util.tree_map(lambda p: p + 0.05 * jnp.sin(7.0 * p + 1.0), params)
 
@@ -272,6 +296,7 @@ def test_tied_embedding_differences_for_diff2():
         got = gc.clipped_difference_sum(problem.loss, p, q, x, y, c, require_fast=True).total
         return clipping.clipped_sum(diffs, c).total, got
 
+    assert _table_form(problem, params, x, y) == "tied"  # the shared table: Gram form + cross term
     ref, got = run(params, prev)
     scale = max(float(jnp.max(jnp.abs(leaf))) for leaf in jax.tree_util.tree_leaves(ref))
     for u, v in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(got)):
@@ -370,8 +395,8 @@ def test_nnx_conv_group_norm_batch_norm(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_nnx_embedding_attention_tied_readout(seed):
     r = _rng(seed)
-    t, heads = int(r.integers(3, 8)), int(r.integers(1, 3))
-    vocab = int(r.choice([5, 97]))
+    t, heads = int(r.integers(5, 8)), int(r.integers(1, 3))
+    vocab = 97 if seed % 2 == 0 else 3  # Gram form + cross term, or the materialised table
     model = _nnx_model(lambda: NNXTiedAttention(vocab, t, 4 * heads, heads, nnx.Rngs(seed)))
     loss, params = gc.nnx_loss(model, _nnx_ce)
     x = jax.random.randint(jax.random.key(seed), (BATCH, t), 0, vocab)

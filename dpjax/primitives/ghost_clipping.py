@@ -767,9 +767,12 @@ def _materialise(t: int, k: int, c: int) -> bool:
     return t > 1 and t * (k + c) > k * c
 
 
-def _materialise_index(t: int, v: int) -> bool:
-    """Scattering ``onehot(idx)^T D`` costs V F per example, the Gram form T^2 F."""
-    return v < t * t
+def _materialise_index(t: int, v: int, f: int) -> bool:
+    """Scattering ``onehot(idx)^T D`` keeps ``V F`` floats per example, the Gram form
+    ``T^2`` (and costs ``T^2 F`` flops against ``(T + V) F``): materialise only when
+    the table is no larger than the Gram matrix (memory decides; a vocabulary-sized
+    per-example table would dominate the step's memory)."""
+    return v * f <= t * t
 
 
 def _dense_of(contrib, shape):
@@ -813,7 +816,7 @@ def _layer_parts(plan: GhostPlan, leaves, inputs, deltas):
         elif kinds == {"index"}:
             idx = jnp.concatenate([c[0][1] for c in cs], axis=1)
             d = jnp.concatenate([c[0][2] for c in cs], axis=1)
-            if not _materialise_index(idx.shape[1], cs[0][0][3]):
+            if not _materialise_index(idx.shape[1], cs[0][0][3], d.shape[2]):
                 part = ("embed", idx, d, all(f for _, f in cs), cs[0][0][3])
         elif kinds == {"index", "outer"} and layouts == {"transposed"}:  # tied embedding and read-out
             ix = [c for c in cs if c[0][0] == "index"]
@@ -823,7 +826,8 @@ def _layer_parts(plan: GhostPlan, leaves, inputs, deltas):
             a = jnp.concatenate([c[0][1] for c in ou], axis=1)
             d = jnp.concatenate([c[0][2] for c in ou], axis=1)
             v = ix[0][0][3]
-            if not _materialise_index(idx.shape[1], v) and not _materialise(a.shape[1], a.shape[2], d.shape[2]):
+            if not _materialise_index(idx.shape[1], v, dx.shape[2]) and not _materialise(a.shape[1], a.shape[2],
+                                                                                          d.shape[2]):
                 part = ("tied", ("embed", idx, dx, all(f for _, f in ix), v), ("outer", a, d, all(f for _, f in ou)))
         if part is None:  # the materialised gradient of this leaf: sum of its contributions
             g = sum(_dense_of(c, shape) for c, _ in cs)

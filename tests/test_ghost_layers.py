@@ -431,6 +431,10 @@ def test_nnx_graphdef_and_state_entry_point_and_training_step():
     assert any(float(jnp.max(jnp.abs(g))) > 0 for g in jax.tree_util.tree_leaves(total))
     with pytest.raises(TypeError, match="flax.nnx.Module"):
         gc.nnx_loss(graphdef, _nnx_ce)
+    # a frozen part (not in params) is a constant: only the trained layer is observed
+    frozen_loss, trained = gc.nnx_loss(model, _nnx_ce, nnx.All(nnx.Param, nnx.PathContains("out")))
+    plan = gc.make_plan(frozen_loss, trained, x, y)
+    assert plan.fast and [c.name for c in plan.calls] == ["Linear 'out'"]
 
 
 # ----------------------------------------------------------------------------- refusals

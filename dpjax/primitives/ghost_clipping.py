@@ -413,9 +413,12 @@ class _Observer:
         if self.active or method == "setup":
             return fn(*args, **kwargs)
         own = ops.own(module, self.ids)
-        candidates = own or (ops is _NNX and _NNX.param_like(module))
-        if not candidates:
-            return fn(*args, **kwargs)
+        if not own:
+            if self.mode == "probe" and ops is _NNX and _NNX.param_like(module) and current_trace() != self.base:
+                # inside an NNX transformation its parameters are the transformation's tracers
+                self.problems.append(self._transformed(self._name(ops, module)))
+                return self._passthrough(fn, args, kwargs)
+            return fn(*args, **kwargs)  # parameter-free, a container, or nothing of it differentiated
         if self.mode == "probe":
             call = self._probe_call(ops, module, method, args, kwargs, own)
             if call is None:
@@ -445,6 +448,12 @@ class _Observer:
             self.active = False
         return out
 
+    @staticmethod
+    def _transformed(name):
+        return (f"{name} is called inside a JAX transformation within the loss (nn.scan/nn.remat/nn.vmap/nn.jit, "
+                f"nnx.scan/nnx.remat/nnx.vmap/nnx.jit, or jax.lax.scan/jax.checkpoint/jax.jit): ghost clipping "
+                f"cannot observe its per-example inputs there; call the layer outside the transformation")
+
     def _passthrough(self, fn, args, kwargs):
         self.active = True
         try:
@@ -455,10 +464,7 @@ class _Observer:
     def _probe_call(self, ops, module, method, args, kwargs, own) -> _Call | None:
         name = self._name(ops, module)
         if current_trace() != self.base:
-            self.problems.append(
-                f"{name} is called inside a JAX transformation within the loss (nn.scan/nn.remat/nn.vmap/nn.jit, "
-                f"nnx.scan/nnx.remat/nnx.vmap/nnx.jit, or jax.lax.scan/jax.checkpoint/jax.jit): ghost clipping "
-                f"cannot observe its per-example inputs there; call the layer outside the transformation")
+            self.problems.append(self._transformed(name))
             return None
         if ops is _Linen:
             missing = [k for k, v in own.items() if id(v) not in self.ids]
@@ -468,8 +474,6 @@ class _Observer:
                 return None
             child = ops.has_child_params(module)
         else:
-            if not own:
-                return None  # none of its parameters is differentiated (not in params)
             child = _NNX.has_child_params(module, self.ids)
         if child:
             self.problems.append(f"{name} owns parameters and also has submodules with parameters: ghost "

@@ -17,8 +17,10 @@ from dpjax.primitives.clipping import (
 from dpjax.primitives.ghost_clipping import (
     GhostClippedSum,
     GhostFallbackError,
+    NNXLoss,
     clipped_difference_sum,
     ghost_clipped_sum,
+    nnx_loss,
     per_example_grad_norms,
 )
 from dpjax.primitives.noise import add_gaussian_noise, gaussian_like
@@ -43,7 +45,7 @@ __all__ = [
     "ClippedSum", "clip_per_example", "clip_to_norm", "clipped_sum", "global_norm",
     "per_example_clipped_sum", "per_example_grads", "sensitivity_of_clipped_sum",
     "GhostClippedSum", "GhostFallbackError", "clipped_difference_sum", "ghost_clipped_sum",
-    "per_example_grad_norms",
+    "per_example_grad_norms", "NNXLoss", "nnx_loss",
     "add_gaussian_noise", "gaussian_like", "project_l2_ball",
     "FixedAvailability", "FullAvailability", "FullBatch", "OnePass", "Poisson",
     "RandomAvailability", "WithoutReplacement", "WithReplacement", "make_sampler",

@@ -155,7 +155,9 @@ def add_parser(subparsers) -> None:
 def main(argv=None) -> int:
     from dpjax.cli import EXPECTED_ERRORS, one_line
 
-    parser = argparse.ArgumentParser(prog="dpjax")
+    from dpjax.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="dpjax")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -311,13 +311,13 @@ def flag_type(flag: str, kind, check=None, **kwargs):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{flag}={text!r} is not a valid {kind.__name__}") from None
-        if kind is parse_int and abs(value) > MAX_FLAG_INT:
-            raise argparse.ArgumentTypeError(f"{flag}={text} is beyond 2**53 (not exact in float64)")
         if check is not None:
             try:
                 check(flag, value, **kwargs)
             except ValueError as err:
                 raise argparse.ArgumentTypeError(str(err)) from None
+        if kind is parse_int and abs(value) > MAX_FLAG_INT:
+            raise argparse.ArgumentTypeError(f"{flag}={text} is beyond 2**53 (not exact in float64)")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in some messages

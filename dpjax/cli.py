@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(None if command is None else [command])
     args = parser.parse_args(_attach_negative_numbers(argv))
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.error(f"give a COMMAND: one of {', '.join(COMMAND_MODULES)} (dpjax --help lists them)")
     try:
         return int(args.func(args) or 0)
     except EXPECTED_ERRORS as err:  # bad input: a clear message, not a traceback

@@ -48,7 +48,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
     p.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
-    p.add_argument("--seed", type=int, default=0)
+    from dpjax import _validate as v
+
+    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int, v.check_seed), default=0,
+                   help="base seed of the figure's runs and data splits (default 0)")
     p.add_argument("--construction", choices=("paper", "authors"), default=None,
                    help="paper: the construction the paper's text describes (default); authors: what the authors' "
                         "public scripts do (figures that offer it: see --list)")

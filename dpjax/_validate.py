@@ -20,7 +20,13 @@ def _fmt(name: str, value: Any) -> str:
 
 
 def check_real(name: str, value: Any) -> float:
-    """Returns ``value`` as a float; rejects bools, non-numbers and NaN."""
+    """Returns ``value`` as a float; rejects bools, non-numbers and NaN.
+
+    A concrete 0-d or one-element NumPy/jax array counts as its number (``jnp.float32(0.5)``).
+    """
+    if not isinstance(value, numbers.Number):
+        scalar = concrete_scalar(value)
+        value = scalar if scalar is not None and not isinstance(scalar, complex) else value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{_fmt(name, value)} must be a real number")
     value = float(value)
@@ -68,7 +74,9 @@ def check_probability(name: str, value: Any, *, allow_zero: bool = True) -> floa
 
 
 def check_int(name: str, value: Any, *, min_value: int | None = None, max_value: int | None = None) -> int:
-    """An integer (Python or NumPy) in ``[min_value, max_value]``."""
+    """An integer (Python, NumPy, or a concrete 0-d/one-element integer array) in ``[min_value, max_value]``."""
+    if not isinstance(value, numbers.Number) and concrete_scalar(value) is not None:
+        value = concrete_scalar(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"{_fmt(name, value)} must be an integer")
     v = int(value)
@@ -249,20 +257,24 @@ def checked(fn):
         dpjax.primitives.checked(jax.jit(lambda c: clip_to_norm(t, c)))(-1.0)
         # ValueError: clip_norm=-1.0 must be >= 0 ...
 
-    The checks are added when ``fn`` is traced, so pass a function that is
-    traced inside this call (a fresh ``jax.jit``). Costs one device-to-host
-    read of the error flag per call.
+    ``fn`` is traced afresh inside this call (its ``jax.jit`` is bypassed, so
+    an earlier unchecked trace is never reused; ``lax`` loops then run step
+    by step): a debugging and testing mode, not for long runs.
     """
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         global _CHECKED_DEPTH
+        import jax
         from jax.experimental import checkify
 
         _CHECKED_DEPTH += 1
         try:
-            err, out = checkify.checkify(fn)(*args, **kwargs)
+            # jit caches traces by function: a function traced before (unchecked) would be reused without
+            # the checks, so its jit is bypassed here and it is traced afresh inside checkify.
+            with jax.disable_jit():
+                err, out = checkify.checkify(fn)(*args, **kwargs)
         finally:
             _CHECKED_DEPTH -= 1
         msg = err.get()
@@ -297,12 +309,15 @@ def parse_int(text: str) -> int:
 parse_int.__name__ = "int"
 
 
-def flag_type(flag: str, kind, check=None, **kwargs):
-    """An argparse ``type=`` that parses ``kind`` (``int`` or ``float``) and runs ``check``.
+def flag_type(flag: str, kind, check=None, *, exact_in_float64: bool = False, **kwargs):
+    """An argparse ``type=`` that parses ``kind`` (``parse_int`` or ``float``) and runs ``check``.
 
-    A bad value ends as argparse's own one-line error naming the flag
-    (``dpjax: error: argument --seed: --seed=-1 must be in [0, 4294967295] ...``),
-    before the command loads or computes anything.
+    A value that does not parse (or fails ``check``) ends as argparse's
+    usage and one ``dpjax: error: argument --flag: ...`` line, before the
+    command loads or computes anything. ``exact_in_float64``: integers
+    beyond 2**53 are refused too (counts the accountants compute with).
+    Range checks that should read as one line naming the flag belong at the
+    top of the command (``check_seed("--seed", args.seed)``).
     """
     import argparse
 
@@ -316,7 +331,7 @@ def flag_type(flag: str, kind, check=None, **kwargs):
                 check(flag, value, **kwargs)
             except ValueError as err:
                 raise argparse.ArgumentTypeError(str(err)) from None
-        if kind is parse_int and abs(value) > MAX_FLAG_INT:
+        if exact_in_float64 and abs(value) > MAX_FLAG_INT:
             raise argparse.ArgumentTypeError(f"{flag}={text} is beyond 2**53 (not exact in float64)")
         return value
 

@@ -31,9 +31,9 @@ from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, 
 __all__ = ["add_account_parser", "batch_size_for_rate", "build_parser", "main", "run"]
 
 
-def _count(flag: str, min_value: int = 1):
-    """An integer flag (``1e5`` accepted when exact) in ``[min_value, 2**53]``, refused at parse time naming it."""
-    return v.flag_type(flag, v.parse_int, v.check_int, min_value=min_value)
+def _count(flag: str):
+    """An integer flag (``1e5`` accepted when it is an exact integer; at most 2**53, exact in float64)."""
+    return v.flag_type(flag, v.parse_int, exact_in_float64=True)
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:

@@ -127,8 +127,9 @@ def _finite(a: np.ndarray, path) -> np.ndarray:
     NaN/inf (an empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
     bad = ~np.isfinite(a)
     if bad.any():
-        r, c = np.argwhere(bad)[0] if a.ndim == 2 else (np.argwhere(bad)[0][0], 0)
-        raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {a[r, c] if a.ndim == 2 else a[r]!r} is not a finite "
+        r, c = (int(i) for i in np.argwhere(bad)[0]) if a.ndim == 2 else (int(np.argwhere(bad)[0][0]), 0)
+        value = float(a[r, c] if a.ndim == 2 else a[r])
+        raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {value} is not a finite "
                          f"number ({int(bad.sum())} NaN/inf/empty value(s) in the file; --data-dir / data_dir)")
     return a
 

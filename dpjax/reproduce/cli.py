@@ -14,6 +14,9 @@ def _run(args) -> int:
             extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
             print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
+    from dpjax import _validate
+
+    _validate.check_seed("--seed", args.seed)  # before anything is loaded or claimed
     fig = reproduce.get(args.figure)
     options = {}
     if args.construction is not None:
@@ -50,7 +53,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     from dpjax import _validate as v
 
-    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int, v.check_seed), default=0,
+    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0,
                    help="base seed of the figure's runs and data splits (default 0)")
     p.add_argument("--construction", choices=("paper", "authors"), default=None,
                    help="paper: the construction the paper's text describes (default); authors: what the authors' "

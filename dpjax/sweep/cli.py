@@ -137,9 +137,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
     from dpjax import _validate as v
 
-    p.add_argument("--max-runs", type=v.flag_type("--max-runs", v.parse_int, v.check_int, min_value=1), default=None,
+    p.add_argument("--max-runs", type=v.flag_type("--max-runs", v.parse_int), default=None,
                    help="refuse a grid of more runs (default: the config's max_runs, else 100,000)")
-    p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float, v.check_positive), default=None,
+    p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float), default=None,
                    help="refuse a [data] table describing more float32 MiB (default: the config's max_data_mb, else 256)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--sleep-between-chunks", type=float, default=0.0, help=argparse.SUPPRESS)

@@ -8,7 +8,10 @@ import pathlib
 
 
 def _run_isrl_mnist(args) -> int:
+    from dpjax import _validate
     from dpjax.tasks import isrl_mnist
+
+    _validate.check_seed("--seed", args.seed)  # before anything is loaded
 
     cfg = isrl_mnist.IsrlMnistConfig(
         epsilon=args.epsilon,
@@ -61,7 +64,7 @@ def add_parser(subparsers) -> None:
     m.add_argument("--silos-per-round", type=int, default=12, help="silos available per round M (default 12)")
     from dpjax import _validate as v
 
-    m.add_argument("--seed", type=v.flag_type("--seed", v.parse_int, v.check_seed), default=0,
+    m.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0,
                    help="seed of the data split and of the run keys (0 .. 2**32 - 1)")
     m.add_argument("--batch-size", type=int, help="records per silo per round K (default: n sqrt(eps_max)/(2 sqrt R))")
     m.add_argument("--epsilon-max", type=float, help="eps_max of the default K rule (default: --epsilon)")

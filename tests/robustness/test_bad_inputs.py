@@ -726,7 +726,7 @@ CLI_CASES = [
      ["rounds=100000000000000 must be <= 1073741824"]),
     ("run-repetitions-zero", lambda t: RUN + ["--repetitions", "0", "--out", t / "o"], ["repetitions=0"]),
     ("run-epsilon-max-negative", lambda t: RUN + ["--epsilon-max", "-2", "--out", t / "o"], ["epsilon_max=-2.0"]),
-    ("run-mnist-nan-images", lambda t: RUN + ["--data-dir", _nan_mnist_dir(t), "--out", t / "o"],
+    ("run-mnist-nan-images", lambda t: RUN + ["--data-dir", _mnist_with_nan_images(t), "--out", t / "o"],
      ["mnist.npz", "NaN/inf", "--data-dir"]),
     ("run-no-task", lambda t: ["run"], ["give a TASK"]),
     ("no-command", lambda t: [], ["give a COMMAND"]),
@@ -792,7 +792,7 @@ def _toml(t, *grid_lines, data_n=None, seed=None, rounds=None):
     return p
 
 
-def _nan_mnist_dir(t):
+def _mnist_with_nan_images(t):
     d = t / "nanmnist"
     d.mkdir()
     _npz_images(d, np.full((4, 28, 28), np.nan, np.float32))

@@ -124,21 +124,6 @@ def check_rounds(name: str, value: Any) -> int:
     return check_int(name, value, min_value=1, max_value=MAX_ROUNDS)
 
 
-def check_finite_array(where: str, values: Any, what: str = "values") -> None:
-    """ValueError naming ``where`` and the first non-finite entry of a numeric array."""
-    import numpy as np
-
-    a = np.asarray(values)
-    if a.dtype.kind not in "fc":
-        return
-    bad = ~np.isfinite(a)
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        at = f"[{', '.join(map(str, idx))}]" if idx else ""
-        raise ValueError(f"{where}: {what} hold {int(bad.sum())} non-finite value(s) (first: {a[idx]!r} at "
-                         f"index {at or '()'}); expected finite numbers")
-
-
 def _is_tracer(value: Any) -> bool:
     jax = sys.modules.get("jax")  # never import jax here: the accounting layer uses this module
     return jax is not None and isinstance(value, jax.core.Tracer)

@@ -339,8 +339,7 @@ class SdpHParams:
         """Validates ``pvec`` (``PvecParams.create``: int32 g, b; float32 p rounded up) and ``clip_norm``."""
         if not isinstance(pvec, shuffle_protocols.PvecParams):
             raise ValueError(f"pvec={pvec!r} must be a PvecParams")
-        if isinstance(clip_norm, (int, float)):
-            _validate.check_positive("clip_norm", clip_norm)
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm)
         pvec = shuffle_protocols.PvecParams.create(pvec.granularity, pvec.trials, pvec.probability)
         return cls(schedule, pvec, jnp.asarray(clip_norm, jnp.float32))
 

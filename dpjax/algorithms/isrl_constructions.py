@@ -26,6 +26,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from dpjax import _validate
 from dpjax.data.isrl import CONSTRUCTIONS
 
@@ -73,14 +75,14 @@ def insurance_script_mbsgd(
 
     Returns the algorithm (``UnbalancedNoisyMbSgd``, K records with replacement,
     ``clip_mode="minibatch-average"``), ``make_hparams(spec)`` (each silo's sigma is
-    the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``)
-    and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP for that
-    sensitivity at the reference silo (``n_ref`` records; with-replacement sampling,
-    accounted conservatively).
+    the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``,
+    converted to the family's noise multipliers by its own sensitivity, ``noise_multiplier_for``)
+    and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP from the family's
+    privacy at the reference silo (``n_ref`` records; with-replacement sampling, accounted
+    conservatively).
     """
-    from dpjax.accounting import GaussianSchedule, compute_epsilon
     from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
-    from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+    from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
 
     algo = UnbalancedNoisyMbSgd(problem, num_rounds=rounds, batch_sizes=(batch_size,) * len(silo_sizes),
                                 sampling="with-replacement", availability=availability, output=output,
@@ -88,12 +90,16 @@ def insurance_script_mbsgd(
     factors = isrl_per_silo_sigma_factors(silo_sizes, n_ref)
 
     def make_hparams(spec):
-        return UnbalancedHParams.create(spec.learning_rate, spec.noise_std * factors, spec.clip_norm)
+        hp = algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm)
+        z = algo.noise_multiplier_for(spec.noise_std * factors, hp, silo_sizes)
+        return algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm, noise_multiplier=z)
 
+    reference = [n_ref] * len(silo_sizes)  # every silo at the reference size: the reference silo's guarantee
+    sensitivity = np.asarray(algo.message_sensitivity(algo.hparams_from_values(learning_rate=1.0, clip_norm=1.0),
+                                                      reference))
     realized = {}
     for key, e in noise.items():
-        schedule = GaussianSchedule(noise_std=e.sigma_unit, contribution_bound=1.0, sampling="with-replacement",
-                                    dataset_size=n_ref, batch_size=batch_size, steps=rounds,
-                                    neighboring="replace-one", unit="record-in-silo")
-        realized[key] = dataclasses.replace(e, realized_epsilon=compute_epsilon(schedule, delta, "rdp").epsilon)
+        at_sigma = algo.hparams_from_values(learning_rate=1.0, clip_norm=1.0, noise_multiplier=e.sigma_unit / sensitivity)
+        realized[key] = dataclasses.replace(e, realized_epsilon=algo.privacy(reference, at_sigma).epsilon(delta, "rdp")
+                                            .epsilon)
     return algo, make_hparams, realized

@@ -45,9 +45,7 @@ from dpjax import _validate
 from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # noqa: F401  (re-exported for dpjax.algorithms.shuffle_sco)
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, SiloBatches
-from dpjax.parts.acsa import (  # noqa: F401  (the AC-SA algebra is part of this family's API)
-    AcsaSchedule, AcsaServer, acsa_constants, acsa_query, acsa_query_point, acsa_step, acsa_update,
-)
+from dpjax.parts.acsa import AcsaSchedule, AcsaServer, acsa_query, acsa_step
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any

@@ -12,9 +12,8 @@ from scipy import optimize
 
 from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.accounting.gdp import gaussian_mechanism_epsilon
-from dpjax.algorithms.accelerated import (
-    AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule, acsa_constants, acsa_query_point, acsa_update,
-)
+from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
+from dpjax.parts.acsa import AcsaSchedule, acsa_constants, acsa_query_point, acsa_update
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData

@@ -29,7 +29,7 @@ SIZES = [100, 120] * 10  # 20 silos (P_vec needs enough inputs per round for Lem
 def _families():
     """(algorithm, hparams) pairs, one per family (private versions)."""
     mb = MbSgdHParams.create(0.1, 2.0, 1.0)
-    acsa = AcceleratedHParams.create(AcsaSchedule.single_stage(10, 1.0), noise_std=2.0, clip_norm=1.0)
+    acsa = AcceleratedHParams.create(AcsaSchedule.single_stage(10, 1.0), noise_multiplier=2.0, clip_norm=1.0)
     d2 = Diff2HParams.create(0.1, restart_interval=3, noise_multiplier_restart=3.0, noise_multiplier_diff=6.0,
                              noise_multiplier_local=4.0)
     sdp_alg = SdpOnePassAccelerated(PROBLEM, 10, 4)
@@ -125,9 +125,12 @@ def test_per_silo_privacy_is_the_worst_silo_and_calibrates_each():
     assert isinstance(spec, PerSiloPrivacy)
     per_silo = [s.epsilon(DELTA).epsilon for s in spec.silos]
     assert spec.epsilon(DELTA).epsilon == max(per_silo)
-    (stds,) = spec.calibrate(1.0, DELTA).values()
-    assert len(stds) == 2 and all(np.isfinite(stds))
-    assert stds[0] != stds[1]  # different K_i/n_i give different noise for the same target
+    (zs,) = spec.calibrate(1.0, DELTA).values()
+    assert len(zs) == 2 and all(np.isfinite(zs))
+    # equal rates K_i/n_i: the same multiplier, stds z x 2C/K_i differ; different rates: different multipliers
+    assert zs[0] == zs[1]
+    (zs,) = alg.privacy([40, 100], hp).calibrate(1.0, DELTA).values()
+    assert zs[0] > zs[1]
 
 
 def test_relation_checked_at_construction():

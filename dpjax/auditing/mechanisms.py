@@ -27,6 +27,7 @@ user-level               Ghazi et al. Algorithm 1 (DelOutputPert)    Theorem 3.3
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -150,7 +151,10 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     q = batch_size / silo_size
     m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
 
-    report = algo.privacy([silo_size] * num_silos, MbSgdHParams.create(1.0, noise_std, clip_norm)).epsilon(DELTA, accountant)
+    sizes = [silo_size] * num_silos
+    unit = MbSgdHParams.create(1.0, 0.0, clip_norm)
+    at_std = dataclasses.replace(unit, noise_multiplier=noise_std / algo.message_sensitivity(unit, sizes))
+    report = algo.privacy(sizes, at_std).epsilon(DELTA, accountant)
     return CanaryAudit(
         name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
         description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",

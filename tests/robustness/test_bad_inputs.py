@@ -242,8 +242,8 @@ API_CASES = [
     ("lr-numpy-nan", lambda: _hp(np.float32("nan")), "learning_rate="),
     ("lr-inf", lambda: _hp(math.inf), "learning_rate=inf"),
     ("lr-bool", lambda: _hp(True), "learning_rate=True"),
-    ("noise-negative", lambda: _hp(0.1, noise_std=-1.0), "noise_std=-1.0"),
-    ("noise-jax-inf", lambda: _hp(0.1, noise_std=jnp.float32(jnp.inf)), "noise_std="),
+    ("noise-negative", lambda: _hp(0.1, noise_multiplier=-1.0), "noise_multiplier=-1.0"),
+    ("noise-jax-inf", lambda: _hp(0.1, noise_multiplier=jnp.float32(jnp.inf)), "noise_multiplier="),
     ("clip-zero", lambda: _hp(0.1, clip_norm=0.0), "clip_norm=0.0"),
     ("clip-jax-negative", lambda: _hp(0.1, clip_norm=jnp.float32(-1.0)), "clip_norm="),
     ("gaussian-noise-std-negative", lambda: _noise(-1.0), "std=-1.0"),
@@ -287,8 +287,9 @@ API_CASES = [
     ("sweep-empty-axis", lambda: _sweep_cfg(**{"grid.learning_rate": []}), "grid.learning_rate=[]"),
     ("sweep-lr-negative", lambda: _sweep_cfg(**{"grid.learning_rate": [0.1, -0.5]}), "grid.learning_rate[1]=-0.5"),
     ("sweep-lr-nan", lambda: _sweep_cfg(**{"grid.learning_rate": [math.nan]}), "grid.learning_rate[0]=nan"),
-    ("sweep-noise-negative", lambda: _sweep_cfg(**{"grid.noise_std": [-1.0]}), "grid.noise_std[0]=-1.0"),
-    ("sweep-noise-inf", lambda: _sweep_cfg(**{"grid.noise_std": [math.inf]}), "grid.noise_std[0]=inf"),
+    ("sweep-noise-negative", lambda: _sweep_cfg(**{"grid.noise_multiplier": [-1.0]}),
+     "grid.noise_multiplier[0]=-1.0"),
+    ("sweep-noise-inf", lambda: _sweep_cfg(**{"grid.noise_multiplier": [math.inf]}), "grid.noise_multiplier[0]=inf"),
     ("sweep-clip-zero", lambda: _sweep_cfg(**{"grid.clip_norm": [0.0]}), "grid.clip_norm[0]=0.0"),
     ("sweep-clip-zero-maxnorm", lambda: _sweep_cfg(**{"grid.clip_norm": ["0*maxnorm"]}), "grid.clip_norm[0]"),
     ("sweep-lr-string", lambda: _sweep_cfg(**{"grid.learning_rate": ["fast"]}), "grid.learning_rate[0]='fast'"),
@@ -301,10 +302,10 @@ API_CASES = [
     ("sweep-seed-negative", lambda: _sweep_cfg(seed=-1), "seed=-1"),
     ("sweep-config-chunk-size-zero", lambda: _sweep_cfg(chunk_size=0), "chunk_size=0"),
     ("sweep-epsilon-negative", lambda: _sweep_cfg(
-        privacy={"accountant": "rdp", "delta": 1e-5}, **{"grid.noise_std": _DELETE, "grid.epsilon": [-1.0]}),
+        privacy={"accountant": "rdp", "delta": 1e-5}, **{"grid.noise_multiplier": _DELETE, "grid.epsilon": [-1.0]}),
      "grid.epsilon[0]=-1.0"),
     ("sweep-delta-above-one", lambda: _sweep_cfg(
-        privacy={"accountant": "rdp", "delta": 1.5}, **{"grid.noise_std": _DELETE, "grid.epsilon": [1.0]}),
+        privacy={"accountant": "rdp", "delta": 1.5}, **{"grid.noise_multiplier": _DELETE, "grid.epsilon": [1.0]}),
      "privacy.delta=1.5"),
     ("sweep-missing-grid-lr", lambda: _sweep_cfg(**{"grid.learning_rate": _DELETE}), "grid.learning_rate is missing"),
 ] + [
@@ -430,7 +431,7 @@ def test_api_bad_input_raises_value_error_naming_it(make, fragment):
 
 def test_tracers_are_not_validated_on_the_host():
     """The checks above never touch traced values (they would fail to concretise)."""
-    out = jax.vmap(lambda lr: _hp(lr, noise_std=lr).learning_rate)(jnp.array([0.1, 0.2]))
+    out = jax.vmap(lambda lr: _hp(lr, noise_multiplier=lr).learning_rate)(jnp.array([0.1, 0.2]))
     np.testing.assert_allclose(out, [0.1, 0.2])
 
 

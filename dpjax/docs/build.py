@@ -205,8 +205,8 @@ def claims_section(body: str) -> str:
 
 
 def markdown_section(body: str, heading: str, source: str) -> str:
-    """The section of ``body`` whose heading starts with ``heading``, heading line included, up to the
-    next heading of the same or a higher level."""
+    """The section of ``body`` whose heading starts with ``heading``, without its heading line (the
+    including page gives its own), up to the next heading of the same or a higher level."""
     lines = body.splitlines(keepends=True)
     for i, line in enumerate(lines):
         m = re.match(r"^(#{1,6})\s+(.*)$", line)
@@ -214,7 +214,7 @@ def markdown_section(body: str, heading: str, source: str) -> str:
             level = len(m.group(1))
             end = next((j for j in range(i + 1, len(lines))
                         if (h := re.match(r"^(#{1,6})\s", lines[j])) and len(h.group(1)) <= level), len(lines))
-            return "".join(lines[i:end])
+            return "".join(lines[i + 1:end])
     raise DocsError(f"{source} has no section whose heading starts with {heading!r}")
 
 
@@ -344,7 +344,8 @@ def api_pages(modules: list[str]) -> dict[str, str]:
     pages = {}
     for module in modules:
         children = [m for m in modules if m.rpartition(".")[0] == module]
-        text = f"::: {module}\n"
+        # The title names the page in the navigation and the browser (the heading comes from mkdocstrings).
+        text = f"---\ntitle: {module}\n---\n\n::: {module}\n"
         if children:
             text += "\n## Modules\n\n" + "".join(
                 f"* [`{c}`]({posixpath.relpath(_api_page(c), 'api')})\n" for c in children)
@@ -363,7 +364,7 @@ def api_nav(modules: list[str]) -> list:
                 continue
             kids = entries(m)
             if kids:
-                out.append({m: [_api_page(m), *kids]})
+                out.append({m: [{f"{m} (package)": _api_page(m)}, *kids]})
             else:
                 out.append({m: _api_page(m)})
         return out
@@ -512,6 +513,10 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
     Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning),
     ``DocsError`` when the docs extra or the checkout's sources are missing.
     """
+    out = pathlib.Path(out).resolve()
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "search" / "search_index.json").is_file())):
+        # mkdocs empties its site folder first: never let it delete something that is not a site.
+        raise DocsError(f"out={str(out)!r} exists and is not a previously built site; choose a new or empty folder")
     try:
         import mkdocs  # noqa: F401
         import mkdocs_jupyter  # noqa: F401
@@ -519,7 +524,6 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
     except ImportError as err:
         raise DocsError(f"the docs extra is not installed ({err.name} missing): pip install \".[docs]\"") from err
     root = find_repo_root(repo)
-    out = pathlib.Path(out).resolve()
     with tempfile.TemporaryDirectory(prefix="dpjax-docs-") as tmp:
         staging = pathlib.Path(keep_staging).resolve() if keep_staging else pathlib.Path(tmp)
         if keep_staging and staging.exists():

@@ -131,6 +131,9 @@ def test_claims_section_and_headings():
     body = "intro\n\n## Claims\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n## Notes\n\nmore\n"
     assert build.claims_section(body).strip() == "| a | b |\n|---|---|\n| 1 | 2 |"
     assert build.claims_section("no sections\n") == "no sections\n"
+    assert build.markdown_section("# T\n## A b\nx\n### sub\ny\n## C\nz\n", "A", "f.md") == "x\n### sub\ny\n"
+    with pytest.raises(build.DocsError, match="no section"):
+        build.markdown_section("## A\n", "B", "f.md")
     assert build.demote_headings("# a\n```\n# not a heading\n```\n## b\n", 2) == "### a\n```\n# not a heading\n```\n#### b\n"
 
 
@@ -149,3 +152,12 @@ def test_docs_command_without_a_checkout_is_one_clear_error(tmp_path, capsys):
     assert main(["docs", "build", "--out", str(tmp_path / "site"), "--repo", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("dpjax: error: repo=") and "--repo DIR" in err[0]
+
+
+def test_build_refuses_to_empty_a_folder_that_is_not_a_site(tmp_path):
+    keep = tmp_path / "results"
+    keep.mkdir()
+    (keep / "report.md").write_text("a result")
+    with pytest.raises(build.DocsError, match="not a previously built site"):
+        build.build_site(keep, REPO)
+    assert (keep / "report.md").read_text() == "a result"

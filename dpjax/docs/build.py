@@ -517,13 +517,14 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "search" / "search_index.json").is_file())):
         # mkdocs empties its site folder first: never let it delete something that is not a site.
         raise DocsError(f"out={str(out)!r} exists and is not a previously built site; choose a new or empty folder")
+    root = find_repo_root(repo)
     try:
+        import material  # noqa: F401
         import mkdocs  # noqa: F401
         import mkdocs_jupyter  # noqa: F401
         import mkdocstrings  # noqa: F401
     except ImportError as err:
-        raise DocsError(f"the docs extra is not installed ({err.name} missing): pip install \".[docs]\"") from err
-    root = find_repo_root(repo)
+        raise DocsError(f"the docs extra is not installed ({err.name or err} missing): pip install \".[docs]\"") from err
     with tempfile.TemporaryDirectory(prefix="dpjax-docs-") as tmp:
         staging = pathlib.Path(keep_staging).resolve() if keep_staging else pathlib.Path(tmp)
         if keep_staging and staging.exists():

@@ -535,7 +535,8 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
         if strict:
             cmd.append("--strict")
         env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        # Run inside the staging folder: mkdocs-jupyter writes a .cache/ folder into the working directory.
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=staging)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         problems = warning_lines(log)

@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "dpjax.accounting.cli",  # dpjax account
     "dpjax.reproduce.cli",  # dpjax reproduce
     "dpjax.auditing.cli",  # dpjax audit
+    "dpjax.docs.cli",  # dpjax docs (argparse only; mkdocs is imported when building)
 ]
 
 
@@ -30,6 +31,7 @@ COMMAND_MODULES = {
     "account": "dpjax.accounting.cli",
     "reproduce": "dpjax.reproduce.cli",
     "audit": "dpjax.auditing.cli",
+    "docs": "dpjax.docs.cli",
 }
 
 

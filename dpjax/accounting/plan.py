@@ -34,15 +34,23 @@ Rules (stated once, here):
 * several noise events (e.g. DIFF2's restart and difference rounds): their
   schedules composed (RDP curves added / PLDs composed); calibration scales all
   multipliers by one common factor, keeping the ratios the family chose.
-* m clipped subsets of s records per round drawn by shuffling or fixed-size
-  subsampling (``SubsetSelectionEvent``, DP-SGD-General): the exact f-DP
-  batch-clipping accountant of ``dpjax.accounting.batch_clipping`` (the strong
-  adversary who sees every round's index sets), at every silo's size, the
-  worst reported; its ``s`` (records per clipped unit: 1 = individual
-  clipping) is the clipper's ``ClipEvent.unit_records``. Poisson subsets
-  (individual clipping) take the Gaussian rules above.
 * ``group_size`` g protects any g records at once (the Gaussian schedules'
   ``group_size``; the batch-clipping accountant's replace-up-to-g).
+
+Mechanisms whose accountant is not one of these Gaussian rules bring their own:
+an event with a ``spec(plan)`` method -- a privatizer's (P_vec's
+``dpjax.accounting.pvec.PvecEvent``), the aggregator's (a shuffler's
+``dpjax.accounting.shuffle.ShuffleEvent``) or the batch selection's
+(``SubsetSelectionEvent``) -- is dispatched to, in that order,
+and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules'
+guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler). m clipped
+subsets of s records per round drawn by shuffling or fixed-size subsampling
+(``SubsetSelectionEvent``, DP-SGD-General) take the exact f-DP batch-clipping
+accountant of ``dpjax.accounting.batch_clipping`` (the strong adversary who sees
+every round's index sets), at every silo's size, the worst reported; its ``s``
+(records per clipped unit: 1 = individual clipping) is the clipper's
+``ClipEvent.unit_records``. Poisson subsets (individual clipping) take the
+Gaussian rules.
 
 Pure Python: never imports jax.
 """
@@ -51,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Sequence
+from typing import Any, Sequence
 
 from dpjax import _validate as v
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, _coerce_enum
@@ -122,6 +130,36 @@ class SubsetSelectionEvent(SelectionEvent):
         v.check_int("num_subsets", self.num_subsets, min_value=1)
         v.check_int("rounds_per_epoch", self.rounds_per_epoch, min_value=1)
 
+    def spec(self, plan: "DpPlan") -> PrivacySpec:
+        """Shuffled or subsampled subsets: the exact batch-clipping accountant; Poisson: the Gaussian rules.
+
+        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of
+        one unit); with noise on the aggregate (pooled silos) one record still enters only its own
+        silo's subsets and the other silos' terms are independent of it, so each silo's law applies
+        to its records and the run's guarantee is the worst silo's -- the same numbers as noise on
+        every silo.
+        """
+        from dpjax.accounting import batch_clipping
+
+        if self.sampling not in _BATCH_CLIPPING:
+            return plan.gaussian_spec()
+        if plan.clip.relation is not Neighboring.REPLACE_ONE:
+            raise ValueError(f"{plan.label}: sampling={self.sampling.value!r} batches have a fixed size; the "
+                             f"clipper's relation must be 'replace-one', not {plan.clip.relation.value!r}")
+        if len(plan.noises) != 1 or isinstance(plan.noises[0].noise_multiplier, tuple):
+            raise ValueError(f"{plan.label}: the batch-clipping accountant takes one noise event with one noise "
+                             "multiplier")
+        noise, s, m = plan.noises[0], plan.clip.unit_records, self.num_subsets
+        if any(k != m * s for k in self.batch_sizes):
+            raise ValueError(f"{plan.label}: batch sizes {self.batch_sizes} must equal num_subsets*unit_records="
+                             f"{m * s}")
+        notes = (("experimental filtering: reported without its heuristic factor-2 gain",) if self.filtering else ())
+        return batch_clipping.batch_clipping_privacy(
+            sampling=_BATCH_CLIPPING[self.sampling], dataset_sizes=self.dataset_sizes, s=s, m=m,
+            num_rounds=plan._steps(noise), rounds_per_epoch=self.rounds_per_epoch,
+            noise_multiplier=noise.noise_multiplier, field=noise.field, group_size=plan.group_size,
+            unit=self.unit.value, notes=notes)
+
 
 @dataclasses.dataclass(frozen=True)
 class ClipEvent:
@@ -180,9 +218,10 @@ class DpPlan:
 
     selection: SelectionEvent
     clip: ClipEvent
-    noises: tuple[NoiseEvent, ...]
+    noises: tuple
     num_rounds: int
     label: str = "family"
+    aggregation: Any = None  # the aggregator's event (a shuffler's), or None
     group_size: int = 1
 
     def __post_init__(self):
@@ -230,15 +269,28 @@ class DpPlan:
         return z[silo] if isinstance(z, tuple) else z
 
     def spec(self) -> PrivacySpec:
-        """The ``PrivacySpec`` of the plan (see the module docstring for the rules)."""
+        """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's, the
+        aggregator's or the batch selection's own accountant where its event has one, else the Gaussian rules."""
+        for noise in self.noises:
+            if hasattr(noise, "spec"):
+                return noise.spec(self)
+        if self.aggregation is not None and hasattr(self.aggregation, "spec") and not self._no_noise():
+            return self.aggregation.spec(self)
+        if hasattr(self.selection, "spec") and not self._no_noise():
+            return self.selection.spec(self)
+        return self.gaussian_spec()
+
+    def _no_noise(self) -> bool:
+        return all(self._all_zero(noise) for noise in self.noises)
+
+    def gaussian_spec(self) -> PrivacySpec:
+        """The Gaussian rules' guarantee of the noise events (the module docstring), ignoring the aggregator's event."""
         relation, unit = self.clip.relation.value, self.selection.unit.value
-        if all(self._all_zero(noise) for noise in self.noises):
+        if self._no_noise():
             return NoPrivacy(f"{self.label} adds no noise (noise multiplier 0)", relation, unit)
         placements = {noise.placement for noise in self.noises}
         if len(placements) != 1:
             raise ValueError(f"{self.label}: noise events mix placements {sorted(p.value for p in placements)}")
-        if isinstance(self.selection, SubsetSelectionEvent) and self.selection.sampling in _BATCH_CLIPPING:
-            return self._batch_clipping_spec()
         silos = list(range(len(self.selection.dataset_sizes)))
         together = self._group(silos)
         if together is not None:
@@ -258,34 +310,9 @@ class DpPlan:
                              "supported")
         return PerSiloPrivacy(tuple(per_silo), fields.pop())
 
-    def _batch_clipping_spec(self) -> PrivacySpec:
-        """m clipped subsets of s records, shuffled or subsampled: the exact batch-clipping accountant.
-
-        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of one
-        unit); with noise on the aggregate (pooled silos) one record still enters only its own silo's
-        subsets, and the other silos' terms are independent of it, so each silo's law applies to its
-        records and the run's guarantee is the worst silo's -- the same numbers as noise on every silo.
-        """
-        from dpjax.accounting import batch_clipping
-
-        sel, (noise,) = self.selection, self.noises
-        if self.clip.relation is not Neighboring.REPLACE_ONE:
-            raise ValueError(f"{self.label}: sampling={sel.sampling.value!r} batches have a fixed size; the "
-                             f"clipper's relation must be 'replace-one', not {self.clip.relation.value!r}")
-        if isinstance(noise.noise_multiplier, tuple):
-            raise ValueError(f"{self.label}: per-silo noise multipliers are not supported by the batch-clipping "
-                             "accountant")
-        s, m = self.clip.unit_records, sel.num_subsets
-        if any(k != m * s for k in sel.batch_sizes):
-            raise ValueError(f"{self.label}: batch sizes {sel.batch_sizes} must equal num_subsets*unit_records={m * s}")
-        notes = (("experimental filtering: reported without its heuristic factor-2 gain",) if sel.filtering else ())
-        return batch_clipping.batch_clipping_privacy(
-            sampling=_BATCH_CLIPPING[sel.sampling], dataset_sizes=sel.dataset_sizes, s=s, m=m,
-            num_rounds=self._steps(noise), rounds_per_epoch=sel.rounds_per_epoch,
-            noise_multiplier=noise.noise_multiplier, field=noise.field, group_size=self.group_size,
-            unit=sel.unit.value, notes=notes)
-
     @staticmethod
-    def _all_zero(noise: NoiseEvent) -> bool:
+    def _all_zero(noise) -> bool:
+        if not isinstance(noise, NoiseEvent):
+            raise ValueError(f"noise event {noise!r} has no Gaussian rule and no spec(plan) of its own")
         z = noise.noise_multiplier
         return all(x == 0 for x in z) if isinstance(z, tuple) else z == 0 or (noise.steps == 0)

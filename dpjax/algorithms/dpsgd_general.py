@@ -103,7 +103,7 @@ class DpSgdHParams:
 
     @classmethod
     def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "DpSgdHParams":
-        # Concrete scalars of any kind (Python, NumPy, 0-d jax) are checked; tracers are not.
+        # Python, NumPy, jax scalars and arrays are checked; tracers are not.
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
         _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)

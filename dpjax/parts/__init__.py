@@ -5,16 +5,18 @@
 * ``clipping``: clippers (the source of every sensitivity);
 * ``privatizers``: noise (Gaussian on each silo or on the aggregate, ...);
 * ``aggregators``: mean / sum / shuffled;
-* ``servers``: optax server optimizers and output averagers.
+* ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
 """
 
-from dpjax.parts.aggregators import Aggregate, ShuffledAggregate
-from dpjax.parts.clients import MinibatchGradient, SubsetUpdate
-from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit
-from dpjax.parts.privatizers import GaussianNoise, gaussian_std
-from dpjax.parts.selection import SiloBatches, SubsetBatches
-from dpjax.parts.servers import Averager, Gated, OptaxServer, UnitStepServer
+from dpjax.parts.acsa import AcsaServer
+from dpjax.parts.aggregators import Aggregate, PvecAnalyzer, ShuffledAggregate
+from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient, SubsetUpdate
+from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
+from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, PvecRandomizer, gaussian_std
+from dpjax.parts.selection import LocalStepRecords, SiloBatches, SubsetBatches
+from dpjax.parts.servers import Averager, Gated, ModelAveraging, OptaxServer, UnitStepServer
 
-__all__ = ["Aggregate", "ShuffledAggregate", "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit",
-           "GaussianNoise", "gaussian_std", "SiloBatches", "SubsetBatches", "Averager", "Gated", "OptaxServer",
-           "UnitStepServer"]
+__all__ = ["AcsaServer", "Aggregate", "PvecAnalyzer", "ShuffledAggregate", "ExampleGradients", "LocalSteps",
+           "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
+           "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "SubsetBatches",
+           "Averager", "Gated", "ModelAveraging", "OptaxServer", "UnitStepServer"]

@@ -35,6 +35,13 @@ Rules (stated once, here):
   schedules composed (RDP curves added / PLDs composed); calibration scales all
   multipliers by one common factor, keeping the ratios the family chose.
 
+Mechanisms whose accountant is not one of these Gaussian rules bring their own:
+an event with a ``spec(plan)`` method -- a privatizer's (P_vec's
+``dpjax.accounting.pvec.PvecEvent``) or the aggregator's (a shuffler's
+``dpjax.accounting.shuffle.ShuffleEvent``) -- is dispatched to, in that order,
+and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules'
+guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler).
+
 Pure Python: never imports jax.
 """
 
@@ -42,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Sequence
+from typing import Any, Sequence
 
 from dpjax import _validate as v
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, _coerce_enum
@@ -140,9 +147,10 @@ class DpPlan:
 
     selection: SelectionEvent
     clip: ClipEvent
-    noises: tuple[NoiseEvent, ...]
+    noises: tuple
     num_rounds: int
     label: str = "family"
+    aggregation: Any = None  # the aggregator's event (a shuffler's), or None
 
     def __post_init__(self):
         object.__setattr__(self, "noises", tuple(self.noises))
@@ -187,9 +195,22 @@ class DpPlan:
         return z[silo] if isinstance(z, tuple) else z
 
     def spec(self) -> PrivacySpec:
-        """The ``PrivacySpec`` of the plan (see the module docstring for the rules)."""
+        """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's or the
+        aggregator's own accountant where its event has one, else the Gaussian rules."""
+        for noise in self.noises:
+            if hasattr(noise, "spec"):
+                return noise.spec(self)
+        if self.aggregation is not None and hasattr(self.aggregation, "spec") and not self._no_noise():
+            return self.aggregation.spec(self)
+        return self.gaussian_spec()
+
+    def _no_noise(self) -> bool:
+        return all(self._all_zero(noise) for noise in self.noises)
+
+    def gaussian_spec(self) -> PrivacySpec:
+        """The Gaussian rules' guarantee of the noise events (the module docstring), ignoring the aggregator's event."""
         relation, unit = self.clip.relation.value, self.selection.unit.value
-        if all(self._all_zero(noise) for noise in self.noises):
+        if self._no_noise():
             return NoPrivacy(f"{self.label} adds no noise (noise multiplier 0)", relation, unit)
         placements = {noise.placement for noise in self.noises}
         if len(placements) != 1:
@@ -214,6 +235,8 @@ class DpPlan:
         return PerSiloPrivacy(tuple(per_silo), fields.pop())
 
     @staticmethod
-    def _all_zero(noise: NoiseEvent) -> bool:
+    def _all_zero(noise) -> bool:
+        if not isinstance(noise, NoiseEvent):
+            raise ValueError(f"noise event {noise!r} has no Gaussian rule and no spec(plan) of its own")
         z = noise.noise_multiplier
         return all(x == 0 for x in z) if isinstance(z, tuple) else z == 0 or (noise.steps == 0)

@@ -234,6 +234,11 @@ class ReportPrivacy(StatedRelation, PrivacySpec):
       relation, privacy_unit: what the guarantee is stated for.
       start: where calibration's bracketing starts; rtol: its relative width;
       min_scale: the smallest scale it looks at.
+      search_fn: the one-parameter family calibration searches when it is not
+        the configured run at ``scale`` (``search_fn(delta, accountant, scale)
+        -> PrivacyReport``; ``values_fn`` then gives that family's values). P_vec:
+        the calculator's parameters at ``1 / scale`` (a calculator's output is
+        not the configured (g, b, p) at any scale). None: ``epsilon_fn``.
     """
 
     epsilon_fn: Callable[[float, str, float], Any]
@@ -244,6 +249,7 @@ class ReportPrivacy(StatedRelation, PrivacySpec):
     start: float = 1.0
     rtol: float = 1e-4
     min_scale: float = 1e-6
+    search_fn: Callable[[float, str, float], Any] | None = None
 
     def _check(self, accountant: str | None) -> str:
         return v.check_choice("accountant", accountant or self.accountants[0], self.accountants)
@@ -259,8 +265,10 @@ class ReportPrivacy(StatedRelation, PrivacySpec):
         target = v.check_positive("target_epsilon", target_epsilon)
         delta = v.check_open_unit("delta", delta)
 
+        curve = self.search_fn or self.epsilon_fn
+
         def eps(scale: float) -> float:
-            report = self.epsilon_fn(delta, accountant, scale)
+            report = curve(delta, accountant, scale)
             return getattr(report, "central", report).epsilon
 
         scale = calibration.smallest_scale(eps, target, start=self.start, rtol=self.rtol, min_scale=self.min_scale,

@@ -29,8 +29,9 @@ SIZES = [100, 120] * 10  # 20 silos (P_vec needs enough inputs per round for Lem
 def _families():
     """(algorithm, hparams) pairs, one per family (private versions)."""
     mb = MbSgdHParams.create(0.1, 2.0, 1.0)
-    acsa = AcceleratedHParams.create(AcsaSchedule.single_stage(10, 1.0), noise_std=2.0, clip_norm=1.0)
-    d2 = Diff2HParams.create(0.1, restart_interval=3, sigma_restart=3.0, sigma_diff=6.0, sigma_local=4.0)
+    acsa = AcceleratedHParams.create(AcsaSchedule.single_stage(10, 1.0), noise_multiplier=2.0, clip_norm=1.0)
+    d2 = Diff2HParams.create(0.1, restart_interval=3, noise_multiplier_restart=3.0, noise_multiplier_diff=6.0,
+                             noise_multiplier_local=4.0)
     sdp_alg = SdpOnePassAccelerated(PROBLEM, 10, 4)
     sdp = SdpHParams.create(AcsaSchedule.single_stage(10, 1.0), sdp_alg.pvec_params_for(len(SIZES), 3.0, DELTA), 1.0)
     return [
@@ -82,15 +83,16 @@ def test_calibration_meets_the_target_and_is_used_back():
 
 def test_composed_calibration_keeps_noise_ratios_and_never_overshoots():
     alg = Diff2GD(PROBLEM, 12)
-    hp = Diff2HParams.create(0.1, restart_interval=4, sigma_restart=1.0, sigma_diff=3.0)
+    hp = Diff2HParams.create(0.1, restart_interval=4, noise_multiplier_restart=1.0, noise_multiplier_diff=3.0)
     spec = alg.privacy([50, 60, 70], hp)
-    assert isinstance(spec, GaussianPrivacy) and spec.noise_fields == ("sigma_restart", "sigma_diff")
+    z1, z2 = "noise_multiplier_restart", "noise_multiplier_diff"
+    assert isinstance(spec, GaussianPrivacy) and spec.noise_fields == (z1, z2)
     values = spec.calibrate(2.0, DELTA)
-    assert values["sigma_diff"] / values["sigma_restart"] == pytest.approx(3.0, rel=1e-12)
-    eps = spec.scaled(values["sigma_restart"] / 1.0).epsilon(DELTA).epsilon
+    assert values[z2] / values[z1] == pytest.approx(3.0, rel=1e-12)
+    eps = spec.scaled(values[z1] / 1.0).epsilon(DELTA).epsilon
     assert eps <= 2.0
     # a factor 1e-3 (the bisection's precision) below would overshoot the target
-    assert spec.scaled(values["sigma_restart"] / (1 + 2e-3)).epsilon(DELTA).epsilon > 2.0
+    assert spec.scaled(values[z1] / (1 + 2e-3)).epsilon(DELTA).epsilon > 2.0
 
 
 def test_non_private_twins_return_no_privacy():
@@ -123,9 +125,12 @@ def test_per_silo_privacy_is_the_worst_silo_and_calibrates_each():
     assert isinstance(spec, PerSiloPrivacy)
     per_silo = [s.epsilon(DELTA).epsilon for s in spec.silos]
     assert spec.epsilon(DELTA).epsilon == max(per_silo)
-    (stds,) = spec.calibrate(1.0, DELTA).values()
-    assert len(stds) == 2 and all(np.isfinite(stds))
-    assert stds[0] != stds[1]  # different K_i/n_i give different noise for the same target
+    (zs,) = spec.calibrate(1.0, DELTA).values()
+    assert len(zs) == 2 and all(np.isfinite(zs))
+    # equal rates K_i/n_i: the same multiplier, stds z x 2C/K_i differ; different rates: different multipliers
+    assert zs[0] == zs[1]
+    (zs,) = alg.privacy([40, 100], hp).calibrate(1.0, DELTA).values()
+    assert zs[0] > zs[1]
 
 
 def test_relation_checked_at_construction():
@@ -176,7 +181,7 @@ def test_composed_spec_is_accounted_by_every_tight_accountant():
     """A DIFF2 composition is one accounting call with RDP or PLD; PLD never exceeds RDP by more
     than its discretisation, and 'best' names the accountant that certified."""
     alg = Diff2GD(PROBLEM, 12)
-    hp = Diff2HParams.create(0.1, restart_interval=4, sigma_restart=2.0, sigma_diff=4.0)
+    hp = Diff2HParams.create(0.1, restart_interval=4, noise_multiplier_restart=2.0, noise_multiplier_diff=4.0)
     spec = alg.privacy([50, 60, 70], hp)
     rdp = spec.epsilon(DELTA, "rdp")
     pld = spec.epsilon(DELTA, "pld")

@@ -167,9 +167,22 @@ def test_privacy_reads_the_run_config(algo):
     hp = MbSgdHParams.create(0.5, 0.3, 2.0)
     s = algo.privacy([25, 30], hp).schedule  # the smallest silo certifies
     assert s.steps == algo.num_rounds and s.batch_size == algo.batch_size and s.dataset_size == 25
-    assert s.contribution_bound == pytest.approx(2.0 / algo.batch_size)
-    assert s.noise_std == pytest.approx(0.3) and s.sampling.value == algo.sampling
+    assert s.noise_multiplier == pytest.approx(0.3) and s.sampling.value == algo.sampling
+    assert algo.message_sensitivity(hp, [25, 30]) == pytest.approx(2 * 2.0 / algo.batch_size)
     assert not dataclasses.replace(algo, private=False).privacy([25], hp).private
+
+
+def test_run_noise_std_is_the_multiplier_times_the_clipped_sensitivity():
+    """Zero data (zero gradients), one round of SGD at lr 1: w_1 = -(1/M) sum_i u_i, so the measured
+    per-coordinate std of w_1 times sqrt(M) is each silo's noise std, z x 2C/K (C = 2, K = 6)."""
+    dim, z, clip, k, m = 4000, 0.3, 2.0, 6, 3
+    xs = [np.zeros((10, dim), np.float32)] * 4
+    zero = SiloData.from_silos(xs, [np.zeros(10, np.float32)] * 4)
+    alg = NoisyMbSgd(LogisticRegression(dim), num_rounds=1, batch_size=k,
+                     availability=FixedAvailability(m))
+    out = np.asarray(run(alg, zero, MbSgdHParams.create(1.0, z, clip), jax.random.key(5)).output, np.float64)
+    std = float(np.std(out)) * np.sqrt(m)
+    assert std == pytest.approx(z * 2 * clip / k, rel=5 * np.sqrt(1 / (2 * dim)))
 
 
 def test_one_compile_serves_a_grid(algo, data):

@@ -174,14 +174,31 @@ def test_fast_path_is_taken_and_required(model):
     assert flags == [True]
 
 
-def test_unsupported_layer_falls_back_with_flag():
+def test_custom_leaf_layer_is_materialised_not_refused():
+    """A parametrised layer with no ghost identity gets its per-example gradient
+    materialised layer by layer (the rest stays ghost)."""
     loss, params, x, y = _setup(WithUnsupported())
     plan = gc.make_plan(loss, params, x, y)
-    assert not plan.fast and "Scaled" in plan.reason
+    assert plan.fast, plan.reason
+    assert [c.kind for c in plan.calls] == ["materialised", "dense"]
+    res = gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
+    _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
+
+
+def test_parameter_used_outside_its_layer_falls_back_with_flag():
+    """Weight decay inside the per-example loss touches the kernel outside the
+    Dense call: the ghost norm would miss it, so the plan refuses and names it."""
+    loss0, params, x, y = _setup(MLP())
+
+    def loss(p, xi, yi):
+        return loss0(p, xi, yi) + 0.1 * jnp.sum(jnp.square(p["params"]["Dense_0"]["kernel"]))
+
+    plan = gc.make_plan(loss, params, x, y)
+    assert not plan.fast and "['params']['Dense_0']['kernel']" in plan.reason
     res = gc.ghost_clipped_sum(loss, params, x, y, 0.2)
     assert res.fast_path is False
     _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
-    with pytest.raises(gc.GhostFallbackError, match="require_fast=True"):
+    with pytest.raises(gc.GhostFallbackError, match="require_fast=True.*used outside the layer"):
         gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
 
 
@@ -242,8 +259,8 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     xs = [rng.normal(size=(n, 5)) for n in (7, 5)]
     ys = [rng.normal(size=(n, 1)) for n in (7, 5)]
     data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
-    h = diff2.Diff2HParams.create(0.05, restart_interval=3, clip_restart=0.5, clip_diff=2.0, sigma_restart=0.1,
-                                  sigma_diff=0.2, dtype=jnp.float64)
+    h = diff2.Diff2HParams.create(0.05, restart_interval=3, clip_restart=0.5, clip_diff=2.0,
+                                  noise_multiplier_restart=0.7, noise_multiplier_diff=1.4, dtype=jnp.float64)
     ghost = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="auto")
     ref = diff2.Diff2GD(problem, 10, output="last", cache_grads=True, path="per-record")
     assert ghost.path_used(params, data) == "ghost" and ref.path_used(params, data) == "per-record"
@@ -253,7 +270,7 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     a = runner.run(ghost, data, h, key, params=params)
     b = runner.run(ref, data, h, key, params=params)
     _close(a.output, b.output)
-    carried_inputs, carried_deltas = a.state.grad_cache  # layer passes, not per-record gradients
+    carried_inputs, carried_deltas = a.state.client.cache  # layer passes, not per-record gradients
     assert carried_inputs[0] is None and [d.shape[-1] for d in carried_deltas] == [10, 1]
     # a model ghost clipping does not support: auto falls back and says so, "ghost" refuses
     linear = LinearRegression(5, fit_intercept=False)

@@ -49,10 +49,11 @@ def test_more_available_silos_than_silos():
 
 
 @pytest.mark.parametrize("kw,name", [
-    (dict(clip_norm=-1.0), "clip_norm"), (dict(noise_std=-0.5), "noise_std"), (dict(learning_rate=0.0), "learning_rate"),
+    (dict(clip_norm=-1.0), "clip_norm"), (dict(noise_multiplier=-0.5), "noise_multiplier"),
+    (dict(learning_rate=0.0), "learning_rate"),
 ])
 def test_bad_hparams(kw, name):
-    args = dict(learning_rate=0.1, noise_std=0.1, clip_norm=1.0)
+    args = dict(learning_rate=0.1, noise_multiplier=0.1, clip_norm=1.0)
     args.update(kw)
     with pytest.raises(ValueError, match=name):
         MbSgdHParams.create(**args)

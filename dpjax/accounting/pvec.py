@@ -43,8 +43,10 @@ that of a Gaussian mechanism with the same l2 sensitivity.
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from dpjax import _validate as v
 from dpjax.accounting.gdp import gaussian_mechanism_sigma
@@ -56,6 +58,10 @@ __all__ = [
     "p1d_params",
     "pvec_params",
     "pvec_epsilon",
+    "PvecAccountant",
+    "PvecEvent",
+    "pvec_privacy",
+    "pvec_report",
     "pvec_sum_std",
     "pvec_gaussian_ratio",
     "NumericalCertificate",
@@ -233,6 +239,145 @@ def pvec_epsilon(
             )
         eps = 18 * eps_hat**2 + 6 * eps_hat * math.sqrt(log_g)
     return PvecCertificate(eps, d * gamma + gamma, n, d, g, b, p, eps_hat, gamma, gamma, alpha, composition)
+
+
+# ---------------------------------------------------------------------------
+# P_vec as an event of a DP plan (ISRL-DP Algorithm 6: P_vec on each silo's
+# clipped vectors, one shuffled invocation per round, one pass)
+# ---------------------------------------------------------------------------
+class PvecAccountant(str, enum.Enum):
+    """Accountants of a P_vec run: the Lemma 3.3 form `pvec_epsilon` certifies with, and the
+    calculator mode calibration searches over."""
+
+    LEMMA = "pvec-lemma"  # corrected Hoeffding constant; calibration over the lemma_opt calculator
+    PRINTED = "pvec-printed"  # the paper's printed constants; calibration over Theorem 3.2's choice
+
+
+_PVEC_FORMS = {PvecAccountant.LEMMA: ("lemma", "lemma_opt"), PvecAccountant.PRINTED: ("printed", "paper")}
+
+
+@dataclass(frozen=True)
+class PvecEvent:
+    """What a P_vec local randomizer releases (the privatizer's event).
+
+    Attributes:
+      field: the hparams field holding the parameters (what calibration returns).
+      granularity, trials, probability: the (g, b, p) the run holds.
+      dim: d, the dimension of every input vector.
+      max_granularity: the static bound on g of the compiled run (None: none).
+      make_params: ``make_params(calculator_result) -> hparams value`` (the run's
+        parameter type, whose ``numbers()`` are the (g, b, p) it holds; accounting
+        stays free of jax).
+    """
+
+    field: str
+    granularity: int
+    trials: int
+    probability: float
+    dim: int
+    max_granularity: int | None = None
+    make_params: Callable[[Any], Any] = lambda calc: calc
+
+    def spec(self, plan):
+        return pvec_privacy(plan, self)
+
+
+def _pvec_setting(plan, event: PvecEvent) -> tuple[int, int]:
+    """``(m, n)``: the fewest P_vec inputs of a round (min M_r x K) and the smallest silo; checks
+    that the plan is one pass over disjoint blocks behind a shuffler, replace-one."""
+    from dpjax.accounting.events import Sampling
+
+    shuffle = plan.aggregation
+    if shuffle is None or not hasattr(shuffle, "min_reports"):
+        raise ValueError(f"{plan.label}: P_vec needs a shuffler between the silos and the analyzer")
+    if plan.clip.relation.value != "replace-one":
+        raise ValueError(f"neighboring={plan.clip.relation.value!r}: the P_vec analysis is replace-one")
+    sel = plan.selection
+    ks = set(sel.batch_sizes)
+    if sel.sampling is not Sampling.ONE_PASS or len(ks) != 1:
+        raise ValueError(f"sampling={sel.sampling.value!r}: the P_vec run is one pass over disjoint blocks "
+                         "of one batch size K (parallel composition over rounds)")
+    k, n = int(ks.pop()), min(sel.dataset_sizes)
+    if plan.num_rounds * k > n:
+        raise ValueError(f"num_rounds={plan.num_rounds} x batch_size={k} > n={n}: one pass needs R K <= n")
+    return shuffle.min_reports * k, n
+
+
+def pvec_privacy(plan, event: PvecEvent):
+    """The run's shuffle-DP guarantee as a ``ReportPrivacy`` (accountants ``PvecAccountant``).
+
+    ``epsilon`` certifies the (g, b, p) the run holds (`pvec_report`).
+    Calibration is the one routine over the calculator's parameters at
+    ``1 / scale`` (``pvec_params`` in the accountant's calculator mode): the
+    largest calculator epsilon whose parameters are certified at the target;
+    it returns ``{field: make_params(...)}``.
+    """
+    from types import SimpleNamespace
+
+    from dpjax.accounting.privacy_spec import ReportPrivacy
+
+    m, _ = _pvec_setting(plan, event)
+
+    def calculator(scale: float, delta: float, accountant: str) -> PvecParams:
+        calc = pvec_params(1.0 / scale, delta, m, event.dim, _PVEC_FORMS[PvecAccountant(accountant)][1])
+        if event.max_granularity is not None and calc.g > event.max_granularity:
+            raise ValueError(f"max_granularity={event.max_granularity} is below the calculator's g={calc.g}")
+        return calc
+
+    def search(delta: float, accountant: str, scale: float):
+        try:
+            calc = calculator(scale, delta, accountant)
+            value = event.make_params(calc)  # certified as the run would hold it (e.g. p stored in float32)
+            g, b, p = value.numbers() if hasattr(value, "numbers") else (calc.g, calc.b, calc.p)
+            cert = pvec_epsilon(g, b, p, m, event.dim, delta, _PVEC_FORMS[PvecAccountant(accountant)][0])
+        except ValueError:  # outside the calculator's or the lemmas' range: not a usable noise level
+            return SimpleNamespace(epsilon=math.inf)
+        return cert
+
+    return ReportPrivacy(
+        epsilon_fn=lambda delta, accountant, scale: pvec_report(plan, event, delta, accountant),
+        values_fn=lambda scale, delta, accountant: {event.field: event.make_params(calculator(scale, delta,
+                                                                                                 accountant))},
+        accountants=tuple(a.value for a in PvecAccountant), relation="replace-one", privacy_unit="record",
+        rtol=1e-8, search_fn=search)  # the calculator's parameters are cheap; lemma_opt's certify its eps to ~1e-9
+
+
+def pvec_report(plan, event: PvecEvent, delta: float, accountant: str = "pvec-lemma"):
+    """``SdpReport``: the (eps, delta)-shuffle DP of the whole run from the (g, b, p) it holds.
+
+    Each round's P_vec call on its ``M_r K >= m`` inputs is (eps, delta)-SDP with
+    eps from `pvec_epsilon` (Lemma 3.1 per coordinate, Lemma 3.3 across
+    coordinates in the accountant's form); records are used once (one pass,
+    R K <= n), so the run is (eps, delta)-SDP (parallel composition; Lowy &
+    Razaviyayn 2023, Thm 5.2/G.2). The paper gives the silo messages no local
+    guarantee: ``local`` is None. ``central.noise_std`` is the per-coordinate
+    std of the privacy noise in the averaged gradient of the smallest round in
+    units of the clip norm L, (2/g) sqrt(m b p (1 - p))/m.
+    """
+    from dpjax.accounting.events import PrivacyReport, SdpReport
+
+    form = PvecAccountant(v.check_choice("accountant", accountant, tuple(a.value for a in PvecAccountant)))
+    composition = _PVEC_FORMS[form][0]
+    m, _ = _pvec_setting(plan, event)
+    g, b, p = event.granularity, event.trials, event.probability
+    if event.max_granularity is not None and g > event.max_granularity:
+        raise ValueError(f"hparams.{event.field}.granularity={g} exceeds max_granularity={event.max_granularity}")
+    if b == 0 or p == 0.0:
+        raise ValueError(f"hparams.{event.field} has trials={b}, probability={p}: no privacy noise, epsilon = inf")
+    cert = pvec_epsilon(g, b, p, m, event.dim, delta, composition)
+    std = (2.0 / g) * math.sqrt(m * b * p * (1 - p)) / m
+    notes = (
+        f"P_vec (Cheu et al. 2022, Thm 3.2; Lemma 3.1 per coordinate, Lemma 3.3 "
+        f"{'with the corrected Hoeffding constant' if composition == 'lemma' else 'as printed'}) at the "
+        f"smallest round, M_r K = {m} inputs of dimension d = {event.dim}",
+        "one pass over disjoint blocks: parallel composition over rounds (Lowy & Razaviyayn 2023, Thm 5.2/G.2); "
+        "no amplification by silo sampling is claimed",
+    )
+    central = PrivacyReport(cert.epsilon, cert.delta, form.value, "one-pass", "replace-one", "record", std, notes)
+    details = {"eps_hat": cert.eps_hat, "delta_hat": cert.delta_hat, "gamma": cert.gamma, "alpha": cert.alpha,
+               "min_vectors": m, "dim": event.dim, "granularity": g, "trials": b, "probability": p,
+               "bits_per_vector": event.dim * (g + b)}
+    return SdpReport(central, None, details)
 
 
 # ---------------------------------------------------------------------------

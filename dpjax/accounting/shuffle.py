@@ -13,14 +13,20 @@
   Theorem G.1 (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed;
   <= 9 n delta0 in the paper's regime).
 * `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (Section 5) "paper-structure"
-  chain (Theorem G.1's structure with explicit constants), numerically inverted in sigma by `isrl_shuffle_sigma`.
-  Neither mode is exact: the chain stacks closed-form bounds.
+  chain (Theorem G.1's structure with explicit constants). Neither mode is exact: the chain stacks
+  closed-form bounds.
+* `ShuffleEvent`: the shuffler as an event of a family's DP plan (its aggregator's);
+  `shuffled_gaussian_privacy` / `shuffled_gaussian_report`: the chain and the
+  silos' own ISRL-DP guarantee of a plan's Gaussian silo reports behind it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 from scipy import stats
@@ -37,9 +43,12 @@ __all__ = [
     "advanced_composition",
     "record_inclusion_probability",
     "isrl_shuffle_chain",
-    "isrl_shuffle_sigma",
     "CHAIN_MODES",
     "PARTICIPATION",
+    "ShuffleAccountant",
+    "ShuffleEvent",
+    "shuffled_gaussian_privacy",
+    "shuffled_gaussian_report",
 ]
 
 
@@ -250,47 +259,170 @@ def isrl_shuffle_chain(
             "eps_round": e_r, "delta_round": d_r, "epsilon": e_tot, "delta": d_tot}
 
 
-def isrl_shuffle_sigma(
-    epsilon: float,
-    lipschitz: float,
-    n: int,
-    silos: int,
-    reports: int,
-    rounds: int,
-    delta: float,
-    mode: str = "paper",
-    **chain_options,
-) -> float:
-    """Smallest sigma (bisection, 1e-6 relative) with chain epsilon <= target and delta_total <= delta.
+# ---------------------------------------------------------------------------
+# The shuffler as an event of a DP plan (Shuffled Noisy MB-SGD's central guarantee)
+# ---------------------------------------------------------------------------
+class ShuffleAccountant(str, enum.Enum):
+    """Central accountants of Gaussian silo reports behind a shuffler (`isrl_shuffle_chain` modes)."""
 
-    ``chain_options``: ``batch_size``, ``sampling``, ``participation`` of `isrl_shuffle_chain`.
+    TIGHT = "shuffle-tight"  # numerical FMT bound, ln(1 + q(e^eps - 1)) subsampling
+    PAPER = "shuffle-paper"  # FMT closed form, 2 q eps subsampling (the structure of Theorem G.1's proof)
+
+
+_CHAIN_MODE = {ShuffleAccountant.TIGHT: "tight", ShuffleAccountant.PAPER: "paper"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleEvent:
+    """A shuffler between the silos and the analyzer (Lowy & Razaviyayn 2023, Section 5): the
+    analyzer sees only the multiset of each round's reports.
+
+    The aggregator of a shuffled family returns it; ``DpPlan.spec()`` dispatches
+    to ``spec(plan)``: Gaussian silo reports get `shuffled_gaussian_privacy`
+    (P_vec reads ``min_reports`` from it, ``dpjax.accounting.pvec.PvecEvent``).
+
+    Attributes:
+      min_reports: the fewest reports of any round (M; the amplification is over them).
+      num_silos: N.
+      participation: ``"hidden"`` (the analyzer sees only shuffled messages, the
+        paper's model: silo sampling amplifies) or ``"public"`` (`isrl_shuffle_chain`).
+      isrl_bound: also certify by the silos' own ISRL-DP guarantee ((eps0,
+        delta0)-ISRL-DP implies (eps0, delta0)-central DP, App. C; the shuffled
+        view is post-processing of the transcripts) and state the smaller.
     """
-    target = v.check_positive("epsilon", epsilon)
-    # Validate the schedule once (so a bad argument is named, not reported as infeasible).
-    isrl_shuffle_chain(1e6 * v.check_positive("lipschitz", lipschitz), lipschitz, n, silos, reports, rounds, delta,
-                       mode, **chain_options)
 
-    def ok(s: float) -> bool:
+    min_reports: int
+    num_silos: int
+    participation: str = "hidden"
+    isrl_bound: bool = True
+
+    def __post_init__(self):
+        v.check_int("num_silos", self.num_silos, min_value=1)
+        v.check_int("min_reports", self.min_reports, min_value=1, max_value=self.num_silos)
+        v.check_choice("participation", self.participation, PARTICIPATION)
+
+    def spec(self, plan):
+        return shuffled_gaussian_privacy(plan, self)
+
+
+def _one_gaussian(plan):
+    from dpjax.accounting.plan import NoiseEvent, Placement
+
+    if len(plan.noises) != 1 or not isinstance(plan.noises[0], NoiseEvent):
+        raise ValueError(f"{plan.label}: the shuffle chain analyses one Gaussian noise event per report, got "
+                         f"{plan.noises!r}")
+    noise = plan.noises[0]
+    if noise.placement is not Placement.SILO or isinstance(noise.noise_multiplier, tuple):
+        raise ValueError(f"{plan.label}: the shuffle chain needs one noise multiplier, added by every silo")
+    if plan.clip.relation.value != "replace-one":
+        raise ValueError(f"neighboring={plan.clip.relation.value!r}: the shuffle chain is a replace-one analysis")
+    return noise
+
+
+def shuffled_gaussian_privacy(plan, event: ShuffleEvent):
+    """The central guarantee of ``plan``'s Gaussian silo reports behind the shuffler ``event``, as a
+    ``ReportPrivacy``: accountants ``ShuffleAccountant`` (default ``"shuffle-tight"``); calibration
+    scales the noise multiplier (``calibration.smallest_scale``; a level the chain cannot certify
+    counts as epsilon = inf) and returns it."""
+    from dpjax.accounting.privacy_spec import ReportPrivacy
+
+    noise = _one_gaussian(plan)
+
+    def search(delta: float, accountant: str, scale: float):
         try:
-            out = isrl_shuffle_chain(s, lipschitz, n, silos, reports, rounds, delta, mode, **chain_options)
-        except ValueError:
-            return False
-        return out["epsilon"] <= target and out["delta"] <= delta
+            return shuffled_gaussian_report(plan, event, delta, accountant, scale)
+        except ValueError:  # the chain cannot certify this noise level (isrl_bound=False): not a usable level
+            return SimpleNamespace(epsilon=math.inf)
 
-    hi = 2 * lipschitz
-    for _ in range(80):
-        if ok(hi):
-            break
-        hi *= 2
-    else:
-        raise ValueError(f"epsilon={epsilon!r}: no sigma satisfies the shuffle chain's conditions")
-    lo = hi / 2
-    while ok(lo) and lo > 1e-12:
-        hi, lo = lo, lo / 2
-    while hi / lo - 1 > 1e-6:
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            hi = mid
+    return ReportPrivacy(
+        epsilon_fn=lambda delta, accountant, scale: shuffled_gaussian_report(plan, event, delta, accountant, scale),
+        values_fn=lambda scale, delta, accountant: {noise.field: noise.noise_multiplier * scale},
+        accountants=tuple(a.value for a in ShuffleAccountant), relation="replace-one", privacy_unit="record",
+        rtol=1e-6, search_fn=search)
+
+
+def _chain_notes(event: ShuffleEvent, mode: str, rounds: int, k: int) -> list[str]:
+    notes = [
+        f"Numerical chain (Theorem G.1 structure): Gaussian local randomizer (sensitivity 2L), "
+        f"{'numerical' if mode == 'tight' else 'closed-form'} Feldman-McMillan-Talwar amplification over "
+        f"M={event.min_reports} shuffled reports, subsampling, advanced composition over R={rounds} "
+        "rounds; an upper bound, not exact",
+        "participation='hidden': the analyzer sees only shuffled messages (the paper's SDP model), so silo "
+        "sampling amplifies" if event.participation == "hidden" else
+        "participation='public': no amplification from silo sampling (the analyzer knows who reported)",
+    ]
+    if k > 1:
+        notes.append(f"K={k} > 1: each report is treated as a local randomizer of its whole K-record batch "
+                     "(sensitivity 2L, valid but conservative; the paper's proof fixes K = 1)")
+    return notes
+
+
+def shuffled_gaussian_report(plan, event: ShuffleEvent, delta: float, accountant: str = "shuffle-tight",
+                             scale: float = 1.0, local_accountant: str = "rdp"):
+    """``SdpReport`` of Gaussian silo reports behind a shuffler: the central shuffle-DP (eps, delta)
+    of the run (replace-one, unit ``record``) and each silo's local ISRL-DP guarantee.
+
+    Central epsilon: Theorem G.1's chain (`isrl_shuffle_chain`: Gaussian local
+    randomizer -> FMT amplification over the ``min_reports`` shuffled reports
+    -> subsampling -> advanced composition over the rounds) and, with
+    ``event.isrl_bound``, the smaller of it and the silos' ISRL-DP epsilon at
+    ``delta`` (``central.accountant`` names the one that certified;
+    ``details`` holds ``chain_epsilon`` and ``isrl_epsilon``). The chain
+    certifies only where its conditions hold and its composed delta is <=
+    ``delta``.
+
+    The plan states the noise as a multiplier z of the per-record sensitivity
+    (contribution bound 1, std ``z x sensitivity(1)``; ``central.noise_std`` is
+    in those units). The chain's local randomizer is a silo's whole K-record
+    batch: its sensitivity 2L is K times the per-record sensitivity (valid but
+    conservative for K > 1; the paper's proof fixes K = 1). ``scale``
+    multiplies the noise multiplier (the calibration family).
+    """
+    from dpjax.accounting.events import PrivacyReport, SdpReport, Sampling
+
+    noise = _one_gaussian(plan)
+    mode = _CHAIN_MODE[ShuffleAccountant(v.check_choice("accountant", accountant,
+                                                         tuple(a.value for a in ShuffleAccountant)))]
+    delta = v.check_open_unit("delta", delta)
+    sel = plan.selection
+    if len(set(sel.batch_sizes)) != 1 or sel.batch_sizes[0] is None:
+        raise ValueError(f"batch_sizes={sel.batch_sizes}: the shuffle chain needs one batch size K for every silo")
+    k, n, silos = int(sel.batch_sizes[0]), min(sel.dataset_sizes), len(sel.dataset_sizes)
+    # K = 1 with replacement is a uniform 1-subset: the same law as without replacement.
+    sampling = Sampling.WITHOUT_REPLACEMENT if k == 1 else sel.sampling
+    if sampling.value not in _RECORD_SAMPLING:
+        raise ValueError(f"sampling={sampling.value!r}: the shuffle chain analyses minibatches drawn with or "
+                         "without replacement")
+    z = noise.noise_multiplier * scale
+    unit_sensitivity = 2.0  # replace-one, contribution bound 1
+    local_plan = dataclasses.replace(plan, aggregation=None, selection=dataclasses.replace(sel, sampling=sampling),
+                                     noises=(dataclasses.replace(noise, noise_multiplier=z),))
+    local = local_plan.gaussian_spec().epsilon(delta, local_accountant)
+    notes = _chain_notes(event, mode, plan.num_rounds, k)
+    details: dict = {}
+    chain_eps, chain_delta = math.inf, delta
+    if z > 0:
+        try:
+            chain = isrl_shuffle_chain(z * unit_sensitivity, k * unit_sensitivity / 2, n, silos, event.min_reports,
+                                       plan.num_rounds, delta, mode, batch_size=k, sampling=sampling.value,
+                                       participation=event.participation)
+            if chain["delta"] > delta:
+                raise ValueError(f"its composed delta {chain['delta']:.3g} exceeds delta={delta!r}")
+        except ValueError as exc:
+            if not event.isrl_bound:
+                raise ValueError(f"accountant={accountant!r} cannot certify this run: {exc}") from None
+            notes.append(f"the {accountant} chain does not apply ({exc})")
+            details["chain_error"] = str(exc)
         else:
-            lo = mid
-    return hi
+            chain_eps, chain_delta = chain["epsilon"], chain["delta"]
+            details |= dict(chain) | {"message_epsilon": chain["eps0"], "message_delta": chain["delta0"]}
+    details["chain_epsilon"] = chain_eps
+    eps, dl, name = chain_eps, chain_delta, accountant
+    if event.isrl_bound:
+        details["isrl_epsilon"] = local.epsilon
+        if local.epsilon < chain_eps:
+            eps, dl, name = local.epsilon, delta, f"isrl-dp:{local_accountant}"
+            notes.append(f"certified by the silos' ISRL-DP guarantee ({local_accountant}, ISRL-DP => central DP, "
+                         f"App. C); the shuffle chain gives {chain_eps:.4g}")
+    central = PrivacyReport(eps, dl, name, sel.sampling, "replace-one", "record", z * unit_sensitivity, tuple(notes))
+    return SdpReport(central, local, details)

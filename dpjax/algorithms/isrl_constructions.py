@@ -26,6 +26,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+
 from dpjax import _validate
 from dpjax.data.isrl import CONSTRUCTIONS
 
@@ -73,17 +74,17 @@ def insurance_script_mbsgd(
 
     Returns the algorithm (``UnbalancedNoisyMbSgd``, K records with replacement,
     ``clip_mode="minibatch-average"``), ``make_hparams(spec)`` (each silo's sigma is
-    the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``)
-    and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP for that
-    sensitivity on every silo's own schedule -- its n_i records and its sigma_i -- and the
-    largest kept (with-replacement sampling, accounted conservatively). A larger silo has a
-    smaller sampling rate but also a smaller sigma_i, and the latter wins: on the kept
-    insurance run (n_i = 107 x 9 and 105, n_ref = 105) the 107-record silos' epsilon exceeds
-    the reference silo's (nominal 0.5: 172.6 vs 118.1), which alone was reported before (issue 23).
+    the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``,
+    converted to the family's noise multipliers by its own sensitivity, ``noise_multiplier_for``)
+    and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP from the family's
+    privacy on every silo's own schedule -- its n_i records and its sigma_i -- and the largest
+    kept (with-replacement sampling, accounted conservatively). A larger silo has a smaller
+    sampling rate but also a smaller sigma_i, and the latter wins: on the kept insurance run
+    (n_i = 107 x 9 and 105, n_ref = 105) the 107-record silos' epsilon exceeds the reference
+    silo's (nominal 0.5: 172.6 vs 118.1), which alone was reported before (issue 23).
     """
-    from dpjax.accounting import GaussianSchedule, compute_epsilon
     from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
-    from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+    from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
 
     algo = UnbalancedNoisyMbSgd(problem, num_rounds=rounds, batch_sizes=(batch_size,) * len(silo_sizes),
                                 sampling="with-replacement", availability=availability, output=output,
@@ -91,16 +92,16 @@ def insurance_script_mbsgd(
     factors = isrl_per_silo_sigma_factors(silo_sizes, n_ref)
 
     def make_hparams(spec):
-        return UnbalancedHParams.create(spec.learning_rate, spec.noise_std * factors, spec.clip_norm)
+        hp = algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm)
+        z = algo.noise_multiplier_for(spec.noise_std * factors, hp, silo_sizes)
+        return algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm, noise_multiplier=z)
 
-    silos = sorted({(int(n), float(f)) for n, f in zip(silo_sizes, factors)})  # each distinct silo schedule
+    unit = algo.hparams_from_values(learning_rate=1.0, clip_norm=1.0)
     realized = {}
     for key, e in noise.items():
-        worst = 0.0
-        for n_i, f_i in silos:
-            schedule = GaussianSchedule(noise_std=e.sigma_unit * f_i, contribution_bound=1.0,
-                                        sampling="with-replacement", dataset_size=n_i, batch_size=batch_size,
-                                        steps=rounds, neighboring="replace-one", unit="record-in-silo")
-            worst = max(worst, compute_epsilon(schedule, delta, "rdp").epsilon)
-        realized[key] = dataclasses.replace(e, realized_epsilon=worst)
+        z = algo.noise_multiplier_for(e.sigma_unit * factors, unit, silo_sizes)
+        at_sigma = algo.hparams_from_values(learning_rate=1.0, clip_norm=1.0, noise_multiplier=z)
+        # per-silo guarantees (PerSiloPrivacy): the worst silo's epsilon
+        realized[key] = dataclasses.replace(e, realized_epsilon=algo.privacy(silo_sizes, at_sigma)
+                                            .epsilon(delta, "rdp").epsilon)
     return algo, make_hparams, realized

@@ -38,8 +38,6 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
-from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
 from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
 from dpjax.engine.silos import SiloData
@@ -68,7 +66,8 @@ class MbSgdHParams:
 
     @classmethod
     def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "MbSgdHParams":
-        # Concrete scalars of any kind (Python, NumPy, 0-d jax) are checked; tracers are not.
+        # Concrete values of any kind (Python, NumPy, jax scalars and arrays) are checked; tracers only in
+        # dpjax.primitives.checked mode.
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
         _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
@@ -76,47 +75,15 @@ class MbSgdHParams:
         return cls(f32(learning_rate), f32(noise_multiplier), f32(clip_norm))
 
 
-def silo_transcript_schedule(
-    *, noise_std, contribution_bound, sampling, silo_size, batch_size, steps, neighboring="replace-one"
-) -> GaussianSchedule:
-    """One silo's transcript under ISRL-DP (unit: a record within that silo).
-
-    Shared by every ISRL-DP algorithm family: ``steps`` Gaussian releases,
-    each moved by at most ``contribution_bound`` by one record of a silo of
-    ``silo_size`` records sampled by ``sampling``.
-    """
-    return GaussianSchedule(
-        noise_std=float(noise_std),
-        contribution_bound=float(contribution_bound),
-        sampling=Sampling(sampling),
-        dataset_size=int(silo_size),
-        batch_size=batch_size,
-        steps=int(steps),
-        neighboring=Neighboring(neighboring),
-        unit=PrivacyUnit.RECORD_IN_SILO,
-    )
-
-
-
 def smallest_silo(silo_sizes) -> int:
-    """The smallest silo size (the guarantee that holds for every silo); an int passes through."""
+    """The smallest silo size (the guarantee that holds for every silo); an int passes through
+    (``dpjax.algorithms.dp_sgd``'s accounting)."""
     if isinstance(silo_sizes, (int,)) or getattr(silo_sizes, "ndim", 1) == 0:
         return _validate.check_int("silo_sizes", int(silo_sizes), min_value=1)
     sizes = [int(n) for n in silo_sizes]
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")
     return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
-
-
-def isrl_privacy(algorithm, silo_sizes, noise_std, contribution_bound, *, sampling, batch_size, steps,
-                 neighboring="replace-one") -> PrivacySpec:
-    """ISRL-DP ``privacy()`` of a family whose silos each release ``steps`` Gaussian messages."""
-    if not algorithm.private:
-        return NoPrivacy(f"{type(algorithm).__name__}(private=False) is the non-private twin", neighboring,
-                         PrivacyUnit.RECORD_IN_SILO.value)
-    return gaussian(silo_transcript_schedule(
-        noise_std=noise_std, contribution_bound=contribution_bound, sampling=sampling,
-        silo_size=smallest_silo(silo_sizes), batch_size=batch_size, steps=steps, neighboring=neighboring))
 
 
 MbSgdState = ChainState
@@ -165,6 +132,7 @@ class NoisyMbSgd(ChainFamily):
 
     hparams_type = MbSgdHParams
     noise_fields = ("noise_multiplier",)
+    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))

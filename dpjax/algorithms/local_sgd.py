@@ -11,26 +11,29 @@ Each round r:
        g_t = clip_C(grad f(w^{i,t-1}, x_{i,j_t})) + u_t,   u_t ~ N(0, sigma^2 I)
        w^{i,t} = Proj_W(w^{i,t-1} - eta g_t)
 
-   and sends only its last local iterate ``w^{i,K}`` (the message);
+   with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped
+   gradient), and sends only its last local iterate ``w^{i,K}`` (the message);
 3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``,
    the paper's FedAvg) or ``w_r + sum_{i in S_r} (w^{i,K} - w_r)``
    (``"sum"``, summed local updates, the authors' scripts' scaling).
 
 Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message
 is post-processing of its R*K noisy single-record gradients; each is a
-Gaussian mechanism with l2 sensitivity ``2C`` (one clipped gradient replaced)
-applied to a uniformly random record (sampling rate 1/n_i), adaptively
-composed R*K times. ``privacy()`` hands exactly this to the accountant
-(a uniformly random 1-subset per step, i.e. fixed-size sampling without
-replacement with K = 1). The paper's own calibration
+Gaussian mechanism of multiplier z on the clipped gradient of a uniformly
+random record (sampling rate 1/n_i), adaptively composed R*K times.
+``privacy()`` is the DP plan of the parts (``LocalStepRecords``: K
+releases per round, each on a uniform 1-subset; ``ClipPerUnit``;
+``LocalStepGaussian``). The paper's own calibration
 ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
-(``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``) is not certified by
-the moments accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the
+(``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``, an absolute std:
+``noise_multiplier_for`` converts it) is not certified by the moments
+accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the
 accountant instead and report both.
 
 ``private=False`` is non-private Local SGD (FedAvg): the same compiled step
-with ``noise_std = 0`` and ``clip_norm = inf`` (``parts.non_private``). With ``noise_std = 0`` and a clip that never
-binds, the private algorithm is bit-identical to it (tested).
+with noise multiplier 0 and ``clip_norm = inf``. With ``noise_multiplier = 0``
+and a clip that never binds, the private algorithm is bit-identical to it
+(tested).
 """
 
 from __future__ import annotations
@@ -41,19 +44,18 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dpjax import keys
-from dpjax.accounting.privacy_spec import PrivacySpec
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, isrl_privacy
-from dpjax.engine.contract import FamilyBase
-from dpjax.engine import federated, parts
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
+from dpjax.parts import Averager, ClipPerUnit, LocalStepGaussian, LocalStepRecords, LocalSteps, ModelAveraging
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
 
 # Local SGD takes the same per-run hyperparameters as Noisy MB-SGD:
-# learning_rate (eta of every local step), noise_std (sigma per local step),
-# clip_norm (C, per-record gradient clip).
+# learning_rate (eta of every local step), noise_multiplier (z of every local
+# step's noise, std z x 2C), clip_norm (C, per-record gradient clip).
 LocalSgdHParams = MbSgdHParams
 
 
@@ -62,13 +64,25 @@ LocalSgdHParams = MbSgdHParams
 class LocalSgdState:
     params: PyTree
     round: jax.Array
+    selection: Any
     averaged: PyTree
     hparams: MbSgdHParams
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalSgd(FamilyBase):
+class LocalSgd(ChainFamily):
     """ISRL-DP Local SGD and (``private=False``) non-private Local SGD / FedAvg.
+
+    One of the two families with a step of their own: the noise is added
+    inside each silo's sequential loop of K local steps, after every step's
+    clipped gradient and before the next step's gradient is taken at the
+    noisy iterate, so the round is not one pass through the chain's roles
+    (client -> clipper -> privatizer -> aggregator once per round). The step
+    is still built from parts -- the batch selection (``LocalStepRecords``),
+    the per-step clipper (``ClipPerUnit``) and privatizer
+    (``LocalStepGaussian``) run by the local loop (``LocalSteps``), the server
+    (``ModelAveraging``) and the averager -- and ``privacy()`` is the chain's
+    DP plan of those parts (K single-record releases per round).
 
     Args:
       problem: a dpjax problem.
@@ -99,45 +113,49 @@ class LocalSgd(FamilyBase):
     log_indices: bool = False
 
     hparams_type = MbSgdHParams
+    noise_fields = ("noise_multiplier",)
+    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         self.check_common()
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported by LocalSgd; use 'last', 'average' or 'window'")
 
+    def validate(self, data: SiloData) -> None:
+        self.availability.validate(data.num_silos)
+
+    def parts(self, shape: DataShape) -> Parts:
+        return Parts(
+            selection=LocalStepRecords(self.availability, self.local_steps, all_silos=self.log_indices),
+            client=LocalSteps(self.problem, self.local_steps, self.projection_radius),
+            clipper=ClipPerUnit("clip_norm"),
+            privatizer=LocalStepGaussian("noise_multiplier"),
+            aggregator=None,  # the server averages local models itself
+            server=ModelAveraging(self.aggregation, self.projection_radius),
+            averager=Averager(self.output, self.window))
+
     def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
-        return LocalSgdState(params, jnp.zeros((), jnp.int32), self.averager.init(params), self.run_hparams(hparams))
+        p = self.parts(DataShape.of(data))
+        return LocalSgdState(params, jnp.zeros((), jnp.int32), p.selection.init(data, run_key),
+                             p.averager.init(params, run_key), self.run_hparams(hparams))
 
     def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
-        """availability -> K local steps with per-step Gaussian noise (``parts.LocalSteps``,
-        ``parts.StepGaussian``) -> model averaging (``parts.ModelAveraging``) -> averager."""
-        hp = state.hparams
-        if self.log_indices:  # the index log is per silo: keep all N rows
-            silo_ids, available = None, self.availability.sample(keys.stream_key(key, "availability"), data.num_silos)
-        else:  # static M: only the available silos run their local steps
-            silo_ids, available = federated.available_silos(self.availability, key, data.num_silos)
-        client = parts.LocalSteps(self.problem, self.local_steps, parts.StepGaussian(data.num_silos),
-                                  self.projection_radius)
-        messages, indices = client(state.params, data, key, hp, silo_ids)
-        new_params = parts.ModelAveraging(self.aggregation, self.projection_radius).step(state.params, messages,
-                                                                                         available)
-        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
-        metrics = {"num_available": jnp.sum(available)}
+        """availability x K records -> K local steps with per-step clip and Gaussian noise ->
+        model averaging -> averager."""
+        p = self.parts(DataShape.of(data))
+        ctx = Context(state.round, key, state.hparams)
+        batch, selection = p.selection.update(state.selection, data, ctx)
+        models = p.client.run(state.params, batch, data, p.clipper, p.privatizer, ctx)
+        new_params = p.server.update(models, batch.available, state.params)
+        averaged = p.averager.update(state.averaged, state.params, new_params, ctx)
+        metrics = {"num_available": jnp.sum(batch.available)}
         if self.log_indices:
-            metrics["indices"] = indices
-            metrics["available"] = available
-        return LocalSgdState(new_params, state.round + 1, averaged, hp), metrics
+            metrics["indices"] = batch.indices
+            metrics["available"] = batch.available
+        return LocalSgdState(new_params, state.round + 1, selection, averaged, state.hparams), metrics
 
     def output_params(self, state: LocalSgdState):
-        return self.averager.value(state.averaged, state.params, state.round)
-
-    def privacy(self, silo_sizes, hparams: MbSgdHParams) -> PrivacySpec:
-        """Each silo's transcript: R*K adaptive Gaussian releases, each on one
-        uniformly random record (rate 1/n) with sensitivity 2C (replace-one);
-        every round counts, available or not."""
-        return isrl_privacy(self, silo_sizes, hparams.noise_std, float(hparams.clip_norm),
-                            sampling="without-replacement", batch_size=1,
-                            steps=self.num_rounds * self.local_steps)
+        return self.parts(DataShape(1, 1)).averager.value(state.averaged, state.params, state.round)
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -141,7 +141,7 @@ class ScoHParams:
         for name, v, low in (("step", step, 0.0), ("smoothing", smoothing, None), ("noise_multiplier", noise, None)):
             if not np.all(np.isfinite(v)) or np.any(v < 0) or (low is not None and np.any(v <= low)):
                 raise ValueError(f"{name}={v.tolist()!r} must be finite and " + (">= 0" if low is None else "> 0"))
-        _validate.check_positive("clip_norm", float(clip_norm))
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm)
         _validate.check_int("start", start, min_value=0)
         pvec = pvec if pvec is not None else shuffle_protocols.PvecParams(1, 0, 0.0)
         pv = shuffle_protocols.PvecParams.create(*(np.broadcast_to(np.asarray(a), (T,)) for a in (

@@ -7,28 +7,37 @@ Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
 
     g_i = (1/K_i) sum_{j <= K_i} clip_C(grad f(w_r, x_ij)) + u_i,   u_i ~ N(0, sigma_i^2 I)
 
-and the server averages the available silos' messages with equal weights
-``1/M_r``. On the padded arrays every silo draws ``max_i K_i`` indices and
-keeps the first ``K_i`` (for without-replacement sampling the top-K_i of
-i.i.d. scores: a uniform K_i-subset; for with-replacement K_i i.i.d. draws);
-the divisor is the public ``K_i``.
+with ``sigma_i = z_i x 2C/K_i`` (``noise_multiplier``: one multiplier per silo
+of the sensitivity of its clipped mean), and the server averages the available
+silos' messages with equal weights ``1/M_r``. On the padded arrays every silo
+draws ``max_i K_i`` indices and keeps the first ``K_i`` (for without-replacement
+sampling the top-K_i of i.i.d. scores: a uniform K_i-subset; for
+with-replacement K_i i.i.d. draws); the divisor is the public ``K_i``.
+
+The round is Noisy MB-SGD's parts (``dpjax.engine.chain``) with per-silo
+``K_i`` (``SiloBatches(batch_sizes=...)``, ``MinibatchGradient(batch_sizes=...)``)
+and per-silo multipliers (``GaussianNoise`` reads ``[N]``).
 
 Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)``
-(common fraction c; Theorem H.1 needs K_i/n_i equal across silos) and the paper's ``sigma_i``; a tight
-accountant can calibrate each ``sigma_i`` from ``privacy()``.
+(common fraction c; Theorem H.1 needs K_i/n_i equal across silos) and the
+paper's ``sigma_i`` (absolute: ``noise_multiplier_for`` converts them with the
+family's own sensitivities); a tight accountant can calibrate each multiplier
+from ``privacy()``.
 
 Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
-releases of its minibatch mean with sensitivity ``2C/K_i`` plus
-``N(0, sigma_i^2 I)``; each silo has its own guarantee, computed from its
-own schedule (``privacy()`` holds one per silo).
+releases of its minibatch mean plus Gaussian noise of multiplier ``z_i``;
+``privacy()`` composes the parts' events (``dpjax.accounting.plan``): silos
+that differ in batch size or multiplier get their own guarantee
+(``PerSiloPrivacy``, the run's epsilon is the largest; calibration gives every
+silo its own multiplier), equal ones are accounted together at the smallest.
 
 ``clip_mode="minibatch-average"`` reproduces the insurance script of the
-authors (it clips the minibatch *mean* to C). One record can then
-move a message by up to 2C, so its schedules use contribution bound C (not
-C/K_i): the honest, much weaker guarantee.
+authors (it clips the minibatch *mean* to C, ``ClipMinibatchMean``). One
+record can then move a message by up to 2C, and the clipper's bound says so
+(C, not C/K_i): the honest, much weaker guarantee.
 
-``private=False`` is the non-private twin (same compiled step with sigma = 0
-and no clip).
+``private=False`` is the non-private twin (same compiled round with noise
+multipliers 0 and no clip).
 """
 
 from __future__ import annotations
@@ -41,11 +50,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.accounting.privacy_spec import NoPrivacy, PerSiloPrivacy, PrivacySpec, gaussian
-from dpjax.algorithms.isrl_mbsgd import silo_transcript_schedule
-from dpjax.engine import federated, parts
-from dpjax.engine.contract import RoundFamily
+from dpjax.engine import federated
+from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
 from dpjax.engine.silos import SiloData
+from dpjax.parts import (
+    Aggregate, Averager, ClipMinibatchMean, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches,
+)
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
@@ -54,29 +64,31 @@ PyTree = Any
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class UnbalancedHParams:
-    """Per-run hyperparameters: step size, per-silo noise stds ``[N]`` and the clip C."""
+    """Per-run hyperparameters: step size, per-silo noise multipliers ``[N]`` (each silo's std over
+    the sensitivity of its message) and the clip C."""
 
     learning_rate: Any
-    noise_std: Any
+    noise_multiplier: Any
     clip_norm: Any = 1.0
 
     @classmethod
-    def create(cls, learning_rate, noise_std, clip_norm=1.0) -> "UnbalancedHParams":
-        stds = np.asarray(noise_std, np.float64)
-        if stds.ndim != 1 or stds.size == 0 or not np.all(np.isfinite(stds)) or np.any(stds < 0):
-            raise ValueError(f"noise_std={noise_std!r} must be a non-empty 1-D sequence of finite values >= 0")
+    def create(cls, learning_rate, noise_multiplier, clip_norm=1.0) -> "UnbalancedHParams":
+        zs = np.asarray(noise_multiplier, np.float64)
+        if zs.ndim != 1 or zs.size == 0 or not np.all(np.isfinite(zs)) or np.any(zs < 0):
+            raise ValueError(f"noise_multiplier={noise_multiplier!r} must be a non-empty 1-D sequence of finite "
+                             "values >= 0")
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
-        return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(stds, jnp.float32),
+        return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(zs, jnp.float32),
                    jnp.asarray(clip_norm, jnp.float32))
 
 
-UnbalancedState = parts.RoundState
+UnbalancedState = ChainState
 
 
 @dataclasses.dataclass(frozen=True)
-class UnbalancedNoisyMbSgd(RoundFamily):
-    """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and ``sigma_i``.
+class UnbalancedNoisyMbSgd(ChainFamily):
+    """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and noise multipliers ``z_i``.
 
     Args:
       problem: a dpjax problem.
@@ -105,6 +117,8 @@ class UnbalancedNoisyMbSgd(RoundFamily):
     clip_mode: str = "per-example"
 
     hparams_type = UnbalancedHParams
+    noise_fields = ("noise_multiplier",)
+    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         self.check_common()
@@ -129,47 +143,32 @@ class UnbalancedNoisyMbSgd(RoundFamily):
             if k > n:
                 raise ValueError(f"batch_sizes[{i}]={k} must be <= that silo's size n_{i}={n}")
 
-    def init(self, params, hparams: UnbalancedHParams, data: SiloData, run_key) -> UnbalancedState:
-        if np.shape(hparams.noise_std)[-1:] != (data.num_silos,):
-            raise ValueError(
-                f"hparams.noise_std has shape {np.shape(hparams.noise_std)}; it needs one std per silo ({data.num_silos})"
-            )
-        return super().init(params, hparams, data, run_key)
+    def check_hparams(self, hparams):
+        """Also refuses noise multipliers that are not one per silo."""
+        super().check_hparams(hparams)
+        if np.shape(hparams.noise_multiplier)[-1:] != (len(self.batch_sizes),):
+            raise ValueError(f"hparams.noise_multiplier has shape {np.shape(hparams.noise_multiplier)}; it needs "
+                             f"one multiplier per silo ({len(self.batch_sizes)})")
+        return hparams
 
-    def hparams_from_values(self, *, noise_std=0.0, **fields) -> UnbalancedHParams:
-        """A scalar ``noise_std`` is every silo's sigma_i."""
-        if np.ndim(noise_std) == 0:
-            noise_std = [float(noise_std)] * len(self.batch_sizes)
-        return UnbalancedHParams.create(noise_std=noise_std, **fields)
+    def hparams_from_values(self, *, noise_multiplier=0.0, **fields) -> UnbalancedHParams:
+        """A scalar ``noise_multiplier`` is every silo's z_i."""
+        if np.ndim(noise_multiplier) == 0:
+            noise_multiplier = [float(noise_multiplier)] * len(self.batch_sizes)
+        return UnbalancedHParams.create(noise_multiplier=noise_multiplier, **fields)
 
-    def round(self, data: SiloData) -> parts.FederatedRound:
-        """Algorithm 2's round with per-silo ``K_i`` (first ``K_i`` of ``max K_i`` draws) and ``sigma_i``."""
-        client = parts.MinibatchGradient(self.problem, self.sampler, clip_mode=self.clip_mode,
-                                         batch_sizes=self.batch_sizes)
-        return parts.FederatedRound(self.availability, client, parts.SiloGaussian(data.num_silos),
-                                    parts.Aggregate(self.aggregation),
-                                    parts.ServerOptimizer(projection_radius=self.projection_radius), self.averager)
-
-    def privacy(self, silo_sizes, hparams: UnbalancedHParams) -> PrivacySpec:
-        """Per-silo guarantees (silo i: R releases, sensitivity ``2C/K_i`` or
-        ``2C``, noise ``sigma_i``); the run's epsilon is the largest and
-        calibration gives every silo its own ``noise_std``."""
-        if not self.private:
-            return NoPrivacy("UnbalancedNoisyMbSgd(private=False) is the non-private twin", "replace-one",
-                             "record-in-silo")
-        sizes = [int(s) for s in silo_sizes]
-        stds = np.asarray(hparams.noise_std, np.float64).reshape(-1)
-        if len(sizes) != len(self.batch_sizes) or stds.size != len(self.batch_sizes):
-            raise ValueError(
-                f"silo_sizes has {len(sizes)} entries and noise_std {stds.size}; both need {len(self.batch_sizes)}"
-            )
-        clip = float(hparams.clip_norm)
-        return PerSiloPrivacy(tuple(
-            gaussian(silo_transcript_schedule(
-                noise_std=std, contribution_bound=clip / k if self.clip_mode == "per-example" else clip,
-                sampling=self.sampling, silo_size=n, batch_size=k, steps=self.num_rounds))
-            for n, k, std in zip(sizes, self.batch_sizes, stds)
-        ), field="noise_std")
+    def parts(self, shape: DataShape) -> Parts:
+        """Algorithm 2's parts with per-silo ``K_i`` (first ``K_i`` of ``max K_i`` draws) and ``z_i``."""
+        k_max = max(self.batch_sizes)
+        clipper = (ClipPerUnit("clip_norm") if self.clip_mode == "per-example" else ClipMinibatchMean("clip_norm"))
+        return Parts(
+            selection=SiloBatches(self.availability, self.sampling, k_max, batch_sizes=self.batch_sizes),
+            client=MinibatchGradient(self.problem, k_max, batch_sizes=self.batch_sizes),
+            clipper=clipper,
+            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
+            aggregator=Aggregate(self.aggregation),
+            server=OptaxServer(projection_radius=self.projection_radius),
+            averager=Averager(self.output, self.window))
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

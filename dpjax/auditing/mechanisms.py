@@ -27,6 +27,7 @@ user-level               Ghazi et al. Algorithm 1 (DelOutputPert)    Theorem 3.3
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 
@@ -150,7 +151,10 @@ def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: i
     q = batch_size / silo_size
     m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
 
-    report = algo.privacy([silo_size] * num_silos, MbSgdHParams.create(1.0, noise_std, clip_norm)).epsilon(DELTA, accountant)
+    sizes = [silo_size] * num_silos
+    unit = MbSgdHParams.create(1.0, 0.0, clip_norm)
+    at_std = dataclasses.replace(unit, noise_multiplier=noise_std / algo.message_sensitivity(unit, sizes))
+    report = algo.privacy(sizes, at_std).epsilon(DELTA, accountant)
     return CanaryAudit(
         name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
         description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",
@@ -288,6 +292,9 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     algo = Diff2GD(problem, num_rounds=2, output="last")
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
 
+    def multipliers(s1, s2):  # the paper's sigma (std / radius) -> the family's noise multipliers
+        return algo.noise_multipliers_from_paper([silo_size] * num_silos, sigma_restart=s1, sigma_diff=s2)
+
     def data_for(sign):
         xs = [np.zeros((silo_size, 1), np.float32) for _ in range(num_silos)]
         ys = [np.ones(silo_size, np.float32) for _ in range(num_silos)]
@@ -297,11 +304,11 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
     def mech(run_key, inputs):
         data = inputs["data"]
         hp = Diff2HParams.create(learning_rate, restart_interval=2, clip_restart=clip_restart, clip_diff=clip_diff,
-                                 sigma_restart=inputs["sigma_restart"], sigma_diff=inputs["sigma_diff"])
+                                 **multipliers(inputs["sigma_restart"], inputs["sigma_diff"]))
         state = algo.init(jnp.zeros((1,), jnp.float32), hp, data, run_key)
         state1, _ = algo.step(state, data, keys.round_key(run_key, 0))
         state2, _ = algo.step(state1, data, keys.round_key(run_key, 1))
-        return jnp.stack([state1.estimate[0], state2.estimate[0], state2.prev_params[0]])
+        return jnp.stack([state1.server.estimate[0], state2.server.estimate[0], state2.client.prev_params[0]])
 
     a = 1.0 / (silo_size * num_silos)  # normalised shift of the server mean (Prop. 4.1: 2C/(nP) between D, D')
 
@@ -312,7 +319,7 @@ def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size
         z2 = (v2 - v1) / (sigma_diff * radius) * jnp.sign(x1)
         return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
 
-    hp0 = Diff2HParams.create(learning_rate, restart_interval=2, sigma_restart=sigma_restart, sigma_diff=sigma_diff)
+    hp0 = Diff2HParams.create(learning_rate, restart_interval=2, **multipliers(sigma_restart, sigma_diff))
     schedules = algo.privacy([silo_size] * num_silos, hp0).schedules
     eps = compose_epsilon(schedules, DELTA)
     eps = eps.epsilon if hasattr(eps, "epsilon") else float(eps)

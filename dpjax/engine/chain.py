@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
@@ -43,14 +44,22 @@ PLACEMENTS = ("silo", "server")
 
 
 class DataShape(NamedTuple):
-    """The static facts of the data a family's parts may depend on."""
+    """The static facts of the data a family's parts may depend on.
+
+    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo
+    records ``[N, n_max, ...]`` (a client whose state carries per-record work
+    across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init``
+    from them); None where only the silo sizes are known (privacy, output rule).
+    """
 
     num_silos: int
     n_max: int
+    records: Any = None
 
     @classmethod
     def of(cls, data) -> "DataShape":
-        return cls(int(data.num_silos), int(data.n_max))
+        records = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data.x, data.y))
+        return cls(int(data.num_silos), int(data.n_max), records)
 
     @classmethod
     def of_sizes(cls, silo_sizes) -> "DataShape":
@@ -107,6 +116,23 @@ def _silo_sizes(silo_sizes) -> tuple[int, ...]:
     return sizes
 
 
+def _float32_multiplier(noise_std: float, sensitivity: float) -> float:
+    """``noise_std / sensitivity`` as a float32 multiplier whose float32 product with the float32
+    sensitivity (the run's std) is ``float32(noise_std)`` where one of its neighbours gives it."""
+    if noise_std == 0:
+        return 0.0
+    target, sens = np.float32(noise_std), np.float32(sensitivity)
+    z = np.float32(noise_std / sensitivity)
+    candidates = [z]
+    for direction in (np.float32(np.inf), np.float32(-np.inf)):
+        c = z
+        for _ in range(2):
+            c = np.nextafter(c, direction)
+            candidates.append(c)
+    exact = [c for c in candidates if np.float32(c * sens) == target]
+    return float(exact[0] if exact else z)
+
+
 class ChainFamily(FamilyBase):
     """A family whose round is its ``parts(shape)`` composed by the generic step (mix into a frozen
     dataclass next to ``FamilyBase``'s fields; set ``hparams_type`` and define ``parts``)."""
@@ -154,11 +180,42 @@ class ChainFamily(FamilyBase):
 
     # -- privacy -----------------------------------------------------------
     def dp_plan(self, silo_sizes, hparams) -> DpPlan:
-        """selection x clipper x privatizer x rounds, from the parts the compiled round runs."""
+        """selection x clipper x privatizer x rounds (x the aggregator's event, a shuffler's), from the
+        parts the compiled round runs."""
         sizes = _silo_sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
+        aggregation = p.aggregator.event(sizes) if hasattr(p.aggregator, "event") else None
         return DpPlan(p.selection.event(sizes), p.clipper.event(hparams),
-                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__)
+                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__,
+                      aggregation)
+
+    def message_sensitivity(self, hparams, silo_sizes):
+        """The l2 sensitivity of every silo's message the privatizer adds noise to, as the compiled
+        round computes it (float32): the clipper's bound (``bound_of``) for the client's public
+        denominator (``denominator``) of each silo. A float, or one value per silo ``[N]``."""
+        sizes = _silo_sizes(silo_sizes)
+        p = self.parts(DataShape.of_sizes(sizes))
+        if p.placement != "silo":
+            raise ValueError(f"{type(self).__name__}: the aggregate's sensitivity depends on the round's reports "
+                             "(placement='server'); use its privacy spec")
+        message = p.clipper.bound_of(hparams, p.client.denominator(np.asarray(sizes, np.float32)))
+        sens = np.asarray(message.sensitivity, np.float64)
+        return float(sens) if sens.ndim == 0 else sens
+
+    def noise_multiplier_for(self, noise_std, hparams, silo_sizes):
+        """The noise multiplier whose std is ``noise_std`` (absolute, e.g. a paper's calibration of
+        sigma): ``noise_std / message_sensitivity(hparams, silo_sizes)``, per silo where either is;
+        exactly 0 for ``noise_std = 0``. Of the float32 multipliers next to the quotient, the one
+        whose run std (``z x sensitivity`` in float32) is exactly ``float32(noise_std)``, where one is."""
+        std = np.asarray(noise_std, np.float64)
+        if np.any(std < 0) or not np.all(np.isfinite(std)):
+            raise ValueError(f"noise_std={noise_std!r} must be finite and >= 0")
+        sens = np.broadcast_to(np.asarray(self.message_sensitivity(hparams, silo_sizes), np.float64), std.shape)
+        if np.any((std > 0) & ~np.isfinite(sens)):
+            raise ValueError(f"noise_std={noise_std!r} with an unbounded message (clip norm inf): no noise "
+                             "multiplier gives it")
+        z = np.array([_float32_multiplier(s, c) for s, c in zip(std.reshape(-1), sens.reshape(-1))])
+        return float(z[0]) if std.ndim == 0 else tuple(float(x) for x in z)
 
     def privacy(self, silo_sizes, hparams) -> PrivacySpec:
         """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``)."""

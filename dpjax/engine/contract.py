@@ -22,7 +22,8 @@ uses the same way (non-private twins return ``NoPrivacy``).
 ``FamilyBase`` removes the repetition between families: the common field
 checks, the hparams type check, the sampling x neighbouring check at
 construction time, the iterate averager and the non-private twin
-(``run_hparams``). Round steps are composed of ``dpjax.engine.parts``.
+(``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by
+``dpjax.engine.chain.ChainFamily``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class FamilyBase:
     """
 
     hparams_type: ClassVar[type] = object
-    #: hparams fields that the non-private twin sets to 0 (noise stds) and inf (clip norms).
+    #: hparams fields that the non-private twin sets to 0 (noise multipliers or stds) and inf (clip norms).
     noise_fields: ClassVar[tuple[str, ...]] = ("noise_std",)
     clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
     #: the hparams field that calibrated noise stds are proportional to (None: they are
@@ -100,7 +101,7 @@ class FamilyBase:
     def check_common(self) -> None:
         from dpjax.engine import federated
 
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        _validate.check_rounds("num_rounds", self.num_rounds)
         for name in ("batch_size", "local_steps"):
             if hasattr(self, name):
                 _validate.check_int(name, getattr(self, name), min_value=1)
@@ -166,19 +167,6 @@ class FamilyBase:
 
     def params(self, state: Any) -> PyTree:
         return state.params
-
-
-class RoundFamily(FamilyBase):
-    """A family whose round is the ``parts.FederatedRound`` its ``round(data)`` method builds."""
-
-    def init(self, params, hparams, data, run_key):
-        return self.round(data).init(params, self.run_hparams(hparams), data, run_key)
-
-    def step(self, state, data, key):
-        return self.round(data).step(state, data, key)
-
-    def output_params(self, state):
-        return self.averager.value(state.averaged, state.params, state.round)
 
 
 def sgd_updates(gradient: PyTree, learning_rate) -> PyTree:

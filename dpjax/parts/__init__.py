@@ -5,15 +5,18 @@
 * ``clipping``: clippers (the source of every sensitivity);
 * ``privatizers``: noise (Gaussian on each silo or on the aggregate, ...);
 * ``aggregators``: mean / sum / shuffled;
-* ``servers``: optax server optimizers and output averagers.
+* ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
 """
 
-from dpjax.parts.aggregators import Aggregate, ShuffledAggregate
-from dpjax.parts.clients import MinibatchGradient
-from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit
-from dpjax.parts.privatizers import GaussianNoise, gaussian_std
-from dpjax.parts.selection import SiloBatches
-from dpjax.parts.servers import Averager, OptaxServer
+from dpjax.parts.acsa import AcsaServer
+from dpjax.parts.aggregators import Aggregate, PvecAnalyzer, ShuffledAggregate
+from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient
+from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
+from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, PvecRandomizer, gaussian_std
+from dpjax.parts.selection import LocalStepRecords, SiloBatches
+from dpjax.parts.servers import Averager, ModelAveraging, OptaxServer
 
-__all__ = ["Aggregate", "ShuffledAggregate", "MinibatchGradient", "ClipMinibatchMean", "ClipPerUnit",
-           "GaussianNoise", "gaussian_std", "SiloBatches", "Averager", "OptaxServer"]
+__all__ = ["AcsaServer", "Aggregate", "PvecAnalyzer", "ShuffledAggregate", "ExampleGradients", "LocalSteps",
+           "MinibatchGradient", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
+           "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "Averager",
+           "ModelAveraging", "OptaxServer"]

@@ -6,19 +6,41 @@ bound is what one unit can move the aggregate by: a record lives in one silo,
 so the largest available silo's bound (``"sum"``), divided by the public
 number of reports ``M_r`` (``"mean"``). With noise on the server
 (``placement="server"``) that is the sensitivity the privatizer reads.
+An aggregator that changes what the analyzer sees (a shuffler) says so
+host-side: ``event(silo_sizes)`` (``dpjax.accounting.shuffle.ShuffleEvent``),
+which the run's DP plan dispatches to.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from dpjax import _validate, keys
+from dpjax.accounting.shuffle import ShuffleEvent
 from dpjax.engine import federated
 from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.primitives import sampling as sampling_lib
+from dpjax.primitives import shuffle_protocols
 
 AGGREGATIONS = ("mean", "sum")
+
+
+def min_available(availability, num_silos: int) -> int:
+    """The smallest number of silos any round of ``availability`` can have (M for fixed, N for full)."""
+    num_silos = _validate.check_int("num_silos", num_silos, min_value=1)
+    availability.validate(num_silos)
+    if isinstance(availability, sampling_lib.FullAvailability):
+        return num_silos
+    if isinstance(availability, sampling_lib.FixedAvailability):
+        return availability.num_available
+    if isinstance(availability, sampling_lib.RandomAvailability):
+        return min(m for m, p in enumerate(availability.pmf, start=1) if p > 0)
+    raise ValueError(f"availability={availability!r}: no rule for its smallest round size")
 
 
 def _largest_bound(message: Sensitive, available):
@@ -56,12 +78,29 @@ class Aggregate:
 @dataclasses.dataclass(frozen=True)
 class ShuffledAggregate:
     """Behind a shuffler (ISRL-DP Section 5): the aggregate is a function of the multiset of
-    reports only (``federated.shuffled_aggregate``, the round's ``"shuffle"`` stream)."""
+    reports only (``federated.shuffled_aggregate``, the round's ``"shuffle"`` stream).
+
+    Host-side, ``event(silo_sizes)`` is the shuffler's ``ShuffleEvent`` (the
+    central guarantee's accountant, ``dpjax.accounting.shuffle``): the fewest
+    reports of any round of ``availability`` (the silos' availability model,
+    M) and what the analyzer knows (``participation``, ``isrl_bound``: see
+    ``ShuffleEvent``).
+    """
 
     how: str = "mean"
+    availability: Any = None
+    participation: str = "hidden"
+    isrl_bound: bool = True
 
     def __post_init__(self):
         _validate.check_choice("aggregation", self.how, AGGREGATIONS)
+
+    def event(self, silo_sizes) -> ShuffleEvent:
+        if self.availability is None:
+            raise ValueError("ShuffledAggregate(availability=None) cannot state its shuffle: give the silos' "
+                             "availability model")
+        n = len(silo_sizes)
+        return ShuffleEvent(min_available(self.availability, n), n, self.participation, self.isrl_bound)
 
     def init(self, params):
         return ()
@@ -70,3 +109,39 @@ class ShuffledAggregate:
         value = federated.shuffled_aggregate(messages.value, batch.available, keys.stream_key(ctx.key, "shuffle"),
                                              self.how)
         return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
+
+
+@dataclasses.dataclass(frozen=True)
+class PvecAnalyzer:
+    """The P_vec analyzer (Cheu et al. 2022, Algorithm 2) on the shuffled count reports of the
+    available silos, divided by the public number of vectors ``M_r K``: the aggregated gradient,
+    shaped like a parameter. The reports are summed per coordinate (the multiset of messages is
+    all the analyzer uses), so this is the shuffled protocol's output.
+
+    Args:
+      batch_size: K, the vectors each silo randomized (public).
+      availability: the silos' availability model (``event``: P_vec's smallest invocation is
+        ``min_available x K`` vectors).
+      params_field: the hparams field holding the ``PvecParams``.
+    """
+
+    batch_size: int
+    availability: Any
+    params_field: str = "pvec"
+
+    def init(self, params):
+        return ()
+
+    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        pvec = getattr(ctx.hparams, self.params_field)
+        reports = jax.vmap(lambda t: ravel_pytree(t)[0])(messages.value)
+        unravel = ravel_pytree(jax.tree_util.tree_map(lambda t: t[0], messages.value))[1]
+        weights = batch.available.astype(jnp.float32)
+        total = shuffle_protocols.pvec_analyze(jnp.tensordot(weights, reports, axes=1), pvec, messages.bound)
+        vectors = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
+        mean = Sensitive(total, messages.bound, messages.relation).divided(vectors)
+        return mean.replace(value=unravel(mean.value)), state
+
+    def event(self, silo_sizes) -> ShuffleEvent:
+        n = len(silo_sizes)
+        return ShuffleEvent(min_available(self.availability, n), n)

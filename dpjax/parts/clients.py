@@ -17,7 +17,22 @@ import jax
 import jax.numpy as jnp
 
 from dpjax.engine.problem import has_closed_form_clipping
-from dpjax.engine.roles import Batch, Context, PerExampleGradients
+from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors
+from dpjax.primitives.projection import project_l2_ball
+
+
+def _batch_records(problem, batch: Batch, data):
+    """The computed silos' batch records ``x, y [M, B, ...]``, their weights ``[M, B]`` and (problems
+    with a closed-form clipped sum) the rows' squared norms, gathered like the rows."""
+    rows = batch.rows()
+    closed_form = problem is not None and has_closed_form_clipping(problem)
+    if batch.indices is None:  # gather-free: every row of the silo, weighted
+        # loop-invariant (data only): computed once from all rows and materialised
+        sq = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))[rows] if closed_form else None
+        return data.x[rows], data.y[rows], batch.weights, sq
+    idx = batch.indices
+    sq = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))[rows[:, None], idx] if closed_form else None
+    return data.x[rows[:, None], idx], data.y[rows[:, None], idx], batch.weights, sq
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,8 +40,8 @@ class MinibatchGradient:
     """Each silo's ``(1/K_i) sum_{j in batch_i} grad f(w, x_ij)``, clipped per example by the clipper.
 
     The divisor is public: the sampler's (expected) batch size ``K``, one
-    ``K_i`` per silo (``batch_sizes``, unbalanced silos: the first ``K_i`` of
-    the ``max K_i`` drawn indices are kept), or the silo size for full batches.
+    ``K_i`` per silo (``batch_sizes``, unbalanced silos; the batch selection
+    keeps each silo's first ``K_i`` records), or the silo size for full batches.
 
     Args:
       problem: the problem (``loss``; a closed-form clipped sum if it has one).
@@ -41,24 +56,80 @@ class MinibatchGradient:
     def init(self, params):
         return ()
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
-        rows = batch.rows()
-        closed_form = has_closed_form_clipping(self.problem)
-        if batch.indices is None:  # gather-free: every row of the silo, weighted
-            x, y, weights = data.x[rows], data.y[rows], batch.weights
-            # loop-invariant (data only): computed once from all rows and materialised
-            sq = jax.lax.optimization_barrier(self.problem.row_sq_norms(data.x))[rows] if closed_form else None
-        else:
-            idx, weights = batch.indices, batch.weights
-            x, y = data.x[rows[:, None], idx], data.y[rows[:, None], idx]
-            sq = (jax.lax.optimization_barrier(self.problem.row_sq_norms(data.x))[rows[:, None], idx]
-                  if closed_form else None)
+    def denominator(self, silo_sizes):
+        """The public divisor of every silo's message: ``K``, or ``[N]``: the ``K_i`` or the silo sizes
+        (also host-side, from the silo sizes: ``ChainFamily.message_sensitivity``)."""
         if self.batch_sizes is not None:
-            ks = jnp.asarray(self.batch_sizes, jnp.int32)[rows]
-            weights = weights & (jnp.arange(weights.shape[1])[None, :] < ks[:, None])
-            denominator = jnp.asarray(self.batch_sizes, jnp.float32)[rows]
-        elif self.batch_size is not None:
-            denominator = self.batch_size
-        else:  # full batch: the (public) silo size
-            denominator = batch.select(data.sizes)
+            return jnp.asarray(self.batch_sizes, jnp.float32)
+        if self.batch_size is not None:
+            return self.batch_size
+        return silo_sizes  # full batch: the (public) silo size
+
+    def update(self, params, batch: Batch, data, state, ctx: Context):
+        x, y, weights, sq = _batch_records(self.problem, batch, data)
+        denominator = self.denominator(data.sizes)
+        if jnp.ndim(denominator) == 1:
+            denominator = batch.select(denominator)
         return PerExampleGradients(self.problem.loss, params, x, y, weights, denominator, self.problem, sq), state
+
+
+@dataclasses.dataclass(frozen=True)
+class ExampleGradients:
+    """Each silo's per-example gradients of its batch, kept apart (``reduce=False``): the inputs of a
+    local randomizer such as P_vec (Cheu et al. 2022, Algorithm 2), which sums them itself."""
+
+    problem: Any
+
+    def init(self, params):
+        return ()
+
+    def denominator(self, silo_sizes):
+        """Every unit is one record's clipped gradient, undivided."""
+        return 1.0
+
+    def update(self, params, batch: Batch, data, state, ctx: Context):
+        x, y, weights, _ = _batch_records(None, batch, data)
+        return PerExampleGradients(self.problem.loss, params, x, y, weights, 1.0, self.problem, reduce=False), state
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSteps:
+    """The local loop of the local-update families (Local SGD; Lowy & Razaviyayn 2023, App. I):
+    from the server model, ``num_steps`` sequential single-record steps per silo,
+    ``w <- Proj_W(w - eta privatizer(clipper(grad f(w, x_j))))`` on the records of the batch
+    selection (one per step), the message being the last local iterate.
+
+    Its clipper and privatizer are parts (``ClipPerUnit`` on each step's one
+    gradient, ``LocalStepGaussian``); because the noise sits inside the
+    sequential loop, this client runs them itself (``LocalSgd`` keeps its own
+    step). All K standard normals of a silo are drawn before the sequential
+    steps (K small PRNG calls inside the scan cost ~100 us each on CPU).
+    """
+
+    problem: Any
+    num_steps: int
+    projection_radius: float | None = None
+    lr_field: str = "learning_rate"
+
+    def denominator(self, silo_sizes):
+        """Every step's message is one record's clipped gradient, undivided."""
+        return 1.0
+
+    def run(self, params, batch: Batch, data, clipper, privatizer, ctx: Context):
+        """The local models ``[M, ...]`` of the computed silos."""
+        rows = batch.rows()
+        normals = privatizer.standard_normals(params, batch, self.num_steps, ctx)
+        lr = getattr(ctx.hparams, self.lr_field)
+
+        def one_silo(x, y, indices, std_normals):
+            def body(w, step):
+                j, z = step
+                grad = jax.tree_util.tree_map(lambda t: t[None], jax.grad(self.problem.loss)(w, x[j], y[j]))
+                clipped, _ = clipper.update(PerUnitVectors(grad, per_silo=True), (), ctx)
+                noisy = privatizer.add(clipped, jax.tree_util.tree_map(lambda t: t[None], z), ctx)
+                w = jax.tree_util.tree_map(lambda p, g: p - lr * g[0], w, noisy.value)
+                return project_l2_ball(w, self.projection_radius), j
+
+            return jax.lax.scan(body, params, (indices, std_normals))[0]
+
+        return jax.vmap(one_silo)(data.x[rows], data.y[rows], batch.indices, normals)

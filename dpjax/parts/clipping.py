@@ -83,6 +83,11 @@ class ClipPerUnit:
         clipped = Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation)
         return clipped.divided(units.denominator), state
 
+    def bound_of(self, hparams, denominator=1.0) -> Sensitive:
+        """Host-side: the bound ``update`` gives a message with this public denominator (no value)."""
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32),
+                         self.relation).divided(denominator)
+
     def event(self, hparams) -> ClipEvent:
         return ClipEvent(self.relation)
 
@@ -111,6 +116,46 @@ class ClipMinibatchMean:
 
         total = jax.vmap(one_silo)(units.x, units.y, units.weights, denominator)
         return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+
+    def bound_of(self, hparams, denominator=1.0) -> Sensitive:
+        """Host-side: the bound of every message, ``C`` whatever the denominator."""
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
+
+    def event(self, hparams) -> ClipEvent:
+        return ClipEvent(self.relation)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipVectors:
+    """Clip every unit to ``C`` and keep the units apart: the inputs of a local randomizer (P_vec,
+    Cheu et al. 2022, Algorithm 2: vectors of norm <= L), ``[M, U, ...]`` with bound ``C``.
+
+    Units outside the batch (weight 0) are clipped too; the randomizer masks
+    them with the batch's weights.
+    """
+
+    clip_field: str = "clip_norm"
+    relation: str = "replace-one"
+
+    def init(self, params, hparams):
+        return ()
+
+    def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        clip_norm = getattr(ctx.hparams, self.clip_field)
+        if isinstance(units, PerExampleGradients):
+            def one_silo(x, y):
+                return clipping.clip_per_example(clipping.per_example_grads(units.loss, units.params, x, y), clip_norm)
+
+            vectors = jax.vmap(one_silo)(units.x, units.y)
+        elif isinstance(units, PerUnitVectors) and not units.per_silo:
+            vectors = jax.vmap(clipping.clip_per_example, in_axes=(0, None))(units.vectors, clip_norm)
+        else:
+            raise ValueError(f"units={type(units).__name__} are not per-unit vectors ClipVectors can keep apart")
+        return Sensitive(vectors, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+
+    def bound_of(self, hparams, denominator=1.0) -> Sensitive:
+        """Host-side: the bound of every unit, ``C``."""
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
 
     def event(self, hparams) -> ClipEvent:
         return ClipEvent(self.relation)

@@ -14,6 +14,7 @@ import dataclasses
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from dpjax import keys
 from dpjax.accounting.plan import SelectionEvent
@@ -38,6 +39,10 @@ class SiloBatches:
         logs) instead of only the available ones when their number is static.
       unit: the privacy unit the selection protects (``"record-in-silo"``: one
         record of one silo's data set, ISRL-DP; ``"record"``: central DP).
+      batch_sizes: one ``K_i`` per silo (unbalanced silos, ISRL-DP Algorithm 7):
+        every silo draws ``batch_size = max K_i`` records and keeps its first
+        ``K_i`` (without replacement: a uniform ``K_i``-subset; with: ``K_i``
+        i.i.d. draws); gather path only.
     """
 
     availability: Any = sampling_lib.FullAvailability()
@@ -46,6 +51,12 @@ class SiloBatches:
     dense: bool = False
     all_silos: bool = False
     unit: str = "record-in-silo"
+    batch_sizes: tuple | None = None
+
+    def __post_init__(self):
+        if self.batch_sizes is not None and (self.dense or self.batch_size != max(self.batch_sizes)):
+            raise ValueError(f"batch_sizes={self.batch_sizes} needs the gather path and batch_size = max K_i, "
+                             f"got batch_size={self.batch_size}, dense={self.dense}")
 
     @property
     def sampler(self):
@@ -64,6 +75,10 @@ class SiloBatches:
             weights, overflow = self._dense_weights(state, data, ctx, silo_ids)
             return Batch(silo_ids, available, None, weights, overflow, data.num_silos), state
         idx, mask, overflow = federated.draw_silo_batches(self.sampler, data, state, ctx.key, ctx.round, silo_ids)
+        if self.batch_sizes is not None:  # each silo keeps its first K_i draws
+            ks = jnp.asarray(self.batch_sizes, jnp.int32)
+            ks = ks if silo_ids is None else ks[silo_ids]
+            mask = mask & (jnp.arange(idx.shape[1])[None, :] < ks[:, None])
         return Batch(silo_ids, available, idx, mask, overflow, data.num_silos), state
 
     def _dense_weights(self, state, data, ctx: Context, silo_ids):
@@ -79,6 +94,37 @@ class SiloBatches:
         self.availability.validate(data.num_silos)
 
     def event(self, silo_sizes) -> SelectionEvent:
-        scheme = "full" if self.scheme == "full" else self.scheme
-        return SelectionEvent(scheme, tuple(int(n) for n in silo_sizes),
-                              None if scheme == "full" else self.batch_size, self.unit)
+        if self.scheme == "full":
+            return SelectionEvent("full", tuple(int(n) for n in silo_sizes), None, self.unit)
+        ks = self.batch_size if self.batch_sizes is None else tuple(self.batch_sizes)
+        return SelectionEvent(self.scheme, tuple(int(n) for n in silo_sizes), ks, self.unit)
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalStepRecords:
+    """One uniformly random record for each of K sequential local steps of every available silo
+    (ISRL-DP Local SGD, Lowy & Razaviyayn 2023, App. I): ``Batch.indices [M, K]``, the record of
+    step t in column t (K independent draws: with replacement across the steps).
+
+    Host-side, each step is its own noisy release on a uniform 1-subset of the
+    silo: ``SelectionEvent`` with batch size 1 (a uniform 1-subset is
+    sampling without replacement) and ``releases_per_round = K``.
+    """
+
+    availability: Any = sampling_lib.FullAvailability()
+    num_steps: int = 1
+    all_silos: bool = False
+
+    @property
+    def _records(self) -> SiloBatches:
+        return SiloBatches(self.availability, "with-replacement", self.num_steps, all_silos=self.all_silos)
+
+    def init(self, data, run_key):
+        return self._records.init(data, run_key)
+
+    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+        return self._records.update(state, data, ctx)
+
+    def event(self, silo_sizes) -> SelectionEvent:
+        return SelectionEvent("without-replacement", tuple(int(n) for n in silo_sizes), 1, "record-in-silo",
+                              releases_per_round=self.num_steps)

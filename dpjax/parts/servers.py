@@ -6,6 +6,8 @@ the iterate itself, or AC-SA's query point) and
 ``update(update, params, state, ctx) -> (params, state)``. An averager is
 ``init(params, run_key) -> state``, ``update(state, before, after, ctx) ->
 state`` and ``value(state, params, rounds_done) -> params`` (the output rule).
+The AC-SA server is ``dpjax.parts.acsa.AcsaServer``; ``ModelAveraging`` is the
+server of the local-update families (their own step: it reads local models).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import jax
 import jax.numpy as jnp
 import optax
 
+from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
 from dpjax.engine.roles import Context
 from dpjax.primitives.projection import project_l2_ball
@@ -70,3 +74,22 @@ class Averager:
 
     def value(self, state, params, rounds_done):
         return self._rule.value(state, params, rounds_done)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelAveraging:
+    """The server of the local-update families (FedAvg; Lowy & Razaviyayn 2023, App. I) on the
+    available silos' local models ``[M, ...]``: ``"mean"`` averages them (the paper), ``"sum"``
+    adds their summed local updates ``w^i - w`` to the server model (the ISRL-DP authors'
+    scripts); then ``Proj_W``."""
+
+    how: str = "mean"
+    projection_radius: float | None = None
+
+    def update(self, models, available, params):
+        if self.how == "mean":
+            new = federated.aggregate(models, available, "mean")
+        else:
+            updates = jax.tree_util.tree_map(lambda m, p: m - p[None], models, params)
+            new = optax.tree.add(params, federated.aggregate(updates, available, "sum"))
+        return project_l2_ball(new, self.projection_radius)

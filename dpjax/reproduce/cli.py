@@ -14,6 +14,9 @@ def _run(args) -> int:
             extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
             print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
+    from dpjax import _validate
+
+    _validate.check_seed("--seed", args.seed)  # before anything is loaded or claimed
     fig = reproduce.get(args.figure)
     if getattr(args, "report_only", False):
         return _report_only(fig, args)
@@ -74,7 +77,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
     p.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
-    p.add_argument("--seed", type=int, default=0)
+    from dpjax import _validate as v
+
+    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0,
+                   help="base seed of the figure's runs and data splits (default 0)")
     p.add_argument("--report-only", action="store_true",
                    help="rewrite the report (claims table, verdicts, figure) of the kept run in --out from its files, "
                         "without re-running (figures that support it; give --quick for a quick run)")

@@ -242,8 +242,8 @@ class Config:
     clip_restart: float
     clip_diff: float
     learning_rate: float
-    sigma_restart: float
-    sigma_diff: float
+    sigma_restart: float  # the paper's sigma_1 (noise std / C1), run as Diff2GD.noise_multipliers_from_paper
+    sigma_diff: float  # the paper's sigma_2 (noise std / C_{2,r})
 
     def group(self) -> tuple:
         """Everything but the step size: the unit of the step-size search."""
@@ -292,9 +292,12 @@ def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dic
             continue
         paper = acc.diff2_epsilon(protocol.num_rounds, c.restart_interval, n_min, NUM_SILOS, c.sigma_restart,
                                   c.sigma_diff if c.restart_interval > 1 else None, DELTA, "paper", eps_target=c.epsilon)
-        hp = alg.Diff2HParams(0.1, c.restart_interval, c.clip_restart, c.clip_diff, c.sigma_restart, c.sigma_diff)
         gd = alg.Diff2GD(_DummyProblem(), protocol.num_rounds, restart_every_round=c.restart_interval == 1)
-        composed = acc.compose_epsilon(gd.privacy([n_min] * NUM_SILOS, hp).schedules, DELTA)
+        sizes = [n_min] * NUM_SILOS
+        hp = alg.Diff2HParams(0.1, c.restart_interval, c.clip_restart, c.clip_diff,
+                              **gd.noise_multipliers_from_paper(sizes, sigma_restart=c.sigma_restart,
+                                                                sigma_diff=c.sigma_diff))
+        composed = acc.compose_epsilon(gd.privacy(sizes, hp).schedules, DELTA)
         if paper > c.epsilon * (1 + 1e-9) or composed > c.epsilon * (1 + 1e-9):
             raise RuntimeError(f"configuration {c} exceeds eps={c.epsilon}: paper {paper}, composed {composed}")
         checked[key] = (paper, composed)
@@ -382,15 +385,20 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
     algorithm = alg.Diff2GD(problem, protocol.num_rounds, output="last", cache_grads=True, path=protocol.path)
     clip_path = algorithm.path_used(problem.init_params(jax.random.key(0)), _silo_data(fd0, classification))
     ghost = clip_path == "ghost"
+    # the paper's sigma (std / radius) as noise multipliers (std / sensitivity) of this algorithm's rounds
+    noise = algorithm.noise_multipliers_from_paper(
+        [len(x) for x in fd0.train_x],
+        sigma_restart=np.array([c.sigma_restart for c in configs]),
+        sigma_diff=np.array([c.sigma_diff for c in configs]))
     hp_all = alg.Diff2HParams(
         learning_rate=np.array([c.learning_rate for c in configs], np.float32),
         restart_interval=np.array([c.restart_interval for c in configs], np.int32),
         clip_restart=np.array([c.clip_restart for c in configs], np.float32),
         clip_diff=np.array([c.clip_diff for c in configs], np.float32),
-        sigma_restart=np.array([c.sigma_restart for c in configs], np.float32),
-        sigma_diff=np.array([c.sigma_diff for c in configs], np.float32),
+        noise_multiplier_restart=noise["noise_multiplier_restart"].astype(np.float32),
+        noise_multiplier_diff=noise["noise_multiplier_diff"].astype(np.float32),
         clip_local=np.ones(len(configs), np.float32),
-        sigma_local=np.zeros(len(configs), np.float32),
+        noise_multiplier_local=np.zeros(len(configs), np.float32),
     )
     n_params = sum(int(np.prod(np.shape(p))) for p in jax.tree_util.tree_leaves(problem.init_params(jax.random.key(0))))
     n_train = n_min * NUM_SILOS

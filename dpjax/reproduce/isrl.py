@@ -211,8 +211,9 @@ def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[di
     if exp.server_noise:
         noise[MB] = server_noise_equivalent(noise[MB], setting.silos_per_round, k)
     avail = FixedAvailability(setting.silos_per_round)
-    mb_algo, mb_make = NoisyMbSgd(problem, num_rounds=exp.rounds, batch_size=k, sampling=sampling,
-                                  availability=avail, output=exp.output), None
+    mb_algo = NoisyMbSgd(problem, num_rounds=exp.rounds, batch_size=k, sampling=sampling, availability=avail,
+                         output=exp.output)
+    mb_make = proto.spec_hparams(mb_algo, train.silo_sizes())
     if exp.silo_rules == "insurance-script":
         mb_algo, mb_make, noise[MB] = insurance_script_mbsgd(
             problem, rounds=exp.rounds, batch_size=k, availability=avail, output=exp.output,
@@ -243,7 +244,8 @@ def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[di
             "mb_learning_rates": list(mb_lrs), "local_learning_rates": list(exp.local_grid)}
     return Panel(train, table.eval_data_for(train, test_x, test_y, extra),
                  table.Evaluator(problem, task.test_metric, tuple(sorted(extra))),
-                 (family(MB, MB_NP, mb_algo, mb_lrs, mb_make), family(LOCAL, LOCAL_NP, local_algo, exp.local_grid, None)),
+                 (family(MB, MB_NP, mb_algo, mb_lrs, mb_make),
+                  family(LOCAL, LOCAL_NP, local_algo, exp.local_grid, proto.spec_hparams(local_algo, train.silo_sizes()))),
                  noise, naive, meta)
 
 

@@ -115,7 +115,9 @@ def noise_table(
 
 @functools.lru_cache(maxsize=256)
 def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, calibrations, sampling):
-    from dpjax.accounting import calibrate_noise, compute_epsilon, isrl_experiment_calibration
+    import dataclasses as dc
+
+    from dpjax.accounting import isrl_experiment_calibration
     from dpjax.accounting.isrl import isrl_local_sgd_paper_sigma
 
     _validate.check_choice("kind", kind, ("mbsgd", "local-sgd"))
@@ -125,7 +127,8 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
     rounds = _validate.check_int("rounds", rounds, min_value=1)
     batch_size = _validate.check_int("batch_size", batch_size, min_value=1, max_value=n)
     delta = _validate.check_open_unit("delta", delta)
-    # The schedules the algorithms themselves hand to the accountant (unit clip).
+    # The privacy specs the algorithms themselves hand to the accountant (unit clip), and their
+    # messages' sensitivity at L = 1 (2/K or 2): sigma_unit = noise multiplier x that sensitivity.
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.problems import LogisticRegression
@@ -135,7 +138,8 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
         algo = NoisyMbSgd(LogisticRegression(1), num_rounds=rounds, batch_size=batch_size, sampling=sampling)
     else:
         algo = LocalSgd(LogisticRegression(1), num_rounds=rounds, local_steps=batch_size)
-    schedule = algo.privacy([n], unit).schedule
+    spec = algo.privacy([n], unit)
+    sensitivity = algo.message_sensitivity(unit, [n])
     out = {}
     for eps in epsilons:
         eps = float(_validate.check_positive("epsilons[]", eps))
@@ -146,8 +150,9 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
                 else:
                     sigma = isrl_local_sgd_paper_sigma(1.0, n, rounds, batch_size, eps, delta)
             else:
-                sigma = calibrate_noise(schedule, eps, delta, "rdp")
-            realized = compute_epsilon(schedule.replace(noise_std=sigma), delta, "rdp").epsilon
+                sigma = spec.calibrate(eps, delta, "rdp")["noise_multiplier"] * sensitivity
+            at_sigma = dc.replace(unit, noise_multiplier=sigma / sensitivity)
+            realized = algo.privacy([n], at_sigma).epsilon(delta, "rdp").epsilon
             out[(cal, eps)] = NoiseEntry(cal, eps, float(sigma), float(realized), ACCOUNTANT_OF[cal])
     return out
 
@@ -159,7 +164,8 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One run of a grid. ``noise_std``/``clip_norm`` are absolute (already scaled by L)."""
+    """One run of a grid. ``noise_std``/``clip_norm`` are absolute (already scaled by L); a family's
+    hparams take the noise multiplier ``noise_std / sensitivity`` (``spec_hparams``)."""
 
     algorithm: str
     calibration: str
@@ -169,6 +175,20 @@ class RunSpec:
     noise_std: float
     repetition: int
     hp_index: int  # index of (learning_rate, clip_norm) in the tuning grid
+
+
+def spec_hparams(algorithm, silo_sizes):
+    """``make_hparams(spec)`` for ``dpjax.sweep.table``: the family's hparams of a run spec, its
+    absolute ``noise_std`` converted by the family's own message sensitivity at the spec's clip
+    (``noise_multiplier_for``)."""
+
+    def make(spec: RunSpec):
+        hp = algorithm.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm)
+        z = algorithm.noise_multiplier_for(spec.noise_std, hp, silo_sizes)
+        return algorithm.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm,
+                                             noise_multiplier=z)
+
+    return make
 
 
 def build_specs(

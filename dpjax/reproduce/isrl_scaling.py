@@ -125,7 +125,9 @@ def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, s
     algo = NoisyMbSgd(MeanEstimation(cfg.dim), num_rounds=cfg.rounds, batch_size=cfg.batch_size,
                       sampling="with-replacement", output="average")
     grid = [(lr, r) for lr in cfg.learning_rates for r in range(cfg.repetitions)]
-    hps = stack_hparams([MbSgdHParams.create(lr, sigma, cfg.clip) for lr, _ in grid])
+    # Theorem D.1's sigma is absolute: the family's noise multiplier is sigma over its message's sensitivity
+    z = algo.noise_multiplier_for(sigma, MbSgdHParams.create(1.0, 0.0, cfg.clip), data.silo_sizes())
+    hps = stack_hparams([MbSgdHParams.create(lr, z, cfg.clip) for lr, _ in grid])
     # One key per lane (not shared by a repetition's step sizes): the grid is one chunk of all runs.
     res = run_grid(algo, data, hps, jnp.stack([keys.run_key(seed, r) for _, r in grid]), eval_fn=OutputParams(),
                    common_random_numbers=False, chunk_size=len(grid), on_nonfinite="raise")

@@ -127,6 +127,29 @@ def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]],
     save_figure(fig, path, title=title)
 
 
+def completeness(store) -> tuple[int, int] | None:
+    """``(finished, planned)`` chunks of a sweep directory, from the plan of its ``config.json``
+    (``None`` when the directory records no plannable config, e.g. a hand-made store)."""
+    import sys
+
+    from dpjax.sweep import plan
+    from dpjax.sweep.config import SweepConfig
+    from dpjax.sweep.store import Store
+
+    s = Store(store)
+    cfg = s.read_config()
+    if not isinstance(cfg, dict) or "algorithm" not in cfg:
+        return None
+    try:  # the directory's own sweep: its size was accepted when it was written
+        c = SweepConfig.from_dict({**cfg, "max_runs": sys.maxsize, "max_data_mb": 1e300})
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{s.config_path} does not describe a sweep this dpjax can plan: {err}") from None
+    groups = plan.build_groups(c)
+    chunks = plan.build_chunks(groups, c.chunk_size or plan.default_chunk_size(groups))
+    expected = {ch.chunk_id for ch in chunks}
+    return len(s.finished_chunks() & expected), len(expected)
+
+
 def plot_store(
     store,
     *,
@@ -140,16 +163,31 @@ def plot_store(
     title: str | None = None,
     logx: bool | None = None,
     logy: bool | None = None,
+    partial: bool = False,
 ) -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions,
     then plots the mean ``metric`` over trials against ``x`` with percentile bars.
 
     ``logx``/``logy``: log axes; ``None`` (default): log when the plotted values are positive and span at
     least a decade (``spans_decades``). ``title``: default "<metric> vs <x>" with the store's name and the
-    selection rule."""
+    selection rule.
+
+    A sweep directory holding only some of its planned chunks (interrupted,
+    or a full disk) is refused with a ``ValueError`` saying "k of n chunks",
+    unless ``partial=True``: the figure then says so in its title.
+    """
     runs, _ = load_results(store)
     if len(runs) == 0:
         raise ValueError(f"store={str(store)!r} has no finished runs yet")
+    done = completeness(store)
+    if done is not None and done[0] < done[1]:
+        if not partial:
+            raise ValueError(f"store={str(store)!r} is partial: {done[0]} of {done[1]} chunks are finished (an "
+                             "interrupted sweep, or a full disk); run the same `dpjax sweep CONFIG --out DIR` to finish "
+                             "it, or pass --partial to plot the finished chunks")
+        partial_note = f" (partial: {done[0]} of {done[1]} chunks)"
+    else:
+        partial_note = ""
     line_cols = [lines] if lines else _static_lines(runs, x)
     by = line_cols + [x, "trial"]
     if select_over:
@@ -176,7 +214,7 @@ def plot_store(
     if len(groups) > 1:
         ax.legend(fontsize=8)
     chosen_by = f"\n{select_over} chosen per point by the mean {criterion}" if select_over else ""
-    ax.set_title(title or f"{metric} vs {x} ({pathlib.Path(store).name}){chosen_by}", fontsize=10)
+    ax.set_title((title or f"{metric} vs {x} ({pathlib.Path(store).name}){chosen_by}") + partial_note, fontsize=10)
     out = save_figure(fig, pathlib.Path(out) if out else pathlib.Path(store) / "figure.png", dpi=150)
     bars.to_csv(out.with_suffix(".csv"), index=False)
     return out

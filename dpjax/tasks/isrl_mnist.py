@@ -76,9 +76,9 @@ class IsrlMnistConfig:
 
     def __post_init__(self):
         _validate.check_positive("epsilon", self.epsilon)
-        _validate.check_int("rounds", self.rounds, min_value=1)
+        _validate.check_rounds("rounds", self.rounds)
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1, max_value=25)
-        _validate.check_int("seed", self.seed, min_value=0)
+        _validate.check_seed("seed", self.seed)
         if self.batch_size is not None:
             _validate.check_int("batch_size", self.batch_size, min_value=1)
         if self.epsilon_max is not None:
@@ -167,7 +167,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     from tqdm.auto import tqdm
 
     from dpjax import keys
-    from dpjax.accounting import GaussianSchedule, calibrate_noise, compute_epsilon, isrl_experiment_calibration
+    from dpjax.accounting import isrl_experiment_calibration
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
     from dpjax.engine import SiloData, stack_hparams
     from dpjax.sweep import run_grid
@@ -202,15 +202,19 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         problem, num_rounds=cfg.rounds, batch_size=batch_size, sampling=cfg.sampling,
         availability=FixedAvailability(cfg.silos_per_round), output=cfg.output,
     )
-    schedule: GaussianSchedule = algo.privacy([n], MbSgdHParams.create(1.0, 1.0, lipschitz)).schedule
+    # sigma is the absolute std of each silo's noise; the family's hparams hold sigma over its
+    # message's sensitivity (2L/K, read from its parts)
+    unit = MbSgdHParams.create(1.0, 1.0, lipschitz)
+    sensitivity = algo.message_sensitivity(unit, [n])
     if cfg.calibration == "paper-experiment":
         sigma = sigma_exp
     else:
-        sigma = calibrate_noise(schedule, cfg.epsilon, delta, cfg.calibration)
-    schedule = schedule.replace(noise_std=sigma)
+        sigma = algo.privacy([n], unit).calibrate(cfg.epsilon, delta, cfg.calibration)["noise_multiplier"] * sensitivity
+    spec = algo.privacy([n], dataclasses.replace(unit, noise_multiplier=sigma / sensitivity))
     certifier = CERTIFYING_ACCOUNTANT[cfg.sampling]
-    certified = compute_epsilon(schedule, delta, certifier)
-    nominal = compute_epsilon(schedule, delta, cfg.calibration) if cfg.calibration != certifier else certified
+    certified = spec.epsilon(delta, certifier)
+    nominal = spec.epsilon(delta, cfg.calibration) if cfg.calibration != certifier else certified
+    noise_multiplier = algo.noise_multiplier_for(sigma, unit, [n])
     bar.update()
 
     lrs = cfg.step_sizes()
@@ -226,8 +230,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         tr, te = problem.evaluate(params, *data["train"]), problem.evaluate(params, *data["test"])
         return {"train_loss": tr["loss"], "train_error": tr["error"], "test_loss": te["loss"], "test_error": te["error"]}
 
-    def sweep(algorithm, noise_std):
-        hps = stack_hparams([MbSgdHParams.create(lr, noise_std, lipschitz) for lr, _ in grid])
+    def sweep(algorithm, z):
+        hps = stack_hparams([MbSgdHParams.create(lr, z, lipschitz) for lr, _ in grid])
         # One key per lane, all runs in one chunk (the grid's historical program; its numbers are pinned).
         res = run_grid(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data,
                        common_random_numbers=False, chunk_size=len(grid))
@@ -243,7 +247,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         return final, diverged, by_lr, best
 
     bar.set_postfix_str(stages[2])
-    private_final, private_div, private_by_lr, private_lr = sweep(algo, sigma)
+    private_final, private_div, private_by_lr, private_lr = sweep(algo, noise_multiplier)
     bar.update()
     bar.set_postfix_str(stages[3])
     baseline = None

@@ -171,7 +171,10 @@ def numpy_block(cfg, rng_seed: int = 0, faithful: bool = True):
     t0 = time.perf_counter()
     results = []
     for lr in cfg.grid["learning_rate"]:
-        sigma = sw.hparams(g, g.trials[0], h_of[(lr, eps)])["noise_std"]
+        vals = sw.hparams(g, g.trials[0], h_of[(lr, eps)])
+        # the calibrated noise multiplier times the family's message sensitivity (2L/K): the script's sigma
+        sigma = vals["noise_multiplier"] * alg.message_sensitivity(sw.entry.make_hparams(vals, alg),
+                                                                   td.train.silo_sizes())
         for _rep in cfg.grid["repetition"]:
             iterates = [np.zeros(d)]
             diverged = False

@@ -65,10 +65,14 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
     n_min = fd.metadata["n_min"]
     proto = dataclasses.replace(rep.FULL, num_rounds=rounds, eval_every=rounds, seeds=(0,))
     configs = [c for c in rep.build_configs(proto, EPS[name], n_min) if c.algorithm == "DIFF2-GD"][:num_configs]
+    noise = alg.Diff2GD(problem, rounds).noise_multipliers_from_paper(
+        data.silo_sizes(), sigma_restart=np.array([c.sigma_restart for c in configs]),
+        sigma_diff=np.array([c.sigma_diff for c in configs]))
     hp = alg.Diff2HParams(*(jnp.asarray(np.array([getattr(c, f) for c in configs],
                                                  np.int32 if f == "restart_interval" else np.float32))
-                            for f in ("learning_rate", "restart_interval", "clip_restart", "clip_diff",
-                                      "sigma_restart", "sigma_diff")),
+                            for f in ("learning_rate", "restart_interval", "clip_restart", "clip_diff")),
+                          *(jnp.asarray(noise[f], jnp.float32) for f in ("noise_multiplier_restart",
+                                                                         "noise_multiplier_diff")),
                           jnp.ones(len(configs)), jnp.zeros(len(configs)))
     params0 = problem.init_params(jax.random.key(1))
     keys_ = jnp.stack([jax.random.key(2)] * len(configs))

@@ -90,9 +90,25 @@ def test_shuffle_amplification():
     assert e == pytest.approx(math.sqrt(20 * math.log(1e6)) * 0.1 + 1.0 * math.expm1(0.1)) and d == pytest.approx(2e-6)
 
 
+def _chain_sigma(epsilon, *args, mode="paper", **kw):
+    """The smallest sigma whose chain meets (epsilon, delta), by the one calibration routine."""
+    from dpjax.accounting import calibration
+
+    delta = kw["delta"] if "delta" in kw else args[5]  # (lipschitz, n, silos, reports, rounds, delta)
+
+    def eps(sigma):
+        try:
+            out = shuffle.isrl_shuffle_chain(sigma, *args, mode=mode, **kw)
+        except ValueError:
+            return math.inf
+        return out["epsilon"] if out["delta"] <= delta else math.inf
+
+    return calibration.smallest_scale(eps, epsilon, rtol=1e-6, what="sigma")
+
+
 def test_isrl_shuffle_chain_calibration():
     args = dict(lipschitz=1.0, n=400, silos=10, reports=1000, rounds=5, delta=1e-5)
-    s = shuffle.isrl_shuffle_sigma(1.0, mode="paper", **args)
+    s = _chain_sigma(1.0, mode="paper", **args)
     out = shuffle.isrl_shuffle_chain(s, mode="paper", **args)
     assert out["epsilon"] <= 1.0 and out["delta"] <= 1e-5
     # tight mode (numerical FMT + ln(1 + q(e^eps - 1))) at the paper's sigma is no worse
@@ -193,7 +209,7 @@ def test_isrl_shuffle_chain_generalisations():
     with pytest.raises(ValueError, match="batch_size"):
         shuffle.isrl_shuffle_chain(**args, batch_size=51)
     # calibration with the same options round-trips
-    s = shuffle.isrl_shuffle_sigma(1.0, 1.0, 50, 1000, 200, 20, 1e-6, "tight", batch_size=2)
+    s = _chain_sigma(1.0, 1.0, 50, 1000, 200, 20, 1e-6, mode="tight", batch_size=2)
     out = shuffle.isrl_shuffle_chain(s, 1.0, 50, 1000, 200, 20, 1e-6, "tight", batch_size=2)
     assert out["epsilon"] <= 1.0 and out["epsilon"] == pytest.approx(1.0, rel=1e-4)
 

@@ -123,7 +123,8 @@ def test_agrees_with_direct_rdp_composition_through_schedules():
 
     s1, s2 = acc.diff2_gd_sigmas(3.0, DELTA, R, 20, N, P)
     alg = diff2.Diff2GD(LinearRegression(2), R)
-    hp = diff2.Diff2HParams.create(0.1, restart_interval=20, sigma_restart=s1, sigma_diff=s2)
+    hp = diff2.Diff2HParams.create(0.1, restart_interval=20, **alg.noise_multipliers_from_paper(
+        [N] * P, sigma_restart=s1, sigma_diff=s2))
     scheds = alg.privacy([N] * P, hp).schedules
     assert [s.steps for s in scheds] == [100, 1900]
     with pytest.raises(ValueError, match="composes 2 schedules"):
@@ -139,8 +140,9 @@ def test_agrees_with_direct_rdp_composition_through_schedules():
     assert e == pytest.approx(2.937, rel=2e-3)
     # DP-GD: one schedule of R full-batch rounds
     sd = acc.dpgd_sigma(3.0, DELTA, R, N, P)
-    dp_hp = diff2.Diff2HParams.create(0.1, sigma_restart=sd)
-    dp = diff2.dp_gd(LinearRegression(2), R).privacy([N] * P, dp_hp).schedules
+    dpgd = diff2.dp_gd(LinearRegression(2), R)
+    dp_hp = diff2.Diff2HParams.create(0.1, **dpgd.noise_multipliers_from_paper([N] * P, sigma_restart=sd))
+    dp = dpgd.privacy([N] * P, dp_hp).schedules
     assert len(dp) == 1 and dp[0].steps == R
     assert acc.compose_epsilon(dp, DELTA) <= 3.0
 
@@ -214,9 +216,18 @@ def test_bvr_schedules_compose_below_target():
 
     s1, s2, s3 = acc.diff2_bvr_sigmas(3.0, DELTA, R, 20, 10, 12, N, P)
     alg = diff2.Diff2BvrLSgd(LinearRegression(2), R, local_steps=10, batch_size=12)
-    hp = diff2.Diff2HParams.create(0.1, restart_interval=20, sigma_restart=s1, sigma_diff=s2, sigma_local=s3)
-    scheds = alg.privacy([N] * P, hp).schedules
+    hp = diff2.Diff2HParams.create(0.1, restart_interval=20, **alg.noise_multipliers_from_paper(
+        [N] * P, sigma_restart=s1, sigma_diff=s2, sigma_local=s3))
+    spec = alg.privacy([N] * P, hp)
+    scheds = spec.schedules
     assert scheds[-1].sampling is Sampling.WITHOUT_REPLACEMENT and scheds[-1].steps == 2000
+    assert spec.noise_fields == ("noise_multiplier_restart", "noise_multiplier_diff", "noise_multiplier_local")
+    # the local releases: b = 12 of the smallest silo, multiplier sigma3 b / 2 (std sigma3 x radius,
+    # sensitivity 2 radius / b); the exact count is (K - 1) ceil(R/P) instead of K ceil(R/P)
+    local = scheds[-1]
+    assert (local.dataset_size, local.batch_size) == (N, 12)
+    assert local.noise_std / local.sensitivity == pytest.approx(s3 * 12 / 2, rel=1e-6)
+    assert alg.privacy([N] * P, hp, local_count="exact").schedules[-1].steps == 1800
     assert acc.compose_epsilon(scheds, DELTA) <= 3.0
 
 

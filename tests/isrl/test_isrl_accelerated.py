@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from dpjax.accounting import compute_epsilon
+from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.accounting.gdp import gaussian_mechanism_epsilon
-from dpjax.algorithms.accelerated import (
-    AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule, acsa_constants, acsa_query_point, acsa_update,
-)
+from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
+from dpjax.parts.acsa import AcsaSchedule, acsa_constants, acsa_query_point, acsa_update
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
@@ -66,8 +65,8 @@ def test_mu_zero_step_is_projected_gradient_step():
 
 
 # ---------------------------------------------------------------- the algorithm
-def _hp(rounds, noise=0.0, clip=1e9, beta=4.0, mu=0.0, lam=0.0):
-    return AcceleratedHParams.create(AcsaSchedule.single_stage(rounds, beta, mu, lam), noise, clip)
+def _hp(rounds, z=0.0, clip=1e9, beta=4.0, mu=0.0, lam=0.0):
+    return AcceleratedHParams.create(AcsaSchedule.single_stage(rounds, beta, mu, lam), z, clip)
 
 
 def test_sigma_zero_is_bit_identical_to_non_private_twin(reg_data):
@@ -76,7 +75,7 @@ def test_sigma_zero_is_bit_identical_to_non_private_twin(reg_data):
     priv = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, lam=0.1), key)
     twin = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, private=False, **kw), reg_data, _hp(4, lam=0.1), key)
     np.testing.assert_array_equal(priv.output, twin.output)
-    noisy = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, noise=0.5, lam=0.1), key)
+    noisy = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, z=5e-10, lam=0.1), key)  # std 1/3
     assert not np.array_equal(noisy.output, twin.output)  # same program, sigma > 0
 
 
@@ -85,7 +84,7 @@ def test_one_pass_touches_each_record_at_most_once():
     k = 3
     rounds = 10 // k  # R = floor(n/K)
     alg = AcceleratedMbSgd(PROBLEM, rounds, k, sampling="one-pass", log_indices=True)
-    res = runner.run(alg, data, _hp(rounds, noise=0.3, clip=1.0), jax.random.key(5))
+    res = runner.run(alg, data, _hp(rounds, z=0.45, clip=1.0), jax.random.key(5))
     idx, mask = res.round_metrics["indices"], res.round_metrics["index_mask"]  # [R, N, K]
     for i in range(3):
         used = idx[:, i][mask[:, i]]
@@ -146,13 +145,44 @@ def test_schedule_length_must_match_rounds(reg_data):
 
 
 def test_one_pass_privacy_is_a_single_gaussian_release():
+    """One pass: each record enters one release, a Gaussian of std z x 2C/K = 0.3 on a message of
+    sensitivity 2C/K = 0.5 (C = 2, K = 8)."""
     alg = AcceleratedMbSgd(PROBLEM, 5, 8)
-    hp = _hp(5, noise=0.3, clip=2.0)
+    hp = _hp(5, z=0.6, clip=2.0)
     s = alg.privacy([40], hp).schedule
-    assert s.passes == 1 and s.sensitivity == pytest.approx(2 * 2.0 / 8)
+    assert s.passes == 1 and s.noise_multiplier == pytest.approx(0.6)
+    assert alg.message_sensitivity(hp, [40]) == pytest.approx(2 * 2.0 / 8)
     eps = compute_epsilon(s, 1e-5, "pld").epsilon
     exact = gaussian_mechanism_epsilon(0.3, 0.5, 1e-5)
     assert eps == pytest.approx(exact, rel=0.02)
+
+
+@pytest.mark.parametrize("sampling", ["with-replacement", "without-replacement", "one-pass"])
+def test_privacy_equals_a_hand_computation(sampling):
+    """R releases per silo of a clipped K-mean (sensitivity 2C/K) plus Gaussian noise of std
+    z x 2C/K, at the smallest silo (C = 1.5, K = 4, z = 0.8, silos of 40 and 60 records)."""
+    c, k, z, rounds = 1.5, 4, 0.8, 6
+    alg = AcceleratedMbSgd(PROBLEM, rounds, k, sampling=sampling)
+    hp = _hp(rounds, z=z, clip=c)
+    by_hand = GaussianSchedule(noise_std=z * 2 * c / k, contribution_bound=c / k, sampling=sampling, dataset_size=40,
+                               batch_size=k, steps=rounds, neighboring="replace-one", unit="record-in-silo")
+    # same ratio std/bound; its last-bit rounding moves the with-replacement RDP bound by ~1e-8
+    assert alg.privacy([60, 40], hp).epsilon(1e-5, "rdp").epsilon == pytest.approx(
+        compute_epsilon(by_hand, 1e-5, "rdp").epsilon, rel=1e-6)
+
+
+def test_noise_std_is_the_multiplier_times_the_sensitivity():
+    """Zero data, one round, full availability: the query point is w_0 = 0 and the step is
+    w_1 = -(alpha/(mu + eta)) mean_i u_i, so the measured std of w_1 is that of the silos' noise,
+    z x 2C/K, over (mu + eta) sqrt(N) (alpha = 1 in the first round)."""
+    dim, n_silos, k, z, clip, nu = 4000, 4, 3, 0.7, 1.3, 2.0
+    data = make_silos(num_silos=n_silos, n=6, dim=dim)
+    data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
+    alg = AcceleratedMbSgd(LinearRegression(dim), 1, k, sampling="without-replacement")
+    res = runner.run(alg, data, _hp(1, z=z, clip=clip, beta=nu), jax.random.key(1))
+    eta = 4 * nu / 2
+    sigma = float(np.std(np.asarray(res.output, np.float64))) * eta * math.sqrt(n_silos)
+    assert sigma == pytest.approx(z * 2 * clip / k, rel=5 * math.sqrt(1 / (2 * dim)))
 
 
 def test_bad_arguments_raise():
@@ -162,5 +192,5 @@ def test_bad_arguments_raise():
         AcsaSchedule.single_stage(3, 0.0)
     with pytest.raises(ValueError, match="stages"):
         AcsaSchedule.multi_stage([], 1.0)
-    with pytest.raises(ValueError, match="noise_std"):
-        AcceleratedHParams.create(AcsaSchedule.single_stage(3, 1.0), noise_std=-1.0)
+    with pytest.raises(ValueError, match="noise_multiplier"):
+        AcceleratedHParams.create(AcsaSchedule.single_stage(3, 1.0), noise_multiplier=-1.0)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax.accounting import compute_epsilon
+from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.algorithms.local_sgd import LocalSgd, LocalSgdHParams
 from dpjax.engine import runner
 from dpjax.primitives.sampling import FixedAvailability
@@ -21,7 +21,7 @@ PROBLEM = LinearRegression(3)
 
 
 def test_sigma_zero_is_bit_identical_to_fedavg(reg_data):
-    hp = LocalSgdHParams.create(0.05, noise_std=0.0, clip_norm=1e9)
+    hp = LocalSgdHParams.create(0.05, noise_multiplier=0.0, clip_norm=1e9)
     key = jax.random.key(3)
     avail = FixedAvailability(3)
     priv = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail), reg_data, hp, key)
@@ -29,7 +29,7 @@ def test_sigma_zero_is_bit_identical_to_fedavg(reg_data):
     np.testing.assert_array_equal(priv.output, fedavg.output)
     # and noise does change it (the test can fail)
     noisy = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail),
-                       reg_data, LocalSgdHParams.create(0.05, 0.1, 1e9), key)
+                       reg_data, LocalSgdHParams.create(0.05, 5e-11, 1e9), key)  # std z x 2C = 0.1
     assert not np.array_equal(noisy.output, fedavg.output)
 
 
@@ -65,12 +65,17 @@ def test_sum_aggregation_adds_the_local_updates(reg_data):
 
 def test_noise_scale_of_the_aggregate():
     """Zero data => zero gradients: after one round of K steps the model is
-    -eta * (1/N) sum_i sum_t u_i^t, per-coordinate variance eta^2 K sigma^2 / N."""
-    dim, n_silos, k, eta, sigma = 4000, 5, 3, 0.5, 0.7
+    -eta * (1/N) sum_i sum_t u_i^t, per-coordinate variance eta^2 K sigma^2 / N,
+    with every step's std sigma = z x 2C (the sensitivity of one clipped gradient)."""
+    dim, n_silos, k, eta, z, clip = 4000, 5, 3, 0.5, 0.35, 1.5
     data = make_silos(num_silos=n_silos, n=4, dim=dim)
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
-    res = runner.run(LocalSgd(LinearRegression(dim), 1, k), data,
-                     LocalSgdHParams.create(eta, sigma, 1.0), jax.random.key(7))
+    alg = LocalSgd(LinearRegression(dim), 1, k)
+    hp = LocalSgdHParams.create(eta, z, clip)
+    res = runner.run(alg, data, hp, jax.random.key(7))
+    sigma = z * 2 * clip
+    assert alg.message_sensitivity(hp, data.silo_sizes()) == pytest.approx(2 * clip)
+    assert alg.noise_multiplier_for(sigma, hp, data.silo_sizes()) == pytest.approx(z)
     var = float(np.var(res.output))
     expected = eta**2 * k * sigma**2 / n_silos
     # sample variance of d Gaussians: relative s.e. sqrt(2/d); allow 5 s.e.
@@ -79,12 +84,21 @@ def test_noise_scale_of_the_aggregate():
 
 
 def test_privacy_is_rk_single_record_gaussians():
+    """R K = 35 releases per silo, each a Gaussian of std z x 2C on the clipped gradient of one
+    uniformly random record (a 1-subset), accounted at the smallest silo: the hand-built schedule
+    at C = 0.5, K = 5 gives the same epsilon."""
     alg = LocalSgd(PROBLEM, 7, 5)
-    hp = LocalSgdHParams.create(0.1, noise_std=2.0, clip_norm=0.5)
-    s = alg.privacy([100], hp).schedule
+    hp = LocalSgdHParams.create(0.1, noise_multiplier=2.0, clip_norm=0.5)
+    s = alg.privacy([100, 140], hp).schedule
     assert (s.steps, s.batch_size, s.dataset_size) == (35, 1, 100)
-    assert s.sensitivity == pytest.approx(1.0)  # 2C, replace-one
     assert s.noise_multiplier == pytest.approx(2.0)
+    assert alg.message_sensitivity(hp, [100, 140]) == pytest.approx(1.0)  # 2C, replace-one: std z x 2C = 2.0
+    by_hand = GaussianSchedule(noise_std=2.0 * 2 * 0.5, contribution_bound=0.5, sampling="without-replacement",
+                               dataset_size=100, batch_size=1, steps=35, neighboring="replace-one",
+                               unit="record-in-silo")
+    for accountant in ("rdp", "paper-experiment"):
+        assert alg.privacy([100, 140], hp).epsilon(1e-5, accountant).epsilon == pytest.approx(
+            compute_epsilon(by_hand, 1e-5, accountant).epsilon, rel=1e-9)
     eps_more_steps = compute_epsilon(LocalSgd(PROBLEM, 14, 5).privacy([100], hp).schedule, 1e-5, "rdp").epsilon
     eps = compute_epsilon(s, 1e-5, "rdp").epsilon
     assert 0 < eps < eps_more_steps
@@ -109,7 +123,7 @@ def test_available_only_computation_equals_masked_all_silos():
     # With a fixed M the step computes only the M available silos; with the
     # index log on it computes all N and masks. Same keys => same trajectory.
     data = make_silos(4, 10, 3)
-    hp = LocalSgdHParams.create(0.05, 0.3, 2.0)
+    hp = LocalSgdHParams.create(0.05, 0.075, 2.0)  # std 0.3
     kw = dict(num_rounds=4, local_steps=3, availability=FixedAvailability(2))
     fast = runner.run(LocalSgd(PROBLEM, **kw), data, hp, jax.random.key(8))
     full = runner.run(LocalSgd(PROBLEM, log_indices=True, **kw), data, hp, jax.random.key(8))

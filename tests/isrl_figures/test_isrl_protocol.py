@@ -66,6 +66,17 @@ def test_noise_table_paper_formula_and_tight_certificate():
     assert paper.sigma_unit == pytest.approx(math.sqrt(8 * math.log(1 / delta) * r / (n**2 * 4.0)))
     # The tight sigma is certified at (about) the target by RDP, never above it.
     assert 0.9 * 2.0 <= tight.realized_epsilon <= 2.0 * (1 + 1e-6)
+    # sigma_unit is the std at L = 1: the family's multiplier times its sensitivity 2/K; the realized
+    # epsilon is the family's privacy at that multiplier
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+
+    algo = NoisyMbSgd(LogisticRegression(1), num_rounds=r, batch_size=k)
+    hp = MbSgdHParams.create(1.0, 1.0, 1.0)
+    assert algo.message_sensitivity(hp, [n]) == pytest.approx(2 / k)
+    z = algo.privacy([n], hp).calibrate(2.0, delta, "rdp")["noise_multiplier"]
+    assert tight.sigma_unit == pytest.approx(z * 2 / k, rel=1e-6)
+    at = MbSgdHParams(hp.learning_rate, tight.sigma_unit / (2 / k), hp.clip_norm)
+    assert tight.realized_epsilon == pytest.approx(algo.privacy([n], at).epsilon(delta, "rdp").epsilon, rel=1e-6)
     # Less noise certifies a larger epsilon (monotone accountant).
     if paper.sigma_unit < tight.sigma_unit:
         assert paper.realized_epsilon > tight.realized_epsilon
@@ -91,22 +102,31 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
     specs = [proto.RunSpec("a", "paper", 1.0, lr, 1e3, sig, rep, h)
              for h, (lr, sig) in enumerate([(0.1, 0.0), (0.5, 0.2), (1.0, 1.0), (3e38, 0.0)]) for rep in range(2)][1:]
     key = jax.random.key(3)
+    make = proto.spec_hparams(algo, train.silo_sizes())  # absolute noise_std -> the family's multiplier
     # 7 runs as one chunk vs chunks of 4 (the last one padded): identical rows.
-    whole = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7)
-    chunked = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=4)
+    whole = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7,
+                            make_hparams=make)
+    chunked = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=4,
+                              make_hparams=make)
     pd.testing.assert_frame_equal(whole, chunked)
-    # the default hparams: the spec's fields named like the family's per-run fields
+    # the multiplier is noise_std over the message's sensitivity 2C/K (K = 5)
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 
+    def by_hand(s):
+        return MbSgdHParams.create(s.learning_rate, s.noise_std / (2 * s.clip_norm / 5), s.clip_norm)
+
+    for s in specs:
+        assert float(make(s).noise_multiplier) == pytest.approx(float(by_hand(s).noise_multiplier), rel=1e-6)
     explicit = table.run_table(algo, train, eval_data, ev, specs, key, divergence_threshold=100.0, chunk_size=7,
-                               make_hparams=lambda s: MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm))
-    pd.testing.assert_frame_equal(whole, explicit)
+                               make_hparams=by_hand)
+    pd.testing.assert_frame_equal(whole, explicit, rtol=1e-5)
     huge = whole[whole.learning_rate > 1e30]
     assert len(huge) == 2 and huge["diverged"].all() and np.isinf(huge["train_loss"]).all()
     ok = whole[whole.learning_rate < 1e30]
     assert not ok["diverged"].any() and np.isfinite(ok["train_loss"]).all()
     # Repetition r of a spec uses fold_in(key, r) wherever it sits in the grid.
-    again = table.run_table(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4)
+    again = table.run_table(algo, train, eval_data, ev, specs[3:7], key, divergence_threshold=100.0, chunk_size=4,
+                            make_hparams=make)
     np.testing.assert_array_equal(again["train_loss"].to_numpy(), whole["train_loss"].to_numpy()[3:7])
     # Each row is the run done alone with its repetition's key (the grid shares that key
     # across a repetition's runs; rtol: the shared draws turn per-run products into GEMMs).
@@ -114,11 +134,12 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
 
     for i in (0, 3, 4):
         s = specs[i]
-        alone = runner.run(algo, train, MbSgdHParams.create(s.learning_rate, s.noise_std, s.clip_norm),
-                           jax.random.fold_in(key, s.repetition), eval_fn=ev, eval_data=eval_data)
+        alone = runner.run(algo, train, make(s), jax.random.fold_in(key, s.repetition), eval_fn=ev,
+                           eval_data=eval_data)
         np.testing.assert_allclose(whole["train_loss"].iloc[i], alone.eval_metrics["train_loss"][-1], rtol=1e-5)
     # A threshold below every loss marks everything as diverged.
-    low = table.run_table(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4)
+    low = table.run_table(algo, train, eval_data, ev, specs[:4], key, divergence_threshold=1e-6, chunk_size=4,
+                          make_hparams=make)
     assert low["diverged"].all()
     with pytest.raises(ValueError, match="specs"):
         table.run_table(algo, train, eval_data, ev, [], key, divergence_threshold=1.0)

@@ -20,7 +20,7 @@ TINY = textwrap.dedent(
     n_test = 16
     [grid]
     learning_rate = { logspace = [-1, 0.5, 3], base = 10 }
-    noise_std = [0.0, 0.5]
+    noise_multiplier = [0.0, 0.5]
     clip_norm = ["1*maxnorm"]
     repetition = 2
     trial = 3

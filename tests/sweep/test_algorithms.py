@@ -39,14 +39,15 @@ R = 4  # rounds of every config below (eval after rounds 2 and 4)
 # algorithm -> (static table, grid axes beyond trial/repetition)
 CONFIGS = {
     "isrl-mbsgd": ({"batch_size": 8, "sampling": "without-replacement"},
-                   {"learning_rate": [0.1, 1.0], "noise_std": [0.5], "clip_norm": ["1*maxnorm"]}),
+                   {"learning_rate": [0.1, 1.0], "noise_multiplier": [0.5], "clip_norm": ["1*maxnorm"]}),
     "mbsgd": ({"batch_size": 8}, {"learning_rate": [0.1, 1.0]}),
     "isrl-local-sgd": ({"local_steps": 3, "available": 2},
-                       {"learning_rate": [0.05, 0.3], "noise_std": [0.2], "clip_norm": [1.0]}),
+                       {"learning_rate": [0.05, 0.3], "noise_multiplier": [0.1], "clip_norm": [1.0]}),
     "local-sgd": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
     "fedavg": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
     "isrl-accelerated": ({"batch_size": 8},  # one-pass: R K = 32 <= n = 40
-                         {"smoothness": [1.0, 4.0], "regularization": [0.01], "noise_std": [0.2], "clip_norm": [1.0]}),
+                         {"smoothness": [1.0, 4.0], "regularization": [0.01], "noise_multiplier": [0.8],
+                          "clip_norm": [1.0]}),
     "accelerated": ({"batch_size": 8, "sampling": "without-replacement"},
                     {"smoothness": [1.0, 4.0], "strong_convexity": [0.1]}),
 }
@@ -56,17 +57,17 @@ def direct(name, problem, row):
     """The same configuration built by hand: ``(algorithm, hparams)``."""
     if name == "isrl-mbsgd":
         return (NoisyMbSgd(problem, R, 8, sampling="without-replacement"),
-                MbSgdHParams.create(row.learning_rate, row.noise_std, row.clip_norm))
+                MbSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm))
     if name == "mbsgd":
         return NoisyMbSgd(problem, R, 8, private=False), MbSgdHParams.create(row.learning_rate)
     if name == "isrl-local-sgd":
         return (LocalSgd(problem, R, 3, availability=FixedAvailability(2)),
-                MbSgdHParams.create(row.learning_rate, row.noise_std, row.clip_norm))
+                MbSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm))
     if name in ("local-sgd", "fedavg"):
         return LocalSgd(problem, R, 3, private=False), MbSgdHParams.create(row.learning_rate)
     if name == "isrl-accelerated":
         sched = AcsaSchedule.single_stage(R, row.smoothness, row.strong_convexity, row.regularization)
-        return AcceleratedMbSgd(problem, R, 8), AcceleratedHParams.create(sched, row.noise_std, row.clip_norm)
+        return AcceleratedMbSgd(problem, R, 8), AcceleratedHParams.create(sched, row.noise_multiplier, row.clip_norm)
     if name == "accelerated":
         sched = AcsaSchedule.single_stage(R, row.smoothness, row.strong_convexity, row.regularization)
         return (AcceleratedMbSgd(problem, R, 8, sampling="without-replacement", private=False),
@@ -116,10 +117,14 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
 @pytest.mark.parametrize("name, accountant", [("isrl-local-sgd", "rdp"), ("isrl-local-sgd", "paper-experiment"),
                                               ("isrl-accelerated", "rdp")])
 def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, accountant):
+    """The epsilon axis sets the noise multiplier from the family's privacy spec: the run certifies
+    the target, and the multiplier is what the family's own schedule calibrates (the clip norm does
+    not enter: multipliers do not scale with it)."""
     from dpjax.accounting import api
 
     static, grid = CONFIGS[name]
-    grid = {k: v for k, v in grid.items() if k != "noise_std"}
+    grid = {k: v for k, v in grid.items() if k != "noise_multiplier"}
+    grid["clip_norm"] = [1.7]
     grid["epsilon"] = [1.0, 8.0]
     d = tomllib.loads(TINY)
     d.update(algorithm=name, num_rounds=R, static=dict(static), grid={**grid, "trial": 1},
@@ -133,12 +138,12 @@ def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, account
     for h, axes in enumerate(g.configs):
         hp = sw.hparams(g, 0, h)
         sched = alg.privacy([n], entry.make_hparams(hp, algorithm=alg)).schedule
-        assert sched.noise_std == hp["noise_std"] > 0
+        assert sched.noise_multiplier == pytest.approx(hp["noise_multiplier"], rel=1e-12) and hp["clip_norm"] > 1
         assert api.compute_epsilon(sched, delta, accountant).epsilon <= axes["epsilon"] * (1 + 1e-9)
-        unit_hp = entry.make_hparams({**hp, "noise_std": 1.0, "clip_norm": 1.0}, algorithm=alg)
+        unit_hp = entry.make_hparams({**hp, "noise_multiplier": 1.0}, algorithm=alg)
         unit = alg.privacy([n], unit_hp).schedule
-        sigma = api.calibrate_noise(unit, axes["epsilon"], delta, accountant) * hp["clip_norm"]
-        assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
+        z = api.calibrate_noise(unit, axes["epsilon"], delta, accountant) / unit.sensitivity
+        assert hp["noise_multiplier"] == pytest.approx(z, rel=1e-6)
 
 
 def test_local_sgd_isrl_experiment_local_steps_uses_the_mbsgd_k_rule():
@@ -165,7 +170,7 @@ def test_unknown_algorithm_lists_the_known_ones():
     "name, mutate, key",
     [
         ("mbsgd", lambda d: d["grid"].update(epsilon=[1.0]), "grid.epsilon"),
-        ("local-sgd", lambda d: d["grid"].update(noise_std=[0.1]), "grid.noise_std"),
+        ("local-sgd", lambda d: d["grid"].update(noise_multiplier=[0.1]), "grid.noise_multiplier"),
         ("accelerated", lambda d: d["grid"].update(clip_norm=[1.0]), "grid.clip_norm"),
         ("local-sgd", lambda d: d["static"].update(local_steps="isrl-experiment"), "static.local_steps"),
         ("isrl-local-sgd", lambda d: d["static"].update(local_steps="isrl-experiment"), "static.local_steps"),
@@ -230,30 +235,33 @@ def test_registry_fields_are_the_dataclass_fields():
 # repetition) whose row equals the direct run built with the family's own constructors.
 N_SILOS, N = 3, 40
 MORE = {
-    "isrl-unbalanced": ({"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5], "noise_std": [0.3]},
+    "isrl-unbalanced": ({"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5], "noise_multiplier": [0.3]},
                         lambda p, r: (UnbalancedNoisyMbSgd(p, R, (4, 6, 8)),
-                                      UnbalancedHParams.create(r.learning_rate, [r.noise_std] * 3))),
+                                      UnbalancedHParams.create(r.learning_rate, [r.noise_multiplier] * 3))),
     "unbalanced": ({"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5]},
                    lambda p, r: (UnbalancedNoisyMbSgd(p, R, (4, 6, 8), private=False),
                                  UnbalancedHParams.create(r.learning_rate, [0.0] * 3))),
-    "isrl-shuffled": ({"num_available": 2}, {"learning_rate": [0.5], "noise_std": [0.3]},
-                      lambda p, r: (ShuffledNoisyMbSgd(p, R, 2), MbSgdHParams.create(r.learning_rate, r.noise_std))),
+    "isrl-shuffled": ({"num_available": 2}, {"learning_rate": [0.5], "noise_multiplier": [0.3]},
+                      lambda p, r: (ShuffledNoisyMbSgd(p, R, 2),
+                                    MbSgdHParams.create(r.learning_rate, r.noise_multiplier))),
     "shuffled": ({"num_available": 2}, {"learning_rate": [0.5]},
                  lambda p, r: (ShuffledNoisyMbSgd(p, R, 2, private=False), MbSgdHParams.create(r.learning_rate))),
     "sdp-accelerated": ({"batch_size": 4}, {"smoothness": [2.0], "pvec.granularity": [64], "pvec.trials": [4],
                                             "pvec.probability": [0.25]},
                         lambda p, r: (SdpOnePassAccelerated(p, R, 4), SdpHParams.create(
                             AcsaSchedule.single_stage(R, r.smoothness), PvecParams.create(64, 4, 0.25)))),
-    "diff2-gd": ({}, {"learning_rate": [0.5], "restart_interval": [2], "sigma_restart": [0.5], "sigma_diff": [0.5]},
-                 lambda p, r: (Diff2GD(p, R), Diff2HParams.create(r.learning_rate, 2, sigma_restart=0.5,
-                                                                  sigma_diff=0.5))),
+    "diff2-gd": ({}, {"learning_rate": [0.5], "restart_interval": [2], "noise_multiplier_restart": [0.5],
+                      "noise_multiplier_diff": [0.5]},
+                 lambda p, r: (Diff2GD(p, R), Diff2HParams.create(r.learning_rate, 2, noise_multiplier_restart=0.5,
+                                                                  noise_multiplier_diff=0.5))),
     "gd": ({}, {"learning_rate": [0.5]}, lambda p, r: (Diff2GD(p, R, private=False),
                                                         Diff2HParams.create(r.learning_rate))),
-    "dp-gd": ({}, {"learning_rate": [0.5], "sigma_restart": [0.5]},
-              lambda p, r: (Diff2GD(p, R, restart_every_round=True), Diff2HParams.create(r.learning_rate,
-                                                                                         sigma_restart=0.5))),
-    "diff2-bvr": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5], "sigma_restart": [0.5]},
-                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4), Diff2HParams.create(r.learning_rate, sigma_restart=0.5))),
+    "dp-gd": ({}, {"learning_rate": [0.5], "noise_multiplier_restart": [0.5]},
+              lambda p, r: (Diff2GD(p, R, restart_every_round=True),
+                            Diff2HParams.create(r.learning_rate, noise_multiplier_restart=0.5))),
+    "diff2-bvr": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5], "noise_multiplier_restart": [0.5]},
+                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4),
+                                Diff2HParams.create(r.learning_rate, noise_multiplier_restart=0.5))),
     "bvr-lsgd": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5]},
                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
     "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_std": [0.5]},
@@ -319,7 +327,7 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
 
 
 def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
-    """unbalanced (one sigma_i per silo) and DIFF2 (noise multipliers) via privacy().calibrate."""
+    """unbalanced (one multiplier per silo) and DIFF2 (noise multipliers) via privacy().calibrate."""
     for name, static, grid in (("isrl-unbalanced", {"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5]}),
                                ("dp-gd", {}, {"learning_rate": [0.5]})):
         d = tomllib.loads(TINY)
@@ -333,7 +341,7 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
         assert eps.epsilon >= 2.0 / (1 + 2 * CALIBRATION_RTOL) ** 2, name
 
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests._shared import require_shared_data  # noqa: E402
 
 
 def test_every_dataset_loader_of_dpjax_data_is_registered():
@@ -344,11 +352,10 @@ def test_every_dataset_loader_of_dpjax_data_is_registered():
     expected = {"isrl-mnist", "isrl-insurance", "isrl-obesity", "synthetic-logistic", "synthetic-mlp"}
     expected |= {f"diff2-{n.replace('_', '-')}" for n in DIFF2_DATASETS}
     assert expected <= set(DATASETS)
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent: the real datasets cannot be loaded here (registration checked above)")
+    shared = require_shared_data("the real insurance, obesity and a9a files (registration checked above)")
     for name, silos in (("isrl-insurance", 3), ("isrl-obesity", 7), ("diff2-a9a", 10)):
         entry = DATASETS[name]
-        td = entry.load(entry.resolve({"name": name, "data_dir": str(SHARED_DATA)}), 0)
+        td = entry.load(entry.resolve({"name": name, "data_dir": str(shared)}), 0)
         assert td.train.num_silos == silos and td.max_norm > 0
         metrics = entry.eval_fn(td.problem)(td.problem.init_params(jax.random.key(0)), td.eval_data)
         assert {"train_loss", "test_loss"} <= set(metrics) and all(np.isfinite(float(v)) for v in metrics.values())

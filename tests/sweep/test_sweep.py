@@ -62,7 +62,7 @@ def test_sweep_runs_equal_single_runs(full):
     for _, row in rows.iterrows():
         td = sw.trial(int(row.trial))
         hp = registry.get_algorithm("isrl-mbsgd").make_hparams(
-            {"learning_rate": row.learning_rate, "noise_std": row.noise_std, "clip_norm": row.clip_norm})
+            {"learning_rate": row.learning_rate, "noise_multiplier": row.noise_multiplier, "clip_norm": row.clip_norm})
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
         single = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                             eval_data=td.eval_data, eval_every=cfg.eval_every)
@@ -148,6 +148,7 @@ def test_one_compilation_per_static_group(tmp_path, caplog):
 def test_nonfinite_runs_raise_or_are_marked(tmp_path):
     d = tomllib.loads(TINY)
     d["grid"]["learning_rate"] = [0.1, 1.0, 3e38]
+    d["grid"]["noise_multiplier"] = [0.0, 2.0]  # std z x 2C/K = C/2: the absurd step size overflows
     d["on_nonfinite"] = "raise"
     with pytest.raises(runner.NonFiniteError, match=r"run [0-9a-f]{16} .*round \d+"):
         run_sweep(SweepConfig.from_dict(d), tmp_path / "raise", progress=False)
@@ -157,7 +158,7 @@ def test_nonfinite_runs_raise_or_are_marked(tmp_path):
     marked = res.runs[res.runs.diverged_round >= 0]
     assert len(marked) >= 1 and (marked.learning_rate > 1e30).all()  # marked, and only the absurd step size
     assert (marked.diverged_round < 6).all() and (res.runs[res.runs.learning_rate < 2].diverged_round == -1).all()
-    sel = select.select_best(res.runs, over="learning_rate", by=["noise_std", "trial"])
+    sel = select.select_best(res.runs, over="learning_rate", by=["noise_multiplier", "trial"])
     assert (sel.learning_rate < 2).all()  # diverged step sizes are never selected
 
 
@@ -165,7 +166,7 @@ def test_epsilon_axis_uses_the_algorithms_schedule_and_accountant():
     from dpjax.accounting import api, isrl
 
     d = tomllib.loads(TINY)
-    d["grid"].pop("noise_std")
+    d["grid"].pop("noise_multiplier")
     d["grid"]["epsilon"] = [1.0, 8.0]
     d["static"]["batch_size"] = "isrl-experiment"
     d["privacy"] = {"accountant": "paper-experiment", "delta": "1/n^2"}
@@ -180,8 +181,10 @@ def test_epsilon_axis_uses_the_algorithms_schedule_and_accountant():
             hp = sw.hparams(g, t, h)
             L = sw.trial(t).max_norm
             sigma, _ = isrl.isrl_experiment_calibration(L, n, R, axes["epsilon"], 1 / n**2)
-            assert hp["noise_std"] == pytest.approx(sigma, rel=1e-6)
-            sched = alg.privacy([n], registry.get_algorithm("isrl-mbsgd").make_hparams(hp)).schedule
+            hparams = registry.get_algorithm("isrl-mbsgd").make_hparams(hp)
+            # the multiplier times the family's message sensitivity (2L/K) is Appendix I's sigma
+            assert hp["noise_multiplier"] * alg.message_sensitivity(hparams, [n]) == pytest.approx(sigma, rel=1e-6)
+            sched = alg.privacy([n], hparams).schedule
             assert api.compute_epsilon(sched, 1 / n**2, "paper-experiment").epsilon <= axes["epsilon"] * (1 + 1e-9)
 
 
@@ -189,10 +192,10 @@ def test_plot_from_store(full, tmp_path):
     from dpjax.sweep.plot import plot_store
 
     out, _ = full
-    png = plot_store(out, x="noise_std", out=tmp_path / "fig.png")
+    png = plot_store(out, x="noise_multiplier", out=tmp_path / "fig.png")
     assert png.exists() and png.stat().st_size > 1000
     bars = pd.read_csv(tmp_path / "fig.csv")
-    assert list(bars["noise_std"]) == [0.0, 0.5] and (bars["n_trials"] == 3).all()
+    assert list(bars["noise_multiplier"]) == [0.0, 0.5] and (bars["n_trials"] == 3).all()
 
 
 def test_sharded_equals_unsharded_bit_for_bit(tmp_path):

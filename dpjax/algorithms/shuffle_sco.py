@@ -25,10 +25,10 @@ The round (``parts``)::
 
     UserWindows     users [start_r, start_r + batch_r) of the one silo (public per-round hparams)
     UserGradients   each user's gradient (or Moreau-envelope gradient), flattened
-    ClipUsers       each projected onto the ball of radius L = clip_norm (sensitivity 2L)
+    ClipVectors     each projected onto the ball of radius L = clip_norm (sensitivity 2L)
     privatizer      UserPvec (P_vec randomizers + shuffler; count or bit level) or
                     UserGaussian (exact / central / local / pan-private / matched surrogate)
-    aggregator      PvecAnalyzer or BatchMean: divided by the public batch_r
+    aggregator      UserPvecAnalyzer or BatchMean: divided by the public batch_r
     server          PhasedSgdServer (ShuffleSgd) or AcsaServer (ShuffleAcsa), fed the flat update
 
 Users. The n users are the n records of ONE silo (``SiloData`` with
@@ -72,10 +72,10 @@ from dpjax.accounting.sco_transcript import grouped_trials, matched_noise_std
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts.acsa import AcsaSchedule, AcsaServer
-from dpjax.parts.pvec import PvecAnalyzer, UserPvec
+from dpjax.parts.clipping import ClipVectors
+from dpjax.parts.pvec import UserPvec, UserPvecAnalyzer
 from dpjax.parts.servers import Averager
-from dpjax.parts.users import (BatchMean, ClipUsers, FlatUpdates, PhasedSgdServer, UserGaussian, UserGradients,
-                               UserWindows)
+from dpjax.parts.users import BatchMean, FlatUpdates, PhasedSgdServer, UserGaussian, UserGradients, UserWindows
 from dpjax.primitives import shuffle_protocols
 
 PyTree = Any
@@ -236,31 +236,32 @@ class _ShuffleScoBase(ChainFamily):
             level = "bits" if self.aggregator == "pvec-bits" else "counts"
             privatizer = UserPvec(self.dim, level, self.max_granularity, self.trial_groups, self.honest_frac,
                                   self.bit_buffer)
-            aggregator = PvecAnalyzer(level)
+            aggregator = UserPvecAnalyzer(level)
         else:
             privatizer, aggregator = UserGaussian(_GAUSSIAN[self.aggregator]), BatchMean()
         return Parts(selection=UserWindows(self.max_batch), client=UserGradients(self.problem, self.smoothed),
-                     clipper=ClipUsers("clip_norm"), privatizer=privatizer, aggregator=aggregator,
+                     clipper=ClipVectors("clip_norm"), privatizer=privatizer, aggregator=aggregator,
                      server=FlatUpdates(self.server()), averager=Averager("last"), placement="silo")
 
-    def noise_multiplier_for(self, noise_std, hparams: ScoHParams) -> np.ndarray:
+    def noise_multiplier_for(self, noise_std, hparams: ScoHParams, silo_sizes=None) -> np.ndarray:
         """Per-round noise multipliers whose std on the round's sum is ``noise_std`` (absolute, per
-        round: a plan's calibration), converted by the privatizer (``UserGaussian.multiplier_for``)
-        at the clipper's sensitivity (2L)."""
-        privatizer, sens = self._gaussian(hparams)
-        return privatizer.multiplier_for(noise_std, np.asarray(hparams.batch), sens)
+        round: a plan's calibration): ``ChainFamily.noise_multiplier_for`` for the round's sum, whose
+        privatizer (``UserGaussian.multiplier_for``) also knows the sqrt(batch_r) of local noise;
+        the sensitivity is the family's ``message_sensitivity`` (2L, from the clipper)."""
+        return self._gaussian().multiplier_for(noise_std, np.asarray(hparams.batch),
+                                               self.message_sensitivity(hparams, silo_sizes or [self.max_batch]))
 
-    def noise_std_of(self, hparams: ScoHParams) -> np.ndarray:
+    def noise_std_of(self, hparams: ScoHParams, silo_sizes=None) -> np.ndarray:
         """The per-round std of the Gaussian noise the run adds to the round's sum (host, float64):
         ``noise_multiplier_for``'s inverse (``UserGaussian.sum_std``)."""
-        privatizer, sens = self._gaussian(hparams)
-        return privatizer.sum_std(hparams.noise_multiplier, np.asarray(hparams.batch), sens)
+        return self._gaussian().sum_std(hparams.noise_multiplier, np.asarray(hparams.batch),
+                                        self.message_sensitivity(hparams, silo_sizes or [self.max_batch]))
 
-    def _gaussian(self, hparams):
-        p = self.parts(DataShape(1, self.max_batch))
-        if not isinstance(p.privatizer, UserGaussian) or p.privatizer.mechanism == "none":
+    def _gaussian(self) -> UserGaussian:
+        privatizer = self.parts(DataShape(1, self.max_batch)).privatizer
+        if not isinstance(privatizer, UserGaussian) or privatizer.mechanism == "none":
             raise ValueError(f"aggregator={self.aggregator!r} adds no Gaussian noise")
-        return p.privatizer, p.clipper.bound_of(hparams).sensitivity
+        return privatizer
 
     @classmethod
     def _from_plan(cls, problem, plan, *, aggregator, smoothed, radius, **kwargs):

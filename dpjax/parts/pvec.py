@@ -1,5 +1,13 @@
-"""P_vec (Cheu, Joseph, Mao & Peng, ICLR 2022, Algorithms 1-2) on a round's users: the randomizer
-with the shuffler (a privatizer part) and the analyzer (an aggregator part).
+"""P_vec (Cheu, Joseph, Mao & Peng, ICLR 2022, Algorithms 1-2) on a round's users of the shuffle-private
+SCO protocols: the randomizers with the shuffler (``UserPvec``, a privatizer part) and the analyzer
+(``UserPvecAnalyzer``, an aggregator part).
+
+Beside ``dpjax.parts.privatizers.PvecRandomizer`` / ``aggregators.PvecAnalyzer`` (ISRL-DP's one-pass
+silos: one (g, b, p) per run, a silo's K records per report): here the (g, b, p) are per round, a
+round may hold more users than one float32-exact count (chunked), each user may run several groups of
+trials (``trial_groups``: trial counts beyond int32), the bit level is simulated too, and the draws
+are those of the protocol simulation the reproductions were run with (one ``"noise"`` stream key,
+split into the rounding and binomial keys).
 
 Every user of the round holds a clipped vector of norm <= L (the clipper's bound)
 and sends ``g + b`` one-bit messages per coordinate: the unary randomized
@@ -100,7 +108,7 @@ def analyze_bit_counts(ones, count, params, bound):
 
 def pvec_chunked_sum(key, vectors, mask, params, bound, max_granularity: int, trial_groups: int = 1):
     """P_vec's estimate of the sum of ``vectors [m, d]`` at the count level (``pvec_counts`` then the
-    analyzer ``shuffle_protocols.pvec_analyze``): what ``UserPvec("counts")`` + ``PvecAnalyzer``
+    analyzer ``shuffle_protocols.pvec_analyze``): what ``UserPvec("counts")`` + ``UserPvecAnalyzer``
     compute before dividing by the batch."""
     counts = pvec_counts(key, vectors, mask, params, bound, max_granularity, trial_groups)
     return shuffle_protocols.pvec_analyze(counts, params, bound)
@@ -171,7 +179,7 @@ class UserPvec:
 
 
 @dataclasses.dataclass(frozen=True)
-class PvecAnalyzer:
+class UserPvecAnalyzer:
     """The P_vec analyzer on what ``UserPvec`` delivers, divided by the public number of users
     ``batch_r`` (aggregator): ``(2L/g) counts`` at the count level (``pvec_analyze``), or
     ``analyze_bit_counts`` at the bit level; returns the flat ``[P]`` mean gradient."""

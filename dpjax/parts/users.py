@@ -10,8 +10,9 @@ static shape serves one-pass schedules (``start_r = r B``), full-batch ones
 * ``UserWindows`` (batch selection): the round's window, padded to ``max_batch``;
 * ``UserGradients`` (client): every user's gradient, or Moreau-envelope
   gradient, flattened (``ravel_pytree`` order), as units kept apart;
-* ``ClipUsers`` (clipper): each user's vector projected onto the ball of radius
-  L (replace-one: sensitivity 2L of any sum of them);
+* the clipper is ``dpjax.parts.clipping.ClipVectors``: each user's vector
+  projected onto the ball of radius L and kept apart (replace-one: sensitivity
+  2L of any sum of them; an overflowed vector becomes zero);
 * ``UserGaussian`` (privatizer): the round's sum plus Gaussian noise
   (central, local, pan-private, a surrogate, or none);
 * ``BatchMean`` (aggregator): divided by the public ``batch_r``;
@@ -19,7 +20,7 @@ static shape serves one-pass schedules (``start_r = r B``), full-batch ones
   the running average of each phase, a phase restarting from the previous
   phase's output; ``FlatUpdates`` adapts any server to the flat update.
 
-P_vec's privatizer and analyzer are in ``dpjax.parts.pvec``.
+P_vec's privatizer and analyzer for these rounds are in ``dpjax.parts.pvec``.
 """
 
 from __future__ import annotations
@@ -36,11 +37,10 @@ from jax.flatten_util import ravel_pytree
 from dpjax import keys
 from dpjax.accounting import sco_transcript
 from dpjax.accounting.events import PrivacyUnit, Sampling
-from dpjax.accounting.plan import ClipEvent, SelectionEvent
+from dpjax.accounting.plan import SelectionEvent
 from dpjax.engine.contract import sgd_updates
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
 from dpjax.parts.privatizers import gaussian_std
-from dpjax.primitives import clipping
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
@@ -86,6 +86,10 @@ class UserGradients:
     def init(self, params):
         return ()
 
+    def denominator(self, silo_sizes):
+        """Every unit is one user's vector, undivided (``ChainFamily.message_sensitivity``)."""
+        return 1.0
+
     def update(self, params, batch: Batch, data, state, ctx: Context):
         idx = batch.indices[0]
         x, y = data.x[0, idx], data.y[0, idx]
@@ -99,31 +103,6 @@ class UserGradients:
             def one(xi, yi):
                 return ravel_pytree(jax.grad(self.problem.loss)(params, xi, yi))[0]
         return PerUnitVectors(jax.vmap(one)(x, y)[None], batch.weights), state
-
-
-@dataclasses.dataclass(frozen=True)
-class ClipUsers:
-    """Each user's vector projected onto the ball of radius ``L`` (hparams ``clip_field``), kept apart:
-    ``Sensitive([1, m, P], bound L)``. A no-op for an L-Lipschitz loss; it makes the protocols' norm
-    bound hold for any data. A vector that overflowed becomes zero (``clipping.clip_to_norm``)."""
-
-    clip_field: str = "clip_norm"
-    relation: str = "replace-one"
-
-    def init(self, params, hparams):
-        return ()
-
-    def update(self, units: PerUnitVectors, state, ctx: Context) -> tuple[Sensitive, tuple]:
-        bound = getattr(ctx.hparams, self.clip_field)
-        vectors = jax.vmap(clipping.clip_per_example, in_axes=(0, None))(units.vectors, bound)
-        return Sensitive(vectors, bound, self.relation), state
-
-    def bound_of(self, hparams) -> Sensitive:
-        """Host-side: the bound of every unit, ``L``."""
-        return Sensitive(None, np.float32(getattr(hparams, self.clip_field)), self.relation)
-
-    def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
 
 
 MECHANISMS = ("none", "central", "local", "pan-private", "surrogate")

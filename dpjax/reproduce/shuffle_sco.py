@@ -55,7 +55,7 @@ from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting import sco_transcript
 from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
-from dpjax.parts import pvec as P
+from dpjax.parts import pvec as pvec_parts
 from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
@@ -95,8 +95,8 @@ def _write_csv(path, rows):
 
 def _pvec_draws(key, x, params, bound, reps):
     # x and the parameters are arguments, not closure constants (XLA would constant-fold the draws)
-    f = jax.jit(jax.vmap(lambda k, xs, pv: P.pvec_chunked_sum(k, xs, jnp.ones(xs.shape[0], bool), pv, bound, 2**14),
-                         in_axes=(0, None, None)))
+    f = jax.jit(jax.vmap(lambda k, xs, pv: pvec_parts.pvec_chunked_sum(k, xs, jnp.ones(xs.shape[0], bool), pv, bound,
+                                                                       2**14), in_axes=(0, None, None)))
     return np.asarray(f(jax.random.split(key, reps), jnp.asarray(x, jnp.float32), params), np.float64)
 
 
@@ -147,7 +147,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
     x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
     xj, mj = jnp.asarray(x, jnp.float32), jnp.ones(n, bool)
     key, k1, k2 = jax.random.split(key, 3)
-    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: P.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
+    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: pvec_parts.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
                                        in_axes=(0, None, None)))(jax.random.split(k1, reps), xj, mj), np.float64)[:, 0]
     counts = _pvec_draws(k2, x, params, 1.0, reps)[:, 0]
     to_count = lambda o: np.rint((o + n) * g / 2 + p * b * n).astype(int)  # noqa: E731  (analyzer inverted)

@@ -20,7 +20,8 @@ from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
 from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
-from dpjax.parts.users import ClipUsers, UserGradients, UserWindows
+from dpjax.parts.clipping import ClipVectors
+from dpjax.parts.users import UserGradients, UserWindows
 from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
 
@@ -283,7 +284,7 @@ def test_local_gaussian_report_uses_each_users_smallest_noise():
 
 
 def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
-    """Issue 23 (privacy sweep): the users project their own gradient onto the ball of radius L (``ClipUsers``);
+    """Issue 23 (privacy sweep): the users project their own gradient onto the ball of radius L (``ClipVectors``);
     one user whose gradient overflowed (inf) used to send NaN (inf times L/inf), making the protocol's sum NaN by
     that user's data alone. It now sends the zero vector (norm 0 <= L)."""
     class Scaled:  # loss 1e20 <theta, x>: the gradient 1e20 x overflows float32 for |x| > 3.4e18
@@ -297,7 +298,7 @@ def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
     ctx = Context(jnp.int32(0), jax.random.key(0), hp)
     batch, _ = UserWindows(4).update((), data, ctx)
     units, _ = UserGradients(Scaled()).update(jnp.zeros(2), batch, data, (), ctx)
-    clipped, _ = ClipUsers().update(units, (), ctx)
+    clipped, _ = ClipVectors().update(units, (), ctx)
     grads = np.asarray(clipped.value[0])
     assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0) and float(clipped.sensitivity) == 2.0
     np.testing.assert_allclose(grads[[0, 2]], [[1.0, 0.0], [0.0, -1.0]], rtol=1e-6)

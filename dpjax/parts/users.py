@@ -68,8 +68,9 @@ class UserWindows:
         return Batch(None, jnp.ones((1,), bool), idx[None], mask[None], jnp.zeros((1,), bool), 1), state
 
     def event(self, silo_sizes) -> SelectionEvent:
-        """One user stream; the rounds' windows (fresh blocks or the same block) are read by the
-        privatizer's transcript event; ``batch_sizes`` is the compiled ``max_batch``."""
+        """One user stream, unit ``user``; the rounds' windows (fresh blocks or the same block) are read
+        by the privatizer's transcript event (its accountant does not use ``sampling``), which checks
+        them against ``batch_sizes``, the compiled ``max_batch``."""
         return SelectionEvent(Sampling.ONE_PASS, tuple(int(n) for n in silo_sizes), self.max_batch, PrivacyUnit.USER)
 
 
@@ -111,8 +112,10 @@ MECHANISMS = ("none", "central", "local", "pan-private", "surrogate")
 @dataclasses.dataclass(frozen=True)
 class UserGaussian:
     """The round's users' clipped vectors summed, plus Gaussian noise of the round's multiplier
-    ``z_r`` (hparams ``noise_field[r]``) times the sensitivity 2L of that sum (privatizer,
-    ``placement="silo"``: before the division by the batch), from the round's ``"noise"`` stream.
+    ``z_r`` (hparams ``noise_field[r]``) times the sensitivity 2L of that sum, from the round's
+    ``"noise"`` stream (privatizer, ``placement="silo"``: the one silo is the round's users, so noise
+    on its sum is also the curator's noise on the aggregate; it comes before the division by the
+    public batch, as the protocols add it to the sum).
 
     ``mechanism``: ``"none"`` (the exact sum, the non-private twin); ``"central"`` (one draw of std
     z 2L on the sum); ``"local"`` (every user's own N(0, (z 2L)^2 I), simulated as one draw of std
@@ -233,6 +236,10 @@ class PhasedSgdServer:
     projection_radius: float | None = None
     step_field: str = "step"
     stage_field: str = "stage_round"
+
+    def __post_init__(self):
+        if self.output not in ("average", "last"):
+            raise ValueError(f"output={self.output!r} must be one of ('average', 'last')")
 
     def init(self, params, hparams) -> PhaseState:
         return PhaseState(params, optax.tree.zeros_like(params), jnp.zeros((), jnp.float32))

@@ -160,3 +160,32 @@ def test_windows_are_checked_against_the_data_and_max_batch():
         S.ShuffleSgd(MeanEstimation(D), 3, 4, "central-gaussian").privacy([15], hp)
     with pytest.raises(ValueError, match="num_rounds=2"):
         S.ShuffleSgd(MeanEstimation(D), 2, 5, "central-gaussian").privacy([15], hp)
+
+
+class _TwoLeafMean:
+    """``MeanEstimation`` on ``[x, y]`` with the params split into two leaves ``{"w": [d], "b": []}``."""
+
+    def __init__(self, dim):
+        self.dim = dim
+
+    def init_params(self, key=None):
+        return {"b": jnp.zeros((), jnp.float32), "w": jnp.zeros((self.dim,), jnp.float32)}
+
+    def loss(self, params, x, y):
+        return 0.5 * jnp.sum(jnp.square(params["w"] - x)) + 0.5 * jnp.square(params["b"] - y)
+
+
+@pytest.mark.parametrize("cls", [S.ShuffleSgd, S.ShuffleAcsa])
+def test_pytree_params_run_on_the_flattened_user_vectors(cls):
+    """The users' gradients are flattened (``ravel_pytree``: leaf "b" then "w") and the server unravels the
+    flat update: a two-leaf model runs exactly like mean estimation on the concatenated (y, x)."""
+    n, T, B = 24, 3, 8
+    rng = np.random.default_rng(4)
+    x, y = rng.uniform(-0.5, 0.5, (n, D)).astype(np.float32), rng.uniform(-0.5, 0.5, n).astype(np.float32)
+    hp = S.ScoHParams.single_phase(T, B, 0.4, clip_norm=L)
+    split = runner.run(cls(_TwoLeafMean(D), T, B, "exact"), SiloData.from_silos([x], [y]), hp, jax.random.key(0))
+    joined = np.concatenate([y[:, None], x], axis=1)
+    flat = runner.run(cls(MeanEstimation(D + 1), T, B, "exact"), SiloData.from_silos([joined], [y]), hp,
+                      jax.random.key(0))
+    out = np.concatenate([np.atleast_1d(split.output["b"]), np.asarray(split.output["w"])])
+    np.testing.assert_allclose(out, np.asarray(flat.output), rtol=1e-6, atol=1e-7)

@@ -33,8 +33,7 @@ def _measure(family, hp, hp0, sizes, seed=0):
     return noise, (plus - minus)[..., 0]
 
 
-@pytest.mark.parametrize("sampling,neighboring", [("poisson", "add-remove"), ("without-replacement", "replace-one")])
-def test_dp_sgd_noise_on_the_clipped_sum(sampling, neighboring):
+def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-remove"):
     """DP-SGD (optax SGD server): ``w_{r+1} - w_r = -lr (S + z) / (K N)`` with S the clipped sum and
     z ~ N(0, noise_std^2 I) added once; the canary (smallest silo, padded) enters S with weight C."""
     k, rounds, sigma, sizes = 3, 3, 0.8, (9, 14)
@@ -47,6 +46,11 @@ def test_dp_sgd_noise_on_the_clipped_sum(sampling, neighboring):
     mult = check_shift_values(-shift * scale / 2, spec.contribution_bound, f"dp-sgd {sampling}: contribution")
     check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"dp-sgd {sampling}: canary inclusion")
     assert spec.steps == rounds and spec.dataset_size == min(sizes)
+    # fixed batches (replace-one): the same step and clip, sensitivity 2C at rate K / n_min
+    fixed = DpSgd(probe(DIM), rounds, k, sampling="without-replacement", optimizer="sgd",
+                  neighboring="replace-one").privacy(sizes, CentralHParams.create(LR, sigma, C)).schedule
+    assert fixed.replace(sampling="poisson", neighboring="add-remove") == spec
+    assert fixed.sensitivity == pytest.approx(2 * spec.sensitivity) and fixed.sample_rate == spec.sample_rate
 
 
 def _general(sampling, subset_size, num_subsets, rounds, rounds_per_epoch, **kw):

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["CanaryProbe", "DifferenceProbe", "run_family", "trajectory"]
+__all__ = ["CanaryProbe", "AutodiffProbe", "DifferenceProbe", "run_family", "trajectory"]
 
 
 class CanaryProbe:
@@ -62,6 +62,34 @@ class CanaryProbe:
         scale = jnp.ones_like(sq) if clip_norm is None else jnp.minimum(
             1.0, clip_norm / jnp.sqrt(jnp.maximum(sq, 1e-30)))
         return jnp.sum((weights * scale)[:, None] * x, axis=0)
+
+
+class AutodiffProbe:
+    """``CanaryProbe``'s loss without the closed-form clipping protocol: families then take their
+    per-example autodiff path (``vmap(grad)`` + ``clipped_sum``, the path of neural networks)."""
+
+    def __init__(self, dim: int):
+        self.dim = int(dim)
+
+    def __repr__(self) -> str:
+        return f"AutodiffProbe({self.dim})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AutodiffProbe) and other.dim == self.dim
+
+    def __hash__(self) -> int:
+        return hash(("AutodiffProbe", self.dim))
+
+    def loss(self, params, x, y):
+        del y
+        return jnp.vdot(params, x)
+
+    def init_params(self, key):
+        del key
+        return jnp.zeros((self.dim,), jnp.float32)
+
+    def evaluate(self, params, x, y, mask=None):
+        return {"loss": jnp.mean(x @ params)}
 
 
 class DifferenceProbe:

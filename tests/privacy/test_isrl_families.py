@@ -22,6 +22,7 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffled import ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+from dpjax.auditing.execute import AutodiffProbe
 
 from .pins import BIG, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
 
@@ -40,13 +41,16 @@ def _noise_and_shift(family, hp, hp0, sizes, silo=0, seed=0):
     return noise, (plus - minus)[..., 0]
 
 
-# "auto" takes the dense (gather-free) path here (K >= n_max / 8); the gather path's Poisson ``draw``
-# runs on the padded silo. With-replacement batches run in the shuffled family's test below.
+# "auto" takes the dense (gather-free) path here (K >= n_max / 8); "gather" with a problem that has
+# no closed-form clipping takes the per-example autodiff path (vmap(grad) + clipped_sum, the path of
+# neural networks) on the indices of the Poisson ``draw`` on the padded silo. With-replacement
+# batches run in the shuffled family's test below.
 @pytest.mark.parametrize("sampling,path", [("without-replacement", "auto"), ("poisson", "gather")])
 def test_noisy_mbsgd_releases_what_privacy_certifies(sampling, path):
     """Noisy MB-SGD: round r's mean message is ``-(w_r - w_{r-1}) / eta`` (N = 3 silos, all available)."""
     k, rounds, n = 3, 4, len(SIZES)
-    family = NoisyMbSgd(probe(DIM), rounds, k, sampling=sampling, gradient_path=path)
+    problem = probe(DIM) if path != "gather" else AutodiffProbe(DIM)
+    family = NoisyMbSgd(problem, rounds, k, sampling=sampling, gradient_path=path)
     hp = MbSgdHParams.create(ETA, SIGMA, C)
     spec = family.privacy(SIZES, hp).schedule
     assert spec.steps == rounds and spec.dataset_size == min(SIZES)

@@ -30,7 +30,7 @@ DELTA = 1e-5
 def _sco(cls, aggregator, hp_kw, n=12, batch=4, rounds=3, step=0.5, clip=0.8, **kw):
     family = cls(probe(DIM), rounds, batch, aggregator=aggregator, projection_radius=None, **kw)
     hp = ScoHParams.single_phase(rounds, batch, step, clip_norm=clip, **hp_kw)
-    hp0 = ScoHParams.single_phase(rounds, batch, step, clip_norm=clip,
+    hp0 = ScoHParams.single_phase(rounds, batch, step, clip_norm=clip, interactive=hp_kw.get("interactive", 0),
                                   **({"pvec": PvecParams(hp_kw["pvec"].granularity, 0, 0.0)} if "pvec" in hp_kw
                                      else {}))
     noise = increments(trajectory(family, silos((n,), DIM), hp, keys(RUNS), DIM))
@@ -39,16 +39,20 @@ def _sco(cls, aggregator, hp_kw, n=12, batch=4, rounds=3, step=0.5, clip=0.8, **
     return family, hp, noise, (plus - minus)[..., 0]
 
 
-def test_shuffle_sgd_central_gaussian_fresh_users():
-    """P_SGD's Gaussian baseline: the round's sum of the users' (ball-projected) gradients plus
-    N(0, noise_std^2 I), divided by the public batch B; the canary user (row 0) is in round 0 only."""
-    family, hp, noise, shift = _sco(ShuffleSgd, "central-gaussian", {"noise_std": 0.7}, output="last")
+@pytest.mark.parametrize("interactive", [0, 1], ids=["fresh-users", "fully-interactive"])
+def test_shuffle_sgd_central_gaussian(interactive):
+    """P_SGD's / P_GD's Gaussian baseline: the round's sum of the users' (ball-projected) gradients
+    plus N(0, noise_std^2 I), divided by the public batch B. Fresh users: the canary user (row 0) is
+    in round 0 only; fully interactive: the same users every round, so the canary is in all R
+    rounds and the certificate composes R Gaussians (mu = sqrt(R) 2L / std)."""
+    family, hp, noise, shift = _sco(ShuffleSgd, "central-gaussian", {"noise_std": 0.7, "interactive": interactive},
+                                    output="last")
     report = family.privacy([12], hp).epsilon(DELTA, "gdp")
     scale = 4 / 0.5  # B / eta
     check_std(-noise * scale, report.noise_std, "central-gaussian: noise std on the users' sum")
     mult = check_shift_values(-shift * scale, 2 * 0.8, "central-gaussian: canary user shift (2L)")
     uses = mult.sum(axis=1)
-    assert np.all(uses == 1) and np.all(mult[:, 0] == 1), "fresh users: the canary is in round 0 only"
+    assert np.all(uses == (3 if interactive else 1)) and np.all(mult[:, 0] == 1)
     assert report.epsilon == pytest.approx(gdp.gdp_epsilon(math.sqrt(uses.max()) * 2 * 0.8 / 0.7, DELTA), rel=1e-6)
 
 

@@ -43,12 +43,21 @@ def test_bottom_probability_is_the_tdlap_mass_of_the_unstable_entries():
     check_rate(int((status == ul_mech.BOTTOM).sum()), status.size, float(pmf[:2].sum()), "P(bottom)")
 
 
-def test_a1_certificate_is_theorem_3_3_proof_by_hand():
-    """(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps'; 8 kappa Delta / sigma))."""
-    params = ul_acc.a1_test_params(EPS_PRIME, KAPPA, DELTA_T, SIGMA)
-    w = np.exp(-EPS_PRIME * np.abs(np.arange(2 * KAPPA + 1) - KAPPA))
+def _theorem_3_3(eps_prime, kappa, mu):
+    w = np.exp(-eps_prime * np.abs(np.arange(2 * kappa + 1) - kappa))
     p = w / w.sum()
-    want = p[0] + p[-1] + math.exp(EPS_PRIME) * gdp.gdp_delta(8 * KAPPA * DELTA_T / SIGMA, EPS_PRIME)
-    eps, delta = ul_acc.a1_certified(params)
-    assert eps == 2 * EPS_PRIME and delta == pytest.approx(want, rel=1e-12)
+    return p[0] + p[-1] + math.exp(eps_prime) * gdp.gdp_delta(mu, eps_prime)
+
+
+@pytest.mark.parametrize("mu", [0.5, 1.0])  # the Gaussian step's shift 8 kappa Delta / sigma, in noise stds
+def test_a1_certificate_is_theorem_3_3_proof_by_hand(mu):
+    """(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps'; 8 kappa Delta / sigma)); at mu = 0.5, 1 the
+    Gaussian term is a large part of delta (about 30 % and 90 %)."""
+    sigma = 8 * KAPPA * DELTA_T / mu
+    eps, delta = ul_acc.a1_certified(ul_acc.a1_test_params(EPS_PRIME, KAPPA, DELTA_T, sigma))
+    assert eps == 2 * EPS_PRIME and delta == pytest.approx(_theorem_3_3(EPS_PRIME, KAPPA, mu), rel=1e-12)
+    # the parameter check of the (eps, delta) design reads the same formula through sigma / Delta
+    params = ul_acc.UserLevelParams(2 * EPS_PRIME, 0.1, EPS_PRIME, 0.01, KAPPA, KAPPA, 8 * KAPPA / mu, 8 * KAPPA + 2)
+    assert ul_acc.user_level_audit(params) == (2 * EPS_PRIME, pytest.approx(_theorem_3_3(EPS_PRIME, KAPPA, mu),
+                                                                            rel=1e-12))
     assert ALPHA < delta < 1

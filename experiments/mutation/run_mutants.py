@@ -169,6 +169,13 @@ MUTANTS: tuple[Mutant, ...] = (
       "grads, _ = privatizer.update(grads, privatizer.init(key), hp.noise_std, silo_ids)",
       "grads, _ = privatizer.update(grads, privatizer.init(key), hp.noise_std / self.batch_size, silo_ids)",
       "accelerated MB-SGD noise divided by K", (f"{PRIV}/test_isrl_families.py",)),
+    M("N10", "noise", "dpjax/engine/runner.py",
+      "    def one_round(state, r):\n        state, metrics = algorithm.step(state, data, keys.round_key(run_key, r))",
+      "    def one_round(state, r):\n        state, metrics = algorithm.step(state, data, keys.round_key(run_key, 0))",
+      "every round reuses round 0's key (the same noise and batch each round)", (f"{PRIV}/test_isrl_families.py",)),
+    M("N11", "noise", "dpjax/engine/federated.py", "silo_keys = _select(keys.silo_keys(noise_key, num_silos), silo_ids)",
+      "silo_keys = _select(jnp.stack([noise_key] * num_silos), silo_ids)",
+      "every silo draws the same noise (the silos' noises do not average out)", (f"{PRIV}/test_isrl_families.py",)),
     # -- privacy reports / schedules ------------------------------------------------------------------
     M("R01", "report", "dpjax/algorithms/local_sgd.py", "steps=self.num_rounds * self.local_steps)",
       "steps=self.num_rounds)", "Local SGD report counts one release per round (right only at K = 1)",

@@ -80,6 +80,18 @@ def check_std(samples, expected: float, what: str) -> float:
     return measured
 
 
+def check_fresh_noise(noise: np.ndarray, what: str) -> None:
+    """Noise increments ``[runs, rounds, dim]`` are independent across rounds and coordinates (a
+    reused key would repeat a draw): every pair's sample correlation r satisfies
+    |r| sqrt(runs) <= z at level ALPHA / pairs (r is ~N(0, 1/runs) for independent normals)."""
+    flat = np.asarray(noise, np.float64).reshape(noise.shape[0], -1)
+    corr = np.corrcoef(flat, rowvar=False)
+    pairs = corr[np.triu_indices(flat.shape[1], 1)]
+    z = stats.norm.isf(ALPHA / (2 * max(len(pairs), 1)))
+    assert np.all(np.abs(pairs) * math.sqrt(flat.shape[0]) <= z), \
+        f"{what}: noise correlated across rounds/coordinates (max |r| = {np.abs(pairs).max():.3f})"
+
+
 def check_rate(hits: int, trials: int, q: float, what: str, alpha: float = ALPHA) -> None:
     """``hits ~ Bin(trials, q)``: exact two-sided binomial test at level ``alpha``."""
     p = stats.binomtest(int(hits), int(trials), float(q)).pvalue

@@ -17,7 +17,7 @@ from dpjax.accounting import fdp
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams as CentralHParams
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 
-from .pins import BIG, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
+from .pins import BIG, check_fresh_noise, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
 
 RUNS = 1500
 DIM = 2
@@ -42,6 +42,7 @@ def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-re
     noise, shift = _measure(family, CentralHParams.create(LR, sigma, C), CentralHParams.create(LR, 0.0, C), sizes)
     scale = k * len(sizes) / LR  # public: the expected batch K N and the step size
     check_std(-noise * scale, spec.noise_std, f"dp-sgd {sampling}: noise std on the clipped sum")
+    check_fresh_noise(noise, "dp-sgd")
     # one record's contribution to S is C: D' - D moves S by 2C (2 contributions)
     mult = check_shift_values(-shift * scale / 2, spec.contribution_bound, f"dp-sgd {sampling}: contribution")
     check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"dp-sgd {sampling}: canary inclusion")

@@ -24,7 +24,7 @@ from dpjax.algorithms.shuffled import ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.auditing.execute import AutodiffProbe
 
-from .pins import BIG, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
+from .pins import BIG, check_fresh_noise, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
 
 RUNS = 1500
 DIM = 2
@@ -57,6 +57,7 @@ def test_noisy_mbsgd_releases_what_privacy_certifies(sampling, path):
     noise, shift = _noise_and_shift(family, hp, MbSgdHParams.create(ETA, 0.0, C), SIZES)
     # every silo adds its own N(0, sigma^2 I): the mean over N silos has std sigma / sqrt(N)
     check_std(-noise / ETA * math.sqrt(n), spec.noise_std, f"{sampling}/{path}: silo noise std")
+    check_fresh_noise(noise, f"{sampling}/{path}")
     # silo 0's message moves by 2C/K when the canary is in its batch (k times with replacement)
     mult = check_shift_values(-shift / ETA * n, spec.sensitivity, f"{sampling}/{path}: silo message shift",
                               max_multiple=k if sampling == "with-replacement" else 1)

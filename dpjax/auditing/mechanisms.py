@@ -23,7 +23,7 @@ family's round increments ``w_r - w_{r-1}`` mapped back to the released sum
 audit                              registered family          certificate (accountant)
 =================================  =========================  ==================================================
 isrl-mbsgd                         isrl-mbsgd (K of n, dense)  RDP, without-replacement (Wang-Balle-Kasiviswanathan)
-isrl-mbsgd-poisson                 isrl-mbsgd (gather, draw)  PLD, Poisson, replace-one
+isrl-mbsgd-poisson                 isrl-mbsgd (gather, draw)  PLD, Poisson, replace-one (autodiff path)
 isrl-local-sgd                     isrl-local-sgd             RDP, R K single-record releases
 isrl-accelerated                   isrl-accelerated           GDP, one pass (each record once)
 isrl-unbalanced                    isrl-unbalanced            RDP per silo (Algorithm 7), the largest
@@ -60,7 +60,7 @@ from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, Shuffle
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.auditing import exact as exact_lib
 from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
-from dpjax.auditing.execute import CanaryProbe, DifferenceProbe
+from dpjax.auditing.execute import AutodiffProbe, CanaryProbe, DifferenceProbe
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine.silos import SiloData
 from dpjax.primitives.shuffle_protocols import PvecParams
@@ -161,9 +161,10 @@ def isrl_mbsgd_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(8, 1
     """Noisy MB-SGD (Lowy & Razaviyayn 2023, Algorithm 2): K of the canary silo's n records per
     round, per-example clip C, mean, + N(0, sigma^2 I) per silo; the observer sees the server's
     mean of the N silos' messages. ``gradient_path="auto"`` runs the dense (gather-free) path here;
-    ``"gather"`` the indices of the sampler's ``draw`` on the padded silo."""
-    family = NoisyMbSgd(CanaryProbe(dim), num_rounds, batch_size, sampling=sampling_scheme,
-                        gradient_path=gradient_path)
+    ``"gather"`` the indices of the sampler's ``draw`` on the padded silo and per-example autodiff."""
+    # the gather path with a problem without closed-form clipping: per-example autodiff + clipped_sum
+    problem = AutodiffProbe(dim) if gradient_path == "gather" else CanaryProbe(dim)
+    family = NoisyMbSgd(problem, num_rounds, batch_size, sampling=sampling_scheme, gradient_path=gradient_path)
     n_silos = len(sizes)
     sd = noise_std * math.sqrt(n_silos)  # the observed sum of the silos' messages
     q = batch_size / sizes[0]

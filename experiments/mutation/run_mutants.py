@@ -13,8 +13,8 @@ the file (checked before anything runs). The scratch copy is ``--scratch`` (defa
 runs in a hard-linked copy of it with only the mutated file rewritten, so the repository is never
 touched. Tests run as ``python -m pytest <paths> -x -q -m "privacy and not slow"`` from the copy
 (``PYTHONPATH`` = the copy, ``JAX_PLATFORMS=cpu``); ``--full`` runs every privacy-marked test of
-the default suite (``tests/privacy`` first, where most mutants fail fast), the default mode only
-the mutant's listed tests (cheap; for iterating). A JAX persistent compilation cache under the
+the default suite (``FULL_PATHS``: ``tests/privacy`` first, where most mutants fail fast), the
+default mode only the mutant's listed tests (cheap; for iterating). A JAX persistent compilation cache under the
 scratch directory makes the unmutated programs compile once across all runs (a mutated program
 has another cache key). An unmutated baseline runs first: if it fails, nothing is reported.
 
@@ -289,7 +289,11 @@ def _run(work: Path, paths, timeout: float, cache: Path | None) -> tuple[str, st
     return "caught", found.group(2) if found else f"pytest exit {proc.returncode}", seconds
 
 
-FULL_PATHS = ("tests/privacy", "tests")  # tests/privacy first (pytest drops the duplicates)
+# Every privacy-marked path of the default suite (tests/conftest.py), tests/privacy first: pytest runs
+# the paths in this order and -x stops at the first failure.
+FULL_PATHS = ("tests/privacy", "tests/accounting", "tests/auditing", "tests/user_level", "tests/test_clipping.py",
+              "tests/test_noise.py", "tests/test_sampling.py", "tests/test_ghost_clipping.py", "tests/test_contract.py",
+              "tests/dpsgd_general", "tests/diff2", "tests/shuffle_sco", "tests/isrl")
 
 
 def main(argv=None) -> int:

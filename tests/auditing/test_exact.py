@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpjax.auditing import exact
-from dpjax.auditing.mechanisms import DELTA, build_audit
+from dpjax.auditing.mechanisms import build_audit
 
 
 def test_randomized_response_closed_form():

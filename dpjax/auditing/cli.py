@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for name in names:
         result = run_audit(build_audit(name), runs=args.runs, seed=args.seed, confidence=args.confidence)
-        print(f"{name}: certified {result.certificate.epsilon:.3f}, lower bound {result.bound.epsilon:.3f}, "
+        exact = "-" if result.exact_epsilon is None else f"{result.exact_epsilon:.3f}"
+        print(f"{name}: certified {result.certificate.epsilon:.3f}, exact {exact}, lower bound {result.bound.epsilon:.3f}, "
               + ", ".join(f"{m.name} {m.bound.epsilon:.3f}" for m in result.mutants)
               + f" -> {'PASS' if result.passed else 'FAIL'} ({result.seconds:.1f} s)", flush=True)
         results.append(result)

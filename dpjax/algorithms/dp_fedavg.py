@@ -181,7 +181,7 @@ class DpFedAvg(ChainFamily):
       sampling: ``"poisson"`` (add/remove) or ``"without-replacement"`` (replace-one).
       local_steps, local_batch_size: each silo's local SGD (None: all its records per step).
       server_momentum: beta of the server's optax SGD (None: plain SGD).
-      neighboring: ``"add-remove"`` (Poisson) or ``"replace-one"``, of one silo's data.
+      neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
     """
 
     problem: Any
@@ -191,7 +191,7 @@ class DpFedAvg(ChainFamily):
     local_steps: int = 1
     local_batch_size: int | None = None
     server_momentum: float | None = None
-    neighboring: str = "add-remove"
+    neighboring: str | None = None
     private: bool = True
 
     hparams_type = FedAvgHParams
@@ -200,6 +200,8 @@ class DpFedAvg(ChainFamily):
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SILO_SAMPLINGS)
+        if self.neighboring is None:
+            object.__setattr__(self, "neighboring", "add-remove" if self.sampling == "poisson" else "replace-one")
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
         if self.local_batch_size is not None:
             _validate.check_int("local_batch_size", self.local_batch_size, min_value=1)

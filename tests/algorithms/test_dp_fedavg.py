@@ -78,8 +78,9 @@ def test_a_noiseless_count_is_not_private():
 
 def test_fixed_size_sampling_is_replace_one_and_refuses_add_remove():
     with pytest.raises(ValueError, match="replace-one"):
-        DpFedAvg(LinearRegression(2), 3, 2, sampling="without-replacement")
-    alg = DpFedAvg(LinearRegression(2), 30, 5, sampling="without-replacement", neighboring="replace-one")
+        DpFedAvg(LinearRegression(2), 3, 2, sampling="without-replacement", neighboring="add-remove")
+    alg = DpFedAvg(LinearRegression(2), 30, 5, sampling="without-replacement")
+    assert alg.neighboring == "replace-one"
     spec = alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.1, noise_multiplier_count=2.0))
     z = (float(np.float32(1.1)) ** -2 + 2.0 ** -2) ** -0.5
     acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
@@ -170,3 +171,34 @@ def test_sampled_silos_follow_the_poisson_rate():
     counts = res.round_metrics["num_available"]
     assert abs(counts.mean() - 3.0) < 4.5 * math.sqrt(10 * 0.3 * 0.7 / 400)
     assert counts.var() > 0  # a random count, not a fixed m
+
+
+def test_sweep_epsilon_axis_sets_the_delta_multiplier_and_keeps_the_grid_count_multiplier():
+    from dpjax.sweep import registry
+
+    entry, alg = registry.get_algorithm("dp-fedavg"), DpFedAvg(LinearRegression(2), 30, 5)
+    assert entry.calibrated_fields == ("noise_multiplier",)
+    values = {"learning_rate": 1.0, "noise_multiplier_count": 5.0, "clip_norm": 0.3}
+    out = entry.calibrate(alg, [12] * 20, values, 3.0, DELTA, "rdp")
+    assert set(out) == {"noise_multiplier"}
+    eps = alg.privacy([12] * 20, entry.make_hparams({**values, **out}, alg)).epsilon(DELTA, "rdp").epsilon
+    assert 3.0 * (1 - 1e-4) <= eps <= 3.0
+
+
+def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
+    """``dpjax/sweep/configs/dp_fedavg_adaptive.toml``: statics and grid valid, every epsilon reachable with
+    the grid's count multiplier (z_b = 2 sigma_b, sigma_b = m / 20)."""
+    import pathlib
+
+    from dpjax import sweep
+    from dpjax.sweep import SweepConfig, registry
+
+    cfg = SweepConfig.from_toml(pathlib.Path(sweep.__file__).parent / "configs" / "dp_fedavg_adaptive.toml")
+    entry = registry.get_algorithm(cfg.algorithm)
+    alg = entry.build(LinearRegression(cfg.data["dim"]), cfg.num_rounds, cfg.static)
+    values = {k: v[0] for k, v in cfg.grid.items() if k in entry.hparam_fields}
+    sizes = [cfg.data["n"]] * cfg.data["num_silos"]
+    for eps in cfg.grid["epsilon"]:
+        out = entry.calibrate(alg, sizes, values, eps, cfg.privacy["delta"], cfg.privacy["accountant"])
+        spec = alg.privacy(sizes, entry.make_hparams({**values, **out}, alg))
+        assert spec.epsilon(cfg.privacy["delta"], cfg.privacy["accountant"]).epsilon <= eps

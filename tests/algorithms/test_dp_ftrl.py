@@ -145,3 +145,21 @@ def test_refuses_a_batch_larger_than_a_silo():
         DpFtrl(LinearRegression(3), 4, 30).validate(silos())
     with pytest.raises(ValueError, match="batch_size"):
         DpFtrl(LinearRegression(3), 4, 30).privacy([24] * 3, FtrlHParams.create(0.1, 1.0))
+
+
+def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
+    import pathlib
+
+    from dpjax import sweep
+    from dpjax.sweep import SweepConfig, registry
+
+    cfg = SweepConfig.from_toml(pathlib.Path(sweep.__file__).parent / "configs" / "dp_ftrl_tree.toml")
+    entry = registry.get_algorithm(cfg.algorithm)
+    alg = entry.build(LinearRegression(cfg.data["dim"]), cfg.num_rounds, cfg.static)
+    values = {k: v[0] for k, v in cfg.grid.items() if k in entry.hparam_fields}
+    sizes = [cfg.data["n"]] * cfg.data["num_silos"]
+    assert sum(tree_depth(t) for t in epoch_trees(cfg.num_rounds, cfg.data["n"] // cfg.static["batch_size"])) == 20
+    for eps in cfg.grid["epsilon"]:
+        out = entry.calibrate(alg, sizes, values, eps, cfg.privacy["delta"], cfg.privacy["accountant"])
+        spec = alg.privacy(sizes, entry.make_hparams({**values, **out}, alg))
+        assert spec.epsilon(cfg.privacy["delta"], cfg.privacy["accountant"]).epsilon <= eps

@@ -18,7 +18,7 @@ __all__ = ["add_parser", "run"]
 
 _NAMES = ("gaussian", "isrl-silo", "isrl-silo-poisson", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
           "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
-          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec", "user-level")
+          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec", "user-level", "dp-fedavg", "dp-fedavg-count", "dp-ftrl")
 _FILES = ("audit.md", "audit.json")
 #: Most runs per dataset: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
 MAX_RUNS = 10**7

@@ -22,6 +22,8 @@ diff2                    DIFF2-GD restart + difference round         RDP (dp-acc
 p1d                      Cheu et al. P_1D (count-level simulation)   Lemma 3.1 of Cheu et al.; exact pmf compared
 pvec                     Cheu et al. P_vec, d = 4                    Thm 3.2 (Lemma 3.1 + 3.3, corrected constant)
 user-level               Ghazi et al. Algorithm 1 (DelOutputPert)    Theorem 3.3's proof (test-mode kappa, sigma)
+dp-fedavg, -count        DpFedAvg's own step (delta / count channel)  RDP, Theorem 1 of Andrew et al. (fedavg_ftrl)
+dp-ftrl                  DpFtrl's own step (tree, first leaf)        RDP of the tree's depth per epoch (fedavg_ftrl)
 =======================  ==========================================  =============================================
 """
 
@@ -45,6 +47,7 @@ from dpjax.accounting.events import GaussianSchedule
 from dpjax.algorithms.diff2 import Diff2GD, Diff2HParams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.auditing import exact as exact_lib
+from dpjax.auditing import fedavg_ftrl
 from dpjax.auditing.audit import CanaryAudit, Certificate
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine import federated
@@ -510,6 +513,9 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "p1d": p1d_audit,
     "pvec": pvec_audit,
     "user-level": user_level_audit,
+    "dp-fedavg": fedavg_ftrl.dp_fedavg_audit,
+    "dp-fedavg-count": fedavg_ftrl.dp_fedavg_count_audit,
+    "dp-ftrl": fedavg_ftrl.dp_ftrl_audit,
 }
 
 

@@ -1,8 +1,9 @@
 """DP-FTRL with tree aggregation (Kairouz, McMahan, Song, Thakkar, Thakurta & Xu, "Practical and Private
 (Deep) Learning without Sampling or Shuffling", ICML 2021, Algorithm 1, tree restarted every epoch).
 
-No sampling: every silo fixes one permutation of its records (drawn once per run) and round r uses its
-block ``r mod floor(n_i / B)`` of B records; an epoch is ``T = floor(n_min / B)`` rounds. Round t:
+No sampling: every silo fixes an order of its records (``order="shuffled-once"``: a permutation drawn
+once per run; ``"given"``: the stored order) and round r uses its block ``r mod floor(n_i / B)`` of B
+records; an epoch is ``T = floor(n_min / B)`` rounds. Round t:
 
 1. ``g_t = (1/(B N)) sum_i sum_{j in block} clip_C(grad f(theta_{t-1}, x_ij))``: per-example clip, the
    public mean over the batch and the silos (its sensitivity, ``2C/(BN)`` under replace-one, comes from
@@ -65,14 +66,17 @@ def epoch_trees(num_rounds: int, rounds_per_epoch: int) -> tuple[int, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class EpochBlocks:
-    """Records in a fixed order: each silo's permutation (drawn once, ``OnePass``'s) cut into blocks of
-    ``batch_size`` and cycled; publishes ``info["epoch_round"]``, the round's place in the epoch of the
-    smallest silo (where trees restart)."""
+    """Records in a fixed order -- each silo's permutation (drawn once, ``OnePass``'s) or, ``shuffled=False``,
+    its stored order -- cut into blocks of ``batch_size`` and cycled; publishes ``info["epoch_round"]``,
+    the round's place in the epoch of the smallest silo (where trees restart)."""
 
     batch_size: int
+    shuffled: bool = True
     unit: str = "record"
 
     def init(self, data, run_key):
+        if not self.shuffled:  # padded rows sit last: the first n_i positions are the silo's records
+            return jnp.broadcast_to(jnp.arange(data.n_max, dtype=jnp.int32), (data.num_silos, data.n_max))
         return federated.init_sampler_states(sampling_lib.OnePass(self.batch_size), data, run_key)
 
     def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
@@ -148,12 +152,15 @@ class DpFtrl(ChainFamily):
       problem: a dpjax problem; num_rounds: R (any number of epochs).
       batch_size: B records per silo per round (``floor(n_min / B)`` rounds per epoch).
       momentum: beta of the server's optax SGD (DP-FTRLM); None: plain SGD (DP-FTRL).
+      order: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (the stored order);
+        either is a fixed order, which is all the accounting assumes.
     """
 
     problem: Any
     num_rounds: int
     batch_size: int
     momentum: float | None = None
+    order: str = "shuffled-once"
     private: bool = True
 
     hparams_type = FtrlHParams
@@ -161,6 +168,7 @@ class DpFtrl(ChainFamily):
     noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
+        _validate.check_choice("order", self.order, ("shuffled-once", "given"))
         if self.momentum is not None:
             _validate.check_probability("momentum", self.momentum)
         self.check_common()
@@ -170,7 +178,7 @@ class DpFtrl(ChainFamily):
 
     def parts(self, shape: DataShape) -> Parts:
         momentum = () if self.momentum is None else (("momentum", self.momentum),)
-        return Parts(selection=EpochBlocks(self.batch_size),
+        return Parts(selection=EpochBlocks(self.batch_size, self.order == "shuffled-once"),
                      client=MinibatchGradient(self.problem, self.batch_size),
                      clipper=ClipPerUnit("clip_norm", "replace-one"),
                      privatizer=TreeAggregationNoise(max(shape.n_max // self.batch_size, 1).bit_length()),

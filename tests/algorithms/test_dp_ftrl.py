@@ -138,6 +138,11 @@ def test_every_record_once_per_epoch_in_each_silo():
             epoch = np.concatenate([np.asarray(b.indices[silo]) for b in batches[e * blocks:(e + 1) * blocks]])
             assert len(set(epoch.tolist())) == 3 * blocks and epoch.max() < int(data.sizes[silo])
     assert [int(b.info["epoch_round"]) for b in batches[:7]] == [0, 1, 2, 0, 1, 2, 0]
+    given = DpFtrl(LinearRegression(3), 12, 3, order="given").parts(DataShape.of(data)).selection
+    state = given.init(data, jax.random.key(0))
+    rows = [np.asarray(given.update(state, data, Context(jnp.int32(r), jax.random.key(r), None))[0].indices)
+            for r in range(5)]
+    np.testing.assert_array_equal(rows[4], [[3, 4, 5], [0, 1, 2]])  # the stored order, cycled per silo
 
 
 def test_refuses_a_batch_larger_than_a_silo():

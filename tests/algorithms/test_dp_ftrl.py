@@ -89,8 +89,9 @@ def test_prefix_noise_has_the_tree_covariance_measured_on_the_family_rounds():
     alg = DpFtrl(LinearRegression(1), rounds, batch)
     hp = FtrlHParams.create(1.0, 0.9, clip_norm=0.5)
     runs = 20_000
-    res = runner.run_many(alg, silos(n, num, 1, zero=True), jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp),
-                          jax.random.split(jax.random.key(3), runs), eval_fn=trajectory, eval_every=1)
+    batched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp)
+    res = runner.run_many(alg, silos(n, num, 1, zero=True), batched, jax.random.split(jax.random.key(3), runs),
+                          eval_fn=trajectory, eval_every=1)
     noise = -np.asarray(res.eval_metrics["w"], np.float64)[:, :, 0] / (0.9 * 2 * 0.5 / (batch * num))
     per_epoch = n // batch
     nodes = []  # every round's prefix as a set of (epoch, node)
@@ -108,7 +109,8 @@ def test_zero_noise_is_sgd_on_the_same_order_of_records():
     key = jax.random.key(5)
     # one epoch (R <= T = 6): NoisyMbSgd's one-pass blocks are the same records
     ftrl = runner.run(DpFtrl(LinearRegression(3), 6, 4), data, hp, key)
-    mbsgd = runner.run(NoisyMbSgd(LinearRegression(3), 6, 4, sampling="one-pass", gradient_path="gather"), data, hp, key)
+    mbsgd = runner.run(NoisyMbSgd(LinearRegression(3), 6, 4, sampling="one-pass", gradient_path="gather"), data, hp,
+                       key)
     np.testing.assert_allclose(ftrl.output, mbsgd.output, rtol=1e-6, atol=1e-7)
     # three epochs and a bit, against NumPy on the run's own permutations; the twin is the same program
     res = runner.run(DpFtrl(LinearRegression(3), 20, 4), data, hp, key)

@@ -32,7 +32,9 @@ class SampledSilos:
     """Each silo with probability ``silos_per_round / N`` (``"poisson"``: all N silos are computed and
     the unsampled ones masked, a random count having no static shape), or a uniform subset of exactly
     ``silos_per_round`` (``"without-replacement"``: only those are computed). Draws from the round key's
-    ``"availability"`` stream."""
+    ``"availability"`` stream. The Poisson rate is read from the data's number of silos N, so under
+    add/remove a neighbour with one more user samples at m/(N+1) (the open finding on Poisson rates of
+    ``dpjax/RELIABILITY.md``; a declared public N would remove it)."""
 
     silos_per_round: int
     sampling: str = "poisson"

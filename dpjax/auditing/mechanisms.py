@@ -35,6 +35,8 @@ dp-sgd                             dp-sgd                     PLD, Poisson, add/
 dpsgd-general-*                    dpsgd-general              van Dijk et al. exact strong adversary / PLD
 diff2-gd, dp-gd, diff2-bvr         diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
 user-level                         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
+dp-fedavg(-count), dp-ftrl         dp-fedavg, dp-ftrl         RDP: Theorem 1 of Andrew et al.; the tree's depth
+                                                              (the builders are in ``fedavg_ftrl``)
 =================================  =========================  ==================================================
 """
 
@@ -61,6 +63,7 @@ from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.auditing import exact as exact_lib
 from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
 from dpjax.auditing.execute import AutodiffProbe, CanaryProbe, DifferenceProbe
+from dpjax.auditing.fedavg_ftrl import dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine.silos import SiloData
 from dpjax.primitives.shuffle_protocols import PvecParams
@@ -577,6 +580,9 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-gd": dp_gd_audit,
     "diff2-bvr": lambda: diff2_audit("diff2-bvr"),
     "user-level": user_level_audit,
+    "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA),
+    "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
+    "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA),
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
@@ -595,6 +601,8 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",),
     "diff2-bvr": ("diff2-bvr",),
+    "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
+    "dp-ftrl": ("dp-ftrl",),
 }
 
 

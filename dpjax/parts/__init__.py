@@ -8,6 +8,8 @@
 * ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
 * ``users``, ``pvec``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
   per-user gradients, Gaussian sums, P_vec randomizers and analyzer, phased SGD server).
+* ``cross_device``: user-level federated learning, the silo being the user (silo sampling, local-delta
+  clients, the mean over a public expected count; DP-FedAvg).
 """
 
 from dpjax.parts.acsa import AcsaServer

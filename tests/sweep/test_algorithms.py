@@ -19,6 +19,8 @@ from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, A
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
+from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
+from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams
 from dpjax.algorithms.dp_sgd import DpSgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.algorithms.local_sgd import LocalSgd
@@ -287,6 +289,19 @@ MORE = {
                     {"learning_rate": [0.5]},
                     lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
                                   DpSgdHParams.create(r.learning_rate))),
+    # DP-FedAvg with adaptive clipping (Poisson silos, add/remove) and its twin FedOpt (fixed-size, replace-one)
+    "dp-fedavg": ({"silos_per_round": 2, "local_steps": 2},
+                  {"learning_rate": [0.5], "noise_multiplier": [0.8], "noise_multiplier_count": [2.0], "clip_norm": [0.5]},
+                  lambda p, r: (DpFedAvg(p, R, 2, local_steps=2), FedAvgHParams.create(
+                      0.5, noise_multiplier=0.8, noise_multiplier_count=2.0, clip_norm=0.5))),
+    "fedopt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
+               lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),
+                             FedAvgHParams.create(0.5))),
+    # DP-FTRL (tree aggregation; n = 40, B = 8: R = 4 rounds of a 5-round epoch) and SGD on the same order
+    "dp-ftrl": ({"batch_size": 8}, {"learning_rate": [0.5], "noise_multiplier": [0.5], "clip_norm": [1.0]},
+                lambda p, r: (DpFtrl(p, R, 8), FtrlHParams.create(0.5, 0.5, 1.0))),
+    "ftrl": ({"batch_size": 8, "momentum": 0.9}, {"learning_rate": [0.5]},
+             lambda p, r: (DpFtrl(p, R, 8, momentum=0.9, private=False), FtrlHParams.create(0.5))),
 }
 
 

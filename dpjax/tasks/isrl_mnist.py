@@ -6,7 +6,7 @@ N = 25 silos each holding one (even, odd) digit pair, n = 1238 training
 records per silo, ``M`` silos available per round, R rounds, delta = 1/n^2.
 
 One call does one *trial* at one epsilon: every step size of the grid is run
-with several repetitions through the sweep executor (``dpjax.sweep.run_grid``,
+with several repetitions through the executor (``dpjax.engine.run_grid``,
 one compiled chunk, one key per run), the step size with the lowest mean final training loss is selected,
 and its test error (mean over repetitions) is reported, next to the
 non-private MB-SGD baseline run the same way.
@@ -169,8 +169,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     from dpjax import keys
     from dpjax.accounting import GaussianSchedule, calibrate_noise, compute_epsilon, isrl_experiment_calibration
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import SiloData, stack_hparams
-    from dpjax.sweep import run_grid
+    from dpjax.engine import SiloData, run_grid, stack_hparams
+    from dpjax.engine.checks import diverged
     from dpjax.primitives import FixedAvailability
     from dpjax.problems import LogisticRegression
 
@@ -232,15 +232,15 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         res = run_grid(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data,
                        common_random_numbers=False, chunk_size=len(grid))
         final = {k: v[:, -1] for k, v in res.evals.items()}
-        diverged = np.asarray(res.diverged_round) >= 0
         for k in final:  # diverged runs count as infinitely bad (paper protocol)
-            final[k] = np.where(diverged | ~np.isfinite(final[k]), np.inf, final[k])
+            final[k] = np.where(diverged(res.diverged_round, final[k]), np.inf, final[k])
+        nonfinite = diverged(res.diverged_round)
         by_lr = {
             lr: {k: float(np.mean([final[k][i] for i, (l, _) in enumerate(grid) if l == lr])) for k in final}
             for lr in lrs
         }
         best = min(lrs, key=lambda lr: by_lr[lr]["train_loss"])
-        return final, diverged, by_lr, best
+        return final, nonfinite, by_lr, best
 
     bar.set_postfix_str(stages[2])
     private_final, private_div, private_by_lr, private_lr = sweep(algo, sigma)

@@ -25,4 +25,4 @@ __all__ = [
     "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
 ]
 
-_registry._load_families()  # every dpjax.algorithms module registers its families
+_registry.load_families()  # every dpjax.algorithms module registers its families

@@ -111,7 +111,8 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _json_default(obj):
+def json_default(obj):
+    """``json.dumps`` default for NumPy scalars and arrays (the summary and config files)."""
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -132,7 +133,7 @@ def prepare_data(cfg: IsrlMnistConfig):
 
 def run_identity(cfg: IsrlMnistConfig) -> dict:
     """What makes two ``isrl-mnist-trial`` runs the same run (their output may be rewritten)."""
-    return {"command": "run isrl-mnist-trial", "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=_json_default))}
+    return {"command": "run isrl-mnist-trial", "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=json_default))}
 
 
 def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progress: bool = True, dataset=None,
@@ -292,11 +293,11 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     summary["wall_time_s"] = time.perf_counter() - start
     if out_dir is not None:
         out = out_dir
-        _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=_json_default))
+        _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=json_default))
         header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
         body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)
         _atomic_write(out / "results.csv", header + body)
-        _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default))
+        _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=json_default))
         summary["out_dir"] = str(out)
     bar.update()
     bar.close()

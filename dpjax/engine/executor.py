@@ -433,6 +433,37 @@ def _lane_groups(key_data: np.ndarray, common: bool, chunk_size: int) -> tuple[i
     return width, [g[s:s + width] for g in groups.values() for s in range(0, len(g), width)]
 
 
+def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, chunk_size: int):
+    """``run_grid``'s chunks (group = trial index) and each trial's chunk width.
+
+    A trial's chunks are laid out as a call on its split alone would lay them
+    out (same widths, same bits); a chunk's last lanes repeat its first run.
+    """
+
+    def chunk_args(trial: Trial, members: list[int], width: int):
+        lanes = np.asarray(members + [members[0]] * (width - len(members)))
+        hp = jax.tree_util.tree_map(lambda a: a[lanes][None], hparams)
+        kd = key_data[lanes[0]][None, None] if common else key_data[lanes][None, None]
+        # The starting point enters the program as data (as in run_many): computed inside,
+        # XLA would fold the constant and round differently.
+        start = trial.params if trial.params is not None else problem.init_params(
+            keys.run_stream_key(jax.random.wrap_key_data(key_data[lanes[0]]), "local"))
+        return hp, trial.data, trial.eval_data, kd, start
+
+    chunks, widths = [], {}
+    for t, trial in enumerate(trials):
+        runs_of_trial = np.flatnonzero(trial_index == t)
+        if len(runs_of_trial) == 0:
+            continue
+        widths[t], local_chunks = _lane_groups(key_data[runs_of_trial], common, chunk_size)
+        for j, local in enumerate(local_chunks):
+            members = [int(runs_of_trial[i]) for i in local]
+            chunks.append(Chunk(f"t{t}-c{j}", t, tuple((0, 0, lane) for lane in range(len(members))),
+                                lambda trial=trial, members=members, w=widths[t]: chunk_args(trial, members, w),
+                                lambda i, members=members: f"run {members[i]}", tuple(members)))
+    return chunks, widths
+
+
 class _GridCollector:
     """``run_grid``'s in-memory ``ChunkStore``: each chunk's results back at its runs' indices."""
 
@@ -508,35 +539,12 @@ def run_grid(
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices()[:1])
     if round_loop == "host" and len(devices) != 1:
         raise ValueError(f"devices={devices!r}: round_loop='host' runs on one device")
-    hparams = jax.tree_util.tree_map(np.asarray, hparams)
-    problem = algorithm.problem
-
-    def chunk_args(trial: Trial, members: list[int], width: int):
-        lanes = np.asarray(members + [members[0]] * (width - len(members)))
-        hp = jax.tree_util.tree_map(lambda a: a[lanes][None], hparams)
-        kd = key_data[lanes[0]][None, None] if common_random_numbers else key_data[lanes][None, None]
-        # The starting point enters the program as data (as in run_many): computed inside,
-        # XLA would fold the constant and round differently.
-        start = trial.params if trial.params is not None else problem.init_params(
-            keys.run_stream_key(jax.random.wrap_key_data(key_data[lanes[0]]), "local"))
-        return hp, trial.data, trial.eval_data, kd, start
-
-    chunks, programs = [], {}
-    for t, trial in enumerate(trials):
-        # A trial's chunks are laid out as a call on its split alone would lay them out (same widths, same bits).
-        runs_of_trial = np.flatnonzero(trial_index == t)
-        if len(runs_of_trial) == 0:
-            continue
-        width, local_chunks = _lane_groups(key_data[runs_of_trial], common_random_numbers, chunk_size)
-        # Equal-shape trials find the compiled program in ``program``'s cache.
-        programs[t] = ChunkProgram(algorithm, eval_fn, eval_every, (1, 1, width), width, devices,
-                                   round_loop=round_loop, trial_axis=False, common_keys=common_random_numbers,
-                                   initial_params=True)
-        for j, local in enumerate(local_chunks):
-            members = [int(runs_of_trial[i]) for i in local]
-            chunks.append(Chunk(f"t{t}-c{j}", t, tuple((0, 0, lane) for lane in range(len(members))),
-                                lambda trial=trial, members=members, width=width: chunk_args(trial, members, width),
-                                lambda i, members=members: f"run {members[i]}", tuple(members)))
+    chunks, widths = _grid_chunks(algorithm.problem, trials, trial_index, jax.tree_util.tree_map(np.asarray, hparams),
+                                  key_data, common_random_numbers, chunk_size)
+    # One program per trial; equal-shape trials find the compiled program in ``program``'s cache.
+    programs = {t: ChunkProgram(algorithm, eval_fn, eval_every, (1, 1, w), w, devices, round_loop=round_loop,
+                                trial_axis=False, common_keys=common_random_numbers, initial_params=True)
+                for t, w in widths.items()}
     collector = _GridCollector(num_runs)
     execute(chunks, lambda c: programs[c.group], collector, on_nonfinite=on_nonfinite)
     return GridResult(collector.evals, _eval_rounds(algorithm, eval_fn, eval_every), collector.diverged)

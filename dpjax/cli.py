@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = [
     "dpjax.accounting.cli",  # dpjax account
     "dpjax.reproduce.cli",  # dpjax reproduce
     "dpjax.auditing.cli",  # dpjax audit
+    "dpjax.docs.cli",  # dpjax docs (argparse only; mkdocs is imported when building)
 ]
 
 
@@ -30,11 +31,25 @@ COMMAND_MODULES = {
     "account": "dpjax.accounting.cli",
     "reproduce": "dpjax.reproduce.cli",
     "audit": "dpjax.auditing.cli",
+    "docs": "dpjax.docs.cli",
 }
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with dpjax's error form: the usage, then one ``dpjax: error: ...`` line, exit status 2.
+
+    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's
+    type), so ``dpjax account --steps x`` says ``dpjax: error: argument
+    --steps: ...`` rather than ``dpjax account: error: ...``.
+    """
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(2, f"dpjax: error: {' '.join(str(message).split())}\n")
+
+
 def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="dpjax",
         description="JAX-compiled experiments for differentially private federated optimization.",
     )
@@ -93,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(None if command is None else [command])
     args = parser.parse_args(_attach_negative_numbers(argv))
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.error(f"give a COMMAND: one of {', '.join(COMMAND_MODULES)} (dpjax --help lists them)")
     try:
         return int(args.func(args) or 0)
     except EXPECTED_ERRORS as err:  # bad input: a clear message, not a traceback

@@ -22,6 +22,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
+
 # Named streams inside a round. Never renumber: results must stay bit-identical.
 STREAMS = {
     "availability": 1,
@@ -80,6 +82,8 @@ def run_key(seed, *path: int) -> jax.Array:
     same key (common random numbers); ``run_key(run_key(s, a), b) ==
     run_key(s, a, b)``, so a driver may hand a prefix key to a sub-driver.
     """
+    if _is_seed(seed) and _validate.concrete_scalar(seed) is not None:
+        _validate.check_seed("seed", _validate.concrete_scalar(seed))  # jax keeps 32 bits: 2**32 would repeat 0
     key = jax.random.key(seed) if _is_seed(seed) else seed
     for index in path:
         key = jax.random.fold_in(key, index)

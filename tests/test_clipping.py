@@ -145,3 +145,44 @@ def test_closed_form_glm_clipped_sum_equals_per_example_autodiff(make, clip_norm
         wrong = prob.weighted_grad_sum(params, x, y, weights, clip_norm, row_sq_norms=4 * row_sq_norms(x) + 1)
         assert not all(np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(wrong),
                                                           jax.tree_util.tree_leaves(closed)))
+
+
+def test_an_overflowed_example_contributes_zero_not_nan():
+    """Issue 23 (privacy sweep): one example whose gradient is inf or NaN used to make the clipped sum NaN (C/inf
+    = 0 times inf), so that one record decided whether the release was NaN -- outside the accounted mechanism.
+    It now contributes the zero vector (norm 0 <= C, sensitivity unchanged); without clipping (C = inf, the
+    non-private twin) the NaN still propagates."""
+    grads = {"w": jnp.array([[3.0, 4.0], [jnp.inf, 1.0], [jnp.nan, 0.0], [0.3, 0.4]]), "b": jnp.ones((4,))}
+    res = clipping.clipped_sum(grads, 1.0)
+    expected = clipping.clipped_sum(jax.tree_util.tree_map(lambda g: g[jnp.array([0, 3])], grads), 1.0).total
+    for got, want in zip(jax.tree_util.tree_leaves(res.total), jax.tree_util.tree_leaves(expected)):
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert not np.all(np.isfinite(clipping.clipped_sum(grads, jnp.inf).total["w"]))
+
+
+@pytest.mark.parametrize("make", ["logistic", "softmax", "linear", "linear-bias"])
+def test_closed_form_glm_clipped_sum_drops_an_overflowed_record(make):
+    """The closed-form GLM sums: a record whose gradient overflows float32 (x = 1e30 here; linear regression's
+    residual r = <w, x> - y is then inf) adds zero, exactly as ``clip_per_example`` makes it -- not NaN
+    (logistic regression was already safe: its margin is clipped before the sigmoid)."""
+    from dpjax.problems import LinearRegression, LogisticRegression, SoftmaxRegression
+
+    d = 3
+    x = jnp.array([[1.0, 2.0, 0.5], [1e30, 1e30, 1e30], [0.2, -1.0, 0.3]], jnp.float32)
+    if make == "logistic":
+        prob, y, params = LogisticRegression(d), jnp.array([1.0, 0.0, 1.0]), jnp.full((d,), 1e10, jnp.float32)
+    elif make == "softmax":
+        prob, y = SoftmaxRegression(d, 3), jnp.array([0, 1, 2], jnp.int32)
+        params = jnp.full((d, 3), 1e10, jnp.float32).at[:, 1].set(-1e10)
+    else:
+        prob = LinearRegression(d, fit_intercept=(make == "linear-bias"))
+        y = jnp.array([0.5, 0.0, -0.5])
+        params = jax.tree_util.tree_map(lambda p: p + 1e10, prob.init_params())
+    weights = jnp.ones((3,))
+    closed = prob.weighted_grad_sum(params, x, y, weights, 1.0)
+    keep = jnp.array([0, 2])
+    clean = prob.weighted_grad_sum(params, x[keep], y[keep], weights[keep], 1.0)
+    for a, b in zip(jax.tree_util.tree_leaves(closed), jax.tree_util.tree_leaves(clean)):
+        assert np.all(np.isfinite(a))
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

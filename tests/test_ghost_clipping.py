@@ -174,14 +174,31 @@ def test_fast_path_is_taken_and_required(model):
     assert flags == [True]
 
 
-def test_unsupported_layer_falls_back_with_flag():
+def test_custom_leaf_layer_is_materialised_not_refused():
+    """A parametrised layer with no ghost identity gets its per-example gradient
+    materialised layer by layer (the rest stays ghost)."""
     loss, params, x, y = _setup(WithUnsupported())
     plan = gc.make_plan(loss, params, x, y)
-    assert not plan.fast and "Scaled" in plan.reason
+    assert plan.fast, plan.reason
+    assert [c.kind for c in plan.calls] == ["materialised", "dense"]
+    res = gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
+    _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
+
+
+def test_parameter_used_outside_its_layer_falls_back_with_flag():
+    """Weight decay inside the per-example loss touches the kernel outside the
+    Dense call: the ghost norm would miss it, so the plan refuses and names it."""
+    loss0, params, x, y = _setup(MLP())
+
+    def loss(p, xi, yi):
+        return loss0(p, xi, yi) + 0.1 * jnp.sum(jnp.square(p["params"]["Dense_0"]["kernel"]))
+
+    plan = gc.make_plan(loss, params, x, y)
+    assert not plan.fast and "['params']['Dense_0']['kernel']" in plan.reason
     res = gc.ghost_clipped_sum(loss, params, x, y, 0.2)
     assert res.fast_path is False
     _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
-    with pytest.raises(gc.GhostFallbackError, match="require_fast=True"):
+    with pytest.raises(gc.GhostFallbackError, match="require_fast=True.*used outside the layer"):
         gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
 
 

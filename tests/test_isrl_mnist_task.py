@@ -56,10 +56,10 @@ def test_paper_experiment_calibration_reports_tight_epsilon_too(tmp_path):
     assert np.isfinite(summary["privacy"]["epsilon"]) and summary["privacy"]["epsilon"] > 0
 
 
-def test_task_on_real_mnist(shared_data, tmp_path):
+def test_task_on_real_mnist(mnist_dir, tmp_path):
     cfg = isrl_mnist.IsrlMnistConfig(
         epsilon=3.0, rounds=10, silos_per_round=12, n_per_digit=60, learning_rates=(1.0, 5.0),
-        repetitions=1, data_dir=str(shared_data / "mnist"),
+        repetitions=1, data_dir=str(mnist_dir),
     )
     summary = isrl_mnist.run(cfg, tmp_path, progress=False)
     assert summary["num_silos"] == 25 and summary["dim"] == 50
@@ -69,11 +69,11 @@ def test_task_on_real_mnist(shared_data, tmp_path):
     assert summary["privacy"]["epsilon"] <= 3.0
 
 
-def test_cli_reports_epsilon_with_accountant(shared_data, tmp_path):
+def test_cli_reports_epsilon_with_accountant(mnist_dir, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist-trial", "--epsilon", "2", "--rounds", "4",
          "--silos-per-round", "5", "--learning-rates", "1.0", "--repetitions", "1", "--no-baseline",
-         "--no-progress", "--data-dir", str(shared_data / "mnist"), "--out", str(tmp_path), "--json"],
+         "--no-progress", "--data-dir", str(mnist_dir), "--out", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr

@@ -26,7 +26,15 @@ from scipy import optimize
 from dpjax import _validate as v
 from dpjax.accounting import isrl as _isrl
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, Sampling
-from dpjax.accounting.tight import TIGHT_ACCOUNTANTS, certifies, tight_epsilon
+from dpjax.accounting.tight import (
+    MAX_ACCOUNTED_NOISE_MULTIPLIER,
+    TIGHT_ACCOUNTANTS,
+    NotComputableError,
+    _float64_guard,
+    certifies,
+    check_computable,
+    tight_epsilon,
+)
 
 __all__ = ["ACCOUNTANTS", "compute_epsilon", "calibrate_noise", "use_probability", "CALIBRATION_RTOL",
            "PLD_CALIBRATION_RTOL", "MIN_NOISE_MULTIPLIER"]
@@ -124,13 +132,24 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
       ValueError: invalid argument, schedules that mix neighbouring relations,
         or `accountant` cannot certify the schedule (the message names
         ``accountant`` and says what to use instead).
+      NotComputableError (a ValueError): epsilon is not computable in float64
+        (a noise multiplier below 1e-4 -- epsilon = inf for any practical
+        purpose -- or above 1e8, more than 2**53 steps, or an accountant whose
+        numerics overflow on this schedule); the message names the argument.
+        It never escapes as an ``OverflowError`` or a NaN.
     """
     v.check_choice("accountant", accountant, ACCOUNTANTS)
     delta = v.check_open_unit("delta", delta)
     if accountant in PAPER_ACCOUNTANTS:
         if not isinstance(schedule, GaussianSchedule):
             raise ValueError(f"accountant={accountant!r} accounts one schedule; compose with a tight accountant")
-        return _paper_epsilon(schedule, delta, accountant)
+        check_computable(schedule, accountant)
+        with _float64_guard(accountant):
+            report = _paper_epsilon(schedule, delta, accountant)
+        if math.isnan(report.epsilon):
+            raise NotComputableError(f"accountant={accountant!r} gives no finite bound for this schedule (NaN in "
+                                     "float64); use accountant='rdp'")
+        return report
     return tight_epsilon(schedule, delta, accountant)
 
 
@@ -158,10 +177,20 @@ def calibrate_noise(
 
     if accountant in PAPER_ACCOUNTANTS:
         eps_at = lambda std: compute_epsilon(schedule.replace(noise_std=std), delta, accountant).epsilon  # noqa: E731
-        return _calibrate_paper(schedule, target, delta, accountant, eps_at)
+        with _float64_guard(accountant):
+            return _calibrate_paper(schedule, target, delta, accountant, eps_at)
     if accountant == "best":
         # eps_best = min_a eps_a, each decreasing in the noise: the smallest noise is the min over accountants
-        return min(_calibrate_tight(schedule, target, delta, a) for a in ("rdp", "pld", "gdp") if certifies(a, schedule))
+        found, failed = [], []
+        for a in ("rdp", "pld", "gdp"):
+            if certifies(a, schedule):
+                try:
+                    found.append(_calibrate_tight(schedule, target, delta, a))
+                except NotComputableError as err:  # that accountant's numerics give out here; the others decide
+                    failed.append(err)
+        if not found:
+            raise failed[0]
+        return min(found)
     return _calibrate_tight(schedule, target, delta, accountant)
 
 
@@ -181,8 +210,12 @@ def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, ac
 
     def eps_at(std: float, coarsening: float = 1.0) -> float:
         if (std, coarsening) not in cache:
-            cache[std, coarsening] = tight_epsilon(schedule.replace(noise_std=std), delta, accountant,
-                                                   pld_coarsening=coarsening).epsilon
+            try:
+                cache[std, coarsening] = tight_epsilon(schedule.replace(noise_std=std), delta, accountant,
+                                                       pld_coarsening=coarsening).epsilon
+            except NotComputableError:
+                # Only an upper bound is safe here: inf never lets the search accept this noise level.
+                cache[std, coarsening] = math.inf
         return cache[std, coarsening]
 
     pld = accountant == "pld"
@@ -229,13 +262,13 @@ def _bracket(schedule: GaussianSchedule, target: float, delta: float, eps_at) ->
         )
     unit = schedule.sensitivity * schedule.group_size
     lo, hi = None, unit
-    for _ in range(40):  # noise multiplier up to 4^40 ~ 1e24
+    while True:  # noise multiplier up to MAX_ACCOUNTED_NOISE_MULTIPLIER (1e8), the accountants' float64 range
         if eps_at(hi) <= target:
             break
+        if hi * 4.0 > MAX_ACCOUNTED_NOISE_MULTIPLIER * schedule.sensitivity:
+            raise ValueError(f"target_epsilon={target!r} cannot be reached by any noise level (delta={delta!r}): "
+                             f"epsilon is still {eps_at(hi):.3g} at noise multiplier {hi / schedule.sensitivity:.3g}")
         lo, hi = hi, hi * 4.0
-    else:
-        raise ValueError(f"target_epsilon={target!r} cannot be reached by any noise level (delta={delta!r}): "
-                         f"epsilon is still {eps_at(hi):.3g} at noise multiplier {hi / schedule.sensitivity:.3g}")
     if lo is None:
         lo = hi
         while True:
@@ -298,6 +331,10 @@ def _calibrate_paper(schedule, target, delta, accountant, eps_at) -> float:
         sigma = _isrl.isrl_one_pass_paper_sigma(lip, k, target, delta)
     else:
         sigma = _isrl.isrl_paper_sigma(lip, n, r, target, delta)
+    try:
+        check_computable(schedule.replace(noise_std=sigma), accountant)
+    except NotComputableError as err:
+        raise NotComputableError(f"target_epsilon={target!r} with accountant={accountant!r} needs {err}") from None
     # rounding: make sure the closed form round-trips below target
     for _ in range(10):
         if eps_at(sigma) <= target:

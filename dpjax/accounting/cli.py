@@ -31,6 +31,11 @@ from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, 
 __all__ = ["add_account_parser", "batch_size_for_rate", "build_parser", "main", "run"]
 
 
+def _count(flag: str):
+    """An integer flag (``1e5`` accepted when it is an exact integer; at most 2**53, exact in float64)."""
+    return v.flag_type(flag, v.parse_int, exact_in_float64=True)
+
+
 def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson")
     g = p.add_mutually_exclusive_group(required=True)
@@ -40,13 +45,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_mutually_exclusive_group()
     r.add_argument("--sample-rate", type=float,
                    help="q: exact for poisson; fixed-size schemes need batch_size = q n to be an integer")
-    r.add_argument("--batch-size", type=int)
-    p.add_argument("--dataset-size", type=int, required=True)
-    p.add_argument("--steps", type=int, required=True)
+    r.add_argument("--batch-size", type=_count("--batch-size"))
+    p.add_argument("--dataset-size", type=_count("--dataset-size"), required=True)
+    p.add_argument("--steps", type=_count("--steps"), required=True)
     p.add_argument("--delta", type=float, required=True)
     p.add_argument("--neighboring", choices=[n.value for n in Neighboring], default="replace-one")
     p.add_argument("--unit", choices=[u.value for u in PrivacyUnit], default="record")
-    p.add_argument("--group-size", type=int, default=1)
+    p.add_argument("--group-size", type=_count("--group-size"), default=1)
     p.add_argument("--accountant", choices=list(ACCOUNTANTS), default="best",
                    help="'best' (default): the smallest epsilon of the tight accountants that certify")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -129,10 +134,12 @@ def _table(out: dict) -> str:
 
 
 def _command(args: argparse.Namespace) -> int:
+    from dpjax.cli import one_line
+
     try:
         out = run(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ValueError as exc:  # bad arguments, or epsilon not computable in float64: one line, as every command
+        print(f"dpjax: error: {one_line(exc)}", file=sys.stderr)
         return 2
     print(json.dumps(out) if args.json else _table(out))
     return 0
@@ -148,8 +155,9 @@ def add_account_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dpjax account", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from dpjax.cli import ArgumentParser  # argparse errors as one `dpjax: error:` line
+
+    p = ArgumentParser(prog="dpjax account", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_arguments(p)
     p.set_defaults(func=_command)
     return p

@@ -32,9 +32,11 @@ induction), which is valid for every accountant.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import math
+import warnings
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -57,11 +59,108 @@ __all__ = [
     "conditioned_rdp",
     "rdp_orders",
     "group_privacy_epsilon",
+    "NotComputableError",
+    "check_computable",
+    "MIN_ACCOUNTED_NOISE_MULTIPLIER",
+    "MAX_ACCOUNTED_NOISE_MULTIPLIER",
+    "MAX_ACCOUNTED_STEPS",
+    "PLD_MAX_STEPS",
+    "RDP_MAX_WITH_REPLACEMENT_BATCH",
 ]
 
 TIGHT_ACCOUNTANTS = ("rdp", "pld", "zcdp", "gdp")
 _DETERMINISTIC = (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE)
 PLD_DISCRETIZATION = 1e-4
+
+
+# ------------------------------------------------------------------ float64 domain
+#: The accountants compute in float64. Below this noise multiplier (noise_std /
+#: sensitivity) epsilon is astronomically large (about steps q^2 / (2 z^2) at
+#: best; 5e9 for a typical DP-SGD schedule at z = 1e-4) and the privacy-loss
+#: grids overflow; it is also the floor of ``calibrate_noise``'s search
+#: (``api.MIN_NOISE_MULTIPLIER``).
+MIN_ACCOUNTED_NOISE_MULTIPLIER = 1e-4
+#: Above this noise multiplier epsilon is negligible and dp_accounting's
+#: formulas lose their float64 range (overflow, non-convergence).
+MAX_ACCOUNTED_NOISE_MULTIPLIER = 1e8
+#: Step counts beyond 2^53 are not even exact in float64.
+MAX_ACCOUNTED_STEPS = 2**53
+#: dp_accounting's PLD self-composition cost grows with the number of steps (it
+#: forms ``size ** steps`` as an exact integer): 1e8 steps take about a second,
+#: 1e9 more than a minute. Beyond this the PLD accountant refuses (RDP is cheap).
+PLD_MAX_STEPS = 10**8
+#: The multiplicity-conditioned RDP bound of sampling with replacement sums
+#: over the multiplicity 0..K for each of the 156 orders ([156, K+1] float64
+#: arrays); beyond this batch size that would take hundreds of MiB.
+RDP_MAX_WITH_REPLACEMENT_BATCH = 2**16
+
+
+class NotComputableError(ValueError):
+    """Epsilon of a schedule is not computable in float64 by an accountant (a ``ValueError``
+    naming the argument or the accountant and saying why)."""
+
+
+def check_computable(schedules, accountant: str | None = None) -> None:
+    """``NotComputableError`` when a schedule lies outside the float64 domain of the accountants.
+
+    Zero noise is accepted (epsilon = inf, reported as such). A noise multiplier
+    below :data:`MIN_ACCOUNTED_NOISE_MULTIPLIER` means epsilon = inf for every
+    practical purpose; above :data:`MAX_ACCOUNTED_NOISE_MULTIPLIER` it is
+    negligible; neither is computable in float64.
+    """
+    for i, s in enumerate(check_composable(schedules)):
+        where = "schedule" if isinstance(schedules, GaussianSchedule) else f"schedules[{i}]"
+        z = s.noise_std / s.sensitivity
+        if s.noise_std == 0:
+            continue
+        if z < MIN_ACCOUNTED_NOISE_MULTIPLIER:
+            raise NotComputableError(
+                f"noise_multiplier={z:.3g} ({where}.noise_std={s.noise_std!r} / sensitivity {s.sensitivity:g}) is "
+                f"below {MIN_ACCOUNTED_NOISE_MULTIPLIER:g}: epsilon is not computable in float64 there and is "
+                "astronomically large (epsilon = inf for any practical purpose); use more noise")
+        if z > MAX_ACCOUNTED_NOISE_MULTIPLIER:
+            raise NotComputableError(
+                f"noise_multiplier={z:.3g} ({where}.noise_std={s.noise_std!r} / sensitivity {s.sensitivity:g}) is "
+                f"above {MAX_ACCOUNTED_NOISE_MULTIPLIER:g}: epsilon is not computable in float64 there (it is "
+                f"negligible already at noise multiplier {MAX_ACCOUNTED_NOISE_MULTIPLIER:g})")
+        if s.steps > MAX_ACCOUNTED_STEPS:
+            raise NotComputableError(f"steps={s.steps!r} ({where}.steps) is above 2**53: not computable in float64")
+        if accountant == "pld" and s.sampling is Sampling.POISSON and s.steps > PLD_MAX_STEPS:
+            raise NotComputableError(
+                f"accountant='pld' composes at most {PLD_MAX_STEPS:.0e} steps (dp_accounting's self-composition "
+                f"cost grows with the step count); {where}.steps={s.steps!r}: use accountant='rdp'")
+        if (accountant == "rdp" and s.sampling is Sampling.WITH_REPLACEMENT
+                and s.batch_size > RDP_MAX_WITH_REPLACEMENT_BATCH):
+            raise NotComputableError(
+                f"accountant='rdp' bounds sampling='with-replacement' by conditioning on the record's multiplicity "
+                f"0..batch_size, at most {RDP_MAX_WITH_REPLACEMENT_BATCH} ({where}.batch_size={s.batch_size!r}); "
+                "use sampling='poisson' or a smaller batch")
+
+
+def _is_numeric_failure(err: BaseException) -> bool:
+    """An arithmetic failure inside the numerical libraries (not one of dpjax's own argument errors)."""
+    if isinstance(err, (OverflowError, ZeroDivisionError, FloatingPointError)):
+        return True
+    text = str(err)
+    return isinstance(err, ValueError) and not isinstance(err, NotComputableError) and any(
+        m in text for m in ("NaN", "math domain error", "math range error", "cannot convert float"))
+
+
+@contextlib.contextmanager
+def _float64_guard(accountant: str):
+    """Turns an overflow (or a NaN) inside the accountant's numerics into a ``NotComputableError``;
+    silences the RuntimeWarnings that come with it."""
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            yield
+    except (OverflowError, ZeroDivisionError, FloatingPointError, ValueError) as err:
+        if not _is_numeric_failure(err):
+            raise
+        raise NotComputableError(
+            f"accountant={accountant!r} cannot compute epsilon for this schedule in float64 "
+            f"({type(err).__name__}: {' '.join(str(err).split())}); use accountant='rdp'"
+            + (" or a larger noise multiplier" if accountant == "rdp" else "")) from None
 
 
 def rdp_orders() -> np.ndarray:
@@ -372,7 +471,13 @@ def tight_epsilon(
     scheds = check_composable(schedules)
     delta = v.check_open_unit("delta", delta)
     if accountant == "best":
-        return _best_epsilon(scheds, delta)
+        return _best_epsilon(schedules, delta)
+    check_computable(schedules, accountant)
+    with _float64_guard(accountant):
+        return _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening)
+
+
+def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening) -> PrivacyReport:
     first = scheds[0]
     g = first.group_size
     deterministic = all(s.sampling in _DETERMINISTIC for s in scheds)
@@ -384,7 +489,8 @@ def tight_epsilon(
     def report(eps: float) -> PrivacyReport:
         eps = float(eps)
         if math.isnan(eps):  # defensive: never hand a NaN to the caller
-            raise ValueError(f"accountant={accountant!r} produced no finite bound for this schedule")
+            raise NotComputableError(f"accountant={accountant!r} produced no finite bound for this schedule (NaN in "
+                                     "float64); use accountant='rdp'")
         return PrivacyReport(
             epsilon=max(eps, 0.0),
             delta=delta,
@@ -456,10 +562,21 @@ def tight_epsilon(
     return report(eps)
 
 
-def _best_epsilon(scheds, delta: float) -> PrivacyReport:
-    """The smallest epsilon among rdp, pld and gdp (where each certifies), naming the winner."""
-    reports = [tight_epsilon(scheds, delta, a) for a in ("rdp", "pld", "gdp") if certifies(a, scheds)]
+def _best_epsilon(schedules, delta: float) -> PrivacyReport:
+    """The smallest epsilon among rdp, pld and gdp (where each certifies and computes), naming the winner."""
+    check_computable(schedules)
+    scheds = check_composable(schedules)
+    reports, failed = [], []
+    for a in ("rdp", "pld", "gdp"):
+        if certifies(a, scheds):
+            try:
+                reports.append(tight_epsilon(schedules, delta, a))
+            except NotComputableError as err:  # e.g. PLD's grid overflows where RDP still computes
+                failed.append((a, err))
+    if not reports:
+        raise failed[0][1]
     best = min(reports, key=lambda r: r.epsilon)
     others = ", ".join(f"{r.accountant} {r.epsilon:.6g}" for r in reports if r is not best)
     note = f"accountant='best': {best.accountant} certified the smallest epsilon" + (f" (vs {others})" if others else "")
-    return dataclasses.replace(best, notes=best.notes + (note,))
+    notes = (note,) + tuple(f"accountant={a!r} skipped: not computable in float64 for this schedule" for a, _ in failed)
+    return dataclasses.replace(best, notes=best.notes + notes)

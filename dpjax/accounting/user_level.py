@@ -16,6 +16,19 @@ equal split A4b, Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselin
 smallest n for which its constants are defined; ``deletion_sensitivity_bound`` (Corollary 3.7, explicit),
 ``certificate_sensitivity`` (Lemma C.1) and ``noise_multiplier`` the Gaussian noise scales of Algorithm 2
 and its certified version as functions of the schedule.
+
+Where a release can happen at all: Algorithm 1's stable set is computed exactly (the enumeration of every
+deletion set of <= 4 kappa + 1 users) or, in the polynomial-time version of Appendix C, skipped when the
+Lemma C.1 certificate shows that S = {} is stable -- in which case the exact algorithm would release the same
+f(x) + N(0, sigma^2 I) for every R1, so the output law is Algorithm 1's either way. When the certificate fails
+the paper falls back to the exact algorithm. ``exact_feasible(n, kappa)`` decides from public quantities only
+(the number of users and kappa, i.e. (eps, delta)) whether that fallback can run; where it cannot, the
+mechanisms refuse before reading the data (``exact_fallback_check``), so every output a user receives is one
+of Algorithm 1 and ``privacy`` certifies it. The superseded behaviour -- stop the run as "not
+releasable" when the certificate fails and the enumeration is infeasible -- makes the stop itself a
+deterministic function of the data (two neighbouring datasets on either side of the certificate's threshold:
+release with probability 1 vs stop with probability 1, an unbounded privacy loss); it survives only as the
+explicit, NOT private ``mode='certificate-stop'`` (issue 23).
 """
 
 from __future__ import annotations
@@ -50,6 +63,11 @@ __all__ = [
     "b1_sigma",
     "crossover_m",
     "phased_sco_groups",
+    "MAX_EXACT_USERS",
+    "MAX_EXACT_EVALUATIONS",
+    "exact_evaluations",
+    "exact_feasible",
+    "exact_fallback_check",
     "UserLevelPrivacy",
     "MECHANISMS",
     "privacy",
@@ -133,6 +151,49 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
     if not any_call:
         raise ValueError("calls=[] must contain at least one call")
     return max(s[0] for s in sums.values()), min(1.0, max(s[1] for s in sums.values()))
+
+
+# ---------------------------------------------------------------------------
+# Where Algorithm 1's exact stable set can be computed (public quantities only)
+# ---------------------------------------------------------------------------
+
+MAX_EXACT_USERS = 20
+MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletion sets
+
+
+def exact_evaluations(n: int, kappa: int) -> int:
+    """Number of oracle calls of the exact enumeration: sum_{u <= 4 kappa + 1} C(n, u)."""
+    n = v.check_int("n", n, min_value=1)
+    kappa = v.check_int("kappa", kappa, min_value=1)
+    return sum(math.comb(n, u) for u in range(min(4 * kappa + 1, n) + 1))
+
+
+def exact_feasible(n: int, kappa: int) -> bool:
+    """Whether Algorithm 1's exact stable-set enumeration runs at n users and this kappa (a decision from
+    public quantities only: it never depends on the data)."""
+    return n <= MAX_EXACT_USERS and exact_evaluations(n, kappa) <= MAX_EXACT_EVALUATIONS
+
+
+def _fallback_cost(n: int, kappa: int) -> str:
+    """Why the exact enumeration is (in)feasible, in words (no huge integers)."""
+    if n > MAX_EXACT_USERS:
+        return f"n = {n} > {MAX_EXACT_USERS} users: at least C({n}, {min(4 * kappa + 1, n)}) oracle calls"
+    return f"{exact_evaluations(n, kappa)} oracle calls; limit {MAX_EXACT_EVALUATIONS}"
+
+
+def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
+    """Refuse (``ValueError`` naming n and kappa) where the exact fallback cannot run.
+
+    Called before any data is read: the refusal depends only on (n, kappa), so it is the same for every
+    dataset of that size and releases nothing about any user. The polynomial-time certificate of Appendix C
+    alone is not a private mechanism (whether it passes depends on the data), so without a feasible fallback
+    there is nothing private to run."""
+    if not exact_feasible(n, kappa):
+        raise ValueError(
+            f"n={n}, kappa={kappa}: {what} needs Algorithm 1's exact stable-set enumeration as the fallback of "
+            f"the Appendix C certificate ({_fallback_cost(n, kappa)}); refused before reading the data -- a stop on a "
+            "failed certificate would be a data-dependent output (not private); fallback='stop' (phased and "
+            "privacy(): mode='certificate-stop') runs it anyway as a NOT private diagnostic")
 
 
 # ---------------------------------------------------------------------------
@@ -311,7 +372,9 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
 #   B1  baseline: standard user-level output perturbation with replace sensitivity 2G/(mu n)
 #   B2  the idealised M' of Theorem 4.1's proof (exact minimiser plus noise, no stability test): NOT private
 MECHANISMS = ("A1", "A2", "A2c", "A3", "A4", "A4b", "A5", "A6", "B1", "B2")
-MODES = ("certified", "rate-shape")
+MODES = ("certified", "certificate-stop", "rate-shape")
+# mechanisms whose release goes through the Appendix C certificate / the exact stable set
+_STABLE_SET = ("A1", "A2", "A2c", "A3", "A4", "A4b", "A5", "A6")
 
 
 @dataclass(frozen=True)
@@ -321,8 +384,11 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
     ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint
     groups (parallel composition, the paper's accounting in Theorems 4.1/5.1). The schedule is scale-free in (eps, delta),
     so ``calibrate`` returns the ``epsilon``/``delta`` arguments of the mechanism. ``mode='rate-shape'``
-    (idealised noise, no stability test) is NOT private: ``epsilon`` reports infinity with that reason and
-    ``calibrate`` refuses.
+    (idealised noise, no stability test) and ``mode='certificate-stop'`` (the superseded behaviour: stop when
+    the certificate fails and the exact fallback is infeasible, a data-dependent output) are NOT private:
+    ``epsilon`` reports infinity with that reason and ``calibrate`` refuses. ``releasable`` is False where
+    the certified run refuses before reading the data (no call's exact fallback is feasible): the guarantee
+    then holds vacuously -- no output exists.
     """
 
     mechanism: str
@@ -333,6 +399,7 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
     budget: tuple[float, float] = (math.nan, math.nan)  # the mechanism's (epsilon, delta) arguments
     privacy_unit: str = "user"
     relation: str = "replace-one"
+    releasable: bool = True
 
     def __post_init__(self):
         v.check_choice("mechanism", self.mechanism, MECHANISMS)
@@ -355,9 +422,13 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
         delta = v.check_open_unit("delta", delta)
         v.check_choice("accountant", accountant, ("basic",))
         if not self.private:
-            reason = ("rate-shape mode: idealised noise sigma_i = rho 2G/(lambda_i n sqrt(m)) without the "
-                      "stability test -- NOT private" if self.mode == "rate-shape" else
-                      "B2 is the idealised mechanism M' of Theorem 4.1's proof -- NOT private")
+            reason = {"rate-shape": "rate-shape mode: idealised noise sigma_i = rho 2G/(lambda_i n sqrt(m)) "
+                                    "without the stability test -- NOT private",
+                      "certificate-stop": "certificate-stop mode: when the Appendix C certificate fails and the "
+                                          "exact stable-set enumeration is infeasible the run stops as not "
+                                          "releasable, a deterministic function of the data outside Algorithm 1 "
+                                          "-- NOT private (issue 23)"}.get(
+                self.mode, "B2 is the idealised mechanism M' of Theorem 4.1's proof -- NOT private")
             return PrivacyReport(math.inf, delta, "none", "full", self.relation, self.privacy_unit, self.noise_std,
                                  (reason,) + self.notes)
         eps, dlt = self.certified()
@@ -428,6 +499,13 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
     stages see disjoint halves of the users, so the total is only (eps/2, delta/2) -- reported as such. B1: the
     Gaussian mechanism at (eps, delta) with replace-one-user sensitivity 2G/(mu n). B2 and ``mode='rate-shape'``:
     not private. Raises when n is below the mechanism's minimum (``min_users``).
+
+    What a user receives (certified mode): every call releases Algorithm 1's output, through the Appendix C
+    certificate (A2c; also the default path of A2) when it passes -- the same law as the exact stable set --
+    or through the exact enumeration when it fails; where that enumeration is infeasible at a call's
+    (users, kappa), the run refuses before reading any data (``exact_fallback_check``), so ``releasable``
+    is False and the (eps, delta) holds vacuously. ``mode='certificate-stop'`` (A2, A2c, A3-A6): the
+    superseded data-dependent stop, NOT private.
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     v.check_choice("mode", mode, MODES)
@@ -436,31 +514,54 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
     user_level_params(epsilon, delta)
     if mechanism == "B2" or mode == "rate-shape":
         return UserLevelPrivacy(mechanism, (), "rate-shape", noise_std=noise_std, budget=(epsilon, delta))
+    if mode == "certificate-stop" and mechanism in ("A1", "B1"):
+        raise ValueError(f"mode='certificate-stop' applies to the mechanisms released through the Appendix C "
+                         f"certificate (A2, A2c, A3-A6), not mechanism={mechanism!r}")
     need = min_users(mechanism, epsilon, delta, m)
     if n < need:
         raise ValueError(f"n={n} must be >= {need} users for {mechanism} at epsilon={epsilon}, delta={delta} "
                          f"(m={m}); see min_users")
     t = max(1, math.ceil(math.log2(n * m) - 1e-12))
     notes: tuple[str, ...] = ()
+    users: list[int] = []  # users seen by each output-perturbation call (the exact fallback's size)
     if mechanism in ("A1", "A2", "A2c", "B1"):
         calls = [(epsilon, delta, "all")]
+        users = [n]
         if mechanism == "B1":
             notes = ("classical Gaussian mechanism (Dwork-Roth Thm A.1), sensitivity 2G/(mu n)",)
     elif mechanism == "A3":
         calls = [(epsilon / t, delta / t, "all")] * t
+        users = [n] * t
     elif mechanism in ("A4", "A4b"):
-        calls = [(epsilon, delta, f"group{i}") for i, _ in enumerate(phased_sco_groups(n, m, epsilon, delta,
-                                                                                      mechanism))]
+        groups = phased_sco_groups(n, m, epsilon, delta, mechanism)
+        calls = [(epsilon, delta, f"group{i}") for i, _ in enumerate(groups)]
+        users = [hi - lo for lo, hi in groups]
     elif mechanism == "A5":
         calls = [(epsilon / 2, delta / 2, "all")] + [(epsilon / (2 * t), delta / (2 * t), "all")] * t
+        users = [n] * (t + 1)
     else:  # A6
         if split_users:
             groups = phased_sco_groups(n - n // 2, m, epsilon / 2, delta / 2, "A4b")
             calls = [(epsilon / 2, delta / 2, "first-half")] + [(epsilon / 2, delta / 2, f"second-half-group{i}")
                                                                   for i in range(len(groups))]
+            users = [n // 2] + [hi - lo for lo, hi in groups]
             notes = ("users split in halves: centring step and Phased-SCO see disjoint users, so the total is "
                      "(eps/2, delta/2)",)
         else:
             groups = phased_sco_groups(n, m, epsilon / 2, delta / 2, "A4b")
             calls = [c for i in range(len(groups)) for c in ((epsilon / 2, delta / 2, f"group{i}"),) * 2]
-    return UserLevelPrivacy(mechanism, tuple(calls), "certified", notes, noise_std, (epsilon, delta))
+            # the centring call sees all n users (and so counts in every group), then one call per group
+            users = [n] + [hi - lo for lo, hi in groups]
+    releasable = True
+    if mechanism in _STABLE_SET:
+        budgets = [(e, d) for e, d, _ in calls] if mechanism != "A6" or split_users else \
+            [(epsilon / 2, delta / 2)] * len(users)
+        sizes = sorted({(u, user_level_params(e, d).kappa) for (e, d), u in zip(budgets, users)})
+        blocked = [(u, k) for u, k in sizes if not exact_feasible(u, k)]
+        releasable = not blocked
+        if blocked and mode == "certified":
+            u, k = blocked[0]
+            notes += (f"not releasable at this size: the exact fallback of a call on {u} users at kappa={k} is "
+                      f"infeasible ({_fallback_cost(u, k)}); the run refuses before reading the data, so no output "
+                      "exists and the guarantee holds vacuously",)
+    return UserLevelPrivacy(mechanism, tuple(calls), mode, notes, noise_std, (epsilon, delta), releasable=releasable)

@@ -182,10 +182,8 @@ class AcceleratedHParams:
 
     @classmethod
     def create(cls, schedule: AcsaSchedule, noise_std=0.0, clip_norm=1.0) -> "AcceleratedHParams":
-        if isinstance(noise_std, (int, float)):
-            _validate.check_nonnegative("noise_std", noise_std)
-        if isinstance(clip_norm, (int, float)):
-            _validate.check_positive("clip_norm", clip_norm, allow_inf=True)
+        _validate.check_if_concrete(_validate.check_nonnegative, "noise_std", noise_std)
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         return cls(schedule, jnp.asarray(noise_std, jnp.float32), jnp.asarray(clip_norm, jnp.float32))
 
 

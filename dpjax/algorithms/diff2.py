@@ -505,8 +505,9 @@ class BvrState:
 class Diff2BvrLSgd(FamilyBase):
     """DIFF2-BVR-L-SGD (Alg. 1 + Alg. 4).
 
+    ``problem``, ``num_rounds``, ``private`` and ``output`` are as for ``Diff2GD``.
+
     Args:
-      problem, num_rounds, private, output: as for ``Diff2GD``.
       local_steps: K >= 1 (the server step plus K-1 local steps per round).
       batch_size: b, local minibatch size (without replacement, b <= n_min).
       server_learning_rate_scale: optional factor for the server step

@@ -91,8 +91,7 @@ class DpSgdHParams:
         for name, val, check in (("learning_rate", learning_rate, _validate.check_positive),
                                  ("clip_norm", clip_norm, _validate.check_positive),
                                  ("noise_multiplier", noise_multiplier, _validate.check_nonnegative)):
-            if isinstance(val, (int, float)):
-                check(name, val)
+            _validate.check_if_concrete(check, name, val)  # Python, NumPy, jax scalars and arrays; not tracers
         f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
         return cls(f32(learning_rate), f32(clip_norm), f32(noise_multiplier))
 

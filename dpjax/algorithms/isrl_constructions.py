@@ -75,8 +75,11 @@ def insurance_script_mbsgd(
     ``clip_mode="minibatch-average"``), ``make_hparams(spec)`` (each silo's sigma is
     the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``)
     and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP for that
-    sensitivity at the reference silo (``n_ref`` records; with-replacement sampling,
-    accounted conservatively).
+    sensitivity on every silo's own schedule -- its n_i records and its sigma_i -- and the
+    largest kept (with-replacement sampling, accounted conservatively). A larger silo has a
+    smaller sampling rate but also a smaller sigma_i, and the latter wins: on the kept
+    insurance run (n_i = 107 x 9 and 105, n_ref = 105) the 107-record silos' epsilon exceeds
+    the reference silo's (nominal 0.5: 172.6 vs 118.1), which alone was reported before (issue 23).
     """
     from dpjax.accounting import GaussianSchedule, compute_epsilon
     from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
@@ -90,10 +93,14 @@ def insurance_script_mbsgd(
     def make_hparams(spec):
         return UnbalancedHParams.create(spec.learning_rate, spec.noise_std * factors, spec.clip_norm)
 
+    silos = sorted({(int(n), float(f)) for n, f in zip(silo_sizes, factors)})  # each distinct silo schedule
     realized = {}
     for key, e in noise.items():
-        schedule = GaussianSchedule(noise_std=e.sigma_unit, contribution_bound=1.0, sampling="with-replacement",
-                                    dataset_size=n_ref, batch_size=batch_size, steps=rounds,
-                                    neighboring="replace-one", unit="record-in-silo")
-        realized[key] = dataclasses.replace(e, realized_epsilon=compute_epsilon(schedule, delta, "rdp").epsilon)
+        worst = 0.0
+        for n_i, f_i in silos:
+            schedule = GaussianSchedule(noise_std=e.sigma_unit * f_i, contribution_bound=1.0,
+                                        sampling="with-replacement", dataset_size=n_i, batch_size=batch_size,
+                                        steps=rounds, neighboring="replace-one", unit="record-in-silo")
+            worst = max(worst, compute_epsilon(schedule, delta, "rdp").epsilon)
+        realized[key] = dataclasses.replace(e, realized_epsilon=worst)
     return algo, make_hparams, realized

@@ -61,7 +61,8 @@ class MbSgdHParams:
 
     @classmethod
     def create(cls, learning_rate, noise_std=0.0, clip_norm=1.0) -> "MbSgdHParams":
-        # Concrete scalars of any kind (Python, NumPy, 0-d jax) are checked; tracers are not.
+        # Concrete values of any kind (Python, NumPy, jax scalars and arrays) are checked; tracers only in
+        # dpjax.primitives.checked mode.
         _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
         _validate.check_if_concrete(_validate.check_nonnegative, "noise_std", noise_std)
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)

@@ -143,7 +143,7 @@ class ScoHParams:
         for name, v, low in (("step", step, 0.0), ("smoothing", smoothing, None), ("noise_std", noise_std, None)):
             if not np.all(np.isfinite(v)) or np.any(v < 0) or (low is not None and np.any(v <= low)):
                 raise ValueError(f"{name}={v.tolist()!r} must be finite and " + (">= 0" if low is None else "> 0"))
-        _validate.check_positive("clip_norm", float(clip_norm))
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm)
         _validate.check_int("start", start, min_value=0)
         pvec = pvec if pvec is not None else shuffle_protocols.PvecParams(1, 0, 0.0)
         pv = shuffle_protocols.PvecParams.create(*(np.broadcast_to(np.asarray(a), (T,)) for a in (
@@ -245,7 +245,11 @@ def _user_gradients(problem, smoothed, params, x, y, smoothing, clip_norm):
             return ravel_pytree(jax.grad(problem.loss)(params, xi, yi))[0]
     grads = jax.vmap(one)(x, y)
     norms = jnp.linalg.norm(grads, axis=1, keepdims=True)
-    return grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30)), unravel
+    # a user whose gradient overflowed sends the zero vector (norm <= L): inf times C/inf would be NaN, and
+    # one user would decide that P_vec's sum is NaN -- outside the accounted mechanism (issue 23)
+    ok = jnp.isfinite(norms)
+    factor = jnp.where(ok, jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30)), 0.0)
+    return jnp.where(ok, grads, 0.0) * factor, unravel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,12 +361,20 @@ class _ShuffleScoBase(FamilyBase):
         return out
 
     def privacy(self, silo_sizes, hparams: ScoHParams) -> PrivacySpec:
-        """The whole transcript's guarantee for one user (replace-one); see ``report``."""
+        """The whole transcript's guarantee for one user (replace-one); see ``report``.
+
+        The schedule is checked against the data first (``check_schedule``): a round asking for users
+        beyond the n that exist, or for more than ``max_batch``, runs with fewer users than its
+        ``batch`` -- fewer P_vec noise contributions than the report counts -- so it is refused."""
         agg = self.aggregator
         if agg in ("exact", "matched-gaussian"):
             return NoPrivacy("the exact sum (non-private twin)" if agg == "exact" else
                              "matched-gaussian is a variance-matched surrogate of P_vec, not a DP mechanism",
                              privacy_unit="user")
+        sizes = [int(x) for x in (silo_sizes if hasattr(silo_sizes, "__len__") else [silo_sizes])]
+        if len(sizes) != 1:
+            raise ValueError(f"silo_sizes={sizes!r}: the n users are the records of ONE silo")
+        self.check_schedule(hparams, sizes[0])
         if agg in ("pvec", "pvec-bits"):
             accs = tuple(sco_acc.PVEC_ACCOUNTANTS) + ("pvec-lemma-advanced",)
             generic = {"best": "pvec-lemma", "paper": "pvec-printed"}
@@ -380,7 +392,11 @@ class _ShuffleScoBase(FamilyBase):
     def report(self, hparams: ScoHParams, delta: float, accountant: str = "pvec-lemma") -> SdpReport:
         """Certificate of the whole transcript from the parameters the run holds.
 
-        P_vec: per phase, Theorem 3.2 inverted at the (g, b, p) and batch it runs with
+        P_vec: per phase, Theorem 3.2 inverted at the (g, b, p) and batch it runs with -- at its worst
+        round when these vary inside a phase (each distinct round is accounted and the largest epsilon
+        kept: the bound grows with g and falls with b, p and the number of users, so neither a min over
+        g nor a min over the batch can stand in for it; p >= 1/2 is outside Lemma 3.1 and refused, and
+        since Bin(m, p) = m - Bin(m, 1 - p) a smaller p is not the worse one there) (issue 23)
         (``pvec-lemma``: corrected Lemma 3.3 constant, optimal composition across rounds;
         ``pvec-printed``: the paper's constants and advanced composition;
         ``pvec-lemma-advanced``: lemma constants, advanced composition;
@@ -389,7 +405,10 @@ class _ShuffleScoBase(FamilyBase):
         run's eps is the largest phase's. Details: per-phase eps and how it was composed, bits
         per user (Corollaries B.8-B.11, exact in (g, b)) and the ``gaussian_approx`` diagnostic
         eps (never a guarantee). Gaussian
-        aggregators: GDP (central/local) or Lemma C.4 (pan-private).
+        aggregators: GDP (central/local) or Lemma C.4 (pan-private), each phase at its smallest
+        per-round noise on what one user's change moves: ``noise_std`` on the sum (central) or
+        ``noise_std_r / sqrt(batch_r)``, each user's own share (local). ``noise_std`` of the report is
+        the smallest per-round noise std (the one the guarantee rests on).
         """
         delta = _validate.check_open_unit("delta", delta)
         L = float(np.asarray(hparams.clip_norm))
@@ -403,12 +422,24 @@ class _ShuffleScoBase(FamilyBase):
             rows, bits = [], 0
             g_all, b_all, p_all = (np.asarray(a) for a in (hparams.pvec.granularity, hparams.pvec.trials,
                                                            hparams.pvec.probability))
+            batch_all = np.asarray(hparams.batch)
             for start, batch, fresh, T, a in phases:
                 sl = slice(a, a + T)
-                g, b, p = int(np.min(g_all[sl])), int(np.min(b_all[sl])) * self.trial_groups, float(np.min(p_all[sl]))
-                if b == 0 or p == 0.0:
-                    raise ValueError(f"hparams.pvec has trials={b}, probability={p} in round {a}: no privacy noise")
-                rows.append((g, b, p, batch, fresh, T, delta / (T + 1)))
+                # every distinct round of the phase, accounted with its own (g, b, p, users); the phase is
+                # certified at the worst of them (a min over g would under-report: eps grows with g)
+                candidates = []
+                for r in range(a, a + T):
+                    g, b, p = int(g_all[r]), int(b_all[r]) * self.trial_groups, float(p_all[r])
+                    if b == 0 or p == 0.0:
+                        raise ValueError(f"hparams.pvec has trials={b}, probability={p} in round {r}: no privacy "
+                                         "noise")
+                    row = (g, b, p, int(batch_all[r]), fresh, T, delta / (T + 1))
+                    if row not in candidates:
+                        candidates.append(row)
+                if len(candidates) > 1:
+                    candidates.sort(key=lambda row: sco_acc.transcript_epsilon(
+                        [row], self.dim, delta, base, comp, self.honest_frac)[0])
+                rows.append(candidates[-1])
                 bits = max(bits, (1 if fresh else T) * self.dim * (int(np.max(g_all[sl]))
                                                                    + self.trial_groups * int(np.max(b_all[sl]))))
             eps, per_phase = sco_acc.transcript_epsilon(rows, self.dim, delta, base, comp, self.honest_frac)
@@ -424,7 +455,7 @@ class _ShuffleScoBase(FamilyBase):
             if base == "pvec-numerical":
                 notes.append("HEURISTIC: numerical account at the spread worst-case shift, not proven for "
                              "binomial noise (not a guarantee of the paper)")
-            std = float(np.max((2 * L / g_all) * np.sqrt(np.maximum(self.trial_groups * b_all * p_all * (1 - p_all), 0))))
+            std = float(np.min((2 * L / g_all) * np.sqrt(np.maximum(self.trial_groups * b_all * p_all * (1 - p_all), 0))))
         elif self.aggregator == "pan-gaussian":
             if not all(fresh for _, _, fresh, _, _ in phases):
                 raise ValueError("the pan-private analysis (Lemma C.4) needs every user in one batch")
@@ -433,10 +464,14 @@ class _ShuffleScoBase(FamilyBase):
             notes = ["pan-privacy against one intrusion (Lemma C.4): one Gaussian draw of the batch protects it"]
         else:
             mus = []
+            batch_all = np.asarray(hparams.batch, np.float64)
             for start, batch, fresh, T, a in phases:
-                sig = float(np.min(noise[a:a + T]))
+                per_round = noise[a:a + T].astype(np.float64)
                 if self.aggregator == "local-gaussian":
-                    sig /= math.sqrt(batch)  # each user's own noise
+                    # each user's own noise is noise_std_r / sqrt(batch_r): the smallest of these ratios, not
+                    # min(noise) / sqrt(min(batch)) (larger when the small noise sits in a large batch)
+                    per_round = per_round / np.sqrt(batch_all[a:a + T])
+                sig = float(np.min(per_round))
                 mus.append(gdp.gaussian_mechanism_mu(sig, 2 * L, 1 if fresh else T))
             eps = gdp.gdp_epsilon(max(mus), delta)
             name, std = "gdp", float(noise.min())

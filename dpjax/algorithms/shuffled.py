@@ -238,9 +238,10 @@ class ShuffledNoisyMbSgd(RoundFamily):
             only shuffled messages, so silo sampling amplifies, q = M K/(N n)) or
             ``"public"`` (the analyzer knows who reported: q = K/n).
           isrl_bound: also use ISRL-DP => central DP (see above).
-          local_delta, local_accountant: the per-silo ISRL-DP (eps0, delta0) of the
-            silo's pre-shuffle transcript (``local_privacy``), via
-            ``dpjax.accounting.compute_epsilon`` (default delta0 = ``delta``).
+          local_delta: delta0 of the per-silo ISRL-DP (eps0, delta0) of the
+            silo's pre-shuffle transcript (``local_privacy``; default ``delta``).
+          local_accountant: the accountant of that (eps0, delta0), via
+            ``dpjax.accounting.compute_epsilon``.
 
         Raises:
           ValueError: naming the argument (invalid input, an infinite clip, a
@@ -339,8 +340,7 @@ class SdpHParams:
         """Validates ``pvec`` (``PvecParams.create``: int32 g, b; float32 p rounded up) and ``clip_norm``."""
         if not isinstance(pvec, shuffle_protocols.PvecParams):
             raise ValueError(f"pvec={pvec!r} must be a PvecParams")
-        if isinstance(clip_norm, (int, float)):
-            _validate.check_positive("clip_norm", clip_norm)
+        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm)
         pvec = shuffle_protocols.PvecParams.create(pvec.granularity, pvec.trials, pvec.probability)
         return cls(schedule, pvec, jnp.asarray(clip_norm, jnp.float32))
 

@@ -189,8 +189,10 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     for the mechanism and for each mutant (independent keys from ``seed``).
     The bound holds with probability >= ``confidence``.
     """
-    runs = v.check_int("runs", runs, min_value=2)
-    seed = v.check_int("seed", seed, min_value=0)
+    from dpjax.auditing.cli import MAX_RUNS
+
+    runs = v.check_int("runs", runs, min_value=2, max_value=MAX_RUNS)
+    seed = v.check_seed("seed", seed)
     v.check_open_unit("confidence", confidence)
     overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))
                  for name, m in audit.mutants.items() if not callable(m)}

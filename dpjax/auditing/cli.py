@@ -20,6 +20,8 @@ _NAMES = ("gaussian", "isrl-silo", "isrl-silo-poisson", "dpsgd-individual-shuffl
           "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
           "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec", "user-level")
 _FILES = ("audit.md", "audit.json")
+#: Most runs per dataset: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
+MAX_RUNS = 10**7
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -27,8 +29,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mechanisms", nargs="*", metavar="MECHANISM", help=f"one or more of {', '.join(_NAMES)}")
     p.add_argument("--all", action="store_true", help="audit every mechanism")
-    p.add_argument("--runs", type=int, default=100_000, help="runs per dataset (half select the threshold, half bound)")
-    p.add_argument("--seed", type=int, default=0)
+    from dpjax import _validate as v
+
+    p.add_argument("--runs", type=v.flag_type("--runs", v.parse_int), default=100_000,
+                   help=f"runs per dataset (half select the threshold, half bound; at most {MAX_RUNS:.0e})")
+    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0, help="0 .. 2**32 - 1 (default 0)")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--out", default=None, help="directory for audit.md and audit.json (default: print only)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
@@ -60,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"mechanisms=[]: name one or more of {_NAMES} or pass --all")
     for name in names:
         v.check_choice("mechanism", name, _NAMES)
-    v.check_int("runs", args.runs, min_value=2)
-    v.check_int("seed", args.seed, min_value=0)
+    v.check_int("runs", args.runs, min_value=2, max_value=MAX_RUNS)  # the scores are float64 [runs] arrays
+    v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
     if args.out is not None:
         _check_out(args.out, args.overwrite)

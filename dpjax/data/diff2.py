@@ -25,6 +25,7 @@ computed on float32 features, and every training record dealt to a client
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import pathlib
 import warnings
@@ -121,11 +122,25 @@ def _read_csv_table(path: pathlib.Path, n_cols: int):
     return df
 
 
+def _finite(a: np.ndarray, path) -> np.ndarray:
+    """``a`` when every value is finite; else a ValueError naming the file, row and column of the first
+    NaN/inf (an empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
+    bad = ~np.isfinite(a)
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0]) if a.ndim == 2 else (int(np.argwhere(bad)[0][0]), 0)
+        value = float(a[r, c] if a.ndim == 2 else a[r])
+        raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {value} is not a finite "
+                         f"number ({int(bad.sum())} NaN/inf/empty value(s) in the file; --data-dir / data_dir)")
+    return a
+
+
 def _float_frame(df, path) -> np.ndarray:
-    """``df`` as float64; a ValueError names the file, row and column of the first non-number."""
+    """``df`` as float64; a ValueError names the file, row and column of the first non-number or NaN/inf."""
     try:
-        return df.to_numpy(dtype=np.float64)
-    except (ValueError, TypeError):
+        return _finite(df.to_numpy(dtype=np.float64), path)
+    except (ValueError, TypeError) as err:
+        if str(err).startswith(str(path)):
+            raise
         import pandas as pd
 
         bad = (df.apply(pd.to_numeric, errors="coerce").isna() & df.notna()).to_numpy()
@@ -138,9 +153,10 @@ def _loadtxt(path, source, **kwargs) -> np.ndarray:
     try:
         with warnings.catch_warnings():  # an empty table is reported by the caller, with the file name
             warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-            return np.loadtxt(source, delimiter=",", dtype=np.float64, ndmin=2, **kwargs)
+            a = np.loadtxt(source, delimiter=",", dtype=np.float64, ndmin=2, **kwargs)
     except ValueError as err:
         raise ValueError(f"{path}: {' '.join(str(err).split())}") from None
+    return _finite(a, path)
 
 
 def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
@@ -300,6 +316,11 @@ def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = 
             "symbolic_codes": codes, "standardize_mask": mask, "source": str(p)}
 
 
+#: Largest dense matrix ``load_svmlight`` builds (a9a/w8a are a few MiB; a corrupt feature index must not
+#: allocate gigabytes).
+_MAX_DENSE_BYTES = 2**30
+
+
 def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dtype=np.float32) -> dict:
     """Parses a LIBSVM/svmlight text file (``label idx:val ...``, 1-based indices) into dense arrays.
 
@@ -329,6 +350,8 @@ def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dty
                     rows.append(r)
             except ValueError:
                 raise ValueError(f"{path}:{lineno}: not in LIBSVM format: {line[:80]!r}") from None
+            if not (math.isfinite(labels[-1]) and all(math.isfinite(v) for v in vals[len(vals) - len(parts) + 1:])):
+                raise ValueError(f"{path}:{lineno}: a label or value is not a finite number: {line[:80]!r}")
     cols_a = np.asarray(cols, np.int64)
     if cols_a.size and cols_a.min() < 1:
         raise ValueError(f"{path}: feature indices must be 1-based (found {cols_a.min()})")
@@ -337,6 +360,10 @@ def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dty
         n_features = max(d, 1)
     elif d > n_features:
         raise ValueError(f"n_features={n_features} is smaller than the largest index {d} in {path}")
+    dense = len(labels) * n_features * np.dtype(dtype).itemsize
+    if dense > _MAX_DENSE_BYTES:
+        raise ValueError(f"{path}: {len(labels):,} rows x {n_features:,} features (largest feature index) would be "
+                         f"{dense / 2**30:.1f} GiB dense, above {_MAX_DENSE_BYTES / 2**30:g} GiB; a corrupt index?")
     x = np.zeros((len(labels), n_features), dtype=dtype)
     x[np.asarray(rows, np.int64), cols_a - 1] = np.asarray(vals, dtype)
     return {"x": x, "y": np.asarray(labels, np.float64), "source": str(path)}

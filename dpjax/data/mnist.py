@@ -95,6 +95,31 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     return arr.astype(dtype.newbyteorder("="), copy=True)
 
 
+_FROM = "(the MNIST file in --data-dir / data_dir / $DPJAX_DATA_DIR)"
+
+
+def _as_uint8(a: np.ndarray, where: str, what: str, high: int) -> np.ndarray:
+    """``a`` as uint8 when every entry is an integer in ``[0, high]``; else a ValueError naming the file.
+
+    Never casts silently: NaN, fractional or out-of-range values (a float
+    array saved by mistake, a corrupted file) would otherwise wrap or become 0.
+    """
+    kind = a.dtype.kind
+    if kind not in "uif":
+        raise ValueError(f"{where}: {what} have dtype {a.dtype}; expected integers 0..{high} (uint8) {_FROM}")
+    if a.size and kind == "f":
+        bad = ~np.isfinite(a)
+        if bad.any():
+            raise ValueError(f"{where}: {what} hold {int(bad.sum())} NaN/inf value(s) (dtype {a.dtype}); expected "
+                             f"integers 0..{high} (uint8) {_FROM}")
+        if not np.all(a == np.floor(a)):
+            raise ValueError(f"{where}: {what} hold fractional values (dtype {a.dtype}, e.g. pixels scaled to [0, 1]); "
+                             f"expected integers 0..{high} (uint8) {_FROM}")
+    if a.size and (a.min() < 0 or a.max() > high):
+        raise ValueError(f"{where}: {what} range over {a.min()}..{a.max()}; expected integers 0..{high} (uint8) {_FROM}")
+    return np.ascontiguousarray(a, dtype=np.uint8)
+
+
 def _check(out: dict, where: str) -> dict:
     for split, n in (("train", 60000), ("test", 10000)):
         x, y = out[f"{split}_images"], out[f"{split}_labels"]
@@ -103,11 +128,13 @@ def _check(out: dict, where: str) -> dict:
                 f"{where}: {split} images have shape {x.shape} and labels {y.shape}; "
                 f"expected [n, 28, 28] and [n]"
             )
+        if x.shape[0] == 0:
+            raise ValueError(f"{where}: the {split} split holds no images {_FROM}")
     return {
-        "train_images": np.ascontiguousarray(out["train_images"], dtype=np.uint8),
-        "train_labels": np.ascontiguousarray(out["train_labels"], dtype=np.uint8),
-        "test_images": np.ascontiguousarray(out["test_images"], dtype=np.uint8),
-        "test_labels": np.ascontiguousarray(out["test_labels"], dtype=np.uint8),
+        "train_images": _as_uint8(out["train_images"], where, "train images", 255),
+        "train_labels": _as_uint8(out["train_labels"], where, "train labels", 9),
+        "test_images": _as_uint8(out["test_images"], where, "test images", 255),
+        "test_labels": _as_uint8(out["test_labels"], where, "test labels", 9),
     }
 
 

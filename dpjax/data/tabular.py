@@ -74,9 +74,11 @@ def _read_csv(paths: list[pathlib.Path]) -> tuple[list[str], list[list[str]]]:
 
 
 def _floats(values: np.ndarray, where: str, column: str) -> np.ndarray:
-    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one."""
+    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one
+    (not a number, or ``nan``/``inf``, which ``float`` would accept and which would end far downstream as an
+    unexplained ``SVD did not converge``)."""
     try:
-        return values.astype(np.float64)
+        out = values.astype(np.float64)
     except ValueError:
         for i, v in enumerate(values):
             try:
@@ -84,6 +86,12 @@ def _floats(values: np.ndarray, where: str, column: str) -> np.ndarray:
             except ValueError:
                 raise ValueError(f"{where}: data row {i + 1}, column {column!r}: {str(v)!r} is not a number") from None
         raise
+    bad = ~np.isfinite(out)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"{where}: data row {i + 1}, column {column!r}: {str(values[i])!r} is not a finite number "
+                         "(--data-dir / data_dir)")
+    return out
 
 
 def _columns(header, rows, wanted, where) -> dict[str, np.ndarray]:

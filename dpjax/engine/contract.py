@@ -100,7 +100,7 @@ class FamilyBase:
     def check_common(self) -> None:
         from dpjax.engine import federated
 
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        _validate.check_rounds("num_rounds", self.num_rounds)
         for name in ("batch_size", "local_steps"):
             if hasattr(self, name):
                 _validate.check_int(name, getattr(self, name), min_value=1)

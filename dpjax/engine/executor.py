@@ -509,8 +509,9 @@ def run_grid(
         sequence of ``Trial`` (per-trial splits, see ``trial_of_run``).
       hparams: per-run hyperparameters stacked on a leading runs axis.
       run_keys: one run key per run (``dpjax.keys.run_key``).
-      eval_fn, eval_data, eval_every: as in ``run``
-        (``OutputParams()`` returns the output parameters).
+      eval_fn: as in ``run`` (``OutputParams()`` returns the output parameters).
+      eval_data: as in ``run``.
+      eval_every: as in ``run``.
       common_random_numbers: runs with equal keys share them inside one
         program (see the module docstring); ``False``: one key per lane.
       params: one starting point for every run (default: from the chunk's first run key, see above).

@@ -48,11 +48,23 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose
     norm is already ``<= clip_norm`` is returned multiplied by exactly 1.0, and
     the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
-    ``clip_norm = inf`` disables clipping.
+    ``clip_norm = inf`` disables clipping. A concrete ``clip_norm`` (Python,
+    NumPy or jax scalar, or array) must be >= 0 and not NaN (a negative one
+    would flip the sign of every vector); a traced one is the caller's
+    contract, checked in ``dpjax.primitives.checked`` mode.
+
+    A tree with an inf or NaN entry (a gradient that overflowed) becomes the zero tree when ``clip_norm``
+    is finite: ``C / ||inf||`` = 0 times inf is NaN, and one such record would turn the whole clipped sum
+    -- and the release -- into NaN, an output decided by that record outside the accounted mechanism
+    (issue 23). Zero has norm <= C, so the sum's sensitivity is unchanged. Without clipping
+    (``clip_norm = inf``, the non-private twin) the NaN propagates as before.
     """
+    _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     norm = global_norm(tree)
     scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
-    return jax.tree_util.tree_map(lambda leaf: leaf * scale.astype(leaf.dtype), tree)
+    keep = jnp.isfinite(norm) | ~jnp.isfinite(clip_norm)
+    return jax.tree_util.tree_map(lambda leaf: jnp.where(keep, leaf * scale.astype(leaf.dtype),
+                                                         jnp.zeros_like(leaf)), tree)
 
 
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:
@@ -64,7 +76,8 @@ def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
 
 
 def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
-    """Clips each example's gradient (leading axis) to global norm ``clip_norm``."""
+    """Clips each example's gradient (leading axis) to global norm ``clip_norm`` (>= 0, see ``clip_to_norm``)."""
+    _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
 
 
@@ -90,8 +103,8 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     record is assumed to appear once in the sum.
     """
     _validate.check_choice("neighboring", neighboring, NEIGHBORING_RELATIONS)
-    if isinstance(clip_norm, (int, float)):
-        _validate.check_nonnegative("clip_norm", clip_norm, allow_inf=True)
+    # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
+    _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm
 
 

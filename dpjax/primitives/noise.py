@@ -26,7 +26,12 @@ PyTree = Any
 
 
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
-    """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``."""
+    """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``.
+
+    A concrete ``std`` must be finite and >= 0 (a traced one is checked in
+    ``dpjax.primitives.checked`` mode).
+    """
+    _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     dtypes = {jnp.dtype(leaf.dtype) for leaf in leaves}
     if len(dtypes) == 1 and len(leaves) > 1:

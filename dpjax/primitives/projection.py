@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from dpjax import _validate
 from dpjax.primitives.clipping import _TINY, global_norm
 
 PyTree = Any
@@ -16,10 +17,13 @@ def project_l2_ball(tree: PyTree, radius, center: PyTree | None = None) -> PyTre
     """Projects ``tree`` onto ``{w : ||w - center|| <= radius}`` (global l2 norm).
 
     ``radius = inf`` (or ``None``) is the identity (W = R^d). Points inside the
-    ball are returned unchanged (scaled by exactly 1.0).
+    ball are returned unchanged (scaled by exactly 1.0). A concrete ``radius``
+    must be >= 0 and not NaN (a negative one would reflect the point through
+    the centre); a traced one is checked in ``dpjax.primitives.checked`` mode.
     """
     if radius is None:
         return tree
+    _validate.check_if_concrete(_validate.check_nonnegative, "radius", radius, allow_inf=True)
     if center is None:
         center = jax.tree_util.tree_map(jnp.zeros_like, tree)
     offset = jax.tree_util.tree_map(jnp.subtract, tree, center)

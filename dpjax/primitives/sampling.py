@@ -153,7 +153,9 @@ Availability = FullAvailability | FixedAvailability | RandomAvailability
 
 
 def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
-    """``batch_size`` i.i.d. uniform indices in ``[0, size)``."""
+    """``batch_size`` i.i.d. uniform indices in ``[0, size)`` (``size >= 1``)."""
+    _validate.check_int("batch_size", batch_size, min_value=1)
+    _validate.check_if_concrete(_validate.check_int, "size", size, min_value=1)
     return jax.random.randint(key, (batch_size,), 0, size)
 
 
@@ -161,12 +163,41 @@ def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int
     """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``).
 
     Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over
-    k-subsets and much cheaper than a full permutation.
+    k-subsets and much cheaper than a full permutation. ``batch_size <= size``:
+    checked when ``size`` is concrete (a traced ``size`` is the caller's
+    contract, checked in ``dpjax.primitives.checked`` mode), since a larger
+    batch would return padding rows.
     """
+    _check_subset("batch_size", batch_size, size, n_max)
     scores = jax.random.uniform(key, (n_max,))
     scores = jnp.where(jnp.arange(n_max) < size, scores, -jnp.inf)
     _, idx = jax.lax.top_k(scores, batch_size)
     return idx
+
+
+def _check_sizes(size, n_max) -> None:
+    """``n_max >= 1`` (static) and a concrete ``size`` in ``[0, n_max]``."""
+    _validate.check_int("n_max", n_max, min_value=1)
+    _validate.check_if_concrete(_validate.check_int, "size", size, min_value=0, max_value=int(n_max))
+
+
+def _check_subset(name: str, k, size, n_max) -> None:
+    """A ``k``-subset of ``size`` real records (``k <= size <= n_max``); concrete values only, traced ones in
+    checked mode."""
+    _check_sizes(size, n_max)
+    if isinstance(k, bool):
+        raise ValueError(f"{name}={k!r} must be an integer")
+    _validate.check_if_concrete(_validate.check_int, name, k, min_value=1, max_value=int(n_max))
+    k_value, size_value = _validate.concrete_scalar(k), _validate.concrete_scalar(size)
+    if k_value is not None and size_value is not None and k_value > size_value:
+        raise ValueError(f"{name}={k_value!r} must be <= size={size_value!r} (the number of real records): a "
+                         "larger batch would hold padding rows")
+    if _validate.checking_traced() and (k_value is None or size_value is None):
+        import jax.numpy as jnp
+        from jax.experimental import checkify
+
+        checkify.check(jnp.asarray(k) <= jnp.asarray(size), f"{name}={{k}} must be <= size={{size}} (the number "
+                       "of real records)", k=jnp.asarray(k), size=jnp.asarray(size))
 
 
 def _kth_smallest(values: jax.Array, valid: jax.Array, k) -> jax.Array:
@@ -194,6 +225,7 @@ def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size
     compares and sums (no sort, no gather), which is much faster than
     ``top_k`` on CPU.
     """
+    _check_subset("batch_size", batch_size, size, n_max)
     k_first, k_second = jax.random.split(key)
     valid = jnp.arange(n_max) < size
     first = jax.random.bits(k_first, (n_max,), jnp.uint32)
@@ -208,6 +240,7 @@ def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size
 
 def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
     """A uniform permutation of ``[0, size)`` followed by the padded rows."""
+    _check_sizes(size, n_max)
     scores = jax.random.uniform(key, (n_max,))
     scores = jnp.where(jnp.arange(n_max) < size, scores, 2.0)  # padding sorts last
     return jnp.argsort(scores)
@@ -221,8 +254,12 @@ def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
     ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was
     truncated and the Poisson privacy analysis no longer applies: callers must
-    surface it (the engine refuses such runs).
+    surface it (the engine refuses such runs). A concrete ``rate`` must be in
+    [0, 1] (a traced one is checked in ``dpjax.primitives.checked`` mode).
     """
+    _validate.check_if_concrete(_validate.check_probability, "rate", rate)
+    _check_sizes(size, n_max)
+    _validate.check_int("max_batch_size", max_batch_size, min_value=1)
     chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
     count = jnp.sum(chosen)
     (idx,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)

@@ -2,5 +2,7 @@
 
 from dpjax.problems.flax_model import FlaxProblem
 from dpjax.problems.glm import LinearRegression, LogisticRegression, SoftmaxRegression
+from dpjax.problems.transformer import TransformerClassifier, transformer_problem
 
-__all__ = ["FlaxProblem", "LinearRegression", "LogisticRegression", "SoftmaxRegression"]
+__all__ = ["FlaxProblem", "LinearRegression", "LogisticRegression", "SoftmaxRegression", "TransformerClassifier",
+           "transformer_problem"]

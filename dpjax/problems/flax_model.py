@@ -25,6 +25,8 @@ class FlaxProblem:
       input_shape: shape of one example, used to initialise parameters.
       loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"``
         (binary, labels in {0,1}, scalar logit) or ``"softmax"`` (integer labels).
+      input_dtype: dtype of the example used to initialise parameters
+        (``jnp.int32`` for token inputs).
 
     Flax models have no a-priori Lipschitz bound: private algorithms clip;
     ``weighted_grad_sum`` gives them the clipped sum by ghost norms.
@@ -36,6 +38,7 @@ class FlaxProblem:
     module: Any
     input_shape: tuple[int, ...]
     loss_kind: str = "squared"
+    input_dtype: Any = jnp.float32
     prefer_gathered_batches = True
 
     def __post_init__(self):
@@ -46,7 +49,7 @@ class FlaxProblem:
         return {"squared": "regression", "logistic": "binary", "softmax": "multiclass"}[self.loss_kind]
 
     def init_params(self, key):
-        return self.module.init(key, jnp.zeros(self.input_shape, jnp.float32))
+        return self.module.init(key, jnp.zeros(self.input_shape, self.input_dtype))
 
     def _out(self, params, x):
         return self.module.apply(params, x)

@@ -30,10 +30,18 @@ _TINY = 1e-30
 
 
 def _clip_coefficients(residual_norms, weights, clip_norm):
-    """``weights_j * min(1, C / ||g_j||)``; ``clip_norm=None`` means no clipping."""
+    """``weights_j * min(1, C / ||g_j||)``; ``clip_norm=None`` means no clipping. A record whose gradient
+    norm is not finite (overflow) gets 0 (its clipped gradient is the zero vector: see ``_clipped``)."""
     if clip_norm is None:
         return weights
-    return weights * jnp.minimum(1.0, clip_norm / jnp.maximum(residual_norms, _TINY))
+    coef = weights * jnp.minimum(1.0, clip_norm / jnp.maximum(residual_norms, _TINY))
+    return jnp.where(jnp.isfinite(residual_norms), coef, jnp.zeros_like(coef))
+
+
+def _clipped(residual, coef):
+    """``residual * coef`` with an exact 0 where ``coef`` is 0: an overflowed residual (inf) times 0 would be
+    NaN and one record would make the whole clipped sum NaN (issue 23; ``dpjax.primitives.clipping``)."""
+    return jnp.where(coef != 0, residual, jnp.zeros_like(residual)) * coef
 
 
 def row_sq_norms(x: jax.Array) -> jax.Array:
@@ -122,7 +130,7 @@ class LogisticRegression:
         if clip_norm is None:
             return x.T @ (r * weights)
         norms = jnp.abs(r) * _row_norms(x, row_sq_norms)
-        return x.T @ (r * _clip_coefficients(norms, weights, clip_norm))
+        return x.T @ _clipped(r, _clip_coefficients(norms, weights, clip_norm))
 
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
@@ -173,7 +181,7 @@ class SoftmaxRegression:
         if clip_norm is None:
             return x.T @ (resid * weights[:, None])
         norms = _row_norms(x, row_sq_norms) * jnp.linalg.norm(resid, axis=-1)
-        return x.T @ (resid * _clip_coefficients(norms, weights, clip_norm)[:, None])
+        return x.T @ _clipped(resid, _clip_coefficients(norms, weights, clip_norm)[:, None])
 
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
@@ -223,7 +231,7 @@ class LinearRegression:
         else:
             feat_sq = (row_sq_norms if row_sq_norms is not None else jnp.sum(jnp.square(x), axis=-1))
             feat_sq = feat_sq + (1.0 if self.fit_intercept else 0.0)
-            coef = r * _clip_coefficients(jnp.abs(r) * jnp.sqrt(feat_sq), weights, clip_norm)
+            coef = _clipped(r, _clip_coefficients(jnp.abs(r) * jnp.sqrt(feat_sq), weights, clip_norm))
         if self.fit_intercept:
             return {"w": x.T @ coef, "b": jnp.sum(coef)}
         return x.T @ coef

@@ -13,6 +13,12 @@ path. Tables, ``results.csv``, ``report.md`` and ``meta.json`` are written
 with ``dpjax.reproduce.report``, figures with ``dpjax.sweep.plot``. ``quick=True`` must finish in minutes on 2 CPU cores. ``data_dir`` is
 passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then the cache
 directory; see :mod:`dpjax.data.paths`).
+
+A figure may also register ``report_only(out_dir, *, quick) -> pathlib.Path``: it
+rewrites the report (claims table, verdicts, figure) of a kept run from the
+files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
+--report-only --out DIR``), so a change of the verdict rule or the report's
+wording reaches kept results.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class Figure:
     description: str
     fn: Callable
     constructions: tuple[str, ...] = ("paper",)
+    report_only: Callable | None = None
 
     @property
     def reads_data(self) -> bool:
@@ -46,19 +53,22 @@ class Figure:
 _REGISTRY: dict[str, Figure] = {}
 
 
-def register(name: str, *, paper: str, description: str, constructions: tuple[str, ...] = ("paper",)):
+def register(name: str, *, paper: str, description: str, constructions: tuple[str, ...] = ("paper",),
+             report_only: Callable | None = None):
     """Decorator registering a figure reproduction under ``name``.
 
     ``constructions``: the experimental constructions the figure offers
     (``"paper"``: what the paper's text describes; ``"authors"``: what the
     authors' public scripts do); the figure function then takes
     ``construction=`` and names it in its title, meta and report.
+    ``report_only``: rewrites the report of a kept run from its files (see the
+    module docstring).
     """
 
     def deco(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"figure name={name!r} is registered twice")
-        _REGISTRY[name] = Figure(name, paper, description, fn, tuple(constructions))
+        _REGISTRY[name] = Figure(name, paper, description, fn, tuple(constructions), report_only)
         return fn
 
     return deco

@@ -14,7 +14,12 @@ def _run(args) -> int:
             extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
             print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
         return 0
+    from dpjax import _validate
+
+    _validate.check_seed("--seed", args.seed)  # before anything is loaded or claimed
     fig = reproduce.get(args.figure)
+    if getattr(args, "report_only", False):
+        return _report_only(fig, args)
     options = {}
     if args.construction is not None:
         if args.construction not in fig.constructions:
@@ -40,6 +45,30 @@ def _run(args) -> int:
     return 0
 
 
+def _report_only(fig, args) -> int:
+    """Rewrites the report of a kept run in --out from its files (no compute)."""
+    import json
+
+    if fig.report_only is None:
+        with_it = [f.name for f in reproduce.figures().values() if f.report_only is not None]
+        raise ValueError(f"--report-only: {fig.name} cannot regenerate its report from kept results "
+                         f"(figures that can: {', '.join(with_it) or 'none'})")
+    if args.out is None:
+        raise ValueError("--report-only needs --out, the directory of the kept run")
+    out = pathlib.Path(args.out)
+    if not (out / "results.csv").is_file():
+        raise ValueError(f"--out={args.out!r} holds no results.csv of a kept run")
+    record = out / outputs.RECORD
+    if record.is_file():
+        kept = json.loads(record.read_text())
+        if kept.get("figure") != fig.name or bool(kept.get("quick")) != args.quick:
+            raise ValueError(f"--out={args.out!r} holds a run of {kept.get('figure')} (quick={kept.get('quick')}), "
+                             f"not {fig.name} (quick={args.quick})")
+    report = fig.report_only(out, quick=args.quick)
+    print(f"{fig.name}: report regenerated from kept results: {report}")
+    return 0
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("reproduce", help="reproduce a paper figure (see --list)")
     p.add_argument("figure", nargs="?", help="figure id, e.g. isrl-mnist")
@@ -48,7 +77,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", help="output directory (default results/<figure>[-quick])")
     p.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     p.add_argument("--data-dir", help="directory holding the datasets (default: $DPJAX_DATA_DIR, then ~/.cache/dpjax)")
-    p.add_argument("--seed", type=int, default=0)
+    from dpjax import _validate as v
+
+    p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0,
+                   help="base seed of the figure's runs and data splits (default 0)")
+    p.add_argument("--report-only", action="store_true",
+                   help="rewrite the report (claims table, verdicts, figure) of the kept run in --out from its files, "
+                        "without re-running (figures that support it; give --quick for a quick run)")
     p.add_argument("--construction", choices=("paper", "authors"), default=None,
                    help="paper: the construction the paper's text describes (default); authors: what the authors' "
                         "public scripts do (figures that offer it: see --list)")

@@ -533,16 +533,18 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
                 if key not in summary:
                     continue
                 cur = summary[key][m]["curves"]
-                mu, sd = np.nanmean(cur, 0), np.nanstd(cur, 0)
+                cur = np.asarray(cur, float)
+                mu = np.nanmean(cur, 0)
+                sd = np.nanstd(cur, 0, ddof=1) if cur.shape[0] > 1 else np.zeros_like(mu)
                 ax.plot(rounds, mu, color=colors[algo], label=algo, lw=1.2)
                 ax.fill_between(rounds, mu - sd, mu + sd, color=colors[algo], alpha=0.2)
             if not m.endswith("accuracy"):
                 ax.set_yscale("log")
             p = _pvalue(summary, eps, m)
-            ax.set_title(f"{name}: {m}\np = {p:.3g}", fontsize=9)
+            ax.set_title(f"{name}: {m}\none-sided paired p = {p:.3g}", fontsize=9)
             ax.set_xlabel("round")
-            if i == 0 and j == 0:
-                ax.legend(fontsize=8)
+            ax.set_ylabel(f"{m} (mean ± SD over seeds)")
+            ax.legend(fontsize=7)
     save_figure(fig, path, title=title)
 
 
@@ -555,8 +557,11 @@ def _pvalue(summary, eps, m, kind="best"):
 
 
 def _fmt(x):
+    """Mean ± sample SD over the seeds (the table's header says so); one seed: the value alone."""
     x = np.asarray(x, float)
-    return f"{np.nanmean(x):.4g} ± {np.nanstd(x, ddof=1) if x.size > 1 else 0:.2g}"
+    if np.sum(np.isfinite(x)) < 2:
+        return f"{np.nanmean(x):.4g}"
+    return f"{np.nanmean(x):.4g} ± {np.nanstd(x, ddof=1):.2g}"
 
 
 def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, metrics, results, summaries,
@@ -613,7 +618,7 @@ def _write_outputs(out_dir: pathlib.Path, fig_name: str, datasets, epsilons, met
                      f"{meta['n_min']}, d_in = {meta['d']}, parameters = {meta['n_params']}"
                      + (f" (subsampled from the full file, cap {meta['max_records']})" if meta.get("max_records") else "")
                      + f"; split: {meta.get('split')}; run time {results[n]['wall_s']:.0f} s.")
-    lines += ["", "## Results (mean ± sd over seeds)", ""]
+    lines += ["", f"## Results (mean ± sample SD over the {len(protocol.seeds)} seeds)", ""]
     claims = []
     for eps in epsilons:
         for n in datasets:

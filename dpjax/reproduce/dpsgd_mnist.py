@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import pathlib
 import time
@@ -257,17 +258,8 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
     rows, privacy, timings, chosen, wall, cpu, metas = [], {}, {}, {}, 0.0, 0.0, []
     all_variants = variants()
     for part in map(pathlib.Path, parts):
-        meta = json.loads((part / "meta.json").read_text())
+        meta = _read_part(part, rows, privacy)
         metas.append(meta)
-        with open(part / "results.csv") as f:
-            for r in csv.DictReader(f):
-                rows.append({**r, "epochs": int(r["epochs"]), "learning_rate": float(r["learning_rate"]),
-                             "clip_norm": float(r["clip_norm"]), "sigma": float(r["sigma"]), "seed": int(r["seed"]),
-                             "test_accuracy": float(r["test_accuracy"])})
-        with open(part / "privacy.csv") as f:
-            for r in csv.DictReader(f):
-                privacy.setdefault(r.pop("variant"), []).append(
-                    {**r, "group_size": int(r["group_size"]), "epsilon": float(r["epsilon"])})
         timings.update(meta["timings"])
         chosen.update({n: all_variants[n] for n in meta["variants"]})
         wall, cpu = wall + meta["wall_seconds"], cpu + meta["cpu_seconds"]
@@ -285,11 +277,59 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
             "merged_from": [str(p) for p in parts], "load_average_at_end": [m["load_average_at_end"] for m in metas]}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     plot(out / "dpsgd_mnist.png", best, privacy)
-    return write_report(out, meta["quick"], cfg, chosen, best, privacy, wall, cpu, full_estimate, timings, len(parts))
+    return write_report(out, meta["quick"], cfg, chosen, best, privacy, wall, cpu, full_estimate, timings, len(parts),
+                        load=max(m["load_average_at_end"][0] for m in metas))
+
+
+def _seeds_text(cfg, best) -> str:
+    counts = sorted({b["seeds"] for b in best.values()})
+    if counts == [cfg["seeds"]]:
+        return f"{cfg['seeds']} seed(s)"
+    return f"{cfg['seeds']} seed(s) requested; the selected configurations have " + "/".join(map(str, counts)) + \
+        " (per row)"
+
+
+def _read_part(folder: pathlib.Path, rows: list, privacy: dict) -> dict:
+    """Appends a kept run's results.csv rows and privacy.csv rows; returns its meta.json."""
+    meta = json.loads((folder / "meta.json").read_text())
+    with open(folder / "results.csv") as f:
+        for r in csv.DictReader(f):
+            rows.append({**r, "epochs": int(r["epochs"]), "learning_rate": float(r["learning_rate"]),
+                         "clip_norm": float(r["clip_norm"]), "sigma": float(r["sigma"]), "seed": int(r["seed"]),
+                         "test_accuracy": float(r["test_accuracy"])})
+    with open(folder / "privacy.csv") as f:
+        for r in csv.DictReader(f):
+            privacy.setdefault(r.pop("variant"), []).append(
+                {**r, "group_size": int(r["group_size"]), "epsilon": float(r["epsilon"])})
+    return meta
+
+
+def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
+    """Rewrites report.md and the figure of a kept run (results.csv, privacy.csv, meta.json) without
+    re-running; the load average is the one the run recorded."""
+    out = pathlib.Path(out)
+    rows, privacy = [], {}
+    meta = _read_part(out, rows, privacy)
+    if bool(meta["quick"]) != quick:
+        raise ValueError(f"out={str(out)!r} holds a {'quick' if meta['quick'] else 'full/reduced'} run; "
+                         f"quick={quick} does not match")
+    all_variants = variants()
+    chosen = {n: all_variants[n] for n in meta["variants"]}
+    best = select_best(rows)
+    best = {n: best[n] for n in chosen if n in best}
+    privacy = {n: privacy[n] for n in chosen if n in privacy}
+    cfg = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+    loads = meta.get("load_average_at_end") or [math.nan]
+    load = max(l[0] for l in loads) if isinstance(loads[0], list) else loads[0]
+    plot(out / "dpsgd_mnist.png", best, privacy)
+    return write_report(out, meta["quick"], cfg, chosen, best, privacy, meta["wall_seconds"], meta["cpu_seconds"],
+                        meta.get("full_protocol_estimate_cpu_seconds", extrapolate_full(meta["timings"])), meta["timings"],
+                        len(meta.get("merged_from", [])) or 1, load=load)
 
 
 def select_best(rows: list[dict]) -> dict[str, dict]:
-    """Per variant, the (E, eta, C) with the highest mean test accuracy over seeds (NaN = diverged)."""
+    """Per variant, the (E, eta, C) with the highest mean test accuracy over seeds (NaN = diverged), with the
+    sample standard deviation over its seeds (``std``; NaN for a single seed) and their number (``seeds``)."""
     groups: dict[tuple, list[float]] = {}
     for r in rows:
         groups.setdefault((r["variant"], r["epochs"], r["learning_rate"], r["clip_norm"]), []).append(r["test_accuracy"])
@@ -299,7 +339,7 @@ def select_best(rows: list[dict]) -> dict[str, dict]:
         mean = float(np.mean(a)) if np.all(np.isfinite(a)) else -1.0
         if name not in best or mean > best[name]["mean"]:
             best[name] = {"epochs": e, "learning_rate": lr, "clip_norm": c, "mean": mean,
-                          "std": float(np.std(a)) if len(a) > 1 else 0.0, "seeds": len(a)}
+                          "std": float(np.std(a, ddof=1)) if len(a) > 1 else float("nan"), "seeds": len(a)}
     return best
 
 
@@ -331,24 +371,33 @@ def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     names = list(best)
-    ax1.bar(range(len(names)), [100 * best[n]["mean"] for n in names], yerr=[100 * best[n]["std"] for n in names],
+    ax1.bar(range(len(names)), [100 * best[n]["mean"] for n in names],
+            yerr=[100 * best[n]["std"] if best[n]["seeds"] > 1 else 0.0 for n in names],
             color=[f"C{i}" for i in range(len(names))])
     for n, v in PAPER_ACCURACY.items():
         if n in names:
             ax1.plot([names.index(n) - 0.4, names.index(n) + 0.4], [v, v], "k--")
     ax1.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
-    ax1.set_ylabel("best test accuracy (%)")
-    ax1.set_title("MNIST, sigma = 2 (dashed: paper)")
+    ax1.set_xlabel("variant")
+    seeds = sorted({best[n]["seeds"] for n in names})
+    ax1.set_ylabel("best test accuracy (%, mean over seeds)")
+    ax1.set_title("MNIST, sigma = 2 (dashed: paper; bars: sample SD over "
+                  + "/".join(map(str, seeds)) + " seeds" + (", none for 1 seed)" if 1 in seeds else ")"), fontsize=9)
     for name, rows in privacy.items():
         for acc, style in (("strong-exact", "-o"), ("sqrt-gE", ":"), ("generic-group", "--")):
             pts = [(r["group_size"], r["epsilon"]) for r in rows if r["accountant"] == acc]
             if pts:
                 ax2.plot(*zip(*pts), style, label=f"{name} {acc}")
     ax2.set_xscale("log", base=2)
+    from dpjax.sweep.plot import spans_decades
+
+    if spans_decades([r["epsilon"] for rows in privacy.values() for r in rows]):
+        ax2.set_yscale("log")
     ax2.set_xlabel("group size g")
     ax2.set_ylabel("epsilon at delta = 1e-5")
     ax2.set_title("privacy of the selected configurations")
-    ax2.legend(fontsize=6)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -373,19 +422,26 @@ def noise_reading(chosen: dict) -> list[str]:
     return lines
 
 
+def accuracy_cell(b: dict) -> str:
+    """Mean test accuracy (%) with its spread said: "90.95 ± 0.32 (sample SD, 3 seeds)"; one seed: no "±"."""
+    if b["seeds"] < 2:
+        return f"{100 * b['mean']:.2f} (1 seed)"
+    return f"{100 * b['mean']:.2f} ± {100 * b['std']:.2f} (sample SD, {b['seeds']} seeds)"
+
+
 def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings,
-                 parts: int = 1) -> pathlib.Path:
+                 parts: int = 1, load: float | None = None) -> pathlib.Path:
     lines = [f"# DP-SGD-General on MNIST ({'quick' if quick else 'full' if cfg == FULL else 'reduced'} protocol)", "",
              f"Paper: {PAPER}. Paper's claims (sigma = 2): BC-SH 98.3 %, IC-SS 98.4 %; hyperparameters unknown "
              "(Appendix H is missing from the text).", "",
              f"Protocol (ours): {cfg['n_train']} training / {cfg['n_test']} test images; every round uses "
              f"ms = {ROUND_RECORDS} records, sums m clipped terms, adds N(0, (2 C sigma)^2 I) and divides by m "
              f"(Algorithm 1); E in {list(cfg['epochs'])}, eta in {list(cfg['lrs'])}, C in {list(cfg['clips'])}, "
-             f"{cfg['seeds']} seed(s), sigma = {SIGMA}. Selection on test accuracy (its privacy cost is ignored).", "",
-             "| variant | round | best test accuracy (%) | E | eta | C | paper (%) |",
+             f"{_seeds_text(cfg, best)}, sigma = {SIGMA}. Selection on test accuracy (its privacy cost is ignored).", "",
+             "| variant | round | best test accuracy (%, mean over seeds) | E | eta | C | paper (%) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for n, b in best.items():
-        lines.append(f"| {n} | {describe(chosen[n])} | {100 * b['mean']:.2f} ± {100 * b['std']:.2f} | {b['epochs']} | "
+        lines.append(f"| {n} | {describe(chosen[n])} | {accuracy_cell(b)} | {b['epochs']} | "
                      f"{b['learning_rate']} | {b['clip_norm']} | {PAPER_ACCURACY.get(n, '-')} |")
     lines += ["", "Privacy of the selected configurations (delta = 1e-5; replace-up-to-g, N fixed; "
               "strong adversary unless 'standard'):", "",
@@ -422,8 +478,9 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
                   "a full run's and are not a reproduction of the paper's numbers."]
     est = full_estimate
     summed = f" (summed over {parts} processes run side by side, one per variant)" if parts > 1 else ""
+    load = os.getloadavg()[0] if load is None else load
     lines += ["", f"Wall time: {wall:.0f} s, CPU time {cpu:.0f} s (all threads){summed} on this machine (2 CPU cores shared "
-              f"with other jobs; load average at the end {os.getloadavg()[0]:.1f}). Extrapolated full protocol "
+              f"with other jobs; load average at the end {load:.1f}). Extrapolated full protocol "
               f"(the variants above x 25 (eta, C) (5 eta for SGD) x 3 seeds x E in {{10, 30, 50}} on 60,000 images, from "
               f"the CPU seconds per run-round measured here, compilation included): {est / 3600:.0f} CPU hours, i.e. about "
               f"{est / 7200:.0f} h on 2 idle cores.", "",
@@ -434,6 +491,7 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
     return path
 
 
-@register("dpsgd-mnist", paper=PAPER, description="BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2")
+@register("dpsgd-mnist", paper=PAPER, description="BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2",
+          report_only=report_only)
 def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     return run_protocol(pathlib.Path(out), quick=quick, seed=seed, data_dir=data_dir)

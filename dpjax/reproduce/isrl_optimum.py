@@ -236,7 +236,8 @@ def pooled_optimum(problem, xs: Sequence, ys: Sequence, **newton_kw) -> PooledOp
 
     Args:
       problem: ``LogisticRegression``, ``SoftmaxRegression`` or ``LinearRegression``.
-      xs, ys: the silos' training features and labels (one array per silo).
+      xs: the silos' training features (one array per silo).
+      ys: the silos' training labels (one array per silo).
       newton_kw: options of `newton_minimize` (``step``, ``tol``, ``grad_tol``, ``max_iter``).
     """
     model, num_classes, intercept = _model_of(problem)

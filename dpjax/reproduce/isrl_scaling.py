@@ -100,8 +100,11 @@ def synthetic_silos(cfg: ScalingConfig, *, n: int, num_silos: int, seed: int):
     return [x[i] for i in range(num_silos)], w_dagger
 
 
-def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, seed: int = 0) -> dict:
-    """Mean excess risk of the tuned step size (one ``dpjax.engine.run_grid`` over step sizes x repetitions)."""
+def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, seed: int = 0,
+                keep_runs: bool = False) -> dict:
+    """Mean excess risk of the tuned step size (one ``dpjax.engine.run_grid`` over step sizes x repetitions);
+    ``keep_runs``: also ``excess_risk_runs``, the selected step size's excess risk per repetition (the
+    repetitions' keys are the same at every point: ``keys.run_key(seed, r)``)."""
     from dpjax import keys
     import jax.numpy as jnp
 
@@ -130,13 +133,14 @@ def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, s
     by_lr = {lr: float(np.mean([e for (l, _), e in zip(grid, err) if l == lr])) for lr in cfg.learning_rates}
     best = min(by_lr, key=by_lr.get)
     sel = np.array([e for (l, _), e in zip(grid, err) if l == best])
-    return {"n": n, "epsilon": epsilon, "num_silos": num_silos, "sigma": sigma, "learning_rate": best,
+    out = {"n": n, "epsilon": epsilon, "num_silos": num_silos, "sigma": sigma, "learning_rate": best,
             "excess_risk": float(sel.mean()), "excess_risk_se": float(sel.std(ddof=1) / np.sqrt(len(sel))) if len(sel) > 1 else float("nan"),
             # Theorem 2.1's private term (constants and the fixed log factor dropped): d / (M eps^2 n^2).
             "theory_private_term": cfg.dim / (num_silos * epsilon**2 * n**2),
             # The excess risk of the pooled ERM (the sample mean of all n N records) in expectation:
             # the non-private statistical floor of this instance.
             "statistical_floor": 0.5 * cfg.phi**2 / (n * num_silos)}
+    return out | ({"excess_risk_runs": sel.tolist()} if keep_runs else {})
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
@@ -147,18 +151,26 @@ def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:
     return float(np.polyfit(x, y, 1)[0])
 
 
-def sweep(cfg: ScalingConfig, *, base: dict, values: dict[str, Sequence], seed: int = 0) -> dict:
+def sweep(cfg: ScalingConfig, *, base: dict, values: dict[str, Sequence], seed: int = 0,
+          tolerance: float = 0.15) -> dict:
     """One-factor-at-a-time sweep around ``base`` (keys n, epsilon, num_silos).
 
-    Returns ``{factor: {"rows": [...], "slope": s, "theory": t}}``.
+    Returns ``{factor: {"rows": [...], "slope": s, "theory": t, "verdict": v}}``, ``v`` the
+    ``dpjax.sweep.select.slope_verdict`` of the exponent (paired bootstrap over the repetitions,
+    ``tolerance`` around the theory's exponent); every row keeps ``excess_risk_runs``.
     """
+    from dpjax.sweep import select
+
     for k in ("n", "epsilon", "num_silos"):
         if k not in base:
             raise ValueError(f"base must give {k!r}")
     out = {}
     for factor, vals in values.items():
         _validate.check_choice("factor", factor, tuple(THEORY_SLOPES))
-        rows = [excess_risk(cfg, **(base | {factor: v}), seed=seed) for v in vals]
-        out[factor] = {"rows": rows, "slope": loglog_slope([r[factor] for r in rows], [r["excess_risk"] for r in rows]),
-                       "theory": THEORY_SLOPES[factor]}
+        rows = [excess_risk(cfg, **(base | {factor: v}), seed=seed, keep_runs=True) for v in vals]
+        xs = [r[factor] for r in rows]
+        verdict = select.slope_verdict(xs, [r["excess_risk_runs"] for r in rows], predicted=THEORY_SLOPES[factor],
+                                       tolerance=tolerance, paired=True, unit="repetitions")
+        out[factor] = {"rows": rows, "slope": loglog_slope(xs, [r["excess_risk"] for r in rows]),
+                       "theory": THEORY_SLOPES[factor], "verdict": verdict}
     return out

@@ -66,7 +66,7 @@ def _sweep(args) -> int:
     from dpjax.sweep import registry
 
     path = pathlib.Path(args.config)
-    cfg = SweepConfig.from_toml(path)
+    cfg = SweepConfig.from_toml(path, max_runs=args.max_runs, max_data_mb=args.max_data_mb)
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
                                   vmap_width=cfg.vmap_width if args.vmap_width is None else args.vmap_width)
@@ -96,13 +96,16 @@ def _sweep(args) -> int:
 
 
 def _plot(args) -> int:
-    from dpjax.sweep.plot import plot_store
+    from dpjax.sweep.plot import completeness, plot_store
 
     out = plot_store(
         args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
         lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
+        partial=args.partial,
     )
-    print(f"figure written to {out}")
+    done = completeness(args.store)
+    note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
+    print(f"figure written to {out}{note}")
     return 0
 
 
@@ -132,6 +135,12 @@ def add_parser(subparsers) -> None:
                    help="directory holding the datasets (sets data.data_dir; default: the config's, then "
                         "$DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
+    from dpjax import _validate as v
+
+    p.add_argument("--max-runs", type=v.flag_type("--max-runs", v.parse_int), default=None,
+                   help="refuse a grid of more runs (default: the config's max_runs, else 100,000)")
+    p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float), default=None,
+                   help="refuse a [data] table describing more float32 MiB (default: the config's max_data_mb, else 256)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--sleep-between-chunks", type=float, default=0.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_sweep)
@@ -147,15 +156,22 @@ def add_parser(subparsers) -> None:
     q.add_argument("--lo", type=float, default=5.0, help="lower percentile of the error bars (default 5)")
     q.add_argument("--hi", type=float, default=95.0, help="upper percentile of the error bars (default 95)")
     q.add_argument("--title", default=None)
-    q.add_argument("--logx", action="store_true", help="log-scale x axis")
+    scale = q.add_mutually_exclusive_group()
+    scale.add_argument("--logx", action="store_const", const=True, default=None,
+                       help="log-scale x axis (default: log when the x values span a decade or more)")
+    scale.add_argument("--linear-x", dest="logx", action="store_const", const=False, help="linear x axis")
     q.add_argument("--out", default=None, help="output image (default STORE/figure.png)")
+    q.add_argument("--partial", action="store_true",
+                   help="plot a sweep directory that holds only some of its chunks (refused otherwise)")
     q.set_defaults(func=_plot)
 
 
 def main(argv=None) -> int:
     from dpjax.cli import EXPECTED_ERRORS, one_line
 
-    parser = argparse.ArgumentParser(prog="dpjax")
+    from dpjax.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="dpjax")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

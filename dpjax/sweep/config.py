@@ -30,6 +30,15 @@ of axes. The TOML form mirrors the dataclass one to one::
     repetition = 3                    # an int n means range(n)
     trial = 20                        # data split i uses split seed data.split_seed + i
 
+Size limits (checked arithmetically from the axis specs and data options,
+before anything is expanded, loaded or allocated; neither is part of the
+sweep's identity, so raising one never invalidates a sweep directory)::
+
+    max_runs = 100000                 # runs = the product of the grid's axis lengths (default 100,000)
+    max_data_mb = 256                 # the data a [data] table describes, float32 (default 256 MiB)
+
+``dpjax sweep --max-runs N --max-data-mb M`` override them.
+
 Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the
 algorithm's per-run hyperparameters (e.g. ``learning_rate``, ``noise_std``,
 ``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the
@@ -53,8 +62,15 @@ from dpjax import _validate
 
 TOP_LEVEL_KEYS = (
     "name", "algorithm", "num_rounds", "eval_every", "seed", "on_nonfinite",
-    "static", "data", "privacy", "grid", "chunk_size", "vmap_width",
+    "static", "data", "privacy", "grid", "chunk_size", "vmap_width", "max_runs", "max_data_mb",
 )
+#: Largest grid a sweep builds without being told (``max_runs``): 14x the largest packaged config
+#: (7,200 runs); a typo such as ``logspace = [-3, -1, 1000000000]`` is refused before any expansion.
+DEFAULT_MAX_RUNS = 100_000
+#: Largest dataset (float32 MiB) a ``[data]`` table may describe without being told (``max_data_mb``).
+DEFAULT_MAX_DATA_MB = 256
+#: Keys that limit a sweep without defining it (not in ``to_dict``, never compared on resume).
+LIMIT_KEYS = ("max_runs", "max_data_mb")
 PRIVACY_KEYS = ("accountant", "delta")
 SPECIAL_AXES = ("trial", "repetition", "epsilon")
 _MAXNORM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*maxnorm\s*$")
@@ -62,6 +78,40 @@ _MAXNORM = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*\*\s*maxnorm
 
 def _is_real(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _range_args(where: str, spec: dict) -> tuple[str, float, float, int]:
+    """``(kind, start, stop, num)`` of a ``{logspace|linspace = [start, stop, num]}`` axis, validated."""
+    kinds = [k for k in spec if k in ("logspace", "linspace")]
+    unknown = [k for k in spec if k not in ("logspace", "linspace", "base")]
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]} is not a known key; use logspace/linspace (and base)")
+    if len(kinds) != 1:
+        raise ValueError(f"{where}={spec!r} must have exactly one of logspace or linspace")
+    kind = kinds[0]
+    args = spec[kind]
+    if not (isinstance(args, list) and len(args) == 3 and all(_is_real(a) for a in args)):
+        raise ValueError(f"{where}.{kind}={args!r} must be [start, stop, num]")
+    for i, a in enumerate(args[:2]):
+        if not math.isfinite(a):
+            raise ValueError(f"{where}.{kind}[{i}]={a!r} must be finite")
+    num = _validate.check_int(f"{where}.{kind}[2]", args[2], min_value=1)
+    return kind, float(args[0]), float(args[1]), num
+
+
+def axis_length(key: str, spec: Any) -> int:
+    """Number of values of grid axis ``key`` -- from the spec alone, without expanding it."""
+    if isinstance(spec, dict):
+        return _range_args(f"grid.{key}", spec)[3]
+    if key in ("trial", "repetition") and isinstance(spec, int) and not isinstance(spec, bool):
+        return _validate.check_int(f"grid.{key}", spec, min_value=1)
+    return len(spec) if isinstance(spec, (list, tuple)) else 1
+
+
+def grid_size(grid: dict) -> tuple[int, str]:
+    """``(runs, "a=3 x b=1000 x ...")``: the product of the axis lengths, computed exactly (no expansion)."""
+    lengths = {k: axis_length(k, spec) for k, spec in grid.items()}
+    return math.prod(lengths.values()), " x ".join(f"{k}={n:,}" for k, n in lengths.items())
 
 
 def expand_axis(key: str, spec: Any) -> tuple:
@@ -73,18 +123,8 @@ def expand_axis(key: str, spec: Any) -> tuple:
     """
     where = f"grid.{key}"
     if isinstance(spec, dict):
-        kinds = [k for k in spec if k in ("logspace", "linspace")]
-        unknown = [k for k in spec if k not in ("logspace", "linspace", "base")]
-        if unknown:
-            raise ValueError(f"{where}.{unknown[0]} is not a known key; use logspace/linspace (and base)")
-        if len(kinds) != 1:
-            raise ValueError(f"{where}={spec!r} must have exactly one of logspace or linspace")
-        kind = kinds[0]
+        kind, start, stop, num = _range_args(where, spec)
         args = spec[kind]
-        if not (isinstance(args, list) and len(args) == 3 and all(_is_real(a) for a in args)):
-            raise ValueError(f"{where}.{kind}={args!r} must be [start, stop, num]")
-        start, stop = float(args[0]), float(args[1])
-        num = _validate.check_int(f"{where}.{kind}[2]", args[2], min_value=1)
         pts = [start + (stop - start) * i / (num - 1) for i in range(num)] if num > 1 else [start]
         if kind == "linspace":
             if "base" in spec:
@@ -93,9 +133,19 @@ def expand_axis(key: str, spec: Any) -> tuple:
         base = spec.get("base", 10)
         if base == "e":
             base = math.e
-        if not _is_real(base) or base <= 0 or base == 1:
+        if not _is_real(base) or not math.isfinite(base) or base <= 0 or base == 1:
             raise ValueError(f"{where}.base={spec.get('base')!r} must be 'e' or a positive number != 1")
-        return tuple(float(base) ** p for p in pts)
+        values = []
+        for p in pts:
+            try:
+                value = float(base) ** p
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value) or (value == 0.0 and p != -math.inf):
+                raise ValueError(f"{where}.logspace={args!r} reaches {spec.get('base', 10)}^{p:g}, outside float64 "
+                                 "(about 1e-308 to 1.8e308): give exponents, e.g. logspace = [-3, 0, 4]")
+            values.append(value)
+        return tuple(values)
     if key in ("trial", "repetition") and isinstance(spec, int) and not isinstance(spec, bool):
         n = _validate.check_int(where, spec, min_value=1)
         return tuple(range(n))
@@ -156,6 +206,8 @@ class SweepConfig:
     name: str = "sweep"
     chunk_size: int | None = None
     vmap_width: int | None = None
+    max_runs: int | None = None  # None: DEFAULT_MAX_RUNS (a limit, not part of the sweep: see LIMIT_KEYS)
+    max_data_mb: float | None = None  # None: DEFAULT_MAX_DATA_MB
 
     def __post_init__(self):
         from dpjax.sweep import registry  # late: registry imports jax
@@ -163,18 +215,25 @@ class SweepConfig:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
         entry = registry.get_algorithm(self.algorithm)
-        _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+        _validate.check_rounds("num_rounds", self.num_rounds)
         if self.eval_every is not None:
             _validate.check_int("eval_every", self.eval_every, min_value=1, max_value=self.num_rounds)
-        _validate.check_int("seed", self.seed, min_value=0)
+        _validate.check_seed("seed", self.seed)
         _validate.check_choice("on_nonfinite", self.on_nonfinite, ("mark", "raise"))
         if self.chunk_size is not None:
             _validate.check_int("chunk_size", self.chunk_size, min_value=1)
         if self.vmap_width is not None:
             _validate.check_int("vmap_width", self.vmap_width, min_value=1)
+        if self.max_runs is not None:
+            _validate.check_int("max_runs", self.max_runs, min_value=1)
+        if self.max_data_mb is not None:
+            _validate.check_positive("max_data_mb", self.max_data_mb)
         if not isinstance(self.data, dict) or "name" not in self.data:
             raise ValueError(f"data={self.data!r} must be a table with a 'name' key")
-        registry.get_dataset(self.data["name"]).check_options(self.data)
+        dataset = registry.get_dataset(self.data["name"])
+        dataset.check_options(self.data)
+        dataset.check_size(dataset.resolve(self.data),
+                           DEFAULT_MAX_DATA_MB if self.max_data_mb is None else self.max_data_mb)
         if not isinstance(self.static, dict):
             raise ValueError(f"static={self.static!r} must be a table")
         for k in self.static:
@@ -183,6 +242,12 @@ class SweepConfig:
                                  f"known: {entry.static_fields}")
         if not isinstance(self.grid, dict) or not self.grid:
             raise ValueError("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
+        # the size before any axis is expanded: a huge axis must not be built to be refused
+        size, shape = grid_size(self.grid)
+        limit = DEFAULT_MAX_RUNS if self.max_runs is None else self.max_runs
+        if size > limit:
+            raise ValueError(f"grid has {size:,} runs ({shape}), above max_runs={limit:,}; shrink the grid, or raise "
+                             "the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
         grid = {}
         for k, spec in self.grid.items():
             if k not in SPECIAL_AXES and k not in entry.hparam_fields and k not in entry.static_fields:
@@ -248,19 +313,32 @@ class SweepConfig:
         return cls(**d)
 
     @classmethod
-    def from_toml(cls, path: str | pathlib.Path) -> "SweepConfig":
-        path = pathlib.Path(path)
-        if not path.is_file():
-            raise ValueError(f"config={str(path)!r} does not exist")
-        try:
-            d = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"config={str(path)!r} is not valid TOML: {err}") from None
+    def from_toml(cls, path: str | pathlib.Path, **limits) -> "SweepConfig":
+        """The config in TOML file ``path``; ``limits`` (``max_runs``, ``max_data_mb``) override the file's."""
+        d = cls.read_toml(path)
+        d.update({k: v for k, v in limits.items() if v is not None})
         return cls.from_dict(d)
 
+    @staticmethod
+    def read_toml(path: str | pathlib.Path) -> dict:
+        """The raw table of a TOML config file; a ``ValueError`` naming the file when it is not one."""
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise ValueError(f"config={str(path)!r} does not exist" + (" (it is a directory)" if path.is_dir() else ""))
+        try:
+            return tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"config={str(path)!r} is not valid TOML: {err}") from None
+        except UnicodeDecodeError as err:
+            raise ValueError(f"config={str(path)!r} is not a TOML text file (not UTF-8: byte {err.object[err.start]:#04x} "
+                             f"at offset {err.start})") from None
+
     def to_dict(self) -> dict:
-        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it."""
+        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it. The limits
+        (``max_runs``, ``max_data_mb``) are not part of a sweep and are left out."""
         d = dataclasses.asdict(self)
+        for k in LIMIT_KEYS:
+            d.pop(k)
         d["grid"] = {k: list(v) for k, v in self.grid.items()}
         return d
 

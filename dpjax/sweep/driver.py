@@ -289,7 +289,7 @@ def run_sweep(
     _validate.check_nonnegative("sleep_between_chunks", sleep_between_chunks)
     store = Store(out_dir)
     store.prepare()  # a file, read-only or full disk fails here, before any compute
-    store.lock(process_index)
+    store.lock(process_index, cfg.to_dict())
     try:
         return _run_locked(cfg, store, devices, source_text, progress, process_index, process_count, max_chunks,
                            sleep_between_chunks, wait_for_config, start)

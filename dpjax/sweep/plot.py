@@ -10,6 +10,7 @@ import pathlib
 from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
 from dpjax.sweep import select
 from dpjax.sweep.store import load_results
@@ -28,6 +29,13 @@ def _static_lines(runs, x: str) -> list[str]:
         if (per_group <= 1).all() and runs[c].nunique(dropna=False) > 1:
             cols.append(c)
     return cols
+
+
+def spans_decades(values, decades: float = 1.0) -> bool:
+    """Whether ``values`` call for a log axis: all finite ones positive and max/min >= 10**decades."""
+    v = np.asarray(list(values), float).ravel()
+    v = v[np.isfinite(v)]
+    return bool(v.size >= 2 and np.all(v > 0) and v.max() >= 10**decades * v.min())
 
 
 def pyplot():
@@ -119,6 +127,29 @@ def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]],
     save_figure(fig, path, title=title)
 
 
+def completeness(store) -> tuple[int, int] | None:
+    """``(finished, planned)`` chunks of a sweep directory, from the plan of its ``config.json``
+    (``None`` when the directory records no plannable config, e.g. a hand-made store)."""
+    import sys
+
+    from dpjax.sweep import plan
+    from dpjax.sweep.config import SweepConfig
+    from dpjax.sweep.store import Store
+
+    s = Store(store)
+    cfg = s.read_config()
+    if not isinstance(cfg, dict) or "algorithm" not in cfg:
+        return None
+    try:  # the directory's own sweep: its size was accepted when it was written
+        c = SweepConfig.from_dict({**cfg, "max_runs": sys.maxsize, "max_data_mb": 1e300})
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{s.config_path} does not describe a sweep this dpjax can plan: {err}") from None
+    groups = plan.build_groups(c)
+    chunks = plan.build_chunks(groups, c.chunk_size or plan.default_chunk_size(groups))
+    expected = {ch.chunk_id for ch in chunks}
+    return len(s.finished_chunks() & expected), len(expected)
+
+
 def plot_store(
     store,
     *,
@@ -130,13 +161,33 @@ def plot_store(
     out=None,
     percentiles=(5.0, 95.0),
     title: str | None = None,
-    logx: bool = False,
+    logx: bool | None = None,
+    logy: bool | None = None,
+    partial: bool = False,
 ) -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions,
-    then plots the mean ``metric`` over trials against ``x`` with percentile bars."""
+    then plots the mean ``metric`` over trials against ``x`` with percentile bars.
+
+    ``logx``/``logy``: log axes; ``None`` (default): log when the plotted values are positive and span at
+    least a decade (``spans_decades``). ``title``: default "<metric> vs <x>" with the store's name and the
+    selection rule.
+
+    A sweep directory holding only some of its planned chunks (interrupted,
+    or a full disk) is refused with a ``ValueError`` saying "k of n chunks",
+    unless ``partial=True``: the figure then says so in its title.
+    """
     runs, _ = load_results(store)
     if len(runs) == 0:
         raise ValueError(f"store={str(store)!r} has no finished runs yet")
+    done = completeness(store)
+    if done is not None and done[0] < done[1]:
+        if not partial:
+            raise ValueError(f"store={str(store)!r} is partial: {done[0]} of {done[1]} chunks are finished (an "
+                             "interrupted sweep, or a full disk); run the same `dpjax sweep CONFIG --out DIR` to finish "
+                             "it, or pass --partial to plot the finished chunks")
+        partial_note = f" (partial: {done[0]} of {done[1]} chunks)"
+    else:
+        partial_note = ""
     line_cols = [lines] if lines else _static_lines(runs, x)
     by = line_cols + [x, "trial"]
     if select_over:
@@ -147,20 +198,23 @@ def plot_store(
     is_rate = metric.endswith("error")
     bars = select.error_bars(chosen, x=x, value=metric, lines=line_cols, percentiles=percentiles,
                              clip=(0.0, 1.0) if is_rate else None)
-    fig, ax = new_figure(squeeze=True)
-    groups = bars.groupby(line_cols, dropna=False) if line_cols else [((), bars)]
+    fig, ax = new_figure(squeeze=True, figsize=(7, 4.6))
+    groups = list(bars.groupby(line_cols, dropna=False)) if line_cols else [((), bars)]
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{c}={v}" for c, v in zip(line_cols, key)) or metric
         percentile_errorbar(ax, sub[x], sub["mean"], sub["p_lo"], sub["p_hi"], label=label)
     ax.set_xlabel(x)
-    ax.set_ylabel(f"{metric} (mean over trials; bars: {percentiles[0]:g}th-{percentiles[1]:g}th percentile)")
-    if logx:
+    ax.set_ylabel(f"{metric}\n(mean over trials; bars: p{percentiles[0]:g}-p{percentiles[1]:g})")
+    if logx if logx is not None else spans_decades(bars[x]):
         ax.set_xscale("log")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title)
+    if logy if logy is not None else spans_decades(pd.concat([bars["mean"], bars["p_lo"], bars["p_hi"]])):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3, which="both")
+    if len(groups) > 1:
+        ax.legend(fontsize=8)
+    chosen_by = f"\n{select_over} chosen per point by the mean {criterion}" if select_over else ""
+    ax.set_title((title or f"{metric} vs {x} ({pathlib.Path(store).name}){chosen_by}") + partial_note, fontsize=10)
     out = save_figure(fig, pathlib.Path(out) if out else pathlib.Path(store) / "figure.png", dpi=150)
     bars.to_csv(out.with_suffix(".csv"), index=False)
     return out

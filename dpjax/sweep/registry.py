@@ -450,11 +450,26 @@ class DatasetEntry:
     defaults: dict
     load: Callable
     eval_fn: Callable  # eval_fn(problem) -> fn(params, eval_data) -> dict of scalars
+    #: ``size_of(options) -> (values, "how they add up")``: the number of values the options ask the loader to
+    #: build, computed without building them (datasets whose size the options set; None: the files set it).
+    size_of: Callable | None = None
 
     def check_options(self, options: dict) -> None:
         for k in options:
             if k != "name" and k not in self.defaults:
                 raise ValueError(f"data.{k} is not an option of dataset {self.name!r}; known: {tuple(self.defaults)}")
+
+    def check_size(self, options: dict, max_mb: float) -> None:
+        """``ValueError`` before anything is allocated when the options describe more than ``max_mb`` MiB of
+        float32 data (``max_data_mb`` in a sweep config, ``dpjax sweep --max-data-mb``)."""
+        if self.size_of is None:
+            return
+        values, how = self.size_of(options)
+        mb = values * 4 / 2**20
+        if mb > max_mb:
+            raise ValueError(f"data: {how} = {values:,} values ({mb:,.0f} MiB as float32), above max_data_mb={max_mb:g}; "
+                             "make the dataset smaller, or raise the limit with max_data_mb = M in the config "
+                             "(dpjax sweep --max-data-mb M) if you mean it")
 
     def resolve(self, options: dict) -> dict:
         self.check_options(options)
@@ -585,6 +600,13 @@ def _load_isrl_mnist(opts: dict, trial: int) -> TrialData:
     return TrialData(train, ed, problem, max_norm, {"split_seed": int(opts["split_seed"]) + int(trial)})
 
 
+def _isrl_mnist_size(opts: dict) -> tuple[int, str]:
+    n = _validate.check_int("data.n_per_digit", opts["n_per_digit"], min_value=1)
+    dim = 784 if opts["pca_dim"] is None else _validate.check_int("data.pca_dim", opts["pca_dim"], min_value=1,
+                                                                   max_value=784)
+    return 25 * 2 * n * dim, f"25 silos x 2 x n_per_digit={n:,} x pca_dim={dim}"
+
+
 register_dataset(
     DatasetEntry(
         name="isrl-mnist",
@@ -592,6 +614,7 @@ register_dataset(
                   "replace": False, "train_fraction": 0.8, "split_seed": 0},
         load=_load_isrl_mnist,
         eval_fn=classification_eval,
+        size_of=_isrl_mnist_size,
     )
 )
 
@@ -638,12 +661,21 @@ def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
                      {"split_seed": seed})
 
 
+def _synthetic_size(opts: dict) -> tuple[int, str]:
+    n = _validate.check_int("data.n", opts["n"], min_value=1)
+    dim = _validate.check_int("data.dim", opts["dim"], min_value=1)
+    num_silos = _validate.check_int("data.num_silos", opts["num_silos"], min_value=1)
+    n_test = _validate.check_int("data.n_test", opts["n_test"], min_value=1)
+    return num_silos * (n + n_test) * dim, f"num_silos={num_silos:,} x (n={n:,} + n_test={n_test:,}) x dim={dim:,}"
+
+
 register_dataset(
     DatasetEntry(
         name="synthetic-logistic",
         defaults={"num_silos": 4, "n": 64, "dim": 5, "n_test": 32, "heterogeneity": 1.0, "split_seed": 0},
         load=_load_synthetic,
         eval_fn=classification_eval,
+        size_of=_synthetic_size,
     )
 )
 
@@ -655,6 +687,7 @@ register_dataset(
                   "hidden": 16},
         load=functools.partial(_load_synthetic, mlp=True),
         eval_fn=classification_eval,
+        size_of=_synthetic_size,
     )
 )
 
@@ -666,7 +699,13 @@ register_dataset(DatasetEntry(  # ISRL-DP experiment B (linear regression, silos
 register_dataset(DatasetEntry(  # ISRL-DP experiment C (softmax regression, one silo per class)
     name="isrl-obesity", defaults={"data_dir": None, "n_per_silo": 200, "replace": False, "train_fraction": 0.8,
                                    "split_seed": 0},
-    load=_load_obesity, eval_fn=classification_eval))
+    load=_load_obesity, eval_fn=classification_eval, size_of=lambda o: _obesity_size(o)))
+
+
+def _obesity_size(opts: dict) -> tuple[int, str]:
+    n = opts["n_per_silo"]
+    n = 2111 if n is None else _validate.check_int("data.n_per_silo", n, min_value=1)
+    return 7 * n * 16, f"7 silos x n_per_silo={n:,} x 16 features"
 
 
 def _register_diff2_datasets() -> None:

@@ -148,14 +148,17 @@ class Store:
         except OSError as err:
             raise ValueError(f"out={str(self.root)!r} is not writable: {err.strerror or err}") from None
 
-    def lock(self, process_index: int = 0) -> None:
+    def lock(self, process_index: int = 0, config: dict | None = None) -> None:
         """Takes this process's share of the directory (an exclusive ``flock`` held until exit).
 
         A second process computing the same share of the same directory at the
         same time would race it chunk for chunk; it is refused with a
         ``ValueError``. The lock dies with its process (SIGKILL included), so
-        a resume never waits for a dead sweep.
+        a resume never waits for a dead sweep. ``config`` (the sweep's
+        resolved config) is fingerprinted into the lock file, so that a
+        second process running a *different* config is told so.
         """
+        digest = config_digest(config) if config is not None else None
         import fcntl
 
         path = self.root / f".lock-p{process_index}"
@@ -166,6 +169,11 @@ class Store:
             holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if err.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                theirs = holder.rpartition("config ")[2] if "config " in holder else None
+                if digest is not None and theirs is not None and theirs != digest:
+                    raise ValueError(
+                        f"out={str(self.root)!r} is being written by another dpjax sweep ({holder.split(';')[0]}) "
+                        "of a different config; use a new --out directory for this sweep") from None
                 raise ValueError(
                     f"out={str(self.root)!r} is being written by another dpjax sweep ({holder}) computing the same "
                     f"share (process index {process_index}); wait for it to finish, or split the work with "
@@ -173,7 +181,8 @@ class Store:
                 ) from None
             raise
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode(), 0)
+        text = f"pid {os.getpid()} on {socket.gethostname()}" + (f"; config {digest}" if digest else "")
+        os.pwrite(fd, text.encode(), 0)
         self._lock_fd = fd
 
     def unlock(self) -> None:
@@ -309,6 +318,12 @@ def _identity(config: dict) -> dict:
     if isinstance(data, dict) and "data_dir" in data:
         return {**config, "data": {k: v for k, v in data.items() if k != "data_dir"}}
     return config
+
+
+def config_digest(config: dict) -> str:
+    """Fingerprint of what defines a sweep (its config without the tiling and without ``data.data_dir``)."""
+    ident = {k: v for k, v in _identity(config).items() if k not in ("chunk_size", "vmap_width")}
+    return _sha256(json.dumps(ident, sort_keys=True, default=str))[:16]
 
 
 def check_same_sweep(root, old: dict, resolved: dict, keys=None) -> None:

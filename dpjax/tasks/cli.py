@@ -8,7 +8,10 @@ import pathlib
 
 
 def _run_isrl_mnist(args) -> int:
+    from dpjax import _validate
     from dpjax.tasks import isrl_mnist
+
+    _validate.check_seed("--seed", args.seed)  # before anything is loaded
 
     cfg = isrl_mnist.IsrlMnistConfig(
         epsilon=args.epsilon,
@@ -59,7 +62,10 @@ def add_parser(subparsers) -> None:
     m.add_argument("--epsilon", type=float, default=1.5, help="target ISRL-DP epsilon per silo (default 1.5)")
     m.add_argument("--rounds", type=int, default=35, help="communication rounds R (default 35)")
     m.add_argument("--silos-per-round", type=int, default=12, help="silos available per round M (default 12)")
-    m.add_argument("--seed", type=int, default=0, help="seed of the data split and of the run keys")
+    from dpjax import _validate as v
+
+    m.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0,
+                   help="seed of the data split and of the run keys (0 .. 2**32 - 1)")
     m.add_argument("--batch-size", type=int, help="records per silo per round K (default: n sqrt(eps_max)/(2 sqrt R))")
     m.add_argument("--epsilon-max", type=float, help="eps_max of the default K rule (default: --epsilon)")
     m.add_argument("--sampling", default="without-replacement",
@@ -76,4 +82,4 @@ def add_parser(subparsers) -> None:
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     m.set_defaults(func=_run_isrl_mnist)
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+    p.set_defaults(func=lambda args: p.error("give a TASK: isrl-mnist-trial (dpjax run --help lists the tasks)"))

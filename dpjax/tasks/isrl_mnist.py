@@ -76,9 +76,9 @@ class IsrlMnistConfig:
 
     def __post_init__(self):
         _validate.check_positive("epsilon", self.epsilon)
-        _validate.check_int("rounds", self.rounds, min_value=1)
+        _validate.check_rounds("rounds", self.rounds)
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1, max_value=25)
-        _validate.check_int("seed", self.seed, min_value=0)
+        _validate.check_seed("seed", self.seed)
         if self.batch_size is not None:
             _validate.check_int("batch_size", self.batch_size, min_value=1)
         if self.epsilon_max is not None:

@@ -6,15 +6,37 @@
 * ``sc_output_pert``: Algorithm 2 (SCOutputPert), Algorithm 1 on f = theta* of a strongly convex ERM with
   target Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first
   tries the Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly
-  theta*(x) + N(0, sigma^2 I) whatever R1 is), falling back to the enumeration when feasible and otherwise
-  stopping with ``NOT_RELEASABLE`` (never a data-dependent bottom; the paper falls back to the exponential algorithm).
+  theta*(x) + N(0, sigma^2 I) whatever R1 is) and falls back to the enumeration when it fails.
 * ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C =
   (2r+1) gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
 * ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
 
+What a user receives (``output_perturbation``; issue 23). The certificate is a shortcut inside Algorithm 1,
+not a mechanism of its own: when it passes, S = {} is stable, Algorithm 1 picks it for every R1 and releases
+f(x) + N(0, sigma^2 I) -- exactly what the shortcut releases (same key, same noise draw) -- and when it fails
+the exact enumeration runs (Appendix C: "fall back to the exponential algorithm"). Whether the certificate
+passes depends on the data, so a run that STOPS when it fails (the superseded NOT_RELEASABLE) is a
+deterministic, data-dependent output outside Algorithm 1: on neighbouring datasets either side of the
+certificate's threshold it releases with probability 1 on one and stops with probability 1 on the other (an
+unbounded privacy loss that the exact audit of ``tests/user_level`` measures). Making that failure private
+would need a private test of the certificate whose passing keeps Algorithm 1's output law; a release of
+theta*(x) that deletes no user has replace sensitivity 2G/(mu n) (no better than B1), and finding the users to
+delete is the enumeration itself -- so no cheap private failure event exists. This module therefore decides
+BEFORE reading the data, from public quantities only (the number of users n and kappa = kappa(eps, delta);
+``dpjax.accounting.user_level.exact_feasible``), whether the exact fallback can run: if it can, the run is
+Algorithm 1 (certificate first, enumeration on failure) and ``privacy(...)`` certifies exactly its output; if
+it cannot, ``fallback='refuse'`` (default) raises a ``ValueError`` naming n and kappa before any data is
+touched -- the same for every dataset of that size, so it reveals nothing. ``fallback='stop'`` keeps the
+superseded behaviour as an explicit, NOT private diagnostic (its releases carry ``private=False``;
+``privacy(..., mode='certificate-stop')`` reports epsilon = inf). At the paper's constants (eps <= 1)
+kappa >= 6, so n >= 8 kappa + 2 = 50 users already exceed the enumeration: the certified mechanisms release
+only in test mode (kappa and sigma given, tiny n); the certificate's pass rate (D4) measures how often the
+polynomial-time path would apply, not a release rate.
+
 Randomness: ``key_r1, key_noise = jax.random.split(key)``; nothing else is random, and the data permutation pi
 of Theorem 3.6 is never drawn here. Status codes: ``OK``, ``BOTTOM`` (the private failure symbol of
-Algorithm 1), ``NOT_RELEASABLE`` (certificate failed and the exact enumeration is infeasible: the run stops).
+Algorithm 1), ``NOT_RELEASABLE`` (only with ``fallback='stop'``: certificate failed and the exact enumeration
+is infeasible; not private).
 """
 
 from __future__ import annotations
@@ -36,8 +58,12 @@ from dpjax.user_level.tdlap import tdlap_sample
 
 OK, BOTTOM, NOT_RELEASABLE = 0, 1, 2
 STATUS_NAMES = {OK: "ok", BOTTOM: "bottom", NOT_RELEASABLE: "not-releasable"}
-MAX_EXACT_USERS = 20
-MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletion sets
+# public feasibility of the exact enumeration (pure Python, shared with the accountant)
+MAX_EXACT_USERS = acc.MAX_EXACT_USERS
+MAX_EXACT_EVALUATIONS = acc.MAX_EXACT_EVALUATIONS
+exact_evaluations = acc.exact_evaluations
+exact_feasible = acc.exact_feasible
+FALLBACKS = ("refuse", "stop")
 
 
 # ---------------------------------------------------------------------------
@@ -65,15 +91,6 @@ def deletion_sets(n: int, max_size: int) -> list[tuple[int, ...]]:
     return [u for s in range(min(max_size, n) + 1) for u in itertools.combinations(range(n), s)]
 
 
-def exact_evaluations(n: int, kappa: int) -> int:
-    """Number of oracle calls of the exact enumeration: sum_{u <= 4 kappa + 1} C(n, u)."""
-    return sum(math.comb(n, u) for u in range(min(4 * kappa + 1, n) + 1))
-
-
-def exact_feasible(n: int, kappa: int) -> bool:
-    return n <= MAX_EXACT_USERS and exact_evaluations(n, kappa) <= MAX_EXACT_EVALUATIONS
-
-
 def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensitivity: float) -> StableTable:
     """Algorithm 1 lines 5-9 for every r1 (the stable set computed exactly).
 
@@ -85,8 +102,8 @@ def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensit
     kappa = v.check_int("kappa", kappa, min_value=1)
     sensitivity = v.check_positive("sensitivity", sensitivity)
     if not exact_feasible(n, kappa):
-        raise ValueError(f"n={n}, kappa={kappa}: the exact enumeration needs {exact_evaluations(n, kappa)} oracle "
-                         f"calls (limit {MAX_EXACT_EVALUATIONS}, n <= {MAX_EXACT_USERS}); use the certificate")
+        raise ValueError(f"n={n}, kappa={kappa}: the exact enumeration is infeasible "
+                         f"({acc._fallback_cost(n, kappa)}, n <= {MAX_EXACT_USERS})")
     radius = 4 * kappa
     sets = deletion_sets(n, radius + 1)
     masks = np.array([sum(1 << i for i in u) for u in sets], dtype=np.int64)
@@ -275,6 +292,7 @@ class Release:
     certificate: Optional[Certificate] = None
     minimiser: Optional[np.ndarray] = None
     path: str = ""
+    private: bool = True  # False: produced by fallback='stop' where the exact fallback is infeasible
 
     @property
     def status_name(self) -> str:
@@ -287,14 +305,23 @@ def _gaussian(key, sigma, d):
 
 
 def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params: acc.A1Params,
-                        method: str = "certificate") -> Release:
+                        method: str = "certificate", fallback: str = "refuse") -> Release:
     """Algorithm 1 applied to f = theta* with the given parameters (the core of Algorithms 2 and A2c).
 
-    ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first; when it fails, the
-    enumeration if feasible, else ``NOT_RELEASABLE`` (never a data-dependent bottom).
+    ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first -- if it passes, release
+    theta*(x) + N(0, sigma^2 I), which is Algorithm 1's output for this key (S = {} is stable and chosen for
+    every R1) -- and the enumeration when it fails. Where the enumeration is infeasible at (n, kappa) (public:
+    ``acc.exact_feasible``), ``fallback='refuse'`` raises before the data is read (module docstring: a stop on
+    a failed certificate would be a data-dependent output); ``fallback='stop'`` runs the certificate anyway
+    and returns ``NOT_RELEASABLE`` when it fails -- NOT private, every release then has ``private=False``.
     """
     v.check_choice("method", method, ("exact", "certificate"))
-    n, _, d = x.shape
+    v.check_choice("fallback", fallback, FALLBACKS)
+    n, _, d = x.shape  # shapes are public
+    feasible = exact_feasible(n, params.kappa)
+    if not feasible and (method == "exact" or fallback == "refuse"):
+        acc.exact_fallback_check(n, params.kappa, "output perturbation")  # raises: nothing read yet
+    private = feasible
     theta = minimiser(loss, x, y, domain)
     cert = None
     if method == "certificate":
@@ -302,40 +329,48 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
         if cert.passed:
             _, key_noise = jax.random.split(key)
             return Release(theta + _gaussian(key_noise, params.sigma, d), OK, params.sigma, params.sensitivity,
-                           cert, theta, "certificate")
-        if not exact_feasible(n, params.kappa):
+                           cert, theta, "certificate", private)
+        if not feasible:  # fallback == "stop": the superseded, data-dependent stop
             return Release(np.full(d, np.nan), NOT_RELEASABLE, params.sigma, params.sensitivity, cert, theta,
-                           "certificate-failed")
+                           "certificate-failed", False)
     table = stable_table(oracle(loss, x, y, domain), n, params.kappa, params.sensitivity)
     status, out = del_output_pert(key, table, params)
-    return Release(out, status, params.sigma, params.sensitivity, cert, theta, "exact")
+    return Release(out, status, params.sigma, params.sensitivity, cert, theta, "exact", private)
 
 
 def _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
-                             bound, method) -> Release:
+                             bound, method, fallback) -> Release:
     """Algorithm 1 on theta* with Delta = bound(n, m, 4 kappa, beta, G, mu, c_K) (mu includes the regulariser)."""
     n, m, _ = x.shape
     kappa = acc.user_level_params(epsilon, delta).kappa
+    v.check_choice("fallback", fallback, FALLBACKS)
+    if fallback == "refuse" or method == "exact":  # before anything is computed from the data
+        acc.exact_fallback_check(n, kappa, "Algorithm 2" if bound is acc.deletion_sensitivity_bound else "A2c")
     g = loss.lipschitz if lipschitz is None else lipschitz
     sens = bound(n, m, 4 * kappa, fail_prob, g, loss.strong_convexity + domain.reg, c_k)
     return output_perturbation(key, loss, x, y, domain, acc.a1_params(epsilon, delta, sens, gaussian=gaussian),
-                               method)
+                               method, fallback)
 
 
 def sc_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
                    fail_prob: float, *, c_k: int = 2, method: str = "certificate", gaussian: str = "paper",
-                   lipschitz: Optional[float] = None) -> Release:
-    """Algorithm 2 (SCOutputPert_{eps,delta,beta,G,mu,K}): Algorithm 1 with Delta = Delta_expl (Theorem 3.1)."""
+                   lipschitz: Optional[float] = None, fallback: str = "refuse") -> Release:
+    """Algorithm 2 (SCOutputPert_{eps,delta,beta,G,mu,K}): Algorithm 1 with Delta = Delta_expl (Theorem 3.1).
+    ``fallback``: see ``output_perturbation`` (refuses before reading the data where the exact stable set is
+    infeasible)."""
     return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
-                                    acc.deletion_sensitivity_bound, method)
+                                    acc.deletion_sensitivity_bound, method, fallback)
 
 
 def sc_output_pert_certified(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,
                              fail_prob: float, *, c_k: int = 2, gaussian: str = "paper",
-                             lipschitz: Optional[float] = None) -> Release:
-    """A2c (Appendix C): target Delta_C = (2r+1) gamma_target/(mu(n-r-1)), released through the certificate."""
+                             lipschitz: Optional[float] = None, fallback: str = "refuse") -> Release:
+    """A2c (Appendix C): target Delta_C = (2r+1) gamma_target/(mu(n-r-1)), released through the certificate,
+    with the exact stable set as the fallback when it fails (module docstring). Where that fallback is
+    infeasible at (n, kappa(eps, delta)) -- at the paper's constants, every n >= 8 kappa + 2 -- the default
+    ``fallback='refuse'`` raises before reading the data; ``'stop'`` is the NOT private diagnostic."""
     return _strongly_convex_release(key, loss, x, y, domain, epsilon, delta, fail_prob, c_k, gaussian, lipschitz,
-                                    acc.certificate_sensitivity, "certificate")
+                                    acc.certificate_sensitivity, "certificate", fallback)
 
 
 def replace_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilon: float, delta: float,

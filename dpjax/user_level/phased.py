@@ -9,7 +9,11 @@
   (eps/2, delta/2) gives theta_0, then Phased-ERM / Phased-SCO at (eps/2, delta/2) on K' = K cap B(theta_0, R').
 
 Modes: ``'certified'`` calls Algorithm 2 through the Appendix C certificate (``inner='A2c'``, default) or with
-Delta_expl (``'A2'``); a bottom or a not-releasable phase ends the run with that status. ``'rate-shape'`` is the
+Delta_expl (``'A2'``), each phase with the exact stable set as the certificate's fallback; a bottom phase ends
+the run with that status. Every phase's (users, kappa) is public, so where any phase's exact fallback is
+infeasible the run refuses before reading the data (``dpjax.accounting.user_level.exact_fallback_check``;
+see ``dpjax.user_level.mechanisms``). ``'certificate-stop'`` is the superseded behaviour (a failed certificate
+stops the run as not releasable: a data-dependent output, NOT private), kept as a diagnostic. ``'rate-shape'`` is the
 idealised mechanism M' of Theorem 4.1's proof (baseline B2): theta_i = theta*_i + N(0, sigma_i^2 I) with
 sigma_i = rho 2G/(lambda_i n_i sqrt(m)) and no stability test -- NOT private; it is compiled as one scan over the
 phases and vmapped over run keys.
@@ -37,7 +41,19 @@ from dpjax.user_level import mechanisms as mech
 from dpjax.user_level import solver
 from dpjax.user_level.problems import Loss
 
-MODES = ("certified", "rate-shape")
+MODES = ("certified", "certificate-stop", "rate-shape")
+
+
+def _fallback(mode: str) -> str:
+    return "stop" if mode == "certificate-stop" else "refuse"
+
+
+def _check_releasable(mode: str, calls, what: str) -> None:
+    """Certified mode: refuse before reading any data when one of the run's calls ``(users, eps, delta)`` has
+    an infeasible exact fallback (a decision from public quantities only)."""
+    if mode == "certified":
+        for users, eps, dlt in calls:
+            acc.exact_fallback_check(users, acc.user_level_params(eps, dlt).kappa, what)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,16 +156,18 @@ def rate_shape_many(keys, loss: Loss, x, y, domain: mech.Domain, weights, lambda
 
 
 def _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, lipschitz, inner,
-                      c_k, theta0=None):
-    """Certified loop: phase i calls Algorithm 2 (or A2c) on l_i with G_i = 2G, mu_i = lambda_i (+ loss mu)."""
+                      c_k, theta0=None, mode="certified"):
+    """Certified loop: phase i calls Algorithm 2 (or A2c) on l_i with G_i = 2G, mu_i = lambda_i (+ loss mu).
+    Every phase's exact fallback is checked before the first phase reads the data."""
     d = x.shape[-1]
+    _check_releasable(mode, [(hi - lo, eps_ph, delta_ph) for lo, hi in groups], f"a phase ({inner} inside)")
     theta = domain.project(np.zeros(d) if theta0 is None else theta0)
     phases = []
     for i, ((lo, hi), lam) in enumerate(zip(groups, lambdas), start=1):
         dom_i = domain.regularised(lam, theta)
         call = mech.sc_output_pert_certified if inner == "A2c" else mech.sc_output_pert
         rel = call(jax.random.fold_in(key, i), loss, x[lo:hi], y[lo:hi], dom_i, eps_ph, delta_ph, beta_ph,
-                   c_k=c_k, lipschitz=2 * lipschitz)
+                   c_k=c_k, lipschitz=2 * lipschitz, fallback=_fallback(mode))
         phases.append(rel)
         if rel.status != mech.OK:
             return PhasedResult(np.full(d, np.nan), rel.status, tuple(phases))
@@ -177,7 +195,8 @@ def phased_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
         sigmas = rho * 2 * g / (lambdas * n * math.sqrt(m))
         theta = rate_shape_many(key[None], loss, x, y, domain, np.ones((t, n)), lambdas, sigmas)[0]
         return PhasedResult(theta, mech.OK, (), "B2 (M', rate-shape, not private)")
-    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, g, inner, c_k)
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, g, inner, c_k,
+                            mode=mode)
     return dataclasses.replace(res, variant=f"A3 ({inner} inside)")
 
 
@@ -205,7 +224,8 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
         sigmas = rho * 2 * g / (lambdas * sizes * math.sqrt(m))
         theta = rate_shape_many(key[None], loss, xs, ys, domain, weights, lambdas, sigmas)[0]
         return PhasedResult(theta, mech.OK, (), f"{variant} rate-shape (not private)")
-    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k)
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k,
+                            mode=mode)
     return dataclasses.replace(res, variant=variant)
 
 
@@ -221,7 +241,8 @@ def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho
     if mode == "rate-shape":
         sigma0 = rho * loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
         return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(key, sigma0, d)), None
-    first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k)
+    first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k,
+                                          fallback=_fallback(mode))
     if first.status != mech.OK:
         return first.sigma, None, first
     return first.sigma, domain.project(first.theta), None
@@ -233,6 +254,9 @@ def strongly_convex_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: flo
     sigma_0 = rho G/(mu n sqrt(m)), then M' on K'."""
     n, m, d = x.shape
     g = loss.lipschitz
+    v.check_choice("mode", mode, MODES)
+    t = num_phases(n, m)
+    _check_releasable(mode, [(n, epsilon / 2, delta / 2), (n, epsilon / (2 * t), delta / (2 * t))], "A5")
     k0, k1 = jax.random.split(key)
     sigma0, theta0, failed = _centring_step(k0, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k)
     if failed is not None:
@@ -253,8 +277,14 @@ def strongly_convex_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: flo
     gives theta_0, the second half runs Phased-SCO (the printed Algorithm 6 reuses them, a data-dependent K')."""
     n, m, d = x.shape
     g, mu = loss.lipschitz, loss.strong_convexity
-    k0, k1 = jax.random.split(key)
+    v.check_choice("mode", mode, MODES)
     half = n // 2 if split_users else n
+    if mode == "certified":  # the centring call and every Phased-SCO group, before any data is read
+        n0 = min_group if min_group is not None else acc.user_level_params(epsilon / 2, delta / 2).n_min
+        later = _groups(n - half if split_users else n, m, epsilon / 2, delta / 2, variant, n0)
+        _check_releasable(mode, [(half, epsilon / 2, delta / 2)] + [(hi - lo, epsilon / 2, delta / 2)
+                                                                     for lo, hi in later], "A6")
+    k0, k1 = jax.random.split(key)
     x0, y0 = x[:half], y[:half]
     x1, y1 = (x[half:], y[half:]) if split_users else (x, y)
     sigma0, theta0, failed = _centring_step(k0, loss, x0, y0, domain, epsilon, delta, fail_prob, mode, rho, c_k)

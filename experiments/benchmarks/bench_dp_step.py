@@ -3,6 +3,8 @@
 Issue #12 targets (measured side by side in one process; only ratios from one
 run count on a shared machine): dpjax private / dpjax non-private <= 1.5x and
 the private step >= 50x faster than the materialised ``vmap(grad)`` path.
+Issue #27 targets for the transformer on CPU: private / non-private <= 1.25x
+time and <= 1.2x peak memory.
 
 Models (flax ``FlaxProblem``, softmax cross-entropy, batch 256, flat clipping
 C = 1, noise std sigma C with sigma = 1, plain SGD update):
@@ -10,7 +12,16 @@ C = 1, noise std sigma C with sigma = 1, plain SGD update):
 * ``mlp``: 784-256-10 with ReLU;
 * ``cnn``: the small MNIST CNN of the batch-clipping reproduction protocol
   (two 5x5 convolutions with 16 and 32 channels, GroupNorm, ReLU and 2x2 max
-  pooling after each, FC 32, FC 10).
+  pooling after each, FC 32, FC 10);
+* ``transformer``: ``dpjax.problems.TransformerClassifier`` (shared with the
+  ghost-clipping tests), 2 pre-LayerNorm blocks (4-head attention, GELU MLP
+  128), width 64, token + position embeddings, 32 tokens from a 1000-word
+  vocabulary, mean pooling, 10 classes (133,770 parameters). Ghost plan: 2
+  embeddings (Gram form), 13 dense layers (the attention projections are
+  ``DenseGeneral``), 5 LayerNorms materialised.
+
+Peak memory: XLA's buffer assignment of the compiled step
+(``compiled.memory_analysis()``: arguments + outputs + temporaries - aliased).
 
 Rows: ``private (ghost)`` = ``FlaxProblem.weighted_grad_sum`` with a clip norm
 (ghost norms + one clipped weight-gradient pass) + Gaussian noise + update;
@@ -21,8 +32,17 @@ Rows: ``private (ghost)`` = ``FlaxProblem.weighted_grad_sum`` with a clip norm
 row prints its ratio to the non-private step and ``vmap(grad) / row``.
 
 Optional rows: with ``--opacus`` the same shapes in Opacus (hooks and ghost
-modes) if torch/opacus import, with ``--jax-privacy`` jax_privacy's
-``clipped_grad`` if it imports. Neither is a dependency of dpjax.
+modes; the transformer's ``nn.MultiheadAttention`` becomes Opacus's
+``DPMultiheadAttention``) if torch/opacus import, with ``--jax-privacy``
+jax_privacy's ``clipped_grad`` if it imports. Neither is a dependency of
+dpjax. Opacus rows are wall time (torch's idle threads spin, so its process CPU
+time is not its cost) and run after, not interleaved with, the JAX rows. To
+get them without touching the project's venv: ``python -m venv /tmp/torchvenv
+&& /tmp/torchvenv/bin/pip install torch==2.13.0 opacus`` (the 2.13.0 CPU wheel;
+opacus 1.6.0) and pass ``--torch-site /tmp/torchvenv/lib/python3.11/site-packages``
+(appended to ``sys.path`` after this venv, so jax keeps its own numpy). On a
+shared machine use ``--torch-threads 1``: with 2 threads and other jobs running,
+torch's step was 5-10x slower.
 
 Measured 2026-11-24 on the shared 2-core CPU (``--cpu-time``, median process
 CPU ms per step, one run each; CNN from the first session, load ~15; MLP from
@@ -47,7 +67,29 @@ with ``libcudnn.so.9: cannot open shared object file`` without the ~GBs of
 CUDA dependencies, whose install did not finish in 25 min on this machine) and
 the CPU-wheel index is not reachable (``Name or service not known``).
 
-Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn] [--batch 256] [--cpu-time]``
+Measured 2026-11-26 on the shared 2-core CPU with load average 9-12 (other
+engineers' jobs), ``--repeats 10 --cpu-time``, one run; small repetition counts
+to check the script, to be rerun on a quiet machine (issue #27):
+
+| model | private (ghost) | non-private | vmap(grad) | private without noise | peak MiB private / non-private / vmap(grad) |
+|---|---|---|---|---|---|
+| MLP 784-256-10 | 5.28 (1.96x) | 2.69 | 187 (69.7x) | 2.63 (0.98x) | 6.95 / 2.83 / 205 |
+| MNIST CNN + GroupNorm | 331 (1.31x) | 254 | 388 (1.53x) | 334 (1.32x) | 216 / 170 / 178 |
+| transformer (2 layers) | 210 (1.18x) | 178 | 288 (1.62x) | 207 (1.16x) | 140 / 120 / 196 |
+
+Transformer: 1.18x time and 1.17x peak memory (targets 1.25x / 1.2x); a
+second, wall-time run gave 1.15x and 1.20x time in two repetitions (same
+memory). Opacus 1.6 / torch 2.13 CPU on the same transformer, wall ms, 8
+steps, ``--torch-threads 1``, load ~10: non-private 249, hooks 551 (2.2x),
+ghost 463 (1.86x), against dpjax private 367 and non-private 318 in the same
+run (dpjax's rows interleaved, Opacus's after them). The memory overhead is
+the output gradients of every layer kept from the backward pass to the
+clipped weight-gradient pass (book-keeping, Bu et al. 2023); an embedding's
+per-example table is never materialised at this size (its Gram matrix is
+``T^2 = 1024`` floats against ``V F = 64,000``).
+
+Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
+[--opacus --torch-site PATH --torch-threads 1]``
 """
 
 from __future__ import annotations
@@ -55,6 +97,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -64,7 +107,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from dpjax.primitives import clipping, noise  # noqa: E402
-from dpjax.problems import FlaxProblem  # noqa: E402
+from dpjax.primitives import ghost_clipping  # noqa: E402
+from dpjax.problems import FlaxProblem, transformer_problem  # noqa: E402
 
 CLIP, SIGMA, LR = 1.0, 1.0, 0.1
 
@@ -88,7 +132,23 @@ class MnistCNN(nn.Module):
         return nn.Dense(10)(x)
 
 
-MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,))}
+MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)), "transformer": (None, None)}
+
+# 2-layer pre-LN transformer classifier (dpjax.problems.TransformerClassifier): 32 tokens
+# from a 1000-word vocabulary, width 64, 4 heads, MLP 128, 10 classes.
+TRANSFORMER = dict(seq_len=32, vocab_size=1000, width=64, num_heads=4, mlp_width=128, num_layers=2, num_classes=10)
+
+
+def make_problem(name, batch, key):
+    """``(problem, x, y)``: the model's ``FlaxProblem`` and one batch of inputs."""
+    k1, k2 = jax.random.split(key)
+    y = jax.random.randint(k2, (batch,), 0, 10)
+    if name == "transformer":
+        problem = transformer_problem(**TRANSFORMER)
+        x = jax.random.randint(k1, (batch, TRANSFORMER["seq_len"]), 0, TRANSFORMER["vocab_size"])
+        return problem, x, y
+    cls, shape = MODELS[name]
+    return FlaxProblem(cls(), shape, "softmax"), jax.random.normal(k1, (batch,) + shape), y
 
 
 def make_steps(problem):
@@ -124,32 +184,47 @@ def make_steps(problem):
 CLOCK = time.perf_counter
 
 
-def time_interleaved(fns: dict, args, repeats: dict) -> dict:
-    """Median ms per call; the functions take turns, so load changes on a shared
-    machine hit all of them alike. ``--cpu-time`` times with the process's CPU
-    time (all threads) instead of wall time: steadier on a machine other jobs
-    load, at the price of counting idle-spinning threads."""
-    jitted = {label: jax.jit(fn) for label, fn in fns.items()}
-    for f in jitted.values():
+def peak_bytes(compiled) -> int:
+    """Peak memory of one compiled step from XLA's buffer assignment
+    (``compiled.memory_analysis()``: arguments + outputs + temporaries - aliased;
+    its ``peak_memory_in_bytes`` is not filled in by the CPU backend)."""
+    m = compiled.memory_analysis()
+    return m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+
+
+def time_interleaved(fns: dict, args, repeats: dict) -> tuple[dict, dict]:
+    """Median ms per call and XLA's peak bytes per step; the functions take turns,
+    so load changes on a shared machine hit all of them alike. ``--cpu-time``
+    times with the process's CPU time (all threads) instead of wall time:
+    steadier on a machine other jobs load, at the price of counting
+    idle-spinning threads."""
+    compiled = {label: jax.jit(fn).lower(*args).compile() for label, fn in fns.items()}
+    memory = {label: peak_bytes(c) for label, c in compiled.items()}
+    for f in compiled.values():
         jax.block_until_ready(f(*args))
     times = {label: [] for label in fns}
     for rep in range(max(repeats.values())):
-        for label, f in jitted.items():
+        for label, f in compiled.items():
             if rep < repeats[label]:
                 t0 = CLOCK()
                 jax.block_until_ready(f(*args))
                 times[label].append(CLOCK() - t0)
-    return {label: statistics.median(ts) * 1e3 for label, ts in times.items()}
+    return {label: statistics.median(ts) * 1e3 for label, ts in times.items()}, memory
 
 
-def bench_opacus(name, batch, repeats):
-    """Opacus 1.6 hooks / ghost DP-SGD steps on the same shapes (optional)."""
+def bench_opacus(name, batch, repeats, threads=None):
+    """Opacus 1.6 hooks / ghost DP-SGD steps on the same shapes (optional; wall ms
+    always: torch's idle worker threads spin, so its process CPU time is not its cost)."""
     import torch
     from opacus import PrivacyEngine
     from opacus.utils.batch_memory_manager import BatchMemoryManager  # noqa: F401
 
-    torch.set_num_threads(len(os.sched_getaffinity(0)))
-    if name == "mlp":
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
+    x = torch.randn(batch, 784)
+    if name == "transformer":
+        make = lambda: _torch_transformer(torch)  # noqa: E731
+        x = torch.randint(0, TRANSFORMER["vocab_size"], (batch, TRANSFORMER["seq_len"]))
+    elif name == "mlp":
         make = lambda: torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))  # noqa: E731
     else:
         make = lambda: torch.nn.Sequential(  # noqa: E731
@@ -157,12 +232,15 @@ def bench_opacus(name, batch, repeats):
             torch.nn.Conv2d(1, 16, 5, padding=2), torch.nn.GroupNorm(4, 16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Conv2d(16, 32, 5, padding=2), torch.nn.GroupNorm(4, 32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
             torch.nn.Flatten(), torch.nn.Linear(32 * 7 * 7, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
-    x = torch.randn(batch, 784)
     y = torch.randint(0, 10, (batch,))
     data = torch.utils.data.TensorDataset(x, y)
     out = {}
     for mode in ("non-private", "hooks", "ghost"):
         model = make()
+        if mode != "non-private":
+            from opacus.validators import ModuleValidator
+
+            model = ModuleValidator.fix(model)  # nn.MultiheadAttention -> DPMultiheadAttention (Linear layers)
         opt = torch.optim.SGD(model.parameters(), lr=LR)
         loader = torch.utils.data.DataLoader(data, batch_size=batch)
         crit = torch.nn.CrossEntropyLoss()
@@ -192,6 +270,45 @@ def bench_opacus(name, batch, repeats):
     return out
 
 
+def _torch_transformer(torch):
+    """The same transformer in PyTorch (pre-LN blocks, learned positions, mean pooling)."""
+    nn_ = torch.nn
+    t = TRANSFORMER
+
+    class Block(nn_.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn_.LayerNorm(t["width"]), nn_.LayerNorm(t["width"])
+            self.attn = nn_.MultiheadAttention(t["width"], t["num_heads"], batch_first=True)
+            self.fc1, self.fc2 = nn_.Linear(t["width"], t["mlp_width"]), nn_.Linear(t["mlp_width"], t["width"])
+
+        def forward(self, h):
+            a = self.ln1(h)
+            h = h + self.attn(a, a, a, need_weights=False)[0]
+            return h + self.fc2(nn_.functional.gelu(self.fc1(self.ln2(h))))
+
+    class Transformer(nn_.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn_.Embedding(t["vocab_size"], t["width"])
+            self.pos = nn_.Embedding(t["seq_len"], t["width"])
+            self.blocks = nn_.ModuleList([Block() for _ in range(t["num_layers"])])
+            self.ln, self.out = nn_.LayerNorm(t["width"]), nn_.Linear(t["width"], t["num_classes"])
+
+        def forward(self, tokens):
+            # batch-first and contiguous, as Opacus's per-sample embedding norms need
+            positions = torch.arange(tokens.shape[1]).repeat(tokens.shape[0], 1)
+            h = self.tok(tokens) + self.pos(positions)
+            for block in self.blocks:
+                h = block(h)
+            return self.out(self.ln(h).mean(1))
+
+    for cls in (Block, Transformer):  # Opacus deep-copies the model by pickling: make the classes importable
+        cls.__qualname__ = cls.__name__ = f"_Torch{cls.__name__}"
+        globals()[cls.__name__] = cls
+    return Transformer()
+
+
 def jax_privacy_step(problem):
     """jax_privacy 2.0 ``clipped_grad`` (vmap of value_and_grad, clip, sum) + the same noise and update."""
     from jax_privacy import clipped_grad  # type: ignore
@@ -216,18 +333,21 @@ def main():
     ap.add_argument("--opacus", action="store_true")
     ap.add_argument("--jax-privacy", action="store_true")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
+    ap.add_argument("--torch-site", default=None,
+                    help="site-packages of a separate venv holding torch/opacus, appended to sys.path "
+                         "(after this venv's, so jax's numpy stays first)")
+    ap.add_argument("--torch-threads", type=int, default=None, help="torch intra-op threads (default: all cores)")
     args = ap.parse_args()
+    if args.torch_site:
+        sys.path.append(args.torch_site)
     global CLOCK
     CLOCK = time.process_time if args.cpu_time else time.perf_counter
     print(f"device: {jax.devices()[0].device_kind} ({len(os.sched_getaffinity(0))} CPU cores usable), batch {args.batch}, median of {args.repeats} steps "
           f"({'process CPU' if args.cpu_time else 'wall'} ms)")
     for name in args.models:
-        cls, shape = MODELS[name]
-        problem = FlaxProblem(cls(), shape, "softmax")
         key = jax.random.key(0)
+        problem, x, y = make_problem(name, args.batch, jax.random.fold_in(key, 1))
         params = problem.init_params(key)
-        x = jax.random.normal(jax.random.fold_in(key, 1), (args.batch,) + shape)
-        y = jax.random.randint(jax.random.fold_in(key, 2), (args.batch,), 0, 10)
         nkey = jax.random.key(3)
         steps = make_steps(problem)
         if args.jax_privacy:
@@ -237,20 +357,29 @@ def main():
                 print(f"  (jax_privacy not available: {err})")
         slow = ("vmap(grad)", "jax_privacy clipped_grad")
         reps = {label: args.repeats if label not in slow else max(3, args.repeats // 5) for label in steps}
-        rows = time_interleaved(steps, (params, x, y, nkey), reps)
+        rows, memory = time_interleaved(steps, (params, x, y, nkey), reps)
         if args.opacus:
             try:
-                rows.update(bench_opacus(name, args.batch, args.repeats))
+                rows.update(bench_opacus(name, args.batch, args.repeats, args.torch_threads))
             except ImportError as err:
                 print(f"  (opacus not available: {err})")
+            except Exception as err:  # noqa: BLE001  (a failing optional row must not lose the others)
+                print(f"  (opacus failed on {name}: {type(err).__name__}: {err})")
         n_params = sum(p.size for p in jax.tree_util.tree_leaves(params))
-        base = rows["non-private"]
+        base, base_mem = rows["non-private"], memory["non-private"]
         print(f"\n{name} ({n_params} params)")
-        print(f"  {'step':28s} {'ms':>9s} {'/ non-private':>14s} {'vmap(grad) /':>13s}")
+        plan = ghost_clipping.make_plan(problem.loss, params, x, y)
+        kinds = [c.kind for c in plan.calls]
+        print(f"  ghost plan: {'fast' if plan.fast else 'FALLBACK ' + plan.reason}; "
+              + ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)))
+        print(f"  {'step':28s} {'ms':>9s} {'/ non-private':>14s} {'vmap(grad) /':>13s} {'peak MiB':>9s} {'/ non-private':>14s}")
         for label, ms in rows.items():
-            print(f"  {label:28s} {ms:9.3f} {ms / base:14.2f}x {rows['vmap(grad)'] / ms:12.1f}x")
-        print(f"  private/non-private = {rows['private (ghost)'] / base:.2f}x (target <= 1.5x); "
-              f"vmap(grad)/private = {rows['vmap(grad)'] / rows['private (ghost)']:.1f}x (target >= 50x)", flush=True)
+            mem = f"{memory[label] / 2**20:9.2f} {memory[label] / base_mem:13.2f}x" if label in memory else ""
+            print(f"  {label:28s} {ms:9.3f} {ms / base:13.2f}x {rows['vmap(grad)'] / ms:12.1f}x {mem}")
+        print(f"  private/non-private = {rows['private (ghost)'] / base:.2f}x time, "
+              f"{memory['private (ghost)'] / base_mem:.2f}x peak memory; private without noise/non-private = "
+              f"{rows['private without noise'] / base:.2f}x time; "
+              f"vmap(grad)/private = {rows['vmap(grad)'] / rows['private (ghost)']:.1f}x", flush=True)
 
 
 if __name__ == "__main__":

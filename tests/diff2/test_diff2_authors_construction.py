@@ -11,7 +11,7 @@ import pytest
 from dpjax.reproduce import diff2 as rep
 from dpjax.sweep import select
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests._shared import SHARED_DATA, shared_file  # noqa: E402
 
 
 def test_authors_search_checks_patience_one_evaluation_late():
@@ -57,8 +57,7 @@ def test_summarize_masks_what_the_script_never_evaluates():
 
 
 def test_quick_split_and_noise_follow_the_construction():
-    if not (SHARED_DATA / "california_housing" / "cal_housing.data").is_file():
-        pytest.skip(f"{SHARED_DATA}/california_housing/cal_housing.data not present (needs the shared data folder)")
+    shared_file("california_housing", "cal_housing.data")
     cap = rep.QUICK.max_records["california_housing"]
     a0, _ = rep.load_split("california_housing", 0, cap, SHARED_DATA, "authors")
     a1, _ = rep.load_split("california_housing", 1, cap, SHARED_DATA, "authors")

@@ -45,12 +45,25 @@ def test_parts_merge_into_one_run_and_the_report_states_the_gap(tmp_path):
     meta = json.loads((tmp_path / "out" / "meta.json").read_text())
     assert meta["cpu_seconds"] == 80.0 and meta["wall_seconds"] == 200.0
     # best = highest mean over seeds: IC-SS at eta 0.3 (0.91) beats eta 1.0 (0.90); BC-SH at 0.3 (0.89)
-    assert "| BC-SH | m = 64, s = 4, shuffle, eq. (4) | 89.00 ± 1.00 | 3 | 0.3 |" in report
-    assert "| IC-SS | m = 256, s = 1, subsample, eq. (1) | 91.00 ± 1.00 | 3 | 0.3 |" in report
+    # "±" is the sample SD over the seeds and says so (0.88, 0.90: 1.41 points)
+    assert "| BC-SH | m = 64, s = 4, shuffle, eq. (4) | 89.00 ± 1.41 (sample SD, 2 seeds) | 3 | 0.3 |" in report
+    assert "| IC-SS | m = 256, s = 1, subsample, eq. (1) | 91.00 ± 1.41 (sample SD, 2 seeds) | 3 | 0.3 |" in report
     assert "gap +2.00 points" in report and "within a few points" in report
     assert "| BC-SH | 4 | 4.000 |" in report and "summed over 2 processes" in report
     with pytest.raises(ValueError, match="never overwritten"):
         exp.merge_parts(tmp_path / "out", [ic, bc])
+
+
+def test_one_seed_prints_no_plus_minus_and_report_only_regenerates(tmp_path):
+    """One seed has no spread: the cell says "(1 seed)", never "± 0.00"; a kept run's report is rewritten
+    from its files (the load average it recorded, not the current one)."""
+    part = write_part(tmp_path / "bc", "BC-SH", {(0.3, 0): 0.88, (1.0, 0): 0.80}, 1.0)
+    report = exp.report_only(part, quick=True).read_text()
+    assert "| BC-SH | m = 64, s = 4, shuffle, eq. (4) | 88.00 (1 seed) | 3 | 0.3 |" in report
+    assert "±" not in report.split("Privacy of")[0]
+    assert "load average at the end 1.0" in report and (part / "dpsgd_mnist.png").exists()
+    with pytest.raises(ValueError, match="quick"):
+        exp.report_only(part, quick=False)
 
 
 def test_train_grid_on_cpu_equals_the_vmapped_scan():

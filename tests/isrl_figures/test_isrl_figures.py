@@ -168,10 +168,15 @@ def test_obesity_and_insurance_claims_use_the_papers_ranges():
     exp = isrl.Experiment("o", "test_error", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
                           calibrations=("paper",))
     vals = {(MB, "paper", 1.0): 0.40, (MB, "paper", 3.0): 0.35, (LOCAL, "paper", 1.0): 0.50, (LOCAL, "paper", 3.0): 0.45}
-    (c,) = isrl.claims_obesity(_summary(vals), exp)
-    assert c["holds"]  # 20% and 22% lower
-    (c,) = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.44}), exp)
-    assert not c["holds"] and c["weaker form holds (MB-SGD lower at every ε)"]
+    c, weak = isrl.claims_obesity(_summary(vals), exp)
+    assert c["holds"] and weak["holds"]  # 20% and 22% lower
+    assert "ε=1: MB-SGD 0.400 vs Local SGD 0.500 (MB-SGD 20% lower)" in c["measured"]
+    c, weak = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.44}), exp)
+    assert not c["holds"] and weak["holds"] and weak["claim"].startswith("weaker form")
+    # MB-SGD higher than Local SGD: said as "higher", and the weaker form fails
+    c, weak = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.4635}), exp)
+    assert "(MB-SGD 3% higher)" in c["measured"] and "% lower)" not in c["measured"].split(";")[1]
+    assert not c["holds"] and not weak["holds"] and weak["measured"] == "lower at 1/2 ε (1)"
     ins = isrl.Experiment("i", "relative_rmse", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
                           calibrations=("paper",))
     vals = vals | {(MB, "paper", 1.0): 0.65, (MB, "paper", 3.0): 0.50, (LOCAL, "paper", 1.0): 0.9,

@@ -7,13 +7,17 @@ import pathlib
 
 import pytest
 
+from tests import _shared
 from tests.sweep.conftest import TINY
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def shared_data_dir() -> pathlib.Path | None:
-    """The project's real datasets: ``<repo>/../shared/data``, else ``$DPJAX_DATA_DIR`` (worktrees)."""
+    """The project's real datasets: ``<repo>/../shared/data``, else ``$DPJAX_DATA_DIR`` (worktrees); neither when
+    hidden (``$DPJAX_TESTS_HIDE_SHARED``, see tests/_shared.py)."""
+    if _shared.hidden():
+        return None
     for p in (REPO.parent / "shared" / "data", os.environ.get("DPJAX_DATA_DIR")):
         if p and pathlib.Path(p, "obesity").is_dir():
             return pathlib.Path(p)
@@ -24,7 +28,9 @@ def shared_data_dir() -> pathlib.Path | None:
 def real_data() -> pathlib.Path:
     d = shared_data_dir()
     if d is None:
-        pytest.skip("real datasets not present (../shared/data or $DPJAX_DATA_DIR); CI and developer machines have them")
+        why = "hidden by $DPJAX_TESTS_HIDE_SHARED=1" if _shared.hidden() else "absent"
+        pytest.skip(f"needs the real obesity dataset: {REPO.parent / 'shared' / 'data' / 'obesity'} and "
+                    f"$DPJAX_DATA_DIR/obesity are {why}")
     return d
 
 

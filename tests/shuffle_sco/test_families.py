@@ -205,6 +205,96 @@ def test_reports_are_never_below_independent_recomputation(accountant):
         assert rep.central.unit == "user" and rep.central.neighboring == "replace-one"
 
 
+def _with_pvec(hp, g=None, b=None, p=None):
+    """``hp`` with per-round P_vec arrays replaced (raw PvecParams: what a user-built schedule can hold)."""
+    pv = hp.pvec
+    return dataclasses.replace(hp, pvec=sp.PvecParams(*(np.asarray(old if new is None else new) for old, new in
+                                                       ((pv.granularity, g), (pv.trials, b), (pv.probability, p)))))
+
+
+def test_pvec_report_takes_each_phases_worst_round_not_the_smallest_g():
+    """Issue 23, item 2: eps grows with g (at the constructor's b, p: g = 20/32/64/128 give eps ~ 1.0/1.5/3.1/6.8),
+    so a phase whose rounds vary g is certified at its LARGEST g (before: the smallest -- an under-report).
+    Hand computation: every round's own Theorem 3.2 eps (``pvec_epsilon`` at its g, b, p and batch); a fresh
+    phase is the largest of them, an interactive one composes T rounds at the largest per-round eps."""
+    d = 4
+    fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(d), 20000, EPS, DELTA)
+    t = len(np.asarray(hp.start))
+    g0 = int(np.asarray(hp.pvec.granularity)[0])
+    b, p = (int(np.asarray(hp.pvec.trials)[0]) * fam.trial_groups, float(np.asarray(hp.pvec.probability)[0]))
+    m = int(np.asarray(hp.batch)[0])
+    per_g = {g: sco.pvec_acc.pvec_epsilon(g, b, p, m, d, DELTA).epsilon for g in (g0, 32, 64, 128)}
+    assert per_g[g0] == pytest.approx(EPS, rel=1e-6) and per_g[g0] < per_g[32] < per_g[64] < per_g[128]
+    varying = _with_pvec(hp, g=np.resize(np.array([g0, 32, 64, 128, 32]), t))
+    assert fam.report(varying, DELTA).central.epsilon == pytest.approx(per_g[128], rel=1e-12)  # before: per_g[g0]
+    # b and p: eps falls with both (p < 1/2, Lemma 3.1), so the worst round is the one with the smallest b p
+    low_b = _with_pvec(hp, b=np.where(np.arange(t) == 7, b // 3, b))
+    assert fam.report(low_b, DELTA).central.epsilon == pytest.approx(
+        sco.pvec_acc.pvec_epsilon(g0, b // 3, p, m, d, DELTA).epsilon, rel=1e-12)
+    with pytest.raises(ValueError, match="probability"):  # p >= 1/2 anywhere is outside the lemma: refused
+        fam.report(_with_pvec(hp, p=np.where(np.arange(t) == 3, 1 - p / 2, p)), DELTA)
+
+    # interactive (P_GD: the same users every round): T rounds composed at the worst round's eps
+    fam_i, hp_i, plan_i = S.ShuffleSgd.p_gd(AbsoluteRegression(d), 20000, EPS, DELTA, rounds=20)
+    ph = plan_i.phases[0]
+    gi = int(np.asarray(hp_i.pvec.granularity)[0])
+    bi, pi = (int(np.asarray(hp_i.pvec.trials)[0]) * fam_i.trial_groups, float(np.asarray(hp_i.pvec.probability)[0]))
+    dr = DELTA / (ph.rounds + 1)
+    hand = sco.compose_epsilon(sco.pvec_acc.pvec_epsilon(2 * gi, bi, pi, ph.batch, d, dr).epsilon, dr, ph.rounds,
+                               DELTA, "optimal")
+    rep = fam_i.report(_with_pvec(hp_i, g=np.where(np.arange(ph.rounds) == 5, 2 * gi, gi)), DELTA).central.epsilon
+    assert rep == pytest.approx(hand, rel=1e-9) and rep > fam_i.report(hp_i, DELTA).central.epsilon
+
+
+def test_local_gaussian_report_uses_each_users_smallest_noise():
+    """Issue 23, item 2: local DP noise per user is noise_std_r / sqrt(batch_r); with noise = [1, 2] and
+    batch = [1, 100] the smallest is 2/10 = 0.2, not min(noise)/sqrt(min(batch)) = 1 (before: a 5x smaller
+    GDP mu, an under-report). Central Gaussian: the smallest noise on the sum, whatever the batch."""
+    d = 3
+    fam, hp, _ = S.ShuffleSgd.local_baseline(AbsoluteRegression(d), 1000, EPS, DELTA)
+    clip = float(hp.clip_norm)
+    noise, batch = np.array([1.0, 2.0]), np.array([1, 100])
+    two = S.ScoHParams(jnp.asarray([0, 1], jnp.int32), jnp.asarray(batch, jnp.int32), jnp.asarray([1, 2], jnp.int32),
+                       jnp.ones(2, jnp.float32), jnp.zeros(2, jnp.float32), sp.PvecParams(1, 0, 0.0),
+                       jnp.asarray(noise, jnp.float32), jnp.float32(clip))
+    fam2 = dataclasses.replace(fam, num_rounds=2, max_batch=100)
+    hand = sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(0.2, 2 * clip, 1), DELTA)
+    rep = fam2.report(two, DELTA).central
+    assert rep.epsilon == pytest.approx(hand, rel=1e-6)
+    assert rep.epsilon > sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(1.0, 2 * clip, 1), DELTA)
+    central = dataclasses.replace(fam2, aggregator="central-gaussian").report(two, DELTA).central
+    assert central.epsilon == pytest.approx(sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(1.0, 2 * clip, 1),
+                                                                 DELTA), rel=1e-6)
+
+
+def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
+    """Issue 23 (privacy sweep): the P_vec users project their own gradient onto the ball of radius L; one user
+    whose gradient overflowed (inf) used to send NaN (inf times L/inf), making the protocol's sum NaN by that
+    user's data alone. It now sends the zero vector (norm 0 <= L)."""
+    class Scaled:  # loss 1e20 <theta, x>: the gradient 1e20 x overflows float32 for |x| > 3.4e18
+        def loss(self, params, x, y):
+            return 1e20 * jnp.sum(params * x)
+
+    x = jnp.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20], [jnp.nan, 0.0]], jnp.float32)
+    grads, _ = S._user_gradients(Scaled(), False, jnp.zeros(2), x, jnp.zeros(4), 0.0, 1.0)
+    grads = np.asarray(grads)
+    assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0)
+    np.testing.assert_allclose(grads[[0, 2]], [[1.0, 0.0], [0.0, -1.0]], rtol=1e-6)
+
+
+def test_privacy_refuses_a_schedule_the_data_cannot_run():
+    """Issue 23 (privacy sweep): a round whose users run past the n that exist (or beyond max_batch) runs with
+    fewer users than its ``batch`` -- the oracle masks them, so fewer P_vec noise contributions -- while the
+    report counts ``batch``: ``privacy(silo_sizes, hparams)`` now checks the schedule against n and refuses."""
+    fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(2), 1000, EPS, DELTA)
+    used = int(np.max(np.asarray(hp.start) + np.asarray(hp.batch)))
+    assert fam.privacy([used], hp).epsilon(DELTA).epsilon == pytest.approx(EPS, rel=1e-6)
+    with pytest.raises(ValueError, match="num_users"):
+        fam.privacy([used - 1], hp)
+    with pytest.raises(ValueError, match="max_batch"):
+        fam.privacy([1000], dataclasses.replace(hp, batch=hp.batch.at[0].set(fam.max_batch + 1)))
+
+
 def test_calibration_round_trip_and_robust_report():
     n, d = 5000, 3
     fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(d), n, EPS, DELTA)

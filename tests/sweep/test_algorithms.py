@@ -333,7 +333,7 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
         assert eps.epsilon >= 2.0 / (1 + 2 * CALIBRATION_RTOL) ** 2, name
 
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests._shared import require_shared_data  # noqa: E402
 
 
 def test_every_dataset_loader_of_dpjax_data_is_registered():
@@ -344,11 +344,10 @@ def test_every_dataset_loader_of_dpjax_data_is_registered():
     expected = {"isrl-mnist", "isrl-insurance", "isrl-obesity", "synthetic-logistic", "synthetic-mlp"}
     expected |= {f"diff2-{n.replace('_', '-')}" for n in DIFF2_DATASETS}
     assert expected <= set(DATASETS)
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent: the real datasets cannot be loaded here (registration checked above)")
+    shared = require_shared_data("the real insurance, obesity and a9a files (registration checked above)")
     for name, silos in (("isrl-insurance", 3), ("isrl-obesity", 7), ("diff2-a9a", 10)):
         entry = DATASETS[name]
-        td = entry.load(entry.resolve({"name": name, "data_dir": str(SHARED_DATA)}), 0)
+        td = entry.load(entry.resolve({"name": name, "data_dir": str(shared)}), 0)
         assert td.train.num_silos == silos and td.max_norm > 0
         metrics = entry.eval_fn(td.problem)(td.problem.init_params(jax.random.key(0)), td.eval_data)
         assert {"train_loss", "test_loss"} <= set(metrics) and all(np.isfinite(float(v)) for v in metrics.values())

@@ -147,3 +147,123 @@ def test_extend_grid_at_edges_steps_geometrically_until_inside_or_capped():
         select.extend_grid_at_edges(runs, by=["group"], criterion="train_loss", column="learning_rate",
                                     max_extensions=-1, run_values=run_values)
     assert select.extended_grid([0.01, 0.1, 1.0], "low") == pytest.approx(0.001)
+
+
+# ---------------------------------------------------------------------------
+# the verdict rule for scaling exponents
+# ---------------------------------------------------------------------------
+
+
+def _power_law(x, exponent, spread, seeds=12, seed=0):
+    """Per-seed values exponent-power-law in x with lognormal noise of sd ``spread`` (in log)."""
+    rng = np.random.default_rng(seed)
+    return [xi**exponent * np.exp(spread * rng.standard_normal(seeds)) for xi in x]
+
+
+X5 = np.array([1e3, 3e3, 1e4, 3e4, 1e5])  # 5 points, 2 decades
+
+
+def test_slope_verdict_holds_when_the_interval_lies_within_the_claim():
+    v = select.slope_verdict(X5, _power_law(X5, -0.5, 0.05), predicted=-0.5, tolerance=0.15)
+    assert v.verdict == "holds" and v.holds
+    lo, hi = v.ci
+    assert lo < v.slope < hi and hi - lo < 0.1  # tight interval around the true exponent
+    assert abs(v.slope + 0.5) < 0.03
+    assert "90 % CI, bootstrap over 12 seeds" in v.measured() and "5 points over 2.0 decades" in v.measured()
+
+
+def test_slope_verdict_differs_only_when_the_interval_excludes_the_claimed_range():
+    samples = _power_law(X5, -0.5, 0.05)
+    v = select.slope_verdict(X5, samples, predicted=-2 / 3, tolerance=0.1)  # range [-0.767, -0.567]
+    assert v.verdict == "differs" and v.ci[0] > -2 / 3 + 0.1
+    # same data, tolerance wide enough to hold the interval -> holds
+    assert select.slope_verdict(X5, samples, predicted=-2 / 3, tolerance=0.2).verdict == "holds"
+    kw = dict(n_points=5, decades=2, predicted=-2 / 3, tolerance=0.15)  # claimed range [-0.817, -0.517]
+    assert select.judge_slope(-0.82, (-0.86, -0.80), **kw).verdict == "inconclusive"  # straddles -0.817
+    assert select.judge_slope(-0.85, (-0.88, -0.82), **kw).verdict == "differs"
+    assert select.judge_slope(-0.70, (-0.80, -0.60), **kw).verdict == "holds"
+    # a point estimate inside the range does not make it hold when the interval reaches outside
+    v = select.judge_slope(-0.60, (-0.70, -0.45), **kw)
+    assert v.verdict == "inconclusive" and "straddles" in v.reason
+
+
+def test_slope_verdict_is_inconclusive_with_a_wide_interval():
+    v = select.slope_verdict(X5, _power_law(X5, -0.5, 2.0, seeds=6), predicted=-0.5, tolerance=0.15)
+    assert v.verdict == "inconclusive" and "straddles" in v.reason
+    assert v.ci[1] - v.ci[0] > 0.3
+
+
+def test_slope_verdict_needs_four_points():
+    x3 = X5[[0, 2, 4]]  # 3 points over 2 decades: an exact power law, still not enough points
+    v = select.slope_verdict(x3, _power_law(x3, -0.5, 0.01), predicted=-0.5, tolerance=0.15)
+    assert v.verdict == "inconclusive" and "only 3 points" in v.reason
+    v = select.slope_verdict(x3, _power_law(x3, -0.5, 0.01), predicted=-2.0, tolerance=0.15)
+    assert v.verdict == "inconclusive"  # not even "differs" from 3 points
+    x4 = np.array([1e3, 1e4, 1e5, 1e6])
+    assert select.slope_verdict(x4, _power_law(x4, -0.5, 0.01), predicted=-0.5, tolerance=0.15).verdict == "holds"
+
+
+def test_slope_verdict_needs_one_decade():
+    x = np.array([100, 200, 400, 800])  # 0.9 decades
+    v = select.slope_verdict(x, _power_law(x, -1.0, 0.01), predicted=-1.0, tolerance=0.15)
+    assert v.verdict == "inconclusive" and "0.90 decades" in v.reason
+    x = np.array([100, 200, 400, 1000])  # exactly one decade is enough
+    assert select.slope_verdict(x, _power_law(x, -1.0, 0.01), predicted=-1.0, tolerance=0.15).verdict == "holds"
+
+
+def test_slope_verdict_one_sided_claims_and_exact_values():
+    samples = _power_law(X5, -0.5, 0.05)
+    assert select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15, side="at_most").verdict == "holds"
+    v = select.slope_verdict(X5, samples, predicted=-1.0, tolerance=0.15, side="at_most")
+    assert v.verdict == "differs" and v.expected() == "<= -0.850"
+    assert select.slope_verdict(X5, samples, predicted=-1.0, tolerance=0.15, side="at_least").verdict == "holds"
+    at_most = dict(n_points=5, decades=2, predicted=-0.5, tolerance=0.15, side="at_most")  # <= -0.35
+    assert select.judge_slope(-0.36, (-0.40, -0.30), **at_most).verdict == "inconclusive"
+    exact = select.slope_verdict(X5, list(X5**-0.5), predicted=-0.5, tolerance=0.15)
+    assert exact.verdict == "holds" and exact.ci == (exact.slope, exact.slope) and "deterministic" in exact.interval
+    single = select.slope_verdict(X5, [np.array([v_]) for v_ in X5**-0.5], predicted=-0.5, tolerance=0.15)
+    assert single.verdict == "inconclusive" and single.ci is None and "single seed" in single.reason
+
+
+def test_slope_verdict_is_deterministic_and_the_bootstrap_covers_the_truth():
+    samples = _power_law(X5, -0.5, 0.3, seeds=10)
+    a = select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15)
+    b = select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15)
+    assert a == b
+    # coverage of the 90 % interval over independent data sets: ~90 %; 200 sets, binomial sd ~2 %
+    hits = 0
+    for s in range(200):
+        v = select.slope_verdict(X5, _power_law(X5, -0.5, 0.3, seeds=10, seed=s + 1), predicted=-0.5,
+                                 tolerance=0.15, resamples=400)
+        hits += v.ci[0] <= -0.5 <= v.ci[1]
+    assert 0.78 <= hits / 200 <= 0.97  # percentile bootstrap of 10 seeds under-covers slightly
+
+
+def test_slope_verdict_paired_resamples_and_bad_input():
+    samples = _power_law(X5, -0.5, 0.05)
+    v = select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15, paired=True)
+    assert v.verdict == "holds" and "paired" in v.interval
+    with pytest.raises(ValueError, match="paired"):
+        select.slope_verdict(X5, samples[:-1] + [samples[-1][:3]], predicted=-0.5, tolerance=0.15, paired=True)
+    with pytest.raises(ValueError, match="x has 5 points"):
+        select.slope_verdict(X5, samples[:4], predicted=-0.5, tolerance=0.15)
+    with pytest.raises(ValueError, match="positive"):
+        select.slope_verdict(-X5, samples, predicted=-0.5, tolerance=0.15)
+    with pytest.raises(ValueError, match="side"):
+        select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15, side="both")
+
+
+def test_slope_verdict_from_band_matches_the_seed_bootstrap():
+    """Kept results with only mean and the 5-95 % band of the seeds: the parametric interval is close to the
+    bootstrap over the seeds themselves (same data)."""
+    samples = _power_law(X5, -0.5, 0.2, seeds=10, seed=3)
+    full = select.slope_verdict(X5, samples, predicted=-0.5, tolerance=0.15)
+    mean = [s.mean() for s in samples]
+    q05, q95 = zip(*(np.quantile(s, [0.05, 0.95]) for s in samples))
+    band = select.slope_verdict_from_band(X5, mean, q05, q95, 10, predicted=-0.5, tolerance=0.15)
+    assert band.slope == pytest.approx(full.slope)
+    width_full, width_band = full.ci[1] - full.ci[0], band.ci[1] - band.ci[0]
+    assert 0.6 < width_band / width_full < 1.6
+    assert "parametric" in band.interval and "10 seeds" in band.interval
+    assert select.slope_verdict_from_band(X5[:3], mean[:3], q05[:3], q95[:3], 10, predicted=-0.5,
+                                          tolerance=0.15).verdict == "inconclusive"

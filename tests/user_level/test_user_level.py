@@ -4,6 +4,7 @@ import itertools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -60,6 +61,24 @@ def test_privacy_specs_compose_and_rate_shape_is_not_private():
             spec.calibrate(1.0, 1e-6)
     with pytest.raises(ValueError, match="delta"):
         p.epsilon(1e-8)
+
+
+def test_privacy_certifies_what_the_run_releases():
+    """Issue 23: certified mode says where no release can happen (the exact fallback of some call is infeasible,
+    decided from n and kappa alone); the superseded stop is its own mode and NOT private."""
+    a2c = acc.privacy("A2c", 1.0, 1e-5, n=300, m=4096)
+    assert a2c.private and not a2c.releasable and a2c.certified() == pytest.approx((1.0, 1e-5))
+    assert "refuses before reading the data" in a2c.epsilon(1e-5).notes[-1]
+    assert acc.privacy("B1", 1.0, 1e-5, n=300, m=4096).releasable
+    for mech in ("A2", "A2c", "A3", "A5", "A6"):
+        stop = acc.privacy(mech, 1.0, 1e-6, n=10**6, m=100, mode="certificate-stop")
+        rep = stop.epsilon(1e-6)
+        assert not stop.private and math.isinf(rep.epsilon) and "data" in rep.notes[0] and "NOT private" in rep.notes[0]
+        with pytest.raises(ValueError, match="not private"):
+            stop.calibrate(1.0, 1e-6)
+    with pytest.raises(ValueError, match="certificate-stop"):
+        acc.privacy("B1", 1.0, 1e-6, n=300, m=1, mode="certificate-stop")
+    assert acc.exact_feasible(14, 3) and not acc.exact_feasible(21, 3) and not acc.exact_feasible(20, 6)
 
 
 # --- D1: Lemma 3.8 exact hypergeometric tails --------------------------------------------------------------
@@ -175,6 +194,113 @@ def test_exact_privacy_audit_d9():
     assert 0.8 < audit.exact_epsilon(lp, lq, sigma, certified_delta) <= eps_p
 
 
+# --- A2c: what a user receives when the certificate fails (issue 23) ------------------------------------------
+def _released_law(run, eps_p, kappa, sigma, max_keys=400):
+    """Exact output law of a keyed user-level release (``run(key) -> Release``) whose randomness is Algorithm 1's
+    ``key_r1, key_noise = split(key)``: for two keys per value r1 of R1 the outcome -- an atom (``bottom``,
+    ``not-releasable``, or the refusal message) or the release centre ``theta - sigma z`` (z: the key's noise
+    draw) -- must agree (the outcome is a function of R1 alone: checked), and the law is
+    sum_r1 pmf(r1) delta_outcome(r1), pmf the sampler's exact law. Returns ``(atoms, weights, centres)``."""
+    pmf = tdlap.sampler_pmf(eps_p, kappa)
+    seen: dict = {}
+    for s in range(max_keys):
+        key = jax.random.key(s)
+        key_r1, key_noise = jax.random.split(key)
+        r1 = int(tdlap.tdlap_sample(key_r1, eps_p, kappa))
+        if len(seen.setdefault(r1, [])) == 2:
+            continue
+        try:
+            rel = run(key)
+        except ValueError as exc:  # a refusal: an atom too (its message must not depend on the data)
+            outcome = ("refused: " + str(exc),)
+        else:
+            if rel.status == M.OK:
+                with jax.enable_x64(True):
+                    z = float(jax.random.normal(key_noise, (1,), jnp.float64)[0])
+                outcome = ("release", round(float(rel.theta[0]) - sigma * z, 10))
+            else:
+                outcome = (rel.status_name,)
+        seen[r1].append(outcome)
+        if len(seen) == 2 * kappa + 1 and all(len(o) == 2 for o in seen.values()):
+            break
+    assert sorted(seen) == list(range(2 * kappa + 1)) and all(len(o) == 2 for o in seen.values())
+    assert all(o[0] == o[1] for o in seen.values()), seen
+    atoms, release = {}, {}
+    for r1, (outcome, _) in seen.items():
+        table = release if outcome[0] == "release" else atoms
+        label = outcome[1] if outcome[0] == "release" else outcome[0]
+        table[label] = table.get(label, 0.0) + float(pmf[r1])
+    return atoms, np.array(list(release.values())), np.array(list(release.keys()))
+
+
+def _worst_hockey_stick(law_p, law_q, sigma, alpha):
+    """max over both directions of H_alpha = sum_atoms max(0, P(a) - alpha Q(a)) + int max(0, p - alpha q)."""
+    def one(a, b):
+        atoms = sum(max(0.0, pa - alpha * b[0].get(k, 0.0)) for k, pa in a[0].items())
+        return atoms + audit.hockey_stick((0.0, a[1], a[2]), (0.0, b[1], b[2]), sigma, alpha)
+    return max(one(law_p, law_q), one(law_q, law_p))
+
+
+def test_a2c_data_dependent_stop_is_caught_by_the_exact_audit():
+    """Issue 23, item 1: a stop on a failed certificate is a privacy violation; the certified path is private.
+
+    Test-mode Algorithm 1 (eps' = 1, kappa = 3, Delta = 1e-4, sigma = 8 kappa Delta/0.25: certified
+    (2, 0.047)), f = mean on K = B(0, 1). D: every user at 0.5 (gamma = 0, the certificate passes); D': the
+    canary user at 1 (gamma ~ 0.5, it fails). Output laws are computed exactly from the mechanism itself
+    (``_released_law``) and compared by the hockey-stick divergence at the certified epsilon.
+    * n = 21 > 20 users (no exact fallback): the default refuses on both datasets with one message (H = 0);
+      the superseded stop (``fallback='stop'``) releases N(0.5, sigma^2) on D and stops with probability 1
+      on D' -- H = 1 > certified delta, caught. Before issue 23 the default WAS that stop.
+    * n = 14 (fallback feasible): D releases through the certificate, D' through the exact stable set (bottom
+      when R1 = 0, else the canary deleted): H = p(0) <= certified delta, and the certificate's release equals
+      the exact enumeration's for the same key."""
+    eps_p, kappa, sens = 1.0, 3, 1e-4
+    sigma = 8 * kappa * sens / 0.25
+    params = acc.a1_test_params(eps_p, kappa, sens, sigma)
+    eps_c, delta_c = acc.a1_certified(params)
+    alpha = math.exp(eps_c)
+    loss, dom = P.Loss("mean"), M.Domain.ball(1.0, 1)
+
+    def datasets(n):
+        out = []
+        for canary in (0.5, 1.0):
+            values = np.full(n, 0.5)
+            values[0] = canary
+            out.append((values[:, None, None], np.zeros((n, 1))))
+        return out
+
+    def laws(n, **kw):
+        return [_released_law(lambda key: M.output_perturbation(key, loss, x, y, dom, params, **kw), eps_p, kappa,
+                              sigma) for x, y in datasets(n)]
+
+    for n in (14, 21):
+        passed = [M.certificate(loss, x, y, dom, M.minimiser(loss, x, y, dom), 4 * kappa, sens).passed
+                  for x, y in datasets(n)]
+        assert passed == [True, False]
+    default21 = laws(21)
+    assert _worst_hockey_stick(*default21, sigma, alpha) <= delta_c  # fails on the stop of the superseded spec
+    (atoms_d, weights_d, _), (atoms_d2, _, _) = default21  # one refusal atom, the same message on D and D'
+    assert atoms_d == atoms_d2 and len(atoms_d) == 1 and weights_d.size == 0
+    assert next(iter(atoms_d)).startswith("refused: n=21, kappa=3")
+    stop = laws(21, fallback="stop")
+    assert stop[0][0] == {} and stop[1][0] == {"not-releasable": pytest.approx(1.0)}
+    h_stop = _worst_hockey_stick(*stop, sigma, alpha)
+    assert h_stop == pytest.approx(1.0) and h_stop > delta_c  # the violation is caught
+    assert not acc.privacy("A2c", 1.0, 1e-6, n=300, m=1, mode="certificate-stop").private
+
+    feasible = laws(14)
+    h = _worst_hockey_stick(*feasible, sigma, alpha)
+    p0 = float(tdlap.sampler_pmf(eps_p, kappa)[0])
+    assert feasible[0][0] == {} and feasible[1][0] == {"bottom": pytest.approx(p0)}
+    assert h == pytest.approx(p0, rel=1e-6) and h <= delta_c
+    (x, y), _ = datasets(14)
+    table = M.stable_table(M.oracle(loss, x, y, dom), 14, kappa, sens)
+    for s in range(3):
+        rel = M.output_perturbation(jax.random.key(s), loss, x, y, dom, params)
+        assert rel.path == "certificate" and rel.private
+        assert np.allclose(rel.theta, M.del_output_pert(jax.random.key(s), table, params)[1], rtol=0, atol=1e-12)
+
+
 # --- A2 / A2c / B1 ---------------------------------------------------------------------------------------------
 def test_certificate_never_passes_above_exact_deletion_sensitivity():
     """U8: on tiny instances, certificate passed => exact Delta_{4 kappa} theta*(x) <= Delta and S = {} always."""
@@ -220,8 +346,11 @@ def test_noise_vanishes_to_the_non_private_minimiser_and_determinism():
     outs = []
     for sigma in (1.0, 1e-3):
         params = M.acc.A1Params(0.5, 1e-7, 2, 10.0, sigma)
-        rel = M.output_perturbation(jax.random.key(7), loss, x, y, dom, params, "certificate")
-        assert rel.status == M.OK and rel.path == "certificate"
+        # n = 300 has no feasible exact fallback: the private default refuses, the diagnostic runs (not private)
+        with pytest.raises(ValueError, match="n=300, kappa=2.*refused before reading the data"):
+            M.output_perturbation(jax.random.key(7), loss, x, y, dom, params, "certificate")
+        rel = M.output_perturbation(jax.random.key(7), loss, x, y, dom, params, "certificate", fallback="stop")
+        assert rel.status == M.OK and rel.path == "certificate" and not rel.private
         outs.append((rel.theta - rel.minimiser) / sigma)
     assert np.allclose(outs[0], outs[1], rtol=0, atol=1e-10)  # theta* + sigma z with the same z: float64 rounding only
     b1 = M.replace_output_pert(jax.random.key(1), loss, x, y, dom, 0.9, 1e-6)
@@ -230,11 +359,24 @@ def test_noise_vanishes_to_the_non_private_minimiser_and_determinism():
     assert np.allclose(M.minimiser(loss, x[perm], y[perm], dom), rel.minimiser, atol=1e-9)
 
 
-def test_certified_a2c_not_releasable_on_heterogeneous_users():
-    # gamma <= ~1 (user means lie in the unit ball); gamma_target = 10 sqrt((ln n + ln 100)/m) < 1 needs m > ~4000
+def test_certified_a2c_refuses_before_reading_the_data_where_the_exact_fallback_is_infeasible():
+    """A2c at n = 300 (kappa = 28): the exact fallback is infeasible, so the private mechanism refuses with the
+    same message for every dataset -- NaN data included (nothing is read) -- and privacy() says it cannot
+    release. The superseded stop (fallback='stop') still answers NOT_RELEASABLE on heterogeneous users, marked
+    not private. gamma <= ~1 (user means lie in the unit ball); gamma_target = 10 sqrt((ln n + ln 100)/m) < 1
+    needs m > ~4000."""
     x, y = P.exchangeable("mean", 300, 4000, 2, 0, heterogeneous=3.0)
-    rel = M.sc_output_pert_certified(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 2), 1.0, 1e-5, 0.01)
+    loss, dom = P.Loss("mean"), M.Domain.ball(1.0, 2)
+    messages = set()
+    for data in (x, np.full_like(x, np.nan)):
+        with pytest.raises(ValueError, match="n=300, kappa=28") as err:
+            M.sc_output_pert_certified(jax.random.key(0), loss, data, y, dom, 1.0, 1e-5, 0.01)
+        messages.add(str(err.value))
+    assert len(messages) == 1
+    assert not acc.privacy("A2c", 1.0, 1e-5, n=300, m=4000).releasable
+    rel = M.sc_output_pert_certified(jax.random.key(0), loss, x, y, dom, 1.0, 1e-5, 0.01, fallback="stop")
     assert rel.status == M.NOT_RELEASABLE and np.isnan(rel.theta).all() and not rel.certificate.passed
+    assert not rel.private
 
 
 def test_phased_structure_and_rate_shape():
@@ -273,12 +415,19 @@ def test_input_validation_names_the_argument():
 
 
 def test_certified_phased_erm_stops_instead_of_substituting():
-    """A3 with A2c inside (eps = 1, delta = 1e-6, n = 6000 >= n_min = 5754 at m = 16): early phases pass the
-    certificate; once lambda_i = lambda 4^i pushes the target Delta below float64 resolution (Delta_C ~ 1e-13 vs
-    the 2 tau rounding allowance) the run stops as not releasable -- never bottom, never a baseline (spec A14)."""
+    """A3 with A2c inside (eps = 1, delta = 1e-6, n = 6000 >= n_min = 5754 at m = 16). Certified mode refuses
+    before the first phase (no phase's exact fallback is feasible). The NOT private diagnostic
+    mode='certificate-stop': early phases pass the certificate; once lambda_i = lambda 4^i pushes the target
+    Delta below float64 resolution (Delta_C ~ 1e-13 vs the 2 tau rounding allowance) the run stops as not
+    releasable -- never bottom, never a baseline."""
     x, y = P.exchangeable("mean", 6000, 16, 3, 0)
-    res = phased.phased_erm(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 3), 1.0, 1e-6, 0.01)
+    with pytest.raises(ValueError, match="n=6000.*refused before reading the data"):
+        phased.phased_erm(jax.random.key(0), P.Loss("mean"), np.full_like(x, np.nan), y, M.Domain.ball(1.0, 3),
+                          1.0, 1e-6, 0.01)
+    res = phased.phased_erm(jax.random.key(0), P.Loss("mean"), x, y, M.Domain.ball(1.0, 3), 1.0, 1e-6, 0.01,
+                            mode="certificate-stop")
     assert res.status == M.NOT_RELEASABLE and np.isnan(res.theta).all()
+    assert not any(p.private for p in res.phases)
     assert all(p.certificate.passed for p in res.phases[:-1]) and not res.phases[-1].certificate.passed
     assert len(res.phases) >= 5 and res.phases[-1].certificate.target < 1e-12
 

@@ -12,7 +12,8 @@ import pytest
 from dpjax import keys
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
-from dpjax.engine import federated, runner
+from dpjax import engine
+from dpjax.engine import federated
 from dpjax.primitives.sampling import FixedAvailability, make_sampler
 from dpjax.problems import LinearRegression
 
@@ -25,9 +26,9 @@ SIZES = [6, 12, 9, 15]
 def test_equal_budgets_reduce_to_noisy_mbsgd(reg_data):
     key = jax.random.key(0)
     avail = FixedAvailability(3)
-    ours = runner.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
+    ours = engine.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
                       UnbalancedHParams.create(0.1, [0.2] * 4, 1.5), key)
-    ref = runner.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail, gradient_path="gather"), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
+    ref = engine.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail, gradient_path="gather"), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
     np.testing.assert_allclose(ours.output, ref.output, rtol=1e-6, atol=1e-7)
 
 
@@ -35,7 +36,7 @@ def test_per_silo_batch_sizes_use_the_first_k_i_draws():
     data = make_silos(sizes=SIZES)
     ks, eta, key = (2, 5, 3, 7), 0.3, jax.random.key(1)
     alg = UnbalancedNoisyMbSgd(PROBLEM, 1, ks, private=False)
-    res = runner.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
+    res = engine.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
     idx, _, _ = federated.draw_silo_batches(make_sampler("without-replacement", 7), data,
                                             jnp.zeros(4, jnp.int32), keys.round_key(key, 0), 0)
     x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
@@ -52,7 +53,7 @@ def test_per_silo_noise_stds():
     stds = [0.5, 1.0, 0.0, 2.0]
     data = make_silos(sizes=[4, 6, 5, 4], dim=dim)
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
-    res = runner.run(UnbalancedNoisyMbSgd(LinearRegression(dim), 1, (2, 3, 2, 2)), data,
+    res = engine.run(UnbalancedNoisyMbSgd(LinearRegression(dim), 1, (2, 3, 2, 2)), data,
                      UnbalancedHParams.create(eta, stds, 1.0), jax.random.key(3))
     expected = eta**2 * sum(s * s for s in stds) / 16
     assert abs(float(np.var(res.output)) / expected - 1) < 5 * math.sqrt(2 / dim)

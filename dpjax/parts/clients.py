@@ -206,6 +206,6 @@ class SubsetUpdate:
 
         init = (params, self.local_optimizer.init(params), optax.tree.zeros_like(params))
         # Unrolled: a convolution's gradient inside a loop body misses XLA:CPU's fast kernels
-        # (see dpjax.engine.runner, round_loop="host"); s / local_batch_size steps are few.
+        # (see dpjax.engine.program, round_loop="host"); s / local_batch_size steps are few.
         (_, _, total), _ = jax.lax.scan(step, init, (xs, ys), unroll=True)
         return total

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.problems import LinearRegression
 
@@ -96,7 +96,7 @@ def test_adaptive_clip_settles_at_the_target_quantile_of_the_delta_norms(quantil
     alg = DpFedAvg(Probe(), 80, 10, sampling="without-replacement", neighboring="replace-one")
     for c0 in (0.1, 100.0):
         hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=c0, target_quantile=quantile)
-        final = float(runner.run(alg, data, hp, jax.random.key(0)).state.clipper)
+        final = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
         assert band[0] <= final < band[1], (c0, final)
 
 
@@ -104,12 +104,12 @@ def test_one_round_moves_the_clip_geometrically():
     data = norm_silos(np.arange(1.0, 11.0))
     alg = DpFedAvg(Probe(), 1, 10, sampling="without-replacement", neighboring="replace-one")
     hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=3.5, target_quantile=0.5, clip_learning_rate=0.3)
-    c1 = float(runner.run(alg, data, hp, jax.random.key(0)).state.clipper)
+    c1 = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
     assert c1 == pytest.approx(3.5 * math.exp(-0.3 * (0.3 - 0.5)), rel=1e-6)  # 3 of 10 norms <= 3.5
 
 
 def _one_round(alg, data, hp, runs):
-    return runner.run_many(alg, data, jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp),
+    return engine.run_many(alg, data, jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp),
                            jax.random.split(jax.random.key(7), runs))
 
 
@@ -147,9 +147,9 @@ def test_twin_is_zero_noise_and_no_clip_and_is_numpy_fedavg():
     hp = FedAvgHParams.create(learning_rate=0.7, client_learning_rate=0.05, noise_multiplier=2.0,
                               noise_multiplier_count=2.0, clip_norm=0.01)
     key = jax.random.key(1)
-    twin = runner.run(DpFedAvg(LinearRegression(3), 5, 4, private=False, **kw), data, hp, key)
+    twin = engine.run(DpFedAvg(LinearRegression(3), 5, 4, private=False, **kw), data, hp, key)
     zero = FedAvgHParams.create(learning_rate=0.7, client_learning_rate=0.05, clip_norm=math.inf)
-    np.testing.assert_array_equal(twin.output, runner.run(DpFedAvg(LinearRegression(3), 5, 4, **kw), data, zero,
+    np.testing.assert_array_equal(twin.output, engine.run(DpFedAvg(LinearRegression(3), 5, 4, **kw), data, zero,
                                                           key).output)
     w, trace = np.zeros(3), np.zeros(3)  # FedAvg (local GD on the squared loss) + server SGD with momentum
     for _ in range(5):
@@ -166,7 +166,7 @@ def test_twin_is_zero_noise_and_no_clip_and_is_numpy_fedavg():
 
 def test_sampled_silos_follow_the_poisson_rate():
     data = norm_silos(np.ones(10))
-    res = runner.run(DpFedAvg(Probe(), 400, 3), data, FedAvgHParams.create(noise_multiplier_count=1.0),
+    res = engine.run(DpFedAvg(Probe(), 400, 3), data, FedAvgHParams.create(noise_multiplier_count=1.0),
                      jax.random.key(2))
     counts = res.round_metrics["num_available"]
     assert abs(counts.mean() - 3.0) < 4.5 * math.sqrt(10 * 0.3 * 0.7 / 400)

@@ -15,7 +15,7 @@ from scipy import optimize, stats
 
 from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_trees, tree_depth
 from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.chain import DataShape
 from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
@@ -90,7 +90,7 @@ def test_prefix_noise_has_the_tree_covariance_measured_on_the_family_rounds():
     hp = FtrlHParams.create(1.0, 0.9, clip_norm=0.5)
     runs = 20_000
     batched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp)
-    res = runner.run_many(alg, silos(n, num, 1, zero=True), batched, jax.random.split(jax.random.key(3), runs),
+    res = engine.run_many(alg, silos(n, num, 1, zero=True), batched, jax.random.split(jax.random.key(3), runs),
                           eval_fn=trajectory, eval_every=1)
     noise = -np.asarray(res.eval_metrics["w"], np.float64)[:, :, 0] / (0.9 * 2 * 0.5 / (batch * num))
     per_epoch = n // batch
@@ -108,13 +108,13 @@ def test_zero_noise_is_sgd_on_the_same_order_of_records():
     data, hp = silos(), FtrlHParams.create(0.1, 0.0, clip_norm=1e9)
     key = jax.random.key(5)
     # one epoch (R <= T = 6): NoisyMbSgd's one-pass blocks are the same records
-    ftrl = runner.run(DpFtrl(LinearRegression(3), 6, 4), data, hp, key)
-    mbsgd = runner.run(NoisyMbSgd(LinearRegression(3), 6, 4, sampling="one-pass", gradient_path="gather"), data, hp,
+    ftrl = engine.run(DpFtrl(LinearRegression(3), 6, 4), data, hp, key)
+    mbsgd = engine.run(NoisyMbSgd(LinearRegression(3), 6, 4, sampling="one-pass", gradient_path="gather"), data, hp,
                        key)
     np.testing.assert_allclose(ftrl.output, mbsgd.output, rtol=1e-6, atol=1e-7)
     # three epochs and a bit, against NumPy on the run's own permutations; the twin is the same program
-    res = runner.run(DpFtrl(LinearRegression(3), 20, 4), data, hp, key)
-    twin = runner.run(DpFtrl(LinearRegression(3), 20, 4, private=False), data, FtrlHParams.create(0.1, 2.0), key)
+    res = engine.run(DpFtrl(LinearRegression(3), 20, 4), data, hp, key)
+    twin = engine.run(DpFtrl(LinearRegression(3), 20, 4, private=False), data, FtrlHParams.create(0.1, 2.0), key)
     np.testing.assert_array_equal(res.output, twin.output)
     perms = np.asarray(res.state.selection)
     x, y, w = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64), np.zeros(3)

@@ -29,10 +29,10 @@ from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, Shuffle
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
-from dpjax.sweep.driver import _Sweep
+from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
 R = 4  # rounds of every config below (eval after rounds 2 and 4)
@@ -99,12 +99,12 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
     resolved = "local_steps_resolved" if "local" in name or name == "fedavg" else "batch_size_resolved"
     assert (runs[resolved] == CONFIGS[name][0].get("local_steps", CONFIGS[name][0].get("batch_size"))).all()
 
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     for _, row in runs.iloc[[0, 3, 5, 6]].iterrows():  # both trials, repetitions and configs
         td = sw.trial(int(row.trial))
         alg, hp = direct(name, td.problem, row)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                          eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = evals[evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_loss", "train_error", "test_error"):
@@ -131,7 +131,7 @@ def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, account
     d.update(algorithm=name, num_rounds=R, static=dict(static), grid={**grid, "trial": 1},
              privacy={"accountant": accountant, "delta": "1/n^2"})
     cfg = SweepConfig.from_dict(d)
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     entry = registry.get_algorithm(name)
@@ -152,7 +152,7 @@ def test_local_sgd_isrl_experiment_local_steps_uses_the_mbsgd_k_rule():
     d.update(algorithm="isrl-local-sgd", num_rounds=R, static={"local_steps": "isrl-experiment"},
              grid={"learning_rate": [0.1], "epsilon": [2.0, 8.0]},
              privacy={"accountant": "paper-experiment", "delta": "1/n^2"})
-    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
     assert sw.algorithm(sw.groups[0]).local_steps == math.ceil(40 * math.sqrt(8.0) / (2 * math.sqrt(R)))
 
 
@@ -331,10 +331,10 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     runs = run_sweep(cfg, tmp_path, devices=jax.local_devices()[:1], progress=False).runs
     assert len(runs) == 1 and np.isfinite(runs.train_loss).all()
     row = runs.iloc[0]
-    td = _Sweep(cfg, jax.local_devices()[:1]).trial(0)
+    td = Sweep(cfg, jax.local_devices()[:1]).trial(0)
     alg, hp = make(td.problem, row)
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), 0), 0)
-    one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                      eval_data=td.eval_data, eval_every=R)
     # one run in both (no vmap batching differences): equal up to float32 fusion order
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)
@@ -347,7 +347,7 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
         d = tomllib.loads(TINY)
         d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
                  privacy={"accountant": "rdp", "delta": 1e-5})
-        sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+        sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
         g = sw.groups[0]
         alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
         eps = alg.privacy(sw.trial(0).train.silo_sizes(), sw.entry.make_hparams(vals, alg)).epsilon(1e-5, "rdp")
@@ -387,7 +387,7 @@ def test_epsilon_axis_calibrates_the_shuffle_sco_families(name, static, grid):
     d["data"].update(num_silos=1)
     d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
              privacy={"accountant": "best", "delta": 1e-5})
-    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
     g = sw.groups[0]
     alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
     hp = sw.entry.make_hparams(vals, alg)

@@ -398,7 +398,7 @@ class Diff2BvrLSgd(_Diff2Family):
         if self.output == "random":
             chosen = optax.tree.where(state.round + 1 == averager.output_round, out_k, averager.output)
             averager = RandomIterateState(averager.output_round, chosen)
-        metrics.update(restart=mid.privatizer.restart, local_client=p)
+        metrics.update(local_client=p)  # restart, noise_std: the round noise part's metrics (chain)
         return dataclasses.replace(mid, params=x_last, averager=averager), metrics
 
     def _local_loop(self, x0, x1, v1, data: SiloData, p, ctx: Context):

@@ -367,6 +367,10 @@ class RoundNoise:
         value = noise.add_gaussian_noise(keys.stream_key(ctx.key, self.stream), message.value, std)
         return message.replace(value=value), ReleaseRecord(jnp.asarray(restart), std)
 
+    def metrics(self, state: ReleaseRecord, batch) -> dict:
+        """The round's public diagnostics (round metrics): whether it restarted, its noise std."""
+        return {"restart": state.restart, "noise_std": state.noise_std}
+
     def events(self, hparams, num_rounds: int) -> tuple[NoiseEvent, ...]:
         m = self.schedule.count(num_rounds, getattr(hparams, "restart_interval", 1))
         return (NoiseEvent(self.restart_field, host_multiplier(getattr(hparams, self.restart_field)), "server", m),

@@ -51,7 +51,7 @@ import numpy as np
 from scipy import stats
 
 from dpjax.accounting import gdp
-from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule, acsa_constants
+from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dp_sgd import DpSgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
@@ -66,6 +66,7 @@ from dpjax.auditing.execute import AutodiffProbe, CanaryProbe, DifferenceProbe
 from dpjax.auditing.fedavg_ftrl import dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine.silos import SiloData
+from dpjax.parts.acsa import AcsaSchedule, acsa_constants
 from dpjax.primitives.shuffle_protocols import PvecParams
 
 __all__ = ["AUDITS", "FAMILY_AUDITS", "build_audit", "audit_names"]
@@ -158,18 +159,19 @@ def _canary(sizes, dim: int, value: float, **kw):
 
 
 # ----------------------------------------------------------------------------- ISRL-DP families
-def isrl_mbsgd_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 7,
+def isrl_mbsgd_audit(noise_multiplier: float = 2.8, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 7,
                      num_rounds: int = 2, dim: int = 2, sampling_scheme: str = "without-replacement",
                      gradient_path: str = "auto", accountant: str = "rdp") -> CanaryAudit:
     """Noisy MB-SGD (Lowy & Razaviyayn 2023, Algorithm 2): K of the canary silo's n records per
-    round, per-example clip C, mean, + N(0, sigma^2 I) per silo; the observer sees the server's
-    mean of the N silos' messages. ``gradient_path="auto"`` runs the dense (gather-free) path here;
+    round, per-example clip C, mean, + N(0, sigma^2 I) per silo, sigma = z 2C/K (z the noise
+    multiplier of the clipped mean's replace-one sensitivity); the observer sees the server's mean
+    of the N silos' messages. ``gradient_path="auto"`` runs the dense (gather-free) path here;
     ``"gather"`` the indices of the sampler's ``draw`` on the padded silo and per-example autodiff."""
     # the gather path with a problem without closed-form clipping: per-example autodiff + clipped_sum
     problem = AutodiffProbe(dim) if gradient_path == "gather" else CanaryProbe(dim)
     family = NoisyMbSgd(problem, num_rounds, batch_size, sampling=sampling_scheme, gradient_path=gradient_path)
     n_silos = len(sizes)
-    sd = noise_std * math.sqrt(n_silos)  # the observed sum of the silos' messages
+    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos)  # the observed sum of the messages
     q = batch_size / sizes[0]
     m = clip_norm / batch_size / sd
     d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
@@ -177,41 +179,44 @@ def isrl_mbsgd_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(8, 1
     return _family_audit(
         name, "isrl-mbsgd", f"ISRL-DP Noisy MB-SGD, {sampling_scheme}, {gradient_path} gradient path "
         "(NoisyMbSgd.step: sample K of n, clip, mean, per-silo noise, server mean)",
-        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": noise_std, "clip_norm": clip_norm},
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm},
         lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, [1 - q, q], -m, m), accountant,
-        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture([1 - q, q], m, num_rounds),
-        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
+        _mixture([1 - q, q], m, num_rounds),
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": num_rounds, "sampling": sampling_scheme, "gradient_path": gradient_path},
         jnp.zeros((dim,), jnp.float32))
 
 
-def isrl_local_sgd_audit(noise_std: float = 0.7, clip_norm: float = 0.5, sizes=(6, 8), local_steps: int = 3,
+def isrl_local_sgd_audit(noise_multiplier: float = 0.7, clip_norm: float = 0.5, sizes=(6, 8), local_steps: int = 3,
                          num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
     """ISRL-DP Local SGD: K single-record steps per silo and round, each clipped and noised; the
-    observer sees the mean of the silos' last local iterates (the canary enters Bin(K, 1/n) times)."""
+    observer sees the mean of the silos' last local iterates (the canary enters Bin(K, 1/n) times);
+    every step's noise std is z 2C (the replace-one sensitivity of one clipped gradient)."""
     family = LocalSgd(CanaryProbe(dim), num_rounds, local_steps)
     n_silos, k = len(sizes), local_steps
-    sd = noise_std * math.sqrt(n_silos * k)
+    sd = noise_multiplier * 2 * clip_norm * math.sqrt(n_silos * k)
     m = clip_norm / sd
     probs = stats.binom.pmf(np.arange(k + 1), k, 1 / sizes[0])
     d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm)
     return _family_audit(
         "isrl-local-sgd", "isrl-local-sgd", "ISRL-DP Local SGD (LocalSgd.step: K noisy clipped single-record "
         "steps per silo, model averaging)",
-        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": noise_std, "clip_norm": clip_norm},
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm},
         lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, probs, -m, m), "rdp",
-        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture(probs, m, num_rounds),
-        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "local_steps": k,
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
+        _mixture(probs, m, num_rounds),
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "local_steps": k,
          "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
 
-def isrl_accelerated_audit(noise_std: float = 0.3, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 4,
+def isrl_accelerated_audit(noise_multiplier: float = 1.2, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 4,
                            dim: int = 2, smoothness: float = 1.0) -> CanaryAudit:
     """One-pass accelerated MB-SGD (Algorithm 1 / Theorem 3.1): R = 2 disjoint blocks of K = n/2 of
     the canary silo, so the canary is in exactly one round; AC-SA's w_ag moves by
-    ``-(alpha_t^2 / eta_t) g_t`` in rounds 1 and 2 (mu = 0)."""
+    ``-(alpha_t^2 / eta_t) g_t`` in rounds 1 and 2 (mu = 0); per-silo noise std z 2C/K."""
     rounds = 2
     family = AcceleratedMbSgd(CanaryProbe(dim), rounds, batch_size, sampling="one-pass")
     if rounds * batch_size != sizes[0]:
@@ -219,61 +224,65 @@ def isrl_accelerated_audit(noise_std: float = 0.3, clip_norm: float = 0.5, sizes
     schedule = AcsaSchedule.single_stage(rounds, smoothness)
     factors = jnp.asarray([float(e) / float(a) ** 2 for a, e in (acsa_constants(t, smoothness) for t in (1, 2))])
     n_silos = len(sizes)
-    sd = noise_std * math.sqrt(n_silos)
+    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos)
     m = clip_norm / batch_size / sd
     d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
     return _family_audit(
         "isrl-accelerated", "isrl-accelerated", "one-pass accelerated ISRL-DP MB-SGD (AcceleratedMbSgd.step: "
         "next block, clip, mean, per-silo noise, AC-SA)",
-        family, lambda inp: AcceleratedHParams.create(schedule, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": noise_std, "clip_norm": clip_norm},
+        family, lambda inp: AcceleratedHParams.create(schedule, inp["noise_multiplier"], inp["clip_norm"]), sizes,
+        d, dp, {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm},
         lambda inc: one_per_epoch_llr((-inc[:, 0] * factors * n_silos / sd).reshape(1, rounds), -m, m), "gdp",
-        _mutants({"noise_std": noise_std}, "clip_norm"),
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
         lambda: {"epsilon": exact_lib.one_of_two_epsilon(m, DELTA),
                  "half_noise_epsilon": exact_lib.one_of_two_epsilon(2 * m, DELTA), "shift_in_noise_stds": m},
-        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": rounds}, jnp.zeros((dim,), jnp.float32))
 
 
-def isrl_unbalanced_audit(noise_stds=(0.35, 0.5), clip_norm: float = 0.5, sizes=(6, 9), batch_sizes=(3, 4),
+def isrl_unbalanced_audit(noise_multipliers=(1.05, 2.0), clip_norm: float = 0.5, sizes=(6, 9), batch_sizes=(3, 4),
                           num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
     """Algorithm 7 (unbalanced silos, per-silo K_i and sigma_i); the canary is in silo 0, whose
-    guarantee is the largest; the certificate is the largest per-silo epsilon."""
+    guarantee is the largest; the certificate is the largest per-silo epsilon. Silo i's noise std
+    is z_i 2C/K_i."""
     family = UnbalancedNoisyMbSgd(CanaryProbe(dim), num_rounds, tuple(batch_sizes))
     n_silos = len(sizes)
-    sd = math.sqrt(sum(s * s for s in noise_stds))
+    sd = math.sqrt(sum((z * 2 * clip_norm / k) ** 2 for z, k in zip(noise_multipliers, batch_sizes)))
     q = batch_sizes[0] / sizes[0]
     m = clip_norm / batch_sizes[0] / sd
     d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_sizes[0])
     return _family_audit(
         "isrl-unbalanced", "isrl-unbalanced", "ISRL-DP Noisy MB-SGD with unbalanced silos (UnbalancedNoisyMbSgd.step: "
         "K_i of n_i, clip, mean, N(0, sigma_i^2 I))",
-        family, lambda inp: UnbalancedHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": list(noise_stds), "clip_norm": clip_norm},
+        family, lambda inp: UnbalancedHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_multiplier": list(noise_multipliers), "clip_norm": clip_norm},
         lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, [1 - q, q], -m, m), "rdp",
-        _mutants({"noise_std": list(noise_stds)}, "clip_norm"), _mixture([1 - q, q], m, num_rounds),
-        {"noise_stds": tuple(noise_stds), "clip_norm": clip_norm, "silo_sizes": sizes, "batch_sizes": tuple(batch_sizes),
+        _mutants({"noise_multiplier": list(noise_multipliers)}, "clip_norm", multiplier_of=clip_norm),
+        _mixture([1 - q, q], m, num_rounds),
+        {"noise_multipliers": tuple(noise_multipliers), "clip_norm": clip_norm, "silo_sizes": sizes, "batch_sizes": tuple(batch_sizes),
          "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
 
-def isrl_shuffled_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(6, 8), batch_size: int = 2,
+def isrl_shuffled_audit(noise_multiplier: float = 0.8, clip_norm: float = 0.5, sizes=(6, 8), batch_size: int = 2,
                         num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
     """Shuffled Noisy MB-SGD (Section 5): every silo reports (M = N) K records drawn with replacement;
-    the server sees the shuffled multiset's mean. Certificate: the family's central guarantee."""
+    the server sees the shuffled multiset's mean (per-silo noise std z 2C/K). Certificate: the
+    family's central guarantee."""
     n_silos = len(sizes)
     family = ShuffledNoisyMbSgd(CanaryProbe(dim), num_rounds, n_silos, batch_size)
-    sd = noise_std * math.sqrt(n_silos)
+    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos)
     m = clip_norm / batch_size / sd
     probs = stats.binom.pmf(np.arange(batch_size + 1), batch_size, 1 / sizes[0])
     d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
     return _family_audit(
         "isrl-shuffled", "isrl-shuffled", "Shuffled Noisy MB-SGD (ShuffledNoisyMbSgd.step: K with replacement, clip, "
         "mean, per-silo noise, shuffler, multiset mean)",
-        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": noise_std, "clip_norm": clip_norm},
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm},
         lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, probs, -m, m), "shuffle-tight",
-        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture(probs, m, num_rounds),
-        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
+        _mixture(probs, m, num_rounds),
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
 
@@ -324,7 +333,8 @@ def shuffle_sgd_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> 
 
     def hparams(inp):
         return ScoHParams(base.start, base.batch, base.stage_round, base.step, base.smoothing,
-                          PvecParams(gran, jnp.reshape(inp["trials"], (1,)), prob), base.noise_std, inp["clip_norm"])
+                          PvecParams(gran, jnp.reshape(inp["trials"], (1,)), prob), base.noise_multiplier,
+                          inp["clip_norm"])
 
     d, dp = (_silos((n,), 1, s * 1000.0 * bound, fill=-bound) for s in (-1.0, 1.0))
     return _family_audit(
@@ -335,31 +345,32 @@ def shuffle_sgd_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> 
         {"n": n, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon}, jnp.zeros((1,), jnp.float32))
 
 
-def shuffle_acsa_audit(noise_std: float = 2.5, n: int = 10, batch: int = 5, bound: float = 0.5,
+def shuffle_acsa_audit(noise_multiplier: float = 2.5, n: int = 10, batch: int = 5, bound: float = 0.5,
                        smoothness: float = 1.0) -> CanaryAudit:
     """Pan-private AC-SA (Cheu et al. 2022, Appendix C, Algorithm 6): two N(0, zeta^2) draws on each
-    batch sum of the users' projected gradients; the canary user is in round 1's batch. Round 1
+    batch sum of the users' projected gradients (zeta = z 2L, the sum's replace-one sensitivity); the canary user is in round 1's batch. Round 1
     moves w_ag by ``-(alpha_1^2 / eta_1)`` times the batch mean."""
     rounds = 2
     family = ShuffleAcsa(CanaryProbe(1), rounds, batch, aggregator="pan-gaussian", projection_radius=None)
-    base = ScoHParams.single_phase(rounds, batch, smoothness, noise_std=noise_std, clip_norm=bound)
+    base = ScoHParams.single_phase(rounds, batch, smoothness, noise_multiplier=noise_multiplier, clip_norm=bound)
     alpha, eta = acsa_constants(1, smoothness, family.acsa_schedule)
     factor = float(eta) / float(alpha) ** 2 * batch
 
     def hparams(inp):
         return ScoHParams(base.start, base.batch, base.stage_round, base.step, base.smoothing, base.pvec,
-                          jnp.full((rounds,), inp["noise_std"]), inp["clip_norm"])
+                          jnp.full((rounds,), inp["noise_multiplier"]), inp["clip_norm"])
 
-    sd = math.sqrt(2) * noise_std
+    sd = math.sqrt(2) * noise_multiplier * 2 * bound
     m = bound / sd
     d, dp = _canary((n,), 1, 1000.0 * bound)
     return _family_audit(
         "shuffle-acsa", "shuffle-acsa", "pan-private AC-SA (ShuffleAcsa.step: projected user gradients, two Gaussian "
         "draws per batch)",
-        family, hparams, [n], d, dp, {"noise_std": noise_std, "clip_norm": bound},
-        lambda inc: -inc[0, 0] * factor / sd, "pan-analytic", _mutants({"noise_std": noise_std}, "clip_norm"),
+        family, hparams, [n], d, dp, {"noise_multiplier": noise_multiplier, "clip_norm": bound},
+        lambda inc: -inc[0, 0] * factor / sd, "pan-analytic",
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=bound),
         lambda: {"epsilon": gdp.gdp_epsilon(2 * m, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(4 * m, DELTA)},
-        {"n": n, "batch": batch, "noise_std": noise_std, "clip_norm": bound}, jnp.zeros((1,), jnp.float32))
+        {"n": n, "batch": batch, "noise_multiplier": noise_multiplier, "clip_norm": bound}, jnp.zeros((1,), jnp.float32))
 
 
 # ----------------------------------------------------------------------------- central DP-SGD
@@ -435,11 +446,13 @@ def dpsgd_general_audit(sampling: str, clip: str, noise_multiplier: float, n: in
 
 
 # ----------------------------------------------------------------------------- DIFF2
-def diff2_audit(kind: str = "diff2-gd", sigma_restart: float = 0.45, sigma_diff: float = 0.45, sizes=(4, 6),
-                clip_restart: float = 1.0, clip_diff: float = 1.0, learning_rate: float = 1.0) -> CanaryAudit:
+def diff2_audit(kind: str = "diff2-gd", noise_multiplier_restart: float = 1.8, noise_multiplier_diff: float = 1.8,
+                sizes=(4, 6), clip_restart: float = 1.0, clip_diff: float = 1.0,
+                learning_rate: float = 1.0) -> CanaryAudit:
     """DIFF2 (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 restarts (std
-    sigma1 C1), round 2 is a difference round (std sigma2 C2 ||x1 - x0||); the observer sees the two
-    noisy estimators (from the iterates). ``kind="diff2-bvr"``: the same estimator in
+    z1 2 C1 / (n_min P), the replace-one sensitivity of the server mean of clipped means), round 2
+    is a difference round (std z2 2 C2 ||x1 - x0|| / (n_min P)); the observer sees the two noisy
+    estimators (from the iterates). ``kind="diff2-bvr"``: the same estimator in
     ``Diff2BvrLSgd.step`` with K = 1 (no local steps; their noise is pinned in tests/privacy)."""
     if kind == "diff2-gd":
         family = Diff2GD(DifferenceProbe(), 2, output="last")
@@ -447,44 +460,49 @@ def diff2_audit(kind: str = "diff2-gd", sigma_restart: float = 0.45, sigma_diff:
     else:
         family = Diff2BvrLSgd(DifferenceProbe(), 2, local_steps=1, batch_size=2, output="last")
         privacy_kw = {"local_count": "exact"}
+    z1, z2 = noise_multiplier_restart, noise_multiplier_diff
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
     d, dp = (_silos(sizes, 1, big, label=1.0, canary_label=sign) for sign in (-1.0, 1.0))
     a = 1.0 / (sizes[0] * len(sizes))  # normalised shift of the server mean (Prop. 4.1: 2C/(n P) between D, D')
 
     def score(inc):
         v1, v2, x1 = -inc[0, 0] / learning_rate, -inc[1, 0] / learning_rate, inc[0, 0]
-        z1 = v1 / (sigma_restart * clip_restart)
-        z2 = (v2 - v1) / (sigma_diff * clip_diff * jnp.abs(x1)) * jnp.sign(x1)  # x0 = 0
-        return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
+        s1 = v1 / (2 * a * z1 * clip_restart)  # the restart estimator in noise stds
+        s2 = (v2 - v1) / (2 * a * z2 * clip_diff * jnp.abs(x1)) * jnp.sign(x1)  # x0 = 0
+        return s1 / z1 + s2 / z2  # Gaussian LLR up to a constant (the shifts are 1/z in noise stds)
 
-    mu = 2 * a * math.hypot(1 / sigma_restart, 1 / sigma_diff)
+    mu = math.hypot(1 / z1, 1 / z2)
     return _family_audit(
-        kind, kind, f"DIFF2 restart + difference channel ({type(family).__name__}.step: clipped means, sigma x radius "
-        "noise)",
-        family, lambda inp: Diff2HParams.create(learning_rate, 2, clip_restart, clip_diff, inp["sigma_restart"],
-                                                inp["sigma_diff"]),
-        sizes, d, dp, {"sigma_restart": sigma_restart, "sigma_diff": sigma_diff}, score, "rdp",
-        {"half-noise": {"sigma_restart": sigma_restart / 2, "sigma_diff": sigma_diff / 2}},
+        kind, kind, f"DIFF2 restart + difference channel ({type(family).__name__}.step: clipped means, z x "
+        "sensitivity noise)",
+        family, lambda inp: Diff2HParams.create(learning_rate, 2, clip_restart, clip_diff,
+                                                inp["noise_multiplier_restart"], inp["noise_multiplier_diff"]),
+        sizes, d, dp, {"noise_multiplier_restart": z1, "noise_multiplier_diff": z2}, score, "rdp",
+        {"half-noise": {"noise_multiplier_restart": z1 / 2, "noise_multiplier_diff": z2 / 2}},
         lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
-        {"sigma_restart": sigma_restart, "sigma_diff": sigma_diff, "silo_sizes": sizes, "rounds": 2,
+        {"noise_multiplier_restart": z1, "noise_multiplier_diff": z2, "silo_sizes": sizes, "rounds": 2,
          "restart_interval": 2}, jnp.zeros((1,), jnp.float32), privacy_kw=privacy_kw)
 
 
-def dp_gd_audit(sigma: float = 0.5, sizes=(4, 6), clip_norm: float = 0.5, learning_rate: float = 1.0) -> CanaryAudit:
+def dp_gd_audit(noise_multiplier: float = 2.0, sizes=(4, 6), clip_norm: float = 0.5,
+                learning_rate: float = 1.0) -> CanaryAudit:
     """DP-GD (DIFF2-GD with every round a restart round), one round: the Gaussian mechanism on the
-    server mean of the silos' clipped full-batch means, std sigma C."""
+    server mean of the silos' clipped full-batch means, std z 2C / (n_min P)."""
     family = Diff2GD(DifferenceProbe(), 1, restart_every_round=True, output="last")
     d, dp = (_silos(sizes, 1, _CANARY_SCALE * clip_norm, label=1.0, canary_label=sign) for sign in (-1.0, 1.0))
     a = 1.0 / (sizes[0] * len(sizes))
-    mu = 2 * a / sigma
+    std = noise_multiplier * 2 * a * clip_norm
+    mu = 1 / noise_multiplier  # the shift 2 a C in noise stds
     return _family_audit(
         "dp-gd", "dp-gd", "DP-GD (Diff2GD.step, restart every round: clipped full-batch means, one Gaussian)",
-        family, lambda inp: Diff2HParams.create(learning_rate, 1, inp["clip_norm"], 1.0, inp["sigma_restart"], 0.0),
-        sizes, d, dp, {"sigma_restart": sigma, "clip_norm": clip_norm},
-        lambda inc: -inc[0, 0] / (learning_rate * sigma * clip_norm), "rdp",
-        _mutants({"sigma_restart": sigma}, "clip_norm", multiplier_of=clip_norm),
+        family, lambda inp: Diff2HParams.create(learning_rate, 1, inp["clip_norm"], 1.0,
+                                                inp["noise_multiplier_restart"], 0.0),
+        sizes, d, dp, {"noise_multiplier_restart": noise_multiplier, "clip_norm": clip_norm},
+        lambda inc: -inc[0, 0] / (learning_rate * std), "rdp",
+        _mutants({"noise_multiplier_restart": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
         lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
-        {"sigma_restart": sigma, "clip_norm": clip_norm, "silo_sizes": sizes}, jnp.zeros((1,), jnp.float32))
+        {"noise_multiplier_restart": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes},
+        jnp.zeros((1,), jnp.float32))
 
 
 # ----------------------------------------------------------------------------- user-level output perturbation
@@ -558,7 +576,7 @@ _DPSGD = {"shuffle": dict(noise_multiplier=1.2, n=10, epochs=1),
 
 AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "isrl-mbsgd": isrl_mbsgd_audit,
-    "isrl-mbsgd-poisson": lambda: isrl_mbsgd_audit(noise_std=0.3, batch_size=4, sampling_scheme="poisson",
+    "isrl-mbsgd-poisson": lambda: isrl_mbsgd_audit(noise_multiplier=1.2, batch_size=4, sampling_scheme="poisson",
                                                    gradient_path="gather", accountant="pld"),
     "isrl-local-sgd": isrl_local_sgd_audit,
     "isrl-accelerated": isrl_accelerated_audit,

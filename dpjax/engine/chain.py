@@ -12,6 +12,7 @@ gives it ``init``, ``step``, ``params``, ``output_params`` and ``privacy``::
     placement "server": agg = aggregator(msgs);  agg = privatizer(agg)      # central DP
     params = server.update(agg.value, params, ...)  # any optax optimizer, projection
     averaged = averager.update(...)                 # the output rule
+    metrics = {..., **part.metrics(new_state, batch)}  # optional: a part's own round diagnostics
 
 Every part's state is carried in ``ChainState`` across rounds. The privacy of
 the run is the composition of the parts' events over the rounds
@@ -133,6 +134,16 @@ def _float32_multiplier(noise_std: float, sensitivity: float) -> float:
     return float(exact[0] if exact else z)
 
 
+_ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
+
+
+def _part_metrics(part, state, batch) -> dict:
+    """A part's own per-round metrics: its optional ``metrics(state, batch) -> dict`` of what the round
+    did (public diagnostics, e.g. DIFF2's restart flag and noise std, the users of a shuffle-SCO
+    round), read after the round from the part's new state and the round's batch."""
+    return dict(part.metrics(state, batch)) if hasattr(part, "metrics") else {}
+
+
 class ChainFamily(FamilyBase):
     """A family whose round is its ``parts(shape)`` composed by the generic step (mix into a frozen
     dataclass next to ``FamilyBase``'s fields; set ``hparams_type`` and define ``parts``)."""
@@ -169,6 +180,8 @@ class ChainFamily(FamilyBase):
             metrics.update(indices=batch.indices, index_mask=batch.weights, available=batch.available)
         new = ChainState(params, state.round + 1, selection, client, clipper, privatizer, aggregator, server,
                          averager, state.hparams)
+        for role in _ROLES:
+            metrics.update(_part_metrics(getattr(p, role), getattr(new, role), batch))
         return new, metrics
 
     def params(self, state: ChainState) -> PyTree:

@@ -67,6 +67,10 @@ class UserWindows:
         idx = jnp.where(mask, idx, 0)
         return Batch(None, jnp.ones((1,), bool), idx[None], mask[None], jnp.zeros((1,), bool), 1), state
 
+    def metrics(self, state, batch: Batch) -> dict:
+        """Round metric ``users``: how many users the round's window holds."""
+        return {"users": jnp.sum(batch.weights)}
+
     def event(self, silo_sizes) -> SelectionEvent:
         """One user stream, unit ``user``; the rounds' windows (fresh blocks or the same block) are read
         by the privatizer's transcript event (its accountant does not use ``sampling``), which checks

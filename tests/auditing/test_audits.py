@@ -69,8 +69,9 @@ def test_a_mechanism_leaking_more_than_the_pair_but_less_than_certified_fails():
     """The exact comparison: 0.8 x the noise stays inside ISRL-DP's (loose) RDP certificate but
     leaks more than the canary pair's exact epsilon; the audit must fail on it."""
     audit = build_audit("isrl-mbsgd")
-    weaker = dataclasses.replace(audit, dataset={**audit.dataset, "noise_std": audit.dataset["noise_std"] * 0.6},
-                                 neighbour={**audit.neighbour, "noise_std": audit.neighbour["noise_std"] * 0.6},
+    z = "noise_multiplier"
+    weaker = dataclasses.replace(audit, dataset={**audit.dataset, z: audit.dataset[z] * 0.6},
+                                 neighbour={**audit.neighbour, z: audit.neighbour[z] * 0.6},
                                  mutants={})
     result = audit_lib.run_audit(weaker, runs=RUNS, seed=0)
     assert result.below_certificate and not result.below_exact and not result.passed
@@ -91,6 +92,6 @@ def test_override_mutant_needs_dict_datasets():
     audit = build_audit("user-level")
     bad = audit_lib.CanaryAudit(name="x", description="", mechanism=audit.mechanism, dataset=audit.dataset["centres"],
                                 neighbour=audit.neighbour["centres"], score=audit.score, certificate=audit.certificate,
-                                mutants={"half-noise": {"noise_std": 1.0}})
+                                mutants={"half-noise": {"noise_multiplier": 1.0}})
     with pytest.raises(ValueError, match="dict datasets"):
         audit_lib.run_audit(bad, runs=10)

@@ -66,9 +66,12 @@ def test_dpsgd_general_privacy_counts_a_trailing_partial_epoch():
 def test_diff2_counts_the_last_restart_round_of_a_partial_period():
     """R = 5, T = 2: restart rounds 1, 3, 5 (ceil(R/T) = 3) and 2 difference rounds."""
     assert diff2_acc.count_restarts(5, 2) == 3
-    hp = Diff2HParams.create(0.1, 2, sigma_restart=0.3, sigma_diff=0.4)
+    # the paper's sigma (std sigma C on the server mean) is the multiplier z = sigma n_min P / 2 of the
+    # mean's replace-one sensitivity 2C/(n_min P): n_min = 4, P = 2 gives z = 4 sigma
+    hp = Diff2HParams.create(0.1, 2, noise_multiplier_restart=4 * 0.3, noise_multiplier_diff=4 * 0.4)
     schedules = Diff2GD(probe(1), 5, output="last").privacy([4, 6], hp).schedules
     assert [s.steps for s in schedules] == [3, 2]
+    assert [s.noise_multiplier for s in schedules] == pytest.approx([1.2, 1.6], rel=1e-6)
     rdp = lambda a: diff2_acc.diff2_rdp(a, 5, 2, 4, 2, 0.3, 0.4)  # noqa: E731
     assert rdp(4.0) == pytest.approx(3 * diff2_acc.rdp_diff2_round(4.0, 0.3, 4, 2)
                                      + 2 * diff2_acc.rdp_diff2_round(4.0, 0.4, 4, 2))
@@ -149,11 +152,11 @@ def test_shuffle_amplification_keeps_its_truncated_binomial_mass(monkeypatch):
 # ----------------------------------------------------------------------------- per-silo report at K > 1
 def test_local_sgd_report_counts_r_times_k_releases():
     """ISRL-DP Local SGD, K = 3 local steps, R = 4: the per-silo epsilon is that of R K releases of
-    one uniformly random record (rate 1/n_min) with sensitivity 2C and std sigma."""
-    sizes, k, rounds, c, sigma = (6, 9), 3, 4, 0.7, 2.0
-    hp = MbSgdHParams.create(0.1, sigma, c)
+    one uniformly random record (rate 1/n_min) with sensitivity 2C and std z 2C."""
+    sizes, k, rounds, c, z = (6, 9), 3, 4, 0.7, 1.4
+    hp = MbSgdHParams.create(0.1, z, c)
     f32 = lambda v: float(np.float32(v))  # noqa: E731
-    hand = GaussianSchedule(f32(sigma), f32(c), "without-replacement", min(sizes), 1, rounds * k)
+    hand = GaussianSchedule(f32(z) * 2 * f32(c), f32(c), "without-replacement", min(sizes), 1, rounds * k)
     for accountant in ("rdp",):  # the accountants that certify fixed-size subsampling
         got = LocalSgd(probe(2), rounds, k).privacy(sizes, hp).epsilon(DELTA, accountant).epsilon
         assert got == pytest.approx(compute_epsilon(hand, DELTA, accountant).epsilon, rel=1e-9)

@@ -71,12 +71,30 @@ def balanced_chunk(num_runs: int, max_chunk: int = 256) -> int:
     return math.ceil(num_runs / math.ceil(num_runs / max_chunk))
 
 
+#: Spec fields that label a run rather than configure it (never hparams); a spec class may name
+#: more in a ``LABELS`` class attribute.
+SPEC_LABELS = frozenset({"algorithm", "calibration", "epsilon", "repetition", "hp_index"})
+
+
 def hparams_from_spec(algorithm, spec) -> Any:
     """The family's hparams from the spec's fields that name its per-run fields
-    (``hparams_type.create`` with e.g. ``learning_rate``, ``noise_std``, ``clip_norm``)."""
+    (``hparams_type.create`` with e.g. ``learning_rate``, ``noise_multiplier``, ``clip_norm``).
+
+    Every other spec field must be a label (``SPEC_LABELS`` or the spec class's ``LABELS``): a
+    field the family does not know (e.g. an absolute ``noise_std`` where the family takes a
+    ``noise_multiplier``) raises a ValueError naming it instead of being dropped, which would
+    run the family without that setting (noiseless, for a noise field). Pass ``make_hparams``
+    to ``run_table`` to convert such fields."""
     from dpjax.engine.contract import family_hparams, hparam_fields
 
     names = hparam_fields(family_hparams(algorithm))
+    fields = [f.name for f in dataclasses.fields(spec)] if dataclasses.is_dataclass(spec) else list(vars(spec))
+    labels = SPEC_LABELS | frozenset(getattr(type(spec), "LABELS", ()))
+    unknown = [f for f in fields if f not in names and f not in labels]
+    if unknown:
+        raise ValueError(f"spec field {unknown[0]}={getattr(spec, unknown[0])!r} is not a per-run field of "
+                         f"{type(algorithm).__name__} ({', '.join(names)}) nor a label ({', '.join(sorted(labels))}); "
+                         "convert it with make_hparams")
     return algorithm.hparams_from_values(**{n: getattr(spec, n) for n in names if hasattr(spec, n)})
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -95,6 +96,25 @@ def _grid_setup(num_silos=4, n=30, d=3):
     problem = LogisticRegression(d)
     algo = NoisyMbSgd(problem, num_rounds=6, batch_size=5, availability=FixedAvailability(2), output="window")
     return algo, train, table.eval_data_for(train, np.concatenate(tx), np.concatenate(ty)), table.Evaluator(problem)
+
+
+def test_spec_field_the_family_does_not_take_is_an_error():
+    """A spec's absolute ``noise_std`` is not a per-run field of a family that takes a noise
+    multiplier: the default ``hparams_from_spec`` names it (dropping it would run without noise)."""
+    algo, train, eval_data, ev = _grid_setup()
+    spec = proto.RunSpec("a", "paper", 1.0, 0.1, 1.0, 0.5, 0, 0)
+    with pytest.raises(ValueError, match="noise_std=0.5"):
+        table.hparams_from_spec(algo, spec)
+    with pytest.raises(ValueError, match="noise_std"):
+        table.run_table(algo, train, eval_data, ev, [spec], jax.random.key(0), divergence_threshold=100.0)
+    hp = table.hparams_from_spec(algo, _LabelledSpec(0.1, 0))  # labels (repetition) are not hparams
+    assert float(hp.learning_rate) == pytest.approx(0.1) and float(hp.noise_multiplier) == 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _LabelledSpec:
+    learning_rate: float
+    repetition: int
 
 
 def test_run_grid_chunking_is_invisible_and_divergence_is_marked():

@@ -60,13 +60,14 @@ def isrl_grid() -> dict[str, np.ndarray]:
         specs = proto.build_specs(private_name=name, nonprivate_name=name + "-np", noise=noise,
                                   learning_rates=(0.1, 1.0, 30.0), clip_norms=(0.5, 2.0), repetitions=2,
                                   nonprivate_clip=False)
+        make = proto.spec_hparams(algo, train.silo_sizes())  # absolute noise_std -> the family's multiplier
         df = table.run_table(algo, train, eval_data, evaluator, specs, keys.run_key(7, 3, 1),
-                            divergence_threshold=5.0, chunk_size=5)
+                            divergence_threshold=5.0, chunk_size=5, make_hparams=make)
         for col in ("train_loss", "test", "diverged"):
             out[f"isrl_grid/{name}/{col}"] = df[col].to_numpy()
         # a grid of one run (a chunk of width 1, as the figures' step-size grid extensions run)
         one = table.run_table(algo, train, eval_data, evaluator, specs[:1], keys.run_key(7, 3, 1),
-                             divergence_threshold=5.0, chunk_size=5)
+                             divergence_threshold=5.0, chunk_size=5, make_hparams=make)
         out[f"isrl_grid/{name}/single_train_loss"] = one["train_loss"].to_numpy()
     return out
 

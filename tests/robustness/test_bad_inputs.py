@@ -350,14 +350,14 @@ API_CASES = [
     # -- every hyperparameter type's create, with one-element arrays and NumPy/jax scalars ----------------
     ("mbsgd-clip-one-element-array", lambda: _hp(0.1, 0.0, jnp.array([-1.0])), "clip_norm=-1.0 must be > 0"),
     ("mbsgd-lr-batched-array", lambda: _hp(jnp.array([0.1, -0.2])), "learning_rate[1]="),
-    ("mbsgd-noise-numpy-array", lambda: _hp(0.1, np.array([-1.0])), "noise_std=-1.0"),
+    ("mbsgd-noise-numpy-array", lambda: _hp(0.1, np.array([-1.0])), "noise_multiplier=-1.0"),
     ("dpsgd-lr-numpy", lambda: _hparams("dpsgd_general", "DpSgdHParams", np.float32(-0.1)), "learning_rate="),
     ("dpsgd-noise-one-element", lambda: _hparams("dpsgd_general", "DpSgdHParams", 0.1, jnp.array([-1.0])),
      "noise_multiplier=-1.0"),
     ("dpsgd-clip-jax-zero", lambda: _hparams("dpsgd_general", "DpSgdHParams", 0.1, 0.5, jnp.float32(0.0)),
      "clip_norm=0.0"),
     ("accelerated-noise-numpy", lambda: _hparams("accelerated", "AcceleratedHParams", _acsa(), np.float32(-1.0)),
-     "noise_std="),
+     "noise_multiplier="),
     ("accelerated-clip-one-element", lambda: _hparams("accelerated", "AcceleratedHParams", _acsa(), 0.0,
                                                       jnp.array([0.0])), "clip_norm=0.0 must be > 0"),
     ("sdp-clip-numpy", lambda: _hparams("shuffled", "SdpHParams", _acsa(), _pvec(), np.float32(-1.0)), "clip_norm="),
@@ -365,8 +365,9 @@ API_CASES = [
      "learning_rate=-1.0"),
     ("diff2-clip-one-element", lambda: _hparams("diff2", "Diff2HParams", 0.1, 1, jnp.array([-1.0])),
      "clip_restart=-1.0"),
-    ("diff2-sigma-numpy-nan", lambda: _hparams("diff2", "Diff2HParams", 0.1, sigma_diff=np.float32("nan")),
-     "sigma_diff="),
+    ("diff2-sigma-numpy-nan", lambda: _hparams("diff2", "Diff2HParams", 0.1,
+                                               noise_multiplier_diff=np.float32("nan")),
+     "noise_multiplier_diff="),
     ("diff2-restart-numpy-zero", lambda: _hparams("diff2", "Diff2HParams", 0.1, np.int32(0)), "restart_interval=np.int32(0) must be >= 1"),
     ("sco-clip-one-element", lambda: _sco(clip_norm=jnp.array([-1.0])), "clip_norm=-1.0"),
     ("sco-step-negative", lambda: _sco(step=-0.1), "step="),
@@ -931,7 +932,7 @@ def test_account_module_main_has_the_same_error_prefix(capsys):
 
 def test_plot_partial_store_with_flag_says_how_partial(tmp_path, capsys):
     store = _partial_store(tmp_path)
-    code, out, err = run_cli(["plot", store, "--x", "noise_std", "--partial", "--out", tmp_path / "fig.png"], capsys)
+    code, out, err = run_cli(["plot", store, "--x", "noise_multiplier", "--partial", "--out", tmp_path / "fig.png"], capsys)
     assert code == 0, err
     assert "(partial: 1 of 3 chunks)" in out and (tmp_path / "fig.png").stat().st_size > 1000
 

@@ -190,11 +190,12 @@ def test_run_families_keys_each_family_and_extends_only_with_a_rule():
     algo, train, eval_data, ev = _grid_setup()
     specs = [proto.RunSpec("a", "paper", 1.0, lr, 1e3, 0.2, rep, h) for h, lr in enumerate((0.1, 0.5)) for rep in range(2)]
     key = jax.random.key(5)
-    fams = [table.Family(algo, specs), table.Family(algo, specs)]
+    make = proto.spec_hparams(algo, train.silo_sizes())  # absolute noise_std -> the family's multiplier
+    fams = [table.Family(algo, specs, make_hparams=make), table.Family(algo, specs, make_hparams=make)]
     first, second = table.run_families(fams, train, eval_data, ev, key, divergence_threshold=100.0)
     for i, got in enumerate((first, second)):
         alone = table.run_table(algo, train, eval_data, ev, specs, keys.run_key(key, i), divergence_threshold=100.0,
-                                chunk_size=table.balanced_chunk(len(specs)))
+                                chunk_size=table.balanced_chunk(len(specs)), make_hparams=make)
         pd.testing.assert_frame_equal(got, alone)
     assert not np.array_equal(first["train_loss"], second["train_loss"])  # different keys, different noise
     assert table.balanced_chunk(300) == 150 and table.balanced_chunk(256) == 256 and table.balanced_chunk(7) == 7

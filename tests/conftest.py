@@ -52,10 +52,25 @@ def _uses_real_data(item) -> bool:
     text = source(fn)
     return any(n in text for n in names)
 
+# Privacy-critical tests carry the ``privacy`` marker (they stay in the default suite; ``-m privacy``
+# selects them, e.g. for experiments/mutation/run_mutants.py).
+_PRIVACY_PATHS = ("privacy", "accounting", "auditing", "user_level", "dpsgd_general", "diff2", "shuffle_sco", "isrl",
+                  "test_clipping.py", "test_noise.py", "test_sampling.py", "test_ghost_clipping.py", "test_contract.py")
+
+
+def _mark_privacy(items) -> None:
+    tests_dir = pathlib.Path(__file__).resolve().parent
+    for item in items:
+        rel = pathlib.Path(str(item.fspath)).resolve().relative_to(tests_dir)
+        if rel.parts and rel.parts[0] in _PRIVACY_PATHS:
+            item.add_marker(pytest.mark.privacy)
+
 
 def pytest_collection_modifyitems(config, items):
-    """With $DPJAX_TESTS_ONLY_REAL_DATA=1 keep only the real-data tests (``.ci/run``'s second pass, which
-    runs them with ../shared hidden to prove that a bare clone passes: the other tests never read it)."""
+    """Marks the privacy-critical tests ``privacy``; with $DPJAX_TESTS_ONLY_REAL_DATA=1 keeps only the
+    real-data tests (``.ci/run``'s second pass, which runs them with ../shared hidden to prove that a bare
+    clone passes: the other tests never read it)."""
+    _mark_privacy(items)
     if os.environ.get(ONLY_REAL_DATA_ENV, "") in ("", "0"):
         return
     keep = [it for it in items if _uses_real_data(it)]

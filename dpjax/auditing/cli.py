@@ -1,12 +1,14 @@
-"""``dpjax audit``: canary audits of dpjax's private mechanisms (empirical lower bounds on epsilon).
+"""``dpjax audit``: canary audits of every registered private family's own step (empirical lower
+bounds on epsilon, against the family's certified epsilon and the canary pair's exact epsilon).
 
     dpjax audit --all --runs 100000 --out experiments/audit
-    dpjax audit isrl-silo diff2 --runs 20000
+    dpjax audit isrl-mbsgd diff2-gd --runs 20000
 
 Writes ``audit.md`` (table) and ``audit.json`` into ``--out``; refuses to
 overwrite an earlier report unless ``--overwrite`` (checked before any run).
 Exit status 0 when every audit passes (lower bound below the certified
-epsilon, every mutant caught), 1 otherwise, 2 on bad input.
+epsilon and below the canary pair's exact epsilon where it is computed, every
+mutant caught), 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import os
 
 __all__ = ["add_parser", "run"]
 
-_NAMES = ("gaussian", "isrl-silo", "isrl-silo-poisson", "dpsgd-individual-shuffle", "dpsgd-batch-shuffle", "dpsgd-individual-subsample",
-          "dpsgd-batch-subsample", "dpsgd-individual-poisson", "dpsgd-individual-subsample-g2",
-          "dpsgd-batch-subsample-g2", "diff2", "p1d", "pvec", "user-level")
+_NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerated", "isrl-unbalanced", "isrl-shuffled",
+          "sdp-accelerated", "shuffle-sgd", "shuffle-acsa", "dp-sgd", "dpsgd-general-shuffle-individual",
+          "dpsgd-general-shuffle-batch", "dpsgd-general-subsample-individual", "dpsgd-general-subsample-batch",
+          "dpsgd-general-poisson", "dpsgd-general-subsample-individual-g2", "dpsgd-general-subsample-batch-g2",
+          "diff2-gd", "dp-gd", "diff2-bvr", "user-level")
 _FILES = ("audit.md", "audit.json")
 #: Most runs per dataset: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
 MAX_RUNS = 10**7
@@ -84,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for name in names:
         result = run_audit(build_audit(name), runs=args.runs, seed=args.seed, confidence=args.confidence)
-        print(f"{name}: certified {result.certificate.epsilon:.3f}, lower bound {result.bound.epsilon:.3f}, "
+        exact = "-" if result.exact_epsilon is None else f"{result.exact_epsilon:.3f}"
+        print(f"{name}: certified {result.certificate.epsilon:.3f}, exact {exact}, lower bound {result.bound.epsilon:.3f}, "
               + ", ".join(f"{m.name} {m.bound.epsilon:.3f}" for m in result.mutants)
               + f" -> {'PASS' if result.passed else 'FAIL'} ({result.seconds:.1f} s)", flush=True)
         results.append(result)

@@ -1,58 +1,71 @@
-"""The catalogue of canary audits: every private mechanism dpjax runs today.
+"""The catalogue of canary audits: every registered private family, through its own step.
 
-Each builder returns a ``CanaryAudit`` whose mechanism is the compiled code
-path (engine / primitives functions, not a re-implementation), whose
-certificate comes from ``dpjax.accounting`` for the same configuration, and
-whose mutants are the same code with a privacy bug (half the noise std, or a
-clip not applied). Canaries are worst-case records: a vector far outside the
-clip region along ``e_1`` (``+`` on D', ``-`` on D for replace-one), every
-other record zero (so nothing else moves the release).
+Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the
+family object that ``dpjax.sweep.registry`` registers, run through the
+engine's executor (``dpjax.auditing.execute.run_family``, one run per key) on
+small canary data, never a re-built mechanism. The certificate is the
+family's own ``privacy(silo_sizes, hparams).epsilon(delta, accountant)`` for the
+same configuration; ``exact()`` is the exact epsilon of the canary pair for
+what the observer sees (``dpjax.auditing.exact``), a second, tighter threshold.
+Mutants are the same compiled run with a privacy bug in its hyperparameters
+(half the noise, no clip, no noise).
 
-=======================  ==========================================  =============================================
-audit                    mechanism                                   certificate (accountant)
-=======================  ==========================================  =============================================
-gaussian                 clipped sum + Gaussian noise, one release   exact mu-GDP (Balle-Wang analytic Gaussian)
-isrl-silo                one silo's ISRL-DP messages, R rounds       RDP, without-replacement (Wang-Balle-Kasiviswanathan)
-isrl-silo-poisson        the same with Poisson sampling              PLD (dp-accounting), replace-one
-dpsgd-*-shuffle          clipped sum + noise, permutation per epoch  van Dijk et al. exact strong-adversary mixture
-dpsgd-*-subsample        clipped sum + noise, uniform K-subsets      van Dijk et al. exact strong-adversary mixture
-dpsgd-individual-poisson clipped sum + noise, Poisson sampling       PLD (dp-accounting), add/remove
-dpsgd-*-subsample-g2     as dpsgd-*-subsample, a user of 2 records   van Dijk et al., replace-up-to-2
-diff2                    DIFF2-GD restart + difference round         RDP (dp-accounting) of the DIFF2 schedules
-p1d                      Cheu et al. P_1D (count-level simulation)   Lemma 3.1 of Cheu et al.; exact pmf compared
-pvec                     Cheu et al. P_vec, d = 4                    Thm 3.2 (Lemma 3.1 + 3.3, corrected constant)
-user-level               Ghazi et al. Algorithm 1 (DelOutputPert)    Theorem 3.3's proof (test-mode kappa, sigma)
-=======================  ==========================================  =============================================
+Canaries: ``CanaryProbe`` problems (the loss ``<w, x>``: every record's
+gradient is the record) with one record far outside the clip region along
+``e_1`` (``-`` on D, ``+`` on D' for replace-one; absent on D for add/remove)
+and every other record zero; the canary's silo is the smallest one, padded to
+the largest silo's size. DIFF2 uses ``DifferenceProbe`` (its gradient
+differences saturate the difference clip). The observed statistic is the
+family's round increments ``w_r - w_{r-1}`` mapped back to the released sum
+(a public factor per round); the score is its log-likelihood ratio.
+
+=================================  =========================  ==================================================
+audit                              registered family          certificate (accountant)
+=================================  =========================  ==================================================
+isrl-mbsgd                         isrl-mbsgd (K of n, dense)  RDP, without-replacement (Wang-Balle-Kasiviswanathan)
+isrl-mbsgd-poisson                 isrl-mbsgd (gather, draw)  PLD, Poisson, replace-one (autodiff path)
+isrl-local-sgd                     isrl-local-sgd             RDP, R K single-record releases
+isrl-accelerated                   isrl-accelerated           GDP, one pass (each record once)
+isrl-unbalanced                    isrl-unbalanced            RDP per silo (Algorithm 7), the largest
+isrl-shuffled                      isrl-shuffled              shuffle chain / ISRL-DP (Theorem G.1 structure)
+sdp-accelerated                    sdp-accelerated            P_vec Thm 3.2 (lemma constants), one pass
+shuffle-sgd                        shuffle-sgd                P_vec Thm 3.2 (lemma constants)
+shuffle-acsa                       shuffle-acsa               pan-privacy, Lemma C.4 (analytic Gaussian)
+dp-sgd                             dp-sgd                     PLD, Poisson, add/remove
+dpsgd-general-*                    dpsgd-general              van Dijk et al. exact strong adversary / PLD
+diff2-gd, dp-gd, diff2-bvr         diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
+user-level                         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
+=================================  =========================  ==================================================
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats
 
-from dpjax import keys
-from dpjax.accounting import batch_clipping as bc_accounting
 from dpjax.accounting import gdp
-from dpjax.accounting import pvec as pvec_accounting
-from dpjax.accounting.api import compute_epsilon
-from dpjax.accounting.diff2 import compose_epsilon
-from dpjax.accounting.events import GaussianSchedule
-from dpjax.algorithms.diff2 import Diff2GD, Diff2HParams
+from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule, acsa_constants
+from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
+from dpjax.algorithms.dp_sgd import DpSgd
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+from dpjax.algorithms.local_sgd import LocalSgd
+from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
+from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
+from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.auditing import exact as exact_lib
-from dpjax.auditing.audit import CanaryAudit, Certificate
+from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
+from dpjax.auditing.execute import AutodiffProbe, CanaryProbe, DifferenceProbe
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
-from dpjax.engine import federated
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping, noise, sampling
-from dpjax.primitives import shuffle_protocols as sp
+from dpjax.primitives.shuffle_protocols import PvecParams
 
-__all__ = ["AUDITS", "build_audit", "audit_names"]
+__all__ = ["AUDITS", "FAMILY_AUDITS", "build_audit", "audit_names"]
 
 # The (eps, delta) point at which certificates are audited. Any point of the
 # certified curve is a valid test; at delta = 1e-3 a threshold test on ~10^5
@@ -65,363 +78,408 @@ DELTA = 1e-3
 _CANARY_SCALE = 100.0
 
 
-def _canary_pair(n: int, dim: int, value: float) -> tuple[np.ndarray, np.ndarray]:
-    """n records in R^dim, all zero except record 0 = -value e_1 (D) / +value e_1 (D')."""
-    d = np.zeros((n, dim), np.float32)
-    dp = d.copy()
-    d[0, 0], dp[0, 0] = -value, value
-    return d, dp
+# ----------------------------------------------------------------------------- shared pieces
+def _silos(sizes, dim: int, canary: float, *, silo: int = 0, rows=(0,), fill: float = 0.0, label: float = 0.0,
+           canary_label: float | None = None, drop_last: bool = False) -> SiloData:
+    """Silos of ``dim``-dimensional records (padded to the largest size), every record ``fill e_1``
+    with label ``label`` except rows ``rows`` of silo ``silo`` (``canary e_1``, label
+    ``canary_label``). ``drop_last``: silo ``silo`` loses its last record (the add/remove neighbour
+    D of a canary placed there)."""
+    xs = [np.zeros((n, dim), np.float32) for n in sizes]
+    ys = [np.full(n, label, np.float32) for n in sizes]
+    for x in xs:
+        x[:, 0] = fill
+    for r in rows:
+        xs[silo][r, 0] = canary
+        if canary_label is not None:
+            ys[silo][r] = canary_label
+    if drop_last:
+        xs[silo], ys[silo] = xs[silo][:-1], ys[silo][:-1]
+    return SiloData.from_silos(xs, ys)
 
 
-# ----------------------------------------------------------------------------- Gaussian reference
-def _inputs(data, **hparams) -> dict:
-    """A mechanism's inputs: the data plus its public hyperparameters as float32 leaves (mutants override them)."""
-    return {"data": data, **{k: jnp.float32(v) for k, v in hparams.items()}}
+def _inputs(data, **leaves) -> dict:
+    """A run's inputs: the data plus its public hyperparameters as array leaves (mutants override them)."""
+    return {"data": data, **{k: (jnp.asarray(v, jnp.int32) if isinstance(v, (int, np.integer)) and not
+                                 isinstance(v, bool) else jnp.asarray(v, jnp.float32)) for k, v in leaves.items()}}
 
 
-def gaussian_audit(noise_multiplier: float = 2.0, clip_norm: float = 1.0, n: int = 4, dim: int = 2) -> CanaryAudit:
-    """One release of a clipped sum plus N(0, (noise_multiplier 2C)^2 I) (replace-one: sensitivity 2C)."""
-    std = noise_multiplier * 2 * clip_norm
+def _mutants(noise: dict, clip: str | None = None, multiplier_of: float | None = None) -> dict:
+    """Half the noise (every noise leaf halved) and, for absolute noise stds, the clip not applied
+    (clip leaf = inf). Where the noise std is a multiplier times the clip (``multiplier_of`` = C),
+    a missing clip would also make the noise infinite; the mutant is instead a clip 4 times larger
+    with the multiplier divided by 4: the same noise std, 4 times the sensitivity -- a noise std
+    that does not follow the clip norm."""
+    out = {"half-noise": {k: np.asarray(v, np.float32) / 2 for k, v in noise.items()}}
+    if clip is not None and multiplier_of is None:
+        out["no-clip"] = {clip: math.inf}
+    elif clip is not None:
+        out["noise-not-scaled-by-clip"] = {clip: 4 * multiplier_of,
+                                           **{k: np.asarray(v, np.float32) / 4 for k, v in noise.items()}}
+    return out
 
-    def mech(key, inputs):
-        total = clipping.clipped_sum(inputs["data"], inputs["clip_norm"]).total
-        return noise.add_gaussian_noise(key, total, inputs["noise_std"])
 
-    d, dp = _canary_pair(n, dim, _CANARY_SCALE * clip_norm)
-    mu = 1.0 / noise_multiplier
-    cert = gdp.gdp_epsilon(mu, DELTA)
+def _certificate(spec, accountant: str, what: str) -> Certificate:
+    report = spec.epsilon(DELTA, accountant)
+    return Certificate(report.epsilon, DELTA, f"{what}.privacy -> {report.accountant}", report.neighboring)
+
+
+def _mixture(probs, m: float, rounds: int, m_d: float | None = None) -> Callable[[], dict]:
+    """Exact epsilon of ``rounds`` i.i.d. releases ``sum_l probs[l] N(l m_X, 1)`` (m_X = ``m_d`` on D,
+    default ``-m``; ``m`` on D')."""
+    m_d = -m if m_d is None else m_d
+
+    def exact():
+        comps = lambda shift: [(float(p), l * shift) for l, p in enumerate(probs) if p > 0]  # noqa: E731
+        return {"epsilon": exact_lib.mixture_pair_epsilon(comps(m_d), comps(m), rounds, DELTA),
+                "half_noise_epsilon": exact_lib.mixture_pair_epsilon(comps(2 * m_d), comps(2 * m), rounds, DELTA),
+                "shift_in_noise_stds": m}
+
+    return exact
+
+
+def _family_audit(name, registered, description, family, hparams, sizes_for_privacy, d, dp, leaves, score,
+                  accountant, mutants, exact, details, params, privacy_kw=None) -> CanaryAudit:
+    spec = family.privacy(sizes_for_privacy, hparams(_inputs(None, **leaves)), **(privacy_kw or {}))
+    cert = _certificate(spec, accountant, type(family).__name__)
     return CanaryAudit(
-        name="gaussian",
-        description="clipped sum + Gaussian noise, one release (primitives.clipping, primitives.noise)",
-        mechanism=mech, dataset=_inputs(jnp.asarray(d), noise_std=std, clip_norm=clip_norm),
-        neighbour=_inputs(jnp.asarray(dp), noise_std=std, clip_norm=clip_norm),
-        score=lambda out: out[0],
-        certificate=Certificate(cert, DELTA, "dpjax.accounting.gdp.gdp_epsilon (exact mu-GDP, mu = 2C/std)"),
-        mutants=_standard_mutants(std),
-        exact=lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA),
-                       "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
-        details={"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "n": n, "dim": dim},
-    )
+        name=name, description=description,
+        mechanism=FamilyRun(family, registered, hparams, params),
+        dataset=_inputs(d, **leaves), neighbour=_inputs(dp, **leaves), score=score, certificate=cert,
+        mutants=mutants, exact=exact, details={"family": registered, **details})
 
 
-def _standard_mutants(noise_std: float) -> dict:
-    """Half the noise std; the clip not applied (clip norm = inf)."""
-    return {"half-noise": {"noise_std": noise_std / 2}, "no-clip": {"clip_norm": math.inf}}
+def _canary(sizes, dim: int, value: float, **kw):
+    """(D, D'): the canary at ``-value e_1`` and at ``+value e_1`` (replace-one)."""
+    return _silos(sizes, dim, -value, **kw), _silos(sizes, dim, value, **kw)
 
 
-# ----------------------------------------------------------------------------- ISRL-DP silo messages
-class _LinearProbe:
-    """Loss ``<w, x>``: every record's gradient is the record itself (the canary's vector)."""
+# ----------------------------------------------------------------------------- ISRL-DP families
+def isrl_mbsgd_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 7,
+                     num_rounds: int = 2, dim: int = 2, sampling_scheme: str = "without-replacement",
+                     gradient_path: str = "auto", accountant: str = "rdp") -> CanaryAudit:
+    """Noisy MB-SGD (Lowy & Razaviyayn 2023, Algorithm 2): K of the canary silo's n records per
+    round, per-example clip C, mean, + N(0, sigma^2 I) per silo; the observer sees the server's
+    mean of the N silos' messages. ``gradient_path="auto"`` runs the dense (gather-free) path here;
+    ``"gather"`` the indices of the sampler's ``draw`` on the padded silo and per-example autodiff."""
+    # the gather path with a problem without closed-form clipping: per-example autodiff + clipped_sum
+    problem = AutodiffProbe(dim) if gradient_path == "gather" else CanaryProbe(dim)
+    family = NoisyMbSgd(problem, num_rounds, batch_size, sampling=sampling_scheme, gradient_path=gradient_path)
+    n_silos = len(sizes)
+    sd = noise_std * math.sqrt(n_silos)  # the observed sum of the silos' messages
+    q = batch_size / sizes[0]
+    m = clip_norm / batch_size / sd
+    d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
+    name = "isrl-mbsgd" if sampling_scheme == "without-replacement" else f"isrl-mbsgd-{sampling_scheme}"
+    return _family_audit(
+        name, "isrl-mbsgd", f"ISRL-DP Noisy MB-SGD, {sampling_scheme}, {gradient_path} gradient path "
+        "(NoisyMbSgd.step: sample K of n, clip, mean, per-silo noise, server mean)",
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": noise_std, "clip_norm": clip_norm},
+        lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, [1 - q, q], -m, m), accountant,
+        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture([1 - q, q], m, num_rounds),
+        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+         "num_rounds": num_rounds, "sampling": sampling_scheme, "gradient_path": gradient_path},
+        jnp.zeros((dim,), jnp.float32))
 
-    def loss(self, params, x, y):
-        del y
-        return jnp.vdot(params, x)
+
+def isrl_local_sgd_audit(noise_std: float = 0.7, clip_norm: float = 0.5, sizes=(6, 8), local_steps: int = 3,
+                         num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
+    """ISRL-DP Local SGD: K single-record steps per silo and round, each clipped and noised; the
+    observer sees the mean of the silos' last local iterates (the canary enters Bin(K, 1/n) times)."""
+    family = LocalSgd(CanaryProbe(dim), num_rounds, local_steps)
+    n_silos, k = len(sizes), local_steps
+    sd = noise_std * math.sqrt(n_silos * k)
+    m = clip_norm / sd
+    probs = stats.binom.pmf(np.arange(k + 1), k, 1 / sizes[0])
+    d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm)
+    return _family_audit(
+        "isrl-local-sgd", "isrl-local-sgd", "ISRL-DP Local SGD (LocalSgd.step: K noisy clipped single-record "
+        "steps per silo, model averaging)",
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": noise_std, "clip_norm": clip_norm},
+        lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, probs, -m, m), "rdp",
+        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture(probs, m, num_rounds),
+        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "local_steps": k,
+         "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
 
-def isrl_silo_audit(noise_std: float = 0.8, clip_norm: float = 1.0, silo_size: int = 8, batch_size: int = 7,
-                    num_rounds: int = 2, num_silos: int = 2, dim: int = 2, sampling_scheme: str = "without-replacement",
-                    accountant: str = "rdp") -> CanaryAudit:
-    """Silo 0's ISRL-DP transcript (Lowy & Razaviyayn 2023, Algorithm 2): per round, K of n records
-    without replacement, per-example clip to C, mean over K, + N(0, sigma^2 I); R rounds.
+def isrl_accelerated_audit(noise_std: float = 0.3, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 4,
+                           dim: int = 2, smoothness: float = 1.0) -> CanaryAudit:
+    """One-pass accelerated MB-SGD (Algorithm 1 / Theorem 3.1): R = 2 disjoint blocks of K = n/2 of
+    the canary silo, so the canary is in exactly one round; AC-SA's w_ag moves by
+    ``-(alpha_t^2 / eta_t) g_t`` in rounds 1 and 2 (mu = 0)."""
+    rounds = 2
+    family = AcceleratedMbSgd(CanaryProbe(dim), rounds, batch_size, sampling="one-pass")
+    if rounds * batch_size != sizes[0]:
+        raise ValueError("the audit needs R K = n on the canary silo (each record in exactly one round)")
+    schedule = AcsaSchedule.single_stage(rounds, smoothness)
+    factors = jnp.asarray([float(e) / float(a) ** 2 for a, e in (acsa_constants(t, smoothness) for t in (1, 2))])
+    n_silos = len(sizes)
+    sd = noise_std * math.sqrt(n_silos)
+    m = clip_norm / batch_size / sd
+    d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
+    return _family_audit(
+        "isrl-accelerated", "isrl-accelerated", "one-pass accelerated ISRL-DP MB-SGD (AcceleratedMbSgd.step: "
+        "next block, clip, mean, per-silo noise, AC-SA)",
+        family, lambda inp: AcceleratedHParams.create(schedule, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": noise_std, "clip_norm": clip_norm},
+        lambda inc: one_per_epoch_llr((-inc[:, 0] * factors * n_silos / sd).reshape(1, rounds), -m, m), "gdp",
+        _mutants({"noise_std": noise_std}, "clip_norm"),
+        lambda: {"epsilon": exact_lib.one_of_two_epsilon(m, DELTA),
+                 "half_noise_epsilon": exact_lib.one_of_two_epsilon(2 * m, DELTA), "shift_in_noise_stds": m},
+        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+         "num_rounds": rounds}, jnp.zeros((dim,), jnp.float32))
 
-    Uses ``NoisyMbSgd``'s sampler and ``dpjax.engine.federated`` (``silo_minibatch_gradients``,
-    ``privatize_messages``); certificate from ``NoisyMbSgd.privacy`` (replace-one in the silo).
-    """
-    algo = NoisyMbSgd(_LinearProbe(), num_rounds=num_rounds, batch_size=batch_size, sampling=sampling_scheme)
-    params0 = jnp.zeros((dim,), jnp.float32)
 
-    def data_for(first_silo):
-        xs = [first_silo] + [np.zeros((silo_size, dim), np.float32)] * (num_silos - 1)
-        silos = SiloData.from_silos(xs, [np.zeros(silo_size, np.float32)] * num_silos)
-        return _inputs(silos, noise_std=noise_std, clip_norm=clip_norm)
+def isrl_unbalanced_audit(noise_stds=(0.35, 0.5), clip_norm: float = 0.5, sizes=(6, 9), batch_sizes=(3, 4),
+                          num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
+    """Algorithm 7 (unbalanced silos, per-silo K_i and sigma_i); the canary is in silo 0, whose
+    guarantee is the largest; the certificate is the largest per-silo epsilon."""
+    family = UnbalancedNoisyMbSgd(CanaryProbe(dim), num_rounds, tuple(batch_sizes))
+    n_silos = len(sizes)
+    sd = math.sqrt(sum(s * s for s in noise_stds))
+    q = batch_sizes[0] / sizes[0]
+    m = clip_norm / batch_sizes[0] / sd
+    d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_sizes[0])
+    return _family_audit(
+        "isrl-unbalanced", "isrl-unbalanced", "ISRL-DP Noisy MB-SGD with unbalanced silos (UnbalancedNoisyMbSgd.step: "
+        "K_i of n_i, clip, mean, N(0, sigma_i^2 I))",
+        family, lambda inp: UnbalancedHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": list(noise_stds), "clip_norm": clip_norm},
+        lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, [1 - q, q], -m, m), "rdp",
+        _mutants({"noise_std": list(noise_stds)}, "clip_norm"), _mixture([1 - q, q], m, num_rounds),
+        {"noise_stds": tuple(noise_stds), "clip_norm": clip_norm, "silo_sizes": sizes, "batch_sizes": tuple(batch_sizes),
+         "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
-    def mech(run_key, inputs):
-        data = inputs["data"]
-        states = federated.init_sampler_states(algo.sampler, data, run_key)
 
-        def one_round(r):
-            key = keys.round_key(run_key, r)
-            grads, _ = federated.silo_minibatch_gradients(
-                algo.problem, algo.sampler, params0, data, states, key, r, clip_norm=inputs["clip_norm"])
-            return federated.privatize_messages(grads, key, inputs["noise_std"], data.num_silos)[0]
+def isrl_shuffled_audit(noise_std: float = 0.4, clip_norm: float = 0.5, sizes=(6, 8), batch_size: int = 2,
+                        num_rounds: int = 2, dim: int = 2) -> CanaryAudit:
+    """Shuffled Noisy MB-SGD (Section 5): every silo reports (M = N) K records drawn with replacement;
+    the server sees the shuffled multiset's mean. Certificate: the family's central guarantee."""
+    n_silos = len(sizes)
+    family = ShuffledNoisyMbSgd(CanaryProbe(dim), num_rounds, n_silos, batch_size)
+    sd = noise_std * math.sqrt(n_silos)
+    m = clip_norm / batch_size / sd
+    probs = stats.binom.pmf(np.arange(batch_size + 1), batch_size, 1 / sizes[0])
+    d, dp = _canary(sizes, dim, _CANARY_SCALE * clip_norm * batch_size)
+    return _family_audit(
+        "isrl-shuffled", "isrl-shuffled", "Shuffled Noisy MB-SGD (ShuffledNoisyMbSgd.step: K with replacement, clip, "
+        "mean, per-silo noise, shuffler, multiset mean)",
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": noise_std, "clip_norm": clip_norm},
+        lambda inc: inclusion_mixture_llr(-inc[:, 0] * n_silos / sd, probs, -m, m), "shuffle-tight",
+        _mutants({"noise_std": noise_std}, "clip_norm"), _mixture(probs, m, num_rounds),
+        {"noise_std": noise_std, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+         "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
-        return jax.vmap(one_round)(jnp.arange(num_rounds))
 
-    d, dp = _canary_pair(silo_size, dim, _CANARY_SCALE * clip_norm * batch_size)
-    q = batch_size / silo_size
-    m = clip_norm / batch_size / noise_std  # one entry of the canary, in noise stds
+# ----------------------------------------------------------------------------- shuffle-model P_vec and SCO
+def _binomial_exact(trials: int, p: float, g: int) -> dict:
+    pm, qm = exact_lib.shifted_binomial_pmfs(trials, p, g)
+    half = exact_lib.shifted_binomial_pmfs(trials // 2, p, g)
+    return {"epsilon": exact_lib.exact_epsilon(pm, qm, DELTA), "half_noise_epsilon": exact_lib.exact_epsilon(*half, DELTA),
+            "note": f"canary coordinate's count: Bin({trials}, p) vs {g} + Bin({trials}, p)"}
 
-    sizes = [silo_size] * num_silos
-    unit = MbSgdHParams.create(1.0, 0.0, clip_norm)
-    at_std = dataclasses.replace(unit, noise_multiplier=noise_std / algo.message_sensitivity(unit, sizes))
-    report = algo.privacy(sizes, at_std).epsilon(DELTA, accountant)
-    return CanaryAudit(
-        name="isrl-silo" if sampling_scheme == "without-replacement" else f"isrl-silo-{sampling_scheme}",
-        description="ISRL-DP per-silo Gaussian messages (engine.federated: sample K of n, clip, mean, noise)",
-        mechanism=mech, dataset=data_for(d), neighbour=data_for(dp),
-        score=lambda out: inclusion_mixture_llr(out[:, 0] / noise_std, [1 - q, q], -m, m),
-        certificate=Certificate(report.epsilon, DELTA, f"dpjax.accounting.compute_epsilon({report.accountant}; "
-                                f"{report.sampling}, NoisyMbSgd.privacy)", report.neighboring),
-        mutants=_standard_mutants(noise_std),
-        details={"noise_std": noise_std, "clip_norm": clip_norm, "silo_size": silo_size, "batch_size": batch_size,
-                 "num_rounds": num_rounds, "num_silos": num_silos, "sampling": sampling_scheme},
-    )
+
+def sdp_accelerated_audit(epsilon: float = 2.0, sizes=(4, 4), bound: float = 1.0) -> CanaryAudit:
+    """SDP one-pass accelerated MB-SGD (Lowy & Razaviyayn Algorithm 6): one round of K = n records per
+    silo, each clipped and run through the P_vec randomizer (d = 1), analyzer over the M K shuffled
+    vectors. Other records sit at -L (deterministic rounding to 0), the canary at -/+ 1000 L (clipped
+    to the range ends: rounding 0 or g), so the count is Bin(M K b, p) or g + Bin(M K b, p)."""
+    k = sizes[0]
+    family = SdpOnePassAccelerated(CanaryProbe(1), 1, k)
+    params = family.pvec_params_for(len(sizes), epsilon, DELTA)
+    g, b, p = params.numbers()
+    schedule = AcsaSchedule.single_stage(1, 1.0)
+    gran, prob = jnp.int32(g), jnp.float32(params.probability)
+
+    def hparams(inp):
+        return SdpHParams(schedule, PvecParams(gran, inp["trials"], prob), inp["clip_norm"])
+
+    d, dp = (_silos(sizes, 1, s * 1000.0 * bound, fill=-bound) for s in (-1.0, 1.0))
+    vectors = family.min_vectors(len(sizes))
+    return _family_audit(
+        "sdp-accelerated", "sdp-accelerated", "SDP one-pass accelerated MB-SGD with P_vec (SdpOnePassAccelerated.step: "
+        "clipped vectors, P_vec randomizer, shuffled analyzer)",
+        family, hparams, sizes, d, dp, {"trials": int(b), "clip_norm": bound},
+        lambda inc: -inc[0, 0], "pvec-lemma", {"no-noise": {"trials": 0}},
+        lambda: _binomial_exact(vectors * b, p, g),
+        {"silo_sizes": sizes, "vectors": vectors, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon},
+        jnp.zeros((1,), jnp.float32))
+
+
+def shuffle_sgd_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> CanaryAudit:
+    """P_SGD (Cheu et al. 2022, Algorithm 3) for one round of all n users with P_vec (d = 1), the
+    P_vec parameters from the family's own calibration: P_1D on the canary's coordinate."""
+    family = ShuffleSgd(CanaryProbe(1), 1, n, aggregator="pvec", projection_radius=None, output="last")
+    base = ScoHParams.single_phase(1, n, 1.0, clip_norm=bound)
+    pv = family.privacy([n], base).calibrate(epsilon, DELTA, "pvec-lemma")["pvec"]
+    g, b, p = (int(np.asarray(pv.granularity)[0]), int(np.asarray(pv.trials)[0]) * family.trial_groups,
+               float(np.asarray(pv.probability)[0]))
+    gran, prob = jnp.asarray(pv.granularity), jnp.asarray(pv.probability)
+
+    def hparams(inp):
+        return ScoHParams(base.start, base.batch, base.stage_round, base.step, base.smoothing,
+                          PvecParams(gran, jnp.reshape(inp["trials"], (1,)), prob), base.noise_std, inp["clip_norm"])
+
+    d, dp = (_silos((n,), 1, s * 1000.0 * bound, fill=-bound) for s in (-1.0, 1.0))
+    return _family_audit(
+        "shuffle-sgd", "shuffle-sgd", "P_SGD with P_vec (ShuffleSgd.step: users' projected gradients, count-level "
+        "P_vec, analyzer / B)",
+        family, hparams, [n], d, dp, {"trials": int(np.asarray(pv.trials)[0]), "clip_norm": bound},
+        lambda inc: -inc[0, 0], "pvec-lemma", {"no-noise": {"trials": 0}}, lambda: _binomial_exact(n * b, p, g),
+        {"n": n, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon}, jnp.zeros((1,), jnp.float32))
+
+
+def shuffle_acsa_audit(noise_std: float = 2.5, n: int = 10, batch: int = 5, bound: float = 0.5,
+                       smoothness: float = 1.0) -> CanaryAudit:
+    """Pan-private AC-SA (Cheu et al. 2022, Appendix C, Algorithm 6): two N(0, zeta^2) draws on each
+    batch sum of the users' projected gradients; the canary user is in round 1's batch. Round 1
+    moves w_ag by ``-(alpha_1^2 / eta_1)`` times the batch mean."""
+    rounds = 2
+    family = ShuffleAcsa(CanaryProbe(1), rounds, batch, aggregator="pan-gaussian", projection_radius=None)
+    base = ScoHParams.single_phase(rounds, batch, smoothness, noise_std=noise_std, clip_norm=bound)
+    alpha, eta = acsa_constants(1, smoothness, family.acsa_schedule)
+    factor = float(eta) / float(alpha) ** 2 * batch
+
+    def hparams(inp):
+        return ScoHParams(base.start, base.batch, base.stage_round, base.step, base.smoothing, base.pvec,
+                          jnp.full((rounds,), inp["noise_std"]), inp["clip_norm"])
+
+    sd = math.sqrt(2) * noise_std
+    m = bound / sd
+    d, dp = _canary((n,), 1, 1000.0 * bound)
+    return _family_audit(
+        "shuffle-acsa", "shuffle-acsa", "pan-private AC-SA (ShuffleAcsa.step: projected user gradients, two Gaussian "
+        "draws per batch)",
+        family, hparams, [n], d, dp, {"noise_std": noise_std, "clip_norm": bound},
+        lambda inc: -inc[0, 0] * factor / sd, "pan-analytic", _mutants({"noise_std": noise_std}, "clip_norm"),
+        lambda: {"epsilon": gdp.gdp_epsilon(2 * m, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(4 * m, DELTA)},
+        {"n": n, "batch": batch, "noise_std": noise_std, "clip_norm": bound}, jnp.zeros((1,), jnp.float32))
 
 
 # ----------------------------------------------------------------------------- central DP-SGD
-def _batches(sampler_name: str, key, size, n: int, batch_size: int, epochs: int, rate: float):
-    """Per-round (idx [R, B], mask [R, B]) for the sampler; R = epochs * (n // batch_size)."""
-    per_epoch = n // batch_size
-    if sampler_name == "shuffle":
-        def epoch(e):
-            perm = sampling.valid_first_permutation(jax.random.fold_in(key, e), size, n)
-            return perm[: per_epoch * batch_size].reshape(per_epoch, batch_size)
-        idx = jax.vmap(epoch)(jnp.arange(epochs)).reshape(-1, batch_size)
-        return idx, jnp.ones(idx.shape, bool)
-    rounds = jnp.arange(epochs * per_epoch)
-    if sampler_name == "subsample":
-        draw = lambda r: sampling.sample_without_replacement(jax.random.fold_in(key, r), size, n, batch_size)  # noqa: E731
-        idx = jax.vmap(draw)(rounds)
-        return idx, jnp.ones(idx.shape, bool)
-    def poisson(r):  # buffer = n: never overflows
-        idx, mask, _ = sampling.poisson_sample(jax.random.fold_in(key, r), size, n, rate, n)
-        return idx, mask
-    return jax.vmap(poisson)(rounds)
+def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(20, 24), batch_size: int = 5,
+                 num_rounds: int = 4, dim: int = 2) -> CanaryAudit:
+    """DP-SGD (Abadi et al., Poisson, add/remove): D' holds the canary as the last record of the
+    smallest silo, D does not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server."""
+    family = DpSgd(CanaryProbe(dim), num_rounds, batch_size, sampling="poisson", optimizer="sgd")
+    std = noise_multiplier * clip_norm
+    n_silos = len(sizes)
+    q = batch_size / sizes[0]
+    m = clip_norm / std
+    value = _CANARY_SCALE * clip_norm
+    d = _silos(sizes, dim, value, rows=(sizes[0] - 1,), drop_last=True)
+    dp = _silos(sizes, dim, value, rows=(sizes[0] - 1,))
+    scale = batch_size * n_silos / std  # w <- w - (S + z) / (K N): the sum in noise stds
+    return _family_audit(
+        "dp-sgd", "dp-sgd", "DP-SGD, Poisson (DpSgd.step: Poisson batches, per-example clip, one Gaussian on the sum)",
+        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_std": std, "clip_norm": clip_norm},
+        lambda inc: inclusion_mixture_llr(-inc[:, 0] * scale, [1 - q, q], 0.0, m), "pld",
+        _mutants({"noise_std": std}, "clip_norm"), _mixture([1 - q, q], m, num_rounds, m_d=0.0),
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
+         "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
 
-def dpsgd_audit(clip_mode: str, sampler_name: str, noise_multiplier: float, n: int,
-                batch_size: int = 5, epochs: int = 1, clip_norm: float = 1.0, dim: int = 2,
-                group_size: int = 1) -> CanaryAudit:
-    """Central DP-SGD release sequence: per round a batch (shuffle / uniform subsample / Poisson),
-    per-record gradients = the records, individual clipping (clip each, sum) or batch clipping
-    (clip the batch mean), + Gaussian noise. van Dijk et al. convention for shuffle/subsample:
-    std = 2 C sigma (replace-one); Poisson (Abadi et al.): std = C sigma, add/remove.
-
-    ``group_size`` g > 1 (subsampling only): D and D' differ in g canary records (a user
-    with g records; van Dijk et al.'s replace-up-to-g relation). Individual clipping then
-    moves a round by up to g C, batch clipping by C: the two modes' certificates differ.
-    """
-    if group_size > 1 and sampler_name != "subsample":
-        raise ValueError(f"group_size={group_size} > 1 is audited with sampler='subsample' only")
-    if clip_mode not in ("individual", "batch") or sampler_name not in ("shuffle", "subsample", "poisson"):
-        raise ValueError(f"clip_mode={clip_mode!r}, sampler={sampler_name!r}: unknown DP-SGD variant")
-    if sampler_name == "poisson" and clip_mode == "batch":
-        raise ValueError("clip_mode='batch' with sampler='poisson': no accountant covers it (random batch size)")
-    poisson = sampler_name == "poisson"
+def dpsgd_general_audit(sampling: str, clip: str, noise_multiplier: float, n: int, batch_size: int = 5,
+                        epochs: int = 1, clip_norm: float = 0.5, dim: int = 2, group_size: int = 1) -> CanaryAudit:
+    """DP-SGD-General (van Dijk et al., Algorithm 1) on one silo: shuffling (one permutation per
+    epoch), uniform subsampling or Poisson; individual clipping (s = 1, m = K) or batch clipping
+    (s = K, m = 1); N(0, (2 C sigma)^2 I) (Poisson: (C sigma)^2, add/remove) on the sum of the clipped
+    terms. ``group_size`` g > 1: D and D' differ in g canary records (replace-up-to-g)."""
+    s, mm = (1, batch_size) if clip == "individual" else (batch_size, 1)
+    poisson = sampling == "poisson"
+    per_epoch = n // batch_size if sampling != "subsample" else 1
+    family = DpSgdGeneral(CanaryProbe(dim), epochs * per_epoch, s, mm, per_epoch, sampling=sampling,
+                          neighboring="add-remove" if poisson else "replace-one")
+    rounds = family.num_rounds
     std = noise_multiplier * clip_norm * (1 if poisson else 2)
-    rate = batch_size / n
-    rounds = epochs * (n // batch_size)
-
-    def mech(key, inputs):
-        x, size = inputs["data"]
-        idx, mask = _batches(sampler_name, keys.stream_key(key, "sampling"), size, n, batch_size, epochs, rate)
-
-        def release(r, i, m):
-            rows = x[i]
-            if clip_mode == "individual":
-                total = clipping.clipped_sum(rows, inputs["clip_norm"], m).total
-            else:
-                mean = jnp.sum(jnp.where(m[:, None], rows, 0.0), axis=0) / batch_size  # public K
-                total = clipping.clip_to_norm(mean, inputs["clip_norm"])
-            noise_key = jax.random.fold_in(keys.stream_key(key, "noise"), r)
-            return noise.add_gaussian_noise(noise_key, total, inputs["noise_std"])
-
-        return jax.vmap(release)(jnp.arange(rounds), idx, mask)
-
+    shift = clip_norm / std  # the canary's clipped term in noise stds
     value = _CANARY_SCALE * clip_norm * batch_size
     if poisson:
-        x = np.zeros((n, dim), np.float32)
-        x[n - 1, 0] = value  # D' = D + canary; D excludes row n-1 through its size
-        dataset, neighbour = (jnp.asarray(x), jnp.int32(n - 1)), (jnp.asarray(x), jnp.int32(n))
-        m_d, m_dp = 0.0, 1.0 / noise_multiplier
-        schedule = GaussianSchedule(noise_std=std, contribution_bound=clip_norm, sampling="poisson", dataset_size=n,
-                                    batch_size=batch_size, steps=rounds, neighboring="add-remove", unit="record")
-        report = compute_epsilon(schedule, DELTA, "pld")
-        cert = Certificate(report.epsilon, DELTA, "dpjax.accounting.compute_epsilon(pld; poisson, add-remove)",
-                           "add-remove")
-        score = lambda out: inclusion_mixture_llr(out[:, 0] / std, [1 - rate, rate], m_d, m_dp)  # noqa: E731
+        d = _silos((n,), dim, value, rows=(n - 1,), drop_last=True)
+        dp = _silos((n,), dim, value, rows=(n - 1,))
+        q = mm / n
+        probs, m_d = [1 - q, q], 0.0
     else:
-        d, dp = _canary_pair(n, dim, value)
-        d[:group_size, 0], dp[:group_size, 0] = -value, value
-        dataset, neighbour = (jnp.asarray(d), jnp.int32(n)), (jnp.asarray(dp), jnp.int32(n))
-        m = 1.0 / (2 * noise_multiplier)
-        s, mm = (1, batch_size) if clip_mode == "individual" else (batch_size, 1)
-        eps = bc_accounting.batch_clipping_epsilon(sampler_name, n, s, mm, group_size, epochs, noise_multiplier, DELTA)
-        cert = Certificate(eps, DELTA, f"dpjax.accounting.batch_clipping.batch_clipping_epsilon({sampler_name}, "
-                           f"s={s}, m={mm}, g={group_size}; exact strong adversary)",
-                           "replace-one" if group_size == 1 else f"replace-up-to-{group_size}")
-        if sampler_name == "shuffle":
-            per_epoch = n // batch_size
-            score = lambda out: one_per_epoch_llr(out[:, 0].reshape(epochs, per_epoch) / std, -m, m)  # noqa: E731
-        else:
-            # canaries in a round: t ~ Hypergeometric(n, g, K); clipped entries L = t (individual), min(t, 1) (batch)
-            hits = [math.comb(group_size, t) * math.comb(n - group_size, batch_size - t) / math.comb(n, batch_size)
-                    for t in range(min(group_size, batch_size) + 1)]
-            probs = hits if clip_mode == "individual" else [hits[0], 1.0 - hits[0]]
-            score = lambda out: inclusion_mixture_llr(out[:, 0] / std, probs, -m, m)  # noqa: E731
+        d, dp = _canary((n,), dim, value, rows=tuple(range(group_size)))
+        m_d = -shift
+        hits = [math.comb(group_size, t) * math.comb(n - group_size, batch_size - t) / math.comb(n, batch_size)
+                for t in range(min(group_size, batch_size) + 1)]
+        probs = hits if clip == "individual" else [hits[0], 1.0 - hits[0]]
+    if sampling == "shuffle":
+        score = lambda inc: one_per_epoch_llr((-inc[:, 0] * mm / std).reshape(epochs, per_epoch), -shift, shift)  # noqa: E731
+        exact = (lambda: {"epsilon": exact_lib.one_of_two_epsilon(shift, DELTA),
+                          "half_noise_epsilon": exact_lib.one_of_two_epsilon(2 * shift, DELTA)}) \
+            if (epochs, per_epoch) == (1, 2) else None
+    else:
+        score = lambda inc: inclusion_mixture_llr(-inc[:, 0] * mm / std, probs, m_d, shift)  # noqa: E731
+        exact = _mixture(probs, shift, rounds, m_d=m_d)
     suffix = "" if group_size == 1 else f"-g{group_size}"
-    return CanaryAudit(
-        name=f"dpsgd-{clip_mode}-{sampler_name}{suffix}",
-        description=f"central DP-SGD, {clip_mode} clipping, {sampler_name} (primitives: sampling, clipping, noise)",
-        mechanism=mech, dataset=_inputs(dataset, noise_std=std, clip_norm=clip_norm),
-        neighbour=_inputs(neighbour, noise_std=std, clip_norm=clip_norm), score=score, certificate=cert,
-        mutants=_standard_mutants(std),
-        details={"noise_multiplier": noise_multiplier, "noise_std": std, "clip_norm": clip_norm, "n": n,
-                 "batch_size": batch_size, "epochs": epochs, "rounds": rounds, "group_size": group_size},
-    )
+    name = "dpsgd-general-poisson" if poisson else f"dpsgd-general-{sampling}-{clip}{suffix}"
+    return _family_audit(
+        name, "dpsgd-general", f"DP-SGD-General, {clip} clipping, {sampling} (DpSgdGeneral.step)",
+        family, lambda inp: DpSgdHParams.create(1.0, inp["clip_norm"], inp["noise_multiplier"]), [n], d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm}, score, "pld" if poisson else "strong-exact",
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm), exact,
+        {"noise_multiplier": noise_multiplier, "noise_std": std, "clip_norm": clip_norm, "n": n,
+         "batch_size": batch_size, "epochs": epochs, "rounds": rounds, "group_size": group_size},
+        jnp.zeros((dim,), jnp.float32), privacy_kw=None if poisson else {"group_size": group_size})
 
 
 # ----------------------------------------------------------------------------- DIFF2
-class _Diff2Canary:
-    """1-D loss ``y (x w + (x w)^2 / 2)``: gradient ``y x (1 + x w)``; the gradient
-    difference between two iterates is ``y x^2 (w - w')``. A record with ``|x|`` large
-    saturates both clips with sign ``y``; records with ``x = 0`` contribute nothing."""
-
-    def loss(self, params, x, y):
-        u = jnp.vdot(params, x)
-        return y * (u + 0.5 * u * u)
-
-
-def diff2_audit(sigma_restart: float = 0.45, sigma_diff: float = 0.45, silo_size: int = 4, num_silos: int = 2,
+def diff2_audit(kind: str = "diff2-gd", sigma_restart: float = 0.45, sigma_diff: float = 0.45, sizes=(4, 6),
                 clip_restart: float = 1.0, clip_diff: float = 1.0, learning_rate: float = 1.0) -> CanaryAudit:
-    """DIFF2-GD (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 is a
-    restart round (noise std sigma1 C1), round 2 a difference round (noise std sigma2 C2 ||x1 - x0||).
-    The released transcript is the two noisy estimators; certificate: ``compose_epsilon`` of
-    ``Diff2GD.privacy`` (RDP, dp-accounting)."""
-    problem = _Diff2Canary()
-    algo = Diff2GD(problem, num_rounds=2, output="last")
+    """DIFF2 (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 restarts (std
+    sigma1 C1), round 2 is a difference round (std sigma2 C2 ||x1 - x0||); the observer sees the two
+    noisy estimators (from the iterates). ``kind="diff2-bvr"``: the same estimator in
+    ``Diff2BvrLSgd.step`` with K = 1 (no local steps; their noise is pinned in tests/privacy)."""
+    if kind == "diff2-gd":
+        family = Diff2GD(DifferenceProbe(), 2, output="last")
+        privacy_kw = None
+    else:
+        family = Diff2BvrLSgd(DifferenceProbe(), 2, local_steps=1, batch_size=2, output="last")
+        privacy_kw = {"local_count": "exact"}
     big = _CANARY_SCALE * max(clip_restart, clip_diff, 1.0)
+    d, dp = (_silos(sizes, 1, big, label=1.0, canary_label=sign) for sign in (-1.0, 1.0))
+    a = 1.0 / (sizes[0] * len(sizes))  # normalised shift of the server mean (Prop. 4.1: 2C/(n P) between D, D')
 
-    def multipliers(s1, s2):  # the paper's sigma (std / radius) -> the family's noise multipliers
-        return algo.noise_multipliers_from_paper([silo_size] * num_silos, sigma_restart=s1, sigma_diff=s2)
-
-    def data_for(sign):
-        xs = [np.zeros((silo_size, 1), np.float32) for _ in range(num_silos)]
-        ys = [np.ones(silo_size, np.float32) for _ in range(num_silos)]
-        xs[0][0, 0], ys[0][0] = big, sign
-        return _inputs(SiloData.from_silos(xs, ys), sigma_restart=sigma_restart, sigma_diff=sigma_diff)
-
-    def mech(run_key, inputs):
-        data = inputs["data"]
-        hp = Diff2HParams.create(learning_rate, restart_interval=2, clip_restart=clip_restart, clip_diff=clip_diff,
-                                 **multipliers(inputs["sigma_restart"], inputs["sigma_diff"]))
-        state = algo.init(jnp.zeros((1,), jnp.float32), hp, data, run_key)
-        state1, _ = algo.step(state, data, keys.round_key(run_key, 0))
-        state2, _ = algo.step(state1, data, keys.round_key(run_key, 1))
-        return jnp.stack([state1.server.estimate[0], state2.server.estimate[0], state2.client.prev_params[0]])
-
-    a = 1.0 / (silo_size * num_silos)  # normalised shift of the server mean (Prop. 4.1: 2C/(nP) between D, D')
-
-    def score(out):
-        v1, v2, x1 = out[0], out[1], out[2]
+    def score(inc):
+        v1, v2, x1 = -inc[0, 0] / learning_rate, -inc[1, 0] / learning_rate, inc[0, 0]
         z1 = v1 / (sigma_restart * clip_restart)
-        radius = clip_diff * jnp.abs(x1)  # x0 = 0
-        z2 = (v2 - v1) / (sigma_diff * radius) * jnp.sign(x1)
+        z2 = (v2 - v1) / (sigma_diff * clip_diff * jnp.abs(x1)) * jnp.sign(x1)  # x0 = 0
         return 2 * a * (z1 / sigma_restart + z2 / sigma_diff)  # Gaussian LLR up to a constant
 
-    hp0 = Diff2HParams.create(learning_rate, restart_interval=2, **multipliers(sigma_restart, sigma_diff))
-    schedules = algo.privacy([silo_size] * num_silos, hp0).schedules
-    eps = compose_epsilon(schedules, DELTA)
-    eps = eps.epsilon if hasattr(eps, "epsilon") else float(eps)
     mu = 2 * a * math.hypot(1 / sigma_restart, 1 / sigma_diff)
-    return CanaryAudit(
-        name="diff2",
-        description="DIFF2-GD restart + difference channel (algorithms.diff2: clipped means, sigma x radius noise)",
-        mechanism=mech, dataset=data_for(-1.0), neighbour=data_for(1.0), score=score,
-        certificate=Certificate(eps, DELTA, "dpjax.accounting.diff2.compose_epsilon (RDP, dp-accounting) of "
-                                "Diff2GD.privacy", "replace-one"),
-        mutants={"half-noise": {"sigma_restart": sigma_restart / 2, "sigma_diff": sigma_diff / 2}},
-        exact=lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA),
-                       "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
-        details={"sigma_restart": sigma_restart, "sigma_diff": sigma_diff, "silo_size": silo_size,
-                 "num_silos": num_silos, "rounds": 2, "restart_interval": 2},
-    )
+    return _family_audit(
+        kind, kind, f"DIFF2 restart + difference channel ({type(family).__name__}.step: clipped means, sigma x radius "
+        "noise)",
+        family, lambda inp: Diff2HParams.create(learning_rate, 2, clip_restart, clip_diff, inp["sigma_restart"],
+                                                inp["sigma_diff"]),
+        sizes, d, dp, {"sigma_restart": sigma_restart, "sigma_diff": sigma_diff}, score, "rdp",
+        {"half-noise": {"sigma_restart": sigma_restart / 2, "sigma_diff": sigma_diff / 2}},
+        lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
+        {"sigma_restart": sigma_restart, "sigma_diff": sigma_diff, "silo_sizes": sizes, "rounds": 2,
+         "restart_interval": 2}, jnp.zeros((1,), jnp.float32), privacy_kw=privacy_kw)
 
 
-# ----------------------------------------------------------------------------- P_1D / P_vec
-def _unclipped_rounding(key, x, params, bound):
-    """Mutant of ``randomized_rounding`` with the clip of w g / Delta to [0, g] removed."""
-    g = jnp.asarray(params.granularity, jnp.float32)
-    scaled = (x + bound) * (g / (2.0 * bound))
-    low = jnp.floor(scaled)
-    return low.astype(jnp.int32) + (jax.random.uniform(key, x.shape) < (scaled - low)).astype(jnp.int32)
-
-
-def _pvec_mechanism(params, bound: float, clip: bool = True) -> Callable:
-    def mech(key, vectors):
-        if clip:
-            return sp.pvec_sum(key, vectors, params, bound)
-        k_round, k_noise = jax.random.split(key)
-        xhat = _unclipped_rounding(k_round, vectors, params, bound)
-        g = jnp.asarray(params.granularity, jnp.float32)
-        rounded = jnp.sum(xhat, axis=0).astype(jnp.float32) - vectors.shape[0] * g / 2
-        noise_ = sp.centred_binomial(k_noise, vectors.shape[0], params, vectors.shape[1])
-        return sp.pvec_analyze(rounded + noise_, params, bound)
-    return mech
-
-
-def _pvec_canary(n: int, dim: int, bound: float, scale: float = 1000.0):
-    """User 0 at -/+ ``scale`` L e_1 (clipped to the range ends), users 1.. at -L e_1: every
-    rounding is deterministic (coordinate 1 at the range end, others at g/2 for even g).
-    The protocols' binomial noise is ~50x a Gaussian's (Cheu et al. constants), so the
-    no-clip canary sits further out than for the Gaussian mechanisms."""
-    d = np.zeros((n, dim), np.float32)
-    d[:, 0] = -bound
-    dp = d.copy()
-    d[0, 0], dp[0, 0] = -scale * bound, scale * bound
-    return jnp.asarray(d), jnp.asarray(dp)
-
-
-def _binomial_exact(n: int, b: int, p: float, g: int, cert_eps: float) -> dict:
-    pm, qm = exact_lib.shifted_binomial_pmfs(n * b, p, g)
-    half_b = exact_lib.shifted_binomial_pmfs(n * (b // 2), p, g)
-    return {
-        "epsilon": exact_lib.exact_epsilon(pm, qm, DELTA),
-        "delta_at_certified_epsilon": exact_lib.hockey_stick(pm, qm, cert_eps),
-        "half_noise_epsilon": exact_lib.exact_epsilon(*half_b, DELTA),
-        "note": "coordinate-1 count: Bin(n b, p) vs g + Bin(n b, p); half noise = b/2 trials",
-    }
-
-
-def p1d_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> CanaryAudit:
-    """P_1D (Cheu et al. 2022, Algorithm 1) with ``p1d_params(epsilon, delta, n)``; certificate:
-    Lemma 3.1 (``pvec_epsilon(..., d=1)``'s per-coordinate eps_hat at delta_hat = delta)."""
-    cal = pvec_accounting.p1d_params(epsilon, DELTA, n)
-    params = sp.PvecParams.create(cal.g, cal.b, cal.p)
-    g, b, p = params.numbers()
-    # pvec_epsilon splits delta as delta/(d+1) = delta/2 per coordinate: pass 2 delta to read Lemma 3.1 at delta.
-    cert_eps = pvec_accounting.pvec_epsilon(g, b, p, n, 1, 2 * DELTA).eps_hat
-    d, dp = _pvec_canary(n, 1, bound)
-    return CanaryAudit(
-        name="p1d",
-        description="Cheu et al. P_1D shuffle protocol (primitives.shuffle_protocols.pvec_sum, d = 1)",
-        mechanism=_pvec_mechanism(params, bound), dataset=d, neighbour=dp, score=lambda out: out[0],
-        certificate=Certificate(cert_eps, DELTA, "Cheu et al. Lemma 3.1 (dpjax.accounting.pvec, eps_hat)",
-                                "replace-one"),
-        mutants={"no-clip": _pvec_mechanism(params, bound, clip=False)},
-        exact=lambda: _binomial_exact(n, b, p, g, cert_eps),
-        details={"n": n, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon},
-    )
-
-
-def pvec_audit(epsilon: float = 2.0, n: int = 100, dim: int = 4, bound: float = 1.0) -> CanaryAudit:
-    """P_vec (Cheu et al. 2022, Algorithm 2) with ``pvec_params(epsilon, delta, n, d, "lemma_opt")``;
-    certificate: ``pvec_epsilon`` (Thm 3.2: Lemma 3.1 per coordinate, Lemma 3.3 corrected)."""
-    cal = pvec_accounting.pvec_params(epsilon, DELTA, n, dim, "lemma_opt")
-    params = sp.PvecParams.create(cal.g, cal.b, cal.p)
-    g, b, p = params.numbers()
-    cert = pvec_accounting.pvec_epsilon(g, b, p, n, dim, DELTA)
-    d, dp = _pvec_canary(n, dim, bound)
-    return CanaryAudit(
-        name="pvec",
-        description=f"Cheu et al. P_vec shuffle protocol, d = {dim} (primitives.shuffle_protocols.pvec_sum)",
-        mechanism=_pvec_mechanism(params, bound), dataset=d, neighbour=dp, score=lambda out: out[0],
-        certificate=Certificate(cert.epsilon, cert.delta, "dpjax.accounting.pvec.pvec_epsilon (Thm 3.2, lemma)",
-                                "replace-one"),
-        mutants={"no-clip": _pvec_mechanism(params, bound, clip=False)},
-        exact=lambda: _binomial_exact(n, b, p, g, cert.epsilon),
-        details={"n": n, "d": dim, "g": g, "b": b, "p": p, "calibrated_epsilon": epsilon},
-    )
+def dp_gd_audit(sigma: float = 0.5, sizes=(4, 6), clip_norm: float = 0.5, learning_rate: float = 1.0) -> CanaryAudit:
+    """DP-GD (DIFF2-GD with every round a restart round), one round: the Gaussian mechanism on the
+    server mean of the silos' clipped full-batch means, std sigma C."""
+    family = Diff2GD(DifferenceProbe(), 1, restart_every_round=True, output="last")
+    d, dp = (_silos(sizes, 1, _CANARY_SCALE * clip_norm, label=1.0, canary_label=sign) for sign in (-1.0, 1.0))
+    a = 1.0 / (sizes[0] * len(sizes))
+    mu = 2 * a / sigma
+    return _family_audit(
+        "dp-gd", "dp-gd", "DP-GD (Diff2GD.step, restart every round: clipped full-batch means, one Gaussian)",
+        family, lambda inp: Diff2HParams.create(learning_rate, 1, inp["clip_norm"], 1.0, inp["sigma_restart"], 0.0),
+        sizes, d, dp, {"sigma_restart": sigma, "clip_norm": clip_norm},
+        lambda inc: -inc[0, 0] / (learning_rate * sigma * clip_norm), "rdp",
+        _mutants({"sigma_restart": sigma}, "clip_norm", multiplier_of=clip_norm),
+        lambda: {"mu": mu, "epsilon": gdp.gdp_epsilon(mu, DELTA), "half_noise_epsilon": gdp.gdp_epsilon(2 * mu, DELTA)},
+        {"sigma_restart": sigma, "clip_norm": clip_norm, "silo_sizes": sizes}, jnp.zeros((1,), jnp.float32))
 
 
 # ----------------------------------------------------------------------------- user-level output perturbation
@@ -485,31 +543,56 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
     )
 
 
-# DP-SGD configurations (certified eps 1-3 at DELTA): shuffle, 2 rounds of 5 of 10 records;
-# subsample, 2 epochs of one round of 5 of 6 records; Poisson, 4 rounds at q = 1/4.
-# Groups of g = 2 records (a user), subsampling as above at sigma = 2: individual clipping
-# certifies 4.49, batch clipping 2.05.
+# DP-SGD-General configurations (certified eps 1-5 at DELTA): shuffling, one epoch of 2 rounds of
+# 5 of 10 records; subsampling, 2 rounds of 5 of 6 records; Poisson, 4 rounds at q = 1/4; groups of
+# g = 2 records (a user), subsampling as above at sigma = 2 (individual clipping certifies more).
 _DPSGD = {"shuffle": dict(noise_multiplier=1.2, n=10, epochs=1),
           "subsample": dict(noise_multiplier=1.5, n=6, epochs=2),
           "poisson": dict(noise_multiplier=1.5, n=20, epochs=1),
           "subsample-g2": dict(noise_multiplier=2.0, n=6, epochs=2, group_size=2)}
 
 AUDITS: dict[str, Callable[[], CanaryAudit]] = {
-    "gaussian": gaussian_audit,
-    "isrl-silo": isrl_silo_audit,
-    "isrl-silo-poisson": lambda: isrl_silo_audit(noise_std=0.6, batch_size=4, sampling_scheme="poisson",
-                                                 accountant="pld"),
-    "dpsgd-individual-shuffle": lambda: dpsgd_audit("individual", "shuffle", **_DPSGD["shuffle"]),
-    "dpsgd-batch-shuffle": lambda: dpsgd_audit("batch", "shuffle", **_DPSGD["shuffle"]),
-    "dpsgd-individual-subsample": lambda: dpsgd_audit("individual", "subsample", **_DPSGD["subsample"]),
-    "dpsgd-batch-subsample": lambda: dpsgd_audit("batch", "subsample", **_DPSGD["subsample"]),
-    "dpsgd-individual-poisson": lambda: dpsgd_audit("individual", "poisson", **_DPSGD["poisson"]),
-    "dpsgd-individual-subsample-g2": lambda: dpsgd_audit("individual", "subsample", **_DPSGD["subsample-g2"]),
-    "dpsgd-batch-subsample-g2": lambda: dpsgd_audit("batch", "subsample", **_DPSGD["subsample-g2"]),
-    "diff2": diff2_audit,
-    "p1d": p1d_audit,
-    "pvec": pvec_audit,
+    "isrl-mbsgd": isrl_mbsgd_audit,
+    "isrl-mbsgd-poisson": lambda: isrl_mbsgd_audit(noise_std=0.3, batch_size=4, sampling_scheme="poisson",
+                                                   gradient_path="gather", accountant="pld"),
+    "isrl-local-sgd": isrl_local_sgd_audit,
+    "isrl-accelerated": isrl_accelerated_audit,
+    "isrl-unbalanced": isrl_unbalanced_audit,
+    "isrl-shuffled": isrl_shuffled_audit,
+    "sdp-accelerated": sdp_accelerated_audit,
+    "shuffle-sgd": shuffle_sgd_audit,
+    "shuffle-acsa": shuffle_acsa_audit,
+    "dp-sgd": dp_sgd_audit,
+    "dpsgd-general-shuffle-individual": lambda: dpsgd_general_audit("shuffle", "individual", **_DPSGD["shuffle"]),
+    "dpsgd-general-shuffle-batch": lambda: dpsgd_general_audit("shuffle", "batch", **_DPSGD["shuffle"]),
+    "dpsgd-general-subsample-individual": lambda: dpsgd_general_audit("subsample", "individual", **_DPSGD["subsample"]),
+    "dpsgd-general-subsample-batch": lambda: dpsgd_general_audit("subsample", "batch", **_DPSGD["subsample"]),
+    "dpsgd-general-poisson": lambda: dpsgd_general_audit("poisson", "individual", **_DPSGD["poisson"]),
+    "dpsgd-general-subsample-individual-g2": lambda: dpsgd_general_audit("subsample", "individual",
+                                                                         **_DPSGD["subsample-g2"]),
+    "dpsgd-general-subsample-batch-g2": lambda: dpsgd_general_audit("subsample", "batch", **_DPSGD["subsample-g2"]),
+    "diff2-gd": diff2_audit,
+    "dp-gd": dp_gd_audit,
+    "diff2-bvr": lambda: diff2_audit("diff2-bvr"),
     "user-level": user_level_audit,
+}
+
+#: Every registered private family and the audits that run its step (``user-level`` runs the
+#: user-level mechanisms of ``dpjax.user_level``, which are not registry families).
+FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
+    "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"),
+    "isrl-local-sgd": ("isrl-local-sgd",),
+    "isrl-accelerated": ("isrl-accelerated",),
+    "isrl-unbalanced": ("isrl-unbalanced",),
+    "isrl-shuffled": ("isrl-shuffled",),
+    "sdp-accelerated": ("sdp-accelerated",),
+    "shuffle-sgd": ("shuffle-sgd",),
+    "shuffle-acsa": ("shuffle-acsa",),
+    "dp-sgd": ("dp-sgd",),
+    "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")),
+    "diff2-gd": ("diff2-gd",),
+    "dp-gd": ("dp-gd",),
+    "diff2-bvr": ("diff2-bvr",),
 }
 
 
@@ -522,4 +605,3 @@ def build_audit(name: str) -> CanaryAudit:
     if name not in AUDITS:
         raise ValueError(f"mechanism={name!r} must be one of {audit_names()}")
     return AUDITS[name]()
-

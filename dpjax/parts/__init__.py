@@ -6,6 +6,8 @@
 * ``privatizers``: noise (Gaussian on each silo or on the aggregate, ...);
 * ``aggregators``: mean / sum / shuffled;
 * ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
+* ``users``, ``pvec``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
+  per-user gradients, Gaussian sums, P_vec randomizers and analyzer, phased SGD server).
 """
 
 from dpjax.parts.acsa import AcsaServer

@@ -52,8 +52,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.accounting import pvec as pvec_acc
+from dpjax.accounting import sco_transcript
 from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
+from dpjax.parts import pvec as pvec_parts
 from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
 from dpjax.engine.silos import SiloData
@@ -93,8 +95,8 @@ def _write_csv(path, rows):
 
 def _pvec_draws(key, x, params, bound, reps):
     # x and the parameters are arguments, not closure constants (XLA would constant-fold the draws)
-    f = jax.jit(jax.vmap(lambda k, xs, pv: S.pvec_chunked_sum(k, xs, jnp.ones(xs.shape[0], bool), pv, bound, 2**14),
-                         in_axes=(0, None, None)))
+    f = jax.jit(jax.vmap(lambda k, xs, pv: pvec_parts.pvec_chunked_sum(k, xs, jnp.ones(xs.shape[0], bool), pv, bound,
+                                                                       2**14), in_axes=(0, None, None)))
     return np.asarray(f(jax.random.split(key, reps), jnp.asarray(x, jnp.float32), params), np.float64)
 
 
@@ -145,7 +147,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
     x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
     xj, mj = jnp.asarray(x, jnp.float32), jnp.ones(n, bool)
     key, k1, k2 = jax.random.split(key, 3)
-    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: S.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
+    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: pvec_parts.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
                                        in_axes=(0, None, None)))(jax.random.split(k1, reps), xj, mj), np.float64)[:, 0]
     counts = _pvec_draws(k2, x, params, 1.0, reps)[:, 0]
     to_count = lambda o: np.rint((o + n) * g / 2 + p * b * n).astype(int)  # noqa: E731  (analyzer inverted)
@@ -452,16 +454,20 @@ def build(protocol: str, n: int, d: int, aggregator: str = "matched-gaussian", e
     raise ValueError(f"protocol={protocol!r} must be one of {tuple(TABLE1)}")
 
 
-def _variants(protocol, fam, hp, eps=EPS_RATES):
+def _variants(protocol, fam, hp, n, eps=EPS_RATES):
     """Hyperparameters run by the protocol's ONE compiled program: the protocol itself, its non-private
     twin (noise 0: bit-identical to exact sums) and, for the instance's reference schedule, the central-
-    and local-DP Gaussian baselines (calibrated to (EPS_RATES, DELTA_RATES) with GDP; every Gaussian
-    aggregator adds noise_std N(0, I) to the round's sum, so only the std differs)."""
-    out = {protocol: hp, "twin": dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))}
+    and local-DP Gaussian baselines on ``n`` users (calibrated to (EPS_RATES, DELTA_RATES) with GDP; every
+    Gaussian aggregator adds one N(0, std^2 I) to the round's sum, so only the std differs: each baseline's
+    std on the sum, ``noise_std_of``, is run as ``fam``'s multiplier, ``noise_multiplier_for``)."""
+    out = {protocol: hp, "twin": dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))}
     if BASELINE_OF.get(TABLE1[protocol][0]) == protocol:
         for agg in ("central-gaussian", "local-gaussian"):
-            cal = dataclasses.replace(fam, aggregator=agg).calibrate(hp, eps, DELTA_RATES, "gdp")
-            out[f"{agg.split('-')[0]}_dp[{protocol}]"] = dataclasses.replace(hp, **cal)
+            base = dataclasses.replace(fam, aggregator=agg)
+            cal = base.privacy([n], hp).calibrate(eps, DELTA_RATES, "gdp")
+            std = base.noise_std_of(dataclasses.replace(hp, noise_multiplier=np.asarray(cal["noise_multiplier"])))
+            z = jnp.asarray(fam.noise_multiplier_for(std, hp))
+            out[f"{agg.split('-')[0]}_dp[{protocol}]"] = dataclasses.replace(hp, noise_multiplier=z)
     return out
 
 
@@ -523,7 +529,7 @@ def measure_pgd_axis(plan, inst: Instance, n, d, seeds, seed) -> dict:
     single phase, its matched std and a noiseless twin)."""
     (ph,) = plan.phases
     counts = axis_counts(np.random.default_rng(seed * 7919 + n + 31 * d), n, d)
-    std = float(S._matched_std(plan)[0])
+    std = sco_transcript.matched_noise_std(plan)[0]
     keys_ = jax.random.split(jax.random.key(seed + n + d), 2 * seeds)
     out = pgd_axis_run(counts, inst.theta_star(d), float(n), ph.step, ph.smoothing, 1.0,
                        np.array([std] * seeds + [0.0] * seeds), keys_, rounds=ph.rounds)
@@ -538,7 +544,7 @@ def _measure_point(protocol, inst, n, d, seeds, seed, eps, schedule, variants=Tr
         res = measure_pgd_axis(plan, inst, n, d, seeds, seed)
         return plan, res if variants else {protocol: res[protocol]}, "pvec-lemma:optimal (matched-gaussian surrogate)"
     fam, hp, plan = build(protocol, n, d, eps=eps, schedule=schedule)
-    res = measure(fam, _variants(protocol, fam, hp, eps) if variants else {protocol: hp}, inst, n, d, seeds, seed)
+    res = measure(fam, _variants(protocol, fam, hp, n, eps) if variants else {protocol: hp}, inst, n, d, seeds, seed)
     acc = ("pvec-lemma:optimal (matched-gaussian surrogate)" if fam.aggregator == "matched-gaussian"
            else fam.privacy([n], hp).epsilon(DELTA_RATES).accountant)
     return plan, res, acc

@@ -31,7 +31,7 @@ def main(out: pathlib.Path):
     for n in N_GRID:
         for d in D_GRID:
             fam, hp, plan = R.build(PROTOCOL, n, d, eps=EPS, schedule=SCHEDULE)
-            twin = dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))
+            twin = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
             res = R.measure(fam, {PROTOCOL: hp, "twin": twin}, inst, n, d, SEEDS, 0)
             trivial = float(inst.excess(np.zeros((1, d)), d, np.random.default_rng(12345 + d))[0])
             rows.append(dict(n=n, d=d, seeds=SEEDS, mean=float(res[PROTOCOL].mean()),

@@ -9,27 +9,30 @@ from dpjax.cli import main
 
 def test_audit_writes_markdown_and_json(tmp_path, capsys):
     out = tmp_path / "report"
-    code = main(["audit", "gaussian", "--runs", "400", "--out", str(out)])
+    code = main(["audit", "dp-gd", "--runs", "400", "--out", str(out)])
     assert code in (0, 1)  # 400 runs may not catch the half-noise mutant; the report says which
     data = json.loads((out / "audit.json").read_text())
     (audit,) = data["audits"]
-    assert audit["name"] == "gaussian" and audit["runs_per_dataset"] == 400
+    assert audit["name"] == "dp-gd" and audit["runs_per_dataset"] == 400
     assert audit["lower_bound"]["epsilon"] < audit["certificate"]["epsilon"]
-    assert {m["name"] for m in audit["mutants"]} == {"half-noise", "no-clip"}
+    assert audit["details"]["family"] == "dp-gd" and audit["exact"]["epsilon"] > 0
+    assert {m["name"] for m in audit["mutants"]} == {"half-noise", "noise-not-scaled-by-clip"}
     assert data["meta"]["passed"] == (code == 0)
+    assert audit["passed"] == (audit["below_certificate"] and audit["below_exact"]
+                               and all(m["caught"] for m in audit["mutants"]))
     md = (out / "audit.md").read_text()
-    assert "| gaussian |" in md and "gdp_epsilon" in md
+    assert "| dp-gd |" in md and "Diff2GD.privacy" in md
     # a second run into the same directory is refused before any compute
-    assert main(["audit", "gaussian", "--runs", "400", "--out", str(out)]) == 2
+    assert main(["audit", "dp-gd", "--runs", "400", "--out", str(out)]) == 2
     assert "--overwrite" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,needle", [
     (["audit"], "mechanisms=[]"),
     (["audit", "nope"], "mechanism='nope'"),
-    (["audit", "gaussian", "--all"], "not both"),
-    (["audit", "gaussian", "--runs", "1"], "runs=1"),
-    (["audit", "gaussian", "--confidence", "1.5"], "confidence=1.5"),
+    (["audit", "dp-gd", "--all"], "not both"),
+    (["audit", "dp-gd", "--runs", "1"], "runs=1"),
+    (["audit", "dp-gd", "--confidence", "1.5"], "confidence=1.5"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2
@@ -40,7 +43,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
 def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     f = tmp_path / "file"
     f.write_text("x")
-    assert main(["audit", "gaussian", "--out", str(f)]) == 2
+    assert main(["audit", "dp-gd", "--out", str(f)]) == 2
     assert "is a file" in capsys.readouterr().err
 
 

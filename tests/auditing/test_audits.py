@@ -1,51 +1,79 @@
-"""Every catalogued mechanism's audit passes and its mutants are caught (fixed seed).
+"""Every catalogued audit runs a registered family's own step, passes, and catches its mutants
+(fixed seed).
 
 Tolerances come from the math, not tuning:
-* ``lower bound < certified eps`` fails with probability <= 5 % if the certificate is valid
-  (Clopper-Pearson at 95 %, threshold picked on independent runs);
-* mutants (power, not validity): at the run counts below, each half-noise mutant's lower bound
-  exceeded the certified eps at every one of seeds 0-3; smallest margins 0.11 (ISRL-DP, RDP
-  without-replacement certificate) and 0.23 (shuffling, strong-adversary certificate), >= 0.43
-  elsewhere (experiments/audit/margins.txt). A missing clip moves the canary by 100x the
-  sensitivity (bound ~ log(runs)).
+* ``lower bound < certified eps`` and ``<= exact eps of the canary pair`` each fail with
+  probability <= 5 % if the certificate (the exact value) is right (Clopper-Pearson at 95 %,
+  threshold picked on independent runs);
+* mutants (power, not validity): at 2 x 10^4 runs per dataset every half-noise mutant's lower bound
+  exceeded the smaller of the certified and the exact eps at seeds 0-3 (smallest margins in
+  experiments/audit/margins.txt). A missing clip moves the canary by 100x the sensitivity and a
+  P_vec without noise is deterministic (bound ~ log(runs)).
 """
+
+import dataclasses
 
 import pytest
 
 from dpjax.auditing import audit as audit_lib
 from dpjax.auditing.cli import _NAMES
-from dpjax.auditing.mechanisms import audit_names, build_audit
+from dpjax.auditing.mechanisms import FAMILY_AUDITS, audit_names, build_audit
+from dpjax.sweep.registry import ALGORITHMS, _load_families
 
-# Runs per dataset. ISRL-DP (RDP without-replacement certificate) and shuffling (strong-adversary
-# certificate) leave the smallest gap between the certificate and what a half-noise mutant shows
-# an observer of the releases: 10^5 runs. Gaussian, subsampling, Poisson and DIFF2 mutants clear
-# it by >= 0.43 already at 4 x 10^4. P_1D/P_vec draw binomials on the host (~50 us a run) and
-# their only mutant (no clip, canary 1000 L) is caught by a wide margin.
-RUNS = {"isrl-silo": 100_000, "dpsgd-individual-shuffle": 100_000, "dpsgd-batch-shuffle": 100_000,
-        "p1d": 4000, "pvec": 4000}
-
+RUNS = 20_000  # runs per dataset (see the module docstring)
 
 # With one canary record batch and individual clipping release the same law (same numbers in
 # experiments/audit); batch clipping's code path stays in the default suite through the g = 2 audit.
-_SLOW = ("dpsgd-batch-shuffle", "dpsgd-batch-subsample")
+_SLOW = ("dpsgd-general-shuffle-batch", "dpsgd-general-subsample-batch")
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in audit_names()])
 def test_audit_passes_and_mutants_are_caught(name):
     audit = build_audit(name)
-    result = audit_lib.run_audit(audit, runs=RUNS.get(name, 40_000), seed=0)
+    result = audit_lib.run_audit(audit, runs=RUNS, seed=0)
     assert result.bound.epsilon < result.certificate.epsilon
     assert result.mutants, "every audit needs at least one mutant"
     for m in result.mutants:
-        assert m.caught, (m.name, m.bound.epsilon, result.certificate.epsilon)
-    if result.exact and "epsilon" in result.exact:  # the bound is below the exact eps too (95 %)
-        assert result.bound.epsilon <= result.exact["epsilon"]
+        assert m.caught, (m.name, m.bound.epsilon, result.certificate.epsilon, result.exact_epsilon)
+    assert result.exact_epsilon is not None, "every audit compares with the exact epsilon of its canary pair"
+    assert result.bound.epsilon <= result.exact_epsilon  # (95 %)
+    assert result.exact_epsilon <= result.certificate.epsilon * (1 + 2e-3), "exact above the certificate"
     assert result.passed
-    if name == "dpsgd-individual-subsample-g2":
+    if name == "dpsgd-general-subsample-individual-g2":
         # van Dijk et al.: for a user of g = 2 records batch clipping is more private than
         # individual clipping. The audit sees it: individual clipping's lower bound (95 %)
         # exceeds the certificate of batch clipping in the same configuration.
-        assert result.bound.epsilon > build_audit("dpsgd-batch-subsample-g2").certificate.epsilon
+        assert result.bound.epsilon > build_audit("dpsgd-general-subsample-batch-g2").certificate.epsilon
+
+
+def test_every_audit_runs_a_registered_family_and_every_private_family_has_one():
+    """A family audit's mechanism is the registered family object (same class and fixed fields),
+    run through ``execute.run_family``; ``FAMILY_AUDITS`` covers every private registry entry."""
+    _load_families()
+    private = {name for name, entry in ALGORITHMS.items() if entry.private}
+    assert set(FAMILY_AUDITS) == private
+    named = {a for audits in FAMILY_AUDITS.values() for a in audits}
+    assert named | {"user-level"} == set(audit_names())
+    for family_name, audits in FAMILY_AUDITS.items():
+        entry = ALGORITHMS[family_name]
+        for name in audits:
+            mech = build_audit(name).mechanism
+            assert isinstance(mech, audit_lib.FamilyRun) and mech.registered == family_name
+            assert type(mech.family) is entry.cls
+            for field, value in entry.fixed_values.items():
+                assert getattr(mech.family, field) == value, (name, field)
+            assert getattr(mech.family, "private", True) is True
+
+
+def test_a_mechanism_leaking_more_than_the_pair_but_less_than_certified_fails():
+    """The exact comparison: 0.8 x the noise stays inside ISRL-DP's (loose) RDP certificate but
+    leaks more than the canary pair's exact epsilon; the audit must fail on it."""
+    audit = build_audit("isrl-mbsgd")
+    weaker = dataclasses.replace(audit, dataset={**audit.dataset, "noise_std": audit.dataset["noise_std"] * 0.6},
+                                 neighbour={**audit.neighbour, "noise_std": audit.neighbour["noise_std"] * 0.6},
+                                 mutants={})
+    result = audit_lib.run_audit(weaker, runs=RUNS, seed=0)
+    assert result.below_certificate and not result.below_exact and not result.passed
 
 
 def test_cli_names_match_the_catalogue():
@@ -53,16 +81,16 @@ def test_cli_names_match_the_catalogue():
 
 
 def test_same_seed_same_bound():
-    audit = build_audit("gaussian")
+    audit = build_audit("dp-gd")
     a = audit_lib.run_audit(audit, runs=2000, seed=3)
     b = audit_lib.run_audit(audit, runs=2000, seed=3)
     assert a.bound == b.bound and [m.bound for m in a.mutants] == [m.bound for m in b.mutants]
 
 
 def test_override_mutant_needs_dict_datasets():
-    audit = build_audit("gaussian")
-    bad = audit_lib.CanaryAudit(name="x", description="", mechanism=audit.mechanism, dataset=audit.dataset["data"],
-                                neighbour=audit.neighbour["data"], score=audit.score, certificate=audit.certificate,
+    audit = build_audit("user-level")
+    bad = audit_lib.CanaryAudit(name="x", description="", mechanism=audit.mechanism, dataset=audit.dataset["centres"],
+                                neighbour=audit.neighbour["centres"], score=audit.score, certificate=audit.certificate,
                                 mutants={"half-noise": {"noise_std": 1.0}})
     with pytest.raises(ValueError, match="dict datasets"):
         audit_lib.run_audit(bad, runs=10)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpjax.auditing import exact
-from dpjax.auditing.mechanisms import DELTA, build_audit
+from dpjax.auditing.mechanisms import build_audit
 
 
 def test_randomized_response_closed_form():
@@ -33,11 +33,41 @@ def test_shifted_binomial_pmfs_sum_to_one_and_shift():
     assert big_p.sum() == pytest.approx(1.0, abs=1e-12) and big_q.sum() == pytest.approx(1.0, abs=1e-12)
 
 
-def test_p1d_certificate_holds_exactly():
-    """P_1D on the worst-case pair: the exact delta at the certified eps is <= delta and the
-    exact eps at delta is below the certified one (Lemma 3.1 is valid, and loose)."""
-    audit = build_audit("p1d")
+def test_shuffle_sgd_certificate_holds_exactly():
+    """P_SGD with P_vec on one round (P_1D on the canary's coordinate): the exact eps of the
+    worst-case pair is below the certified one (Lemma 3.1 is valid, and loose)."""
+    audit = build_audit("shuffle-sgd")
     ex = audit.exact()
-    assert ex["delta_at_certified_epsilon"] <= DELTA
     assert 0 < ex["epsilon"] < audit.certificate.epsilon
     assert ex["epsilon"] < ex["half_noise_epsilon"]
+
+
+def test_mixture_pair_epsilon_matches_closed_forms_and_the_pld_accountant():
+    """Single components are Gaussian pairs (exact GDP, composed over rounds); the Poisson
+    replace-one pair (1-q)N(0) + qN(-+m) is what dp_accounting's PLD analyses (an upper bound with
+    pessimistic discretisation), so the two agree to the discretisations."""
+    from dpjax.accounting import compute_epsilon, gdp
+    from dpjax.accounting.events import GaussianSchedule
+
+    assert exact.mixture_pair_epsilon([(1.0, -0.5)], [(1.0, 0.5)], 1, 1e-3) == pytest.approx(
+        gdp.gdp_epsilon(1.0, 1e-3), abs=2e-3)
+    assert exact.mixture_pair_epsilon([(1.0, -0.25)], [(1.0, 0.25)], 4, 1e-3) == pytest.approx(
+        gdp.gdp_epsilon(1.0, 1e-3), abs=2e-3)
+    q, m, rounds = 0.3, 0.8, 3
+    ours = exact.mixture_pair_epsilon([(1 - q, 0.0), (q, -m)], [(1 - q, 0.0), (q, m)], rounds, 1e-3)
+    pld = compute_epsilon(GaussianSchedule(1.0, m, "poisson", 10, 10 * q, rounds), 1e-3, "pld").epsilon
+    assert ours == pytest.approx(pld, abs=3e-3)
+    # more mass or more shift never lowers epsilon
+    assert exact.mixture_pair_epsilon([(1 - q, 0.0), (q, -2 * m)], [(1 - q, 0.0), (q, 2 * m)], rounds, 1e-3) > ours
+
+
+def test_one_of_two_epsilon_between_its_bounds():
+    """The canary in one of two releases (uniformly): less than a sure shift in one release
+    (GDP(2s)), more than the first release alone (a post-processing: the pair
+    N(0)/2 + N(-+s)/2, ``mixture_pair_epsilon``)."""
+    from dpjax.accounting import gdp
+
+    for s in (0.3, 1.0):
+        e = exact.one_of_two_epsilon(s, 1e-3)
+        first = exact.mixture_pair_epsilon([(0.5, 0.0), (0.5, -s)], [(0.5, 0.0), (0.5, s)], 1, 1e-3)
+        assert first < e < gdp.gdp_epsilon(2 * s, 1e-3)

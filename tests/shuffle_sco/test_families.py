@@ -14,10 +14,14 @@ import pytest
 from scipy import stats
 
 from dpjax.accounting import shuffle_sco as sco
+from dpjax.accounting.sco_transcript import transcript_report
 from dpjax.algorithms import shuffle_sco as S
 from dpjax.algorithms.smoothing import AbsoluteRegression
 from dpjax.engine import runner
+from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
+from dpjax.parts.clipping import ClipVectors
+from dpjax.parts.users import UserGradients, UserWindows
 from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
 
@@ -81,6 +85,12 @@ def _hp_numpy(hp):
     return jax.tree_util.tree_map(np.asarray, hp)
 
 
+def _report(fam, hp, accountant=None):
+    """The full transcript report (details included) of a run on the users its schedule uses."""
+    users = int(np.max(np.asarray(hp.start) + np.asarray(hp.batch)))
+    return transcript_report(fam.dp_plan([users], hp), DELTA, accountant)
+
+
 def test_p_sgd_twin_matches_numpy_and_zero_noise_gaussians_are_bit_identical():
     n, d = 90, 2
     a, y, data = _stream(n, d)
@@ -88,7 +98,7 @@ def test_p_sgd_twin_matches_numpy_and_zero_noise_gaussians_are_bit_identical():
     assert plan.num_rounds >= 3 and fam.privacy([n], hp).private is False
     out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, _numpy_sgd(_sq_grad, a, y, _hp_numpy(hp)), atol=2e-6)
-    zero = dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))
+    zero = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
     local = np.asarray(runner.run(dataclasses.replace(fam, aggregator="local-gaussian"), data, zero,
                                   jax.random.key(0)).output)
     np.testing.assert_array_equal(local, out)
@@ -102,7 +112,7 @@ def test_phased_smoothed_p_agd_twin_matches_numpy_and_pan_private_zero_noise():
     assert len(plan.phases) == 2 and fam.smoothed and np.all(np.asarray(hp.smoothing) > 0)
     out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, _numpy_acsa(_abs_envelope_grad, a, y, _hp_numpy(hp)), atol=1e-5)
-    zero = dataclasses.replace(hp, noise_std=jnp.zeros_like(hp.noise_std))
+    zero = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
     pan = np.asarray(runner.run(dataclasses.replace(fam, aggregator="pan-gaussian"), data, zero,
                                 jax.random.key(0)).output)
     np.testing.assert_array_equal(pan, out)
@@ -185,7 +195,7 @@ def test_reports_are_never_below_independent_recomputation(accountant):
         "p_gd": S.ShuffleSgd.p_gd(prob, n, EPS, DELTA, mode=mode, rounds=20),
     }
     for name, (fam, hp, plan) in cases.items():
-        rep = fam.report(hp, DELTA, accountant)
+        rep = _report(fam, hp, accountant)
         ph = plan.phases[0]
         g, b, p = (int(np.asarray(hp.pvec.granularity)[0]), fam.trial_groups * int(np.asarray(hp.pvec.trials)[0]),
                    float(np.asarray(hp.pvec.probability)[0]))
@@ -226,13 +236,13 @@ def test_pvec_report_takes_each_phases_worst_round_not_the_smallest_g():
     per_g = {g: sco.pvec_acc.pvec_epsilon(g, b, p, m, d, DELTA).epsilon for g in (g0, 32, 64, 128)}
     assert per_g[g0] == pytest.approx(EPS, rel=1e-6) and per_g[g0] < per_g[32] < per_g[64] < per_g[128]
     varying = _with_pvec(hp, g=np.resize(np.array([g0, 32, 64, 128, 32]), t))
-    assert fam.report(varying, DELTA).central.epsilon == pytest.approx(per_g[128], rel=1e-12)  # before: per_g[g0]
+    assert _report(fam, varying).central.epsilon == pytest.approx(per_g[128], rel=1e-12)  # before: per_g[g0]
     # b and p: eps falls with both (p < 1/2, Lemma 3.1), so the worst round is the one with the smallest b p
     low_b = _with_pvec(hp, b=np.where(np.arange(t) == 7, b // 3, b))
-    assert fam.report(low_b, DELTA).central.epsilon == pytest.approx(
+    assert _report(fam, low_b).central.epsilon == pytest.approx(
         sco.pvec_acc.pvec_epsilon(g0, b // 3, p, m, d, DELTA).epsilon, rel=1e-12)
     with pytest.raises(ValueError, match="probability"):  # p >= 1/2 anywhere is outside the lemma: refused
-        fam.report(_with_pvec(hp, p=np.where(np.arange(t) == 3, 1 - p / 2, p)), DELTA)
+        _report(fam, _with_pvec(hp, p=np.where(np.arange(t) == 3, 1 - p / 2, p)))
 
     # interactive (P_GD: the same users every round): T rounds composed at the worst round's eps
     fam_i, hp_i, plan_i = S.ShuffleSgd.p_gd(AbsoluteRegression(d), 20000, EPS, DELTA, rounds=20)
@@ -242,43 +252,55 @@ def test_pvec_report_takes_each_phases_worst_round_not_the_smallest_g():
     dr = DELTA / (ph.rounds + 1)
     hand = sco.compose_epsilon(sco.pvec_acc.pvec_epsilon(2 * gi, bi, pi, ph.batch, d, dr).epsilon, dr, ph.rounds,
                                DELTA, "optimal")
-    rep = fam_i.report(_with_pvec(hp_i, g=np.where(np.arange(ph.rounds) == 5, 2 * gi, gi)), DELTA).central.epsilon
-    assert rep == pytest.approx(hand, rel=1e-9) and rep > fam_i.report(hp_i, DELTA).central.epsilon
+    rep = _report(fam_i, _with_pvec(hp_i, g=np.where(np.arange(ph.rounds) == 5, 2 * gi, gi))).central.epsilon
+    assert rep == pytest.approx(hand, rel=1e-9) and rep > _report(fam_i, hp_i).central.epsilon
 
 
 def test_local_gaussian_report_uses_each_users_smallest_noise():
-    """Issue 23, item 2: local DP noise per user is noise_std_r / sqrt(batch_r); with noise = [1, 2] and
-    batch = [1, 100] the smallest is 2/10 = 0.2, not min(noise)/sqrt(min(batch)) = 1 (before: a 5x smaller
-    GDP mu, an under-report). Central Gaussian: the smallest noise on the sum, whatever the batch."""
+    """Issue 23, item 2: local DP noise per user is the noise on the round's sum over sqrt(batch_r); stds
+    [1, 2] on the sums of batches [1, 100] are per-user stds [1, 0.2], so the guarantee rests on 0.2, not on
+    min(noise)/sqrt(min(batch)) = 1 (before: a 5x smaller GDP mu, an under-report). The multipliers are each
+    user's own (noise_multiplier_for divides by sqrt(batch_r) and the sensitivity 2L). Central Gaussian: the
+    smallest noise on the sum, whatever the batch."""
     d = 3
     fam, hp, _ = S.ShuffleSgd.local_baseline(AbsoluteRegression(d), 1000, EPS, DELTA)
     clip = float(hp.clip_norm)
     noise, batch = np.array([1.0, 2.0]), np.array([1, 100])
     two = S.ScoHParams(jnp.asarray([0, 1], jnp.int32), jnp.asarray(batch, jnp.int32), jnp.asarray([1, 2], jnp.int32),
                        jnp.ones(2, jnp.float32), jnp.zeros(2, jnp.float32), sp.PvecParams(1, 0, 0.0),
-                       jnp.asarray(noise, jnp.float32), jnp.float32(clip))
+                       jnp.zeros(2, jnp.float32), jnp.float32(clip))
     fam2 = dataclasses.replace(fam, num_rounds=2, max_batch=100)
+    local = dataclasses.replace(two, noise_multiplier=jnp.asarray(fam2.noise_multiplier_for(noise, two)))
+    np.testing.assert_allclose(np.asarray(local.noise_multiplier), [1 / (2 * clip), 0.2 / (2 * clip)], rtol=1e-6)
+    np.testing.assert_allclose(fam2.noise_std_of(local), noise, rtol=1e-6)
     hand = sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(0.2, 2 * clip, 1), DELTA)
-    rep = fam2.report(two, DELTA).central
+    rep = _report(fam2, local).central
     assert rep.epsilon == pytest.approx(hand, rel=1e-6)
     assert rep.epsilon > sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(1.0, 2 * clip, 1), DELTA)
-    central = dataclasses.replace(fam2, aggregator="central-gaussian").report(two, DELTA).central
-    assert central.epsilon == pytest.approx(sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(1.0, 2 * clip, 1),
-                                                                 DELTA), rel=1e-6)
+    fam_c = dataclasses.replace(fam2, aggregator="central-gaussian")
+    central = dataclasses.replace(two, noise_multiplier=jnp.asarray(fam_c.noise_multiplier_for(noise, two)))
+    assert _report(fam_c, central).central.epsilon == pytest.approx(
+        sco.gdp.gdp_epsilon(sco.gdp.gaussian_mechanism_mu(1.0, 2 * clip, 1), DELTA), rel=1e-6)
 
 
 def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
-    """Issue 23 (privacy sweep): the P_vec users project their own gradient onto the ball of radius L; one user
-    whose gradient overflowed (inf) used to send NaN (inf times L/inf), making the protocol's sum NaN by that
-    user's data alone. It now sends the zero vector (norm 0 <= L)."""
+    """Issue 23 (privacy sweep): the users project their own gradient onto the ball of radius L (``ClipVectors``);
+    one user whose gradient overflowed (inf) used to send NaN (inf times L/inf), making the protocol's sum NaN by
+    that user's data alone. It now sends the zero vector (norm 0 <= L)."""
     class Scaled:  # loss 1e20 <theta, x>: the gradient 1e20 x overflows float32 for |x| > 3.4e18
         def loss(self, params, x, y):
             return 1e20 * jnp.sum(params * x)
 
-    x = jnp.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20], [jnp.nan, 0.0]], jnp.float32)
-    grads, _ = S._user_gradients(Scaled(), False, jnp.zeros(2), x, jnp.zeros(4), 0.0, 1.0)
-    grads = np.asarray(grads)
-    assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0)
+    x = np.array([[1e-20, 0.0], [1e19, 0.0], [0.0, -2e-20], [0.0, 0.0]], np.float32)
+    data = SiloData.from_silos([x], [np.zeros(4, np.float32)])
+    data = dataclasses.replace(data, x=data.x.at[0, 3, 0].set(jnp.nan))  # past from_silos' data check
+    hp = S.ScoHParams.single_phase(1, 4, 1.0, clip_norm=1.0)
+    ctx = Context(jnp.int32(0), jax.random.key(0), hp)
+    batch, _ = UserWindows(4).update((), data, ctx)
+    units, _ = UserGradients(Scaled()).update(jnp.zeros(2), batch, data, (), ctx)
+    clipped, _ = ClipVectors().update(units, (), ctx)
+    grads = np.asarray(clipped.value[0])
+    assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0) and float(clipped.sensitivity) == 2.0
     np.testing.assert_allclose(grads[[0, 2]], [[1.0, 0.0], [0.0, -1.0]], rtol=1e-6)
 
 
@@ -303,7 +325,7 @@ def test_calibration_round_trip_and_robust_report():
     eps = fam.privacy([n], new).epsilon(DELTA).epsilon
     assert 0.3 < eps <= 0.4 * (1 + 1e-6)
     robust = dataclasses.replace(fam, honest_frac=0.5)
-    assert robust.report(hp, DELTA).central.epsilon > fam.report(hp, DELTA).central.epsilon
+    assert _report(robust, hp).central.epsilon > _report(fam, hp).central.epsilon
     gauss, ghp, _ = S.ShuffleSgd.local_baseline(AbsoluteRegression(d), n, EPS, DELTA)
     assert gauss.privacy([n], ghp).epsilon(DELTA).epsilon == pytest.approx(EPS, rel=1e-6)
 
@@ -324,7 +346,7 @@ def test_invalid_inputs_name_the_argument():
     with pytest.raises(ValueError, match="silos"):
         fam.validate(two)
     with pytest.raises(ValueError, match="num_users"):
-        fam.check_schedule(hp, 500)
+        fam.privacy([500], hp)
     with pytest.raises(ValueError, match="aggregator"):
         dataclasses.replace(fam, aggregator="laplace")
     with pytest.raises(ValueError, match="bit_buffer"):
@@ -383,13 +405,13 @@ def test_sweep_single_phase_schedule_and_its_validation():
     """The sweep's one-phase schedule: fresh users advance by the batch, interactive ones stay; bad
     axis values are refused naming the axis."""
     fresh = S.ScoHParams.single_phase(3, 5, 0.1)
-    inter = S.ScoHParams.single_phase(3, 5.0, 0.1, interactive=1.0, noise_std=[0.1, 0.2, 0.3])
+    inter = S.ScoHParams.single_phase(3, 5.0, 0.1, interactive=1.0, noise_multiplier=[0.1, 0.2, 0.3])
     np.testing.assert_array_equal(np.asarray(fresh.start), [0, 5, 10])
     np.testing.assert_array_equal(np.asarray(inter.start), [0, 0, 0])
     np.testing.assert_array_equal(np.asarray(inter.stage_round), [1, 2, 3])
-    np.testing.assert_allclose(np.asarray(inter.noise_std), [0.1, 0.2, 0.3])
+    np.testing.assert_allclose(np.asarray(inter.noise_multiplier), [0.1, 0.2, 0.3])
     for kwargs, name in (({"batch": 0}, "batch"), ({"batch": 2.5}, "batch"), ({"step": -1.0}, "step"),
-                         ({"interactive": 2}, "interactive"), ({"noise_std": -0.1}, "noise_std")):
+                         ({"interactive": 2}, "interactive"), ({"noise_multiplier": -0.1}, "noise_multiplier")):
         args = {"batch": 5, "step": 0.1} | kwargs
         with pytest.raises(ValueError, match=name):
             S.ScoHParams.single_phase(3, args.pop("batch"), args.pop("step"), **args)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize
 
+from dpjax.accounting import sco_transcript
 from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
 from dpjax.engine import runner
@@ -126,7 +127,7 @@ def test_pgd_axis_noise_enters_the_round_sum():
     inst, n, d = R.INSTANCES["axis_nonsmooth"], 400, 3
     plan = sco.p_gd_plan(n, d, 4.0, 1e-6, 1.0, 2.0, None)
     (ph,) = plan.phases
-    std = float(S._matched_std(plan)[0])
+    std = sco_transcript.matched_noise_std(plan)[0]
     assert std > 0
     keys = jax.random.split(jax.random.key(1), 2)
     counts = R.axis_counts(np.random.default_rng(0), n, d)

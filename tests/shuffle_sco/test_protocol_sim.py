@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpjax.algorithms import shuffle_sco as S
+from dpjax.parts import pvec as P
 from dpjax.primitives import shuffle_protocols as sp
 
 REPS = 2000
@@ -44,7 +44,7 @@ def test_p1d_moments_adversarial_inputs():
     x = np.stack([np.full(n, -L), np.full(n, L), np.full(n, -L + 2 * L * 3.5 / g),
                   np.random.default_rng(1).uniform(-L, L, n)], axis=1)
     xj = jnp.asarray(x, jnp.float32)
-    f = jax.jit(jax.vmap(lambda k: S.pvec_chunked_sum(k, xj, jnp.ones(n, bool), params, L, 2**12)))
+    f = jax.jit(jax.vmap(lambda k: P.pvec_chunked_sum(k, xj, jnp.ones(n, bool), params, L, 2**12)))
     est = np.asarray(f(jax.random.split(jax.random.key(0), REPS)), np.float64)
     _moments_ok(est, x, params, L)
 
@@ -56,7 +56,7 @@ def test_chunked_pvec_is_unbiased_with_the_exact_variance():
     gmax = (2**24 - 1) // 7  # chunks of 7 users
     x = np.random.default_rng(2).normal(size=(m, d))
     x = x / np.linalg.norm(x, axis=1, keepdims=True) * L * 0.9
-    f = jax.jit(jax.vmap(lambda k: S.pvec_chunked_sum(k, jnp.asarray(x, jnp.float32), jnp.ones(m, bool),
+    f = jax.jit(jax.vmap(lambda k: P.pvec_chunked_sum(k, jnp.asarray(x, jnp.float32), jnp.ones(m, bool),
                                                      params, L, gmax)))
     est = np.asarray(f(jax.random.split(jax.random.key(1), REPS)), np.float64)
     _moments_ok(est, x, params, L)
@@ -70,8 +70,8 @@ def test_bit_level_equals_count_level_in_distribution():
     x = np.random.default_rng(3).uniform(-0.7, 0.7, (m, d))
     mask = np.arange(m) < 17
     xj, mj = jnp.asarray(x, jnp.float32), jnp.asarray(mask)
-    bits = jax.jit(jax.vmap(lambda k: S.pvec_bits_sum(k, xj, mj, params, L, 4, 40)))
-    counts = jax.jit(jax.vmap(lambda k: S.pvec_chunked_sum(k, xj, mj, params, L, 8)))
+    bits = jax.jit(jax.vmap(lambda k: P.pvec_bits_sum(k, xj, mj, params, L, 4, 40)))
+    counts = jax.jit(jax.vmap(lambda k: P.pvec_chunked_sum(k, xj, mj, params, L, 8)))
     b = np.asarray(bits(jax.random.split(jax.random.key(4), 400)), np.float64)
     c = np.asarray(counts(jax.random.split(jax.random.key(5), 400)), np.float64)
     for j in range(d):
@@ -84,6 +84,6 @@ def test_exact_sum_without_noise_and_on_the_grid():
     params = sp.PvecParams(8, 0, 0.0)
     x = jnp.array([[-1.0, 1.0, 0.25], [0.0, 0.75, -1.0], [0.5, -0.25, 0.0]])
     m = jnp.ones(3, bool)
-    both = jax.jit(lambda k: (S.pvec_chunked_sum(k, x, m, params, 1.0, 8), S.pvec_bits_sum(k, x, m, params, 1.0, 8, 4)))
+    both = jax.jit(lambda k: (P.pvec_chunked_sum(k, x, m, params, 1.0, 8), P.pvec_bits_sum(k, x, m, params, 1.0, 8, 4)))
     for out in both(jax.random.key(0)):
         np.testing.assert_allclose(out, x.sum(0), atol=1e-6)

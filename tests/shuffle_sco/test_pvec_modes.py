@@ -13,6 +13,7 @@ from scipy import stats
 
 from dpjax.accounting import pvec as P
 from dpjax.accounting import shuffle_sco as sco
+from dpjax.accounting.sco_transcript import transcript_report
 from dpjax.algorithms import shuffle_sco as S
 from dpjax.algorithms.smoothing import AbsoluteRegression
 
@@ -57,8 +58,8 @@ def test_family_reports_numerical_mode_below_the_lemmas_and_above_the_exact_dive
     exact divergence of its own shift and the lemma-based certificate; refused by calibration."""
     delta = 1e-6
     fam, hp, plan = S.ShuffleSgd.p_sgd(AbsoluteRegression(1), 5000, 1.0, delta)
-    rep = fam.report(hp, delta, "pvec-numerical")
-    lemma = fam.report(hp, delta, "pvec-lemma").central.epsilon
+    rep = transcript_report(fam.dp_plan([5000], hp), delta, "pvec-numerical")
+    lemma = transcript_report(fam.dp_plan([5000], hp), delta, "pvec-lemma").central.epsilon
     ph = plan.phases[0]
     g, b, p = ph.pvec.g, fam.trial_groups * int(np.asarray(hp.pvec.trials)[0]), float(np.asarray(hp.pvec.probability)[0])
     assert rep.central.accountant == "pvec-numerical:pld" and any("HEURISTIC" in x for x in rep.central.notes)
@@ -66,7 +67,7 @@ def test_family_reports_numerical_mode_below_the_lemmas_and_above_the_exact_dive
     assert _exact_delta(ph.batch * b, p, P.spread_shift(g, 1), 1, rep.central.epsilon) <= delta
     assert rep.details["gaussian_approx_epsilon"] > 0
     with pytest.raises(ValueError, match="heuristic"):
-        fam.calibrate(hp, 1.0, delta, "pvec-numerical")
+        fam.privacy([5000], hp).calibrate(1.0, delta, "pvec-numerical")
 
 
 def test_numerical_transcript_composes_an_interactive_phase():

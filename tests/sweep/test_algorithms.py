@@ -270,9 +270,9 @@ MORE = {
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
     # shuffle-private SCO: the n users are the records of ONE silo (4th entry: data overrides)
     "shuffle-sgd": ({"max_batch": 8, "aggregator": "central-gaussian"}, {"batch": [8], "step": [0.5],
-                                                                        "noise_std": [0.3]},
+                                                                        "noise_multiplier": [0.3]},
                     lambda p, r: (ShuffleSgd(p, R, 8, "central-gaussian"), _sco_hparams(
-                        start=[0, 8, 16, 24], batch=8, step=0.5, noise_std=0.3)), {"num_silos": 1}),
+                        start=[0, 8, 16, 24], batch=8, step=0.5, noise_multiplier=0.3)), {"num_silos": 1}),
     "shuffle-acsa": ({"max_batch": 40, "aggregator": "pvec"},
                      {"batch": [40], "interactive": [1], "step": [2.0], "pvec.granularity": [64],
                       "pvec.trials": [4], "pvec.probability": [0.25]},
@@ -291,14 +291,14 @@ MORE = {
 }
 
 
-def _sco_hparams(start, batch, step, noise_std=0.0, pvec=None):
+def _sco_hparams(start, batch, step, noise_multiplier=0.0, pvec=None):
     """Shuffle-SCO hparams written out round by round (one phase: stage rounds 1..R)."""
     import jax.numpy as jnp
 
     return ScoHParams(jnp.asarray(start, jnp.int32), jnp.full(R, batch, jnp.int32), jnp.arange(1, R + 1, dtype=jnp.int32),
                       jnp.full(R, step, jnp.float32), jnp.zeros(R, jnp.float32),
                       pvec if pvec is not None else PvecParams.create([1] * R, [0] * R, [0.0] * R),
-                      jnp.full(R, noise_std, jnp.float32), jnp.float32(1.0))
+                      jnp.full(R, noise_multiplier, jnp.float32), jnp.float32(1.0))
 
 
 def test_every_registered_family_has_a_test():

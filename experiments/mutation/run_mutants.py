@@ -1,0 +1,351 @@
+"""Mutation testing of dpjax's privacy-critical code: one plausible privacy bug at a time, applied
+to a scratch copy, against the test suite; reports which mutants the suite catches and which test
+catches each.
+
+    python experiments/mutation/run_mutants.py                          # targeted: each mutant vs its tests
+    python experiments/mutation/run_mutants.py --full --timeout 900     # each vs the privacy suite, -x
+    python experiments/mutation/run_mutants.py --only P01 N02 --full    # some mutants
+    python experiments/mutation/run_mutants.py --list                   # the mutants
+
+Every mutant is a ``(file, old snippet, new snippet)`` triple; ``old`` must occur exactly once in
+the file (checked before anything runs). The scratch copy is ``--scratch`` (default
+``/tmp/dpjax-mutants``): the working tree's files are copied once into ``base/`` and every mutant
+runs in a hard-linked copy of it with only the mutated file rewritten, so the repository is never
+touched. Tests run as ``python -m pytest <paths> -x -q -m "privacy and not slow"`` from the copy
+(``PYTHONPATH`` = the copy, ``JAX_PLATFORMS=cpu``); ``--full`` runs every privacy-marked test of
+the default suite (``FULL_PATHS``: ``tests/privacy`` first, where most mutants fail fast), the
+default mode only the mutant's listed tests (cheap; for iterating). A JAX persistent compilation cache under the
+scratch directory makes the unmutated programs compile once across all runs (a mutated program
+has another cache key). An unmutated baseline runs first: if it fails, nothing is reported.
+
+A mutant is *caught* when pytest exits with failures (the first failing test is named), *missed*
+when the tests pass, and *timeout* when the per-mutant limit ran out (neither). Exit status 0 when
+every mutant is caught. Results: a Markdown table on stdout and ``--json`` (optional).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    id: str
+    kind: str  # accountant / truncated-mass / sampling / clipping / noise / step / report / user-level
+    file: str
+    old: str
+    new: str
+    why: str
+    targets: tuple[str, ...]
+
+
+M = Mutant
+PRIV = "tests/privacy"
+MUTANTS: tuple[Mutant, ...] = (
+    # -- accountants that drop a trailing partial epoch ------------------------------------------
+    M("P01", "partial-epoch", "dpjax/accounting/events.py",
+      "return -(-self.steps // self.blocks_per_epoch)", "return max(1, self.steps // self.blocks_per_epoch)",
+      "one-pass/shuffle passes = floor(steps / blocks) (drops the last partial epoch)",
+      (f"{PRIV}/test_accountants.py",)),
+    M("P02", "partial-epoch", "dpjax/accounting/batch_clipping.py",
+      "return -(-num_rounds // rounds_per_epoch), rounds_per_epoch",
+      "return max(1, num_rounds // rounds_per_epoch), rounds_per_epoch",
+      "DP-SGD-General shuffling: whole epochs only", (f"{PRIV}/test_accountants.py", f"{PRIV}/test_central_families.py")),
+    M("P03", "partial-epoch", "dpjax/accounting/diff2.py", "return -(-r // t)", "return max(1, r // t)",
+      "DIFF2: floor(R/T) restart rounds", (f"{PRIV}/test_accountants.py",)),
+    M("P04", "partial-epoch", "dpjax/accounting/events.py", "return self.dataset_size // self.batch_size",
+      "return -(-self.dataset_size // self.batch_size)",
+      "one-pass/shuffle epochs of ceil(n/K) blocks (the partial block counted as one: fewer passes)",
+      (f"{PRIV}/test_accountants.py",)),
+    # -- delta that loses truncated mass ----------------------------------------------------------
+    M("T01", "truncated-mass", "dpjax/accounting/fdp.py", "return min(1.0, total + rho)", "return min(1.0, total)",
+      "mixture delta without the dropped mass", (f"{PRIV}/test_accountants.py",)),
+    M("T02", "truncated-mass", "dpjax/accounting/batch_clipping.py",
+      "dropped = max(0.0, 1.0 - float(result.sum())) + 1e-15", "dropped = 0.0",
+      "convolution truncation reports no dropped mass", (f"{PRIV}/test_accountants.py",)),
+    M("T03", "truncated-mass", "dpjax/accounting/batch_clipping.py",
+      "eps = _fdp.mixture_epsilon(law.mu_law(sigma), delta, law.dropped)",
+      "eps = _fdp.mixture_epsilon(law.mu_law(sigma), delta, 0.0)",
+      "strong-exact report ignores the truncated mass", (f"{PRIV}/test_accountants.py",)),
+    M("T04", "truncated-mass", "dpjax/accounting/shuffle.py", "float(np.dot(wc, d)) + dropped",
+      "float(np.dot(wc, d))", "FMT shuffle delta without the binomial mass left out of its tables",
+      (f"{PRIV}/test_accountants.py",)),
+    # -- the sampler that runs ----------------------------------------------------------------------
+    M("S01", "sampling", "dpjax/primitives/sampling.py",
+      "        rate = self.batch_size / size\n        return poisson_sample(",
+      "        rate = self.batch_size / n_max\n        return poisson_sample(",
+      "Poisson draw at rate K / n_max on a padded silo (accountant: K / n)",
+      (f"{PRIV}/test_samplers.py", f"{PRIV}/test_isrl_families.py")),
+    M("S02", "sampling", "dpjax/primitives/sampling.py",
+      "    chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)\n    count",
+      "    chosen = jax.random.uniform(key, (n_max,)) < rate\n    count",
+      "poisson_sample draws padded rows", (f"{PRIV}/test_samplers.py",)),
+    M("S03", "sampling", "dpjax/primitives/sampling.py",
+      "        rate = self.batch_size / size\n        chosen",
+      "        rate = self.batch_size / n_max\n        chosen", "Poisson draw_weights at rate K / n_max",
+      (f"{PRIV}/test_samplers.py",)),
+    M("S04", "sampling", "dpjax/primitives/sampling.py", "start = round_index * self.batch_size",
+      "start = round_index", "one-pass blocks overlap (records reused)",
+      (f"{PRIV}/test_samplers.py", f"{PRIV}/test_isrl_families.py")),
+    M("S05", "sampling", "dpjax/algorithms/dpsgd_general.py",
+      "idx = jax.lax.dynamic_slice(perms[epoch], (block * m * s,), (m * s,)).reshape(m, s)",
+      "idx = jax.lax.dynamic_slice(perms[epoch], (block * s,), (m * s,)).reshape(m, s)",
+      "shuffling blocks overlap inside an epoch", (f"{PRIV}/test_samplers.py", f"{PRIV}/test_central_families.py")),
+    M("S06", "sampling", "dpjax/engine/parts.py",
+      "mask = mask & (jnp.arange(idx.shape[1])[None, :] < ks[:, None])",
+      "mask = mask & (jnp.arange(idx.shape[1])[None, :] <= ks[:, None])",
+      "unbalanced silos keep K_i + 1 records (accounted K_i)", (f"{PRIV}/test_isrl_families.py",)),
+    M("S07", "sampling", "dpjax/primitives/sampling.py",
+      "    scores = jnp.where(jnp.arange(n_max) < size, scores, -jnp.inf)\n    _, idx",
+      "    _, idx", "without-replacement indices include padded rows",
+      (f"{PRIV}/test_samplers.py",)),
+    # -- clipping -----------------------------------------------------------------------------------
+    M("C01", "clipping", "dpjax/primitives/clipping.py",
+      "scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))",
+      "scale = jnp.minimum(1.0, 2.0 * clip_norm / jnp.maximum(norm, _TINY))",
+      "clip to 2C (accountant: C)", (f"{PRIV}/test_isrl_families.py", f"{PRIV}/test_central_families.py")),
+    M("C02", "clipping", "dpjax/engine/federated.py",
+      "mean = jax.tree_util.tree_map(lambda t: t / denom.astype(t.dtype), summed.total)",
+      "mean = jax.tree_util.tree_map(lambda t: t / jnp.maximum(jnp.sum(m), 1).astype(t.dtype), summed.total)",
+      "minibatch mean divided by the realised (Poisson) batch size, not the public K",
+      (f"{PRIV}/test_isrl_families.py",)),
+    M("C03", "clipping", "dpjax/algorithms/shuffle_sco.py",
+      "return grads * jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-30)), unravel",
+      "return grads * jnp.minimum(1.0, 1.0 / jnp.maximum(norms, 1e-30)), unravel",
+      "shuffle SCO users' gradients projected onto the unit ball, not radius L (right only at L = 1)",
+      (f"{PRIV}/test_protocol_families.py",)),
+    M("C04", "clipping", "dpjax/algorithms/diff2.py", "return clipped_mean(vectors, radius, mask, size), g_cur",
+      "return clipped_mean(vectors, radius, mask, size - 1), g_cur",
+      "DIFF2 ClippedMean divides by n - 1 (sensitivity 2C/((n-1)P), accounted 2C/(nP))",
+      (f"{PRIV}/test_protocol_families.py",)),
+    M("C05", "clipping", "dpjax/algorithms/unbalanced.py",
+      "contribution_bound=clip / k if self.clip_mode == \"per-example\" else clip", "contribution_bound=clip / k",
+      "minibatch-average clipping accounted as per-example (C/K instead of C)", (f"{PRIV}/test_isrl_families.py",)),
+    # -- noise ----------------------------------------------------------------------------------------
+    M("N01", "noise", "dpjax/algorithms/dpsgd_general.py", "scale * hp.clip_norm * hp.noise_multiplier",
+      "scale * hp.noise_multiplier", "DP-SGD-General noise 2 sigma, right only at C = 1",
+      (f"{PRIV}/test_central_families.py",)),
+    M("N02", "noise", "dpjax/algorithms/diff2.py",
+      "std = _times(jnp.where(restart, hp.sigma_restart, hp.sigma_diff), radius)",
+      "std = jnp.where(restart, hp.sigma_restart, hp.sigma_diff)",
+      "DIFF2 noise not scaled by the clip radius (right only at radius 1)", (f"{PRIV}/test_protocol_families.py",)),
+    M("N03", "noise", "dpjax/algorithms/dp_sgd.py",
+      "noisy, _ = privatizer.update(total, privatizer.init(key), hp.noise_std)",
+      "noisy, _ = privatizer.update(total, privatizer.init(key), hp.noise_std / self.batch_size)",
+      "DP-SGD noise scaled by the public batch size (the mean's std put on the sum)",
+      (f"{PRIV}/test_central_families.py",)),
+    M("N04", "noise", "dpjax/engine/parts.py",
+      "grads, _ = self.privatizer.update(grads, self.privatizer.init(key), hp.noise_std, silo_ids)",
+      "grads, _ = self.privatizer.update(grads, self.privatizer.init(key), hp.noise_std / jnp.sqrt(data.num_silos),"
+      " silo_ids)", "per-silo noise divided by sqrt(N) (the aggregate's std put on each silo)",
+      (f"{PRIV}/test_isrl_families.py",)),
+    M("N05", "noise", "dpjax/algorithms/dpsgd_general.py", 'scale = 2.0 if self.neighboring == "replace-one" else 1.0',
+      "scale = 1.0", "replace-one DP-SGD-General with the add/remove noise C sigma", (f"{PRIV}/test_central_families.py",)),
+    M("N06", "noise", "dpjax/primitives/noise.py",
+      "flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype)",
+      "flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype) ** 2",
+      "multi-leaf noise scaled by the variance (right only at std = 1)", ("tests/test_noise.py",)),
+    M("N07", "noise", "dpjax/engine/parts.py",
+      "return jax.tree_util.tree_map(lambda g, z: g + jnp.asarray(noise_std, z.dtype) * z, gradient, std_normal)",
+      "return jax.tree_util.tree_map(lambda g, z: g + jnp.asarray(noise_std, z.dtype) * z / z.shape[0] ** 0.5,"
+      " gradient, std_normal)", "Local SGD per-step noise shrunk by the leaf size",
+      (f"{PRIV}/test_isrl_families.py",)),
+    M("N08", "noise", "dpjax/algorithms/shuffle_sco.py",
+      'total = total + hp.noise_std[r] * jax.random.normal(keys.stream_key(key, "server_noise"), total.shape)',
+      "total = total", "pan-private AC-SA draws once per batch (Algorithm 6 draws twice)",
+      (f"{PRIV}/test_protocol_families.py",)),
+    M("N09", "noise", "dpjax/algorithms/accelerated.py",
+      "grads, _ = privatizer.update(grads, privatizer.init(key), hp.noise_std, silo_ids)",
+      "grads, _ = privatizer.update(grads, privatizer.init(key), hp.noise_std / self.batch_size, silo_ids)",
+      "accelerated MB-SGD noise divided by K", (f"{PRIV}/test_isrl_families.py",)),
+    M("N10", "noise", "dpjax/engine/runner.py",
+      "    def one_round(state, r):\n        state, metrics = algorithm.step(state, data, keys.round_key(run_key, r))",
+      "    def one_round(state, r):\n        state, metrics = algorithm.step(state, data, keys.round_key(run_key, 0))",
+      "every round reuses round 0's key (the same noise and batch each round)", (f"{PRIV}/test_isrl_families.py",)),
+    M("N11", "noise", "dpjax/engine/federated.py", "silo_keys = _select(keys.silo_keys(noise_key, num_silos), silo_ids)",
+      "silo_keys = _select(jnp.stack([noise_key] * num_silos), silo_ids)",
+      "every silo draws the same noise (the silos' noises do not average out)", (f"{PRIV}/test_isrl_families.py",)),
+    # -- privacy reports / schedules ------------------------------------------------------------------
+    M("R01", "report", "dpjax/algorithms/local_sgd.py", "steps=self.num_rounds * self.local_steps)",
+      "steps=self.num_rounds)", "Local SGD report counts one release per round (right only at K = 1)",
+      (f"{PRIV}/test_isrl_families.py", f"{PRIV}/test_accountants.py")),
+    M("R02", "report", "dpjax/algorithms/shuffled.py",
+      'scheme = "without-replacement" if self.batch_size == 1 else self.sampling',
+      'scheme = "without-replacement"', "shuffled local report: with-replacement K > 1 accounted as a K-subset",
+      (f"{PRIV}/test_isrl_families.py",)),
+    M("R03", "report", "dpjax/accounting/events.py",
+      "factor = 2.0 if self.neighboring is Neighboring.REPLACE_ONE else 1.0", "factor = 1.0",
+      "replace-one sensitivity s instead of 2 s", (f"{PRIV}/test_isrl_families.py",)),
+    M("R04", "report", "dpjax/accounting/events.py",
+      "dpa.SampledWithoutReplacementDpEvent(\n                self.dataset_size, self.batch_size, "
+      "dpa.GaussianDpEvent(self.noise_std / (2 * s))",
+      "dpa.SampledWithoutReplacementDpEvent(\n                self.dataset_size, self.batch_size, "
+      "dpa.GaussianDpEvent(self.noise_std / s)",
+      "without-replacement RDP event with the add/remove multiplier", ("tests/accounting/test_tight.py",)),
+    M("R05", "report", "dpjax/accounting/tight.py",
+      "expo = a * (a - 1) * (2 * s * j[None, :]) ** 2 / (2 * sigma**2)",
+      "expo = a * (a - 1) * (s * j[None, :]) ** 2 / (2 * sigma**2)",
+      "multiplicity-conditioned RDP with sensitivity s per copy", ("tests/accounting/test_tight.py",)),
+    M("R06", "report", "dpjax/algorithms/isrl_mbsgd.py",
+      'return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)',
+      'return _validate.check_int("silo_sizes (smallest)", max(sizes), min_value=1)',
+      "ISRL-DP accounted at the largest silo (smaller sampling rate)", (f"{PRIV}/test_isrl_families.py",)),
+    M("R07", "report", "dpjax/algorithms/dp_sgd.py", "contribution_bound=float(hparams.clip_norm),",
+      "contribution_bound=float(hparams.clip_norm) / self.batch_size,",
+      "DP-SGD accounts the mean's contribution C/K for the sum", (f"{PRIV}/test_central_families.py",)),
+    M("R08", "report", "dpjax/accounting/gdp.py", "return math.sqrt(count) * sensitivity / sigma",
+      "return sensitivity / sigma", "Gaussian mechanism mu ignores the number of releases",
+      (f"{PRIV}/test_protocol_families.py",)),
+    M("R09", "report", "dpjax/algorithms/diff2.py", "schedules = algorithm._schedules(min(sizes), len(sizes), hparams, **kw)",
+      "schedules = algorithm._schedules(max(sizes), len(sizes), hparams, **kw)",
+      "DIFF2 accounted at the largest client", (f"{PRIV}/test_protocol_families.py",)),
+    M("R10", "report", "dpjax/accounting/shuffle_sco.py", "sens = 2 * v.check_positive(\"lipschitz\", lipschitz)",
+      "sens = v.check_positive(\"lipschitz\", lipschitz)", "pan-privacy with sensitivity L instead of 2L",
+      (f"{PRIV}/test_protocol_families.py",)),
+    M("R11", "report", "dpjax/algorithms/dpsgd_general.py",
+      "return gaussian(GaussianSchedule(sigma, 1.0, Sampling.POISSON, sizes[0], self.num_subsets,",
+      "return gaussian(GaussianSchedule(sigma, 1.0, Sampling.POISSON, sizes[-1], self.num_subsets,",
+      "DP-SGD-General Poisson accounted at the largest silo", (f"{PRIV}/test_central_families.py",)),
+    # -- user-level mechanisms ------------------------------------------------------------------------
+    M("U01", "user-level", "dpjax/accounting/user_level.py", "float(min(1.0, pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg))",
+      "float(min(1.0, pmf[0] + pmf[-1] + dg))",
+      "Algorithm 1's certificate drops the e^eps' factor of the Gaussian step", (f"{PRIV}/test_user_level_mechanism.py",)),
+    M("U04", "user-level", "dpjax/accounting/user_level.py", "float(pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg)",
+      "float(pmf[0] + math.exp(params.eps_prime) * dg)",
+      "user-level parameter check drops TDLap's upper tail p(2 kappa) from delta",
+      (f"{PRIV}/test_user_level_mechanism.py",)),
+    M("U02", "user-level", "dpjax/user_level/mechanisms.py",
+      "noise = sigma * jax.random.normal(key_noise, centres.shape[1:], centres.dtype)",
+      "noise = sigma**2 * jax.random.normal(key_noise, centres.shape[1:], centres.dtype)",
+      "Algorithm 1 releases with the variance as std", (f"{PRIV}/test_user_level_mechanism.py",)),
+    M("U03", "user-level", "dpjax/user_level/mechanisms.py", "bot = bottom[r1]", "bot = bottom[jnp.minimum(r1 + 1, 2 * kappa)]",
+      "Algorithm 1 reads the stability table one entry off", (f"{PRIV}/test_user_level_mechanism.py",)),
+)
+
+
+def _check(mutants) -> None:
+    for m in mutants:
+        text = (REPO / m.file).read_text()
+        if text.count(m.old) != 1:
+            raise SystemExit(f"run_mutants: error: mutant {m.id}: the old snippet occurs {text.count(m.old)} times "
+                             f"in {m.file} (needs exactly 1)")
+
+
+def _copy_base(base: Path) -> None:
+    if base.exists():
+        shutil.rmtree(base)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True,
+                           capture_output=True, text=True).stdout.splitlines()
+    for f in files:
+        src = REPO / f
+        if src.is_file() and (f.startswith(("dpjax/", "tests/")) or f in ("pyproject.toml", "README.md")):
+            (base / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, base / f)
+
+
+def _workdir(base: Path, work: Path, mutant: Mutant | None) -> None:
+    if work.exists():
+        shutil.rmtree(work)
+    subprocess.run(["cp", "-al", str(base), str(work)], check=True)
+    if mutant is not None:
+        target = work / mutant.file
+        text = target.read_text()
+        target.unlink()  # break the hard link before writing
+        target.write_text(text.replace(mutant.old, mutant.new))
+
+
+_FAIL = re.compile(r"^(FAILED|ERROR) (\S+)", re.M)
+
+
+def _run(work: Path, paths, timeout: float, cache: Path | None) -> tuple[str, str, float]:
+    env = dict(os.environ, PYTHONPATH=str(work), JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1")
+    if cache is not None:
+        env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    cmd = [sys.executable, "-m", "pytest", *paths, "-x", "-q", "-rfE", "-p", "no:cacheprovider",
+           "-m", "privacy and not slow"]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", "", time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    out = proc.stdout + proc.stderr
+    if proc.returncode == 0:
+        return "missed", "", seconds
+    if proc.returncode == 5:  # nothing collected
+        return "error", "no tests collected", seconds
+    found = _FAIL.search(out)
+    return "caught", found.group(2) if found else f"pytest exit {proc.returncode}", seconds
+
+
+# Every privacy-marked path of the default suite (tests/conftest.py), tests/privacy first: pytest runs
+# the paths in this order and -x stops at the first failure.
+FULL_PATHS = ("tests/privacy", "tests/accounting", "tests/auditing", "tests/user_level", "tests/test_clipping.py",
+              "tests/test_noise.py", "tests/test_sampling.py", "tests/test_ghost_clipping.py", "tests/test_contract.py",
+              "tests/dpsgd_general", "tests/diff2", "tests/shuffle_sco", "tests/isrl")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--full", action="store_true", help="run every privacy-marked test of the default suite (-x)")
+    p.add_argument("--only", nargs="*", default=None, metavar="ID")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
+    p.add_argument("--scratch", default="/tmp/dpjax-mutants")
+    p.add_argument("--no-cache", action="store_true", help="no JAX persistent compilation cache")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args(argv)
+    mutants = [m for m in MUTANTS if args.only is None or m.id in args.only]
+    if args.list:
+        for m in mutants:
+            print(f"{m.id} [{m.kind}] {m.file}: {m.why}")
+        return 0
+    _check(mutants)
+    scratch = Path(args.scratch)
+    base, work = scratch / "base", scratch / "work"
+    cache = None if args.no_cache else scratch / "jax-cache"
+    _copy_base(base)
+    all_paths = sorted({t for m in mutants for t in m.targets})
+    if not args.no_baseline:
+        _workdir(base, work, None)
+        status, test, secs = _run(work, FULL_PATHS if args.full else all_paths, args.timeout * 2, cache)
+        print(f"baseline (no mutant): {status} {test} ({secs:.0f} s)", flush=True)
+        if status != "missed":
+            print("run_mutants: error: the unmutated tests do not pass; no mutant can be judged", file=sys.stderr)
+            return 2
+    rows, start = [], time.perf_counter()
+    for m in mutants:
+        _workdir(base, work, m)
+        status, test, secs = _run(work, FULL_PATHS if args.full else m.targets, args.timeout, cache)
+        rows.append({"id": m.id, "kind": m.kind, "file": m.file, "why": m.why, "status": status, "caught_by": test,
+                     "seconds": round(secs, 1)})
+        print(f"{m.id} {status:7s} {secs:6.0f} s  {test or '-'}  ({m.why})", flush=True)
+    total = time.perf_counter() - start
+    caught = sum(r["status"] == "caught" for r in rows)
+    print(f"\n{caught}/{len(rows)} caught ({'full privacy suite' if args.full else 'targeted tests'}, "
+          f"{total:.0f} s)\n")
+    print("| mutant | class | file | change | caught by |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['id']} | {r['kind']} | `{r['file']}` | {r['why']} | "
+              f"{('`' + r['caught_by'] + '`') if r['status'] == 'caught' else '**' + r['status'].upper() + '**'} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"mode": "full" if args.full else "targeted", "seconds": total,
+                                               "caught": caught, "total": len(rows), "mutants": rows}, indent=2))
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if caught == len(rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

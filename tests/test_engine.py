@@ -186,13 +186,13 @@ def test_run_noise_std_is_the_multiplier_times_the_clipped_sensitivity():
 
 
 def test_one_compile_serves_a_grid(algo, data):
-    from dpjax.engine import runner
+    from dpjax import engine
 
-    runner.compiled_runner.cache_clear()
+    engine.compiled_runner.cache_clear()
     for lrs in ([0.1, 0.2], [0.3, 0.4]):
         hps = stack_hparams([MbSgdHParams.create(lr, 0.1, 1.0) for lr in lrs])
         run_many(algo, data, hps, jax.random.split(jax.random.key(0), 2))
-    fn = runner.compiled_runner(algo, None, None, True, None, None, 0)
+    fn = engine.compiled_runner(algo, None, None, True, None, None, 0)
     assert fn._cache_size() == 1
 
 

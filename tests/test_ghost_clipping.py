@@ -249,7 +249,7 @@ def test_diff2_messages_use_ghost_differences_and_match_materialised():
 def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_per_record_run():
     """DIFF2-GD with the layer passes carried between rounds (ghost path) gives the
     run of materialised per-record gradients; the selector names the path it took."""
-    from dpjax.engine import runner
+    from dpjax import engine
     from dpjax.problems import LinearRegression
     from dpjax.reproduce.diff2 import mlp_problem
 
@@ -267,8 +267,8 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     # the first layer sees the data: its input is not carried (it is the same at every iterate)
     assert gc.make_plan(problem.loss, params, data.x[0], data.y[0]).fixed_inputs == (True, False)
     key = jax.random.key(3)
-    a = runner.run(ghost, data, h, key, params=params)
-    b = runner.run(ref, data, h, key, params=params)
+    a = engine.run(ghost, data, h, key, params=params)
+    b = engine.run(ref, data, h, key, params=params)
     _close(a.output, b.output)
     carried_inputs, carried_deltas = a.state.client.cache  # layer passes, not per-record gradients
     assert carried_inputs[0] is None and [d.shape[-1] for d in carried_deltas] == [10, 1]

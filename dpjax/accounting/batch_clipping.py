@@ -27,6 +27,7 @@ Bose-Einstein law, not the permutation law.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -47,6 +48,8 @@ __all__ = [
     "paper_bounds",
     "shuffle_bose_einstein_qj",
     "standard_dp_sgd_clt_mu",
+    "batch_clipping_report",
+    "batch_clipping_privacy",
 ]
 
 _TRUNC = 1e-20  # upper-tail mass below which convolutions are truncated (charged to delta)
@@ -372,3 +375,40 @@ def batch_clipping_report(
         notes.append(f"standard adversary (does not see the batches): {which} accountant"
                      + (", amplification by subsampling credited" if sampling == "subsample" else ""))
     return PrivacyReport(eps, delta, accountant, sampling, relation, "record", 2.0 * sigma, tuple(notes))
+
+
+def batch_clipping_privacy(
+    *, sampling: str, dataset_sizes, s: int, m: int, num_rounds: int, rounds_per_epoch: int,
+    noise_multiplier: float, field: str = "noise_multiplier", group_size: int = 1, unit: str = "record-in-silo",
+    notes: tuple[str, ...] = (),
+):
+    """The ``PrivacySpec`` of a DP-SGD-General run (Algorithm 1), from its parts' events.
+
+    A ``ReportPrivacy`` over ``BATCH_CLIPPING_ACCOUNTANTS`` (first: ``strong-exact``): each
+    silo of ``dataset_sizes`` is accounted by ``batch_clipping_report`` at its own size and the
+    worst report is the run's. Its one-parameter family of noise levels is
+    ``noise_multiplier x scale`` (calibration: the one routine, ``calibration.smallest_scale``),
+    returned as ``{field: sigma}``. Relation: replace-up-to-g with N fixed (``replace-one`` for g = 1).
+    """
+    from dpjax.accounting.privacy_spec import ReportPrivacy
+
+    v.check_choice("sampling", sampling, ("shuffle", "subsample"))
+    sizes = sorted({v.check_int(f"dataset_sizes[{i}]", int(n), min_value=1) for i, n in enumerate(dataset_sizes)})
+    if not sizes:
+        raise ValueError("dataset_sizes=() must name at least one silo")
+    sigma0 = v.check_positive("noise_multiplier", noise_multiplier)
+    g = v.check_int("group_size", group_size, min_value=1)
+    notes = tuple(notes)
+
+    def epsilon_fn(delta: float, accountant: str, scale: float):
+        reports = [batch_clipping_report(accountant, sampling=sampling, n_records=n, s=s, m=m, num_rounds=num_rounds,
+                                         rounds_per_epoch=rounds_per_epoch, sigma=sigma0 * scale, delta=delta,
+                                         group_size=g) for n in sizes]
+        worst = max(reports, key=lambda r: r.epsilon)
+        return dataclasses.replace(worst, unit=unit, notes=worst.notes + notes)
+
+    def values_fn(scale: float, delta: float, accountant: str) -> dict:
+        return {field: sigma0 * scale}
+
+    return ReportPrivacy(epsilon_fn, values_fn, BATCH_CLIPPING_ACCOUNTANTS,
+                         "replace-one" if g == 1 else f"replace-up-to-{g}", unit)

@@ -34,13 +34,23 @@ Rules (stated once, here):
 * several noise events (e.g. DIFF2's restart and difference rounds): their
   schedules composed (RDP curves added / PLDs composed); calibration scales all
   multipliers by one common factor, keeping the ratios the family chose.
+* ``group_size`` g protects any g records at once (the Gaussian schedules'
+  ``group_size``; the batch-clipping accountant's replace-up-to-g).
 
 Mechanisms whose accountant is not one of these Gaussian rules bring their own:
 an event with a ``spec(plan)`` method -- a privatizer's (P_vec's
-``dpjax.accounting.pvec.PvecEvent``) or the aggregator's (a shuffler's
-``dpjax.accounting.shuffle.ShuffleEvent``) -- is dispatched to, in that order,
+``dpjax.accounting.pvec.PvecEvent``), the aggregator's (a shuffler's
+``dpjax.accounting.shuffle.ShuffleEvent``) or the batch selection's
+(``SubsetSelectionEvent``) -- is dispatched to, in that order,
 and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules'
-guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler).
+guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler). m clipped
+subsets of s records per round drawn by shuffling or fixed-size subsampling
+(``SubsetSelectionEvent``, DP-SGD-General) take the exact f-DP batch-clipping
+accountant of ``dpjax.accounting.batch_clipping`` (the strong adversary who sees
+every round's index sets), at every silo's size, the worst reported; its ``s``
+(records per clipped unit: 1 = individual clipping) is the clipper's
+``ClipEvent.unit_records``. Poisson subsets (individual clipping) take the
+Gaussian rules.
 
 Pure Python: never imports jax.
 """
@@ -99,13 +109,70 @@ class SelectionEvent:
 
 
 @dataclasses.dataclass(frozen=True)
+class SubsetSelectionEvent(SelectionEvent):
+    """Each round, m disjoint subsets of s records (the clipper's units; ``batch_sizes`` = m s, or the
+    expected batch m for Poisson) -- DP-SGD-General's batch selection (van Dijk et al., Algorithm 1).
+
+    Attributes:
+      num_subsets: m, the clipped units per round.
+      rounds_per_epoch: B; shuffling uses blocks 0..B-1 of a fresh permutation per epoch,
+        subsampling counts B rounds as an epoch (reporting only).
+      filtering: Appendix D's probabilistic filtering (data-independent coins drop
+        subsets); reported without its heuristic factor-2 gain.
+    """
+
+    num_subsets: int = 1
+    rounds_per_epoch: int = 1
+    filtering: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        v.check_int("num_subsets", self.num_subsets, min_value=1)
+        v.check_int("rounds_per_epoch", self.rounds_per_epoch, min_value=1)
+
+    def spec(self, plan: "DpPlan") -> PrivacySpec:
+        """Shuffled or subsampled subsets: the exact batch-clipping accountant; Poisson: the Gaussian rules.
+
+        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of
+        one unit); with noise on the aggregate (pooled silos) one record still enters only its own
+        silo's subsets and the other silos' terms are independent of it, so each silo's law applies
+        to its records and the run's guarantee is the worst silo's -- the same numbers as noise on
+        every silo.
+        """
+        from dpjax.accounting import batch_clipping
+
+        if self.sampling not in _BATCH_CLIPPING:
+            return plan.gaussian_spec()
+        if plan.clip.relation is not Neighboring.REPLACE_ONE:
+            raise ValueError(f"{plan.label}: sampling={self.sampling.value!r} batches have a fixed size; the "
+                             f"clipper's relation must be 'replace-one', not {plan.clip.relation.value!r}")
+        if len(plan.noises) != 1 or isinstance(plan.noises[0].noise_multiplier, tuple):
+            raise ValueError(f"{plan.label}: the batch-clipping accountant takes one noise event with one noise "
+                             "multiplier")
+        noise, s, m = plan.noises[0], plan.clip.unit_records, self.num_subsets
+        if any(k != m * s for k in self.batch_sizes):
+            raise ValueError(f"{plan.label}: batch sizes {self.batch_sizes} must equal num_subsets*unit_records="
+                             f"{m * s}")
+        notes = (("experimental filtering: reported without its heuristic factor-2 gain",) if self.filtering else ())
+        return batch_clipping.batch_clipping_privacy(
+            sampling=_BATCH_CLIPPING[self.sampling], dataset_sizes=self.dataset_sizes, s=s, m=m,
+            num_rounds=plan._steps(noise), rounds_per_epoch=self.rounds_per_epoch,
+            noise_multiplier=noise.noise_multiplier, field=noise.field, group_size=plan.group_size,
+            unit=self.unit.value, notes=notes)
+
+
+@dataclasses.dataclass(frozen=True)
 class ClipEvent:
-    """The clipper's neighbouring relation (its bound is per unit of that relation)."""
+    """The clipper's neighbouring relation (its bound is per unit of that relation) and how many
+    records one clipped unit holds (``unit_records``: 1 = individual clipping, s = batch clipping
+    of s-record subsets)."""
 
     relation: Neighboring = Neighboring.REPLACE_ONE
+    unit_records: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "relation", _coerce_enum("relation", self.relation, Neighboring))
+        v.check_int("unit_records", self.unit_records, min_value=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +204,10 @@ class NoiseEvent:
             v.check_int("steps", self.steps, min_value=0)
 
 
+#: The samplings the batch-clipping accountant covers, by its names for them.
+_BATCH_CLIPPING = {Sampling.SHUFFLE: "shuffle", Sampling.WITHOUT_REPLACEMENT: "subsample"}
+
+
 def _unit_sensitivity(relation: Neighboring) -> float:
     return 2.0 if relation is Neighboring.REPLACE_ONE else 1.0
 
@@ -151,17 +222,20 @@ class DpPlan:
     num_rounds: int
     label: str = "family"
     aggregation: Any = None  # the aggregator's event (a shuffler's), or None
+    group_size: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "noises", tuple(self.noises))
         if not self.noises:
             raise ValueError("noises=() must list at least one NoiseEvent")
         v.check_int("num_rounds", self.num_rounds, min_value=1)
+        v.check_int("group_size", self.group_size, min_value=1)
 
     def _schedule(self, n: int, k, z: float, steps: int, unit: PrivacyUnit) -> GaussianSchedule:
         return GaussianSchedule(noise_std=z * _unit_sensitivity(self.clip.relation), contribution_bound=1.0,
                                 sampling=self.selection.sampling, dataset_size=n,
-                                batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit)
+                                batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit,
+                                group_size=self.group_size)
 
     def _steps(self, noise: NoiseEvent) -> int:
         if noise.steps is not None:
@@ -195,13 +269,15 @@ class DpPlan:
         return z[silo] if isinstance(z, tuple) else z
 
     def spec(self) -> PrivacySpec:
-        """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's or the
-        aggregator's own accountant where its event has one, else the Gaussian rules."""
+        """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's, the
+        aggregator's or the batch selection's own accountant where its event has one, else the Gaussian rules."""
         for noise in self.noises:
             if hasattr(noise, "spec"):
                 return noise.spec(self)
         if self.aggregation is not None and hasattr(self.aggregation, "spec") and not self._no_noise():
             return self.aggregation.spec(self)
+        if hasattr(self.selection, "spec") and not self._no_noise():
+            return self.selection.spec(self)
         return self.gaussian_spec()
 
     def _no_noise(self) -> bool:

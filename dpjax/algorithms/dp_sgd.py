@@ -1,18 +1,23 @@
-"""Central DP-SGD (Abadi et al. 2016, Algorithm 1) with any optax optimizer.
+"""Central DP-SGD (Abadi et al. 2016, Algorithm 1) with any optax optimizer: a
+configuration of DP-SGD-General (``dpjax.algorithms.dpsgd_general``), not a
+trainer of its own.
 
-Each step the trainer samples a batch (Poisson with rate ``K/n``, or a fixed
+Each step every silo samples a batch (Poisson with rate ``K/n_i``, or a fixed
 ``K``-subset without replacement), clips every record's gradient to ``C``
-(``dpjax.primitives.per_example_clipped_sum``), adds ``N(0, noise_std^2 I)``
-once to the clipped sum, divides by the public expected batch size and hands
-the result to the server optimizer (``optax.adam`` by default; any optax
-factory through ``parts.ServerOptimizer``, its learning rate a traced per-run
-value). Data given as several silos is treated as one pooled dataset: every
-silo samples its own records at rate ``K/n_i`` and the clipped sums add up.
+(DP-SGD-General with ``s = 1``, ``m = K``: individual clipping), the server
+takes the mean of the silos' clipped sums divided by the public ``K`` (the sum
+over the pooled records divided by the expected pooled batch ``K x silos``),
+adds Gaussian noise ONCE to it (``placement="server"``) with std
+``noise_multiplier x`` its sensitivity (``C / (K x silos)`` under add/remove,
+twice that under replace-one) and hands it to the server optimizer
+(``optax.adam`` by default, its learning rate a traced per-run value).
 
-Privacy (record level, central DP): ``R`` releases of a clipped sum with
-contribution bound ``C`` plus Gaussian noise, subsampled at rate ``K/n_min``
-(an upper bound on every record's rate): a ``GaussianPrivacy`` over a Poisson
-(add-remove) or fixed-batch (replace-one) schedule with unit ``"record"``.
+Privacy (record level, central DP): the DP plan of those parts. Poisson:
+``R`` subsampled Gaussian releases at the smallest silo's rate ``K/n_min``
+(an upper bound on every record's rate), a ``GaussianPrivacy`` (add-remove).
+Without replacement: DP-SGD-General's accountants for subsampled individual
+clipping (first the exact strong-adversary one, ``"standard"`` the
+amplification-by-subsampling RDP bound), at every silo's size, the worst.
 ``private=False`` is the non-private twin (noise 0, no clip).
 """
 
@@ -21,32 +26,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax
-import jax.numpy as jnp
 import optax
 
 from dpjax import _validate
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
-from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, gaussian
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, smallest_silo
-from dpjax.engine import federated, parts
-from dpjax.engine.contract import FamilyBase
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
+from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
-from dpjax.primitives import clipping
-from dpjax.primitives import sampling as sampling_lib
 
-PyTree = Any
-OPTIMIZERS = {"adam": optax.adam, "sgd": optax.sgd, "adamw": optax.adamw, "rmsprop": optax.rmsprop}
+__all__ = ["DpSgd", "DpSgdHParams", "OPTIMIZERS"]
 
-
-#: Per-run hyperparameters: step size, std of the noise on the clipped sum, clip norm C
-#: (the fields of Noisy MB-SGD's hparams, so the same type).
-DpSgdHParams = MbSgdHParams
+#: The server optimizers by name, at unit step size (DP-SGD-General's ``server_optimizer``; the
+#: step ``-eta`` is applied after them): ``optax.adam(eta)`` = ``scale_by_adam`` then ``-eta``, etc.
+OPTIMIZERS = {
+    "adam": optax.scale_by_adam(),
+    "sgd": optax.identity(),
+    "adamw": optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(1e-4)),  # optax.adamw's defaults
+    "rmsprop": optax.scale_by_rms(decay=0.9, eps=1e-8),  # optax.rmsprop's defaults
+}
+_SAMPLING = {"poisson": "poisson", "without-replacement": "subsample"}
 
 
 @dataclasses.dataclass(frozen=True)
-class DpSgd(FamilyBase):
-    """Central DP-SGD with an optax server optimizer.
+class DpSgd(ChainFamily):
+    """Central DP-SGD with an optax server optimizer (``general()`` is the DP-SGD-General it runs).
 
     Args:
       problem: a dpjax problem (e.g. ``dpjax.problems.FlaxProblem``).
@@ -56,7 +58,7 @@ class DpSgd(FamilyBase):
         (fixed batches; replace-one).
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
-      neighboring: ``"add-remove"`` (default) or ``"replace-one"``.
+      neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
       output: ``"last"``, ``"average"`` or ``"window"``.
     """
 
@@ -71,62 +73,27 @@ class DpSgd(FamilyBase):
     window: int = 8
 
     hparams_type = DpSgdHParams
+    noise_fields = ("noise_multiplier",)
+    noise_scale_field = None  # a noise multiplier: calibration needs no clip scaling
 
     def __post_init__(self):
-        _validate.check_choice("sampling", self.sampling, ("poisson", "without-replacement"))
+        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
         self.check_common()
+        self.general()  # the configuration is valid DP-SGD-General
 
-    @property
-    def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
-
-    @property
-    def server(self) -> parts.ServerOptimizer:
-        return parts.ServerOptimizer(OPTIMIZERS[self.optimizer])
+    def general(self) -> DpSgdGeneral:
+        """This run as DP-SGD-General: ``s = 1``, ``m = K`` (individual clipping), noise on the server."""
+        return DpSgdGeneral(self.problem, self.num_rounds, subset_size=1, num_subsets=self.batch_size,
+                            rounds_per_epoch=1, sampling=_SAMPLING[self.sampling],
+                            server_optimizer=OPTIMIZERS[self.optimizer], private=self.private,
+                            neighboring=self.neighboring, placement="server", output=self.output, window=self.window)
 
     def validate(self, data: SiloData) -> None:
-        self.sampler.validate(data.min_size, self.num_rounds)
+        self.general().validate(data)
 
-    def init(self, params, hparams: DpSgdHParams, data: SiloData, run_key) -> parts.RoundState:
-        hparams = self.run_hparams(hparams)
-        return parts.RoundState(params, jnp.zeros((), jnp.int32), self.averager.init(params),
-                                federated.init_sampler_states(self.sampler, data, run_key),
-                                self.server.init(params, hparams.learning_rate), hparams)
-
-    def step(self, state: parts.RoundState, data: SiloData, key) -> tuple[parts.RoundState, dict]:
-        hp = state.hparams
-        idx, mask, overflow = federated.draw_silo_batches(self.sampler, data, state.sampler_states, key, state.round)
-        rows = jnp.arange(data.num_silos)[:, None]
-
-        def silo_sum(x, y, m):
-            return clipping.per_example_clipped_sum(self.problem.loss, state.params, x, y, hp.clip_norm, m,
-                                                    self.neighboring).total
-
-        sums = jax.vmap(silo_sum)(data.x[rows, idx], data.y[rows, idx], mask)
-        total = jax.tree_util.tree_map(lambda s: jnp.sum(s, axis=0), sums)
-        privatizer = parts.CentralGaussian()
-        noisy, _ = privatizer.update(total, privatizer.init(key), hp.noise_std)
-        denom = float(self.batch_size * data.num_silos)  # public expected batch size
-        gradient = jax.tree_util.tree_map(lambda t: t / denom, noisy)
-        new_params, opt_state = self.server.step(state.params, gradient, state.opt_state)
-        averaged = self.averager.update(state.averaged, state.params, new_params, state.round)
-        new_state = dataclasses.replace(state, params=new_params, round=state.round + 1, averaged=averaged,
-                                        opt_state=opt_state)
-        return new_state, {"sampling_overflow": jnp.any(overflow), "batch_records": jnp.sum(mask)}
-
-    def output_params(self, state: parts.RoundState):
-        return self.averager.value(state.averaged, state.params, state.round)
-
-    def privacy(self, silo_sizes, hparams: DpSgdHParams) -> PrivacySpec:
-        """R subsampled Gaussian releases of a clipped sum (contribution C), at the
-        smallest silo's rate ``K/n_min`` (every record's rate is at most that)."""
-        if not self.private:
-            return NoPrivacy("DpSgd(private=False) is the non-private twin", self.neighboring, "record")
-        return gaussian(GaussianSchedule(
-            noise_std=float(hparams.noise_std), contribution_bound=float(hparams.clip_norm),
-            sampling=Sampling(self.sampling), dataset_size=smallest_silo(silo_sizes), batch_size=self.batch_size,
-            steps=self.num_rounds, neighboring=Neighboring(self.neighboring), unit=PrivacyUnit.RECORD))
+    def parts(self, shape: DataShape) -> Parts:
+        return self.general().parts(shape)
 
 
 from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -22,7 +22,8 @@ _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerate
           "sdp-accelerated", "shuffle-sgd", "shuffle-acsa", "dp-sgd", "dpsgd-general-shuffle-individual",
           "dpsgd-general-shuffle-batch", "dpsgd-general-subsample-individual", "dpsgd-general-subsample-batch",
           "dpsgd-general-poisson", "dpsgd-general-subsample-individual-g2", "dpsgd-general-subsample-batch-g2",
-          "diff2-gd", "dp-gd", "diff2-bvr", "user-level")
+          "diff2-gd", "dp-gd", "diff2-bvr", "user-level", "dp-fedavg", "dp-fedavg-count",
+          "dp-ftrl")
 _FILES = ("audit.md", "audit.json")
 #: Most runs per dataset: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
 MAX_RUNS = 10**7

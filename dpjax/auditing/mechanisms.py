@@ -35,6 +35,8 @@ dp-sgd                             dp-sgd                     PLD, Poisson, add/
 dpsgd-general-*                    dpsgd-general              van Dijk et al. exact strong adversary / PLD
 diff2-gd, dp-gd, diff2-bvr         diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
 user-level                         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
+dp-fedavg(-count), dp-ftrl         dp-fedavg, dp-ftrl         RDP: Theorem 1 of Andrew et al.; the tree's depth
+                                                              (the builders are in ``fedavg_ftrl``)
 =================================  =========================  ==================================================
 """
 
@@ -61,6 +63,7 @@ from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.auditing import exact as exact_lib
 from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
 from dpjax.auditing.execute import AutodiffProbe, CanaryProbe, DifferenceProbe
+from dpjax.auditing.fedavg_ftrl import dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
 from dpjax.auditing.scores import inclusion_mixture_llr, one_per_epoch_llr
 from dpjax.engine.silos import SiloData
 from dpjax.primitives.shuffle_protocols import PvecParams
@@ -365,7 +368,7 @@ def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(2
     """DP-SGD (Abadi et al., Poisson, add/remove): D' holds the canary as the last record of the
     smallest silo, D does not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server."""
     family = DpSgd(CanaryProbe(dim), num_rounds, batch_size, sampling="poisson", optimizer="sgd")
-    std = noise_multiplier * clip_norm
+    std = noise_multiplier * clip_norm  # the multiplier of the add/remove sensitivity C of the sum
     n_silos = len(sizes)
     q = batch_size / sizes[0]
     m = clip_norm / std
@@ -374,11 +377,13 @@ def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(2
     dp = _silos(sizes, dim, value, rows=(sizes[0] - 1,))
     scale = batch_size * n_silos / std  # w <- w - (S + z) / (K N): the sum in noise stds
     return _family_audit(
-        "dp-sgd", "dp-sgd", "DP-SGD, Poisson (DpSgd.step: Poisson batches, per-example clip, one Gaussian on the sum)",
-        family, lambda inp: MbSgdHParams.create(1.0, inp["noise_std"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_std": std, "clip_norm": clip_norm},
+        "dp-sgd", "dp-sgd", "DP-SGD, Poisson (DpSgd, DP-SGD-General's step: Poisson batches, per-example clip, one "
+        "Gaussian on the pooled mean)",
+        family, lambda inp: DpSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm},
         lambda inc: inclusion_mixture_llr(-inc[:, 0] * scale, [1 - q, q], 0.0, m), "pld",
-        _mutants({"noise_std": std}, "clip_norm"), _mixture([1 - q, q], m, num_rounds, m_d=0.0),
+        _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm),
+        _mixture([1 - q, q], m, num_rounds, m_d=0.0),
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": num_rounds}, jnp.zeros((dim,), jnp.float32))
 
@@ -421,7 +426,7 @@ def dpsgd_general_audit(sampling: str, clip: str, noise_multiplier: float, n: in
     name = "dpsgd-general-poisson" if poisson else f"dpsgd-general-{sampling}-{clip}{suffix}"
     return _family_audit(
         name, "dpsgd-general", f"DP-SGD-General, {clip} clipping, {sampling} (DpSgdGeneral.step)",
-        family, lambda inp: DpSgdHParams.create(1.0, inp["clip_norm"], inp["noise_multiplier"]), [n], d, dp,
+        family, lambda inp: DpSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"]), [n], d, dp,
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm}, score, "pld" if poisson else "strong-exact",
         _mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm), exact,
         {"noise_multiplier": noise_multiplier, "noise_std": std, "clip_norm": clip_norm, "n": n,
@@ -575,6 +580,9 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-gd": dp_gd_audit,
     "diff2-bvr": lambda: diff2_audit("diff2-bvr"),
     "user-level": user_level_audit,
+    "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA),
+    "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
+    "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA),
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
@@ -593,6 +601,8 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",),
     "diff2-bvr": ("diff2-bvr",),
+    "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
+    "dp-ftrl": ("dp-ftrl",),
 }
 
 

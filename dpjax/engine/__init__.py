@@ -1,20 +1,26 @@
-"""The compiled round-step engine: silos (vmap), rounds (scan), runs (vmap)."""
+"""The compiled round-step engine: silos (vmap), rounds (scan), runs (vmap), and the one executor."""
 
 from dpjax.engine.averaging import IterateAverager
-from dpjax.engine.federated import aggregate, init_sampler_states, privatize_messages, silo_minibatch_gradients
-from dpjax.engine.runner import (
-    NonFiniteError,
+from dpjax.engine.checks import NonFiniteError, SamplingOverflowError
+from dpjax.engine.executor import (
+    Chunk,
+    GridResult,
+    OutputParams,
     RunResult,
-    SamplingOverflowError,
-    compiled_runner,
+    Trial,
+    execute,
     run,
+    run_grid,
     run_many,
     stack_hparams,
 )
+from dpjax.engine.federated import aggregate, init_sampler_states, privatize_messages, silo_minibatch_gradients
+from dpjax.engine.program import ChunkProgram, compiled_runner
 from dpjax.engine.silos import SiloData
 
 __all__ = [
     "IterateAverager", "aggregate", "init_sampler_states", "privatize_messages",
     "silo_minibatch_gradients", "NonFiniteError", "RunResult", "SamplingOverflowError",
+    "Chunk", "ChunkProgram", "GridResult", "OutputParams", "Trial", "execute", "run_grid",
     "compiled_runner", "run", "run_many", "stack_hparams", "SiloData",
 ]

@@ -179,15 +179,15 @@ class ChainFamily(FamilyBase):
         return self.parts(DataShape(1, 1)).averager.value(state.averager, state.params, state.round)
 
     # -- privacy -----------------------------------------------------------
-    def dp_plan(self, silo_sizes, hparams) -> DpPlan:
+    def dp_plan(self, silo_sizes, hparams, group_size: int = 1) -> DpPlan:
         """selection x clipper x privatizer x rounds (x the aggregator's event, a shuffler's), from the
-        parts the compiled round runs."""
+        parts the compiled round runs; ``group_size`` g protects any g records at once."""
         sizes = _silo_sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
         aggregation = p.aggregator.event(sizes) if hasattr(p.aggregator, "event") else None
         return DpPlan(p.selection.event(sizes), p.clipper.event(hparams),
                       p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__,
-                      aggregation)
+                      aggregation, group_size)
 
     def message_sensitivity(self, hparams, silo_sizes):
         """The l2 sensitivity of every silo's message the privatizer adds noise to, as the compiled
@@ -217,11 +217,12 @@ class ChainFamily(FamilyBase):
         z = np.array([_float32_multiplier(s, c) for s, c in zip(std.reshape(-1), sens.reshape(-1))])
         return float(z[0]) if std.ndim == 0 else tuple(float(x) for x in z)
 
-    def privacy(self, silo_sizes, hparams) -> PrivacySpec:
-        """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``)."""
+    def privacy(self, silo_sizes, hparams, group_size: int = 1) -> PrivacySpec:
+        """The run's guarantee: its parts' events composed over the rounds (``dp_plan(...).spec()``);
+        ``group_size`` g protects any g records at once."""
         self.check_hparams(hparams)
         if not getattr(self, "private", True):
-            plan = self.dp_plan(silo_sizes, hparams)
+            plan = self.dp_plan(silo_sizes, hparams, group_size)
             return NoPrivacy(f"{type(self).__name__}(private=False) is the non-private twin",
                              plan.clip.relation.value, plan.selection.unit.value)
-        return self.dp_plan(silo_sizes, hparams).spec()
+        return self.dp_plan(silo_sizes, hparams, group_size).spec()

@@ -1,5 +1,5 @@
-"""What the families not yet declared from ``dpjax.parts`` still share (DP-SGD's round,
-``dpjax.algorithms.dp_sgd``), and the non-private twin of every family.
+"""What the families share outside ``dpjax.parts``: the non-private twin of every family and the
+per-call server step.
 
 * ``non_private(hparams)``: the twin mechanism (noise 0, clip norms inf).
   Every non-private twin runs the *same* compiled round as its private
@@ -7,9 +7,7 @@
   ``min(1, inf / ||g||) = 1`` and adding ``0 * z`` are exact, so a private run
   with zero noise and a non-binding clip is bit-identical to its twin.
 * ``ServerOptimizer``: any optax factory with a traced learning rate, then
-  ``Proj_W`` (``FamilyBase.server_step``, DP-SGD).
-* ``CentralGaussian``: noise once on the aggregate (central DP-SGD).
-* ``RoundState``: DP-SGD's run state.
+  ``Proj_W`` (``FamilyBase.server_step``).
 
 The composed round of the other families is ``dpjax.engine.chain`` with the
 parts of ``dpjax.parts``.
@@ -18,14 +16,11 @@ parts of ``dpjax.parts``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-import jax
 import jax.numpy as jnp
 import optax
 
-from dpjax import keys
-from dpjax.primitives import noise
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
@@ -45,25 +40,6 @@ def non_private(hparams, noise_fields=("noise_std",), clip_fields=("clip_norm",)
     zero = {f: jnp.zeros_like(jnp.asarray(getattr(hparams, f), jnp.float32)) for f in noise_fields}
     inf = {f: jnp.full_like(jnp.asarray(getattr(hparams, f), jnp.float32), jnp.inf) for f in clip_fields}
     return dataclasses.replace(hparams, **zero, **inf)
-
-
-# ---------------------------------------------------------------------------
-# Central noise (optax-style init/update; the state is the round's noise key)
-# ---------------------------------------------------------------------------
-class NoiseState(NamedTuple):
-    key: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class CentralGaussian:
-    """The server adds ``N(0, noise_std^2 I)`` once to the aggregate (central DP-SGD)."""
-
-    def init(self, round_key) -> NoiseState:
-        return NoiseState(keys.stream_key(round_key, "noise"))
-
-    def update(self, update, state: NoiseState, noise_std, silo_ids=None):
-        del silo_ids
-        return noise.add_gaussian_noise(state.key, update, noise_std), NoiseState(jax.random.fold_in(state.key, 1))
 
 
 # ---------------------------------------------------------------------------
@@ -95,17 +71,3 @@ class ServerOptimizer:
     def step(self, params, gradient, opt_state):
         updates, opt_state = self.transformation().update(gradient, opt_state, params)
         return project_l2_ball(optax.apply_updates(params, updates), self.projection_radius), opt_state
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class RoundState:
-    """State of DP-SGD's round: iterate, round counter, output-rule buffer,
-    per-silo sampler states, server optimizer state and the run's hparams."""
-
-    params: PyTree
-    round: jax.Array
-    averaged: PyTree
-    sampler_states: Any
-    opt_state: Any
-    hparams: Any

@@ -8,17 +8,19 @@
 * ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
 * ``users``, ``pvec``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
   per-user gradients, Gaussian sums, P_vec randomizers and analyzer, phased SGD server).
+* ``cross_device``: user-level federated learning, the silo being the user (silo sampling, local-delta
+  clients, the mean over a public expected count; DP-FedAvg).
 """
 
 from dpjax.parts.acsa import AcsaServer
 from dpjax.parts.aggregators import Aggregate, PvecAnalyzer, ShuffledAggregate
-from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient
+from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient, SubsetUpdate
 from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
 from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, PvecRandomizer, gaussian_std
-from dpjax.parts.selection import LocalStepRecords, SiloBatches
-from dpjax.parts.servers import Averager, ModelAveraging, OptaxServer
+from dpjax.parts.selection import LocalStepRecords, SiloBatches, SubsetBatches
+from dpjax.parts.servers import Averager, Gated, ModelAveraging, OptaxServer, UnitStepServer
 
 __all__ = ["AcsaServer", "Aggregate", "PvecAnalyzer", "ShuffledAggregate", "ExampleGradients", "LocalSteps",
-           "MinibatchGradient", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
-           "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "Averager",
-           "ModelAveraging", "OptaxServer"]
+           "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
+           "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "SubsetBatches",
+           "Averager", "Gated", "ModelAveraging", "OptaxServer", "UnitStepServer"]

@@ -24,6 +24,7 @@ from dpjax import _validate, keys
 from dpjax.accounting.shuffle import ShuffleEvent
 from dpjax.engine import federated
 from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.parts.servers import Gated
 from dpjax.primitives import sampling as sampling_lib
 from dpjax.primitives import shuffle_protocols
 
@@ -60,18 +61,35 @@ def _aggregate_bound(message: Sensitive, available, how: str):
 @dataclasses.dataclass(frozen=True)
 class Aggregate:
     """``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers); ``"sum"``: ``sum_{i in S_r} g_i``
-    (the ISRL-DP authors' scripts: the step size times ``M_r``)."""
+    (the ISRL-DP authors' scripts: the step size times ``M_r``).
+
+    Args:
+      how: ``"mean"`` or ``"sum"``.
+      denominator: a PUBLIC divisor of every silo's message before it is combined
+        (DP-SGD-General's ``U_bar / m``: after the silo's noise, so the noise is
+        ``N(0, (z x sensitivity)^2)`` on the clipped sum itself), or None.
+      gate: hand the server ``Gated(update, any silo reported)`` so it takes no step
+        (and keeps its state) in a round no silo reported (DP-SGD-General's filtering).
+    """
 
     how: str = "mean"
+    denominator: float | None = None
+    gate: bool = False
 
     def __post_init__(self):
         _validate.check_choice("aggregation", self.how, AGGREGATIONS)
+        if self.denominator is not None:
+            _validate.check_positive("denominator", self.denominator)
 
     def init(self, params):
         return ()
 
     def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        if self.denominator is not None:
+            messages = messages.divided(self.denominator)
         value = federated.aggregate(messages.value, batch.available, self.how)
+        if self.gate:
+            value = Gated(value, jnp.any(batch.available))
         return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors
@@ -133,3 +134,78 @@ class LocalSteps:
             return jax.lax.scan(body, params, (indices, std_normals))[0]
 
         return jax.vmap(one_silo)(data.x[rows], data.y[rows], batch.indices, normals)
+
+
+UPDATE_RULES = ("gradient", "local")
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetUpdate:
+    """DP-SGD-General's update rule ``A`` on each of the round's ``m`` subsets, all from the same ``w``
+    (van Dijk et al., Algorithm 1): the ``m`` units the clipper clips and sums, ``U = sum_h [a_h]_C``.
+
+    ``rule="gradient"``: ``a_h`` is the subset's mean gradient (eq. (4)); with ``s = 1`` the units are
+    the per-example gradients (eq. (1): ``PerExampleGradients``, so the clipper takes ghost norms or
+    the problem's closed form). ``rule="local"``: ``a_h = (w - w_final) / eta`` over ``s /
+    local_batch_size`` local steps of ``local_optimizer`` with a fresh optimiser state (eqs. (2),
+    (3)). The divisor here is 1: the public ``m`` divides the NOISY sum (``U_bar / m``, the aggregator).
+    Filtering's coins (``batch.info["keep"]``) weight the units.
+    """
+
+    problem: Any
+    rule: str = "gradient"
+    local_batch_size: int = 1
+    local_optimizer: Any = optax.identity()
+
+    def init(self, params):
+        return ()
+
+    def denominator(self, silo_sizes):
+        """1: the privatizer's message is the clipped sum ``U`` itself (sensitivity 2C, the paper's noise
+        ``2 C sigma``); the public ``m`` divides the noisy sum in the aggregator."""
+        return 1.0
+
+    def update(self, params, batch: Batch, data, state, ctx: Context):
+        rows = batch.rows()
+        x, y = data.x[rows[:, None, None], batch.indices], data.y[rows[:, None, None], batch.indices]
+        keep = batch.info.get("keep")
+        if self.rule == "gradient" and batch.indices.shape[-1] == 1:  # s = 1: individual clipping
+            weights = batch.weights[..., 0] if keep is None else batch.weights[..., 0] & keep
+            xs, ys = x[:, :, 0], y[:, :, 0]
+            sq = self.problem.row_sq_norms(xs) if has_closed_form_clipping(self.problem) else None
+            return PerExampleGradients(self.problem.loss, params, xs, ys, weights, 1.0, self.problem, sq), state
+        if self.rule == "gradient":
+            one = lambda xb, yb, mb: jax.grad(self._mean_loss)(params, xb, yb, mb)  # noqa: E731
+            units = jax.vmap(jax.vmap(one))(x, y, batch.weights)
+        else:
+            lr = ctx.hparams.learning_rate
+            units = jax.vmap(jax.vmap(lambda xb, yb: self.local_update(params, xb, yb, lr)))(x, y)
+        if batch.indices.shape[1] == 1 and keep is None:  # m = 1: the silo's one unit is its message
+            return PerUnitVectors(jax.tree_util.tree_map(lambda t: t[:, 0], units), None, 1.0, per_silo=True), state
+        return PerUnitVectors(units, keep, 1.0), state
+
+    def _mean_loss(self, params, x, y, mask):
+        losses = jax.vmap(self.problem.loss, in_axes=(None, 0, 0))(params, x, y)
+        return jnp.sum(jnp.where(mask, losses, 0.0)) / x.shape[0]
+
+    def local_update(self, params, x, y, learning_rate):
+        """eqs. (2)/(3): ``a = sum_j u_j = (w_1 - w_final)/eta`` over local steps
+        ``w_{j+1} = w_j - eta u_j``, ``u_j`` = ``local_optimizer`` applied to the
+        micro-batch gradient at ``w_j``; the optimiser state starts fresh."""
+        lb = self.local_batch_size
+        xs = x.reshape((-1, lb) + x.shape[1:])
+        ys = y.reshape((-1, lb) + y.shape[1:])
+        ones = jnp.ones((lb,), bool)
+
+        def step(carry, batch):
+            w, opt_state, total = carry
+            g = jax.grad(self._mean_loss)(w, batch[0], batch[1], ones)
+            u, opt_state = self.local_optimizer.update(g, opt_state, w)
+            w = optax.apply_updates(w, optax.tree.scale(-learning_rate, u))
+            return (w, opt_state, optax.tree.add(total, u)), None
+
+        init = (params, self.local_optimizer.init(params), optax.tree.zeros_like(params))
+        # Unrolled: a convolution's gradient inside a loop body misses XLA:CPU's fast kernels
+        # (see dpjax.engine.program, round_loop="host"); s / local_batch_size steps are few.
+        (_, _, total), _ = jax.lax.scan(step, init, (xs, ys), unroll=True)
+        return total

@@ -54,10 +54,13 @@ class ClipPerUnit:
       clip_field: the hparams field holding ``C``.
       relation: the neighbouring relation the bound is stated for
         (``"replace-one"``: sensitivity ``2C``; ``"add-remove"``: ``C``).
+      unit_records: how many records one unit holds, for the accountant (1: individual
+        clipping; s: batch clipping of s-record subsets, DP-SGD-General).
     """
 
     clip_field: str = "clip_norm"
     relation: str = "replace-one"
+    unit_records: int = 1
 
     def init(self, params, hparams):
         return ()
@@ -89,7 +92,7 @@ class ClipPerUnit:
                          self.relation).divided(denominator)
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
+        return ClipEvent(self.relation, self.unit_records)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import keys
-from dpjax.accounting.plan import SelectionEvent
+from dpjax.accounting.plan import SelectionEvent, SubsetSelectionEvent
 from dpjax.engine import federated
 from dpjax.engine.roles import Batch, Context
 from dpjax.primitives import sampling as sampling_lib
@@ -128,3 +128,92 @@ class LocalStepRecords:
     def event(self, silo_sizes) -> SelectionEvent:
         return SelectionEvent("without-replacement", tuple(int(n) for n in silo_sizes), 1, "record-in-silo",
                               releases_per_round=self.num_steps)
+
+
+#: DP-SGD-General's batch selections and the accounting names of their samplings.
+SUBSET_SAMPLINGS = {"shuffle": "shuffle", "subsample": "without-replacement", "poisson": "poisson"}
+_FILTER_STREAM = 11  # folded into a silo's sampling key for Appendix D's filtering coins
+
+
+@dataclasses.dataclass(frozen=True)
+class SubsetBatches:
+    """Each silo's round of DP-SGD-General (van Dijk et al., Algorithm 1): ``m`` subsets of ``s``
+    records (``indices``/``weights`` ``[M, m, s]``).
+
+    ``"shuffle"`` takes block ``b`` of the epoch's uniform permutation (drawn once per epoch and
+    silo from the run key, held in the state: ``[N, epochs, n_max]``; the last ``n - B m s``
+    records sit the epoch out); ``"subsample"`` a fresh uniform ``ms``-subset in random order
+    (consecutive rows: a uniform partition into ``m`` subsets); ``"poisson"`` each record w.p.
+    ``m / n`` (``s = 1``; a static buffer of ``K + 6 sqrt(K) + 8`` rows, ``overflow`` when it
+    does not fit).
+
+    With ``filtering`` (Appendix D) every subset is kept w.p. 1/2 by a data-independent coin
+    (``info["keep"]`` ``[M, m]``) and a silo runs its round when at least ``filter_threshold``
+    subsets are kept: ``available`` says which silos ran (public, as the coins are).
+    """
+
+    sampling: str
+    subset_size: int
+    num_subsets: int
+    rounds_per_epoch: int
+    num_rounds: int
+    filtering: bool = False
+    filter_threshold: int = 1
+    unit: str = "record-in-silo"
+
+    @property
+    def stored_epochs(self) -> int:
+        return -(-self.num_rounds // self.rounds_per_epoch)
+
+    def init(self, data, run_key):
+        if self.sampling != "shuffle":
+            return jnp.zeros((data.num_silos, 1), jnp.int32)
+        silo_keys = keys.silo_keys(keys.run_stream_key(run_key, "permutation"), data.num_silos)
+
+        def one_silo(k, size):
+            epoch_keys = jax.vmap(lambda e: jax.random.fold_in(k, e))(jnp.arange(self.stored_epochs))
+            return jax.vmap(lambda ek: sampling_lib.valid_first_permutation(ek, size, data.n_max))(epoch_keys)
+
+        return jax.vmap(one_silo)(silo_keys, data.sizes).astype(jnp.int32)
+
+    def draw(self, key, perms, size, n_max: int, round_index):
+        """One silo's round: ``(idx [m, s], mask [m, s], overflow)`` (Poisson: ``[capacity, 1]``)."""
+        m, s = self.num_subsets, self.subset_size
+        if self.sampling == "shuffle":
+            epoch, block = round_index // self.rounds_per_epoch, round_index % self.rounds_per_epoch
+            idx = jax.lax.dynamic_slice(perms[epoch], (block * m * s,), (m * s,)).reshape(m, s)
+            return idx, jnp.ones((m, s), bool), jnp.asarray(False)
+        if self.sampling == "subsample":
+            idx = sampling_lib.sample_without_replacement(key, size, n_max, m * s).reshape(m, s)
+            return idx, jnp.ones((m, s), bool), jnp.asarray(False)
+        capacity = min(sampling_lib.default_poisson_capacity(m), n_max)
+        idx, mask, overflow = sampling_lib.poisson_sample(key, size, n_max, m / size, capacity)
+        return idx[:, None], mask[:, None], overflow
+
+    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+        silo_keys = keys.silo_keys(keys.stream_key(ctx.key, "sampling"), data.num_silos)
+
+        def one_silo(k, perms, size):
+            idx, mask, overflow = self.draw(k, perms, size, data.n_max, ctx.round)
+            if not self.filtering:
+                return idx, mask, overflow, jnp.asarray(True), None
+            keep = jax.random.bernoulli(jax.random.fold_in(k, _FILTER_STREAM), 0.5, (self.num_subsets,))
+            return idx, mask, overflow, jnp.sum(keep) >= self.filter_threshold, keep
+
+        idx, mask, overflow, ran, keep = jax.vmap(one_silo)(silo_keys, state, data.sizes)
+        info = {"keep": keep} if self.filtering else {}
+        return Batch(None, ran, idx, mask, overflow, data.num_silos, info), state
+
+    def validate(self, data) -> None:
+        n = int(data.min_size)
+        ms = self.num_subsets * self.subset_size
+        need = self.rounds_per_epoch * ms if self.sampling == "shuffle" else ms
+        if need > n:
+            raise ValueError(f"rounds_per_epoch*num_subsets*subset_size={need} must be <= the smallest silo "
+                             f"size n={n} for sampling={self.sampling!r}")
+
+    def event(self, silo_sizes) -> SubsetSelectionEvent:
+        batch = self.num_subsets * self.subset_size  # the expected batch m for Poisson (s = 1)
+        return SubsetSelectionEvent(SUBSET_SAMPLINGS[self.sampling], tuple(int(n) for n in silo_sizes), batch,
+                                    self.unit, num_subsets=self.num_subsets,
+                                    rounds_per_epoch=self.rounds_per_epoch, filtering=self.filtering)

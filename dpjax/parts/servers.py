@@ -13,7 +13,7 @@ server of the local-update families (their own step: it reads local models).
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,6 +53,46 @@ class OptaxServer:
     def update(self, update, params, state, ctx: Context):
         updates, state = self.transformation().update(update, state, params)
         return project_l2_ball(optax.apply_updates(params, updates), self.projection_radius), state
+
+
+class Gated(NamedTuple):
+    """An aggregate with a flag: ``apply`` False means no silo reported, so the server takes no step."""
+
+    update: Any
+    apply: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitStepServer:
+    """Any optax transformation at unit step size, then ``w - eta u`` with the run's traced
+    ``eta = hparams.<lr_field>`` (DP-SGD-General's server: identity = ``w - eta U_bar / m``,
+    ``optax.scale_by_adam()`` = Adam, ``optax.trace(0.9)`` = heavy ball).
+
+    Given a ``Gated`` update it steps only when ``apply`` holds, and otherwise keeps both the
+    iterate and the optimizer state (a round in which no silo ran).
+    """
+
+    transformation: optax.GradientTransformation = optax.identity()
+    lr_field: str = "learning_rate"
+
+    def init(self, params, hparams):
+        return self.transformation.init(params)
+
+    def query(self, params, state, ctx: Context):
+        return params
+
+    def update(self, update, params, state, ctx: Context):
+        gated = isinstance(update, Gated)
+        direction, new_state = self.transformation.update(update.update if gated else update, state, params)
+        eta = getattr(ctx.hparams, self.lr_field)
+        stepped = optax.apply_updates(params, optax.tree.scale(-eta, direction))  # -(eta u): w - eta u exactly
+        if not gated:
+            return stepped, new_state
+
+        def keep(new, old):
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(update.apply, a, b), new, old)
+
+        return keep(stepped, params), keep(new_state, state)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -219,8 +219,11 @@ def n8_implementation_audit(rows, quick, seed):
     import jax
     import jax.numpy as jnp
 
+    from dpjax import keys
     from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
     from dpjax.engine import SiloData
+    from dpjax.engine.chain import DataShape
+    from dpjax.engine.roles import Context
     from dpjax.problems import FlaxProblem
 
     epochs, n, s, c, sigma = 4, 8, 2, 1.0, SIGMA
@@ -230,7 +233,7 @@ def n8_implementation_audit(rows, quick, seed):
     x = np.concatenate([[[1000.0, 0, 0]], np.c_[np.zeros(n - 1), rng.normal(size=(n - 1, 2))]]).astype(np.float32)
     y = rng.normal(size=(n, 1)).astype(np.float32)
     alg = DpSgdGeneral.for_epochs(problem, n, epochs, s, 1)
-    hp = DpSgdHParams.create(0.1, c, sigma)
+    hp = DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=c)
     params = problem.init_params(jax.random.key(0))
 
     def dataset(label):
@@ -238,15 +241,23 @@ def n8_implementation_audit(rows, quick, seed):
         yy[0, 0] = 1e9 * label
         return SiloData.from_silos([x], [yy])
 
+    def released(parts, selection, data, r, key):
+        """The server's input in round r: the family's parts up to the aggregate (U_bar / m)."""
+        ctx = Context(r, keys.round_key(key, r), hp)
+        batch, _ = parts.selection.update(selection, data, ctx)
+        units, _ = parts.client.update(params, batch, data, (), ctx)
+        clipped, _ = parts.clipper.update(units, (), ctx)
+        noisy, _ = parts.privatizer.update(clipped, batch, (), ctx)
+        return parts.aggregator.update(noisy, batch, (), ctx)[0].value
+
     def canary_stat(data, key):
-        perms = alg._init_permutations(data, key)[0]
+        parts = alg.parts(DataShape.of(data))
+        selection = parts.selection.init(data, key)  # the epochs' permutations [silos, epochs, n]
         total = 0.0
         for e in range(epochs):
-            pos = jnp.argmax(perms[e] == 0)
-            r = e * alg.rounds_per_epoch + pos // s
-            rk = jax.random.fold_in(key, r)
-            msg, _, _ = alg.silo_message(params, hp, data.x[0], data.y[0], data.sizes[0], perms, rk,
-                                         jax.random.fold_in(rk, 1), r)
+            pos = jnp.argmax(selection[0, e] == 0)
+            r = (e * alg.rounds_per_epoch + pos // s).astype(jnp.int32)
+            msg = released(parts, selection, data, r, key)
             # the canary pulls coordinate 0 by -C (label +1) or +C (label -1); normalise by 2 C sigma
             total = total + msg["params"]["kernel"][0, 0] * alg.num_subsets / (2 * c * sigma)
         return total

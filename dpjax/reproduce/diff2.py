@@ -26,7 +26,7 @@ algorithm's ``privacy``.
 Implementation: one compiled program per dataset. All configurations of all
 algorithms (DIFF2-GD, DP-GD = T 1, GD = T 1 with C = inf and sigma = 0; both
 identities are tested bit-for-bit) and both epsilons are rows of one
-``Diff2HParams`` batch, run by the sweep executor ``dpjax.sweep.run_grid`` in
+``Diff2HParams`` batch, run by the executor ``dpjax.engine.run_grid`` in
 fixed-size chunks; the patience rule is applied post hoc to the recorded traces (the same
 selection as stopping early, Appendix A).
 
@@ -365,7 +365,7 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
 
     from dpjax import keys
     from dpjax.algorithms import diff2 as alg
-    from dpjax.sweep import Trial, run_grid
+    from dpjax.engine import Trial, run_grid
 
     t0 = time.time()
     seeds = protocol.seeds if seeds is None else seeds

@@ -178,7 +178,8 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
         for epochs in cfg["epochs"]:
             alg = DpSgdGeneral.for_epochs(problem, len(ytr), epochs, **kw)
             algs[(name, epochs)] = alg
-            hps = stack_hparams([DpSgdHParams.create(lr, c, SIGMA if private else 0.0) for lr, c in grid])
+            hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=SIGMA if private else 0.0, clip_norm=c)
+                                 for lr, c in grid])
             t0, c0 = time.perf_counter(), time.process_time()
             for s in range(cfg["seeds"]):
                 keys = jax.random.split(jax.random.key(seed * 1000 + s), len(grid))
@@ -198,7 +199,8 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     for name, b in best.items():
         alg = algs[(name, b["epochs"])]
         if alg.private:
-            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], b["clip_norm"], SIGMA))
+            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], noise_multiplier=SIGMA,
+                                                                              clip_norm=b["clip_norm"]))
     _write_tables(out, rows, privacy)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     full_estimate = extrapolate_full(timings)
@@ -213,19 +215,19 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
 
 def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np.ndarray]:
     """Final test accuracy and first diverged round (-1: none) of every run of the grid
-    (``dpjax.sweep.run_grid``, one key per run; the starting point comes from the chunk's first key).
+    (``dpjax.engine.run_grid``, one key per run; the starting point comes from the chunk's first key).
 
     On an accelerator the runs are vmapped in one compiled scan over the rounds (one chunk: every
     run starts from the first key's initialisation, as ``dpjax.engine.run_many`` did here).
     On CPU every round is its own compiled call (``round_loop="host"``: XLA:CPU leaves the CNN's
-    gradient convolutions inside a loop body on its naive emitter, see ``dpjax.engine.runner``)
+    gradient convolutions inside a loop body on its naive emitter, see ``dpjax.engine.program``)
     and the runs go one after the other (chunks of one run, each from its own key's initialisation):
     vmapping the runs turns each convolution into a grouped one over per-run kernels, which XLA:CPU
     runs about 1.3x slower than the runs one by one (``experiments/benchmarks/bench_dpsgd_quick_variants.py --host-single``).
     """
     import jax
 
-    from dpjax.sweep import run_grid
+    from dpjax.engine import run_grid
 
     on_cpu = jax.default_backend() == "cpu"
     res = run_grid(alg, data, hps, keys, eval_fn=eval_fn, eval_data=eval_data, common_random_numbers=False,

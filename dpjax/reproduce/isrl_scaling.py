@@ -102,7 +102,7 @@ def synthetic_silos(cfg: ScalingConfig, *, n: int, num_silos: int, seed: int):
 
 def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, seed: int = 0,
                 keep_runs: bool = False) -> dict:
-    """Mean excess risk of the tuned step size (one ``dpjax.sweep.run_grid`` over step sizes x repetitions);
+    """Mean excess risk of the tuned step size (one ``dpjax.engine.run_grid`` over step sizes x repetitions);
     ``keep_runs``: also ``excess_risk_runs``, the selected step size's excess risk per repetition (the
     repetitions' keys are the same at every point: ``keys.run_key(seed, r)``)."""
     from dpjax import keys
@@ -111,7 +111,7 @@ def excess_risk(cfg: ScalingConfig, *, n: int, epsilon: float, num_silos: int, s
     from dpjax.accounting import isrl_paper_min_batch_size, isrl_paper_sigma
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
     from dpjax.engine import SiloData, stack_hparams
-    from dpjax.sweep import OutputParams, run_grid
+    from dpjax.engine import OutputParams, run_grid
 
     n = _validate.check_int("n", n, min_value=2)
     num_silos = _validate.check_int("num_silos", num_silos, min_value=1)

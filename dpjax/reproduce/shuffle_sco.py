@@ -57,7 +57,7 @@ from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
 from dpjax.parts import pvec as pvec_parts
 from dpjax.algorithms.smoothing import AbsoluteRegression
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.reproduce.isrl_scaling import MeanEstimation
 from dpjax.primitives import shuffle_protocols as sp
@@ -472,14 +472,14 @@ def _variants(protocol, fam, hp, n, eps=EPS_RATES):
 
 
 def measure(fam, hps: dict, inst: Instance, n, d, seeds, seed) -> dict:
-    """Excess population loss of ``seeds`` runs of every hparams in ``hps`` (one ``dpjax.sweep.run_grid``
+    """Excess population loss of ``seeds`` runs of every hparams in ``hps`` (one ``dpjax.engine.run_grid``
     chunk holding every run: one key per lane, the first lane's starting point)."""
-    from dpjax.sweep import OutputParams, run_grid
+    from dpjax.engine import OutputParams, run_grid
 
     rng = np.random.default_rng(seed * 7919 + n + 31 * d)
     data = inst.sample(rng, n, d)
     names = list(hps)
-    stacked = runner.stack_hparams([hps[k] for k in names for _ in range(seeds)])
+    stacked = engine.stack_hparams([hps[k] for k in names for _ in range(seeds)])
     keys_ = jax.random.split(jax.random.key(seed + n + d), len(names) * seeds)
     res = run_grid(fam, data, stacked, keys_, eval_fn=OutputParams(), common_random_numbers=False,
                    chunk_size=len(keys_), on_nonfinite="raise")

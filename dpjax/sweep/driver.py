@@ -1,5 +1,8 @@
 """``run_sweep``: plan, compile once per group, execute chunks, store, resume.
 
+The chunks run through the engine's one executor (``dpjax.engine.executor.execute``) with the sweep
+directory (``dpjax.sweep.store``) as its resumable store.
+
 Privacy: every run's noise is fixed on the host before execution. With an
 ``epsilon`` axis, every family is calibrated the same way:
 ``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta,
@@ -11,6 +14,7 @@ the table records epsilon, delta, accountant and the resulting noise values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 import time
@@ -21,9 +25,10 @@ import numpy as np
 import pandas as pd
 
 from dpjax import _validate
-from dpjax.engine import runner
+from dpjax.engine.executor import Chunk, execute, run_key_data
+from dpjax.engine.program import ChunkProgram, eval_schedule
 from dpjax.sweep import plan as plan_lib
-from dpjax.sweep import program, registry
+from dpjax.sweep import registry
 from dpjax.sweep.config import SweepConfig, parse_maxnorm
 from dpjax.sweep.store import Store, check_same_sweep, environment
 
@@ -53,7 +58,9 @@ def _device_memory(device) -> int:
         return 8 << 30
 
 
-class _Sweep:
+class Sweep:
+    """One sweep's plan, data, algorithms, resolved hyperparameters and chunk programs."""
+
     def __init__(self, cfg: SweepConfig, devices):
         self.cfg = cfg
         self.entry = registry.get_algorithm(cfg.algorithm)
@@ -63,7 +70,7 @@ class _Sweep:
         self.groups = plan_lib.build_groups(cfg)
         self._trials: dict[int, registry.TrialData] = {}
         self._algorithms: dict[int, Any] = {}
-        self._executors: dict[int, program.ChunkExecutor] = {}
+        self._programs: dict[int, ChunkProgram] = {}
         self._hp_cache: dict = {}
         self._eval_fn = None
         self.chunk_size = cfg.chunk_size or plan_lib.default_chunk_size(self.groups)
@@ -136,56 +143,51 @@ class _Sweep:
         hp_rows = [[self.hparams(g, t, h) for h in c.cfg_idx] for t in trials]
         hp = self.entry.make_hparams(hp_rows, algorithm=self.algorithm(g))
         data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
-        kd = np.stack([np.stack([program.run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
+        kd = np.stack([np.stack([run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
         return hp, data, eval_data, kd, None  # initial parameters from each run key
 
-    def executor(self, g: plan_lib.Group, shape) -> program.ChunkExecutor:
-        if g.index not in self._executors:
-            alg = self.algorithm(g)
-            ev = self.eval_fn(alg.problem)
-            self._executors[g.index] = program.ChunkExecutor(
-                alg, ev, self.cfg.eval_every, shape, self.vmap_width, self.devices)
-        return self._executors[g.index]
+    def program(self, c: plan_lib.Chunk) -> ChunkProgram:
+        """The compiled program of chunk ``c``'s group (every chunk of a group has one shape)."""
+        if c.group not in self._programs:
+            alg = self.algorithm(self.groups[c.group])
+            shape = (len(c.trial_idx), len(c.rep_idx), len(c.cfg_idx))
+            self._programs[c.group] = ChunkProgram(alg, self.eval_fn(alg.problem), self.cfg.eval_every, shape,
+                                                   self.vmap_width, self.devices)
+        return self._programs[c.group]
 
     def fit_memory(self, chunks) -> None:
         """Halves chunk_size / vmap_width until XLA's memory analysis fits MEMORY_FRACTION of a device."""
         budget = MEMORY_FRACTION * _device_memory(self.devices[0])
         for _ in range(12):
-            c = chunks[0]
-            shape = (len(c.trial_idx), len(c.rep_idx), len(c.cfg_idx))
-            ex = self.executor(self.groups[c.group], shape)
-            need = ex.memory_bytes(program.stack_devices([self.chunk_args(c)] * len(self.devices)))
+            need = self.program(chunks[0]).memory_bytes(self.chunk_args(chunks[0]))
             if need is None or need <= budget or self.chunk_size == 1:
                 return
-            self._executors.clear()
+            self._programs.clear()
             self.chunk_size = max(1, self.chunk_size // 2)
             self.vmap_width = max(1, min(self.vmap_width, self.chunk_size))
             chunks = plan_lib.build_chunks(self.groups, self.chunk_size)
 
     # -- results -------------------------------------------------------------
-    def rows(self, c: plan_lib.Chunk, out: dict, eval_rounds: np.ndarray):
+    def lane(self, c: plan_lib.Chunk, lt: int, ls: int, lh: int):
+        """``(group, trial, repetition, config index)`` of lane ``(lt, ls, lh)`` of chunk ``c``."""
         g = self.groups[c.group]
-        alg = self.algorithm(g)
+        return g, g.trials[c.trial_idx[lt]], g.repetitions[c.rep_idx[ls]], c.cfg_idx[lh]
+
+    def describe(self, c: plan_lib.Chunk, i: int) -> str:
+        """Names real run ``i`` of chunk ``c`` in the executor's errors."""
+        g, t, s, h = self.lane(c, *list(c.lanes())[i])
+        rid = plan_lib.run_id(plan_lib.identity(self.cfg, g, t, s, g.configs[h]))
+        return f"run {rid} (trial={t}, repetition={s}, {g.configs[h]}, hparams {self.hparams(g, t, h)})"
+
+    def rows(self, c: plan_lib.Chunk, results: dict, eval_rounds: np.ndarray):
+        """The chunk's ``runs`` and ``evals`` tables from its checked per-run ``results``."""
+        alg = self.algorithm(self.groups[c.group])
         runs, evals = [], []
-        for lt, ls, lh in c.lanes():
-            t, s, h = g.trials[c.trial_idx[lt]], g.repetitions[c.rep_idx[ls]], c.cfg_idx[lh]
-            ident = plan_lib.identity(self.cfg, g, t, s, g.configs[h])
-            rid = plan_lib.run_id(ident)
+        for run, lane in enumerate(c.lanes()):
+            g, t, s, h = self.lane(c, *lane)
+            rid = plan_lib.run_id(plan_lib.identity(self.cfg, g, t, s, g.configs[h]))
             hp = self.hparams(g, t, h)
-            div = int(out["diverged_round"][lt, ls, lh])
-            ovf = int(out["overflow_round"][lt, ls, lh])
-            if ovf >= 0:
-                raise runner.SamplingOverflowError(
-                    f"run {rid} (trial={t}, repetition={s}, {g.configs[h]}): a Poisson batch overflowed its buffer "
-                    f"at round {ovf}; the Poisson privacy analysis does not apply. Nothing of this chunk was written."
-                )
-            if div >= 0 and self.cfg.on_nonfinite == "raise":
-                raise runner.NonFiniteError(
-                    f"run {rid} (trial={t}, repetition={s}, {g.configs[h]}, hparams {hp}) produced NaN/inf "
-                    f"parameters at round {div} (0-based). Nothing of this chunk was written; set "
-                    "on_nonfinite='mark' to record diverged runs instead."
-                )
             row = {"run_id": rid, "group": g.index, "trial": t, "repetition": s}
             row.update({k: v for k, v in g.static.items()})
             row.update(self.entry.resolved_columns(alg))
@@ -196,15 +198,37 @@ class _Sweep:
                 row["epsilon"] = float(g.configs[h]["epsilon"])
                 row["delta"] = self.delta(self.trial(t))
                 row["accountant"] = self.cfg.privacy["accountant"]
-            row["diverged_round"] = div
-            for m, arr in out["evals"].items():
-                row[m] = float(arr[lt, ls, lh, -1])
+            row["diverged_round"] = int(results["diverged_round"][run])
+            for m, arr in results["evals"].items():
+                row[m] = float(arr[run, -1])
             runs.append(row)
             for e, r in enumerate(eval_rounds):
                 er = {"run_id": rid, "eval_round": int(r)}
-                er.update({m: float(arr[lt, ls, lh, e]) for m, arr in out["evals"].items()})
+                er.update({m: float(arr[run, e]) for m, arr in results["evals"].items()})
                 evals.append(er)
         return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+class _DirectoryStore:
+    """The sweep directory as the executor's resumable ``ChunkStore``: a committed chunk whose files
+    still match its manifest is finished; a damaged one is announced and recomputed."""
+
+    def __init__(self, store: Store, sweep: Sweep, chunks: dict):
+        self.store, self.sweep, self.chunks = store, sweep, chunks
+        self.eval_rounds = eval_schedule(sweep.cfg.num_rounds, sweep.cfg.eval_every)
+        self.committed = store.finished_chunks()
+
+    def finished(self, chunk: Chunk) -> bool:
+        if chunk.id not in self.committed:
+            return False
+        n = len(chunk.lanes)
+        why = self.store.verify(chunk.id, (n, n * len(self.eval_rounds)))
+        if why is not None:  # committed, then damaged (truncated, emptied, edited): say so, then recompute it
+            print(f"sweep {self.sweep.cfg.name}: recomputing chunk {chunk.id}: {why}", file=sys.stderr, flush=True)
+        return why is None
+
+    def write(self, chunk: Chunk, results: dict) -> None:
+        self.store.write_chunk(chunk.id, *self.sweep.rows(self.chunks[chunk.id], results, self.eval_rounds))
 
 
 def _wait_for_leader(store: Store, timeout_s: float) -> None:
@@ -285,7 +309,7 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
     if old is not None and cfg.chunk_size is None and cfg.vmap_width is None:
         # Resume with the stored (possibly auto-chosen) tiling: same chunks, same lanes, same bits.
         cfg = dataclasses.replace(cfg, chunk_size=old.get("chunk_size"), vmap_width=old.get("vmap_width"))
-    sw = _Sweep(cfg, devices)
+    sw = Sweep(cfg, devices)
     chunks = plan_lib.build_chunks(sw.groups, sw.chunk_size)
     if old is None and cfg.chunk_size is None:
         sw.fit_memory(chunks)
@@ -293,53 +317,13 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
     resolved = dataclasses.replace(cfg, chunk_size=sw.chunk_size, vmap_width=sw.vmap_width).to_dict()
     store.init(resolved, source_text, environment(devices), process_index)
 
-    n_evals = len(runner.eval_schedule(cfg.num_rounds, cfg.eval_every))
-    finished, committed = set(), store.finished_chunks()
-    for c in chunks:
-        if c.chunk_id in committed:
-            why = store.verify(c.chunk_id, (c.num_runs, c.num_runs * n_evals))
-            if why is None:
-                finished.add(c.chunk_id)
-            else:  # committed, then damaged (truncated, emptied, edited): say so, then recompute it
-                print(f"sweep {cfg.name}: recomputing chunk {c.chunk_id}: {why}", file=sys.stderr, flush=True)
-    todo = [c for c in chunks if c.chunk_id not in finished and c.index % process_count == process_index]
-    skipped = sum(1 for c in chunks if c.chunk_id in finished)
-    if max_chunks is not None:
-        todo = todo[:max_chunks]
-    eval_rounds = runner.eval_schedule(cfg.num_rounds, cfg.eval_every)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(c.num_runs for c in todo), unit="run", desc=f"sweep {cfg.name}", smoothing=0.1)
-        bar.set_postfix_str(f"chunks 0/{len(todo)} ({skipped} done before)")
-    computed = []
-    D = len(devices)
-    i = 0
-    while i < len(todo):
-        batch = [todo[i]]
-        while len(batch) < D and i + len(batch) < len(todo) and todo[i + len(batch)].group == todo[i].group:
-            batch.append(todo[i + len(batch)])
-        i += len(batch)
-        g = sw.groups[batch[0].group]
-        shape = (len(batch[0].trial_idx), len(batch[0].rep_idx), len(batch[0].cfg_idx))
-        ex = sw.executor(g, shape)
-        outs = ex.run_chunks([sw.chunk_args(c) for c in batch])
-        for c, out in zip(batch, outs):
-            runs_df, evals_df = sw.rows(c, out, eval_rounds)
-            try:
-                store.write_chunk(c.chunk_id, runs_df, evals_df)
-            except OSError as err:
-                raise OSError(err.errno, f"could not store chunk {c.chunk_id} ({err.strerror}); the "
-                              f"{skipped + len(computed)} chunk(s) stored before are intact: fix the disk and rerun "
-                              f"the same command to resume") from err
-            computed.append(c.chunk_id)
-            if bar is not None:
-                bar.update(c.num_runs)
-                bar.set_postfix_str(f"chunks {len(computed)}/{len(todo)} ({skipped} done before)")
-            if sleep_between_chunks:
-                time.sleep(sleep_between_chunks)
-    if bar is not None:
-        bar.close()
+    plan = {c.chunk_id: c for c in chunks}
+    work = [Chunk(c.chunk_id, c.group, tuple(c.lanes()), functools.partial(sw.chunk_args, c),
+                  functools.partial(sw.describe, c)) for c in chunks]
+    computed, skipped = execute(
+        work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
+        on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count), max_chunks=max_chunks,
+        progress=f"sweep {cfg.name}" if progress else None, pause=sleep_between_chunks,
+        consequence="Nothing of this chunk was written.")
     runs, evals = store.load()
     return SweepResult(runs, evals, computed, skipped, len(chunks), time.perf_counter() - start)

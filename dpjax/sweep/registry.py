@@ -417,7 +417,7 @@ def register_family(name: str, cls: type | None = None, *, twin: str | tuple[str
     return register(cls) if cls is not None else register
 
 
-def _load_families() -> None:
+def load_families() -> None:
     """Imports every module of ``dpjax.algorithms`` (each registers its families)."""
     import importlib
     import pkgutil
@@ -429,7 +429,7 @@ def _load_families() -> None:
 
 
 def get_algorithm(name) -> AlgorithmEntry:
-    _load_families()
+    load_families()
     if name not in ALGORITHMS:
         raise ValueError(f"algorithm={name!r} is unknown; known: {tuple(sorted(ALGORITHMS))}")
     return ALGORITHMS[name]

@@ -1,4 +1,4 @@
-"""A table of run specs through ``dpjax.sweep.run_grid``: one tidy row per run.
+"""A table of run specs through ``dpjax.engine.run_grid``: one tidy row per run.
 
 The paper drivers describe one trial's grid as a list of *run specs* (frozen
 dataclasses, one per run: the hyperparameters, labels such as a calibration
@@ -92,7 +92,7 @@ def run_table(
     chunk_size: int = 256,
     make_hparams: Callable[[Any], Any] | None = None,
 ) -> pd.DataFrame:
-    """Runs every spec of one data split through ``dpjax.sweep.run_grid``; one row per run.
+    """Runs every spec of one data split through ``dpjax.engine.run_grid``; one row per run.
 
     ``specs`` are dataclass instances with a ``repetition`` field; repetition
     ``r`` uses ``keys.run_key(key, r)`` (common random numbers across the
@@ -106,8 +106,8 @@ def run_table(
     import jax
 
     from dpjax import keys
-    from dpjax.engine import stack_hparams
-    from dpjax.sweep.grid import run_grid
+    from dpjax.engine import run_grid, stack_hparams
+    from dpjax.engine.checks import diverged
 
     if len(specs) == 0:
         raise ValueError("specs=[] must hold at least one run")
@@ -119,7 +119,7 @@ def run_table(
     res = run_grid(algorithm, train, stack_hparams([make(s) for s in specs]), run_keys, eval_fn=evaluator,
                    eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size)
     tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
-    bad = (res.diverged_round >= 0) | ~np.isfinite(tl) | (tl > divergence_threshold)
+    bad = diverged(res.diverged_round, tl, divergence_threshold)
     df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
     df["train_loss"] = np.where(bad, np.inf, tl)
     df["test"] = np.where(bad, np.nan, np.asarray(res.evals["test"][:, -1], np.float64))

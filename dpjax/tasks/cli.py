@@ -38,7 +38,7 @@ def _run_isrl_mnist(args) -> int:
         outputs.release_output_dir(path, created)
         raise
     if args.json:
-        print(json.dumps(summary, default=isrl_mnist._json_default))
+        print(json.dumps(summary, default=isrl_mnist.json_default))
     else:
         print(isrl_mnist.format_summary(summary))
     return 0

@@ -6,7 +6,7 @@ N = 25 silos each holding one (even, odd) digit pair, n = 1238 training
 records per silo, ``M`` silos available per round, R rounds, delta = 1/n^2.
 
 One call does one *trial* at one epsilon: every step size of the grid is run
-with several repetitions through the sweep executor (``dpjax.sweep.run_grid``,
+with several repetitions through the executor (``dpjax.engine.run_grid``,
 one compiled chunk, one key per run), the step size with the lowest mean final training loss is selected,
 and its test error (mean over repetitions) is reported, next to the
 non-private MB-SGD baseline run the same way.
@@ -111,7 +111,8 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _json_default(obj):
+def json_default(obj):
+    """``json.dumps`` default for NumPy scalars and arrays (the summary and config files)."""
     if isinstance(obj, (np.floating, np.integer)):
         return obj.item()
     if isinstance(obj, np.ndarray):
@@ -132,7 +133,7 @@ def prepare_data(cfg: IsrlMnistConfig):
 
 def run_identity(cfg: IsrlMnistConfig) -> dict:
     """What makes two ``isrl-mnist-trial`` runs the same run (their output may be rewritten)."""
-    return {"command": "run isrl-mnist-trial", "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=_json_default))}
+    return {"command": "run isrl-mnist-trial", "config": json.loads(json.dumps(dataclasses.asdict(cfg), default=json_default))}
 
 
 def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progress: bool = True, dataset=None,
@@ -169,8 +170,8 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     from dpjax import keys
     from dpjax.accounting import isrl_experiment_calibration
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import SiloData, stack_hparams
-    from dpjax.sweep import run_grid
+    from dpjax.engine import SiloData, run_grid, stack_hparams
+    from dpjax.engine.checks import diverged
     from dpjax.primitives import FixedAvailability
     from dpjax.problems import LogisticRegression
 
@@ -236,15 +237,15 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         res = run_grid(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data,
                        common_random_numbers=False, chunk_size=len(grid))
         final = {k: v[:, -1] for k, v in res.evals.items()}
-        diverged = np.asarray(res.diverged_round) >= 0
         for k in final:  # diverged runs count as infinitely bad (paper protocol)
-            final[k] = np.where(diverged | ~np.isfinite(final[k]), np.inf, final[k])
+            final[k] = np.where(diverged(res.diverged_round, final[k]), np.inf, final[k])
+        nonfinite = diverged(res.diverged_round)
         by_lr = {
             lr: {k: float(np.mean([final[k][i] for i, (l, _) in enumerate(grid) if l == lr])) for k in final}
             for lr in lrs
         }
         best = min(lrs, key=lambda lr: by_lr[lr]["train_loss"])
-        return final, diverged, by_lr, best
+        return final, nonfinite, by_lr, best
 
     bar.set_postfix_str(stages[2])
     private_final, private_div, private_by_lr, private_lr = sweep(algo, noise_multiplier)
@@ -296,11 +297,11 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     summary["wall_time_s"] = time.perf_counter() - start
     if out_dir is not None:
         out = out_dir
-        _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=_json_default))
+        _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=json_default))
         header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
         body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)
         _atomic_write(out / "results.csv", header + body)
-        _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=_json_default))
+        _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=json_default))
         summary["out_dir"] = str(out)
     bar.update()
     bar.close()

@@ -38,7 +38,7 @@ def main():
         "IC-SS (eq. 1)": dict(subset_size=1, num_subsets=b, sampling="subsample"),
         "IC-SS non-private": dict(subset_size=1, num_subsets=b, sampling="subsample", private=False),
     }
-    hp = DpSgdHParams.create(0.1, 1.0, 2.0)
+    hp = DpSgdHParams.create(0.1, noise_multiplier=2.0, clip_norm=1.0)
     times = {}
     for name, kw in configs.items():
         alg = DpSgdGeneral(problem, args.rounds, rounds_per_epoch=n // b, **kw)

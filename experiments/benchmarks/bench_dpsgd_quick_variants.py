@@ -65,7 +65,8 @@ def main():
             continue
         private = kw.get("private", True)
         alg = DpSgdGeneral(problem, args.rounds, rounds_per_epoch=n // ROUND_RECORDS, **kw)
-        hps = stack_hparams([DpSgdHParams.create(lr, 1.0, SIGMA if private else 0.0) for lr in lrs])
+        hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=SIGMA if private else 0.0, clip_norm=1.0)
+                             for lr in lrs])
         calls = {
             "scan (old)": lambda: run_many(alg, data, hps, keys).output,
             "host (new)": lambda: run_many(alg, data, hps, keys, round_loop="host").output,

@@ -15,7 +15,7 @@ sizes exp(linspace(-6, 0, 10)) x 3 repetitions x 20 trials = 3600 runs, output
 2. **per-config jit loop**: a Python loop that builds and jits one program per
    configuration (hyperparameters baked in as constants, as a script would do)
    — timed on ``--loop-sample`` configurations and extrapolated linearly to
-   3600; also the same loop reusing one compiled program (``runner.run``).
+   3600; also the same loop reusing one compiled program (``engine.run``).
 3. **NumPy, authors' structure** (``DP_FL_MNIST_logistic_FINAL.py`` of Lowy &
    Razaviyayn, re-implemented, not copied): loops over trials, epsilons, step
    sizes, repetitions, rounds and available silos; per available silo a
@@ -75,7 +75,8 @@ def fig4_config(trials: int, vmap_width: int | None, data: str):
 
 
 def time_grid(cfg):
-    from dpjax.sweep import program, run_sweep
+    from dpjax.engine import program
+    from dpjax.sweep import run_sweep
 
     with tempfile.TemporaryDirectory() as out:
         c0 = program.COMPILATIONS["count"]
@@ -90,11 +91,12 @@ def time_jit_loop(cfg, sample: int):
     """Fresh jit per configuration (constants baked in) and a loop reusing one compiled program."""
     import jax
 
-    from dpjax.engine import runner
+    from dpjax import engine
+    from dpjax.engine.program import trace_run
     from dpjax.keys import run_key
-    from dpjax.sweep.driver import _Sweep
+    from dpjax.sweep.driver import Sweep
 
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     td = sw.trial(g.trials[0])
@@ -109,17 +111,17 @@ def time_jit_loop(cfg, sample: int):
         params = td.problem.init_params()
 
         def one(data, eval_data, key, hp=hp, params=params):  # hp closed over: a new program per config
-            return runner._run_single(alg, ev, None, params, hp, data, eval_data, key)[3]
+            return trace_run(alg, ev, None, params, hp, data, eval_data, key)[3]
 
         jax.block_until_ready(jax.jit(one)(td.train, td.eval_data, keys[s]))
     fresh = (time.perf_counter() - t0) / len(picks)
-    # (b) the same loop reusing one compiled program (runner.run; first call compiles)
+    # (b) the same loop reusing one compiled program (engine.run; first call compiles)
     hp0 = entry.make_hparams(sw.hparams(g, g.trials[0], 0))
-    runner.run(alg, td.train, hp0, keys[0], eval_fn=ev, eval_data=td.eval_data)  # compile outside the timing
+    engine.run(alg, td.train, hp0, keys[0], eval_fn=ev, eval_data=td.eval_data)  # compile outside the timing
     t0 = time.perf_counter()
     for h, s in picks:
         hp = entry.make_hparams(sw.hparams(g, g.trials[0], h))
-        runner.run(alg, td.train, hp, keys[s], eval_fn=ev, eval_data=td.eval_data)
+        engine.run(alg, td.train, hp, keys[s], eval_fn=ev, eval_data=td.eval_data)
     cached = (time.perf_counter() - t0) / len(picks)
     return fresh, cached, len(picks)
 
@@ -133,9 +135,9 @@ def numpy_block(cfg, rng_seed: int = 0, faithful: bool = True):
     """
     import jax
 
-    from dpjax.sweep.driver import _Sweep
+    from dpjax.sweep.driver import Sweep
 
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     td = sw.trial(g.trials[0])

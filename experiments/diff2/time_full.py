@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax.algorithms import diff2 as alg
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.reproduce import diff2 as rep
 
 EPS = {"california_housing": (3.0, 5.0), "gas_turbine": (3.0, 5.0), "blogfeedback": (3.0, 5.0),
@@ -81,7 +81,7 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
     for path in (p for p in paths if p in PATHS):
         algorithm = alg.Diff2GD(problem, rounds, output="last", **PATHS[path])
         t0 = time.perf_counter()
-        run = lambda algorithm=algorithm: runner.run_many(algorithm, data, hp, keys_, params=params0).state.params  # noqa: E731
+        run = lambda algorithm=algorithm: engine.run_many(algorithm, data, hp, keys_, params=params0).state.params  # noqa: E731
         jax.block_until_ready(run())
         first = time.perf_counter() - t0
         warm = _best_of(run)

@@ -17,7 +17,7 @@ from dpjax.accounting import gdp
 from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.reproduce.isrl_scaling import MeanEstimation
@@ -136,7 +136,7 @@ def test_measured_gaussian_noise_is_z_times_2L_over_the_batch(aggregator, users_
     fam = S.ShuffleSgd(MeanEstimation(D), 1, B, aggregator, projection_radius=None, output="last")
     hp = S.ScoHParams.single_phase(1, B, 1.0, noise_multiplier=z, clip_norm=L)
     batched = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (reps,) + jnp.shape(v)), hp)
-    out = runner.run_many(fam, data, batched, jax.random.split(jax.random.key(11), reps))
+    out = engine.run_many(fam, data, batched, jax.random.split(jax.random.key(11), reps))
     x = -np.asarray(out.output, np.float64)
     std = math.sqrt(users_noise) * z * 2 * L / B
     np.testing.assert_allclose(fam.noise_std_of(hp), math.sqrt(users_noise) * z * 2 * L, rtol=1e-6)
@@ -183,9 +183,9 @@ def test_pytree_params_run_on_the_flattened_user_vectors(cls):
     rng = np.random.default_rng(4)
     x, y = rng.uniform(-0.5, 0.5, (n, D)).astype(np.float32), rng.uniform(-0.5, 0.5, n).astype(np.float32)
     hp = S.ScoHParams.single_phase(T, B, 0.4, clip_norm=L)
-    split = runner.run(cls(_TwoLeafMean(D), T, B, "exact"), SiloData.from_silos([x], [y]), hp, jax.random.key(0))
+    split = engine.run(cls(_TwoLeafMean(D), T, B, "exact"), SiloData.from_silos([x], [y]), hp, jax.random.key(0))
     joined = np.concatenate([y[:, None], x], axis=1)
-    flat = runner.run(cls(MeanEstimation(D + 1), T, B, "exact"), SiloData.from_silos([joined], [y]), hp,
+    flat = engine.run(cls(MeanEstimation(D + 1), T, B, "exact"), SiloData.from_silos([joined], [y]), hp,
                       jax.random.key(0))
     out = np.concatenate([np.atleast_1d(split.output["b"]), np.asarray(split.output["w"])])
     np.testing.assert_allclose(out, np.asarray(flat.output), rtol=1e-6, atol=1e-7)

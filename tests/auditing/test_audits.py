@@ -18,7 +18,7 @@ import pytest
 from dpjax.auditing import audit as audit_lib
 from dpjax.auditing.cli import _NAMES
 from dpjax.auditing.mechanisms import FAMILY_AUDITS, audit_names, build_audit
-from dpjax.sweep.registry import ALGORITHMS, _load_families
+from dpjax.sweep.registry import ALGORITHMS, load_families
 
 RUNS = 20_000  # runs per dataset (see the module docstring)
 
@@ -49,7 +49,7 @@ def test_audit_passes_and_mutants_are_caught(name):
 def test_every_audit_runs_a_registered_family_and_every_private_family_has_one():
     """A family audit's mechanism is the registered family object (same class and fixed fields),
     run through ``execute.run_family``; ``FAMILY_AUDITS`` covers every private registry entry."""
-    _load_families()
+    load_families()
     private = {name for name, entry in ALGORITHMS.items() if entry.private}
     assert set(FAMILY_AUDITS) == private
     named = {a for audits in FAMILY_AUDITS.values() for a in audits}

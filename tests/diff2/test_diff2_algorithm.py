@@ -15,7 +15,7 @@ from dpjax import keys
 from dpjax.accounting import diff2 as acc
 from dpjax.algorithms import diff2
 from dpjax.algorithms.diff2_parts import EstimatorState
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
 from dpjax.problems import LinearRegression
@@ -95,19 +95,19 @@ def test_sigma0_diff2_gd_equals_gd_telescoping():
     data, *_ = make_data()
     key = jax.random.key(1)
     R = 60
-    gd = runner.run(diff2.nonprivate_gd(PROBLEM, R, output="last"), data, hp(), key, params=x0())
+    gd = engine.run(diff2.nonprivate_gd(PROBLEM, R, output="last"), data, hp(), key, params=x0())
     for T in (1, 4, 7, 60):
-        d2 = runner.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
+        d2 = engine.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
                         hp(restart_interval=T, clip_restart=math.inf, clip_diff=math.inf), key, params=x0())
         np.testing.assert_allclose(d2.output, gd.output, rtol=0, atol=1e-12)
     # clipping radii above the per-record gradient norm / smoothness (spec §6.10):
     # C2 >= max ||a_i||^2 makes difference clipping inactive too.
     big = float(max(np.max(np.sum(np.asarray(data.x) ** 2, -1)), 1.0)) * 1.01
-    d2 = runner.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
+    d2 = engine.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
                     hp(restart_interval=5, clip_restart=1e6, clip_diff=big), key, params=x0())
     np.testing.assert_allclose(d2.output, gd.output, rtol=0, atol=1e-10)
     # and with a small C2 clipping is active, so the iterates differ
-    d2c = runner.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
+    d2c = engine.run(diff2.Diff2GD(PROBLEM, R, output="last"), data,
                      hp(restart_interval=5, clip_restart=1e6, clip_diff=0.05), key, params=x0())
     assert np.max(np.abs(d2c.output - gd.output)) > 1e-6
 
@@ -115,12 +115,12 @@ def test_sigma0_diff2_gd_equals_gd_telescoping():
 def test_sigma0_infinite_clip_t1_is_bit_identical_to_gd():
     data, *_ = make_data()
     key = jax.random.key(2)
-    gd = runner.run(diff2.nonprivate_gd(PROBLEM, 30, output="last"), data, hp(), key, params=x0())
-    d2 = runner.run(diff2.Diff2GD(PROBLEM, 30, output="last"), data,
+    gd = engine.run(diff2.nonprivate_gd(PROBLEM, 30, output="last"), data, hp(), key, params=x0())
+    d2 = engine.run(diff2.Diff2GD(PROBLEM, 30, output="last"), data,
                     hp(restart_interval=1, clip_restart=math.inf), key, params=x0())
     assert np.array_equal(d2.output, gd.output)
     # the twin is the same compiled round with multipliers 0 and clips inf: so are private runs with those values
-    d2z = runner.run(diff2.dp_gd(PROBLEM, 30, output="last"), data,
+    d2z = engine.run(diff2.dp_gd(PROBLEM, 30, output="last"), data,
                      hp(clip_restart=math.inf, clip_diff=math.inf, clip_local=math.inf), key, params=x0())
     assert np.array_equal(d2z.output, gd.output)
 
@@ -129,12 +129,12 @@ def test_t1_is_bit_identical_to_dpgd_with_noise_and_clipping():
     data, *_ = make_data()
     key = jax.random.key(3)
     h = hp(restart_interval=1, clip_restart=0.5, clip_diff=0.7, **{Z1: 2.0, Z2: 30.0})
-    a = runner.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data, h, key, params=x0())
-    b = runner.run(diff2.dp_gd(PROBLEM, 40, output="last"), data, h, key, params=x0())
+    a = engine.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data, h, key, params=x0())
+    b = engine.run(diff2.dp_gd(PROBLEM, 40, output="last"), data, h, key, params=x0())
     assert np.array_equal(a.output, b.output)
     assert bool(a.state.privatizer.restart) and a.state.privatizer.noise_std > 0
     # and T = 2 does differ (noise_multiplier_diff is used)
-    c = runner.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data,
+    c = engine.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data,
                    hp(restart_interval=2, clip_restart=0.5, clip_diff=0.7, **{Z1: 2.0, Z2: 30.0}),
                    key, params=x0())
     assert not np.array_equal(a.output, c.output)
@@ -369,12 +369,12 @@ def test_run_many_vmaps_over_restart_interval():
     data, *_ = make_data()
     alg = diff2.Diff2GD(PROBLEM, 12, output="last")
     Ts = [1, 2, 5]
-    hs = runner.stack_hparams([hp(restart_interval=T, clip_restart=0.5, clip_diff=0.5, **{Z1: 1.0, Z2: 2.0})
+    hs = engine.stack_hparams([hp(restart_interval=T, clip_restart=0.5, clip_diff=0.5, **{Z1: 1.0, Z2: 2.0})
                                for T in Ts])
     key = jax.random.key(4)
-    many = runner.run_many(alg, data, hs, jnp.stack([key] * 3), params=x0())
+    many = engine.run_many(alg, data, hs, jnp.stack([key] * 3), params=x0())
     for i, T in enumerate(Ts):
-        one = runner.run(alg, data, hp(restart_interval=T, clip_restart=0.5, clip_diff=0.5, **{Z1: 1.0, Z2: 2.0}),
+        one = engine.run(alg, data, hp(restart_interval=T, clip_restart=0.5, clip_diff=0.5, **{Z1: 1.0, Z2: 2.0}),
                          key, params=x0())
         np.testing.assert_allclose(many.output[i], one.output, rtol=1e-12, atol=1e-14)
         # round 12 restarts iff 11 mod T == 0
@@ -418,8 +418,8 @@ def test_privacy_is_the_hand_computed_composition():
 def test_bvr_k1_t1_no_noise_equals_gd():
     data, *_ = make_data()
     key = jax.random.key(8)
-    gd = runner.run(diff2.nonprivate_gd(PROBLEM, 15, output="last"), data, hp(), key, params=x0())
-    bvr = runner.run(diff2.Diff2BvrLSgd(PROBLEM, 15, local_steps=1, batch_size=2, output="last"), data,
+    gd = engine.run(diff2.nonprivate_gd(PROBLEM, 15, output="last"), data, hp(), key, params=x0())
+    bvr = engine.run(diff2.Diff2BvrLSgd(PROBLEM, 15, local_steps=1, batch_size=2, output="last"), data,
                      hp(restart_interval=1, clip_restart=math.inf, clip_diff=math.inf, clip_local=math.inf),
                      key, params=x0())
     np.testing.assert_allclose(bvr.output, gd.output, atol=1e-12)
@@ -429,8 +429,8 @@ def test_bvr_full_local_batch_single_client_is_gd_with_k_steps():
     data, *_ = make_data(sizes=(6,))
     key = jax.random.key(9)
     R, K = 6, 4
-    gd = runner.run(diff2.nonprivate_gd(PROBLEM, R * K, output="last"), data, hp(), key, params=x0())
-    bvr = runner.run(diff2.Diff2BvrLSgd(PROBLEM, R, local_steps=K, batch_size=6, private=False, output="last"),
+    gd = engine.run(diff2.nonprivate_gd(PROBLEM, R * K, output="last"), data, hp(), key, params=x0())
+    bvr = engine.run(diff2.Diff2BvrLSgd(PROBLEM, R, local_steps=K, batch_size=6, private=False, output="last"),
                      data, hp(restart_interval=3), key, params=x0())
     np.testing.assert_allclose(bvr.output, gd.output, atol=1e-10)
 
@@ -531,7 +531,7 @@ def test_gradient_cache_gives_the_same_run():
     data, *_ = make_data()
     key = jax.random.key(13)
     h = hp(restart_interval=4, clip_restart=0.6, clip_diff=0.8, **{Z1: 1.0, Z2: 2.0})
-    a = runner.run(diff2.Diff2GD(PROBLEM, 25, output="last"), data, h, key, params=x0())
-    b = runner.run(diff2.Diff2GD(PROBLEM, 25, output="last", cache_grads=True), data, h, key, params=x0())
+    a = engine.run(diff2.Diff2GD(PROBLEM, 25, output="last"), data, h, key, params=x0())
+    b = engine.run(diff2.Diff2GD(PROBLEM, 25, output="last", cache_grads=True), data, h, key, params=x0())
     np.testing.assert_allclose(a.output, b.output, rtol=0, atol=1e-13)
     assert b.state.client.cache is not None and a.state.client.cache is None

@@ -64,8 +64,8 @@ def test_api_reference_has_a_page_per_public_module(site):
         assert required in modules
     missing = [m for m in modules if not (out / "api" / f"{m}.html").is_file()]
     assert not missing
-    runner = (out / "api" / "dpjax.engine.runner.html").read_text(encoding="utf-8")
-    assert 'id="dpjax.engine.runner.RunResult"' in runner and 'id="dpjax.engine.runner.run_many"' in runner
+    executor = (out / "api" / "dpjax.engine.executor.html").read_text(encoding="utf-8")
+    assert 'id="dpjax.engine.executor.RunResult"' in executor and 'id="dpjax.engine.executor.run_many"' in executor
 
 
 @needs_docs_extra
@@ -114,7 +114,7 @@ def _strip_tags(html: str) -> str:
 def test_public_modules_walks_the_package_and_skips_private_ones():
     modules = build.public_modules()
     assert modules[0] == "dpjax"
-    assert "dpjax.engine.runner" in modules and "dpjax.docs.build" in modules
+    assert "dpjax.engine.executor" in modules and "dpjax.docs.build" in modules
     assert not any(part.startswith("_") for m in modules for part in m.split("."))  # _validate, __main__
 
 

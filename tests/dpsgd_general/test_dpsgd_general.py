@@ -15,6 +15,8 @@ from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting.gdp import gdp_epsilon
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams, rounds_per_epoch
 from dpjax.engine import SiloData, run
+from dpjax.engine.chain import DataShape
+from dpjax.engine.roles import Context
 from dpjax.primitives.clipping import clip_to_norm
 from dpjax.problems import FlaxProblem
 
@@ -59,12 +61,16 @@ def assert_tree_close(a, b, rtol=1e-5, atol=1e-6):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
 
+def selection(alg, data=None):
+    return alg.parts(DataShape.of(data) if data is not None else DataShape(1, 1)).selection
+
+
 def round_batches(alg, state, data, run_key, r, silo=0):
-    """The (idx [m, s], mask) that round r of the family draws (same key derivation as step)."""
-    k = keys.round_key(run_key, r)
-    sk = keys.silo_keys(keys.stream_key(k, "sampling"), data.num_silos)[silo]
-    idx, mask, _ = alg.draw_indices(sk, state.permutations[silo], data.sizes[silo], data.n_max, r)
-    return np.asarray(idx), np.asarray(mask)
+    """The (idx [m, s], mask) that round r of the family draws: its batch selection part with the
+    round's key and the run's selection state (what the step itself calls)."""
+    ctx = Context(jnp.asarray(r, jnp.int32), keys.round_key(run_key, r), state.hparams)
+    batch, _ = selection(alg, data).update(state.selection, data, ctx)
+    return np.asarray(batch.indices[silo]), np.asarray(batch.weights[silo])
 
 
 def one_step(alg, data, hp, run_key, params):
@@ -101,7 +107,7 @@ def test_shuffle_law_of_c2_matches_exact_occupancy_law():
     n, m, s, g, runs = 12, 2, 2, 2, 3000
     alg = family(n, epochs=1, subset_size=s, num_subsets=m)
     data = make_data(n)
-    perms = jax.vmap(lambda k: alg._init_permutations(data, k)[0, 0])(jax.random.split(jax.random.key(3), runs))
+    perms = jax.vmap(lambda k: selection(alg, data).init(data, k)[0, 0])(jax.random.split(jax.random.key(3), runs))
     blocks = np.asarray(perms)[:, : alg.rounds_per_epoch * m * s].reshape(runs, -1, m, s)
     hit = (blocks < g).any(axis=-1)  # [runs, B, m]: subset h of round b holds a differing record
     c2 = (hit.sum(axis=-1) ** 2).sum(axis=-1)
@@ -117,7 +123,7 @@ def test_subsample_fixed_size_distinct_and_uniform():
     n, m, s, draws = 40, 2, 3, 3000
     alg = family(n, subset_size=s, num_subsets=m, sampling="subsample")
     ks = jax.random.split(jax.random.key(5), draws)
-    idx = np.asarray(jax.vmap(lambda k: alg.draw_indices(k, None, n, n, 0)[0])(ks)).reshape(draws, m * s)
+    idx = np.asarray(jax.vmap(lambda k: selection(alg).draw(k, None, n, n, 0)[0])(ks)).reshape(draws, m * s)
     assert all(len(set(row.tolist())) == m * s for row in idx)  # no duplicates inside a round
     counts = np.bincount(idx.ravel(), minlength=n)
     p = m * s / n
@@ -129,7 +135,7 @@ def test_poisson_batch_size_is_binomial():
     n, m, draws = 200, 20, 4000
     alg = family(n, subset_size=1, num_subsets=m, sampling="poisson", neighboring="add-remove")
     ks = jax.random.split(jax.random.key(6), draws)
-    masks = np.asarray(jax.vmap(lambda k: alg.draw_indices(k, None, n, n, 0)[1])(ks))
+    masks = np.asarray(jax.vmap(lambda k: selection(alg).draw(k, None, n, n, 0)[1])(ks))
     sizes = masks.sum(axis=(1, 2))
     p = m / n
     mean, var = n * p, n * p * (1 - p)
@@ -143,7 +149,7 @@ def test_poisson_batch_size_is_binomial():
                          ids=["eq1-individual", "eq4-batch-mean", "eq5-general"])
 def test_gradient_rule_matches_hand_step(s, m, sampling):
     """w <- w - eta/m sum_h [mean_{i in S_h} grad f(w, x_i)]_C with a binding C (eqs. (1), (4), (5))."""
-    data, hp = make_data(), DpSgdHParams.create(0.3, 0.05, 0.0)
+    data, hp = make_data(), DpSgdHParams.create(0.3, noise_multiplier=0.0, clip_norm=0.05)
     alg = family(subset_size=s, num_subsets=m, sampling=sampling)
     state, new = one_step(alg, data, hp, jax.random.key(2), PARAMS)
     idx, _ = round_batches(alg, state, data, jax.random.key(2), 0)
@@ -167,7 +173,7 @@ def test_eq2_eq3_local_steps_with_state_reset_every_round(beta, m):
     """m = 1: eqs. (2)/(3); m = 3: eq. (5) with the local rule on each of m subsets from the same w
     (the MNIST experiment's BC-SH-localSGD/-momentum rounds): w <- w - eta/m sum_h [a_h]_C."""
     data, lr, c = make_data(), 0.2, 0.5
-    hp = DpSgdHParams.create(lr, c, 0.0)
+    hp = DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c)
     opt = optax.trace(decay=beta) if beta else optax.identity()
     alg = family(subset_size=4, num_subsets=m, update_rule="local", local_batch_size=1, local_optimizer=opt)
     key = jax.random.key(4)
@@ -186,7 +192,8 @@ def test_eq1_without_noise_and_binding_clip_is_minibatch_sgd():
     """sigma = 0, C non-binding: eq. (1) with SGD == non-private mini-batch SGD on the same batches."""
     data = make_data()
     kw = dict(subset_size=1, num_subsets=8, sampling="shuffle", epochs=2)
-    private = run(family(**kw), data, DpSgdHParams.create(0.3, 1e6, 0.0), jax.random.key(9), params=PARAMS)
+    private = run(family(**kw), data, DpSgdHParams.create(0.3, noise_multiplier=0.0, clip_norm=1e6), jax.random.key(9),
+                  params=PARAMS)
     twin = run(family(private=False, **kw), data, DpSgdHParams.create(0.3), jax.random.key(9), params=PARAMS)
     assert_tree_close(private.output, twin.output)
     # and the twin is plain mini-batch SGD: w <- w - eta/m sum_i grad f(w, x_i) on the shuffled blocks
@@ -212,8 +219,8 @@ def test_noise_std_is_2_c_sigma_replace_and_c_sigma_poisson(sampling):
     alg = DpSgdGeneral.for_epochs(problem, 48, 1, **kw)
     params = problem.init_params(jax.random.key(0))
     key = jax.random.key(11)
-    _, noisy = one_step(alg, data, DpSgdHParams.create(lr, c, sigma), key, params)
-    _, clean = one_step(alg, data, DpSgdHParams.create(lr, c, 0.0), key, params)
+    _, noisy = one_step(alg, data, DpSgdHParams.create(lr, noise_multiplier=sigma, clip_norm=c), key, params)
+    _, clean = one_step(alg, data, DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c), key, params)
     diff = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree_util.tree_leaves(clean.params),
                                                            jax.tree_util.tree_leaves(noisy.params))])
     z = diff / (lr * (2.0 if sampling == "shuffle" else 1.0) * c * sigma / alg.num_subsets)
@@ -221,8 +228,37 @@ def test_noise_std_is_2_c_sigma_replace_and_c_sigma_poisson(sampling):
     assert stats.kstest(z, "norm").pvalue > 1e-3
 
 
+WIDE = FlaxProblem(nn.Dense(600), (4,), "softmax")  # 3000 parameters: a cheap model with many noise coordinates
+
+
+@pytest.mark.parametrize("sampling,placement,silos,sensitivity", [
+    ("shuffle", "silo", 1, 2.0), ("poisson", "silo", 1, 1.0), ("shuffle", "silo", 2, 2.0),
+    ("subsample", "server", 2, 2.0 / 2)], ids=["shuffle-2C", "poisson-C", "two-silos-each-2C", "server-2C-over-N"])
+def test_measured_noise_std_of_the_released_message(sampling, placement, silos, sensitivity):
+    """The released message's noise has std sigma x 2C / m (replace-one; C sigma / m for Poisson,
+    add/remove): sigma is the paper's noise multiplier exactly. With noise on every silo the server's
+    mean over N silos carries std sigma 2C / (m sqrt(N)); with noise once on the mean of the silos'
+    clipped sums (placement="server") it is sigma x 2C / (m N), the mean's own sensitivity.
+    Measured on the step's parameter change against the same run without noise (same batches):
+    the sample std of 3000 coordinates is within 6 standard errors (1/sqrt(2 x 3000) relative)."""
+    data, c, sigma, lr, m = make_data(silos=silos), 0.7, 1.5, 0.5, 4
+    kw = dict(subset_size=1, num_subsets=m, sampling=sampling, placement=placement)
+    if sampling == "poisson":
+        kw["neighboring"] = "add-remove"
+    alg = DpSgdGeneral.for_epochs(WIDE, 48, 1, **kw)
+    params, key = WIDE.init_params(jax.random.key(0)), jax.random.key(11)
+    _, noisy = one_step(alg, data, DpSgdHParams.create(lr, noise_multiplier=sigma, clip_norm=c), key, params)
+    _, clean = one_step(alg, data, DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c), key, params)
+    diff = np.concatenate([np.ravel(a - b) for a, b in zip(jax.tree_util.tree_leaves(clean.params),
+                                                           jax.tree_util.tree_leaves(noisy.params))]) / lr
+    per_silo = sigma * sensitivity * c / m
+    want = per_silo / math.sqrt(silos) if placement == "silo" else per_silo
+    assert abs(diff.std() / want - 1) <= 6 / math.sqrt(2 * diff.size)
+    assert stats.kstest(diff / want, "norm").pvalue > 1e-3
+
+
 def test_multi_silo_server_averages_messages():
-    data, hp = make_data(silos=2), DpSgdHParams.create(0.3, 0.05, 0.0)
+    data, hp = make_data(silos=2), DpSgdHParams.create(0.3, noise_multiplier=0.0, clip_norm=0.05)
     alg = family(subset_size=8, num_subsets=1)
     state, new = one_step(alg, data, hp, jax.random.key(2), PARAMS)
     msgs = []
@@ -235,10 +271,10 @@ def test_multi_silo_server_averages_messages():
 
 @pytest.mark.slow
 def test_filtering_skips_about_half_the_rounds_with_m1():
-    data, hp = make_data(n=400), DpSgdHParams.create(0.1, 1.0, 1.0)
+    data, hp = make_data(n=400), DpSgdHParams.create(0.1, noise_multiplier=1.0, clip_norm=1.0)
     alg = family(n=400, epochs=2, subset_size=2, num_subsets=1, filtering=True)
     res = run(alg, data, hp, jax.random.key(0))
-    ran = int(res.round_metrics["rounds_run"].sum())
+    ran = int(res.round_metrics["num_available"].sum())  # the silos that ran (one silo)
     t = alg.num_rounds  # 400 rounds, each run w.p. 1/2: 5 standard deviations
     assert abs(ran - t / 2) <= 5 * math.sqrt(t / 4)
 
@@ -270,7 +306,7 @@ V7 = {("batch", 1): (9.1901, 7.5113), ("batch", 2): (13.1825, 11.4774), ("batch"
 def test_family_privacy_reproduces_v7(clip, g):
     eps_sub, eps_shuf = V7[(clip, g)]
     s, m = (60, 1) if clip == "batch" else (1, 60)
-    hp = DpSgdHParams.create(0.1, 1.0, 2.0)
+    hp = DpSgdHParams.create(0.1, noise_multiplier=2.0, clip_norm=1.0)
     for sampling, want in (("subsample", eps_sub), ("shuffle", eps_shuf)):
         alg = DpSgdGeneral.for_epochs(PROBLEM, 60000, 10, s, m, sampling=sampling)
         rep = alg.privacy([60000], hp, group_size=g).epsilon(1e-5, "strong-exact")
@@ -278,7 +314,7 @@ def test_family_privacy_reproduces_v7(clip, g):
 
 
 def test_family_privacy_v3_sqrt_g_and_generic_and_v14_standard():
-    hp = DpSgdHParams.create(0.1, 1.0, 2.0)
+    hp = DpSgdHParams.create(0.1, noise_multiplier=2.0, clip_norm=1.0)
     bc_sh = DpSgdGeneral.for_epochs(PROBLEM, 60000, 10, 60, 1)
     for g, sqrt_g, generic in ((1, 7.5113, 7.5113), (2, 11.4800, 17.8566), (4, 17.8566, 46.2112),
                                (8, 28.3735, 133.0863)):
@@ -297,14 +333,99 @@ def test_family_privacy_v3_sqrt_g_and_generic_and_v14_standard():
 
 def test_privacy_calibration_and_baselines():
     bc_sh = DpSgdGeneral.for_epochs(PROBLEM, 60000, 10, 60, 1)
-    spec = bc_sh.privacy([60000], DpSgdHParams.create(0.1, 1.0, 2.0))
+    spec = bc_sh.privacy([60000], DpSgdHParams.create(0.1, noise_multiplier=2.0, clip_norm=1.0))
     sigma = spec.calibrate(7.5113, 1e-5)["noise_multiplier"]
     assert sigma == pytest.approx(2.0, rel=1e-3)
-    assert bc_sh.privacy([60000], DpSgdHParams.create(0.1, 1.0, sigma)).epsilon(1e-5).epsilon <= 7.5113
+    assert bc_sh.privacy([60000], DpSgdHParams.create(0.1, noise_multiplier=sigma)).epsilon(1e-5).epsilon <= 7.5113
     # g = 1 shuffling: mu = sqrt(E)/sigma exactly (Lemma F.2)
     assert spec.epsilon(1e-5).epsilon == pytest.approx(gdp_epsilon(math.sqrt(10) / 2, 1e-5), abs=1e-6)
     poisson = DpSgdGeneral.for_epochs(PROBLEM, 60000, 1, 1, 256, sampling="poisson", neighboring="add-remove")
-    rep = poisson.privacy([60000], DpSgdHParams.create(0.1, 1.0, 1.0)).epsilon(1e-5, "rdp")
+    rep = poisson.privacy([60000], DpSgdHParams.create(0.1, noise_multiplier=1.0, clip_norm=1.0)).epsilon(1e-5, "rdp")
     assert rep.neighboring == "add-remove" and 0 < rep.epsilon < 2
     twin = family(private=False)
     assert math.isinf(twin.privacy([48], DpSgdHParams.create(0.1)).epsilon(1e-5).epsilon)
+
+
+# ----------------------------------------------------------------------------- privacy: hand computations
+def test_privacy_shuffle_partial_epochs_two_silos_equals_sqrt_e_over_sigma():
+    """Shuffling, g = 1, C = 0.37, silos of 48 and 60 records, T = 2B + 1 rounds (a partial third epoch).
+    The 48-record silo has no leftover (B m s = 48): each record is in exactly one subset per epoch and
+    the partial epoch counts as a whole one (its transcript is a prefix), so its law is G_{sqrt(3)/sigma}
+    (Lemma F.2); the 60-record silo's leftover records sit epochs out, so it is no worse. The clip norm
+    does not enter: sigma is a multiplier of the sensitivity 2C."""
+    sigma, delta, b = float(np.float32(1.3)), 1e-5, 4  # the hparams hold float32
+    alg = DpSgdGeneral(PROBLEM, 2 * b + 1, subset_size=3, num_subsets=4, rounds_per_epoch=b)
+    spec = alg.privacy([48, 60], DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=0.37))
+    assert spec.neighboring == "replace-one" and spec.unit == "record-in-silo"
+    rep = spec.epsilon(delta)
+    assert rep.accountant == "strong-exact" and rep.unit == "record-in-silo"
+    assert rep.epsilon == pytest.approx(gdp_epsilon(math.sqrt(3) / sigma, delta), rel=1e-9)
+    assert spec.epsilon(delta, "sqrt-gE").epsilon == pytest.approx(rep.epsilon, rel=1e-9)
+    one_silo = DpSgdGeneral(PROBLEM, 3 * b, 3, 4, b).privacy([48], DpSgdHParams.create(0.1, sigma, 5.0))
+    assert one_silo.epsilon(delta).epsilon == pytest.approx(rep.epsilon, rel=1e-9)  # = 3 whole epochs
+
+
+def _binomial_mixture_epsilon(rounds, q, sigma, delta):
+    """delta(eps) = sum_k Binom(k; T, q) delta_GDP(eps; sqrt(k)/sigma), inverted in eps (by hand)."""
+    from scipy import optimize
+
+    from dpjax.accounting.gdp import gdp_delta
+
+    pk = stats.binom.pmf(np.arange(rounds + 1), rounds, q)
+    dfun = lambda eps: sum(p * gdp_delta(math.sqrt(k) / sigma, eps) for k, p in enumerate(pk) if k) - delta  # noqa: E731
+    return optimize.brentq(dfun, 1e-6, 100.0, xtol=1e-12)
+
+
+def test_privacy_subsampled_individual_clipping_is_the_binomial_mixture_at_the_smallest_silo():
+    """IC-SS (s = 1, m = 5), C = 2.5, silos of 50 and 64, T = 7 rounds (1.4 epochs of the smaller
+    silo): one record joins a round w.p. q = m/n and then moves L = 1 unit, so c^2 ~ Binomial(T, m/n);
+    the strong adversary's epsilon is the Gaussian mixture over it, worst at the smallest silo."""
+    sigma, delta = float(np.float32(1.1)), 1e-5  # the hparams hold float32
+    alg = DpSgdGeneral(PROBLEM, 7, subset_size=1, num_subsets=5, rounds_per_epoch=10, sampling="subsample")
+    spec = alg.privacy([64, 50], DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=2.5))
+    want = _binomial_mixture_epsilon(7, 5 / 50, sigma, delta)
+    assert spec.epsilon(delta, "strong-exact").epsilon == pytest.approx(want, rel=1e-8)
+    # the standard adversary: RDP of R subsampled (without replacement) Gaussians, noise 2 sigma on a
+    # replace-one contribution of 1 (sensitivity 2) at the smallest silo's rate
+    from dpjax.accounting import api
+    from dpjax.accounting.events import GaussianSchedule
+
+    std = api.compute_epsilon(GaussianSchedule(2 * sigma, 1.0, "without-replacement", 50, 5, 7, unit="record"),
+                              delta, "rdp").epsilon
+    assert spec.epsilon(delta, "standard").epsilon == pytest.approx(std, rel=1e-9)
+
+
+def test_privacy_poisson_baseline_and_central_placement_through_the_gaussian_rules():
+    """Poisson (add/remove, C = 0.4, silos of 80 and 100, m = 8, T = 9): R subsampled Gaussian releases
+    with noise multiplier sigma at the smallest silo's rate m/80, record-in-silo; with the noise once on
+    the server (pooled silos) the same schedule protects a record anywhere (unit record)."""
+    from dpjax.accounting import api
+    from dpjax.accounting.events import GaussianSchedule
+
+    sigma, delta = float(np.float32(1.2)), 1e-5  # the hparams hold float32
+    hp = DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=0.4)
+    kw = dict(subset_size=1, num_subsets=8, rounds_per_epoch=10, sampling="poisson", neighboring="add-remove")
+    for placement, unit in (("silo", "record-in-silo"), ("server", "record")):
+        spec = DpSgdGeneral(PROBLEM, 9, placement=placement, **kw).privacy([100, 80], hp)
+        hand = GaussianSchedule(sigma, 1.0, "poisson", 80, 8, 9, "add-remove", unit)
+        for acc in ("rdp", "pld"):
+            assert spec.epsilon(delta, acc).epsilon == pytest.approx(api.compute_epsilon(hand, delta, acc).epsilon,
+                                                                     rel=1e-12)
+        assert spec.unit == unit and spec.calibrate(2.0, delta, "rdp")["noise_multiplier"] == pytest.approx(
+            api.calibrate_noise(hand, 2.0, delta, "rdp"), rel=1e-3)
+    with pytest.raises(ValueError, match="group_size"):  # more records than the smallest silo holds
+        DpSgdGeneral(PROBLEM, 9, **kw).privacy([100, 80], hp, group_size=81).epsilon(delta)
+
+
+def test_privacy_calibration_is_the_one_routine_and_filtering_is_noted():
+    """calibrate() returns the smallest multiplier (to the routine's width) meeting the target, found
+    on the family's own accountant; filtering's guarantee is the unfiltered one, noted."""
+    hp = DpSgdHParams.create(0.1, noise_multiplier=0.8, clip_norm=3.0)
+    alg = DpSgdGeneral(PROBLEM, 12, subset_size=2, num_subsets=3, rounds_per_epoch=4, filtering=True)
+    spec = alg.privacy([30], hp)
+    sigma = spec.calibrate(4.0, 1e-5)["noise_multiplier"]
+    at = lambda z: alg.privacy([30], DpSgdHParams.create(0.1, noise_multiplier=z)).epsilon(1e-5).epsilon  # noqa: E731
+    assert at(sigma) <= 4.0 < at(sigma * (1 - 1e-3))
+    plain = DpSgdGeneral(PROBLEM, 12, subset_size=2, num_subsets=3, rounds_per_epoch=4).privacy([30], hp)
+    rep = spec.epsilon(1e-5)
+    assert rep.epsilon == plain.epsilon(1e-5).epsilon and "filtering" in " ".join(rep.notes)

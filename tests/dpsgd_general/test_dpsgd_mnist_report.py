@@ -92,7 +92,7 @@ def test_train_grid_on_cpu_equals_the_vmapped_scan():
     problem = FlaxProblem(TinyCNN(), (8, 8, 1), "softmax")
     alg = DpSgdGeneral.for_epochs(problem, 32, 1, subset_size=4, num_subsets=4)  # batch clipping, 2 rounds
     data = SiloData.from_silos([x[:32]], [y[:32]])
-    hps = stack_hparams([DpSgdHParams.create(lr, 1.0, 0.5) for lr in (0.3, 3e38)])  # the second run overflows
+    hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=0.5, clip_norm=1.0) for lr in (0.3, 3e38)])  # the second run overflows
     keys = jax.random.split(jax.random.key(4), 2)
 
     def eval_fn(params, ed):

@@ -15,7 +15,7 @@ from dpjax.accounting.gdp import gaussian_mechanism_epsilon
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
 from dpjax.parts.acsa import AcsaSchedule, acsa_constants, acsa_query_point, acsa_update
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression
@@ -72,10 +72,10 @@ def _hp(rounds, z=0.0, clip=1e9, beta=4.0, mu=0.0, lam=0.0):
 def test_sigma_zero_is_bit_identical_to_non_private_twin(reg_data):
     key = jax.random.key(2)
     kw = dict(sampling="with-replacement", availability=FixedAvailability(3))
-    priv = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, lam=0.1), key)
-    twin = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, private=False, **kw), reg_data, _hp(4, lam=0.1), key)
+    priv = engine.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, lam=0.1), key)
+    twin = engine.run(AcceleratedMbSgd(PROBLEM, 4, 3, private=False, **kw), reg_data, _hp(4, lam=0.1), key)
     np.testing.assert_array_equal(priv.output, twin.output)
-    noisy = runner.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, z=5e-10, lam=0.1), key)  # std 1/3
+    noisy = engine.run(AcceleratedMbSgd(PROBLEM, 4, 3, **kw), reg_data, _hp(4, z=5e-10, lam=0.1), key)  # std 1/3
     assert not np.array_equal(noisy.output, twin.output)  # same program, sigma > 0
 
 
@@ -84,7 +84,7 @@ def test_one_pass_touches_each_record_at_most_once():
     k = 3
     rounds = 10 // k  # R = floor(n/K)
     alg = AcceleratedMbSgd(PROBLEM, rounds, k, sampling="one-pass", log_indices=True)
-    res = runner.run(alg, data, _hp(rounds, z=0.45, clip=1.0), jax.random.key(5))
+    res = engine.run(alg, data, _hp(rounds, z=0.45, clip=1.0), jax.random.key(5))
     idx, mask = res.round_metrics["indices"], res.round_metrics["index_mask"]  # [R, N, K]
     for i in range(3):
         used = idx[:, i][mask[:, i]]
@@ -92,7 +92,7 @@ def test_one_pass_touches_each_record_at_most_once():
         assert len(np.unique(used)) == len(used)  # disjoint blocks
         assert used.min() >= 0 and used.max() < 10
     with pytest.raises(ValueError, match="one-pass"):
-        runner.run(AcceleratedMbSgd(PROBLEM, rounds + 1, k), data, _hp(rounds + 1), jax.random.key(0))
+        engine.run(AcceleratedMbSgd(PROBLEM, rounds + 1, k), data, _hp(rounds + 1), jax.random.key(0))
 
 
 def _ill_conditioned():
@@ -113,9 +113,9 @@ def test_accelerated_beats_mbsgd_on_a_strongly_convex_quadratic():
     well below that of MB-SGD with its best constant step 1/beta."""
     data, beta, mu, gap = _ill_conditioned()
     rounds, p = 25, LinearRegression(4)
-    mb = runner.run(NoisyMbSgd(p, rounds, 16, sampling="without-replacement", private=False), data,
+    mb = engine.run(NoisyMbSgd(p, rounds, 16, sampling="without-replacement", private=False), data,
                     MbSgdHParams.create(1.0 / beta), jax.random.key(0))
-    ac = runner.run(AcceleratedMbSgd(p, rounds, 16, sampling="without-replacement", private=False), data,
+    ac = engine.run(AcceleratedMbSgd(p, rounds, 16, sampling="without-replacement", private=False), data,
                     AcceleratedHParams.create(AcsaSchedule.single_stage(rounds, beta, mu)), jax.random.key(0))
     assert gap(ac.output) < 0.5 * gap(mb.output)
 
@@ -130,7 +130,7 @@ def test_multi_stage_restarts_and_converges():
     stages = [(12, 2 * beta), (12, 2 * beta), (12, 2 * beta)]
     sched = AcsaSchedule.multi_stage(stages, mu)
     np.testing.assert_array_equal(np.asarray(sched.stage_round)[[0, 11, 12, 24, 35]], [1, 12, 1, 1, 12])
-    res = runner.run(AcceleratedMbSgd(LinearRegression(4), 36, 16, sampling="without-replacement", private=False),
+    res = engine.run(AcceleratedMbSgd(LinearRegression(4), 36, 16, sampling="without-replacement", private=False),
                      data, AcceleratedHParams.create(sched), jax.random.key(0),
                      eval_fn=_pooled_loss, eval_data=data.pooled(), eval_every=12)
     f_star = float(res.eval_metrics["loss"][-1]) - gap(res.output)
@@ -141,7 +141,7 @@ def test_multi_stage_restarts_and_converges():
 
 def test_schedule_length_must_match_rounds(reg_data):
     with pytest.raises(ValueError, match="num_rounds"):
-        runner.run(AcceleratedMbSgd(PROBLEM, 3, 2, sampling="with-replacement"), reg_data, _hp(4), jax.random.key(0))
+        engine.run(AcceleratedMbSgd(PROBLEM, 3, 2, sampling="with-replacement"), reg_data, _hp(4), jax.random.key(0))
 
 
 def test_one_pass_privacy_is_a_single_gaussian_release():
@@ -179,7 +179,7 @@ def test_noise_std_is_the_multiplier_times_the_sensitivity():
     data = make_silos(num_silos=n_silos, n=6, dim=dim)
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
     alg = AcceleratedMbSgd(LinearRegression(dim), 1, k, sampling="without-replacement")
-    res = runner.run(alg, data, _hp(1, z=z, clip=clip, beta=nu), jax.random.key(1))
+    res = engine.run(alg, data, _hp(1, z=z, clip=clip, beta=nu), jax.random.key(1))
     eta = 4 * nu / 2
     sigma = float(np.std(np.asarray(res.output, np.float64))) * eta * math.sqrt(n_silos)
     assert sigma == pytest.approx(z * 2 * clip / k, rel=5 * math.sqrt(1 / (2 * dim)))

@@ -11,7 +11,7 @@ import pytest
 
 from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.algorithms.local_sgd import LocalSgd, LocalSgdHParams
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression
 
@@ -24,11 +24,11 @@ def test_sigma_zero_is_bit_identical_to_fedavg(reg_data):
     hp = LocalSgdHParams.create(0.05, noise_multiplier=0.0, clip_norm=1e9)
     key = jax.random.key(3)
     avail = FixedAvailability(3)
-    priv = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail), reg_data, hp, key)
-    fedavg = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail, private=False), reg_data, hp, key)
+    priv = engine.run(LocalSgd(PROBLEM, 5, 4, availability=avail), reg_data, hp, key)
+    fedavg = engine.run(LocalSgd(PROBLEM, 5, 4, availability=avail, private=False), reg_data, hp, key)
     np.testing.assert_array_equal(priv.output, fedavg.output)
     # and noise does change it (the test can fail)
-    noisy = runner.run(LocalSgd(PROBLEM, 5, 4, availability=avail),
+    noisy = engine.run(LocalSgd(PROBLEM, 5, 4, availability=avail),
                        reg_data, LocalSgdHParams.create(0.05, 5e-11, 1e9), key)  # std z x 2C = 0.1
     assert not np.array_equal(noisy.output, fedavg.output)
 
@@ -38,7 +38,7 @@ def test_matches_a_numpy_reference_on_the_logged_records(reg_data):
     available silo, then the average of the available silos' last iterates."""
     eta, rounds, k = 0.05, 3, 4
     alg = LocalSgd(PROBLEM, rounds, k, availability=FixedAvailability(2), private=False, log_indices=True)
-    res = runner.run(alg, reg_data, LocalSgdHParams.create(eta), jax.random.key(0))
+    res = engine.run(alg, reg_data, LocalSgdHParams.create(eta), jax.random.key(0))
     x, y = np.asarray(reg_data.x, np.float64), np.asarray(reg_data.y, np.float64)
     w = np.zeros(3)
     for r in range(rounds):
@@ -58,8 +58,8 @@ def test_matches_a_numpy_reference_on_the_logged_records(reg_data):
 def test_sum_aggregation_adds_the_local_updates(reg_data):
     key = jax.random.key(1)
     hp = LocalSgdHParams.create(0.05)
-    mean = runner.run(LocalSgd(PROBLEM, 1, 3, private=False), reg_data, hp, key).output
-    summed = runner.run(LocalSgd(PROBLEM, 1, 3, private=False, aggregation="sum"), reg_data, hp, key).output
+    mean = engine.run(LocalSgd(PROBLEM, 1, 3, private=False), reg_data, hp, key).output
+    summed = engine.run(LocalSgd(PROBLEM, 1, 3, private=False, aggregation="sum"), reg_data, hp, key).output
     np.testing.assert_allclose(summed, reg_data.num_silos * mean, rtol=1e-5, atol=1e-6)
 
 
@@ -72,7 +72,7 @@ def test_noise_scale_of_the_aggregate():
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
     alg = LocalSgd(LinearRegression(dim), 1, k)
     hp = LocalSgdHParams.create(eta, z, clip)
-    res = runner.run(alg, data, hp, jax.random.key(7))
+    res = engine.run(alg, data, hp, jax.random.key(7))
     sigma = z * 2 * clip
     assert alg.message_sensitivity(hp, data.silo_sizes()) == pytest.approx(2 * clip)
     assert alg.noise_multiplier_for(sigma, hp, data.silo_sizes()) == pytest.approx(z)
@@ -125,7 +125,7 @@ def test_available_only_computation_equals_masked_all_silos():
     data = make_silos(4, 10, 3)
     hp = LocalSgdHParams.create(0.05, 0.075, 2.0)  # std 0.3
     kw = dict(num_rounds=4, local_steps=3, availability=FixedAvailability(2))
-    fast = runner.run(LocalSgd(PROBLEM, **kw), data, hp, jax.random.key(8))
-    full = runner.run(LocalSgd(PROBLEM, log_indices=True, **kw), data, hp, jax.random.key(8))
+    fast = engine.run(LocalSgd(PROBLEM, **kw), data, hp, jax.random.key(8))
+    full = engine.run(LocalSgd(PROBLEM, log_indices=True, **kw), data, hp, jax.random.key(8))
     np.testing.assert_allclose(fast.output, full.output, rtol=1e-6, atol=1e-7)
     assert np.all(full.round_metrics["available"].sum(axis=1) == 2)

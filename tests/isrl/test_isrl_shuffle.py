@@ -18,7 +18,8 @@ from dpjax.accounting import shuffle as shuffle_acc
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
-from dpjax.engine import federated, runner
+from dpjax import engine
+from dpjax.engine import federated
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression, LogisticRegression
@@ -117,12 +118,12 @@ def test_shuffled_aggregate_is_exactly_permutation_invariant():
 def test_a4_matches_noisy_mbsgd_with_k1_and_fixed_m(reg_data):
     hp = MbSgdHParams.create(0.1, noise_multiplier=0.075, clip_norm=2.0)  # std z x 2C/K = 0.3
     key = jax.random.key(4)
-    shuffled = runner.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3), reg_data, hp, key)
-    plain = runner.run(NoisyMbSgd(PROBLEM, 6, 1, sampling="with-replacement", availability=FixedAvailability(3)),
+    shuffled = engine.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3), reg_data, hp, key)
+    plain = engine.run(NoisyMbSgd(PROBLEM, 6, 1, sampling="with-replacement", availability=FixedAvailability(3)),
                        reg_data, hp, key)
     np.testing.assert_allclose(shuffled.output, plain.output, rtol=1e-5, atol=1e-6)
-    twin = runner.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3, private=False), reg_data, hp, key)
-    zero = runner.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3), reg_data, MbSgdHParams.create(0.1, 0.0, 1e9), key)
+    twin = engine.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3, private=False), reg_data, hp, key)
+    zero = engine.run(ShuffledNoisyMbSgd(PROBLEM, 6, 3), reg_data, MbSgdHParams.create(0.1, 0.0, 1e9), key)
     np.testing.assert_array_equal(twin.output, zero.output)
     algo = ShuffledNoisyMbSgd(PROBLEM, 6, 3)
     s = algo.dp_plan([12] * 4, hp).gaussian_spec().schedule  # the silos' own (pre-shuffle) transcript
@@ -138,9 +139,9 @@ def test_a5_without_noise_tracks_the_non_private_twin():
     rounds, k = 4, 3
     sched = AcsaSchedule.single_stage(rounds, 8.0)
     a5 = SdpOnePassAccelerated(PROBLEM, rounds, k)
-    res = runner.run(a5, data, SdpHParams.create(sched, sp.PvecParams(2**14, 0, 0.0), clip_norm=50.0),
+    res = engine.run(a5, data, SdpHParams.create(sched, sp.PvecParams(2**14, 0, 0.0), clip_norm=50.0),
                      jax.random.key(0))
-    twin = runner.run(AcceleratedMbSgd(PROBLEM, rounds, k, private=False), data,
+    twin = engine.run(AcceleratedMbSgd(PROBLEM, rounds, k, private=False), data,
                       AcceleratedHParams.create(sched), jax.random.key(0))
     err = np.max(np.abs(np.asarray(res.output) - np.asarray(twin.output)))
     assert 0 < err < rounds * 2 * 50.0 / 2**14 / 16.0  # each step moves by g~/(mu+eta) with eta >= 2*8
@@ -154,7 +155,7 @@ def test_a5_noise_scale_matches_the_protocol_variance():
     data = type(data)(data.x * 0, data.y * 0, data.mask, data.sizes)
     params = sp.PvecParams(granularity=6, trials=500, probability=0.2)
     a5 = SdpOnePassAccelerated(LinearRegression(dim), 1, k)
-    res = runner.run(a5, data, SdpHParams.create(AcsaSchedule.single_stage(1, nu), params, bound), jax.random.key(2))
+    res = engine.run(a5, data, SdpHParams.create(AcsaSchedule.single_stage(1, nu), params, bound), jax.random.key(2))
     m = n_silos * k
     var_sum = sp.pvec_variance(np.zeros((m, 1)), params, bound)[0]  # g even: no rounding variance
     expected = var_sum / (m * 2 * nu) ** 2  # eta_1 = 4 nu / 2, mu = 0
@@ -382,7 +383,7 @@ def test_a5_report_invalid_inputs_name_the_argument():
         small.privacy([12] * 4, hp).epsilon(1e-5)
     with pytest.raises(ValueError, match="epsilon"):
         algo.pvec_params_for(4, 20.0, 1e-5)
-    batched = runner.stack_hparams([hp, hp])
+    batched = engine.stack_hparams([hp, hp])
     with pytest.raises(ValueError, match="index one run"):
         algo.privacy([12] * 4, batched)
     with pytest.raises(ValueError, match="max_granularity"):
@@ -399,17 +400,17 @@ def test_a5_epsilon_grid_is_one_compiled_program():
     hps = [SdpHParams.create(sched, algo.pvec_params_for(4, e, 1e-5), clip_norm=2.0) for e in (0.5, 2.0, 8.0)]
     assert len({hp.pvec.numbers() for hp in hps}) == 3
     key = jax.random.key(7)
-    runner.compiled_runner.cache_clear()
-    singles = [runner.run(algo, data, hp, key) for hp in hps]
-    single_prog = runner.compiled_runner(algo, None, None, False, None, None)
+    engine.compiled_runner.cache_clear()
+    singles = [engine.run(algo, data, hp, key) for hp in hps]
+    single_prog = engine.compiled_runner(algo, None, None, False, None, None)
     assert single_prog._cache_size() == 1
-    grid = runner.run_many(algo, data, runner.stack_hparams(hps), jnp.stack([key] * 3))
-    batched_prog = runner.compiled_runner(algo, None, None, True, None, None, 0)
+    grid = engine.run_many(algo, data, engine.stack_hparams(hps), jnp.stack([key] * 3))
+    batched_prog = engine.compiled_runner(algo, None, None, True, None, None, 0)
     assert batched_prog._cache_size() == 1
     for i, res in enumerate(singles):
         np.testing.assert_allclose(grid.output[i], res.output, rtol=1e-6, atol=1e-7)
     assert not np.allclose(singles[0].output, singles[2].output)  # the noise really differs per epsilon
     # a traced granularity above the static bound fails loudly (NaN -> NonFiniteError), not silently
     capped = SdpOnePassAccelerated(PROBLEM, 4, 3, availability=FixedAvailability(3), max_granularity=4)
-    with pytest.raises(runner.NonFiniteError):
-        runner.run(capped, data, hps[0], key)
+    with pytest.raises(engine.NonFiniteError):
+        engine.run(capped, data, hps[0], key)

@@ -10,7 +10,7 @@ from scipy import optimize
 
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.smoothing import AbsoluteRegression, HingeClassification, MoreauEnvelope
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.problems import LinearRegression
 
@@ -100,7 +100,7 @@ def test_noisy_mbsgd_runs_on_the_envelope():
     data = SiloData.from_silos([A[:32], A[32:]], [Y_REG[:32] + A[:32] @ np.ones(DIM, np.float32),
                                                   Y_REG[32:] + A[32:] @ np.ones(DIM, np.float32)])
     env = MoreauEnvelope(AbsoluteRegression(DIM), BETA)
-    res = runner.run(NoisyMbSgd(env, 30, 8, private=True), data, MbSgdHParams.create(0.2, 0.01, 5.0),
+    res = engine.run(NoisyMbSgd(env, 30, 8, private=True), data, MbSgdHParams.create(0.2, 0.01, 5.0),
                      jax.random.key(0))
     x, y, m = data.pooled()
     before = float(env.evaluate(env.init_params(), x, y, m)["loss"])

@@ -13,7 +13,8 @@ from dpjax import keys
 from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
-from dpjax.engine import federated, runner
+from dpjax import engine
+from dpjax.engine import federated
 from dpjax.primitives.sampling import FixedAvailability, make_sampler
 from dpjax.problems import LinearRegression
 
@@ -27,9 +28,9 @@ def test_equal_budgets_reduce_to_noisy_mbsgd(reg_data):
     """Equal K_i and multipliers: Noisy MB-SGD's round (same std z x 2C/K, same draws)."""
     key = jax.random.key(0)
     avail = FixedAvailability(3)
-    ours = runner.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
+    ours = engine.run(UnbalancedNoisyMbSgd(PROBLEM, 5, (4, 4, 4, 4), availability=avail), reg_data,
                       UnbalancedHParams.create(0.1, [0.2] * 4, 1.5), key)
-    ref = runner.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail, gradient_path="gather"), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
+    ref = engine.run(NoisyMbSgd(PROBLEM, 5, 4, availability=avail, gradient_path="gather"), reg_data, MbSgdHParams.create(0.1, 0.2, 1.5), key)
     np.testing.assert_allclose(ours.output, ref.output, rtol=1e-6, atol=1e-7)
 
 
@@ -37,7 +38,7 @@ def test_per_silo_batch_sizes_use_the_first_k_i_draws():
     data = make_silos(sizes=SIZES)
     ks, eta, key = (2, 5, 3, 7), 0.3, jax.random.key(1)
     alg = UnbalancedNoisyMbSgd(PROBLEM, 1, ks, private=False)
-    res = runner.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
+    res = engine.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
     idx, _, _ = federated.draw_silo_batches(make_sampler("without-replacement", 7), data,
                                             jnp.zeros(4, jnp.int32), keys.round_key(key, 0), 0)
     x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
@@ -61,7 +62,7 @@ def test_per_silo_noise_stds():
     zs = alg.noise_multiplier_for(stds, unit, data.silo_sizes())
     assert zs == pytest.approx([s * k / (2 * clip) for s, k in zip(stds, ks)])
     np.testing.assert_allclose(alg.message_sensitivity(unit, data.silo_sizes()), [2 * clip / k for k in ks], rtol=1e-6)
-    res = runner.run(alg, data, UnbalancedHParams.create(eta, zs, clip), jax.random.key(3))
+    res = engine.run(alg, data, UnbalancedHParams.create(eta, zs, clip), jax.random.key(3))
     expected = eta**2 * sum(s * s for s in stds) / 16
     assert abs(float(np.var(res.output)) / expected - 1) < 5 * math.sqrt(2 / dim)
 

@@ -24,7 +24,7 @@ import pytest
 from dpjax.algorithms.accelerated import AcsaSchedule
 from dpjax.algorithms.local_sgd import LocalSgd, LocalSgdHParams
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression, LogisticRegression
@@ -49,14 +49,14 @@ def _digest(result) -> str:
 def _local(**kw):
     data = make_silos(num_silos=4, n=12)
     hp = LocalSgdHParams.create(0.05, noise_multiplier=0.15, clip_norm=1.0)  # std 0.3 = z x 2C
-    return runner.run(LocalSgd(LinearRegression(3), 4, 3, **kw), data, hp, jax.random.key(11))
+    return engine.run(LocalSgd(LinearRegression(3), 4, 3, **kw), data, hp, jax.random.key(11))
 
 
 def _sdp(**kw):
     data = make_silos(num_silos=4, n=12, task="classification")
     sched = AcsaSchedule.single_stage(3, 4.0, 0.1, 0.05)
     hp = SdpHParams.create(sched, sp.PvecParams(granularity=7, trials=30, probability=0.25), clip_norm=1.5)
-    return runner.run(SdpOnePassAccelerated(LogisticRegression(3), 3, 4, **kw), data, hp, jax.random.key(5))
+    return engine.run(SdpOnePassAccelerated(LogisticRegression(3), 3, 4, **kw), data, hp, jax.random.key(5))
 
 
 CASES = {

@@ -130,11 +130,11 @@ def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
     np.testing.assert_array_equal(again["train_loss"].to_numpy(), whole["train_loss"].to_numpy()[3:7])
     # Each row is the run done alone with its repetition's key (the grid shares that key
     # across a repetition's runs; rtol: the shared draws turn per-run products into GEMMs).
-    from dpjax.engine import runner
+    from dpjax import engine
 
     for i in (0, 3, 4):
         s = specs[i]
-        alone = runner.run(algo, train, make(s), jax.random.fold_in(key, s.repetition), eval_fn=ev,
+        alone = engine.run(algo, train, make(s), jax.random.fold_in(key, s.repetition), eval_fn=ev,
                            eval_data=eval_data)
         np.testing.assert_allclose(whole["train_loss"].iloc[i], alone.eval_metrics["train_loss"][-1], rtol=1e-5)
     # A threshold below every loss marks everything as diverged.

@@ -57,7 +57,7 @@ def test_batch_clipping_report_counts_a_trailing_partial_epoch(accountant, s, m)
 
 
 def test_dpsgd_general_privacy_counts_a_trailing_partial_epoch():
-    hp = DpSgdHParams.create(0.1, 1.0, 1.3)
+    hp = DpSgdHParams.create(0.1, noise_multiplier=1.3, clip_norm=1.0)
     at = lambda rounds: DpSgdGeneral(probe(2), rounds, 1, 3, 4, sampling="shuffle").privacy(  # noqa: E731
         [12], hp).epsilon(DELTA, "strong-exact").epsilon
     assert at(6) == pytest.approx(at(8), rel=1e-9) and at(6) > at(4) * (1 + 1e-3)

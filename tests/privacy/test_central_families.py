@@ -12,9 +12,11 @@ import math
 import numpy as np
 import pytest
 
+from dpjax.accounting import api
 from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting import fdp
-from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams as CentralHParams
+from dpjax.accounting.events import GaussianSchedule
+from dpjax.algorithms.dp_sgd import DpSgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 
 from .pins import BIG, check_fresh_noise, check_rate, check_shift_values, check_std, increments, keys, probe, silos, trajectory
@@ -35,23 +37,27 @@ def _measure(family, hp, hp0, sizes, seed=0):
 
 def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-remove"):
     """DP-SGD (optax SGD server): ``w_{r+1} - w_r = -lr (S + z) / (K N)`` with S the clipped sum and
-    z ~ N(0, noise_std^2 I) added once; the canary (smallest silo, padded) enters S with weight C."""
+    z ~ N(0, (sigma C)^2 I) added once (the noise multiplier sigma of the add/remove sensitivity C);
+    the canary (smallest silo, padded) enters S with weight C. The plan's schedule is in units of C."""
     k, rounds, sigma, sizes = 3, 3, 0.8, (9, 14)
     family = DpSgd(probe(DIM), rounds, k, sampling=sampling, optimizer="sgd", neighboring=neighboring)
-    spec = family.privacy(sizes, CentralHParams.create(LR, sigma, C)).schedule
-    noise, shift = _measure(family, CentralHParams.create(LR, sigma, C), CentralHParams.create(LR, 0.0, C), sizes)
+    spec = family.privacy(sizes, DpSgdHParams.create(LR, sigma, C)).schedule
+    noise, shift = _measure(family, DpSgdHParams.create(LR, sigma, C), DpSgdHParams.create(LR, 0.0, C), sizes)
     scale = k * len(sizes) / LR  # public: the expected batch K N and the step size
-    check_std(-noise * scale, spec.noise_std, f"dp-sgd {sampling}: noise std on the clipped sum")
+    check_std(-noise * scale / C, spec.noise_std, f"dp-sgd {sampling}: noise std on the clipped sum / C")
     check_fresh_noise(noise, "dp-sgd")
     # one record's contribution to S is C: D' - D moves S by 2C (2 contributions)
-    mult = check_shift_values(-shift * scale / 2, spec.contribution_bound, f"dp-sgd {sampling}: contribution")
+    mult = check_shift_values(-shift * scale / 2 / C, spec.contribution_bound, f"dp-sgd {sampling}: contribution / C")
     check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"dp-sgd {sampling}: canary inclusion")
     assert spec.steps == rounds and spec.dataset_size == min(sizes)
-    # fixed batches (replace-one): the same step and clip, sensitivity 2C at rate K / n_min
+    # fixed batches (replace-one): the same step and clip, sensitivity 2C at rate K / n_min (the
+    # standard adversary's report; the strong adversary, who sees the batches, gets no amplification)
     fixed = DpSgd(probe(DIM), rounds, k, sampling="without-replacement", optimizer="sgd",
-                  neighboring="replace-one").privacy(sizes, CentralHParams.create(LR, sigma, C)).schedule
-    assert fixed.replace(sampling="poisson", neighboring="add-remove") == spec
-    assert fixed.sensitivity == pytest.approx(2 * spec.sensitivity) and fixed.sample_rate == spec.sample_rate
+                  neighboring="replace-one").privacy(sizes, DpSgdHParams.create(LR, sigma, C))
+    standard = fixed.epsilon(DELTA, "standard")
+    by_hand = GaussianSchedule(2 * spec.noise_std, 1.0, "without-replacement", min(sizes), k, rounds, unit="record")
+    assert standard.noise_std == pytest.approx(2 * spec.noise_std)  # std / C = 2 sigma: sensitivity 2C
+    assert standard.epsilon == pytest.approx(api.compute_epsilon(by_hand, DELTA, "rdp").epsilon, rel=1e-9)
 
 
 def _general(sampling, subset_size, num_subsets, rounds, rounds_per_epoch, **kw):
@@ -65,7 +71,7 @@ def test_dpsgd_general_shuffle_partial_epoch(subset_size, num_subsets):
     (partial) epoch still uses it w.p. 6/12, so the accountant must count 2 epochs."""
     n, sigma, rounds, per_epoch = 12, 1.3, 6, 4
     family = _general("shuffle", subset_size, num_subsets, rounds, per_epoch)
-    hp, hp0 = DpSgdHParams.create(LR, C, sigma), DpSgdHParams.create(LR, C, 0.0)
+    hp, hp0 = DpSgdHParams.create(LR, sigma, C), DpSgdHParams.create(LR, 0.0, C)
     report = family.privacy([n], hp).epsilon(DELTA, "strong-exact")
     noise, shift = _measure(family, hp, hp0, (n,))
     scale = num_subsets / LR  # w <- w - lr U_bar / m
@@ -86,7 +92,7 @@ def test_dpsgd_general_poisson_baseline():
     silo (padded), contribution C; ``privacy()`` is a Gaussian schedule with multiplier sigma."""
     sizes, m, sigma, rounds = (12, 15), 3, 1.1, 3
     family = _general("poisson", 1, m, rounds, 4, neighboring="add-remove")
-    hp, hp0 = DpSgdHParams.create(LR, C, sigma), DpSgdHParams.create(LR, C, 0.0)
+    hp, hp0 = DpSgdHParams.create(LR, sigma, C), DpSgdHParams.create(LR, 0.0, C)
     spec = family.privacy(sizes, hp).schedule
     noise, shift = _measure(family, hp, hp0, sizes)
     scale = m * len(sizes) / LR  # server mean over silos of U_bar / m

@@ -3,7 +3,7 @@ record's inclusion equals the rate the accountant is given, and padded rows neve
 
 Both forms a family may call are checked -- ``draw`` (indices, the gather path) and
 ``draw_weights`` (multiplicity vector, the dense path) -- for every scheme of
-``dpjax.primitives.sampling.make_sampler``, plus DP-SGD-General's own ``draw_indices`` and the
+``dpjax.primitives.sampling.make_sampler``, plus DP-SGD-General's own ``SubsetBatches.draw`` and the
 fixed-size availability that the shuffle accountant's silo-sampling amplification assumes.
 Tolerance: exact binomial tests, Bonferroni over the rows, family-wise level ALPHA.
 """
@@ -17,6 +17,7 @@ import pytest
 
 from dpjax.accounting.events import GaussianSchedule
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral
+from dpjax.engine.chain import DataShape
 from dpjax.primitives import sampling
 
 from .pins import ALPHA, check_rate, keys, probe
@@ -99,11 +100,12 @@ def test_one_pass_uses_each_real_record_once_per_pass():
 
 @pytest.mark.parametrize("sampling_name", ["shuffle", "subsample", "poisson"])
 def test_dpsgd_general_draw_indices_on_a_padded_silo(sampling_name):
-    """``DpSgdGeneral.draw_indices`` (its own sampler): rate m s / n per round (m / n for Poisson);
-    shuffling walks one permutation, so an epoch never repeats a record."""
+    """DP-SGD-General's batch selection (``SubsetBatches.draw``, one silo's round): rate m s / n per
+    round (m / n for Poisson); shuffling walks one permutation, so an epoch never repeats a record."""
     m, s, per_epoch = 3, 1, 2
     family = DpSgdGeneral(probe(2), per_epoch, s, m, per_epoch, sampling=sampling_name,
                           neighboring="add-remove" if sampling_name == "poisson" else "replace-one")
+    selection = family.parts(DataShape(1, N_MAX)).selection
 
     def fn(key):
         if sampling_name == "shuffle":
@@ -113,7 +115,7 @@ def test_dpsgd_general_draw_indices_on_a_padded_silo(sampling_name):
             perms = jnp.zeros((1,), jnp.int32)
         out = []
         for r in range(per_epoch):
-            idx, mask, _ = family.draw_indices(jax.random.fold_in(key, 100 + r), perms, jnp.int32(SIZE), N_MAX, r)
+            idx, mask, _ = selection.draw(jax.random.fold_in(key, 100 + r), perms, jnp.int32(SIZE), N_MAX, r)
             out.append(jnp.zeros((N_MAX,), jnp.int32).at[idx.ravel()].add(mask.ravel().astype(jnp.int32)))
         return jnp.stack(out)
 

@@ -17,7 +17,7 @@ from dpjax.accounting import shuffle_sco as sco
 from dpjax.accounting.sco_transcript import transcript_report
 from dpjax.algorithms import shuffle_sco as S
 from dpjax.algorithms.smoothing import AbsoluteRegression
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
 from dpjax.parts.clipping import ClipVectors
@@ -96,10 +96,10 @@ def test_p_sgd_twin_matches_numpy_and_zero_noise_gaussians_are_bit_identical():
     a, y, data = _stream(n, d)
     fam, hp, plan = S.ShuffleSgd.p_sgd(MeanEstimation(d), n, EPS, DELTA, lipschitz=2.0, aggregator="exact")
     assert plan.num_rounds >= 3 and fam.privacy([n], hp).private is False
-    out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
+    out = np.asarray(engine.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, _numpy_sgd(_sq_grad, a, y, _hp_numpy(hp)), atol=2e-6)
     zero = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
-    local = np.asarray(runner.run(dataclasses.replace(fam, aggregator="local-gaussian"), data, zero,
+    local = np.asarray(engine.run(dataclasses.replace(fam, aggregator="local-gaussian"), data, zero,
                                   jax.random.key(0)).output)
     np.testing.assert_array_equal(local, out)
 
@@ -110,10 +110,10 @@ def test_phased_smoothed_p_agd_twin_matches_numpy_and_pan_private_zero_noise():
     fam, hp, plan = S.ShuffleAcsa.phased(AbsoluteRegression(d), n, EPS, DELTA, 1.0, phases=2,
                                          aggregator="exact")
     assert len(plan.phases) == 2 and fam.smoothed and np.all(np.asarray(hp.smoothing) > 0)
-    out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
+    out = np.asarray(engine.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, _numpy_acsa(_abs_envelope_grad, a, y, _hp_numpy(hp)), atol=1e-5)
     zero = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
-    pan = np.asarray(runner.run(dataclasses.replace(fam, aggregator="pan-gaussian"), data, zero,
+    pan = np.asarray(engine.run(dataclasses.replace(fam, aggregator="pan-gaussian"), data, zero,
                                 jax.random.key(0)).output)
     np.testing.assert_array_equal(pan, out)
 
@@ -128,7 +128,7 @@ def test_p_gd_without_privacy_noise_tracks_the_twin_within_the_rounding_bound():
                                       rounds=6, max_granularity=g)
     T = plan.num_rounds
     quiet = dataclasses.replace(hp, pvec=sp.PvecParams.create(np.full(T, g), np.zeros(T, int), np.zeros(T)))
-    out = np.asarray(runner.run(fam, data, quiet, jax.random.key(3)).output)
+    out = np.asarray(engine.run(fam, data, quiet, jax.random.key(3)).output)
     twin = _numpy_sgd(_sq_grad, a, y, _hp_numpy(hp))
     bound = float(np.sum(np.asarray(hp.step))) * math.sqrt(d) * 2 * 2.0 / g
     assert np.linalg.norm(out - twin) <= bound + 1e-5
@@ -144,8 +144,8 @@ def test_closed_form_single_round():
     plan = sco.p_sgd_plan(n, 1, EPS, DELTA, 2.0, 2.0, batch=n)
     hp = dataclasses.replace(S.ScoHParams.from_plan(plan), step=jnp.ones(1))
     fam = S.ShuffleSgd(MeanEstimation(1), 1, n, aggregator="exact")
-    assert float(runner.run(fam, data, hp, jax.random.key(0)).output[0]) == 0.0
-    last = runner.run(dataclasses.replace(fam, output="last"), data, hp, jax.random.key(0)).output
+    assert float(engine.run(fam, data, hp, jax.random.key(0)).output[0]) == 0.0
+    last = engine.run(dataclasses.replace(fam, output="last"), data, hp, jax.random.key(0)).output
     assert float(last[0]) == pytest.approx(x.mean(), abs=1e-6)
 
 
@@ -158,7 +158,7 @@ def test_pan_private_release_has_covariance_two_zeta_squared():
     first = jax.tree_util.tree_map(lambda v: v[:1] if np.ndim(v) else v, hp)
     fam1 = dataclasses.replace(fam, num_rounds=1, projection_radius=None)
     batch = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (reps,) + jnp.shape(v)), first)
-    out = np.asarray(runner.run_many(fam1, data, batch, jax.random.split(jax.random.key(7), reps)).output, np.float64)
+    out = np.asarray(engine.run_many(fam1, data, batch, jax.random.split(jax.random.key(7), reps)).output, np.float64)
     g = -2 * float(first.step[0]) * out
     zeta2 = 8 * 2.0**2 * math.log(2 / DELTA) / (plan.phases[0].batch**2 * 0.5**2)
     lo, hi = stats.chi2.ppf([0.0005, 0.9995], reps - 1) / (reps - 1)
@@ -391,11 +391,11 @@ def test_paper_acsa_schedule_matches_algorithm_4_as_printed():
         grad = np.mean([_sq_grad(md, a[i], y[i], 0.0) for i in range(s0, s0 + B)], axis=0)
         theta = _proj(theta - grad / Lt)
         ag = alpha * theta + (1 - alpha) * ag
-    out = np.asarray(runner.run(fam, data, hp, jax.random.key(0)).output)
+    out = np.asarray(engine.run(fam, data, hp, jax.random.key(0)).output)
     np.testing.assert_allclose(out, ag, atol=2e-6)
     lan_fam, lan_hp, _ = S.ShuffleAcsa.p_agd(MeanEstimation(d), n, EPS, DELTA, smoothness=beta, lipschitz=L,
                                              aggregator="exact")
-    lan = np.asarray(runner.run(lan_fam, data, lan_hp, jax.random.key(0)).output)
+    lan = np.asarray(engine.run(lan_fam, data, lan_hp, jax.random.key(0)).output)
     assert not np.allclose(lan, out)  # the default (Lan) schedule is a different program
     with pytest.raises(ValueError, match="acsa_schedule"):
         dataclasses.replace(fam, acsa_schedule="nesterov")

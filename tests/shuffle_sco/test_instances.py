@@ -12,7 +12,7 @@ from scipy import integrate, optimize
 from dpjax.accounting import sco_transcript
 from dpjax.accounting import shuffle_sco as sco
 from dpjax.algorithms import shuffle_sco as S
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.reproduce import shuffle_sco as R
 
 
@@ -113,7 +113,7 @@ def test_pgd_axis_simulator_is_the_family_with_exact_sums():
     (ph,) = plan.phases
     assert ph.rounds == n and ph.smoothing > 0
     data = inst.sample(np.random.default_rng(5), n, d)
-    out = np.asarray(runner.run_many(fam, data, runner.stack_hparams([hp]), jax.random.split(jax.random.key(0), 1))
+    out = np.asarray(engine.run_many(fam, data, engine.stack_hparams([hp]), jax.random.split(jax.random.key(0), 1))
                      .output)
     sim = R.pgd_axis_run(R.axis_counts(np.random.default_rng(5), n, d), inst.theta_star(d), float(n), ph.step,
                          ph.smoothing, 1.0, np.zeros(1), jax.random.split(jax.random.key(0), 1), rounds=ph.rounds)

@@ -145,7 +145,7 @@ def dpsgd_mnist_grid() -> dict[str, np.ndarray]:
         probs = jax.nn.softmax(problem.module.apply(params, ed[0]))
         return {"test_accuracy": probs[np.arange(len(ed[1])), ed[1]].mean()}
 
-    hps = stack_hparams([DpSgdHParams.create(lr, 1.0, 0.5) for lr in (0.3, 1.0, 3e38)])
+    hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=0.5, clip_norm=1.0) for lr in (0.3, 1.0, 3e38)])
     out = {}
     for name, kw in (("bc", dict(subset_size=4, num_subsets=4)),
                      ("ic", dict(sampling="subsample", subset_size=1, num_subsets=8))):

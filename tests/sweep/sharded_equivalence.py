@@ -30,7 +30,7 @@ print("IDENTICAL", len(sharded.runs), "runs")
 # The programmatic executor: data shared (replicated) across devices, hparams and keys sharded.
 import numpy as np  # noqa: E402
 
-from dpjax.sweep import run_grid  # noqa: E402
+from dpjax.engine import run_grid  # noqa: E402
 from tests.sweep.test_pipeline_drivers import _tiny_grid  # noqa: E402
 
 algo, train, hps, run_keys, ev, ed, grid = _tiny_grid()

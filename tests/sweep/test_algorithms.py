@@ -19,19 +19,20 @@ from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, A
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
-from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
-from dpjax.algorithms.dpsgd_general import DpSgdGeneral
-from dpjax.algorithms.dpsgd_general import DpSgdHParams as GeneralHParams
+from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
+from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams
+from dpjax.algorithms.dp_sgd import DpSgd
+from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
-from dpjax.sweep.driver import _Sweep
+from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
 R = 4  # rounds of every config below (eval after rounds 2 and 4)
@@ -98,12 +99,12 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
     resolved = "local_steps_resolved" if "local" in name or name == "fedavg" else "batch_size_resolved"
     assert (runs[resolved] == CONFIGS[name][0].get("local_steps", CONFIGS[name][0].get("batch_size"))).all()
 
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     for _, row in runs.iloc[[0, 3, 5, 6]].iterrows():  # both trials, repetitions and configs
         td = sw.trial(int(row.trial))
         alg, hp = direct(name, td.problem, row)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                          eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = evals[evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_loss", "train_error", "test_error"):
@@ -130,7 +131,7 @@ def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, account
     d.update(algorithm=name, num_rounds=R, static=dict(static), grid={**grid, "trial": 1},
              privacy={"accountant": accountant, "delta": "1/n^2"})
     cfg = SweepConfig.from_dict(d)
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     entry = registry.get_algorithm(name)
@@ -151,7 +152,7 @@ def test_local_sgd_isrl_experiment_local_steps_uses_the_mbsgd_k_rule():
     d.update(algorithm="isrl-local-sgd", num_rounds=R, static={"local_steps": "isrl-experiment"},
              grid={"learning_rate": [0.1], "epsilon": [2.0, 8.0]},
              privacy={"accountant": "paper-experiment", "delta": "1/n^2"})
-    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
     assert sw.algorithm(sw.groups[0]).local_steps == math.ceil(40 * math.sqrt(8.0) / (2 * math.sqrt(R)))
 
 
@@ -264,8 +265,8 @@ MORE = {
                                 Diff2HParams.create(r.learning_rate, noise_multiplier_restart=0.5))),
     "bvr-lsgd": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5]},
                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
-    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_std": [0.5]},
-               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_std))),
+    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_multiplier": [0.5]},
+               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
     "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
     # shuffle-private SCO: the n users are the records of ONE silo (4th entry: data overrides)
@@ -283,11 +284,24 @@ MORE = {
     # shuffling with B = 2 rounds per epoch (R = 4: two epochs); the twin makes the same rounds unclipped.
     "dpsgd-general": ({"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
                       {"learning_rate": [0.5], "clip_norm": [0.7], "noise_multiplier": [0.3]},
-                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), GeneralHParams.create(r.learning_rate, 0.7, 0.3))),
+                      lambda p, r: (DpSgdGeneral(p, R, 3, 2, 2), DpSgdHParams.create(r.learning_rate, 0.3, 0.7))),
     "sgd-general": ({"subset_size": 1, "num_subsets": 4, "rounds_per_epoch": 4, "sampling": "subsample"},
                     {"learning_rate": [0.5]},
                     lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
-                                  GeneralHParams.create(r.learning_rate))),
+                                  DpSgdHParams.create(r.learning_rate))),
+    # DP-FedAvg with adaptive clipping (Poisson silos, add/remove) and its twin FedOpt (fixed-size, replace-one)
+    "dp-fedavg": ({"silos_per_round": 2, "local_steps": 2},
+                  {"learning_rate": [0.5], "noise_multiplier": [0.8], "noise_multiplier_count": [2.0], "clip_norm": [0.5]},
+                  lambda p, r: (DpFedAvg(p, R, 2, local_steps=2), FedAvgHParams.create(
+                      0.5, noise_multiplier=0.8, noise_multiplier_count=2.0, clip_norm=0.5))),
+    "fedopt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
+               lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),
+                             FedAvgHParams.create(0.5))),
+    # DP-FTRL (tree aggregation; n = 40, B = 8: R = 4 rounds of a 5-round epoch) and SGD on the same order
+    "dp-ftrl": ({"batch_size": 8}, {"learning_rate": [0.5], "noise_multiplier": [0.5], "clip_norm": [1.0]},
+                lambda p, r: (DpFtrl(p, R, 8), FtrlHParams.create(0.5, 0.5, 1.0))),
+    "ftrl": ({"batch_size": 8, "momentum": 0.9}, {"learning_rate": [0.5]},
+             lambda p, r: (DpFtrl(p, R, 8, momentum=0.9, private=False), FtrlHParams.create(0.5))),
 }
 
 
@@ -317,10 +331,10 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     runs = run_sweep(cfg, tmp_path, devices=jax.local_devices()[:1], progress=False).runs
     assert len(runs) == 1 and np.isfinite(runs.train_loss).all()
     row = runs.iloc[0]
-    td = _Sweep(cfg, jax.local_devices()[:1]).trial(0)
+    td = Sweep(cfg, jax.local_devices()[:1]).trial(0)
     alg, hp = make(td.problem, row)
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), 0), 0)
-    one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                      eval_data=td.eval_data, eval_every=R)
     # one run in both (no vmap batching differences): equal up to float32 fusion order
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)
@@ -333,7 +347,7 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
         d = tomllib.loads(TINY)
         d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
                  privacy={"accountant": "rdp", "delta": 1e-5})
-        sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+        sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
         g = sw.groups[0]
         alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
         eps = alg.privacy(sw.trial(0).train.silo_sizes(), sw.entry.make_hparams(vals, alg)).epsilon(1e-5, "rdp")
@@ -373,7 +387,7 @@ def test_epsilon_axis_calibrates_the_shuffle_sco_families(name, static, grid):
     d["data"].update(num_silos=1)
     d.update(algorithm=name, num_rounds=R, static=static, grid={**grid, "epsilon": [2.0], "trial": 1},
              privacy={"accountant": "best", "delta": 1e-5})
-    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
     g = sw.groups[0]
     alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
     hp = sw.entry.make_hparams(vals, alg)

@@ -1,18 +1,19 @@
 """The acceptance example of a new family: central DP-SGD with optax.adam on a flax MLP,
-one module (dpjax/algorithms/dp_sgd.py) plus its registration, swept over learning
-rates end to end through ``dpjax sweep`` with the example config."""
+one module (dpjax/algorithms/dp_sgd.py: a configuration of DP-SGD-General) plus its
+registration, swept over learning rates end to end through ``dpjax sweep`` with the example config."""
 
 import pathlib
 
 import jax
 import numpy as np
+import optax
 
 from dpjax import cli
 from dpjax.accounting.privacy_spec import GaussianPrivacy
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
-from dpjax.engine import runner
+from dpjax import engine
 from dpjax.sweep import SweepConfig, load_results, registry
-from dpjax.sweep.driver import _Sweep
+from dpjax.sweep.driver import Sweep
 
 CONFIG = pathlib.Path(__file__).parents[2] / "dpjax" / "sweep" / "configs" / "dp_sgd_adam_mlp.toml"
 
@@ -27,11 +28,11 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     assert np.isfinite(runs[["train_loss", "test_loss", "test_error"]].to_numpy()).all()
 
     # the recorded noise meets epsilon = 4 through the family's own privacy() (record level, Poisson)
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     alg, td = sw.algorithm(sw.groups[0]), sw.trial(0)
     assert isinstance(alg, DpSgd) and alg.optimizer == "adam"
     row = runs.iloc[0]
-    hp = DpSgdHParams.create(row.learning_rate, row.noise_std, row.clip_norm)
+    hp = DpSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm)
     spec = alg.privacy(td.train.silo_sizes(), hp)
     assert isinstance(spec, GaussianPrivacy) and spec.unit == "record" and spec.neighboring == "add-remove"
     eps = spec.epsilon(1e-5, "rdp").epsilon
@@ -39,12 +40,13 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
 
     # a sweep row is the direct run of the family with those hparams (run key of (seed, trial, repetition))
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-    one = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                      eval_data=td.eval_data)
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-5)
-    # the server optimizer is adam (its hyperparameters ride in the injected state) with the run's step size
-    hyper = one.state.opt_state.hyperparams
-    assert {"b1", "b2", "eps"} <= set(hyper) and float(hyper["learning_rate"]) == row.learning_rate
+    # the server optimizer is adam (its moments are the server part's state, one per round) with the run's step size
+    adam = one.state.server
+    assert isinstance(adam, optax.ScaleByAdamState) and int(adam.count) == alg.num_rounds
+    assert float(one.state.hparams.learning_rate) == row.learning_rate
 
 
 def test_the_non_private_twin_runs_the_same_step_without_noise():
@@ -53,7 +55,7 @@ def test_the_non_private_twin_runs_the_same_step_without_noise():
     td = entry.load(entry.resolve({"name": "synthetic-mlp"}), 0)
     alg = DpSgd(td.problem, 5, 16)
     key = jax.random.key(0)
-    private = runner.run(alg, td.train, DpSgdHParams.create(0.01, 0.0, float("inf")), key).output
-    twin = runner.run(DpSgd(td.problem, 5, 16, private=False), td.train, DpSgdHParams.create(0.01, 3.0, 1.0), key).output
+    private = engine.run(alg, td.train, DpSgdHParams.create(0.01, 0.0, float("inf")), key).output
+    twin = engine.run(DpSgd(td.problem, 5, 16, private=False), td.train, DpSgdHParams.create(0.01, 3.0, 1.0), key).output
     for a, b in zip(jax.tree_util.tree_leaves(private), jax.tree_util.tree_leaves(twin)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

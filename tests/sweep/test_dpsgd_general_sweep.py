@@ -6,7 +6,7 @@ import tomllib
 import jax
 
 from dpjax.sweep import SweepConfig
-from dpjax.sweep.driver import _Sweep
+from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
 
@@ -16,7 +16,7 @@ def test_epsilon_axis_calibrates_sigma_with_the_strong_exact_accountant():
              static={"subset_size": 3, "num_subsets": 2, "rounds_per_epoch": 2, "sampling": "shuffle"},
              grid={"learning_rate": [0.5], "clip_norm": [0.7], "epsilon": [3.0], "trial": 1},
              privacy={"accountant": "strong-exact", "delta": 1e-5})
-    sw = _Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
+    sw = Sweep(SweepConfig.from_dict(d), jax.local_devices()[:1])
     g = sw.groups[0]
     alg, vals = sw.algorithm(g), sw.hparams(g, 0, 0)
     spec = alg.privacy(sw.trial(0).train.silo_sizes(), sw.entry.make_hparams(vals, alg))

@@ -1,4 +1,4 @@
-"""Every grid driver goes through ``dpjax.sweep.run_grid`` and reproduces its pre-refactoring numbers.
+"""Every grid driver goes through ``dpjax.engine.run_grid`` and reproduces its pre-refactoring numbers.
 
 The expectations (``data/pipeline_expectations.npz``) were written by
 ``python -m tests.sweep.pipeline_cases --data-dir ../shared/data`` on the code
@@ -11,7 +11,7 @@ arithmetic, the same keys, the same chunk widths).
 import numpy as np
 import pytest
 
-from dpjax.sweep import program
+from dpjax.engine import program
 from tests.sweep import pipeline_cases as cases
 
 
@@ -27,18 +27,17 @@ def counted(monkeypatch):
     calls = {"chunks": 0}
     import dpjax.engine
 
-    for cls, method in ((program.ChunkExecutor, "__call__"), (program.HostLoopExecutor, "run_chunks")):
-        def spy(self, args, _original=getattr(cls, method)):
-            calls["chunks"] += 1
-            return _original(self, args)
+    def spy(self, args, _original=program.ChunkProgram.run_chunks):
+        calls["chunks"] += 1
+        return _original(self, args)
 
-        monkeypatch.setattr(cls, method, spy)
+    monkeypatch.setattr(program.ChunkProgram, "run_chunks", spy)
     for name in ("run_many", "run"):
         def bypass(*args, _name=name, **kwargs):
-            raise AssertionError(f"a grid driver called {_name} instead of dpjax.sweep.run_grid")
+            raise AssertionError(f"a grid driver called {_name} instead of dpjax.engine.run_grid")
 
         monkeypatch.setattr(dpjax.engine, name, bypass)
-        monkeypatch.setattr(dpjax.engine.runner, name, bypass)
+        monkeypatch.setattr(dpjax.engine.executor, name, bypass)
     return calls
 
 
@@ -87,7 +86,7 @@ def test_run_grid_returns_runs_in_the_order_given(common):
     and ``run_grid`` puts each result back at its run's index."""
     import jax
 
-    from dpjax.sweep import run_grid
+    from dpjax.engine import run_grid
 
     algo, train, hps, run_keys, ev, ed, grid = _tiny_grid()
     rev = np.arange(len(grid))[::-1]
@@ -106,7 +105,7 @@ def test_run_grid_agrees_with_single_runs():
     import jax
 
     from dpjax.engine import run
-    from dpjax.sweep import run_grid
+    from dpjax.engine import run_grid
 
     algo, train, hps, run_keys, ev, ed, grid = _tiny_grid()
     res = run_grid(algo, train, hps, run_keys, eval_fn=ev, eval_data=ed, chunk_size=4)
@@ -119,7 +118,7 @@ def test_run_grid_rejects_bad_input():
     import jax
 
     from dpjax.engine import NonFiniteError
-    from dpjax.sweep import run_grid
+    from dpjax.engine import run_grid
 
     algo, train, hps, run_keys, ev, ed, grid = _tiny_grid()
     with pytest.raises(ValueError, match="leading axis must be the number of runs"):

@@ -1,4 +1,4 @@
-"""``dpjax.sweep.run_grid`` options: one key per lane (== ``engine.run_many``), the host round loop
+"""``dpjax.engine.run_grid`` options: one key per lane (== ``engine.run_many``), the host round loop
 (== ``engine.run``/``run_many`` with ``round_loop="host"``) and per-trial data splits (== one call
 per split, one compiled program for equal-shape trials). Equalities are exact: the same programs
 run on the same inputs, so any reordering of arithmetic would show in the last bit."""
@@ -9,9 +9,8 @@ import pytest
 
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-from dpjax.engine import SiloData, run, run_many, stack_hparams
+from dpjax.engine import OutputParams, SiloData, Trial, program, run, run_grid, run_many, stack_hparams
 from dpjax.problems import FlaxProblem, LogisticRegression
-from dpjax.sweep import OutputParams, Trial, program, run_grid
 
 
 def _flax_grid():
@@ -28,7 +27,8 @@ def _flax_grid():
     y = rng.integers(0, 3, 40).astype(np.int32)
     problem = FlaxProblem(MLP(), (5,), "softmax")
     alg = DpSgdGeneral.for_epochs(problem, 32, 2, subset_size=4, num_subsets=2)
-    hps = stack_hparams([DpSgdHParams.create(lr, c, 0.7) for lr, c in ((0.1, 0.5), (0.5, 1.0), (2.0, 1.0), (3e38, 1.0))])
+    hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=0.7, clip_norm=c)
+                         for lr, c in ((0.1, 0.5), (0.5, 1.0), (2.0, 1.0), (3e38, 1.0))])
 
     def eval_fn(params, ed):
         return {"loss": problem.loss(params, ed[0], ed[1]).mean()}
@@ -157,5 +157,5 @@ def test_new_options_reject_bad_input():
         run_grid(alg, trials, hps, ks, trial_of_run=[0, 1])
     with pytest.raises(ValueError, match="eval_data must be None with per-trial splits"):
         run_grid(alg, trials, hps, ks, trial_of_run=[0, 1, 1, 0], eval_data=data)
-    with pytest.raises(ValueError, match="sequence of\\s+dpjax.sweep.Trial"):
+    with pytest.raises(ValueError, match="sequence of\\s+dpjax.engine.Trial"):
         run_grid(alg, [data, data], hps, ks, trial_of_run=[0, 1, 1, 0])

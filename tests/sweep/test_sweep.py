@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpjax.engine import runner
-from dpjax.sweep import SweepConfig, load_results, program, registry, run_sweep, select
-from dpjax.sweep.driver import _Sweep
+from dpjax import engine
+from dpjax.engine import program
+from dpjax.sweep import SweepConfig, load_results, registry, run_sweep, select
+from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,10 +53,10 @@ def test_full_sweep_layout(full):
 
 
 def test_sweep_runs_equal_single_runs(full):
-    """Every stored run equals dpjax.engine.runner.run of the same config and key."""
+    """Every stored run equals dpjax.engine.run of the same config and key."""
     _, res = full
     cfg = tiny_cfg()
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     rows = res.runs.iloc[[0, 7, 20, 35]]
@@ -64,7 +65,7 @@ def test_sweep_runs_equal_single_runs(full):
         hp = registry.get_algorithm("isrl-mbsgd").make_hparams(
             {"learning_rate": row.learning_rate, "noise_multiplier": row.noise_multiplier, "clip_norm": row.clip_norm})
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        single = runner.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        single = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
                             eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = res.evals[res.evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_error", "test_loss"):
@@ -150,7 +151,7 @@ def test_nonfinite_runs_raise_or_are_marked(tmp_path):
     d["grid"]["learning_rate"] = [0.1, 1.0, 3e38]
     d["grid"]["noise_multiplier"] = [0.0, 2.0]  # std z x 2C/K = C/2: the absurd step size overflows
     d["on_nonfinite"] = "raise"
-    with pytest.raises(runner.NonFiniteError, match=r"run [0-9a-f]{16} .*round \d+"):
+    with pytest.raises(engine.NonFiniteError, match=r"run [0-9a-f]{16} .*round \d+"):
         run_sweep(SweepConfig.from_dict(d), tmp_path / "raise", progress=False)
     assert not list((tmp_path / "raise" / "runs").glob("*.csv"))  # nothing broken was written
     d["on_nonfinite"] = "mark"
@@ -171,7 +172,7 @@ def test_epsilon_axis_uses_the_algorithms_schedule_and_accountant():
     d["static"]["batch_size"] = "isrl-experiment"
     d["privacy"] = {"accountant": "paper-experiment", "delta": "1/n^2"}
     cfg = SweepConfig.from_dict(d)
-    sw = _Sweep(cfg, jax.local_devices()[:1])
+    sw = Sweep(cfg, jax.local_devices()[:1])
     g = sw.groups[0]
     alg = sw.algorithm(g)
     n, R = 40, 6

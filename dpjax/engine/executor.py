@@ -1,0 +1,551 @@
+"""The one executor: every run of dpjax goes through ``execute`` or its single-program special cases.
+
+Entry points (thin; they differ only in how they lay out runs):
+
+* ``run(algorithm, data, hparams, key)`` / ``run_many(..., keys_)``: one run,
+  or a batch of runs vmapped into ONE compiled program (``program.compiled_runner``),
+  returning the full state, output, round metrics and evaluations;
+* ``run_grid(algorithm, data, hparams, run_keys)``: a grid of runs in
+  fixed-shape compiled chunks (``program.ChunkProgram``), on one data split or
+  on per-trial splits (``Trial``), sharded over devices, returning each run's
+  evaluation trace;
+* ``execute(chunks, program_of, store)``: the chunk loop itself, which
+  ``run_grid`` and ``dpjax.sweep.run_sweep`` (a file-backed, resumable store)
+  both call.
+
+Options, in one place:
+
+* ``round_loop``: ``"scan"`` (rounds in ``lax.scan``) or ``"host"`` (one
+  compiled call per round; CNNs on XLA:CPU, see ``dpjax.engine.program``);
+* vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x
+  configs`` tiles, ``common_random_numbers`` (runs with equal keys share their
+  random draws inside one program);
+* per-trial splits: ``run_grid(trials, ..., trial_of_run=...)``;
+* sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits);
+* evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last
+  (``program.eval_schedule``);
+* resumable store: ``execute(..., store=...)`` skips the chunks a store
+  reports finished and hands it every checked chunk (``ChunkStore``); with
+  ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
+* result check: every run's overflow / non-finite rounds are checked by
+  ``dpjax.engine.checks`` before anything is returned or stored
+  (``on_nonfinite="raise"``: ``NonFiniteError`` naming the run and round;
+  ``"mark"``: ``diverged_round`` recorded).
+
+``run_grid`` details. ``common_random_numbers=True``: runs with equal run keys
+are executed as one repetition whose configurations share the key
+(availability, batches and standard-normal draws computed once, gradients of
+all configurations as one matrix product); chunks never mix repetitions.
+``False``: one key per lane; with every run in one chunk (``chunk_size >=
+len(run_keys)``) this is ``run_many``'s program and its results bit for bit.
+``params``: one starting point for every run (default: ``problem.init_params``
+of the ``"local"`` stream of the chunk's first run key: each run's own with
+common random numbers, the first lane's otherwise, as ``run_many``). Per-trial
+splits: chunks never mix trials; each trial's runs are chunked as a call on its
+split alone would chunk them, so the results equal one call per split bit for
+bit, and equal-shape trials reuse one compiled program (``run_sweep`` instead
+stacks equal-shape splits on a trial axis of one program: other numbers).
+``round_loop="host"``: a chunk of one run is ``run(..., round_loop="host")``, a
+wider one ``run_many(..., round_loop="host")``, bit for bit. Chunk width
+changes the floating-point summation order of batched products, so a driver
+that pins its numbers keeps its ``chunk_size``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dpjax import _validate, keys
+from dpjax.engine.checks import ON_NONFINITE, check_runs, run_flags
+from dpjax.engine.program import ROUND_LOOPS, ChunkProgram, compiled_runner, eval_schedule, host_loop
+from dpjax.engine.silos import SiloData
+
+PyTree = Any
+EvalFn = Callable[[PyTree, PyTree], dict]
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Host-side (NumPy) results of one run or of a batch of runs.
+
+    With ``run_many`` every array has a leading runs axis.
+
+    Attributes:
+      output: the algorithm's output parameters.
+      state: the final algorithm state.
+      round_metrics: per-round metrics, arrays ``[..., num_rounds]``.
+      eval_metrics: metrics of ``eval_fn`` at ``eval_rounds``, ``[..., num_evals]``.
+      eval_rounds: number of completed rounds at each evaluation.
+      diverged_round: first round (0-based) whose iterate was not finite, -1 if
+        none; only meaningful with ``on_nonfinite="mark"``.
+    """
+
+    output: PyTree
+    state: PyTree
+    round_metrics: dict[str, np.ndarray]
+    eval_metrics: dict[str, np.ndarray]
+    eval_rounds: np.ndarray
+    diverged_round: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class GridResult:
+    """Per-run results in the order of the runs given to ``run_grid``."""
+
+    evals: dict[str, Any]  # metric -> [num_runs, num_evals (, metric shape)] (a pytree of such arrays for a pytree metric)
+    eval_rounds: np.ndarray  # completed rounds of each evaluation
+    diverged_round: np.ndarray  # int [num_runs]: first round with non-finite parameters, -1 if none
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputParams:
+    """``eval_fn`` returning the output parameters themselves (``evals["params"]``)."""
+
+    def __call__(self, params, eval_data):
+        return {"params": params}
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One data split of a grid with per-trial splits (``run_grid(trials, ..., trial_of_run=...)``).
+
+    ``data``: the silos' training data; ``eval_data``: what ``eval_fn`` reads;
+    ``params``: the trial's starting point (``None``: from the chunk's first
+    run key, as with one split).
+    """
+
+    data: Any
+    eval_data: Any = None
+    params: Any = None
+
+
+def stack_hparams(hparams_list) -> PyTree:
+    """Stacks a list of per-run hparams into one batched pytree (runs axis first)."""
+    if len(hparams_list) == 0:
+        raise ValueError("hparams_list=[] must contain at least one configuration")
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *hparams_list)
+
+
+def run_key_data(seed: int, *path: int) -> np.ndarray:
+    """Raw key data of ``keys.run_key(seed, *path)`` (what chunk programs take)."""
+    return np.asarray(jax.random.key_data(keys.run_key(seed, *path)))
+
+
+# ----------------------------------------------------------------------------- argument checks
+def _check_keys(name: str, value, batch_ndim: int) -> None:
+    """``value`` is a PRNG key array with ``batch_ndim`` leading axes: typed (``jax.random.key``)
+    or raw ``uint32 [..., 2]`` (``jax.random.PRNGKey``)."""
+    dtype = getattr(value, "dtype", None)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == np.uint32 and np.ndim(value) >= 1 and np.shape(value)[-1] == 2
+    what = "one key (jax.random.key(seed))" if batch_ndim == 0 else "a batch of keys (e.g. dpjax.keys.run_keys(seed, n))"
+    if not (typed or raw):
+        shown = value if np.ndim(value) == 0 else f"an array of shape {np.shape(value)} and dtype {dtype}"
+        raise ValueError(f"{name}={shown!r} must be a PRNG key array: {what}")
+    ndim = np.ndim(value) - (0 if typed else 1)
+    if ndim != batch_ndim:
+        raise ValueError(f"{name} has {ndim} key axes (shape {np.shape(value)}); expected {what}")
+
+
+def _check_data(algorithm, data: SiloData, batched: bool) -> None:
+    """The algorithm's host-side checks plus the problem's label check (when it has one)."""
+    per_trial = [jax.tree_util.tree_map(lambda a: a[i], data) for i in range(data.x.shape[0])] if batched else [data]
+    check_labels = getattr(algorithm.problem, "check_labels", None)
+    for d in per_trial:
+        algorithm.validate(d)
+        if check_labels is not None:
+            check_labels(np.asarray(d.y)[np.asarray(d.mask)])
+
+
+def _check_common(algorithm, eval_every, on_nonfinite, round_loop) -> None:
+    _validate.check_choice("on_nonfinite", on_nonfinite, ON_NONFINITE)
+    _validate.check_choice("round_loop", round_loop, ROUND_LOOPS)
+    if eval_every is not None:
+        _validate.check_int("eval_every", eval_every, min_value=1, max_value=algorithm.num_rounds)
+
+
+def _check_runs_axis(hparams, num_runs: int) -> None:
+    for path, leaf in jax.tree_util.tree_leaves_with_path(hparams):
+        if np.shape(leaf)[:1] != (num_runs,):
+            raise ValueError(f"hparams{jax.tree_util.keystr(path)} has shape {np.shape(leaf)}; its leading axis "
+                             f"must be the number of runs ({num_runs} keys)")
+
+
+def _eval_rounds(algorithm, eval_fn, eval_every) -> np.ndarray:
+    return eval_schedule(algorithm.num_rounds, eval_every) if eval_fn else np.array([], int)
+
+
+# ----------------------------------------------------------------------------- one program: run / run_many
+def _finish(out, hparams, on_nonfinite: str, batched: bool, eval_rounds: np.ndarray) -> RunResult:
+    state, output, round_metrics, evals = jax.device_get(out)
+    lead = (lambda a: np.asarray(a)) if batched else (lambda a: np.asarray(a)[None])  # noqa: E731  (runs axis)
+    diverged, overflow = run_flags({k: lead(v) for k, v in round_metrics.items()}, np)
+    round_metrics.pop("finite")
+
+    def describe(i: int) -> str:
+        hp = jax.tree_util.tree_map(lambda a: np.asarray(a)[i] if batched else np.asarray(a), jax.device_get(hparams))
+        return f"{f'run {i}' if batched else 'the run'} (hparams {hp})"
+
+    check_runs(diverged, overflow, on_nonfinite=on_nonfinite, describe=describe)
+    diverged = diverged.astype(np.int64)
+    return RunResult(
+        output=output,
+        state=state,
+        round_metrics={k: np.asarray(v) for k, v in round_metrics.items()},
+        eval_metrics={k: np.asarray(v) for k, v in evals.items()},
+        eval_rounds=eval_rounds,
+        diverged_round=diverged if batched else diverged[0],
+    )
+
+
+def run(
+    algorithm,
+    data: SiloData,
+    hparams: PyTree,
+    key: jax.Array,
+    *,
+    params: PyTree | None = None,
+    eval_fn: EvalFn | None = None,
+    eval_data: PyTree = None,
+    eval_every: int | None = None,
+    on_nonfinite: str = "raise",
+    round_loop: str = "scan",
+) -> RunResult:
+    """Runs ``algorithm.num_rounds`` rounds of one configuration.
+
+    Args:
+      algorithm: an algorithm object (see ``dpjax.engine.program``).
+      data: the silos' training data.
+      hparams: the algorithm's per-run hyperparameters (its ``HParams``).
+      key: the run key; every random draw of the run derives from it.
+      params: initial parameters (default: ``algorithm.problem.init_params``
+        of the key's ``"local"`` stream).
+      eval_fn: optional ``eval_fn(output_params, eval_data) -> dict`` of scalars,
+        evaluated every ``eval_every`` rounds and after the last round.
+      on_nonfinite: ``"raise"`` (default) raises ``NonFiniteError`` naming the
+        round; ``"mark"`` returns the result with ``diverged_round`` set.
+      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or
+        ``"host"`` (one compiled call per round; for CNNs on CPU, see
+        ``dpjax.engine.program``). Same rounds and keys; float results may
+        differ in the last bits.
+    """
+    _check_common(algorithm, eval_every, on_nonfinite, round_loop)
+    _check_keys("key", key, 0)
+    _check_data(algorithm, data, batched=False)
+    if params is None:
+        params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
+    if round_loop == "host":
+        out = host_loop(algorithm, eval_fn, eval_every, False, None, None, None, params, hparams, data, eval_data, key)
+    else:
+        out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None)(hparams, data, eval_data, key, params)
+    return _finish(out, hparams, on_nonfinite, batched=False, eval_rounds=_eval_rounds(algorithm, eval_fn, eval_every))
+
+
+def run_many(
+    algorithm,
+    data: SiloData,
+    hparams: PyTree,
+    keys_: jax.Array,
+    *,
+    params: PyTree | None = None,
+    params_batched: bool = False,
+    data_batched: bool = False,
+    eval_fn: EvalFn | None = None,
+    eval_data: PyTree = None,
+    eval_every: int | None = None,
+    on_nonfinite: str = "raise",
+    shared_key: bool = False,
+    round_loop: str = "scan",
+) -> RunResult:
+    """Runs a batch of independent configurations as one compiled program.
+
+    ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same
+    length. ``data``/``eval_data`` (and ``params``) are shared by all runs
+    unless ``data_batched`` (``params_batched``) says they have a runs axis too
+    (e.g. one train/test split per trial). Results equal the same runs done one
+    by one with ``run`` (tested).
+
+    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random
+    numbers: all configurations see the same availability, batches and noise
+    draws). The draws are then computed once, not per run, which on a grid of
+    step sizes / noise levels over shared data turns per-run matrix-vector
+    products into one matrix-matrix product.
+
+    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs).
+    """
+    _check_common(algorithm, eval_every, on_nonfinite, round_loop)
+    _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
+    _check_runs_axis(hparams, jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0])
+    _check_data(algorithm, data, batched=data_batched)
+    if params is None:
+        params = algorithm.problem.init_params(keys.run_stream_key(keys_ if shared_key else keys_[0], "local"))
+        params_batched = False
+    axes = (0 if params_batched else None, 0 if data_batched else None, None if shared_key else 0)
+    if round_loop == "host":
+        out = host_loop(algorithm, eval_fn, eval_every, True, *axes, params, hparams, data, eval_data, keys_)
+    else:
+        out = compiled_runner(algorithm, eval_fn, eval_every, True, *axes)(hparams, data, eval_data, keys_, params)
+    return _finish(out, hparams, on_nonfinite, batched=True, eval_rounds=_eval_rounds(algorithm, eval_fn, eval_every))
+
+
+# ----------------------------------------------------------------------------- chunks: the one loop
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One unit of compiled work (and of storage).
+
+    ``group``: chunks of one group share their ``ChunkProgram`` and unsharded
+    arguments, so consecutive ones run side by side on the devices; ``lanes``:
+    the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
+    ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments
+    (built when the chunk runs); ``describe(i)``: names real run ``i`` in
+    errors; ``runs``: the caller's identifiers of the real runs.
+    """
+
+    id: str
+    group: Hashable
+    lanes: tuple
+    args: Callable[[], tuple]
+    describe: Callable[[int], str]
+    runs: tuple = ()
+
+
+class ChunkStore(Protocol):
+    """Where ``execute`` puts checked chunks: ``finished(chunk)`` (skip it: a resumable store),
+    ``write(chunk, results)`` with ``results`` as ``lane_results`` returns."""
+
+    def finished(self, chunk: Chunk) -> bool: ...
+
+    def write(self, chunk: Chunk, results: dict) -> None: ...
+
+
+def lane_results(out: dict, lanes: Sequence[tuple]) -> dict:
+    """A chunk program's ``[Tc, Sc, Hc, ...]`` outputs at the real lanes: ``[num_runs, ...]`` arrays."""
+    index = tuple(np.asarray(axis) for axis in zip(*lanes))
+    return jax.tree_util.tree_map(lambda a: np.asarray(a)[index], out)
+
+
+def execute(
+    chunks: Sequence[Chunk],
+    program_of: Callable[[Chunk], ChunkProgram],
+    store: ChunkStore,
+    *,
+    on_nonfinite: str = "raise",
+    share: tuple[int, int] = (0, 1),
+    max_chunks: int | None = None,
+    progress: str | None = None,
+    pause: float = 0.0,
+    consequence: str = "No result was returned.",
+) -> tuple[list[str], int]:
+    """Runs the chunks the store has not finished; returns ``(ids computed, number skipped)``.
+
+    Chunks are taken in order, consecutive chunks of one group
+    ``len(program.devices)`` at a time (one per device); each finished chunk's
+    runs pass the result check (``checks.check_runs``; on failure the chunk is
+    not written and ``consequence`` ends the message) and are handed to
+    ``store.write`` at once, so a killed execution keeps every chunk written
+    before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P``
+    (process ``i`` of ``P``); ``max_chunks``: stop after that many;
+    ``progress``: a progress bar with this title; ``pause``: seconds to sleep
+    after each chunk.
+    """
+    index, count = share
+    finished = [store.finished(c) for c in chunks]
+    skipped = sum(finished)
+    todo = [c for i, c in enumerate(chunks) if not finished[i] and i % count == index]
+    if max_chunks is not None:
+        todo = todo[:max_chunks]
+    bar = None
+    if progress is not None:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sum(len(c.lanes) for c in todo), unit="run", desc=progress, smoothing=0.1)
+        bar.set_postfix_str(f"chunks 0/{len(todo)} ({skipped} done before)")
+    computed: list[str] = []
+    i = 0
+    while i < len(todo):
+        prog = program_of(todo[i])
+        batch = [todo[i]]
+        while len(batch) < len(prog.devices) and i + len(batch) < len(todo) and todo[i + len(batch)].group == todo[i].group:
+            batch.append(todo[i + len(batch)])
+        i += len(batch)
+        for c, out in zip(batch, prog.run_chunks([c.args() for c in batch])):
+            results = lane_results(out, c.lanes)
+            check_runs(results["diverged_round"], results["overflow_round"], on_nonfinite=on_nonfinite,
+                       describe=c.describe, consequence=consequence)
+            try:
+                store.write(c, results)
+            except OSError as err:
+                raise OSError(err.errno, f"could not store chunk {c.id} ({err.strerror}); the "
+                              f"{skipped + len(computed)} chunk(s) stored before are intact: fix the disk and rerun "
+                              f"the same command to resume") from err
+            computed.append(c.id)
+            if bar is not None:
+                bar.update(len(c.lanes))
+                bar.set_postfix_str(f"chunks {len(computed)}/{len(todo)} ({skipped} done before)")
+            if pause:
+                time.sleep(pause)
+    if bar is not None:
+        bar.close()
+    return computed, skipped
+
+
+# ----------------------------------------------------------------------------- run_grid
+def _trials(data, eval_data, params, trial_of_run, num_runs: int) -> tuple[list[Trial], np.ndarray]:
+    """The trials and each run's trial index (one split: one trial holding every run)."""
+    if not isinstance(data, (list, tuple)):
+        if trial_of_run is not None:
+            raise ValueError(f"trial_of_run={trial_of_run!r} needs data given as a sequence of Trial (per-trial splits)")
+        return [Trial(data, eval_data, params)], np.zeros(num_runs, np.int64)
+    if not data or not all(isinstance(t, Trial) for t in data):
+        raise ValueError(f"data={type(data).__name__} of {len(data)} must be a SiloData or a non-empty sequence of "
+                         "dpjax.engine.Trial (one per data split)")
+    for name, value in (("eval_data", eval_data), ("params", params)):
+        if value is not None:
+            raise ValueError(f"{name} must be None with per-trial splits (each Trial carries its own {name})")
+    if trial_of_run is None:
+        raise ValueError(f"data holds {len(data)} trials; trial_of_run (the trial index of each run) is required")
+    index = np.asarray(trial_of_run)
+    if index.shape != (num_runs,) or not np.issubdtype(index.dtype, np.integer):
+        raise ValueError(f"trial_of_run has shape {index.shape} and dtype {index.dtype}; expected {num_runs} integers "
+                         "(one per run key)")
+    if num_runs and not (0 <= index.min() and index.max() < len(data)):
+        raise ValueError(f"trial_of_run holds {int(index.min())}..{int(index.max())}; trial indices must lie in "
+                         f"[0, {len(data)}) ({len(data)} trials)")
+    return list(data), index.astype(np.int64)
+
+
+def _lane_groups(key_data: np.ndarray, common: bool, chunk_size: int) -> tuple[int, list[list[int]]]:
+    """Chunk width and the run indices of each chunk (before padding)."""
+    if not common:
+        width = min(chunk_size, len(key_data))
+        return width, [list(range(s, min(s + width, len(key_data)))) for s in range(0, len(key_data), width)]
+    groups: dict[bytes, list[int]] = {}
+    for i, kd in enumerate(key_data):
+        groups.setdefault(kd.tobytes(), []).append(i)
+    width = min(chunk_size, max(len(g) for g in groups.values()))
+    return width, [g[s:s + width] for g in groups.values() for s in range(0, len(g), width)]
+
+
+def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, chunk_size: int):
+    """``run_grid``'s chunks (group = trial index) and each trial's chunk width.
+
+    A trial's chunks are laid out as a call on its split alone would lay them
+    out (same widths, same bits); a chunk's last lanes repeat its first run.
+    """
+
+    def chunk_args(trial: Trial, members: list[int], width: int):
+        lanes = np.asarray(members + [members[0]] * (width - len(members)))
+        hp = jax.tree_util.tree_map(lambda a: a[lanes][None], hparams)
+        kd = key_data[lanes[0]][None, None] if common else key_data[lanes][None, None]
+        # The starting point enters the program as data (as in run_many): computed inside,
+        # XLA would fold the constant and round differently.
+        start = trial.params if trial.params is not None else problem.init_params(
+            keys.run_stream_key(jax.random.wrap_key_data(key_data[lanes[0]]), "local"))
+        return hp, trial.data, trial.eval_data, kd, start
+
+    chunks, widths = [], {}
+    for t, trial in enumerate(trials):
+        runs_of_trial = np.flatnonzero(trial_index == t)
+        if len(runs_of_trial) == 0:
+            continue
+        widths[t], local_chunks = _lane_groups(key_data[runs_of_trial], common, chunk_size)
+        for j, local in enumerate(local_chunks):
+            members = [int(runs_of_trial[i]) for i in local]
+            chunks.append(Chunk(f"t{t}-c{j}", t, tuple((0, 0, lane) for lane in range(len(members))),
+                                lambda trial=trial, members=members, w=widths[t]: chunk_args(trial, members, w),
+                                lambda i, members=members: f"run {members[i]}", tuple(members)))
+    return chunks, widths
+
+
+class _GridCollector:
+    """``run_grid``'s in-memory ``ChunkStore``: each chunk's results back at its runs' indices."""
+
+    def __init__(self, num_runs: int):
+        self.num_runs = num_runs
+        self.diverged = np.empty(num_runs, np.int64)
+        self.evals: dict[str, Any] = {}
+
+    def finished(self, chunk: Chunk) -> bool:
+        return False
+
+    def write(self, chunk: Chunk, results: dict) -> None:
+        members = list(chunk.runs)
+        self.diverged[members] = results["diverged_round"]
+        for m, tree in results["evals"].items():  # a metric may be a pytree (OutputParams of a flax model)
+            if m not in self.evals:
+                self.evals[m] = jax.tree_util.tree_map(lambda a: np.empty((self.num_runs,) + a.shape[1:], a.dtype), tree)
+            jax.tree_util.tree_map(lambda dst, a: dst.__setitem__(members, a), self.evals[m], tree)
+
+
+def run_grid(
+    algorithm,
+    data,
+    hparams,
+    run_keys,
+    *,
+    eval_fn=None,
+    eval_data=None,
+    eval_every: int | None = None,
+    common_random_numbers: bool = True,
+    params=None,
+    trial_of_run=None,
+    chunk_size: int = 256,
+    devices=None,
+    on_nonfinite: str = "mark",
+    round_loop: str = "scan",
+) -> GridResult:
+    """Runs ``len(run_keys)`` runs of ``algorithm`` in compiled chunks, on one data split or one per trial.
+
+    Args:
+      algorithm: the algorithm (its static configuration is the program).
+      data: the silos' training data (``SiloData``), shared by every run; or a
+        sequence of ``Trial`` (per-trial splits, see ``trial_of_run``).
+      hparams: per-run hyperparameters stacked on a leading runs axis.
+      run_keys: one run key per run (``dpjax.keys.run_key``).
+      eval_fn: as in ``run`` (``OutputParams()`` returns the output parameters).
+      eval_data: as in ``run``.
+      eval_every: as in ``run``.
+      common_random_numbers: runs with equal keys share them inside one
+        program (see the module docstring); ``False``: one key per lane.
+      params: one starting point for every run (default: from the chunk's first run key, see above).
+      trial_of_run: with ``data`` a sequence of ``Trial``: the trial index of
+        each run (``eval_data`` and ``params`` then come from the trials).
+      chunk_size: runs per compiled chunk (the last chunk of a repetition is
+        padded by repeating its first run; padding is discarded).
+      devices: devices to spread chunks over (default: the first local device).
+      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or
+        ``"raise"`` (``NonFiniteError``).
+      round_loop: ``"scan"`` (rounds in ``lax.scan``, one program per chunk) or
+        ``"host"`` (one compiled call per round, one device; see the module docstring).
+    """
+    _check_common(algorithm, eval_every, on_nonfinite, round_loop)
+    _validate.check_int("chunk_size", chunk_size, min_value=1)
+    _check_keys("run_keys", run_keys, 1)
+    typed = jnp.issubdtype(run_keys.dtype, jax.dtypes.prng_key)
+    key_data = np.asarray(jax.random.key_data(run_keys) if typed else run_keys)
+    num_runs = len(key_data)
+    if num_runs == 0:
+        raise ValueError("run_keys holds no key; a grid needs at least one run")
+    _check_runs_axis(hparams, num_runs)
+    trials, trial_index = _trials(data, eval_data, params, trial_of_run, num_runs)
+    for trial in trials:
+        _check_data(algorithm, trial.data, batched=False)
+    devices = tuple(devices) if devices is not None else tuple(jax.local_devices()[:1])
+    if round_loop == "host" and len(devices) != 1:
+        raise ValueError(f"devices={devices!r}: round_loop='host' runs on one device")
+    chunks, widths = _grid_chunks(algorithm.problem, trials, trial_index, jax.tree_util.tree_map(np.asarray, hparams),
+                                  key_data, common_random_numbers, chunk_size)
+    # One program per trial; equal-shape trials find the compiled program in ``program``'s cache.
+    programs = {t: ChunkProgram(algorithm, eval_fn, eval_every, (1, 1, w), w, devices, round_loop=round_loop,
+                                trial_axis=False, common_keys=common_random_numbers, initial_params=True)
+                for t, w in widths.items()}
+    collector = _GridCollector(num_runs)
+    execute(chunks, lambda c: programs[c.group], collector, on_nonfinite=on_nonfinite)
+    return GridResult(collector.evals, _eval_rounds(algorithm, eval_fn, eval_every), collector.diverged)

@@ -1,0 +1,204 @@
+"""DP-FedAvg with adaptive clipping (Andrew et al. 2021): privacy against a hand computation, the
+adaptive clip's fixed point, the noise stds measured, the twin against a NumPy FedAvg."""
+
+from __future__ import annotations
+
+import math
+
+import dp_accounting as dpa
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
+from dpjax import engine
+from dpjax.engine.silos import SiloData
+from dpjax.problems import LinearRegression
+
+DELTA = 1e-5
+
+
+class Probe:
+    """Loss ``<w, x>``: a local step moves ``w`` by ``-lr x``, so silo i's delta is ``lr K mean(x_i)``."""
+
+    def loss(self, params, x, y):
+        return jnp.vdot(params, x)
+
+    def init_params(self, key):
+        return jnp.zeros((2,), jnp.float32)
+
+
+def norm_silos(norms, n=3):
+    """One silo per norm, every record ``r e_1``: the silo's delta has norm r (lr = K = 1)."""
+    xs = [np.tile(np.array([[r, 0.0]], np.float32), (n, 1)) for r in norms]
+    return SiloData.from_silos(xs, [np.zeros(n, np.float32)] * len(norms))
+
+
+def hand_epsilon(q, z, rounds):
+    acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    acc.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), rounds))
+    return acc.get_epsilon(DELTA)
+
+
+def test_privacy_is_one_subsampled_gaussian_at_the_combined_multiplier():
+    """Theorem 1: z = (z_Delta^-2 + z_b^-2)^-1/2, Poisson at q = m/N over R rounds (C_0 = 0.7, m = 5)."""
+    alg = DpFedAvg(LinearRegression(2), 30, 5)
+    hp = FedAvgHParams.create(noise_multiplier=1.1, noise_multiplier_count=2.0, clip_norm=0.7)
+    z = (float(np.float32(1.1)) ** -2 + 2.0 ** -2) ** -0.5  # 0.964: the count costs ~4% of the multiplier
+    spec = alg.privacy([12] * 20, hp)
+    assert spec.unit == "user" and spec.neighboring == "add-remove"
+    assert spec.epsilon(DELTA, "rdp").epsilon == pytest.approx(hand_epsilon(5 / 20, z, 30), rel=1e-9)
+    # fixed clipping (eta_C = 0): the count moves nothing and is not accounted
+    fixed = alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.1, noise_multiplier_count=2.0,
+                                                        clip_learning_rate=0.0))
+    assert fixed.epsilon(DELTA, "rdp").epsilon == pytest.approx(hand_epsilon(0.25, float(np.float32(1.1)), 30),
+                                                                rel=1e-9)
+
+
+def test_calibration_sets_the_delta_multiplier_with_the_count_fixed():
+    alg = DpFedAvg(LinearRegression(2), 30, 5)
+    spec = alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.0, noise_multiplier_count=5.0))
+    z_delta = spec.calibrate(3.0, DELTA, "rdp")["noise_multiplier"]
+    combined = (z_delta ** -2 + float(np.float32(5.0)) ** -2) ** -0.5
+    eps = hand_epsilon(0.25, combined, 30)
+    assert 3.0 * (1 - 1e-4) <= eps <= 3.0
+    # the count's noise alone spends more than the target: refused, naming the field to raise
+    with pytest.raises(ValueError, match="noise_multiplier_count"):
+        alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.0, noise_multiplier_count=0.5)).calibrate(
+            3.0, DELTA, "rdp")
+
+
+def test_a_noiseless_count_is_not_private():
+    spec = DpFedAvg(LinearRegression(2), 3, 2).privacy([5] * 4, FedAvgHParams.create(noise_multiplier=2.0))
+    assert math.isinf(spec.epsilon(DELTA).epsilon)
+    with pytest.raises(ValueError, match="without noise"):
+        spec.calibrate(1.0, DELTA)
+
+
+def test_fixed_size_sampling_is_replace_one_and_refuses_add_remove():
+    with pytest.raises(ValueError, match="replace-one"):
+        DpFedAvg(LinearRegression(2), 3, 2, sampling="without-replacement", neighboring="add-remove")
+    alg = DpFedAvg(LinearRegression(2), 30, 5, sampling="without-replacement")
+    assert alg.neighboring == "replace-one"
+    spec = alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.1, noise_multiplier_count=2.0))
+    z = (float(np.float32(1.1)) ** -2 + 2.0 ** -2) ** -0.5
+    acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+    acc.compose(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(20, 5, dpa.GaussianDpEvent(z)), 30))
+    assert spec.epsilon(DELTA, "rdp").epsilon == pytest.approx(acc.get_epsilon(DELTA), rel=1e-9)
+
+
+@pytest.mark.parametrize("quantile, band", [(0.5, (5.0, 6.0)), (0.8, (8.0, 9.0))])
+def test_adaptive_clip_settles_at_the_target_quantile_of_the_delta_norms(quantile, band):
+    """Norms 1..10, every silo every round, sigma_b = 0: the fraction below C is floor(C)/10, so the
+    geometric update stops in [r_(k), r_(k+1)) with k = 10 gamma, from below and from above."""
+    data = norm_silos(np.arange(1.0, 11.0))
+    alg = DpFedAvg(Probe(), 80, 10, sampling="without-replacement", neighboring="replace-one")
+    for c0 in (0.1, 100.0):
+        hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=c0, target_quantile=quantile)
+        final = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
+        assert band[0] <= final < band[1], (c0, final)
+
+
+def test_one_round_moves_the_clip_geometrically():
+    data = norm_silos(np.arange(1.0, 11.0))
+    alg = DpFedAvg(Probe(), 1, 10, sampling="without-replacement", neighboring="replace-one")
+    hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=3.5, target_quantile=0.5, clip_learning_rate=0.3)
+    c1 = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
+    assert c1 == pytest.approx(3.5 * math.exp(-0.3 * (0.3 - 0.5)), rel=1e-6)  # 3 of 10 norms <= 3.5
+
+
+def _one_round(alg, data, hp, runs):
+    return engine.run_many(alg, data, jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hp),
+                           jax.random.split(jax.random.key(7), runs))
+
+
+def test_count_noise_has_the_std_of_its_multiplier_times_the_count_sensitivity():
+    """C_0 between the 5th and 6th norms: the fraction is exactly 1/2 = gamma, so
+    ``log(C_1/C_0) = -eta_C noise / m`` and the noise std is z_b x 1 (replace-one: a silo moves the
+    centred count by 1). 4000 runs: the variance is within 10% (4.5 standard errors)."""
+    data = norm_silos(np.arange(1.0, 11.0))
+    alg = DpFedAvg(Probe(), 1, 10, sampling="without-replacement", neighboring="replace-one")
+    hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=5.5, noise_multiplier_count=0.4)
+    c1 = np.asarray(_one_round(alg, data, hp, 4000).state.clipper, np.float64)
+    noise = -10 * np.log(c1 / np.float32(5.5)) / np.float32(0.2)
+    assert abs(noise.mean()) < 4.5 * 0.4 / math.sqrt(4000)
+    assert noise.var() / 0.4 ** 2 == pytest.approx(1.0, abs=0.1)
+
+
+@pytest.mark.parametrize("sampling, relation, factor", [("poisson", "add-remove", 1.0),
+                                                        ("without-replacement", "replace-one", 2.0)])
+def test_delta_noise_has_the_std_of_its_multiplier_times_the_clip_over_m(sampling, relation, factor):
+    """Zero deltas (x = 0): theta_1 = -eta_s N(0, (z C_0 sensitivity)^2) / m, sensitivity C_0 or 2 C_0."""
+    data = norm_silos(np.zeros(8))
+    alg = DpFedAvg(Probe(), 1, 4, sampling=sampling, neighboring=relation)
+    hp = FedAvgHParams.create(learning_rate=1.0, noise_multiplier=1.5, noise_multiplier_count=3.0, clip_norm=0.8)
+    out = np.asarray(_one_round(alg, data, hp, 4000).output, np.float64)
+    expected = 1.5 * factor * 0.8 / 4
+    assert out.var(axis=0) / expected ** 2 == pytest.approx(np.ones(2), abs=0.1)
+
+
+def test_twin_is_zero_noise_and_no_clip_and_is_numpy_fedavg():
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(6, 3)).astype(np.float32) for _ in range(4)]
+    ys = [(x @ np.array([1.0, -0.5, 0.2]) + 0.1).astype(np.float32) for x in xs]
+    data = SiloData.from_silos(xs, ys)
+    kw = dict(sampling="without-replacement", neighboring="replace-one", local_steps=3, server_momentum=0.5)
+    hp = FedAvgHParams.create(learning_rate=0.7, client_learning_rate=0.05, noise_multiplier=2.0,
+                              noise_multiplier_count=2.0, clip_norm=0.01)
+    key = jax.random.key(1)
+    twin = engine.run(DpFedAvg(LinearRegression(3), 5, 4, private=False, **kw), data, hp, key)
+    zero = FedAvgHParams.create(learning_rate=0.7, client_learning_rate=0.05, clip_norm=math.inf)
+    np.testing.assert_array_equal(twin.output, engine.run(DpFedAvg(LinearRegression(3), 5, 4, **kw), data, zero,
+                                                          key).output)
+    w, trace = np.zeros(3), np.zeros(3)  # FedAvg (local GD on the squared loss) + server SGD with momentum
+    for _ in range(5):
+        deltas = []
+        for x, y in zip(xs, ys):
+            v = w.copy()
+            for _ in range(3):
+                v -= 0.05 * x.T @ (x @ v - y) / len(y)
+            deltas.append(w - v)
+        trace = np.mean(deltas, axis=0) + 0.5 * trace
+        w = w - 0.7 * trace
+    np.testing.assert_allclose(twin.output, w, rtol=1e-5, atol=1e-6)
+
+
+def test_sampled_silos_follow_the_poisson_rate():
+    data = norm_silos(np.ones(10))
+    res = engine.run(DpFedAvg(Probe(), 400, 3), data, FedAvgHParams.create(noise_multiplier_count=1.0),
+                     jax.random.key(2))
+    counts = res.round_metrics["num_available"]
+    assert abs(counts.mean() - 3.0) < 4.5 * math.sqrt(10 * 0.3 * 0.7 / 400)
+    assert counts.var() > 0  # a random count, not a fixed m
+
+
+def test_sweep_epsilon_axis_sets_the_delta_multiplier_and_keeps_the_grid_count_multiplier():
+    from dpjax.sweep import registry
+
+    entry, alg = registry.get_algorithm("dp-fedavg"), DpFedAvg(LinearRegression(2), 30, 5)
+    assert entry.calibrated_fields == ("noise_multiplier",)
+    values = {"learning_rate": 1.0, "noise_multiplier_count": 5.0, "clip_norm": 0.3}
+    out = entry.calibrate(alg, [12] * 20, values, 3.0, DELTA, "rdp")
+    assert set(out) == {"noise_multiplier"}
+    eps = alg.privacy([12] * 20, entry.make_hparams({**values, **out}, alg)).epsilon(DELTA, "rdp").epsilon
+    assert 3.0 * (1 - 1e-4) <= eps <= 3.0
+
+
+def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
+    """``dpjax/sweep/configs/dp_fedavg_adaptive.toml``: statics and grid valid, every epsilon reachable with
+    the grid's count multiplier (z_b = 2 sigma_b, sigma_b = m / 20)."""
+    import pathlib
+
+    from dpjax import sweep
+    from dpjax.sweep import SweepConfig, registry
+
+    cfg = SweepConfig.from_toml(pathlib.Path(sweep.__file__).parent / "configs" / "dp_fedavg_adaptive.toml")
+    entry = registry.get_algorithm(cfg.algorithm)
+    alg = entry.build(LinearRegression(cfg.data["dim"]), cfg.num_rounds, cfg.static)
+    values = {k: v[0] for k, v in cfg.grid.items() if k in entry.hparam_fields}
+    sizes = [cfg.data["n"]] * cfg.data["num_silos"]
+    for eps in cfg.grid["epsilon"]:
+        out = entry.calibrate(alg, sizes, values, eps, cfg.privacy["delta"], cfg.privacy["accountant"])
+        spec = alg.privacy(sizes, entry.make_hparams({**values, **out}, alg))
+        assert spec.epsilon(cfg.privacy["delta"], cfg.privacy["accountant"]).epsilon <= eps

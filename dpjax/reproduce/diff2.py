@@ -679,7 +679,10 @@ def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, 
     protocol = QUICK if quick else FULL
     t0 = time.time()
     results, summaries = {}, {}
+    from dpjax import progress
+
     for name in datasets:
+        progress.stage(f"{fig_name}: {name} (load, calibrate, run the grid)")
         results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir,
                                     construction=construction)
         summaries[name] = summarize(results[name], protocol, metrics, construction)

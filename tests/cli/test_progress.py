@@ -108,3 +108,25 @@ def test_audit_summary_line_counts_and_names_failures(passed, line):
     from dpjax.auditing.cli import summary_line
 
     assert summary_line(["dp-gd", "dp-sgd", "dp-ftrl"], passed, 12.2) == line
+
+
+def test_the_host_round_loop_says_which_round_it_is_in(capsys, monkeypatch):
+    """dpsgd-mnist's chunks (a per-round host loop) ran 5 minutes without a line in a log: under a command
+    the loop prints its round at most every 10 s (a clock that advances 11 s per reading here)."""
+    import types
+
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+    from dpjax.engine import SiloData, program, run_grid, stack_hparams
+    from dpjax.problems import LogisticRegression
+
+    ticks = iter(range(0, 10_000, 11))
+    monkeypatch.setattr(program, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+    rng = np.random.default_rng(1)
+    data = SiloData.from_silos([rng.normal(size=(8, 2)).astype(np.float32)], [rng.integers(0, 2, 8).astype(np.float32)])
+    alg = NoisyMbSgd(LogisticRegression(2), num_rounds=3, batch_size=2)
+    hps = stack_hparams([MbSgdHParams.create(0.1, 0.5, 1.0)])
+    progress.configure(quiet=False)
+    with progress.grid("cnn"):
+        run_grid(alg, data, hps, jax.random.split(jax.random.key(0), 1), round_loop="host")
+    err = capsys.readouterr().err
+    assert [f"round {r}/3" in err for r in (1, 2, 3)] == [True, True, True], err

@@ -229,6 +229,7 @@ def _d1(quick: bool, seed: int):
     ms, betas = (20, 80, 320), (0.1, 0.05, 0.01)
     curves = []
     for m in ms:
+        progress.stage(f"D1: m={m} ({draws} draws)")
         norms = []
         for start in range(0, draws, 2000):
             k = min(2000, draws - start)

@@ -121,7 +121,8 @@ def smallest_scale(epsilon_at: EpsilonAt, target: float, *, start: float = 1.0, 
       min_scale: below this scale a target that still holds is refused
         ("needs no noise") instead of chased towards 0.
       what: how the scale is named in error messages.
-      coarse_epsilon_at, coarse_rtol: an optional cheaper curve searched first.
+      coarse_epsilon_at: an optional cheaper curve searched first.
+      coarse_rtol: relative width of the coarse curve's bracket.
 
     Returns:
       A scale at which ``epsilon_at(scale) <= target`` was evaluated.

@@ -179,7 +179,8 @@ class DpFedAvg(ChainFamily):
       problem: a dpjax problem; num_rounds: R.
       silos_per_round: m, the (expected, for Poisson) number of sampled silos.
       sampling: ``"poisson"`` (add/remove) or ``"without-replacement"`` (replace-one).
-      local_steps, local_batch_size: each silo's local SGD (None: all its records per step).
+      local_steps: each silo's local SGD steps per round.
+      local_batch_size: records per local step (None: all the silo's records).
       server_momentum: beta of the server's optax SGD (None: plain SGD).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
     """

@@ -522,6 +522,7 @@ def _d5(quick: bool, seed: int):
             ref, best, gnorm = huber_reference(loss, x, y)
             ref_norms.append(float(np.linalg.norm(ref)))
             ref_grads.append(gnorm)
+            progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: Phased-ERM runs and the solver floor")
             outs = _phased_erm_runs(loss, x, y, dom, keys, rho, iters=iters)
             exc = np.array([_huber_loss(loss, th, x, y) - best for th in outs])
             floors.append(_huber_loss(loss, _phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=iters)[0], x, y)
@@ -533,6 +534,7 @@ def _d5(quick: bool, seed: int):
             rows += [_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e, r, n=n, m=m,
                           d=d, rho=rho) for r, e in enumerate(exc)]
             if axis == "m":  # B1 noise inside, on the sharp instance
+                progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: B1 noise inside Phased-ERM")
                 b1 = _phased_erm_runs(loss, x, y, dom, keys, rho, replace_noise=True, iters=iters)
                 exb = np.array([_huber_loss(loss, th, x, y) - best for th in b1])
                 flat.append(float(exb.mean()))
@@ -540,6 +542,7 @@ def _d5(quick: bool, seed: int):
                 rows += [_row(f"Phased-ERM with B1 noise (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e,
                               r, n=n, m=m, d=d, rho=rho) for r, e in enumerate(exb)]
         xs = [c[{"n": 0, "m": 1, "d": 2}[axis[0]]] for c in cells]
+        progress.stage(f"D5 sweep over {axis}: fitting the slopes (paired bootstrap)")
         curves[axis] = (xs, vals, flat)
         setting = (f"rate-shape rho={rho}; {'noisy' if noise else 'sharp'} instance; "
                    + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis[0]))

@@ -39,7 +39,8 @@ def test_reproduce_prints_stage_lines_before_the_heavy_work(tmp_path, monkeypatc
     lines = before.err.splitlines()
     assert lines[0].startswith("[dpjax ") and "reproduce user-level-convex-erm --quick: loading" in lines[0]
     assert any("running into" in ln for ln in lines)
-    assert "D5 sweep over m: cell n=100, m=4, d=5 (8 runs)" in lines[-1]
+    assert "D5 sweep over m: cell n=100, m=4, d=5: Phased-ERM runs" in lines[-1]
+    assert "D5 sweep over m: cell n=100, m=4, d=5 (8 runs)" in lines[-2]
     assert before.out == ""  # stdout keeps the result line only
     assert not (tmp_path / "out").exists()  # the claimed directory is released when the run fails
 

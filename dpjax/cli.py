@@ -35,6 +35,22 @@ COMMAND_MODULES = {
 }
 
 
+#: ``dpjax --help``'s one line per command, so the top-level help imports no subcommand module (they pull in
+#: jax, seconds of CPU); tests/test_cli_lazy.py checks each line against the module's own ``help=``.
+COMMAND_HELP = {
+    "sweep": "run (or resume) a hyperparameter sweep as compiled chunks",
+    "plot": "paper-style figure from a sweep directory",
+    "run": "run an end-to-end task (e.g. isrl-mnist-trial)",
+    "account": "privacy accounting: epsilon of a schedule, or sigma for a target",
+    "reproduce": "reproduce a paper figure (see --list)",
+    "audit": "empirical privacy audits (canary experiments) of dpjax's mechanisms",
+    "docs": "build the documentation site (needs the docs extra)",
+}
+
+EPILOG = ("Every command takes --help. Long commands (reproduce, audit, sweep, run, plot) print stage lines on "
+          "stderr (--quiet silences them). Python API: help(dpjax), dpjax.list_algorithms().")
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with dpjax's error form: the usage, then one ``dpjax: error: ...`` line, exit status 2.
 
@@ -48,12 +64,19 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"dpjax: error: {' '.join(str(message).split())}\n")
 
 
-def build_parser(modules: list[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a
+    placeholder with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
     parser = ArgumentParser(
         prog="dpjax",
         description="JAX-compiled experiments for differentially private federated optimization.",
+        epilog=EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    if lazy:
+        for name, text in COMMAND_HELP.items():
+            sub.add_parser(name, help=text, add_help=False)
+        return parser
     for name in SUBCOMMAND_MODULES if modules is None else modules:
         module = importlib.import_module(name)
         add = getattr(module, "add_parser", None) or getattr(module, "add_account_parser")
@@ -100,20 +123,38 @@ RENAMED_TASKS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from dpjax import progress  # pure Python: stage lines count seconds from here
+
+    progress.configure(quiet=False, restart_clock=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMAND_MODULES.get(argv[0]) if argv else None
     if command is not None and len(argv) > 1 and argv[0] == "run" and argv[1] in RENAMED_TASKS:
         print(f"dpjax: error: {RENAMED_TASKS[argv[1]]}", file=sys.stderr)
         return 2
-    parser = build_parser(None if command is None else [command])
-    args = parser.parse_args(_attach_negative_numbers(argv))
+    parser = build_parser(None if command is None else [command], lazy=command is None)
+    try:
+        args = parser.parse_args(_attach_negative_numbers(argv))
+    except BrokenPipeError:  # `dpjax --help | head`
+        return _closed_stdout()
     if not getattr(args, "func", None):
         parser.error(f"give a COMMAND: one of {', '.join(COMMAND_MODULES)} (dpjax --help lists them)")
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # `dpjax reproduce --list | head`: the reader left, not an error
+        return _closed_stdout()
     except EXPECTED_ERRORS as err:  # bad input: a clear message, not a traceback
         print(f"dpjax: error: {one_line(err)}", file=sys.stderr)
         return 2
+
+
+def _closed_stdout() -> int:
+    import os
+
+    try:  # Python would report the broken pipe again when it flushes stdout at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ figure. Each figure function is rendered on small synthetic inputs (Agg backend;
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -56,6 +57,17 @@ def assert_readable(fig):
             assert ax.get_xscale() == "log", f"{where}: x data span {xs.min():.3g}..{xs.max():.3g} on a linear axis"
         if spans_decades(ys, 2):
             assert ax.get_yscale() == "log", f"{where}: y data span {ys.min():.3g}..{ys.max():.3g} on a linear axis"
+        for axis, lo, hi in ((ax.xaxis, 0, 2), (ax.yaxis, 1, 3)):  # tick labels must not overlap each other
+            shown = [t.get_window_extent(renderer) for t in axis.get_ticklabels(which="both")
+                     if t.get_visible() and t.get_text().strip()]
+            ext = ax.bbox.extents
+            shown = sorted((b for b in shown if ext[lo] - 1 <= (b.extents[lo] + b.extents[hi]) / 2 <= ext[hi] + 1),
+                           key=lambda b: b.extents[lo])
+            for u, v in zip(shown, shown[1:]):
+                assert u.extents[hi] <= v.extents[lo] + 0.5, f"{where}: overlapping {axis.axis_name} tick labels"
+        if "±" in ax.get_ylabel() + ax.get_title():  # a spread is said with what it is
+            assert re.search(r"SD|standard|error|interval|CI|percentile", ax.get_ylabel() + ax.get_title()), \
+                f"{where}: '±' without saying what it is"
         bb = ax.get_tightbbox(renderer)  # everything the panel draws: labels, tick labels, title, legend
         assert (bb.x0 >= box.x0 - 1 and bb.x1 <= box.x1 + 1 and bb.y0 >= box.y0 - 1 and bb.y1 <= box.y1 + 1), \
             f"{where}: cut off ({bb.bounds} outside the figure's {box.bounds})"
@@ -91,6 +103,13 @@ def test_the_checker_catches_a_missing_label_legend_log_axis_and_cut_off_text():
         assert_readable(fig)
     ax.set_ylabel("")
     with pytest.raises(AssertionError, match="no y label"):
+        assert_readable(fig)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2], [1, 2])
+    ax.set(xlabel="x", ylabel="y", title="t", xticks=[1, 1.05, 2], xticklabels=["1000", "1050", "2000"])
+    fig.tight_layout()
+    with pytest.raises(AssertionError, match="overlapping x tick labels"):
         assert_readable(fig)
     plt.close(fig)
 
@@ -179,7 +198,16 @@ def test_diff2_figure(tmp_path, captured):
                for alg, e, s in (("GD", math.inf, 0.01), ("DP-GD", 3.0, 0.02), ("DIFF2-GD", 3.0, 0.015))}
     diff2._plot(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
-    _check_all(captured(), 1)
+    (fig,) = captured()
+    assert "± SD over 5 seeds" in fig.axes[0].get_ylabel()
+    _check_all([fig], 1)
+    one = {k: {m: {"curves": v["curves"][:1], "best": v["best"][:1], "final": v["final"][:1]} for m, v in e.items()}
+           for k, e in summary.items()}
+    diff2._plot(tmp_path / "d1.png", ["california_housing"], {"california_housing": one},
+                {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
+    (fig,) = captured()
+    assert "±" not in fig.axes[0].get_ylabel() and "one seed" in fig.axes[0].get_ylabel()  # no spread from one seed
+    _check_all([fig], 1)
 
 
 def test_dpsgd_and_batch_clipping_figures(tmp_path, captured):

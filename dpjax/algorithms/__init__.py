@@ -1,5 +1,54 @@
-"""Algorithms: one family per module, each a frozen config with pure init/step."""
+"""Algorithms: one family per module, each a frozen config with pure ``init``/``step`` and
+``privacy(silo_sizes, hparams) -> PrivacySpec``, run by ``dpjax.engine.run`` / ``run_many`` / ``run_grid``.
 
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, MbSgdState, NoisyMbSgd
+Every family class and its hyperparameter class (``Family.hparams_type``, built with
+``HParams.create(...)``) is importable from here; ``dpjax.list_algorithms()`` names the registered
+families (the names sweep configs and ``dpjax sweep`` use) with a line each.
 
-__all__ = ["MbSgdHParams", "MbSgdState", "NoisyMbSgd"]
+* ``NoisyMbSgd`` (``MbSgdHParams``): ISRL-DP Noisy MB-SGD (Lowy & Razaviyayn, Algorithm 1)
+* ``AcceleratedMbSgd`` (``AcceleratedHParams``): accelerated, one-pass, multi-stage and ERM variants
+* ``LocalSgd`` (``MbSgdHParams``): ISRL-DP Local SGD; the FedAvg baseline
+* ``ShuffledNoisyMbSgd`` (``MbSgdHParams``): shuffled ISRL-DP MB-SGD
+* ``SdpOnePassAccelerated`` (``SdpHParams``): SDP one-pass accelerated MB-SGD (Algorithm 6)
+* ``UnbalancedNoisyMbSgd`` (``UnbalancedHParams``): unbalanced silos (Algorithm 7)
+* ``ShuffleSgd`` / ``ShuffleAcsa`` (``ScoHParams``): P_SGD, P_GD, P_AGD, AC-SA (Cheu et al.)
+* ``Diff2GD`` / ``Diff2BvrLSgd`` (``Diff2HParams``): DIFF2-GD, DP-GD, GD, DIFF2-BVR-L-SGD (Murata & Suzuki)
+* ``DpSgd`` (``DpSgdHParams``): central DP-SGD with an optax optimizer
+* ``DpSgdGeneral`` (``DpSgdHParams``): DP-SGD-General (van Dijk et al., Algorithm 1)
+* ``DpFedAvg`` (``FedAvgHParams``): DP-FedAvg with adaptive clipping (Andrew et al.)
+* ``DpFtrl`` (``FtrlHParams``): DP-FTRL with tree aggregation (Kairouz et al.)
+
+The names are imported on first use (the family modules import jax).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+#: public name -> module defining it
+_EXPORTS = {
+    "NoisyMbSgd": "isrl_mbsgd", "MbSgdHParams": "isrl_mbsgd", "MbSgdState": "isrl_mbsgd",
+    "AcceleratedMbSgd": "accelerated", "AcceleratedHParams": "accelerated", "AcceleratedState": "accelerated",
+    "LocalSgd": "local_sgd", "LocalSgdState": "local_sgd",
+    "ShuffledNoisyMbSgd": "shuffled", "SdpOnePassAccelerated": "shuffled", "SdpHParams": "shuffled",
+    "UnbalancedNoisyMbSgd": "unbalanced", "UnbalancedHParams": "unbalanced",
+    "ShuffleSgd": "shuffle_sco", "ShuffleAcsa": "shuffle_sco", "ScoHParams": "shuffle_sco",
+    "Diff2GD": "diff2", "Diff2BvrLSgd": "diff2", "Diff2HParams": "diff2",
+    "DpSgd": "dp_sgd", "DpSgdGeneral": "dpsgd_general", "DpSgdHParams": "dpsgd_general",
+    "DpFedAvg": "dp_fedavg", "FedAvgHParams": "dp_fedavg",
+    "DpFtrl": "dp_ftrl", "FtrlHParams": "dp_ftrl",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dpjax.algorithms' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

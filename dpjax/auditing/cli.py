@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "summary_line"]
 
 _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerated", "isrl-unbalanced", "isrl-shuffled",
           "sdp-accelerated", "shuffle-sgd", "shuffle-acsa", "dp-sgd", "dpsgd-general-shuffle-individual",
@@ -42,6 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--out", default=None, help="directory for audit.md and audit.json (default: print only)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
+    p.add_argument("--quiet", action="store_true", help="no stage lines on stderr (results and the summary still print)")
     p.set_defaults(func=run)
     return p
 
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     import platform
     import time
 
+    from dpjax import progress
+
+    progress.configure(quiet=getattr(args, "quiet", False))
+    progress.stage(f"audit: {len(names)} mechanism(s), {args.runs} runs per dataset; loading jax and the families")
     import jax
 
     from dpjax.auditing.audit import run_audit
@@ -87,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     results = []
-    for name in names:
+    for i, name in enumerate(names, 1):
+        progress.stage(f"audit [{i}/{len(names)}] {name}: compiling and running the canary experiments")
         result = run_audit(build_audit(name), runs=args.runs, seed=args.seed, confidence=args.confidence)
         exact = "-" if result.exact_epsilon is None else f"{result.exact_epsilon:.3f}"
         print(f"{name}: certified {result.certificate.epsilon:.3f}, exact {exact}, lower bound {result.bound.epsilon:.3f}, "
@@ -110,4 +116,13 @@ def run(args: argparse.Namespace) -> int:
             f.write(json_report(results, meta))
     else:
         print(md)
+    print(summary_line(names, [r.passed for r in results], wall), flush=True)
     return 0 if meta["passed"] else 1
+
+
+def summary_line(names, passed, seconds: float) -> str:
+    """``audit: 22 of 24 passed, 2 failed (dp-ftrl, user-level) in 310 s``: the last line of ``dpjax audit``."""
+    failed = [n for n, ok in zip(names, passed) if not ok]
+    line = f"audit: {len(names) - len(failed)} of {len(names)} passed"
+    line += f", {len(failed)} failed ({', '.join(failed)})" if failed else ", none failed"
+    return line + f" in {seconds:.0f} s"

@@ -63,6 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate, keys
+from dpjax import progress as _progress
 from dpjax.engine.checks import ON_NONFINITE, check_runs, run_flags
 from dpjax.engine.program import ROUND_LOOPS, ChunkProgram, compiled_runner, eval_schedule, host_loop
 from dpjax.engine.silos import SiloData
@@ -362,12 +363,19 @@ def execute(
     if max_chunks is not None:
         todo = todo[:max_chunks]
     bar = None
-    if progress is not None:
+    announce = progress is None and _progress.grid_title() is not None  # a paper driver under `dpjax reproduce`
+    if announce and todo:
+        title = _progress.grid_title()
+        _progress.stage(f"{title}: {sum(len(c.lanes) for c in todo)} runs in {len(todo)} compiled chunk(s) "
+                        f"(the first of each shape compiles)")
+        bar = _progress.bar(total=sum(len(c.lanes) for c in todo), unit="run", desc=title, smoothing=0.1)
+    elif progress is not None:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sum(len(c.lanes) for c in todo), unit="run", desc=progress, smoothing=0.1)
         bar.set_postfix_str(f"chunks 0/{len(todo)} ({skipped} done before)")
     computed: list[str] = []
+    last_line = time.perf_counter()
     i = 0
     while i < len(todo):
         prog = program_of(todo[i])
@@ -386,6 +394,9 @@ def execute(
                               f"{skipped + len(computed)} chunk(s) stored before are intact: fix the disk and rerun "
                               f"the same command to resume") from err
             computed.append(c.id)
+            if announce and bar.disable and time.perf_counter() - last_line > 10:  # a log, not a terminal
+                _progress.stage(f"{_progress.grid_title()}: chunk {len(computed)}/{len(todo)} done")
+                last_line = time.perf_counter()
             if bar is not None:
                 bar.update(len(c.lanes))
                 bar.set_postfix_str(f"chunks {len(computed)}/{len(todo)} ({skipped} done before)")
@@ -393,6 +404,8 @@ def execute(
                 time.sleep(pause)
     if bar is not None:
         bar.close()
+    if announce and todo:
+        _progress.stage(f"{_progress.grid_title()}: {len(computed)} chunk(s) done")
     return computed, skipped
 
 

@@ -54,6 +54,7 @@ computation. Same rounds and keys; float results may differ in the last bits.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Any, Callable
 
 import jax
@@ -209,9 +210,17 @@ def host_loop(algorithm, eval_fn, eval_every, batched, params_axis, data_axis, k
     state = init(params, hparams, data, run_key)
     eval_points = set(eval_schedule(algorithm.num_rounds, eval_every).tolist()) if eval_fn else set()
     round_metrics, evals = [], []
+    from dpjax import progress
+
+    title, last = progress.grid_title(), time.perf_counter()  # under `dpjax reproduce`: a line every 10 s or more
     for r in range(algorithm.num_rounds):
         state, metrics = one_round(state, data, run_key, jnp.int32(r))
         round_metrics.append(metrics)
+        if title is not None:
+            jax.block_until_ready(metrics)  # the round has run, not only been dispatched (the clock is honest)
+        if title is not None and time.perf_counter() - last > 10:
+            progress.stage(f"{title}: round {r + 1}/{algorithm.num_rounds} of the chunk (host round loop)")
+            last = time.perf_counter()
         if r + 1 in eval_points:
             evals.append(evaluate(state, eval_data))
     axis = 1 if batched else 0

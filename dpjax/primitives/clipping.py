@@ -37,7 +37,7 @@ _TINY = 1e-30
 
 
 def global_norm(tree: PyTree) -> jax.Array:
-    """l2 norm of all leaves of ``tree`` taken together."""
+    """l2 norm of all leaves of ``tree`` (any pytree of arrays) taken together: a float scalar (shape ``()``)."""
     leaves = jax.tree_util.tree_leaves(tree)
     return jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in leaves))
 
@@ -70,13 +70,22 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:
     """Gradients of ``loss_fn(params, x_j, y_j)`` for every example ``j``.
 
-    Each leaf of the result has a new leading axis of length ``x.shape[0]``.
+    ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and
+    ``y_i = y[i]`` without the batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape
+    ``()``); it is differentiated with respect to ``params`` (any pytree) and vmapped over the batch.
+    ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading batch axis B). Each leaf of the result
+    has the shape of the matching ``params`` leaf with a new leading axis of length B (memory: B copies
+    of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models).
     """
     return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
 
 
 def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
-    """Clips each example's gradient (leading axis) to global norm ``clip_norm`` (>= 0, see ``clip_to_norm``)."""
+    """Clips each example's gradient to global norm ``clip_norm`` (>= 0, see ``clip_to_norm``).
+
+    ``grads``: a pytree whose leaves share a leading example axis B (``per_example_grads``' output);
+    each example is clipped jointly over all its leaves. Returns the same shapes.
+    """
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
 
@@ -97,7 +106,7 @@ class ClippedSum(NamedTuple):
 
 
 def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
-    """l2 sensitivity of a sum of vectors each clipped to ``clip_norm``.
+    """l2 sensitivity of a sum of vectors each clipped to ``clip_norm`` (a scalar, as ``clip_norm`` is).
 
     ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
     record is assumed to appear once in the sum.
@@ -145,5 +154,28 @@ def per_example_clipped_sum(
     mask: jax.Array | None = None,
     neighboring: str = "replace-one",
 ) -> ClippedSum:
-    """Per-example gradients of ``loss_fn`` on a batch, clipped and summed."""
+    """Per-example gradients of ``loss_fn`` on a batch, clipped and summed: ``sum_i mask_i clip_C(grad l_i)``.
+
+    Args:
+      loss_fn: ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and
+        ``y_i = y[i]`` without the batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape
+        ``()``); it is differentiated with respect to ``params`` (any pytree) and vmapped over the batch.
+      params: the pytree differentiated (e.g. ``{"w": [d], "b": []}`` or a flax ``params`` dict).
+      x: features ``[B, ...]``; y: labels ``[B, ...]`` (same leading batch axis B).
+      clip_norm: C >= 0 (float or traced scalar; ``inf``: no clipping, unbounded sensitivity).
+      mask: optional ``[B]`` bool/0-1 array; padded examples (0) contribute nothing.
+      neighboring: ``"replace-one"`` (sensitivity 2C) or ``"add-remove"`` (C).
+
+    Returns:
+      ``ClippedSum``: ``total`` (a pytree shaped like ``params``, no batch axis), ``count`` (scalar: the
+      examples summed) and ``sensitivity`` (the l2 sensitivity of ``total`` for one example).
+
+    Example::
+
+        def loss_fn(w, x_i, y_i):          # x_i [d], y_i [] -> scalar
+            return jnp.logaddexp(0.0, -y_i * x_i @ w)
+
+        res = per_example_clipped_sum(loss_fn, jnp.zeros(d), x, y, clip_norm=1.0)   # x [B, d], y [B]
+        noisy = add_gaussian_noise(key, res.total, sigma * res.sensitivity)
+    """
     return clipped_sum(per_example_grads(loss_fn, params, x, y), clip_norm, mask, neighboring)

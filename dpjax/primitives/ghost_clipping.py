@@ -124,7 +124,8 @@ class GhostClippedSum(NamedTuple):
     """``ClippedSum`` plus which path computed it.
 
     Attributes:
-      total, count, sensitivity: as in ``dpjax.primitives.clipping.ClippedSum``.
+      total, count, sensitivity: as in ``dpjax.primitives.clipping.ClippedSum`` (``total`` a pytree
+        shaped like ``params``, no batch axis; ``count`` and ``sensitivity`` scalars).
       fast_path: True when ghost norms ran, False for the ``vmap(grad)`` fallback
         (a Python bool at trace time; an array once returned from ``jit``).
     """
@@ -580,7 +581,8 @@ class NNXLoss:
 def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, PyTree]:
     """``(loss_fn, params)`` for an NNX ``model``: ``params`` is the state selected by
     ``params_filter`` (default ``nnx.Param``), ``loss_fn(params, x, y) = loss(model', x, y)``
-    with ``model'`` the model carrying ``params``. Example::
+    with ``model'`` the model carrying ``params``. ``loss(model, x_i, y_i)`` is the scalar loss of one
+    example (``x_i`` without the batch axis); ``params`` is an ``nnx.State`` pytree. Example::
 
         loss_fn, params = nnx_loss(model, lambda m, x, y: optax.softmax_cross_entropy_with_integer_labels(m(x), y))
         res = ghost_clipped_sum(loss_fn, params, x, y, clip_norm=1.0, require_fast=True)
@@ -1017,6 +1019,10 @@ def ghost_clipped_sum(
     ``require_fast=True`` raises ``GhostFallbackError`` instead of falling back
     to ``vmap(grad)``; ``force_fallback=True`` runs the fallback (reference).
     ``loss_fn`` may be an ``NNXLoss`` (flax NNX models, see ``nnx_loss``).
+
+    Shapes: ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of one example (``x_i = x[i]``, no batch
+    axis; a flax linen ``model.apply({"params": params}, x_i)`` inside it); ``x`` ``[B, ...]``, ``y``
+    ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``.
     """
     sensitivity = clipping.sensitivity_of_clipped_sum(jnp.inf if clip_norm is None else clip_norm, neighboring)
     plan = make_plan(loss_fn, params, x, y)
@@ -1108,6 +1114,10 @@ def clipped_difference_sum(
 
     ``use_difference`` (bool, may be traced): False clips the plain gradients at
     ``params`` instead (a DIFF2 restart round). Replace-one sensitivity ``2C``.
+
+    Shapes as ``ghost_clipped_sum``: ``loss_fn(params, x_i, y_i) -> scalar`` for one example, ``params``
+    and ``prev_params`` the same pytree structure, ``x``/``y`` ``[B, ...]``, ``mask`` ``[B]``; ``total``
+    is shaped like ``params``.
     """
     sensitivity = clipping.sensitivity_of_clipped_sum(clip_norm, "replace-one")
     static_plain = isinstance(use_difference, bool) and not use_difference

@@ -14,7 +14,10 @@ PyTree = Any
 
 
 def project_l2_ball(tree: PyTree, radius, center: PyTree | None = None) -> PyTree:
-    """Projects ``tree`` onto ``{w : ||w - center|| <= radius}`` (global l2 norm).
+    """Projects ``tree`` onto ``{w : ||w - center|| <= radius}`` (global l2 norm over all leaves).
+
+    ``tree`` and ``center`` are pytrees of the same structure and shapes (``center=None``: the origin);
+    ``radius`` a scalar. Returns a pytree shaped like ``tree``.
 
     ``radius = inf`` (or ``None``) is the identity (W = R^d). Points inside the
     ball are returned unchanged (scaled by exactly 1.0). A concrete ``radius``

@@ -55,7 +55,9 @@ def _ids_of_size(key: jax.Array, num_silos: int, count: int) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class FullAvailability:
-    """Every silo participates in every round (M_r = N, cross-silo default)."""
+    """Every silo participates in every round (M_r = N, cross-silo default).
+
+    ``sample(key, num_silos) -> bool [N]`` (all true); ``sample_ids(key, num_silos) -> int32 [N]``."""
 
     def validate(self, num_silos: int) -> None:
         _validate.check_int("num_silos", num_silos, min_value=1)
@@ -80,7 +82,10 @@ class FullAvailability:
 
 @dataclasses.dataclass(frozen=True)
 class FixedAvailability:
-    """A uniformly random subset of exactly ``num_available`` silos per round."""
+    """A uniformly random subset of exactly ``num_available`` silos per round.
+
+    ``sample(key, num_silos) -> bool [N]`` (exactly M true); ``sample_ids(key, num_silos) -> int32 [M]``.
+    """
 
     num_available: int
 
@@ -153,14 +158,14 @@ Availability = FullAvailability | FixedAvailability | RandomAvailability
 
 
 def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
-    """``batch_size`` i.i.d. uniform indices in ``[0, size)`` (``size >= 1``)."""
+    """``batch_size`` i.i.d. uniform indices in ``[0, size)`` (``size >= 1``): int32 ``[batch_size]``."""
     _validate.check_int("batch_size", batch_size, min_value=1)
     _validate.check_if_concrete(_validate.check_int, "size", size, min_value=1)
     return jax.random.randint(key, (batch_size,), 0, size)
 
 
 def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int) -> jax.Array:
-    """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``).
+    """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``): int32 ``[batch_size]``.
 
     Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over
     k-subsets and much cheaper than a full permutation. ``batch_size <= size``:
@@ -239,7 +244,7 @@ def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size
 
 
 def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
-    """A uniform permutation of ``[0, size)`` followed by the padded rows."""
+    """A uniform permutation of ``[0, size)`` followed by the padded rows: int32 ``[n_max]``."""
     _check_sizes(size, n_max)
     scores = jax.random.uniform(key, (n_max,))
     scores = jnp.where(jnp.arange(n_max) < size, scores, 2.0)  # padding sorts last
@@ -303,7 +308,13 @@ class _BatchSampler:
 
 @dataclasses.dataclass(frozen=True)
 class WithReplacement(_BatchSampler):
-    """K indices drawn uniformly with replacement (Algorithm 2 as printed)."""
+    """K indices drawn uniformly with replacement (Algorithm 2 as printed).
+
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
+    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
+    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
+    ``init_silo(key, size, n_max)``.
+    """
 
     scheme = "with-replacement"
     weights_by_scatter = True
@@ -319,7 +330,13 @@ class WithReplacement(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class WithoutReplacement(_BatchSampler):
-    """K distinct indices per round (fresh draw every round)."""
+    """K distinct indices per round (fresh draw every round).
+
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
+    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
+    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
+    ``init_silo(key, size, n_max)``.
+    """
 
     scheme = "without-replacement"
 
@@ -334,7 +351,13 @@ class WithoutReplacement(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class OnePass(_BatchSampler):
-    """Round r uses block r of a per-silo permutation: every record at most once."""
+    """Round r uses block r of a per-silo permutation: every record at most once.
+
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
+    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
+    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
+    ``init_silo(key, size, n_max)``.
+    """
 
     scheme = "one-pass"
     weights_by_scatter = True
@@ -366,6 +389,9 @@ class OnePass(_BatchSampler):
 class Poisson(_BatchSampler):
     """Each record joins w.p. ``batch_size / size`` (expected batch K).
 
+    ``draw(...)`` returns ``idx`` int32 ``[capacity]`` (the joined rows first), ``mask`` bool ``[capacity]``
+    and ``overflow`` (a bool scalar: more joined than ``capacity``).
+
     ``capacity`` is the static buffer size (default K + 6 sqrt(K) + 8).
     """
 
@@ -394,7 +420,9 @@ class Poisson(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class FullBatch:
-    """Every record of the silo, every round (gradient descent)."""
+    """Every record of the silo, every round (gradient descent).
+
+    ``draw(...) -> (arange(n_max) int32 [n_max], mask bool [n_max] (the ``size`` real rows), False)``."""
 
     scheme = "full"
 

@@ -262,13 +262,20 @@ def pvec_user_counts(round_key: jax.Array, noise_key: jax.Array, vectors: jax.Ar
 
 def pvec_analyze(total_counts: jax.Array, params: PvecParams, bound) -> jax.Array:
     """Analyzer on the summed centred counts: ``(Delta/g) * counts`` (the
-    ``- m L`` re-centring is already inside the centred counts)."""
+    ``- m L`` re-centring is already inside the centred counts).
+
+    ``total_counts``: float ``[d]`` (the users' ``pvec_user_counts`` reports summed); ``bound`` L: the
+    per-coordinate bound (``Delta = 2L``). Returns the estimate of the users' vector sum, float32 ``[d]``."""
     return total_counts * (2.0 * bound / jnp.asarray(params.granularity, jnp.float32))
 
 
 def pvec_sum(key: jax.Array, vectors: jax.Array, params: PvecParams, bound, mask=None,
              max_granularity: int | None = None) -> jax.Array:
-    """P_vec estimate of ``sum_k vectors[k]`` for one batch of users (count level)."""
+    """P_vec estimate of ``sum_k vectors[k]`` for one batch of users (count level).
+
+    ``vectors``: float ``[m, d]`` (one row per user, each coordinate in ``[-bound, bound]``); ``mask``:
+    optional bool ``[m]`` (padded users report nothing); ``params``: ``PvecParams`` (g, b, p, traced or
+    not). Returns float32 ``[d]``."""
     mask = jnp.ones(vectors.shape[:1], bool) if mask is None else mask
     k_round, k_noise = jax.random.split(key)
     report = pvec_user_counts(k_round, k_noise, vectors, mask, params, bound, max_granularity)
@@ -282,7 +289,9 @@ def pvec_sum(key: jax.Array, vectors: jax.Array, params: PvecParams, bound, mask
 
 def pvec_bits_numpy(x: np.ndarray, params: PvecParams, bound: float, rng: np.random.Generator) -> np.ndarray:
     """Bit-level reference: materialises every labelled one-bit message, shuffles
-    them, and runs the analyzer on the shuffled list. Small g, b, m only."""
+    them, and runs the analyzer on the shuffled list. Small g, b, m only.
+
+    ``x``: ``[m, d]`` (NumPy, each coordinate in ``[-bound, bound]``). Returns float64 ``[d]``."""
     x = np.asarray(x, np.float64)
     m, d = x.shape
     g, b, p = params.numbers()

@@ -503,14 +503,23 @@ def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> path
         raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
     start = time.perf_counter()
     rows: list[dict] = []
+    from dpjax import progress
+
+    stage = lambda what: progress.stage(f"batch-clipping-privacy: {what}")  # noqa: E731
+    stage("N1 trade-off curves")
     n1 = n1_tradeoff(rows, quick)
+    stage("N2 heat map, N3 epsilon vs g")
     n2 = n2_heatmap()
     n3 = n3_eps_vs_g(rows, quick)
+    stage("N4 subsampling bounds")
     n4 = n4_subsampling_bounds(rows, quick)
+    stage("N5 strong vs standard adversary, N6 delta floor, N7 Table 1")
     n5 = n5_strong_vs_standard(rows)
     n6 = n6_delta_floor(rows)
     table = n7_table1(rows)
+    stage("N8 audits (mixture, implementation)")
     n8 = (n8_mixture_audit(rows, quick, seed), n8_implementation_audit(rows, quick, seed))
+    stage("writing results.csv, the figure and report.md")
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["demo", "key", "metric", "value"])
         w.writeheader()

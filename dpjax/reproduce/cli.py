@@ -5,18 +5,19 @@ from __future__ import annotations
 import pathlib
 import time
 
-from dpjax import outputs, reproduce
+from dpjax import outputs, progress, reproduce
 
 
 def _run(args) -> int:
     if args.list or not args.figure:
-        for fig in reproduce.figures().values():
-            extra = f" (constructions: {', '.join(fig.constructions)})" if len(fig.constructions) > 1 else ""
-            print(f"{fig.name:28s} [{fig.paper}] {fig.description}{extra}")
+        print("\n".join(reproduce.listing_lines()))  # from the listing: no figure module, no jax
         return 0
     from dpjax import _validate
 
     _validate.check_seed("--seed", args.seed)  # before anything is loaded or claimed
+    progress.configure(quiet=args.quiet)
+    what = f"reproduce {args.figure}{' --quick' if args.quick else ''}"
+    progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
     if getattr(args, "report_only", False):
         return _report_only(fig, args)
@@ -35,8 +36,10 @@ def _run(args) -> int:
                 "construction": args.construction or "paper"}
     out, created = outputs.claim_output_dir(out, identity, overwrite=args.overwrite)  # before any compute
     start = time.perf_counter()
+    progress.stage(f"{what}: running into {out} (stage lines on stderr; --quiet silences them)")
     try:
-        report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
+        with progress.grid(fig.name):  # the grids the figure runs show a bar / stage lines
+            report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
     except BaseException:
         outputs.release_output_dir(out, created)
         raise
@@ -87,4 +90,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--construction", choices=("paper", "authors"), default=None,
                    help="paper: the construction the paper's text describes (default); authors: what the authors' "
                         "public scripts do (figures that offer it: see --list)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress (stage lines and bars on stderr); the result line and errors still print")
     p.set_defaults(func=_run)

@@ -551,7 +551,9 @@ def _plot(path, datasets, summaries, rounds_by, metrics, eps, title):
             p = _pvalue(summary, eps, m)
             ax.set_title(f"{name}: {m}\none-sided paired p = {p:.3g}", fontsize=9)
             ax.set_xlabel("round")
-            ax.set_ylabel(f"{m} (mean ± SD over seeds)")
+            seeds = np.asarray(summary[("GD", math.inf) if ("GD", math.inf) in summary else next(iter(summary))][m]
+                               ["curves"]).shape[0]
+            ax.set_ylabel(f"{m} (mean ± SD over {seeds} seeds)" if seeds > 1 else f"{m} (one seed)")
             ax.legend(fontsize=7)
     save_figure(fig, path, title=title)
 
@@ -679,7 +681,10 @@ def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, 
     protocol = QUICK if quick else FULL
     t0 = time.time()
     results, summaries = {}, {}
+    from dpjax import progress
+
     for name in datasets:
+        progress.stage(f"{fig_name}: {name} (load, calibrate, run the grid)")
         results[name] = run_dataset(name, protocol, epsilons, seed_offset=seed, data_dir=data_dir,
                                     construction=construction)
         summaries[name] = summarize(results[name], protocol, metrics, construction)

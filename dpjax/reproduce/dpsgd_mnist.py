@@ -159,6 +159,9 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     start, cpu_start = time.perf_counter(), time.process_time()
     from dpjax.data.paths import DatasetNotFoundError
 
+    from dpjax import progress
+
+    progress.stage(f"dpsgd-mnist: loading {cfg['n_train']} + {cfg['n_test']} MNIST images")
     try:
         (xtr, ytr), (xte, yte) = load(cfg["n_train"], cfg["n_test"], seed, data_dir)
     except DatasetNotFoundError as err:  # the CLI reports ValueErrors in one line

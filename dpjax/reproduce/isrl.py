@@ -793,8 +793,14 @@ def report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
 
 def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: bool, seed: int, notes=(),
             data_dir=None) -> pathlib.Path:
+    from dpjax import progress
+
     start = time.perf_counter()
-    result = run_experiment(exp, task_fn(data_dir, construction=exp.construction), seed=seed)
+    progress.stage(f"{exp.name}: loading the data ({exp.construction} construction)")
+    task = task_fn(data_dir, construction=exp.construction)
+    progress.stage(f"{exp.name}: running the step-size grids (a bar or line per grid)")
+    result = run_experiment(exp, task, seed=seed)
+    progress.stage(f"{exp.name}: writing results.csv, the figure and report.md")
     summ = _means(result["selected"])
     claims = claims_fn(summ, exp)
     wall = time.perf_counter() - start

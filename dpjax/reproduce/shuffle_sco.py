@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax import progress
 from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting import sco_transcript
 from dpjax.accounting import shuffle_sco as sco
@@ -110,6 +111,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
     chi_lo, chi_hi = stats.chi2.ppf([0.0005, 0.9995], reps - 1) / (reps - 1)
     # 1. P_1D moments (inputs in [-1, 1] = [0, Delta] after the shift; Delta = 2)
     for n in (10, 100, 1000):
+        progress.stage(f"protocol checks 1/5: P_1D moments, n={n}")
         pr = pvec_acc.p1d_params(1.0, 1e-5, n)
         params = sp.PvecParams.create(pr.g, pr.b, pr.p)
         for kind in ("uniform", "zeros", "Delta", "half"):
@@ -125,6 +127,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
                              holds=bool(abs(z) <= 4 and chi_lo <= ratio <= chi_hi)))
     # 2. P_vec moments and the envelope constant
     for d in (1, 10, 100):
+        progress.stage(f"protocol checks 2/5: P_vec moments, d={d}")
         m = 50
         pv = pvec_acc.pvec_params(1.0, 1e-5, m, d, "lemma_opt")
         params = sp.PvecParams.create(pv.g, pv.b, pv.p)
@@ -142,6 +145,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
                              z_mean=z, var_ratio=tot / float(np.sum(var)), envelope_constant=tot / envelope,
                              holds=bool(z <= 4 + math.sqrt(2 * math.log(d)) and abs(tot / np.sum(var) - 1) < 0.1)))
     # 3. bit level vs count level, against the exact count pmf
+    progress.stage("protocol checks 3/5: bit level vs count level")
     g, b, p, n = 4, 50, 0.3, 20
     params = sp.PvecParams(g, b, p)
     x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
@@ -167,6 +171,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
                      chi2_pvalue_bits=chi["bits"], chi2_pvalue_counts=chi["counts"],
                      holds=bool(ks > 1e-3 and min(chi.values()) > 1e-3)))
     plots["bits"] = (bits, counts, support, pmf, to_count)
+    progress.stage("protocol checks 4/5: exact hockey-stick profile of P_1D")
     # 4. exact hockey-stick profile of P_1D (x_u = 0 vs Delta, the others at fractional positions 1/2)
     eps, delta, n = 1.0, 1e-3, 20
     pr = pvec_acc.p1d_params(eps, delta, n)
@@ -180,6 +185,7 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
     rows.append(dict(check="hockey_stick", n=n, d=1, g=pr.g, b=pr.b, epsilon=claim, delta=delta,
                      exact_delta=at_claim, holds=bool(at_claim <= delta)))
     plots["profile"] = (grid, prof, claim, delta)
+    progress.stage("protocol checks 5/5: Monte-Carlo distinguishing audit")
     # 5. Monte-Carlo distinguishing audit on the engine's simulator: threshold on the estimate,
     #    threshold chosen on one half of the draws, rates measured on the other half
     trials = 20000 if quick else 200000

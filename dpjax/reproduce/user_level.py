@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from dpjax import progress
 from dpjax.reproduce import register, report
 
 PAPER = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
@@ -128,7 +129,9 @@ def _figure(name: str, body: Callable, out_dir, quick: bool, seed: int) -> pathl
     out_dir = pathlib.Path(out_dir)
     _check_out_dir(out_dir, name, quick, seed)
     start = time.perf_counter()
+    progress.stage(f"{name}: computing ({'quick' if quick else 'full'} protocol; a line per cell of each sweep)")
     title, rows, claims, notes, plot, mode = body(quick, seed)
+    progress.stage(f"{name}: writing results.csv, the figure and report.md")
     return _write(out_dir, name, title, rows, claims, notes, plot, quick=quick, seed=seed,
                   wall=time.perf_counter() - start, mode=mode)
 
@@ -226,6 +229,7 @@ def _d1(quick: bool, seed: int):
     ms, betas = (20, 80, 320), (0.1, 0.05, 0.01)
     curves = []
     for m in ms:
+        progress.stage(f"D1: m={m} ({draws} draws)")
         norms = []
         for start in range(0, draws, 2000):
             k = min(2000, draws - start)
@@ -275,6 +279,7 @@ def _d2(quick: bool, seed: int):
     rng = np.random.default_rng(seed)
     rows, stats, dists = [], {}, {}
     for n in ns:
+        progress.stage(f"D2: n={n}, m in {list(ms)}")
         for m in ms:
             if n * m > (2_000_000 if quick else 4_000_000):  # memory: n m d float64 items
                 continue
@@ -396,6 +401,7 @@ def _d4(quick: bool, seed: int):
     rows, claims, rate = [], [], {}
     for het, label in ((0.0, "exchangeable"), (3.0, "heterogeneous (tau=3)")):
         for m in ms:
+            progress.stage(f"D4 {label}: m={m} ({reps} runs)")
             target = acc.certificate_sensitivity(n, m, 4 * kappa, beta, loss.lipschitz, 1.0)
             gt = acc.gamma_target(n, m, beta, loss.lipschitz)
             passes, gammas = [], []
@@ -510,11 +516,13 @@ def _d5(quick: bool, seed: int):
         vals, flat, runs, flat_runs = [], [], [], []
         noise = 0.1 if "noisy" in axis else 0.0
         for n, m, d in cells:
+            progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d} ({reps} runs)")
             x, y = problems.exchangeable(kind, n, m, d, seed + 7 * n + m + d, noise=noise)
             dom = mech.Domain.ball(radius, d)
             ref, best, gnorm = huber_reference(loss, x, y)
             ref_norms.append(float(np.linalg.norm(ref)))
             ref_grads.append(gnorm)
+            progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: Phased-ERM runs and the solver floor")
             outs = _phased_erm_runs(loss, x, y, dom, keys, rho, iters=iters)
             exc = np.array([_huber_loss(loss, th, x, y) - best for th in outs])
             floors.append(_huber_loss(loss, _phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=iters)[0], x, y)
@@ -526,6 +534,7 @@ def _d5(quick: bool, seed: int):
             rows += [_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e, r, n=n, m=m,
                           d=d, rho=rho) for r, e in enumerate(exc)]
             if axis == "m":  # B1 noise inside, on the sharp instance
+                progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: B1 noise inside Phased-ERM")
                 b1 = _phased_erm_runs(loss, x, y, dom, keys, rho, replace_noise=True, iters=iters)
                 exb = np.array([_huber_loss(loss, th, x, y) - best for th in b1])
                 flat.append(float(exb.mean()))
@@ -533,6 +542,7 @@ def _d5(quick: bool, seed: int):
                 rows += [_row(f"Phased-ERM with B1 noise (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e,
                               r, n=n, m=m, d=d, rho=rho) for r, e in enumerate(exb)]
         xs = [c[{"n": 0, "m": 1, "d": 2}[axis[0]]] for c in cells]
+        progress.stage(f"D5 sweep over {axis}: fitting the slopes (paired bootstrap)")
         curves[axis] = (xs, vals, flat)
         setting = (f"rate-shape rho={rho}; {'noisy' if noise else 'sharp'} instance; "
                    + ", ".join(f"{k}={v}" for k, v in zip("nmd", cells[0]) if k != axis[0]))
@@ -646,6 +656,7 @@ def _d5_tied_curvature(quick: bool, seed: int, grids: dict, theory: dict, rho: f
     for axis, cells in grids.items():
         vals, preds, bounds, runs = [], [], [], []
         for n, m, d in cells:
+            progress.stage(f"D5 tied-curvature sweep over {axis}: cell n={n}, m={m}, d={d}")
             x, _, mu, _ = problems.convex_rate_instance(n, m, d, seed + 7 * n + m + d, rho=rho, radius=radius,
                                                         lipschitz=g)
             loss, dom = problems.Loss("squared", radius=radius, zeta=mu / 2), mech.Domain.ball(radius, d)
@@ -723,6 +734,7 @@ def _d6(quick: bool, seed: int):
     for axis, cells in erm_cells.items():
         vals, runs = [], []
         for n, m in cells:
+            progress.stage(f"D6 A5 ERM sweep over {axis}: cell n={n}, m={m} ({reps} runs)")
             x, y = problems.exchangeable("logistic", n, m, d, seed + 11 * n + m)
             dom = mech.Domain.ball(1.0, d)
             f = lambda th: _true_loss(loss, th, x, y)  # noqa: E731
@@ -749,6 +761,7 @@ def _d6(quick: bool, seed: int):
     sco_runs = []  # the runs of rho = rho per n
     erm_part = []
     for n, m in sco_cells:
+        progress.stage(f"D6 A6 SCO: cell n={n}, m={m} ({reps} runs x {len(sco_rhos)} rho)")
         dom = mech.Domain.ball(1.0, d2)
         # population risk is an expectation over x ~ D too: a fresh dataset per run (one dataset per n made the
         # statistical part a single chi-square draw per cell)
@@ -832,6 +845,7 @@ def _d7(quick: bool, seed: int):
     for axis, grid in cells.items():
         a2, b1, lb, a2_runs, b1_runs = [], [], [], [], []
         for n, m in grid:
+            progress.stage(f"D7 sweep over {axis}: cell n={n}, m={m}")
             x, chi, sigma_d, big_b = problems.lower_bound_instance(n, m, d, seed + n + m, lipschitz=g,
                                                                    strong_convexity=mu)
             loss = problems.Loss("squared", radius=big_b, zeta=mu / 2)
@@ -908,6 +922,7 @@ def _d8(quick: bool, seed: int):
     rows, claims, res = [], [], {"A4": [], "A4b": []}
     runs = {"A4": [], "A4b": []}
     for m in ms:
+        progress.stage(f"D8: m={m} (A4 and A4b, {reps} runs each)")
         x, y = problems.exchangeable("absolute", n, m, d, seed, noise=0.0)  # same w for every m (same seed)
         for variant in res:
             exc = []

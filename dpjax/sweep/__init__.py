@@ -14,15 +14,31 @@
   percentile error bars (``dpjax.sweep.select``) and ``dpjax plot`` (``dpjax.sweep.plot``).
 """
 
-from dpjax.sweep.config import SweepConfig
-from dpjax.sweep.driver import SweepResult, run_sweep
-from dpjax.sweep.registry import ALGORITHMS, DATASETS, AlgorithmEntry, DatasetEntry, register_algorithm, register_dataset
-from dpjax.sweep.store import load_results
-from dpjax.sweep import registry as _registry
+from __future__ import annotations
 
-__all__ = [
-    "SweepConfig", "SweepResult", "run_sweep", "load_results", "ALGORITHMS", "DATASETS",
-    "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
-]
+import importlib
 
-_registry.load_families()  # every dpjax.algorithms module registers its families
+# Imported on first use (PEP 562), so `dpjax sweep --list` and `dpjax --help` start without jax.
+_EXPORTS = {
+    "SweepConfig": "dpjax.sweep.config", "SweepResult": "dpjax.sweep.driver", "run_sweep": "dpjax.sweep.driver",
+    "load_results": "dpjax.sweep.store", "ALGORITHMS": "dpjax.sweep.registry", "DATASETS": "dpjax.sweep.registry",
+    "AlgorithmEntry": "dpjax.sweep.registry", "DatasetEntry": "dpjax.sweep.registry",
+    "register_algorithm": "dpjax.sweep.registry", "register_dataset": "dpjax.sweep.registry",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dpjax.sweep' has no attribute {name!r}")
+    module = importlib.import_module(_EXPORTS[name])
+    registry = importlib.import_module("dpjax.sweep.registry")
+    registry.load_families()  # every dpjax.algorithms module registers its families
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

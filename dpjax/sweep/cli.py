@@ -55,7 +55,72 @@ def _share(args) -> tuple[int, int, bool]:
     return index, count, False
 
 
+#: The sweep configs shipped inside the package (``dpjax sweep NAME`` runs one from any directory).
+CONFIGS_DIR = pathlib.Path(__file__).resolve().parent / "configs"
+
+
+def packaged_configs() -> dict[str, pathlib.Path]:
+    """``{name: path}`` of the packaged sweep configs (the file name without ``.toml``)."""
+    return {p.stem: p for p in sorted(CONFIGS_DIR.glob("*.toml"))}
+
+
+def describe_config(path: pathlib.Path) -> str:
+    """A config's one-line description: the first line of its leading comment, without trailing punctuation."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text:
+            return text.split(": ")[0].rstrip(",;:")
+    return "(no description: the file starts without a comment)"
+
+
+def listing_lines() -> list[str]:
+    """``dpjax sweep --list``: one line per packaged config, its name and description."""
+    configs = packaged_configs()
+    width = max(map(len, configs), default=0)
+    return [f"{name:{width}s}  {describe_config(path)}" for name, path in configs.items()]
+
+
+def resolve_config(config: str) -> pathlib.Path:
+    """``config`` as a file if one exists there, else the packaged config of that name (``.toml`` optional).
+
+    Paths keep working; a name works from any directory. Anything else is a ``ValueError`` naming the
+    packaged configs.
+    """
+    path = pathlib.Path(config)
+    if path.is_file():
+        return path
+    configs = packaged_configs()
+    name = path.name[:-len(".toml")] if path.name.endswith(".toml") else path.name
+    if path.parent == pathlib.Path(".") and name in configs:  # a bare name, not a missing path
+        return configs[name]
+    if path.exists():
+        raise ValueError(f"config={config!r} is a directory, not a sweep config (TOML file)")
+    what = ("is neither a file nor a packaged config" if path.parent == pathlib.Path(".")
+            else "does not exist (no such file)")
+    hint = (f"; the packaged config {name!r} is run by name from any directory: `dpjax sweep {name}`"
+            if name in configs else "")
+    raise ValueError(f"config={config!r} {what}{hint}; packaged configs: {', '.join(configs) or 'none'} "
+                     "(`dpjax sweep --list` describes them)")
+
+
 def _sweep(args) -> int:
+    if args.list:
+        if args.config is not None:
+            raise ValueError(f"--list takes no CONFIG (got {args.config!r})")
+        print("\n".join(listing_lines()))
+        return 0
+    if args.config is None:
+        raise ValueError("give a CONFIG: a sweep config file or the name of a packaged one (`dpjax sweep --list`)")
+    path = resolve_config(args.config)  # before jax is imported or anything is written
+    if args.out is None:
+        raise ValueError("the following arguments are required: --out (the sweep directory: created, resumed if "
+                         "it exists)")
+    from dpjax import progress
+
+    progress.configure(quiet=args.quiet)
+    progress.stage(f"sweep {args.config}: loading jax and the families, reading {path}")
     index, count, distributed = _share(args)
     from dpjax.sweep import multihost
     from dpjax.sweep.config import SweepConfig
@@ -65,7 +130,6 @@ def _sweep(args) -> int:
 
     from dpjax.sweep import registry
 
-    path = pathlib.Path(args.config)
     cfg = SweepConfig.from_toml(path, max_runs=args.max_runs, max_data_mb=args.max_data_mb)
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
@@ -75,7 +139,7 @@ def _sweep(args) -> int:
             raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
         cfg = dataclasses.replace(cfg, data={**cfg.data, "data_dir": args.data_dir})
     res = run_sweep(
-        cfg, args.out, source_text=path.read_text(), progress=not args.no_progress,
+        cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
         process_index=index, process_count=count, max_chunks=args.max_chunks,
         sleep_between_chunks=args.sleep_between_chunks,
         wait_for_config=LEADER_WAIT if distributed else None,
@@ -96,6 +160,10 @@ def _sweep(args) -> int:
 
 
 def _plot(args) -> int:
+    from dpjax import progress
+
+    progress.configure(quiet=args.quiet)
+    progress.stage(f"plot {args.store}: loading the sweep's results")
     from dpjax.sweep.plot import completeness, plot_store
 
     out = plot_store(
@@ -112,8 +180,10 @@ def _plot(args) -> int:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run (or resume) a hyperparameter sweep as compiled chunks",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("config", help="sweep config (TOML)")
-    p.add_argument("--out", required=True, help="sweep directory (created; resumed if it exists)")
+    p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
+                   help="sweep config: a TOML file, or the name of a packaged config (see --list)")
+    p.add_argument("--list", action="store_true", help="list the packaged sweep configs with a line each")
+    p.add_argument("--out", default=None, help="sweep directory (created; resumed if it exists); required to run")
     p.add_argument("--chunk-size", type=int, default=None, help="runs per stored chunk (default: automatic)")
     p.add_argument("--vmap-width", type=int, default=None, help="runs computed simultaneously (default: automatic)")
     p.add_argument("--process-index", type=int, default=None,
@@ -142,6 +212,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float), default=None,
                    help="refuse a [data] table describing more float32 MiB (default: the config's max_data_mb, else 256)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no stage lines on stderr")
     p.add_argument("--sleep-between-chunks", type=float, default=0.0, help=argparse.SUPPRESS)
     p.set_defaults(func=_sweep)
 
@@ -163,6 +234,7 @@ def add_parser(subparsers) -> None:
     q.add_argument("--out", default=None, help="output image (default STORE/figure.png)")
     q.add_argument("--partial", action="store_true",
                    help="plot a sweep directory that holds only some of its chunks (refused otherwise)")
+    q.add_argument("--quiet", action="store_true", help="no stage lines on stderr")
     q.set_defaults(func=_plot)
 
 

@@ -33,7 +33,7 @@ def _run_isrl_mnist(args) -> int:
     # Checked here too so that the message names the flag; run() then writes into the claimed directory.
     path, created = outputs.claim_output_dir(out, isrl_mnist.run_identity(cfg), overwrite=args.overwrite)
     try:
-        summary = isrl_mnist.run(cfg, path, progress=not args.no_progress, overwrite=True)
+        summary = isrl_mnist.run(cfg, path, progress=not (args.no_progress or args.quiet), overwrite=True)
     except BaseException:
         outputs.release_output_dir(path, created)
         raise
@@ -56,7 +56,7 @@ def add_parser(subparsers) -> None:
         "certified epsilon. Defaults: sigma from a tight RDP accountant for sampling without replacement, last "
         "iterate. Not the figure's protocol: `dpjax reproduce isrl-mnist` runs Fig. 4/7 (MB-SGD and Local SGD, "
         "Appendix I and tight calibrations, 20 trials, 8-iterate window), and "
-        "dpjax/sweep/configs/isrl_fig4_mbsgd_appendix_i.toml the Fig. 4 MB-SGD grid with Appendix I's "
+        "`dpjax sweep isrl_fig4_mbsgd_appendix_i` the Fig. 4 MB-SGD grid with Appendix I's "
         "calibration and the authors' sampling.",
     )
     m.add_argument("--epsilon", type=float, default=1.5, help="target ISRL-DP epsilon per silo (default 1.5)")
@@ -80,6 +80,7 @@ def add_parser(subparsers) -> None:
     m.add_argument("--out", help="output directory (default runs/isrl-mnist-trial-<time>)")
     m.add_argument("--overwrite", action="store_true", help="replace a different earlier run's results in --out")
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
+    m.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     m.set_defaults(func=_run_isrl_mnist)
     p.set_defaults(func=lambda args: p.error("give a TASK: isrl-mnist-trial (dpjax run --help lists the tasks)"))

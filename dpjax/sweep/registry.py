@@ -84,6 +84,10 @@ class TrialData:
 ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
 ALIASES = {"available": "availability"}  # config names kept from earlier sweep configs
+# Static fields that every other field's one-at-a-time check carries, and that are checked first, when a
+# config declares Poisson's public rate: the rate belongs to its sampling scheme and relation (a family
+# refuses Poisson under add/remove without one, and a rate for a fixed-size scheme).
+CARRIED_STATIC = ("sampling", "neighboring", "sampling_rate")
 _NOT_CONFIGURABLE = ("problem", "num_rounds", "log_indices")
 
 
@@ -340,7 +344,8 @@ class AlgorithmEntry:
             if k not in names:
                 raise ValueError(f"static.{k} is missing; algorithm {self.name!r} needs it")
         first = {k: v[0] for k, v in merged.items()}
-        for k, vals in merged.items():
+        carried = [k for k in CARRIED_STATIC if k in merged] if "sampling_rate" in merged else []
+        for k, vals in sorted(merged.items(), key=lambda kv: kv[0] not in carried):
             field = self._fields[ALIASES.get(k, k)]
             for v in vals:
                 if v == ISRL_EXPERIMENT and ALIASES.get(k, k) in SIZE_RULE_FIELDS:
@@ -350,7 +355,8 @@ class AlgorithmEntry:
                     continue
                 if isinstance(field.default, (bool, str)) and type(v) is not type(field.default):
                     raise ValueError(f"static.{k}={v!r} must be a {type(field.default).__name__}")
-                trial = {kk: vv for kk, vv in first.items() if kk in (k,) or ALIASES.get(kk, kk) in self.required_static}
+                trial = {kk: vv for kk, vv in first.items()
+                         if kk in (k, *carried) or ALIASES.get(kk, kk) in self.required_static}
                 trial[k] = v
                 try:
                     self.build(_placeholder_problem(), num_rounds, trial)

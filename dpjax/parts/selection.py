@@ -151,7 +151,8 @@ class SubsetBatches:
     silo from the run key, held in the state: ``[N, epochs, n_max]``; the last ``n - B m s``
     records sit the epoch out); ``"subsample"`` a fresh uniform ``ms``-subset in random order
     (consecutive rows: a uniform partition into ``m`` subsets); ``"poisson"`` each record w.p.
-    the public ``sampling_rate`` q (``s = 1``; a static buffer of ``m + 6 sqrt(m) + 8`` rows,
+    the public ``sampling_rate`` q (``s = 1``; a static buffer of ``E + 6 sqrt(E) + 8`` rows, E the
+    expected batch ``max(m, q n_max)``,
     ``overflow`` when it does not fit; without a declared q, ``m / n`` of the silo's size, which
     only replace-one makes public -- the DP plan refuses it under add/remove).
 

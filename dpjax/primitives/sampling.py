@@ -376,7 +376,8 @@ class Poisson(_BatchSampler):
     declared (replace-one only: the silo's size is then public). ``batch_size`` K is the public
     expected batch (the minibatch divisor and the buffer size).
 
-    ``capacity`` is the static buffer size (default K + 6 sqrt(K) + 8).
+    ``capacity`` is the static buffer size (default E + 6 sqrt(E) + 8 for the expected batch of a
+    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate).
     """
 
     capacity: int | None = None
@@ -391,7 +392,8 @@ class Poisson(_BatchSampler):
             _validate.check_probability("sampling_rate", self.rate, allow_zero=False)
 
     def padded_size(self, n_max: int) -> int:
-        cap = self.capacity or default_poisson_capacity(self.batch_size)
+        expected = self.batch_size if self.rate is None else max(self.batch_size, math.ceil(self.rate * n_max))
+        cap = self.capacity or default_poisson_capacity(expected)
         return min(cap, n_max)
 
     def inclusion_probability(self, size):

@@ -107,6 +107,16 @@ def test_the_sampler_draws_the_declared_rate_at_every_size():
                            alpha=1e-6 / size)
 
 
+def test_the_buffer_holds_the_expected_batch_of_the_declared_rate():
+    """A declared q can expect more than K records on a large silo: the static buffer is sized for
+    q n_max (an overflowing batch would be truncated and the run refused), K without a rate."""
+    assert sampling.Poisson(2, rate=0.2).padded_size(400) == sampling.default_poisson_capacity(80)  # 80 + 54 + 8
+    assert sampling.Poisson(2, rate=0.01).padded_size(100) == sampling.default_poisson_capacity(2)
+    assert sampling.Poisson(2).padded_size(100) == sampling.default_poisson_capacity(2)
+    idx, mask, overflow = sampling.Poisson(2, rate=0.5).draw(jax.random.key(0), 100, 100, 0, None)
+    assert not bool(overflow) and 30 <= int(mask.sum()) <= 70
+
+
 @pytest.mark.parametrize("family", [
     DpSgd(probe(DIM), ROUNDS, K, sampling_rate=Q),
     DpSgdGeneral(probe(DIM), ROUNDS, 1, K, 1, sampling="poisson", neighboring="add-remove", sampling_rate=Q),

@@ -182,7 +182,8 @@ def test_twin_is_zero_noise_and_no_clip_and_is_numpy_fedavg():
 
 def test_sampled_silos_follow_the_poisson_rate():
     data = norm_silos(np.ones(10))
-    res = engine.run(DpFedAvg(Probe(), 400, 3, sampling_rate=0.3), data, FedAvgHParams.create(noise_multiplier_count=1.0),
+    res = engine.run(DpFedAvg(Probe(), 400, 3, sampling_rate=0.3), data,
+                     FedAvgHParams.create(noise_multiplier_count=1.0),
                      jax.random.key(2))
     counts = res.round_metrics["num_available"]
     assert abs(counts.mean() - 3.0) < 4.5 * math.sqrt(10 * 0.3 * 0.7 / 400)

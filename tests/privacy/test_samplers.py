@@ -106,7 +106,8 @@ def test_dpsgd_general_draw_indices_on_a_padded_silo(sampling_name):
     m, s, per_epoch = 3, 1, 2
     poisson = sampling_name == "poisson"
     family = DpSgdGeneral(probe(2), per_epoch, s, m, per_epoch, sampling=sampling_name,
-                          neighboring="add-remove" if poisson else "replace-one", sampling_rate=0.25 if poisson else None)
+                          neighboring="add-remove" if poisson else "replace-one",
+                          sampling_rate=0.25 if poisson else None)
     selection = family.parts(DataShape(1, N_MAX)).selection
 
     def fn(key):

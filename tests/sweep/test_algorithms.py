@@ -282,7 +282,8 @@ MORE = {
                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
     # Poisson under add/remove: the public rate q = K / n is declared (n = N records per silo)
     "dp-sgd": ({"batch_size": 8, "sampling_rate": 8 / N}, {"learning_rate": [0.05], "noise_multiplier": [0.5]},
-               lambda p, r: (DpSgd(p, R, 8, sampling_rate=8 / N), DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
+               lambda p, r: (DpSgd(p, R, 8, sampling_rate=8 / N),
+                             DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
     "sgd": ({"batch_size": 8, "optimizer": "sgd", "sampling_rate": 8 / N}, {"learning_rate": [0.5]},
             lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False, sampling_rate=8 / N),
                           DpSgdHParams.create(r.learning_rate))),

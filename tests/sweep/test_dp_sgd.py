@@ -57,6 +57,7 @@ def test_the_non_private_twin_runs_the_same_step_without_noise():
     alg = DpSgd(td.problem, 5, 16, sampling_rate=16 / 256)  # the public q = K / n of the 256 records
     key = jax.random.key(0)
     private = engine.run(alg, td.train, DpSgdHParams.create(0.01, 0.0, float("inf")), key).output
-    twin = engine.run(DpSgd(td.problem, 5, 16, private=False, sampling_rate=16 / 256), td.train, DpSgdHParams.create(0.01, 3.0, 1.0), key).output
+    twin = engine.run(DpSgd(td.problem, 5, 16, private=False, sampling_rate=16 / 256), td.train,
+                      DpSgdHParams.create(0.01, 3.0, 1.0), key).output
     for a, b in zip(jax.tree_util.tree_leaves(private), jax.tree_util.tree_leaves(twin)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

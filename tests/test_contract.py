@@ -136,7 +136,9 @@ def test_per_silo_privacy_is_the_worst_silo_and_calibrates_each():
 def test_relation_checked_at_construction():
     with pytest.raises(ValueError, match="add-remove"):
         NoisyMbSgd(PROBLEM, 5, 2, sampling="without-replacement", neighboring="add-remove")
-    NoisyMbSgd(PROBLEM, 5, 2, sampling="poisson", neighboring="add-remove")  # meaningful: accepted
+    NoisyMbSgd(PROBLEM, 5, 2, sampling="poisson", neighboring="add-remove", sampling_rate=0.1)  # meaningful: accepted
+    with pytest.raises(ValueError, match="sampling_rate=None"):  # ... with a public rate only
+        NoisyMbSgd(PROBLEM, 5, 2, sampling="poisson", neighboring="add-remove")
     with pytest.raises(ValueError, match="neighboring"):
         check_sampling_relation("poisson", "swap")
 

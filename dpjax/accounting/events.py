@@ -130,6 +130,11 @@ class GaussianSchedule:
         papers).
       unit: `PrivacyUnit` label of the guarantee.
       group_size: g >= 1; the guarantee covers any g records at once.
+      sampling_rate: POISSON only: the declared public rate q that the sampler
+        draws with (then ``sample_rate`` is q exactly, and ``batch_size`` is the
+        public expected batch, informational); None: q = batch_size /
+        dataset_size. Under add/remove the data set's size is not public, so a
+        rate read from it would be data-dependent: declare q.
 
     Raises:
       ValueError: naming the offending argument and its value.
@@ -144,6 +149,7 @@ class GaussianSchedule:
     neighboring: Neighboring = Neighboring.REPLACE_ONE
     unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
     group_size: int = 1
+    sampling_rate: float | None = None
 
     def __post_init__(self) -> None:
         set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
@@ -182,6 +188,11 @@ class GaussianSchedule:
                 set_("batch_size", v.check_int("batch_size", self.batch_size, min_value=1, max_value=max_k))
         if self.group_size > n:
             raise ValueError(f"group_size={self.group_size!r} must be <= dataset_size={n}")
+        if self.sampling_rate is not None:
+            if self.sampling is not Sampling.POISSON:
+                raise ValueError(f"sampling_rate={self.sampling_rate!r} is Poisson's declared rate; "
+                                 f"sampling={self.sampling.value!r} takes none")
+            set_("sampling_rate", v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
         if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in _FIXED_SIZE:
             raise ValueError(
                 f"neighboring='add-remove' is not meaningful for sampling={self.sampling.value!r} "
@@ -191,9 +202,12 @@ class GaussianSchedule:
     # ------------------------------------------------------------------ derived
     @property
     def sample_rate(self) -> float:
-        """q = K/n (1 for FULL). For with-replacement: the per-round batch fraction."""
+        """q = K/n (1 for FULL; the declared ``sampling_rate`` for Poisson when given). For
+        with-replacement: the per-round batch fraction."""
         if self.sampling is Sampling.FULL:
             return 1.0
+        if self.sampling_rate is not None:
+            return self.sampling_rate
         return self.batch_size / self.dataset_size
 
     @property

@@ -5,8 +5,9 @@ Each part of a round contributes one immutable event, in the spirit of
 (clipper x batch selection x noise x rounds):
 
 * the batch selection: ``SelectionEvent`` -- the sampling scheme, each
-  protected data set's size and batch size, the privacy unit, and how many
-  releases a record can be part of per round;
+  protected data set's size and batch size, the privacy unit, how many
+  releases a record can be part of per round, and (Poisson) the declared
+  public rate q its sampler draws with;
 * the clipper: ``ClipEvent`` -- the neighbouring relation its bound is stated for;
 * the privatizer: one ``NoiseEvent`` per kind of release -- the noise
   multiplier (std / sensitivity; the sensitivity itself came from the clipper
@@ -31,6 +32,11 @@ Rules (stated once, here):
   no amplification: who reports is visible).
 * noise once on the aggregate (central DP, unit ``record``): one schedule at the
   smallest silo's rate ``K / n_min`` (an upper bound on every record's rate).
+* Poisson sampling: the rate is the selection's declared ``sampling_rate`` q --
+  the number its sampler draws with -- for every silo; without one, ``K / n``
+  of the data set's size, which is public only under replace-one. Under
+  add/remove the size differs between neighbours, so a plan with an undeclared
+  Poisson rate is refused (ValueError naming ``sampling_rate``).
 * several noise events (e.g. DIFF2's restart and difference rounds): their
   schedules composed (RDP curves added / PLDs composed); calibration scales all
   multipliers by one common factor, keeping the ratios the family chose.
@@ -85,6 +91,9 @@ class SelectionEvent:
       unit: the privacy unit.
       releases_per_round: how many noisy releases one record can enter per
         round (K single-record local steps: K).
+      sampling_rate: Poisson only: the declared public rate q the sampler draws
+        every record with (the same object the sampler reads); None: K / n of
+        each data set's size (replace-one only, where n is public).
     """
 
     sampling: Sampling
@@ -92,6 +101,7 @@ class SelectionEvent:
     batch_sizes: tuple | int | float | None
     unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
     releases_per_round: int = 1
+    sampling_rate: float | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "sampling", _coerce_enum("sampling", self.sampling, Sampling))
@@ -106,6 +116,20 @@ class SelectionEvent:
             raise ValueError(f"batch_sizes has {len(ks)} entries for {len(sizes)} silos")
         object.__setattr__(self, "batch_sizes", ks)
         v.check_int("releases_per_round", self.releases_per_round, min_value=1)
+        if self.sampling_rate is not None:
+            if self.sampling is not Sampling.POISSON:
+                raise ValueError(f"sampling_rate={self.sampling_rate!r} is Poisson's declared rate; "
+                                 f"sampling={self.sampling.value!r} takes none")
+            object.__setattr__(self, "sampling_rate",
+                               v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
+
+    def rate(self, silo: int) -> float:
+        """The probability that the sampler includes a given record of silo ``silo`` in a round
+        (Poisson: the declared q, else K / n_silo; fixed-size schemes: K / n_silo; full: 1)."""
+        if self.sampling_rate is not None:
+            return self.sampling_rate
+        k = self.batch_sizes[silo]
+        return 1.0 if k is None else k / self.dataset_sizes[silo]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,12 +254,18 @@ class DpPlan:
             raise ValueError("noises=() must list at least one NoiseEvent")
         v.check_int("num_rounds", self.num_rounds, min_value=1)
         v.check_int("group_size", self.group_size, min_value=1)
+        sel = self.selection
+        if (sel.sampling is Sampling.POISSON and sel.sampling_rate is None
+                and self.clip.relation is Neighboring.ADD_REMOVE):
+            raise ValueError(f"{self.label}: sampling_rate=None with Poisson sampling under add/remove: the rate "
+                             "K/n would be read from the data set's size, which differs between neighbours; "
+                             "declare the public rate q (sampling_rate)")
 
     def _schedule(self, n: int, k, z: float, steps: int, unit: PrivacyUnit) -> GaussianSchedule:
         return GaussianSchedule(noise_std=z * _unit_sensitivity(self.clip.relation), contribution_bound=1.0,
                                 sampling=self.selection.sampling, dataset_size=n,
                                 batch_size=k, steps=steps, neighboring=self.clip.relation, unit=unit,
-                                group_size=self.group_size)
+                                group_size=self.group_size, sampling_rate=self.selection.sampling_rate)
 
     def _steps(self, noise: NoiseEvent) -> int:
         if noise.steps is not None:

@@ -112,6 +112,8 @@ class AcceleratedMbSgd(ChainFamily):
       projection_radius: radius of the ball W (None: R^d).
       neighboring: ``"replace-one"`` (ISRL-DP) or ``"add-remove"``.
       log_indices: add each silo's batch indices/mask to the round metrics (computes all N silos).
+      sampling_rate: ``"poisson"`` only: the public rate q (required under add/remove; None under
+        replace-one: ``K / n_i``), the same number the sampler draws with and the accountant reads.
     """
 
     problem: Any
@@ -124,6 +126,7 @@ class AcceleratedMbSgd(ChainFamily):
     projection_radius: float | None = None
     neighboring: str = "replace-one"
     log_indices: bool = False
+    sampling_rate: float | None = None
 
     hparams_type = AcceleratedHParams
     noise_fields = ("noise_multiplier",)
@@ -138,7 +141,8 @@ class AcceleratedMbSgd(ChainFamily):
         """Minibatch gradient at ``w_md`` -> per-silo Gaussian -> mean/sum -> AC-SA (only the M
         available silos are computed when M is static, unless indices are logged)."""
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, self.batch_size, all_silos=self.log_indices),
+            selection=SiloBatches(self.availability, self.sampling, self.batch_size, all_silos=self.log_indices,
+                                  sampling_rate=self.sampling_rate),
             client=MinibatchGradient(self.problem, self.batch_size),
             clipper=ClipPerUnit("clip_norm", self.neighboring),
             privatizer=GaussianNoise("noise_multiplier", placement="silo"),

@@ -3,8 +3,10 @@ Learning with Adaptive Clipping", NeurIPS 2021, Algorithm 1): user-level DP, the
 
 Each round t:
 
-1. the round's silos are sampled -- each of the N silos with probability q = m/N (``"poisson"``,
-   add/remove) or a uniform m-subset (``"without-replacement"``, replace-one);
+1. the round's silos are sampled -- each of the N silos with the declared public probability q
+   (``"poisson"``, add/remove: ``sampling_rate``, m/N for a public N; the number of users is not
+   public under add/remove, so q is declared, never read from the data) or a uniform m-subset
+   (``"without-replacement"``, replace-one);
 2. every sampled silo runs ``local_steps`` non-private SGD steps from the server model
    (``client_learning_rate``; a uniform ``local_batch_size``-subset of its records per step, or all
    of them) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;
@@ -183,6 +185,8 @@ class DpFedAvg(ChainFamily):
       local_batch_size: records per local step (None: all the silo's records per step).
       server_momentum: beta of the server's optax SGD (None: plain SGD).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
+      sampling_rate: q, each silo's public inclusion probability (``"poisson"``; required under
+        add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor.
     """
 
     problem: Any
@@ -194,6 +198,7 @@ class DpFedAvg(ChainFamily):
     server_momentum: float | None = None
     neighboring: str | None = None
     private: bool = True
+    sampling_rate: float | None = None
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
@@ -218,7 +223,7 @@ class DpFedAvg(ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         clipper = AdaptiveQuantileClip(self.silos_per_round, self.neighboring)
         momentum = () if self.server_momentum is None else (("momentum", self.server_momentum),)
-        return Parts(selection=SampledSilos(self.silos_per_round, self.sampling),
+        return Parts(selection=SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate),
                      client=LocalDeltas(self.problem, self.local_steps, self.local_batch_size),
                      clipper=clipper, privatizer=AdaptiveClipNoise(clipper),
                      aggregator=PublicMean(self.silos_per_round),

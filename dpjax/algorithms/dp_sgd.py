@@ -2,8 +2,10 @@
 configuration of DP-SGD-General (``dpjax.algorithms.dpsgd_general``), not a
 trainer of its own.
 
-Each step every silo samples a batch (Poisson with rate ``K/n_i``, or a fixed
-``K``-subset without replacement), clips every record's gradient to ``C``
+Each step every silo samples a batch (Poisson: every record w.p. the declared
+public ``sampling_rate`` q, e.g. ``K/n`` for a public n -- under add/remove the
+data's size is not public, so q is required and is the rate the accountant
+reads; or a fixed ``K``-subset without replacement), clips every record's gradient to ``C``
 (DP-SGD-General with ``s = 1``, ``m = K``: individual clipping), the server
 takes the mean of the silos' clipped sums divided by the public ``K`` (the sum
 over the pooled records divided by the expected pooled batch ``K x silos``),
@@ -13,8 +15,8 @@ twice that under replace-one) and hands it to the server optimizer
 (``optax.adam`` by default, its learning rate a traced per-run value).
 
 Privacy (record level, central DP): the DP plan of those parts. Poisson:
-``R`` subsampled Gaussian releases at the smallest silo's rate ``K/n_min``
-(an upper bound on every record's rate), a ``GaussianPrivacy`` (add-remove).
+``R`` subsampled Gaussian releases at the declared rate q (every silo's
+records are drawn with it), a ``GaussianPrivacy`` (add-remove).
 Without replacement: DP-SGD-General's accountants for subsampled individual
 clipping (first the exact strong-adversary one, ``"standard"`` the
 amplification-by-subsampling RDP bound), at every silo's size, the worst.
@@ -60,6 +62,9 @@ class DpSgd(ChainFamily):
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
       output: ``"last"``, ``"average"`` or ``"window"``.
+      sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
+        add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
+        ``K = q n`` for the public silo size n gives the unbiased mean.
     """
 
     problem: Any
@@ -71,6 +76,7 @@ class DpSgd(ChainFamily):
     neighboring: str = "add-remove"
     output: str = "last"
     window: int = 8
+    sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams
     noise_fields = ("noise_multiplier",)
@@ -87,7 +93,8 @@ class DpSgd(ChainFamily):
         return DpSgdGeneral(self.problem, self.num_rounds, subset_size=1, num_subsets=self.batch_size,
                             rounds_per_epoch=1, sampling=_SAMPLING[self.sampling],
                             server_optimizer=OPTIMIZERS[self.optimizer], private=self.private,
-                            neighboring=self.neighboring, placement="server", output=self.output, window=self.window)
+                            neighboring=self.neighboring, placement="server", output=self.output, window=self.window,
+                            sampling_rate=self.sampling_rate)
 
     def validate(self, data: SiloData) -> None:
         self.general().validate(data)

@@ -33,7 +33,9 @@ paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma exactly) ->
 ``UnitStepServer`` (the optax transformation, then ``-eta``) -> ``Averager``.
 
 ``sampling="poisson"`` is the Opacus-style reference (Appendix D remark): each
-record joins w.p. ``m / N``, individual clipping, noise ``N(0, (C sigma)^2 I)``
+record joins w.p. the declared public ``sampling_rate`` q (``m / N`` for a
+public N; under add/remove the data's size is not public, so q must be given
+and the accountant reads the same q), individual clipping, noise ``N(0, (C sigma)^2 I)``
 (add/remove sensitivity ``C``), message ``U_bar / m`` (``m`` = the expected
 batch, public). ``filtering=True`` is Appendix D's probabilistic filtered
 batches (experimental; each subset kept w.p. 1/2 by a data-independent coin,
@@ -149,6 +151,8 @@ class DpSgdGeneral(ChainFamily):
         client; unit record-in-silo) or ``"server"`` (noise once on the mean of
         the silos' clipped sums: central DP over the pooled records, unit record).
       output: ``"last"`` (the paper), ``"average"`` or ``"window"`` (``window`` iterates).
+      sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
+        record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
     """
 
     problem: Any
@@ -168,6 +172,7 @@ class DpSgdGeneral(ChainFamily):
     placement: str = "silo"
     output: str = "last"
     window: int = 8
+    sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams
     noise_fields = ("noise_multiplier",)
@@ -199,9 +204,12 @@ class DpSgdGeneral(ChainFamily):
     @classmethod
     def for_epochs(cls, problem, n_records: int, epochs: int, subset_size: int, num_subsets: int,
                    **kwargs) -> "DpSgdGeneral":
-        """The family for E epochs of B = floor(N/(ms)) rounds (T = E B)."""
+        """The family for E epochs of B = floor(N/(ms)) rounds (T = E B). ``n_records`` is the declared
+        public N: Poisson sampling draws at ``sampling_rate = m / N`` unless another rate is given."""
         b = rounds_per_epoch(n_records, subset_size, num_subsets)
         epochs = _validate.check_int("epochs", epochs, min_value=1)
+        if kwargs.get("sampling") == "poisson" and kwargs.get("sampling_rate") is None:
+            kwargs["sampling_rate"] = num_subsets / n_records
         return cls(problem, epochs * b, subset_size, num_subsets, b, **kwargs)
 
     # -- static pieces -----------------------------------------------------
@@ -219,9 +227,12 @@ class DpSgdGeneral(ChainFamily):
         return self.subset_size == 1 and self.update_rule == "gradient"
 
     def epochs(self, silo_size: int) -> float:
-        """Epochs E of the run for a silo of ``silo_size`` records (T ms / N for sampled batches)."""
+        """Epochs E of the run for a silo of ``silo_size`` records (T ms / N for sampled batches, T q for
+        Poisson at the declared rate q)."""
         if self.sampling == "shuffle":
             return float(self.stored_epochs)
+        if self.sampling_rate is not None:
+            return self.num_rounds * self.sampling_rate
         return self.num_rounds * self.batch_size / silo_size
 
     def validate(self, data: SiloData) -> None:
@@ -234,7 +245,8 @@ class DpSgdGeneral(ChainFamily):
         unit = "record-in-silo" if self.placement == "silo" else "record"
         return Parts(
             selection=SubsetBatches(self.sampling, self.subset_size, self.num_subsets, self.rounds_per_epoch,
-                                    self.num_rounds, self.filtering, self.filter_threshold, unit),
+                                    self.num_rounds, self.filtering, self.filter_threshold, unit,
+                                    self.sampling_rate),
             client=SubsetUpdate(self.problem, self.update_rule, self.local_batch_size, self.local_optimizer),
             clipper=ClipPerUnit("clip_norm", self.neighboring, unit_records=self.subset_size),
             privatizer=GaussianNoise("noise_multiplier", placement=self.placement),

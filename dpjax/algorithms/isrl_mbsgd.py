@@ -107,6 +107,9 @@ class NoisyMbSgd(ChainFamily):
       output: ``"last"``, ``"average"`` (paper), ``"window"`` (authors' 8-iterate window).
       projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
       neighboring: ``"replace-one"`` (ISRL-DP's relation) or ``"add-remove"``.
+      sampling_rate: ``"poisson"`` only: the public rate q each record of every silo is drawn with
+        (the accountant reads the same q). Required under add/remove; None under replace-one
+        draws at ``K / n_i`` of each silo's (public) size.
       gradient_path: how silo gradients are computed (same law, different
         draws): ``"gather"`` gathers the K sampled rows and uses per-example
         autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses
@@ -129,6 +132,7 @@ class NoisyMbSgd(ChainFamily):
     projection_radius: float | None = None
     neighboring: str = "replace-one"
     gradient_path: str = "auto"
+    sampling_rate: float | None = None
 
     hparams_type = MbSgdHParams
     noise_fields = ("noise_multiplier",)
@@ -144,7 +148,7 @@ class NoisyMbSgd(ChainFamily):
     # -- static pieces -----------------------------------------------------
     @property
     def sampler(self):
-        return sampling_lib.make_sampler(self.sampling, self.batch_size)
+        return sampling_lib.make_sampler(self.sampling, self.batch_size, self.sampling_rate)
 
     def validate(self, data: SiloData) -> None:
         """Host-side checks of the configuration against the data."""
@@ -155,7 +159,8 @@ class NoisyMbSgd(ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         dense = self._dense(shape)
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, self.batch_size, dense=dense),
+            selection=SiloBatches(self.availability, self.sampling, self.batch_size, dense=dense,
+                                  sampling_rate=self.sampling_rate),
             client=MinibatchGradient(self.problem, self.batch_size),
             clipper=ClipPerUnit("clip_norm", self.neighboring),
             privatizer=GaussianNoise("noise_multiplier", placement="silo"),

@@ -377,11 +377,12 @@ def shuffle_acsa_audit(noise_multiplier: float = 2.5, n: int = 10, batch: int = 
 def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(20, 24), batch_size: int = 5,
                  num_rounds: int = 4, dim: int = 2) -> CanaryAudit:
     """DP-SGD (Abadi et al., Poisson, add/remove): D' holds the canary as the last record of the
-    smallest silo, D does not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server."""
-    family = DpSgd(CanaryProbe(dim), num_rounds, batch_size, sampling="poisson", optimizer="sgd")
+    smallest silo, D does not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server. Both draw every
+    record at the declared public rate q = K / n of D' (not at each data set's own K / n)."""
+    q = batch_size / sizes[0]
+    family = DpSgd(CanaryProbe(dim), num_rounds, batch_size, sampling="poisson", optimizer="sgd", sampling_rate=q)
     std = noise_multiplier * clip_norm  # the multiplier of the add/remove sensitivity C of the sum
     n_silos = len(sizes)
-    q = batch_size / sizes[0]
     m = clip_norm / std
     value = _CANARY_SCALE * clip_norm
     d = _silos(sizes, dim, value, rows=(sizes[0] - 1,), drop_last=True)
@@ -409,7 +410,8 @@ def dpsgd_general_audit(sampling: str, clip: str, noise_multiplier: float, n: in
     poisson = sampling == "poisson"
     per_epoch = n // batch_size if sampling != "subsample" else 1
     family = DpSgdGeneral(CanaryProbe(dim), epochs * per_epoch, s, mm, per_epoch, sampling=sampling,
-                          neighboring="add-remove" if poisson else "replace-one")
+                          neighboring="add-remove" if poisson else "replace-one",
+                          sampling_rate=mm / n if poisson else None)  # D and D' both drawn at q = m / n
     rounds = family.num_rounds
     std = noise_multiplier * clip_norm * (1 if poisson else 2)
     shift = clip_norm / std  # the canary's clipped term in noise stds

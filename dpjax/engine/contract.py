@@ -80,6 +80,23 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
                          "batches need a fixed, public dataset size); use 'replace-one'")
 
 
+def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
+    """Poisson's rate q is a public declared number (``sampling_rate``): the sampler draws with it and
+    the accountant reads it. Refuses a rate for a fixed-size scheme, and Poisson under add/remove
+    without one: the fallback ``K / n`` reads the data set's size, which differs between neighbours
+    (one record more lowers every other record's rate), so the sampled law would not be the accounted
+    one. Checked from the configuration alone, before any data is touched."""
+    if sampling_rate is not None:
+        if sampling != "poisson":
+            raise ValueError(f"sampling_rate={sampling_rate!r} is Poisson's public rate; sampling={sampling!r} "
+                             "draws fixed-size batches and takes none")
+        _validate.check_probability("sampling_rate", sampling_rate, allow_zero=False)
+    elif sampling == "poisson" and neighboring == "add-remove":
+        raise ValueError("sampling_rate=None: Poisson sampling under add/remove needs a public rate q (each "
+                         "record's inclusion probability, e.g. batch_size / n for a public n); a rate read from "
+                         "the data set's size would differ between neighbours")
+
+
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 
@@ -111,6 +128,9 @@ class FamilyBase:
             _validate.check_positive("projection_radius", self.projection_radius)
         if hasattr(self, "neighboring"):
             check_sampling_relation(getattr(self, "sampling", "full"), self.neighboring)
+        if hasattr(self, "sampling_rate"):
+            check_sampling_rate(getattr(self, "sampling", "full"), getattr(self, "neighboring", "replace-one"),
+                                self.sampling_rate)
         if hasattr(self, "output") and hasattr(self, "window"):
             IterateAverager(self.output, self.window)
 
@@ -120,7 +140,7 @@ class FamilyBase:
         """The per-silo record sampler of ``sampling`` with ``batch_size`` records."""
         from dpjax.primitives import sampling
 
-        return sampling.make_sampler(self.sampling, self.batch_size)
+        return sampling.make_sampler(self.sampling, self.batch_size, getattr(self, "sampling_rate", None))
 
     def validate(self, data) -> None:
         """Host-side checks against the data: the availability model, and for a family

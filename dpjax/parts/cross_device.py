@@ -2,8 +2,8 @@
 2018; Andrew et al. 2021): the silos are sampled, not their records; a sampled silo trains locally and
 sends one model delta; the server divides the sum by the public expected number of silos.
 
-* ``SampledSilos`` (batch selection): Poisson sampling of the silos at rate m/N, or a uniform
-  m-subset; every record of a sampled silo is in its batch; privacy unit "user";
+* ``SampledSilos`` (batch selection): Poisson sampling of the silos at a declared public rate q, or a
+  uniform m-subset; every record of a sampled silo is in its batch; privacy unit "user";
 * ``LocalDeltas`` (client): non-private local SGD from the server model, one unit per silo;
 * ``PublicMean`` (aggregator): the sampled silos' sum over a public denominator.
 """
@@ -29,15 +29,28 @@ SILO_SAMPLINGS = ("poisson", "without-replacement")
 
 @dataclasses.dataclass(frozen=True)
 class SampledSilos:
-    """Each silo with probability ``silos_per_round / N`` (``"poisson"``: all N silos are computed and
+    """Each silo with probability ``sampling_rate`` q (``"poisson"``: all N silos are computed and
     the unsampled ones masked, a random count having no static shape), or a uniform subset of exactly
     ``silos_per_round`` (``"without-replacement"``: only those are computed). Draws from the round key's
-    ``"availability"`` stream. The Poisson rate is read from the data's number of silos N, so under
-    add/remove a neighbour with one more user samples at m/(N+1) (the open finding on Poisson rates of
-    ``dpjax/RELIABILITY.md``; a declared public N would remove it)."""
+    ``"availability"`` stream.
+
+    The Poisson rate is PUBLIC: the declared q is what the draw uses and what ``event`` hands the
+    accountant. Under add/remove of a user the number of silos N differs between neighbours, so a rate
+    m/N read from the data would make every other user's inclusion probability depend on whether the
+    user is there; without a declared q the draw uses m/N, which only replace-one (N public) allows
+    (the DP plan refuses it under add/remove)."""
 
     silos_per_round: int
     sampling: str = "poisson"
+    sampling_rate: float | None = None
+
+    def __post_init__(self):
+        if self.sampling_rate is not None:
+            sampling_lib.make_sampler(self.sampling, self.silos_per_round, self.sampling_rate)
+
+    def rate(self, num_silos):
+        """Each silo's inclusion probability: the declared q, else m / N."""
+        return self.silos_per_round / num_silos if self.sampling_rate is None else self.sampling_rate
 
     def init(self, data, run_key):
         return ()
@@ -45,7 +58,7 @@ class SampledSilos:
     def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
         if self.sampling == "poisson":
             u = jax.random.uniform(keys.stream_key(ctx.key, "availability"), (data.num_silos,))
-            silo_ids, available = None, u < self.silos_per_round / data.num_silos
+            silo_ids, available = None, u < self.rate(data.num_silos)
         else:
             availability = sampling_lib.FixedAvailability(self.silos_per_round)
             silo_ids, available = federated.available_silos(availability, ctx.key, data.num_silos)
@@ -54,7 +67,8 @@ class SampledSilos:
 
     def event(self, silo_sizes) -> SelectionEvent:
         """The protected data set is the N silos (users); m of them per round."""
-        return SelectionEvent(self.sampling, (len(silo_sizes),), self.silos_per_round, "user")
+        return SelectionEvent(self.sampling, (len(silo_sizes),), self.silos_per_round, "user",
+                              sampling_rate=self.sampling_rate)
 
 
 @dataclasses.dataclass(frozen=True)

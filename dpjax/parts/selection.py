@@ -43,6 +43,10 @@ class SiloBatches:
         every silo draws ``batch_size = max K_i`` records and keeps its first
         ``K_i`` (without replacement: a uniform ``K_i``-subset; with: ``K_i``
         i.i.d. draws); gather path only.
+      sampling_rate: ``"poisson"`` only: the public rate q every record is drawn
+        with; the event hands the same q to the accountant (one number, two
+        consumers). None: ``K / n`` of each silo's size, public only under
+        replace-one (the DP plan refuses it under add/remove).
     """
 
     availability: Any = sampling_lib.FullAvailability()
@@ -52,15 +56,17 @@ class SiloBatches:
     all_silos: bool = False
     unit: str = "record-in-silo"
     batch_sizes: tuple | None = None
+    sampling_rate: float | None = None
 
     def __post_init__(self):
         if self.batch_sizes is not None and (self.dense or self.batch_size != max(self.batch_sizes)):
             raise ValueError(f"batch_sizes={self.batch_sizes} needs the gather path and batch_size = max K_i, "
                              f"got batch_size={self.batch_size}, dense={self.dense}")
+        self.sampler  # noqa: B018  (validates scheme x batch size x rate)
 
     @property
     def sampler(self):
-        return sampling_lib.make_sampler(self.scheme, self.batch_size)
+        return sampling_lib.make_sampler(self.scheme, self.batch_size, self.sampling_rate)
 
     def init(self, data, run_key):
         return federated.init_sampler_states(self.sampler, data, run_key)
@@ -97,7 +103,8 @@ class SiloBatches:
         if self.scheme == "full":
             return SelectionEvent("full", tuple(int(n) for n in silo_sizes), None, self.unit)
         ks = self.batch_size if self.batch_sizes is None else tuple(self.batch_sizes)
-        return SelectionEvent(self.scheme, tuple(int(n) for n in silo_sizes), ks, self.unit)
+        return SelectionEvent(self.scheme, tuple(int(n) for n in silo_sizes), ks, self.unit,
+                              sampling_rate=self.sampling_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,8 +151,10 @@ class SubsetBatches:
     silo from the run key, held in the state: ``[N, epochs, n_max]``; the last ``n - B m s``
     records sit the epoch out); ``"subsample"`` a fresh uniform ``ms``-subset in random order
     (consecutive rows: a uniform partition into ``m`` subsets); ``"poisson"`` each record w.p.
-    ``m / n`` (``s = 1``; a static buffer of ``K + 6 sqrt(K) + 8`` rows, ``overflow`` when it
-    does not fit).
+    the public ``sampling_rate`` q (``s = 1``; a static buffer of ``E + 6 sqrt(E) + 8`` rows, E the
+    expected batch ``max(m, q n_max)``,
+    ``overflow`` when it does not fit; without a declared q, ``m / n`` of the silo's size, which
+    only replace-one makes public -- the DP plan refuses it under add/remove).
 
     With ``filtering`` (Appendix D) every subset is kept w.p. 1/2 by a data-independent coin
     (``info["keep"]`` ``[M, m]``) and a silo runs its round when at least ``filter_threshold``
@@ -160,6 +169,11 @@ class SubsetBatches:
     filtering: bool = False
     filter_threshold: int = 1
     unit: str = "record-in-silo"
+    sampling_rate: float | None = None
+
+    def __post_init__(self):
+        if self.sampling_rate is not None:
+            sampling_lib.make_sampler(SUBSET_SAMPLINGS[self.sampling], self.num_subsets, self.sampling_rate)
 
     @property
     def stored_epochs(self) -> int:
@@ -186,8 +200,8 @@ class SubsetBatches:
         if self.sampling == "subsample":
             idx = sampling_lib.sample_without_replacement(key, size, n_max, m * s).reshape(m, s)
             return idx, jnp.ones((m, s), bool), jnp.asarray(False)
-        capacity = min(sampling_lib.default_poisson_capacity(m), n_max)
-        idx, mask, overflow = sampling_lib.poisson_sample(key, size, n_max, m / size, capacity)
+        sampler = sampling_lib.Poisson(m, rate=self.sampling_rate)
+        idx, mask, overflow = sampler.draw(key, size, n_max, round_index, None)
         return idx[:, None], mask[:, None], overflow
 
     def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
@@ -216,4 +230,5 @@ class SubsetBatches:
         batch = self.num_subsets * self.subset_size  # the expected batch m for Poisson (s = 1)
         return SubsetSelectionEvent(SUBSET_SAMPLINGS[self.sampling], tuple(int(n) for n in silo_sizes), batch,
                                     self.unit, num_subsets=self.num_subsets,
-                                    rounds_per_epoch=self.rounds_per_epoch, filtering=self.filtering)
+                                    rounds_per_epoch=self.rounds_per_epoch, filtering=self.filtering,
+                                    sampling_rate=self.sampling_rate)

@@ -17,12 +17,20 @@ sampler                 law of the batch                           accounting na
 ``WithReplacement``     K i.i.d. uniform indices                    with-replacement
 ``WithoutReplacement``  K distinct uniform indices                  without-replacement
 ``OnePass``             disjoint blocks of one per-silo permutation one-pass
-``Poisson``             each record independently w.p. K/size       poisson
+``Poisson``             each record independently w.p. q            poisson
 ``FullBatch``           every record                                full
 =====================  ==========================================  ===============
 
 The privacy of a round depends on the sampler, so samplers carry a ``scheme``
 string that the algorithms copy into the privacy schedule.
+
+Poisson's rate q is PUBLIC: ``Poisson(K, rate=q)`` draws every record w.p. the
+declared ``q`` whatever the silo's size, and the selection part hands that same
+``q`` to the accountant. Without a declared rate it draws at ``K / size``, the
+silo's actual size: valid only under replace-one, where the size is public --
+under add/remove a neighbour with one record more would sample every other
+record at ``K / (size + 1)``, a data-dependent law the accountant does not see,
+so the parts and families refuse that combination (``sampling_rate`` is required).
 """
 
 from __future__ import annotations
@@ -387,33 +395,43 @@ class OnePass(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class Poisson(_BatchSampler):
-    """Each record joins w.p. ``batch_size / size`` (expected batch K).
+    """Each record joins w.p. ``rate`` (the public q), or ``batch_size / size`` when no rate is
+    declared (replace-one only: the silo's size is then public). ``batch_size`` K is the public
+    expected batch (the minibatch divisor and the buffer size).
 
     ``draw(...)`` returns ``idx`` int32 ``[capacity]`` (the joined rows first), ``mask`` bool ``[capacity]``
     and ``overflow`` (a bool scalar: more joined than ``capacity``).
 
-    ``capacity`` is the static buffer size (default K + 6 sqrt(K) + 8).
+    ``capacity`` is the static buffer size (default E + 6 sqrt(E) + 8 for the expected batch of a
+    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate).
     """
 
     capacity: int | None = None
+    rate: float | None = None
     scheme = "poisson"
 
     def __post_init__(self):
         super().__post_init__()
         if self.capacity is not None:
             _validate.check_int("capacity", self.capacity, min_value=self.batch_size)
+        if self.rate is not None:
+            _validate.check_probability("sampling_rate", self.rate, allow_zero=False)
 
     def padded_size(self, n_max: int) -> int:
-        cap = self.capacity or default_poisson_capacity(self.batch_size)
+        expected = self.batch_size if self.rate is None else max(self.batch_size, math.ceil(self.rate * n_max))
+        cap = self.capacity or default_poisson_capacity(expected)
         return min(cap, n_max)
 
+    def inclusion_probability(self, size):
+        """Each real record's probability of joining a batch: the declared rate, else K / size."""
+        return self.batch_size / size if self.rate is None else self.rate
+
     def draw(self, key, size, n_max, round_index, silo_state):
-        rate = self.batch_size / size
-        return poisson_sample(key, size, n_max, rate, self.padded_size(n_max))
+        return poisson_sample(key, size, n_max, self.inclusion_probability(size), self.padded_size(n_max))
 
     def draw_weights(self, key, size, n_max, round_index, silo_state):
         # No buffer, so no overflow: the exact Poisson batch.
-        rate = self.batch_size / size
+        rate = self.inclusion_probability(size)
         chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
         return chosen.astype(jnp.float32), jnp.asarray(False)
 
@@ -454,8 +472,14 @@ SAMPLERS = {
 }
 
 
-def make_sampler(scheme: str, batch_size: int | None = None) -> Sampler:
-    """Builds a sampler from its accounting name (``"full"``: every record, so no ``batch_size``)."""
+def make_sampler(scheme: str, batch_size: int | None = None, rate: float | None = None) -> Sampler:
+    """Builds a sampler from its accounting name (``"full"``: every record, so no ``batch_size``);
+    ``rate``: Poisson's public inclusion probability q (None: K / the silo's size, replace-one only)."""
+    if rate is not None and scheme != "poisson":
+        raise ValueError(f"sampling_rate={rate!r} is Poisson's public rate; sampling={scheme!r} draws fixed-size "
+                         "batches and takes none")
+    if scheme == "poisson":
+        return Poisson(batch_size, rate=rate)
     if scheme == "full":
         if batch_size is not None:
             raise ValueError(f"batch_size={batch_size!r} must be None with sampling='full' (every record is used "

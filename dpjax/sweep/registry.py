@@ -84,6 +84,10 @@ class TrialData:
 ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
 ALIASES = {"available": "availability"}  # config names kept from earlier sweep configs
+# Static fields that every other field's one-at-a-time check carries: Poisson's public rate belongs to
+# its sampling scheme and relation (a family refuses Poisson under add/remove without one, and a rate
+# for a fixed-size scheme), so none is checked without the others.
+CARRIED_STATIC = ("sampling", "neighboring", "sampling_rate")
 _NOT_CONFIGURABLE = ("problem", "num_rounds", "log_indices")
 
 
@@ -340,6 +344,7 @@ class AlgorithmEntry:
             if k not in names:
                 raise ValueError(f"static.{k} is missing; algorithm {self.name!r} needs it")
         first = {k: v[0] for k, v in merged.items()}
+        carried = [k for k in CARRIED_STATIC if k in merged]
         for k, vals in merged.items():
             field = self._fields[ALIASES.get(k, k)]
             for v in vals:
@@ -350,12 +355,15 @@ class AlgorithmEntry:
                     continue
                 if isinstance(field.default, (bool, str)) and type(v) is not type(field.default):
                     raise ValueError(f"static.{k}={v!r} must be a {type(field.default).__name__}")
-                trial = {kk: vv for kk, vv in first.items() if kk in (k,) or ALIASES.get(kk, kk) in self.required_static}
+                trial = {kk: vv for kk, vv in first.items()
+                         if kk in (k, *carried) or ALIASES.get(kk, kk) in self.required_static}
                 trial[k] = v
                 try:
                     self.build(_placeholder_problem(), num_rounds, trial)
                 except (ValueError, TypeError) as err:
-                    raise ValueError(f"static.{k}={v!r}: {err}") from None
+                    # an error about a carried field's own value names that field
+                    culprit = next((c for c in carried if c != k and str(err).startswith(f"{c}=")), k)
+                    raise ValueError(f"static.{culprit}={trial[culprit]!r}: {err}") from None
         algorithm = self.build(_placeholder_problem(), num_rounds,
                                {k: (1 if v == ISRL_EXPERIMENT else v) for k, v in first.items()})
         # One axis at a time, the others at their defaults (required ones at their first value):

@@ -42,8 +42,9 @@ def hand_epsilon(q, z, rounds):
 
 
 def test_privacy_is_one_subsampled_gaussian_at_the_combined_multiplier():
-    """Theorem 1: z = (z_Delta^-2 + z_b^-2)^-1/2, Poisson at q = m/N over R rounds (C_0 = 0.7, m = 5)."""
-    alg = DpFedAvg(LinearRegression(2), 30, 5)
+    """Theorem 1: z = (z_Delta^-2 + z_b^-2)^-1/2, Poisson at the declared q = m/N over R rounds (C_0 = 0.7,
+    m = 5, N = 20)."""
+    alg = DpFedAvg(LinearRegression(2), 30, 5, sampling_rate=5 / 20)
     hp = FedAvgHParams.create(noise_multiplier=1.1, noise_multiplier_count=2.0, clip_norm=0.7)
     z = (float(np.float32(1.1)) ** -2 + 2.0 ** -2) ** -0.5  # 0.964: the count costs ~4% of the multiplier
     spec = alg.privacy([12] * 20, hp)
@@ -57,7 +58,7 @@ def test_privacy_is_one_subsampled_gaussian_at_the_combined_multiplier():
 
 
 def test_calibration_sets_the_delta_multiplier_with_the_count_fixed():
-    alg = DpFedAvg(LinearRegression(2), 30, 5)
+    alg = DpFedAvg(LinearRegression(2), 30, 5, sampling_rate=0.25)
     spec = alg.privacy([12] * 20, FedAvgHParams.create(noise_multiplier=1.0, noise_multiplier_count=5.0))
     z_delta = spec.calibrate(3.0, DELTA, "rdp")["noise_multiplier"]
     combined = (z_delta ** -2 + float(np.float32(5.0)) ** -2) ** -0.5
@@ -70,10 +71,24 @@ def test_calibration_sets_the_delta_multiplier_with_the_count_fixed():
 
 
 def test_a_noiseless_count_is_not_private():
-    spec = DpFedAvg(LinearRegression(2), 3, 2).privacy([5] * 4, FedAvgHParams.create(noise_multiplier=2.0))
+    spec = DpFedAvg(LinearRegression(2), 3, 2, sampling_rate=0.5).privacy([5] * 4,
+                                                                        FedAvgHParams.create(noise_multiplier=2.0))
     assert math.isinf(spec.epsilon(DELTA).epsilon)
     with pytest.raises(ValueError, match="without noise"):
         spec.calibrate(1.0, DELTA)
+
+
+def test_poisson_silo_sampling_under_add_remove_needs_a_public_rate():
+    """The number of users N is not public under add/remove: no rate is read from it."""
+    with pytest.raises(ValueError, match="sampling_rate=None"):
+        DpFedAvg(LinearRegression(2), 3, 2)
+    with pytest.raises(ValueError, match="sampling_rate=0.5 is Poisson's"):
+        DpFedAvg(LinearRegression(2), 3, 2, sampling="without-replacement", sampling_rate=0.5)
+    alg = DpFedAvg(LinearRegression(2), 3, 2, sampling_rate=0.3)
+    # the accountant's q is the declared one, whatever the number of silos in the data
+    for n_silos in (4, 5, 40):
+        assert alg.privacy([5] * n_silos, FedAvgHParams.create(noise_multiplier=2.0,
+                                                                noise_multiplier_count=2.0)).schedule.sample_rate == 0.3
 
 
 def test_fixed_size_sampling_is_replace_one_and_refuses_add_remove():
@@ -131,7 +146,8 @@ def test_count_noise_has_the_std_of_its_multiplier_times_the_count_sensitivity()
 def test_delta_noise_has_the_std_of_its_multiplier_times_the_clip_over_m(sampling, relation, factor):
     """Zero deltas (x = 0): theta_1 = -eta_s N(0, (z C_0 sensitivity)^2) / m, sensitivity C_0 or 2 C_0."""
     data = norm_silos(np.zeros(8))
-    alg = DpFedAvg(Probe(), 1, 4, sampling=sampling, neighboring=relation)
+    alg = DpFedAvg(Probe(), 1, 4, sampling=sampling, neighboring=relation,
+                   sampling_rate=0.5 if sampling == "poisson" else None)
     hp = FedAvgHParams.create(learning_rate=1.0, noise_multiplier=1.5, noise_multiplier_count=3.0, clip_norm=0.8)
     out = np.asarray(_one_round(alg, data, hp, 4000).output, np.float64)
     expected = 1.5 * factor * 0.8 / 4
@@ -166,7 +182,8 @@ def test_twin_is_zero_noise_and_no_clip_and_is_numpy_fedavg():
 
 def test_sampled_silos_follow_the_poisson_rate():
     data = norm_silos(np.ones(10))
-    res = engine.run(DpFedAvg(Probe(), 400, 3), data, FedAvgHParams.create(noise_multiplier_count=1.0),
+    res = engine.run(DpFedAvg(Probe(), 400, 3, sampling_rate=0.3), data,
+                     FedAvgHParams.create(noise_multiplier_count=1.0),
                      jax.random.key(2))
     counts = res.round_metrics["num_available"]
     assert abs(counts.mean() - 3.0) < 4.5 * math.sqrt(10 * 0.3 * 0.7 / 400)
@@ -176,7 +193,7 @@ def test_sampled_silos_follow_the_poisson_rate():
 def test_sweep_epsilon_axis_sets_the_delta_multiplier_and_keeps_the_grid_count_multiplier():
     from dpjax.sweep import registry
 
-    entry, alg = registry.get_algorithm("dp-fedavg"), DpFedAvg(LinearRegression(2), 30, 5)
+    entry, alg = registry.get_algorithm("dp-fedavg"), DpFedAvg(LinearRegression(2), 30, 5, sampling_rate=0.25)
     assert entry.calibrated_fields == ("noise_multiplier",)
     values = {"learning_rate": 1.0, "noise_multiplier_count": 5.0, "clip_norm": 0.3}
     out = entry.calibrate(alg, [12] * 20, values, 3.0, DELTA, "rdp")

@@ -30,6 +30,7 @@ class MLP(nn.Module):
 
 PROBLEM = FlaxProblem(MLP(), (4,), "softmax")
 PARAMS = PROBLEM.init_params(jax.random.key(1))
+Q = 8 / 40  # the declared public Poisson rate: K / n_min of make_data's silos (40, 56)
 
 
 def make_data(sizes=(40, 56), seed=0):
@@ -48,9 +49,11 @@ def test_dp_sgd_runs_dpsgd_general_with_noise_on_the_server(sampling, neighborin
     """Bit for bit the DP-SGD-General run with s = 1, m = K, placement='server' and optax's Adam
     direction (``scale_by_adam``) as the server transformation."""
     data, hp, key = make_data(), DpSgdHParams.create(0.05, noise_multiplier=0.8, clip_norm=0.5), jax.random.key(3)
-    alg = DpSgd(PROBLEM, 6, 8, sampling=sampling, neighboring=neighboring)
+    q = Q if sampling == "poisson" else None
+    alg = DpSgd(PROBLEM, 6, 8, sampling=sampling, neighboring=neighboring, sampling_rate=q)
     general = DpSgdGeneral(PROBLEM, 6, 1, 8, 1, sampling={"poisson": "poisson"}.get(sampling, "subsample"),
-                           server_optimizer=optax.scale_by_adam(), neighboring=neighboring, placement="server")
+                           server_optimizer=optax.scale_by_adam(), neighboring=neighboring, placement="server",
+                           sampling_rate=q)
     leaves_equal(run(alg, data, hp, key, params=PARAMS).output, run(general, data, hp, key, params=PARAMS).output)
 
 
@@ -58,7 +61,7 @@ def test_pooled_step_is_the_mean_of_the_silos_clipped_sums_over_k():
     """sigma = 0, plain SGD: w <- w - eta (sum_i sum_{j in B_i} [grad f(w, x_ij)]_C) / (K N) on the
     Poisson batches the selection part draws (N = 2 silos of different sizes)."""
     data, key, lr, c, k = make_data(), jax.random.key(5), 0.3, 0.05, 8
-    alg = DpSgd(PROBLEM, 1, k, optimizer="sgd")
+    alg = DpSgd(PROBLEM, 1, k, optimizer="sgd", sampling_rate=Q)
     hp = DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c)
     out = run(alg, data, hp, key, params=PARAMS).output
     selection = alg.parts(DataShape.of(data)).selection
@@ -82,7 +85,7 @@ def test_noise_is_added_once_to_the_pooled_message():
     coordinates (sample std within 6 standard errors, 1/sqrt(2 x 3000) relative)."""
     wide = FlaxProblem(nn.Dense(600), (4,), "softmax")
     data, c, sigma, lr, k = make_data(), 0.7, 1.5, 0.5, 8
-    alg = DpSgd(wide, 1, k, optimizer="sgd")
+    alg = DpSgd(wide, 1, k, optimizer="sgd", sampling_rate=Q)
     params, key = wide.init_params(jax.random.key(0)), jax.random.key(11)
     noisy = run(alg, data, DpSgdHParams.create(lr, noise_multiplier=sigma, clip_norm=c), key, params=params).output
     clean = run(alg, data, DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c), key, params=params).output
@@ -94,13 +97,13 @@ def test_noise_is_added_once_to_the_pooled_message():
 
 
 def test_privacy_poisson_and_without_replacement():
-    """Poisson: R subsampled Gaussians at the smallest silo's rate K/n_min, add/remove, unit record
-    (the schedule the hand-written DpSgd reported, with noise std = multiplier x C). Without
+    """Poisson: R subsampled Gaussians at the declared rate q (here K/n_min, the rate the hand-written
+    DpSgd read from the data), add/remove, unit record (noise std = multiplier x C). Without
     replacement: the batch-clipping accountants; 'standard' (amplification by subsampling, RDP) is
     the old report's schedule at n_min, 'strong-exact' the strong adversary's (no amplification)."""
     sigma, delta = float(np.float32(1.1)), 1e-5
     hp = DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=0.3)
-    spec = DpSgd(PROBLEM, 20, 8).privacy([56, 40], hp)
+    spec = DpSgd(PROBLEM, 20, 8, sampling_rate=Q).privacy([56, 40], hp)
     hand = GaussianSchedule(sigma * 0.3, 0.3, "poisson", 40, 8, 20, "add-remove", "record")
     assert spec.unit == "record" and spec.neighboring == "add-remove"
     assert spec.epsilon(delta, "rdp").epsilon == pytest.approx(api.compute_epsilon(hand, delta, "rdp").epsilon,
@@ -111,7 +114,7 @@ def test_privacy_poisson_and_without_replacement():
     assert wor.epsilon(delta, "standard").epsilon == pytest.approx(api.compute_epsilon(old, delta, "rdp").epsilon,
                                                                    rel=1e-6)
     assert wor.epsilon(delta, "strong-exact").epsilon > wor.epsilon(delta, "standard").epsilon
-    twin = DpSgd(PROBLEM, 20, 8, private=False).privacy([56, 40], hp)
+    twin = DpSgd(PROBLEM, 20, 8, private=False, sampling_rate=Q).privacy([56, 40], hp)
     assert math.isinf(twin.epsilon(delta).epsilon)
 
 
@@ -121,6 +124,12 @@ def test_invalid_configurations_are_refused():
     with pytest.raises(ValueError, match="neighboring"):  # fixed-size batches need a fixed, public n
         DpSgd(PROBLEM, 5, 8, sampling="without-replacement")
     with pytest.raises(ValueError, match="neighboring"):  # Poisson DP-SGD is accounted under add/remove
-        DpSgd(PROBLEM, 5, 8, neighboring="replace-one")
+        DpSgd(PROBLEM, 5, 8, neighboring="replace-one", sampling_rate=Q)
+    with pytest.raises(ValueError, match="sampling_rate=None"):  # add/remove: the rate must be public
+        DpSgd(PROBLEM, 5, 8)
+    with pytest.raises(ValueError, match="sampling_rate=0.2 is Poisson's"):
+        DpSgd(PROBLEM, 5, 8, sampling="without-replacement", neighboring="replace-one", sampling_rate=Q)
+    with pytest.raises(ValueError, match=r"sampling_rate=1.5 must be in \(0, 1\]"):
+        DpSgd(PROBLEM, 5, 8, sampling_rate=1.5)
     with pytest.raises(ValueError, match="smallest silo"):
         DpSgd(PROBLEM, 5, 8, sampling="without-replacement", neighboring="replace-one").validate(make_data((6, 40)))

@@ -286,6 +286,10 @@ def test_invalid_configurations_are_refused():
         family(sampling="poisson", subset_size=4, neighboring="add-remove")
     with pytest.raises(ValueError, match="neighboring"):
         family(sampling="poisson", subset_size=1)
+    with pytest.raises(ValueError, match="sampling_rate=None"):  # add/remove: no rate read from the data
+        DpSgdGeneral(PROBLEM, 4, 1, 4, 1, sampling="poisson", neighboring="add-remove")
+    with pytest.raises(ValueError, match="sampling_rate=0.1 is Poisson's"):
+        family(sampling_rate=0.1)
     with pytest.raises(ValueError, match="local_batch_size"):
         family(subset_size=4, update_rule="local", local_batch_size=3)
     with pytest.raises(ValueError, match="n_records"):
@@ -397,14 +401,15 @@ def test_privacy_subsampled_individual_clipping_is_the_binomial_mixture_at_the_s
 
 def test_privacy_poisson_baseline_and_central_placement_through_the_gaussian_rules():
     """Poisson (add/remove, C = 0.4, silos of 80 and 100, m = 8, T = 9): R subsampled Gaussian releases
-    with noise multiplier sigma at the smallest silo's rate m/80, record-in-silo; with the noise once on
-    the server (pooled silos) the same schedule protects a record anywhere (unit record)."""
+    with noise multiplier sigma at the declared rate q = m/80 (the smallest silo's), record-in-silo; with the
+    noise once on the server (pooled silos) the same schedule protects a record anywhere (unit record)."""
     from dpjax.accounting import api
     from dpjax.accounting.events import GaussianSchedule
 
     sigma, delta = float(np.float32(1.2)), 1e-5  # the hparams hold float32
     hp = DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=0.4)
-    kw = dict(subset_size=1, num_subsets=8, rounds_per_epoch=10, sampling="poisson", neighboring="add-remove")
+    kw = dict(subset_size=1, num_subsets=8, rounds_per_epoch=10, sampling="poisson", neighboring="add-remove",
+              sampling_rate=8 / 80)
     for placement, unit in (("silo", "record-in-silo"), ("server", "record")):
         spec = DpSgdGeneral(PROBLEM, 9, placement=placement, **kw).privacy([100, 80], hp)
         hand = GaussianSchedule(sigma, 1.0, "poisson", 80, 8, 9, "add-remove", unit)

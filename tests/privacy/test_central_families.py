@@ -38,9 +38,11 @@ def _measure(family, hp, hp0, sizes, seed=0):
 def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-remove"):
     """DP-SGD (optax SGD server): ``w_{r+1} - w_r = -lr (S + z) / (K N)`` with S the clipped sum and
     z ~ N(0, (sigma C)^2 I) added once (the noise multiplier sigma of the add/remove sensitivity C);
-    the canary (smallest silo, padded) enters S with weight C. The plan's schedule is in units of C."""
+    the canary (smallest silo, padded) enters S with weight C at the declared rate q = K / n_min, which
+    every silo draws with. The plan's schedule is in units of C."""
     k, rounds, sigma, sizes = 3, 3, 0.8, (9, 14)
-    family = DpSgd(probe(DIM), rounds, k, sampling=sampling, optimizer="sgd", neighboring=neighboring)
+    family = DpSgd(probe(DIM), rounds, k, sampling=sampling, optimizer="sgd", neighboring=neighboring,
+                   sampling_rate=k / min(sizes))
     spec = family.privacy(sizes, DpSgdHParams.create(LR, sigma, C)).schedule
     noise, shift = _measure(family, DpSgdHParams.create(LR, sigma, C), DpSgdHParams.create(LR, 0.0, C), sizes)
     scale = k * len(sizes) / LR  # public: the expected batch K N and the step size
@@ -49,7 +51,7 @@ def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-re
     # one record's contribution to S is C: D' - D moves S by 2C (2 contributions)
     mult = check_shift_values(-shift * scale / 2 / C, spec.contribution_bound, f"dp-sgd {sampling}: contribution / C")
     check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"dp-sgd {sampling}: canary inclusion")
-    assert spec.steps == rounds and spec.dataset_size == min(sizes)
+    assert spec.steps == rounds and spec.dataset_size == min(sizes) and spec.sample_rate == family.sampling_rate
     # fixed batches (replace-one): the same step and clip, sensitivity 2C at rate K / n_min (the
     # standard adversary's report; the strong adversary, who sees the batches, gets no amplification)
     fixed = DpSgd(probe(DIM), rounds, k, sampling="without-replacement", optimizer="sgd",
@@ -88,10 +90,10 @@ def test_dpsgd_general_shuffle_partial_epoch(subset_size, num_subsets):
 
 
 def test_dpsgd_general_poisson_baseline():
-    """Poisson baseline (add/remove): noise N(0, (C sigma)^2 I) on U, rate m / n at the smallest
-    silo (padded), contribution C; ``privacy()`` is a Gaussian schedule with multiplier sigma."""
+    """Poisson baseline (add/remove): noise N(0, (C sigma)^2 I) on U, the declared rate q (m / n of the
+    smallest silo, padded), contribution C; ``privacy()`` is a Gaussian schedule with multiplier sigma."""
     sizes, m, sigma, rounds = (12, 15), 3, 1.1, 3
-    family = _general("poisson", 1, m, rounds, 4, neighboring="add-remove")
+    family = _general("poisson", 1, m, rounds, 4, neighboring="add-remove", sampling_rate=m / min(sizes))
     hp, hp0 = DpSgdHParams.create(LR, sigma, C), DpSgdHParams.create(LR, 0.0, C)
     spec = family.privacy(sizes, hp).schedule
     noise, shift = _measure(family, hp, hp0, sizes)

@@ -197,6 +197,21 @@ def test_bad_family_configs_name_the_key(name, mutate, key):
     assert key in str(err.value)
 
 
+@pytest.mark.parametrize("static, key", [
+    ({"batch_size": 8}, "sampling_rate=None: Poisson sampling under add/remove"),  # no public rate
+    ({"batch_size": 8, "sampling_rate": 1.5}, "static.sampling_rate=1.5"),
+    ({"batch_size": 8, "sampling": "without-replacement", "neighboring": "replace-one", "sampling_rate": 0.2},
+     "static.sampling_rate=0.2: sampling_rate=0.2 is Poisson's"),
+])
+def test_poisson_rate_configs_name_the_key(static, key):
+    """dp-sgd (Poisson, add/remove) needs its public rate in ``[static]``; a bad one is named."""
+    d = tomllib.loads(TINY)
+    d.update(algorithm="dp-sgd", num_rounds=R, static=dict(static), grid={"learning_rate": [0.1]})
+    with pytest.raises(ValueError) as err:
+        SweepConfig.from_dict(d)
+    assert key in str(err.value)
+
+
 def test_accelerated_hparams_need_the_algorithm():
     with pytest.raises(ValueError, match="num_rounds"):
         registry.get_algorithm("isrl-accelerated").make_hparams({"smoothness": 1.0})
@@ -265,10 +280,13 @@ MORE = {
                                 Diff2HParams.create(r.learning_rate, noise_multiplier_restart=0.5))),
     "bvr-lsgd": ({"local_steps": 2, "batch_size": 4}, {"learning_rate": [0.5]},
                  lambda p, r: (Diff2BvrLSgd(p, R, 2, 4, private=False), Diff2HParams.create(r.learning_rate))),
-    "dp-sgd": ({"batch_size": 8}, {"learning_rate": [0.05], "noise_multiplier": [0.5]},
-               lambda p, r: (DpSgd(p, R, 8), DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
-    "sgd": ({"batch_size": 8, "optimizer": "sgd"}, {"learning_rate": [0.5]},
-            lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False), DpSgdHParams.create(r.learning_rate))),
+    # Poisson under add/remove: the public rate q = K / n is declared (n = N records per silo)
+    "dp-sgd": ({"batch_size": 8, "sampling_rate": 8 / N}, {"learning_rate": [0.05], "noise_multiplier": [0.5]},
+               lambda p, r: (DpSgd(p, R, 8, sampling_rate=8 / N),
+                             DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
+    "sgd": ({"batch_size": 8, "optimizer": "sgd", "sampling_rate": 8 / N}, {"learning_rate": [0.5]},
+            lambda p, r: (DpSgd(p, R, 8, optimizer="sgd", private=False, sampling_rate=8 / N),
+                          DpSgdHParams.create(r.learning_rate))),
     # shuffle-private SCO: the n users are the records of ONE silo (4th entry: data overrides)
     "shuffle-sgd": ({"max_batch": 8, "aggregator": "central-gaussian"}, {"batch": [8], "step": [0.5],
                                                                         "noise_multiplier": [0.3]},
@@ -290,9 +308,9 @@ MORE = {
                     lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
                                   DpSgdHParams.create(r.learning_rate))),
     # DP-FedAvg with adaptive clipping (Poisson silos, add/remove) and its twin FedOpt (fixed-size, replace-one)
-    "dp-fedavg": ({"silos_per_round": 2, "local_steps": 2},
+    "dp-fedavg": ({"silos_per_round": 2, "local_steps": 2, "sampling_rate": 2 / N_SILOS},
                   {"learning_rate": [0.5], "noise_multiplier": [0.8], "noise_multiplier_count": [2.0], "clip_norm": [0.5]},
-                  lambda p, r: (DpFedAvg(p, R, 2, local_steps=2), FedAvgHParams.create(
+                  lambda p, r: (DpFedAvg(p, R, 2, local_steps=2, sampling_rate=2 / N_SILOS), FedAvgHParams.create(
                       0.5, noise_multiplier=0.8, noise_multiplier_count=2.0, clip_norm=0.5))),
     "fedopt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
                lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),

@@ -35,6 +35,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     hp = DpSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm)
     spec = alg.privacy(td.train.silo_sizes(), hp)
     assert isinstance(spec, GaussianPrivacy) and spec.unit == "record" and spec.neighboring == "add-remove"
+    assert spec.schedule.sample_rate == alg.sampling_rate == cfg.static["sampling_rate"]  # the declared q
     eps = spec.epsilon(1e-5, "rdp").epsilon
     assert 4.0 / 1.01 <= eps <= 4.0 * (1 + 1e-6)  # calibration tolerance 1e-3 relative on sigma
 
@@ -53,9 +54,10 @@ def test_the_non_private_twin_runs_the_same_step_without_noise():
     """``sgd`` (the registered twin) with noise 0 and clip inf equals DpSgd(private=False)."""
     entry = registry.get_dataset("synthetic-mlp")
     td = entry.load(entry.resolve({"name": "synthetic-mlp"}), 0)
-    alg = DpSgd(td.problem, 5, 16)
+    alg = DpSgd(td.problem, 5, 16, sampling_rate=16 / 256)  # the public q = K / n of the 256 records
     key = jax.random.key(0)
     private = engine.run(alg, td.train, DpSgdHParams.create(0.01, 0.0, float("inf")), key).output
-    twin = engine.run(DpSgd(td.problem, 5, 16, private=False), td.train, DpSgdHParams.create(0.01, 3.0, 1.0), key).output
+    twin = engine.run(DpSgd(td.problem, 5, 16, private=False, sampling_rate=16 / 256), td.train,
+                      DpSgdHParams.create(0.01, 3.0, 1.0), key).output
     for a, b in zip(jax.tree_util.tree_leaves(private), jax.tree_util.tree_leaves(twin)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -247,11 +247,12 @@ def training_audit(family: str = "dpsgd-general", mutant: str | None = None, *, 
     report = honest.privacy([canaries], hparams).epsilon(delta, ACCOUNTANTS[family])
     run = honest if mutant is None else mutant_family(honest, mutant)
 
-    rng = np.random.default_rng(seed)
+    stream = FAMILIES.index(family)  # each family's run gets its own secrets and noise (independent audits)
+    rng = np.random.default_rng([seed, stream])
     secrets = rng.choice(np.array([-1, 1], np.int8), canaries)
     x = np.stack([np.arange(canaries, dtype=np.float32), secrets.astype(np.float32) * canary_scale * clip_norm], axis=1)
     data = SiloData.from_silos([x], [np.zeros(canaries, np.float32)])
-    key = jax.random.fold_in(jax.random.key(seed), 0x0AE1)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 0x0AE1), stream)
     result = run_family(run, data, hparams, key[None], params=jnp.zeros((canaries,), jnp.float32))
     final = np.asarray(result.eval_metrics["params"])[0, -1]
     scores = -final.astype(np.float64)  # w_0 = 0

@@ -593,11 +593,12 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
              f"Paper: {PAPER}. Paper's claims (sigma = 2): BC-SH 98.3 %, IC-SS 98.4 %; hyperparameters unknown "
              "(Appendix H is missing from the text).", "",
              f"Protocol (ours): {cfg['n_train']} training / {cfg['n_test']} test images; every round uses "
-             f"ms = {ROUND_RECORDS} records, sums m clipped terms, adds N(0, (2 C sigma)^2 I) and divides by m "
-             f"(Algorithm 1); E in {list(cfg['epochs'])}, eta in {list(cfg['lrs'])}, C in {list(cfg['clips'])}, "
+             f"ms = {ROUND_RECORDS} records, sums m clipped terms, adds N(0, (2 C z)^2 I) and divides by m "
+             f"(Algorithm 1; z = the dpjax noise multiplier below: sigma for 'paper'); E in {list(cfg['epochs'])}, eta in {list(cfg['lrs'])}, C in {list(cfg['clips'])}, "
              f"{_seeds_text(cfg, best)}, sigma = {SIGMA}. Selection on test accuracy (its privacy cost is ignored); "
-             f"a selection at an end of the values tried is extended by one geometric step (at most "
-             f"{cfg.get('max_extensions', 0)} per side and axis).", ""]
+             + (f"a selection at an end of the values tried is extended by one geometric step (at most "
+                f"{cfg['max_extensions']} per side and axis)." if cfg.get("max_extensions", 0) else
+                "no grid-edge extension (a run made before the rule, or max_extensions = 0)."), ""]
     if construction == "authors":
         lines += [f"Construction 'authors': the noise placement and clipping of the batch-clipping code of the authors' "
                   f"group ({AUTHORS_REPO}, PyTorchProjectFramework/), see the variant column; the learning rate decays "

@@ -14,9 +14,9 @@ Algorithm 2 as published with the paper) bounds the chance of ``>= v`` correct g
     q = e^eps / (1 + e^eps)   (the accuracy of eps-DP randomized response).
 
 ``epsilon_lower_bound(m, r, v, delta, confidence)`` is the largest eps with
-``p(eps, delta) < 1 - confidence`` (bisection: ``p`` increases in eps): with probability at least
-``confidence`` the mechanism is NOT (eps', delta)-DP for any eps' below it... i.e. the true epsilon
-is at least the bound unless an event of probability ``<= 1 - confidence`` happened.
+``p(eps, delta) < 1 - confidence`` (bisection: ``p`` increases in eps). If the mechanism were
+(eps', delta)-DP for some eps' below the bound, ``v`` correct guesses would have had probability
+below ``1 - confidence``: the bound holds with probability at least ``confidence``.
 
 ``audit_scores`` turns canary scores into guesses: the ``k_+`` largest scores guess ``+1``, the
 ``k_-`` smallest ``-1``, for every ``(k_+, k_-)`` of a guess plan fixed BEFORE looking at the

@@ -3,6 +3,8 @@ bounds on epsilon, against the family's certified epsilon and the canary pair's 
 
     dpjax audit --all --runs 100000 --out experiments/audit
     dpjax audit isrl-mbsgd diff2-gd --runs 20000
+    dpjax audit training [--family dpsgd-general|isrl-mbsgd] [--mutant no-clip|half-noise|none|all]
+      (one-run audit of an actual training run: ``dpjax.auditing.training_cli``)
 
 Writes ``audit.md`` (table) and ``audit.json`` into ``--out``; refuses to
 overwrite an earlier report unless ``--overwrite`` (checked before any run).
@@ -43,6 +45,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="directory for audit.md and audit.json (default: print only)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     p.add_argument("--quiet", action="store_true", help="no stage lines on stderr (results and the summary still print)")
+    from dpjax.auditing import training_cli
+
+    training_cli.add_arguments(p)
     p.set_defaults(func=run)
     return p
 
@@ -64,6 +69,10 @@ def _check_out(out: str, overwrite: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from dpjax import _validate as v
 
+    if "training" in args.mechanisms:
+        from dpjax.auditing import training_cli
+
+        return training_cli.run(args)
     names = list(_NAMES) if args.all else list(args.mechanisms)
     if args.all and args.mechanisms:
         raise ValueError(f"mechanisms={args.mechanisms!r}: give either MECHANISM names or --all, not both")

@@ -38,6 +38,47 @@ test data leaks privacy and is ignored, as usual) is reported with its
 privacy at delta = 1e-5 for g in {1, 2, 4, 8}: the exact strong-adversary
 mixture, G_{sqrt(gE)/sigma}, generic group privacy G_{g sqrt(E)/sigma} and,
 for g = 1, a standard-adversary accountant.
+
+Grid edges: where a variant's selected eta or C (per E) sits at an end of the
+values tried, one more geometric step beyond it is run at the other selected
+value (``dpjax.sweep.select.extended_grid``, the rule of the ISRL
+reproduction's ``extend_grid_at_edges``), at most ``max_extensions`` times per
+side and axis; such rows have ``grid_extension = 1`` in results.csv.
+
+Constructions (``--construction``):
+
+* ``"paper"`` (default): Algorithm 1's noise ``N(0, (2 C sigma)^2 I)`` on the sum
+  of the m clipped terms, as above.
+* ``"authors"``: what the batch-clipping code of the authors' group does
+  (github.com/MisaNguyen/DPSGD at commit cb9d355, ``PyTorchProjectFramework/``;
+  the repository is not labelled as this paper's code and holds no MNIST
+  settings):
+
+  - BC-SH, ``train_model_BC_FGC.py`` lines 23-56 (``generate_private_grad``): the
+    gradient of the whole batch's mean loss (``loss.backward()``, reduction
+    'mean', ``main_new.py`` line 146) is clipped to C (lines 37-44) and
+    ``param.grad = (grad * batch_size + noise) / batch_size`` with noise
+    ``N(0, (sigma C)^2)`` (lines 48-56), i.e. the clipped mean plus noise of std
+    ``sigma C / s`` per coordinate. Here: m = 1 mean of s = 256 records,
+    shuffling, dpjax noise multiplier ``sigma / (2 s)`` (dpjax's noise is
+    ``noise_multiplier x 2C``), so the message is exactly the authors'.
+  - IC-SS, ``train_model_IC_FGC.py`` lines 127-178: per-example gradients clipped
+    to C, summed, ``N(0, (sigma C)^2)`` added and divided by the batch size
+    (line 178): Algorithm 1 with m = 256, s = 1 and dpjax noise multiplier
+    ``sigma / 2`` (the replace-one sensitivity of the sum is 2C, so the
+    authors' sigma C is half of Algorithm 1's noise).
+  - Step sizes: plain SGD on that gradient (``main_new.py`` line 192) with
+    ``StepLR(step_size=1, gamma=0.9)`` stepped once per epoch (line 210,
+    ``scheduler.step()`` after each epoch in ``training_loop``): here the
+    server transformation ``optax.scale_by_schedule(0.9 ** epoch)``. The
+    repository's settings files are for CIFAR-10 (e.g.
+    ``settings/settings_convnet_1028.json``: batch 1028, eta 0.1, C 0.2-0.8,
+    sigma 0.1); the MNIST batch size, eta and C are not published, so the
+    same (eta, C) grid with the same edge rule selects them.
+
+  The epsilon reported for ``"authors"`` is what dpjax's accountant certifies
+  for the noise the construction actually adds (noise multiplier
+  ``sigma x noise_factor``), not the paper's sigma = 2 guarantee.
 """
 
 from __future__ import annotations
@@ -61,11 +102,14 @@ PAPER_ACCURACY = {"BC-SH": 98.3, "IC-SS": 98.4}
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 FULL = dict(n_train=60000, n_test=10000, epochs=(10, 30, 50), lrs=(0.01, 0.03, 0.1, 0.3, 1.0),
-            clips=(0.1, 0.5, 1.0, 2.0, 5.0), seeds=3)
-QUICK = dict(n_train=10240, n_test=2000, epochs=(3,), lrs=(0.3, 1.0), clips=(1.0,), seeds=1)
+            clips=(0.1, 0.5, 1.0, 2.0, 5.0), seeds=3, max_extensions=2)
+QUICK = dict(n_train=10240, n_test=2000, epochs=(3,), lrs=(0.3, 1.0), clips=(1.0,), seeds=1, max_extensions=1)
 ROUND_RECORDS = 256  # ms: records per round, the same for every variant (so the same rounds per epoch)
 MINI_BATCH = 4  # s of the batch-clipping variants: m = 64 clipped mini-batch means per round
 LOCAL_BATCH = 1  # eqs. (2)/(3): one record per local step inside each mini-batch
+CONSTRUCTIONS = ("paper", "authors")
+AUTHORS_REPO = "github.com/MisaNguyen/DPSGD (commit cb9d355)"
+AUTHORS_LR_DECAY = 0.9  # StepLR(step_size=1, gamma=0.9) per epoch, PyTorchProjectFramework/main_new.py line 210
 
 
 def cnn():
@@ -106,8 +150,74 @@ def variants() -> dict[str, dict]:
     }
 
 
+def authors_variants(n_train: int) -> dict[str, dict]:
+    """The ``"authors"`` construction (module docstring): variant name -> DpSgdGeneral keyword arguments plus
+    ``noise_factor`` (dpjax noise multiplier = sigma x noise_factor) and ``authors_code`` (file, lines)."""
+    import jax.numpy as jnp
+    import optax
+
+    per_epoch = n_train // ROUND_RECORDS  # both variants use ms = 256 records per round
+
+    def step_lr(count):  # torch StepLR(step_size=1, gamma=0.9), stepped after every epoch
+        return jnp.power(AUTHORS_LR_DECAY, (count // per_epoch).astype(jnp.float32))
+
+    decay = optax.scale_by_schedule(step_lr)
+    return {
+        "BC-SH": dict(sampling="shuffle", subset_size=ROUND_RECORDS, num_subsets=1, server_optimizer=decay,
+                      noise_factor=1.0 / (2 * ROUND_RECORDS),
+                      authors_code="train_model_BC_FGC.py lines 23-56 (noise sigma C / batch size)"),
+        "IC-SS": dict(sampling="subsample", subset_size=1, num_subsets=ROUND_RECORDS, server_optimizer=decay,
+                      noise_factor=0.5, authors_code="train_model_IC_FGC.py lines 127-178 (noise sigma C on the sum)"),
+    }
+
+
+def construction_variants(construction: str, n_train: int) -> dict[str, dict]:
+    """The variants of ``construction`` ("paper": ``variants()``; "authors": ``authors_variants``)."""
+    from dpjax import _validate
+
+    _validate.check_choice("construction", construction, CONSTRUCTIONS)
+    return variants() if construction == "paper" else authors_variants(n_train)
+
+
+def family_kwargs(kw: dict) -> tuple[dict, float]:
+    """(DpSgdGeneral keyword arguments, noise factor) of a variant entry."""
+    fam = {k: v for k, v in kw.items() if k not in ("noise_factor", "authors_code")}
+    return fam, float(kw.get("noise_factor", 1.0))
+
+
+def edge_requests(rows: list[dict], private: bool, done: dict, max_extensions: int) -> list[tuple[float, float]]:
+    """The grid-edge rule on one (variant, E)'s rows: where the best (eta, C) (highest mean test accuracy over
+    seeds) has the smallest or largest eta (or C) tried so far, one more geometric step beyond it
+    (``dpjax.sweep.select.extended_grid``) at the selected other value; at most ``max_extensions`` per side
+    and axis (``done`` counts them). All runs diverged: no request."""
+    from dpjax.sweep.select import extended_grid
+
+    best = select_best(rows)
+    if not best:
+        return []
+    (b,) = best.values()
+    if b["mean"] < 0:
+        return []
+    requests = []
+    axes = (("learning_rate", 0), ("clip_norm", 1)) if private else (("learning_rate", 0),)
+    for column, pos in axes:
+        values = sorted({r[column] for r in rows})
+        for side, end in (("low", values[0]), ("high", values[-1])):
+            key = (column, side)
+            if np.isclose(b[column], end) and done.get(key, 0) < max_extensions:
+                done[key] = done.get(key, 0) + 1
+                new = extended_grid(values, side)
+                pair = [b["learning_rate"], b["clip_norm"]]
+                pair[pos] = float(f"{new:.6g}")
+                requests.append(tuple(pair))
+    return list(dict.fromkeys(requests))
+
+
 def describe(kw: dict) -> str:
     """``m x s`` and the rule of a variant, for the report."""
+    if "authors_code" in kw:
+        return (f"m = {kw['num_subsets']}, s = {kw['subset_size']}, {kw['sampling']}, authors' code: "
+                f"{kw['authors_code']}; lr x 0.9 per epoch")
     rule = "eq. (1)" if kw["subset_size"] == 1 else "eq. (4)" if kw.get("update_rule", "gradient") == "gradient" \
         else "eq. (3) momentum" if "local_optimizer" in kw else "eq. (2) local SGD"
     if not kw.get("private", True):
@@ -142,7 +252,7 @@ def privacy_rows(alg, n_train: int, hparams) -> list[dict]:
 
 
 def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, config: dict | None = None,
-                 only: tuple[str, ...] | None = None) -> pathlib.Path:
+                 only: tuple[str, ...] | None = None, construction: str = "paper") -> pathlib.Path:
     """Runs the protocol (``config`` overrides QUICK/FULL entries, ``only`` restricts the variants)
     and writes results.csv, privacy.csv, meta.json, the figure and report.md into ``out``."""
     import jax
@@ -151,6 +261,9 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     from dpjax.engine import SiloData, stack_hparams
     from dpjax.problems import FlaxProblem
 
+    from dpjax import _validate
+
+    _validate.check_choice("construction", construction, CONSTRUCTIONS)
     cfg = {**(QUICK if quick else FULL), **(config or {})}
     results = out / "results.csv"
     if results.exists():
@@ -173,28 +286,42 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
         return {"test_accuracy": 1.0 - problem.evaluate(params, ed[0], ed[1])["error"]}
 
     rows, timings, algs = [], {}, {}
-    chosen = {k: v for k, v in variants().items() if only is None or k in only}
+    all_variants = construction_variants(construction, len(ytr))
+    chosen = {k: v for k, v in all_variants.items() if only is None or k in only}
     for name, kw in chosen.items():
-        private = kw.get("private", True)
+        fam_kw, factor = family_kwargs(kw)
+        private = fam_kw.get("private", True)
+        sigma = SIGMA * factor if private else 0.0  # the noise multiplier the family (and the accountant) gets
         clips = cfg["clips"] if private else (1.0,)
-        grid = [(lr, c) for c in clips for lr in cfg["lrs"]]
         for epochs in cfg["epochs"]:
-            alg = DpSgdGeneral.for_epochs(problem, len(ytr), epochs, **kw)
+            alg = DpSgdGeneral.for_epochs(problem, len(ytr), epochs, **fam_kw)
             algs[(name, epochs)] = alg
-            hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=SIGMA if private else 0.0, clip_norm=c)
-                                 for lr, c in grid])
-            t0, c0 = time.perf_counter(), time.process_time()
-            for s in range(cfg["seeds"]):
-                keys = jax.random.split(jax.random.key(seed * 1000 + s), len(grid))
-                acc, diverged = train_grid(alg, data, hps, keys, eval_fn, (xte, yte))
-                for (lr, c), a, bad in zip(grid, acc, diverged):
-                    rows.append({"variant": name, "epochs": epochs, "learning_rate": lr, "clip_norm": c,
-                                 "sigma": SIGMA if private else 0.0, "seed": s,
-                                 "test_accuracy": float(a) if bad < 0 else float("nan")})
+            grid = [(lr, c) for c in clips for lr in cfg["lrs"]]
+            done, extension, mine = {}, 0, []
+            t0, c0, runs = time.perf_counter(), time.process_time(), 0
+            while grid:
+                hps = stack_hparams([DpSgdHParams.create(lr, noise_multiplier=sigma, clip_norm=c) for lr, c in grid])
+                for s in range(cfg["seeds"]):
+                    key = jax.random.key(seed * 1000 + s)
+                    if extension:  # the first grid keeps the keys of earlier revisions
+                        key = jax.random.fold_in(key, extension)
+                    keys = jax.random.split(key, len(grid))
+                    acc, diverged = train_grid(alg, data, hps, keys, eval_fn, (xte, yte))
+                    for (lr, c), a, bad in zip(grid, acc, diverged):
+                        mine.append({"variant": name, "epochs": epochs, "learning_rate": lr, "clip_norm": c,
+                                     "sigma": SIGMA if private else 0.0, "noise_multiplier": sigma, "seed": s,
+                                     "grid_extension": int(extension > 0),
+                                     "test_accuracy": float(a) if bad < 0 else float("nan")})
+                runs += len(grid) * cfg["seeds"]
+                extension += 1
+                grid = edge_requests(mine, private, done, cfg.get("max_extensions", 0))
+                if grid:
+                    print(f"  {name} E={epochs}: grid edge, extending with (eta, C) = {grid}", flush=True)
+            rows += mine
             took, cpu = time.perf_counter() - t0, time.process_time() - c0
             timings[f"{name} E={epochs}"] = {"seconds": took, "cpu_seconds": cpu, "rounds": alg.num_rounds,
-                                             "runs": len(grid) * cfg["seeds"], "batch": alg.batch_size}
-            print(f"  {name} E={epochs}: {len(grid) * cfg['seeds']} runs x {alg.num_rounds} rounds in {took:.1f} s "
+                                             "runs": runs, "batch": alg.batch_size}
+            print(f"  {name} E={epochs}: {runs} runs x {alg.num_rounds} rounds in {took:.1f} s "
                   f"({cpu:.0f} s CPU)", flush=True)
 
     best = select_best(rows)
@@ -202,18 +329,20 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
     for name, b in best.items():
         alg = algs[(name, b["epochs"])]
         if alg.private:
-            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], noise_multiplier=SIGMA,
+            sigma = SIGMA * family_kwargs(chosen[name])[1]
+            privacy[name] = privacy_rows(alg, len(ytr), DpSgdHParams.create(b["learning_rate"], noise_multiplier=sigma,
                                                                               clip_norm=b["clip_norm"]))
     _write_tables(out, rows, privacy)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     full_estimate = extrapolate_full(timings)
-    meta = {"quick": quick, "seed": seed, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
+    meta = {"quick": quick, "seed": seed, "construction": construction, "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
             "variants": {n: describe(kw) for n, kw in chosen.items()}, "wall_seconds": wall, "cpu_seconds": cpu,
             "load_average_at_end": list(os.getloadavg()), "timings": timings,
             "full_protocol_estimate_cpu_seconds": full_estimate}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     plot(out / "dpsgd_mnist.png", best, privacy)
-    return write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings)
+    return write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings,
+                        construction=construction, run_rows=rows)
 
 
 def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np.ndarray]:
@@ -261,9 +390,14 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
         raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
     out.mkdir(parents=True, exist_ok=True)
     rows, privacy, timings, chosen, wall, cpu, metas = [], {}, {}, {}, 0.0, 0.0, []
-    all_variants = variants()
+    all_variants = None
     for part in map(pathlib.Path, parts):
         meta = _read_part(part, rows, privacy)
+        kept = construction_variants(meta.get("construction", "paper"), meta["config"]["n_train"])
+        if all_variants is not None and metas and meta.get("construction", "paper") != metas[0].get("construction",
+                                                                                                   "paper"):
+            raise ValueError(f"parts={parts!r} mix constructions; merge parts of one construction")
+        all_variants = kept
         metas.append(meta)
         timings.update(meta["timings"])
         chosen.update({n: all_variants[n] for n in meta["variants"]})
@@ -283,7 +417,8 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     plot(out / "dpsgd_mnist.png", best, privacy)
     return write_report(out, meta["quick"], cfg, chosen, best, privacy, wall, cpu, full_estimate, timings, len(parts),
-                        load=max(m["load_average_at_end"][0] for m in metas))
+                        load=max(m["load_average_at_end"][0] for m in metas),
+                        construction=meta.get("construction", "paper"), run_rows=rows)
 
 
 def _seeds_text(cfg, best) -> str:
@@ -301,7 +436,9 @@ def _read_part(folder: pathlib.Path, rows: list, privacy: dict) -> dict:
         for r in csv.DictReader(f):
             rows.append({**r, "epochs": int(r["epochs"]), "learning_rate": float(r["learning_rate"]),
                          "clip_norm": float(r["clip_norm"]), "sigma": float(r["sigma"]), "seed": int(r["seed"]),
-                         "test_accuracy": float(r["test_accuracy"])})
+                         "test_accuracy": float(r["test_accuracy"]),
+                         "noise_multiplier": float(r.get("noise_multiplier", r["sigma"])),
+                         "grid_extension": int(r.get("grid_extension", 0))})
     with open(folder / "privacy.csv") as f:
         for r in csv.DictReader(f):
             privacy.setdefault(r.pop("variant"), []).append(
@@ -318,7 +455,7 @@ def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     if bool(meta["quick"]) != quick:
         raise ValueError(f"out={str(out)!r} holds a {'quick' if meta['quick'] else 'full/reduced'} run; "
                          f"quick={quick} does not match")
-    all_variants = variants()
+    all_variants = construction_variants(meta.get("construction", "paper"), meta["config"]["n_train"])
     chosen = {n: all_variants[n] for n in meta["variants"]}
     best = select_best(rows)
     best = {n: best[n] for n in chosen if n in best}
@@ -329,7 +466,8 @@ def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     plot(out / "dpsgd_mnist.png", best, privacy)
     return write_report(out, meta["quick"], cfg, chosen, best, privacy, meta["wall_seconds"], meta["cpu_seconds"],
                         meta.get("full_protocol_estimate_cpu_seconds", extrapolate_full(meta["timings"])), meta["timings"],
-                        len(meta.get("merged_from", [])) or 1, load=load)
+                        len(meta.get("merged_from", [])) or 1, load=load,
+                        construction=meta.get("construction", "paper"), run_rows=rows)
 
 
 def select_best(rows: list[dict]) -> dict[str, dict]:
@@ -421,10 +559,26 @@ def noise_reading(chosen: dict) -> list[str]:
     lines = []
     for name, kw in chosen.items():
         if kw.get("private", True):
-            std = 2 * SIGMA / kw["num_subsets"]
+            std = 2 * SIGMA * family_kwargs(kw)[1] / kw["num_subsets"]
             lines.append(f"{name} ({describe(kw)}): noise std {std:.4g} C per coordinate, noise norm about "
                          f"{std * math.sqrt(dim):.3g} C against a message of norm <= C (D = {dim:,} parameters)")
     return lines
+
+
+def _edge_flags(rows: list[dict], best: dict) -> dict[str, str]:
+    """Per variant: which of the selected eta / C still sit at an end of the values tried at its E ("no" if none)."""
+    flags = {}
+    for n, b in best.items():
+        mine = [r for r in rows if r["variant"] == n and r["epochs"] == b["epochs"]]
+        if not mine:
+            continue
+        at = []
+        for col, label in (("learning_rate", "eta"), ("clip_norm", "C")):
+            values = sorted({r[col] for r in mine})
+            if len(values) > 1 and (np.isclose(b[col], values[0]) or np.isclose(b[col], values[-1])):
+                at.append(f"{label} ({'low' if np.isclose(b[col], values[0]) else 'high'})")
+        flags[n] = ", ".join(at) or "no"
+    return flags
 
 
 def accuracy_cell(b: dict) -> str:
@@ -435,19 +589,33 @@ def accuracy_cell(b: dict) -> str:
 
 
 def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimate, timings,
-                 parts: int = 1, load: float | None = None) -> pathlib.Path:
-    lines = [f"# DP-SGD-General on MNIST ({'quick' if quick else 'full' if cfg == FULL else 'reduced'} protocol)", "",
+                 parts: int = 1, load: float | None = None, construction: str = "paper",
+                 run_rows: list[dict] | None = None) -> pathlib.Path:
+    lines = [f"# DP-SGD-General on MNIST ({'quick' if quick else 'full' if cfg == FULL else 'reduced'} protocol, "
+             f"construction: {construction})", "",
              f"Paper: {PAPER}. Paper's claims (sigma = 2): BC-SH 98.3 %, IC-SS 98.4 %; hyperparameters unknown "
              "(Appendix H is missing from the text).", "",
              f"Protocol (ours): {cfg['n_train']} training / {cfg['n_test']} test images; every round uses "
-             f"ms = {ROUND_RECORDS} records, sums m clipped terms, adds N(0, (2 C sigma)^2 I) and divides by m "
-             f"(Algorithm 1); E in {list(cfg['epochs'])}, eta in {list(cfg['lrs'])}, C in {list(cfg['clips'])}, "
-             f"{_seeds_text(cfg, best)}, sigma = {SIGMA}. Selection on test accuracy (its privacy cost is ignored).", "",
-             "| variant | round | best test accuracy (%, mean over seeds) | E | eta | C | paper (%) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"ms = {ROUND_RECORDS} records, sums m clipped terms, adds N(0, (2 C z)^2 I) and divides by m "
+             f"(Algorithm 1; z = the dpjax noise multiplier below: sigma for 'paper'); E in {list(cfg['epochs'])}, eta in {list(cfg['lrs'])}, C in {list(cfg['clips'])}, "
+             f"{_seeds_text(cfg, best)}, sigma = {SIGMA}. Selection on test accuracy (its privacy cost is ignored); "
+             + (f"a selection at an end of the values tried is extended by one geometric step (at most "
+                f"{cfg['max_extensions']} per side and axis)." if cfg.get("max_extensions", 0) else
+                "no grid-edge extension (a run made before the rule, or max_extensions = 0)."), ""]
+    if construction == "authors":
+        lines += [f"Construction 'authors': the noise placement and clipping of the batch-clipping code of the authors' "
+                  f"group ({AUTHORS_REPO}, PyTorchProjectFramework/), see the variant column; the learning rate decays "
+                  f"x{AUTHORS_LR_DECAY} per epoch (main_new.py line 210). The privacy below is what dpjax's accountant "
+                  "certifies for the noise actually added (dpjax noise multiplier = sigma x factor), not the paper's "
+                  "sigma = 2 guarantee.", ""]
+    edges = _edge_flags(run_rows or [], best)
+    lines += ["| variant | round | best test accuracy (%, mean over seeds) | E | eta | C | dpjax noise multiplier | "
+              "at grid edge | paper (%) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n, b in best.items():
+        nm = SIGMA * family_kwargs(chosen[n])[1] if chosen[n].get("private", True) else 0.0
         lines.append(f"| {n} | {describe(chosen[n])} | {accuracy_cell(b)} | {b['epochs']} | "
-                     f"{b['learning_rate']} | {b['clip_norm']} | {PAPER_ACCURACY.get(n, '-')} |")
+                     f"{b['learning_rate']} | {b['clip_norm']} | {nm:.4g} | {edges.get(n, '-')} | "
+                     f"{PAPER_ACCURACY.get(n, '-')} |")
     lines += ["", "Privacy of the selected configurations (delta = 1e-5; replace-up-to-g, N fixed; "
               "strong adversary unless 'standard'):", "",
               "| variant | g | strong-exact | sqrt-gE | generic-group | standard |", "| --- | --- | --- | --- | --- | --- |"]
@@ -465,9 +633,16 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
         lines += ["", f"BC-SH reaches {100 * bc['mean']:.2f} % against IC-SS {100 * ic['mean']:.2f} % "
                   f"(gap {gap:+.2f} points; paper: 98.3 % vs 98.4 %): "
                   + ("within a few points, as the paper says." if abs(gap) <= 3 else
-                     "NOT within a few points. With the same ms per round both make the same number of rounds, "
+                     "NOT within a few points." + (" With the same ms per round both make the same number of rounds, "
                      f"but BC-SH sums m = {ROUND_RECORDS // MINI_BATCH} clipped terms against IC-SS's "
-                     f"{ROUND_RECORDS}, so its noise per unit of signal is {MINI_BATCH}x larger.")]
+                     f"{ROUND_RECORDS}, so its noise per unit of signal is {MINI_BATCH}x larger."
+                                                   if construction == "paper" else ""))]
+    if construction == "authors" and privacy:
+        eps = {n: {r["accountant"]: r["epsilon"] for r in rs if r["group_size"] == 1} for n, rs in privacy.items()}
+        lines += ["", "Certified epsilon of the authors' noise at g = 1 (delta = 1e-5): " + "; ".join(
+            f"{n}: strong-exact {e.get('strong-exact', float('nan')):.4g}, standard {e.get('standard', float('nan')):.4g}"
+            for n, e in eps.items()) + ". The paper's Algorithm 1 at sigma = 2 certifies the values of the 'paper' "
+            "construction's report for the same E."]
     if one:
         lines += ["", f"BC-SH with m = 1 (eq. (4) as printed: one clipped mean of {ROUND_RECORDS} records per round) "
                   f"reaches {100 * one['mean']:.2f} %: its message has norm <= C and noise of norm hundreds of C, "
@@ -497,6 +672,6 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
 
 
 @register("dpsgd-mnist", paper=PAPER, description="BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2",
-          report_only=report_only)
-def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
-    return run_protocol(pathlib.Path(out), quick=quick, seed=seed, data_dir=data_dir)
+          constructions=CONSTRUCTIONS, report_only=report_only)
+def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, construction: str = "paper") -> pathlib.Path:
+    return run_protocol(pathlib.Path(out), quick=quick, seed=seed, data_dir=data_dir, construction=construction)

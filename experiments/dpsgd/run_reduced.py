@@ -11,12 +11,14 @@ one output folder (each variant's rows depend only on its own seeds and keys).
     python experiments/dpsgd/run_reduced.py --epochs 10 --lrs 0.01 0.03 0.1 0.3 1.0 \
         --clips 0.1 0.5 1.0 2.0 5.0 --seeds 3 --only BC-SH --out parts/BC-SH
     python experiments/dpsgd/run_reduced.py --merge parts/* --out merged
+    # the quick protocol (with its grid-edge extensions) for BC-SH and IC-SS only, either construction
+    python experiments/dpsgd/run_reduced.py --quick --construction paper --out experiments/dpsgd/quick/dpsgd-mnist-paper-bc-ic
 """
 
 import argparse
 import pathlib
 
-from dpjax.reproduce.dpsgd_mnist import FULL, merge_parts, run_protocol
+from dpjax.reproduce.dpsgd_mnist import CONSTRUCTIONS, FULL, QUICK, merge_parts, run_protocol
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,11 +30,16 @@ if __name__ == "__main__":
     ap.add_argument("--clips", type=float, nargs="+", default=[1.0])
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--merge", nargs="+", default=None, help="finished part folders to merge into --out")
+    ap.add_argument("--quick", action="store_true", help="the quick protocol's grid (ignores --epochs/--lrs/--clips/--seeds)")
+    ap.add_argument("--construction", choices=CONSTRUCTIONS, default="paper")
     args = ap.parse_args()
     if args.merge:
         print(merge_parts(pathlib.Path(args.out), [pathlib.Path(p) for p in args.merge]))
+    elif args.quick:
+        print(run_protocol(pathlib.Path(args.out), quick=True, seed=0, data_dir=args.data_dir, config=dict(QUICK),
+                           only=tuple(args.only.split(",")), construction=args.construction))
     else:
         config = dict(FULL, epochs=tuple(args.epochs), lrs=tuple(args.lrs), clips=tuple(args.clips),
                       seeds=args.seeds)
         print(run_protocol(pathlib.Path(args.out), quick=False, seed=0, data_dir=args.data_dir, config=config,
-                           only=tuple(args.only.split(","))))
+                           only=tuple(args.only.split(",")), construction=args.construction))

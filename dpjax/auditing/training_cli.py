@@ -1,0 +1,104 @@
+"""``dpjax audit training``: the one-run audit of actual training runs (``dpjax.auditing.training``).
+
+    dpjax audit training                                   # both families, honest run and both mutants
+    dpjax audit training --family isrl-mbsgd --mutant no-clip --canaries 20000 --delta 1e-7
+    dpjax audit training --out experiments/audit/training
+
+Prints one line per run; with ``--out`` writes ``training_audit.md`` and ``training_audit.json``
+(refused when they exist, unless ``--overwrite``). Exit status 0 when the honest runs' lower
+bounds stay at or below their certified epsilon and every mutant's exceeds it, 1 otherwise,
+2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+__all__ = ["add_arguments", "run"]
+
+_FILES = ("training_audit.md", "training_audit.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``training`` audit's flags on the ``dpjax audit`` parser (ignored by the canary audits)."""
+    from dpjax import _validate as v
+    from dpjax.auditing.training import FAMILIES, MUTANTS
+
+    g = p.add_argument_group("dpjax audit training (one-run audit of a training run)")
+    g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: both)")
+    g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default="all",
+                   help="mutants to run beside the honest run: one, none or all (default)")
+    g.add_argument("--canaries", type=v.flag_type("--canaries", v.parse_int), default=1_000_000,
+                   help="Dirac gradient canaries = training records (default 10^6)")
+    g.add_argument("--rounds", type=v.flag_type("--rounds", v.parse_int), default=4, help="training rounds (default 4)")
+    g.add_argument("--noise-multiplier", type=float, default=4.0, help="sigma (default 4: GDP mu 0.5 over 4 rounds)")
+    g.add_argument("--delta", type=float, default=1e-9, help="delta of certificate and bound (default 1e-9; "
+                   "2 x canaries x delta must stay well below 1 - confidence)")
+
+
+def _check_out(out: str, overwrite: bool) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"out={out!r} is a file; give a directory")
+    existing = [f for f in _FILES if os.path.exists(os.path.join(out, f))]
+    if existing and not overwrite:
+        raise ValueError(f"out={out!r} already holds {', '.join(existing)}; pass --overwrite to replace them")
+
+
+def markdown(audits, header: str) -> str:
+    lines = [header, "", "| family | run | certified eps | accountant | one-run lower bound (95 %) | correct / guesses | "
+             "canaries | verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for a in audits:
+        verdict = ("caught" if a.passed else "NOT caught") if a.mutant else ("pass" if a.passed else "FAIL")
+        lines.append(f"| {a.family} | {a.mutant or 'honest'} | {a.certified_epsilon:.3f} | {a.accountant} | "
+                     f"{a.bound.epsilon:.3f} | {a.bound.v} / {a.bound.r} | {a.canaries} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    import platform
+    import time
+
+    import jax
+
+    from dpjax import _validate as v
+    from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
+
+    extra = [m for m in args.mechanisms if m != "training"]
+    if extra or args.all:
+        raise ValueError(f"mechanisms={args.mechanisms!r}: 'training' runs alone (no other MECHANISM, no --all)")
+    v.check_seed("--seed", args.seed)
+    v.check_open_unit("confidence", args.confidence)
+    if args.out is not None:
+        _check_out(args.out, args.overwrite)
+    families = FAMILIES if args.family is None else (args.family,)
+    mutants = (None,) + (MUTANTS if args.mutant == "all" else () if args.mutant == "none" else (args.mutant,))
+    start = time.perf_counter()
+    audits = []
+    for fam in families:
+        for mut in mutants:
+            a = training_audit(fam, mut, canaries=args.canaries, rounds=args.rounds,
+                               noise_multiplier=args.noise_multiplier, delta=args.delta, confidence=args.confidence,
+                               seed=args.seed)
+            print(format_row(a), flush=True)
+            audits.append(a)
+    wall = time.perf_counter() - start
+    passed = all(a.passed for a in audits)
+    header = (f"# dpjax one-run training audit (Steinke, Nasr & Jagielski 2023)\n\n{args.canaries} Dirac gradient "
+              f"canaries of random sign, {args.rounds} full-batch rounds, noise multiplier {args.noise_multiplier}, "
+              f"clip 1, canaries at 100 x the clip; delta {args.delta:g}, confidence {args.confidence:.0%} (Bonferroni "
+              f"over the guess plan); seed {args.seed}; wall time {wall:.0f} s. Honest runs pass when the lower bound "
+              "is at most the certified epsilon; mutants are caught when it exceeds it.")
+    md = markdown(audits, header)
+    if args.out is not None:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, _FILES[0]), "w") as f:
+            f.write(md)
+        meta = {"wall_seconds": wall, "jax": jax.__version__, "python": platform.python_version(),
+                "cpu_count": os.cpu_count(), "passed": passed}
+        with open(os.path.join(args.out, _FILES[1]), "w") as f:
+            json.dump({"meta": meta, "audits": [a.as_dict() for a in audits]}, f, indent=2)
+    else:
+        print(md)
+    return 0 if passed else 1

@@ -148,10 +148,14 @@ def rescale(rows: list[dict], protocols: list[dict], peaks: Peaks) -> tuple[list
                 calls=r["calls"], loops=r["loops"])
         n.update({k: v for k, v in r.items() if k.startswith("_")})
         new_rows.append(n)
-    new_protocols = []
+    new_protocols, factor = [], {}
     for p in protocols:
-        mine = [r for r in new_rows if r["group"] == p["figure"]]
-        floor = sum(r["calls"] * r["floor_ms"] / 1e3 for r in mine)
+        if isinstance(p["calls"], int):
+            mine = [r for r in new_rows if r["group"] == p["figure"]]
+            floor = sum(r["calls"] * r["floor_ms"] / 1e3 for r in mine)
+            factor[p["figure"]] = floor / p["floor_s"] if p["floor_s"] else 1.0
+        else:  # an extrapolated row (device_suite's DIFF2 full protocol): its probe's floor, rescaled
+            floor = p["floor_s"] * factor.get(p["figure"], 1.0)
         new_protocols.append(dict(p, floor_s=floor, measured_over_floor=p["measured_s"] / floor if floor else math.inf))
     return new_rows, new_protocols
 
@@ -336,9 +340,14 @@ class Recorder:
         rec.chunks += len(chunk_args)
         if first:
             original(program, chunk_args)  # compile + warm-up
-            t0 = CLOCK()
-            out = original(program, chunk_args)
-            rec.seconds = CLOCK() - t0
+            # the best of up to 5 calls within ~1 s (one call when a call is slower): a shared machine
+            times, spent = [], 0.0
+            while not times or (len(times) < 5 and spent < 1.0):
+                t0 = CLOCK()
+                out = original(program, chunk_args)
+                times.append(CLOCK() - t0)
+                spent += times[-1]
+            rec.seconds = min(times)
             rec.total_seconds += rec.seconds
             rec.real_calls += 1
             rec.out = out[:1]
@@ -392,11 +401,19 @@ def run_figure(name: str, protocol: str, replay: bool, peaks: Peaks, data_dir=No
     if fig.reads_data:
         kwargs["data_dir"] = data_dir
     t0 = CLOCK()
+    abandoned = None
     with tempfile.TemporaryDirectory() as tmp, recorder.patch():
-        fig.fn(pathlib.Path(tmp), **kwargs)
+        try:
+            fig.fn(pathlib.Path(tmp), **kwargs)
+        except _FigureTimeout as err:  # keep the programs recorded so far
+            if not recorder.programs:
+                raise
+            abandoned = str(err)
     wall = CLOCK() - t0
     proto = recorder.protocol(name, protocol, peaks)
     proto["wall_s"] = wall
+    if abandoned:
+        proto["how"] += f" (figure {abandoned}: the programs and calls up to then)"
     log(f"  {name} ({protocol}): {proto['programs']} programs, {proto['calls']} calls, wall {wall:.1f} s")
     return recorder.rows(name, peaks), proto
 

@@ -2,7 +2,11 @@
 
 Sized to finish in under 8 minutes on one H100 (full size; an estimate from
 the CPU measurements, never run on one: no accelerator was available when it
-was written) and in well under a minute at ``--reduced`` size on a CPU (CI).
+was written). ``--reduced`` is the CI size on a CPU; on the shared 2-core CPU
+under load average 20-30 its sections took 47-81 s (DP steps), 330-600 s
+(Fig. 4 sweep) and 260-370 s (DIFF2), almost all XLA compilation (a costed
+program is compiled four times: itself and three loop-free variants); its
+time on an idle CPU was not measured.
 Sections (each prints its rows as they finish; a section whose dataset is
 missing prints one ``skipped`` line and the rest goes on):
 

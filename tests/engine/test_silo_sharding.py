@@ -30,8 +30,10 @@ def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
     assert len(lines) == 4 * 4, r.stdout
     for line in lines:
         if line.startswith("glm-dense"):
-            # XLA:CPU's matrix-vector product of the GLM's closed form (x @ w over the silos' rows) sums in
-            # another order when its row count shrinks to a device's share: float reordering only.
+            # The GLMs' closed-form round compiled with a sharded silo axis can differ from the unsharded
+            # one in the last bits at some shapes (observed: <= 9.3e-7 relative at 16 silos x 32 rows x
+            # d = 8, the same for 2 and 8 devices, so not the cross-device sum order): float reordering
+            # only. At this test's shapes it is identical.
             assert "IDENTICAL" in line or float(line.split("max_abs_diff=")[1]) < 1e-6, line
         else:
             assert "IDENTICAL" in line, line

@@ -21,6 +21,14 @@ reduction over the same ``[N, ...]`` array, computed on every device alike;
 without a silo mesh ``gather_silos`` is the identity and the traced program
 is unchanged. Random draws agree because JAX's threefry is partitionable (a
 sharded draw yields the unsharded values).
+
+Tested (tests/engine/test_silo_sharding.py, 8 host devices): flax-MLP runs
+(full / fixed availability, private / non-private) are bit-identical on 1, 2,
+4 and 8 devices. The GLMs' closed-form round, compiled with a sharded silo
+axis, can differ in the last bits at some shapes (<= 9.3e-7 relative observed
+at 16 silos x 32 rows x d = 8, the same on 2 and 8 devices: XLA compiles the
+partitioned per-silo products differently, not a cross-device sum); not
+root-caused.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.roles import Context
+from dpjax.engine.silo_sharding import gather_silos
 
 PyTree = Any
 PLACEMENTS = ("silo", "server")
@@ -166,11 +167,13 @@ class ChainFamily(FamilyBase):
         query = p.server.query(state.params, state.server, ctx)
         units, client = p.client.update(query, batch, data, state.client, ctx)
         messages, clipper = p.clipper.update(units, state.clipper, ctx)
+        # gather_silos: identity unless the run's silo axis is sharded (then the aggregator reduces
+        # the replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding)
         if p.placement == "silo":
             messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
-            update, aggregator = p.aggregator.update(messages, batch, state.aggregator, ctx)
+            update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
         else:
-            update, aggregator = p.aggregator.update(messages, batch, state.aggregator, ctx)
+            update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
             update, privatizer = p.privatizer.update(update, batch, state.privatizer, ctx)
         params, server = p.server.update(update.value, state.params, state.server, ctx)
         averager = p.averager.update(state.averager, state.params, params, ctx)

@@ -169,6 +169,6 @@ class NoisyMbSgd(ChainFamily):
         return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, shape.n_max)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")

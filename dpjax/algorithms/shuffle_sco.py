@@ -456,7 +456,7 @@ def _dim(problem) -> int:
     return int(sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes)))
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 # One sweep run is one phase (``ScoHParams.SWEEP_AXES``); the non-private twin is ``aggregator="exact"``.
 register_family("shuffle-sgd", ShuffleSgd)

@@ -171,6 +171,6 @@ class UnbalancedNoisyMbSgd(ChainFamily):
             averager=Averager(self.output, self.window))
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-unbalanced", UnbalancedNoisyMbSgd, twin="unbalanced")

@@ -16,13 +16,14 @@
 
 from dpjax.sweep.config import SweepConfig
 from dpjax.sweep.driver import SweepResult, run_sweep
-from dpjax.sweep.registry import ALGORITHMS, DATASETS, AlgorithmEntry, DatasetEntry, register_algorithm, register_dataset
+from dpjax.engine.registry import ALGORITHMS, AlgorithmEntry, register_algorithm
+from dpjax.sweep.datasets import DATASETS, DatasetEntry, register_dataset
 from dpjax.sweep.store import load_results
-from dpjax.sweep import registry as _registry
+from dpjax.algorithms import load_families
 
 __all__ = [
     "SweepConfig", "SweepResult", "run_sweep", "load_results", "ALGORITHMS", "DATASETS",
     "AlgorithmEntry", "DatasetEntry", "register_algorithm", "register_dataset",
 ]
 
-_registry.load_families()  # every dpjax.algorithms module registers its families
+load_families()  # every dpjax.algorithms module registers its families

@@ -25,7 +25,8 @@ import itertools
 import json
 import math
 
-from dpjax.sweep import registry
+from dpjax.engine import registry
+from dpjax.sweep import datasets
 from dpjax.sweep.config import SweepConfig
 
 
@@ -90,7 +91,7 @@ def identity(cfg: SweepConfig, group: Group, trial, rep, config: dict) -> dict:
         "num_rounds": cfg.num_rounds,
         "eval_every": cfg.eval_every,
         "seed": cfg.seed,
-        "data": registry.get_dataset(cfg.data["name"]).resolve(cfg.data),
+        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data),
         "privacy": cfg.privacy,
         "static": group.static,
         "trial": trial,

@@ -31,7 +31,8 @@ from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
 from dpjax import engine
 from dpjax.primitives.sampling import FixedAvailability
-from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
+from dpjax.engine import registry
+from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, datasets, run_sweep
 from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
@@ -104,7 +105,7 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
         td = sw.trial(int(row.trial))
         alg, hp = direct(name, td.problem, row)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        one = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                          eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = evals[evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_loss", "train_error", "test_error"):
@@ -334,7 +335,7 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     td = Sweep(cfg, jax.local_devices()[:1]).trial(0)
     alg, hp = make(td.problem, row)
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), 0), 0)
-    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                      eval_data=td.eval_data, eval_every=R)
     # one run in both (no vmap batching differences): equal up to float32 fusion order
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)

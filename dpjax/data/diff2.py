@@ -34,7 +34,7 @@ import numpy as np
 
 from dpjax._validate import check_choice, check_int
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.isrl import CONSTRUCTIONS, _check_seed, _check_train_fraction, authors_train_test_split
+from dpjax.data.isrl import CONSTRUCTIONS, authors_train_test_split, check_seed, check_train_fraction
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, find_file
 from dpjax.data.preprocess import label_encode, one_hot, split_sizes, standardize_fit
 from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, check_known_file, download_dataset
@@ -509,8 +509,8 @@ def diff2_silos(
     check_choice("normalization_stats", normalization_stats, ("all", "train"))
     if drop_remainder is None:
         drop_remainder = not authors
-    seed = _check_seed(seed)
-    train_fraction = _check_train_fraction(train_fraction)
+    seed = check_seed(seed)
+    train_fraction = check_train_fraction(train_fraction)
     if authors and (normalization_stats != "train" or drop_remainder or train_fraction != 0.8):
         raise ValueError(f"construction='authors' fixes normalization_stats='train', drop_remainder=False and "
                          f"train_fraction=0.8 (got {normalization_stats!r}, {drop_remainder!r}, {train_fraction!r})")

@@ -112,7 +112,7 @@ from flax.nnx.nn import dtypes as nnx_dtypes
 from dpjax.primitives import clipping
 
 PyTree = Any
-_TINY = clipping._TINY
+_TINY = 1e-30  # the norm floor of clipping.clip_to_norm (factor min(1, C / max(norm, floor)))
 _HIGHEST = jax.lax.Precision.HIGHEST
 _SCOPE = "dpjax_ghost_"
 _SCOPE_RE = re.compile(_SCOPE + r"(\d+)")

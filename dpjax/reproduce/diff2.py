@@ -174,7 +174,7 @@ def _squared_loss_problem_cls():
         def loss(self, params, x, y):
             import jax.numpy as jnp
 
-            return jnp.sum(jnp.square(self._out(params, x) - y))
+            return jnp.sum(jnp.square(self.output(params, x) - y))
 
     return _SquaredLossMLP
 
@@ -201,7 +201,7 @@ def make_eval_fn(problem, classification: bool):
         }
         if classification:
             for name, x, y in (("train_accuracy", ed["xtr"], ed["ytr"]), ("test_accuracy", ed["xte"], ed["yte"])):
-                logits = jax.vmap(problem._out, in_axes=(None, 0))(params, x)
+                logits = jax.vmap(problem.output, in_axes=(None, 0))(params, x)
                 out[name] = jnp.mean((jnp.argmax(logits, -1) == y).astype(jnp.float32))
         return out
 

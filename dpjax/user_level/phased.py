@@ -235,7 +235,7 @@ def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho
     n, m, d = x.shape
     if mode == "rate-shape":
         sigma0 = rho * loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
-        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(key, sigma0, d)), None
+        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech.gaussian_noise(key, sigma0, d)), None
     first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k,
                                           fallback=_fallback(mode))
     if first.status != mech.OK:

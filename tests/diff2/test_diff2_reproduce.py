@@ -31,11 +31,11 @@ def test_mlp_init_bounds_and_squared_loss_convention():
         assert np.max(np.abs(leaf)) <= 1 / math.sqrt(fan_in)
         assert np.max(np.abs(leaf)) > 0.5 / math.sqrt(fan_in)  # uniform over the whole range, not tiny
     x = np.ones(8, np.float32)
-    pred = float(prob._out(params, x)[0])
+    pred = float(prob.output(params, x)[0])
     assert float(prob.loss(params, x, 2.0)) == pytest.approx((pred - 2.0) ** 2, rel=1e-5)  # no 1/2 (A18)
     cls = rep.mlp_problem(5, 3, "classification")
     p2 = cls.init_params(jax.random.key(1))
-    logits = np.asarray(cls._out(p2, np.ones(5, np.float32)))
+    logits = np.asarray(cls.output(p2, np.ones(5, np.float32)))
     assert float(cls.loss(p2, np.ones(5, np.float32), np.int32(1))) == pytest.approx(
         float(np.log(np.exp(logits).sum()) - logits[1]), rel=1e-5)
 

@@ -209,7 +209,7 @@ def test_user_level_figures(captured):
     from dpjax.reproduce import user_level as U
 
     xs = [4, 16, 64, 256]
-    U._loglog(plt, [("D5: excess vs m", "m", "excess empirical risk",
+    U.loglog_panels(plt, [("D5: excess vs m", "m", "excess empirical risk",
                      [("measured", xs, [1 / x for x in xs], "o-"), ("bound", xs, [2 / x**0.5 for x in xs], "k--")])])
     rng = np.random.default_rng(0)
     U.plot_tail(plt, [(m, np.abs(rng.normal(0, math.sqrt(m), 2000)), None) for m in (20, 80)], (0.1, 0.01), 2000)

@@ -147,7 +147,7 @@ def test_shuffle_sco_figures(tmp_path, captured):
     rng = np.random.default_rng(0)
     plots = {"bits": (rng.normal(30, 6, 500), rng.normal(30, 6, 500), support, pmf, lambda v: np.round(v)),
              "profile": (np.linspace(0, 3, 50), np.exp(-10 * np.linspace(0, 3, 50)), 1.4, 1e-3)}
-    R._plot_protocols(tmp_path / "p.png", rows, plots)
+    R.plot_protocols(tmp_path / "p.png", rows, plots)
     _check_all(captured(), 1)
 
     def point(alg, iname, sweep, n, d, v, **kw):
@@ -159,7 +159,7 @@ def test_shuffle_sco_figures(tmp_path, captured):
             rows += [point(protocol, iname, "n", n, 8, 10 / n**0.7), point(f"{protocol}_twin", iname, "n", n, 8, 1 / n),
                      point(f"central_dp[{protocol}]", iname, "n", n, 8, 3 / n)]
         rows += [point(protocol, iname, "d", 10**4, d, 0.01 * d**0.4) for d in (2, 8, 32, 128)]
-    R._plot_rates(tmp_path / "r.png", rows, [])
+    R.plot_rates(tmp_path / "r.png", rows, [])
     _check_all(captured(), 1)
     R.plot_regimes(tmp_path / "g.png", [dict(r, epsilon=0.9) for r in rows])
     _check_all(captured(), 1)

@@ -120,18 +120,19 @@ def test_dpjax_plot_store(tmp_path, captured):
 
 def test_plot_panels_and_isrl_figure(tmp_path, captured):
     from dpjax.reproduce import isrl
+    from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
 
     rows = []
-    for alg, cal in ((isrl.MB, "paper"), (isrl.LOCAL, "paper"), (isrl.MB, "tight"), (isrl.LOCAL, "tight")):
+    for alg, cal in ((MB, "paper"), (LOCAL, "paper"), (MB, "tight"), (LOCAL, "tight")):
         for e in (0.5, 2.0, 8.0):
             rows.append({"num_silos": 4, "silos_per_round": 2, "algorithm": alg, "calibration": cal, "epsilon": e,
                          "mean": 0.3 / e, "p_lo": 0.2 / e, "p_hi": 0.4 / e, "half_width": 0.1 / e, "n_trials": 3})
-    for alg in (isrl.MB_NP, isrl.LOCAL_NP):
+    for alg in (MB_NP, LOCAL_NP):
         rows.append({"num_silos": 4, "silos_per_round": 2, "algorithm": alg, "calibration": "none",
                      "epsilon": math.inf, "mean": 0.1, "p_lo": 0.1, "p_hi": 0.1, "half_width": 0.0, "n_trials": 3})
     exp = isrl.Experiment("isrl-x", "test_error", (isrl.Setting(4, 2),), (0.5, 2.0, 8.0), 8.0, 5, 1, 1, (0.1,),
                           (0.1,))
-    isrl._plot(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
+    isrl.plot_figure(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
     _check_all(captured(), 1)
 
 

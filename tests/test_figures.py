@@ -178,7 +178,7 @@ def test_diff2_figure(tmp_path, captured):
 
     summary = {(alg, e): {m: entry(s) for m in ("train_loss", "test_loss")}
                for alg, e, s in (("GD", math.inf, 0.01), ("DP-GD", 3.0, 0.02), ("DIFF2-GD", 3.0, 0.015))}
-    diff2._plot(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
+    diff2.plot_figure(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
     _check_all(captured(), 1)
 

@@ -75,7 +75,7 @@ def test_tiny_end_to_end_pipeline(tmp_path, shared_data):
     g = summ[("GD", math.inf)]["train_loss"]["curves"]
     assert np.all(g[:, -1] < g[:, 0])
     assert np.allclose(g[:, 0], summ[("DIFF2-GD", 3.0)]["train_loss"]["curves"][:, 0])
-    report = rep._write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
+    report = rep.write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
                                 {"california_housing": res}, {"california_housing": summ}, proto, True, 1.0)
     df = pd.read_csv(tmp_path / "results.csv")
     for col in ("algorithm", "epsilon", "trial", "metric", "value", "accountant"):

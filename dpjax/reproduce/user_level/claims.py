@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from dpjax.reproduce.user_level.config import SLOPE_TOL

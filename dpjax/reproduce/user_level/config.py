@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 PAPER = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
 SLOPE_TOL = 0.15
 DELTA = 1e-6

@@ -11,8 +11,8 @@ line; ``dpjax.algorithms.load_families()`` imports them all). Its ``AlgorithmEnt
 
 * static fields (compile-time; one program per combination) from the family
   dataclass (``contract.static_fields``), with their defaults; the twin name
-  fixes ``private=False``; ``available`` is accepted for ``availability``
-  (an int M, ``"all"`` or a pmf list);
+  fixes ``private=False``; ``availability`` is an int M, ``"all"`` or a
+  pmf list;
 * per-run fields (vmapped inside one program) from ``hparams_type``
   (``contract.hparam_fields``): scalar fields are grid axes; a nested field
   whose type declares ``SWEEP_AXES``/``from_sweep`` is built from those axes
@@ -65,7 +65,6 @@ class BuildContext:
 # ---------------------------------------------------------------------------
 ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
-ALIASES = {"available": "availability"}  # config names kept from earlier sweep configs
 _NOT_CONFIGURABLE = ("problem", "num_rounds", "log_indices")
 
 
@@ -154,8 +153,7 @@ class AlgorithmEntry:
 
     @property
     def static_fields(self) -> tuple[str, ...]:
-        names = tuple(self._fields)
-        return names + tuple(a for a, k in ALIASES.items() if k in names)
+        return tuple(self._fields)
 
     @property
     def required_static(self) -> tuple[str, ...]:
@@ -214,7 +212,7 @@ class AlgorithmEntry:
     # -- building ------------------------------------------------------------
     def build(self, problem, num_rounds: int, static: dict, ctx: BuildContext | None = None):
         """The family object; constructing it validates every static field."""
-        kw = {ALIASES.get(k, k): v for k, v in static.items()}
+        kw = dict(static)
         for k in SIZE_RULE_FIELDS:
             if k in kw:
                 kw[k] = _resolve_size(kw[k], ctx)
@@ -317,22 +315,22 @@ class AlgorithmEntry:
         the objects, naming the key (``static.k`` / ``grid.k[i]``)."""
         merged = {k: (v,) for k, v in static.items()}
         merged.update({k: tuple(v) for k, v in grid.items() if k in self.static_fields})
-        names = {ALIASES.get(k, k) for k in merged}
+        names = set(merged)
         for k in self.required_static:
             if k not in names:
                 raise ValueError(f"static.{k} is missing; algorithm {self.name!r} needs it")
         first = {k: v[0] for k, v in merged.items()}
         for k, vals in merged.items():
-            field = self._fields[ALIASES.get(k, k)]
+            field = self._fields[k]
             for v in vals:
-                if v == ISRL_EXPERIMENT and ALIASES.get(k, k) in SIZE_RULE_FIELDS:
+                if v == ISRL_EXPERIMENT and k in SIZE_RULE_FIELDS:
                     if "epsilon" not in grid:
                         raise ValueError(f"static.{k}={ISRL_EXPERIMENT!r} needs an epsilon axis (K uses the largest "
                                          "epsilon); give an int" + ("" if self.private else " (non-private family)"))
                     continue
                 if isinstance(field.default, (bool, str)) and type(v) is not type(field.default):
                     raise ValueError(f"static.{k}={v!r} must be a {type(field.default).__name__}")
-                trial = {kk: vv for kk, vv in first.items() if kk in (k,) or ALIASES.get(kk, kk) in self.required_static}
+                trial = {kk: vv for kk, vv in first.items() if kk in (k,) or kk in self.required_static}
                 trial[k] = v
                 try:
                     self.build(_placeholder_problem(), num_rounds, trial)

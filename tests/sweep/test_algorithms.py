@@ -43,7 +43,7 @@ CONFIGS = {
     "isrl-mbsgd": ({"batch_size": 8, "sampling": "without-replacement"},
                    {"learning_rate": [0.1, 1.0], "noise_multiplier": [0.5], "clip_norm": ["1*maxnorm"]}),
     "mbsgd": ({"batch_size": 8}, {"learning_rate": [0.1, 1.0]}),
-    "isrl-local-sgd": ({"local_steps": 3, "available": 2},
+    "isrl-local-sgd": ({"local_steps": 3, "availability": 2},
                        {"learning_rate": [0.05, 0.3], "noise_multiplier": [0.1], "clip_norm": [1.0]}),
     "local-sgd": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
     "fedavg": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),

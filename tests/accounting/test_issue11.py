@@ -257,12 +257,10 @@ def test_passes_count_dropped_remainder_records():
 
 
 # ------------------------------------------------------------------ finding 7 (accounting half of finding 11)
-def test_cli_noise_multiplier_and_deprecated_sigma(capsys):
+def test_cli_noise_multiplier(capsys):
     args = ["--batch-size", "10", "--dataset-size", "1000", "--steps", "100", "--delta", "1e-5", "--accountant", "rdp"]
     new, err_new = _cli_json(capsys, "--noise-multiplier", "2", *args)
-    old, err_old = _cli_json(capsys, "--sigma", "2", *args)
-    assert "deprecated" in err_old and "--noise-multiplier" in err_old and not err_new
-    assert old["epsilon"] == new["epsilon"] and new["noise_multiplier"] == 2.0
+    assert not err_new and new["noise_multiplier"] == 2.0
     assert new["noise_std"] == pytest.approx(2.0 * 2)  # replace-one: sensitivity 2 x contribution bound 1
     assert "sigma" not in new
 

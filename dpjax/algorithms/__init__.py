@@ -1,8 +1,8 @@
 """Algorithms: one family per module, each a frozen config with pure init/step."""
 
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, MbSgdState, NoisyMbSgd
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 
-__all__ = ["MbSgdHParams", "MbSgdState", "NoisyMbSgd", "load_families"]
+__all__ = ["MbSgdHParams", "NoisyMbSgd", "load_families"]
 
 
 def load_families() -> None:

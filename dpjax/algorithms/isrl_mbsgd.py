@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 from dpjax.engine import federated
-from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
+from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches
 from dpjax.primitives import sampling as sampling_lib
@@ -84,9 +84,6 @@ def smallest_silo(silo_sizes) -> int:
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")
     return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
-
-
-MbSgdState = ChainState
 
 
 @dataclasses.dataclass(frozen=True)

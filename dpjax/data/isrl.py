@@ -13,7 +13,7 @@ import numpy as np
 
 from dpjax._validate import check_int, check_probability, check_choice
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.preprocess import PCA, pca_fit, pca_transform, split_sizes, standardize_fit
+from dpjax.data.preprocess import PCA, pca_fit, split_sizes, standardize_fit
 
 __all__ = [
     "CONSTRUCTIONS",

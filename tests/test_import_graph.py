@@ -222,6 +222,17 @@ def test_no_import_cycles():
     assert not cycles, "modules importing each other in a loop:\n" + "\n".join(detail)
 
 
+def test_no_package_cycles():
+    """Nor do the top-level packages (``dpjax.sweep``, ``dpjax.engine``, ...) import each other in a loop."""
+    top = lambda m: ".".join(m.split(".")[:2])  # noqa: E731
+    edges: dict[str, dict[str, int]] = {top(m): {} for m in MODULES}
+    for m, targets in graph().items():
+        for t, line in targets.items():
+            if top(t) != top(m):
+                edges[top(m)].setdefault(top(t), line)
+    assert not _cycles(edges), f"packages importing each other in a loop: {_cycles(edges)}"
+
+
 def test_no_upward_imports():
     upward = [f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]}) at line {line}"
               for m, targets in graph().items() for t, line in targets.items() if layer_of(t) > layer_of(m)]

@@ -84,9 +84,10 @@ def list_algorithms() -> dict[str, str]:
     """
     import inspect
 
-    from dpjax.sweep import registry
+    from dpjax.algorithms import load_families
+    from dpjax.engine import registry
 
-    registry.load_families()
+    load_families()
     out = {}
     for name, entry in sorted(registry.ALGORITHMS.items()):
         line = DESCRIPTIONS.get(name)

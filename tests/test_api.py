@@ -6,11 +6,12 @@ import inspect
 
 import dpjax
 import dpjax.algorithms
-from dpjax.sweep import registry
+from dpjax.algorithms import load_families
+from dpjax.engine import registry
 
 
 def _families():
-    registry.load_families()
+    load_families()
     return registry.ALGORITHMS
 
 

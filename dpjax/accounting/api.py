@@ -30,7 +30,7 @@ from dpjax.accounting.tight import (
     MAX_ACCOUNTED_NOISE_MULTIPLIER,
     TIGHT_ACCOUNTANTS,
     NotComputableError,
-    _float64_guard,
+    float64_guard,
     certifies,
     check_computable,
     tight_epsilon,
@@ -144,7 +144,7 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
         if not isinstance(schedule, GaussianSchedule):
             raise ValueError(f"accountant={accountant!r} accounts one schedule; compose with a tight accountant")
         check_computable(schedule, accountant)
-        with _float64_guard(accountant):
+        with float64_guard(accountant):
             report = _paper_epsilon(schedule, delta, accountant)
         if math.isnan(report.epsilon):
             raise NotComputableError(f"accountant={accountant!r} gives no finite bound for this schedule (NaN in "
@@ -177,7 +177,7 @@ def calibrate_noise(
 
     if accountant in PAPER_ACCOUNTANTS:
         eps_at = lambda std: compute_epsilon(schedule.replace(noise_std=std), delta, accountant).epsilon  # noqa: E731
-        with _float64_guard(accountant):
+        with float64_guard(accountant):
             return _calibrate_paper(schedule, target, delta, accountant, eps_at)
     if accountant == "best":
         # eps_best = min_a eps_a, each decreasing in the noise: the smallest noise is the min over accountants

@@ -8,8 +8,7 @@ Examples::
         --dataset-size 1238 --steps 35 --delta 6.5e-7 --json
 
 `--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution
-bound under replace-one, 1 x under add/remove); `--sigma` is its deprecated
-alias. With `--epsilon`, the noise is calibrated (never overshooting).
+bound under replace-one, 1 x under add/remove). With `--epsilon`, the noise is calibrated (never overshooting).
 `--sample-rate q` is accounted exactly for Poisson sampling; the fixed-size
 schemes need q n to be an integer batch. The default `--accountant best`
 reports the smallest epsilon any tight accountant certifies and names it.
@@ -40,7 +39,6 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--noise-multiplier", type=float, help="noise std / sensitivity")
-    g.add_argument("--sigma", type=float, dest="deprecated_sigma", help="deprecated alias of --noise-multiplier")
     g.add_argument("--epsilon", type=float, help="target epsilon: calibrate the noise")
     r = p.add_mutually_exclusive_group()
     r.add_argument("--sample-rate", type=float,
@@ -98,9 +96,6 @@ def run(args: argparse.Namespace) -> dict:
                             batch_size=k, steps=args.steps, neighboring=args.neighboring, unit=args.unit,
                             group_size=args.group_size)
     multiplier = getattr(args, "noise_multiplier", None)
-    if getattr(args, "deprecated_sigma", None) is not None:
-        print("warning: --sigma is deprecated, use --noise-multiplier (noise std / sensitivity)", file=sys.stderr)
-        multiplier = args.deprecated_sigma
     if multiplier is not None:
         std = v.check_nonnegative("noise_multiplier", multiplier) * base.sensitivity
     else:

@@ -90,7 +90,7 @@ class PrivacyUnit(str, enum.Enum):
     USER = "user"  # user-level: all records of one user (group_size of them)
 
 
-def _coerce_enum(name: str, value: Any, cls: type[enum.Enum]) -> Any:
+def coerce_enum(name: str, value: Any, cls: type[enum.Enum]) -> Any:
     if isinstance(value, cls):
         return value
     try:
@@ -100,7 +100,7 @@ def _coerce_enum(name: str, value: Any, cls: type[enum.Enum]) -> Any:
         raise ValueError(f"{name}={value!r} must be one of {choices}") from None
 
 
-_FIXED_SIZE = (
+FIXED_SIZE = (
     Sampling.WITHOUT_REPLACEMENT,
     Sampling.WITH_REPLACEMENT,
     Sampling.ONE_PASS,
@@ -155,9 +155,9 @@ class GaussianSchedule:
         set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
         set_("noise_std", v.check_nonnegative("noise_std", self.noise_std))
         set_("contribution_bound", v.check_positive("contribution_bound", self.contribution_bound))
-        set_("sampling", _coerce_enum("sampling", self.sampling, Sampling))
-        set_("neighboring", _coerce_enum("neighboring", self.neighboring, Neighboring))
-        set_("unit", _coerce_enum("unit", self.unit, PrivacyUnit))
+        set_("sampling", coerce_enum("sampling", self.sampling, Sampling))
+        set_("neighboring", coerce_enum("neighboring", self.neighboring, Neighboring))
+        set_("unit", coerce_enum("unit", self.unit, PrivacyUnit))
         n = v.check_int("dataset_size", self.dataset_size, min_value=1)
         set_("dataset_size", n)
         set_("steps", v.check_int("steps", self.steps, min_value=1))
@@ -193,7 +193,7 @@ class GaussianSchedule:
                 raise ValueError(f"sampling_rate={self.sampling_rate!r} is Poisson's declared rate; "
                                  f"sampling={self.sampling.value!r} takes none")
             set_("sampling_rate", v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
-        if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in _FIXED_SIZE:
+        if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in FIXED_SIZE:
             raise ValueError(
                 f"neighboring='add-remove' is not meaningful for sampling={self.sampling.value!r} "
                 "(fixed-size batches need a fixed, public dataset size); use 'replace-one'"

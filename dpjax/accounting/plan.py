@@ -68,7 +68,7 @@ import enum
 from typing import Any, Sequence
 
 from dpjax import _validate as v
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, _coerce_enum
+from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
 
 
@@ -104,8 +104,8 @@ class SelectionEvent:
     sampling_rate: float | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "sampling", _coerce_enum("sampling", self.sampling, Sampling))
-        object.__setattr__(self, "unit", _coerce_enum("unit", self.unit, PrivacyUnit))
+        object.__setattr__(self, "sampling", coerce_enum("sampling", self.sampling, Sampling))
+        object.__setattr__(self, "unit", coerce_enum("unit", self.unit, PrivacyUnit))
         sizes = tuple(v.check_int(f"silo_sizes[{i}]", int(n), min_value=1) for i, n in enumerate(self.dataset_sizes))
         if not sizes:
             raise ValueError("silo_sizes=() must name at least one silo")
@@ -195,7 +195,7 @@ class ClipEvent:
     unit_records: int = 1
 
     def __post_init__(self):
-        object.__setattr__(self, "relation", _coerce_enum("relation", self.relation, Neighboring))
+        object.__setattr__(self, "relation", coerce_enum("relation", self.relation, Neighboring))
         v.check_int("unit_records", self.unit_records, min_value=1)
 
 
@@ -217,7 +217,7 @@ class NoiseEvent:
     steps: int | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "placement", _coerce_enum("placement", self.placement, Placement))
+        object.__setattr__(self, "placement", coerce_enum("placement", self.placement, Placement))
         z = self.noise_multiplier
         if isinstance(z, (tuple, list)):
             object.__setattr__(self, "noise_multiplier",

@@ -147,7 +147,7 @@ def _is_numeric_failure(err: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _float64_guard(accountant: str):
+def float64_guard(accountant: str):
     """Turns an overflow (or a NaN) inside the accountant's numerics into a ``NotComputableError``;
     silences the RuntimeWarnings that come with it."""
     try:
@@ -473,7 +473,7 @@ def tight_epsilon(
     if accountant == "best":
         return _best_epsilon(schedules, delta)
     check_computable(schedules, accountant)
-    with _float64_guard(accountant):
+    with float64_guard(accountant):
         return _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening)
 
 

@@ -174,7 +174,7 @@ def exact_feasible(n: int, kappa: int) -> bool:
     return n <= MAX_EXACT_USERS and exact_evaluations(n, kappa) <= MAX_EXACT_EVALUATIONS
 
 
-def _fallback_cost(n: int, kappa: int) -> str:
+def fallback_cost(n: int, kappa: int) -> str:
     """Why the exact enumeration is (in)feasible, in words (no huge integers)."""
     if n > MAX_EXACT_USERS:
         return f"n = {n} > {MAX_EXACT_USERS} users: at least C({n}, {min(4 * kappa + 1, n)}) oracle calls"
@@ -191,7 +191,7 @@ def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
     if not exact_feasible(n, kappa):
         raise ValueError(
             f"n={n}, kappa={kappa}: {what} needs Algorithm 1's exact stable-set enumeration as the fallback of "
-            f"the Appendix C certificate ({_fallback_cost(n, kappa)}); refused before reading the data -- a stop on a "
+            f"the Appendix C certificate ({fallback_cost(n, kappa)}); refused before reading the data -- a stop on a "
             "failed certificate would be a data-dependent output (not private); fallback='stop' (phased and "
             "privacy(): mode='certificate-stop') runs it anyway as a NOT private diagnostic")
 
@@ -562,6 +562,6 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
         if blocked and mode == "certified":
             u, k = blocked[0]
             notes += (f"not releasable at this size: the exact fallback of a call on {u} users at kappa={k} is "
-                      f"infeasible ({_fallback_cost(u, k)}); the run refuses before reading the data, so no output "
+                      f"infeasible ({fallback_cost(u, k)}); the run refuses before reading the data, so no output "
                       "exists and the guarantee holds vacuously",)
     return UserLevelPrivacy(mechanism, tuple(calls), mode, notes, noise_std, (epsilon, delta), releasable=releasable)

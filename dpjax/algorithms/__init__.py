@@ -39,7 +39,7 @@ _EXPORTS = {
     "DpFtrl": "dp_ftrl", "FtrlHParams": "dp_ftrl",
 }
 
-__all__ = list(_EXPORTS)
+__all__ = [*_EXPORTS, "algorithm_entry", "load_families"]
 
 
 def __getattr__(name: str):
@@ -52,3 +52,21 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS))
+
+
+def load_families() -> None:
+    """Imports every module of ``dpjax.algorithms``: each registers its families in
+    ``dpjax.engine.registry.ALGORITHMS`` (``register_family`` at the end of the module)."""
+    import pkgutil
+
+    for m in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{m.name}")
+
+
+def algorithm_entry(name):
+    """The registry entry of the algorithm ``name`` (``dpjax.engine.registry.AlgorithmEntry``), after
+    ``load_families()``: the engine's registry only looks names up (it sits below the families)."""
+    from dpjax.engine import registry
+
+    load_families()
+    return registry.get_algorithm(name)

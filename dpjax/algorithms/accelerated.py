@@ -152,6 +152,6 @@ class AcceleratedMbSgd(ChainFamily):
             log_batches=self.log_indices)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-accelerated", AcceleratedMbSgd, twin="accelerated")

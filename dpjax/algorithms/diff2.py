@@ -459,7 +459,7 @@ class Diff2BvrLSgd(_Diff2Family):
                                multipliers=True)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("diff2-gd", Diff2GD, twin="gd")
 register_family("dp-gd", Diff2GD, fixed={"restart_every_round": True})

@@ -230,7 +230,7 @@ class DpFedAvg(ChainFamily):
                      server=OptaxServer(optax.sgd, options=momentum), averager=Averager("last"), placement="server")
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 # The epsilon axis calibrates z_Delta; the count's z_b stays the grid's value (Algorithm 1's parametrisation).
 register_family("dp-fedavg", DpFedAvg, twin="fedopt", noise_fields=("noise_multiplier",))

@@ -186,6 +186,6 @@ class DpFtrl(ChainFamily):
                      server=OptaxServer(optax.sgd, options=momentum), averager=Averager("last"), placement="server")
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("dp-ftrl", DpFtrl, twin="ftrl")

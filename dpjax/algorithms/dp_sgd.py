@@ -103,6 +103,6 @@ class DpSgd(ChainFamily):
         return self.general().parts(shape)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("dp-sgd", DpSgd, twin="sgd")

@@ -256,6 +256,6 @@ class DpSgdGeneral(ChainFamily):
             placement=self.placement)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("dpsgd-general", DpSgdGeneral, twin="sgd-general")

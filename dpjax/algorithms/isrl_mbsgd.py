@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 from dpjax.engine import federated
-from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
+from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches
 from dpjax.primitives import sampling as sampling_lib
@@ -84,9 +84,6 @@ def smallest_silo(silo_sizes) -> int:
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")
     return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
-
-
-MbSgdState = ChainState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +171,6 @@ class NoisyMbSgd(ChainFamily):
         return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, shape.n_max)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")

@@ -158,6 +158,6 @@ class LocalSgd(ChainFamily):
         return self.parts(DataShape(1, 1)).averager.value(state.averaged, state.params, state.round)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-local-sgd", LocalSgd, twin=("local-sgd", "fedavg"))  # two names of one twin

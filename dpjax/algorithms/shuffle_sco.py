@@ -269,7 +269,7 @@ class _ShuffleScoBase(ChainFamily):
         mb = max(p.batch for p in plan.phases)
         gmax = max([p.pvec.g for p in plan.phases if p.pvec] + [kwargs.pop("max_granularity", 4)])
         bmax = max([p.pvec.b for p in plan.phases if p.pvec] + [1])
-        groups = kwargs.pop("trial_groups", -(-bmax // shuffle_protocols._MAX_TRIALS))
+        groups = kwargs.pop("trial_groups", -(-bmax // shuffle_protocols.MAX_TRIALS))
         fam = cls(problem, plan.num_rounds, mb, aggregator, smoothed, radius, max_granularity=gmax,
                   trial_groups=groups, **kwargs)
         hp = ScoHParams.from_plan(plan, with_pvec=aggregator in ("pvec", "pvec-bits"), trial_groups=groups)
@@ -456,7 +456,7 @@ def _dim(problem) -> int:
     return int(sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes)))
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 # One sweep run is one phase (``ScoHParams.SWEEP_AXES``); the non-private twin is ``aggregator="exact"``.
 register_family("shuffle-sgd", ShuffleSgd)

@@ -247,7 +247,7 @@ class SdpOnePassAccelerated(ChainFamily):
         return shuffle_protocols.PvecParams.from_calculator(calc)
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-shuffled", ShuffledNoisyMbSgd, twin="shuffled")
 register_family("sdp-accelerated", SdpOnePassAccelerated)  # calibration sets pvec

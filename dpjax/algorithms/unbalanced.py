@@ -51,7 +51,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.engine import federated
-from dpjax.engine.chain import ChainFamily, ChainState, DataShape, Parts
+from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import (
     Aggregate, Averager, ClipMinibatchMean, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches,
@@ -81,9 +81,6 @@ class UnbalancedHParams:
         _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
         return cls(jnp.asarray(learning_rate, jnp.float32), jnp.asarray(zs, jnp.float32),
                    jnp.asarray(clip_norm, jnp.float32))
-
-
-UnbalancedState = ChainState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +168,6 @@ class UnbalancedNoisyMbSgd(ChainFamily):
             averager=Averager(self.output, self.window))
 
 
-from dpjax.sweep.registry import register_family  # noqa: E402  (after the classes: registration only)
+from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("isrl-unbalanced", UnbalancedNoisyMbSgd, twin="unbalanced")

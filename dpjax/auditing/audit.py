@@ -74,7 +74,7 @@ class Certificate:
 class FamilyRun:
     """A registered family as an audit's mechanism.
 
-    ``family`` (registered as ``registered`` in ``dpjax.sweep.registry``) runs once per key
+    ``family`` (registered as ``registered`` in ``dpjax.engine.registry``) runs once per key
     through ``execute.run_family`` on ``dataset["data"]`` with ``hparams(dataset)`` -- built from
     the dataset dict's public leaves, so an override mutant changes them -- from ``params``. The
     audit's score sees the increments ``w_r - w_{r-1}`` of the flattened output parameters,
@@ -250,9 +250,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     for the mechanism and for each mutant (independent keys from ``seed``).
     The bound holds with probability >= ``confidence``.
     """
-    from dpjax.auditing.cli import MAX_RUNS
-
-    runs = v.check_int("runs", runs, min_value=2, max_value=MAX_RUNS)
+    runs = v.check_int("runs", runs, min_value=2, max_value=stats.MAX_RUNS)
     seed = v.check_seed("seed", seed)
     v.check_open_unit("confidence", confidence)
     overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))

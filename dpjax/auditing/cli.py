@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from dpjax.auditing.stats import MAX_RUNS  # the package __init__ imports stats already
+
 __all__ = ["add_parser", "run", "summary_line"]
 
 _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerated", "isrl-unbalanced", "isrl-shuffled",
@@ -27,8 +29,6 @@ _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerate
           "diff2-gd", "dp-gd", "diff2-bvr", "user-level", "dp-fedavg", "dp-fedavg-count",
           "dp-ftrl")
 _FILES = ("audit.md", "audit.json")
-#: Most runs per dataset: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
-MAX_RUNS = 10**7
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

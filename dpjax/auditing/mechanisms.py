@@ -1,7 +1,7 @@
 """The catalogue of canary audits: every registered private family, through its own step.
 
 Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the
-family object that ``dpjax.sweep.registry`` registers, run through the
+family object that ``dpjax.engine.registry`` registers, run through the
 engine's executor (``dpjax.auditing.execute.run_family``, one run per key) on
 small canary data, never a re-built mechanism. The certificate is the
 family's own ``privacy(silo_sizes, hparams).epsilon(delta, accountant)`` for the

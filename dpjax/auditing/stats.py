@@ -33,6 +33,9 @@ from scipy import stats as _stats
 
 from dpjax import _validate as v
 
+#: Most runs per dataset of an audit: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
+MAX_RUNS = 10**7
+
 __all__ = [
     "clopper_pearson",
     "clopper_pearson_upper",

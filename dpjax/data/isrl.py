@@ -13,7 +13,7 @@ import numpy as np
 
 from dpjax._validate import check_int, check_probability, check_choice
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.preprocess import PCA, pca_fit, pca_transform, split_sizes, standardize_fit
+from dpjax.data.preprocess import PCA, pca_fit, split_sizes, standardize_fit
 
 __all__ = [
     "CONSTRUCTIONS",
@@ -66,13 +66,13 @@ def _projected_images(images: np.ndarray, rows, pca: PCA, pca_dim: int) -> np.nd
     return feats
 
 
-def _check_seed(seed) -> int:
+def check_seed(seed) -> int:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
     return int(seed)
 
 
-def _check_train_fraction(train_fraction) -> float:
+def check_train_fraction(train_fraction) -> float:
     f = check_probability("train_fraction", train_fraction, allow_zero=False)
     if f >= 1.0:
         raise ValueError(f"train_fraction={train_fraction!r} must be < 1 (a test split is needed)")
@@ -134,9 +134,9 @@ def isrl_mnist_silos(
     ``images`` behind every record.
     """
     check_choice("construction", construction, CONSTRUCTIONS)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
-    train_fraction = _check_train_fraction(train_fraction)
+    train_fraction = check_train_fraction(train_fraction)
     p = check_probability("heterogeneity_p", heterogeneity_p)
     if not isinstance(replace, bool):
         raise ValueError(f"replace={replace!r} must be a bool")
@@ -334,8 +334,8 @@ def insurance_silos(
     x, y = _check_loader_dict("data", data, 6)
     n = x.shape[0]
     n_silos = check_int("n_silos", n_silos, min_value=1, max_value=n)
-    seed = _check_seed(seed)
-    train_fraction = _check_train_fraction(train_fraction)
+    seed = check_seed(seed)
+    train_fraction = check_train_fraction(train_fraction)
     check_choice("standardize", standardize, ("per_silo", "pooled", "none"))
     if not isinstance(add_bias, bool):
         raise ValueError(f"add_bias={add_bias!r} must be a bool")
@@ -433,8 +433,8 @@ def obesity_silos(
     (``pooled_test_x/y``; per-silo test lists are empty).
     """
     x, y = _check_loader_dict("data", data, 16)
-    seed = _check_seed(seed)
-    train_fraction = _check_train_fraction(train_fraction)
+    seed = check_seed(seed)
+    train_fraction = check_train_fraction(train_fraction)
     if not isinstance(replace, bool):
         raise ValueError(f"replace={replace!r} must be a bool")
     if not isinstance(add_bias, bool):

@@ -35,7 +35,7 @@ import jax
 import optax
 
 from dpjax import _validate
-from dpjax.accounting.events import Neighboring, Sampling, _FIXED_SIZE
+from dpjax.accounting.events import FIXED_SIZE, Neighboring, Sampling
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.engine.averaging import IterateAverager
 
@@ -75,7 +75,7 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
         s = Sampling(sampling)
     except ValueError:
         return  # not an accounting sampling name (e.g. "full-batch"); the family checks it
-    if Neighboring(neighboring) is Neighboring.ADD_REMOVE and s in _FIXED_SIZE:
+    if Neighboring(neighboring) is Neighboring.ADD_REMOVE and s in FIXED_SIZE:
         raise ValueError(f"neighboring='add-remove' is not meaningful for sampling={sampling!r} (fixed-size "
                          "batches need a fixed, public dataset size); use 'replace-one'")
 

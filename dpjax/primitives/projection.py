@@ -8,7 +8,9 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.primitives.clipping import _TINY, global_norm
+from dpjax.primitives.clipping import global_norm
+
+_TINY = 1e-30  # the norm floor of clipping.clip_to_norm: 0/0 never happens, tiny norms scale by 1
 
 PyTree = Any
 

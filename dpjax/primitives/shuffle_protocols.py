@@ -63,7 +63,7 @@ import numpy as np
 from dpjax import _validate
 
 _EXACT_F32 = 2**24
-_MAX_TRIALS = 2**31 - 1  # trials are int32 leaves; n b is formed in int64 on the host
+MAX_TRIALS = 2**31 - 1  # trials are int32 leaves; n b is formed in int64 on the host
 
 
 def _static_scalar(x):
@@ -119,7 +119,7 @@ class PvecParams:
                     raise ValueError(f"{name}={getattr(self, name)!r} must be an integer")
             if np.any(a < lo):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be >= {lo}")
-        if np.any(np.asarray(self.trials, np.float64) > _MAX_TRIALS):
+        if np.any(np.asarray(self.trials, np.float64) > MAX_TRIALS):
             raise ValueError(f"trials={self.trials!r} must be <= 2^31 - 1 (int32 leaves)")
         p = np.asarray(self.probability)
         if p.dtype == bool or not np.issubdtype(p.dtype, np.number) or np.any(np.isnan(p)):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 from dpjax.primitives import ghost_clipping
-from dpjax.problems.glm import _masked_mean
+from dpjax.problems.glm import masked_mean
 
 LOSSES = ("squared", "logistic", "softmax")
 
@@ -51,11 +51,12 @@ class FlaxProblem:
     def init_params(self, key):
         return self.module.init(key, jnp.zeros(self.input_shape, self.input_dtype))
 
-    def _out(self, params, x):
+    def output(self, params, x):
+        """The model's output for one example (logits, or the prediction of a regression)."""
         return self.module.apply(params, x)
 
     def loss(self, params, x, y):
-        out = self._out(params, x)
+        out = self.output(params, x)
         if self.loss_kind == "squared":
             return 0.5 * jnp.sum(jnp.square(out - y))
         if self.loss_kind == "logistic":
@@ -80,16 +81,16 @@ class FlaxProblem:
 
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
-        out = jax.vmap(self._out, in_axes=(None, 0))(params, x)
-        metrics = {"loss": _masked_mean(losses, mask)}
+        out = jax.vmap(self.output, in_axes=(None, 0))(params, x)
+        metrics = {"loss": masked_mean(losses, mask)}
         if self.loss_kind == "squared":
-            metrics["rmse"] = jnp.sqrt(_masked_mean(jnp.sum(jnp.square(out.reshape(y.shape[0], -1) - y.reshape(y.shape[0], -1)), axis=-1), mask))
+            metrics["rmse"] = jnp.sqrt(masked_mean(jnp.sum(jnp.square(out.reshape(y.shape[0], -1) - y.reshape(y.shape[0], -1)), axis=-1), mask))
         elif self.loss_kind == "logistic":
             wrong = ((out.reshape(-1) >= 0).astype(jnp.float32) != y).astype(jnp.float32)
-            metrics["error"] = _masked_mean(wrong, mask)
+            metrics["error"] = masked_mean(wrong, mask)
         else:
             wrong = (jnp.argmax(out, axis=-1) != y.astype(jnp.int32)).astype(jnp.float32)
-            metrics["error"] = _masked_mean(wrong, mask)
+            metrics["error"] = masked_mean(wrong, mask)
         return metrics
 
     def lipschitz_bound(self, x):

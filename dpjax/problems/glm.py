@@ -19,7 +19,7 @@ import numpy as np
 from dpjax import _validate
 
 
-def _masked_mean(values: jax.Array, mask: jax.Array | None) -> jax.Array:
+def masked_mean(values: jax.Array, mask: jax.Array | None) -> jax.Array:
     if mask is None:
         return jnp.mean(values)
     w = mask.astype(values.dtype)
@@ -135,7 +135,7 @@ class LogisticRegression:
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
         wrong = ((self.predict_proba(params, x) >= 0.5).astype(jnp.float32) != y).astype(jnp.float32)
-        return {"loss": _masked_mean(losses, mask), "error": _masked_mean(wrong, mask)}
+        return {"loss": masked_mean(losses, mask), "error": masked_mean(wrong, mask)}
 
     def lipschitz_bound(self, x) -> float:
         return _max_row_norm(x)
@@ -186,7 +186,7 @@ class SoftmaxRegression:
     def evaluate(self, params, x, y, mask=None):
         losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
         wrong = (jnp.argmax(x @ params, axis=-1) != y.astype(jnp.int32)).astype(jnp.float32)
-        return {"loss": _masked_mean(losses, mask), "error": _masked_mean(wrong, mask)}
+        return {"loss": masked_mean(losses, mask), "error": masked_mean(wrong, mask)}
 
     def lipschitz_bound(self, x) -> float:
         return float(np.sqrt(2.0)) * _max_row_norm(x)
@@ -238,7 +238,7 @@ class LinearRegression:
 
     def evaluate(self, params, x, y, mask=None):
         sq = jnp.square(self.predict(params, x) - y)
-        return {"loss": 0.5 * _masked_mean(sq, mask), "rmse": jnp.sqrt(_masked_mean(sq, mask))}
+        return {"loss": 0.5 * masked_mean(sq, mask), "rmse": jnp.sqrt(masked_mean(sq, mask))}
 
     def lipschitz_bound(self, x):
         return None

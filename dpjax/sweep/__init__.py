@@ -21,9 +21,9 @@ import importlib
 # Imported on first use (PEP 562), so `dpjax sweep --list` and `dpjax --help` start without jax.
 _EXPORTS = {
     "SweepConfig": "dpjax.sweep.config", "SweepResult": "dpjax.sweep.driver", "run_sweep": "dpjax.sweep.driver",
-    "load_results": "dpjax.sweep.store", "ALGORITHMS": "dpjax.sweep.registry", "DATASETS": "dpjax.sweep.registry",
-    "AlgorithmEntry": "dpjax.sweep.registry", "DatasetEntry": "dpjax.sweep.registry",
-    "register_algorithm": "dpjax.sweep.registry", "register_dataset": "dpjax.sweep.registry",
+    "load_results": "dpjax.sweep.store", "ALGORITHMS": "dpjax.engine.registry", "DATASETS": "dpjax.sweep.datasets",
+    "AlgorithmEntry": "dpjax.engine.registry", "DatasetEntry": "dpjax.sweep.datasets",
+    "register_algorithm": "dpjax.engine.registry", "register_dataset": "dpjax.sweep.datasets",
 }
 
 __all__ = list(_EXPORTS)
@@ -33,8 +33,7 @@ def __getattr__(name: str):
     if name not in _EXPORTS:
         raise AttributeError(f"module 'dpjax.sweep' has no attribute {name!r}")
     module = importlib.import_module(_EXPORTS[name])
-    registry = importlib.import_module("dpjax.sweep.registry")
-    registry.load_families()  # every dpjax.algorithms module registers its families
+    importlib.import_module("dpjax.algorithms").load_families()  # every family module registers itself
     value = getattr(module, name)
     globals()[name] = value
     return value

@@ -128,14 +128,14 @@ def _sweep(args) -> int:
 
     import dataclasses
 
-    from dpjax.sweep import registry
+    from dpjax.sweep import datasets
 
     cfg = SweepConfig.from_toml(path, max_runs=args.max_runs, max_data_mb=args.max_data_mb)
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
                                   vmap_width=cfg.vmap_width if args.vmap_width is None else args.vmap_width)
     if args.data_dir is not None:
-        if "data_dir" not in registry.get_dataset(cfg.data["name"]).defaults:
+        if "data_dir" not in datasets.get_dataset(cfg.data["name"]).defaults:
             raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
         cfg = dataclasses.replace(cfg, data={**cfg.data, "data_dir": args.data_dir})
     res = run_sweep(

@@ -4,7 +4,7 @@ A sweep is one algorithm (plus its static fields), one data spec and a grid
 of axes. The TOML form mirrors the dataclass one to one::
 
     name = "isrl-fig4-mbsgd-appendix-i"
-    algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.registry.ALGORITHMS
+    algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.ALGORITHMS
     num_rounds = 35
     eval_every = 35                   # optional; default: only after the last round
     seed = 0                          # base seed of every run key
@@ -16,7 +16,7 @@ of axes. The TOML form mirrors the dataclass one to one::
     available = 12                    # silos available per round ("all" = N)
 
     [data]
-    name = "isrl-mnist"               # a key of dpjax.sweep.registry.DATASETS
+    name = "isrl-mnist"               # a key of dpjax.sweep.DATASETS
     n_per_digit = 774
 
     [privacy]                         # needed when the grid has an "epsilon" axis
@@ -210,11 +210,13 @@ class SweepConfig:
     max_data_mb: float | None = None  # None: DEFAULT_MAX_DATA_MB
 
     def __post_init__(self):
-        from dpjax.sweep import registry  # late: registry imports jax
+        from dpjax import algorithms  # late: the families import jax
+        from dpjax.engine import registry
+        from dpjax.sweep import datasets
 
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
-        entry = registry.get_algorithm(self.algorithm)
+        entry = algorithms.algorithm_entry(self.algorithm)
         _validate.check_rounds("num_rounds", self.num_rounds)
         if self.eval_every is not None:
             _validate.check_int("eval_every", self.eval_every, min_value=1, max_value=self.num_rounds)
@@ -230,7 +232,7 @@ class SweepConfig:
             _validate.check_positive("max_data_mb", self.max_data_mb)
         if not isinstance(self.data, dict) or "name" not in self.data:
             raise ValueError(f"data={self.data!r} must be a table with a 'name' key")
-        dataset = registry.get_dataset(self.data["name"])
+        dataset = datasets.get_dataset(self.data["name"])
         dataset.check_options(self.data)
         dataset.check_size(dataset.resolve(self.data),
                            DEFAULT_MAX_DATA_MB if self.max_data_mb is None else self.max_data_mb)

@@ -26,9 +26,11 @@ import pandas as pd
 
 from dpjax import _validate
 from dpjax.engine.executor import Chunk, execute, run_key_data
+from dpjax import algorithms
+from dpjax.engine import registry
 from dpjax.engine.program import ChunkProgram, eval_schedule
+from dpjax.sweep import datasets
 from dpjax.sweep import plan as plan_lib
-from dpjax.sweep import registry
 from dpjax.sweep.config import SweepConfig, parse_maxnorm
 from dpjax.sweep.store import Store, check_same_sweep, environment
 
@@ -63,12 +65,12 @@ class Sweep:
 
     def __init__(self, cfg: SweepConfig, devices):
         self.cfg = cfg
-        self.entry = registry.get_algorithm(cfg.algorithm)
-        self.dataset = registry.get_dataset(cfg.data["name"])
+        self.entry = algorithms.algorithm_entry(cfg.algorithm)
+        self.dataset = datasets.get_dataset(cfg.data["name"])
         self.data_opts = self.dataset.resolve(cfg.data)
         self.devices = tuple(devices)
         self.groups = plan_lib.build_groups(cfg)
-        self._trials: dict[int, registry.TrialData] = {}
+        self._trials: dict[int, datasets.TrialData] = {}
         self._algorithms: dict[int, Any] = {}
         self._programs: dict[int, ChunkProgram] = {}
         self._hp_cache: dict = {}
@@ -85,7 +87,7 @@ class Sweep:
             self.vmap_width = self.chunk_size
 
     # -- data, algorithms, hyperparameters ---------------------------------
-    def trial(self, t) -> registry.TrialData:
+    def trial(self, t) -> datasets.TrialData:
         if t not in self._trials:
             self._trials[t] = self.dataset.load(self.data_opts, t)
         return self._trials[t]
@@ -142,7 +144,7 @@ class Sweep:
         trials = [g.trials[i] for i in c.trial_idx]
         hp_rows = [[self.hparams(g, t, h) for h in c.cfg_idx] for t in trials]
         hp = self.entry.make_hparams(hp_rows, algorithm=self.algorithm(g))
-        data, eval_data = registry.stack_trials([self.trial(t) for t in trials])
+        data, eval_data = datasets.stack_trials([self.trial(t) for t in trials])
         kd = np.stack([np.stack([run_key_data(self.cfg.seed, t, g.repetitions[s]) for s in c.rep_idx])
                        for t in trials])
         return hp, data, eval_data, kd, None  # initial parameters from each run key

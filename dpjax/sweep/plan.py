@@ -25,7 +25,9 @@ import itertools
 import json
 import math
 
-from dpjax.sweep import registry
+from dpjax import algorithms
+from dpjax.engine import registry
+from dpjax.sweep import datasets
 from dpjax.sweep.config import SweepConfig
 
 
@@ -69,7 +71,7 @@ def run_id(identity: dict) -> str:
 
 
 def build_groups(cfg: SweepConfig) -> list[Group]:
-    entry = registry.get_algorithm(cfg.algorithm)
+    entry = algorithms.algorithm_entry(cfg.algorithm)
     static_axes = [k for k in cfg.grid if k in entry.static_fields]
     cfg_axes = [k for k in cfg.grid if k in entry.hparam_fields or k == "epsilon"]
     trials = cfg.grid.get("trial", (0,))
@@ -90,7 +92,7 @@ def identity(cfg: SweepConfig, group: Group, trial, rep, config: dict) -> dict:
         "num_rounds": cfg.num_rounds,
         "eval_every": cfg.eval_every,
         "seed": cfg.seed,
-        "data": registry.get_dataset(cfg.data["name"]).resolve(cfg.data),
+        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data),
         "privacy": cfg.privacy,
         "static": group.static,
         "trial": trial,

@@ -193,7 +193,7 @@ def plot_store(
     if select_over:
         chosen = select.select_best(runs, over=select_over, by=by, criterion=criterion, report=metric)
     else:
-        select._check_columns(runs, by + [metric], "column")
+        select.check_columns(runs, by + [metric], "column")
         chosen = runs.groupby(by, dropna=False)[metric].mean().reset_index()
     is_rate = metric.endswith("error")
     bars = select.error_bars(chosen, x=x, value=metric, lines=line_cols, percentiles=percentiles,

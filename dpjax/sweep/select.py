@@ -39,7 +39,7 @@ import pandas as pd
 from dpjax import _validate
 
 
-def _check_columns(df: pd.DataFrame, cols, what: str) -> None:
+def check_columns(df: pd.DataFrame, cols, what: str) -> None:
     for c in cols:
         if c not in df.columns:
             raise ValueError(f"{what}={c!r} is not a column of the runs table; columns: {tuple(df.columns)}")
@@ -63,7 +63,7 @@ def select_best(
     by = list(by)
     if len(runs) == 0:
         raise ValueError("runs is empty; nothing to select from")
-    _check_columns(runs, by + [over, criterion] + ([report] if report is not None else []), "column")
+    check_columns(runs, by + [over, criterion] + ([report] if report is not None else []), "column")
     df = runs.copy()
     bad = ~np.isfinite(df[criterion].to_numpy(float))
     if "diverged_round" in df.columns:
@@ -194,7 +194,7 @@ def error_bars(
     if not 0 <= lo < hi <= 100:
         raise ValueError(f"percentiles={percentiles!r} must satisfy 0 <= lo < hi <= 100")
     keys = list(lines) + [x]
-    _check_columns(selected, keys + [value], "column")
+    check_columns(selected, keys + [value], "column")
     rows = []
     for k, sub in selected.groupby(keys, sort=True, dropna=False):
         v = sub[value].to_numpy(float)

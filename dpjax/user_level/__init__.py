@@ -15,6 +15,14 @@ Mechanisms (privacy unit: a user's whole block of m items; replace-one-user neig
 
 Accounting (pure Python) is in ``dpjax.accounting.user_level``: ``privacy(mechanism, epsilon, delta, n=, m=,
 mode=)`` returns the ``PrivacySpec`` of a run.
+
+Why this package has its own problems and solver instead of ``dpjax.engine.problem.Problem`` and the engine's
+executor: the mechanisms are output perturbation of an exact minimiser, not rounds of noisy gradient steps. Their
+privacy proofs (Observation 3.5, the Appendix C certificate) need a *deterministic* argmin oracle of a weighted
+sum of users' mean item losses over an intersection of balls, with a data-independent error bound tau, run in
+float64 so the certificate's comparisons are exact -- none of which the engine's float32 compiled rounds over
+per-record losses (``Problem.loss(params, x, y)``) provide. The package sits at the algorithms' layer and imports
+only ``dpjax.accounting`` and ``dpjax._validate``.
 """
 
 from dpjax.user_level.mechanisms import (BOTTOM, NOT_RELEASABLE, OK, Domain, Release, del_output_pert,

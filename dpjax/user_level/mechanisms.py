@@ -103,7 +103,7 @@ def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensit
     sensitivity = v.check_positive("sensitivity", sensitivity)
     if not exact_feasible(n, kappa):
         raise ValueError(f"n={n}, kappa={kappa}: the exact enumeration is infeasible "
-                         f"({acc._fallback_cost(n, kappa)}, n <= {MAX_EXACT_USERS})")
+                         f"({acc.fallback_cost(n, kappa)}, n <= {MAX_EXACT_USERS})")
     radius = 4 * kappa
     sets = deletion_sets(n, radius + 1)
     masks = np.array([sum(1 << i for i in u) for u in sets], dtype=np.int64)
@@ -299,7 +299,7 @@ class Release:
         return STATUS_NAMES[self.status]
 
 
-def _gaussian(key, sigma, d):
+def gaussian_noise(key, sigma, d):
     with jax.enable_x64(True):
         return np.asarray(sigma * jax.random.normal(key, (d,), jnp.float64))
 
@@ -328,7 +328,7 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
         cert = certificate(loss, x, y, domain, theta, params.radius, params.sensitivity)
         if cert.passed:
             _, key_noise = jax.random.split(key)
-            return Release(theta + _gaussian(key_noise, params.sigma, d), OK, params.sigma, params.sensitivity,
+            return Release(theta + gaussian_noise(key_noise, params.sigma, d), OK, params.sigma, params.sensitivity,
                            cert, theta, "certificate", private)
         if not feasible:  # fallback == "stop": the superseded, data-dependent stop
             return Release(np.full(d, np.nan), NOT_RELEASABLE, params.sigma, params.sensitivity, cert, theta,
@@ -386,4 +386,4 @@ def replace_output_pert(key: jax.Array, loss: Loss, x, y, domain: Domain, epsilo
     sigma = acc.b1_sigma(epsilon, delta, n, g, mu) * (1 + tau * mu * n / (2 * g))
     theta = minimiser(loss, x, y, domain)
     _, key_noise = jax.random.split(key)
-    return Release(theta + _gaussian(key_noise, sigma, d), OK, sigma, 2 * g / (mu * n) + 2 * tau, None, theta, "B1")
+    return Release(theta + gaussian_noise(key_noise, sigma, d), OK, sigma, 2 * g / (mu * n) + 2 * tau, None, theta, "B1")

@@ -39,7 +39,7 @@ from dpjax import _validate as v
 from dpjax.accounting import user_level as acc
 from dpjax.user_level import mechanisms as mech
 from dpjax.user_level import solver
-from dpjax.user_level.problems import Loss
+from dpjax.user_level.problems import Loss, erm_lambda
 
 MODES = ("certified", "certificate-stop", "rate-shape")
 
@@ -78,11 +78,6 @@ def num_phases(n: int, m: int) -> int:
 def phase_lambdas(lam: float, t: int) -> np.ndarray:
     """lambda_i = lambda 4^i, i = 1..T (Algorithm 3 line 5)."""
     return lam * 4.0 ** np.arange(1, t + 1)
-
-
-def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float) -> float:
-    """lambda = (G/R) A sqrt(d)/(n sqrt(m)) (Theorem 4.1 with the noise multiplier A made explicit)."""
-    return lipschitz / diameter * multiplier * math.sqrt(d) / (n * math.sqrt(m))
 
 
 def sco_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float,
@@ -240,7 +235,7 @@ def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho
     n, m, d = x.shape
     if mode == "rate-shape":
         sigma0 = rho * loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
-        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech._gaussian(key, sigma0, d)), None
+        return sigma0, domain.project(mech.minimiser(loss, x, y, domain) + mech.gaussian_noise(key, sigma0, d)), None
     first = mech.sc_output_pert_certified(key, loss, x, y, domain, epsilon / 2, delta / 2, fail_prob, c_k=c_k,
                                           fallback=_fallback(mode))
     if first.status != mech.OK:

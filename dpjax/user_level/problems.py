@@ -114,6 +114,11 @@ class Loss:
 # ---------------------------------------------------------------------------
 
 
+def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float) -> float:
+    """lambda = (G/R) A sqrt(d)/(n sqrt(m)) (Theorem 4.1 with the noise multiplier A made explicit)."""
+    return lipschitz / diameter * multiplier * math.sqrt(d) / (n * math.sqrt(m))
+
+
 def _unit_ball(rng, shape, d):
     z = rng.uniform(-1.0, 1.0, size=shape + (d,))
     return z / np.maximum(1.0, np.linalg.norm(z, axis=-1, keepdims=True))
@@ -193,8 +198,6 @@ def convex_rate_instance(n: int, m: int, d: int, seed: int, *, rho: float = 1.0,
     Returns ``(x [n, m, d], chi, mu, B)``; the loss is ``Loss('squared', radius=radius, zeta=mu/2)`` with G =
     ``lipschitz`` (``Loss.lipschitz`` assumes ||x|| <= 1 and does not apply here).
     """
-    from dpjax.user_level.phased import erm_lambda  # phased imports this module
-
     n = v.check_int("n", n, min_value=1)
     m = v.check_int("m", m, min_value=1)
     d = v.check_int("d", d, min_value=1)

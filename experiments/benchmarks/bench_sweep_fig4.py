@@ -56,7 +56,7 @@ def fig4_config(trials: int, vmap_width: int | None, data: str):
         "algorithm": "isrl-mbsgd",
         "num_rounds": 35,
         "seed": 0,
-        "static": {"batch_size": "isrl-experiment", "sampling": "with-replacement", "available": 12,
+        "static": {"batch_size": "isrl-experiment", "sampling": "with-replacement", "availability": 12,
                    "output": "window", "window": 8},
         "data": {"name": data} if data == "isrl-mnist" else
                 {"name": "synthetic-logistic", "num_silos": 25, "n": 1238, "dim": 50, "n_test": 310},

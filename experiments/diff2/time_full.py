@@ -60,7 +60,7 @@ def _best_of(fn, repeats: int = 2) -> float:
 def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
     fd, task = rep.load_split(name, 0, None)
     classification = task == "classification"
-    data = rep._silo_data(fd, classification)
+    data = rep.silo_data(fd, classification)
     problem = rep.mlp_problem(data.x.shape[-1], fd.num_classes if classification else 1, task)
     n_min = fd.metadata["n_min"]
     proto = dataclasses.replace(rep.FULL, num_rounds=rounds, eval_every=rounds, seeds=(0,))

@@ -174,7 +174,7 @@ MUTANTS: tuple[Mutant, ...] = (
     M("N06", "noise", "dpjax/primitives/noise.py",
       "flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype)",
       "flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype) ** 2",
-      "multi-leaf noise scaled by the variance (right only at std = 1)", ("tests/test_noise.py",)),
+      "multi-leaf noise scaled by the variance (right only at std = 1)", ("tests/primitives/test_noise.py",)),
     M("N07", "noise", "dpjax/parts/privatizers.py",
       "lambda g, z: g + std.astype(z.dtype) * z,",
       "lambda g, z: g + std.astype(z.dtype) * z / z.shape[-1] ** 0.5,",
@@ -316,8 +316,8 @@ def _run(work: Path, paths, timeout: float, cache: Path | None) -> tuple[str, st
 
 # Every privacy-marked path of the default suite (tests/conftest.py), tests/privacy first: pytest runs
 # the paths in this order and -x stops at the first failure.
-FULL_PATHS = ("tests/privacy", "tests/accounting", "tests/auditing", "tests/user_level", "tests/test_clipping.py",
-              "tests/test_noise.py", "tests/test_sampling.py", "tests/test_ghost_clipping.py", "tests/test_contract.py",
+FULL_PATHS = ("tests/privacy", "tests/accounting", "tests/auditing", "tests/user_level", "tests/primitives/test_clipping.py",
+              "tests/primitives/test_noise.py", "tests/primitives/test_sampling.py", "tests/primitives/test_ghost_clipping.py", "tests/engine/test_contract.py",
               "tests/dpsgd_general", "tests/diff2", "tests/shuffle_sco", "tests/isrl")
 
 

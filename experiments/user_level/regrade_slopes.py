@@ -125,7 +125,7 @@ def regrade(out: pathlib.Path) -> list[tuple[str, str, str]]:
             old_text, c = make(setting)
             if old_text == claim or c["claim"] == claim:
                 used += 1
-                cell = U._verdict_cell(c)
+                cell = U.verdict_cell(c)
                 changed.append((c["claim"], f"{measured} -> {c['measured']}", f"{holds} -> {cell}"))
                 new_rows.append([c["claim"], c["setting"], c["measured"], cell])
                 break

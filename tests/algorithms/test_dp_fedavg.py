@@ -191,7 +191,7 @@ def test_sampled_silos_follow_the_poisson_rate():
 
 
 def test_sweep_epsilon_axis_sets_the_delta_multiplier_and_keeps_the_grid_count_multiplier():
-    from dpjax.sweep import registry
+    from dpjax.engine import registry
 
     entry, alg = registry.get_algorithm("dp-fedavg"), DpFedAvg(LinearRegression(2), 30, 5, sampling_rate=0.25)
     assert entry.calibrated_fields == ("noise_multiplier",)
@@ -208,7 +208,8 @@ def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
     import pathlib
 
     from dpjax import sweep
-    from dpjax.sweep import SweepConfig, registry
+    from dpjax.engine import registry
+    from dpjax.sweep import SweepConfig
 
     cfg = SweepConfig.from_toml(pathlib.Path(sweep.__file__).parent / "configs" / "dp_fedavg_adaptive.toml")
     entry = registry.get_algorithm(cfg.algorithm)

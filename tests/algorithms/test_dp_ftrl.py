@@ -158,7 +158,8 @@ def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
     import pathlib
 
     from dpjax import sweep
-    from dpjax.sweep import SweepConfig, registry
+    from dpjax.engine import registry
+    from dpjax.sweep import SweepConfig
 
     cfg = SweepConfig.from_toml(pathlib.Path(sweep.__file__).parent / "configs" / "dp_ftrl_tree.toml")
     entry = registry.get_algorithm(cfg.algorithm)

@@ -15,10 +15,11 @@ import dataclasses
 
 import pytest
 
+from dpjax.algorithms import load_families
 from dpjax.auditing import audit as audit_lib
 from dpjax.auditing.cli import _NAMES
 from dpjax.auditing.mechanisms import FAMILY_AUDITS, audit_names, build_audit
-from dpjax.sweep.registry import ALGORITHMS, load_families
+from dpjax.engine.registry import ALGORITHMS
 
 RUNS = 20_000  # runs per dataset (see the module docstring)
 

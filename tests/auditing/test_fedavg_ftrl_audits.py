@@ -11,7 +11,7 @@ import pytest
 
 from dpjax.auditing import audit as audit_lib
 from dpjax.auditing.fedavg_ftrl import dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
-from dpjax.sweep.registry import get_algorithm
+from dpjax.engine.registry import get_algorithm
 
 DELTA = 1e-3  # the catalogue's point (mechanisms.DELTA)
 

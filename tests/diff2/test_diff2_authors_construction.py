@@ -96,7 +96,7 @@ def test_report_names_the_construction(tmp_path):
               "meta": {"task": "regression", "n_total": 600, "n_train": 480, "n_min": 48, "d": 8, "n_params": 101,
                        "max_records": None, "split": "sklearn train_test_split(test_size=0.2, random_state=0)"}}
     summ = rep.summarize(result, proto, rep.METRICS_REG, "authors")
-    report = rep._write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
+    report = rep.write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
                                 {"california_housing": result}, {"california_housing": summ}, proto, True, 1.0,
                                 construction="authors")
     text = report.read_text()

@@ -31,11 +31,11 @@ def test_mlp_init_bounds_and_squared_loss_convention():
         assert np.max(np.abs(leaf)) <= 1 / math.sqrt(fan_in)
         assert np.max(np.abs(leaf)) > 0.5 / math.sqrt(fan_in)  # uniform over the whole range, not tiny
     x = np.ones(8, np.float32)
-    pred = float(prob._out(params, x)[0])
+    pred = float(prob.output(params, x)[0])
     assert float(prob.loss(params, x, 2.0)) == pytest.approx((pred - 2.0) ** 2, rel=1e-5)  # no 1/2 (A18)
     cls = rep.mlp_problem(5, 3, "classification")
     p2 = cls.init_params(jax.random.key(1))
-    logits = np.asarray(cls._out(p2, np.ones(5, np.float32)))
+    logits = np.asarray(cls.output(p2, np.ones(5, np.float32)))
     assert float(cls.loss(p2, np.ones(5, np.float32), np.int32(1))) == pytest.approx(
         float(np.log(np.exp(logits).sum()) - logits[1]), rel=1e-5)
 
@@ -75,7 +75,7 @@ def test_tiny_end_to_end_pipeline(tmp_path, shared_data):
     g = summ[("GD", math.inf)]["train_loss"]["curves"]
     assert np.all(g[:, -1] < g[:, 0])
     assert np.allclose(g[:, 0], summ[("DIFF2-GD", 3.0)]["train_loss"]["curves"][:, 0])
-    report = rep._write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
+    report = rep.write_outputs(tmp_path, "t", ["california_housing"], (3.0,), rep.METRICS_REG,
                                 {"california_housing": res}, {"california_housing": summ}, proto, True, 1.0)
     df = pd.read_csv(tmp_path / "results.csv")
     for col in ("algorithm", "epsilon", "trial", "metric", "value", "accountant"):

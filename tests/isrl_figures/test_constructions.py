@@ -135,7 +135,7 @@ def test_insurance_local_sgd_realized_epsilon_is_accounted_on_the_training_silos
     table = proto.noise_table("local-sgd", n=n_script, rounds=rounds, batch_size=k, epsilons=(0.25,),
                               delta=1.0 / n_script**2, epsilon_max=3.0, calibrations=("paper",))
     algo = LocalSgd(AbsoluteRegression(2), num_rounds=rounds, local_steps=k)
-    fixed = isrl._realized_on_the_silos(table, algo, min(sizes), delta)[("paper", 0.25)]
+    fixed = isrl.realized_on_the_silos(table, algo, min(sizes), delta)[("paper", 0.25)]
     sigma = isrl_local_sgd_paper_sigma(1.0, n_script, rounds, k, 0.25, 1.0 / n_script**2)
     assert fixed.sigma_unit == table[("paper", 0.25)].sigma_unit == pytest.approx(sigma)
     unit = MbSgdHParams.create(1.0, 0.0, 1.0)

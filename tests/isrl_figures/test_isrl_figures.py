@@ -35,7 +35,7 @@ EXP = isrl.Experiment("tiny", "test_error", (isrl.Setting(4, 2),), (2.0,), 2.0, 
 def figure_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig")
     result = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
-    summ = isrl._means(result["selected"])
+    summ = isrl.selected_means(result["selected"])
     report = isrl.write_outputs(out, EXP, result, quick=True, seed=1, wall_s=1.0, figure_title="tiny",
                                 claims=isrl.claims_mnist(summ, EXP))
     return out, report, result

@@ -84,7 +84,7 @@ def test_reproduce_isrl_obesity_quick_from_any_directory(tmp_path, real_data):
 # -- finding 8: never overwrite a different run's results; check --out before computing ---------------
 def test_run_never_overwrites_a_different_run_and_reports_divergence(tmp_path, capsys):
     from dpjax.tasks import isrl_mnist
-    from tests.test_isrl_mnist_task import _synthetic
+    from tests.tasks.test_isrl_mnist import _synthetic
 
     out = tmp_path / "run"
     # A step size of 3e38 overflows float32 within a few rounds: every run diverges (finding 10).

@@ -54,7 +54,7 @@ def test_sc_nonsmooth_excess_matches_monte_carlo_in_d8():
     inst = R.INSTANCES["sc_nonsmooth"]
     d, m = 8, 400_000
     rng = np.random.default_rng(3)
-    a = R._sphere(rng, m, d)
+    a = R.sphere_points(rng, m, d)
     thetas = rng.normal(size=(3, d)) * 0.3
     _, f_min = inst.sc_minimiser(d)
     vals = np.abs((thetas - inst.theta_star(d)) @ a.T)  # [3, m]

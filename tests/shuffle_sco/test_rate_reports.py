@@ -26,10 +26,10 @@ def _rows(ns, ds, *, n_exp=-2.0, d_exp=1.0, seeds=6, spread=0.05, seed=0):
     rows = []
     for n in ns:
         ex = point(n, 8)
-        rows.append(R._row(PROTOCOL, inst.name, "n", n, 8, ex, 0.9, bound=bound, schedule="lan", accountant="x"))
-        rows.append(R._row(f"{PROTOCOL}_twin", inst.name, "n", n, 8, ex / 10, 0.9, schedule="lan", accountant="none"))
+        rows.append(R.result_row(PROTOCOL, inst.name, "n", n, 8, ex, 0.9, bound=bound, schedule="lan", accountant="x"))
+        rows.append(R.result_row(f"{PROTOCOL}_twin", inst.name, "n", n, 8, ex / 10, 0.9, schedule="lan", accountant="none"))
     n_d = ns[len(ns) // 2]
-    rows += [R._row(PROTOCOL, inst.name, "d", n_d, d, point(n_d, d), 0.9, bound=bound, schedule="lan") for d in ds]
+    rows += [R.result_row(PROTOCOL, inst.name, "d", n_d, d, point(n_d, d), 0.9, bound=bound, schedule="lan") for d in ds]
     return rows
 
 
@@ -83,7 +83,7 @@ def test_kept_results_without_seed_values_use_the_band(tmp_path):
     for r in rows:  # a results.csv written before per-seed values were kept
         del r["seed_values"], r["seeds"]
     _write(tmp_path, rows)
-    kept = _summary(R._read_rows(tmp_path / "results.csv"), seeds=10)
+    kept = _summary(R.read_rows(tmp_path / "results.csv"), seeds=10)
     assert kept["slope_n"] == pytest.approx(live["slope_n"])
     assert "parametric" in kept["interval_n"] and "bootstrap over 10 seeds" in live["interval_n"]
     width = lambda s: s["ci_hi_n"] - s["ci_lo_n"]  # noqa: E731

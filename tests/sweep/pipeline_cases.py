@@ -159,14 +159,14 @@ def dpsgd_mnist_grid() -> dict[str, np.ndarray]:
 
 
 def shuffle_sco_points() -> dict[str, np.ndarray]:
-    """``shuffle_sco._measure_point`` (one grid of the protocol, its non-private twin and, for a reference
+    """``shuffle_sco.measure_point`` (one grid of the protocol, its non-private twin and, for a reference
     protocol, the central/local Gaussian baselines) at n = 1000, d = 8, two seeds."""
     from dpjax.reproduce import shuffle_sco as sco
 
     out = {}
     for protocol in ("p_sgd", "p_agd_smoothed", "p_agd_phased"):
         inst = sco.INSTANCES[sco.TABLE1[protocol][0]]
-        _, res, _ = sco._measure_point(protocol, inst, 1000, 8, 2, 0, sco.EPS_RATES, "lan")
+        _, res, _ = sco.measure_point(protocol, inst, 1000, 8, 2, 0, sco.EPS_RATES, "lan")
         out.update({f"shuffle_sco_points/{protocol}/{k}": np.asarray(v) for k, v in res.items()})
     return out
 

@@ -31,7 +31,8 @@ from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
 from dpjax import engine
 from dpjax.primitives.sampling import FixedAvailability
-from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, registry, run_sweep
+from dpjax.engine import registry
+from dpjax.sweep import ALGORITHMS, DATASETS, SweepConfig, datasets, run_sweep
 from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
@@ -42,7 +43,7 @@ CONFIGS = {
     "isrl-mbsgd": ({"batch_size": 8, "sampling": "without-replacement"},
                    {"learning_rate": [0.1, 1.0], "noise_multiplier": [0.5], "clip_norm": ["1*maxnorm"]}),
     "mbsgd": ({"batch_size": 8}, {"learning_rate": [0.1, 1.0]}),
-    "isrl-local-sgd": ({"local_steps": 3, "available": 2},
+    "isrl-local-sgd": ({"local_steps": 3, "availability": 2},
                        {"learning_rate": [0.05, 0.3], "noise_multiplier": [0.1], "clip_norm": [1.0]}),
     "local-sgd": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
     "fedavg": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
@@ -104,7 +105,7 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
         td = sw.trial(int(row.trial))
         alg, hp = direct(name, td.problem, row)
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        one = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                          eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = evals[evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_loss", "train_error", "test_error"):
@@ -352,7 +353,7 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     td = Sweep(cfg, jax.local_devices()[:1]).trial(0)
     alg, hp = make(td.problem, row)
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), 0), 0)
-    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                      eval_data=td.eval_data, eval_every=R)
     # one run in both (no vmap batching differences): equal up to float32 fusion order
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)

@@ -96,5 +96,5 @@ def test_shipped_fig4_config_parses():
 
     path = pathlib.Path(dpjax.sweep.__file__).parent / "configs" / "isrl_fig4_mbsgd_appendix_i.toml"
     cfg = SweepConfig.from_toml(path)
-    assert cfg.grid["available"] == (12, 25) and len(cfg.grid["learning_rate"]) == 10
+    assert cfg.grid["availability"] == (12, 25) and len(cfg.grid["learning_rate"]) == 10
     assert len(cfg.grid["trial"]) == 20 and len(cfg.grid["repetition"]) == 3

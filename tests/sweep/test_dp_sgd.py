@@ -12,7 +12,7 @@ from dpjax import cli
 from dpjax.accounting.privacy_spec import GaussianPrivacy
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
 from dpjax import engine
-from dpjax.sweep import SweepConfig, load_results, registry
+from dpjax.sweep import SweepConfig, datasets, load_results
 from dpjax.sweep.driver import Sweep
 
 CONFIG = pathlib.Path(__file__).parents[2] / "dpjax" / "sweep" / "configs" / "dp_sgd_adam_mlp.toml"
@@ -41,7 +41,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
 
     # a sweep row is the direct run of the family with those hparams (run key of (seed, trial, repetition))
     key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-    one = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+    one = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                      eval_data=td.eval_data)
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-5)
     # the server optimizer is adam (its moments are the server part's state, one per round) with the run's step size
@@ -52,7 +52,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
 
 def test_the_non_private_twin_runs_the_same_step_without_noise():
     """``sgd`` (the registered twin) with noise 0 and clip inf equals DpSgd(private=False)."""
-    entry = registry.get_dataset("synthetic-mlp")
+    entry = datasets.get_dataset("synthetic-mlp")
     td = entry.load(entry.resolve({"name": "synthetic-mlp"}), 0)
     alg = DpSgd(td.problem, 5, 16, sampling_rate=16 / 256)  # the public q = K / n of the 256 records
     key = jax.random.key(0)

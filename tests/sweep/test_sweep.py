@@ -15,7 +15,8 @@ import pytest
 
 from dpjax import engine
 from dpjax.engine import program
-from dpjax.sweep import SweepConfig, load_results, registry, run_sweep, select
+from dpjax.engine import registry
+from dpjax.sweep import SweepConfig, datasets, load_results, run_sweep, select
 from dpjax.sweep.driver import Sweep
 from tests.sweep.conftest import TINY
 
@@ -65,7 +66,7 @@ def test_sweep_runs_equal_single_runs(full):
         hp = registry.get_algorithm("isrl-mbsgd").make_hparams(
             {"learning_rate": row.learning_rate, "noise_multiplier": row.noise_multiplier, "clip_norm": row.clip_norm})
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(cfg.seed), int(row.trial)), int(row.repetition))
-        single = engine.run(alg, td.train, hp, key, eval_fn=registry.classification_eval(td.problem),
+        single = engine.run(alg, td.train, hp, key, eval_fn=datasets.classification_eval(td.problem),
                             eval_data=td.eval_data, eval_every=cfg.eval_every)
         ev = res.evals[res.evals.run_id == row.run_id].sort_values("eval_round")
         for m in ("train_loss", "test_error", "test_loss"):

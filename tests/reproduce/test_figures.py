@@ -139,18 +139,19 @@ def test_dpjax_plot_store(tmp_path, captured):
 
 def test_plot_panels_and_isrl_figure(tmp_path, captured):
     from dpjax.reproduce import isrl
+    from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
 
     rows = []
-    for alg, cal in ((isrl.MB, "paper"), (isrl.LOCAL, "paper"), (isrl.MB, "tight"), (isrl.LOCAL, "tight")):
+    for alg, cal in ((MB, "paper"), (LOCAL, "paper"), (MB, "tight"), (LOCAL, "tight")):
         for e in (0.5, 2.0, 8.0):
             rows.append({"num_silos": 4, "silos_per_round": 2, "algorithm": alg, "calibration": cal, "epsilon": e,
                          "mean": 0.3 / e, "p_lo": 0.2 / e, "p_hi": 0.4 / e, "half_width": 0.1 / e, "n_trials": 3})
-    for alg in (isrl.MB_NP, isrl.LOCAL_NP):
+    for alg in (MB_NP, LOCAL_NP):
         rows.append({"num_silos": 4, "silos_per_round": 2, "algorithm": alg, "calibration": "none",
                      "epsilon": math.inf, "mean": 0.1, "p_lo": 0.1, "p_hi": 0.1, "half_width": 0.0, "n_trials": 3})
     exp = isrl.Experiment("isrl-x", "test_error", (isrl.Setting(4, 2),), (0.5, 2.0, 8.0), 8.0, 5, 1, 1, (0.1,),
                           (0.1,))
-    isrl._plot(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
+    isrl.plot_figure(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
     _check_all(captured(), 1)
 
 
@@ -166,7 +167,7 @@ def test_shuffle_sco_figures(tmp_path, captured):
     rng = np.random.default_rng(0)
     plots = {"bits": (rng.normal(30, 6, 500), rng.normal(30, 6, 500), support, pmf, lambda v: np.round(v)),
              "profile": (np.linspace(0, 3, 50), np.exp(-10 * np.linspace(0, 3, 50)), 1.4, 1e-3)}
-    R._plot_protocols(tmp_path / "p.png", rows, plots)
+    R.plot_protocols(tmp_path / "p.png", rows, plots)
     _check_all(captured(), 1)
 
     def point(alg, iname, sweep, n, d, v, **kw):
@@ -178,7 +179,7 @@ def test_shuffle_sco_figures(tmp_path, captured):
             rows += [point(protocol, iname, "n", n, 8, 10 / n**0.7), point(f"{protocol}_twin", iname, "n", n, 8, 1 / n),
                      point(f"central_dp[{protocol}]", iname, "n", n, 8, 3 / n)]
         rows += [point(protocol, iname, "d", 10**4, d, 0.01 * d**0.4) for d in (2, 8, 32, 128)]
-    R._plot_rates(tmp_path / "r.png", rows, [])
+    R.plot_rates(tmp_path / "r.png", rows, [])
     _check_all(captured(), 1)
     R.plot_regimes(tmp_path / "g.png", [dict(r, epsilon=0.9) for r in rows])
     _check_all(captured(), 1)
@@ -196,7 +197,7 @@ def test_diff2_figure(tmp_path, captured):
 
     summary = {(alg, e): {m: entry(s) for m in ("train_loss", "test_loss")}
                for alg, e, s in (("GD", math.inf, 0.01), ("DP-GD", 3.0, 0.02), ("DIFF2-GD", 3.0, 0.015))}
-    diff2._plot(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
+    diff2.plot_figure(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
     (fig,) = captured()
     assert "± SD over 5 seeds" in fig.axes[0].get_ylabel()
@@ -237,7 +238,7 @@ def test_user_level_figures(captured):
     from dpjax.reproduce import user_level as U
 
     xs = [4, 16, 64, 256]
-    U._loglog(plt, [("D5: excess vs m", "m", "excess empirical risk",
+    U.loglog_panels(plt, [("D5: excess vs m", "m", "excess empirical risk",
                      [("measured", xs, [1 / x for x in xs], "o-"), ("bound", xs, [2 / x**0.5 for x in xs], "k--")])])
     rng = np.random.default_rng(0)
     U.plot_tail(plt, [(m, np.abs(rng.normal(0, math.sqrt(m), 2000)), None) for m in (20, 80)], (0.1, 0.01), 2000)

@@ -1,4 +1,4 @@
-"""Regression tests for the accounting findings of issue #11 (each fails on the code before the fix).
+"""Composition, calibration and the account CLI (regression tests: each fails on the code before its fix).
 
 Finding -> tests:
  1 sample rate rounded by the CLI      test_cli_poisson_sample_rate_is_accounted_exactly, test_cli_fixed_size_rate_must_be_a_batch
@@ -8,7 +8,7 @@ Finding -> tests:
                                        test_memory_bounded_pld_falls_back_to_rdp_and_says_so
  5 tighter of RDP and PLD              test_best_reports_the_tighter_accountant_and_names_it, test_cli_default_is_best
  6 one-pass/shuffle pass count         test_passes_count_dropped_remainder_records
- 7 sigma naming, CLI start-up          test_cli_noise_multiplier_and_deprecated_sigma, test_account_cli_does_not_import_jax
+ 7 noise-multiplier naming, CLI start-up test_cli_noise_multiplier, test_account_cli_does_not_import_jax
 """
 
 import json
@@ -257,12 +257,10 @@ def test_passes_count_dropped_remainder_records():
 
 
 # ------------------------------------------------------------------ finding 7 (accounting half of finding 11)
-def test_cli_noise_multiplier_and_deprecated_sigma(capsys):
+def test_cli_noise_multiplier(capsys):
     args = ["--batch-size", "10", "--dataset-size", "1000", "--steps", "100", "--delta", "1e-5", "--accountant", "rdp"]
     new, err_new = _cli_json(capsys, "--noise-multiplier", "2", *args)
-    old, err_old = _cli_json(capsys, "--sigma", "2", *args)
-    assert "deprecated" in err_old and "--noise-multiplier" in err_old and not err_new
-    assert old["epsilon"] == new["epsilon"] and new["noise_multiplier"] == 2.0
+    assert not err_new and new["noise_multiplier"] == 2.0
     assert new["noise_std"] == pytest.approx(2.0 * 2)  # replace-one: sensitivity 2 x contribution bound 1
     assert "sigma" not in new
 

@@ -124,7 +124,7 @@ def _norm_forms(loss, params, x, y):
     forms = []
 
     def parts(p):
-        found = gc._layer_parts(plan, jax.tree_util.tree_leaves(p), *gc._capture(loss, p, x, y, plan))[0]
+        found = gc.layer_parts(plan, jax.tree_util.tree_leaves(p), *gc.capture_layer_io(loss, p, x, y, plan))[0]
         forms.extend(part[0] for part in found)
 
     jax.eval_shape(parts, params)

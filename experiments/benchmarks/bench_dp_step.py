@@ -95,6 +95,7 @@ Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -108,7 +109,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from dpjax.primitives import clipping, noise  # noqa: E402
 from dpjax.primitives import ghost_clipping  # noqa: E402
-from dpjax.problems import FlaxProblem, transformer_problem  # noqa: E402
+from dpjax.problems import FlaxProblem, max_pool, transformer_problem  # noqa: E402
 
 CLIP, SIGMA, LR = 1.0, 1.0, 0.1
 
@@ -120,19 +121,28 @@ class MLP(nn.Module):
 
 
 class MnistCNN(nn.Module):
-    """Batch-clipping reproduction protocol's MNIST CNN (GroupNorm instead of batch norm)."""
+    """Batch-clipping reproduction protocol's MNIST CNN (GroupNorm instead of batch norm).
+
+    ``flax_pool``: pool with ``flax.linen.max_pool`` (``reduce_window``, whose
+    gradient is XLA's slow ``select_and_scatter`` on CPU) instead of
+    ``dpjax.problems.max_pool`` (reshape + max; same values)."""
+
+    flax_pool: bool = False
 
     @nn.compact
     def __call__(self, x):
         x = x.reshape(1, 28, 28, 1)
         for ch in (16, 32):
             x = nn.Conv(ch, (5, 5))(x)
-            x = nn.max_pool(nn.relu(nn.GroupNorm(num_groups=4)(x)), (2, 2), (2, 2))
+            x = nn.relu(nn.GroupNorm(num_groups=4)(x))
+            x = nn.max_pool(x, (2, 2), (2, 2)) if self.flax_pool else max_pool(x, (2, 2))
         x = nn.relu(nn.Dense(32)(x.reshape(-1)))
         return nn.Dense(10)(x)
 
 
-MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)), "transformer": (None, None)}
+MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)),
+          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True), (784,)), "transformer": (None, None)}
+NO_TORCH_TWIN = ("cnn-flax-pool",)  # the same torch model as "cnn": Opacus rows only once
 
 # 2-layer pre-LN transformer classifier (dpjax.problems.TransformerClassifier): 32 tokens
 # from a 1000-word vocabulary, width 64, 4 heads, MLP 128, 10 classes.
@@ -329,7 +339,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--opacus", action="store_true")
     ap.add_argument("--jax-privacy", action="store_true")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
@@ -358,7 +368,7 @@ def main():
         slow = ("vmap(grad)", "jax_privacy clipped_grad")
         reps = {label: args.repeats if label not in slow else max(3, args.repeats // 5) for label in steps}
         rows, memory = time_interleaved(steps, (params, x, y, nkey), reps)
-        if args.opacus:
+        if args.opacus and name not in NO_TORCH_TWIN:
             try:
                 rows.update(bench_opacus(name, args.batch, args.repeats, args.torch_threads))
             except ImportError as err:

@@ -96,6 +96,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import os
 import statistics
 import sys
@@ -187,8 +188,20 @@ def make_steps(problem):
     def noise_only(params, x, y, key):
         return noise.gaussian_like(key, params, SIGMA * CLIP)
 
+    def private_jax_normal(params, x, y, key):
+        """The private step with the noise of ``jax.random.normal`` (the same numbers; jax's rolled
+        Threefry lowering on CPU): what ``noise.gaussian_like`` drew before it unrolled Threefry."""
+        total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
+        leaves, treedef = jax.tree_util.tree_flatten(total)
+        sizes = [leaf.size for leaf in leaves]
+        flat = jax.random.normal(key, (sum(sizes),)) * (SIGMA * CLIP)
+        z = [p.reshape(leaf.shape) for p, leaf in zip(jnp.split(flat, list(itertools.accumulate(sizes))[:-1]), leaves)]
+        noisy = jax.tree_util.tree_map(jnp.add, total, jax.tree_util.tree_unflatten(treedef, z))
+        return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
+
     return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad,
-            "private without noise": clip_only, "noise only": noise_only}
+            "private without noise": clip_only, "noise only": noise_only,
+            "private, jax.random.normal noise": private_jax_normal}
 
 
 CLOCK = time.perf_counter

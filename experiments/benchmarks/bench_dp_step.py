@@ -88,6 +88,34 @@ clipped weight-gradient pass (book-keeping, Bu et al. 2023); an embedding's
 per-example table is never materialised at this size (its Gram matrix is
 ``T^2 = 1024`` floats against ``V F = 64,000``).
 
+Issue #25 (2026-11-26, shared 2-core CPU, load average 20-35 from other
+engineers' jobs, so process CPU ms, one run each, rows interleaved):
+
+* MLP, ``--models mlp --repeats 40 --cpu-time``: private 4.17 ms (1.57x),
+  non-private 2.65, private without noise 3.12 (1.18x), noise only 1.37
+  (0.52x), and the same private step with ``jax.random.normal``'s draw (the
+  same numbers) 5.61 ms (2.12x). ``noise.gaussian_like`` now computes
+  jax's Threefry normals bit for bit with the 20 rounds unrolled (jax lowers
+  Threefry on CPU as a rolled 5-step loop, each step a kernel that writes and
+  re-reads both state arrays) and draws each leaf in place from its counter
+  range: the draw is ~2x cheaper (noise only 1.03x -> 0.52x of the non-private
+  step). Two earlier runs of the same build: 1.55x, 1.67x. No noise draw is
+  changed, so no reproduced number changes.
+* CNN (a separate script with the same model, batch 256, 4 interleaved
+  repetitions, process CPU ms): flax ``max_pool`` (``reduce_window``, gradient
+  ``select_and_scatter``) private 373 / non-private 299; ``dpjax.problems.max_pool``
+  (reshape + max, same values) 302 / 206, now the ``cnn`` model here
+  (``cnn-flax-pool`` keeps the old one). Measured and rejected: convolutions as
+  ``conv_general_dilated_patches`` + matmul (2,450-2,500 ms: the patches op is
+  itself a convolution with an identity kernel), as 25 shifted slices + one
+  Dense matmul (private 362 / non-private 337 against XLA's convolution's
+  313 / 216 in the same run), ``--xla_cpu_use_xnnpack=true`` (285 / 206) and
+  ``--xla_cpu_use_onednn=true`` (292 / 194) (separate runs: within the noise).
+* Opacus rows (wall ms, ``--torch-threads 1``) were not comparable under this
+  load (non-private MLP 63 ms, ghost 61 ms, hooks 4,183 ms); rerun on a quiet
+  machine: ``--models mlp cnn --opacus --torch-site
+  /tmp/torchvenv/lib/python3.11/site-packages --torch-threads 2``.
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """

@@ -451,19 +451,21 @@ def _trials(data, eval_data, params, trial_of_run, num_runs: int) -> tuple[list[
     return list(data), index.astype(np.int64)
 
 
-def _lane_groups(key_data: np.ndarray, common: bool, chunk_size: int) -> tuple[int, list[list[int]]]:
-    """Chunk width and the run indices of each chunk (before padding)."""
+def _lane_groups(key_data: np.ndarray, common: bool, chunk_size: int, pad_to: int | None = None) -> tuple[int, list[list[int]]]:
+    """Chunk width and the run indices of each chunk (before padding); a width below ``pad_to`` is raised
+    to it (at most ``chunk_size``)."""
     if not common:
-        width = min(chunk_size, len(key_data))
+        width = min(chunk_size, max(len(key_data), pad_to or 0))
         return width, [list(range(s, min(s + width, len(key_data)))) for s in range(0, len(key_data), width)]
     groups: dict[bytes, list[int]] = {}
     for i, kd in enumerate(key_data):
         groups.setdefault(kd.tobytes(), []).append(i)
-    width = min(chunk_size, max(len(g) for g in groups.values()))
+    width = min(chunk_size, max(max(len(g) for g in groups.values()), pad_to or 0))
     return width, [g[s:s + width] for g in groups.values() for s in range(0, len(g), width)]
 
 
-def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, chunk_size: int):
+def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, chunk_size: int,
+                 pad_to: int | None = None):
     """``run_grid``'s chunks (group = trial index) and each trial's chunk width.
 
     A trial's chunks are laid out as a call on its split alone would lay them
@@ -485,7 +487,7 @@ def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, 
         runs_of_trial = np.flatnonzero(trial_index == t)
         if len(runs_of_trial) == 0:
             continue
-        widths[t], local_chunks = _lane_groups(key_data[runs_of_trial], common, chunk_size)
+        widths[t], local_chunks = _lane_groups(key_data[runs_of_trial], common, chunk_size, pad_to)
         for j, local in enumerate(local_chunks):
             members = [int(runs_of_trial[i]) for i in local]
             chunks.append(Chunk(f"t{t}-c{j}", t, tuple((0, 0, lane) for lane in range(len(members))),
@@ -530,6 +532,7 @@ def run_grid(
     devices=None,
     on_nonfinite: str = "mark",
     round_loop: str = "scan",
+    pad_to: int | None = None,
 ) -> GridResult:
     """Runs ``len(run_keys)`` runs of ``algorithm`` in compiled chunks, on one data split or one per trial.
 
@@ -554,9 +557,17 @@ def run_grid(
         ``"raise"`` (``NonFiniteError``).
       round_loop: ``"scan"`` (rounds in ``lax.scan``, one program per chunk) or
         ``"host"`` (one compiled call per round, one device; see the module docstring).
+      pad_to: chunks narrower than this are padded (by repeating their first
+        run) to ``min(pad_to, chunk_size)`` lanes, so grids of different sizes
+        of one algorithm reuse one compiled program (a step-size grid extension
+        of a few runs then costs a chunk's execution, not a compilation). A
+        run's lane count is part of its program: its last bits may differ
+        from an unpadded call's.
     """
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _validate.check_int("chunk_size", chunk_size, min_value=1)
+    if pad_to is not None:
+        _validate.check_int("pad_to", pad_to, min_value=1)
     _check_keys("run_keys", run_keys, 1)
     typed = jnp.issubdtype(run_keys.dtype, jax.dtypes.prng_key)
     key_data = np.asarray(jax.random.key_data(run_keys) if typed else run_keys)
@@ -571,7 +582,7 @@ def run_grid(
     if round_loop == "host" and len(devices) != 1:
         raise ValueError(f"devices={devices!r}: round_loop='host' runs on one device")
     chunks, widths = _grid_chunks(algorithm.problem, trials, trial_index, jax.tree_util.tree_map(np.asarray, hparams),
-                                  key_data, common_random_numbers, chunk_size)
+                                  key_data, common_random_numbers, chunk_size, pad_to)
     # One program per trial; equal-shape trials find the compiled program in ``program``'s cache.
     programs = {t: ChunkProgram(algorithm, eval_fn, eval_every, (1, 1, w), w, devices, round_loop=round_loop,
                                 trial_axis=False, common_keys=common_random_numbers, initial_params=True)

@@ -10,6 +10,13 @@ All entries are independent: leaves of one dtype share one flat draw (split
 into the leaves), mixed-dtype trees get one key per leaf.
 ``std = 0`` adds exactly zero, which makes a private algorithm with ``std = 0``
 bit-identical to its non-private twin.
+
+The normals come from ``normal``: bit for bit ``jax.random.normal`` (same key,
+same Threefry-2x32 counter stream, same ``sqrt(2) erfinv`` transform), but on
+CPU about 2x cheaper, because jax lowers Threefry on CPU as a rolled 5-step
+loop (every step a separate kernel that writes and re-reads both state
+arrays), while ``normal`` writes the 20 rounds out so that XLA fuses bits and
+transform into one vectorised loop (experiments/benchmarks/bench_noise.py).
 """
 
 from __future__ import annotations
@@ -23,6 +30,81 @@ import numpy as np
 from dpjax import _validate
 
 PyTree = Any
+
+# Threefry-2x32 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"):
+# the rotation schedule and key-schedule parity constant jax uses.
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_THREEFRY_PARITY = np.uint32(0x1BD11BDA)
+
+
+def _rotate_left(x, d: int):
+    return jax.lax.shift_left(x, np.uint32(d)) | jax.lax.shift_right_logical(x, np.uint32(32 - d))
+
+
+def _threefry2x32(k1, k2, x0, x1):
+    """Threefry-2x32 with 20 rounds, unrolled (jax's own non-CPU lowering, the same integer ops)."""
+    ks = (k1, k2, k1 ^ k2 ^ _THREEFRY_PARITY)
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x0 = x0 + x1
+            x1 = x0 ^ _rotate_left(x1, r)
+        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def _fast_path_key_data(key):
+    """``uint32[2]`` key words when ``normal`` can reproduce ``jax.random.normal`` for this key, else None."""
+    if not jax.config.jax_threefry_partitionable:
+        return None
+    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != () or "threefry2x32" not in str(jax.random.key_impl(key)):
+            return None
+        return jax.random.key_data(key)
+    if key.dtype == jnp.uint32 and key.shape == (2,) and jax.config.jax_default_prng_impl == "threefry2x32":
+        return key  # raw jax.random.PRNGKey
+    return None
+
+
+def normal(key: jax.Array, shape=(), dtype=jnp.float32) -> jax.Array:
+    """``jax.random.normal(key, shape, dtype)``, bit for bit, cheaper on CPU.
+
+    For a (typed or raw) Threefry key and float32 this computes exactly what
+    jax does with ``jax_threefry_partitionable`` (the default): the
+    ``uint64`` iota of the flat index as two words, Threefry-2x32 of it under
+    the key, the xor of the two output words as the 32 random bits, 23 of them
+    as the mantissa of a uniform on ``(-1, 1)`` and ``sqrt(2) erfinv`` of it.
+    Only the lowering differs (unrolled rounds; see the module docstring), so
+    the noise is the same exact Gaussian the accountant assumes and the same
+    seed gives the same result as before. Any other key, dtype or
+    configuration calls ``jax.random.normal``.
+    """
+    shape = tuple(shape)
+    dtype = jnp.dtype(dtype)
+    words = _fast_path_key_data(key) if dtype == jnp.float32 else None
+    size = int(np.prod(shape, dtype=np.int64))
+    if words is None or size == 0 or size >= 2**32:
+        return jax.random.normal(key, shape, dtype)
+    return _threefry_normal(words, 0, shape)
+
+
+def _threefry_normal(words, offset: int, shape) -> jax.Array:
+    """Entries ``offset, ..., offset + prod(shape) - 1`` of the flat float32 ``jax.random.normal``
+    stream of the key with Threefry words ``words`` (partitionable mode), in ``shape``.
+
+    The stream is elementwise in the counter, so a slice of one long draw is
+    computed without drawing the rest: the leaves of a tree get the slices of
+    one flat draw with no split or copy."""
+    counts_lo = jax.lax.iota(np.uint32, int(np.prod(shape, dtype=np.int64))) + np.uint32(offset)
+    counts_hi = jnp.zeros(counts_lo.shape, np.uint32)  # the uint64 iota's high word: 0 below 2**32 entries
+    b1, b2 = _threefry2x32(words[0], words[1], counts_hi, counts_lo)
+    bits = (b1 ^ b2).reshape(shape)
+    one_bits = np.uint32(np.array(1.0, np.float32).view(np.uint32))
+    mantissa = jax.lax.shift_right_logical(bits, np.uint32(32 - 23)) | one_bits
+    floats = jax.lax.bitcast_convert_type(mantissa, jnp.float32) - np.float32(1.0)  # uniform on [0, 1)
+    lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
+    uniform = jax.lax.max(lo, floats * (np.float32(1.0) - lo) + lo)
+    return np.float32(np.sqrt(2)) * jax.lax.erf_inv(uniform)
 
 
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
@@ -40,13 +122,19 @@ def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
         # (experiments/benchmarks/bench_noise.py).
         dtype = dtypes.pop()
         sizes = [int(np.prod(leaf.shape)) for leaf in leaves]
-        flat = jax.random.normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype)
+        words = _fast_path_key_data(key) if dtype == jnp.float32 and 0 < sum(sizes) < 2**32 else None
+        if words is not None:  # the same numbers as the flat draw below, each leaf drawn in place
+            offsets = np.cumsum([0] + sizes[:-1])
+            noise = [_threefry_normal(words, int(o), leaf.shape) * jnp.asarray(std, dtype)
+                     for o, leaf in zip(offsets, leaves)]
+            return jax.tree_util.tree_unflatten(treedef, noise)
+        flat = normal(key, (sum(sizes),), dtype) * jnp.asarray(std, dtype)
         parts = jnp.split(flat, np.cumsum(sizes)[:-1])
         noise = [part.reshape(leaf.shape) for part, leaf in zip(parts, leaves)]
         return jax.tree_util.tree_unflatten(treedef, noise)
     keys = jax.random.split(key, len(leaves))
     noise = [
-        jax.random.normal(k, leaf.shape, leaf.dtype) * jnp.asarray(std, leaf.dtype)
+        normal(k, leaf.shape, leaf.dtype) * jnp.asarray(std, leaf.dtype)
         for k, leaf in zip(keys, leaves)
     ]
     return jax.tree_util.tree_unflatten(treedef, noise)

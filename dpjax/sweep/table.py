@@ -23,6 +23,7 @@ Protocol options (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
@@ -109,6 +110,7 @@ def run_table(
     divergence_threshold: float = math.inf,
     chunk_size: int = 256,
     make_hparams: Callable[[Any], Any] | None = None,
+    pad_to: int | None = None,
 ) -> pd.DataFrame:
     """Runs every spec of one data split through ``dpjax.engine.run_grid``; one row per run.
 
@@ -119,7 +121,7 @@ def run_table(
     Columns: the spec fields, ``train_loss`` (+inf if diverged), ``test`` and
     the evaluator's extra test columns (NaN if diverged), ``diverged``.
     ``make_hparams(spec)`` builds one run's hparams (default
-    ``hparams_from_spec``).
+    ``hparams_from_spec``); ``pad_to``: as in ``run_grid`` (narrower chunks padded to it).
     """
     import jax
 
@@ -135,7 +137,7 @@ def run_table(
     rep_keys = {r: keys.run_key(key, r) for r in sorted({int(s.repetition) for s in specs})}
     run_keys = jax.numpy.stack([rep_keys[int(s.repetition)] for s in specs])
     res = run_grid(algorithm, train, stack_hparams([make(s) for s in specs]), run_keys, eval_fn=evaluator,
-                   eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size)
+                   eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size, pad_to=pad_to)
     tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
     bad = diverged(res.diverged_round, tl, divergence_threshold)
     df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
@@ -180,7 +182,9 @@ def run_families(
     has an ``extend`` rule, extends its ``column`` grid per ``extend_by`` group
     while the selection (mean ``criterion``) sits at an end
     (``select.extend_grid_at_edges``; the extensions reuse the family's key, so
-    they share their random draws with the first runs)."""
+    they share their random draws with the first runs). An extension's chunks are padded to the width of
+    the family's first chunks: every extension reuses the family's compiled program instead of compiling
+    one per extension size (``run_grid``'s ``pad_to``)."""
     from dpjax import keys
     from dpjax.sweep.select import extend_grid_at_edges
 
@@ -188,16 +192,19 @@ def run_families(
     for i, fam in enumerate(families):
         fam_key = keys.run_key(key, i)
         chunk = balanced_chunk(len(fam.specs))
+        # the first grid's chunk width (run_grid: the largest repetition, at most ``chunk``)
+        width = min(chunk, max(collections.Counter(int(s.repetition) for s in fam.specs).values()))
 
-        def run(specs, fam=fam, fam_key=fam_key, chunk=chunk):
+        def run(specs, fam=fam, fam_key=fam_key, chunk=chunk, pad_to=None):
             return run_table(fam.algorithm, train, eval_data, evaluator, specs, fam_key,
                              divergence_threshold=divergence_threshold, chunk_size=chunk,
-                             make_hparams=fam.make_hparams)
+                             make_hparams=fam.make_hparams, pad_to=pad_to)
 
         df = run(fam.specs)
         if fam.extend is not None:
             df = extend_grid_at_edges(df, by=extend_by, criterion=criterion, column=column,
                                       max_extensions=max_extensions,
-                                      run_values=lambda requests, runs, fam=fam, run=run: run(fam.extend(requests, runs)))
+                                      run_values=lambda requests, runs, fam=fam, run=run, width=width: run(
+                                          fam.extend(requests, runs), pad_to=width))
         out.append(df)
     return out

@@ -88,6 +88,34 @@ clipped weight-gradient pass (book-keeping, Bu et al. 2023); an embedding's
 per-example table is never materialised at this size (its Gram matrix is
 ``T^2 = 1024`` floats against ``V F = 64,000``).
 
+Issue #25 (2026-11-26, shared 2-core CPU, load average 20-35 from other
+engineers' jobs, so process CPU ms, one run each, rows interleaved):
+
+* MLP, ``--models mlp --repeats 40 --cpu-time``: private 4.17 ms (1.57x),
+  non-private 2.65, private without noise 3.12 (1.18x), noise only 1.37
+  (0.52x), and the same private step with ``jax.random.normal``'s draw (the
+  same numbers) 5.61 ms (2.12x). ``noise.gaussian_like`` now computes
+  jax's Threefry normals bit for bit with the 20 rounds unrolled (jax lowers
+  Threefry on CPU as a rolled 5-step loop, each step a kernel that writes and
+  re-reads both state arrays) and draws each leaf in place from its counter
+  range: the draw is ~2x cheaper (noise only 1.03x -> 0.52x of the non-private
+  step). Two earlier runs of the same build: 1.55x, 1.67x. No noise draw is
+  changed, so no reproduced number changes.
+* CNN (a separate script with the same model, batch 256, 4 interleaved
+  repetitions, process CPU ms): flax ``max_pool`` (``reduce_window``, gradient
+  ``select_and_scatter``) private 373 / non-private 299; ``dpjax.problems.max_pool``
+  (reshape + max, same values) 302 / 206, now the ``cnn`` model here
+  (``cnn-flax-pool`` keeps the old one). Measured and rejected: convolutions as
+  ``conv_general_dilated_patches`` + matmul (2,450-2,500 ms: the patches op is
+  itself a convolution with an identity kernel), as 25 shifted slices + one
+  Dense matmul (private 362 / non-private 337 against XLA's convolution's
+  313 / 216 in the same run), ``--xla_cpu_use_xnnpack=true`` (285 / 206) and
+  ``--xla_cpu_use_onednn=true`` (292 / 194) (separate runs: within the noise).
+* Opacus rows (wall ms, ``--torch-threads 1``) were not comparable under this
+  load (non-private MLP 63 ms, ghost 61 ms, hooks 4,183 ms); rerun on a quiet
+  machine: ``--models mlp cnn --opacus --torch-site
+  /tmp/torchvenv/lib/python3.11/site-packages --torch-threads 2``.
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """
@@ -95,6 +123,8 @@ Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import os
 import statistics
 import sys
@@ -108,7 +138,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from dpjax.primitives import clipping, noise  # noqa: E402
 from dpjax.primitives import ghost_clipping  # noqa: E402
-from dpjax.problems import FlaxProblem, transformer_problem  # noqa: E402
+from dpjax.problems import FlaxProblem, max_pool, transformer_problem  # noqa: E402
 
 CLIP, SIGMA, LR = 1.0, 1.0, 0.1
 
@@ -120,19 +150,28 @@ class MLP(nn.Module):
 
 
 class MnistCNN(nn.Module):
-    """Batch-clipping reproduction protocol's MNIST CNN (GroupNorm instead of batch norm)."""
+    """Batch-clipping reproduction protocol's MNIST CNN (GroupNorm instead of batch norm).
+
+    ``flax_pool``: pool with ``flax.linen.max_pool`` (``reduce_window``, whose
+    gradient is XLA's slow ``select_and_scatter`` on CPU) instead of
+    ``dpjax.problems.max_pool`` (reshape + max; same values)."""
+
+    flax_pool: bool = False
 
     @nn.compact
     def __call__(self, x):
         x = x.reshape(1, 28, 28, 1)
         for ch in (16, 32):
             x = nn.Conv(ch, (5, 5))(x)
-            x = nn.max_pool(nn.relu(nn.GroupNorm(num_groups=4)(x)), (2, 2), (2, 2))
+            x = nn.relu(nn.GroupNorm(num_groups=4)(x))
+            x = nn.max_pool(x, (2, 2), (2, 2)) if self.flax_pool else max_pool(x, (2, 2))
         x = nn.relu(nn.Dense(32)(x.reshape(-1)))
         return nn.Dense(10)(x)
 
 
-MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)), "transformer": (None, None)}
+MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)),
+          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True), (784,)), "transformer": (None, None)}
+NO_TORCH_TWIN = ("cnn-flax-pool",)  # the same torch model as "cnn": Opacus rows only once
 
 # 2-layer pre-LN transformer classifier (dpjax.problems.TransformerClassifier): 32 tokens
 # from a 1000-word vocabulary, width 64, 4 heads, MLP 128, 10 classes.
@@ -177,8 +216,20 @@ def make_steps(problem):
     def noise_only(params, x, y, key):
         return noise.gaussian_like(key, params, SIGMA * CLIP)
 
+    def private_jax_normal(params, x, y, key):
+        """The private step with the noise of ``jax.random.normal`` (the same numbers; jax's rolled
+        Threefry lowering on CPU): what ``noise.gaussian_like`` drew before it unrolled Threefry."""
+        total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
+        leaves, treedef = jax.tree_util.tree_flatten(total)
+        sizes = [leaf.size for leaf in leaves]
+        flat = jax.random.normal(key, (sum(sizes),)) * (SIGMA * CLIP)
+        z = [p.reshape(leaf.shape) for p, leaf in zip(jnp.split(flat, list(itertools.accumulate(sizes))[:-1]), leaves)]
+        noisy = jax.tree_util.tree_map(jnp.add, total, jax.tree_util.tree_unflatten(treedef, z))
+        return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
+
     return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad,
-            "private without noise": clip_only, "noise only": noise_only}
+            "private without noise": clip_only, "noise only": noise_only,
+            "private, jax.random.normal noise": private_jax_normal}
 
 
 CLOCK = time.perf_counter
@@ -329,7 +380,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=30)
     ap.add_argument("--batch", type=int, default=256)
-    ap.add_argument("--models", nargs="*", default=list(MODELS))
+    ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--opacus", action="store_true")
     ap.add_argument("--jax-privacy", action="store_true")
     ap.add_argument("--cpu-time", action="store_true", help="time with process CPU time, not wall time")
@@ -358,7 +409,7 @@ def main():
         slow = ("vmap(grad)", "jax_privacy clipped_grad")
         reps = {label: args.repeats if label not in slow else max(3, args.repeats // 5) for label in steps}
         rows, memory = time_interleaved(steps, (params, x, y, nkey), reps)
-        if args.opacus:
+        if args.opacus and name not in NO_TORCH_TWIN:
             try:
                 rows.update(bench_opacus(name, args.batch, args.repeats, args.torch_threads))
             except ImportError as err:

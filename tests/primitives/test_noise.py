@@ -43,3 +43,44 @@ def test_same_key_same_noise_different_key_different_noise():
     c = noise.gaussian_like(jax.random.key(2), tree, 1.0)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(np.asarray(a), np.asarray(c))
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (203_530,), (3, 5, 4)])
+@pytest.mark.parametrize("raw_key", [False, True])
+def test_fast_normal_is_jax_normal_bit_for_bit(shape, raw_key):
+    """noise.normal unrolls Threefry for speed; it must reproduce jax.random.normal exactly,
+    eagerly, under jit and under vmap over keys (else every recorded result would change)."""
+    base = jax.random.PRNGKey(11) if raw_key else jax.random.key(11)
+    keys = jax.random.split(base, 3)
+    for key in keys:
+        np.testing.assert_array_equal(noise.normal(key, shape), jax.random.normal(key, shape))
+        jitted = jax.jit(lambda k: noise.normal(k, shape))(key)
+        np.testing.assert_array_equal(jitted, jax.jit(lambda k: jax.random.normal(k, shape))(key))
+    batched = jax.jit(jax.vmap(lambda k: noise.normal(k, shape)))(keys)
+    np.testing.assert_array_equal(batched, jax.vmap(lambda k: jax.random.normal(k, shape))(keys))
+
+
+def test_fast_normal_falls_back_for_other_keys_and_dtypes():
+    rbg = jax.random.key(5, impl="rbg")
+    np.testing.assert_array_equal(noise.normal(rbg, (9,)), jax.random.normal(rbg, (9,)))
+    key = jax.random.key(5)
+    np.testing.assert_array_equal(noise.normal(key, (9,), jnp.bfloat16), jax.random.normal(key, (9,), jnp.bfloat16))
+
+
+def test_gaussian_like_tree_is_the_split_flat_jax_draw():
+    """Each leaf's noise is drawn in place from its counter range: the numbers of one flat
+    jax.random.normal draw split into the leaves (what gaussian_like released before)."""
+    tree = {"a": jnp.zeros((3, 70)), "b": jnp.zeros((11,)), "c": jnp.zeros((2, 2, 5))}
+    key = jax.random.key(42)
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    sizes = [leaf.size for leaf in leaves]
+
+    def flat_draw_split(k):  # the previous implementation
+        flat = jax.random.normal(k, (sum(sizes),)) * 2.5
+        return [p.reshape(leaf.shape) for p, leaf in zip(jnp.split(flat, np.cumsum(sizes)[:-1]), leaves)]
+
+    # eager against eager, compiled against compiled (XLA may fold sqrt(2) * std into one constant)
+    for draw, expected in ((noise.gaussian_like(key, tree, 2.5), flat_draw_split(key)),
+                           (jax.jit(lambda k: noise.gaussian_like(k, tree, 2.5))(key), jax.jit(flat_draw_split)(key))):
+        for got, want in zip(jax.tree_util.tree_leaves(draw), expected):
+            np.testing.assert_array_equal(got, want)

@@ -159,3 +159,30 @@ def test_new_options_reject_bad_input():
         run_grid(alg, trials, hps, ks, trial_of_run=[0, 1, 1, 0], eval_data=data)
     with pytest.raises(ValueError, match="sequence of\\s+dpjax.engine.Trial"):
         run_grid(alg, [data, data], hps, ks, trial_of_run=[0, 1, 1, 0])
+
+
+def test_pad_to_reuses_one_program_for_smaller_grids():
+    """``pad_to``: a grid of 2 runs padded to 4 lanes compiles no new program after a 4-run grid of the
+    same algorithm (the grid-extension case), and its runs equal the 4-run grid's first two runs up to
+    float reordering (a run's lane count is part of its program)."""
+    alg, data, hps, ks = _glm_grid(num_rounds=5, seed=4)
+    common = jax.random.split(jax.random.key(1), 1)
+    keys4 = jax.numpy.concatenate([common] * 4)
+    full = run_grid(alg, data, hps, keys4, eval_fn=OutputParams(), chunk_size=8)
+    two, keys2 = jax.tree_util.tree_map(lambda a: a[:2], hps), keys4[:2]
+    compiles = []
+
+    def listener(event, duration, fun_name="", **kw):
+        if event == "/jax/core/compile/backend_compile_duration" and "per_device" in fun_name:
+            compiles.append(fun_name)  # a chunk program (engine.program._sharded's per_device)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        padded = run_grid(alg, data, two, keys2, eval_fn=OutputParams(), chunk_size=8, pad_to=4)
+        assert compiles == []
+        unpadded = run_grid(alg, data, two, keys2, eval_fn=OutputParams(), chunk_size=8)
+        assert len(compiles) == 1  # a 2-lane program is new: the check above could fail
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    np.testing.assert_allclose(padded.evals["params"], full.evals["params"][:2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(unpadded.evals["params"], padded.evals["params"], rtol=1e-5, atol=1e-6)

@@ -27,7 +27,7 @@ import importlib
 
 #: public name -> module defining it
 _EXPORTS = {
-    "NoisyMbSgd": "isrl_mbsgd", "MbSgdHParams": "isrl_mbsgd", "MbSgdState": "isrl_mbsgd",
+    "NoisyMbSgd": "isrl_mbsgd", "MbSgdHParams": "isrl_mbsgd",
     "AcceleratedMbSgd": "accelerated", "AcceleratedHParams": "accelerated", "AcceleratedState": "accelerated",
     "LocalSgd": "local_sgd", "LocalSgdState": "local_sgd",
     "ShuffledNoisyMbSgd": "shuffled", "SdpOnePassAccelerated": "shuffled", "SdpHParams": "shuffled",

@@ -51,7 +51,7 @@ LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "diff2-regression": ("dpjax.reproduce.diff2", _DIFF2, "Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, "
                          "gas turbine, BlogFeedback (eps 3, 5)", _BOTH),
     "dpsgd-mnist": ("dpjax.reproduce.dpsgd_mnist", _BC, "BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, "
-                    "sigma = 2", ("paper",)),
+                    "sigma = 2", _BOTH),
     "isrl-insurance": ("dpjax.reproduce.isrl", _ISRL, "Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε "
                        "over an (N, M) grid", _BOTH),
     "isrl-mnist": ("dpjax.reproduce.isrl", _ISRL, "Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic "

@@ -30,9 +30,9 @@ def _stop_at_heavy_work(monkeypatch, capsys, module, name):
 def test_reproduce_prints_stage_lines_before_the_heavy_work(tmp_path, monkeypatch, capsys):
     """`reproduce user-level-convex-erm --quick` was silent for 4.5 minutes: its first Phased-ERM solve
     (the heavy work, replaced here) must come after the command's and the cell's stage lines."""
-    from dpjax.reproduce import user_level
+    from dpjax.reproduce.user_level import rates
 
-    seen = _stop_at_heavy_work(monkeypatch, capsys, user_level, "_phased_erm_runs")
+    seen = _stop_at_heavy_work(monkeypatch, capsys, rates, "phased_erm_runs")
     with pytest.raises(_Stop):
         main(["reproduce", "user-level-convex-erm", "--quick", "--out", str(tmp_path / "out")])
     (before,) = seen
@@ -46,9 +46,9 @@ def test_reproduce_prints_stage_lines_before_the_heavy_work(tmp_path, monkeypatc
 
 
 def test_quiet_silences_the_stage_lines(tmp_path, monkeypatch, capsys):
-    from dpjax.reproduce import user_level
+    from dpjax.reproduce.user_level import rates
 
-    seen = _stop_at_heavy_work(monkeypatch, capsys, user_level, "_phased_erm_runs")
+    seen = _stop_at_heavy_work(monkeypatch, capsys, rates, "phased_erm_runs")
     with pytest.raises(_Stop):
         main(["reproduce", "user-level-convex-erm", "--quick", "--quiet", "--out", str(tmp_path / "out")])
     assert seen[0].err == ""

@@ -108,7 +108,7 @@ def test_long_readme_commands_parse_and_resolve_their_inputs_anywhere(command, t
     elif args.command == "audit":
         from dpjax.auditing.cli import _NAMES
 
-        assert args.all or set(args.mechanisms) <= set(_NAMES)
+        assert args.all or set(args.mechanisms) <= {*_NAMES, "training"}
     elif args.command == "run":
         assert args.task if hasattr(args, "task") else True
     assert list(tmp_path.iterdir()) == []  # parsing and resolving wrote nothing

@@ -80,7 +80,7 @@ def fig4(peaks, reduced: bool, data_dir=None):
                 "repetition": 1}
         data = {"name": "synthetic-logistic", "num_silos": 8, "n": 64, "dim": 10, "n_test": 32}
         cfg = dataclasses.replace(cfg, num_rounds=5, grid=grid, data=data,
-                                  static={**cfg.static, "available": 4})
+                                  static={**cfg.static, "availability": 4})
     rec = roofline.Recorder(replay=False, label="fig4: ")
     with tempfile.TemporaryDirectory() as out, rec.patch():
         run_sweep(cfg, out)

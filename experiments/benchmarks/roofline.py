@@ -182,6 +182,7 @@ def row(group: str, program: str, flops: float, nbytes: float, seconds: float, p
 def _bench_dp_step():
     spec = importlib.util.spec_from_file_location("bench_dp_step", HERE / "bench_dp_step.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -76,6 +76,7 @@ def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
         out = str(tmp_path / "x")
         quick = True
         seed = 0
+        quiet = True
 
     with pytest.raises(ValueError, match="offers"):
         cli._run(Args())

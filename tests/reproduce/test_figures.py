@@ -204,7 +204,7 @@ def test_diff2_figure(tmp_path, captured):
     _check_all([fig], 1)
     one = {k: {m: {"curves": v["curves"][:1], "best": v["best"][:1], "final": v["final"][:1]} for m, v in e.items()}
            for k, e in summary.items()}
-    diff2._plot(tmp_path / "d1.png", ["california_housing"], {"california_housing": one},
+    diff2.plot_figure(tmp_path / "d1.png", ["california_housing"], {"california_housing": one},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
     (fig,) = captured()
     assert "±" not in fig.axes[0].get_ylabel() and "one seed" in fig.axes[0].get_ylabel()  # no spread from one seed

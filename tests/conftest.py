@@ -54,15 +54,17 @@ def _uses_real_data(item) -> bool:
 
 # Privacy-critical tests carry the ``privacy`` marker (they stay in the default suite; ``-m privacy``
 # selects them, e.g. for experiments/mutation/run_mutants.py).
+# Directories (first path part under tests/) and file names (anywhere under tests/).
 _PRIVACY_PATHS = ("privacy", "accounting", "auditing", "user_level", "dpsgd_general", "diff2", "shuffle_sco", "isrl",
-                  "test_clipping.py", "test_noise.py", "test_sampling.py", "test_ghost_clipping.py", "test_contract.py")
+                  "algorithms", "test_clipping.py", "test_noise.py", "test_sampling.py", "test_ghost_clipping.py",
+                  "test_contract.py")
 
 
 def _mark_privacy(items) -> None:
     tests_dir = pathlib.Path(__file__).resolve().parent
     for item in items:
         rel = pathlib.Path(str(item.fspath)).resolve().relative_to(tests_dir)
-        if rel.parts and rel.parts[0] in _PRIVACY_PATHS:
+        if rel.parts and (rel.parts[0] in _PRIVACY_PATHS or rel.name in _PRIVACY_PATHS):
             item.add_marker(pytest.mark.privacy)
 
 

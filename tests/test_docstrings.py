@@ -8,6 +8,7 @@ reference in a module, class or function docstring, or in a comment.
 
 from __future__ import annotations
 
+import pytest
 import ast
 import io
 import pathlib
@@ -52,6 +53,7 @@ def test_detector_flags_spec_references_and_passes_paper_citations():
     assert _offences(good) == []
 
 
+@pytest.mark.slow
 def test_no_spec_identifiers_in_dpjax_docstrings_or_comments():
     offences = {}
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -1,5 +1,6 @@
 """Key discipline: no (round, stream, silo) key is ever used twice."""
 
+import pytest
 import itertools
 
 import jax
@@ -59,6 +60,7 @@ def test_stream_ids_are_unique_and_unknown_stream_rejected():
         keys.stream_key(jax.random.key(0), "nosie")
 
 
+@pytest.mark.slow
 def test_per_silo_noise_is_independent_across_silos_and_rounds():
     # The messages' noise of different silos/rounds must be uncorrelated draws.
     from dpjax.engine import federated

@@ -10,6 +10,7 @@ from dpjax.problems import max_pool
 
 
 @pytest.mark.parametrize("shape,window", [((2, 8, 6, 3), (2, 2)), ((4, 9, 5), (3,)), ((1, 6, 6, 2), (3, 2))])
+@pytest.mark.slow
 def test_max_pool_matches_flax_values_and_gradient(shape, window):
     x = jax.random.normal(jax.random.key(0), shape)  # continuous: no ties, so the gradients agree too
     ref = lambda v: nn.max_pool(v, window, strides=window)  # noqa: E731

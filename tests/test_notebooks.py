@@ -88,11 +88,13 @@ def _execute(path, monkeypatch) -> str:
 
 
 @pytest.mark.parametrize("path", PLAIN_NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_notebook_executes(path, monkeypatch):
     _execute(path, monkeypatch)
 
 
 @pytest.mark.parametrize("path", DATA_NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.slow
 def test_data_notebook_executes(path, monkeypatch, tmp_path_factory):
     """The notebook finds its data where the CLI does ($DPJAX_DATA_DIR here) and never trains on other data."""
     if path.name in MNIST_NOTEBOOKS:

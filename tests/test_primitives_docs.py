@@ -33,6 +33,7 @@ def test_per_example_clipped_sum_says_what_loss_fn_must_look_like():
     assert "[B, ...]" in doc and "mask" in doc and "ClippedSum" in doc
 
 
+@pytest.mark.slow
 def test_the_documented_example_runs():
     """The docstring's example, run as written (with its free names bound)."""
     import jax

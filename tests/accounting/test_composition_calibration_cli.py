@@ -167,6 +167,7 @@ _EXTREMES = textwrap.dedent("""
     (1e-3, "poisson", 256, 14062, 1e6),  # before: MemoryError (38 GiB)
     (0.009, "full", "None", 1, 5e3),  # eps ~ 6,600; before: > 7 GB
 ])
+@pytest.mark.slow
 def test_pld_extremes_are_bounded_in_time_and_memory(std, sampling, k, steps, eps_min):
     code = _EXTREMES.format(std=std, sampling=sampling, k=k, steps=steps)
     # 120 s: the bounded grid (<= 2^18 points a step) takes < 10 s on a loaded 2-core machine; a hang fails

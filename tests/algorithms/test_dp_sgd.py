@@ -45,6 +45,7 @@ def leaves_equal(a, b):
 
 
 @pytest.mark.parametrize("sampling,neighboring", [("poisson", "add-remove"), ("without-replacement", "replace-one")])
+@pytest.mark.slow
 def test_dp_sgd_runs_dpsgd_general_with_noise_on_the_server(sampling, neighboring):
     """Bit for bit the DP-SGD-General run with s = 1, m = K, placement='server' and optax's Adam
     direction (``scale_by_adam``) as the server transformation."""

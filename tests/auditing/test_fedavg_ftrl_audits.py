@@ -17,6 +17,7 @@ DELTA = 1e-3  # the catalogue's point (mechanisms.DELTA)
 
 
 @pytest.mark.parametrize("build", [dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit])
+@pytest.mark.slow  # the same audits run in the default suite through tests/auditing/test_audits.py
 def test_audit_runs_the_registered_family_passes_and_catches_its_mutants(build):
     audit = build(delta=DELTA)
     mech = audit.mechanism

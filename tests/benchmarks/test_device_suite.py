@@ -4,10 +4,13 @@ with a finite measured / floor, and the Fig. 4 protocol row counts the sweep's c
 
 from __future__ import annotations
 
+import pytest
 import csv
 import importlib.util
 import math
 import pathlib
+
+pytestmark = pytest.mark.slow  # minutes of CPU: CI runs it in its -m slow pass
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

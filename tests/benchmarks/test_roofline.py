@@ -11,12 +11,15 @@ machine did in the same minute.
 
 from __future__ import annotations
 
+import pytest
 import csv
 import importlib.util
 import math
 import pathlib
 
 import numpy as np
+
+pytestmark = pytest.mark.slow  # minutes of CPU: CI runs it in its -m slow pass
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOLERANCE = 0.5
@@ -52,6 +55,7 @@ def test_quick_table_has_its_columns_and_no_program_beats_its_floor(tmp_path):
     assert "| measured_over_floor |" in md.splitlines()[4] or "measured_over_floor" in md
 
 
+@pytest.mark.slow
 def test_scan_cost_counts_every_round():
     """XLA counts a while loop's body once; the chunk cost must grow with the rounds (10 vs 20 rounds of
     the same round: round cost x 10 more, within 1% of the round's FLOPs)."""

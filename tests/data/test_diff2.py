@@ -167,6 +167,7 @@ def test_real_blogfeedback():
     assert fd.pooled_train()[1].max() <= 1.0
 
 
+@pytest.mark.slow
 def test_real_kddcup99():
     shared_file("kddcup99_10pct", "kddcup.data_10_percent.gz")
     k = load_kddcup99(SHARED_DATA)

@@ -82,6 +82,7 @@ def test_argument_validation(kwargs, match):
         isrl_mnist_silos(images, labels, **args)
 
 
+@pytest.mark.slow
 def test_real_mnist_25_silos(mnist_real, mnist_pca):
     x, y = mnist_real["train_images"], mnist_real["train_labels"]
     fd = isrl_mnist_silos(x, y, seed=0, pca=mnist_pca)

@@ -75,6 +75,7 @@ def test_bad_source_argument():
         load_mnist(source="web")
 
 
+@pytest.mark.slow
 def test_real_mnist_shapes_counts_and_speed():
     shared_file("mnist", "mnist.npz")
     t0 = time.process_time()  # CPU time: robust to other jobs on a shared machine

@@ -19,6 +19,8 @@ import pytest
 
 from dpjax.docs import build
 
+pytestmark = pytest.mark.slow  # minutes of CPU: CI runs it in its -m slow pass
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DOCS_PACKAGES = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python", "mkdocs_jupyter")
 

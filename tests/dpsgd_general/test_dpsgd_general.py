@@ -169,6 +169,7 @@ def _local_reference(params, xs, ys, lr, beta):
 
 
 @pytest.mark.parametrize("beta,m", [(0.0, 1), (0.9, 1), (0.0, 3), (0.9, 3)])
+@pytest.mark.slow
 def test_eq2_eq3_local_steps_with_state_reset_every_round(beta, m):
     """m = 1: eqs. (2)/(3); m = 3: eq. (5) with the local rule on each of m subsets from the same w
     (the MNIST experiment's BC-SH-localSGD/-momentum rounds): w <- w - eta/m sum_h [a_h]_C."""

@@ -35,6 +35,7 @@ def write_part(folder, variant, accs, privacy_eps):
     return folder
 
 
+@pytest.mark.slow
 def test_parts_merge_into_one_run_and_the_report_states_the_gap(tmp_path):
     ic = write_part(tmp_path / "ic", "IC-SS", {(0.3, 0): 0.90, (0.3, 1): 0.92, (1.0, 0): 0.95, (1.0, 1): 0.85}, 1.5)
     bc = write_part(tmp_path / "bc", "BC-SH", {(0.3, 0): 0.88, (0.3, 1): 0.90, (1.0, 0): 0.80, (1.0, 1): 0.82}, 1.0)
@@ -66,6 +67,7 @@ def test_one_seed_prints_no_plus_minus_and_report_only_regenerates(tmp_path):
         exp.report_only(part, quick=False)
 
 
+@pytest.mark.slow
 def test_train_grid_on_cpu_equals_the_vmapped_scan():
     """On CPU the grid runs one by one with a host round loop (fast convolution kernels); it trains
     the same models as run_many's vmapped scan: equal final accuracies and divergence flags (the

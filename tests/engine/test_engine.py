@@ -44,6 +44,7 @@ def test_same_seed_bit_identical_and_different_seed_differs(algo, data):
     assert not np.array_equal(a.output, c.output)
 
 
+@pytest.mark.slow
 def test_vmapped_runs_equal_runs_one_by_one(algo, data):
     configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5), (2.0, 1.0, 2.0)]
     run_keys = jax.random.split(jax.random.key(9), len(configs))
@@ -70,6 +71,7 @@ def _reference_minibatch_sgd(algo, data, lr, key):
     return w
 
 
+@pytest.mark.slow
 def test_nonprivate_twin_is_plain_minibatch_sgd(algo, data):
     twin = dataclasses.replace(algo, private=False, num_rounds=5, gradient_path="gather")
     key = jax.random.key(11)
@@ -96,6 +98,7 @@ def test_noise_changes_the_result_and_scales_with_sigma(algo, data):
     assert 0 < np.linalg.norm(small - base) < np.linalg.norm(large - base)
 
 
+@pytest.mark.slow
 def test_unequal_silo_sizes_never_touch_padding():
     xs, ys = _silos(sizes=(7, 50, 12))
     data = SiloData.from_silos(xs, ys)
@@ -110,6 +113,7 @@ def test_unequal_silo_sizes_never_touch_padding():
         np.testing.assert_array_equal(clean.output, dirty.output)
 
 
+@pytest.mark.slow
 def test_nan_run_stops_with_round_and_run_named(data):
     algo = NoisyMbSgd(LinearRegression(DIM), num_rounds=10, batch_size=5, private=False)
     xs, _ = _silos()
@@ -124,6 +128,7 @@ def test_nan_run_stops_with_round_and_run_named(data):
     assert marked.diverged_round[0] == -1 and marked.diverged_round[1] >= 0
 
 
+@pytest.mark.slow
 def test_random_availability_and_window_output_run(data):
     algo = NoisyMbSgd(
         LogisticRegression(DIM), num_rounds=10, batch_size=4,
@@ -140,6 +145,7 @@ def test_random_availability_and_window_output_run(data):
     np.testing.assert_allclose(res.output, np.mean(iterates, axis=0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_paper_average_output_excludes_last_iterate(data):
     algo = NoisyMbSgd(LogisticRegression(DIM), num_rounds=4, batch_size=4, output="average")
     hp = MbSgdHParams.create(0.5, 0.1, 1.0)
@@ -150,6 +156,7 @@ def test_paper_average_output_excludes_last_iterate(data):
     np.testing.assert_allclose(res.output, np.mean(iterates, axis=0), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_eval_schedule_and_metrics(algo, data):
     x, y, m = data.pooled()
     res = run(
@@ -185,6 +192,7 @@ def test_run_noise_std_is_the_multiplier_times_the_clipped_sensitivity():
     assert std == pytest.approx(z * 2 * clip / k, rel=5 * np.sqrt(1 / (2 * dim)))
 
 
+@pytest.mark.slow
 def test_one_compile_serves_a_grid(algo, data):
     from dpjax import engine
 
@@ -196,6 +204,7 @@ def test_one_compile_serves_a_grid(algo, data):
     assert fn._cache_size() == 1
 
 
+@pytest.mark.slow
 def test_dense_and_gather_paths_agree_in_law():
     # Same algorithm, two gradient paths (different draws, same law): with
     # full-batch-like K = n both are deterministic given the data and agree.
@@ -235,6 +244,7 @@ class _NoClosedForm:
         return self.inner.loss(params, x, y)
 
 
+@pytest.mark.slow
 def test_shared_key_grid_equals_runs_with_that_key(algo, data):
     configs = [(0.1, 0.0, 1.0), (0.5, 0.3, 1.0), (1.0, 0.1, 0.5)]
     key = jax.random.key(21)
@@ -246,6 +256,7 @@ def test_shared_key_grid_equals_runs_with_that_key(algo, data):
         run_many(algo, data, stack_hparams([MbSgdHParams.create(*c) for c in configs]), jax.random.split(key, 3), shared_key=True)
 
 
+@pytest.mark.slow
 def test_host_round_loop_equals_scan(algo, data):
     """round_loop="host" runs the same rounds with the same keys: outputs, per-round metrics and the
     eval schedule equal the scan's (float32 round-off only: XLA compiles the two programs separately)."""
@@ -271,6 +282,7 @@ def test_host_round_loop_equals_scan(algo, data):
         run(algo, data, MbSgdHParams.create(*configs[1]), run_keys[1], round_loop="while")
 
 
+@pytest.mark.slow
 def test_host_round_loop_reports_nonfinite_round(data):
     algo = NoisyMbSgd(LinearRegression(DIM), num_rounds=10, batch_size=5, private=False)
     xs, _ = _silos()

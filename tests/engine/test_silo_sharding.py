@@ -20,6 +20,7 @@ from dpjax.problems import LogisticRegression
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
                PYTHONPATH=str(REPO))

@@ -391,6 +391,7 @@ def test_a5_report_invalid_inputs_name_the_argument():
 
 
 # ------------------------------------------------------------------ traced P_vec parameters
+@pytest.mark.slow
 def test_a5_epsilon_grid_is_one_compiled_program():
     """(g, b, p) are per-run hparams: three epsilons run with ONE compilation of
     the single-run program and ONE of the batched program, and the vmapped

@@ -81,6 +81,7 @@ PINS = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.slow
 def test_refactor_keeps_every_bit(case):
     result = CASES[case]()
     assert _digest(result) == PINS[case]

@@ -41,6 +41,7 @@ def figure_dir(tmp_path_factory):
     return out, report, result
 
 
+@pytest.mark.slow
 def test_outputs_are_tidy_and_labelled(figure_dir):
     out, report, result = figure_dir
     df = pd.read_csv(out / "results.csv")

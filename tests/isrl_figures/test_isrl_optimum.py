@@ -61,6 +61,7 @@ def test_newton_reaches_a_stationary_point(task):
 
 
 @pytest.mark.parametrize("task", list(PROBLEMS))
+@pytest.mark.slow
 def test_f_star_is_below_every_iterate(task):
     """F^* <= the pooled loss of random points and of a whole MB-SGD trajectory
     (evaluated by the problem itself, float32: tolerance 1e-6 relative)."""

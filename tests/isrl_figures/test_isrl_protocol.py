@@ -117,6 +117,7 @@ class _LabelledSpec:
     repetition: int
 
 
+@pytest.mark.slow
 def test_run_grid_chunking_is_invisible_and_divergence_is_marked():
     algo, train, eval_data, ev = _grid_setup()
     specs = [proto.RunSpec("a", "paper", 1.0, lr, 1e3, sig, rep, h)

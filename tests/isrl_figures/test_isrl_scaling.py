@@ -8,6 +8,8 @@ import pytest
 
 from dpjax.reproduce.isrl_scaling import ScalingConfig, excess_risk, loglog_slope, sweep
 
+pytestmark = pytest.mark.slow  # minutes of CPU: CI runs it in its -m slow pass
+
 CFG = ScalingConfig(dim=20, rounds=50, batch_size=128, repetitions=32)
 
 
@@ -20,6 +22,7 @@ def slopes():
 
 
 @pytest.mark.parametrize("factor", ["n", "epsilon", "num_silos"])
+@pytest.mark.slow
 def test_slopes_match_theorem_2_1(slopes, factor):
     got = slopes[factor]
     assert abs(got["slope"] - got["theory"]) <= 0.15, (factor, got["slope"], [r["excess_risk"] for r in got["rows"]])

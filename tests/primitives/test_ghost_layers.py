@@ -211,6 +211,7 @@ def _rng(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_dense_and_dense_general(seed):
     r = _rng(seed)
     t, d = int(r.integers(1, 7)), int(r.integers(2, 7))
@@ -222,6 +223,7 @@ def test_dense_and_dense_general(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_convolutions_and_group_norm(seed):
     r = _rng(seed)
     module = ConvStack(2 * int(r.integers(1, 3)), int(r.integers(2, 4)), int(r.integers(1, 3)), int(r.integers(1, 3)))
@@ -264,6 +266,7 @@ def _random_transformer(seed, tied):
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("tied", [pytest.param(False, marks=pytest.mark.slow), True])
+@pytest.mark.slow
 def test_transformer_embedding_attention_layernorm(seed, tied):
     """The benchmark's transformer (dpjax.problems): token and position Embed,
     the DenseGeneral projections inside MultiHeadDotProductAttention, MLP,
@@ -281,6 +284,7 @@ def test_transformer_embedding_attention_layernorm(seed, tied):
         assert _table_form(problem, params, x, y) == ("vec" if problem.module.vocab_size == 3 else "tied")
 
 
+@pytest.mark.slow
 def test_tied_embedding_differences_for_diff2():
     """DIFF2's clipped gradient differences on the tied transformer (Gram + cross
     term for the shared table, materialised LayerNorm differences)."""
@@ -303,6 +307,7 @@ def test_tied_embedding_differences_for_diff2():
         np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=0, atol=RTOL64 * scale)
 
 
+@pytest.mark.slow
 def test_transformer_float32_highest_precision():
     """The float32 tolerance (HIGHEST matmul precision)."""
     with jax.default_matmul_precision("highest"):
@@ -371,6 +376,7 @@ def _nnx_ce(model, xi, yi):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_nnx_linear_norms_and_shared_variable(seed):
     r = _rng(seed)
     t, d, h = int(r.integers(1, 6)), int(r.integers(2, 6)), int(r.integers(2, 5))
@@ -393,6 +399,7 @@ def test_nnx_conv_group_norm_batch_norm(seed):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.slow
 def test_nnx_embedding_attention_tied_readout(seed):
     r = _rng(seed)
     t, heads = int(r.integers(5, 8)), int(r.integers(1, 3))
@@ -405,6 +412,7 @@ def test_nnx_embedding_attention_tied_readout(seed):
     assert kinds["Embed 'emb'.attend"] == "attend" and kinds["LinearGeneral 'att/out'.__call__"] == "dense"
 
 
+@pytest.mark.slow
 def test_nnx_graphdef_and_state_entry_point_and_training_step():
     """``NNXLoss(graphdef, loss, rest)`` (graphdef + state) and ``nnx_loss(model, loss)``
     are the same loss with the same plan; the clipped sum is a state that updates the model."""
@@ -545,6 +553,7 @@ REFUSALS = {
 
 
 @pytest.mark.parametrize("name", list(REFUSALS))
+@pytest.mark.slow
 def test_unsupported_constructions_are_refused_by_name(name):
     """Never a silently wrong norm: each construction ghost clipping cannot
     see through is refused with the layer or parameter named (the default path

@@ -155,6 +155,7 @@ def test_plot_panels_and_isrl_figure(tmp_path, captured):
     _check_all(captured(), 1)
 
 
+@pytest.mark.slow
 def test_shuffle_sco_figures(tmp_path, captured):
     from dpjax.reproduce import shuffle_sco as R
 
@@ -211,6 +212,7 @@ def test_diff2_figure(tmp_path, captured):
     _check_all([fig], 1)
 
 
+@pytest.mark.slow
 def test_dpsgd_and_batch_clipping_figures(tmp_path, captured):
     from dpjax.reproduce import batch_clipping_privacy as B
     from dpjax.reproduce import dpsgd_mnist as D

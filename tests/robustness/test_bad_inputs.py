@@ -815,6 +815,7 @@ def _partial_store(t):
 
 
 @pytest.mark.parametrize("make,fragments", [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
+@pytest.mark.slow
 def test_cli_bad_input_exits_2_with_one_line(tmp_path, capsys, monkeypatch, make, fragments):
     monkeypatch.chdir(tmp_path)  # nothing may be written to the working directory either
     monkeypatch.delenv("DPJAX_DATA_DIR", raising=False)
@@ -848,6 +849,7 @@ def _checked_cases():
 
 
 @pytest.mark.parametrize("case", range(9), ids=[c[0] for c in _checked_cases()])
+@pytest.mark.slow
 def test_checked_mode_refuses_bad_traced_values(case):
     """Inside jit the value is a tracer: not checked by default (the documented contract), a ValueError naming
     the argument in dpjax.primitives.checked mode; good values pass through it unchanged."""

@@ -116,6 +116,7 @@ def _kill_fuzz(tmp_path, reference, trials: int, seed: int):
     return kills
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_resumes_to_identical_store(tmp_path, reference):
     assert _kill_fuzz(tmp_path, reference, trials=3, seed=0) == 3
 
@@ -125,6 +126,7 @@ def test_sigkill_fuzz_20_trials(tmp_path, reference):
     assert _kill_fuzz(tmp_path, reference, trials=20, seed=1) == 20
 
 
+@pytest.mark.slow
 def test_disk_full_mid_sweep_keeps_store_and_says_why(tmp_path, reference, monkeypatch, capsys):
     """ENOSPC while the 3rd chunk's runs file is written: exit 2 with one line saying why; the 2 chunks
     before stay committed and verified, no temporary file remains, and a resume completes the sweep."""
@@ -185,6 +187,7 @@ def test_truncated_or_emptied_chunk_is_recomputed_on_resume(tmp_path, reference,
     assert store_files(root) == reference[0]
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_sweep_directory(tmp_path, reference):
     """Two `dpjax sweep` processes started together on one directory: the second is refused while the
     first holds the directory (or, if it starts after, finds nothing to do); the store ends identical."""

@@ -82,6 +82,7 @@ def test_reproduce_isrl_obesity_quick_from_any_directory(tmp_path, real_data):
 
 
 # -- finding 8: never overwrite a different run's results; check --out before computing ---------------
+@pytest.mark.slow
 def test_run_never_overwrites_a_different_run_and_reports_divergence(tmp_path, capsys):
     from dpjax.tasks import isrl_mnist
     from tests.tasks.test_isrl_mnist import _synthetic

@@ -90,6 +90,7 @@ def test_every_registered_algorithm_is_covered():
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.slow
 def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
     cfg = config(name)
     res = run_sweep(cfg, tmp_path, devices=jax.local_devices()[:1], progress=False)
@@ -118,6 +119,7 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
 
 @pytest.mark.parametrize("name, accountant", [("isrl-local-sgd", "rdp"), ("isrl-local-sgd", "paper-experiment"),
                                               ("isrl-accelerated", "rdp")])
+@pytest.mark.slow
 def test_epsilon_axis_calibrates_each_family_with_its_own_schedule(name, accountant):
     """The epsilon axis sets the noise multiplier from the family's privacy spec: the run certifies
     the target, and the multiplier is what the family's own schedule calibrates (the clip norm does
@@ -339,6 +341,7 @@ def test_every_registered_family_has_a_test():
 
 
 @pytest.mark.parametrize("name", sorted(MORE))
+@pytest.mark.slow
 def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     static, grid, make, *data = MORE[name]
     d = tomllib.loads(TINY)
@@ -359,6 +362,7 @@ def test_more_families_sweep_and_equal_direct_runs(name, tmp_path):
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
     """unbalanced (one multiplier per silo) and DIFF2 (noise multipliers) via privacy().calibrate."""
     for name, static, grid in (("isrl-unbalanced", {"batch_sizes": [4, 6, 8]}, {"learning_rate": [0.5]}),
@@ -377,6 +381,7 @@ def test_epsilon_axis_is_calibrated_through_privacy_for_other_families():
 from tests._shared import require_shared_data  # noqa: E402
 
 
+@pytest.mark.slow
 def test_every_dataset_loader_of_dpjax_data_is_registered():
     """ISRL MNIST/insurance/obesity, every DIFF2 dataset and the synthetic ones; each real one loads
     one split as padded silos with pooled evaluation metrics of its problem."""

@@ -2,6 +2,7 @@
 one module (dpjax/algorithms/dp_sgd.py: a configuration of DP-SGD-General) plus its
 registration, swept over learning rates end to end through ``dpjax sweep`` with the example config."""
 
+import pytest
 import pathlib
 
 import jax
@@ -18,6 +19,7 @@ from dpjax.sweep.driver import Sweep
 CONFIG = pathlib.Path(__file__).parents[2] / "dpjax" / "sweep" / "configs" / "dp_sgd_adam_mlp.toml"
 
 
+@pytest.mark.slow
 def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     out = tmp_path / "sweep"
     assert cli.main(["sweep", str(CONFIG), "--out", str(out), "--no-progress"]) == 0
@@ -50,6 +52,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     assert float(one.state.hparams.learning_rate) == row.learning_rate
 
 
+@pytest.mark.slow
 def test_the_non_private_twin_runs_the_same_step_without_noise():
     """``sgd`` (the registered twin) with noise 0 and clip inf equals DpSgd(private=False)."""
     entry = datasets.get_dataset("synthetic-mlp")

@@ -75,6 +75,7 @@ def reference(tmp_path_factory):
     return run_sweep(_tiny_cfg(), tmp_path_factory.mktemp("single"), devices=jax.local_devices()[:1], progress=False)
 
 
+@pytest.mark.slow
 def test_two_processes_with_jax_distributed_equal_one_process(tmp_path, reference):
     cfg_path = tmp_path / "tiny.toml"
     cfg_path.write_text(TINY.replace('name = "tiny"', 'name = "tiny"\nchunk_size = 4'))  # as _tiny_cfg()

@@ -49,12 +49,14 @@ def _check(got: dict, expected, prefix: str):
 
 
 @pytest.mark.parametrize("case", sorted(cases.CASES))
+@pytest.mark.slow
 def test_driver_through_executor_and_unchanged(case, expected, counted):
     got = cases.CASES[case]()
     assert counted["chunks"] > 0
     _check(got, expected, case + "/")
 
 
+@pytest.mark.slow
 def test_diff2_driver_through_executor_and_unchanged(expected, counted, shared_data):
     got = cases.diff2_dataset(str(shared_data))
     assert counted["chunks"] > 0
@@ -81,6 +83,7 @@ def _tiny_grid():
 
 
 @pytest.mark.parametrize("common", [True, False])
+@pytest.mark.slow
 def test_run_grid_returns_runs_in_the_order_given(common):
     """Reversing the runs (same chunk widths) reverses the results bit for bit: lanes are independent
     and ``run_grid`` puts each result back at its run's index."""

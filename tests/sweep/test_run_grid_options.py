@@ -54,6 +54,7 @@ def _leaves_equal(a, b):
         np.testing.assert_array_equal(u, v)
 
 
+@pytest.mark.slow
 def test_one_key_per_lane_in_one_chunk_equals_run_many():
     """``common_random_numbers=False`` with every run in one chunk is ``run_many``'s program (first
     run's starting point), bit for bit: evaluations, output parameters and divergence flags."""
@@ -70,6 +71,7 @@ def test_one_key_per_lane_in_one_chunk_equals_run_many():
     assert len(np.unique(got.evals["params"][:, -1, 0])) == 4  # distinct runs: the equality can fail
 
 
+@pytest.mark.slow
 def test_host_round_loop_equals_the_engines_host_loop():
     """``round_loop="host"``: a chunk of one run is ``engine.run(..., round_loop="host")``, a wider
     chunk ``engine.run_many(..., round_loop="host")``; both bit for bit, divergence marked."""
@@ -104,6 +106,7 @@ def _trial_data(seed, n=20):
 
 
 @pytest.mark.parametrize("common", [True, False])
+@pytest.mark.slow
 def test_per_trial_splits_equal_one_call_per_split_and_compile_once(common):
     """Runs of three trials, interleaved in the run order, equal three calls on one split each (bit for
     bit); the equal-shape trials share one compiled program, a trial of another shape adds one."""
@@ -161,6 +164,7 @@ def test_new_options_reject_bad_input():
         run_grid(alg, [data, data], hps, ks, trial_of_run=[0, 1, 1, 0])
 
 
+@pytest.mark.slow
 def test_pad_to_reuses_one_program_for_smaller_grids():
     """``pad_to``: a grid of 2 runs padded to 4 lanes compiles no new program after a 4-run grid of the
     same algorithm (the grid-extension case), and its runs equal the 4-run grid's first two runs up to

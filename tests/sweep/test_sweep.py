@@ -41,6 +41,7 @@ def full(tmp_path_factory):
     return out, res
 
 
+@pytest.mark.slow
 def test_full_sweep_layout(full):
     out, res = full
     assert res.total_chunks == 3 and len(res.computed_chunks) == 3 and res.skipped_chunks == 0
@@ -95,6 +96,7 @@ def test_different_config_in_same_dir_is_refused(full):
         run_sweep(tiny_cfg(seed=4), out, progress=False)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_sweep_then_resume(full, tmp_path):
     """SIGKILL the CLI after its first chunk; the rerun redoes nothing finished and the table is unchanged."""
     _, ref = full
@@ -127,6 +129,7 @@ def test_sigkill_mid_sweep_then_resume(full, tmp_path):
     assert not list(out.rglob("*.tmp"))
 
 
+@pytest.mark.slow
 def test_one_compilation_per_static_group(tmp_path, caplog):
     d = tomllib.loads(TINY)
     d["num_rounds"], d["eval_every"] = 5, 5  # shapes no other test compiles
@@ -200,6 +203,7 @@ def test_plot_from_store(full, tmp_path):
     assert list(bars["noise_multiplier"]) == [0.0, 0.5] and (bars["n_trials"] == 3).all()
 
 
+@pytest.mark.slow
 def test_sharded_equals_unsharded_bit_for_bit(tmp_path):
     """8 fake CPU devices (fresh process): sharded and single-device sweeps store identical tables."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8")

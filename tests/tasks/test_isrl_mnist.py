@@ -27,6 +27,7 @@ def _synthetic(num_silos=6, n=80, d=8, seed=0):
     )
 
 
+@pytest.mark.slow
 def test_task_on_synthetic_silos_writes_results(tmp_path):
     cfg = isrl_mnist.IsrlMnistConfig(epsilon=2.0, rounds=6, silos_per_round=4, learning_rates=(0.1, 1.0), repetitions=2)
     summary = isrl_mnist.run(cfg, tmp_path, progress=False, dataset=_synthetic())
@@ -56,6 +57,7 @@ def test_paper_experiment_calibration_reports_tight_epsilon_too(tmp_path):
     assert np.isfinite(summary["privacy"]["epsilon"]) and summary["privacy"]["epsilon"] > 0
 
 
+@pytest.mark.slow
 def test_task_on_real_mnist(mnist_dir, tmp_path):
     cfg = isrl_mnist.IsrlMnistConfig(
         epsilon=3.0, rounds=10, silos_per_round=12, n_per_digit=60, learning_rates=(1.0, 5.0),
@@ -69,6 +71,7 @@ def test_task_on_real_mnist(mnist_dir, tmp_path):
     assert summary["privacy"]["epsilon"] <= 3.0
 
 
+@pytest.mark.slow
 def test_cli_reports_epsilon_with_accountant(mnist_dir, tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "dpjax.cli", "run", "isrl-mnist-trial", "--epsilon", "2", "--rounds", "4",

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-from scipy import optimize
 
 from dpjax import _validate as v
+from dpjax.accounting import calibration
 from dpjax.accounting import isrl as _isrl
 from dpjax.accounting.events import GaussianSchedule, PrivacyReport, Sampling
 from dpjax.accounting.tight import (
@@ -221,19 +220,12 @@ def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, ac
     pld = accountant == "pld"
     first = (lambda std: eps_at(std, 4.0)) if pld else eps_at
     lo, hi = _bracket(schedule, target, delta, first)
-    lo, hi = _refine(first, target, lo, hi, 1e-3 if pld else CALIBRATION_RTOL)
+    lo, hi = calibration.refine_bracket(first, target, lo, hi, 1e-3 if pld else CALIBRATION_RTOL)
     if not pld:
         return hi
     # re-bracket on the reporting grid around the coarse root, widening geometrically
-    for k in range(40):
-        if eps_at(hi) <= target:
-            break
-        lo, hi = hi, hi * (1 + 1e-3 * 2**k)
-    for k in range(40):
-        if eps_at(lo) > target:
-            break
-        hi, lo = lo, lo / (1 + 1e-3 * 2**k)
-    return _refine(eps_at, target, lo, hi, PLD_CALIBRATION_RTOL)[1]
+    lo, hi = calibration.rebracket(eps_at, target, lo, hi)
+    return calibration.refine_bracket(eps_at, target, lo, hi, PLD_CALIBRATION_RTOL)[1]
 
 
 def use_probability(schedule: GaussianSchedule) -> float:
@@ -283,43 +275,6 @@ def _bracket(schedule: GaussianSchedule, target: float, delta: float, eps_at) ->
                 break
             hi = lo
     return lo, hi
-
-
-def _refine(eps_at, target: float, lo: float, hi: float, rtol: float) -> tuple[float, float]:
-    """Shrink a bracket (eps(lo) > target >= eps(hi)) to hi/lo <= 1 + rtol.
-
-    Brent on log eps vs log noise (where eps is finite and positive at both
-    ends) gives a root estimate; a step either side of it re-brackets, and
-    bisection finishes, always keeping the invariant.
-    """
-    a, b = math.log(lo), math.log(hi)
-    feasible = lambda x: eps_at(math.exp(x)) <= target  # noqa: E731
-    xtol = math.log1p(rtol) / 4
-    if math.isfinite(eps_at(lo)) and eps_at(hi) > 0 and b - a > math.log1p(rtol):
-        def f(x: float) -> float:
-            e = eps_at(math.exp(x))
-            return math.log(e) - math.log(target) if e > 0 else -math.inf
-
-        try:
-            root = optimize.brentq(f, a, b, xtol=xtol, rtol=4 * np.finfo(float).eps, maxiter=100)
-        except (ValueError, RuntimeError):  # eps = 0 inside the bracket: bisection alone
-            root = None
-        if root is not None:
-            for x in (root - xtol, root - 2 * xtol):
-                if a < x < b and not feasible(x):
-                    a = x
-                    break
-            for x in (root + xtol, root + 2 * xtol, root + 4 * xtol):
-                if a < x < b and feasible(x):
-                    b = x
-                    break
-    while b - a > math.log1p(rtol):
-        mid = 0.5 * (a + b)
-        if feasible(mid):
-            b = mid
-        else:
-            a = mid
-    return math.exp(a), math.exp(b)
 
 
 def _calibrate_paper(schedule, target, delta, accountant, eps_at) -> float:

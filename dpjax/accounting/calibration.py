@@ -62,7 +62,7 @@ def _bracket(eps_at: EpsilonAt, target: float, start: float, min_scale: float, w
     return lo, hi
 
 
-def _refine(eps_at: EpsilonAt, target: float, lo: float, hi: float, rtol: float) -> tuple[float, float]:
+def refine_bracket(eps_at: EpsilonAt, target: float, lo: float, hi: float, rtol: float) -> tuple[float, float]:
     """Shrinks a bracket (``eps(lo) > target >= eps(hi)``) to ``hi/lo <= 1 + rtol``."""
     a, b = math.log(lo), math.log(hi)
     feasible = lambda x: eps_at(math.exp(x)) <= target  # noqa: E731
@@ -94,7 +94,7 @@ def _refine(eps_at: EpsilonAt, target: float, lo: float, hi: float, rtol: float)
     return math.exp(a), math.exp(b)
 
 
-def _rebracket(eps_at: EpsilonAt, target: float, lo: float, hi: float) -> tuple[float, float]:
+def rebracket(eps_at: EpsilonAt, target: float, lo: float, hi: float) -> tuple[float, float]:
     """Moves a bracket found on a nearby curve until it brackets the root of ``eps_at``."""
     for k in range(40):
         if eps_at(hi) <= target:
@@ -141,7 +141,7 @@ def smallest_scale(epsilon_at: EpsilonAt, target: float, *, start: float = 1.0, 
     first = eps if coarse_epsilon_at is None else coarse_epsilon_at
     lo, hi = _bracket(first, target, start, min_scale, what)
     if coarse_epsilon_at is None:
-        return _refine(eps, target, lo, hi, rtol)[1]
-    lo, hi = _refine(first, target, lo, hi, coarse_rtol)
-    lo, hi = _rebracket(eps, target, lo, hi)
-    return _refine(eps, target, lo, hi, rtol)[1]
+        return refine_bracket(eps, target, lo, hi, rtol)[1]
+    lo, hi = refine_bracket(first, target, lo, hi, coarse_rtol)
+    lo, hi = rebracket(eps, target, lo, hi)
+    return refine_bracket(eps, target, lo, hi, rtol)[1]

@@ -228,8 +228,9 @@ class _ShuffleScoBase(ChainFamily):
 
     # -- the round ---------------------------------------------------------
     def server(self):
-        """The server optimizer part (the flat update is unravelled by ``FlatUpdates``)."""
-        raise NotImplementedError
+        """The server optimizer part (the flat update is unravelled by ``FlatUpdates``); each subclass
+        (``ShuffleSgd``, ``ShuffleAcsa``) declares its own."""
+        raise NotImplementedError(f"{type(self).__name__} declares no server part")
 
     def parts(self, shape: DataShape) -> Parts:
         if self.aggregator in ("pvec", "pvec-bits"):

@@ -27,20 +27,21 @@ from jax.flatten_util import ravel_pytree
 __all__ = ["CanaryProbe", "AutodiffProbe", "DifferenceProbe", "run_family", "trajectory"]
 
 
-class CanaryProbe:
-    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``."""
+class _LinearProbe:
+    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``.
+    Equal (and hashed) by type and ``d``: a static argument of compiled programs."""
 
     def __init__(self, dim: int):
         self.dim = int(dim)
 
     def __repr__(self) -> str:
-        return f"CanaryProbe({self.dim})"
+        return f"{type(self).__name__}({self.dim})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, CanaryProbe) and other.dim == self.dim
+        return type(other) is type(self) and other.dim == self.dim
 
     def __hash__(self) -> int:
-        return hash(("CanaryProbe", self.dim))
+        return hash((type(self).__name__, self.dim))
 
     def loss(self, params, x, y):
         del y
@@ -52,6 +53,11 @@ class CanaryProbe:
 
     def evaluate(self, params, x, y, mask=None):
         return {"loss": jnp.mean(x @ params)}
+
+
+class CanaryProbe(_LinearProbe):
+    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``,
+    with the closed-form clipping protocol."""
 
     # closed-form clipping protocol (``dpjax.engine.problem.ClosedFormClipping``)
     def row_sq_norms(self, x):
@@ -64,32 +70,9 @@ class CanaryProbe:
         return jnp.sum((weights * scale)[:, None] * x, axis=0)
 
 
-class AutodiffProbe:
+class AutodiffProbe(_LinearProbe):
     """``CanaryProbe``'s loss without the closed-form clipping protocol: families then take their
     per-example autodiff path (``vmap(grad)`` + ``clipped_sum``, the path of neural networks)."""
-
-    def __init__(self, dim: int):
-        self.dim = int(dim)
-
-    def __repr__(self) -> str:
-        return f"AutodiffProbe({self.dim})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, AutodiffProbe) and other.dim == self.dim
-
-    def __hash__(self) -> int:
-        return hash(("AutodiffProbe", self.dim))
-
-    def loss(self, params, x, y):
-        del y
-        return jnp.vdot(params, x)
-
-    def init_params(self, key):
-        del key
-        return jnp.zeros((self.dim,), jnp.float32)
-
-    def evaluate(self, params, x, y, mask=None):
-        return {"loss": jnp.mean(x @ params)}
 
 
 class DifferenceProbe:

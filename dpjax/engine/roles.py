@@ -2,7 +2,7 @@
 
 A family's round is a chain of stateful parts, composed by one generic step
 (``dpjax.engine.chain``) the way ``optax.chain`` composes gradient
-transformations (see ``../shared/design/core.md`` and the module docstring of
+transformations (see the project's design note ``design/core.md`` and the module docstring of
 ``chain``). Every part is an ``(init, update)`` pair whose state lives in the
 run state across rounds, so a part can remember: a sampler's permutation, an
 adaptive clip norm, a tree-aggregation noise buffer, an optimiser's moments.

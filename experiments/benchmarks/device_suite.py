@@ -8,7 +8,8 @@ under load average 20-30 its sections took 47-81 s (DP steps), 330-600 s
 program is compiled four times: itself and three loop-free variants); its
 time on an idle CPU was not measured.
 Sections (each prints its rows as they finish; a section whose dataset is
-missing prints one ``skipped`` line and the rest goes on):
+missing prints one ``skipped`` line and the rest goes on; a section that fails otherwise prints
+``FAILED`` with the error, the rest goes on, and the suite exits 1):
 
 1. ``peaks``: the device's matmul FLOP/s and copy bytes/s (``roofline.measure_peaks``);
 2. ``fig4``: the ISRL-DP Fig. 4 sweep (M = 12 panel, 6 eps x 10 step sizes x 3
@@ -153,7 +154,7 @@ def _gd_twin(fig, name, probe, lanes, peaks, data_dir):
 
     cap = (probe.max_records or {}).get(name)
     fd, task = fig.load_split(name, probe.seeds[0], cap, data_dir)
-    data = fig._silo_data(fd, False)
+    data = fig.silo_data(fd, False)
     problem = fig.mlp_problem(fd.train_x[0].shape[1], 1, task)
     gd = alg.nonprivate_gd(problem, probe.num_rounds, output="last")
     f32 = lambda v: np.full(lanes, v, np.float32)  # noqa: E731
@@ -199,15 +200,19 @@ def main(argv=None) -> int:
           f"{getattr(dev, 'device_kind', '')} x{len(jax.devices())}", flush=True)
     peaks = roofline.measure_peaks(args.reduced, repeats=10)
     print(f"peaks: {peaks.flops / 1e9:.1f} GFLOP/s, {peaks.bandwidth / 1e9:.1f} GB/s", flush=True)
-    rows, protocols = [], []
+    rows, protocols, failed = [], [], []
     for section in args.sections:
         t0 = time.perf_counter()
         try:
             kw = {"probe_rounds": args.diff2_probe[0], "probe_runs": args.diff2_probe[1]} \
                 if section == "diff2" and args.diff2_probe else {}
             r, p = RUNNERS[section](peaks, args.reduced, data_dir=args.data_dir, **kw)
-        except Exception as err:  # a missing dataset skips its section, the suite goes on
-            print(f"{section}: skipped ({type(err).__name__}: {str(err)[:200]})", flush=True)
+        except FileNotFoundError as err:  # a missing dataset skips its section, the suite goes on
+            print(f"{section}: skipped, dataset missing ({str(err)[:200]})", flush=True)
+            continue
+        except Exception as err:  # any other error is a bug: say so, finish the other sections, exit 1
+            print(f"{section}: FAILED ({type(err).__name__}: {str(err)[:300]})", flush=True)
+            failed.append(section)
             continue
         rows += r
         protocols += p
@@ -221,7 +226,9 @@ def main(argv=None) -> int:
     print(roofline.markdown(rows, protocols, peaks, note), flush=True)
     if args.out is not None:
         roofline.write(args.out, rows, protocols, peaks, stem="device_suite", note=note)
-    return 0
+    if failed:
+        print(f"device suite: {len(failed)} section(s) failed: {', '.join(failed)}", flush=True)
+    return 1 if failed else 0
 
 
 def _note(args, dev, start) -> str:

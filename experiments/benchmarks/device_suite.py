@@ -1,12 +1,10 @@
 """The accelerator suite: one command, the roofline table of dpjax's main workloads on this device.
 
-Sized to finish in under 8 minutes on one H100 (full size; an estimate from
-the CPU measurements, never run on one: no accelerator was available when it
-was written). ``--reduced`` is the CI size on a CPU; on the shared 2-core CPU
-under load average 20-30 its sections took 47-81 s (DP steps), 330-600 s
-(Fig. 4 sweep) and 260-370 s (DIFF2), almost all XLA compilation (a costed
-program is compiled four times: itself and three loop-free variants); its
-time on an idle CPU was not measured.
+Full size on one H100 (2026-11-26, jax 0.11.2): dp-steps 19 s, fig4 20 s, diff2 57 s, dpsgd 212 s
+(BC-SH and IC-SS), about 5.3 minutes with start-up; output in
+``results/device_suite_h100_2026-11-26/``. Nearly all of fig4's and dpsgd's section time is XLA
+compilation (a costed program is compiled four times: itself and three loop-free variants).
+``--reduced`` is the CI size on a CPU (39 s on the idle 2-core machine for dp-steps, fig4 and dpsgd).
 Sections (each prints its rows as they finish; a section whose dataset is
 missing prints one ``skipped`` line and the rest goes on; a section that fails otherwise prints
 ``FAILED`` with the error, the rest goes on, and the suite exits 1):

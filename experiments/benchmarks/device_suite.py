@@ -2,7 +2,7 @@
 
 Full size on one H100 (2026-11-26, jax 0.11.2): dp-steps 19 s, fig4 20 s, diff2 57 s, dpsgd 212 s
 (BC-SH and IC-SS), about 5.3 minutes with start-up; output in
-``results/device_suite_h100_2026-11-26/``. Nearly all of fig4's and dpsgd's section time is XLA
+``results/device_suite_h100_2026-11-26/``. Most of fig4's (99 %) and dpsgd's (73 %) section time is XLA
 compilation (a costed program is compiled four times: itself and three loop-free variants).
 ``--reduced`` is the CI size on a CPU (39 s on the idle 2-core machine for dp-steps, fig4 and dpsgd).
 Sections (each prints its rows as they finish; a section whose dataset is

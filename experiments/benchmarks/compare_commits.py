@@ -14,6 +14,8 @@ Benchmarks understood (the parsers below read their printed tables):
   per setting and mode (single configuration, vmapped grid); higher is better.
 * ``sweep_fig4``: ``bench_sweep_fig4.py`` -- the compiled grid's wall time for
   the ISRL Fig. 4 protocol (``[grid ]`` line, end to end); lower is better.
+* ``dp_step``: ``bench_dp_step.py`` -- ms per step of every row of the MLP and CNN tables (private
+  ghost, non-private, vmap(grad), ...); lower is better.
 
 Issue #10 (the composable round steps) may not slow the engine down: run
 
@@ -68,6 +70,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCHES = {
     "round_step": ("experiments/benchmarks/bench_round_step.py", ["--rounds", "200", "--grid", "32", "--repeats", "3"]),
     "sweep_fig4": ("experiments/benchmarks/bench_sweep_fig4.py", ["--trials", "2", "--loop-sample", "1"]),
+    "dp_step": ("experiments/benchmarks/bench_dp_step.py", ["--models", "mlp", "cnn", "--repeats", "20"]),
 }
 
 
@@ -86,8 +89,23 @@ def parse_sweep_fig4(text: str) -> dict[str, float]:
     return {"compiled grid wall (s)": float(m.group(1))} if m else {}
 
 
-PARSERS = {"round_step": parse_round_step, "sweep_fig4": parse_sweep_fig4}
-HIGHER_IS_BETTER = {"round_step": True, "sweep_fig4": False}
+def parse_dp_step(text: str) -> dict[str, float]:
+    """``bench_dp_step.py``'s per-model tables: a ``NAME (N params)`` header, then ``  label  ms  ratio x ...``
+    rows -> {"mlp private (ghost) (ms)": ms, ...}."""
+    out, model = {}, None
+    for line in text.splitlines():
+        header = re.match(r"^(\S+) \(\d+ params\)", line)
+        if header:
+            model = header.group(1)
+            continue
+        row = re.match(r"^  (\S.*?)\s{2,}([\d.]+)\s+[\d.]+x", line)
+        if model and row:
+            out[f"{model} {row.group(1)} (ms)"] = float(row.group(2))
+    return out
+
+
+PARSERS = {"round_step": parse_round_step, "sweep_fig4": parse_sweep_fig4, "dp_step": parse_dp_step}
+HIGHER_IS_BETTER = {"round_step": True, "sweep_fig4": False, "dp_step": False}
 
 
 def run_once(tree: pathlib.Path, bench: str, extra: list[str]) -> dict[str, float]:

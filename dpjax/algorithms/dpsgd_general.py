@@ -68,10 +68,10 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from dpjax import _validate
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, UnitStepServer
@@ -85,10 +85,9 @@ PLACEMENTS = ("silo", "server")
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class DpSgdHParams:
-    """Per-run hyperparameters of every DP-SGD family (a sweep vmaps over these).
-
-    The order is that of every other family's hparams: step size, noise, clip.
+class DpSgdHParams(MbSgdHParams):
+    """Per-run hyperparameters of every DP-SGD family (a sweep vmaps over these): Noisy MB-SGD's
+    three values and their validated ``create`` (``MbSgdHParams``), read as the paper's.
 
     Attributes:
       learning_rate: eta (local and server step size).
@@ -98,19 +97,6 @@ class DpSgdHParams:
         add/remove (Poisson).
       clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``.
     """
-
-    learning_rate: Any
-    noise_multiplier: Any = 0.0
-    clip_norm: Any = 1.0
-
-    @classmethod
-    def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "DpSgdHParams":
-        # Python, NumPy, jax scalars and arrays are checked; tracers are not.
-        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
-        _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
-        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
-        f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-        return cls(f32(learning_rate), f32(noise_multiplier), f32(clip_norm))
 
 
 def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:

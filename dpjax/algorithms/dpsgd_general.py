@@ -73,6 +73,7 @@ import optax
 from dpjax import _validate
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, UnitStepServer
 from dpjax.parts.clients import UPDATE_RULES
@@ -110,7 +111,7 @@ def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class DpSgdGeneral(ChainFamily):
+class DpSgdGeneral(OutputRule, ChainFamily):
     """DP-SGD-General (Algorithm 1), the Poisson DP-SGD baseline and central DP-SGD.
 
     Args:
@@ -136,7 +137,7 @@ class DpSgdGeneral(ChainFamily):
       placement: ``"silo"`` (each silo privatizes its own message: the paper's
         client; unit record-in-silo) or ``"server"`` (noise once on the mean of
         the silos' clipped sums: central DP over the pooled records, unit record).
-      output: ``"last"`` (the paper), ``"average"`` or ``"window"`` (``window`` iterates).
+      output, window: ``OutputRule`` (``"last"`` is the paper's).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
         record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
     """
@@ -156,8 +157,6 @@ class DpSgdGeneral(ChainFamily):
     filter_threshold: int = 1
     neighboring: str = "replace-one"
     placement: str = "silo"
-    output: str = "last"
-    window: int = 8
     sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams

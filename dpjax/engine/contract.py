@@ -97,6 +97,17 @@ def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
                          "the data set's size would differ between neighbours")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutputRule:
+    """The output-rule fields a family declares by mixing this in (before ``FamilyBase``; keyword-only,
+    so they follow the family's own fields): ``output`` ``"last"`` (default), ``"average"`` (the
+    running mean of the iterates) or ``"window"`` (the mean of the last ``window`` iterates), as
+    ``IterateAverager`` computes them and ``check_common`` validates them."""
+
+    output: str = "last"
+    window: int = 8
+
+
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 

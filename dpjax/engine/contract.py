@@ -215,8 +215,10 @@ def family_hparams(algorithm) -> type:
 
 
 def static_fields(cls) -> dict[str, dataclasses.Field]:
-    """A family's static configuration fields (all but problem and num_rounds)."""
-    return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("problem", "num_rounds")}
+    """A family's static configuration fields (all but problem and num_rounds), its own (positional)
+    fields first, then the keyword-only ones of its mixins (``OutputRule``, ...)."""
+    fields = sorted(dataclasses.fields(cls), key=lambda f: f.kw_only)  # stable: declaration order within each
+    return {f.name: f for f in fields if f.name not in ("problem", "num_rounds")}
 
 
 def hparam_fields(hparams_type) -> dict[str, dataclasses.Field]:

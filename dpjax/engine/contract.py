@@ -114,8 +114,8 @@ class FamilyBase:
     Subclasses set ``hparams_type`` and may define any of the common fields
     ``num_rounds``, ``batch_size``, ``local_steps``, ``sampling``,
     ``neighboring``, ``aggregation``, ``output``/``window``,
-    ``projection_radius``; ``check_common()`` (call it from
-    ``__post_init__``) validates whichever are present.
+    ``projection_radius`` (``output``/``window`` by mixing in ``OutputRule``);
+    ``check_common()`` (call it from ``__post_init__``) validates whichever are present.
     """
 
     hparams_type: ClassVar[type] = object

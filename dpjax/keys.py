@@ -48,22 +48,21 @@ def round_key(run_key: jax.Array, round_index) -> jax.Array:
     return jax.random.fold_in(run_key, round_index)
 
 
-def stream_key(key: jax.Array, stream: str) -> jax.Array:
-    """Key of a named stream (see ``STREAMS``) derived from a round or run key."""
+def _stream_id(stream: str) -> int:
     try:
-        stream_id = STREAMS[stream]
+        return STREAMS[stream]
     except KeyError:
         raise ValueError(f"stream={stream!r} must be one of {tuple(STREAMS)}") from None
-    return jax.random.fold_in(key, stream_id)
+
+
+def stream_key(key: jax.Array, stream: str) -> jax.Array:
+    """Key of a named stream (see ``STREAMS``) derived from a round or run key."""
+    return jax.random.fold_in(key, _stream_id(stream))
 
 
 def run_stream_key(run_key: jax.Array, stream: str) -> jax.Array:
     """Key of a once-per-run stream (e.g. the one-pass permutation)."""
-    try:
-        stream_id = STREAMS[stream]
-    except KeyError:
-        raise ValueError(f"stream={stream!r} must be one of {tuple(STREAMS)}") from None
-    return jax.random.fold_in(run_key, _RUN_STREAM_BASE - stream_id)
+    return jax.random.fold_in(run_key, _RUN_STREAM_BASE - _stream_id(stream))
 
 
 def silo_keys(key: jax.Array, num_silos: int) -> jax.Array:

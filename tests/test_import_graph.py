@@ -73,8 +73,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "dpjax.reproduce.user_level.rates:_d6": "demonstration D6 top to bottom: grids, runs, slope claims",
     "dpjax.sweep.config:SweepConfig.__post_init__": "every config field's validation in field order, each error "
                                                     "naming its field",
-    "dpjax.tasks.isrl_mnist:_run": "the task's steps in order (data, calibration, compiled loop, progress, "
-                                   "outputs) sharing one set of locals",
 }
 #: Private names still used across modules: "importer -> target.name": reason.
 PRIVATE_ALLOWED: dict[str, str] = {}

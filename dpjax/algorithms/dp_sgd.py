@@ -33,6 +33,7 @@ import optax
 from dpjax import _validate
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 
 __all__ = ["DpSgd", "DpSgdHParams", "OPTIMIZERS"]
@@ -49,7 +50,7 @@ _SAMPLING = {"poisson": "poisson", "without-replacement": "subsample"}
 
 
 @dataclasses.dataclass(frozen=True)
-class DpSgd(ChainFamily):
+class DpSgd(OutputRule, ChainFamily):
     """Central DP-SGD with an optax server optimizer (``general()`` is the DP-SGD-General it runs).
 
     Args:
@@ -61,7 +62,7 @@ class DpSgd(ChainFamily):
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
-      output: ``"last"``, ``"average"`` or ``"window"``.
+      output, window: ``OutputRule``.
       sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
         add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
         ``K = q n`` for the public silo size n gives the unbiased mean.
@@ -74,8 +75,6 @@ class DpSgd(ChainFamily):
     optimizer: str = "adam"
     private: bool = True
     neighboring: str = "add-remove"
-    output: str = "last"
-    window: int = 8
     sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams

@@ -68,11 +68,12 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from dpjax import _validate
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, UnitStepServer
 from dpjax.parts.clients import UPDATE_RULES
@@ -85,10 +86,9 @@ PLACEMENTS = ("silo", "server")
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class DpSgdHParams:
-    """Per-run hyperparameters of every DP-SGD family (a sweep vmaps over these).
-
-    The order is that of every other family's hparams: step size, noise, clip.
+class DpSgdHParams(MbSgdHParams):
+    """Per-run hyperparameters of every DP-SGD family (a sweep vmaps over these): Noisy MB-SGD's
+    three values and their validated ``create`` (``MbSgdHParams``), read as the paper's.
 
     Attributes:
       learning_rate: eta (local and server step size).
@@ -98,19 +98,6 @@ class DpSgdHParams:
         add/remove (Poisson).
       clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``.
     """
-
-    learning_rate: Any
-    noise_multiplier: Any = 0.0
-    clip_norm: Any = 1.0
-
-    @classmethod
-    def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "DpSgdHParams":
-        # Python, NumPy, jax scalars and arrays are checked; tracers are not.
-        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
-        _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
-        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
-        f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
-        return cls(f32(learning_rate), f32(noise_multiplier), f32(clip_norm))
 
 
 def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:
@@ -124,7 +111,7 @@ def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class DpSgdGeneral(ChainFamily):
+class DpSgdGeneral(OutputRule, ChainFamily):
     """DP-SGD-General (Algorithm 1), the Poisson DP-SGD baseline and central DP-SGD.
 
     Args:
@@ -150,7 +137,7 @@ class DpSgdGeneral(ChainFamily):
       placement: ``"silo"`` (each silo privatizes its own message: the paper's
         client; unit record-in-silo) or ``"server"`` (noise once on the mean of
         the silos' clipped sums: central DP over the pooled records, unit record).
-      output: ``"last"`` (the paper), ``"average"`` or ``"window"`` (``window`` iterates).
+      output, window: ``OutputRule`` (``"last"`` is the paper's).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
         record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
     """
@@ -170,8 +157,6 @@ class DpSgdGeneral(ChainFamily):
     filter_threshold: int = 1
     neighboring: str = "replace-one"
     placement: str = "silo"
-    output: str = "last"
-    window: int = 8
     sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from dpjax import _validate
 from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches
 from dpjax.primitives import sampling as sampling_lib
@@ -86,8 +87,29 @@ def smallest_silo(silo_sizes) -> int:
     return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IsrlRoundOptions(OutputRule):
+    """The options the ISRL-DP federated families share, declared once (Noisy MB-SGD, its unbalanced
+    variant and Local SGD; keyword-only, so they follow each family's own positional fields).
+
+    Args:
+      availability: which silos report each round: ``FullAvailability()`` (default),
+        ``FixedAvailability(M)`` or ``RandomAvailability(pmf)``.
+      private: clip and add noise (True) or the non-private twin (False).
+      aggregation: ``"mean"`` (paper) or ``"sum"`` (authors' scripts) of the silos' messages.
+      output, window: ``OutputRule`` (``"average"`` is the paper's; the authors' scripts average an
+        8-iterate window).
+      projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
+    """
+
+    availability: Any = sampling_lib.FullAvailability()
+    private: bool = True
+    aggregation: str = "mean"
+    projection_radius: float | None = None
+
+
 @dataclasses.dataclass(frozen=True)
-class NoisyMbSgd(ChainFamily):
+class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
     """ISRL-DP Noisy MB-SGD and (``private=False``) its non-private twin.
 
     Args:
@@ -97,12 +119,7 @@ class NoisyMbSgd(ChainFamily):
       sampling: ``"without-replacement"`` (default; tight accounting),
         ``"with-replacement"`` (Algorithm 2 as printed), ``"poisson"`` or
         ``"one-pass"``.
-      availability: ``FullAvailability()``, ``FixedAvailability(M)`` or
-        ``RandomAvailability(pmf)``.
-      private: clip and add noise (True) or the non-private twin (False).
-      aggregation: ``"mean"`` (paper) or ``"sum"`` (authors' scripts).
-      output: ``"last"``, ``"average"`` (paper), ``"window"`` (authors' 8-iterate window).
-      projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
+      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``.
       neighboring: ``"replace-one"`` (ISRL-DP's relation) or ``"add-remove"``.
       sampling_rate: ``"poisson"`` only: the public rate q each record of every silo is drawn with
         (the accountant reads the same q). Required under add/remove; None under replace-one
@@ -121,12 +138,6 @@ class NoisyMbSgd(ChainFamily):
     num_rounds: int
     batch_size: int
     sampling: str = "without-replacement"
-    availability: Any = sampling_lib.FullAvailability()
-    private: bool = True
-    aggregation: str = "mean"
-    output: str = "last"
-    window: int = 8
-    projection_radius: float | None = None
     neighboring: str = "replace-one"
     gradient_path: str = "auto"
     sampling_rate: float | None = None

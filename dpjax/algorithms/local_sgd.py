@@ -44,12 +44,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions, MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Averager, ClipPerUnit, LocalStepGaussian, LocalStepRecords, LocalSteps, ModelAveraging
-from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
 
@@ -70,7 +69,7 @@ class LocalSgdState:
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalSgd(ChainFamily):
+class LocalSgd(IsrlRoundOptions, ChainFamily):
     """ISRL-DP Local SGD and (``private=False``) non-private Local SGD / FedAvg.
 
     One of the two families with a step of their own: the noise is added
@@ -89,14 +88,10 @@ class LocalSgd(ChainFamily):
       num_rounds: R (communication rounds).
       local_steps: K single-record local steps per silo per round (the same
         number of gradient evaluations as MB-SGD with batch K).
-      availability: ``FullAvailability()``, ``FixedAvailability(M)`` or
-        ``RandomAvailability(pmf)``.
-      private: clip and add noise at every local step (True) or not.
-      aggregation: ``"mean"`` (average of the local iterates, paper) or
-        ``"sum"`` (sum of the local updates ``w^{i,K} - w_r``, authors' scale).
-      output: ``"last"``, ``"average"`` or ``"window"`` (as ``NoisyMbSgd``).
-      projection_radius: radius of the ball W (applied after every local
-        step), None for R^d.
+      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``;
+        here ``private`` clips and adds noise at every local step, ``aggregation="mean"``
+        averages the local iterates (paper) and ``"sum"`` sums the local updates
+        ``w^{i,K} - w_r`` (authors' scale), and the projection follows every local step.
       log_indices: add the record indices used by every silo to the round
         metrics (``"indices"`` ``[N, K]``), for tests and audits.
     """
@@ -104,12 +99,6 @@ class LocalSgd(ChainFamily):
     problem: Any
     num_rounds: int
     local_steps: int
-    availability: Any = sampling_lib.FullAvailability()
-    private: bool = True
-    aggregation: str = "mean"
-    output: str = "last"
-    window: int = 8
-    projection_radius: float | None = None
     log_indices: bool = False
 
     hparams_type = MbSgdHParams

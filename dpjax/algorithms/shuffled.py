@@ -58,6 +58,7 @@ from dpjax.accounting import pvec as pvec_accounting
 from dpjax.accounting import shuffle as shuffle_accounting
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
+from dpjax.engine.contract import OutputRule
 from dpjax.parts import (
     AcsaServer, Averager, ClipPerUnit, ClipVectors, ExampleGradients, GaussianNoise, MinibatchGradient, OptaxServer,
     PvecAnalyzer, PvecRandomizer, ShuffledAggregate, SiloBatches,
@@ -80,7 +81,7 @@ def _num_params(problem) -> int:
 # Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
 # ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
-class ShuffledNoisyMbSgd(ChainFamily):
+class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
     """Shuffled Noisy MB-SGD (and, ``private=False``, its non-private twin).
 
     Args:
@@ -90,7 +91,7 @@ class ShuffledNoisyMbSgd(ChainFamily):
       batch_size: K records per silo per round (1 in the paper's Theorem G.1).
       sampling: ``"with-replacement"`` (paper: ``j ~ Uniform[n]``) or
         ``"without-replacement"`` (identical for K = 1).
-      output: ``"last"``, ``"average"`` (paper) or ``"window"``.
+      output, window: ``OutputRule`` (``"average"`` is the paper's).
       projection_radius: radius of W (None: R^d).
       neighboring: ``"replace-one"`` or ``"add-remove"`` (the shuffle chain is replace-one).
       participation: what the analyzer knows (``ShuffleEvent``): ``"hidden"`` (the
@@ -106,8 +107,6 @@ class ShuffledNoisyMbSgd(ChainFamily):
     batch_size: int = 1
     sampling: str = "with-replacement"
     private: bool = True
-    output: str = "last"
-    window: int = 8
     projection_radius: float | None = None
     neighboring: str = "replace-one"
     participation: str = "hidden"

@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions
 from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
@@ -84,7 +85,7 @@ class UnbalancedHParams:
 
 
 @dataclasses.dataclass(frozen=True)
-class UnbalancedNoisyMbSgd(ChainFamily):
+class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
     """Algorithm 7: Noisy MB-SGD with per-silo ``K_i`` and noise multipliers ``z_i``.
 
     Args:
@@ -92,11 +93,7 @@ class UnbalancedNoisyMbSgd(ChainFamily):
       num_rounds: R.
       batch_sizes: ``(K_1, ..., K_N)``, static, ``K_i <= n_i``.
       sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
-      availability: silo availability model.
-      private: clip + noise (True) or the non-private twin.
-      aggregation: ``"mean"`` (paper) or ``"sum"``.
-      output: ``"last"``, ``"average"`` or ``"window"``.
-      projection_radius: radius of W (None: R^d).
+      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``.
       clip_mode: ``"per-example"`` (default) or ``"minibatch-average"``
         (authors' insurance script; weaker privacy, see module docstring).
     """
@@ -105,12 +102,6 @@ class UnbalancedNoisyMbSgd(ChainFamily):
     num_rounds: int
     batch_sizes: tuple
     sampling: str = "without-replacement"
-    availability: Any = sampling_lib.FullAvailability()
-    private: bool = True
-    aggregation: str = "mean"
-    output: str = "last"
-    window: int = 8
-    projection_radius: float | None = None
     clip_mode: str = "per-example"
 
     hparams_type = UnbalancedHParams

@@ -14,13 +14,13 @@ from dpjax.engine.executor import (
     run_many,
     stack_hparams,
 )
-from dpjax.engine.federated import aggregate, init_sampler_states, privatize_messages, silo_minibatch_gradients
+from dpjax.engine.federated import aggregate, init_sampler_states, privatize_messages
 from dpjax.engine.program import ChunkProgram, compiled_runner
 from dpjax.engine.silos import SiloData
 
 __all__ = [
     "IterateAverager", "aggregate", "init_sampler_states", "privatize_messages",
-    "silo_minibatch_gradients", "NonFiniteError", "RunResult", "SamplingOverflowError",
+    "NonFiniteError", "RunResult", "SamplingOverflowError",
     "Chunk", "ChunkProgram", "GridResult", "OutputParams", "Trial", "execute", "run_grid",
     "compiled_runner", "run", "run_many", "stack_hparams", "SiloData",
 ]

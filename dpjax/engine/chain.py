@@ -29,7 +29,7 @@ The non-private twin (``private=False``) runs the same compiled round with
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,12 +70,9 @@ class DataShape(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Parts:
-    """A family's declaration: one part per role and where the noise goes.
-
-    ``log_batches`` adds each round's batch (indices, weights, available) to
-    the round metrics (for tests and audits).
-    """
+class Roles:
+    """One value per role, in the order the round runs them: the parts themselves (``Parts``) or
+    the state each part carries across rounds (``ChainState``)."""
 
     selection: Any
     client: Any
@@ -84,6 +81,19 @@ class Parts:
     aggregator: Any
     server: Any
     averager: Any
+
+
+_ROLES = tuple(f.name for f in dataclasses.fields(Roles))
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts(Roles):
+    """A family's declaration: one part per role (``Roles``) and where the noise goes.
+
+    ``log_batches`` adds each round's batch (indices, weights, available) to
+    the round metrics (for tests and audits).
+    """
+
     placement: str = "silo"
     log_batches: bool = False
 
@@ -94,18 +104,11 @@ class Parts:
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class ChainState:
-    """The run state: the iterate, the round counter, every part's state and the run's hparams."""
+class ChainState(Roles):
+    """The run state: every part's state (``Roles``), the iterate, the round counter and the run's hparams."""
 
     params: PyTree
     round: jax.Array
-    selection: Any
-    client: Any
-    clipper: Any
-    privatizer: Any
-    aggregator: Any
-    server: Any
-    averager: Any
     hparams: Any
 
 
@@ -118,24 +121,23 @@ def _silo_sizes(silo_sizes) -> tuple[int, ...]:
     return sizes
 
 
-def _float32_multiplier(noise_std: float, sensitivity: float) -> float:
-    """``noise_std / sensitivity`` as a float32 multiplier whose float32 product with the float32
-    sensitivity (the run's std) is ``float32(noise_std)`` where one of its neighbours gives it."""
+def float32_multiplier(noise_std: float, divisor: float, run_std: Callable, neighbours: int = 2) -> float:
+    """The float32 noise multiplier for an absolute ``noise_std``: ``float32(noise_std / divisor)`` or,
+    where that one misses, the first of its ``neighbours`` float32 neighbours above, then below, whose
+    run std ``run_std(z)`` (the float32 product the compiled round forms from z) is exactly
+    ``float32(noise_std)``; the quotient itself where none is. Exactly 0 for ``noise_std = 0``."""
     if noise_std == 0:
         return 0.0
-    target, sens = np.float32(noise_std), np.float32(sensitivity)
-    z = np.float32(noise_std / sensitivity)
+    target = np.float32(noise_std)
+    z = np.float32(noise_std / divisor)
     candidates = [z]
     for direction in (np.float32(np.inf), np.float32(-np.inf)):
         c = z
-        for _ in range(2):
+        for _ in range(neighbours):
             c = np.nextafter(c, direction)
             candidates.append(c)
-    exact = [c for c in candidates if np.float32(c * sens) == target]
+    exact = [c for c in candidates if run_std(c) == target]
     return float(exact[0] if exact else z)
-
-
-_ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
 
 
 def _part_metrics(part, state, batch) -> dict:
@@ -156,9 +158,11 @@ class ChainFamily(FamilyBase):
     def init(self, params, hparams, data, run_key) -> ChainState:
         hp = self.run_hparams(hparams)
         p = self.parts(DataShape.of(data))
-        return ChainState(params, jnp.zeros((), jnp.int32), p.selection.init(data, run_key), p.client.init(params),
-                          p.clipper.init(params, hp), p.privatizer.init(params), p.aggregator.init(params),
-                          p.server.init(params, hp), p.averager.init(params, run_key), hp)
+        return ChainState(selection=p.selection.init(data, run_key), client=p.client.init(params),
+                          clipper=p.clipper.init(params, hp), privatizer=p.privatizer.init(params),
+                          aggregator=p.aggregator.init(params), server=p.server.init(params, hp),
+                          averager=p.averager.init(params, run_key), params=params, round=jnp.zeros((), jnp.int32),
+                          hparams=hp)
 
     def step(self, state: ChainState, data, key) -> tuple[ChainState, dict]:
         p = self.parts(DataShape.of(data))
@@ -181,8 +185,8 @@ class ChainFamily(FamilyBase):
                    "sampling_overflow": jnp.any(batch.overflow & batch.available)}
         if p.log_batches:
             metrics.update(indices=batch.indices, index_mask=batch.weights, available=batch.available)
-        new = ChainState(params, state.round + 1, selection, client, clipper, privatizer, aggregator, server,
-                         averager, state.hparams)
+        new = ChainState(selection, client, clipper, privatizer, aggregator, server, averager, params,
+                         state.round + 1, state.hparams)
         for role in _ROLES:
             metrics.update(_part_metrics(getattr(p, role), getattr(new, role), batch))
         return new, metrics
@@ -230,7 +234,8 @@ class ChainFamily(FamilyBase):
         if np.any((std > 0) & ~np.isfinite(sens)):
             raise ValueError(f"noise_std={noise_std!r} with an unbounded message (clip norm inf): no noise "
                              "multiplier gives it")
-        z = np.array([_float32_multiplier(s, c) for s, c in zip(std.reshape(-1), sens.reshape(-1))])
+        z = np.array([float32_multiplier(s, c, lambda z, c=np.float32(c): np.float32(z * c))
+                      for s, c in zip(std.reshape(-1), sens.reshape(-1))])
         return float(z[0]) if std.ndim == 0 else tuple(float(x) for x in z)
 
     def privacy(self, silo_sizes, hparams, group_size: int = 1) -> PrivacySpec:

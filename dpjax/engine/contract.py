@@ -97,14 +97,25 @@ def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
                          "the data set's size would differ between neighbours")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OutputRule:
+    """The output-rule fields a family declares by mixing this in (before ``FamilyBase``; keyword-only,
+    so they follow the family's own fields): ``output`` ``"last"`` (default), ``"average"`` (the
+    running mean of the iterates) or ``"window"`` (the mean of the last ``window`` iterates), as
+    ``IterateAverager`` computes them and ``check_common`` validates them."""
+
+    output: str = "last"
+    window: int = 8
+
+
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 
     Subclasses set ``hparams_type`` and may define any of the common fields
     ``num_rounds``, ``batch_size``, ``local_steps``, ``sampling``,
     ``neighboring``, ``aggregation``, ``output``/``window``,
-    ``projection_radius``; ``check_common()`` (call it from
-    ``__post_init__``) validates whichever are present.
+    ``projection_radius`` (``output``/``window`` by mixing in ``OutputRule``);
+    ``check_common()`` (call it from ``__post_init__``) validates whichever are present.
     """
 
     hparams_type: ClassVar[type] = object
@@ -204,8 +215,10 @@ def family_hparams(algorithm) -> type:
 
 
 def static_fields(cls) -> dict[str, dataclasses.Field]:
-    """A family's static configuration fields (all but problem and num_rounds)."""
-    return {f.name: f for f in dataclasses.fields(cls) if f.name not in ("problem", "num_rounds")}
+    """A family's static configuration fields (all but problem and num_rounds), its own (positional)
+    fields first, then the keyword-only ones of its mixins (``OutputRule``, ...)."""
+    fields = sorted(dataclasses.fields(cls), key=lambda f: f.kw_only)  # stable: declaration order within each
+    return {f.name: f for f in fields if f.name not in ("problem", "num_rounds")}
 
 
 def hparam_fields(hparams_type) -> dict[str, dataclasses.Field]:

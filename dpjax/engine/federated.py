@@ -2,9 +2,9 @@
 
 Round steps of every algorithm are composed from these, never copy-pasted:
 
-* ``silo_minibatch_gradients``: each silo samples a batch, computes
-  per-example gradients, clips them (private) and divides the sum by the
-  public batch size ``K``; vmapped over silos.
+* ``draw_silo_batches`` / ``silo_batch_gradients``: each silo samples a
+  batch, computes per-example gradients, clips them (private) and divides
+  the sum by the public batch size ``K``; vmapped over silos.
 * ``privatize_messages``: each silo adds its own Gaussian noise (the silo
   messages are the protected transcript of ISRL-DP).
 * ``aggregate``: the server combines the messages of available silos.
@@ -142,41 +142,6 @@ def silo_batch_gradients(
     return jax.vmap(one_silo)(xb_all, yb_all, mask, denominators, sq_all)
 
 
-def silo_minibatch_gradients(
-    problem,
-    sampler,
-    params: PyTree,
-    data: SiloData,
-    sampler_states,
-    key: jax.Array,
-    round_index,
-    *,
-    clip_norm,
-    neighboring: str = "replace-one",
-    silo_ids=None,
-):
-    """Per-silo minibatch gradients ``(1/K) sum_j clip(grad f(w, x_ij))``.
-
-    ``K`` is the sampler's (expected) batch size, a public constant, so the
-    sensitivity of one silo's mean to one record is ``2 C / K`` (replace-one)
-    when the record appears once.
-
-    Returns ``(grads [N, ...], overflow [N])``. Composed of
-    ``draw_silo_batches`` and ``silo_batch_gradients``.
-    """
-    idx, mask, overflow = draw_silo_batches(sampler, data, sampler_states, key, round_index, silo_ids)
-    batch_size = getattr(sampler, "batch_size", None)
-    if batch_size is not None:
-        denominators = batch_size
-    else:  # full batch: the silo size (public in the balanced/unbalanced setting)
-        denominators = data.sizes
-    grads = silo_batch_gradients(
-        problem, params, data, idx, mask, denominators,
-        clip_norm=clip_norm, neighboring=neighboring, silo_ids=silo_ids,
-    )
-    return grads, overflow
-
-
 def supports_dense_gradients(problem, sampler) -> bool:
     """Whether the gather-free (multiplicity-weighted, closed-form) path applies."""
     return has_closed_form_clipping(problem) and hasattr(sampler, "draw_weights")
@@ -190,47 +155,6 @@ def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> boo
     return (supports_dense_gradients(problem, sampler) and 8 * batch_size >= n_max
             and not getattr(sampler, "weights_by_scatter", False)
             and not getattr(problem, "prefer_gathered_batches", False))  # networks: cost per row, gather
-
-
-def silo_dense_gradients(
-    problem,
-    sampler,
-    params: PyTree,
-    data: SiloData,
-    sampler_states,
-    key: jax.Array,
-    round_index,
-    *,
-    clip_norm,
-    silo_ids=None,
-):
-    """Same quantity as ``silo_minibatch_gradients`` without gathering rows.
-
-    Each silo draws its batch as a multiplicity vector over all ``n_max`` rows
-    (``sampler.draw_weights``, same law as ``draw``) and the problem computes
-    ``sum_j w_j clip(grad_j)`` in closed form (GLMs: two dense passes over the
-    silo). Cheaper than gather + per-example autodiff when ``K/n`` is not
-    tiny. Divides by the public batch size ``K``, so the sensitivity is the
-    same ``2 C / K`` (replace-one, record drawn once).
-
-    Returns ``(grads [N or M, ...], overflow [N or M])``.
-    """
-    silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
-    # Row norms depend on the data only: computed from all silos (loop-invariant, so XLA hoists
-    # it out of the rounds' scan) and materialised, never re-fused into each run's clip.
-    sq_norms = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))
-    x, y, sizes, states, silo_keys, sq_norms = _select(
-        (data.x, data.y, data.sizes, sampler_states, silo_keys, sq_norms), silo_ids)
-    bound = clip_norm
-    denom = getattr(sampler, "batch_size", None)
-
-    def one_silo(xs, ys, size, state, k, sq):
-        weights, overflow = sampler.draw_weights(k, size, data.n_max, round_index, state)
-        total = problem.weighted_grad_sum(params, xs, ys, weights, bound, row_sq_norms=sq)
-        scale = denom if denom is not None else size
-        return jax.tree_util.tree_map(lambda t: t / jnp.asarray(scale, t.dtype), total), overflow
-
-    return jax.vmap(one_silo)(x, y, sizes, states, silo_keys, sq_norms)
 
 
 def privatize_messages(messages: PyTree, key: jax.Array, noise_std, num_silos: int, silo_ids=None) -> PyTree:

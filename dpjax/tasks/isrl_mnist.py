@@ -164,16 +164,9 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
 
 def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, dataset) -> dict[str, Any]:
     import jax
-    import jax.numpy as jnp
     from tqdm.auto import tqdm
 
-    from dpjax import keys
-    from dpjax.accounting import isrl_experiment_calibration
-    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
-    from dpjax.engine import SiloData, run_grid, stack_hparams
-    from dpjax.engine.checks import diverged
-    from dpjax.primitives import FixedAvailability
-    from dpjax.problems import LogisticRegression
+    from dpjax.engine import SiloData
 
     start = time.perf_counter()
     stages = ["load data", "calibrate noise", "train ISRL-DP MB-SGD", "train non-private MB-SGD", "write results"]
@@ -182,10 +175,7 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     bar.set_postfix_str(stages[0])
     fed = dataset if dataset is not None else prepare_data(cfg)
     train = SiloData.from_silos(fed.train_x, fed.train_y)
-    test_x = np.concatenate(fed.test_x)
-    test_y = np.concatenate(fed.test_y).astype(np.float32)
-    num_silos = train.num_silos
-    _validate.check_le("silos_per_round", cfg.silos_per_round, "num_silos", num_silos)
+    _validate.check_le("silos_per_round", cfg.silos_per_round, "num_silos", train.num_silos)
     n = train.min_size
     delta = 1.0 / n**2
     # L = 2 max ||x|| over the training features (Appendix I; non-private
@@ -195,16 +185,70 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     bar.update()
 
     bar.set_postfix_str(stages[1])
+    noise = _calibrate(cfg, train, n, delta, lipschitz)
+    bar.update()
+
+    runs = _Runs(cfg, train, fed, noise["algorithm"].problem, lipschitz)
+    bar.set_postfix_str(stages[2])
+    private_final, private_div, private_by_lr, private_lr = runs.sweep(noise["algorithm"], noise["noise_multiplier"])
+    bar.update()
+    bar.set_postfix_str(stages[3])
+    baseline = None
+    if cfg.baseline:
+        twin = dataclasses.replace(noise["algorithm"], private=False)
+        baseline = runs.sweep(twin, 0.0)
+    bar.update()
+
+    bar.set_postfix_str(stages[4])
+    rows = _result_rows(cfg, runs.grid, (private_final, private_div), baseline, noise["certified"].accountant)
+    summary = {
+        "task": "isrl-mnist-trial",
+        "config": dataclasses.asdict(cfg),
+        "num_silos": train.num_silos,
+        "n_per_silo": n,
+        "dim": int(train.x.shape[-1]),
+        "lipschitz": lipschitz,
+        "batch_size": noise["algorithm"].batch_size,
+        "delta": delta,
+        "sigma": noise["sigma"],
+        "privacy": noise["certified"].as_dict(),
+        "calibration": {"method": cfg.calibration, "report": noise["nominal"].as_dict()},
+        "selected_learning_rate": private_lr,
+        "test_error": private_by_lr[private_lr]["test_error"],
+        "train_loss": private_by_lr[private_lr]["train_loss"],
+        "diverged_runs": int(private_div.sum()),
+        "private_runs": len(runs.grid),
+        "nonprivate": None if baseline is None else {
+            "selected_learning_rate": baseline[3],
+            "test_error": baseline[2][baseline[3]]["test_error"],
+            "train_loss": baseline[2][baseline[3]]["train_loss"],
+        },
+        "devices": [str(d) for d in jax.devices()],
+        "jax_version": jax.__version__,
+    }
+    summary["wall_time_s"] = time.perf_counter() - start
+    if out_dir is not None:
+        _write_outputs(out_dir, cfg, rows, summary)
+    bar.update()
+    bar.close()
+    return summary
+
+
+def _calibrate(cfg: IsrlMnistConfig, train, n: int, delta: float, lipschitz: float) -> dict[str, Any]:
+    """The trial's family and noise: ``sigma`` (the absolute std of each silo's noise, by
+    ``cfg.calibration``), its ``noise_multiplier`` (sigma over the message's sensitivity 2L/K, read
+    from the family's parts), and the ``certified`` / ``nominal`` epsilon reports."""
+    from dpjax.accounting import isrl_experiment_calibration
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+    from dpjax.primitives import FixedAvailability
+    from dpjax.problems import LogisticRegression
+
     eps_max = cfg.epsilon_max or cfg.epsilon
     sigma_exp, k_rule = isrl_experiment_calibration(lipschitz, n, cfg.rounds, cfg.epsilon, delta, eps_max)
-    batch_size = cfg.batch_size or k_rule
-    problem = LogisticRegression(train.x.shape[-1])
     algo = NoisyMbSgd(
-        problem, num_rounds=cfg.rounds, batch_size=batch_size, sampling=cfg.sampling,
-        availability=FixedAvailability(cfg.silos_per_round), output=cfg.output,
+        LogisticRegression(train.x.shape[-1]), num_rounds=cfg.rounds, batch_size=cfg.batch_size or k_rule,
+        sampling=cfg.sampling, availability=FixedAvailability(cfg.silos_per_round), output=cfg.output,
     )
-    # sigma is the absolute std of each silo's noise; the family's hparams hold sigma over its
-    # message's sensitivity (2L/K, read from its parts)
     unit = MbSgdHParams.create(1.0, 1.0, lipschitz)
     sensitivity = algo.message_sensitivity(unit, [n])
     if cfg.calibration == "paper-experiment":
@@ -215,26 +259,43 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     certifier = CERTIFYING_ACCOUNTANT[cfg.sampling]
     certified = spec.epsilon(delta, certifier)
     nominal = spec.epsilon(delta, cfg.calibration) if cfg.calibration != certifier else certified
-    noise_multiplier = algo.noise_multiplier_for(sigma, unit, [n])
-    bar.update()
+    return {"algorithm": algo, "sigma": sigma, "noise_multiplier": algo.noise_multiplier_for(sigma, unit, [n]),
+            "certified": certified, "nominal": nominal}
 
-    lrs = cfg.step_sizes()
-    grid = [(lr, rep) for lr in lrs for rep in range(cfg.repetitions)]
-    # Repetition r of every step size uses the same key (common random numbers).
-    rkeys = jnp.stack([keys.run_key(cfg.seed, rep) for _, rep in grid])
-    eval_data = {
-        "train": train.pooled(),
-        "test": (jnp.asarray(test_x), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),
-    }
 
-    def evaluate(params, data):
-        tr, te = problem.evaluate(params, *data["train"]), problem.evaluate(params, *data["test"])
+class _Runs:
+    """The trial's grid (every step size x repetition, repetition r of every step size on the same
+    key: common random numbers) and its evaluation on the pooled train and test sets."""
+
+    def __init__(self, cfg: IsrlMnistConfig, train, fed, problem, lipschitz: float):
+        import jax.numpy as jnp
+
+        from dpjax import keys
+
+        self.train, self.problem, self.lipschitz = train, problem, lipschitz
+        self.lrs = cfg.step_sizes()
+        self.grid = [(lr, rep) for lr in self.lrs for rep in range(cfg.repetitions)]
+        self.rkeys = jnp.stack([keys.run_key(cfg.seed, rep) for _, rep in self.grid])
+        test_y = np.concatenate(fed.test_y).astype(np.float32)
+        self.eval_data = {
+            "train": train.pooled(),
+            "test": (jnp.asarray(np.concatenate(fed.test_x)), jnp.asarray(test_y), jnp.ones(len(test_y), bool)),
+        }
+
+    def evaluate(self, params, data):
+        tr, te = self.problem.evaluate(params, *data["train"]), self.problem.evaluate(params, *data["test"])
         return {"train_loss": tr["loss"], "train_error": tr["error"], "test_loss": te["loss"], "test_error": te["error"]}
 
-    def sweep(algorithm, z):
-        hps = stack_hparams([MbSgdHParams.create(lr, z, lipschitz) for lr, _ in grid])
+    def sweep(self, algorithm, z):
+        """``(final metrics per run, diverged per run, mean metrics per step size, selected step size)``."""
+        from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+        from dpjax.engine import run_grid, stack_hparams
+        from dpjax.engine.checks import diverged
+
+        grid, lrs = self.grid, self.lrs
+        hps = stack_hparams([MbSgdHParams.create(lr, z, self.lipschitz) for lr, _ in grid])
         # One key per lane, all runs in one chunk (the grid's historical program; its numbers are pinned).
-        res = run_grid(algorithm, train, hps, rkeys, eval_fn=evaluate, eval_data=eval_data,
+        res = run_grid(algorithm, self.train, hps, self.rkeys, eval_fn=self.evaluate, eval_data=self.eval_data,
                        common_random_numbers=False, chunk_size=len(grid))
         final = {k: v[:, -1] for k, v in res.evals.items()}
         for k in final:  # diverged runs count as infinitely bad (paper protocol)
@@ -247,20 +308,12 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         best = min(lrs, key=lambda lr: by_lr[lr]["train_loss"])
         return final, nonfinite, by_lr, best
 
-    bar.set_postfix_str(stages[2])
-    private_final, private_div, private_by_lr, private_lr = sweep(algo, noise_multiplier)
-    bar.update()
-    bar.set_postfix_str(stages[3])
-    baseline = None
-    if cfg.baseline:
-        twin = dataclasses.replace(algo, private=False)
-        baseline = sweep(twin, 0.0)
-    bar.update()
 
-    bar.set_postfix_str(stages[4])
+def _result_rows(cfg: IsrlMnistConfig, grid, private, baseline, accountant: str) -> list[tuple]:
+    """The tidy rows of ``results.csv``: one per algorithm, run and metric."""
     rows = []
-    for algorithm_name, result, eps, accountant in (
-        ("isrl-dp-mbsgd", (private_final, private_div), cfg.epsilon, certified.accountant),
+    for algorithm_name, result, eps, acc in (
+        ("isrl-dp-mbsgd", private, cfg.epsilon, accountant),
         ("mbsgd-nonprivate", baseline[:2] if baseline else None, math.inf, "none"),
     ):
         if result is None:
@@ -268,44 +321,19 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
         final, div = result
         for i, (lr, rep) in enumerate(grid):
             for metric, values in final.items():
-                rows.append((algorithm_name, eps, cfg.seed, lr, rep, metric, float(values[i]), bool(div[i]), accountant))
-    summary = {
-        "task": "isrl-mnist-trial",
-        "config": dataclasses.asdict(cfg),
-        "num_silos": num_silos,
-        "n_per_silo": n,
-        "dim": int(train.x.shape[-1]),
-        "lipschitz": lipschitz,
-        "batch_size": batch_size,
-        "delta": delta,
-        "sigma": sigma,
-        "privacy": certified.as_dict(),
-        "calibration": {"method": cfg.calibration, "report": nominal.as_dict()},
-        "selected_learning_rate": private_lr,
-        "test_error": private_by_lr[private_lr]["test_error"],
-        "train_loss": private_by_lr[private_lr]["train_loss"],
-        "diverged_runs": int(private_div.sum()),
-        "private_runs": len(grid),
-        "nonprivate": None if baseline is None else {
-            "selected_learning_rate": baseline[3],
-            "test_error": baseline[2][baseline[3]]["test_error"],
-            "train_loss": baseline[2][baseline[3]]["train_loss"],
-        },
-        "devices": [str(d) for d in jax.devices()],
-        "jax_version": jax.__version__,
-    }
-    summary["wall_time_s"] = time.perf_counter() - start
-    if out_dir is not None:
-        out = out_dir
-        _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=json_default))
-        header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
-        body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)
-        _atomic_write(out / "results.csv", header + body)
-        _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=json_default))
-        summary["out_dir"] = str(out)
-    bar.update()
-    bar.close()
-    return summary
+                rows.append((algorithm_name, eps, cfg.seed, lr, rep, metric, float(values[i]), bool(div[i]), acc))
+    return rows
+
+
+def _write_outputs(out: pathlib.Path, cfg: IsrlMnistConfig, rows: list[tuple], summary: dict) -> None:
+    """``config.json``, ``results.csv`` and ``summary.json`` (each written atomically); adds ``out_dir``
+    to the summary."""
+    _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=json_default))
+    header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
+    body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)
+    _atomic_write(out / "results.csv", header + body)
+    _atomic_write(out / "summary.json", json.dumps(summary, indent=2, default=json_default))
+    summary["out_dir"] = str(out)
 
 
 def _divergence_lines(summary: dict) -> list[str]:

@@ -46,6 +46,7 @@ from dpjax import _validate as v
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
+from dpjax.accounting.calibration import bisect_threshold
 
 __all__ = [
     "TIGHT_ACCOUNTANTS",
@@ -388,16 +389,8 @@ def group_privacy_epsilon(delta_fn: Callable[[float], float], group_size: int, d
         if total_delta(float(eps)) <= delta:
             if prev is None:
                 return 0.0
-            lo, hi = prev, float(eps)
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                if total_delta(mid) <= delta:
-                    hi = mid
-                else:
-                    lo = mid
-                if hi - lo <= 1e-10 * hi:
-                    break
-            return g * hi
+            return g * bisect_threshold(lambda e: total_delta(e) <= delta, prev, float(eps), iterations=60,
+                                        rtol=1e-10)
         prev = float(eps)
     return math.inf
 

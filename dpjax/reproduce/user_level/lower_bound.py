@@ -8,10 +8,9 @@ import math
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register
 from dpjax.reproduce.user_level.claims import slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER
-from dpjax.reproduce.user_level.outputs import loglog_panels, plot_audit, result_row, run_figure
+from dpjax.reproduce.user_level.config import DELTA
+from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, plot_audit, result_row
 from dpjax.reproduce.user_level.rates import true_loss
 
 
@@ -82,9 +81,7 @@ def _d7(quick: bool, seed: int):
     return "Appendix D lower-bound instance", rows, claims, notes, plot, "rate-shape (A2) and certified (B1)"
 
 
-@register("user-level-lower-bound", paper=PAPER, description="D7: Appendix D instance, A2 error vs d/(n^2 m), B1")
-def d7_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-lower-bound", _d7, out_dir, quick, seed)
+d7_figure = demonstration("user-level-lower-bound", "D7: Appendix D instance, A2 error vs d/(n^2 m), B1", _d7)
 
 
 # ---------------------------------------------------------------------------
@@ -150,9 +147,7 @@ def _d8(quick: bool, seed: int):
         "rate-shape (NOT private)"
 
 
-@register("user-level-phased-sco", paper=PAPER, description="D8: Phased-SCO as printed (A4) vs equal split (A4b)")
-def d8_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-phased-sco", _d8, out_dir, quick, seed)
+d8_figure = demonstration("user-level-phased-sco", "D8: Phased-SCO as printed (A4) vs equal split (A4b)", _d8)
 
 
 # ---------------------------------------------------------------------------
@@ -249,6 +244,4 @@ def _d9(quick: bool, seed: int):
         "certified (test-mode constants)"
 
 
-@register("user-level-audit", paper=PAPER, description="D9: exact hockey-stick audit of Algorithm 1 on toy neighbours")
-def d9_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-audit", _d9, out_dir, quick, seed)
+d9_figure = demonstration("user-level-audit", "D9: exact hockey-stick audit of Algorithm 1 on toy neighbours", _d9)

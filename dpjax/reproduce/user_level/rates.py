@@ -8,10 +8,9 @@ import math
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register
 from dpjax.reproduce.user_level.claims import slope, slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER
-from dpjax.reproduce.user_level.outputs import loglog_panels, result_row, run_figure
+from dpjax.reproduce.user_level.config import DELTA
+from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, result_row
 
 
 # ---------------------------------------------------------------------------
@@ -274,10 +273,8 @@ def _d5_tied_curvature(quick: bool, seed: int, grids: dict, theory: dict, rho: f
     return rows, claims, curves, notes
 
 
-@register("user-level-convex-erm", paper=PAPER, description="D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
-          "Huber regression loss; slopes in m, n, d")
-def d5_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-convex-erm", _d5, out_dir, quick, seed)
+d5_figure = demonstration("user-level-convex-erm", "D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
+                          "Huber regression loss; slopes in m, n, d", _d5)
 
 
 # ---------------------------------------------------------------------------
@@ -387,7 +384,5 @@ def _d6(quick: bool, seed: int):
         "rate-shape (M', NOT private)"
 
 
-@register("user-level-strongly-convex", paper=PAPER, description="D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
-          "(rate-shape)")
-def d6_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-strongly-convex", _d6, out_dir, quick, seed)
+d6_figure = demonstration("user-level-strongly-convex", "D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
+                          "(rate-shape)", _d6)

@@ -537,14 +537,7 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
     for s in scheds:
         if s.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
             raise _refuse_pld_fixed_size(s)
-    interval, coarsened = pld_discretization, False
-    if interval is None:
-        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
-        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
-        interval *= pld_coarsening
-    pld = _pld_of(comp[0], interval)
-    for s in comp[1:]:
-        pld = pld.compose(_pld_of(s, interval))
+    pld, interval, coarsened = _composed_pld(comp, delta, pld_discretization, pld_coarsening)
     if any(s.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE) for s in scheds):
         notes.append("no amplification by shuffling claimed: each record is in one block per epoch")
     if convert_group:
@@ -559,6 +552,21 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
             return dataclasses.replace(rdp_report, notes=rdp_report.notes + (notes[-1], (
                 f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}")))
     return report(eps)
+
+
+def _composed_pld(comp, delta: float, pld_discretization, pld_coarsening: float):
+    """``(pld, interval, coarsened)``: the composed PLD of the schedules ``comp`` on the grid
+    ``pld_discretization`` or, when ``None``, the one ``choose_pld_discretization`` picks from an
+    RDP hint of the epsilon (times ``pld_coarsening``; ``coarsened`` when memory bounded it)."""
+    interval, coarsened = pld_discretization, False
+    if interval is None:
+        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
+        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
+        interval *= pld_coarsening
+    pld = _pld_of(comp[0], interval)
+    for s in comp[1:]:
+        pld = pld.compose(_pld_of(s, interval))
+    return pld, interval, coarsened
 
 
 def _best_epsilon(schedules, delta: float) -> PrivacyReport:

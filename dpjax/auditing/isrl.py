@@ -26,6 +26,21 @@ __all__ = ["isrl_accelerated_audit", "isrl_local_sgd_audit", "isrl_mbsgd_audit",
            "isrl_unbalanced_audit"]
 
 
+def _server_mean_audit(name, registered, description, family, create, sizes, batch: int, sd: float, probs,
+                       num_rounds: int, noise_multiplier, clip_norm: float, accountant: str, details,
+                       dim: int) -> CanaryAudit:
+    """The audit of an ISRL-DP round whose observer sees the server's mean of the N silos' messages,
+    each a clipped mean of ``batch`` records plus noise (``sd``: the std of the messages' sum): the
+    canary, far outside the clip region in silo 0, enters a round ``l`` times with probability
+    ``probs[l]``, each time moving the sum by ``m = C / (batch sd)`` of its noise stds."""
+    n_silos = len(sizes)
+    m = clip_norm / batch / sd
+    d, dp = canary_pair(sizes, dim, CANARY_SCALE * clip_norm * batch)
+    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * n_silos / sd, probs, m, num_rounds)
+    return multiplier_audit(name, registered, description, family, create, 1.0, sizes, d, dp, noise_multiplier,
+                            clip_norm, score, accountant, exact, details, dim)
+
+
 def isrl_mbsgd_audit(noise_multiplier: float = 2.8, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 7,
                      num_rounds: int = 2, dim: int = 2, sampling_scheme: str = "without-replacement",
                      gradient_path: str = "auto", accountant: str = "rdp") -> CanaryAudit:
@@ -37,17 +52,13 @@ def isrl_mbsgd_audit(noise_multiplier: float = 2.8, clip_norm: float = 0.5, size
     # the gather path with a problem without closed-form clipping: per-example autodiff + clipped_sum
     problem = AutodiffProbe(dim) if gradient_path == "gather" else CanaryProbe(dim)
     family = NoisyMbSgd(problem, num_rounds, batch_size, sampling=sampling_scheme, gradient_path=gradient_path)
-    n_silos = len(sizes)
-    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos)  # the observed sum of the messages
+    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(len(sizes))  # the observed sum of the messages
     q = batch_size / sizes[0]
-    m = clip_norm / batch_size / sd
-    d, dp = canary_pair(sizes, dim, CANARY_SCALE * clip_norm * batch_size)
     name = "isrl-mbsgd" if sampling_scheme == "without-replacement" else f"isrl-mbsgd-{sampling_scheme}"
-    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * n_silos / sd, [1 - q, q], m, num_rounds)
-    return multiplier_audit(
+    return _server_mean_audit(
         name, "isrl-mbsgd", f"ISRL-DP Noisy MB-SGD, {sampling_scheme}, {gradient_path} gradient path "
-        "(NoisyMbSgd.step: sample K of n, clip, mean, per-silo noise, server mean)",
-        family, MbSgdHParams.create, 1.0, sizes, d, dp, noise_multiplier, clip_norm, score, accountant, exact,
+        "(NoisyMbSgd.step: sample K of n, clip, mean, per-silo noise, server mean)", family, MbSgdHParams.create,
+        sizes, batch_size, sd, [1 - q, q], num_rounds, noise_multiplier, clip_norm, accountant,
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": num_rounds, "sampling": sampling_scheme, "gradient_path": gradient_path}, dim)
 
@@ -60,14 +71,11 @@ def isrl_local_sgd_audit(noise_multiplier: float = 0.7, clip_norm: float = 0.5, 
     family = LocalSgd(CanaryProbe(dim), num_rounds, local_steps)
     n_silos, k = len(sizes), local_steps
     sd = noise_multiplier * 2 * clip_norm * math.sqrt(n_silos * k)
-    m = clip_norm / sd
     probs = stats.binom.pmf(np.arange(k + 1), k, 1 / sizes[0])
-    d, dp = canary_pair(sizes, dim, CANARY_SCALE * clip_norm)
-    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * n_silos / sd, probs, m, num_rounds)
-    return multiplier_audit(
+    return _server_mean_audit(  # each message a single clipped record (batch 1), entering Bin(K, 1/n) times
         "isrl-local-sgd", "isrl-local-sgd", "ISRL-DP Local SGD (LocalSgd.step: K noisy clipped single-record "
-        "steps per silo, model averaging)",
-        family, MbSgdHParams.create, 1.0, sizes, d, dp, noise_multiplier, clip_norm, score, "rdp", exact,
+        "steps per silo, model averaging)", family, MbSgdHParams.create,
+        sizes, 1, sd, probs, num_rounds, noise_multiplier, clip_norm, "rdp",
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "local_steps": k,
          "num_rounds": num_rounds}, dim)
 
@@ -104,16 +112,12 @@ def isrl_unbalanced_audit(noise_multipliers=(1.05, 2.0), clip_norm: float = 0.5,
     guarantee is the largest; the certificate is the largest per-silo epsilon. Silo i's noise std
     is z_i 2C/K_i."""
     family = UnbalancedNoisyMbSgd(CanaryProbe(dim), num_rounds, tuple(batch_sizes))
-    n_silos = len(sizes)
     sd = math.sqrt(sum((z * 2 * clip_norm / k) ** 2 for z, k in zip(noise_multipliers, batch_sizes)))
     q = batch_sizes[0] / sizes[0]
-    m = clip_norm / batch_sizes[0] / sd
-    d, dp = canary_pair(sizes, dim, CANARY_SCALE * clip_norm * batch_sizes[0])
-    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * n_silos / sd, [1 - q, q], m, num_rounds)
-    return multiplier_audit(
+    return _server_mean_audit(
         "isrl-unbalanced", "isrl-unbalanced", "ISRL-DP Noisy MB-SGD with unbalanced silos (UnbalancedNoisyMbSgd.step: "
-        "K_i of n_i, clip, mean, N(0, sigma_i^2 I))",
-        family, UnbalancedHParams.create, 1.0, sizes, d, dp, list(noise_multipliers), clip_norm, score, "rdp", exact,
+        "K_i of n_i, clip, mean, N(0, sigma_i^2 I))", family, UnbalancedHParams.create, sizes, batch_sizes[0], sd,
+        [1 - q, q], num_rounds, list(noise_multipliers), clip_norm, "rdp",
         {"noise_multipliers": tuple(noise_multipliers), "clip_norm": clip_norm, "silo_sizes": sizes,
          "batch_sizes": tuple(batch_sizes), "num_rounds": num_rounds}, dim)
 
@@ -126,13 +130,10 @@ def isrl_shuffled_audit(noise_multiplier: float = 0.8, clip_norm: float = 0.5, s
     n_silos = len(sizes)
     family = ShuffledNoisyMbSgd(CanaryProbe(dim), num_rounds, n_silos, batch_size)
     sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos)
-    m = clip_norm / batch_size / sd
     probs = stats.binom.pmf(np.arange(batch_size + 1), batch_size, 1 / sizes[0])
-    d, dp = canary_pair(sizes, dim, CANARY_SCALE * clip_norm * batch_size)
-    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * n_silos / sd, probs, m, num_rounds)
-    return multiplier_audit(
+    return _server_mean_audit(
         "isrl-shuffled", "isrl-shuffled", "Shuffled Noisy MB-SGD (ShuffledNoisyMbSgd.step: K with replacement, clip, "
-        "mean, per-silo noise, shuffler, multiset mean)",
-        family, MbSgdHParams.create, 1.0, sizes, d, dp, noise_multiplier, clip_norm, score, "shuffle-tight", exact,
+        "mean, per-silo noise, shuffler, multiset mean)", family, MbSgdHParams.create,
+        sizes, batch_size, sd, probs, num_rounds, noise_multiplier, clip_norm, "shuffle-tight",
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "batch_size": batch_size,
          "num_rounds": num_rounds}, dim)

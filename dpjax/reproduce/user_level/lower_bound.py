@@ -155,6 +155,33 @@ d8_figure = demonstration("user-level-phased-sco", "D8: Phased-SCO as printed (A
 # ---------------------------------------------------------------------------
 
 
+def _d9_claims(table, configs, eps_p: float) -> list[dict]:
+    """D9's claims from its cases: every divergence within the certified delta, a non-vacuous
+    certificate on the canary pairs, the stability-test-skipped mutant caught, partial-bottom laws seen."""
+    canary = [c for c in table if c["pair"].startswith("canary")]
+    worst = max(c["H"] / c["certified_delta"] for c in table)
+    return [
+        {"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
+         "setting": f"{len(table)} cases, eps' = {eps_p}, (kappa, n) in {configs}", "measured":
+         f"max H/delta_cert = {worst:.3g}; max exact eps {max(c['exact_epsilon'] for c in table):.3f} "
+         f"(certified {2 * eps_p:g})", "holds": worst <= 1.0},
+        {"claim": "the certificate is not vacuous: certified delta < 1 and release probability > 0 on both "
+         "datasets of every canary pair", "setting": f"{len(canary)} canary cases (Delta = 1e-4)",
+         "measured": f"certified delta {min(c['certified_delta'] for c in canary):.3g} .. "
+         f"{max(c['certified_delta'] for c in canary):.3g}; release probability "
+         f"{min(min(c['release_prob_x'], c['release_prob_x2']) for c in canary):.3g} .. 1",
+         "holds": max(c["certified_delta"] for c in canary) < 1
+         and min(min(c["release_prob_x"], c["release_prob_x2"]) for c in canary) > 0},
+        {"claim": "mutant with the stability test skipped violates the certificate (H > certified delta) on every "
+         "canary pair", "setting": "f(x) + N(0, sigma^2), never bottom", "measured":
+         f"min H/delta_cert = {min(c['H_no_stability_test'] / c['certified_delta'] for c in canary):.3g}",
+         "holds": all(c["H_no_stability_test"] > c["certified_delta"] for c in canary)},
+        {"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
+         "setting": "", "measured": f"{sum(1 for c in table if 0 < min(c['release_prob_x'], c['release_prob_x2']) < 1)}"
+         f"/{len(table)} cases", "holds": any(0 < min(c["release_prob_x"], c["release_prob_x2"]) < 1 for c in table)},
+    ]
+
+
 def _d9(quick: bool, seed: int):
     """Exact hockey-stick audit of Algorithm 1 (spec test U5) at parameters where the certificate is not vacuous
     (certified delta well below 1, release probability well above 0), with the stability-test-skipped mutant."""
@@ -188,28 +215,7 @@ def _d9(quick: bool, seed: int):
                 rows.append(result_row("Algorithm 1 (exact)", "hockey_stick", case["H"], epsilon=eps_c,
                                  accountant="Theorem 3.3 proof (test mode)", **{k: v_ for k, v_ in case.items()
                                                                                  if k != "H"}))
-    canary = [c for c in table if c["pair"].startswith("canary")]
-    worst = max(c["H"] / c["certified_delta"] for c in table)
-    claims = [
-        {"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
-         "setting": f"{len(table)} cases, eps' = {eps_p}, (kappa, n) in {configs}", "measured":
-         f"max H/delta_cert = {worst:.3g}; max exact eps {max(c['exact_epsilon'] for c in table):.3f} "
-         f"(certified {2 * eps_p:g})", "holds": worst <= 1.0},
-        {"claim": "the certificate is not vacuous: certified delta < 1 and release probability > 0 on both "
-         "datasets of every canary pair", "setting": f"{len(canary)} canary cases (Delta = 1e-4)",
-         "measured": f"certified delta {min(c['certified_delta'] for c in canary):.3g} .. "
-         f"{max(c['certified_delta'] for c in canary):.3g}; release probability "
-         f"{min(min(c['release_prob_x'], c['release_prob_x2']) for c in canary):.3g} .. 1",
-         "holds": max(c["certified_delta"] for c in canary) < 1
-         and min(min(c["release_prob_x"], c["release_prob_x2"]) for c in canary) > 0},
-        {"claim": "mutant with the stability test skipped violates the certificate (H > certified delta) on every "
-         "canary pair", "setting": "f(x) + N(0, sigma^2), never bottom", "measured":
-         f"min H/delta_cert = {min(c['H_no_stability_test'] / c['certified_delta'] for c in canary):.3g}",
-         "holds": all(c["H_no_stability_test"] > c["certified_delta"] for c in canary)},
-        {"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
-         "setting": "", "measured": f"{sum(1 for c in table if 0 < min(c['release_prob_x'], c['release_prob_x2']) < 1)}"
-         f"/{len(table)} cases", "holds": any(0 < min(c["release_prob_x"], c["release_prob_x2"]) < 1 for c in table)},
-    ]
+    claims = _d9_claims(table, configs, eps_p)
 
     def plot(plt):
         return plot_audit(plt, table)

@@ -282,14 +282,14 @@ d5_figure = demonstration("user-level-convex-erm", "D5: Theorem 4.1 Phased-ERM r
 # ---------------------------------------------------------------------------
 
 
-def _d6(quick: bool, seed: int):
+def _d6_erm(quick: bool, seed: int, rho: float, reps: int, mu: float):
+    """D6's ERM part (Algorithm 5, Theorem 4.3): ridge-logistic, excess empirical risk against a converged
+    float64 solve, sweeps in m and n; returns ``(rows, claims, curves)``."""
     import jax
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
-    rho, reps, mu = 1.0, (6 if quick else 20), 0.1
     rows, claims, curves = [], [], {}
-    # ERM (Algorithm 5): ridge-logistic, excess empirical risk against a converged float64 solve
     loss = problems.Loss("logistic", radius=1.0, ridge=mu)
     d = 5
     erm_cells = {"m": [(100, m) for m in ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))],
@@ -315,6 +315,16 @@ def _d6(quick: bool, seed: int):
         curves[("A5 ERM", axis)] = (xs, vals)
         claims.append(slope_claim(f"A5 ERM excess risk vs {axis} (Theorem 4.3)", xs, runs, {"m": -1.0, "n": -2.0}[axis],
                                   f"ridge-logistic mu={mu}, d={d}, rho={rho}", paired=True))
+    return rows, claims, curves
+
+
+def _d6(quick: bool, seed: int):
+    import jax
+
+    from dpjax.user_level import mechanisms as mech, phased, problems
+
+    rho, reps, mu = 1.0, (6 if quick else 20), 0.1
+    rows, claims, curves = _d6_erm(quick, seed, rho, reps, mu)
     # SCO (Algorithm 6): mean estimation, population excess 1/2||theta - E x||^2 = 1/2||theta||^2 exactly
     mloss = problems.Loss("mean")
     d2 = 2

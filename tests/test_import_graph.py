@@ -58,8 +58,6 @@ LONG_FUNCTIONS: dict[str, str] = {
                                                 "traces in order",
     "dpjax.reproduce.diff2.figures:write_outputs": "the report's sections in the order they are printed",
     "dpjax.reproduce.isrl.outputs:write_outputs": "the report's sections in the order they are printed",
-    "dpjax.reproduce.user_level.rates:_d5": "demonstration D5 top to bottom: grids, runs, three slope claims, "
-                                            "the tied-curvature check",
     "dpjax.sweep.config:SweepConfig.__post_init__": "every config field's validation in field order, each error "
                                                     "naming its field",
     "dpjax.tasks.isrl_mnist:_run": "the task's steps in order (data, calibration, compiled loop, progress, "

@@ -8,6 +8,8 @@ record (``.dpjax-run.json``: the command and its configuration) written by
 record (or another record) counts as a different run. :func:`release_output_dir`
 removes a directory this run created when the run failed before writing
 anything, so a failed run leaves no empty output directory behind.
+:func:`check_report_dir` is the lighter check of commands that write a few named report files
+(``dpjax audit``, ``dpjax audit training``) into a directory created only at the end.
 """
 
 from __future__ import annotations
@@ -78,3 +80,20 @@ def release_output_dir(path: pathlib.Path, created: bool) -> None:
         path.rmdir()
     except OSError:
         pass
+
+
+def check_report_dir(out: str, files, *, overwrite: bool) -> None:
+    """Checks, before any compute, that the report ``files`` can be written into the directory ``out``
+    (created only when the report is written, so a failed run leaves nothing): ``out`` is no file, holds
+    none of ``files`` unless ``overwrite``, and its nearest existing ancestor is a writable directory.
+    Raises ``ValueError`` naming ``out``."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"out={out!r} is a file; give a directory")
+    existing = [f for f in files if os.path.exists(os.path.join(out, f))]
+    if existing and not overwrite:
+        raise ValueError(f"out={out!r} already holds {', '.join(existing)}; pass --overwrite to replace them")
+    probe = os.path.abspath(out)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
+        raise ValueError(f"out={out!r} is not writable ({probe} is not a writable directory)")

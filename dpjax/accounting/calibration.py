@@ -107,6 +107,22 @@ def rebracket(eps_at: EpsilonAt, target: float, lo: float, hi: float) -> tuple[f
     return lo, hi
 
 
+def bisect_threshold(feasible: Callable[[float], bool], lo: float, hi: float, *, iterations: int, rtol: float,
+                     floor: float = 0.0) -> float:
+    """The upper end of ``[lo, hi]`` (``feasible(hi)`` holds, ``feasible(lo)`` does not) after
+    bisection: at most ``iterations`` halvings, stopping once ``hi - lo <= rtol * max(floor, hi)``.
+    The returned point is one at which ``feasible`` was evaluated to hold (or the given ``hi``)."""
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        if feasible(mid):
+            hi = mid
+        else:
+            lo = mid
+        if hi - lo <= rtol * max(floor, hi):
+            break
+    return hi
+
+
 def smallest_scale(epsilon_at: EpsilonAt, target: float, *, start: float = 1.0, rtol: float = DEFAULT_RTOL,
                    min_scale: float = 1e-4, what: str = "noise multiplier",
                    coarse_epsilon_at: EpsilonAt | None = None, coarse_rtol: float = 1e-3) -> float:

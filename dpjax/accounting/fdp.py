@@ -24,6 +24,7 @@ import numpy as np
 from scipy import optimize, special
 
 from dpjax import _validate as v
+from dpjax.accounting.calibration import bisect_threshold
 from dpjax.accounting.gdp import gdp_delta
 
 __all__ = [
@@ -101,15 +102,7 @@ def epsilon_from_tradeoff(delta_fn: Callable[[float], float], delta: float, eps_
     lo, hi = 0.0, 1.0
     while delta_fn(hi) > d:
         lo, hi = hi, min(2 * hi, eps_max)
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if delta_fn(mid) <= d:
-            hi = mid
-        else:
-            lo = mid
-        if hi - lo <= 1e-12 * max(1.0, hi):
-            break
-    return hi
+    return bisect_threshold(lambda eps: delta_fn(eps) <= d, lo, hi, iterations=200, rtol=1e-12, floor=1.0)
 
 
 def _law(law: Mapping[float, float]) -> tuple[np.ndarray, np.ndarray]:

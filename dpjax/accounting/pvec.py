@@ -75,8 +75,10 @@ COMPOSITIONS = ("lemma", "printed")
 
 
 @dataclass(frozen=True)
-class PvecParams:
-    """Parameters of P_vec (or P_1D when d = 1): g, b, p, eps_hat, delta_hat (per coordinate) and the mode."""
+class _PvecNumbers:
+    """The numbers of one P_vec invocation that its parameters and its certificate share: the
+    (epsilon, delta) guarantee on ``n`` vectors of dimension ``d``, the protocol's g, b, p and
+    Lemma 3.1's per-coordinate eps_hat, delta_hat."""
 
     epsilon: float
     delta: float
@@ -87,6 +89,12 @@ class PvecParams:
     p: float
     eps_hat: float
     delta_hat: float
+
+
+@dataclass(frozen=True)
+class PvecParams(_PvecNumbers):
+    """Parameters of P_vec (or P_1D when d = 1): g, b, p, eps_hat, delta_hat (per coordinate) and the mode."""
+
     mode: str
 
 
@@ -158,7 +166,7 @@ def pvec_gaussian_ratio(params: PvecParams, delta2: float = 1.0) -> float:
 
 
 @dataclass(frozen=True)
-class PvecCertificate:
+class PvecCertificate(_PvecNumbers):
     """What `pvec_epsilon` certifies for given protocol parameters.
 
     ``epsilon``/``delta``: the (eps, delta)-shuffle-DP guarantee of one P_vec
@@ -167,15 +175,6 @@ class PvecCertificate:
     ``alpha``: Lemma A.1's alpha = eps_hat/(3g); ``composition``: the Lemma 3.3 form.
     """
 
-    epsilon: float
-    delta: float
-    n: int
-    d: int
-    g: int
-    b: int
-    p: float
-    eps_hat: float
-    delta_hat: float
     gamma: float
     alpha: float
     composition: str

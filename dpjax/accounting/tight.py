@@ -46,6 +46,7 @@ from dpjax import _validate as v
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
+from dpjax.accounting.calibration import bisect_threshold
 
 __all__ = [
     "TIGHT_ACCOUNTANTS",
@@ -388,16 +389,8 @@ def group_privacy_epsilon(delta_fn: Callable[[float], float], group_size: int, d
         if total_delta(float(eps)) <= delta:
             if prev is None:
                 return 0.0
-            lo, hi = prev, float(eps)
-            for _ in range(60):
-                mid = 0.5 * (lo + hi)
-                if total_delta(mid) <= delta:
-                    hi = mid
-                else:
-                    lo = mid
-                if hi - lo <= 1e-10 * hi:
-                    break
-            return g * hi
+            return g * bisect_threshold(lambda e: total_delta(e) <= delta, prev, float(eps), iterations=60,
+                                        rtol=1e-10)
         prev = float(eps)
     return math.inf
 
@@ -544,14 +537,7 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
     for s in scheds:
         if s.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
             raise _refuse_pld_fixed_size(s)
-    interval, coarsened = pld_discretization, False
-    if interval is None:
-        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
-        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
-        interval *= pld_coarsening
-    pld = _pld_of(comp[0], interval)
-    for s in comp[1:]:
-        pld = pld.compose(_pld_of(s, interval))
+    pld, interval, coarsened = _composed_pld(comp, delta, pld_discretization, pld_coarsening)
     if any(s.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE) for s in scheds):
         notes.append("no amplification by shuffling claimed: each record is in one block per epoch")
     if convert_group:
@@ -566,6 +552,21 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
             return dataclasses.replace(rdp_report, notes=rdp_report.notes + (notes[-1], (
                 f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}")))
     return report(eps)
+
+
+def _composed_pld(comp, delta: float, pld_discretization, pld_coarsening: float):
+    """``(pld, interval, coarsened)``: the composed PLD of the schedules ``comp`` on the grid
+    ``pld_discretization`` or, when ``None``, the one ``choose_pld_discretization`` picks from an
+    RDP hint of the epsilon (times ``pld_coarsening``; ``coarsened`` when memory bounded it)."""
+    interval, coarsened = pld_discretization, False
+    if interval is None:
+        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
+        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
+        interval *= pld_coarsening
+    pld = _pld_of(comp[0], interval)
+    for s in comp[1:]:
+        pld = pld.compose(_pld_of(s, interval))
+    return pld, interval, coarsened
 
 
 def _best_epsilon(schedules, delta: float) -> PrivacyReport:

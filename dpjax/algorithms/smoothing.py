@@ -54,17 +54,30 @@ def _max_row_norm(x) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class AbsoluteRegression:
-    """``f(w; a, y) = |<a, w> - y|`` (non-smooth, convex, ``||a||``-Lipschitz)."""
+class _LinearNonSmooth:
+    """A non-smooth convex loss of the linear score ``<a, w>`` on ``dim`` features, started at
+    ``w = 0``, ``||a||``-Lipschitz in ``w``; a subclass gives ``loss`` and its closed-form ``prox``."""
 
     dim: int
-    kind = "regression"
 
     def __post_init__(self):
         _validate.check_int("dim", self.dim, min_value=1)
 
     def init_params(self, key=None):
         return jnp.zeros((self.dim,), jnp.float32)
+
+    def _losses(self, params, x, y):
+        return jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
+
+    def lipschitz_bound(self, x) -> float:
+        return _max_row_norm(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class AbsoluteRegression(_LinearNonSmooth):
+    """``f(w; a, y) = |<a, w> - y|`` (non-smooth, convex, ``||a||``-Lipschitz)."""
+
+    kind = "regression"
 
     def loss(self, params, x, y):
         return jnp.abs(jnp.dot(x, params) - y)
@@ -78,25 +91,14 @@ class AbsoluteRegression:
         return params - s * x
 
     def evaluate(self, params, x, y, mask=None):
-        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
-        return {"loss": _masked_mean(losses, mask)}
-
-    def lipschitz_bound(self, x) -> float:
-        return _max_row_norm(x)
+        return {"loss": _masked_mean(self._losses(params, x, y), mask)}
 
 
 @dataclasses.dataclass(frozen=True)
-class HingeClassification:
+class HingeClassification(_LinearNonSmooth):
     """``f(w; a, y) = max(0, 1 - y <a, w>)``, labels ``y in {-1, +1}``."""
 
-    dim: int
     kind = "binary"
-
-    def __post_init__(self):
-        _validate.check_int("dim", self.dim, min_value=1)
-
-    def init_params(self, key=None):
-        return jnp.zeros((self.dim,), jnp.float32)
 
     def loss(self, params, x, y):
         return jnp.maximum(0.0, 1.0 - y * jnp.dot(x, params))
@@ -109,12 +111,8 @@ class HingeClassification:
         return params + s * y * x
 
     def evaluate(self, params, x, y, mask=None):
-        losses = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
         wrong = (jnp.sign(x @ params) != y).astype(jnp.float32)
-        return {"loss": _masked_mean(losses, mask), "error": _masked_mean(wrong, mask)}
-
-    def lipschitz_bound(self, x) -> float:
-        return _max_row_norm(x)
+        return {"loss": _masked_mean(self._losses(params, x, y), mask), "error": _masked_mean(wrong, mask)}
 
 
 @dataclasses.dataclass(frozen=True)

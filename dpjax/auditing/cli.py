@@ -52,22 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _check_out(out: str, overwrite: bool) -> None:
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"out={out!r} is a file; give a directory")
-    existing = [f for f in _FILES if os.path.exists(os.path.join(out, f))]
-    if existing and not overwrite:
-        raise ValueError(f"out={out!r} already holds {', '.join(existing)}; pass --overwrite to replace them")
-    # Created only when the report is written (a failed run leaves nothing); check now that it can be.
-    probe = os.path.abspath(out)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe) or not os.access(probe, os.W_OK):
-        raise ValueError(f"out={out!r} is not writable ({probe} is not a writable directory)")
-
-
 def run(args: argparse.Namespace) -> int:
-    from dpjax import _validate as v
+    from dpjax import _validate as v, outputs
 
     if "training" in args.mechanisms:
         from dpjax.auditing import training_cli
@@ -84,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
     if args.out is not None:
-        _check_out(args.out, args.overwrite)
+        outputs.check_report_dir(args.out, _FILES, overwrite=args.overwrite)
 
     import platform
     import time

@@ -38,14 +38,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "2 x canaries x delta must stay well below 1 - confidence)")
 
 
-def _check_out(out: str, overwrite: bool) -> None:
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"out={out!r} is a file; give a directory")
-    existing = [f for f in _FILES if os.path.exists(os.path.join(out, f))]
-    if existing and not overwrite:
-        raise ValueError(f"out={out!r} already holds {', '.join(existing)}; pass --overwrite to replace them")
-
-
 def markdown(audits, header: str) -> str:
     lines = [header, "", "| family | run | certified eps | accountant | one-run lower bound (95 %) | correct / guesses | "
              "canaries | verdict |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -62,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     import jax
 
-    from dpjax import _validate as v
+    from dpjax import _validate as v, outputs
     from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
 
     extra = [m for m in args.mechanisms if m != "training"]
@@ -71,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
     if args.out is not None:
-        _check_out(args.out, args.overwrite)
+        outputs.check_report_dir(args.out, _FILES, overwrite=args.overwrite)
     families = FAMILIES if args.family is None else (args.family,)
     mutants = (None,) + (MUTANTS if args.mutant == "all" else () if args.mutant == "none" else (args.mutant,))
     start = time.perf_counter()

@@ -138,8 +138,7 @@ def isrl_mnist_silos(
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
     train_fraction = check_train_fraction(train_fraction)
     p = check_probability("heterogeneity_p", heterogeneity_p)
-    if not isinstance(replace, bool):
-        raise ValueError(f"replace={replace!r} must be a bool")
+    _check_bools(replace=replace)
     if pca_dim is not None:
         pca_dim = check_int("pca_dim", pca_dim, min_value=1)
     images = np.asarray(images)
@@ -304,6 +303,65 @@ def _check_loader_dict(name: str, data, n_features: int) -> tuple[np.ndarray, np
     return x, y
 
 
+def _check_bools(**flags) -> None:
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name}={flag!r} must be a bool")
+
+
+def _features(x, rows, cols, stats, add_bias: bool, dtype) -> np.ndarray:
+    """Records ``rows`` of ``x`` with columns ``cols`` standardised by ``stats = (mean, std)`` (left as
+    they are when ``None``) and, with ``add_bias``, a constant column appended."""
+    z = x[rows].copy()
+    if stats is not None:
+        z[:, cols] = (z[:, cols] - stats[0]) / stats[1]
+    if add_bias:
+        z = np.concatenate([z, np.ones((z.shape[0], 1))], axis=1)
+    return z.astype(dtype)
+
+
+def _sorted_groups(y, n_silos: int):
+    """``(size, groups)``: the record indices sorted by ``y`` (ascending, stable) cut into ``n_silos``
+    consecutive groups of ``size = ceil(n / n_silos)`` (the last takes the remainder)."""
+    n = y.shape[0]
+    size = -(-n // n_silos)
+    order = np.argsort(y, kind="stable")
+    groups = [order[i * size : (i + 1) * size] for i in range(n_silos)]
+    if any(g.size < 2 for g in groups):
+        raise ValueError(
+            f"n_silos={n_silos}: cutting {n} records into groups of ceil(n/N)={size} leaves a silo with < 2 records"
+        )
+    return size, groups
+
+
+def _split_each(groups, rng, train_fraction: float):
+    """Each group shuffled (``rng``, in order) and split into training and test indices."""
+    tr_idx, te_idx = [], []
+    for g in groups:
+        g = rng.permutation(g)
+        n_tr, _ = split_sizes(g.size, train_fraction)
+        if n_tr < 1:
+            raise ValueError(f"train_fraction={train_fraction} leaves silo of {g.size} records without training data")
+        tr_idx.append(g[:n_tr])
+        te_idx.append(g[n_tr:])
+    return tr_idx, te_idx
+
+
+def _class_silos(per_class, n_per_silo, replace: bool, rng):
+    """``(n_per_silo, indices)``: one silo per class, each ``n_per_silo`` of its training indices
+    (default: the smallest class's count) drawn by ``rng`` with or without replacement."""
+    smallest = min(c.size for c in per_class)
+    if n_per_silo is None:
+        n_per_silo = smallest
+    n_per_silo = check_int("n_per_silo", n_per_silo, min_value=1)
+    if not replace and n_per_silo > smallest:
+        raise ValueError(
+            f"n_per_silo={n_per_silo} exceeds the smallest class's {smallest} training records; "
+            f"use replace=True (authors' code) or a smaller value"
+        )
+    return n_per_silo, [rng.choice(c, n_per_silo, replace=replace) for c in per_class]
+
+
 def insurance_silos(
     data: dict,
     *,
@@ -337,34 +395,12 @@ def insurance_silos(
     seed = check_seed(seed)
     train_fraction = check_train_fraction(train_fraction)
     check_choice("standardize", standardize, ("per_silo", "pooled", "none"))
-    if not isinstance(add_bias, bool):
-        raise ValueError(f"add_bias={add_bias!r} must be a bool")
-    size = -(-n // n_silos)
-    order = np.argsort(y, kind="stable")
-    groups = [order[i * size : (i + 1) * size] for i in range(n_silos)]
-    if any(g.size < 2 for g in groups):
-        raise ValueError(
-            f"n_silos={n_silos}: cutting {n} records into groups of ceil(n/N)={size} leaves a silo with < 2 records"
-        )
-    rng = np.random.default_rng(seed)
-    tr_idx, te_idx = [], []
-    for g in groups:
-        g = rng.permutation(g)
-        n_tr, _ = split_sizes(g.size, train_fraction)
-        if n_tr < 1:
-            raise ValueError(f"train_fraction={train_fraction} leaves silo of {g.size} records without training data")
-        tr_idx.append(g[:n_tr])
-        te_idx.append(g[n_tr:])
+    _check_bools(add_bias=add_bias)
+    size, groups = _sorted_groups(y, n_silos)
+    tr_idx, te_idx = _split_each(groups, np.random.default_rng(seed), train_fraction)
     cont = [0, 2]  # age, bmi
     pooled_stats = standardize_fit(x[np.concatenate(tr_idx)][:, cont], ddof=ddof)
-
-    def feats(rows, stats):
-        z = x[rows].copy()
-        if stats is not None:
-            z[:, cont] = (z[:, cont] - stats[0]) / stats[1]
-        if add_bias:
-            z = np.concatenate([z, np.ones((z.shape[0], 1))], axis=1)
-        return z.astype(dtype)
+    feats = lambda rows, stats: _features(x, rows, cont, stats, add_bias, dtype)  # noqa: E731
 
     train_x, train_y, test_x, test_y, stats_used = [], [], [], [], []
     for tr, te in zip(tr_idx, te_idx):
@@ -435,10 +471,7 @@ def obesity_silos(
     x, y = _check_loader_dict("data", data, 16)
     seed = check_seed(seed)
     train_fraction = check_train_fraction(train_fraction)
-    if not isinstance(replace, bool):
-        raise ValueError(f"replace={replace!r} must be a bool")
-    if not isinstance(add_bias, bool):
-        raise ValueError(f"add_bias={add_bias!r} must be a bool")
+    _check_bools(replace=replace, add_bias=add_bias)
     names = list(data.get("feature_names", []))
     if len(names) != 16 or not all(c in names for c in OBESITY_STANDARDIZED):
         raise ValueError("data['feature_names'] must list the 16 obesity feature names")
@@ -450,25 +483,9 @@ def obesity_silos(
     tr, te = perm[:n_tr], perm[n_tr:]
     cols = [names.index(c) for c in OBESITY_STANDARDIZED]
     mean, std = standardize_fit(x[tr][:, cols])
-
-    def feats(rows):
-        z = x[rows].copy()
-        z[:, cols] = (z[:, cols] - mean) / std
-        if add_bias:
-            z = np.concatenate([z, np.ones((z.shape[0], 1))], axis=1)
-        return z.astype(dtype)
-
+    feats = lambda rows: _features(x, rows, cols, (mean, std), add_bias, dtype)  # noqa: E731
     per_class = [tr[y[tr] == m] for m in range(k)]
-    smallest = min(c.size for c in per_class)
-    if n_per_silo is None:
-        n_per_silo = smallest
-    n_per_silo = check_int("n_per_silo", n_per_silo, min_value=1)
-    if not replace and n_per_silo > smallest:
-        raise ValueError(
-            f"n_per_silo={n_per_silo} exceeds the smallest class's {smallest} training records; "
-            f"use replace=True (authors' code) or a smaller value"
-        )
-    silo_idx = [rng.choice(c, n_per_silo, replace=replace) for c in per_class]
+    n_per_silo, silo_idx = _class_silos(per_class, n_per_silo, replace, rng)
     meta = {
         "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6",
         "num_silos": k,

@@ -16,6 +16,7 @@ files and raise :class:`DatasetNotFoundError` with instructions otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -165,38 +166,38 @@ def download(
                     f"delete it or pass overwrite=True"
                 )
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            while True:
-                block = resp.read(1 << 20)
-                if not block:
-                    break
-                h.update(block)
-                out.write(block)
+    h = hashlib.sha256()
+    with _atomic_file(dest) as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+        while True:
+            block = resp.read(1 << 20)
+            if not block:
+                break
+            h.update(block)
+            out.write(block)
         got = h.hexdigest()
         if sha256 is not None and got != sha256:
             raise ValueError(f"checksum mismatch for {url}: sha256 {got}, expected {sha256}")
-        os.replace(tmp_name, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
     return dest
 
 
 def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike) -> pathlib.Path:
     """Copies ``src`` to ``dest`` through a temporary file and :func:`os.replace`."""
     dest = pathlib.Path(dest)
+    with _atomic_file(dest) as out, open(src, "rb") as inp:
+        shutil.copyfileobj(inp, out)
+    return dest
+
+
+@contextlib.contextmanager
+def _atomic_file(dest: pathlib.Path):
+    """A binary file open for writing that becomes ``dest`` (:func:`os.replace`) only when the
+    ``with`` block completes: it is a temporary file in ``dest``'s directory, removed on any error,
+    so ``dest`` is never left half-written."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
     try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
+        with os.fdopen(fd, "wb") as out:
+            yield out
         os.replace(tmp_name, dest)
     except BaseException:
         try:
@@ -204,4 +205,3 @@ def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike) -> pathlib.Path
         except FileNotFoundError:
             pass
         raise
-    return dest

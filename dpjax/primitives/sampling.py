@@ -287,6 +287,15 @@ def default_poisson_capacity(expected_batch_size: int) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _BatchSampler:
+    """A minibatch sampler of ``batch_size`` K records per silo and round.
+
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
+    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
+    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
+    ``init_silo(key, size, n_max)``. ``draw_weights`` (same arguments) returns the batch as a
+    multiplicity vector over the ``n_max`` rows and the overflow flag.
+    """
+
     batch_size: int
 
     def __post_init__(self):
@@ -316,13 +325,7 @@ class _BatchSampler:
 
 @dataclasses.dataclass(frozen=True)
 class WithReplacement(_BatchSampler):
-    """K indices drawn uniformly with replacement (Algorithm 2 as printed).
-
-    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
-    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
-    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
-    ``init_silo(key, size, n_max)``.
-    """
+    """K indices drawn uniformly with replacement (Algorithm 2 as printed)."""
 
     scheme = "with-replacement"
     weights_by_scatter = True
@@ -338,13 +341,7 @@ class WithReplacement(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class WithoutReplacement(_BatchSampler):
-    """K distinct indices per round (fresh draw every round).
-
-    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
-    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
-    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
-    ``init_silo(key, size, n_max)``.
-    """
+    """K distinct indices per round (fresh draw every round)."""
 
     scheme = "without-replacement"
 
@@ -359,13 +356,7 @@ class WithoutReplacement(_BatchSampler):
 
 @dataclasses.dataclass(frozen=True)
 class OnePass(_BatchSampler):
-    """Round r uses block r of a per-silo permutation: every record at most once.
-
-    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
-    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
-    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
-    ``init_silo(key, size, n_max)``.
-    """
+    """Round r uses block r of a per-silo permutation: every record at most once."""
 
     scheme = "one-pass"
     weights_by_scatter = True

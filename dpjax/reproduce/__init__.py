@@ -40,49 +40,55 @@ _SCO = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization
 _UL = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
 _BOTH = ("paper", "authors")
 
+
+def _figures(module: str, paper: str, constructions: tuple[str, ...], descriptions: dict[str, str]) -> dict:
+    """``LISTING`` entries of one paper module: name -> (module, paper, description, constructions)."""
+    return {name: (module, paper, description, constructions) for name, description in descriptions.items()}
+
+
 #: name -> (module, paper, description, constructions) of every figure, read by ``dpjax reproduce --list``
 #: and to import only the module a figure needs: the figure modules import jax, which costs seconds.
-#: tests/reproduce/test_listing.py checks it against what the modules register; add a line with your figure.
+#: tests/cli/test_lazy_start.py checks it against what the modules register; add a line with your figure.
 LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
-    "batch-clipping-privacy": ("dpjax.reproduce.batch_clipping_privacy", _BC, "accountant demonstrations N1-N8: "
-                               "sqrt(g) law, printed bounds, adversaries, Table 1, audits", ("paper",)),
-    "diff2-classification": ("dpjax.reproduce.diff2", _DIFF2, "Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) "
-                             "and a9a (stand-in for Cover Type), eps 3", _BOTH),
-    "diff2-regression": ("dpjax.reproduce.diff2", _DIFF2, "Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, "
-                         "gas turbine, BlogFeedback (eps 3, 5)", _BOTH),
-    "dpsgd-mnist": ("dpjax.reproduce.dpsgd_mnist", _BC, "BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, "
-                    "sigma = 2", _BOTH),
-    "isrl-insurance": ("dpjax.reproduce.isrl", _ISRL, "Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε "
-                       "over an (N, M) grid", _BOTH),
-    "isrl-mnist": ("dpjax.reproduce.isrl", _ISRL, "Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic "
-                   "regression, test error vs ε (the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)",
-                   _BOTH),
-    "isrl-obesity": ("dpjax.reproduce.isrl", _ISRL, "Fig. 6: obesity softmax regression (7 single-class silos, M = 3), "
-                     "test error vs ε", _BOTH),
-    "shuffle-sco-protocols": ("dpjax.reproduce.shuffle_sco", _SCO, "P_1D/P_vec: moments vs exact formulas, bit vs "
-                              "count level, exact hockey-stick, MC audit", ("paper",)),
-    "shuffle-sco-rates": ("dpjax.reproduce.shuffle_sco", _SCO, "Table 1: excess population loss vs n and d for every "
-                          "protocol, fitted slopes, DP baselines", ("paper",)),
-    "shuffle-sco-regimes": ("dpjax.reproduce.shuffle_sco", _SCO, "Table 1 slopes in per-protocol regimes (eps, "
-                            "n-range, AC-SA schedule) where they are measurable", ("paper",)),
-    "user-level-audit": ("dpjax.reproduce.user_level", _UL, "D9: exact hockey-stick audit of Algorithm 1 on toy "
-                         "neighbours", ("paper",)),
-    "user-level-certificate": ("dpjax.reproduce.user_level", _UL, "D4: A2c certificate pass rate vs m, exchangeable "
-                               "vs heterogeneous users", ("paper",)),
-    "user-level-convex-erm": ("dpjax.reproduce.user_level", _UL, "D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
-                              "Huber regression loss; slopes in m, n, d", ("paper",)),
-    "user-level-deletion": ("dpjax.reproduce.user_level", _UL, "D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))",
-                            ("paper",)),
-    "user-level-lower-bound": ("dpjax.reproduce.user_level", _UL, "D7: Appendix D instance, A2 error vs d/(n^2 m), B1",
-                               ("paper",)),
-    "user-level-noise": ("dpjax.reproduce.user_level", _UL, "D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9",
-                         ("paper",)),
-    "user-level-phased-sco": ("dpjax.reproduce.user_level", _UL, "D8: Phased-SCO as printed (A4) vs equal split (A4b)",
-                              ("paper",)),
-    "user-level-strongly-convex": ("dpjax.reproduce.user_level", _UL, "D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
-                                   "(rate-shape)", ("paper",)),
-    "user-level-tail": ("dpjax.reproduce.user_level", _UL, "D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo",
-                        ("paper",)),
+    **_figures("dpjax.reproduce.batch_clipping_privacy", _BC, ("paper",), {
+        "batch-clipping-privacy": "accountant demonstrations N1-N8: sqrt(g) law, printed bounds, adversaries, Table "
+                                  "1, audits",
+    }),
+    **_figures("dpjax.reproduce.diff2", _DIFF2, _BOTH, {
+        "diff2-classification": "Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover "
+                                "Type), eps 3",
+        "diff2-regression": "Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, gas turbine, BlogFeedback "
+                            "(eps 3, 5)",
+    }),
+    **_figures("dpjax.reproduce.dpsgd_mnist", _BC, _BOTH, {
+        "dpsgd-mnist": "BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2",
+    }),
+    **_figures("dpjax.reproduce.isrl", _ISRL, _BOTH, {
+        "isrl-insurance": "Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε over an (N, M) grid",
+        "isrl-mnist": "Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε "
+                      "(the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)",
+        "isrl-obesity": "Fig. 6: obesity softmax regression (7 single-class silos, M = 3), test error vs ε",
+    }),
+    **_figures("dpjax.reproduce.shuffle_sco", _SCO, ("paper",), {
+        "shuffle-sco-protocols": "P_1D/P_vec: moments vs exact formulas, bit vs count level, exact hockey-stick, MC "
+                                 "audit",
+        "shuffle-sco-rates": "Table 1: excess population loss vs n and d for every protocol, fitted slopes, DP "
+                             "baselines",
+        "shuffle-sco-regimes": "Table 1 slopes in per-protocol regimes (eps, n-range, AC-SA schedule) where they are "
+                               "measurable",
+    }),
+    **_figures("dpjax.reproduce.user_level", _UL, ("paper",), {
+        "user-level-audit": "D9: exact hockey-stick audit of Algorithm 1 on toy neighbours",
+        "user-level-certificate": "D4: A2c certificate pass rate vs m, exchangeable vs heterogeneous users",
+        "user-level-convex-erm": "D5: Theorem 4.1 Phased-ERM rate (rate-shape), Huber regression loss; slopes in m, "
+                                 "n, d",
+        "user-level-deletion": "D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))",
+        "user-level-lower-bound": "D7: Appendix D instance, A2 error vs d/(n^2 m), B1",
+        "user-level-noise": "D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9",
+        "user-level-phased-sco": "D8: Phased-SCO as printed (A4) vs equal split (A4b)",
+        "user-level-strongly-convex": "D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates (rate-shape)",
+        "user-level-tail": "D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo",
+    }),
 }
 
 

@@ -186,3 +186,20 @@ def test_isrl_tight_calibration_spec_3_4_reading():
         assert s_rdp == pytest.approx(rdp_s, rel=0.01)
         assert s_pld == pytest.approx(pld_s, rel=0.02)
         assert s_rdp < isrl.isrl_paper_sigma(1.0, n, rounds, eps, d)  # sigma_tight <= sigma_paper
+
+
+def test_bisect_threshold_returns_an_evaluated_feasible_point_within_tolerance():
+    """calibration.bisect_threshold (shared by fdp.epsilon_from_tradeoff and the group conversion):
+    the point returned was evaluated feasible, and the bracket shrank to the tolerance."""
+    from dpjax.accounting.calibration import bisect_threshold
+
+    seen = []
+
+    def feasible(x):
+        seen.append(x)
+        return x * x >= 2.0
+
+    hi = bisect_threshold(feasible, 1.0, 2.0, iterations=200, rtol=1e-12)
+    assert hi in seen and hi * hi >= 2.0 and abs(hi - 2.0 ** 0.5) <= 4e-12
+    # the iteration cap binds first: three halvings of [1, 2] leave a bracket of width 1/8
+    assert bisect_threshold(lambda x: x * x >= 2.0, 1.0, 2.0, iterations=3, rtol=1e-12) == 1.5

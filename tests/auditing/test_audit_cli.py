@@ -1,6 +1,7 @@
 """`dpjax audit`: report files, exit codes, refusing to overwrite or to run on bad input."""
 
 import json
+import os
 
 import pytest
 
@@ -51,3 +52,23 @@ def test_bad_input_leaves_no_output_directory(tmp_path):
     out = tmp_path / "new" / "report"
     assert main(["audit", "nope", "--out", str(out)]) == 2
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("argv", [["audit", "dp-gd"], ["audit", "training"]])
+def test_both_audit_commands_check_out_the_same_way(tmp_path, capsys, argv):
+    """`dpjax audit` and `dpjax audit training` share one --out check: a file, an existing report of
+    theirs (without --overwrite) and an unwritable parent are refused before anything runs."""
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(argv + ["--out", str(f)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    (tmp_path / "locked").mkdir(mode=0o500)
+    if not os.access(tmp_path / "locked", os.W_OK):  # root may write anyway
+        assert main(argv + ["--out", str(tmp_path / "locked" / "report")]) == 2
+        assert "is not writable" in capsys.readouterr().err
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    report = "audit.md" if argv[-1] != "training" else "training_audit.md"
+    (kept / report).write_text("an earlier report")
+    assert main(argv + ["--out", str(kept)]) == 2
+    assert "--overwrite" in capsys.readouterr().err and (kept / report).read_text() == "an earlier report"

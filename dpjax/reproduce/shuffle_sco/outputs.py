@@ -106,21 +106,30 @@ def summary_counts(summaries) -> str:
     return ", ".join(f"{verdicts.count(v)} {v}" for v in ("holds", "differs", "inconclusive"))
 
 
+def report_head(name: str, quick: bool, when: str, summaries, regenerated: bool, *method: str) -> list[str]:
+    """The opening lines of a slopes report: its title (protocol size, wall time ``when``), the paper,
+    the ``method`` lines (the last one followed by the intervals' note) and the verdict counts (saying
+    when the report was regenerated from kept results)."""
+    return [f"# {name} ({'quick' if quick else 'full'}; {when})", "", f"Paper: {PAPER}.",
+            *method[:-1], method[-1] + interval_note(summaries), "",
+            f"Verdicts: {summary_counts(summaries)}."
+            + (" (Report regenerated from the kept results.csv with the verdict rule; nothing re-run.)"
+               if regenerated else ""), ""]
+
+
 def rates_report(out_dir, rows, summaries, *, quick: bool, wall: float | None, regenerated: bool = False):
     out_dir = pathlib.Path(out_dir)
     write_csv(out_dir / "slopes.csv", summaries)
     plot_rates(out_dir / "shuffle_sco_rates.png", rows, summaries)
     when = f"{wall:.0f} s" if wall is not None else "wall time not recorded"
-    lines = [f"# shuffle-sco-rates ({'quick' if quick else 'full'}; {when})", "", f"Paper: {PAPER}.",
-             f"eps = {EPS_RATES}, delta = {DELTA_RATES}, d = 8 for the n-sweeps; P_vec in lemma_opt mode through its "
-             "variance-matched Gaussian surrogate (checked against the count-level protocol below).",
-             "Slopes are fitted over the n of the bound window ([0.01, 0.3] L D from the explicit bound) where the "
-             "measured excess loss is >= 3x that of the non-private twin (same schedule, exact sums); when fewer than "
-             "two such n exist, over the n where the measured private term dominates (>= 3x twin, <= 0.3 L D). "
-             "slopes.csv names the rule used per protocol. " + interval_note(summaries), "",
-             f"Verdicts: {summary_counts(summaries)}."
-             + (" (Report regenerated from the kept results.csv with the verdict rule; nothing re-run.)"
-                if regenerated else ""), ""]
+    lines = report_head(
+        "shuffle-sco-rates", quick, when, summaries, regenerated,
+        f"eps = {EPS_RATES}, delta = {DELTA_RATES}, d = 8 for the n-sweeps; P_vec in lemma_opt mode through its "
+        "variance-matched Gaussian surrogate (checked against the count-level protocol below).",
+        "Slopes are fitted over the n of the bound window ([0.01, 0.3] L D from the explicit bound) where the "
+        "measured excess loss is >= 3x that of the non-private twin (same schedule, exact sums); when fewer than "
+        "two such n exist, over the n where the measured private term dominates (>= 3x twin, <= 0.3 L D). "
+        "slopes.csv names the rule used per protocol. ")
     fits = [[s["table_row"], s["protocol"], f"{s['expected_n']:+.3f}", fmt_slope(s, "n"), fmt_points(s, "n"),
              s["bound_window"] or "none", fmt_verdict(s, "n"), f"{s['expected_d']:+.3f}",
              fmt_slope(s, "d") + (f" (n = {s['n_for_d']})" if s.get("verdict_d") else ""), fmt_points(s, "d"),

@@ -32,6 +32,56 @@ def _pvec_draws(key, x, params, bound, reps):
     return np.asarray(f(jax.random.split(key, reps), jnp.asarray(x, jnp.float32), params), np.float64)
 
 
+def _bits_vs_counts(key_bits, key_counts, seed: int, reps: int):
+    """Check 3: P_1D's bit-level and count-level simulations against each other (KS on the counts) and
+    against the exact count pmf (chi-square); returns the row and the data of the plot."""
+    from scipy import stats
+
+    g, b, p, n = 4, 50, 0.3, 20
+    params = sp.PvecParams(g, b, p)
+    x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
+    xj, mj = jnp.asarray(x, jnp.float32), jnp.ones(n, bool)
+    bits_sums = jax.jit(jax.vmap(lambda k, xs, ms: pvec_parts.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
+                                 in_axes=(0, None, None)))
+    bits = np.asarray(bits_sums(jax.random.split(key_bits, reps), xj, mj), np.float64)[:, 0]
+    counts = _pvec_draws(key_counts, x, params, 1.0, reps)[:, 0]
+    to_count = lambda o: np.rint((o + n) * g / 2 + p * b * n).astype(int)  # noqa: E731  (analyzer inverted)
+    # KS on the counts: the two analyzers map one count to floats that differ in the last float32 bits,
+    # which a KS test on the raw outputs detects with 1e4 draws (p ~ 1e-6) although the counts agree
+    ks = stats.ks_2samp(to_count(bits), to_count(counts)).pvalue
+    start, pmf = sco.p1d_count_pmf((x[:, 0] + 1) / 2, g, b, p)
+    support = np.arange(start, start + len(pmf))
+    chi = {}
+    for name, sample in (("bits", bits), ("counts", counts)):
+        c = to_count(sample)
+        keep = pmf > 5.0 / reps
+        obs = np.array([np.sum(c == z) for z in support[keep]])
+        exp = pmf[keep] * reps
+        chi[name] = float(stats.chi2.sf(np.sum((obs - exp) ** 2 / exp), max(1, keep.sum() - 1)))
+    row = dict(check="bits_vs_counts", n=n, d=1, g=g, b=b, reps=reps, ks_pvalue=ks,
+               chi2_pvalue_bits=chi["bits"], chi2_pvalue_counts=chi["counts"],
+               holds=bool(ks > 1e-3 and min(chi.values()) > 1e-3))
+    return row, (bits, counts, support, pmf, to_count)
+
+
+def _mc_audit(key_d, key_d_prime, pr, others, n: int, trials: int, delta: float, claim: float) -> dict:
+    """Check 5: a Monte-Carlo distinguishing audit of P_1D on the engine's simulator (x_u = -1 vs +1, the
+    others at ``others``): threshold chosen on one half of the draws, rates measured on the other half."""
+    base = np.array([-1.0] + [2 * o - 1 for o in others])[:, None]
+    neigh = base.copy()
+    neigh[0, 0] = 1.0
+    params = sp.PvecParams.create(pr.g, pr.b, pr.p)
+    out_a = _pvec_draws(key_d, base, params, 1.0, 2 * trials)[:, 0]
+    out_b = _pvec_draws(key_d_prime, neigh, params, 1.0, 2 * trials)[:, 0]
+    ts = np.quantile(np.r_[out_a[:trials], out_b[:trials]], np.linspace(0.5, 0.9999, 200))
+    best_t = max(ts, key=lambda t: sco.audit_lower_bound(int(np.sum(out_b[:trials] >= t)),
+                                                         int(np.sum(out_a[:trials] >= t)), trials, delta))
+    tp, fp = int(np.sum(out_b[trials:] >= best_t)), int(np.sum(out_a[trials:] >= best_t))
+    lb = sco.audit_lower_bound(tp, fp, trials, delta)
+    return dict(check="mc_audit", n=n, d=1, g=pr.g, b=pr.b, reps=trials, epsilon=claim, delta=delta,
+                tpr=tp / trials, fpr=fp / trials, eps_lower_bound=lb, holds=bool(lb <= claim))
+
+
 def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict]:
     """All protocol-level checks; returns tidy rows and the data for the plots."""
     from scipy import stats
@@ -77,31 +127,9 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
                              holds=bool(z <= 4 + math.sqrt(2 * math.log(d)) and abs(tot / np.sum(var) - 1) < 0.1)))
     # 3. bit level vs count level, against the exact count pmf
     progress.stage("protocol checks 3/5: bit level vs count level")
-    g, b, p, n = 4, 50, 0.3, 20
-    params = sp.PvecParams(g, b, p)
-    x = np.random.default_rng(seed).uniform(-1, 1, (n, 1))
-    xj, mj = jnp.asarray(x, jnp.float32), jnp.ones(n, bool)
     key, k1, k2 = jax.random.split(key, 3)
-    bits = np.asarray(jax.jit(jax.vmap(lambda k, xs, ms: pvec_parts.pvec_bits_sum(k, xs, ms, params, 1.0, g, b),
-                                       in_axes=(0, None, None)))(jax.random.split(k1, reps), xj, mj), np.float64)[:, 0]
-    counts = _pvec_draws(k2, x, params, 1.0, reps)[:, 0]
-    to_count = lambda o: np.rint((o + n) * g / 2 + p * b * n).astype(int)  # noqa: E731  (analyzer inverted)
-    # KS on the counts: the two analyzers map one count to floats that differ in the last float32 bits,
-    # which a KS test on the raw outputs detects with 1e4 draws (p ~ 1e-6) although the counts agree
-    ks = stats.ks_2samp(to_count(bits), to_count(counts)).pvalue
-    start, pmf = sco.p1d_count_pmf((x[:, 0] + 1) / 2, g, b, p)
-    support = np.arange(start, start + len(pmf))
-    chi = {}
-    for name, sample in (("bits", bits), ("counts", counts)):
-        c = to_count(sample)
-        keep = pmf > 5.0 / reps
-        obs = np.array([np.sum(c == z) for z in support[keep]])
-        exp = pmf[keep] * reps
-        chi[name] = float(stats.chi2.sf(np.sum((obs - exp) ** 2 / exp), max(1, keep.sum() - 1)))
-    rows.append(dict(check="bits_vs_counts", n=n, d=1, g=g, b=b, reps=reps, ks_pvalue=ks,
-                     chi2_pvalue_bits=chi["bits"], chi2_pvalue_counts=chi["counts"],
-                     holds=bool(ks > 1e-3 and min(chi.values()) > 1e-3)))
-    plots["bits"] = (bits, counts, support, pmf, to_count)
+    row, plots["bits"] = _bits_vs_counts(k1, k2, seed, reps)
+    rows.append(row)
     progress.stage("protocol checks 4/5: exact hockey-stick profile of P_1D")
     # 4. exact hockey-stick profile of P_1D (x_u = 0 vs Delta, the others at fractional positions 1/2)
     eps, delta, n = 1.0, 1e-3, 20
@@ -120,20 +148,8 @@ def protocol_checks(quick: bool, seed: int, log=print) -> tuple[list[dict], dict
     # 5. Monte-Carlo distinguishing audit on the engine's simulator: threshold on the estimate,
     #    threshold chosen on one half of the draws, rates measured on the other half
     trials = 20000 if quick else 200000
-    base = np.array([-1.0] + [2 * o - 1 for o in others])[:, None]
-    neigh = base.copy()
-    neigh[0, 0] = 1.0
-    params = sp.PvecParams.create(pr.g, pr.b, pr.p)
     key, ka, kb = jax.random.split(key, 3)
-    out_a = _pvec_draws(ka, base, params, 1.0, 2 * trials)[:, 0]
-    out_b = _pvec_draws(kb, neigh, params, 1.0, 2 * trials)[:, 0]
-    ts = np.quantile(np.r_[out_a[:trials], out_b[:trials]], np.linspace(0.5, 0.9999, 200))
-    best_t = max(ts, key=lambda t: sco.audit_lower_bound(int(np.sum(out_b[:trials] >= t)),
-                                                         int(np.sum(out_a[:trials] >= t)), trials, delta))
-    tp, fp = int(np.sum(out_b[trials:] >= best_t)), int(np.sum(out_a[trials:] >= best_t))
-    lb = sco.audit_lower_bound(tp, fp, trials, delta)
-    rows.append(dict(check="mc_audit", n=n, d=1, g=pr.g, b=pr.b, reps=trials, epsilon=claim, delta=delta,
-                     tpr=tp / trials, fpr=fp / trials, eps_lower_bound=lb, holds=bool(lb <= claim)))
+    rows.append(_mc_audit(ka, kb, pr, others, n, trials, delta, claim))
     log(f"protocol checks: {sum(r['holds'] for r in rows)}/{len(rows)} hold")
     return rows, plots
 

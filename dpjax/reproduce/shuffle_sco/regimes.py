@@ -11,8 +11,8 @@ import time
 from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.claims import slope_summary
 from dpjax.reproduce.shuffle_sco.config import PAPER, REGIMES, REGIME_SEEDS, TABLE1
-from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, interval_note,
-                                                 kept_results, kept_wall, summary_counts, write_csv)
+from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, kept_results,
+                                                 kept_wall, report_head, write_csv)
 from dpjax.reproduce.shuffle_sco.rates import protocol_sweep
 
 
@@ -41,17 +41,15 @@ def _regime_report(out_dir, rows, summaries, wall, quick, *, finished: bool = Tr
     write_csv(out_dir / "slopes.csv", summaries)
     plot_regimes(out_dir / "shuffle_sco_regimes.png", rows)
     when = ("wall time not recorded" if wall is None else f"{wall:.0f} s" + ("" if finished else " so far, running"))
-    lines = [f"# shuffle-sco-regimes ({'quick' if quick else 'full'}; {when})", "", f"Paper: {PAPER}.",
-             "Table 1's slopes re-measured with eps, n-range and AC-SA schedule chosen per protocol (so the private "
-             "term dominates): d = 8 for the n-sweeps, delta = 1e-6, lemma_opt P_vec through its variance-matched "
-             "Gaussian surrogate. Fit: the n of the bound window ([0.01, 0.3] L D) where the measured loss is >= 3x "
-             "the non-private twin's and <= 0.3 x the excess loss of the start theta_0 = 0 (above that the iterates "
-             "barely leave theta_0); with fewer than two such n, or for regimes whose fit rule is 'measured' "
-             "(slopes.csv), every n meeting the two measured conditions. p_gd_smoothed runs T = n rounds from "
-             "sufficient statistics on the axis instance (pgd_axis_run). " + interval_note(summaries), "",
-             f"Verdicts: {summary_counts(summaries)}."
-             + (" (Report regenerated from the kept results.csv with the verdict rule; nothing re-run.)"
-                if regenerated else ""), ""]
+    lines = report_head(
+        "shuffle-sco-regimes", quick, when, summaries, regenerated,
+        "Table 1's slopes re-measured with eps, n-range and AC-SA schedule chosen per protocol (so the private "
+        "term dominates): d = 8 for the n-sweeps, delta = 1e-6, lemma_opt P_vec through its variance-matched "
+        "Gaussian surrogate. Fit: the n of the bound window ([0.01, 0.3] L D) where the measured loss is >= 3x "
+        "the non-private twin's and <= 0.3 x the excess loss of the start theta_0 = 0 (above that the iterates "
+        "barely leave theta_0); with fewer than two such n, or for regimes whose fit rule is 'measured' "
+        "(slopes.csv), every n meeting the two measured conditions. p_gd_smoothed runs T = n rounds from "
+        "sufficient statistics on the axis instance (pgd_axis_run). ")
     table = []
     for s in summaries:
         sched = s["schedule"] if s["protocol"] not in ("p_sgd", "p_gd_phased", "p_gd_smoothed") else "-"

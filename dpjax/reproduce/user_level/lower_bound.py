@@ -8,10 +8,9 @@ import math
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register
 from dpjax.reproduce.user_level.claims import slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER
-from dpjax.reproduce.user_level.outputs import loglog_panels, plot_audit, result_row, run_figure
+from dpjax.reproduce.user_level.config import DELTA
+from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, plot_audit, result_row
 from dpjax.reproduce.user_level.rates import true_loss
 
 
@@ -82,9 +81,7 @@ def _d7(quick: bool, seed: int):
     return "Appendix D lower-bound instance", rows, claims, notes, plot, "rate-shape (A2) and certified (B1)"
 
 
-@register("user-level-lower-bound", paper=PAPER, description="D7: Appendix D instance, A2 error vs d/(n^2 m), B1")
-def d7_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-lower-bound", _d7, out_dir, quick, seed)
+d7_figure = demonstration("user-level-lower-bound", "D7: Appendix D instance, A2 error vs d/(n^2 m), B1", _d7)
 
 
 # ---------------------------------------------------------------------------
@@ -150,14 +147,39 @@ def _d8(quick: bool, seed: int):
         "rate-shape (NOT private)"
 
 
-@register("user-level-phased-sco", paper=PAPER, description="D8: Phased-SCO as printed (A4) vs equal split (A4b)")
-def d8_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-phased-sco", _d8, out_dir, quick, seed)
+d8_figure = demonstration("user-level-phased-sco", "D8: Phased-SCO as printed (A4) vs equal split (A4b)", _d8)
 
 
 # ---------------------------------------------------------------------------
 # D9: exact privacy audit of Algorithm 1
 # ---------------------------------------------------------------------------
+
+
+def _d9_claims(table, configs, eps_p: float) -> list[dict]:
+    """D9's claims from its cases: every divergence within the certified delta, a non-vacuous
+    certificate on the canary pairs, the stability-test-skipped mutant caught, partial-bottom laws seen."""
+    canary = [c for c in table if c["pair"].startswith("canary")]
+    worst = max(c["H"] / c["certified_delta"] for c in table)
+    return [
+        {"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
+         "setting": f"{len(table)} cases, eps' = {eps_p}, (kappa, n) in {configs}", "measured":
+         f"max H/delta_cert = {worst:.3g}; max exact eps {max(c['exact_epsilon'] for c in table):.3f} "
+         f"(certified {2 * eps_p:g})", "holds": worst <= 1.0},
+        {"claim": "the certificate is not vacuous: certified delta < 1 and release probability > 0 on both "
+         "datasets of every canary pair", "setting": f"{len(canary)} canary cases (Delta = 1e-4)",
+         "measured": f"certified delta {min(c['certified_delta'] for c in canary):.3g} .. "
+         f"{max(c['certified_delta'] for c in canary):.3g}; release probability "
+         f"{min(min(c['release_prob_x'], c['release_prob_x2']) for c in canary):.3g} .. 1",
+         "holds": max(c["certified_delta"] for c in canary) < 1
+         and min(min(c["release_prob_x"], c["release_prob_x2"]) for c in canary) > 0},
+        {"claim": "mutant with the stability test skipped violates the certificate (H > certified delta) on every "
+         "canary pair", "setting": "f(x) + N(0, sigma^2), never bottom", "measured":
+         f"min H/delta_cert = {min(c['H_no_stability_test'] / c['certified_delta'] for c in canary):.3g}",
+         "holds": all(c["H_no_stability_test"] > c["certified_delta"] for c in canary)},
+        {"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
+         "setting": "", "measured": f"{sum(1 for c in table if 0 < min(c['release_prob_x'], c['release_prob_x2']) < 1)}"
+         f"/{len(table)} cases", "holds": any(0 < min(c["release_prob_x"], c["release_prob_x2"]) < 1 for c in table)},
+    ]
 
 
 def _d9(quick: bool, seed: int):
@@ -193,28 +215,7 @@ def _d9(quick: bool, seed: int):
                 rows.append(result_row("Algorithm 1 (exact)", "hockey_stick", case["H"], epsilon=eps_c,
                                  accountant="Theorem 3.3 proof (test mode)", **{k: v_ for k, v_ in case.items()
                                                                                  if k != "H"}))
-    canary = [c for c in table if c["pair"].startswith("canary")]
-    worst = max(c["H"] / c["certified_delta"] for c in table)
-    claims = [
-        {"claim": "every hockey-stick divergence H_{e^eps}(P||Q), both directions, <= the certified delta",
-         "setting": f"{len(table)} cases, eps' = {eps_p}, (kappa, n) in {configs}", "measured":
-         f"max H/delta_cert = {worst:.3g}; max exact eps {max(c['exact_epsilon'] for c in table):.3f} "
-         f"(certified {2 * eps_p:g})", "holds": worst <= 1.0},
-        {"claim": "the certificate is not vacuous: certified delta < 1 and release probability > 0 on both "
-         "datasets of every canary pair", "setting": f"{len(canary)} canary cases (Delta = 1e-4)",
-         "measured": f"certified delta {min(c['certified_delta'] for c in canary):.3g} .. "
-         f"{max(c['certified_delta'] for c in canary):.3g}; release probability "
-         f"{min(min(c['release_prob_x'], c['release_prob_x2']) for c in canary):.3g} .. 1",
-         "holds": max(c["certified_delta"] for c in canary) < 1
-         and min(min(c["release_prob_x"], c["release_prob_x2"]) for c in canary) > 0},
-        {"claim": "mutant with the stability test skipped violates the certificate (H > certified delta) on every "
-         "canary pair", "setting": "f(x) + N(0, sigma^2), never bottom", "measured":
-         f"min H/delta_cert = {min(c['H_no_stability_test'] / c['certified_delta'] for c in canary):.3g}",
-         "holds": all(c["H_no_stability_test"] > c["certified_delta"] for c in canary)},
-        {"claim": "the audit exercises partial-bottom laws (some R1 values release, others output bottom)",
-         "setting": "", "measured": f"{sum(1 for c in table if 0 < min(c['release_prob_x'], c['release_prob_x2']) < 1)}"
-         f"/{len(table)} cases", "holds": any(0 < min(c["release_prob_x"], c["release_prob_x2"]) < 1 for c in table)},
-    ]
+    claims = _d9_claims(table, configs, eps_p)
 
     def plot(plt):
         return plot_audit(plt, table)
@@ -249,6 +250,4 @@ def _d9(quick: bool, seed: int):
         "certified (test-mode constants)"
 
 
-@register("user-level-audit", paper=PAPER, description="D9: exact hockey-stick audit of Algorithm 1 on toy neighbours")
-def d9_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-audit", _d9, out_dir, quick, seed)
+d9_figure = demonstration("user-level-audit", "D9: exact hockey-stick audit of Algorithm 1 on toy neighbours", _d9)

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import report
+from dpjax.reproduce import register, report
 from dpjax.reproduce.user_level.claims import select_rule_line
 from dpjax.reproduce.user_level.config import PAPER
 
@@ -72,6 +72,20 @@ def run_figure(name: str, body: Callable, out_dir, quick: bool, seed: int) -> pa
     progress.stage(f"{name}: writing results.csv, the figure and report.md")
     return write_figure(out_dir, name, title, rows, claims, notes, plot, quick=quick, seed=seed,
                   wall=time.perf_counter() - start, mode=mode)
+
+
+def demonstration(name: str, description: str, body: Callable) -> Callable:
+    """Registers the demonstration ``body`` (``(quick, seed) -> (title, rows, claims, notes, plot, mode)``)
+    as the figure ``name`` of the paper; returns its figure function ``(out_dir, *, quick, seed)``, which
+    runs it through ``run_figure``."""
+
+    def figure(out_dir, *, quick: bool, seed: int):
+        return run_figure(name, body, out_dir, quick, seed)
+
+    figure.__name__ = figure.__qualname__ = body.__name__.lstrip("_") + "_figure"
+    figure.__module__ = body.__module__
+    figure.__doc__ = f"{description} (``dpjax reproduce {name}``)."
+    return register(name, paper=PAPER, description=description)(figure)
 
 
 def loglog_panels(plt, panels):

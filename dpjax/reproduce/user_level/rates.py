@@ -8,10 +8,9 @@ import math
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register
 from dpjax.reproduce.user_level.claims import slope, slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER
-from dpjax.reproduce.user_level.outputs import loglog_panels, result_row, run_figure
+from dpjax.reproduce.user_level.config import DELTA
+from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, result_row
 
 
 # ---------------------------------------------------------------------------
@@ -59,25 +58,14 @@ def phased_erm_runs(loss, x, y, dom, keys, rho, *, replace_noise=False, iters=60
     return phased.rate_shape_many(keys, loss, x, y, dom, np.ones((t, n)), lams, sig, iters=iters)
 
 
-def _d5(quick: bool, seed: int):
-    import jax
-
+def _d5_sweeps(sweeps, theory, loss, kind, keys, rho, radius, iters, reps, seed):
+    """D5's sweeps, axis by axis and cell by cell: Phased-ERM in rate-shape mode (and, on the m axis, with
+    B1 noise inside) against the float64 reference minimum, the rho = 1e-4 floor, the slope claims.
+    Returns ``(rows, claims, curves, ref_norms, ref_grads, floors, ratios)``, the last four the
+    per-cell diagnostics the notes quote."""
     from dpjax.user_level import mechanisms as mech, problems
 
-    rho, radius, reps, iters = 1.0, 1.0, (8 if quick else 24), 300
-    base_n, base_m, base_d = 100, 4, 5
-    sweeps = {"m": [(base_n, m, base_d) for m in ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))],
-              "n": [(n, base_m, base_d) for n in ((100, 200, 400, 800) if quick else (100, 200, 400, 800, 1600))],
-              "d": [(base_n, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]}
-    theory = {"m": -0.5, "n": -1.0, "d": 0.5}
-    # The Huber regression loss h_w(<theta, a> - b) IS the loss here (convex, G = 1, (1/w)-smooth), so Theorem 4.1
-    # applies to it and the inner solves are exact to float precision; the excess is measured on the same loss.
-    kind = "absolute"
-    loss = problems.Loss(kind, radius=radius, smoothing=D5_HUBER_WIDTH)
     rows, claims, curves, ref_norms, ref_grads, floors, ratios = [], [], {}, [], [], [], []
-    keys = jax.random.split(jax.random.key(seed), reps)
-    sweeps["d (n=400)"] = [(400, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]
-    sweeps["m (noisy labels)"] = sweeps["m"][:3]
     for axis, cells in sweeps.items():
         vals, flat, runs, flat_runs = [], [], [], []
         noise = 0.1 if "noisy" in axis else 0.0
@@ -123,22 +111,76 @@ def _d5(quick: bool, seed: int):
         if flat:
             claims.append(slope_claim("B1 noise inside Phased-ERM is flat in m", xs, flat_runs, 0.0, setting,
                                       paired=True))
+    return rows, claims, curves, ref_norms, ref_grads, floors, ratios
 
-    d_xs, d_vals, _ = curves["d"]
-    n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
-    # Converged inner solves: the largest d cell again with 4x the iterations must give the same excess.
-    n_c, m_c, d_c = sweeps["d"][-1]
+
+def _d5_plot(curves, tied_curves):
+    """D5's figure: a log-log panel per sweep axis (M' and, on the m axis, B1 noise inside) and per
+    tied-curvature axis (measured, closed form, the theorem's bound)."""
+
+    def plot(plt):
+        panels = []
+        for axis, (xs, vals, flat) in curves.items():
+            cs = [("M' huber", xs, vals, "o-")]
+            if flat:
+                cs.append(("B1 noise inside", xs, flat, "s--"))
+            panels.append((f"D5 huber: excess risk vs {axis}", axis, "excess empirical risk", cs))
+        for axis, (xs, vals, pred, bound) in tied_curves.items():
+            panels.append((f"D5 tied curvature mu = lambda: excess vs {axis}", axis, "excess empirical risk",
+                           [("M' (measured)", xs, vals, "o-"), ("closed form without projection", xs, pred, "k:"),
+                            ("R G sqrt(d)/(n sqrt(m))", xs, bound, "r--")]))
+        return loglog_panels(plt, panels)
+
+    return plot
+
+
+def _d5_solver_check(loss, kind, cell, keys, rho, radius, iters, seed, excess):
+    """D5's converged-inner-solves check: the sharp cell ``cell`` (the largest d) again with 4x the inner
+    iterations must give the same mean excess as the sweep's ``excess``; returns ``(row, claim, change)``."""
+    from dpjax.user_level import mechanisms as mech, problems
+
+    n_c, m_c, d_c = cell
     x, y = problems.exchangeable(kind, n_c, m_c, d_c, seed + 7 * n_c + m_c + d_c, noise=0.0)  # the sharp cell
     _, best, _ = huber_reference(loss, x, y)
     long_out = phased_erm_runs(loss, x, y, mech.Domain.ball(radius, d_c), keys, rho, iters=4 * iters)
     long_exc = float(np.mean([huber_loss(loss, th, x, y) - best for th in long_out]))
-    rows.append(result_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH}), 4x inner iterations", "excess_empirical_risk",
-                     long_exc, n=n_c, m=m_c, d=d_c, rho=rho, inner_iterations=4 * iters))
-    solver_change = long_exc / d_vals[-1] - 1
-    claims.append({"claim": "the excess is the private term, not inner-solver error: 4x the inner iterations "
-                   "changes it by < 5 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
-                   "measured": f"{d_vals[-1]:.4g} -> {long_exc:.4g} ({solver_change:+.2%})",
-                   "holds": abs(solver_change) < 0.05})
+    row = result_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH}), 4x inner iterations", "excess_empirical_risk",
+                     long_exc, n=n_c, m=m_c, d=d_c, rho=rho, inner_iterations=4 * iters)
+    solver_change = long_exc / excess - 1
+    claim = {"claim": "the excess is the private term, not inner-solver error: 4x the inner iterations "
+             "changes it by < 5 %", "setting": f"n={n_c}, m={m_c}, d={d_c}",
+             "measured": f"{excess:.4g} -> {long_exc:.4g} ({solver_change:+.2%})",
+             "holds": abs(solver_change) < 0.05}
+    return row, claim, solver_change
+
+
+def _d5(quick: bool, seed: int):
+    import jax
+
+    from dpjax.user_level import problems
+
+    rho, radius, reps, iters = 1.0, 1.0, (8 if quick else 24), 300
+    base_n, base_m, base_d = 100, 4, 5
+    sweeps = {"m": [(base_n, m, base_d) for m in ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))],
+              "n": [(n, base_m, base_d) for n in ((100, 200, 400, 800) if quick else (100, 200, 400, 800, 1600))],
+              "d": [(base_n, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]}
+    theory = {"m": -0.5, "n": -1.0, "d": 0.5}
+    # The Huber regression loss h_w(<theta, a> - b) IS the loss here (convex, G = 1, (1/w)-smooth), so Theorem 4.1
+    # applies to it and the inner solves are exact to float precision; the excess is measured on the same loss.
+    kind = "absolute"
+    loss = problems.Loss(kind, radius=radius, smoothing=D5_HUBER_WIDTH)
+    keys = jax.random.split(jax.random.key(seed), reps)
+    sweeps["d (n=400)"] = [(400, 16, d) for d in ((2, 4, 8, 16) if quick else (2, 4, 8, 16, 32))]
+    sweeps["m (noisy labels)"] = sweeps["m"][:3]
+    rows, claims, curves, ref_norms, ref_grads, floors, ratios = _d5_sweeps(sweeps, theory, loss, kind, keys, rho,
+                                                                             radius, iters, reps, seed)
+
+    d_xs, d_vals, _ = curves["d"]
+    n_d, m_d = sweeps["d"][0][0], sweeps["d"][0][1]
+    row, claim, solver_change = _d5_solver_check(loss, kind, sweeps["d"][-1], keys, rho, radius, iters, seed,
+                                                 d_vals[-1])
+    rows.append(row)
+    claims.append(claim)
     worst_case = [2 * radius * math.sqrt(d_) / (n_d * math.sqrt(m_d)) for d_ in d_xs]  # R G sqrt(d)/(n sqrt(m))
     d_ratio = [a / b for a, b in zip(d_vals, worst_case)]
     claims.append({"claim": "Theorem 4.1 as an upper bound: excess risk <= R G sqrt(d)/(n sqrt(m)) at every d "
@@ -154,19 +196,7 @@ def _d5(quick: bool, seed: int):
     rows += tied_rows
     claims += tied_claims
 
-    def plot(plt):
-        panels = []
-        for axis, (xs, vals, flat) in curves.items():
-            cs = [("M' huber", xs, vals, "o-")]
-            if flat:
-                cs.append(("B1 noise inside", xs, flat, "s--"))
-            panels.append((f"D5 huber: excess risk vs {axis}", axis, "excess empirical risk", cs))
-        for axis, (xs, vals, pred, bound) in tied_curves.items():
-            panels.append((f"D5 tied curvature mu = lambda: excess vs {axis}", axis, "excess empirical risk",
-                           [("M' (measured)", xs, vals, "o-"), ("closed form without projection", xs, pred, "k:"),
-                            ("R G sqrt(d)/(n sqrt(m))", xs, bound, "r--")]))
-        return loglog_panels(plt, panels)
-
+    plot = _d5_plot(curves, tied_curves)
     slopes = {axis: slope(c[0], c[1]) for axis, c in curves.items()}
     notes = [f"Rate-shape mode (M' of Theorem 4.1's proof, NOT private): sigma_i = rho 2G/(lambda_i n sqrt(m)), "
              f"rho = {rho}, lambda = (G/R) rho sqrt(d)/(n sqrt(m)), T = ceil(log2(n m)); {reps} noise draws per cell.",
@@ -274,10 +304,8 @@ def _d5_tied_curvature(quick: bool, seed: int, grids: dict, theory: dict, rho: f
     return rows, claims, curves, notes
 
 
-@register("user-level-convex-erm", paper=PAPER, description="D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
-          "Huber regression loss; slopes in m, n, d")
-def d5_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-convex-erm", _d5, out_dir, quick, seed)
+d5_figure = demonstration("user-level-convex-erm", "D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
+                          "Huber regression loss; slopes in m, n, d", _d5)
 
 
 # ---------------------------------------------------------------------------
@@ -285,14 +313,14 @@ def d5_figure(out_dir, *, quick: bool, seed: int):
 # ---------------------------------------------------------------------------
 
 
-def _d6(quick: bool, seed: int):
+def _d6_erm(quick: bool, seed: int, rho: float, reps: int, mu: float):
+    """D6's ERM part (Algorithm 5, Theorem 4.3): ridge-logistic, excess empirical risk against a converged
+    float64 solve, sweeps in m and n; returns ``(rows, claims, curves)``."""
     import jax
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
-    rho, reps, mu = 1.0, (6 if quick else 20), 0.1
     rows, claims, curves = [], [], {}
-    # ERM (Algorithm 5): ridge-logistic, excess empirical risk against a converged float64 solve
     loss = problems.Loss("logistic", radius=1.0, ridge=mu)
     d = 5
     erm_cells = {"m": [(100, m) for m in ((4, 16, 64, 256) if quick else (4, 16, 64, 256, 1024))],
@@ -318,6 +346,16 @@ def _d6(quick: bool, seed: int):
         curves[("A5 ERM", axis)] = (xs, vals)
         claims.append(slope_claim(f"A5 ERM excess risk vs {axis} (Theorem 4.3)", xs, runs, {"m": -1.0, "n": -2.0}[axis],
                                   f"ridge-logistic mu={mu}, d={d}, rho={rho}", paired=True))
+    return rows, claims, curves
+
+
+def _d6(quick: bool, seed: int):
+    import jax
+
+    from dpjax.user_level import mechanisms as mech, phased, problems
+
+    rho, reps, mu = 1.0, (6 if quick else 20), 0.1
+    rows, claims, curves = _d6_erm(quick, seed, rho, reps, mu)
     # SCO (Algorithm 6): mean estimation, population excess 1/2||theta - E x||^2 = 1/2||theta||^2 exactly
     mloss = problems.Loss("mean")
     d2 = 2
@@ -387,7 +425,5 @@ def _d6(quick: bool, seed: int):
         "rate-shape (M', NOT private)"
 
 
-@register("user-level-strongly-convex", paper=PAPER, description="D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
-          "(rate-shape)")
-def d6_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-strongly-convex", _d6, out_dir, quick, seed)
+d6_figure = demonstration("user-level-strongly-convex", "D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
+                          "(rate-shape)", _d6)

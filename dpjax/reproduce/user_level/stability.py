@@ -8,10 +8,10 @@ import math
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register
 from dpjax.reproduce.user_level.claims import slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER
-from dpjax.reproduce.user_level.outputs import loglog_panels, plot_certificate, plot_tail, result_row, run_figure
+from dpjax.reproduce.user_level.config import DELTA
+from dpjax.reproduce.user_level.outputs import (demonstration, loglog_panels, plot_certificate, plot_tail,
+                                               result_row)
 
 
 # ---------------------------------------------------------------------------
@@ -66,9 +66,7 @@ def _d1(quick: bool, seed: int):
     return "Lemma 3.8 tail bound", rows, claims, notes, plot, "not applicable (a probability statement)"
 
 
-@register("user-level-tail", paper=PAPER, description="D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo")
-def d1_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-tail", _d1, out_dir, quick, seed)
+d1_figure = demonstration("user-level-tail", "D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo", _d1)
 
 
 # ---------------------------------------------------------------------------
@@ -140,9 +138,7 @@ def _d2(quick: bool, seed: int):
     return "Theorem 3.6 deletion sensitivity scaling", rows, claims, notes, plot, "not applicable (no release)"
 
 
-@register("user-level-deletion", paper=PAPER, description="D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))")
-def d2_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-deletion", _d2, out_dir, quick, seed)
+d2_figure = demonstration("user-level-deletion", "D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))", _d2)
 
 
 # ---------------------------------------------------------------------------
@@ -186,9 +182,7 @@ def _d3(quick: bool, seed: int):
     return "noise scale against m", rows, claims, notes, plot, "certified"
 
 
-@register("user-level-noise", paper=PAPER, description="D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9")
-def d3_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-noise", _d3, out_dir, quick, seed)
+d3_figure = demonstration("user-level-noise", "D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9", _d3)
 
 
 # ---------------------------------------------------------------------------
@@ -250,7 +244,5 @@ def _d4(quick: bool, seed: int):
         "certificate diagnostic at the certified constants (A2c's Delta_C); no release (A2c refuses at this n)"
 
 
-@register("user-level-certificate", paper=PAPER, description="D4: A2c certificate pass rate vs m, exchangeable vs "
-          "heterogeneous users")
-def d4_figure(out_dir, *, quick: bool, seed: int):
-    return run_figure("user-level-certificate", _d4, out_dir, quick, seed)
+d4_figure = demonstration("user-level-certificate", "D4: A2c certificate pass rate vs m, exchangeable vs "
+                          "heterogeneous users", _d4)

@@ -203,7 +203,6 @@ class _ShuffleScoBase(ChainFamily):
 
     hparams_type = ScoHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None
 
     def __post_init__(self):
         self.check_common()

@@ -115,7 +115,6 @@ class UnbalancedNoisyMbSgd(ChainFamily):
 
     hparams_type = UnbalancedHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         self.check_common()

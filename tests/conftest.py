@@ -54,17 +54,23 @@ def _uses_real_data(item) -> bool:
 
 # Privacy-critical tests carry the ``privacy`` marker (they stay in the default suite; ``-m privacy``
 # selects them, e.g. for experiments/mutation/run_mutants.py).
-# Directories (first path part under tests/) and file names (anywhere under tests/).
-_PRIVACY_PATHS = ("privacy", "accounting", "auditing", "user_level", "dpsgd_general", "diff2", "shuffle_sco", "isrl",
-                  "algorithms", "test_clipping.py", "test_noise.py", "test_sampling.py", "test_ghost_clipping.py",
-                  "test_contract.py")
+# Folders (paths under tests/, with everything below them) and file names (anywhere under tests/).
+_PRIVACY_PATHS = ("privacy", "accounting", "auditing", "user_level", "algorithms", "parts", "reproduce/diff2",
+                  "reproduce/shuffle_sco", "test_clipping.py", "test_noise.py", "test_sampling.py",
+                  "test_ghost_clipping.py", "test_contract.py", "test_batch_clipping_privacy.py",
+                  "test_dpsgd_mnist_authors.py", "test_dpsgd_mnist_report.py")
+
+
+def _is_privacy_path(rel: pathlib.PurePath) -> bool:
+    folders = {"/".join(rel.parts[:i]) for i in range(1, len(rel.parts))}
+    return bool(folders & set(_PRIVACY_PATHS)) or rel.name in _PRIVACY_PATHS
 
 
 def _mark_privacy(items) -> None:
     tests_dir = pathlib.Path(__file__).resolve().parent
     for item in items:
         rel = pathlib.Path(str(item.fspath)).resolve().relative_to(tests_dir)
-        if rel.parts and (rel.parts[0] in _PRIVACY_PATHS or rel.name in _PRIVACY_PATHS):
+        if _is_privacy_path(rel):
             item.add_marker(pytest.mark.privacy)
 
 

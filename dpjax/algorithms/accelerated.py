@@ -130,7 +130,6 @@ class AcceleratedMbSgd(ChainFamily):
 
     hparams_type = AcceleratedHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling,

@@ -182,7 +182,6 @@ class _Diff2Family(ChainFamily):
     hparams_type = Diff2HParams
     noise_fields = NOISE_FIELDS  # the non-private twin zeroes them
     clip_fields = CLIP_FIELDS  # ... and sets these to inf
-    noise_scale_field = None  # multipliers do not scale with a clip norm
 
     def _check(self) -> None:
         if not hasattr(self.problem, "loss"):

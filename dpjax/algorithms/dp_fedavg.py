@@ -202,7 +202,6 @@ class DpFedAvg(ChainFamily):
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SILO_SAMPLINGS)

@@ -165,7 +165,6 @@ class DpFtrl(ChainFamily):
 
     hparams_type = FtrlHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_choice("order", self.order, ("shuffled-once", "given"))

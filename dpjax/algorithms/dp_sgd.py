@@ -79,7 +79,6 @@ class DpSgd(OutputRule, ChainFamily):
 
     hparams_type = DpSgdHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # a noise multiplier: calibration needs no clip scaling
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))

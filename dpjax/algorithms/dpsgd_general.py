@@ -161,7 +161,6 @@ class DpSgdGeneral(OutputRule, ChainFamily):
 
     hparams_type = DpSgdHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # sigma is a multiplier of C: calibration needs no clip scaling
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SAMPLINGS)

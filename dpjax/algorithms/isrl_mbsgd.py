@@ -144,7 +144,6 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
 
     hparams_type = MbSgdHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))

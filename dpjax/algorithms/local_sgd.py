@@ -103,7 +103,6 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
 
     hparams_type = MbSgdHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         self.check_common()

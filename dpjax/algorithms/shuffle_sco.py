@@ -26,9 +26,9 @@ The round (``parts``)::
     UserWindows     users [start_r, start_r + batch_r) of the one silo (public per-round hparams)
     UserGradients   each user's gradient (or Moreau-envelope gradient), flattened
     ClipVectors     each projected onto the ball of radius L = clip_norm (sensitivity 2L)
-    privatizer      UserPvec (P_vec randomizers + shuffler; count or bit level) or
+    privatizer      PvecRandomizer (P_vec randomizers + shuffler; count or bit level) or
                     UserGaussian (exact / central / local / pan-private / matched surrogate)
-    aggregator      UserPvecAnalyzer or BatchMean: divided by the public batch_r
+    aggregator      PvecAnalyzer or BatchMean: divided by the public batch_r
     server          PhasedSgdServer (ShuffleSgd) or AcsaServer (ShuffleAcsa), fed the flat update
 
 Users. The n users are the n records of ONE silo (``SiloData`` with
@@ -73,7 +73,7 @@ from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts.acsa import AcsaSchedule, AcsaServer
 from dpjax.parts.clipping import ClipVectors
-from dpjax.parts.pvec import UserPvec, UserPvecAnalyzer
+from dpjax.parts.pvec import PvecAnalyzer, PvecRandomizer
 from dpjax.parts.servers import Averager
 from dpjax.parts.users import BatchMean, FlatUpdates, PhasedSgdServer, UserGaussian, UserGradients, UserWindows
 from dpjax.primitives import shuffle_protocols
@@ -203,7 +203,6 @@ class _ShuffleScoBase(ChainFamily):
 
     hparams_type = ScoHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None
 
     def __post_init__(self):
         self.check_common()
@@ -235,9 +234,10 @@ class _ShuffleScoBase(ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         if self.aggregator in ("pvec", "pvec-bits"):
             level = "bits" if self.aggregator == "pvec-bits" else "counts"
-            privatizer = UserPvec(self.dim, level, self.max_granularity, self.trial_groups, self.honest_frac,
-                                  self.bit_buffer)
-            aggregator = UserPvecAnalyzer(level)
+            privatizer = PvecRandomizer(self.dim, self.max_granularity, per_round=True, keys="noise-stream",
+                                        level=level, trial_groups=self.trial_groups, honest_frac=self.honest_frac,
+                                        bit_buffer=self.bit_buffer)
+            aggregator = PvecAnalyzer(per_round=True, level=level, batch_field="batch")
         else:
             privatizer, aggregator = UserGaussian(_GAUSSIAN[self.aggregator]), BatchMean()
         return Parts(selection=UserWindows(self.max_batch), client=UserGradients(self.problem, self.smoothed),

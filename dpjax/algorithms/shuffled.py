@@ -114,7 +114,6 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
 
     hparams_type = MbSgdHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         _validate.check_int("num_available", self.num_available, min_value=1)
@@ -194,7 +193,6 @@ class SdpOnePassAccelerated(ChainFamily):
 
     hparams_type = SdpHParams
     noise_fields = ()  # P_vec's (g, b, p) are set by calibration (nested axes), not a Gaussian field
-    noise_scale_field = None
 
     def __post_init__(self):
         self.check_common()

@@ -106,7 +106,6 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
 
     hparams_type = UnbalancedHParams
     noise_fields = ("noise_multiplier",)
-    noise_scale_field = None  # multipliers do not scale with the clip norm
 
     def __post_init__(self):
         self.check_common()

@@ -122,9 +122,6 @@ class FamilyBase:
     #: hparams fields that the non-private twin sets to 0 (noise multipliers or stds) and inf (clip norms).
     noise_fields: ClassVar[tuple[str, ...]] = ("noise_std",)
     clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
-    #: the hparams field that calibrated noise stds are proportional to (None: they are
-    #: noise multipliers, or not stds at all); the sweep calibrates at 1 and scales.
-    noise_scale_field: ClassVar[str | None] = "clip_norm"
 
     def check_common(self) -> None:
         from dpjax.engine import federated

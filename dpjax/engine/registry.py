@@ -37,7 +37,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -127,7 +126,6 @@ class AlgorithmEntry:
     fixed: tuple = ()  # ((field, value), ...) set by the name
     noise_fields: tuple | None = None  # overrides of the class's (e.g. DIFF2's multipliers)
     clip_fields: tuple | None = None
-    noise_scale_field: Any = "class"
 
     # -- derived facts -----------------------------------------------------
     @property
@@ -145,10 +143,6 @@ class AlgorithmEntry:
     @property
     def clips(self) -> tuple:
         return tuple(self.clip_fields if self.clip_fields is not None else self.cls.clip_fields)
-
-    @property
-    def scale_field(self):
-        return self.cls.noise_scale_field if self.noise_scale_field == "class" else self.noise_scale_field
 
     @functools.cached_property
     def _fields(self) -> dict:
@@ -269,16 +263,12 @@ class AlgorithmEntry:
     def calibrate(self, algorithm, silo_sizes, values: dict, epsilon: float, delta: float, accountant: str,
                   cache: dict | None = None) -> dict:
         """The axis values an ``epsilon`` point sets: ``algorithm.privacy(silo_sizes,
-        unit).calibrate(epsilon, delta, accountant)`` at unit noise and (when the
-        family's noise stds are proportional to ``noise_scale_field``) unit clip,
-        scaled back by this run's clip (times 1 + 1e-9 for float rounding of the
-        product) and rounded up to float32; nested results (P_vec parameters)
-        become their dotted axes."""
+        unit).calibrate(epsilon, delta, accountant)`` at unit noise, rounded up to
+        float32. Every family's Gaussian noise is a ``noise_multiplier`` (std ÷ the
+        clipper's sensitivity), so the result does not scale with this run's clip
+        norm; nested results (P_vec parameters) become their dotted axes."""
         unit = dict(values)
         unit.update({k: 1.0 for k in self.noise if k in self._hparam_layout})
-        scale = 1.0
-        if self.scale_field is not None and self.scale_field in values:
-            scale, unit[self.scale_field] = float(values[self.scale_field]), 1.0
         spec = algorithm.privacy(silo_sizes, self.make_hparams(unit, algorithm))
         try:
             key = (spec, epsilon, delta, accountant)
@@ -292,8 +282,8 @@ class AlgorithmEntry:
             if cache is not None and key is not None:
                 cache[key] = out
 
-        def scaled(sigma1: float) -> float:
-            sigma = float(sigma1) if scale == 1.0 else float(sigma1) * scale * (1.0 + 1e-9)
+        def rounded_up(sigma: float) -> float:
+            sigma = float(sigma)
             s32 = np.float32(sigma)
             if float(s32) < sigma:  # round the noise up, never down
                 s32 = np.nextafter(s32, np.float32(np.inf))
@@ -304,9 +294,9 @@ class AlgorithmEntry:
             if dataclasses.is_dataclass(v):  # per-round parameters (one per round) become tuples
                 result.update({f"{k}.{f.name}": _item_or_tuple(getattr(v, f.name)) for f in dataclasses.fields(v)})
             elif np.ndim(v) == 1:
-                result[k] = tuple(scaled(x) for x in v)
+                result[k] = tuple(rounded_up(x) for x in v)
             else:
-                result[k] = scaled(v)
+                result[k] = rounded_up(v)
         return result
 
     def resolved_columns(self, algorithm) -> dict:

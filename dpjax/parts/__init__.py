@@ -6,17 +6,20 @@
 * ``privatizers``: noise (Gaussian on each silo or on the aggregate, ...);
 * ``aggregators``: mean / sum / shuffled;
 * ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
-* ``users``, ``pvec``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
-  per-user gradients, Gaussian sums, P_vec randomizers and analyzer, phased SGD server).
+* ``pvec``: P_vec's randomizers + shuffler and analyzer (ISRL-DP's one-pass silos and shuffle-private SCO's
+  user stream, one implementation);
+* ``users``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
+  per-user gradients, Gaussian sums, phased SGD server).
 * ``cross_device``: user-level federated learning, the silo being the user (silo sampling, local-delta
   clients, the mean over a public expected count; DP-FedAvg).
 """
 
 from dpjax.parts.acsa import AcsaServer
-from dpjax.parts.aggregators import Aggregate, PvecAnalyzer, ShuffledAggregate
+from dpjax.parts.aggregators import Aggregate, ShuffledAggregate
 from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient, SubsetUpdate
 from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
-from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, PvecRandomizer, gaussian_std
+from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, gaussian_std
+from dpjax.parts.pvec import PvecAnalyzer, PvecRandomizer
 from dpjax.parts.selection import LocalStepRecords, SiloBatches, SubsetBatches
 from dpjax.parts.servers import Averager, Gated, ModelAveraging, OptaxServer, UnitStepServer
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-from jax.flatten_util import ravel_pytree
 
 from dpjax import _validate, keys
 from dpjax.accounting.shuffle import ShuffleEvent
@@ -26,7 +24,6 @@ from dpjax.engine import federated
 from dpjax.engine.roles import Batch, Context, Sensitive
 from dpjax.parts.servers import Gated
 from dpjax.primitives import sampling as sampling_lib
-from dpjax.primitives import shuffle_protocols
 
 AGGREGATIONS = ("mean", "sum")
 
@@ -127,39 +124,3 @@ class ShuffledAggregate:
         value = federated.shuffled_aggregate(messages.value, batch.available, keys.stream_key(ctx.key, "shuffle"),
                                              self.how)
         return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
-
-
-@dataclasses.dataclass(frozen=True)
-class PvecAnalyzer:
-    """The P_vec analyzer (Cheu et al. 2022, Algorithm 2) on the shuffled count reports of the
-    available silos, divided by the public number of vectors ``M_r K``: the aggregated gradient,
-    shaped like a parameter. The reports are summed per coordinate (the multiset of messages is
-    all the analyzer uses), so this is the shuffled protocol's output.
-
-    Args:
-      batch_size: K, the vectors each silo randomized (public).
-      availability: the silos' availability model (``event``: P_vec's smallest invocation is
-        ``min_available x K`` vectors).
-      params_field: the hparams field holding the ``PvecParams``.
-    """
-
-    batch_size: int
-    availability: Any
-    params_field: str = "pvec"
-
-    def init(self, params):
-        return ()
-
-    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
-        pvec = getattr(ctx.hparams, self.params_field)
-        reports = jax.vmap(lambda t: ravel_pytree(t)[0])(messages.value)
-        unravel = ravel_pytree(jax.tree_util.tree_map(lambda t: t[0], messages.value))[1]
-        weights = batch.available.astype(jnp.float32)
-        total = shuffle_protocols.pvec_analyze(jnp.tensordot(weights, reports, axes=1), pvec, messages.bound)
-        vectors = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
-        mean = Sensitive(total, messages.bound, messages.relation).divided(vectors)
-        return mean.replace(value=unravel(mean.value)), state
-
-    def event(self, silo_sizes) -> ShuffleEvent:
-        n = len(silo_sizes)
-        return ShuffleEvent(min_available(self.availability, n), n)

@@ -18,12 +18,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from dpjax import keys
 from dpjax.accounting.plan import NoiseEvent, Placement
 from dpjax.engine.roles import Batch, Context, Sensitive
-from dpjax.primitives import noise, shuffle_protocols
+from dpjax.primitives import noise
 
 
 def gaussian_std(noise_multiplier, sensitivity):
@@ -119,47 +118,3 @@ class LocalStepGaussian:
 
     def events(self, hparams, num_rounds: int) -> tuple[NoiseEvent, ...]:
         return (NoiseEvent(self.noise_field, host_multiplier(getattr(hparams, self.noise_field)), "silo"),)
-
-
-def _flat_units(tree):
-    """``[M, U, P]``: every unit of a ``[M, U, ...]`` pytree as one flat vector (``ravel_pytree`` order)."""
-    return jax.vmap(jax.vmap(lambda t: ravel_pytree(t)[0]))(tree)
-
-
-@dataclasses.dataclass(frozen=True)
-class PvecRandomizer:
-    """The P_vec local randomizer (Cheu et al. 2022, Algorithm 2; ISRL-DP Algorithm 6) of every silo
-    on its clipped vectors ``[M, K, ...]`` (norm <= the message's bound L, the P_vec range): one
-    centred count report per silo, ``[M, ...]`` shaped like a parameter, simulated at the count level
-    (``shuffle_protocols.pvec_user_counts``; the round's ``"rounding"`` and ``"noise"`` streams, one
-    key per silo). Records outside the batch (weight 0) send nothing.
-
-    Args:
-      dim: d, the number of parameters (every input's dimension; for the accountant).
-      max_granularity: static bound on a traced g (``pvec_user_counts``).
-      params_field: the hparams field holding the ``PvecParams`` (g, b, p).
-    """
-
-    dim: int
-    max_granularity: int | None = None
-    params_field: str = "pvec"
-
-    def init(self, params):
-        return ()
-
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
-        pvec = getattr(ctx.hparams, self.params_field)
-        vectors = _flat_units(message.value)
-        round_keys = batch.select(keys.silo_keys(keys.stream_key(ctx.key, "rounding"), batch.num_silos))
-        noise_keys = batch.select(keys.silo_keys(keys.stream_key(ctx.key, "noise"), batch.num_silos))
-        reports = jax.vmap(lambda v, m, kr, kn: shuffle_protocols.pvec_user_counts(
-            kr, kn, v, m, pvec, message.bound, self.max_granularity))(vectors, batch.weights, round_keys, noise_keys)
-        unravel = ravel_pytree(jax.tree_util.tree_map(lambda t: t[0, 0], message.value))[1]
-        return message.replace(value=jax.vmap(unravel)(reports)), state
-
-    def events(self, hparams, num_rounds: int) -> tuple:
-        from dpjax.accounting.pvec import PvecEvent
-
-        g, b, p = getattr(hparams, self.params_field).numbers()
-        return (PvecEvent(self.params_field, g, b, p, self.dim, self.max_granularity,
-                          shuffle_protocols.PvecParams.from_calculator),)

@@ -98,7 +98,7 @@ def pgd_axis_run(counts, theta_star, n, step, smoothing, radius, noise_std, keys
     variance-matched Gaussian surrogate (``noise_std``: std of the noise on the round's sum, 0 for the
     twin), divided by the public n; projected step; output the average of theta_0..theta_{T-1} (float32
     Kahan sum: T reaches 1e7). Same recursion as ``ShuffleSgd`` with the plan's hparams
-    (tests/shuffle_sco/test_instances.py compares them with exact sums)."""
+    (tests/reproduce/shuffle_sco/test_instances.py compares them with exact sums)."""
     counts = jnp.asarray(counts, jnp.float32)
     theta_star = jnp.asarray(theta_star, jnp.float32)
 

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpjax.engine.roles import Batch, Context, Sensitive
 from dpjax.parts import pvec as P
 from dpjax.primitives import shuffle_protocols as sp
 
@@ -87,3 +88,61 @@ def test_exact_sum_without_noise_and_on_the_grid():
     both = jax.jit(lambda k: (P.pvec_chunked_sum(k, x, m, params, 1.0, 8), P.pvec_bits_sum(k, x, m, params, 1.0, 8, 4)))
     for out in both(jax.random.key(0)):
         np.testing.assert_allclose(out, x.sum(0), atol=1e-6)
+
+
+def _parts_estimate(randomizer, analyzer, key, x, weights, available, params, per_round, batch_size):
+    """What ``PvecRandomizer`` then ``PvecAnalyzer`` deliver on ``x [M, U, d]`` (the mean)."""
+
+    M = x.shape[0]
+    batch = Batch(None, available, jnp.zeros(weights.shape, jnp.int32), weights, jnp.zeros((M,), bool), M)
+    hp = type("HP", (), {"pvec": params, "batch": jnp.array([batch_size], jnp.int32)})()
+    ctx = Context(jnp.int32(0), key, hp)
+    reports, _ = randomizer.update(Sensitive(x, 1.0, "replace-one"), batch, (), ctx)
+    mean, _ = analyzer.update(reports, batch, (), ctx)
+    return mean.value
+
+
+def test_one_randomizer_and_analyzer_serve_both_key_derivations():
+    """The one P_vec implementation (dpjax.parts.pvec): with keys 'noise-stream' on one party (the
+    shuffle-SCO families) it is ``pvec_chunked_sum`` / ``pvec_bits_sum`` on that round's noise key, bit for
+    bit; with keys 'silo-streams' (ISRL-DP's silos) silo i's report is ``pvec_user_counts`` on silo i's
+    rounding and noise keys, and unavailable silos are left out of the sum. Wrong configurations name
+    the argument."""
+    from dpjax import keys as K
+
+    rng = np.random.default_rng(3)
+    key = jax.random.key(11)
+    x = jnp.asarray(rng.uniform(-1, 1, (1, 9, 4)), jnp.float32)
+    w = jnp.asarray(rng.uniform(size=(1, 9)) < 0.7)
+    per_round = sp.PvecParams.create(np.array([6]), np.array([40]), np.array([0.3]))
+    one = sp.PvecParams(6, 40, np.float32(0.3))
+    noise_key = K.stream_key(key, "noise")
+    for level, direct in (("counts", P.pvec_chunked_sum(noise_key, x[0], w[0], one, 1.0, 2**12)),
+                          ("bits", P.pvec_bits_sum(noise_key, x[0], w[0], one, 1.0, 8, 64))):
+        rz = P.PvecRandomizer(4, per_round=True, keys="noise-stream", level=level, bit_buffer=(8, 64))
+        an = P.PvecAnalyzer(per_round=True, level=level, batch_field="batch")
+        out = _parts_estimate(rz, an, key, x, w, jnp.ones((1,), bool), per_round, True, 9)
+        mean = Sensitive(direct, 1.0, "replace-one").divided(jnp.float32(9)).value
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(mean))
+
+    xs = jnp.asarray(rng.uniform(-1, 1, (3, 5, 4)), jnp.float32)
+    ws = jnp.ones((3, 5), bool)
+    available = jnp.array([True, False, True])
+    rz, an = P.PvecRandomizer(4, 2**10), P.PvecAnalyzer(5, None)
+    out = _parts_estimate(rz, an, key, xs, ws, available, one, False, 1)
+    rk = K.silo_keys(K.stream_key(key, "rounding"), 3)
+    nk = K.silo_keys(K.stream_key(key, "noise"), 3)
+    counts = [sp.pvec_user_counts(rk[i], nk[i], xs[i], ws[i], one, 1.0, 2**10) for i in (0, 2)]
+    expected = sp.pvec_analyze(counts[0] + counts[1], one, 1.0) / np.float32(10)  # M_r K = 2 x 5
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-6)
+
+    with pytest.raises(ValueError, match="level"):
+        P.PvecRandomizer(4, level="bytes")
+    with pytest.raises(ValueError, match="keys"):
+        P.PvecRandomizer(4, keys="global")
+    with pytest.raises(ValueError, match="trial_groups"):
+        P.PvecRandomizer(4, trial_groups=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        P.PvecAnalyzer()
+    with pytest.raises(ValueError, match="noise-stream"):
+        _parts_estimate(P.PvecRandomizer(4, keys="noise-stream"), an, key, xs, ws, available, one, False, 1)

@@ -221,6 +221,7 @@ def run(
     on_nonfinite: str = "raise",
     round_loop: str = "scan",
     silo_devices=None,
+    silo_compute: str = "exact",
 ) -> RunResult:
     """Runs ``algorithm.num_rounds`` rounds of one configuration.
 
@@ -242,10 +243,12 @@ def run(
       silo_devices: devices to shard the silo axis of this one run over
         (``dpjax.engine.silo_sharding``: the data's silos split evenly, the
         model replicated; the number of silos a multiple of the number of
-        devices). Bit-identical to the unsharded run for the flax models
-        tested on 8 host devices; a GLM's closed-form round can differ in
-        the last bits at some shapes (float reordering, <= 1e-6 relative
-        observed); ``round_loop="scan"`` only.
+        devices); ``round_loop="scan"`` only.
+      silo_compute: with ``silo_devices``: ``"exact"`` (default; the data
+        gathered once, every device computes all silos: bit-identical to the
+        unsharded run, tested on 8 host devices) or ``"per-silo"`` (each
+        device computes its own silos; float results can differ in the last
+        bits, see ``silo_sharding``).
     """
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("key", key, 0)
@@ -255,9 +258,11 @@ def run(
     if silo_devices is not None:
         if round_loop != "scan":
             raise ValueError(f"round_loop={round_loop!r} with silo_devices: a sharded run needs round_loop='scan'")
+        _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)
         mesh = silo_sharding.silo_mesh(silo_devices, int(data.num_silos))
         put = functools.partial(silo_sharding.replicate, mesh=mesh)
-        out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None, silo_mesh=mesh)(
+        out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None, silo_mesh=mesh,
+                              silo_compute=silo_compute)(
             put(hparams), silo_sharding.shard_data(data, mesh), put(eval_data), put(key), put(params))
     elif round_loop == "host":
         out = host_loop(algorithm, eval_fn, eval_every, False, None, None, None, params, hparams, data, eval_data, key)

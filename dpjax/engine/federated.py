@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate, keys
+from dpjax.engine import silo_sharding
 from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
+from dpjax.primitives.sampling import FullAvailability
 
 PyTree = Any
 AGGREGATIONS = ("mean", "sum")
@@ -37,6 +39,11 @@ def available_silos(availability, key: jax.Array, num_silos: int):
     comes from the round's ``"availability"`` stream.
     """
     avail_key = keys.stream_key(key, "availability")
+    if silo_sharding.sharded() and isinstance(availability, FullAvailability):
+        # Every silo, in order: ``silo_ids = arange(N)`` would make each silo's rows a gather across
+        # the sharded silo axis, which the partitioner runs as an all-gather of the data (every
+        # device then computes every silo). None selects the same silos without a gather.
+        return None, availability.sample(avail_key, num_silos)
     if hasattr(availability, "sample_ids"):
         silo_ids = availability.sample_ids(avail_key, num_silos)
         return silo_ids, jnp.ones(silo_ids.shape, bool)

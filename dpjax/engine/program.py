@@ -169,18 +169,21 @@ def map_lanes(fn, args: tuple, axes: tuple, width: int, vmap_width: int | None =
 
 @functools.lru_cache(maxsize=64)
 def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, data_axis, key_axis=0,
-                    silo_mesh=None):
+                    silo_mesh=None, silo_compute="exact"):
     """The jitted program of ``engine.run`` (unbatched) / ``run_many`` (runs vmapped with these axes);
     cached so a second call with new arrays of the same shapes does not recompile. Arguments
     ``(hparams, data, eval_data, key, params)``. ``silo_mesh``: the run's silos are sharded over this
-    mesh (``dpjax.engine.silo_sharding``; the data must be placed with ``shard_data``)."""
+    mesh (``dpjax.engine.silo_sharding``; the data must be placed with ``shard_data``), computed
+    as ``silo_compute`` says (``silo_sharding.SILO_COMPUTE``)."""
     lane = run_program(algorithm, eval_fn, eval_every)
     if silo_mesh is not None:
         unsharded = lane
 
-        def lane(*args):
-            with silo_sharding.tracing(silo_mesh):
-                return unsharded(*args)
+        def lane(hparams, data, *rest):
+            if silo_compute == "exact":  # every device the unsharded program on all silos
+                data = silo_sharding.replicated(data, silo_mesh)
+            with silo_sharding.tracing(silo_mesh, per_silo=silo_compute == "per-silo"):
+                return unsharded(hparams, data, *rest)
     if not batched:
         return jax.jit(lane)
     return jax.jit(jax.vmap(lane, in_axes=(0, data_axis, data_axis, key_axis, params_axis)))

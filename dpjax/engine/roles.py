@@ -52,6 +52,8 @@ from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
+from dpjax.engine import silo_sharding
+
 PyTree = Any
 RELATIONS = ("replace-one", "add-remove")
 
@@ -92,6 +94,23 @@ class Batch(NamedTuple):
     def rows(self):
         """The data rows of the computed silos: ``silo_ids`` or ``arange(N)``."""
         return jnp.arange(self.num_silos) if self.silo_ids is None else self.silo_ids
+
+    def records(self, tree):
+        """The computed silos' batch records of every leaf of ``tree`` (per-silo ``[N, n_max, ...]``
+        data; None leaves stay None): ``[M, B, ...]`` rows ``indices`` of silos ``rows()``, or with
+        ``indices`` None every row ``[M, n_max, ...]``.
+
+        In a silo-sharded program with all silos computed (``silo_ids`` None) each silo's records
+        are gathered within the silo (``vmap``), so the partitioner keeps them on the silo's device;
+        otherwise through ``rows()`` (the unsharded program as it always was traced)."""
+        if self.silo_ids is None and silo_sharding.sharded():
+            if self.indices is None:
+                return tree
+            return jax.tree_util.tree_map(lambda a: jax.vmap(lambda rows, i: rows[i])(a, self.indices), tree)
+        rows = self.rows()
+        if self.indices is None:
+            return jax.tree_util.tree_map(lambda a: a[rows], tree)
+        return jax.tree_util.tree_map(lambda a: a[rows[:, None], self.indices], tree)
 
     def select(self, tree):
         """Rows ``silo_ids`` of every leaf of ``tree`` (a per-silo ``[N, ...]`` pytree); identity for all silos."""

@@ -5,30 +5,47 @@ federated run with thousands of silos and a neural model instead spreads its
 *silos*. Nothing in a family changes: its ``vmap`` over silos stays, and the
 sharding comes from the inputs. ``shard_data`` places every leaf of the
 ``SiloData`` (``x``, ``y``, ``mask``, ``sizes``: silo axis first) with
-``NamedSharding(mesh, P("silos"))``; ``jit``'s partitioner then propagates the
-silo sharding to everything computed per silo (sampler states, batches,
-per-silo gradients, clipping and per-silo noise: each device computes its own
-silos), while the model, the server state and the hyperparameters are
-replicated.
+``NamedSharding(mesh, P("silos"))``; the model, the server state and the
+hyperparameters are replicated.
 
-Bit for bit. A reduction over a sharded silo axis would run as per-device
-partial sums plus an all-reduce: another summation order, other last bits. The
-generic round (``chain.ChainFamily.step``) therefore hands the aggregator its
-per-silo messages through ``gather_silos``: under a silo mesh they are
-replicated first (an all-gather of ``N x |message|`` values, the same bytes a
-server receives from its silos), so the aggregate is the unsharded program's
-reduction over the same ``[N, ...]`` array, computed on every device alike;
-without a silo mesh ``gather_silos`` is the identity and the traced program
-is unchanged. Random draws agree because JAX's threefry is partitionable (a
-sharded draw yields the unsharded values).
+Two ways to compute (``engine.run(..., silo_compute=...)``, ``SILO_COMPUTE``):
 
-Tested (tests/engine/test_silo_sharding.py, 8 host devices): flax-MLP runs
-(full / fixed availability, private / non-private) are bit-identical on 1, 2,
-4 and 8 devices. The GLMs' closed-form round, compiled with a sharded silo
-axis, can differ in the last bits at some shapes (<= 9.3e-7 relative observed
-at 16 silos x 32 rows x d = 8, the same on 2 and 8 devices: XLA compiles the
-partitioned per-silo products differently, not a cross-device sum); not
-root-caused.
+* ``"exact"`` (default): bit-identical to the unsharded run. The data is stored
+  split over the devices and gathered once when the program starts; every
+  device then runs the unsharded program on all silos. It spreads the data's
+  storage between calls, not the computation.
+* ``"per-silo"``: each device computes its own silos (sampling, per-silo
+  gradients, clipping, per-silo noise): parts select all silos without a
+  gather across the silo axis (``sharded()``; ``roles.Batch.records``,
+  ``federated.available_silos``), and the messages are replicated before the
+  aggregator (``gather_silos``: an all-gather of ``N x |message|`` values, the
+  bytes a server receives) so the cross-silo reduction is the unsharded one.
+  Float results can differ from the unsharded run in the last bits. (Without
+  the all-silos selection, full availability's ``silo_ids = arange(N)`` made
+  every silo's rows a gather across the sharded axis, which the partitioner
+  ran as an all-gather of the batches every round: every device computed
+  every silo.)
+
+Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2 XLA:CPU;
+tests/engine/silo_sharding_check.py): the partitioned program has other fusion
+boundaries, and XLA:CPU rounds differently across them. (1) It contracts
+``a * b + c`` inside a fusion into one FMA: unsharded, a silo's message
+``total / K`` and its noise ``std * z`` are one fusion; sharded, the message is
+finished on its device and the noise added after the all-gather, so the add is
+rounded differently (tests: <= 1.5e-8 absolute on an MLP, 3.7e-9 on logistic
+regression; 6e-8 on bench_silo_sharding's 1024-silo MLP; non-private runs,
+without that add, are identical). (2) A
+reduction that is a fusion's root is vectorised as a tree; fused into a
+consumer it is summed in sequence: a GLM's row norms ``sum_k x_jk^2``, hoisted
+out of the rounds unsharded, are fused into the per-device gather sharded
+(this was the <= 9.3e-7 relative difference of logistic regression before
+``"exact"``). Making the two programs agree would need fixed fusion boundaries
+in the unsharded program too, which changes existing results.
+
+Random draws agree in both modes because JAX's threefry is partitionable (a
+sharded draw yields the unsharded values). ``FixedAvailability``'s random silo
+subset is a gather across the silo axis: under ``"per-silo"`` its rows are
+gathered to every device.
 """
 
 from __future__ import annotations
@@ -42,6 +59,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 SILO_AXIS = "silos"
+SILO_COMPUTE = ("exact", "per-silo")
 _MESH: contextvars.ContextVar = contextvars.ContextVar("dpjax_silo_mesh", default=None)
 
 
@@ -69,21 +87,35 @@ def replicate(tree, mesh: Mesh):
     return jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), tree)
 
 
+def replicated(tree, mesh: Mesh):
+    """``tree`` constrained (inside a traced program) to be whole on every device of ``mesh``."""
+    sharding = NamedSharding(mesh, P())
+    return jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)
+
+
 @contextlib.contextmanager
-def tracing(mesh: Mesh | None):
-    """While a program is traced: ``gather_silos`` replicates onto ``mesh`` (None: identity)."""
-    token = _MESH.set(mesh)
+def tracing(mesh: Mesh | None, per_silo: bool = False):
+    """While a program is traced: ``gather_silos`` replicates onto ``mesh`` (None: identity);
+    ``per_silo``: ``sharded()`` is true (see ``SILO_COMPUTE``)."""
+    token = _MESH.set(None if mesh is None else (mesh, per_silo))
     try:
         yield
     finally:
         _MESH.reset(token)
 
 
+def sharded() -> bool:
+    """Whether the program being traced computes each silo on its own device (``tracing`` with a
+    mesh and ``per_silo=True``): parts then select all silos without a gather across the silo axis."""
+    state = _MESH.get()
+    return state is not None and state[1]
+
+
 def gather_silos(tree: Any) -> Any:
     """Per-silo arrays replicated before a reduction over silos when the traced run's silo axis is
     sharded (see the module docstring); the identity otherwise."""
-    mesh = _MESH.get()
-    if mesh is None:
+    state = _MESH.get()
+    if state is None:
         return tree
-    sharding = NamedSharding(mesh, P())
+    sharding = NamedSharding(state[0], P())
     return jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, sharding), tree)

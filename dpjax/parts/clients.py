@@ -25,15 +25,12 @@ from dpjax.primitives.projection import project_l2_ball
 def _batch_records(problem, batch: Batch, data):
     """The computed silos' batch records ``x, y [M, B, ...]``, their weights ``[M, B]`` and (problems
     with a closed-form clipped sum) the rows' squared norms, gathered like the rows."""
-    rows = batch.rows()
     closed_form = problem is not None and has_closed_form_clipping(problem)
-    if batch.indices is None:  # gather-free: every row of the silo, weighted
-        # loop-invariant (data only): computed once from all rows and materialised
-        sq = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))[rows] if closed_form else None
-        return data.x[rows], data.y[rows], batch.weights, sq
-    idx = batch.indices
-    sq = jax.lax.optimization_barrier(problem.row_sq_norms(data.x))[rows[:, None], idx] if closed_form else None
-    return data.x[rows[:, None], idx], data.y[rows[:, None], idx], batch.weights, sq
+    # loop-invariant (data only): computed once from all rows and materialised; batch.indices None:
+    # the gather-free path (every row of the silo, weighted)
+    sq = jax.lax.optimization_barrier(problem.row_sq_norms(data.x)) if closed_form else None
+    x, y, sq = batch.records((data.x, data.y, sq))
+    return x, y, batch.weights, sq
 
 
 @dataclasses.dataclass(frozen=True)

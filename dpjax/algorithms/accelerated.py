@@ -129,7 +129,6 @@ class AcceleratedMbSgd(ChainFamily):
     sampling_rate: float | None = None
 
     hparams_type = AcceleratedHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling,

@@ -164,7 +164,6 @@ class DpFtrl(ChainFamily):
     private: bool = True
 
     hparams_type = FtrlHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("order", self.order, ("shuffled-once", "given"))

@@ -78,7 +78,6 @@ class DpSgd(OutputRule, ChainFamily):
     sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))

@@ -160,7 +160,6 @@ class DpSgdGeneral(OutputRule, ChainFamily):
     sampling_rate: float | None = None
 
     hparams_type = DpSgdHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SAMPLINGS)

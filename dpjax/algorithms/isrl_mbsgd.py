@@ -143,7 +143,6 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
     sampling_rate: float | None = None
 
     hparams_type = MbSgdHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))

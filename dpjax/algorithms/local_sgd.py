@@ -102,7 +102,6 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
     log_indices: bool = False
 
     hparams_type = MbSgdHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         self.check_common()

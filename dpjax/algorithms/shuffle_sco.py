@@ -202,7 +202,6 @@ class _ShuffleScoBase(ChainFamily):
     trial_groups: int = 1
 
     hparams_type = ScoHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         self.check_common()

@@ -113,7 +113,6 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
     isrl_bound: bool = True
 
     hparams_type = MbSgdHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         _validate.check_int("num_available", self.num_available, min_value=1)

@@ -105,7 +105,6 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
     clip_mode: str = "per-example"
 
     hparams_type = UnbalancedHParams
-    noise_fields = ("noise_multiplier",)
 
     def __post_init__(self):
         self.check_common()

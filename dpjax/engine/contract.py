@@ -120,7 +120,7 @@ class FamilyBase:
 
     hparams_type: ClassVar[type] = object
     #: hparams fields that the non-private twin sets to 0 (noise multipliers or stds) and inf (clip norms).
-    noise_fields: ClassVar[tuple[str, ...]] = ("noise_std",)
+    noise_fields: ClassVar[tuple[str, ...]] = ("noise_multiplier",)
     clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
 
     def check_common(self) -> None:

@@ -29,7 +29,7 @@ PyTree = Any
 # ---------------------------------------------------------------------------
 # The non-private twin
 # ---------------------------------------------------------------------------
-def non_private(hparams, noise_fields=("noise_std",), clip_fields=("clip_norm",)):
+def non_private(hparams, noise_fields=("noise_multiplier",), clip_fields=("clip_norm",)):
     """``hparams`` with every noise field 0 and every clip norm inf (same shapes).
 
     Every non-private twin runs the *same* compiled round step as its private

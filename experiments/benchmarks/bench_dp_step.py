@@ -138,7 +138,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from dpjax.primitives import clipping, noise  # noqa: E402
 from dpjax.primitives import ghost_clipping  # noqa: E402
-from dpjax.problems import FlaxProblem, max_pool, transformer_problem  # noqa: E402
+from dpjax.problems import FlaxProblem, GroupNorm, max_pool, transformer_problem  # noqa: E402
 
 CLIP, SIGMA, LR = 1.0, 1.0, 0.1
 
@@ -154,24 +154,30 @@ class MnistCNN(nn.Module):
 
     ``flax_pool``: pool with ``flax.linen.max_pool`` (``reduce_window``, whose
     gradient is XLA's slow ``select_and_scatter`` on CPU) instead of
-    ``dpjax.problems.max_pool`` (reshape + max; same values)."""
+    ``dpjax.problems.max_pool`` (reshape + max; same values). ``flax_norm``:
+    ``flax.linen.GroupNorm`` instead of ``dpjax.problems.GroupNorm`` (same
+    function up to float reordering, spatial sums first)."""
 
     flax_pool: bool = False
+    flax_norm: bool = False
 
     @nn.compact
     def __call__(self, x):
         x = x.reshape(1, 28, 28, 1)
+        norm = nn.GroupNorm if self.flax_norm else GroupNorm
         for ch in (16, 32):
             x = nn.Conv(ch, (5, 5))(x)
-            x = nn.relu(nn.GroupNorm(num_groups=4)(x))
+            x = nn.relu(norm(num_groups=4)(x))
             x = nn.max_pool(x, (2, 2), (2, 2)) if self.flax_pool else max_pool(x, (2, 2))
         x = nn.relu(nn.Dense(32)(x.reshape(-1)))
         return nn.Dense(10)(x)
 
 
 MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)),
-          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True), (784,)), "transformer": (None, None)}
-NO_TORCH_TWIN = ("cnn-flax-pool",)  # the same torch model as "cnn": Opacus rows only once
+          "cnn-flax-norm": (functools.partial(MnistCNN, flax_norm=True), (784,)),
+          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True, flax_norm=True), (784,)),
+          "transformer": (None, None)}
+NO_TORCH_TWIN = ("cnn-flax-norm", "cnn-flax-pool")  # the same torch model as "cnn": Opacus rows only once
 
 # 2-layer pre-LN transformer classifier (dpjax.problems.TransformerClassifier): 32 tokens
 # from a 1000-word vocabulary, width 64, 4 heads, MLP 128, 10 classes.

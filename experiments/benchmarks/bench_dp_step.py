@@ -116,6 +116,46 @@ engineers' jobs, so process CPU ms, one run each, rows interleaved):
   machine: ``--models mlp cnn --opacus --torch-site
   /tmp/torchvenv/lib/python3.11/site-packages --torch-threads 2``.
 
+Issue #25 item 3, second session (2026-11-26 11:00-12:50 UTC, load average 11-24
+from other engineers' jobs throughout, so process CPU ms from interleaved rows;
+no quiet moment came):
+
+* CNN GroupNorm: ``dpjax.problems.GroupNorm`` (flax's function and parameters,
+  per-channel spatial sums first, output ``x mul + shift``) is now the ``cnn``
+  model's normalisation (``cnn-flax-norm`` keeps flax's). Alone (first layer,
+  forward + backward, vmapped per example) 16 vs 47.5 ms; in the whole step
+  (interleaved, load 15) private 275 vs 287 ms, non-private 198 vs 194 ms (the
+  non-private step is dominated by convolutions). On the dpsgd-mnist CNN (tanh,
+  valid padding), with ``max_pool`` too: private 152 vs 192 ms, non-private 120
+  vs 178 ms (load 21).
+* CNN where the time goes (XLA profile of the steps; XLA:CPU runs convolutions
+  and dots as YNNPACK fusions): non-private: the second convolution's weight
+  gradient (a convolution with a 14x14 window, ~33 ms alone), its forward and
+  input gradient (~10 ms each), the first layer's weight gradient with its
+  transposes, GroupNorm/ReLU/pooling elementwise passes; private adds the ghost
+  rule's patches (``conv_general_dilated_patches``, a grouped identity
+  convolution: 78-92 ms alone for the second layer's 256 x 196 x 400 floats,
+  10 ms for the first) and the per-example ``[256, 400, 32]`` gradients (~30 ms).
+  Rejected here: the first convolution as shifted-slice patches times its kernel
+  (``PatchConv``, materialised by the ghost plan: private 257/235 vs 262/267 ms
+  in two runs, non-private unchanged), XLA flags (``--xla_cpu_use_xnnpack=false``,
+  ``--xla_cpu_use_onednn=true``, ``--xla_cpu_prefer_vector_width=512``: all
+  within +-5% of the default in two alternating runs each), patches as a stack of
+  25 slices (128 vs 92 ms) or per-example gradients as 25 shifted per-example
+  matmuls without patches (119 vs 122 ms). The patches and per-example products
+  live in ``dpjax.primitives.ghost_passes``: that is where the private CNN step's
+  remaining overhead is.
+* MLP noise: the draw is fused into the update (one loop per leaf, both cores);
+  ``private, noise apart`` puts it behind ``lax.optimization_barrier`` (same
+  numbers) so the runtime may overlap it with the backward pass: the same
+  process CPU time as the fused draw (3.83 vs 3.84, 4.21 vs 4.12 ms), and wall
+  time under this load was not interpretable. ``--xla_cpu_prefer_vector_width=512``
+  halves the Threefry bits alone (0.72 -> 0.36 ms for 203,530 words) but the
+  normal only drops 1.02 -> 0.96 ms: ``erf_inv``'s ``log1p`` (0.29 ms alone) and
+  the rest of the transform dominate, and a cheaper transform changes the numbers.
+  Private / non-private (process CPU, 40 interleaved repetitions): 1.60x, 1.54x,
+  1.53x, 1.42x at default flags; 1.45x, 1.58x with the flag.
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """
@@ -219,6 +259,15 @@ def make_steps(problem):
         total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
         return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], total))
 
+    def private_barrier(params, x, y, key):
+        """The private step with the noise behind ``lax.optimization_barrier`` (same numbers): XLA
+        cannot fuse the draw into the update, so it is a separate kernel that depends on the key
+        alone and the runtime may run it on the other core while the gradient is computed."""
+        z = jax.lax.optimization_barrier(noise.gaussian_like(key, params, SIGMA * CLIP))
+        total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
+        noisy = jax.tree_util.tree_map(jnp.add, total, z)
+        return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
+
     def noise_only(params, x, y, key):
         return noise.gaussian_like(key, params, SIGMA * CLIP)
 
@@ -234,7 +283,7 @@ def make_steps(problem):
         return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
 
     return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad,
-            "private without noise": clip_only, "noise only": noise_only,
+            "private without noise": clip_only, "noise only": noise_only, "private, noise apart": private_barrier,
             "private, jax.random.normal noise": private_jax_normal}
 
 

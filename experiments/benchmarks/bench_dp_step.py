@@ -156,6 +156,22 @@ no quiet moment came):
   Private / non-private (process CPU, 40 interleaved repetitions): 1.60x, 1.54x,
   1.53x, 1.42x at default flags; 1.45x, 1.58x with the flag.
 
+Final side-by-side run of that session (``--models mlp cnn --repeats 20 --opacus
+--torch-site ... --torch-threads 1``, wall ms, 12:14 UTC, load average 13.9 at
+the start, 13.3 at the end; the run before it, at load 21-22, gave MLP 13.7 /
+7.8 (1.75x) against Opacus ghost 24.5 and CNN 829 / 529 (1.57x) against 742):
+
+| model | private (ghost) | non-private | ratio | noise apart | Opacus ghost | Opacus hooks | torch non-private |
+|---|---|---|---|---|---|---|---|
+| MLP 784-256-10 | 7.51 | 3.63 | 2.07x | 7.64 | 18.9 | 700 | 6.31 |
+| MNIST CNN + GroupNorm | 817 | 539 | 1.52x | 811 | 503 | 616 | 238 |
+
+Not met under this load: the MLP's 1.5x in wall time (process CPU: 1.42-1.60x) and
+the CNN ahead of Opacus ghost (XLA's step uses both cores, torch's one thread is
+hurt less by 13-24 other runnable jobs; the process CPU time of dpjax's private
+CNN step was 235-275 ms against Opacus ghost's 150 ms wall on the quiet machine
+of the issue).
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """

@@ -154,7 +154,8 @@ no quiet moment came):
   normal only drops 1.02 -> 0.96 ms: ``erf_inv``'s ``log1p`` (0.29 ms alone) and
   the rest of the transform dominate, and a cheaper transform changes the numbers.
   Private / non-private (process CPU, 40 interleaved repetitions): 1.60x, 1.54x,
-  1.53x, 1.42x at default flags; 1.45x, 1.58x with the flag.
+  1.53x, 1.42x at default flags; 1.45x, 1.58x with the flag; at 12:22 UTC (load 11.5-11.8)
+  1.48x, ``noise apart`` 1.43x.
 
 Final side-by-side run of that session (``--models mlp cnn --repeats 20 --opacus
 --torch-site ... --torch-threads 1``, wall ms, 12:14 UTC, load average 13.9 at

@@ -116,6 +116,63 @@ engineers' jobs, so process CPU ms, one run each, rows interleaved):
   machine: ``--models mlp cnn --opacus --torch-site
   /tmp/torchvenv/lib/python3.11/site-packages --torch-threads 2``.
 
+Issue #25 item 3, second session (2026-11-26 11:00-12:50 UTC, load average 11-24
+from other engineers' jobs throughout, so process CPU ms from interleaved rows;
+no quiet moment came):
+
+* CNN GroupNorm: ``dpjax.problems.GroupNorm`` (flax's function and parameters,
+  per-channel spatial sums first, output ``x mul + shift``) is now the ``cnn``
+  model's normalisation (``cnn-flax-norm`` keeps flax's). Alone (first layer,
+  forward + backward, vmapped per example) 16 vs 47.5 ms; in the whole step
+  (interleaved, load 15) private 275 vs 287 ms, non-private 198 vs 194 ms (the
+  non-private step is dominated by convolutions). On the dpsgd-mnist CNN (tanh,
+  valid padding), with ``max_pool`` too: private 152 vs 192 ms, non-private 120
+  vs 178 ms (load 21).
+* CNN where the time goes (XLA profile of the steps; XLA:CPU runs convolutions
+  and dots as YNNPACK fusions): non-private: the second convolution's weight
+  gradient (a convolution with a 14x14 window, ~33 ms alone), its forward and
+  input gradient (~10 ms each), the first layer's weight gradient with its
+  transposes, GroupNorm/ReLU/pooling elementwise passes; private adds the ghost
+  rule's patches (``conv_general_dilated_patches``, a grouped identity
+  convolution: 78-92 ms alone for the second layer's 256 x 196 x 400 floats,
+  10 ms for the first) and the per-example ``[256, 400, 32]`` gradients (~30 ms).
+  Rejected here: the first convolution as shifted-slice patches times its kernel
+  (``PatchConv``, materialised by the ghost plan: private 257/235 vs 262/267 ms
+  in two runs, non-private unchanged), XLA flags (``--xla_cpu_use_xnnpack=false``,
+  ``--xla_cpu_use_onednn=true``, ``--xla_cpu_prefer_vector_width=512``: all
+  within +-5% of the default in two alternating runs each), patches as a stack of
+  25 slices (128 vs 92 ms) or per-example gradients as 25 shifted per-example
+  matmuls without patches (119 vs 122 ms). The patches and per-example products
+  live in ``dpjax.primitives.ghost_passes``: that is where the private CNN step's
+  remaining overhead is.
+* MLP noise: the draw is fused into the update (one loop per leaf, both cores);
+  ``private, noise apart`` puts it behind ``lax.optimization_barrier`` (same
+  numbers) so the runtime may overlap it with the backward pass: the same
+  process CPU time as the fused draw (3.83 vs 3.84, 4.21 vs 4.12 ms), and wall
+  time under this load was not interpretable. ``--xla_cpu_prefer_vector_width=512``
+  halves the Threefry bits alone (0.72 -> 0.36 ms for 203,530 words) but the
+  normal only drops 1.02 -> 0.96 ms: ``erf_inv``'s ``log1p`` (0.29 ms alone) and
+  the rest of the transform dominate, and a cheaper transform changes the numbers.
+  Private / non-private (process CPU, 40 interleaved repetitions): 1.60x, 1.54x,
+  1.53x, 1.42x at default flags; 1.45x, 1.58x with the flag; at 12:22 UTC (load 11.5-11.8)
+  1.48x, ``noise apart`` 1.43x.
+
+Final side-by-side run of that session (``--models mlp cnn --repeats 20 --opacus
+--torch-site ... --torch-threads 1``, wall ms, 12:14 UTC, load average 13.9 at
+the start, 13.3 at the end; the run before it, at load 21-22, gave MLP 13.7 /
+7.8 (1.75x) against Opacus ghost 24.5 and CNN 829 / 529 (1.57x) against 742):
+
+| model | private (ghost) | non-private | ratio | noise apart | Opacus ghost | Opacus hooks | torch non-private |
+|---|---|---|---|---|---|---|---|
+| MLP 784-256-10 | 7.51 | 3.63 | 2.07x | 7.64 | 18.9 | 700 | 6.31 |
+| MNIST CNN + GroupNorm | 817 | 539 | 1.52x | 811 | 503 | 616 | 238 |
+
+Not met under this load: the MLP's 1.5x in wall time (process CPU: 1.42-1.60x) and
+the CNN ahead of Opacus ghost (XLA's step uses both cores, torch's one thread is
+hurt less by 13-24 other runnable jobs; the process CPU time of dpjax's private
+CNN step was 235-275 ms against Opacus ghost's 150 ms wall on the quiet machine
+of the issue).
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """
@@ -138,7 +195,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from dpjax.primitives import clipping, noise  # noqa: E402
 from dpjax.primitives import ghost_clipping  # noqa: E402
-from dpjax.problems import FlaxProblem, max_pool, transformer_problem  # noqa: E402
+from dpjax.problems import FlaxProblem, GroupNorm, max_pool, transformer_problem  # noqa: E402
 
 CLIP, SIGMA, LR = 1.0, 1.0, 0.1
 
@@ -154,24 +211,30 @@ class MnistCNN(nn.Module):
 
     ``flax_pool``: pool with ``flax.linen.max_pool`` (``reduce_window``, whose
     gradient is XLA's slow ``select_and_scatter`` on CPU) instead of
-    ``dpjax.problems.max_pool`` (reshape + max; same values)."""
+    ``dpjax.problems.max_pool`` (reshape + max; same values). ``flax_norm``:
+    ``flax.linen.GroupNorm`` instead of ``dpjax.problems.GroupNorm`` (same
+    function up to float reordering, spatial sums first)."""
 
     flax_pool: bool = False
+    flax_norm: bool = False
 
     @nn.compact
     def __call__(self, x):
         x = x.reshape(1, 28, 28, 1)
+        norm = nn.GroupNorm if self.flax_norm else GroupNorm
         for ch in (16, 32):
             x = nn.Conv(ch, (5, 5))(x)
-            x = nn.relu(nn.GroupNorm(num_groups=4)(x))
+            x = nn.relu(norm(num_groups=4)(x))
             x = nn.max_pool(x, (2, 2), (2, 2)) if self.flax_pool else max_pool(x, (2, 2))
         x = nn.relu(nn.Dense(32)(x.reshape(-1)))
         return nn.Dense(10)(x)
 
 
 MODELS = {"mlp": (MLP, (784,)), "cnn": (MnistCNN, (784,)),
-          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True), (784,)), "transformer": (None, None)}
-NO_TORCH_TWIN = ("cnn-flax-pool",)  # the same torch model as "cnn": Opacus rows only once
+          "cnn-flax-norm": (functools.partial(MnistCNN, flax_norm=True), (784,)),
+          "cnn-flax-pool": (functools.partial(MnistCNN, flax_pool=True, flax_norm=True), (784,)),
+          "transformer": (None, None)}
+NO_TORCH_TWIN = ("cnn-flax-norm", "cnn-flax-pool")  # the same torch model as "cnn": Opacus rows only once
 
 # 2-layer pre-LN transformer classifier (dpjax.problems.TransformerClassifier): 32 tokens
 # from a 1000-word vocabulary, width 64, 4 heads, MLP 128, 10 classes.
@@ -213,6 +276,15 @@ def make_steps(problem):
         total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
         return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], total))
 
+    def private_barrier(params, x, y, key):
+        """The private step with the noise behind ``lax.optimization_barrier`` (same numbers): XLA
+        cannot fuse the draw into the update, so it is a separate kernel that depends on the key
+        alone and the runtime may run it on the other core while the gradient is computed."""
+        z = jax.lax.optimization_barrier(noise.gaussian_like(key, params, SIGMA * CLIP))
+        total = problem.weighted_grad_sum(params, x, y, jnp.ones(x.shape[0]), CLIP)
+        noisy = jax.tree_util.tree_map(jnp.add, total, z)
+        return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
+
     def noise_only(params, x, y, key):
         return noise.gaussian_like(key, params, SIGMA * CLIP)
 
@@ -228,7 +300,7 @@ def make_steps(problem):
         return update(params, jax.tree_util.tree_map(lambda t: t / x.shape[0], noisy))
 
     return {"private (ghost)": private, "non-private": nonprivate, "vmap(grad)": vmap_grad,
-            "private without noise": clip_only, "noise only": noise_only,
+            "private without noise": clip_only, "noise only": noise_only, "private, noise apart": private_barrier,
             "private, jax.random.normal noise": private_jax_normal}
 
 

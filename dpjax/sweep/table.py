@@ -191,6 +191,7 @@ def run_families(
     criterion: str = "train_loss",
     column: str = "learning_rate",
     max_extensions: int = 0,
+    narrow_extensions: bool = True,
 ) -> list[pd.DataFrame]:
     """One trial's families, one table each: family ``i`` runs its specs with
     ``keys.run_key(key, i)`` in balanced chunks (``balanced_chunk``), then, if it
@@ -198,8 +199,9 @@ def run_families(
     while the selection (mean ``criterion``) sits at an end
     (``select.extend_grid_at_edges``; the extensions reuse the family's key, so
     they share their random draws with the first runs). An extension's chunks have one width per family,
-    ``extension_width``: every extension reuses one compiled program instead of compiling one per
-    extension size (``run_grid``'s ``pad_to``)."""
+    ``extension_width`` (``narrow_extensions=False``: the first grid's width, reusing its program: fewer
+    compilations where few extension rounds follow), so every extension reuses one compiled program
+    instead of compiling one per extension size (``run_grid``'s ``pad_to``)."""
     from dpjax import keys
     from dpjax.sweep.select import extend_grid_at_edges
 
@@ -207,7 +209,8 @@ def run_families(
     for i, fam in enumerate(families):
         fam_key = keys.run_key(key, i)
         chunk = balanced_chunk(len(fam.specs))
-        width = extension_width(fam.specs, column, chunk)
+        first = min(chunk, max(collections.Counter(int(s.repetition) for s in fam.specs).values()))
+        width = extension_width(fam.specs, column, chunk) if narrow_extensions else first
 
         def run(specs, fam=fam, fam_key=fam_key, chunk=chunk, pad_to=None):
             return run_table(fam.algorithm, train, eval_data, evaluator, specs, fam_key,

@@ -251,3 +251,9 @@ def test_grid_extensions_run_in_one_narrow_program(monkeypatch):
                             chunk_size=width, make_hparams=make, pad_to=width)
     got = df[df.grid_extension == 1].reset_index(drop=True)
     np.testing.assert_array_equal(got["train_loss"].to_numpy(), alone["train_loss"].to_numpy())
+    # narrow_extensions=False: the extension rounds reuse the first grid's 9-lane program
+    shapes.clear()
+    (wide,) = table.run_families([fam], train, eval_data, ev, key, divergence_threshold=100.0,
+                                 extend_by=["calibration", "epsilon"], max_extensions=3, narrow_extensions=False)
+    assert shapes == [(1, 1, 9)] * 8
+    assert len(wide) == len(df) and wide["learning_rate"].tolist() == df["learning_rate"].tolist()

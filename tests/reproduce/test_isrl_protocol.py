@@ -200,3 +200,60 @@ def test_run_families_keys_each_family_and_extends_only_with_a_rule():
         pd.testing.assert_frame_equal(got, alone)
     assert not np.array_equal(first["train_loss"], second["train_loss"])  # different keys, different noise
     assert table.balanced_chunk(300) == 150 and table.balanced_chunk(256) == 256 and table.balanced_chunk(7) == 7
+
+
+def test_extension_width_is_one_grid_value_of_one_repetition():
+    """``extension_width``: the runs one repetition holds at one step size (every group and clip),
+    at most the chunk; specs without the column fall back to a whole repetition."""
+    noise = {("paper", 1.0): proto.NoiseEntry("paper", 1.0, 0.5, 1.0, "x"),
+             ("tight", 1.0): proto.NoiseEntry("tight", 1.0, 0.4, 1.0, "x")}
+    common = {"private_name": "a", "nonprivate_name": "b", "noise": noise, "learning_rates": (0.1, 0.5, 1.0),
+              "repetitions": 2}
+    one_clip = proto.build_specs(clip_norms=(1e3,), nonprivate_clip=False, **common)
+    assert table.extension_width(one_clip, "learning_rate", 256) == 3  # 2 (calibration) + 1 non-private
+    two_clips = proto.build_specs(clip_norms=(1e2, 1e3), nonprivate_clip=True, **common)
+    assert table.extension_width(two_clips, "learning_rate", 256) == 6
+    assert table.extension_width(two_clips, "learning_rate", 4) == 4
+    assert table.extension_width([_LabelledSpec(0.1, 0), _LabelledSpec(0.2, 0)], "clip_norm", 256) == 2
+
+
+def test_grid_extensions_run_in_one_narrow_program(monkeypatch):
+    """``run_families``' extension rounds run in chunks of ``extension_width`` lanes: every extension round
+    compiles at most one program per family, and its rows are those ``run_table`` gives the same specs in
+    chunks of that width (so the narrow chunks change nothing but the lane count)."""
+    from dpjax import keys
+    from dpjax.engine import program
+
+    algo, train, eval_data, ev = _grid_setup()
+    make = proto.spec_hparams(algo, train.silo_sizes())
+    noise = {("paper", 1.0): proto.NoiseEntry("paper", 1.0, 0.3, 1.0, "x"),
+             ("paper", 4.0): proto.NoiseEntry("paper", 4.0, 0.1, 1.0, "x")}
+    runs = {"private_name": "a", "nonprivate_name": "b", "noise": noise, "clip_norms": (1e3,), "repetitions": 2,
+            "nonprivate_clip": False}
+    specs = proto.build_specs(learning_rates=(1e-4, 2e-4, 4e-4), **runs)  # tiny steps: the low edge is never chosen
+    width = table.extension_width(specs, "learning_rate", table.balanced_chunk(len(specs)))
+    assert width == 3
+    done = []
+    fam = table.Family(algo, specs, lambda requests, df: done.append(proto.extension_specs(requests, df, **runs))
+                       or done[-1], make)
+    key = jax.random.key(3)
+    shapes, run_chunks = [], program.ChunkProgram.run_chunks
+    monkeypatch.setattr(program.ChunkProgram, "run_chunks",
+                        lambda self, args: shapes.append(self.shape) or run_chunks(self, args))
+    before = program.COMPILATIONS["count"]
+    (df,) = table.run_families([fam], train, eval_data, ev, key, divergence_threshold=100.0,
+                               extend_by=["calibration", "epsilon"], max_extensions=3)
+    assert len(done) == 3  # three rounds at the high edge, every group
+    assert program.COMPILATIONS["count"] - before <= 2  # the first grid's program and one narrow one
+    assert shapes == [(1, 1, 9)] * 2 + [(1, 1, 3)] * 6  # per repetition: the first grid, then 3 rounds
+    ext = [s for round_ in done for s in round_]
+    alone = table.run_table(algo, train, eval_data, ev, ext, keys.run_key(key, 0), divergence_threshold=100.0,
+                            chunk_size=width, make_hparams=make, pad_to=width)
+    got = df[df.grid_extension == 1].reset_index(drop=True)
+    np.testing.assert_array_equal(got["train_loss"].to_numpy(), alone["train_loss"].to_numpy())
+    # narrow_extensions=False: the extension rounds reuse the first grid's 9-lane program
+    shapes.clear()
+    (wide,) = table.run_families([fam], train, eval_data, ev, key, divergence_threshold=100.0,
+                                 extend_by=["calibration", "epsilon"], max_extensions=3, narrow_extensions=False)
+    assert shapes == [(1, 1, 9)] * 8
+    assert len(wide) == len(df) and wide["learning_rate"].tolist() == df["learning_rate"].tolist()

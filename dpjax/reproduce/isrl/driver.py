@@ -123,6 +123,15 @@ def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[di
                  noise, naive, meta)
 
 
+#: Grid extensions get a narrow program of their own (``table.extension_width``) when each program serves at
+#: least this many (trial, repetition) pairs: a second program costs one compilation (~3 s CPU for the
+#: MNIST Local SGD chunk) and saves per extension call what the dropped lanes cost (MNIST Local SGD, M = 25:
+#: 130 -> 13 lanes ~2.2 s, 35 -> 7 lanes ~0.8 s CPU; ``experiments/benchmarks/bench_isrl_chunk_width.py``).
+#: The quick protocols (2 trials x 1 repetition) keep the first grid's program; the full ones (3-20 trials x
+#: 3 repetitions) go narrow. Results are bit-identical either way (measured on isrl-mnist).
+NARROW_FROM = 4
+
+
 def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str], None] = print) -> dict:
     """Runs every trial of ``exp``; returns ``{"runs", "selected", "noise", "meta", "optimum"}``.
 
@@ -157,7 +166,8 @@ def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str
             for df in table.run_families(panel.families, panel.train, panel.eval_data, panel.evaluator, key,
                                          divergence_threshold=exp.divergence_threshold,
                                          extend_by=["calibration", "epsilon"], criterion="train_loss",
-                                         column="learning_rate", max_extensions=exp.max_grid_extensions):
+                                         column="learning_rate", max_extensions=exp.max_grid_extensions,
+                                         narrow_extensions=exp.trials * exp.repetitions >= NARROW_FROM):
                 df["excess_risk"] = isrl_optimum.excess_risk(df["train_loss"], f_star[setting.num_silos])
                 if panel.naive_rmse is not None:
                     df["test"] = df["test"] / panel.naive_rmse

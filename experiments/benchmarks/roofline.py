@@ -509,7 +509,7 @@ def run_figure(name: str, protocol: str, replay: bool, peaks: Peaks, data_dir=No
         try:
             fig.fn(pathlib.Path(tmp), **kwargs)
         except _FigureTimeout as err:  # keep the programs recorded so far
-            if not recorder.programs:
+            if not recorder.programs and not recorder.executables:
                 raise
             abandoned = str(err)
     wall = CLOCK() - t0
@@ -623,6 +623,8 @@ def main(argv=None) -> int:
                     help="one timed call per distinct chunk program, later calls replayed (default: on for full)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=True,
+                    help="also record the synthetic grid (off: only the named figures, e.g. one figure a process)")
     ap.add_argument("--stem", default="roofline", help="output file names: STEM.csv, STEM.md, STEM_protocols.csv")
     ap.add_argument("--note", default="", help="a line for the markdown (machine load, ...)")
     ap.add_argument("--figure-timeout", type=int, default=None,
@@ -647,9 +649,10 @@ def main(argv=None) -> int:
           f"({peaks.bandwidth_dram / 1e9:.1f} GB/s at {peaks.copy_mib[-1]} MiB)", flush=True)
     rows = dp_step_rows(models, batch, peaks, repeats)
     protocols = []
-    srows, sproto = synthetic_grid(peaks, args.quick)
-    rows += srows
-    protocols.append(sproto)
+    if args.synthetic:
+        srows, sproto = synthetic_grid(peaks, args.quick)
+        rows += srows
+        protocols.append(sproto)
     for name in figures:
         try:
             with _time_limit(args.figure_timeout):

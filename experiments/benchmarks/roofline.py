@@ -41,7 +41,13 @@ Figures. ``--figures`` runs each named reproduction (``dpjax reproduce``'s
 figure functions, ``--protocol quick`` or ``full``) with
 ``ChunkProgram.run_chunks`` patched to record every distinct chunk program
 (static program + argument shapes), its number of calls, its cost and its
-measured time per call. ``--replay`` (default for ``--protocol full``) runs
+measured time per call, and every other compiled XLA program the figure runs
+(``jax.jit``-ed functions it calls itself, engine entry points outside
+``ChunkProgram``, eager ``jnp`` ops) is recorded where jit dispatch ends
+(``Recorder``'s direct path: every call timed; a program whose cost analysis is
+empty gets ``bound = no cost analysis`` and no ratio, and protocol ratios leave
+it out). A figure that runs no compiled program (pure accounting) says so in
+its protocol row. ``--replay`` (default for ``--protocol full``) runs
 each distinct program twice (compile, then one timed call) and hands later
 calls of the same program the first call's outputs, so a full protocol's
 chunk programs are measured without running the protocol: its time is
@@ -54,6 +60,9 @@ Usage::
 
     PYTHONPATH=$PWD python experiments/benchmarks/roofline.py --out experiments/benchmarks/results
     python experiments/benchmarks/roofline.py --quick --figures none --out /tmp/r   # CI size
+    # one figure a process (a crash or time limit loses one figure), no DP steps, no synthetic grid:
+    python experiments/benchmarks/roofline.py --models --no-synthetic --figures isrl-mnist --protocol full \
+        --replay --figure-timeout 150 --out experiments/benchmarks/results/roofline_full --stem isrl-mnist
 
 Only ratios measured in one run mean anything on a shared machine; the peaks
 are measured in the same process for that reason.

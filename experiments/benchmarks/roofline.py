@@ -490,7 +490,11 @@ class Recorder:
         floors = [(t, r.calls * peaks.floor(r.flops, r.nbytes)[0]) for t, r in timed]
         costed = [(t, f) for t, f in floors if f > 0]
         floor = sum(f for _, f in costed)
-        uncosted = [t for t, f in floors if f <= 0]
+        interrupted = [r for r in recs if r.real_calls == 0]  # a time limit hit its compile or first call
+        if interrupted:
+            hows.append(f"{len(interrupted)} chunk program(s) interrupted before their first timed call "
+                        f"({sum(r.calls for r in interrupted)} calls, no time, no cost)")
+        uncosted = [t for (t, f), (_, r) in zip(floors, timed) if f <= 0 and r.real_calls > 0]
         if uncosted:
             hows.append(f"{len(uncosted)} program(s) with no cost analysis ({sum(uncosted):.3g} s) left out of "
                         "floor and ratio")

@@ -35,16 +35,26 @@ def _process_facts(md: pathlib.Path) -> dict:
 
 
 def merge(sources: list[tuple[str, pathlib.Path]]) -> tuple[list[dict], list[dict]]:
-    protocols, rows = [], []
+    """Rows and protocols of every run in ``sources``; a (figure, protocol) recorded by several runs keeps
+    the last source's (a later, per-figure rerun replaces an earlier one)."""
+    protocols, rows = {}, {}
     for _label, folder in sources:
         for pfile in sorted(folder.glob("*_protocols.csv")):
             stem = pfile.name[: -len("_protocols.csv")]
             facts = _process_facts(folder / f"{stem}.md")
             with open(pfile) as f:
-                protocols += [dict(p, **facts) for p in csv.DictReader(f)]
+                mine = [dict(p, **facts) for p in csv.DictReader(f)]
+            protocol = {p["figure"]: p["protocol"] for p in mine}
+            for p in mine:
+                protocols[p["figure"], p["protocol"]] = p
             with open(folder / f"{stem}.csv") as f:
-                rows += [dict(r, **facts) for r in csv.DictReader(f)]
-    return rows, protocols
+                for r in csv.DictReader(f):
+                    key = (r["group"], protocol.get(r["group"], ""))
+                    if key[0] in protocol and rows.get(key, (None,))[0] != pfile:
+                        rows[key] = (pfile, [])
+                    rows.setdefault(key, (pfile, []))[1].append(dict(r, protocol=key[1], **facts))
+    order = sorted(protocols, key=lambda k: (k[1] != "quick", k[0]))
+    return [r for k in order if k in rows for r in rows[k][1]], [protocols[k] for k in order]
 
 
 def _cell(v: str) -> str:
@@ -59,7 +69,7 @@ def markdown(rows: list[dict], protocols: list[dict]) -> str:
     lines = ["Per figure protocol (each row from its own process: its peaks and load average).", "",
              "| " + " | ".join(pcols) + " |", "|" + "---|" * len(pcols)]
     lines += ["| " + " | ".join(_cell(p.get(c, "")) for c in pcols) + " |" for p in protocols]
-    cols = roofline.COLUMNS
+    cols = ["group", "protocol"] + roofline.COLUMNS[1:]
     lines += ["", "Programs.", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -75,7 +85,8 @@ def main(argv=None) -> int:
     rows, protocols = merge(sources)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / f"{args.stem}.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["group"] + roofline.COLUMNS[1:] + EXTRA[:-1], extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=["group", "protocol"] + roofline.COLUMNS[1:] + EXTRA[:-1],
+                           extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     with open(args.out / "roofline_protocols.csv", "w", newline="") as f:

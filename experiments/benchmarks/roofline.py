@@ -494,6 +494,9 @@ class Recorder:
         if interrupted:
             hows.append(f"{len(interrupted)} chunk program(s) interrupted before their first timed call "
                         f"({sum(r.calls for r in interrupted)} calls, no time, no cost)")
+        cut = [r for r in recs if r.real_calls > 0 and self.cost and not r.parts]  # timed; cost step cut
+        if cut:
+            hows.append(f"{len(cut)} chunk program(s) timed but their cost step cut by the time limit")
         uncosted = [t for (t, f), (_, r) in zip(floors, timed) if f <= 0 and r.real_calls > 0]
         if uncosted:
             hows.append(f"{len(uncosted)} program(s) with no cost analysis ({sum(uncosted):.3g} s) left out of "

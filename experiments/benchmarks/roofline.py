@@ -41,7 +41,13 @@ Figures. ``--figures`` runs each named reproduction (``dpjax reproduce``'s
 figure functions, ``--protocol quick`` or ``full``) with
 ``ChunkProgram.run_chunks`` patched to record every distinct chunk program
 (static program + argument shapes), its number of calls, its cost and its
-measured time per call. ``--replay`` (default for ``--protocol full``) runs
+measured time per call, and every other compiled XLA program the figure runs
+(``jax.jit``-ed functions it calls itself, engine entry points outside
+``ChunkProgram``, eager ``jnp`` ops) is recorded where jit dispatch ends
+(``Recorder``'s direct path: every call timed; a program whose cost analysis is
+empty gets ``bound = no cost analysis`` and no ratio, and protocol ratios leave
+it out). A figure that runs no compiled program (pure accounting) says so in
+its protocol row. ``--replay`` (default for ``--protocol full``) runs
 each distinct program twice (compile, then one timed call) and hands later
 calls of the same program the first call's outputs, so a full protocol's
 chunk programs are measured without running the protocol: its time is
@@ -54,6 +60,9 @@ Usage::
 
     PYTHONPATH=$PWD python experiments/benchmarks/roofline.py --out experiments/benchmarks/results
     python experiments/benchmarks/roofline.py --quick --figures none --out /tmp/r   # CI size
+    # one figure a process (a crash or time limit loses one figure), no DP steps, no synthetic grid:
+    python experiments/benchmarks/roofline.py --models --no-synthetic --figures isrl-mnist --protocol full \
+        --replay --figure-timeout 150 --out experiments/benchmarks/results/roofline_full --stem isrl-mnist
 
 Only ratios measured in one run mean anything on a shared machine; the peaks
 are measured in the same process for that reason.
@@ -156,7 +165,8 @@ def rescale(rows: list[dict], protocols: list[dict], peaks: Peaks) -> tuple[list
             factor[p["figure"]] = floor / p["floor_s"] if p["floor_s"] else 1.0
         else:  # an extrapolated row (device_suite's DIFF2 full protocol): its probe's floor, rescaled
             floor = p["floor_s"] * factor.get(p["figure"], 1.0)
-        new_protocols.append(dict(p, floor_s=floor, measured_over_floor=p["measured_s"] / floor if floor else math.inf))
+        costed = p.get("_measured_costed_s", p["measured_s"])  # the time of the programs that have a floor
+        new_protocols.append(dict(p, floor_s=floor, measured_over_floor=costed / floor if floor else None))
     return new_rows, new_protocols
 
 
@@ -169,13 +179,21 @@ def _cost(compiled) -> tuple[float, float, int]:
     return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0)), loops
 
 
+NO_COST = "no cost analysis"  # the ``bound`` of a program whose XLA cost analysis gave neither FLOPs nor bytes
+
+
 def row(group: str, program: str, flops: float, nbytes: float, seconds: float, peaks: Peaks, *, calls: int = 1,
         loops: int = 0) -> dict:
+    """One program's row. A program whose cost analysis reported nothing (0 FLOPs and 0 bytes) has no floor:
+    its ``bound`` says so and its ratio is empty (``None``), never ``inf``."""
     floor, bound = peaks.floor(flops, nbytes)
+    if floor <= 0:
+        bound = NO_COST
     return {"group": group, "program": program, "calls": calls, "loops": loops, "gflop": flops / 1e9,
-            "mbytes": nbytes / 1e6, "measured_ms": seconds * 1e3, "gflop_per_s": flops / seconds / 1e9,
-            "gbytes_per_s": nbytes / seconds / 1e9, "floor_ms": floor * 1e3, "bound": bound,
-            "measured_over_floor": seconds / floor if floor > 0 else math.inf}
+            "mbytes": nbytes / 1e6, "measured_ms": seconds * 1e3,
+            "gflop_per_s": flops / seconds / 1e9 if seconds > 0 else 0.0,
+            "gbytes_per_s": nbytes / seconds / 1e9 if seconds > 0 else 0.0, "floor_ms": floor * 1e3, "bound": bound,
+            "measured_over_floor": seconds / floor if floor > 0 else None}
 
 
 # ----------------------------------------------------------------------------- DP steps
@@ -300,12 +318,43 @@ class Recorded:
     out: Any = None
 
 
-class Recorder:
-    """Patches ``ChunkProgram.run_chunks`` to record, cost and time every distinct chunk program."""
+def _executable_cost(xla_executable) -> tuple[float, float, int]:
+    """``(flops, bytes accessed, while loops)`` of a loaded XLA executable (``0, 0`` when XLA reports no cost)."""
+    try:
+        ca = xla_executable.cost_analysis()
+    except Exception:  # noqa: BLE001  (a backend without cost analysis: the row says "no cost analysis")
+        ca = None
+    if isinstance(ca, (list, tuple)):
+        ca = ca[0] if ca else None
+    ca = ca or {}
+    try:
+        loops = sum(m.to_string().count(" while(") for m in xla_executable.hlo_modules())
+    except Exception:  # noqa: BLE001
+        loops = 0
+    return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0)), loops
 
-    def __init__(self, replay: bool, label: str = "", cost: bool = True):
-        self.replay, self.label, self.cost = replay, label, cost
+
+class Recorder:
+    """Records, costs and times every compiled program a figure runs.
+
+    * Chunk programs: ``ChunkProgram.run_chunks`` is patched (one row per distinct static program + argument
+      shapes; trip-count-corrected cost; ``--replay`` extrapolates their later calls).
+    * Every other compiled XLA program (``direct``): a figure that calls ``jax.jit``-ed functions itself, or
+      the engine entry points that do not go through ``ChunkProgram`` (and eager ``jnp`` ops, which run as
+      small compiled programs), is recorded where every jit call ends: ``pxla.ExecuteReplicated.__call__``.
+      While recording, jit's C++ fast path is switched off (``pjit._get_fastpath_data`` and
+      ``MeshExecutable.create_cpp_call`` answer ``None``) so that every call of such a program reaches the
+      Python dispatch path; each call is blocked until ready and timed (the figure loses its async
+      dispatch overlap, so these times are an upper bound of the programs' share). Programs run inside a
+      recorded chunk call are not counted twice. A function whose fast path was cached before recording
+      started keeps it and is missed: run one figure per fresh recorder, as ``run_figure`` does.
+    """
+
+    def __init__(self, replay: bool, label: str = "", cost: bool = True, direct: bool = False):
+        self.replay, self.label, self.cost, self.direct = replay, label, cost, direct
         self.programs: dict[str, Recorded] = {}
+        self.executables: dict[int, tuple[Any, Recorded]] = {}  # id -> (executable kept alive, record)
+        self._in_chunk = 0
 
     @contextlib.contextmanager
     def patch(self):
@@ -315,13 +364,58 @@ class Recorder:
         recorder = self
 
         def run_chunks(program, chunk_args):
-            return recorder._call(original, program, chunk_args)
+            recorder._in_chunk += 1
+            try:
+                return recorder._call(original, program, chunk_args)
+            finally:
+                recorder._in_chunk -= 1
 
         ChunkProgram.run_chunks = run_chunks
         try:
-            yield self
+            with (self._patch_direct() if self.direct else contextlib.nullcontext()):
+                yield self
         finally:
             ChunkProgram.run_chunks = original
+
+    @contextlib.contextmanager
+    def _patch_direct(self):
+        from jax._src import pjit
+        from jax._src.interpreters import pxla
+
+        recorder = self
+        execute, fastpath, cpp_call = pxla.ExecuteReplicated.__call__, pjit._get_fastpath_data, \
+            pxla.MeshExecutable.create_cpp_call
+
+        def call(executable, *args):
+            if recorder._in_chunk:
+                return execute(executable, *args)
+            t0 = CLOCK()
+            out = jax.block_until_ready(execute(executable, *args))
+            recorder._direct_call(executable, CLOCK() - t0)
+            return out
+
+        pxla.ExecuteReplicated.__call__ = call
+        pjit._get_fastpath_data = lambda *a, **k: None
+        pxla.MeshExecutable.create_cpp_call = lambda self, params: None
+        try:
+            yield
+        finally:
+            pxla.ExecuteReplicated.__call__ = execute
+            pjit._get_fastpath_data = fastpath
+            pxla.MeshExecutable.create_cpp_call = cpp_call
+
+    def _direct_call(self, executable, seconds: float) -> None:
+        entry = self.executables.get(id(executable))
+        if entry is None or entry[0] is not executable:
+            rec = Recorded(f"{self.label}jit {executable.name} #{len(self.executables)}")
+            if self.cost:
+                rec.flops, rec.nbytes, rec.loops = _executable_cost(executable.xla_executable)
+            entry = self.executables[id(executable)] = (executable, rec)
+        rec = entry[1]
+        rec.calls += 1
+        rec.real_calls += 1
+        rec.total_seconds += seconds
+        rec.seconds = rec.total_seconds / rec.real_calls  # mean per call: every call ran for real
 
     def _describe(self, program) -> str:
         alg = program.static_key[0] if program.round_loop == "scan" else program.algorithm
@@ -369,25 +463,49 @@ class Recorder:
 
     def rows(self, group: str, peaks: Peaks) -> list[dict]:
         out = []
-        for rec in self.programs.values():
+        for rec in [*self.programs.values(), *(r for _, r in self.executables.values())]:
             r = row(group, rec.name, rec.flops, rec.nbytes, rec.seconds, peaks, calls=rec.calls, loops=rec.loops)
             r.update({f"_{k}": v for k, v in rec.parts.items()})
             out.append(r)
         return out
 
     def protocol(self, figure: str, protocol: str, peaks: Peaks) -> dict:
+        """The figure's protocol row: chunk programs (extrapolated with ``--replay``, else every call timed)
+        plus every directly run compiled program (every call timed). The ratio is over the programs with a
+        cost analysis; the ``how`` column names what it leaves out."""
         recs = list(self.programs.values())
-        if self.replay:
-            measured = sum(r.calls * r.seconds for r in recs)
-            how = "extrapolated: calls x one timed call per program"
-        else:
-            # the first call of each program ran twice (compile + timed); count it once
-            measured = sum(r.total_seconds for r in recs)
-            how = "measured: every chunk call timed"
-        floor = sum(r.calls * peaks.floor(r.flops, r.nbytes)[0] for r in recs)
-        return {"figure": figure, "protocol": protocol, "programs": len(recs), "calls": sum(r.calls for r in recs),
-                "measured_s": measured, "floor_s": floor, "measured_over_floor": measured / floor if floor else math.inf,
-                "how": how}
+        direct = [r for _, r in self.executables.values()]
+        hows = []
+        if recs:
+            hows.append(f"{len(recs)} chunk program(s): " + (
+                "calls x one timed call per program (replay)" if self.replay else "every chunk call timed"))
+        if direct:
+            hows.append(f"{len(direct)} directly run jit program(s) ({sum(r.calls for r in direct)} calls): "
+                        "every call timed, blocked")
+        if not recs and not direct:
+            hows.append("no compiled XLA program ran: the figure is host Python/NumPy (see wall_s)")
+        chunk_time = (lambda r: r.calls * r.seconds) if self.replay else (lambda r: r.total_seconds)
+        timed = [(chunk_time(r), r) for r in recs] + [(r.total_seconds, r) for r in direct]
+        measured = sum(t for t, _ in timed)
+        floors = [(t, r.calls * peaks.floor(r.flops, r.nbytes)[0]) for t, r in timed]
+        costed = [(t, f) for t, f in floors if f > 0]
+        floor = sum(f for _, f in costed)
+        interrupted = [r for r in recs if r.real_calls == 0]  # a time limit hit its compile or first call
+        if interrupted:
+            hows.append(f"{len(interrupted)} chunk program(s) interrupted before their first timed call "
+                        f"({sum(r.calls for r in interrupted)} calls, no time, no cost)")
+        cut = [r for r in recs if r.real_calls > 0 and self.cost and not r.parts]  # timed; cost step cut
+        if cut:
+            hows.append(f"{len(cut)} chunk program(s) timed but their cost step cut by the time limit")
+        uncosted = [t for (t, f), (_, r) in zip(floors, timed) if f <= 0 and r.real_calls > 0]
+        if uncosted:
+            hows.append(f"{len(uncosted)} program(s) with no cost analysis ({sum(uncosted):.3g} s) left out of "
+                        "floor and ratio")
+        ratio = sum(t for t, _ in costed) / floor if floor > 0 else None
+        return {"figure": figure, "protocol": protocol, "programs": len(recs) + len(direct),
+                "calls": sum(r.calls for r in recs + direct), "measured_s": measured, "floor_s": floor,
+                "measured_over_floor": ratio, "how": "; ".join(hows),
+                "_measured_costed_s": sum(t for t, _ in costed)}
 
 
 # ----------------------------------------------------------------------------- figures
@@ -397,7 +515,7 @@ def run_figure(name: str, protocol: str, replay: bool, peaks: Peaks, data_dir=No
     from dpjax import reproduce
 
     fig = reproduce.get(name)
-    recorder = Recorder(replay, label=f"{name}: ")
+    recorder = Recorder(replay, label=f"{name}: ", direct=True)
     kwargs = {"quick": protocol == "quick", "seed": seed}
     if fig.reads_data:
         kwargs["data_dir"] = data_dir
@@ -407,7 +525,7 @@ def run_figure(name: str, protocol: str, replay: bool, peaks: Peaks, data_dir=No
         try:
             fig.fn(pathlib.Path(tmp), **kwargs)
         except _FigureTimeout as err:  # keep the programs recorded so far
-            if not recorder.programs:
+            if not recorder.programs and not recorder.executables:
                 raise
             abandoned = str(err)
     wall = CLOCK() - t0
@@ -469,6 +587,8 @@ def _time_limit(seconds):
 
 # ----------------------------------------------------------------------------- output
 def _fmt(v) -> str:
+    if v is None:  # a ratio without a floor (no cost analysis): the bound / how column says why
+        return "n/a"
     if isinstance(v, float):
         if not math.isfinite(v):
             return str(v)
@@ -519,6 +639,9 @@ def main(argv=None) -> int:
                     help="one timed call per distinct chunk program, later calls replayed (default: on for full)")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=True,
+                    help="also record the synthetic grid (off: only the named figures, e.g. one figure a process)")
+    ap.add_argument("--stem", default="roofline", help="output file names: STEM.csv, STEM.md, STEM_protocols.csv")
     ap.add_argument("--note", default="", help="a line for the markdown (machine load, ...)")
     ap.add_argument("--figure-timeout", type=int, default=None,
                     help="seconds after which a figure is abandoned (reported as skipped)")
@@ -542,9 +665,10 @@ def main(argv=None) -> int:
           f"({peaks.bandwidth_dram / 1e9:.1f} GB/s at {peaks.copy_mib[-1]} MiB)", flush=True)
     rows = dp_step_rows(models, batch, peaks, repeats)
     protocols = []
-    srows, sproto = synthetic_grid(peaks, args.quick)
-    rows += srows
-    protocols.append(sproto)
+    if args.synthetic:
+        srows, sproto = synthetic_grid(peaks, args.quick)
+        rows += srows
+        protocols.append(sproto)
     for name in figures:
         try:
             with _time_limit(args.figure_timeout):
@@ -562,7 +686,7 @@ def main(argv=None) -> int:
     text = markdown(rows, protocols, peaks, note)
     print(text, flush=True)
     if args.out is not None:
-        write(args.out, rows, protocols, peaks, note=note)
+        write(args.out, rows, protocols, peaks, stem=args.stem, note=note)
     return 0
 
 

@@ -323,6 +323,13 @@ class _BatchSampler:
     weights_by_scatter = False
 
 
+# the public samplers state the contract they share (tests/test_primitives_docs.py: every public
+# primitive says what shapes it takes); written once, appended to each docstring below
+_SHAPES = ("\n\nShapes (the contract of every sampler here): ``draw`` -> ``idx`` int32 ``[K]``, ``mask`` "
+           "bool ``[K]``, ``overflow`` bool scalar; ``draw_weights`` -> ``[n_max]`` float32 multiplicities "
+           "and the flag.")
+
+
 @dataclasses.dataclass(frozen=True)
 class WithReplacement(_BatchSampler):
     """K indices drawn uniformly with replacement (Algorithm 2 as printed)."""
@@ -382,6 +389,10 @@ class OnePass(_BatchSampler):
     def draw_weights(self, key, size, n_max, round_index, silo_state):
         idx, mask, overflow = self.draw(key, size, n_max, round_index, silo_state)
         return jnp.zeros((n_max,), jnp.float32).at[idx].add(mask.astype(jnp.float32)), overflow
+
+
+for _sampler in (WithReplacement, WithoutReplacement, OnePass):
+    _sampler.__doc__ += _SHAPES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,7 +62,8 @@ class DpSgd(OutputRule, ChainFamily):
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
-      output, window: ``OutputRule``.
+      output: the released iterate (``OutputRule``).
+      window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
         add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
         ``K = q n`` for the public silo size n gives the unbiased mean.

@@ -137,7 +137,8 @@ class DpSgdGeneral(OutputRule, ChainFamily):
       placement: ``"silo"`` (each silo privatizes its own message: the paper's
         client; unit record-in-silo) or ``"server"`` (noise once on the mean of
         the silos' clipped sums: central DP over the pooled records, unit record).
-      output, window: ``OutputRule`` (``"last"`` is the paper's).
+      output: the released iterate (``OutputRule``; ``"last"`` is the paper's).
+      window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
         record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
     """

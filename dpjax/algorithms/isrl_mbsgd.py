@@ -97,8 +97,9 @@ class IsrlRoundOptions(OutputRule):
         ``FixedAvailability(M)`` or ``RandomAvailability(pmf)``.
       private: clip and add noise (True) or the non-private twin (False).
       aggregation: ``"mean"`` (paper) or ``"sum"`` (authors' scripts) of the silos' messages.
-      output, window: ``OutputRule`` (``"average"`` is the paper's; the authors' scripts average an
-        8-iterate window).
+      output: the released iterate (``OutputRule``; ``"average"`` is the paper's; the authors' scripts
+        average an 8-iterate window).
+      window: the averaging window of ``output="average"`` (``OutputRule``).
       projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
     """
 
@@ -119,7 +120,8 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
       sampling: ``"without-replacement"`` (default; tight accounting),
         ``"with-replacement"`` (Algorithm 2 as printed), ``"poisson"`` or
         ``"one-pass"``.
-      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``.
+      availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
+        ``output``, ``window`` and ``projection_radius``).
       neighboring: ``"replace-one"`` (ISRL-DP's relation) or ``"add-remove"``.
       sampling_rate: ``"poisson"`` only: the public rate q each record of every silo is drawn with
         (the accountant reads the same q). Required under add/remove; None under replace-one

@@ -88,10 +88,11 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
       num_rounds: R (communication rounds).
       local_steps: K single-record local steps per silo per round (the same
         number of gradient evaluations as MB-SGD with batch K).
-      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``;
-        here ``private`` clips and adds noise at every local step, ``aggregation="mean"``
-        averages the local iterates (paper) and ``"sum"`` sums the local updates
-        ``w^{i,K} - w_r`` (authors' scale), and the projection follows every local step.
+      availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
+        ``output``, ``window`` and ``projection_radius``); here ``private`` clips and adds noise at
+        every local step, ``aggregation="mean"`` averages the local iterates (paper) and ``"sum"``
+        sums the local updates ``w^{i,K} - w_r`` (authors' scale), and the projection follows every
+        local step.
       log_indices: add the record indices used by every silo to the round
         metrics (``"indices"`` ``[N, K]``), for tests and audits.
     """

@@ -91,7 +91,8 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
       batch_size: K records per silo per round (1 in the paper's Theorem G.1).
       sampling: ``"with-replacement"`` (paper: ``j ~ Uniform[n]``) or
         ``"without-replacement"`` (identical for K = 1).
-      output, window: ``OutputRule`` (``"average"`` is the paper's).
+      output: the released iterate (``OutputRule``; ``"average"`` is the paper's).
+      window: the averaging window of ``output="average"`` (``OutputRule``).
       projection_radius: radius of W (None: R^d).
       neighboring: ``"replace-one"`` or ``"add-remove"`` (the shuffle chain is replace-one).
       participation: what the analyzer knows (``ShuffleEvent``): ``"hidden"`` (the

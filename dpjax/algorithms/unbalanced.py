@@ -93,7 +93,8 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
       num_rounds: R.
       batch_sizes: ``(K_1, ..., K_N)``, static, ``K_i <= n_i``.
       sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
-      availability, private, aggregation, output, window, projection_radius: ``IsrlRoundOptions``.
+      availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
+        ``output``, ``window`` and ``projection_radius``).
       clip_mode: ``"per-example"`` (default) or ``"minibatch-average"``
         (authors' insurance script; weaker privacy, see module docstring).
     """

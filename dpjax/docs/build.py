@@ -380,10 +380,12 @@ REPRODUCE_COMMAND = re.compile(r"dpjax reproduce ([a-z0-9][a-z0-9-]*[a-z0-9])")
 
 
 def registered_figures(package_dir: pathlib.Path = PACKAGE_DIR) -> set[str]:
-    """Names registered with ``@register("name", ...)`` in ``dpjax/reproduce/`` (read, not imported)."""
+    """Names registered in ``dpjax/reproduce/`` (read, not imported): ``@register("name", ...)`` and the
+    user-level reproduction's ``demonstration("name", ...)``, which registers through ``register``."""
     names = set()
     for path in (package_dir / "reproduce").rglob("*.py"):  # modules and per-paper packages
-        names.update(re.findall(r"@register\(\s*[\"']([\w-]+)[\"']", path.read_text(encoding="utf-8")))
+        names.update(re.findall(r"(?:@register|\bdemonstration)\(\s*[\"']([\w-]+)[\"']",
+                                path.read_text(encoding="utf-8")))
     return names
 
 

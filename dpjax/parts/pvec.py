@@ -280,7 +280,8 @@ class PvecAnalyzer(_PvecPart):
       availability: the silos' availability model (``event``: the shuffler over silos,
         ``ShuffleEvent`` at ``min_available x K`` vectors); None for one user stream (its transcript
         event covers the shuffler).
-      params_field, per_round, level: as ``PvecRandomizer``'s.
+      params_field: the hparams field of (g, b, p), as ``PvecRandomizer``'s (so are ``per_round`` and
+        ``level``).
       batch_field: the hparams field of the per-round public number of vectors (instead of batch_size).
     """
 

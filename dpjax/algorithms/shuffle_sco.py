@@ -227,8 +227,9 @@ class _ShuffleScoBase(ChainFamily):
     # -- the round ---------------------------------------------------------
     def server(self):
         """The server optimizer part (the flat update is unravelled by ``FlatUpdates``); each subclass
-        (``ShuffleSgd``, ``ShuffleAcsa``) declares its own."""
-        raise NotImplementedError(f"{type(self).__name__} declares no server part")
+        (``ShuffleSgd``, ``ShuffleAcsa``) declares its own; the shared base has none to compose."""
+        raise TypeError(f"{type(self).__name__} is the shared base of the shuffle-SCO families and has no server "
+                        "part: use ShuffleSgd or ShuffleAcsa, or declare server() in a subclass")
 
     def parts(self, shape: DataShape) -> Parts:
         if self.aggregator in ("pvec", "pvec-bits"):

@@ -189,3 +189,10 @@ def test_pytree_params_run_on_the_flattened_user_vectors(cls):
                       jax.random.key(0))
     out = np.concatenate([np.atleast_1d(split.output["b"]), np.asarray(split.output["w"])])
     np.testing.assert_allclose(out, np.asarray(flat.output), rtol=1e-6, atol=1e-7)
+
+
+def test_the_shared_base_has_no_server_part_and_says_which_families_do():
+    fam = S.ShuffleSgd(MeanEstimation(D), 4, 40, "pvec")
+    assert fam.server() is not None  # each family declares its own
+    with pytest.raises(TypeError, match="ShuffleSgd or ShuffleAcsa"):
+        S._ShuffleScoBase.server(fam)

@@ -17,6 +17,10 @@ CPU about 2x cheaper, because jax lowers Threefry on CPU as a rolled 5-step
 loop (every step a separate kernel that writes and re-reads both state
 arrays), while ``normal`` writes the 20 rounds out so that XLA fuses bits and
 transform into one vectorised loop (experiments/benchmarks/bench_noise.py).
+Draws of fewer than ``FAST_PATH_MIN_SIZE`` entries call ``jax.random.normal`` itself (the same numbers):
+there the rolled loop depends only on the key, so XLA runs it beside the gradient, while the unrolled
+bits fuse into the update and wait for it (and, on a grid of configurations sharing one key, are
+recomputed per configuration): the Fig. 4-shaped round (600 normals) was 9 % slower with them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ import numpy as np
 from dpjax import _validate
 
 PyTree = Any
+
+#: draws smaller than this many float32 entries use ``jax.random.normal`` (same numbers, see above); the
+#: unrolled Threefry pays off on model-sized draws (203,530 normals: about 2x, bench_noise.py)
+FAST_PATH_MIN_SIZE = 16_384
 
 # Threefry-2x32 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"):
 # the rotation schedule and key-schedule parity constant jax uses.
@@ -83,7 +91,7 @@ def normal(key: jax.Array, shape=(), dtype=jnp.float32) -> jax.Array:
     dtype = jnp.dtype(dtype)
     words = _fast_path_key_data(key) if dtype == jnp.float32 else None
     size = int(np.prod(shape, dtype=np.int64))
-    if words is None or size == 0 or size >= 2**32:
+    if words is None or size < max(FAST_PATH_MIN_SIZE, 1) or size >= 2**32:
         return jax.random.normal(key, shape, dtype)
     return _threefry_normal(words, 0, shape)
 
@@ -122,7 +130,8 @@ def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
         # (experiments/benchmarks/bench_noise.py).
         dtype = dtypes.pop()
         sizes = [int(np.prod(leaf.shape)) for leaf in leaves]
-        words = _fast_path_key_data(key) if dtype == jnp.float32 and 0 < sum(sizes) < 2**32 else None
+        words = (_fast_path_key_data(key) if dtype == jnp.float32
+                 and max(FAST_PATH_MIN_SIZE, 1) <= sum(sizes) < 2**32 else None)
         if words is not None:  # the same numbers as the flat draw below, each leaf drawn in place
             offsets = np.cumsum([0] + sizes[:-1])
             noise = [_threefry_normal(words, int(o), leaf.shape) * jnp.asarray(std, dtype)

@@ -45,9 +45,18 @@ def test_same_key_same_noise_different_key_different_noise():
     assert not np.array_equal(np.asarray(a), np.asarray(c))
 
 
+@pytest.fixture(params=["unrolled for every size", "default threshold"])
+def fast_path_threshold(request, monkeypatch):
+    """Runs a test with the unrolled path forced for every size (so small shapes still test it) and with
+    the shipped threshold (small draws through jax.random.normal)."""
+    if request.param == "unrolled for every size":
+        monkeypatch.setattr(noise, "FAST_PATH_MIN_SIZE", 0)
+    return noise.FAST_PATH_MIN_SIZE
+
+
 @pytest.mark.parametrize("shape", [(), (1,), (7,), (203_530,), (3, 5, 4)])
 @pytest.mark.parametrize("raw_key", [False, True])
-def test_fast_normal_is_jax_normal_bit_for_bit(shape, raw_key):
+def test_fast_normal_is_jax_normal_bit_for_bit(shape, raw_key, fast_path_threshold):
     """noise.normal unrolls Threefry for speed; it must reproduce jax.random.normal exactly,
     eagerly, under jit and under vmap over keys (else every recorded result would change)."""
     base = jax.random.PRNGKey(11) if raw_key else jax.random.key(11)
@@ -60,6 +69,18 @@ def test_fast_normal_is_jax_normal_bit_for_bit(shape, raw_key):
     np.testing.assert_array_equal(batched, jax.vmap(lambda k: jax.random.normal(k, shape))(keys))
 
 
+def test_small_draws_use_jax_random_normal_and_large_ones_the_unrolled_rounds():
+    """Below FAST_PATH_MIN_SIZE the program holds jax's own threefry (which XLA can run beside the
+    gradient); from it on, no threefry primitive: the unrolled integer rounds."""
+    key = jax.random.key(3)
+    small = str(jax.make_jaxpr(lambda k: noise.normal(k, (12, 50)))(key))
+    large = str(jax.make_jaxpr(lambda k: noise.normal(k, (noise.FAST_PATH_MIN_SIZE,)))(key))
+    assert "random_bits" in small or "threefry2x32" in small
+    assert "random_bits" not in large and "threefry2x32" not in large
+    tree = {"w": jnp.zeros((50,)), "b": jnp.zeros(())}
+    assert "random_bits" in str(jax.make_jaxpr(lambda k: noise.gaussian_like(k, tree, 1.0))(key))
+
+
 def test_fast_normal_falls_back_for_other_keys_and_dtypes():
     rbg = jax.random.key(5, impl="rbg")
     np.testing.assert_array_equal(noise.normal(rbg, (9,)), jax.random.normal(rbg, (9,)))
@@ -67,7 +88,7 @@ def test_fast_normal_falls_back_for_other_keys_and_dtypes():
     np.testing.assert_array_equal(noise.normal(key, (9,), jnp.bfloat16), jax.random.normal(key, (9,), jnp.bfloat16))
 
 
-def test_gaussian_like_tree_is_the_split_flat_jax_draw():
+def test_gaussian_like_tree_is_the_split_flat_jax_draw(fast_path_threshold):
     """Each leaf's noise is drawn in place from its counter range: the numbers of one flat
     jax.random.normal draw split into the leaves (what gaussian_like released before)."""
     tree = {"a": jnp.zeros((3, 70)), "b": jnp.zeros((11,)), "c": jnp.zeros((2, 2, 5))}

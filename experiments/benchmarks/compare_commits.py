@@ -68,7 +68,23 @@ another job ran (its pairs spread 0.5-1.7, read only the medians):
 
 The Fig. 4-shaped round (the smallest: N 25, M 12, K 444, d 50) is 9 % slower in both pairs, private
 and non-private alike: a fixed per-round cost of the composed round, which the larger wide round and the
-whole protocol (compilation, data, store) do not show. Open in issue #24.
+whole protocol (compilation, data, store) do not show.
+
+The cause was the unrolled Threefry noise fused into the update (it waited for the gradient instead of
+running beside it). With draws under ``noise.FAST_PATH_MIN_SIZE`` back on ``jax.random.normal`` (the same
+numbers), measured 2026-11-26 on the idle 2-core CPU (load 1-2), ``--bench round_step --pairs 2``:
+
+| metric (rounds/s) | 4530b5b (before #24) -> fix | per pair | main before the fix -> fix | per pair |
+|---|---|---|---|---|
+| mnist-fig4 single private | 1.002 | 1.03 0.98 | 1.095 | 1.15 1.04 |
+| mnist-fig4 single non-private | 0.989 | 1.00 0.98 | 1.104 | 1.16 1.05 |
+| mnist-fig4 grid private | 0.952 | 0.93 0.97 | 1.005 | 0.94 1.07 |
+| mnist-fig4 grid non-private | 1.011 | 1.08 0.95 | 0.983 | 0.98 0.98 |
+| wide single private / non-private | 0.975 / 0.978 | 1.04 0.91 / 1.06 0.90 | 1.002 / 0.999 | |
+| wide grid private / non-private | 0.984 / 0.971 | 1.02 0.95 / 0.98 0.97 | 1.057 / 1.020 | |
+
+The single Fig. 4 round is back to its pre-#24 speed (1.00 / 0.99, from 0.91); every row is within its
+pair-to-pair spread of 1.
 """
 
 from __future__ import annotations

@@ -178,11 +178,28 @@ CASES = {"isrl_grid": isrl_grid, "isrl_scaling": isrl_scaling, "isrl_mnist_task"
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", required=True, help="directory holding california_housing (the DIFF2 case)")
+    ap.add_argument("--only", nargs="+", choices=sorted(CASES) + ["diff2"],
+                    help="re-record only these cases, keep every other stored array as it is, and print the "
+                         "largest relative change of each re-recorded array (for a deliberate float-order change)")
     args = ap.parse_args()
-    out = {}
-    for fn in CASES.values():
-        out.update(fn())
-    out.update(diff2_dataset(args.data_dir))
+    wanted = set(args.only or list(CASES) + ["diff2"])
+    out = dict(np.load(EXPECTATIONS)) if args.only else {}
+    new = {}
+    for name, fn in CASES.items():
+        if name in wanted:
+            new.update(fn())
+    if "diff2" in wanted:
+        new.update(diff2_dataset(args.data_dir))
+    for k, v in sorted(new.items()):
+        if k in out:
+            old, now = np.asarray(out[k], np.float64), np.asarray(v, np.float64)
+            finite = np.isfinite(old)  # diverged runs store inf / NaN
+            if not np.array_equal(old[~finite], now[~finite], equal_nan=True) or not np.isfinite(now[finite]).all():
+                print(f"{k}: non-finite entries changed")
+                continue
+            change = np.abs(now[finite] - old[finite]) / np.maximum(np.abs(old[finite]), 1e-30)
+            print(f"{k}: largest relative change {np.max(change, initial=0.0):.3g}")
+    out.update(new)
     EXPECTATIONS.parent.mkdir(exist_ok=True)
     np.savez(EXPECTATIONS, **out)
     print(f"wrote {len(out)} arrays to {EXPECTATIONS}")

@@ -81,6 +81,7 @@ import optax
 from dpjax import _validate, keys
 from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
+from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.algorithms.diff2_parts import (
     PATHS,
     Diff2Client,
@@ -116,7 +117,7 @@ __all__ = ["Diff2HParams", "Diff2GD", "Diff2BvrLSgd", "dp_gd", "nonprivate_gd", 
 # ----------------------------------------------------------------------------- hparams
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class Diff2HParams:
+class Diff2HParams(HParams):
     """Per-run (sweepable) hyper-parameters of the DIFF2 family.
 
     Attributes:
@@ -135,31 +136,16 @@ class Diff2HParams:
       noise_multiplier_local: z3 (BVR local steps only; std ``z3 x 2 C3 ||.||/b``).
     """
 
-    learning_rate: Any
-    restart_interval: Any = 1
-    clip_restart: Any = 1.0
-    clip_diff: Any = 1.0
-    noise_multiplier_restart: Any = 0.0
-    noise_multiplier_diff: Any = 0.0
-    clip_local: Any = 1.0
-    noise_multiplier_local: Any = 0.0
-
-    @classmethod
-    def create(cls, learning_rate, restart_interval=1, clip_restart=1.0, clip_diff=1.0, noise_multiplier_restart=0.0,
-               noise_multiplier_diff=0.0, clip_local=1.0, noise_multiplier_local=0.0,
-               dtype=jnp.float32) -> "Diff2HParams":
-        """Validated constructor (host-side scalars; arrays are passed through)."""
-        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
-        _validate.check_if_concrete(_validate.check_int, "restart_interval", restart_interval, min_value=1)
-        clips = (clip_restart, clip_diff, clip_local)
-        zs = (noise_multiplier_restart, noise_multiplier_diff, noise_multiplier_local)
-        for name, val in zip(CLIP_FIELDS, clips):
-            _validate.check_if_concrete(_validate.check_positive, name, val, allow_inf=True)
-        for name, val in zip(NOISE_FIELDS, zs):
-            _validate.check_if_concrete(_validate.check_nonnegative, name, val)
-        f = lambda v: jnp.asarray(v, dtype)  # noqa: E731
-        return cls(f(learning_rate), jnp.asarray(restart_interval, jnp.int32), f(clip_restart), f(clip_diff),
-                   f(noise_multiplier_restart), f(noise_multiplier_diff), f(clip_local), f(noise_multiplier_local))
+    # ``create(learning_rate, restart_interval=1, ..., dtype=None)`` checks each concrete value by the rule
+    # declared here (HParams); ``dtype`` overrides the float32 of the float fields.
+    learning_rate: Any = hparam()
+    restart_interval: Any = hparam(1, _validate.check_int, dtype=jnp.int32, min_value=1)
+    clip_restart: Any = hparam(1.0, allow_inf=True)
+    clip_diff: Any = hparam(1.0, allow_inf=True)
+    noise_multiplier_restart: Any = hparam(0.0, _validate.check_nonnegative)
+    noise_multiplier_diff: Any = hparam(0.0, _validate.check_nonnegative)
+    clip_local: Any = hparam(1.0, allow_inf=True)
+    noise_multiplier_local: Any = hparam(0.0, _validate.check_nonnegative)
 
 
 # ----------------------------------------------------------------------------- shared by both families

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import _validate, keys
+from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.accounting.plan import ClipEvent, NoiseEvent
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
@@ -51,31 +52,17 @@ from dpjax.primitives import clipping
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class FedAvgHParams:
+class FedAvgHParams(HParams):
     """Per-run values: server / client step sizes, the delta's and the count's noise multipliers, the
     initial clip C_0, the target quantile gamma and the clip's learning rate eta_C."""
 
-    learning_rate: Any = 1.0
-    client_learning_rate: Any = 0.1
-    noise_multiplier: Any = 0.0
-    noise_multiplier_count: Any = 0.0
-    clip_norm: Any = 1.0
-    target_quantile: Any = 0.5
-    clip_learning_rate: Any = 0.2
-
-    @classmethod
-    def create(cls, learning_rate=1.0, client_learning_rate=0.1, noise_multiplier=0.0, noise_multiplier_count=0.0,
-               clip_norm=1.0, target_quantile=0.5, clip_learning_rate=0.2) -> "FedAvgHParams":
-        values = dict(learning_rate=learning_rate, client_learning_rate=client_learning_rate,
-                      noise_multiplier=noise_multiplier, noise_multiplier_count=noise_multiplier_count,
-                      clip_norm=clip_norm, target_quantile=target_quantile, clip_learning_rate=clip_learning_rate)
-        for name in ("learning_rate", "client_learning_rate"):
-            _validate.check_if_concrete(_validate.check_positive, name, values[name])
-        for name in ("noise_multiplier", "noise_multiplier_count", "clip_learning_rate"):
-            _validate.check_if_concrete(_validate.check_nonnegative, name, values[name])
-        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
-        _validate.check_if_concrete(_validate.check_probability, "target_quantile", target_quantile)
-        return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in values.items()})
+    learning_rate: Any = hparam(1.0)
+    client_learning_rate: Any = hparam(0.1)
+    noise_multiplier: Any = hparam(0.0, _validate.check_nonnegative)
+    noise_multiplier_count: Any = hparam(0.0, _validate.check_nonnegative)
+    clip_norm: Any = hparam(1.0, allow_inf=True)
+    target_quantile: Any = hparam(0.5, _validate.check_probability)
+    clip_learning_rate: Any = hparam(0.2, _validate.check_nonnegative)
 
 
 @dataclasses.dataclass(frozen=True)

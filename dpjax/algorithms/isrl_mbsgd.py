@@ -35,9 +35,9 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
@@ -50,7 +50,7 @@ PyTree = Any
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class MbSgdHParams:
+class MbSgdHParams(HParams):
     """Per-run hyperparameters (a sweep vmaps over these).
 
     Attributes:
@@ -61,19 +61,11 @@ class MbSgdHParams:
       clip_norm: per-example clip threshold L.
     """
 
-    learning_rate: Any
-    noise_multiplier: Any = 0.0
-    clip_norm: Any = 1.0
-
-    @classmethod
-    def create(cls, learning_rate, noise_multiplier=0.0, clip_norm=1.0) -> "MbSgdHParams":
-        # Concrete values of any kind (Python, NumPy, jax scalars and arrays) are checked; tracers only in
-        # dpjax.primitives.checked mode.
-        _validate.check_if_concrete(_validate.check_positive, "learning_rate", learning_rate)
-        _validate.check_if_concrete(_validate.check_nonnegative, "noise_multiplier", noise_multiplier)
-        _validate.check_if_concrete(_validate.check_positive, "clip_norm", clip_norm, allow_inf=True)
-        f32 = lambda v: jnp.asarray(v, jnp.float32)
-        return cls(f32(learning_rate), f32(noise_multiplier), f32(clip_norm))
+    # ``create(learning_rate, noise_multiplier=0.0, clip_norm=1.0)`` checks concrete values of any kind
+    # (Python, NumPy, jax scalars and arrays); tracers only in dpjax.primitives.checked mode (HParams).
+    learning_rate: Any = hparam()
+    noise_multiplier: Any = hparam(0.0, _validate.check_nonnegative)
+    clip_norm: Any = hparam(1.0, allow_inf=True)
 
 
 def smallest_silo(silo_sizes) -> int:

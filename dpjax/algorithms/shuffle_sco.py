@@ -168,10 +168,13 @@ class ScoHParams:
         for r, flag in enumerate(a["restart"]):
             stage[r] = 1 if flag else stage[r - 1] + 1
         pv = shuffle_protocols.PvecParams.create(np.asarray(a["g"]), np.asarray(a["b"]), np.asarray(a["p"]))
-        return cls(jnp.asarray(a["start"], jnp.int32), jnp.asarray(a["batch"], jnp.int32), jnp.asarray(stage),
-                   jnp.asarray(a["step"], jnp.float32), jnp.asarray(a["smoothing"], jnp.float32), pv,
-                   jnp.zeros(plan.num_rounds, jnp.float32),
-                   jnp.asarray(plan.lipschitz if clip_norm is None else clip_norm, jnp.float32))
+        # cast on the host (the same rounding as XLA's convert) and device_put: an eager jnp cast or
+        # jnp.asarray compiles a program per length T
+        dev = lambda v, dtype: jax.device_put(np.asarray(v, dtype))  # noqa: E731
+        return cls(dev(a["start"], np.int32), dev(a["batch"], np.int32), jax.device_put(stage),
+                   dev(a["step"], np.float32), dev(a["smoothing"], np.float32), pv,
+                   dev(np.zeros(plan.num_rounds), np.float32),
+                   dev(plan.lipschitz if clip_norm is None else clip_norm, np.float32))
 
     @property
     def num_rounds(self) -> int:

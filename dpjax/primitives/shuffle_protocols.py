@@ -108,7 +108,10 @@ class PvecParams:
         out.validate()
         g = np.asarray(granularity)
         b = np.asarray(trials)
-        return cls(jnp.asarray(g, jnp.int32), jnp.asarray(b, jnp.int32), jnp.asarray(_round_up_f32(probability)))
+        # integer casts on the host (validated above, so in range) and device_put: an eager jnp cast or
+        # jnp.asarray compiles a program per shape
+        return cls(jax.device_put(g.astype(np.int32)), jax.device_put(b.astype(np.int32)),
+                   jax.device_put(_round_up_f32(probability)))
 
     def validate(self) -> "PvecParams":
         """Host-side checks of concrete values (any shape); ValueError naming the field."""

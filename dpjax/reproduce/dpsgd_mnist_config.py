@@ -14,7 +14,14 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 FULL = dict(n_train=60000, n_test=10000, epochs=(10, 30, 50), lrs=(0.01, 0.03, 0.1, 0.3, 1.0),
             clips=(0.1, 0.5, 1.0, 2.0, 5.0), seeds=3, max_extensions=2)
-QUICK = dict(n_train=10240, n_test=2000, epochs=(3,), lrs=(0.3, 1.0), clips=(1.0,), seeds=1, max_extensions=1)
+#: smoke size (every code path: batch and individual clipping, shuffling and subsampling, local SGD, momentum,
+#: no privacy, two epochs of two rounds, the grid-edge extension; under a minute of CPU): a DP-SGD step of this
+#: CNN costs ~0.19 s on the 2-core CPU and each variant compiles its own round (~4-6 s), so 5 variants x 5 runs
+#: (2 step sizes + 3 edge extensions) x 4 rounds is what fits. "BC-SH m=1" runs in the full protocol only: its
+#: round is BC-SH's code with m = 1 (no path of its own). Before 2026-11-26 quick was 10,240 / 2,000 images,
+#: E = 3 and all six variants (120 rounds a run, > 540 s CPU).
+QUICK = dict(n_train=512, n_test=500, epochs=(2,), lrs=(0.3, 1.0), clips=(1.0,), seeds=1, max_extensions=1,
+             variants=("BC-SH", "IC-SS", "BC-SH-localSGD", "BC-SH-momentum", "SGD (non-private)"))
 ROUND_RECORDS = 256  # ms: records per round, the same for every variant (so the same rounds per epoch)
 MINI_BATCH = 4  # s of the batch-clipping variants: m = 64 clipped mini-batch means per round
 LOCAL_BATCH = 1  # eqs. (2)/(3): one record per local step inside each mini-batch

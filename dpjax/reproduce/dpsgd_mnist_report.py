@@ -187,8 +187,12 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
                   "That would explain accuracies equal to individual clipping's; it is not the privacy the paper's "
                   "theorems account for."]
     if quick:
-        lines += ["", "Quick mode is a smoke-scale run (a training subset, few epochs, one seed): accuracies are below "
-                  "a full run's and are not a reproduction of the paper's numbers."]
+        lines += ["", f"Quick mode is a smoke test, not a reproduction: every code path (batch and individual "
+                  f"clipping, shuffling and subsampling, local SGD and momentum, no privacy, the grid-edge extension, "
+                  f"the accountants) on {cfg['n_train']} training images ({cfg['n_train'] // ROUND_RECORDS} rounds per "
+                  f"epoch) for E = {', '.join(map(str, cfg['epochs']))}, one seed; its accuracies are far below a "
+                  "trained model's and say nothing about the paper's numbers, and its extrapolation below counts "
+                  "each variant's compilation in a few run-rounds (an overestimate) and only the variants run here."]
     est = full_estimate
     summed = f" (summed over {parts} processes run side by side, one per variant)" if parts > 1 else ""
     load = os.getloadavg()[0] if load is None else load

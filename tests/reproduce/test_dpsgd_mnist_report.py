@@ -105,3 +105,22 @@ def test_train_grid_on_cpu_equals_the_vmapped_scan():
     np.testing.assert_array_equal(diverged, ref.diverged_round)
     assert diverged[0] == -1 and diverged[1] >= 0
     assert acc[0] == ref.eval_metrics["test_accuracy"][0, -1]
+
+
+def test_quick_protocol_still_covers_every_code_path():
+    """The quick protocol is a smoke test sized for a minute of CPU: its variants must still cover batch and
+    individual clipping, shuffling and subsampling, the local update rules (plain and momentum) and the
+    non-private twin, run more than one epoch of more than one round, and reach the grid-edge rule."""
+    from dpjax.algorithms.dpsgd_general import DpSgdGeneral
+
+    kws = [exp.variants()[name] for name in exp.QUICK["variants"]]
+    assert {kw["sampling"] for kw in kws} == {"shuffle", "subsample"}
+    assert {kw["subset_size"] == 1 for kw in kws if kw.get("private", True)} == {True, False}  # IC and BC
+    assert {kw.get("update_rule", "gradient") for kw in kws} == {"gradient", "local"}
+    assert any("local_optimizer" in kw for kw in kws) and any(not kw.get("private", True) for kw in kws)
+    rounds_per_epoch = exp.QUICK["n_train"] // exp.ROUND_RECORDS
+    assert rounds_per_epoch >= 2 and min(exp.QUICK["epochs"]) >= 2 and exp.QUICK["max_extensions"] >= 1
+    assert exp.QUICK["n_train"] > exp.ROUND_RECORDS  # subsampling draws a proper subset
+    alg = DpSgdGeneral.for_epochs(None, exp.QUICK["n_train"], 2, **exp.variants()["IC-SS"])
+    assert alg.num_rounds == 2 * rounds_per_epoch and alg.individual_clipping
+    assert set(exp.FULL) - {"variants"} <= set(exp.QUICK) and "variants" not in exp.FULL  # FULL runs them all

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, TABLE1
+from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, TABLE1, mc_features
 from dpjax.sweep import select
 
 
@@ -71,8 +71,8 @@ def slope_summary(rows, protocol: str, *, eps: float, schedule: str, ceiling: st
     iname, table_row, sn, sd = TABLE1[protocol]
     inst = INSTANCES[iname]
     LD = inst.lipschitz * 2.0
-    top = 0.3 * LD if ceiling == "bound" else 0.3 * float(inst.excess(np.zeros((1, d0)), d0,
-                                                                       np.random.default_rng(12345 + d0))[0])
+    top = 0.3 * LD if ceiling == "bound" else 0.3 * float(inst.excess(np.zeros((1, d0)), d0, None,
+                                                                       features=mc_features(d0))[0])
     own = {as_number(r["n"], int): r for r in rows if _matches(r, protocol, "n", eps, schedule)
            and as_number(r["d"], int) == d0}
     twin = {as_number(r["n"], int): as_number(r["value"]) for r in rows if _matches(r, f"{protocol}_twin", "n", eps, schedule)}

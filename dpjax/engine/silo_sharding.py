@@ -111,6 +111,28 @@ def sharded() -> bool:
     return state is not None and state[1]
 
 
+def on_silo_devices(tree: Any) -> Any:
+    """Per-silo arrays ``[M, ...]`` kept split over the silo axis, each silo's rows on its device, when
+    the traced run computes per silo (``sharded()``); the identity otherwise (the unsharded program
+    and ``"exact"`` trace nothing new). ``gather_silos`` of the result then all-gathers finished
+    values: without it the partitioner propagates ``gather_silos``' replicated sharding backwards
+    through an elementwise op and gathers its sharded operand instead (a silo's message before its
+    noise, which every device then drew for all silos). Leaves whose ``M`` the devices do not divide
+    (a random silo subset, already gathered to every device) are left as they are."""
+    state = _MESH.get()
+    if state is None or not state[1]:
+        return tree
+    mesh = state[0]
+    count = mesh.devices.size
+
+    def split(a):
+        if jax.numpy.ndim(a) == 0 or a.shape[0] % count:
+            return a
+        return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P(SILO_AXIS)))
+
+    return jax.tree_util.tree_map(split, tree)
+
+
 def gather_silos(tree: Any) -> Any:
     """Per-silo arrays replicated before a reduction over silos when the traced run's silo axis is
     sharded (see the module docstring); the identity otherwise."""

@@ -39,7 +39,7 @@ from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.roles import Context
-from dpjax.engine.silo_sharding import gather_silos
+from dpjax.engine.silo_sharding import gather_silos, on_silo_devices
 
 PyTree = Any
 PLACEMENTS = ("silo", "server")
@@ -172,9 +172,12 @@ class ChainFamily(FamilyBase):
         units, client = p.client.update(query, batch, data, state.client, ctx)
         messages, clipper = p.clipper.update(units, state.clipper, ctx)
         # gather_silos: identity unless the run's silo axis is sharded (then the aggregator reduces
-        # the replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding)
+        # the replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding).
+        # Per-silo noise (placement "silo") is added on the silo's device before the gather
+        # (on_silo_devices); noise added once to the aggregate comes after it.
         if p.placement == "silo":
             messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
+            messages = messages.replace(value=on_silo_devices(messages.value))
             update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
         else:
             update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)

@@ -17,30 +17,48 @@ Two ways to compute (``engine.run(..., silo_compute=...)``, ``SILO_COMPUTE``):
 * ``"per-silo"``: each device computes its own silos (sampling, per-silo
   gradients, clipping, per-silo noise): parts select all silos without a
   gather across the silo axis (``sharded()``; ``roles.Batch.records``,
-  ``federated.available_silos``), and the messages are replicated before the
-  aggregator (``gather_silos``: an all-gather of ``N x |message|`` values, the
-  bytes a server receives) so the cross-silo reduction is the unsharded one.
+  ``federated.available_silos``); a per-silo privatizer's output stays on the
+  silos' devices (``on_silo_devices``), so each device draws and adds only its
+  silos' noise; and the messages are replicated before the aggregator
+  (``gather_silos``: an all-gather of ``N x |message|`` values, the bytes a
+  server receives) so the cross-silo reduction is the unsharded one. Noise
+  added once to the aggregate (placement ``"server"``) comes after the gather.
   Float results can differ from the unsharded run in the last bits. (Without
   the all-silos selection, full availability's ``silo_ids = arange(N)`` made
   every silo's rows a gather across the sharded axis, which the partitioner
   ran as an all-gather of the batches every round: every device computed
-  every silo.)
+  every silo. Without ``on_silo_devices``, ``gather_silos``' replicated
+  sharding propagated backwards through the noise add: the partitioner
+  gathered the noiseless messages ``total / K`` and every device drew every
+  silo's noise.)
 
-Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2 XLA:CPU;
-tests/engine/silo_sharding_check.py): the partitioned program has other fusion
-boundaries, and XLA:CPU rounds differently across them. (1) It contracts
-``a * b + c`` inside a fusion into one FMA: unsharded, a silo's message
-``total / K`` and its noise ``std * z`` are one fusion; sharded, the message is
-finished on its device and the noise added after the all-gather, so the add is
-rounded differently (tests: <= 1.5e-8 absolute on an MLP, 3.7e-9 on logistic
-regression; 6e-8 on bench_silo_sharding's 1024-silo MLP; non-private runs,
-without that add, are identical). (2) A
-reduction that is a fusion's root is vectorised as a tree; fused into a
-consumer it is summed in sequence: a GLM's row norms ``sum_k x_jk^2``, hoisted
-out of the rounds unsharded, are fused into the per-device gather sharded
-(this was the <= 9.3e-7 relative difference of logistic regression before
-``"exact"``). Making the two programs agree would need fixed fusion boundaries
-in the unsharded program too, which changes existing results.
+Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2
+XLA:CPU; tests/engine/silo_sharding_check.py, 16 silos, 4 rounds): the
+partitioned program has other fusion boundaries and other dot shapes, and
+XLA:CPU rounds differently across them; it contracts ``a * b + c`` inside a
+fusion into one FMA, and a reduction that is a fusion's root is vectorised as a
+tree while one fused into a consumer is summed in sequence. Adding each silo's
+noise on its device made the per-silo ``message + noise`` fusion the unsharded
+one for every leaf whose cross-silo mean is a ``dot`` (the MLP's hidden kernel
+and bias and its output kernel: bit for bit; the 1024-silo MLP of
+bench_silo_sharding.py: bit for bit on 2 and 4 devices, 1.5e-8 on 8, was 6e-8).
+What still differs: (1) the MLP's 1-wide output bias (9.3e-10 absolute after 4
+rounds): its ``[N] . [N, 1]`` mean is simplified to a reduce, which the
+unsharded program fuses with the silos' ``message + noise`` and the update into
+one kernel (vectorised, 20 FMAs), while sharded the add is the root of the
+device's kernel before the all-gather (scalar, 18 + 1 FMAs); (2) the
+non-private MLP (identical while the noise was added after the gather): its
+hidden bias (1.2e-10 from round 3 on; the output bias 4.7e-10 after rounds 1-2,
+equal after 3): the ``message + 0`` fusion and the dots are the same HLO in
+both programs (per device: 2 silos instead of 16), the source is not located;
+(3) dense GLMs (logistic 5.6e-9, softmax 7.5e-9; 3.7e-9 and 7.5e-9 with the
+noise added after the gather): their per-device dots have other shapes (``[64,
+d] x [d]`` logits instead of ``[512, d] x [d]``, a batched ``[2, K] x [2, K,
+d]`` message instead of ``[16, ...]``). Earlier, a GLM's row norms ``sum_k
+x_jk^2``, hoisted out of the rounds unsharded, were fused into the per-device
+gather sharded (summed in sequence: <= 9.3e-7 relative, before ``"exact"``).
+Making the two programs agree would need fixed fusion boundaries in the
+unsharded program too, which changes existing results.
 
 Random draws agree in both modes because JAX's threefry is partitionable (a
 sharded draw yields the unsharded values). ``FixedAvailability``'s random silo
@@ -109,6 +127,28 @@ def sharded() -> bool:
     mesh and ``per_silo=True``): parts then select all silos without a gather across the silo axis."""
     state = _MESH.get()
     return state is not None and state[1]
+
+
+def on_silo_devices(tree: Any) -> Any:
+    """Per-silo arrays ``[M, ...]`` kept split over the silo axis, each silo's rows on its device, when
+    the traced run computes per silo (``sharded()``); the identity otherwise (the unsharded program
+    and ``"exact"`` trace nothing new). ``gather_silos`` of the result then all-gathers finished
+    values: without it the partitioner propagates ``gather_silos``' replicated sharding backwards
+    through an elementwise op and gathers its sharded operand instead (a silo's message before its
+    noise, which every device then drew for all silos). Leaves whose ``M`` the devices do not divide
+    (a random silo subset, already gathered to every device) are left as they are."""
+    state = _MESH.get()
+    if state is None or not state[1]:
+        return tree
+    mesh = state[0]
+    count = mesh.devices.size
+
+    def split(a):
+        if jax.numpy.ndim(a) == 0 or a.shape[0] % count:
+            return a
+        return jax.lax.with_sharding_constraint(a, NamedSharding(mesh, P(SILO_AXIS)))
+
+    return jax.tree_util.tree_map(split, tree)
 
 
 def gather_silos(tree: Any) -> Any:

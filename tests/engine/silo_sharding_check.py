@@ -1,7 +1,7 @@
 """Run by tests/engine/test_silo_sharding.py in a fresh process with 8 host devices: one federated run
 with its silo axis sharded over 1, 2, 4 and 8 devices against the unsharded run, in both
-``silo_compute`` modes. Prints one line per case, then one line per mode on the compiled program's
-collectives.
+``silo_compute`` modes. Prints one line per case, then two lines per mode on the compiled 8-device
+program: its collectives, and the silo sizes of its noise draws (how many silos' noise one device draws).
 
 The shapes (16 unequal silos of <= 32 rows, d = 8) are ones where the sharded logistic regression
 used to differ from the unsharded run (row norms summed in another order, <= 9.3e-7 relative)."""
@@ -29,14 +29,24 @@ def _leaves(tree):
     return [np.asarray(a) for a in jax.tree_util.tree_leaves(tree)]
 
 
-def _collectives(alg, data, hp, key, mode, ndev):
-    """The shapes of the all-gathers / all-reduces in the compiled ``ndev``-device program."""
+def _compiled_text(alg, data, hp, key, mode, ndev):
+    """The optimized HLO of the compiled ``ndev``-device program."""
     mesh = silo_sharding.silo_mesh(jax.devices()[:ndev], data.num_silos)
     put = lambda t: silo_sharding.replicate(t, mesh)  # noqa: E731
     params = alg.problem.init_params(keys.run_stream_key(key, "local"))
-    text = compiled_runner(alg, None, None, False, None, None, silo_mesh=mesh, silo_compute=mode).lower(
+    return compiled_runner(alg, None, None, False, None, None, silo_mesh=mesh, silo_compute=mode).lower(
         put(hp), silo_sharding.shard_data(data, mesh), None, put(key), put(params)).compile().as_text()
+
+
+def _collectives(text):
+    """The shapes of the all-gathers / all-reduces in a compiled program."""
     return re.findall(r"= \(?([a-z0-9]+\[[0-9,]*\])[^=]*? (?:all-gather|all-reduce)\(", text)
+
+
+def _noise_rows(text):
+    """The leading (silo) sizes of the noise draws' ``erf_inv`` ops in a compiled program: the silos
+    whose noise one device draws."""
+    return sorted({int(m) for m in re.findall(r"= f32\[([0-9]+),[0-9,]*\][^=]*? [a-z-]+\([^\n]*erf_inv", text)})
 
 
 def main() -> None:
@@ -79,7 +89,9 @@ def main() -> None:
                       f"max_abs_params={scale:.3g}", flush=True)
     alg = cases["mlp-full"][0]
     for mode in silo_sharding.SILO_COMPUTE:
-        print(f"collectives {mode} devices=8: {' '.join(_collectives(alg, data, hp, key, mode, 8))}", flush=True)
+        text = _compiled_text(alg, data, hp, key, mode, 8)
+        print(f"collectives {mode} devices=8: {' '.join(_collectives(text))}", flush=True)
+        print(f"noise-rows {mode} devices=8: {' '.join(str(r) for r in _noise_rows(text))}", flush=True)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
     for line in exact:  # every model, 1/2/4/8 devices: bit for bit (np.array_equal on every leaf)
         assert "IDENTICAL" in line, line
     for line in per_silo:
-        # each device computes its silos: XLA:CPU fuses (and so FMA-rounds) the per-silo messages
+        # each device computes its silos: XLA:CPU fuses (and so FMA-rounds) some per-silo values
         # differently (dpjax.engine.silo_sharding). A float32 rounding (eps = 1.2e-7) per message
         # coordinate, summed over 16 silos and 4 rounds, bounds the difference by 4 * 16 * eps ~ 7.7e-6
         # relative to the parameters' size.
@@ -48,6 +48,12 @@ def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
     # gathers [16, ...] messages
     assert "f32[16,32,8]" in collectives["exact"], r.stdout
     assert "f32[16,32,8]" not in collectives["per-silo"] and collectives["per-silo"], r.stdout
+    # each silo's noise is drawn and added on its device (2 silos each of 16 on 8 devices) before the
+    # messages are gathered; "exact" draws all 16 on every device (gathering the noiseless messages,
+    # as per-silo once did, made every device draw every silo's noise)
+    noise_rows = {line.split()[1]: line.split(":", 1)[1].split() for line in r.stdout.splitlines()
+                  if line.startswith("noise-rows")}
+    assert noise_rows == {"exact": ["16"], "per-silo": ["2"]}, r.stdout
 
 
 def test_silo_devices_must_divide_the_silos():

@@ -91,7 +91,11 @@ def _conv_per_example_grads(spec: ConvSpec, a, d, shape):
 
 
 def _conv_chunk(batch: int, patch_floats: int) -> int:
-    """Examples per chunk: as many as keep a chunk's patches within ``_CONV_CHUNK_FLOATS``."""
+    """Examples per chunk: on CPU as many as keep a chunk's patches within ``_CONV_CHUNK_FLOATS``;
+    elsewhere the whole batch (a GPU has no such cache to stay in, and a loop of small kernels
+    would serialise its work; the chunking was measured on CPU only)."""
+    if jax.default_backend() != "cpu":
+        return batch
     return max(1, min(batch, _CONV_CHUNK_FLOATS // max(patch_floats, 1)))
 
 

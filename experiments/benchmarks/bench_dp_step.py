@@ -210,7 +210,10 @@ rule materialises both: ``T (K + C) > K C``, T = 784 / 196 positions, K = 25 / 4
   the flattened padded image, 29 % more positions) 228.7; the slices written into one buffer with
   ``dynamic_update_slice`` 232.7; 25 shifted per-example products 217.2. With chunking (load 8):
   chunks dividing the batch (no padding row) 143.8, the first convolution unchunked 154.7 or by the
-  patches op 154.9, against 144.3 for the kept rule (within the noise; kept the simplest).
+  patches op 154.9, against 144.3 for the kept rule (within the noise; kept the simplest). The chunks
+  as a Python-unrolled loop (independent ops XLA could run on both cores, no zero-initialised scan
+  output) instead of ``lax.map``: 186.3 vs 136.8 (non-private 135.9; load 7.6) and 23.8 s to compile
+  instead of 5.8 s.
 * Not the cause: glibc's allocator. ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` raised
   so that freed 80 MB buffers are reused cut a standalone slices kernel from 72 to 30 ms (page faults
   of a fresh output buffer) but left the whole private step unchanged (232.7 vs 235.2 ms).

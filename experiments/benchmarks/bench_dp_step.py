@@ -217,9 +217,10 @@ rule materialises both: ``T (K + C) > K C``, T = 784 / 196 positions, K = 25 / 4
 * Not the cause: glibc's allocator. ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` raised
   so that freed 80 MB buffers are reused cut a standalone slices kernel from 72 to 30 ms (page faults
   of a fresh output buffer) but left the whole private step unchanged (232.7 vs 235.2 ms).
-* Left: the scan's stacked output is zero-initialised (a 13 MB ``broadcast`` per step, 21 ms in a
-  profile at load 9); computing only the norms in the loop and the clipped sum in a second loop
-  would avoid it at the cost of a second patch pass (not tried). dtype: float32 throughout (a
+* Rejected: the scan's stacked output is zero-initialised (a 13 MB ``broadcast`` per step, 21 ms in a
+  profile at load 9); computing only the norms in one loop and the clipped sum in a second loop
+  (patches unfolded twice) avoids it but costs more: second convolution alone, norms + clipped sum,
+  42.8 vs 29.3 ms process CPU (load 7.6). dtype: float32 throughout (a
   lower-precision product would not be exact). The noise is already fused into the update
   (``private, noise apart`` gives the same time).
 

@@ -37,6 +37,7 @@ from flax import nnx
 
 from dpjax.primitives import clipping
 from dpjax.primitives import ghost_clipping as gc
+from dpjax.primitives import ghost_passes
 from dpjax.problems import TransformerClassifier, transformer_problem
 
 RTOL64, RTOL32 = 1e-9, 1e-4
@@ -241,8 +242,6 @@ def test_convolution_gradients_in_example_chunks(chunk, monkeypatch):
     chunk): chunks of 1 and of 2 (5 examples: one padding row) still equal vmap(grad)
     for every convolution of ConvStack (strides, explicit/SAME padding, kernel and
     input dilation, 1-D with per-example batch axes)."""
-    from dpjax.primitives import ghost_passes
-
     calls = []
 
     def fixed_chunk(batch, patch_floats):

@@ -245,6 +245,11 @@ load average 7-9.6 from other engineers' jobs; Opacus rows are wall time with to
 | 90b9696, wall ms | 349 | 219 | 342 | 442 | 1,759 | 323 |
 | this change, process CPU ms | 154 (1.02x) | 151 | 154 | 301 | - | - |
 | 90b9696, process CPU ms | 235 (1.59x) | 147 | 230 | 295 | - | - |
+| this change, wall ms, 15:24-15:26 (load 5.6-8.7) | 208 | 204 | 210 | 424 | 1,179 | 493 |
+| 90b9696, wall ms, 15:27-15:29 (load 8.7-8.9) | 330 | 202 | 327 | 428 | 821 | 447 |
+
+With ``--torch-threads 1`` (15:02-15:04, load 5.7-6.6, this change only): dpjax private 227, non-private
+227, Opacus ghost 348, torch non-private 96 (the README's table).
 
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``

@@ -23,6 +23,9 @@ Ghost layers (norm from ``a_i`` and ``delta_i``, no per-example gradient):
   on large model at small cost", mixed ghost clipping);
 * convolutions (linen/NNX ``Conv``): the same identity on unfolded input patches
   (``A_i [P, k k c_in]``, P output positions; Rochette et al. 2019, Bu et al. 2023);
+  in the materialised form the patches are unfolded a few examples at a time, each
+  chunk multiplied while it is still in cache (``lax.map``; the whole batch's patches
+  are never formed);
 * embeddings (``Embed``): ``grad_E = onehot(idx_i)^T D_i``, squared norm
   ``sum_{t,s} [idx_t = idx_s] (delta_t . delta_s)``; ``Embed.attend``
   (``y = q E^T``): ``grad_E = D_i^T Q_i``, a dense layer with the roles of input

@@ -4,6 +4,7 @@ per-example contribution (Gram or materialised form), squared norms and the clip
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -58,6 +59,71 @@ def _patches(spec: ConvSpec, a):
     return p.reshape(batch, -1, p.shape[-1])
 
 
+_CONV_CHUNK_FLOATS = 1 << 18  # patches per chunk of examples (1 MiB of float32: stays in the CPU's L2 cache)
+
+
+def _conv_per_example_grads(spec: ConvSpec, a, d, shape):
+    """Per-example kernel gradients ``[B, *shape]`` (``shape``: the kernel's
+    ``(*window, c_in, c_out)``) of a convolution from its input ``a [B, ..., *spatial, c_in]``
+    and output gradient ``d [B, ..., *out_spatial, c_out]``.
+
+    Each example's gradient is ``P_i^T D_i`` (Rochette et al. 2019): ``P_i`` its unfolded
+    input patches, ``D_i`` its output gradient. The examples are processed in chunks
+    (``lax.map``) small enough that a chunk's patches (``_CONV_CHUNK_FLOATS``) stay in
+    cache between being written and multiplied; unfolding the whole batch at once
+    writes and re-reads ``B P K`` floats through main memory (80 MB for the MNIST
+    CNN's second convolution) and cost ~4x more (measurements in
+    experiments/benchmarks/bench_dp_step.py).
+    """
+    rank = len(spec.kernel_size)
+    batch = a.shape[0]
+    x = a.reshape((batch, -1) + a.shape[a.ndim - rank - 1:])        # [B, n, *S, c_in]
+    dd = d.reshape((batch, -1) + d.shape[d.ndim - rank - 1:])       # [B, n, *O, c_out]
+    chunk = _conv_chunk(batch, math.prod(dd.shape[1:-1]) * x.shape[-1] * math.prod(spec.kernel_size))
+    n_chunks = -(-batch // chunk)
+    if n_chunks == 1:
+        return _conv_chunk_grads(spec, x, dd).reshape((batch,) + tuple(shape))
+    pad = n_chunks * chunk - batch  # zero rows have zero gradients; dropped below
+    x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1)).reshape((n_chunks, chunk) + x.shape[1:])
+    dd = jnp.pad(dd, [(0, pad)] + [(0, 0)] * (dd.ndim - 1)).reshape((n_chunks, chunk) + dd.shape[1:])
+    g = jax.lax.map(lambda xd: _conv_chunk_grads(spec, *xd), (x, dd))
+    return g.reshape((n_chunks * chunk,) + g.shape[2:])[:batch].reshape((batch,) + tuple(shape))
+
+
+def _conv_chunk(batch: int, patch_floats: int) -> int:
+    """Examples per chunk: on CPU as many as keep a chunk's patches within ``_CONV_CHUNK_FLOATS``;
+    elsewhere the whole batch (a GPU has no such cache to stay in, and a loop of small kernels
+    would serialise its work; the chunking was measured on CPU only)."""
+    if jax.default_backend() != "cpu":
+        return batch
+    return max(1, min(batch, _CONV_CHUNK_FLOATS // max(patch_floats, 1)))
+
+
+def _conv_chunk_grads(spec: ConvSpec, x, dd):
+    """``[b, prod(window) c_in, c_out]`` per-example gradients of ``x [b, n, *S, c_in]``
+    (inputs) and ``dd [b, n, *O, c_out]`` (output gradients): the patches as
+    ``prod(window)`` strided slices of the padded (and input-dilated) input, stacked in
+    ``[b, window c_in, positions]`` layout, times the output gradients ``[b, c_out, positions]``."""
+    batch = x.shape[0]
+    x = jnp.moveaxis(x, -1, 1)                                      # [b, c_in, n, *S]
+    window = [(k - 1) * r + 1 for k, r in zip(spec.kernel_size, spec.kernel_dilation)]
+    if isinstance(spec.padding, str):  # as lax.conv_general_dilated: from the undilated input shape
+        pads = jax.lax.padtype_to_pads(x.shape[3:], window, spec.strides, spec.padding)
+    else:
+        pads = spec.padding
+    x = jax.lax.pad(x, jnp.zeros((), x.dtype),
+                    [(0, 0, 0)] * 3 + [(lo, hi, r - 1) for (lo, hi), r in zip(pads, spec.input_dilation)])
+    out = dd.shape[2:-1]
+    slices = []
+    for offsets in itertools.product(*(range(k) for k in spec.kernel_size)):
+        start = (0, 0, 0) + tuple(o * r for o, r in zip(offsets, spec.kernel_dilation))
+        limit = x.shape[:3] + tuple(s + (n - 1) * st + 1 for s, n, st in zip(start[3:], out, spec.strides))
+        slices.append(jax.lax.slice(x, start, limit, (1, 1, 1) + tuple(spec.strides)))
+    p = jnp.stack(slices, 1).reshape(batch, len(slices) * x.shape[1], -1)   # [b, window c_in, T]
+    dt = jnp.moveaxis(dd, -1, 1).reshape(batch, dd.shape[-1], -1)           # [b, c_out, T]
+    return jnp.einsum("bkt,bct->bkc", p, dt, precision=HIGHEST_PRECISION)
+
+
 def _conv_dn(rank):
     spatial = "DHW"[3 - rank:] if rank <= 3 else None
     return ("N" + spatial + "C", spatial + "IO", "N" + spatial + "C")
@@ -92,7 +158,8 @@ def _embed_index(call: LayerCall, idx):
 def layer_contribution(call: LayerCall, role: str, a, d):
     """One call's contribution to one leaf's per-example gradient:
     ``("outer", A [B,T,K], D [B,T,C], layout)`` (gradient ``A^T D`` in ``layout``),
-    ``("index", idx [B,T], D [B,T,F], V)`` or ``("vec", G [B, F])``."""
+    ``("conv", a [B,...], d [B,...], ConvSpec)`` (a convolution's input and output gradient;
+    ``_as_outer`` unfolds it), ``("index", idx [B,T], D [B,T,F], V)`` or ``("vec", G [B, F])``."""
     if call.kind == MATERIALISED:
         g = d[call.param_names.index(role)]
         return ("vec", g.reshape(g.shape[0], -1))
@@ -100,12 +167,33 @@ def layer_contribution(call: LayerCall, role: str, a, d):
         return ("vec", jnp.sum(_flat_d(call, d), axis=1))
     if call.kind == "dense":
         return ("outer", _dense_a(call.spec, a), _flat_d(call, d), "plain")
-    if call.kind == "conv":
-        return ("outer", _patches(call.spec, a), _flat_d(call, d), ("conv", call.spec.kernel_size))
+    if call.kind == "conv":  # unfolded to ("outer", patches, D, layout) by _as_outer where the Gram form needs it
+        return ("conv", a, d, call.spec)
     if call.kind == "embed":
         return ("index", _embed_index(call, a), _flat_d(call, d), call.spec.num_embeddings)
     # attend: grad_E = D^T Q, i.e. (Q^T D)^T with Q the query [T, F], D the output gradient [T, V]
     return ("outer", a.reshape(a.shape[0], -1, a.shape[-1]), _flat_d(call, d), "transposed")
+
+
+def _as_outer(contrib):
+    """A convolution's contribution as ``("outer", patches [B,P,K], D [B,P,C], layout)``."""
+    if contrib[0] != "conv":
+        return contrib
+    _, a, d, spec = contrib
+    return ("outer", _patches(spec, a), d.reshape(d.shape[0], -1, d.shape[-1]), ("conv", spec.kernel_size))
+
+
+def _conv_dims(contribs):
+    """``(T, K, C)`` of the stacked patches of one leaf's convolution calls (``None``
+    unless every contribution is a convolution with the same window and channels)."""
+    if {c[0] for c in contribs} != {"conv"}:
+        return None
+    kcs = {(c[3].kernel_size, c[1].shape[-1], c[2].shape[-1]) for c in contribs}
+    if len(kcs) != 1:
+        return None
+    (window, c_in, c_out), = kcs
+    t = sum(math.prod(c[2].shape[1:-1]) for c in contribs)
+    return t, c_in * math.prod(window), c_out
 
 
 def _materialise(t: int, k: int, c: int) -> bool:
@@ -124,6 +212,8 @@ def _materialise_index(t: int, v: int, f: int) -> bool:
 def dense_of(contrib, shape):
     """A contribution's per-example gradient ``[B, *shape]`` (the leaf's layout)."""
     kind = contrib[0]
+    if kind == "conv":
+        return _conv_per_example_grads(contrib[3], contrib[1], contrib[2], shape)
     if kind == "vec":
         return contrib[1].reshape((contrib[1].shape[0],) + tuple(shape))
     if kind == "index":
@@ -151,6 +241,13 @@ def layer_parts(plan: GhostPlan, leaves, inputs, deltas):
     for leaf, contribs in plan.leaf_groups:
         shape = leaves[leaf].shape
         cs = [(layer_contribution(plan.calls[k], role, inputs[k], deltas[k]), plan.fixed_inputs[k]) for k, role in contribs]
+        dims = _conv_dims([c for c, _ in cs])
+        if dims is not None and _materialise(*dims):  # per-example kernel gradients without the patches op
+            g = sum(dense_of(c, shape) for c, _ in cs)
+            mats[leaf] = g
+            parts.append(("vec", g.reshape(g.shape[0], -1)))
+            continue
+        cs = [(_as_outer(c), f) for c, f in cs]
         kinds = {c[0][0] for c in cs}
         layouts = {c[0][3] for c in cs if c[0][0] == "outer"}
         part = None

@@ -173,6 +173,84 @@ hurt less by 13-24 other runnable jobs; the process CPU time of dpjax's private
 CNN step was 235-275 ms against Opacus ghost's 150 ms wall on the quiet machine
 of the issue).
 
+Issue #25 item 3, third session (2026-11-26 14:17-16:10 UTC; the issue's quiet-machine baseline at
+14:17, wall ms, median of 30: dpjax private 188.9, non-private 115.2, private without noise 186.3,
+vmap(grad) 258.8; Opacus non-private 66.6, ghost 131.4, hooks 152.9). The CNN's remaining private
+overhead was the materialised per-example gradients of the two convolutions (the ghost plan's cost
+rule materialises both: ``T (K + C) > K C``, T = 784 / 196 positions, K = 25 / 400, C = 16 / 32).
+
+* Kept: ``ghost_passes._conv_per_example_grads`` unfolds the patches as strided slices of the
+  padded input in ``[b, window c_in, positions]`` layout and multiplies them with the output gradient
+  ``[b, c_out, positions]`` a few examples at a time (``lax.map`` over chunks of ~2^18 patch floats =
+  1 MiB, 3 examples for the second convolution, 13 for the first), so each chunk's patches are still
+  in cache when multiplied. Same numbers to float rounding (float64 tests against vmap(grad), chunks of
+  1 and 2 forced in a test). Whole step, ``private without noise``, process CPU ms, interleaved in one
+  process (12 repetitions, load 6): ``conv_general_dilated_patches`` over the whole batch 236.0;
+  chunked with 2^17 / 2^18 / 2^19 floats per chunk 150.3 / 149.5 / 153.2; the same slices unchunked
+  218.5; non-private 152.4. Peak memory of the private step 169 -> 91 MiB (the 80 MB of patches are
+  never formed). Where it went (XLA profile): unfolding the whole batch writes and re-reads 80 MB
+  through main memory, and XLA:CPU does not fuse the 25 slices into their ``concatenate``
+  (each slice is its own fusion, then a separate copy), so every element crossed memory 4 times.
+* Book-keeping (Bu et al. 2023) was already the algorithm: one forward and one backward pass to the
+  layer outputs (no weight gradients in it), then per layer the clipped sum directly: ``coef . G`` for
+  materialised layers, the weight-gradient op with ``coef``-scaled output gradients for ghost layers.
+  No second backward pass runs. Mixed ghost / materialised is likewise per layer already (the rule
+  above); both convolutions stay materialised.
+* Rejected, per-example gradients of the second convolution alone (input ``[256, 14, 14, 16]``,
+  process CPU ms at load 2-5; the batch's weight gradient, i.e. the non-private op, 31.9):
+  ``conv_general_dilated_patches`` + ``[B, P, K] x [B, P, C]`` product 113; Rochette et al.'s one
+  grouped convolution (batch as feature groups, ``feature_group_count=B``) 132; ``vmap`` of the
+  weight-gradient convolution (JAX lowers it to the same grouped convolution) 125; 25 shifted
+  per-example products without patches 95; an identity-kernel ungrouped convolution on the
+  ``B c_in`` planes as patches 133-139. Chunked slices: 26.6 (chunks of 4), 27.4 (16), 45.4 (64),
+  109 unchunked; first convolution 16.3 -> 8.6. Layout of the product on the same patches:
+  ``[B, P, K] x [B, P, C]`` 31.4 vs ``[B, K, P] x [B, C, P]`` 19.5 (kept).
+* Rejected inside the whole step (``private without noise``, process CPU ms, interleaved, load 8-10;
+  all unchunked): stacked slices 197.9 vs the patches op 220.6; "wide" rows (contiguous 1-D shifts of
+  the flattened padded image, 29 % more positions) 228.7; the slices written into one buffer with
+  ``dynamic_update_slice`` 232.7; 25 shifted per-example products 217.2. With chunking (load 8):
+  chunks dividing the batch (no padding row) 143.8, the first convolution unchunked 154.7 or by the
+  patches op 154.9, against 144.3 for the kept rule (within the noise; kept the simplest). The chunks
+  as a Python-unrolled loop (independent ops XLA could run on both cores, no zero-initialised scan
+  output) instead of ``lax.map``: 186.3 vs 136.8 (non-private 135.9; load 7.6) and 23.8 s to compile
+  instead of 5.8 s.
+* Not the cause: glibc's allocator. ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` raised
+  so that freed 80 MB buffers are reused cut a standalone slices kernel from 72 to 30 ms (page faults
+  of a fresh output buffer) but left the whole private step unchanged (232.7 vs 235.2 ms).
+* Rejected: the scan's stacked output is zero-initialised (a 13 MB ``broadcast`` per step, 21 ms in a
+  profile at load 9); computing only the norms in one loop and the clipped sum in a second loop
+  (patches unfolded twice) avoids it but costs more: second convolution alone, norms + clipped sum,
+  42.8 vs 29.3 ms process CPU (load 7.6). dtype: float32 throughout (a
+  lower-precision product would not be exact). The noise is already fused into the update
+  (``private, noise apart`` gives the same time).
+
+Exactness: float64 tests against vmap(grad) (tests/primitives/test_ghost_*.py, all seeds with ``-m slow``);
+on this benchmark's CNN in float32 the clipped sum agrees with ``clipping.per_example_clipped_sum`` to
+7.0e-7 / 7.6e-7 / 7.8e-7 of the largest entry (C = 1, the median norm, 1e9), the same as before the
+change, and the norms to 2.8e-7. dpsgd-mnist (only IC-SS uses per-example clipping; ``run_protocol(...,
+quick=True, only=("IC-SS",))`` on this change and on 90b9696, 15:16-15:23 UTC): the three grid points
+of the first grid and the selected configuration (eta = 1, C = 1: 0.8150) are bit-identical, as is the
+privacy table; the two edge-extension runs with the largest steps moved (eta = 3.33, C = 1: 0.6780 vs
+0.6845; eta = 1, C = 10: 0.2130 vs 0.2715, largest relative change 0.215): training at those step sizes
+amplifies the 1e-7 rounding differences over 120 rounds. The pipeline expectation's tiny IC grid moved
+by 1.09e-7 (re-recorded); batch clipping is bit-identical.
+
+Side by side after the change (``--models cnn``, old = 90b9696 run right after, 14:47-14:56 UTC,
+load average 7-9.6 from other engineers' jobs; Opacus rows are wall time with torch's default
+2 threads, which suffer most from the load, so the Opacus comparison here is only indicative):
+
+| build | private (ghost) | non-private | private without noise | vmap(grad) | Opacus ghost | Opacus non-private |
+|---|---|---|---|---|---|---|
+| this change, wall ms | 288 | 291 | 282 | 558 | 882 | 472 |
+| 90b9696, wall ms | 349 | 219 | 342 | 442 | 1,759 | 323 |
+| this change, process CPU ms | 154 (1.02x) | 151 | 154 | 301 | - | - |
+| 90b9696, process CPU ms | 235 (1.59x) | 147 | 230 | 295 | - | - |
+| this change, wall ms, 15:24-15:26 (load 5.6-8.7) | 208 | 204 | 210 | 424 | 1,179 | 493 |
+| 90b9696, wall ms, 15:27-15:29 (load 8.7-8.9) | 330 | 202 | 327 | 428 | 821 | 447 |
+
+With ``--torch-threads 1`` (15:02-15:04, load 5.7-6.6, this change only): dpjax private 227, non-private
+227, Opacus ghost 348, torch non-private 96 (the README's table).
+
 Usage: ``python experiments/benchmarks/bench_dp_step.py [--repeats 30] [--models mlp cnn transformer] [--batch 256] [--cpu-time]
 [--opacus --torch-site PATH --torch-threads 1]``
 """

@@ -37,6 +37,7 @@ from flax import nnx
 
 from dpjax.primitives import clipping
 from dpjax.primitives import ghost_clipping as gc
+from dpjax.primitives import ghost_passes
 from dpjax.problems import TransformerClassifier, transformer_problem
 
 RTOL64, RTOL32 = 1e-9, 1e-4
@@ -232,6 +233,29 @@ def test_convolutions_and_group_norm(seed):
     plan = _compare(_linen_loss(module), params, x, jnp.arange(BATCH) % 3)
     kinds = list(_kinds(plan).values())
     assert kinds == ["conv", "materialised", "materialised", "materialised", "conv", "conv", "materialised", "dense"]
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_convolution_gradients_in_example_chunks(chunk, monkeypatch):
+    """The materialised per-example convolution gradients are computed a few examples
+    at a time (``lax.map`` over chunks, the batch zero-padded to a multiple of the
+    chunk): chunks of 1 and of 2 (5 examples: one padding row) still equal vmap(grad)
+    for every convolution of ConvStack (strides, explicit/SAME padding, kernel and
+    input dilation, 1-D with per-example batch axes)."""
+    calls = []
+
+    def fixed_chunk(batch, patch_floats):
+        calls.append(batch)
+        return chunk
+
+    monkeypatch.setattr(ghost_passes, "_conv_chunk", fixed_chunk)
+    module = ConvStack(2, 3, 2, 2)
+    x = jax.random.normal(jax.random.key(7), (5, 6, 6), jnp.float64)
+    params = _init(module, x[0])
+    plan = _compare(_linen_loss(module), params, x, jnp.arange(5) % 3, unclipped=True)
+    assert calls and set(calls) == {5}  # every convolution took the chunked path
+    forms = _norm_forms(_linen_loss(module), params, x, jnp.arange(5) % 3)
+    assert all(forms[c.leaf("kernel")] == "vec" for c in plan.calls if c.kind == "conv")
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -77,6 +77,7 @@ def test_bars_are_drawn_only_on_a_terminal(monkeypatch):
         progress.configure(quiet=False)
 
 
+@pytest.mark.slow
 def test_the_executor_announces_a_drivers_grid(capsys):
     """A paper driver passes no progress title; under `progress.grid(name)` (what `dpjax reproduce` sets)
     the executor says how many runs and chunks it computes, and when they are done."""
@@ -111,6 +112,7 @@ def test_audit_summary_line_counts_and_names_failures(passed, line):
     assert summary_line(["dp-gd", "dp-sgd", "dp-ftrl"], passed, 12.2) == line
 
 
+@pytest.mark.slow
 def test_the_host_round_loop_says_which_round_it_is_in(capsys, monkeypatch):
     """dpsgd-mnist's chunks (a per-round host loop) ran 5 minutes without a line in a log: under a command
     the loop prints its round at most every 10 s (a clock that advances 11 s per reading here)."""

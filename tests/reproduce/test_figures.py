@@ -186,6 +186,7 @@ def test_shuffle_sco_figures(tmp_path, captured):
     _check_all(captured(), 1)
 
 
+@pytest.mark.slow
 def test_diff2_figure(tmp_path, captured):
     from dpjax.reproduce import diff2
 
@@ -236,6 +237,7 @@ def test_dpsgd_and_batch_clipping_figures(tmp_path, captured):
     _check_all(captured(), 1)
 
 
+@pytest.mark.slow
 def test_user_level_figures(captured):
     from dpjax.reproduce import user_level as U
 

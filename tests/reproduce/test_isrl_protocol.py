@@ -184,6 +184,7 @@ def test_select_uses_mean_training_loss_and_treats_divergence_as_infinite():
     assert not rec["edge"]  # 0.5 is inside [0.1, 1.0]
 
 
+@pytest.mark.slow
 def test_run_families_keys_each_family_and_extends_only_with_a_rule():
     """Family i runs with keys.run_key(key, i) in balanced chunks; ``extend=None`` adds no column."""
     from dpjax import keys
@@ -217,6 +218,7 @@ def test_extension_width_is_one_grid_value_of_one_repetition():
     assert table.extension_width([_LabelledSpec(0.1, 0), _LabelledSpec(0.2, 0)], "clip_norm", 256) == 2
 
 
+@pytest.mark.slow
 def test_grid_extensions_run_in_one_narrow_program(monkeypatch):
     """``run_families``' extension rounds run in chunks of ``extension_width`` lanes: every extension round
     compiles at most one program per family, and its rows are those ``run_table`` gives the same specs in

@@ -932,6 +932,7 @@ def test_account_module_main_has_the_same_error_prefix(capsys):
     assert info.value.code == 2 and err.splitlines()[-1].startswith("dpjax: error: argument --steps")
 
 
+@pytest.mark.slow
 def test_plot_partial_store_with_flag_says_how_partial(tmp_path, capsys):
     store = _partial_store(tmp_path)
     code, out, err = run_cli(["plot", store, "--x", "noise_multiplier", "--partial", "--out", tmp_path / "fig.png"], capsys)

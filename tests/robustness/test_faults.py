@@ -169,6 +169,7 @@ def test_disk_full_mid_sweep_keeps_store_and_says_why(tmp_path, reference, monke
     assert store_files(root) == reference[0]
 
 
+@pytest.mark.slow
 def test_truncated_or_emptied_chunk_is_recomputed_on_resume(tmp_path, reference, capsys):
     """Finding 9: a chunk cut by another process is found by its manifest and recomputed, not loaded short."""
     cfg = tmp_path / "tiny.toml"

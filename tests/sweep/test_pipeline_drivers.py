@@ -108,6 +108,7 @@ def test_run_grid_returns_runs_in_the_order_given(common):
     assert len(np.unique(a.evals["train_loss"][:, -1])) == len(grid)
 
 
+@pytest.mark.slow
 def test_run_grid_agrees_with_single_runs():
     """Each lane is the run ``dpjax.engine.run`` does alone, up to float32 reassociation of batched
     products (a few ulps per round over 5 rounds: rtol 1e-5)."""

@@ -54,6 +54,7 @@ def test_full_sweep_layout(full):
     assert np.array_equal(res.runs.set_index("run_id")["train_loss"].loc[last.index].to_numpy(), last.to_numpy())
 
 
+@pytest.mark.slow
 def test_sweep_runs_equal_single_runs(full):
     """Every stored run equals dpjax.engine.run of the same config and key."""
     _, res = full

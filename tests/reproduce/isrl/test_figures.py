@@ -72,6 +72,7 @@ def test_outputs_are_tidy_and_labelled(figure_dir):
     assert "## Claims" in text and "beats ISRL-DP Local SGD" in text and "paper" in text and "tight" in text
 
 
+@pytest.mark.slow
 def test_grid_extension_moves_edge_selections_inward(figure_dir):
     """Issue #16's generic rule: a step size selected at an end of its grid gets one more
     geometric step beyond that end (up to max_grid_extensions per side), so a final
@@ -95,6 +96,7 @@ def test_grid_extension_moves_edge_selections_inward(figure_dir):
         assert len(mine) == EXP.max_grid_extensions
 
 
+@pytest.mark.slow
 def test_excess_risk_selection_and_heterogeneity_label(figure_dir):
     """F^* (Newton, pooled training data) per trial; excess_risk = train_loss - F^*
     in runs.csv and results.csv; the selection minimises the mean excess risk;
@@ -136,6 +138,7 @@ def test_excess_risk_selection_and_heterogeneity_label(figure_dir):
     assert "υ*²" in text and f"υ*² = {ups:.3g}" in text and "excess risk" in text
 
 
+@pytest.mark.slow
 def test_same_seed_same_results(figure_dir):
     _, _, result = figure_dir
     again = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)

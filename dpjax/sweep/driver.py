@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from dpjax import _validate
-from dpjax.engine.executor import Chunk, execute, run_key_data
+from dpjax.engine.executor import Chunk, execute
+from dpjax.engine.run_inputs import run_key_data
 from dpjax import algorithms
 from dpjax.engine import registry
 from dpjax.engine.program import ChunkProgram, eval_schedule

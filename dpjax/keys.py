@@ -19,6 +19,9 @@ no two (round, stream, silo) triples ever share a key.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import jax
 import jax.numpy as jnp
 
@@ -65,9 +68,42 @@ def run_stream_key(run_key: jax.Array, stream: str) -> jax.Array:
     return jax.random.fold_in(run_key, _RUN_STREAM_BASE - _stream_id(stream))
 
 
+# (total silos, first silo) while one block of a run's silos is traced (``silo_window``)
+_SILO_WINDOW: contextvars.ContextVar = contextvars.ContextVar("dpjax_silo_window", default=None)
+
+
 def silo_keys(key: jax.Array, num_silos: int) -> jax.Array:
-    """``num_silos`` independent keys, one per silo (silo axis first)."""
-    return jax.random.split(key, num_silos)
+    """``num_silos`` independent keys, one per silo (silo axis first).
+
+    Inside ``silo_window(total, first)``: the keys of silos ``first .. first + num_silos - 1`` of the
+    ``total``-way split, so a block of silos draws exactly what those silos draw in the whole run."""
+    window = _SILO_WINDOW.get()
+    if window is None:
+        return jax.random.split(key, num_silos)
+    total, first = window
+    return jax.lax.dynamic_slice_in_dim(jax.random.split(key, total), first, num_silos)
+
+
+def over_silos(draw, num_silos: int) -> jax.Array:
+    """``draw(num_silos)``, a draw with one row per silo from ONE key (e.g. the availability mask);
+    inside ``silo_window(total, first)`` the block's rows of ``draw(total)``, the values those silos
+    get in the whole run."""
+    window = _SILO_WINDOW.get()
+    if window is None:
+        return draw(num_silos)
+    total, first = window
+    return jax.lax.dynamic_slice_in_dim(draw(total), first, num_silos)
+
+
+@contextlib.contextmanager
+def silo_window(total: int, first):
+    """While a block of a run's silos is traced (``dpjax.engine.silo_blocks``): ``silo_keys`` returns the
+    block's slice of the ``total`` silos' keys, starting at silo ``first`` (an int or a traced index)."""
+    token = _SILO_WINDOW.set((int(total), first))
+    try:
+        yield
+    finally:
+        _SILO_WINDOW.reset(token)
 
 
 def run_key(seed, *path: int) -> jax.Array:

@@ -37,6 +37,7 @@ import numpy as np
 
 from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
+from dpjax.engine import silo_blocks
 from dpjax.engine.contract import FamilyBase
 from dpjax.engine.roles import Context
 from dpjax.engine.silo_sharding import gather_silos, on_silo_devices
@@ -154,6 +155,11 @@ class ChainFamily(FamilyBase):
     def parts(self, shape: DataShape) -> Parts:
         raise NotImplementedError(f"{type(self).__name__} declares no parts")
 
+    @property
+    def supports_silo_blocks(self) -> bool:
+        """Whether the round is the generic ``step`` (``engine.run(..., silo_block=...)``)."""
+        return type(self).step is ChainFamily.step
+
     # -- the compiled part -------------------------------------------------
     def init(self, params, hparams, data, run_key) -> ChainState:
         hp = self.run_hparams(hparams)
@@ -167,17 +173,59 @@ class ChainFamily(FamilyBase):
     def step(self, state: ChainState, data, key) -> tuple[ChainState, dict]:
         p = self.parts(DataShape.of(data))
         ctx = Context(state.round, key, state.hparams)
+        if silo_blocks.active() is not None:  # the per-silo stage a block of silos at a time
+            return self._blocked_step(p, state, data, ctx)
         batch, selection = p.selection.update(state.selection, data, ctx)
         query = p.server.query(state.params, state.server, ctx)
         units, client = p.client.update(query, batch, data, state.client, ctx)
         messages, clipper = p.clipper.update(units, state.clipper, ctx)
+        return self._server_step(p, state, ctx, batch, messages, selection, client, clipper, state.privatizer)
+
+    def _blocked_step(self, p: Parts, state: ChainState, data, ctx: Context) -> tuple[ChainState, dict]:
+        """``step`` with selection, client, clipper and (placement "silo") the privatizer run on blocks of
+        silos (``dpjax.engine.silo_blocks``); the aggregation and the server update as in ``step``."""
+        query = p.server.query(state.params, state.server, ctx)
+        local_noise = p.placement == "silo"
+
+        def stage(per_silo, shared):
+            data, (selection, client, clipper, privatizer) = per_silo
+            query, ctx = shared
+            batch, selection = p.selection.update(selection, data, ctx)
+            if batch.silo_ids is not None:
+                raise ValueError("silo_block: a blocked run computes every silo each round; this family's "
+                                 "selection computes a random subset (use full or random availability)")
+            units, client = p.client.update(query, batch, data, client, ctx)
+            messages, clipper = p.clipper.update(units, clipper, ctx)
+            if local_noise:
+                messages, privatizer = p.privatizer.update(messages, batch, privatizer, ctx)
+            bound_per_silo = jnp.ndim(messages.bound) > 0
+            per = (batch._replace(num_silos=None), messages.replace(bound=messages.bound if bound_per_silo else None),
+                   (selection, client, clipper, privatizer))
+            return per, (None if bound_per_silo else messages.bound)
+
+        states = (state.selection, state.client, state.clipper, state.privatizer if local_noise else None)
+        (batch, messages, states), bound = silo_blocks.run_round_stage(
+            stage, (data, states), (query, ctx), data.sizes, data.num_silos)
+        batch = batch._replace(num_silos=data.num_silos)
+        if bound is not None:
+            messages = messages.replace(bound=bound)
+        selection, client, clipper, privatizer = states
+        return self._server_step(p, state, ctx, batch, messages, selection, client, clipper,
+                                 privatizer if local_noise else state.privatizer, blocked=True)
+
+    def _server_step(self, p: Parts, state: ChainState, ctx: Context, batch, messages, selection, client, clipper,
+                     privatizer, blocked: bool = False) -> tuple[ChainState, dict]:
+        """The rest of the round from the silos' clipped messages: per-silo noise (placement "silo", unless
+        the blocked stage added it), aggregation, central noise (placement "server"), server update,
+        averager and the round's metrics."""
         # gather_silos: identity unless the run's silo axis is sharded (then the aggregator reduces
         # the replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding).
         # Per-silo noise (placement "silo") is added on the silo's device before the gather
         # (on_silo_devices); noise added once to the aggregate comes after it.
         if p.placement == "silo":
-            messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
-            messages = messages.replace(value=on_silo_devices(messages.value))
+            if not blocked:  # (the blocked stage added it on the silos' devices)
+                messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
+                messages = messages.replace(value=on_silo_devices(messages.value))
             update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
         else:
             update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)

@@ -65,7 +65,7 @@ import numpy as np
 
 from dpjax import _validate, keys
 from dpjax import progress as _progress
-from dpjax.engine import silo_sharding
+from dpjax.engine import silo_blocks, silo_sharding
 from dpjax.engine.checks import ON_NONFINITE, check_runs, run_flags
 from dpjax.engine.program import ROUND_LOOPS, ChunkProgram, compiled_runner, eval_schedule, host_loop
 from dpjax.engine.silos import SiloData
@@ -210,6 +210,7 @@ def run(
     round_loop: str = "scan",
     silo_devices=None,
     silo_compute: str = "exact",
+    silo_block: int | None = None,
 ) -> RunResult:
     """Runs ``algorithm.num_rounds`` rounds of one configuration.
 
@@ -236,22 +237,28 @@ def run(
         gathered once, every device computes all silos: bit-identical to the
         unsharded run, tested on 8 host devices) or ``"per-silo"`` (each
         device computes its own silos; float results can differ in the last
-        bits, see ``silo_sharding``).
+        bits, see ``silo_sharding``) or ``"blocks"`` (each device computes
+        its silos ``silo_block`` at a time: bit-identical to the unsharded run
+        with the same ``silo_block``; ``dpjax.engine.silo_blocks``).
+      silo_block: compute each round's per-silo stage this many silos at a
+        time (``dpjax.engine.silo_blocks``; families of the generic step).
     """
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("key", key, 0)
     _check_data(algorithm, data, batched=False)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
-    if silo_devices is not None:
+    if silo_block is not None or silo_devices is not None:
         if round_loop != "scan":
-            raise ValueError(f"round_loop={round_loop!r} with silo_devices: a sharded run needs round_loop='scan'")
+            raise ValueError(f"round_loop={round_loop!r} with silo_devices or silo_block: needs round_loop='scan'")
         _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)
-        mesh = silo_sharding.silo_mesh(silo_devices, int(data.num_silos))
-        put = functools.partial(silo_sharding.replicate, mesh=mesh)
+        mesh = None if silo_devices is None else silo_sharding.silo_mesh(silo_devices, int(data.num_silos))
+        silo_blocks.check_run(algorithm, silo_block, silo_compute, int(data.num_silos), mesh)
+        put = (lambda t: t) if mesh is None else functools.partial(silo_sharding.replicate, mesh=mesh)
         out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None, silo_mesh=mesh,
-                              silo_compute=silo_compute)(
-            put(hparams), silo_sharding.shard_data(data, mesh), put(eval_data), put(key), put(params))
+                              silo_compute=silo_compute, silo_block=silo_block)(
+            put(hparams), data if mesh is None else silo_sharding.shard_data(data, mesh), put(eval_data),
+            put(key), put(params))
     elif round_loop == "host":
         out = host_loop(algorithm, eval_fn, eval_every, False, None, None, None, params, hparams, data, eval_data, key)
     else:

@@ -43,11 +43,11 @@ def available_silos(availability, key: jax.Array, num_silos: int):
         # Every silo, in order: ``silo_ids = arange(N)`` would make each silo's rows a gather across
         # the sharded silo axis, which the partitioner runs as an all-gather of the data (every
         # device then computes every silo). None selects the same silos without a gather.
-        return None, availability.sample(avail_key, num_silos)
+        return None, keys.over_silos(lambda n: availability.sample(avail_key, n), num_silos)
     if hasattr(availability, "sample_ids"):
         silo_ids = availability.sample_ids(avail_key, num_silos)
         return silo_ids, jnp.ones(silo_ids.shape, bool)
-    return None, availability.sample(avail_key, num_silos)
+    return None, keys.over_silos(lambda n: availability.sample(avail_key, n), num_silos)
 
 
 def init_sampler_states(sampler, data: SiloData, run_key: jax.Array):

@@ -63,7 +63,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from dpjax import keys
-from dpjax.engine import silo_sharding
+from dpjax.engine import silo_blocks, silo_sharding
 from dpjax.engine.checks import run_flags
 
 PyTree = Any
@@ -169,13 +169,21 @@ def map_lanes(fn, args: tuple, axes: tuple, width: int, vmap_width: int | None =
 
 @functools.lru_cache(maxsize=64)
 def compiled_runner(algorithm, eval_fn, eval_every, batched: bool, params_axis, data_axis, key_axis=0,
-                    silo_mesh=None, silo_compute="exact"):
+                    silo_mesh=None, silo_compute="exact", silo_block=None):
     """The jitted program of ``engine.run`` (unbatched) / ``run_many`` (runs vmapped with these axes);
     cached so a second call with new arrays of the same shapes does not recompile. Arguments
     ``(hparams, data, eval_data, key, params)``. ``silo_mesh``: the run's silos are sharded over this
     mesh (``dpjax.engine.silo_sharding``; the data must be placed with ``shard_data``), computed
-    as ``silo_compute`` says (``silo_sharding.SILO_COMPUTE``)."""
+    as ``silo_compute`` says (``silo_sharding.SILO_COMPUTE``). ``silo_block``: the per-silo stage
+    runs that many silos at a time (``dpjax.engine.silo_blocks``; over the mesh for ``"blocks"``)."""
     lane = run_program(algorithm, eval_fn, eval_every)
+    if silo_block is not None:
+        whole = lane
+        block_mesh = silo_mesh if silo_compute == "blocks" else None
+
+        def lane(*args):
+            with silo_blocks.tracing(block_mesh, silo_block):
+                return whole(*args)
     if silo_mesh is not None:
         unsharded = lane
 

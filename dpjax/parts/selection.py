@@ -74,7 +74,8 @@ class SiloBatches:
     def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
         if self.all_silos:
             silo_ids = None
-            available = self.availability.sample(keys.stream_key(ctx.key, "availability"), data.num_silos)
+            avail_key = keys.stream_key(ctx.key, "availability")
+            available = keys.over_silos(lambda n: self.availability.sample(avail_key, n), data.num_silos)
         else:
             silo_ids, available = federated.available_silos(self.availability, ctx.key, data.num_silos)
         if self.dense:

@@ -6,8 +6,10 @@ round, ``--rounds`` rounds. Prints, per ``silo_compute`` mode (``"exact"``: ever
 silos from the gathered data, bit-identical; ``"per-silo"``: each device its own silos) and device
 count, the median wall seconds of the compiled run (after one warm-up call), the speedup over the
 unsharded run measured in the same process, and how its output compares with the unsharded run
-(bit for bit, or the largest absolute difference). ``--sizes`` repeats it for several
-``silos x hidden`` pairs.
+(bit for bit, or the largest absolute difference). ``"blocks"`` (each device computes its silos
+``--block`` at a time, ``dpjax.engine.silo_blocks``) is compared with the unsharded run of the same
+``silo_block`` (its own row, ``unsharded blocked``, compared with the plain run). ``--sizes`` repeats it
+for several ``silos x hidden`` pairs.
 
 Run on host devices: ``XLA_FLAGS=--xla_force_host_platform_device_count=8 python
 experiments/benchmarks/bench_silo_sharding.py``. On a CPU the host devices share the same cores (and
@@ -55,7 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--devices", type=int, nargs="*", default=[1, 2, 4, 8])
-    ap.add_argument("--modes", nargs="*", default=["exact", "per-silo"])
+    ap.add_argument("--modes", nargs="*", default=["exact", "per-silo", "blocks"])
+    ap.add_argument("--block", type=int, default=16, help="silo_block of the blocks mode")
     args = ap.parse_args(argv)
 
     from dpjax import keys
@@ -82,16 +85,29 @@ def main(argv=None) -> int:
         ref, first, base = _time(lambda: run(alg, data, hp, key), args.repeats)  # noqa: B023
         ref_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(ref.output)]
         print(f"| {num_silos} | {n_params} | unsharded | 1 | {first:.2f} | {base:.3f} | 1.00 | |", flush=True)
+        def compare(leaves, against):
+            if all(np.array_equal(a, b) for a, b in zip(leaves, against)):
+                return "bit for bit"
+            return f"max abs diff {max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(leaves, against)):.2g}"
+
+        blocked_leaves = None
+        if "blocks" in args.modes:
+            out, first, t = _time(lambda: run(alg, data, hp, key, silo_block=args.block), args.repeats)  # noqa: B023
+            blocked_leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out.output)]
+            print(f"| {num_silos} | {n_params} | unsharded blocked ({args.block}) | 1 | {first:.2f} | {t:.3f} | "
+                  f"{base / t:.2f} | {compare(blocked_leaves, ref_leaves)} (vs plain) |", flush=True)
         for mode in args.modes:
             for ndev in args.devices:
                 devices = jax.devices()[:ndev]
+                if mode == "blocks" and num_silos < 2 * args.block * ndev:
+                    continue  # every device needs two blocks (silo_blocks.check_block)
+                extra = {"silo_block": args.block} if mode == "blocks" else {}
                 out, first, t = _time(lambda: run(alg, data, hp, key, silo_devices=devices,  # noqa: B023
-                                                  silo_compute=mode), args.repeats)  # noqa: B023
+                                                  silo_compute=mode, **extra), args.repeats)  # noqa: B023
                 leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out.output)]
-                same = all(np.array_equal(a, b) for a, b in zip(leaves, ref_leaves))
-                diff = max(float(np.max(np.abs(a.astype(np.float64) - b))) for a, b in zip(leaves, ref_leaves))
+                verdict = compare(leaves, blocked_leaves if mode == "blocks" else ref_leaves)
                 print(f"| {num_silos} | {n_params} | {mode} | {ndev} | {first:.2f} | {t:.3f} | {base / t:.2f} | "
-                      f"{'bit for bit' if same else f'max abs diff {diff:.2g}'} |", flush=True)
+                      f"{verdict} |", flush=True)
     print(f"load average at the end {' '.join(f'{v:.1f}' for v in os.getloadavg())}", flush=True)
     return 0
 

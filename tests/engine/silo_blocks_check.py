@@ -20,11 +20,12 @@ from dpjax import keys
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.parts.acsa import AcsaSchedule
-from dpjax.engine import SiloData, run, silo_sharding
+from dpjax.engine import run, silo_sharding
 from dpjax.engine.program import compiled_runner
 from dpjax.primitives.sampling import RandomAvailability
 from dpjax.problems import FlaxProblem, LinearRegression, LogisticRegression, SoftmaxRegression
 from dpjax.problems.mlp import MLP
+from silo_sharding_check import sixteen_silos  # (this script's folder is on sys.path)
 
 
 def _leaves(result):
@@ -48,12 +49,8 @@ def _compiled_text(alg, data, hp, key, block, ndev):
 
 def main() -> None:
     assert len(jax.devices()) == 8, jax.devices()
-    rng = np.random.default_rng(0)
-    num_silos, n, d = 16, 32, 8
-    xs = [rng.normal(size=(n - (i % 3), d)).astype(np.float32) for i in range(num_silos)]  # unequal silos
-    data = SiloData.from_silos(xs, [(x[:, 0] > 0).astype(np.float32) for x in xs])
-    classes = SiloData.from_silos(xs, [(np.abs(x[:, 0]) > 0.6).astype(np.float32) + (x[:, 1] > 0) for x in xs])
-    targets = SiloData.from_silos(xs, [x @ np.linspace(-1, 1, d).astype(np.float32) for x in xs])
+    d = 8
+    data, classes, targets = sixteen_silos(d)
     hp = MbSgdHParams.create(0.2, noise_multiplier=0.7, clip_norm=1.0)
     acsa = AcceleratedHParams.create(AcsaSchedule.single_stage(4, 1.0), noise_multiplier=0.7, clip_norm=1.0)
     key = keys.run_key(3, 1)

@@ -49,14 +49,20 @@ def _noise_rows(text):
     return sorted({int(m) for m in re.findall(r"= f32\[([0-9]+),[0-9,]*\][^=]*? [a-z-]+\([^\n]*erf_inv", text)})
 
 
-def main() -> None:
-    assert len(jax.devices()) == 8, jax.devices()
+def sixteen_silos(d: int = 8):
+    """16 unequal silos of <= 32 rows in ``d`` dimensions, with binary, 3-class and real targets."""
     rng = np.random.default_rng(0)
-    num_silos, n, d = 16, 32, 8
-    xs = [rng.normal(size=(n - (i % 3), d)).astype(np.float32) for i in range(num_silos)]  # unequal silos
+    xs = [rng.normal(size=(32 - (i % 3), d)).astype(np.float32) for i in range(16)]  # unequal silos
     data = SiloData.from_silos(xs, [(x[:, 0] > 0).astype(np.float32) for x in xs])
     classes = SiloData.from_silos(xs, [(np.abs(x[:, 0]) > 0.6).astype(np.float32) + (x[:, 1] > 0) for x in xs])
     targets = SiloData.from_silos(xs, [x @ np.linspace(-1, 1, d).astype(np.float32) for x in xs])
+    return data, classes, targets
+
+
+def main() -> None:
+    assert len(jax.devices()) == 8, jax.devices()
+    d = 8
+    data, classes, targets = sixteen_silos(d)
     hp = MbSgdHParams.create(0.2, noise_multiplier=0.7, clip_norm=1.0)
     key = keys.run_key(3, 1)
     mlp = FlaxProblem(MLP((8,)), (d,), "logistic")

@@ -4,11 +4,6 @@ host devices (``silo_compute="blocks"``), within float rounding of the plain run
 
 from __future__ import annotations
 
-import os
-import pathlib
-import subprocess
-import sys
-
 import jax
 import numpy as np
 import pytest
@@ -20,17 +15,12 @@ from dpjax.engine import SiloData, run, silo_blocks
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import FlaxProblem, LogisticRegression
 from dpjax.problems.mlp import MLP
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests.engine.test_silo_sharding import run_on_8_host_devices
 
 
 @pytest.mark.slow
 def test_blocked_runs_are_bit_identical_on_1_2_4_8_host_devices():
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "engine" / "silo_blocks_check.py")], cwd=REPO,
-                       env=env, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run_on_8_host_devices("silo_blocks_check.py")
     lines = r.stdout.splitlines()
     blocks = [line for line in lines if line.startswith("blocks ")]
     # 8 cases x 4 device counts with block 1, and 2 cases x 3 device counts with block 2

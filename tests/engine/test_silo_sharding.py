@@ -22,13 +22,19 @@ from dpjax.problems import LogisticRegression
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
+def run_on_8_host_devices(script: str) -> subprocess.CompletedProcess:
+    """``tests/engine/<script>`` run in a fresh process with 8 host-platform devices (it must exit 0)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
                PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, str(REPO / "tests" / "engine" / "silo_sharding_check.py")], cwd=REPO,
-                       env=env, capture_output=True, text=True, timeout=1500)
+    r = subprocess.run([sys.executable, str(REPO / "tests" / "engine" / script)], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+@pytest.mark.slow
+def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
+    r = run_on_8_host_devices("silo_sharding_check.py")
     lines = [line for line in r.stdout.splitlines() if " devices=" in line and not line.startswith("collectives")]
     exact = [line for line in lines if line.startswith("exact ")]
     per_silo = [line for line in lines if line.startswith("per-silo ")]

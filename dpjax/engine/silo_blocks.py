@@ -31,12 +31,13 @@ not depend on the block (the clipper's public bound) are taken from the last blo
 Measured (tests/engine/silo_blocks_check.py, 16 silos, 4 rounds, blocks of 1 and 2, 1/2/4/8 host
 devices): bit for bit for Noisy MB-SGD with a flax MLP (private, non-private, random availability with
 the averaged output), logistic regression (dense and gather paths), softmax and linear regression. The
-exception: AC-SA (``AcceleratedMbSgd``) is bit for bit on one device but 1.5e-8 apart on 2/4/8: there
-the per-silo messages are equal, but XLA copies the round loop's carried server state differently in
-the partitioned program and then fuses the server update's arithmetic differently (a producer
-duplicated into two fusions on one device, shared on several). Replicating the carried per-silo
-states did not change it. A server update is not per silo, so blocks cannot fix it: what they fix is
-every per-silo computation.
+exception: AC-SA (``AcceleratedMbSgd``) is bit for bit on one device but 1.5e-8 apart on 2/4/8. Its
+rounds' messages and aggregates agree until the server state first differs (after round 2): XLA fuses the
+server update's arithmetic differently in the partitioned module (the loop carry copied on one device,
+not on several; a producer duplicated into two fusions on one device, shared on several). Replicating
+the carried per-silo states did not change it, nor did running the whole round (server update
+included) inside ``shard_map`` or computing the query inside each block. A server update is not per
+silo, so blocks cannot fix it: what they fix is every per-silo computation.
 
 ``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap
 over all silos) agree to float rounding, not bit for bit.

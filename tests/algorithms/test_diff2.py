@@ -238,7 +238,7 @@ def test_zero_displacement_gives_exact_carry_and_no_nan():
     h = hp(restart_interval=5, clip_restart=1.0, clip_diff=1.0, **{Z1: 2.0, Z2: 2.0})
     state = alg.init(x0(), h, data, jax.random.key(0))
     state = with_state(state, estimate=[1.0, 2.0, 3.0], prev_params=state.params, round=1)
-    new, _ = alg.step(state, data, keys.round_key(jax.random.key(0), 1))
+    new, _ = jax.jit(alg.step)(state, data, keys.round_key(jax.random.key(0), 1))  # compiled, as the engine runs it
     assert not bool(new.privatizer.restart) and float(new.clipper) == 0.0 and float(new.privatizer.noise_std) == 0.0
     np.testing.assert_array_equal(new.server.estimate, [1.0, 2.0, 3.0])
 
@@ -246,7 +246,7 @@ def test_zero_displacement_gives_exact_carry_and_no_nan():
 def test_silo_average_of_local_means_with_padding():
     """f = (1/P) sum_p f_p with unequal n_p: the ClippedMean divides by the true n_p."""
     data, xs, ys = make_data(sizes=(9, 2, 4))
-    v = jnp.mean(diff2.silo_messages(PROBLEM, x0(), x0(), data, True, jnp.inf, 1.0), 0)
+    v = jax.jit(lambda w: jnp.mean(diff2.silo_messages(PROBLEM, w, w, data, True, jnp.inf, 1.0), 0))(x0())  # compiled
     np.testing.assert_allclose(v, full_grad(x0(), xs, ys), rtol=1e-12)
 
 
@@ -354,7 +354,7 @@ def test_measured_noise_std_is_multiplier_times_sensitivity(restart):
     h = hp(restart_interval=2, clip_restart=C1, clip_diff=C2, **{Z1: z1, Z2: z2})
     state = alg.init(x0(), h, data, jax.random.key(0))
     if not restart:  # one round in: round 2 (T = 2) is a difference round
-        state, _ = alg.step(state, data, keys.round_key(jax.random.key(0), 0))
+        state, _ = jax.jit(alg.step)(state, data, keys.round_key(jax.random.key(0), 0))
     w, wp = state.params, state.client.prev_params
     clean = jnp.mean(diff2.silo_messages(PROBLEM, w, wp, data, restart, C1, C2), 0)
     if not restart:

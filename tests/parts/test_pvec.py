@@ -116,24 +116,35 @@ def test_one_randomizer_and_analyzer_serve_both_key_derivations():
     w = jnp.asarray(rng.uniform(size=(1, 9)) < 0.7)
     per_round = sp.PvecParams.create(np.array([6]), np.array([40]), np.array([0.3]))
     one = sp.PvecParams(6, 40, np.float32(0.3))
-    noise_key = K.stream_key(key, "noise")
-    for level, direct in (("counts", P.pvec_chunked_sum(noise_key, x[0], w[0], one, 1.0, 2**12)),
-                          ("bits", P.pvec_bits_sum(noise_key, x[0], w[0], one, 1.0, 8, 64))):
-        rz = P.PvecRandomizer(4, per_round=True, keys="noise-stream", level=level, bit_buffer=(8, 64))
-        an = P.PvecAnalyzer(per_round=True, level=level, batch_field="batch")
-        out = _parts_estimate(rz, an, key, x, w, jnp.ones((1,), bool), per_round, True, 9)
-        mean = Sensitive(direct, 1.0, "replace-one").divided(jnp.float32(9)).value
+    # each comparison is one compiled program holding both sides (run op by op they took ~260 compiles)
+    def noise_stream(level, direct_sum):
+        def both(k):
+            direct = direct_sum(K.stream_key(k, "noise"))
+            rz = P.PvecRandomizer(4, per_round=True, keys="noise-stream", level=level, bit_buffer=(8, 64))
+            an = P.PvecAnalyzer(per_round=True, level=level, batch_field="batch")
+            out = _parts_estimate(rz, an, k, x, w, jnp.ones((1,), bool), per_round, True, 9)
+            return out, Sensitive(direct, 1.0, "replace-one").divided(jnp.float32(9)).value
+        return jax.jit(both)(key)
+
+    for level, direct_sum in (("counts", lambda nk: P.pvec_chunked_sum(nk, x[0], w[0], one, 1.0, 2**12)),
+                              ("bits", lambda nk: P.pvec_bits_sum(nk, x[0], w[0], one, 1.0, 8, 64))):
+        out, mean = noise_stream(level, direct_sum)
         np.testing.assert_array_equal(np.asarray(out), np.asarray(mean))
 
     xs = jnp.asarray(rng.uniform(-1, 1, (3, 5, 4)), jnp.float32)
     ws = jnp.ones((3, 5), bool)
     available = jnp.array([True, False, True])
     rz, an = P.PvecRandomizer(4, 2**10), P.PvecAnalyzer(5, None)
-    out = _parts_estimate(rz, an, key, xs, ws, available, one, False, 1)
-    rk = K.silo_keys(K.stream_key(key, "rounding"), 3)
-    nk = K.silo_keys(K.stream_key(key, "noise"), 3)
-    counts = [sp.pvec_user_counts(rk[i], nk[i], xs[i], ws[i], one, 1.0, 2**10) for i in (0, 2)]
-    expected = sp.pvec_analyze(counts[0] + counts[1], one, 1.0) / np.float32(10)  # M_r K = 2 x 5
+
+    @jax.jit
+    def silo_streams(k):
+        out = _parts_estimate(rz, an, k, xs, ws, available, one, False, 1)
+        rk = K.silo_keys(K.stream_key(k, "rounding"), 3)
+        nk = K.silo_keys(K.stream_key(k, "noise"), 3)
+        counts = [sp.pvec_user_counts(rk[i], nk[i], xs[i], ws[i], one, 1.0, 2**10) for i in (0, 2)]
+        return out, sp.pvec_analyze(counts[0] + counts[1], one, 1.0) / np.float32(10)  # M_r K = 2 x 5
+
+    out, expected = silo_streams(key)
     np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-6)
 
     with pytest.raises(ValueError, match="level"):

@@ -128,21 +128,26 @@ def test_closed_form_glm_clipped_sum_equals_per_example_autodiff(make, clip_norm
         prob = LinearRegression(d, fit_intercept=(make == "linear-bias"))
         y = jnp.asarray(rng.normal(size=n), jnp.float32)
         params = jax.tree_util.tree_map(lambda p: p + 0.3, prob.init_params())
-    closed = prob.weighted_grad_sum(params, x, y, weights, clip_norm)
-    grads = clipping.per_example_grads(prob.loss, params, x, y)
-    bound = jnp.inf if clip_norm is None else clip_norm
-    clipped = clipping.clip_per_example(grads, bound)
-    reference = jax.tree_util.tree_map(lambda g: jnp.tensordot(weights, g, axes=1), clipped)
+    from dpjax.problems.glm import row_sq_norms
+
+    @jax.jit  # one program per case (op by op, the four sums took ~40 XLA compiles per case)
+    def sums(p):
+        closed = prob.weighted_grad_sum(p, x, y, weights, clip_norm)
+        clipped = clipping.clip_per_example(clipping.per_example_grads(prob.loss, p, x, y),
+                                            jnp.inf if clip_norm is None else clip_norm)
+        reference = jax.tree_util.tree_map(lambda g: jnp.tensordot(weights, g, axes=1), clipped)
+        pre = prob.weighted_grad_sum(p, x, y, weights, clip_norm, row_sq_norms=row_sq_norms(x))
+        wrong = (None if clip_norm is None else
+                 prob.weighted_grad_sum(p, x, y, weights, clip_norm, row_sq_norms=4 * row_sq_norms(x) + 1))
+        return closed, reference, pre, wrong
+
+    closed, reference, pre, wrong = sums(params)
     for a, b in zip(jax.tree_util.tree_leaves(closed), jax.tree_util.tree_leaves(reference)):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-5)
     # precomputed row norms (what the engine passes, hoisted out of the rounds) give the same sum
-    from dpjax.problems.glm import row_sq_norms
-
-    pre = prob.weighted_grad_sum(params, x, y, weights, clip_norm, row_sq_norms=row_sq_norms(x))
     for a, b in zip(jax.tree_util.tree_leaves(pre), jax.tree_util.tree_leaves(closed)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     if clip_norm is not None:  # and the argument is really used: wrong norms change a binding clip
-        wrong = prob.weighted_grad_sum(params, x, y, weights, clip_norm, row_sq_norms=4 * row_sq_norms(x) + 1)
         assert not all(np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(wrong),
                                                           jax.tree_util.tree_leaves(closed)))
 

@@ -6,6 +6,8 @@ order, so they agree to a few hundred ulps of the largest term
 term, factor or layout (those give O(1) relative errors).
 """
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,10 @@ from dpjax.primitives import ghost_clipping as gc
 from dpjax.problems import FlaxProblem
 
 RTOL, ATOL = 1e-9, 1e-12
+# Compile-time bound file (as tests/primitives/test_ghost_layers.py): XLA's cheap CPU backend settings cut
+# compile time; the arithmetic, and so the tolerances, are unchanged.
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0,
+                                                   "xla_llvm_disable_expensive_passes": True})
 
 
 @pytest.fixture(autouse=True)
@@ -74,14 +80,30 @@ class WithUnsupported(nn.Module):
         return nn.Dense(3)(Scaled()(x))
 
 
+_SETUPS: dict = {}
+
+
 def _setup(module, kind="x", batch=9, seed=0):
-    key = jax.random.key(seed)
-    if kind == "tokens":
-        x = jax.random.randint(key, (batch, 6), 0, 7)
-    else:
-        x = jax.random.normal(key, (batch, 64), jnp.float64)
-    y = jnp.arange(batch) % 3
-    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), module.init(jax.random.key(1), x[0]))
+    """Loss, float64 parameters and a batch for ``module``; cached per (module class, kind, batch, seed).
+
+    The parameters are random normal draws (scaled by 1 / sqrt(fan-in) for kernels) in the shapes of
+    ``module.init`` (``jax.eval_shape``: traced, not run): ghost clipping's identities hold for every
+    parameter value, and flax's own init ran op by op in float64 (5 s for the CNN per test)."""
+    cache_key = (type(module).__name__, kind, batch, seed)
+    if cache_key not in _SETUPS:
+        key = jax.random.key(seed)
+        if kind == "tokens":
+            x = jax.random.randint(key, (batch, 6), 0, 7)
+        else:
+            x = jax.random.normal(key, (batch, 64), jnp.float64)
+        shapes = jax.eval_shape(module.init, jax.random.key(1), x[0])
+        leaves, treedef = jax.tree_util.tree_flatten(shapes)
+        rng = np.random.default_rng(seed + 1)
+        params = jax.tree_util.tree_unflatten(treedef, [
+            jnp.asarray(rng.normal(size=leaf.shape) / np.sqrt(max(1, int(np.prod(leaf.shape[:-1])))), jnp.float64)
+            for leaf in leaves])
+        _SETUPS[cache_key] = (params, x, jnp.arange(batch) % 3)
+    params, x, y = _SETUPS[cache_key]
 
     def loss(p, xi, yi):
         out = module.apply(p, xi)
@@ -109,40 +131,46 @@ def test_norms_clipped_sums_and_differences_equal_vmap_grad(name):
     ``clip(grad l(w) - grad l(w'))`` for w' far from and very close to w."""
     loss, params, x, y = _setup(*CASES[name])
     mask = jnp.asarray([1, 1, 0, 1, 0, 1, 1, 1, 1], jnp.float64)
-    per_example = jax.jit(lambda p: clipping.per_example_grads(loss, p, x, y))
-    ghost_sum = jax.jit(lambda p, c: gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True))
-    ghost_diff = jax.jit(lambda p, q, c, use: gc.clipped_difference_sum(loss, p, q, x, y, c, mask, use_difference=use,
+    per_example = jit(lambda p: clipping.per_example_grads(loss, p, x, y))
+    ghost_sum = jit(lambda p, c: gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True))
+    ghost_diff = jit(lambda p, q, c, use: gc.clipped_difference_sum(loss, p, q, x, y, c, mask, use_difference=use,
                                                                         require_fast=True))
+    # the reference side compiled too (one program each, the clip norm and the scale traced): run op by op
+    # in float64 it took as long as the ghost side's compiles
+    ref_norms_of = jit(jax.vmap(clipping.global_norm))
+    ref_sum = jit(lambda g, c: clipping.clipped_sum(g, c, mask).total)
+    perturbed = jit(_perturbed)
+    difference = jit(lambda a, b: jax.tree_util.tree_map(jnp.subtract, a, b))
     grads = per_example(params)
-    ref_norms = jax.vmap(clipping.global_norm)(grads)
-    norms, fast = jax.jit(lambda p: gc.per_example_grad_norms(loss, p, x, y, require_fast=True))(params)
+    ref_norms = np.asarray(ref_norms_of(grads))
+    norms, fast = jit(lambda p: gc.per_example_grad_norms(loss, p, x, y, require_fast=True))(params)
     assert bool(fast)
     np.testing.assert_allclose(norms, ref_norms, rtol=RTOL)
 
-    median = float(jnp.median(ref_norms))
-    for clip_norm in (0.5 * median, 10.0 * float(jnp.max(ref_norms)), np.inf):
+    median = float(np.median(ref_norms))
+    for clip_norm in (0.5 * median, 10.0 * float(np.max(ref_norms)), np.inf):
         res = ghost_sum(params, clip_norm)
         assert bool(res.fast_path) and float(res.count) == 7.0
-        _close(res.total, clipping.clipped_sum(grads, clip_norm, mask).total)
+        _close(res.total, ref_sum(grads, clip_norm))
 
     for scale in (1e-1, 1e-5):
-        prev = _perturbed(params, scale)
-        diffs = jax.tree_util.tree_map(jnp.subtract, grads, per_example(prev))
-        clip_norm = float(jnp.median(jax.vmap(clipping.global_norm)(diffs)))
+        prev = perturbed(params, scale)
+        diffs = difference(grads, per_example(prev))
+        clip_norm = float(np.median(np.asarray(ref_norms_of(diffs))))
         res = ghost_diff(params, prev, clip_norm, True)
         assert bool(res.fast_path)
-        _close(res.total, clipping.clipped_sum(diffs, clip_norm, mask).total)
+        _close(res.total, ref_sum(diffs, clip_norm))
     # the traced "restart" flag selects the plain clipped gradients instead
-    _close(ghost_diff(params, prev, 0.5 * median, False).total, clipping.clipped_sum(grads, 0.5 * median, mask).total)
+    _close(ghost_diff(params, prev, 0.5 * median, False).total, ref_sum(grads, 0.5 * median))
 
 
 def test_padding_rows_contribute_nothing_even_if_nan():
     loss, params, x, y = _setup(MLP())
     x = x.at[2].set(jnp.nan)
     mask = jnp.ones(9).at[2].set(0.0)
-    res = gc.ghost_clipped_sum(loss, params, x, y, 0.3, mask)
-    keep = jnp.arange(9) != 2
-    ref = clipping.per_example_clipped_sum(loss, params, x[keep], y[keep], 0.3)
+    res = jit(lambda p: gc.ghost_clipped_sum(loss, p, x, y, 0.3, mask))(params)  # compiled, as the engine runs it
+    keep = np.arange(9) != 2
+    ref = jit(lambda p: clipping.per_example_clipped_sum(loss, p, x[keep], y[keep], 0.3))(params)
     _close(res.total, ref.total)
 
 
@@ -155,11 +183,12 @@ def test_zero_gradients_give_zero_not_nan():
         return 0.5 * jnp.sum(jnp.square(module.apply(p, xi) - yi))
 
     y0 = jnp.zeros((9, 3))
+    ghost_sum = jit(lambda p, c: gc.ghost_clipped_sum(sq_loss, p, x, y0, c, require_fast=True))
     for clip_norm in (1.0, 0.0):
-        res = gc.ghost_clipped_sum(sq_loss, params, x, y0, clip_norm, require_fast=True)
+        res = ghost_sum(params, clip_norm)
         for leaf in jax.tree_util.tree_leaves(res.total):
             assert np.all(np.asarray(leaf) == 0.0)
-    norms, _ = gc.per_example_grad_norms(sq_loss, params, x, y0)
+    norms, _ = jit(lambda p: gc.per_example_grad_norms(sq_loss, p, x, y0))(params)
     assert np.all(np.asarray(norms) == 0.0)
 
 
@@ -181,8 +210,8 @@ def test_custom_leaf_layer_is_materialised_not_refused():
     plan = gc.make_plan(loss, params, x, y)
     assert plan.fast, plan.reason
     assert [c.kind for c in plan.calls] == ["materialised", "dense"]
-    res = gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
-    _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
+    res = jit(lambda p: gc.ghost_clipped_sum(loss, p, x, y, 0.2, require_fast=True))(params)
+    _close(res.total, jit(lambda p: clipping.per_example_clipped_sum(loss, p, x, y, 0.2).total)(params))
 
 
 def test_parameter_used_outside_its_layer_falls_back_with_flag():
@@ -195,9 +224,9 @@ def test_parameter_used_outside_its_layer_falls_back_with_flag():
 
     plan = gc.make_plan(loss, params, x, y)
     assert not plan.fast and "['params']['Dense_0']['kernel']" in plan.reason
-    res = gc.ghost_clipped_sum(loss, params, x, y, 0.2)
-    assert res.fast_path is False
-    _close(res.total, clipping.per_example_clipped_sum(loss, params, x, y, 0.2).total)
+    res = jit(lambda p: gc.ghost_clipped_sum(loss, p, x, y, 0.2))(params)
+    assert not bool(res.fast_path)
+    _close(res.total, jit(lambda p: clipping.per_example_clipped_sum(loss, p, x, y, 0.2).total)(params))
     with pytest.raises(gc.GhostFallbackError, match="require_fast=True.*used outside the layer"):
         gc.ghost_clipped_sum(loss, params, x, y, 0.2, require_fast=True)
 
@@ -205,7 +234,7 @@ def test_parameter_used_outside_its_layer_falls_back_with_flag():
 def test_flax_problem_clipped_sums_in_the_engine():
     """``FlaxProblem`` gets the ghost path wherever the engine clips per example."""
     problem = FlaxProblem(MLP(), (64,), "softmax")
-    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), jit(problem.init_params)(jax.random.key(0)))
     rng = np.random.default_rng(0)
     xs = [rng.normal(size=(n, 64)) for n in (6, 4)]
     ys = [rng.integers(0, 3, size=n) for n in (6, 4)]
@@ -213,37 +242,40 @@ def test_flax_problem_clipped_sums_in_the_engine():
     assert problem.uses_ghost_clipping(params, data.x[0], data.y[0])
     idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
     mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
-    got = jax.jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1))(params)
+    got = jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1))(params)
+    reference = jit(lambda p, xb, yb, m: jax.tree_util.tree_map(
+        lambda t: t / 4, clipping.per_example_clipped_sum(problem.loss, p, xb, yb, 0.1, m).total))
     for s in range(2):
         xb, yb = data.x[s][idx[s]], data.y[s][idx[s]]
-        ref = clipping.per_example_clipped_sum(problem.loss, params, xb, yb, 0.1, mask[s]).total
-        _close(jax.tree_util.tree_map(lambda g, s=s: g[s], got), jax.tree_util.tree_map(lambda t: t / 4, ref))
+        _close(jax.tree_util.tree_map(lambda g, s=s: g[s], got), reference(params, xb, yb, mask[s]))
 
 
 def test_diff2_messages_use_ghost_differences_and_match_materialised():
     from dpjax.reproduce.diff2 import mlp_problem
 
     problem = mlp_problem(5, 1, "regression")
-    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))
-    prev = _perturbed(params, 1e-2)
+    params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), jit(problem.init_params)(jax.random.key(0)))
+    prev = jit(_perturbed)(params, 1e-2)
     rng = np.random.default_rng(1)
     xs = [rng.normal(size=(n, 5)) for n in (7, 5)]
     ys = [rng.normal(size=(n, 1)) for n in (7, 5)]
     data = SiloData.from_silos(xs, ys, dtype=jnp.float64)
     assert gc.make_plan(problem.loss, params, data.x[0], data.y[0]).fast
     c1, c2 = 0.5, 3.0
-    radius = float(diff2.difference_radius(params, prev, c2))
-    messages = jax.jit(lambda p, q, r: diff2.silo_messages(problem, p, q, data, r, c1, c2))
-    per_example = jax.jit(lambda p, x, y: clipping.per_example_grads(problem.loss, p, x, y))
+    radius = float(jit(diff2.difference_radius)(params, prev, c2))
+    messages = jit(lambda p, q, r: diff2.silo_messages(problem, p, q, data, r, c1, c2))
+
+    @functools.partial(jit, static_argnums=4)  # the materialised reference, one program per silo size and path
+    def reference(p, q, x, y, restart):
+        g = clipping.per_example_grads(problem.loss, p, x, y)
+        if not restart:
+            g = jax.tree_util.tree_map(jnp.subtract, g, clipping.per_example_grads(problem.loss, q, x, y))
+        return jax.tree_util.tree_map(lambda t: t / x.shape[0], clipping.clipped_sum(g, c1 if restart else radius).total)
+
     for restart in (True, False):
         msgs = messages(params, prev, jnp.asarray(restart))
         for s, (x, y) in enumerate(zip(xs, ys)):
-            x, y = jnp.asarray(x), jnp.asarray(y)
-            g = per_example(params, x, y)
-            if not restart:
-                g = jax.tree_util.tree_map(jnp.subtract, g, per_example(prev, x, y))
-            ref = clipping.clipped_sum(g, c1 if restart else radius).total
-            _close(jax.tree_util.tree_map(lambda m, s=s: m[s], msgs), jax.tree_util.tree_map(lambda t: t / len(xs[s]), ref))
+            _close(jax.tree_util.tree_map(lambda m, s=s: m[s], msgs), reference(params, prev, x, y, restart))
 
 
 def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_per_record_run():

@@ -40,15 +40,22 @@ def keys(n: int, seed: int = 0):
 
 
 def silos(sizes, dim: int, canary: float = 0.0, silo: int = 0, row: int = 0, fill: float = 0.0,
-          label: float = 0.0) -> SiloData:
-    """``len(sizes)`` silos of ``dim``-dimensional records (padded to the largest size), every
-    record ``fill e_1`` with label ``label`` except record ``row`` of silo ``silo``, which is
-    ``canary e_1`` (label ``label`` too)."""
+          label: float = 0.0, n_max: int | None = None) -> SiloData:
+    """``len(sizes)`` silos of ``dim``-dimensional records (padded to the largest size, or to ``n_max``
+    rows), every record ``fill e_1`` with label ``label`` except record ``row`` of silo ``silo``, which
+    is ``canary e_1`` (label ``label`` too). Neighbours padded to one ``n_max`` share one compiled
+    program (the sizes are data, the shapes static)."""
     xs = [np.full((n, dim), 0.0, np.float32) for n in sizes]
     for x in xs:
         x[:, 0] = fill
     xs[silo][row, 0] = canary
-    return SiloData.from_silos(xs, [np.full(n, label, np.float32) for n in sizes])
+    data = SiloData.from_silos(xs, [np.full(n, label, np.float32) for n in sizes])
+    if n_max is None or n_max == data.n_max:
+        return data
+    if n_max < data.n_max:
+        raise ValueError(f"n_max={n_max} is below the largest silo ({data.n_max} records)")
+    pad = lambda a: jnp.asarray(np.pad(np.asarray(a), [(0, 0), (0, n_max - data.n_max)] + [(0, 0)] * (a.ndim - 2)))  # noqa: E731
+    return SiloData(pad(data.x), pad(data.y), pad(data.mask), data.sizes)  # padded rows: zeros, masked out
 
 
 def trajectory(family, data, hparams, run_keys, dim: int, start=None, metrics: bool = False):

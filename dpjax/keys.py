@@ -77,11 +77,7 @@ def silo_keys(key: jax.Array, num_silos: int) -> jax.Array:
 
     Inside ``silo_window(total, first)``: the keys of silos ``first .. first + num_silos - 1`` of the
     ``total``-way split, so a block of silos draws exactly what those silos draw in the whole run."""
-    window = _SILO_WINDOW.get()
-    if window is None:
-        return jax.random.split(key, num_silos)
-    total, first = window
-    return jax.lax.dynamic_slice_in_dim(jax.random.split(key, total), first, num_silos)
+    return over_silos(lambda n: jax.random.split(key, n), num_silos)
 
 
 def over_silos(draw, num_silos: int) -> jax.Array:

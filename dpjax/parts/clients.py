@@ -118,8 +118,8 @@ class LocalSteps:
         normals = privatizer.standard_normals(params, batch, self.num_steps, ctx)
         lr = getattr(ctx.hparams, self.lr_field)
         # only the K records the steps use ([M, K, ...]): gathering the silos' whole data each round
-        # (data.x[rows]) copied M x n_max rows per run for K of them (13 lanes of ISRL MNIST: 607 MB a
-        # round, the whole cost of the round)
+        # (data.x[rows]) copied M x n_max rows per run for K of them (13 MNIST-shaped lanes: 607 MB a
+        # round; 35 rounds 3.07 s before, 1.09 s after)
         xs, ys = batch.records((data.x, data.y))
 
         def one_silo(x, y, std_normals):

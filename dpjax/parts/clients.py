@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import optax
+from jax.custom_batching import custom_vmap
 
 from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors
@@ -116,24 +117,74 @@ class LocalSteps:
     def run(self, params, batch: Batch, data, clipper, privatizer, ctx: Context):
         """The local models ``[M, ...]`` of the computed silos."""
         normals = privatizer.standard_normals(params, batch, self.num_steps, ctx)
-        lr = getattr(ctx.hparams, self.lr_field)
         # only the K records the steps use ([M, K, ...]): gathering the silos' whole data each round
         # (data.x[rows]) copied M x n_max rows per run for K of them (13 MNIST-shaped lanes: 607 MB a
         # round; 35 rounds 3.07 s before, 1.09 s after)
         xs, ys = batch.records((data.x, data.y))
+        closed_form = has_closed_form_clipping(self.problem)
+        # GLMs: the clipper takes the step's one record through the problem's closed form (||grad|| =
+        # |residual| ||x||, the row norms computed once per round, outside the K steps and shared by
+        # every run) instead of autodiff's gradient and its norm: fewer kernels in each sequential step
+        sq = self.problem.row_sq_norms(xs) if closed_form else jnp.zeros(ys.shape[:2])
 
-        def one_silo(x, y, std_normals):
+        def one_silo(params, x, y, std_normals, sq, ctx):
+            lr = getattr(ctx.hparams, self.lr_field)
+
             def body(w, step):
-                x_j, y_j, z = step
-                grad = jax.tree_util.tree_map(lambda t: t[None], jax.grad(self.problem.loss)(w, x_j, y_j))
-                clipped, _ = clipper.update(PerUnitVectors(grad, per_silo=True), (), ctx)
+                x_j, y_j, z, sq_j = step
+                if closed_form:
+                    one = lambda t: t[None, None]  # noqa: E731  (one silo, one record)
+                    units = PerExampleGradients(self.problem.loss, w, one(x_j), one(y_j), jnp.ones((1, 1), bool),
+                                                problem=self.problem, row_sq_norms=one(sq_j))
+                else:
+                    grad = jax.tree_util.tree_map(lambda t: t[None], jax.grad(self.problem.loss)(w, x_j, y_j))
+                    units = PerUnitVectors(grad, per_silo=True)
+                clipped, _ = clipper.update(units, (), ctx)
                 noisy = privatizer.add(clipped, jax.tree_util.tree_map(lambda t: t[None], z), ctx)
                 w = jax.tree_util.tree_map(lambda p, g: p - lr * g[0], w, noisy.value)
                 return project_l2_ball(w, self.projection_radius), None
 
-            return jax.lax.scan(body, params, (x, y, std_normals))[0]
+            return jax.lax.scan(body, params, (x, y, std_normals, sq))[0]
 
-        return jax.vmap(one_silo)(xs, ys, normals)
+        return over_silos_runs_inside(one_silo)(params, xs, ys, normals, sq, ctx)
+
+
+def over_silos_runs_inside(one_silo):
+    """``one_silo(params, *per_silo, ctx)`` mapped over the leading (silo) axis of the ``per_silo`` arrays,
+    with ``params`` and ``ctx`` shared: ``vmap(one_silo, in_axes=(None, 0, ..., 0, None))``, except that
+    when an outer ``vmap`` (the engine's runs axis) batches it, the runs axis goes INSIDE the silo axis.
+
+    Why: a plain ``vmap`` puts the runs axis outermost, so the K sequential local steps work on
+    ``[runs, silos, d]`` arrays whose shared records ``[silos, d]`` (runs with common random numbers
+    draw the same records) broadcast over the leading axis. XLA:CPU runs that step about 2x slower than
+    on ``[silos, runs, d]`` (``experiments/benchmarks/bench_local_steps.py``). The values are the same
+    operations on the same numbers in another layout (XLA may order a reduction differently: float
+    rounding only).
+    """
+
+    @custom_vmap
+    def per_silo(params, *args):
+        *silo_args, ctx = args
+        return jax.vmap(one_silo, in_axes=(None,) + (0,) * len(silo_args) + (None,))(params, *silo_args, ctx)
+
+    @per_silo.def_vmap
+    def runs_inside(axis_size, in_batched, params, *args):
+        del axis_size
+        b_params, *b_args = in_batched
+        runs_axis = lambda flags: jax.tree_util.tree_map(lambda b: 0 if b else None, flags)  # noqa: E731
+        # the silo axis of a batched per-silo array sits behind the runs axis
+        silo_axis = lambda flags: jax.tree_util.tree_map(lambda b: 1 if b else 0, flags)  # noqa: E731
+        *silo_args, ctx = args
+
+        def one_silo_every_run(*one_silo_args):
+            return jax.vmap(one_silo, in_axes=(runs_axis(b_params), *map(runs_axis, b_args)))(
+                params, *one_silo_args, ctx)
+
+        models = jax.vmap(one_silo_every_run, in_axes=tuple(map(silo_axis, b_args[:-1])))(*silo_args)
+        runs_first = jax.tree_util.tree_map(lambda t: jnp.swapaxes(t, 0, 1), models)
+        return runs_first, jax.tree_util.tree_map(lambda _: True, runs_first)
+
+    return per_silo
 
 
 UPDATE_RULES = ("gradient", "local")

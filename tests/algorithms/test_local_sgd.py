@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -129,3 +130,103 @@ def test_available_only_computation_equals_masked_all_silos():
     full = engine.run(LocalSgd(PROBLEM, log_indices=True, **kw), data, hp, jax.random.key(8))
     np.testing.assert_allclose(fast.output, full.output, rtol=1e-6, atol=1e-7)
     assert np.all(full.round_metrics["available"].sum(axis=1) == 2)
+
+
+@dataclasses.dataclass(frozen=True)
+class _AutodiffOnly:
+    """A problem with ``problem``'s loss but no closed-form clipping: its steps take autodiff's gradient."""
+
+    problem: object
+
+    def loss(self, params, x, y):
+        return self.problem.loss(params, x, y)
+
+    def init_params(self, key=None):
+        return self.problem.init_params(key)
+
+    def evaluate(self, params, x, y, mask=None):
+        return self.problem.evaluate(params, x, y, mask)
+
+
+@pytest.mark.parametrize("problem", [PROBLEM, _AutodiffOnly(PROBLEM)], ids=["closed-form", "autodiff"])
+def test_clipped_steps_match_a_numpy_reference(reg_data, problem):
+    """With a binding clip (C = 0.05, below most gradients' norms) both ways of clipping a step's one
+    record, the GLM closed form ||grad|| = |r| ||x|| and autodiff's gradient, follow the NumPy replay of
+    ``w <- w - eta clip_C((x.w - y) x)`` (noise multiplier 0: the private program without noise)."""
+    eta, rounds, k, clip = 0.3, 3, 4, 0.05
+    alg = LocalSgd(problem, rounds, k, availability=FixedAvailability(2), log_indices=True)
+    res = engine.run(alg, reg_data, LocalSgdHParams.create(eta, 0.0, clip), jax.random.key(0))
+    x, y = np.asarray(reg_data.x, np.float64), np.asarray(reg_data.y, np.float64)
+    w, clipped = np.zeros(3), 0
+    for r in range(rounds):
+        idx, avail = res.round_metrics["indices"][r], res.round_metrics["available"][r]
+        locals_ = []
+        for i in np.flatnonzero(avail):
+            v = w.copy()
+            for j in idx[i]:
+                g = (x[i, j] @ v - y[i, j]) * x[i, j]
+                clipped += np.linalg.norm(g) > clip
+                v = v - eta * g * min(1.0, clip / np.linalg.norm(g))
+            locals_.append(v)
+        w = np.mean(locals_, axis=0)
+    assert clipped > rounds * 2 * k // 2  # the clip binds on most steps
+    np.testing.assert_allclose(res.output, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("common_keys", [True, False], ids=["common-keys", "key-per-run"])
+def test_runs_axis_inside_the_silo_axis_changes_no_run(common_keys):
+    """``LocalSteps`` puts the engine's runs axis inside the silo axis (``over_silos_runs_inside``): a grid
+    of runs with different step sizes, noise and clip norms (one shared key, or one key per run) gives each
+    run what ``engine.run`` gives it alone, up to float rounding (the same operations in another layout)."""
+    from dpjax import keys
+    from dpjax.engine import OutputParams, run_grid, stack_hparams
+
+    data = make_silos(5, 30, 6, task="classification")
+    from dpjax.problems import LogisticRegression
+
+    alg = LocalSgd(LogisticRegression(6), 4, 7, availability=FixedAvailability(3))
+    hps = [LocalSgdHParams.create(lr, z, c) for lr, z, c in [(0.1, 0.0, 1e9), (0.3, 0.5, 0.2), (0.05, 2.0, 1.0)]]
+    run_keys = [keys.run_key(0, 0 if common_keys else i) for i in range(len(hps))]
+    grid = run_grid(alg, data, stack_hparams(hps), jnp.stack(run_keys), eval_fn=OutputParams(),
+                    common_random_numbers=common_keys, chunk_size=len(hps))
+    outputs = jax.tree_util.tree_leaves(grid.evals)[0]
+    for i, (hp, key) in enumerate(zip(hps, run_keys)):
+        alone = engine.run(alg, data, hp, key).output
+        np.testing.assert_allclose(np.asarray(outputs)[i].reshape(np.shape(alone)), alone, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(outputs[0], outputs[1])  # the runs differ (the comparison can fail)
+
+
+def test_over_silos_runs_inside_is_a_vmap_over_silos():
+    """Under one or two outer vmaps, with any of its arguments batched or not, ``over_silos_runs_inside``
+    returns exactly what ``vmap`` over silos of ``vmap`` over runs returns (integer-valued floats: every
+    sum is exact), runs axis first."""
+    from dpjax.parts.clients import over_silos_runs_inside
+
+    def one_silo(params, x, z, ctx):
+        def body(w, step):
+            x_j, z_j = step
+            return w * ctx["scale"] + x_j * jnp.sum(w) + z_j, None
+
+        return jax.lax.scan(body, params, (x, z))[0]
+
+    rng = np.random.default_rng(0)
+    runs, silos, k, d = 3, 4, 5, 2
+    params = jnp.asarray(rng.integers(-2, 3, (runs, d)), jnp.float32)
+    x = jnp.asarray(rng.integers(-1, 2, (runs, silos, k, d)), jnp.float32)
+    z = jnp.asarray(rng.integers(-3, 4, (runs, silos, k, d)), jnp.float32)
+    scale = jnp.asarray([1.0, -1.0, 2.0])
+    mapped = over_silos_runs_inside(one_silo)
+    plain = lambda p, x, z, s: jax.vmap(one_silo, in_axes=(None, 0, 0, None))(p, x, z, {"scale": s})  # noqa: E731
+    for axes in [(0, None, None, 0), (None, 0, 0, None), (0, 0, 0, 0), (0, None, 0, None)]:
+        args = [a if ax == 0 else a[0] for a, ax in zip((params, x, z, scale), axes)]
+        got = jax.vmap(lambda p, x, z, s: mapped(p, x, z, {"scale": s}), in_axes=axes)(*args)
+        want = jax.vmap(plain, in_axes=axes)(*args)
+        assert got.shape == (runs, silos, d)
+        np.testing.assert_array_equal(got, want)
+    # two outer vmaps (trials x runs)
+    twice = lambda a: jnp.stack([a, a + 1])  # noqa: E731
+    got = jax.vmap(jax.vmap(lambda p, x, z: mapped(p, x, z, {"scale": jnp.float32(1.0)})))(
+        twice(params), twice(x), twice(z))
+    want = jax.vmap(jax.vmap(lambda p, x, z: plain(p, x, z, jnp.float32(1.0))))(twice(params), twice(x), twice(z))
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got[0], got[1])

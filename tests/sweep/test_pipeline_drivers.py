@@ -11,7 +11,10 @@ the noise is the same numbers, but the update around it fuses differently (large
 6.9e-7, in grad_norm_sq; every other case stayed bit-identical). The ``dpsgd_mnist_grid/ic/`` arrays
 were re-recorded with ``--only dpsgd_mnist_grid`` when ghost clipping's materialised per-example
 convolution gradients moved to chunked strided-slice patches (issue #25: the same products summed in
-another order; largest relative change 1.09e-7, in test_accuracy; batch clipping bit-identical).
+another order; largest relative change 1.09e-7, in test_accuracy; batch clipping bit-identical). The ``isrl_grid/local/`` arrays were re-recorded with ``--only isrl_grid``
+when Local SGD's sequential steps moved the runs axis inside the silo axis and clipped a GLM record by
+its closed form (issue #25: the same arithmetic in another layout; largest relative change 7.7e-7, in
+train_loss; the MB-SGD and softmax arrays bit-identical).
 """
 
 import numpy as np

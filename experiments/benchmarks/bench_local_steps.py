@@ -12,9 +12,17 @@ measured here against the code before them:
 
 Every variant runs the figure's chunk: 25 MNIST-shaped silos of 1238 records (d = 50), K = 444 local
 steps, R = 35 rounds, 130 runs sharing one key (the figure's common random numbers), M = 12 and 25
-silos a round. Prints each variant's seconds for one chunk (the best of ``--repeats`` calls after the
-compiling one), its ratio to the old code's, and its largest relative difference in the output from
-the old code's (float rounding: the same arithmetic in another order).
+silos a round (the figure's panels: M = 12, 18, 25). Prints each variant's seconds for one chunk (the best of
+``--repeats`` calls after the compiling one), its ratio to the old code's, and its largest relative
+difference in the output from the old code's (float rounding: the same arithmetic in another order).
+
+**The floor.** XLA's cost analysis counts a loop body once, so it cannot give this chunk's floor. It is
+measured here instead: a step must read every (run, silo) model twice (the margin, then the update) and
+write it once, 12 bytes per parameter, so the floor of a step is 1.5x one elementwise pass
+``w <- a w + b`` over the same ``[M, runs, d]`` array, timed in the same scan shape (the array, 0.3-0.65
+MB, stays in cache: this pass runs faster than the large-copy peak of ``roofline.py``). Printed per M:
+the step's time over that floor, and the figure's Local SGD first grids (20 trials x 3 repetitions x one
+chunk per panel) at the floor.
 
     PYTHONPATH=$PWD JAX_PLATFORMS=cpu python experiments/benchmarks/bench_local_steps.py [--rounds 35]
 """
@@ -83,6 +91,21 @@ def _time(algo, train, width, repeats):
     return min(times[1:]), out
 
 
+def _elementwise_pass(m, width, d, steps, repeats) -> float:
+    """Seconds per step of ``w <- a w + b`` over ``[m, width, d]`` in a ``steps``-long scan (one read and one
+    write of every parameter: 8 bytes each)."""
+    a = jnp.linspace(0.9, 1.0, width, dtype=jnp.float32)[None, :, None]
+    f = jax.jit(lambda w: jax.lax.scan(lambda w, _: (w * a + 1e-3, None), w, None, length=steps)[0])
+    w = jnp.zeros((m, width, d), jnp.float32)
+    jax.block_until_ready(f(w))
+    times = []
+    for _ in range(repeats + 1):
+        t = time.perf_counter()
+        jax.block_until_ready(f(w))
+        times.append(time.perf_counter() - t)
+    return min(times) / steps
+
+
 def main(argv=None) -> None:
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.engine import SiloData
@@ -94,7 +117,8 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=35)
     p.add_argument("--local-steps", type=int, default=444)
     p.add_argument("--width", type=int, default=130, help="runs in the chunk (the full figure's first grid: 130)")
-    p.add_argument("--silos-per-round", type=int, nargs="+", default=[12, 25])
+    p.add_argument("--silos-per-round", type=int, nargs="+", default=[12, 18, 25])
+    p.add_argument("--trials", type=int, default=20, help="the figure's trials (x 3 repetitions) for the floor line")
     p.add_argument("--repeats", type=int, default=2)
     args = p.parse_args(argv)
     rng = np.random.default_rng(0)
@@ -112,9 +136,11 @@ def main(argv=None) -> None:
     print("| M | variant | s per chunk | us per step | before / this | largest relative change |")
     print("|---|---|---|---|---|---|")
     layout = clients.over_silos_runs_inside
+    floors = {}
     try:
         for m in args.silos_per_round:
             base = None
+            floors[m] = 1.5 * _elementwise_pass(m, args.width, d, args.local_steps, args.repeats)
             for name, mapping, problem in variants:
                 clients.over_silos_runs_inside = mapping
                 _clear_compiled()
@@ -125,8 +151,18 @@ def main(argv=None) -> None:
                 change = float(np.max(np.abs(out - base[1]) / np.maximum(np.abs(base[1]), 1e-3)))
                 print(f"| {m} | {name} | {seconds:.3f} | {seconds / (args.rounds * args.local_steps) * 1e6:.0f} "
                       f"| {base[0] / seconds:.2f}x | {change:.1e} |", flush=True)
+            floors[m] = (floors[m], seconds / (args.rounds * args.local_steps))
     finally:
         clients.over_silos_runs_inside = layout
+    steps = args.rounds * args.local_steps
+    print("| M | floor us per step (1.5 elementwise passes) | now us per step | now / floor |")
+    print("|---|---|---|---|")
+    for m, (floor, now) in floors.items():
+        print(f"| {m} | {floor * 1e6:.1f} | {now * 1e6:.1f} | {now / floor:.2f} |")
+    runs = 3 * args.trials
+    print(f"the figure's Local SGD first grids ({args.trials} trials x 3 repetitions x one {args.width}-run chunk "
+          f"per M in {sorted(floors)}): {runs * steps * sum(f for f, _ in floors.values()):.0f} s at the floor, "
+          f"{runs * steps * sum(n for _, n in floors.values()):.0f} s now")
     print(f"load average at end {os.getloadavg()[0]:.1f}")
 
 

@@ -22,6 +22,7 @@ The batch size rule and the per-silo noise factors are pure calibration:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -91,10 +92,14 @@ def insurance_script_mbsgd(
                                 clip_mode="minibatch-average")
     factors = isrl_per_silo_sigma_factors(silo_sizes, n_ref)
 
+    @functools.lru_cache(maxsize=None)  # as isrl_protocol.spec_hparams: repetitions share one hparams object
+    def make_values(learning_rate, clip_norm, noise_std):
+        hp = algo.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm)
+        z = algo.noise_multiplier_for(noise_std * factors, hp, silo_sizes)
+        return algo.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm, noise_multiplier=z)
+
     def make_hparams(spec):
-        hp = algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm)
-        z = algo.noise_multiplier_for(spec.noise_std * factors, hp, silo_sizes)
-        return algo.hparams_from_values(learning_rate=spec.learning_rate, clip_norm=spec.clip_norm, noise_multiplier=z)
+        return make_values(spec.learning_rate, spec.clip_norm, spec.noise_std)
 
     unit = algo.hparams_from_values(learning_rate=1.0, clip_norm=1.0)
     realized = {}

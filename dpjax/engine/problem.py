@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
 import jax
@@ -33,3 +34,20 @@ class ClosedFormClipping(Protocol):
 
 def has_closed_form_clipping(problem) -> bool:
     return isinstance(problem, ClosedFormClipping)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutodiffOnly:
+    """``problem`` without its closed-form clipping: the engine then clips autodiff's per-example gradients.
+    For checking a closed form against autodiff, and benchmarking one against the other."""
+
+    problem: Any
+
+    def loss(self, params, x, y):
+        return self.problem.loss(params, x, y)
+
+    def init_params(self, key=None):
+        return self.problem.init_params(key)
+
+    def evaluate(self, params, x, y, mask=None):
+        return self.problem.evaluate(params, x, y, mask)

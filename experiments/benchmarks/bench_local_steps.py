@@ -30,29 +30,12 @@ chunk per panel) at the floor.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-
-@dataclasses.dataclass(frozen=True)
-class AutodiffOnly:
-    """``problem`` without its closed-form clipping: the local steps take autodiff's gradient."""
-
-    problem: object
-
-    def loss(self, params, x, y):
-        return self.problem.loss(params, x, y)
-
-    def init_params(self, key=None):
-        return self.problem.init_params(key)
-
-    def evaluate(self, params, x, y, mask=None):
-        return self.problem.evaluate(params, x, y, mask)
 
 
 def _runs_outermost(one_silo):
@@ -109,6 +92,7 @@ def _elementwise_pass(m, width, d, steps, repeats) -> float:
 def main(argv=None) -> None:
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.engine import SiloData
+    from dpjax.engine.problem import AutodiffOnly
     from dpjax.parts import clients
     from dpjax.primitives import FixedAvailability
     from dpjax.problems import LogisticRegression

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import jax
@@ -13,6 +12,7 @@ import pytest
 from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.algorithms.local_sgd import LocalSgd, LocalSgdHParams
 from dpjax import engine
+from dpjax.engine.problem import AutodiffOnly
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression
 
@@ -132,23 +132,7 @@ def test_available_only_computation_equals_masked_all_silos():
     assert np.all(full.round_metrics["available"].sum(axis=1) == 2)
 
 
-@dataclasses.dataclass(frozen=True)
-class _AutodiffOnly:
-    """A problem with ``problem``'s loss but no closed-form clipping: its steps take autodiff's gradient."""
-
-    problem: object
-
-    def loss(self, params, x, y):
-        return self.problem.loss(params, x, y)
-
-    def init_params(self, key=None):
-        return self.problem.init_params(key)
-
-    def evaluate(self, params, x, y, mask=None):
-        return self.problem.evaluate(params, x, y, mask)
-
-
-@pytest.mark.parametrize("problem", [PROBLEM, _AutodiffOnly(PROBLEM)], ids=["closed-form", "autodiff"])
+@pytest.mark.parametrize("problem", [PROBLEM, AutodiffOnly(PROBLEM)], ids=["closed-form", "autodiff"])
 def test_clipped_steps_match_a_numpy_reference(reg_data, problem):
     """With a binding clip (C = 0.05, below most gradients' norms) both ways of clipping a step's one
     record, the GLM closed form ||grad|| = |r| ||x|| and autodiff's gradient, follow the NumPy replay of

@@ -139,15 +139,22 @@ def _group_stack(x, y, groups):
 
 def rate_shape_many(keys, loss: Loss, x, y, domain: mech.Domain, weights, lambdas, sigmas, theta0=None,
                     iters: int = solver.SOLVER_ITERS) -> np.ndarray:
-    """``[runs, d]`` outputs of M' for a batch of run keys (vmapped); NOT private."""
+    """``[runs, d]`` outputs of M' for a batch of run keys (vmapped); NOT private. ``lambdas`` / ``sigmas`` are
+    ``[T]`` (shared) or ``[runs, T]`` (one schedule per run, e.g. several rho in one program)."""
     d = x.shape[-1]
     th0 = domain.project(np.zeros(d) if theta0 is None else theta0)
+    lambdas, sigmas = np.asarray(lambdas, np.float64), np.asarray(sigmas, np.float64)
+    per_run = lambdas.ndim == 2
+    if per_run != (sigmas.ndim == 2) or (per_run and not lambdas.shape[0] == sigmas.shape[0] == len(keys)):
+        raise ValueError(f"lambdas {lambdas.shape} and sigmas {sigmas.shape} must both be [T] or both "
+                         f"[runs={len(keys)}, T]")
     with jax.enable_x64(True):
-        f = lambda k: _rate_shape_scan(loss, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64),  # noqa: E731
-                                       jnp.asarray(weights, jnp.float64), jnp.asarray(lambdas, jnp.float64),
-                                       jnp.asarray(sigmas, jnp.float64), jnp.asarray(domain.centers, jnp.float64),
-                                       jnp.asarray(domain.radii, jnp.float64), jnp.asarray(th0), k, iters)[0]
-        return np.asarray(jax.vmap(f)(keys))
+        f = lambda k, lam, sig: _rate_shape_scan(  # noqa: E731
+            loss, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64), jnp.asarray(weights, jnp.float64), lam,
+            sig, jnp.asarray(domain.centers, jnp.float64), jnp.asarray(domain.radii, jnp.float64),
+            jnp.asarray(th0), k, iters)[0]
+        axis = 0 if per_run else None
+        return np.asarray(jax.vmap(f, in_axes=(0, axis, axis))(keys, jnp.asarray(lambdas), jnp.asarray(sigmas)))
 
 
 def _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, lipschitz, inner,

@@ -89,6 +89,24 @@ class Loss:
             out = xp.maximum(u, 0.0)
         return out + ridge
 
+    @property
+    def linear_model(self) -> bool:
+        """True when l(theta; (a, b)) = phi(<theta, a>, b) (+ ridge): the gradient is ``margin_coefficient * a``."""
+        return self.kind in ("logistic", "hinge", "absolute")
+
+    def margin_coefficient(self, theta, a, b, xp):
+        """phi'(<theta, a>, b) for the linear-model kinds (the surrogate's for nonsmooth ones), shape
+        ``a.shape[:-1]``: the per-item gradient without ridge is this times ``a``."""
+        z = a @ theta
+        s = self.smoothing
+        if self.kind == "logistic":
+            return -b / (1 + xp.exp(b * z))
+        if self.kind == "hinge":
+            return -b * xp.clip((1 - b * z) / s, 0.0, 1.0)
+        if self.kind == "absolute":
+            return xp.clip((z - b) / s, -1.0, 1.0)
+        raise ValueError(f"kind={self.kind!r} is not a linear-model loss")
+
     def grad(self, theta, a, b, xp):
         """Per-item gradient of the (surrogate) loss, shape ``a.shape``."""
         ridge = self.ridge * theta
@@ -96,17 +114,7 @@ class Loss:
             return theta - a + ridge
         if self.kind == "squared":
             return 2 * self.zeta * (theta - a) + ridge
-        z = a @ theta
-        s = self.smoothing
-        if self.kind == "logistic":
-            coef = -b / (1 + xp.exp(b * z))
-        elif self.kind == "hinge":
-            u = 1 - b * z
-            coef = -b * xp.clip(u / s, 0.0, 1.0)
-        else:
-            u = z - b
-            coef = xp.clip(u / s, -1.0, 1.0)
-        return coef[..., None] * a + ridge
+        return self.margin_coefficient(theta, a, b, xp)[..., None] * a + ridge
 
 
 # ---------------------------------------------------------------------------

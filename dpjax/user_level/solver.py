@@ -60,8 +60,28 @@ def project_balls(theta, centers, radii):
 
 
 def user_mean_grads(loss: Loss, theta, x, y):
-    """[n, d]: grad of L(theta; x_i) = mean_j grad l(theta; x_ij) for every user (one vmap over users)."""
+    """[n, d]: grad of L(theta; x_i) = mean_j grad l(theta; x_ij) for every user. Linear-model losses take
+    the closed form (1/m) sum_j phi'_ij x_ij, one contraction of the data, so that a vmap over thetas reads
+    ``x`` once instead of materialising every item's gradient per theta."""
+    if loss.linear_model:
+        coef = loss.margin_coefficient(theta, x, y, jnp)
+        return jnp.einsum("um,umd->ud", coef, x) / x.shape[1] + loss.ridge * theta
     return jax.vmap(lambda a, b: jnp.mean(loss.grad(theta, a, b, jnp), axis=0))(x, y)
+
+
+def weighted_mean_grad(loss: Loss, theta, x, y, weights):
+    """[d]: sum_i w_i grad L(theta; x_i) / sum_i w_i. Linear-model losses contract the weighted margin
+    coefficients with the data in one product (the per-user gradients are never formed)."""
+    if loss.linear_model:
+        # items flattened to [n m, d]: under a vmap over thetas the margins come out [thetas, n m] with no
+        # transpose of a [n, m, thetas] array (measured 2.5 vs 15 ms a gradient at n=100, m=1024, 24 thetas)
+        n, m, d = x.shape
+        flat_x = x.reshape(n * m, d)
+        coef = loss.margin_coefficient(theta, flat_x, y.reshape(n * m), jnp).reshape(n, m)
+        coef = coef * (weights / jnp.maximum(jnp.sum(weights), 1e-300))[:, None]
+        return coef.reshape(n * m) @ flat_x / m + loss.ridge * theta
+    g, _ = _weighted(weights, user_mean_grads(loss, theta, x, y))
+    return g
 
 
 def _weighted(weights, per_user):
@@ -94,8 +114,7 @@ def argmin(loss: Loss, x, y, weights, reg, center, ball_centers, ball_radii, ite
     momentum = (1 - jnp.sqrt(q)) / (1 + jnp.sqrt(q))
 
     def grad_f(theta):
-        g, _ = _weighted(weights, user_mean_grads(loss, theta, x, y))
-        return g + reg * (theta - center)
+        return weighted_mean_grad(loss, theta, x, y, weights) + reg * (theta - center)
 
     def body(_, carry):
         theta, prev = carry

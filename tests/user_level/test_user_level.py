@@ -536,3 +536,49 @@ def test_phased_sco_group_stacking_equals_masking_all_users(variant):
     masked = phased.rate_shape_many(key[None], loss, x, y, dom, masks, lams, sig)[0]
     np.testing.assert_allclose(out.theta, masked, rtol=0, atol=1e-10)
     assert np.linalg.norm(out.theta - masked) < 1e-10 < np.linalg.norm(out.theta)
+
+
+@pytest.mark.parametrize("kind", ["logistic", "hinge", "absolute"])
+def test_solver_gradient_closed_form_equals_per_item_gradients(kind):
+    """The solver's linear-model gradient contracts the margin coefficients with the data
+    (``weighted_mean_grad``, ``user_mean_grads``); it must equal the mean of the per-item gradients
+    ``Loss.grad`` (float64, so equal to ~1e-15), with unequal user weights, a zero weight and a ridge, and
+    under a vmap over thetas (the batched form D5 runs)."""
+    from dpjax.user_level import solver
+
+    n, m, d = 7, 5, 4
+    x, y = P.exchangeable(kind, n, m, d, 3)
+    loss = P.Loss(kind, radius=1.0, ridge=0.3, smoothing=0.2)
+    weights = np.array([1.0, 0.0, 2.0, 0.5, 1.0, 3.0, 1.0])
+    thetas = np.random.default_rng(0).normal(size=(3, d)) * 0.8
+    per_user = np.stack([[np.mean(loss.grad(th, x[i], y[i], np), axis=0) for i in range(n)] for th in thetas])
+    expect = np.einsum("u,tud->td", weights, per_user) / weights.sum()
+    with jax.enable_x64(True):
+        xj, yj, wj = (jnp.asarray(a, jnp.float64) for a in (x, y, weights))
+        got_users = np.stack([np.asarray(solver.user_mean_grads(loss, jnp.asarray(th), xj, yj)) for th in thetas])
+        got = np.asarray(jax.vmap(lambda th: solver.weighted_mean_grad(loss, th, xj, yj, wj))(jnp.asarray(thetas)))
+    np.testing.assert_allclose(got_users, per_user, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(got, expect, rtol=1e-12, atol=1e-14)
+    assert np.min(np.abs(expect)) > 1e-6  # the comparison is not between zeros
+
+
+def test_phased_erm_lanes_with_their_own_schedules_equal_separate_runs():
+    """D5 runs a cell's rho = 1 runs, its rho = 1e-4 floor and its B1-noise runs as lanes of one program with
+    per-lane (lambda, sigma) schedules; each lane must equal the run with that schedule alone (float64, to
+    round-off), and the lanes must differ (the schedules reach the computation)."""
+    from dpjax.reproduce.user_level import phased_erm_runs
+
+    n, m, d = 12, 4, 3
+    x, y = P.exchangeable("absolute", n, m, d, 4)
+    loss, dom = P.Loss("absolute", radius=1.0, smoothing=0.1), M.Domain.ball(1.0, d)
+    keys = jax.random.split(jax.random.key(2), 3)
+    lanes = phased_erm_runs(loss, x, y, dom, jnp.concatenate([keys, keys[:1], keys]), [1.0] * 3 + [1e-4] + [1.0] * 3,
+                            replace_noise=[False] * 4 + [True] * 3, iters=50)
+    alone = np.concatenate([phased_erm_runs(loss, x, y, dom, keys, 1.0, iters=50),
+                            phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=50),
+                            phased_erm_runs(loss, x, y, dom, keys, 1.0, replace_noise=True, iters=50)])
+    np.testing.assert_allclose(lanes, alone, rtol=0, atol=1e-13)
+    assert np.linalg.norm(lanes[0] - lanes[3]) > 1e-3 and np.linalg.norm(lanes[0] - lanes[4]) > 1e-3
+    with pytest.raises(ValueError, match="lambdas"):
+        phased.rate_shape_many(keys, loss, x, y, dom, np.ones((phased.num_phases(n, m), n)),
+                               np.ones((2, phased.num_phases(n, m))), np.ones((2, phased.num_phases(n, m))))

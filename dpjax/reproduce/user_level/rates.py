@@ -44,27 +44,26 @@ def true_loss(loss, theta, x, y) -> float:
 
 
 def phased_erm_runs(loss, x, y, dom, keys, rho, *, replace_noise=False, iters=600, lipschitz=None):
-    """Rate-shape Phased-ERM (M') outputs for a batch of keys; ``replace_noise``: B1 inside (sigma_i with the
-    replace-one-user sensitivity 2(2G)/(lambda_i n), no sqrt(m)); ``lipschitz``: G when ``loss.lipschitz``
-    does not apply (the tied-curvature instance).
-
-    With an iterative inner solver (every loss but the closed-form ``"mean"`` / ``"squared"``) the keys
-    run one at a time through the one-key program: the cell's solver floor (one key) then shares it, so a
-    cell compiles one program instead of two, and a vmapped lane costs as much as a run on its own (each
-    lane's gradients read the whole [n, m, d] data; 8 vmapped keys took 9.6x one key's CPU on
-    n = 100, m = 256). Outputs equal the vmapped ones to float64 round-off (<= 7e-16 relative)."""
+    """Rate-shape Phased-ERM (M') outputs for a batch of keys (vmapped: one program per cell); ``replace_noise``:
+    B1 inside (sigma_i with the replace-one-user sensitivity 2(2G)/(lambda_i n), no sqrt(m)); ``lipschitz``: G
+    when ``loss.lipschitz`` does not apply (the tied-curvature instance). ``rho`` and ``replace_noise`` may be
+    per-key sequences, so a cell's runs, its solver floor and its B1 runs are lanes of one program. The keys
+    share every solver iteration's pass over the data: linear-model losses contract it with all the keys'
+    margins at once (``solver.weighted_mean_grad``)."""
     from dpjax.user_level import phased
 
     n, m, d = x.shape
     g = loss.lipschitz if lipschitz is None else lipschitz
     t = phased.num_phases(n, m)
-    lam = phased.erm_lambda(g, dom.diameter, n, 1 if replace_noise else m, d, rho)
-    lams = phased.phase_lambdas(lam, t)
-    sig = rho * 2 * g / (lams * n * (1.0 if replace_noise else math.sqrt(m)))
-    if loss.kind in ("mean", "squared"):  # closed-form inner solves: the keys vmapped in one program
-        return phased.rate_shape_many(keys, loss, x, y, dom, np.ones((t, n)), lams, sig, iters=iters)
-    return np.concatenate([phased.rate_shape_many(keys[i:i + 1], loss, x, y, dom, np.ones((t, n)), lams, sig,
-                                                  iters=iters) for i in range(len(keys))])
+    lanes = len(keys)
+    rhos = np.broadcast_to(np.asarray(rho, np.float64), (lanes,))
+    b1 = np.broadcast_to(np.asarray(replace_noise, bool), (lanes,))
+    lams = np.stack([phased.phase_lambdas(phased.erm_lambda(g, dom.diameter, n, 1 if r1 else m, d, r_), t)
+                     for r_, r1 in zip(rhos, b1)])
+    sig = rhos[:, None] * 2 * g / (lams * n * np.where(b1, 1.0, math.sqrt(m))[:, None])
+    if np.all(rhos == rhos[0]) and np.all(b1 == b1[0]):  # one schedule for every key
+        lams, sig = lams[0], sig[0]
+    return phased.rate_shape_many(keys, loss, x, y, dom, np.ones((t, n)), lams, sig, iters=iters)
 
 
 def _d5_sweeps(sweeps, theory, loss, kind, keys, rho, radius, iters, reps, seed):
@@ -72,6 +71,8 @@ def _d5_sweeps(sweeps, theory, loss, kind, keys, rho, radius, iters, reps, seed)
     B1 noise inside) against the float64 reference minimum, the rho = 1e-4 floor, the slope claims.
     Returns ``(rows, claims, curves, ref_norms, ref_grads, floors, ratios)``, the last four the
     per-cell diagnostics the notes quote."""
+    import jax.numpy as jnp
+
     from dpjax.user_level import mechanisms as mech, problems
 
     rows, claims, curves, ref_norms, ref_grads, floors, ratios = [], [], {}, [], [], [], []
@@ -85,20 +86,25 @@ def _d5_sweeps(sweeps, theory, loss, kind, keys, rho, radius, iters, reps, seed)
             ref, best, gnorm = huber_reference(loss, x, y)
             ref_norms.append(float(np.linalg.norm(ref)))
             ref_grads.append(gnorm)
-            progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: Phased-ERM runs and the solver floor")
-            outs = phased_erm_runs(loss, x, y, dom, keys, rho, iters=iters)
+            b1_inside = axis == "m"  # B1 noise inside, on the sharp instance
+            progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: Phased-ERM runs, the solver floor"
+                           + (" and B1 noise inside Phased-ERM" if b1_inside else ""))
+            # one program: the reps runs, the rho = 1e-4 floor (the first key) and, on the m axis, B1's runs
+            lane_keys = jnp.concatenate([keys, keys[:1]] + ([keys] if b1_inside else []))
+            lane_rho = [rho] * reps + [1e-4] + ([rho] * reps if b1_inside else [])
+            lane_b1 = [False] * (reps + 1) + ([True] * reps if b1_inside else [])
+            all_outs = phased_erm_runs(loss, x, y, dom, lane_keys, lane_rho, replace_noise=lane_b1, iters=iters)
+            outs = all_outs[:reps]
             exc = np.array([huber_loss(loss, th, x, y) - best for th in outs])
-            floors.append(huber_loss(loss, phased_erm_runs(loss, x, y, dom, keys[:1], 1e-4, iters=iters)[0], x, y)
-                          - best)
+            floors.append(huber_loss(loss, all_outs[reps], x, y) - best)
             vals.append(float(exc.mean()))
             runs.append(exc)
             ratios.append(vals[-1] / max(floors[-1], 1e-300))
             rows.append(result_row(f"Phased-ERM rho=1e-4 ({kind})", "solver_floor", floors[-1], n=n, m=m, d=d))
             rows += [result_row(f"Phased-ERM M' (huber w={D5_HUBER_WIDTH})", "excess_empirical_risk", e, r, n=n, m=m,
                           d=d, rho=rho) for r, e in enumerate(exc)]
-            if axis == "m":  # B1 noise inside, on the sharp instance
-                progress.stage(f"D5 sweep over {axis}: cell n={n}, m={m}, d={d}: B1 noise inside Phased-ERM")
-                b1 = phased_erm_runs(loss, x, y, dom, keys, rho, replace_noise=True, iters=iters)
+            if b1_inside:
+                b1 = all_outs[reps + 1:]
                 exb = np.array([huber_loss(loss, th, x, y) - best for th in b1])
                 flat.append(float(exb.mean()))
                 flat_runs.append(exb)

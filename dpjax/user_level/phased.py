@@ -137,24 +137,36 @@ def _group_stack(x, y, groups):
     return xs, ys, weights
 
 
-def rate_shape_many(keys, loss: Loss, x, y, domain: mech.Domain, weights, lambdas, sigmas, theta0=None,
+def rate_shape_many(keys, loss: Loss, x, y, domain, weights, lambdas, sigmas, theta0=None,
                     iters: int = solver.SOLVER_ITERS) -> np.ndarray:
     """``[runs, d]`` outputs of M' for a batch of run keys (vmapped); NOT private. ``lambdas`` / ``sigmas`` are
-    ``[T]`` (shared) or ``[runs, T]`` (one schedule per run, e.g. several rho in one program)."""
+    ``[T]`` (shared) or ``[runs, T]`` (one schedule per run, e.g. several rho in one program); ``domain`` is one
+    ``Domain`` or one per run, all with the same number of balls (Algorithm 5's K' = K cap B(theta_0, R'))."""
     d = x.shape[-1]
-    th0 = domain.project(np.zeros(d) if theta0 is None else theta0)
     lambdas, sigmas = np.asarray(lambdas, np.float64), np.asarray(sigmas, np.float64)
     per_run = lambdas.ndim == 2
     if per_run != (sigmas.ndim == 2) or (per_run and not lambdas.shape[0] == sigmas.shape[0] == len(keys)):
         raise ValueError(f"lambdas {lambdas.shape} and sigmas {sigmas.shape} must both be [T] or both "
                          f"[runs={len(keys)}, T]")
+    per_run_domain = not isinstance(domain, mech.Domain)
+    domains = list(domain) if per_run_domain else [domain]
+    if per_run_domain and (len(domains) != len(keys) or len({len(dm.radii) for dm in domains}) != 1):
+        raise ValueError(f"domain: {len(domains)} domains for {len(keys)} runs with "
+                         f"{sorted({len(dm.radii) for dm in domains})} balls; need one per run, equal ball counts")
+    th0 = np.stack([dm.project(np.zeros(d) if theta0 is None else theta0) for dm in domains])
+    centers = np.stack([dm.centers for dm in domains]).astype(np.float64)
+    radii = np.stack([dm.radii for dm in domains]).astype(np.float64)
+    if not per_run_domain:
+        th0, centers, radii = th0[0], centers[0], radii[0]
     with jax.enable_x64(True):
-        f = lambda k, lam, sig: _rate_shape_scan(  # noqa: E731
+        f = lambda k, lam, sig, c, r, t0: _rate_shape_scan(  # noqa: E731
             loss, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64), jnp.asarray(weights, jnp.float64), lam,
-            sig, jnp.asarray(domain.centers, jnp.float64), jnp.asarray(domain.radii, jnp.float64),
-            jnp.asarray(th0), k, iters)[0]
+            sig, c, r, t0, k, iters)[0]
         axis = 0 if per_run else None
-        return np.asarray(jax.vmap(f, in_axes=(0, axis, axis))(keys, jnp.asarray(lambdas), jnp.asarray(sigmas)))
+        dom_axis = 0 if per_run_domain else None
+        return np.asarray(jax.vmap(f, in_axes=(0, axis, axis, dom_axis, dom_axis, dom_axis))(
+            keys, jnp.asarray(lambdas), jnp.asarray(sigmas), jnp.asarray(centers), jnp.asarray(radii),
+            jnp.asarray(th0)))
 
 
 def _certified_phases(key, loss, x, y, domain, groups, lambdas, eps_ph, delta_ph, beta_ph, lipschitz, inner,
@@ -253,23 +265,44 @@ def _centring_step(key, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho
 def strongly_convex_erm(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float,
                         *, mode: str = "certified", rho: float = 1.0, c_k: int = 2) -> PhasedResult:
     """Algorithm 5 (Strongly-Convex-ERM; Theorem 4.3). Rate-shape mode: theta_0 = theta* + N(0, sigma_0^2 I),
-    sigma_0 = rho G/(mu n sqrt(m)), then M' on K'."""
+    sigma_0 = rho G/(mu n sqrt(m)), then M' on K' (``strongly_convex_erm_rate_shape`` with one key)."""
     n, m, d = x.shape
-    g = loss.lipschitz
     v.check_choice("mode", mode, MODES)
     t = num_phases(n, m)
     _check_releasable(mode, [(n, epsilon / 2, delta / 2), (n, epsilon / (2 * t), delta / (2 * t))], "A5")
+    if mode == "rate-shape":
+        theta = strongly_convex_erm_rate_shape(key[None], loss, x, y, domain, fail_prob, rho=rho)[0]
+        return PhasedResult(theta, mech.OK, (), "A5 B2 (M', rate-shape, not private)")
     k0, k1 = jax.random.split(key)
     sigma0, theta0, failed = _centring_step(k0, loss, x, y, domain, epsilon, delta, fail_prob, mode, rho, c_k)
     if failed is not None:
         return PhasedResult(np.full(d, np.nan), failed.status, (failed,), "A5")
-    r_prime = localisation_radius(sigma0, d, fail_prob)
-    inner_dom = domain.intersect(theta0, r_prime)
-    mult = rho if mode == "rate-shape" else None
-    lam = None if mult is None else erm_lambda(g, 2 * r_prime, n, m, d, mult)
-    res = phased_erm(k1, loss, x, y, inner_dom, epsilon / 2, delta / 2, fail_prob, lam=lam, mode=mode, rho=rho,
-                     c_k=c_k)
+    inner_dom = domain.intersect(theta0, localisation_radius(sigma0, d, fail_prob))
+    res = phased_erm(k1, loss, x, y, inner_dom, epsilon / 2, delta / 2, fail_prob, mode=mode, rho=rho, c_k=c_k)
     return dataclasses.replace(res, variant="A5 " + res.variant)
+
+
+def strongly_convex_erm_rate_shape(keys, loss: Loss, x, y, domain: mech.Domain, fail_prob: float, *,
+                                   rho: float = 1.0) -> np.ndarray:
+    """``[runs, d]``: Algorithm 5 in rate-shape mode (NOT private) for a batch of keys. theta* is solved once
+    (it does not depend on the key); each key's theta_0 = proj_K(theta* + N(0, sigma_0^2 I)) gives its own K' =
+    K cap B(theta_0, R'), and the runs whose K' has the same number of balls share one vmapped M' program."""
+    n, m, d = x.shape
+    g = loss.lipschitz
+    t = num_phases(n, m)
+    sigma0 = rho * g / (loss.strong_convexity * n * math.sqrt(m))
+    star = mech.minimiser(loss, x, y, domain)
+    r_prime = localisation_radius(sigma0, d, fail_prob)
+    lambdas = phase_lambdas(erm_lambda(g, 2 * r_prime, n, m, d, rho), t)
+    sigmas = rho * 2 * g / (lambdas * n * math.sqrt(m))
+    split = [jax.random.split(k) for k in keys]
+    inner = [domain.intersect(domain.project(star + mech.gaussian_noise(k0, sigma0, d)), r_prime) for k0, _ in split]
+    out = np.empty((len(split), d))
+    for balls in sorted({len(dm.radii) for dm in inner}):
+        lanes = [i for i, dm in enumerate(inner) if len(dm.radii) == balls]
+        out[lanes] = rate_shape_many(jnp.stack([split[i][1] for i in lanes]), loss, x, y, [inner[i] for i in lanes],
+                                     np.ones((t, n)), lambdas, sigmas)
+    return out
 
 
 def strongly_convex_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, fail_prob: float,

@@ -582,3 +582,32 @@ def test_phased_erm_lanes_with_their_own_schedules_equal_separate_runs():
     with pytest.raises(ValueError, match="lambdas"):
         phased.rate_shape_many(keys, loss, x, y, dom, np.ones((phased.num_phases(n, m), n)),
                                np.ones((2, phased.num_phases(n, m))), np.ones((2, phased.num_phases(n, m))))
+
+
+def test_strongly_convex_erm_batched_runs_equal_the_algorithm_run_by_run():
+    """D6 runs Algorithm 5 (rate-shape) for a batch of keys: theta* once, then M' vmapped over runs whose
+    K' = K cap B(theta_0, R') differ. Each lane must equal the algorithm composed run by run from its steps
+    (centring draw, K', Phased-ERM with lambda from 2R'); K is sized so that some lanes' K' is one ball
+    (B(theta_0, R') inside K) and others two, so both groups and the regrouping are exercised."""
+    n, m, d = 30, 4, 3
+    x, y = P.exchangeable("logistic", n, m, d, 6)
+    loss = P.Loss("logistic", radius=1.0, ridge=0.5)
+    beta = 1 / (2 * n * n * m)
+    sigma0 = loss.lipschitz / (loss.strong_convexity * n * math.sqrt(m))
+    r_prime = phased.localisation_radius(sigma0, d, beta)
+    star = M.minimiser(loss, x, y, M.Domain.ball(100.0, d))
+    dom = M.Domain.ball(float(np.linalg.norm(star)) + r_prime, d)  # K' contains K's boundary for about half
+    keys = jax.random.split(jax.random.key(9), 8)
+    got = phased.strongly_convex_erm_rate_shape(keys, loss, x, y, dom, beta)
+    balls = []
+    for key, out in zip(keys, got):
+        k0, k1 = jax.random.split(key)
+        theta0 = dom.project(M.minimiser(loss, x, y, dom) + M.gaussian_noise(k0, sigma0, d))
+        inner = dom.intersect(theta0, r_prime)
+        balls.append(len(inner.radii))
+        lam = P.erm_lambda(loss.lipschitz, 2 * r_prime, n, m, d, 1.0)
+        ref = phased.phased_erm(k1, loss, x, y, inner, 0.5, 1e-6, beta, lam=lam, mode="rate-shape").theta
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-13)
+    assert sorted(set(balls)) == [1, 2]
+    np.testing.assert_allclose(phased.strongly_convex_erm(keys[3], loss, x, y, dom, 1.0, 1e-6, beta,
+                                                          mode="rate-shape").theta, got[3], rtol=0, atol=0)

@@ -233,14 +233,33 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
         lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
     lambdas = phase_lambdas(lam, t)
     if mode == "rate-shape":
-        sizes = np.array([hi - lo for lo, hi in groups], np.float64)
-        xs, ys, weights = _group_stack(np.asarray(x), np.asarray(y), groups)
-        sigmas = rho * 2 * g / (lambdas * sizes * math.sqrt(m))
-        theta = rate_shape_many(key[None], loss, xs, ys, domain, weights, lambdas, sigmas)[0]
+        theta = phased_sco_rate_shape(key[None], loss, x, y, domain, epsilon, delta, variant=variant, lam=lam,
+                                      rho=rho, lipschitz=lipschitz, min_group=min_group)[0]
         return PhasedResult(theta, mech.OK, (), f"{variant} rate-shape (not private)")
     res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k,
                             mode=mode)
     return dataclasses.replace(res, variant=variant)
+
+
+def phased_sco_rate_shape(keys, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, *,
+                          variant: str = "A4b", lam: Optional[float] = None, rho: float = 1.0,
+                          lipschitz: Optional[float] = None, min_group: Optional[int] = None) -> np.ndarray:
+    """``[runs, d]``: Phased-SCO (Algorithm 4) in rate-shape mode (NOT private) for a batch of keys, one
+    vmapped program (``phased_sco(..., mode="rate-shape")`` is this with one key). Phase i runs on its own
+    group only (``_group_stack``); ``epsilon, delta`` only set the default N0."""
+    v.check_choice("variant", variant, ("A4", "A4b"))
+    n, m, d = x.shape
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    n0 = min_group if min_group is not None else acc.user_level_params(epsilon, delta).n_min
+    groups = _groups(n, m, epsilon, delta, variant, n0)
+    t = len(groups)
+    if lam is None:
+        lam = sco_lambda(g, domain.diameter, n, m, d, rho, t if variant == "A4b" else 1)
+    lambdas = phase_lambdas(lam, t)
+    sizes = np.array([hi - lo for lo, hi in groups], np.float64)
+    xs, ys, weights = _group_stack(np.asarray(x), np.asarray(y), groups)
+    sigmas = rho * 2 * g / (lambdas * sizes * math.sqrt(m))
+    return rate_shape_many(keys, loss, xs, ys, domain, weights, lambdas, sigmas)
 
 
 def localisation_radius(sigma0: float, d: int, fail_prob: float, *, sco_term: float = 0.0) -> float:

@@ -611,3 +611,27 @@ def test_strongly_convex_erm_batched_runs_equal_the_algorithm_run_by_run():
     assert sorted(set(balls)) == [1, 2]
     np.testing.assert_allclose(phased.strongly_convex_erm(keys[3], loss, x, y, dom, 1.0, 1e-6, beta,
                                                           mode="rate-shape").theta, got[3], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("variant", ["A4", "A4b"])
+def test_phased_sco_batched_lanes_equal_masked_runs_one_key_at_a_time(variant):
+    """D8 runs Phased-SCO's rate-shape runs as lanes of one program (``phased_sco_rate_shape``); each lane
+    must equal the run with its key alone on the full data with the other groups masked (an independent
+    composition; float64 reassociation only, as in the stacking test above), and the lanes must differ."""
+    n, m, d, n0 = 64, 4, 3, 8
+    x, y = P.exchangeable("absolute", n, m, d, 2)
+    loss, dom = P.Loss("absolute", radius=1.0, smoothing=1e-2), M.Domain.ball(1.0, d)
+    keys = jax.random.split(jax.random.key(7), 3)
+    got = phased.phased_sco_rate_shape(keys, loss, x, y, dom, 1.0, 1e-6, variant=variant, min_group=n0)
+    groups = phased._groups(n, m, 1.0, 1e-6, variant, n0)
+    t = len(groups)
+    lams = phased.phase_lambdas(phased.sco_lambda(loss.lipschitz, dom.diameter, n, m, d, 1.0,
+                                                  t if variant == "A4b" else 1), t)
+    masks = np.zeros((t, n))
+    for i, (lo, hi) in enumerate(groups):
+        masks[i, lo:hi] = 1.0
+    sig = 2 * loss.lipschitz / (lams * np.array([hi - lo for lo, hi in groups]) * math.sqrt(m))
+    for key, out in zip(keys, got):
+        np.testing.assert_allclose(out, phased.rate_shape_many(key[None], loss, x, y, dom, masks, lams, sig)[0],
+                                   rtol=0, atol=1e-10)
+    assert min(np.linalg.norm(got[i] - got[j]) for i, j in ((0, 1), (0, 2), (1, 2))) > 1e-4

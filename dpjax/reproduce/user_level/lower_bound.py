@@ -91,6 +91,7 @@ d7_figure = demonstration("user-level-lower-bound", "D7: Appendix D instance, A2
 
 def _d8(quick: bool, seed: int):
     import jax
+    import jax.numpy as jnp
 
     from dpjax.user_level import mechanisms as mech, phased, problems
 
@@ -110,11 +111,11 @@ def _d8(quick: bool, seed: int):
         progress.stage(f"D8: m={m} (A4 and A4b, {reps} runs each)")
         x, y = problems.exchangeable("absolute", n, m, d, seed, noise=0.0)  # same w for every m (same seed)
         for variant in res:
-            exc = []
-            for r in range(reps):
-                out = phased.phased_sco(jax.random.fold_in(jax.random.key(seed), r), loss, x, y, dom, 1.0, DELTA,
-                                        1 / (n * m), variant=variant, mode="rate-shape", rho=rho, min_group=n0)
-                exc.append(true_loss(loss, out.theta, held_x, held_y))
+            # the runs as lanes of one program; each equals phased.phased_sco(key_r, ..., mode="rate-shape")
+            run_keys = jnp.stack([jax.random.fold_in(jax.random.key(seed), r) for r in range(reps)])
+            thetas = phased.phased_sco_rate_shape(run_keys, loss, x, y, dom, 1.0, DELTA, variant=variant, rho=rho,
+                                                  min_group=n0)
+            exc = [true_loss(loss, th, held_x, held_y) for th in thetas]
             res[variant].append(float(np.mean(exc)))
             runs[variant].append(np.asarray(exc))
             rows += [result_row(f"{variant} Phased-SCO (rate-shape)", "excess_population_risk", e, r, n=n, m=m, d=d)

@@ -168,3 +168,23 @@ def test_invalid_inputs_name_the_argument():
         sco.compose_epsilon(0.1, 0.0, 3, 1e-6, "basic")
     with pytest.raises(ValueError, match="accountant"):
         sco.transcript_epsilon([], 2, 1e-6, "rdp")
+
+
+def _rr_delta_full_pmf(eps0, delta0, k, epsilon):
+    """optimal_composition_delta with the whole Bin(k, p) pmf summed (the definition)."""
+    j = np.arange(k + 1)
+    pmf = stats.binom.pmf(j, k, 1 / (1 + math.exp(eps0)))
+    rr = float(np.sum(pmf * -np.expm1(np.minimum(epsilon - (k - 2 * j) * eps0, 0.0))))
+    return 1 - (1 - delta0) ** k * (1 - max(0.0, rr))
+
+
+@pytest.mark.parametrize("k,eps0,epsilon", [(20_000, 5e-3, 1.0), (10**6, 4e-4, 1.0), (50_000, 0.02, 3.0)])
+def test_optimal_composition_window_equals_the_whole_pmf_and_stays_an_upper_bound(k, eps0, epsilon, monkeypatch):
+    """Large k sums J over mean +- 40 sqrt(k) and adds a Hoeffding bound on the rest: equal to the whole pmf
+    to float64 round-off. With a window of 1 sqrt(k), which leaves real mass out, the result must stay >= the
+    exact delta (an upper bound, never an under-report) and exceed it by at most the bound's 2 exp(-2)."""
+    exact = _rr_delta_full_pmf(eps0, 1e-12, k, epsilon)
+    assert sco.optimal_composition_delta(eps0, 1e-12, k, epsilon) == pytest.approx(exact, rel=1e-12)
+    monkeypatch.setattr(sco, "RR_WINDOW_SQRT_K", 1)
+    narrow = sco.optimal_composition_delta(eps0, 1e-12, k, epsilon)
+    assert exact < narrow <= exact + 2 * math.exp(-2) + 1e-12

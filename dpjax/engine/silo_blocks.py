@@ -30,14 +30,13 @@ not depend on the block (the clipper's public bound) are taken from the last blo
 
 Measured (tests/engine/silo_blocks_check.py, 16 silos, 4 rounds, blocks of 1 and 2, 1/2/4/8 host
 devices): bit for bit for Noisy MB-SGD with a flax MLP (private, non-private, random availability with
-the averaged output), logistic regression (dense and gather paths), softmax and linear regression. The
-exception: AC-SA (``AcceleratedMbSgd``) is bit for bit on one device but 1.5e-8 apart on 2/4/8. Its
-rounds' messages and aggregates agree until the server state first differs (after round 2): XLA fuses the
-server update's arithmetic differently in the partitioned module (the loop carry copied on one device,
-not on several; a producer duplicated into two fusions on one device, shared on several). Replicating
-the carried per-silo states did not change it, nor did running the whole round (server update
-included) inside ``shard_map`` or computing the query inside each block. A server update is not per
-silo, so blocks cannot fix it: what they fix is every per-silo computation.
+the averaged output), logistic regression (dense and gather paths), softmax and linear regression, and
+AC-SA (``AcceleratedMbSgd``). The server update runs outside the blocks, on every device, so its
+arithmetic must not leave XLA a rewrite it applies to one program and not another: AC-SA's prox step
+divided each leaf by the broadcast scalar ``mu + eta``, which XLA:CPU turned into a product with the
+reciprocal in the one-device program but not in the partitioned one (1.5e-8 apart on 2/4/8 devices for
+logistic regression, 1.2e-7 for the MLP); it is now written as that product
+(``dpjax.parts.acsa.acsa_update``).
 
 ``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap
 over all silos) agree to float rounding, not bit for bit.

@@ -75,7 +75,12 @@ def acsa_update(w: PyTree, w_md: PyTree, w_ag: PyTree, grad: PyTree, alpha, eta,
     """The prox step (closed form of the isotropic quadratic's minimiser over the ball W) and
     the aggregate point. Returns ``(w, w_ag)``."""
     c_md, c_w = alpha * mu, (1.0 - alpha) * mu + eta
-    new_w = jax.tree_util.tree_map(lambda md, p, g: (c_md * md + c_w * p - alpha * g) / (mu + eta), w_md, w, grad)
+    # times the scalar reciprocal, not divided by it: XLA:CPU rewrites ``x / broadcast(s)`` into
+    # ``x * broadcast(1 / s)`` in some programs and not in others (the one-device blocked run, not the
+    # silo-sharded one: 1.5e-8 apart, dpjax.engine.silo_blocks); written as the product, every program
+    # rounds the same.
+    inv = 1.0 / (mu + eta)
+    new_w = jax.tree_util.tree_map(lambda md, p, g: (c_md * md + c_w * p - alpha * g) * inv, w_md, w, grad)
     new_w = project_l2_ball(new_w, radius)
     new_ag = jax.tree_util.tree_map(lambda p, ag: alpha * p + (1.0 - alpha) * ag, new_w, w_ag)
     return new_w, new_ag

@@ -66,6 +66,7 @@ def main() -> None:
         "softmax-dense": (NoisyMbSgd(SoftmaxRegression(d, 3), 4, 8, gradient_path="dense"), classes, hp),
         "linear-gather": (NoisyMbSgd(LinearRegression(d), 4, 8, gradient_path="gather"), targets, hp),
         "logistic-accelerated": (AcceleratedMbSgd(glm, 4, 4), data, acsa),
+        "mlp-accelerated": (AcceleratedMbSgd(mlp, 4, 4), data, acsa),  # the AC-SA server step on 4 leaves
     }
     for name, (alg, silo_data, hparams) in cases.items():
         plain = _leaves(run(alg, silo_data, hparams, key))

@@ -23,14 +23,9 @@ def test_blocked_runs_are_bit_identical_on_1_2_4_8_host_devices():
     r = run_on_8_host_devices("silo_blocks_check.py")
     lines = r.stdout.splitlines()
     blocks = [line for line in lines if line.startswith("blocks ")]
-    # 8 cases x 4 device counts with block 1, and 2 cases x 3 device counts with block 2
-    assert len(blocks) == 8 * 4 + 2 * 3, r.stdout
-    for line in blocks:  # np.array_equal on every leaf of output, final state and round metrics
-        if line.startswith("blocks logistic-accelerated ") and "devices=1 " not in line:
-            # the known exception (dpjax.engine.silo_blocks): AC-SA's server update is fused differently
-            # in the partitioned program; one float32 rounding of the 8 parameters per round, 4 rounds
-            assert float(line.split("max_abs_diff=")[1]) <= 4 * 1.2e-7, line
-            continue
+    # 9 cases x 4 device counts with block 1, and 2 cases x 3 device counts with block 2
+    assert len(blocks) == 9 * 4 + 2 * 3, r.stdout
+    for line in blocks:  # np.array_equal on every leaf of output, final state and round metrics (AC-SA too)
         assert " IDENTICAL " in line, line
     for line in (line for line in lines if line.startswith("plain ")):
         # blocked vs one vmap over all silos: another program, so float rounding only. One float32

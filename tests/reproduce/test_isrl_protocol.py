@@ -259,3 +259,20 @@ def test_grid_extensions_run_in_one_narrow_program(monkeypatch):
                                  extend_by=["calibration", "epsilon"], max_extensions=3, narrow_extensions=False)
     assert shapes == [(1, 1, 9)] * 8
     assert len(wide) == len(df) and wide["learning_rate"].tolist() == df["learning_rate"].tolist()
+
+
+def test_spec_hparams_are_shared_across_trials_only_for_equal_algorithms_and_silos():
+    """``spec_hparams`` caches hparams for the process (``isrl_constructions.hparams_maker``): a later trial's
+    maker built from an EQUAL algorithm and the same silo sizes returns the very same objects; another
+    batch size (another sensitivity 2C/K) or other silo sizes must not hit that cache, and a cached
+    multiplier equals noise_std over the sensitivity computed by hand."""
+    algo, train, _, _ = _grid_setup()
+    spec = proto.RunSpec("a", "paper", 1.0, 0.3, 2.0, 0.8, 0, 0)
+    first = proto.spec_hparams(algo, train.silo_sizes())(spec)
+    again = proto.spec_hparams(dataclasses.replace(algo), tuple(train.silo_sizes()))(dataclasses.replace(spec, repetition=1))
+    assert again is first
+    assert float(first.noise_multiplier) == pytest.approx(0.8 / (2 * 2.0 / 5), rel=1e-6)
+    other_k = proto.spec_hparams(dataclasses.replace(algo, batch_size=10), train.silo_sizes())(spec)
+    assert float(other_k.noise_multiplier) == pytest.approx(0.8 / (2 * 2.0 / 10), rel=1e-6)
+    other_silos = proto.spec_hparams(algo, tuple(s + 1 for s in train.silo_sizes()))(spec)
+    assert other_silos is not first

@@ -221,24 +221,29 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
     """Algorithm 4 (Phased-SCO; Theorem 5.1): ``variant='A4'`` as printed (halving groups), ``'A4b'`` the
     corrected equal split. Rate-shape mode takes N0 = ``min_group`` (default 8 kappa + 2)."""
     v.check_choice("mode", mode, MODES)
-    v.check_choice("variant", variant, ("A4", "A4b"))
-    n, m, d = x.shape
-    g = loss.lipschitz if lipschitz is None else lipschitz
-    n0 = min_group if min_group is not None else acc.user_level_params(epsilon, delta).n_min
-    groups = _groups(n, m, epsilon, delta, variant, n0)
-    t = len(groups)
-    beta_ph = fail_prob / t
-    if lam is None:
-        mult = rho if mode == "rate-shape" else acc.noise_multiplier(epsilon, delta, beta_ph, n0 * 2, m, c_k, inner)
-        lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
-    lambdas = phase_lambdas(lam, t)
     if mode == "rate-shape":
         theta = phased_sco_rate_shape(key[None], loss, x, y, domain, epsilon, delta, variant=variant, lam=lam,
                                       rho=rho, lipschitz=lipschitz, min_group=min_group)[0]
         return PhasedResult(theta, mech.OK, (), f"{variant} rate-shape (not private)")
+    n, m, d, g, n0, groups = _sco_groups(loss, x, epsilon, delta, variant, lipschitz, min_group)
+    t = len(groups)
+    beta_ph = fail_prob / t
+    if lam is None:
+        mult = acc.noise_multiplier(epsilon, delta, beta_ph, n0 * 2, m, c_k, inner)
+        lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
+    lambdas = phase_lambdas(lam, t)
     res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k,
                             mode=mode)
     return dataclasses.replace(res, variant=variant)
+
+
+def _sco_groups(loss, x, epsilon, delta, variant, lipschitz, min_group):
+    """Phased-SCO's shapes, G, N0 (``min_group`` or the certified 8 kappa + 2) and its groups of users."""
+    v.check_choice("variant", variant, ("A4", "A4b"))
+    n, m, d = x.shape
+    g = loss.lipschitz if lipschitz is None else lipschitz
+    n0 = min_group if min_group is not None else acc.user_level_params(epsilon, delta).n_min
+    return n, m, d, g, n0, _groups(n, m, epsilon, delta, variant, n0)
 
 
 def phased_sco_rate_shape(keys, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta: float, *,
@@ -247,11 +252,7 @@ def phased_sco_rate_shape(keys, loss: Loss, x, y, domain: mech.Domain, epsilon: 
     """``[runs, d]``: Phased-SCO (Algorithm 4) in rate-shape mode (NOT private) for a batch of keys, one
     vmapped program (``phased_sco(..., mode="rate-shape")`` is this with one key). Phase i runs on its own
     group only (``_group_stack``); ``epsilon, delta`` only set the default N0."""
-    v.check_choice("variant", variant, ("A4", "A4b"))
-    n, m, d = x.shape
-    g = loss.lipschitz if lipschitz is None else lipschitz
-    n0 = min_group if min_group is not None else acc.user_level_params(epsilon, delta).n_min
-    groups = _groups(n, m, epsilon, delta, variant, n0)
+    n, m, d, g, _, groups = _sco_groups(loss, x, epsilon, delta, variant, lipschitz, min_group)
     t = len(groups)
     if lam is None:
         lam = sco_lambda(g, domain.diameter, n, m, d, rho, t if variant == "A4b" else 1)

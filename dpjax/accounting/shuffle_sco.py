@@ -68,6 +68,7 @@ from scipy import stats
 from dpjax import _validate as v
 from dpjax.accounting import gdp
 from dpjax.accounting import pvec as pvec_acc
+from dpjax.accounting.kov_composition import optimal_composition_delta
 
 __all__ = [
     "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS",
@@ -327,43 +328,6 @@ def phased_plan(convex_plan, n, lam, *, phases=None, constant=1.0, **kwargs) -> 
 def pgd_rounds(n, d, epsilon, delta) -> int:
     """Lemma B.6: T = min(n, eps^2 n^2/(d ln^2(nd/delta))), at least 1."""
     return max(1, min(n, math.floor((epsilon * n) ** 2 / (d * math.log(n * d / delta) ** 2))))
-
-
-def optimal_composition_delta(eps0: float, delta0: float, k: int, epsilon: float) -> float:
-    """delta of the k-fold composition of (eps0, delta0)-DP mechanisms at ``epsilon`` (Kairouz, Oh &
-    Viswanath 2015, Thm 3.3: the randomized-response pair is the worst case):
-    1 - (1 - delta0)^k (1 - delta_rr), delta_rr = E_P[(1 - e^{epsilon - Lk})_+], Lk = (k - 2J) eps0,
-    J ~ Bin(k, 1/(1 + e^eps0))."""
-    if eps0 == 0:
-        return 1 - (1 - delta0) ** k
-    pmf, loss, outside = _rr_composition(eps0, k)
-    # ``outside`` bounds the mass of the J not summed; the integrand is <= 1, so adding it keeps delta an upper bound
-    rr = float(np.sum(pmf * -np.expm1(np.minimum(epsilon - loss, 0.0)))) + outside
-    return 1 - (1 - delta0) ** k * (1 - min(1.0, max(0.0, rr)))
-
-
-#: J is summed over mean +- this many sqrt(k) when k > RR_WINDOW_MIN_K (Hoeffding: the rest has mass
-#: <= 2 exp(-2 * 40^2), far below float64's smallest number, and is added as a bound anyway)
-RR_WINDOW_SQRT_K = 40
-RR_WINDOW_MIN_K = 10_000
-
-
-def _rr_composition(eps0: float, k: int):
-    """Privacy-loss pmf of k randomized-response pairs: loss (k - 2j) eps0 with J ~ Bin(k, 1/(1+e^eps0)),
-    and a bound on the probability of the J left out. For k > ``RR_WINDOW_MIN_K`` only the J within
-    ``RR_WINDOW_SQRT_K`` sqrt(k) of the mean are evaluated (P_GD's T reaches 3e6 rounds, where the whole pmf
-    cost 60 ms per evaluation of a bisection); the rest is bounded by Hoeffding's inequality
-    P(|J - kp| >= t) <= exp(-2 t^2/k) per side."""
-    p = 1 / (1 + math.exp(eps0))
-    if k <= RR_WINDOW_MIN_K:
-        j = np.arange(k + 1)
-        return stats.binom.pmf(j, k, p), (k - 2 * j) * eps0, 0.0
-    half = RR_WINDOW_SQRT_K * math.sqrt(k)
-    lo, hi = max(0, math.floor(k * p - half)), min(k, math.ceil(k * p + half))
-    j = np.arange(lo, hi + 1)
-    outside = ((math.exp(-2 * (k * p - (lo - 1)) ** 2 / k) if lo > 0 else 0.0)
-               + (math.exp(-2 * ((hi + 1) - k * p) ** 2 / k) if hi < k else 0.0))
-    return stats.binom.pmf(j, k, p), (k - 2 * j) * eps0, outside
 
 
 def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, composition: str) -> float:

@@ -185,6 +185,8 @@ def test_optimal_composition_window_equals_the_whole_pmf_and_stays_an_upper_boun
     exact delta (an upper bound, never an under-report) and exceed it by at most the bound's 2 exp(-2)."""
     exact = _rr_delta_full_pmf(eps0, 1e-12, k, epsilon)
     assert sco.optimal_composition_delta(eps0, 1e-12, k, epsilon) == pytest.approx(exact, rel=1e-12)
-    monkeypatch.setattr(sco, "RR_WINDOW_SQRT_K", 1)
+    from dpjax.accounting import kov_composition
+
+    monkeypatch.setattr(kov_composition, "RR_WINDOW_SQRT_K", 1)
     narrow = sco.optimal_composition_delta(eps0, 1e-12, k, epsilon)
     assert exact < narrow <= exact + 2 * math.exp(-2) + 1e-12

@@ -91,6 +91,19 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _load_sibling(name: str):
+    """A module of this folder, loaded by path (this script is itself loaded by path: not a package)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hlo_bytes = _load_sibling("hlo_bytes")
 CLOCK = time.perf_counter
 COLUMNS = ["group", "program", "calls", "loops", "gflop", "mbytes", "measured_ms", "gflop_per_s", "gbytes_per_s",
            "floor_ms", "bound", "measured_over_floor"]
@@ -175,8 +188,17 @@ def _cost(compiled) -> tuple[float, float, int]:
     ca = compiled.cost_analysis()
     if isinstance(ca, (list, tuple)):
         ca = ca[0]
-    loops = compiled.as_text().count(" while(")
-    return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0)), loops
+    text = compiled.as_text()
+    loops = text.count(" while(")
+    return float(ca.get("flops", 0.0)), _gather_corrected(ca, text), loops
+
+
+def _gather_corrected(ca: dict, hlo_text: str) -> float:
+    """XLA's ``bytes accessed`` less what it over-counts for gathers inside fusions (``hlo_bytes``: a fused
+    gather's operand is counted whole, so a round reading a window of the data was costed as reading all
+    of it)."""
+    nbytes = float(ca.get("bytes accessed", 0.0))
+    return max(nbytes - hlo_bytes.gather_overcount(hlo_text), 0.0) if nbytes else nbytes
 
 
 NO_COST = "no cost analysis"  # the ``bound`` of a program whose XLA cost analysis gave neither FLOPs nor bytes
@@ -198,11 +220,7 @@ def row(group: str, program: str, flops: float, nbytes: float, seconds: float, p
 
 # ----------------------------------------------------------------------------- DP steps
 def _bench_dp_step():
-    spec = importlib.util.spec_from_file_location("bench_dp_step", HERE / "bench_dp_step.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return _load_sibling("bench_dp_step")  # registered in sys.modules: its dataclasses look their module up there
 
 
 DP_STEP_ROWS = ("private (ghost)", "non-private")
@@ -328,10 +346,11 @@ def _executable_cost(xla_executable) -> tuple[float, float, int]:
         ca = ca[0] if ca else None
     ca = ca or {}
     try:
-        loops = sum(m.to_string().count(" while(") for m in xla_executable.hlo_modules())
+        texts = [m.to_string() for m in xla_executable.hlo_modules()]
     except Exception:  # noqa: BLE001
-        loops = 0
-    return float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0)), loops
+        texts = []
+    loops = sum(t.count(" while(") for t in texts)
+    return float(ca.get("flops", 0.0)), _gather_corrected(ca, "\n".join(texts)), loops
 
 
 class Recorder:

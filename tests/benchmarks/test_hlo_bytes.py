@@ -13,7 +13,6 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -30,12 +30,25 @@ trials x repetitions x configurations, ``trace_run`` replaced)::
     cost  = C1 + (R - 1) round + (E - 1) eval      (R rounds, E evaluations)
 
 Host round loops (``round_loop="host"``, the CNN on CPU) are loop-free per
-call: ``init + R round + E (output + eval)``. A loop *inside* a round (local
-steps, a ``lax.map`` over configurations wider than ``vmap_width``) is still
-counted once; the column ``loops`` says how many ``while`` loops the round's
-compiled HLO holds, and where it is > 0 the FLOPs and bytes are lower bounds
-(the floor is then lower than the truth, so measured / floor overstates the
-distance to the floor, never understates it).
+call: ``init + R round + E (output + eval)``.
+
+Every other loop (a loop *inside* a round: local steps, a ``lax.map`` over
+configurations wider than ``vmap_width``, the rolled Threefry hash of XLA:CPU;
+the solver and phase loops of programs run outside ``ChunkProgram``) is
+corrected from the optimized HLO (``hlo_cost.py``): XLA annotates each loop whose
+trip count it proved (every ``lax.scan`` / ``fori_loop`` with static bounds),
+and the model there, which mirrors XLA's own counting rules (checked against
+XLA's numbers on loop-free programs in ``tests/benchmarks/test_hlo_cost.py``),
+adds the ``n - 1`` iterations XLA left out. The column ``loops`` counts the
+loops WITHOUT a known trip count, still counted once: where it is > 0 the FLOPs
+and bytes are lower bounds (the floor lower than the truth, so measured / floor
+overstates the distance to the floor, never understates it).
+
+Bytes. XLA counts a fusion's operand as read whole unless it is only sliced;
+a fused gather (a round reading its window of the users or a minibatch of the
+records) or a slice behind a bitcast (round ``r``'s hparams) was counted as
+reading the whole operand, so per-round bytes grew with the data or the number
+of rounds. ``hlo_cost.gather_overcount`` removes that over-count.
 
 Figures. ``--figures`` runs each named reproduction (``dpjax reproduce``'s
 figure functions, ``--protocol quick`` or ``full``) with
@@ -103,7 +116,7 @@ def _load_sibling(name: str):
     return module
 
 
-hlo_bytes = _load_sibling("hlo_bytes")
+hlo_cost = _load_sibling("hlo_cost")
 CLOCK = time.perf_counter
 COLUMNS = ["group", "program", "calls", "loops", "gflop", "mbytes", "measured_ms", "gflop_per_s", "gbytes_per_s",
            "floor_ms", "bound", "measured_over_floor"]
@@ -184,21 +197,24 @@ def rescale(rows: list[dict], protocols: list[dict], peaks: Peaks) -> tuple[list
 
 
 def _cost(compiled) -> tuple[float, float, int]:
-    """``(flops, bytes accessed, while loops)`` of a compiled program."""
+    """``(flops, bytes accessed, while loops still counted once)`` of a compiled program (``_corrected``)."""
     ca = compiled.cost_analysis()
     if isinstance(ca, (list, tuple)):
         ca = ca[0]
-    text = compiled.as_text()
-    loops = text.count(" while(")
-    return float(ca.get("flops", 0.0)), _gather_corrected(ca, text), loops
+    return _corrected(ca, compiled.as_text())
 
 
-def _gather_corrected(ca: dict, hlo_text: str) -> float:
-    """XLA's ``bytes accessed`` less what it over-counts for gathers inside fusions (``hlo_bytes``: a fused
-    gather's operand is counted whole, so a round reading a window of the data was costed as reading all
-    of it)."""
-    nbytes = float(ca.get("bytes accessed", 0.0))
-    return max(nbytes - hlo_bytes.gather_overcount(hlo_text), 0.0) if nbytes else nbytes
+def _corrected(ca: dict, hlo_text: str) -> tuple[float, float, int]:
+    """XLA's ``flops`` and ``bytes accessed`` corrected from the optimized HLO (``hlo_cost``): less what XLA
+    over-counts for gathers and viewed slices inside fusions (a round reading a window of the data was
+    costed as reading all of it), plus the uncounted iterations of every loop with a known trip count
+    (XLA counts a body once). The third number is the loops without a known trip count: still once."""
+    flops, nbytes = float(ca.get("flops", 0.0)), float(ca.get("bytes accessed", 0.0))
+    if not (flops or nbytes):
+        return flops, nbytes, hlo_text.count(" while(")
+    extra_flops, extra_bytes, unknown = hlo_cost.loop_extra(hlo_text)
+    nbytes = max(nbytes - hlo_cost.gather_overcount(hlo_text), 0.0) + extra_bytes
+    return flops + extra_flops, nbytes, unknown
 
 
 NO_COST = "no cost analysis"  # the ``bound`` of a program whose XLA cost analysis gave neither FLOPs nor bytes
@@ -346,11 +362,10 @@ def _executable_cost(xla_executable) -> tuple[float, float, int]:
         ca = ca[0] if ca else None
     ca = ca or {}
     try:
-        texts = [m.to_string() for m in xla_executable.hlo_modules()]
+        text = "\n".join(m.to_string() for m in xla_executable.hlo_modules())
     except Exception:  # noqa: BLE001
-        texts = []
-    loops = sum(t.count(" while(") for t in texts)
-    return float(ca.get("flops", 0.0)), _gather_corrected(ca, "\n".join(texts)), loops
+        text = ""
+    return _corrected(ca, text)
 
 
 class Recorder:

@@ -173,3 +173,126 @@ def _fusion_gather_overcount(body: list[tuple]) -> int:
         if counted is not None and true is not None:
             over += max(counted - true, 0)
     return over
+
+
+# ----------------------------------------------------------------------------- loops counted once
+# XLA's cost analysis counts a ``while`` body once whatever its trip count. XLA annotates the loops whose
+# trip count it proved (``backend_config={... "known_trip_count":{"n":"400"}}``: every ``lax.scan`` /
+# ``fori_loop`` with static bounds). ``loop_extra`` costs each such body with the model below, which mirrors
+# ``HloCostAnalysis``'s rules for the instructions dpjax's programs hold, and returns what the (n - 1)
+# uncounted iterations add; loops without a known trip count stay counted once (``unknown`` of them).
+
+_TRANSCENDENTAL = {"exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "sine", "cosine", "tan",
+                   "power", "sqrt", "cbrt", "rsqrt", "erf", "atan2", "logistic"}
+_NO_FLOPS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "broadcast", "reshape", "transpose",
+             "slice", "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "iota", "reverse", "copy",
+             "gather", "scatter", "after-all", "partition-id", "replica-id", "custom-call", "rng-bit-generator",
+             "rng-get-and-update-state", "bitcast-convert", "copy-start", "copy-done", "optimization-barrier",
+             "sort"}
+_NO_BYTES = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "while", "call",
+             "conditional", "optimization-barrier"}
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def _elements(shape: str) -> int:
+    total = 0
+    for _, dims in _ARRAY.findall(shape):
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        total += n
+    return total
+
+
+def _dims(shape: str) -> list[int]:
+    m = _ARRAY.search(shape)
+    return [int(d) for d in filter(None, m.group(2).split(","))] if m else []
+
+
+class _Model:
+    """FLOPs and bytes of an HLO module's computations, each ``while`` body weighted by its trip count
+    (``weighted``) or once (``once``, XLA's way)."""
+
+    def __init__(self, hlo_text: str):
+        self.computations = parse_computations(hlo_text)
+        self.shapes = {name: shape for body in self.computations.values() for name, shape, *_ in body}
+        self.unknown = 0
+
+    def flops_of(self, name, shape, opcode, operands, rest) -> float:
+        if opcode == "dot":
+            contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
+            lhs = _dims(self.shapes.get(operands[0], ""))
+            k = 1
+            for d in filter(None, (contracting.group(1) if contracting else "").split(",")):
+                k *= lhs[int(d)] if int(d) < len(lhs) else 1
+            return 2.0 * _elements(shape) * k
+        if opcode == "reduce":
+            return float(max(_elements(self.shapes.get(operands[0], "")) - _elements(shape), 0))
+        if opcode in _NO_FLOPS or opcode in _TRANSCENDENTAL or opcode in ("fusion", "while", "call", "conditional"):
+            return 0.0
+        return float(_elements(shape))  # elementwise arithmetic, compare, select, convert: one per element
+
+    def fusion_bytes(self, shape, operands, body) -> float:
+        params = [(n, s) for n, s, op, _, _ in body if op == "parameter"]
+        users: dict[str, list[tuple]] = {n: [] for n, _ in params}
+        for _, s, op, ops, _ in body:
+            for position, operand in enumerate(ops):
+                if operand in users:
+                    users[operand].append((op, position, s))
+        counted = [_xla_param_bytes(s, users[n]) for n, s in params]
+        read = sum(shape_bytes(s) if c is None else c for c, (_, s) in zip(counted, params))
+        return float(shape_bytes(shape) + read - _fusion_gather_overcount(body))
+
+    def cost(self, computation: str, weighted: bool) -> tuple[float, float]:
+        flops = nbytes = 0.0
+        for name, shape, opcode, operands, rest in self.computations.get(computation, []):
+            called = re.findall(r"(?:calls|to_apply|body|condition|true_computation|false_computation)=%([\w.\-]+)",
+                                rest)
+            if opcode == "fusion" and called:
+                body = self.computations.get(called[0], [])
+                flops += sum(self.flops_of(*i) for i in body)
+                nbytes += self.fusion_bytes(shape, operands, body)
+                continue
+            if opcode == "while":
+                trip = _TRIP.search(rest)
+                n = int(trip.group(1)) if trip and weighted else 1
+                if trip is None and weighted:
+                    self.unknown += 1
+                for c in called:
+                    f, b = self.cost(c, weighted)
+                    flops, nbytes = flops + n * f, nbytes + n * b
+                continue
+            if opcode in ("call", "conditional"):
+                for c in called:
+                    f, b = self.cost(c, weighted)
+                    flops, nbytes = flops + f, nbytes + b
+                continue
+            flops += self.flops_of(name, shape, opcode, operands, rest)
+            if opcode not in _NO_BYTES:
+                nbytes += shape_bytes(shape) + sum(shape_bytes(self.shapes.get(o, "")) for o in operands)
+        return flops, nbytes
+
+
+def _entry(hlo_text: str) -> str | None:
+    m = re.search(r"^ENTRY\s+%([\w.\-]+)", hlo_text, re.M)
+    return m.group(1) if m else None
+
+
+def model_cost(hlo_text: str, weighted: bool = True) -> tuple[float, float]:
+    """The model's ``(flops, bytes)`` of the module: loops weighted by their known trip counts, or (with
+    ``weighted=False``) each body once, as XLA counts (to check the model against XLA's own numbers)."""
+    entry = _entry(hlo_text)
+    return _Model(hlo_text).cost(entry, weighted) if entry else (0.0, 0.0)
+
+
+def loop_extra(hlo_text: str) -> tuple[float, float, int]:
+    """``(flops, bytes, loops)``: what the uncounted iterations of every ``while`` loop with a known trip count
+    add to XLA's count (the model's weighted cost minus its once-counted cost), and how many loops have no
+    known trip count (still counted once)."""
+    entry = _entry(hlo_text)
+    if entry is None:
+        return 0.0, 0.0, 0
+    model = _Model(hlo_text)
+    wf, wb = model.cost(entry, True)
+    of, ob = model.cost(entry, False)
+    return max(wf - of, 0.0), max(wb - ob, 0.0), model.unknown

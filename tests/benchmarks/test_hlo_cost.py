@@ -1,4 +1,4 @@
-"""The roofline's byte correction (experiments/benchmarks/hlo_bytes.py): a fused gather, or a slice behind
+"""The roofline's byte correction (experiments/benchmarks/hlo_cost.py): a fused gather, or a slice behind
 a bitcast, reads a window of its operand, not all of it; an operand any other op reads stays counted whole.
 
 Each test compiles a small program on CPU and compares XLA's own ``bytes accessed`` with the corrected
@@ -32,7 +32,7 @@ def _costs(fn, *args):
     ca = compiled.cost_analysis()
     ca = ca[0] if isinstance(ca, (list, tuple)) else ca
     text = compiled.as_text()
-    return float(ca["bytes accessed"]), _module("hlo_bytes").gather_overcount(text), text
+    return float(ca["bytes accessed"]), _module("hlo_cost").gather_overcount(text), text
 
 
 ROWS, COLS, TAKE = 100_000, 16, 8
@@ -81,7 +81,7 @@ def test_programs_without_windows_are_unchanged():
 
 
 def test_shape_bytes_of_arrays_and_tuples():
-    hb = _module("hlo_bytes")
+    hb = _module("hlo_cost")
     assert hb.shape_bytes("f32[2,3]{1,0}") == 24
     assert hb.shape_bytes("(s32[], f64[4]{0}, pred[3]{0})") == 4 + 32 + 3
     assert hb.shape_bytes("f32[]") == 4
@@ -109,3 +109,78 @@ def test_a_user_stream_round_costs_the_same_whatever_the_number_of_rounds():
     assert rounds[20_000] >= 5 * rounds[2_000]  # the schedule did lengthen
     assert per_round[2_000] == per_round[20_000] > 0, per_round
     assert ChunkProgram.run_chunks.__name__ == "run_chunks"  # the patch was undone
+
+
+# ----------------------------------------------------------------------------- loops
+N = 64
+
+
+def _matmul_flops():
+    return 2.0 * N ** 3
+
+
+def _corrected(fn, *args):
+    compiled = jax.jit(fn).lower(*args).compile()
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    extra_flops, extra_bytes, unknown = _module("hlo_cost").loop_extra(compiled.as_text())
+    return float(ca["flops"]), float(ca["flops"]) + extra_flops, unknown, compiled.as_text()
+
+
+@pytest.mark.parametrize("rounds", [10, 37])
+def test_a_scan_is_costed_for_every_iteration(rounds):
+    a = jnp.ones((N, N), jnp.float32) / N
+
+    def fn(a):
+        return jax.lax.scan(lambda c, _: (jnp.sin(c @ a), None), a, None, length=rounds)[0]
+
+    xla, corrected, unknown, _ = _corrected(fn, a)
+    assert xla < 2 * _matmul_flops()  # XLA: the body once
+    assert unknown == 0
+    assert rounds * _matmul_flops() <= corrected <= rounds * _matmul_flops() * 1.02, (xla, corrected)
+
+
+def test_nested_loops_multiply_their_trip_counts():
+    a = jnp.ones((N, N), jnp.float32) / N
+
+    def inner(c):
+        return jax.lax.fori_loop(0, 4, lambda i, c: jnp.cos(c @ a), c)
+
+    def fn(a):
+        return jax.lax.scan(lambda c, _: (inner(c), None), a, None, length=3)[0]
+
+    _, corrected, unknown, _ = _corrected(fn, a)
+    assert unknown == 0
+    assert 12 * _matmul_flops() <= corrected <= 12 * _matmul_flops() * 1.02, corrected
+
+
+def test_a_loop_without_a_known_trip_count_is_reported_and_counted_once():
+    a = jnp.ones((N, N), jnp.float32) / N
+
+    def fn(a, limit):
+        return jax.lax.while_loop(lambda s: s[1] < limit, lambda s: (jnp.sin(s[0] @ a), s[1] + 1), (a, 0))[0]
+
+    xla, corrected, unknown, _ = _corrected(fn, a, jnp.int32(5))
+    assert unknown == 1 and corrected == xla
+
+
+@pytest.mark.parametrize("case", ["mlp-grad", "gather-window", "softmax"])
+def test_the_model_counts_loop_free_programs_as_xla_does(case):
+    """The model costs loop bodies XLA skipped; on loop-free programs it must agree with XLA's own count
+    (within 10 %: XLA also counts a few ops the model calls free), or its loop corrections mean nothing."""
+    hc = _module("hlo_cost")
+    w, x = jnp.ones((784, 256), jnp.float32), jnp.ones((32, 784), jnp.float32)
+    fns = {"mlp-grad": (jax.grad(lambda w, x: jnp.mean(jax.nn.relu(x @ w) ** 2)), w, x),
+           "gather-window": (lambda d, i: jnp.tanh(d[i]).sum(0) * 2.0, jnp.ones((ROWS, COLS)),
+                             jnp.arange(TAKE, dtype=jnp.int32)),
+           "softmax": (lambda x: jax.nn.log_softmax(x @ w, axis=-1), x)}
+    fn, *args = fns[case]
+    compiled = jax.jit(fn).lower(*args).compile()
+    ca = compiled.cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    text = compiled.as_text()
+    assert " while(" not in text
+    flops, nbytes = hc.model_cost(text, weighted=False)
+    xla_bytes = float(ca["bytes accessed"]) - hc.gather_overcount(text)
+    assert abs(flops - float(ca["flops"])) <= 0.1 * float(ca["flops"]), (flops, ca["flops"])
+    assert abs(nbytes - xla_bytes) <= 0.1 * xla_bytes, (nbytes, xla_bytes)

@@ -99,6 +99,14 @@ def hparams_from_spec(algorithm, spec) -> Any:
     return algorithm.hparams_from_values(**{n: getattr(spec, n) for n in names if hasattr(spec, n)})
 
 
+def _spec_row(spec) -> dict:
+    """``dataclasses.asdict(spec)`` without its deep copy where every field is a flat value."""
+    row = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    if any(isinstance(v, (list, tuple, dict, set)) or dataclasses.is_dataclass(v) for v in row.values()):
+        return dataclasses.asdict(spec)
+    return row
+
+
 def run_table(
     algorithm,
     train,
@@ -144,7 +152,9 @@ def run_table(
                    eval_data=eval_data, common_random_numbers=True, chunk_size=chunk_size, pad_to=pad_to)
     tl = np.asarray(res.evals["train_loss"][:, -1], np.float64)
     bad = diverged(res.diverged_round, tl, divergence_threshold)
-    df = pd.DataFrame([dataclasses.asdict(s) for s in specs])
+    # the spec fields as they are (flat scalars and strings): dataclasses.asdict deep-copies every value
+    # (94,260 specs: 2.8 s of isrl-insurance's 3 trials)
+    df = pd.DataFrame([_spec_row(s) for s in specs])
     df["train_loss"] = np.where(bad, np.inf, tl)
     df["test"] = np.where(bad, np.nan, np.asarray(res.evals["test"][:, -1], np.float64))
     for name in evaluator.extra_tests:

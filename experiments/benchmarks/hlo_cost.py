@@ -33,15 +33,18 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%([\w.\-]+)\s*\(")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*")
 
 
-def shape_bytes(shape: str) -> int:
-    """Bytes of an HLO shape string (an array ``f32[2,3]{1,0}`` or a tuple of them)."""
-    total = 0
+def _arrays(shape: str):
+    """``(dtype, element count)`` of every array in an HLO shape string (an array or a tuple of them)."""
     for dtype, dims in _ARRAY.findall(shape):
         n = 1
         for d in filter(None, dims.split(",")):
             n *= int(d)
-        total += n * _DTYPE_BYTES[dtype]
-    return total
+        yield dtype, n
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape string (an array ``f32[2,3]{1,0}`` or a tuple of them)."""
+    return sum(n * _DTYPE_BYTES[dtype] for dtype, n in _arrays(shape))
 
 
 def _matching(text: str, start: int) -> int:
@@ -195,13 +198,7 @@ _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
 def _elements(shape: str) -> int:
-    total = 0
-    for _, dims in _ARRAY.findall(shape):
-        n = 1
-        for d in filter(None, dims.split(",")):
-            n *= int(d)
-        total += n
-    return total
+    return sum(n for _, n in _arrays(shape))
 
 
 def _dims(shape: str) -> list[int]:

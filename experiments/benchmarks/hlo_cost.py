@@ -1,4 +1,6 @@
-"""A correction to XLA's ``bytes accessed`` for gathers inside fusions, read from the optimized HLO text.
+"""Two corrections to XLA's cost analysis, read from a compiled program's optimized HLO text: the bytes of
+fused gathers and viewed slices (``gather_overcount``) and the iterations of loops XLA counts once
+(``loop_extra``, at the end of this module).
 
 XLA's cost analysis (``HloCostAnalysis::FusionParameterReadBytes``) counts a fusion's operand as read
 WHOLE unless its users in the fused computation are slices or dynamic slices, which it counts by their
@@ -100,8 +102,9 @@ def parse_computations(hlo_text: str) -> dict[str, list[tuple]]:
 
 
 def gather_overcount(hlo_text: str) -> int:
-    """Bytes of whole fusion operands XLA's cost analysis counted although only gathers read them (see the
-    module docstring); ``0`` for a program without such fusions."""
+    """Bytes of whole fusion operands XLA's cost analysis counted although only windows of them are read
+    (gathers, or slices behind bitcasts / reshapes; see the module docstring); ``0`` for a program without
+    such fusions."""
     computations = parse_computations(hlo_text)
     fused = set()
     for instructions in computations.values():

@@ -47,12 +47,20 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
 
     import jax
+
+    # float64 only inside this call, never process-wide: tests run main() in-process, and a global flip
+    # once leaked float64 (other random streams) into every later test of that pytest worker.
+    with jax.enable_x64(True):
+        _measure(args)
+
+
+def _measure(args) -> None:
+    import jax
     import jax.numpy as jnp
     import numpy as np
 
     from dpjax.user_level import problems, solver
 
-    jax.config.update("jax_enable_x64", True)
     n, m, d = args.users, args.items, args.dim
     big = jnp.asarray(np.random.default_rng(0).random((args.peak_size, args.peak_size)))
     matmul = jax.jit(lambda a: a @ a)

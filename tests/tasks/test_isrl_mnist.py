@@ -67,6 +67,9 @@ def test_task_on_real_mnist(mnist_dir, tmp_path):
     assert summary["num_silos"] == 25 and summary["dim"] == 50
     # even-vs-odd on PCA-50 features is learnable: far better than chance without privacy
     assert summary["nonprivate"]["test_error"] < 0.35
+    # better than chance (0.5): over seeds 0-11 the private error is 0.364 on average (sd 0.071, max 0.487),
+    # 0.383 at seed 0. Deterministic in float32; a test that left float64 on process-wide once gave 0.523
+    # here (other random streams), which tests/conftest.py's global-state guard now reports at its source.
     assert summary["test_error"] < 0.5
     assert summary["privacy"]["epsilon"] <= 3.0
 

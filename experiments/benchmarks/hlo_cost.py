@@ -1,6 +1,7 @@
 """Two corrections to XLA's cost analysis, read from a compiled program's optimized HLO text: the bytes of
 fused gathers and viewed slices (``gather_overcount``) and the iterations of loops XLA counts once
-(``loop_extra``, at the end of this module).
+(``loop_extra``, at the end of this module), and the launches and traffic of every kernel
+(``kernel_traffic``: how a program's bytes split over kernels of each size).
 
 XLA's cost analysis (``HloCostAnalysis::FusionParameterReadBytes``) counts a fusion's operand as read
 WHOLE unless its users in the fused computation are slices or dynamic slices, which it counts by their
@@ -197,6 +198,7 @@ _NO_FLOPS = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "
              "sort"}
 _NO_BYTES = {"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "after-all", "while", "call",
              "conditional", "optimization-barrier"}
+_CALLED = re.compile(r"(?:calls|to_apply|body|condition|true_computation|false_computation)=%([\w.\-]+)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -246,8 +248,7 @@ class _Model:
     def cost(self, computation: str, weighted: bool) -> tuple[float, float]:
         flops = nbytes = 0.0
         for name, shape, opcode, operands, rest in self.computations.get(computation, []):
-            called = re.findall(r"(?:calls|to_apply|body|condition|true_computation|false_computation)=%([\w.\-]+)",
-                                rest)
+            called = _CALLED.findall(rest)
             if opcode == "fusion" and called:
                 body = self.computations.get(called[0], [])
                 flops += sum(self.flops_of(*i) for i in body)
@@ -296,3 +297,38 @@ def loop_extra(hlo_text: str) -> tuple[float, float, int]:
     wf, wb = model.cost(entry, True)
     of, ob = model.cost(entry, False)
     return max(wf - of, 0.0), max(wb - ob, 0.0), model.unknown
+
+
+def kernel_traffic(hlo_text: str) -> list[tuple[int, float, str, str]]:
+    """``(launches, bytes, opcode, name)`` per kernel of the module: every fusion or unfused op of the entry
+    computation and of the computations it calls (``while`` bodies and conditions weighted by their known
+    trip counts, as ``model_cost`` counts them), ``bytes`` one launch's traffic (a fusion's by XLA's rule
+    with the gather and view correction); ``sum(launches * bytes)`` is ``model_cost``'s byte count. Views and
+    tuple plumbing (parameters, constants, bitcasts, get-tuple-element) launch nothing and are left out. This says what a floor from one bandwidth cannot:
+    a program of many kernels of a few MiB each runs at the bandwidth of arrays that size, not at the best
+    copy's."""
+    entry = _entry(hlo_text)
+    if entry is None:
+        return []
+    model = _Model(hlo_text)
+    out: list[tuple[int, float, str, str]] = []
+
+    def visit(computation: str, launches: int) -> None:
+        for name, shape, opcode, operands, rest in model.computations.get(computation, []):
+            called = _CALLED.findall(rest)
+            if opcode == "while":
+                trip = _TRIP.search(rest)
+                for c in called:
+                    visit(c, launches * (int(trip.group(1)) if trip else 1))
+            elif opcode in ("call", "conditional"):
+                for c in called:
+                    visit(c, launches)
+            elif opcode == "fusion" and called:
+                out.append((launches, model.fusion_bytes(shape, operands, model.computations.get(called[0], [])),
+                            opcode, name))
+            elif opcode not in _NO_BYTES:
+                out.append((launches, float(shape_bytes(shape) + sum(shape_bytes(model.shapes.get(o, ""))
+                                                                     for o in operands)), opcode, name))
+
+    visit(entry, 1)
+    return out

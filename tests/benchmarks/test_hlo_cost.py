@@ -184,3 +184,34 @@ def test_the_model_counts_loop_free_programs_as_xla_does(case):
     xla_bytes = float(ca["bytes accessed"]) - hc.gather_overcount(text)
     assert abs(flops - float(ca["flops"])) <= 0.1 * float(ca["flops"]), (flops, ca["flops"])
     assert abs(nbytes - xla_bytes) <= 0.1 * xla_bytes, (nbytes, xla_bytes)
+
+
+def _kernels(fn, *args):
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    return _module("hlo_cost").kernel_traffic(text), text
+
+
+def test_kernel_traffic_weights_loop_bodies_by_their_trip_counts():
+    """A 3 x 4 nested loop of one matmul-and-cosine on an [N, N] float32 carry: its dot (the largest kernel,
+    whatever XLA calls its fusion) launches 12 times, each reading two [N, N] arrays and writing one
+    (3 N^2 4 bytes), and so does the cosine (2 N^2 4 bytes); the launches' bytes add up
+    to the model's byte count, so the histogram and the floor describe the same traffic."""
+    hlo_cost = _module("hlo_cost")
+    a = jnp.ones((N, N), jnp.float32) / N
+
+    def fn(a):
+        inner = lambda c: jax.lax.fori_loop(0, 4, lambda i, c: jnp.cos(c @ a), c)  # noqa: E731
+        return jax.lax.scan(lambda c, _: (inner(c), None), a, None, length=3)[0]
+
+    kernels, text = _kernels(fn, a)
+    largest = max(kernels, key=lambda k: k[1])
+    assert largest[:2] == (12, 3 * N * N * 4), kernels
+    assert (12, 2 * N * N * 4) in [k[:2] for k in kernels], kernels
+    assert sum(launches * nbytes for launches, nbytes, *_ in kernels) == pytest.approx(hlo_cost.model_cost(text)[1])
+    assert not [k for k in kernels if k[2] in ("parameter", "bitcast", "get-tuple-element", "tuple", "while")]
+
+
+def test_kernel_traffic_of_a_loop_free_program_is_its_kernels_once():
+    x = jnp.ones((4096,), jnp.float32)
+    kernels, _ = _kernels(lambda x: jnp.exp(x) * 2.0 + 1.0, x)  # one fusion: reads x, writes the result
+    assert [(launches, nbytes) for launches, nbytes, *_ in kernels] == [(1, 2 * 4096 * 4)]

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import importlib.util
 import math
 import os
 import pathlib
@@ -38,28 +37,16 @@ import jax
 import jax.numpy as jnp
 
 HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # this folder's scripts are not a package
+    sys.path.insert(0, str(HERE))
+import roofline  # noqa: E402  (its timer and its loader of sibling modules)
 COPY_MIB = (0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 256)
 TINY_BYTES = 64 * 1024
 SIZE_EDGES = (0, TINY_BYTES, 256 * 1024, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 32 << 20, math.inf)
 
 
-def _sibling(name: str):
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _best(fn, repeats: int) -> float:
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return roofline.best_time(fn, repeats, budget_s=30.0)[0]
 
 
 def copy_bandwidths(repeats: int, sizes_mib=COPY_MIB) -> list[tuple[float, float]]:
@@ -90,7 +77,7 @@ def bandwidth_at(curve: list[tuple[float, float]], nbytes: float) -> float:
 def tiny_kernel_seconds(repeats: int, iterations: int = 20_000) -> float:
     """One tiny kernel's cost inside a compiled loop: a scan of a 16-float body, its time over the
     launches ``kernel_traffic`` counts in it (the body's fusion and the loop's own counter and test)."""
-    hlo_cost = _sibling("hlo_cost")
+    hlo_cost = roofline._load_sibling("hlo_cost")
     step = jax.jit(lambda c: jax.lax.scan(lambda c, _: (jnp.sin(c) + 1.0, None), c, None, length=iterations)[0])
     c = jnp.zeros((16,), jnp.float32)
     launches = sum(n for n, *_ in hlo_cost.kernel_traffic(step.lower(c).compile().as_text()))
@@ -132,7 +119,7 @@ def capture_main_chunk(name: str, data_dir, seed: int = 0, algorithm: str | None
 def analyse(name: str, data_dir, repeats: int, algorithm: str | None = None) -> str:
     from dpjax.engine import program as prog
 
-    hlo_cost = _sibling("hlo_cost")
+    hlo_cost = roofline._load_sibling("hlo_cost")
     program, chunk_args, _ = capture_main_chunk(name, data_dir, algorithm=algorithm)
     args = prog._stack_devices([chunk_args] * len(program.devices), program.per_chunk)
     compiled = program._compile(args)

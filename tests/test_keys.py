@@ -63,14 +63,24 @@ def test_stream_ids_are_unique_and_unknown_stream_rejected():
 @pytest.mark.slow
 def test_per_silo_noise_is_independent_across_silos_and_rounds():
     # The messages' noise of different silos/rounds must be uncorrelated draws.
-    from dpjax.engine import federated
-
     import jax.numpy as jnp
 
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+    from dpjax.engine.roles import Batch, Context, Sensitive
+    from dpjax.parts import GaussianNoise
+
     num_silos, dim = 8, 4000
-    zeros = jnp.zeros((num_silos, dim))
+    zeros = Sensitive(jnp.zeros((num_silos, dim)), jnp.float32(0.5))  # replace-one: sensitivity 1
+    every = Batch(None, jnp.ones((num_silos,), bool), None, jnp.ones((num_silos, 1)), jnp.zeros((num_silos,), bool),
+                  num_silos)
     run_key = jax.random.key(0)
-    draws = [federated.privatize_messages(zeros, keys.round_key(run_key, r), 1.0, num_silos) for r in range(3)]
+    hparams = MbSgdHParams.create(0.1, noise_multiplier=1.0)
+
+    def noise_of(r):  # the silos' noise of round r, as the per-silo privatizer part draws it
+        ctx = Context(jnp.int32(r), keys.round_key(run_key, r), hparams, batch=every)
+        return GaussianNoise().update(zeros, (), ctx)[0].value
+
+    draws = [noise_of(r) for r in range(3)]
     flat = np.concatenate([np.asarray(d) for d in draws])  # [3*8, dim]
     corr = np.corrcoef(flat)
     off_diag = corr[~np.eye(len(corr), dtype=bool)]

@@ -139,14 +139,11 @@ class AcceleratedMbSgd(ChainFamily):
         """Minibatch gradient at ``w_md`` -> per-silo Gaussian -> mean/sum -> AC-SA (only the M
         available silos are computed when M is static, unless indices are logged)."""
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, self.batch_size, all_silos=self.log_indices,
-                                  sampling_rate=self.sampling_rate),
-            client=MinibatchGradient(self.problem, self.batch_size),
-            clipper=ClipPerUnit("clip_norm", self.neighboring),
-            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
-            aggregator=Aggregate(self.aggregation),
-            server=AcsaServer(self.num_rounds, self.projection_radius),
-            averager=Averager("last"),
+            SiloBatches(self.availability, self.sampling, self.batch_size, all_silos=self.log_indices,
+                        sampling_rate=self.sampling_rate),
+            (MinibatchGradient(self.problem, self.batch_size), ClipPerUnit("clip_norm", self.neighboring),
+             GaussianNoise("noise_multiplier", placement="silo"), Aggregate(self.aggregation),
+             AcsaServer(self.num_rounds, self.projection_radius), Averager("last")),
             log_batches=self.log_indices)
 
 

@@ -10,14 +10,15 @@ Each round t:
 2. every sampled silo runs ``local_steps`` non-private SGD steps from the server model
    (``client_learning_rate``; a uniform ``local_batch_size``-subset of its records per step, or all
    of them) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;
-3. the adaptive clipper (its state: the clip norm C_t) clips every delta to C_t and releases the
-   centred count ``sum_i (b_i - 1/2)``, ``b_i = 1[||Delta_i|| <= C_t]`` (one silo moves it by 1/2),
+3. the adaptive clipping mechanism (``dpjax.parts.adaptive_clipping.AdaptiveClipMean``: its state the
+   clip norm C_t) clips every delta to C_t and releases the centred count ``sum_i (b_i - 1/2)``, ``b_i = 1[||Delta_i|| <= C_t]`` (one silo moves it by 1/2),
    plus ``N(0, (z_b x 1/2)^2)`` (``noise_multiplier_count`` z_b; the paper's sigma_b = z_b / 2 under
    add/remove); then ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))`` with ``b~ = clip(noisy count / m + 1/2,
    0, 1)`` (geometric update; ``clip_learning_rate`` eta_C, ``target_quantile`` gamma);
 4. the server adds ``N(0, (z_Delta C_t / m)^2)`` to the clipped deltas' sum over the public m
    (``noise_multiplier`` z_Delta; the sensitivity C_t / m comes from the clipper's bound) and applies it
-   with optax SGD (``learning_rate`` eta_s, ``server_momentum`` beta).
+   with the server optimizer (``server_optimizer``: optax SGD by default, ``learning_rate`` eta_s,
+   ``server_momentum`` beta; ``"adam"`` is DP-FedAdam, Reddi et al. 2021's FedAdam with this mechanism).
 
 Privacy (Andrew et al. 2021, Theorem 1): the round's two Gaussian releases on the same sampled silos
 are one Gaussian mechanism on the concatenated query, of multiplier
@@ -31,23 +32,29 @@ not accounted). ``private=False`` is FedAvg with a server optimizer (FedOpt): no
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import optax
 
-from dpjax import _validate, keys
+from dpjax import _validate
 from dpjax.algorithms.hparams import HParams, hparam
-from dpjax.accounting.plan import ClipEvent, NoiseEvent
-from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
-from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
-from dpjax.parts import Averager, GaussianNoise, OptaxServer, gaussian_std
-from dpjax.parts.cross_device import SILO_SAMPLINGS, LocalDeltas, PublicMean, SampledSilos
-from dpjax.parts.privatizers import host_multiplier
-from dpjax.primitives import clipping
+from dpjax.parts import Averager, OptaxServer
+from dpjax.parts.adaptive_clipping import AdaptiveClipMean, JointGaussianEvent, JointGaussianPrivacy
+from dpjax.parts.cross_device import SILO_SAMPLINGS, LocalDeltas, SampledSilos
+
+__all__ = ["DpFedAvg", "FedAvgHParams", "JointGaussianEvent", "JointGaussianPrivacy", "SERVER_OPTIMIZERS"]
+
+#: The server optimizers a DP-FedAvg declaration names (static, sweepable): optax transformations at unit
+#: step, the step size ``learning_rate`` applied by ``OptaxServer`` (FedOpt, Reddi et al., "Adaptive Federated
+#: Optimization", ICLR 2021; their adaptive servers' b2 = 0.99 and eps = 1e-3).
+SERVER_OPTIMIZERS = {
+    "sgd": lambda momentum: optax.identity() if momentum is None else optax.trace(momentum),
+    "adam": lambda momentum: optax.scale_by_adam(b1=0.9 if momentum is None else momentum, b2=0.99, eps=1e-3),
+    "yogi": lambda momentum: optax.scale_by_yogi(b1=0.9 if momentum is None else momentum, b2=0.99, eps=1e-3),
+    "adagrad": lambda momentum: optax.scale_by_rss(initial_accumulator_value=0.0, eps=1e-3),
+}
 
 
 @jax.tree_util.register_dataclass
@@ -66,101 +73,6 @@ class FedAvgHParams(HParams):
 
 
 @dataclasses.dataclass(frozen=True)
-class AdaptiveQuantileClip:
-    """Clips each silo's delta to the state's C_t and moves C_t towards the gamma-quantile of the delta
-    norms through the noisy centred count (steps 3 of the module docstring; the round's
-    ``"server_noise"`` stream). Its count release is accounted with the delta's (``AdaptiveClipNoise``)."""
-
-    expected_silos: int
-    relation: str = "add-remove"
-    count_field: str = "noise_multiplier_count"
-
-    def init(self, params, hparams):
-        return jnp.asarray(hparams.clip_norm, jnp.float32)
-
-    def update(self, units: PerUnitVectors, state, ctx: Context) -> tuple[Sensitive, jax.Array]:
-        hp, clip_norm, w = ctx.hparams, state, units.weights
-        norms = jax.vmap(clipping.global_norm)(units.vectors)
-        clipped = jax.tree_util.tree_map(lambda t: t * w.reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype),
-                                         clipping.clip_per_example(units.vectors, clip_norm))
-        count = Sensitive(jnp.sum(w * ((norms <= clip_norm) - 0.5)), jnp.float32(0.5), self.relation)
-        std = gaussian_std(getattr(hp, self.count_field), count.sensitivity)
-        noisy = count.value + std * jax.random.normal(keys.stream_key(ctx.key, "server_noise"))
-        fraction = jnp.clip(noisy / self.expected_silos + 0.5, 0.0, 1.0)
-        new_clip = clip_norm * jnp.exp(-hp.clip_learning_rate * (fraction - hp.target_quantile))
-        return Sensitive(clipped, clip_norm, self.relation), new_clip
-
-    def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
-
-    def count_event(self, hparams) -> NoiseEvent | None:
-        """The count's Gaussian release, or None when the clip never moves (``clip_learning_rate = 0``)."""
-        if float(hparams.clip_learning_rate) == 0.0:
-            return None
-        return NoiseEvent(self.count_field, host_multiplier(getattr(hparams, self.count_field)), "server")
-
-
-@dataclasses.dataclass(frozen=True)
-class JointGaussianPrivacy(GaussianPrivacy):
-    """The Gaussian rules' guarantee at the combined multiplier z; ``calibrate`` returns the delta's
-    ``z_Delta = (z^-2 - z_b^-2)^-1/2`` for the calibrated z, the count's z_b fixed (Algorithm 1)."""
-
-    count_multiplier: float = math.inf
-    count_field: str = "noise_multiplier_count"
-
-    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict:
-        ((field, z),) = super().calibrate(target_epsilon, delta, accountant).items()
-        z_b = self.count_multiplier
-        if z >= z_b:
-            raise ValueError(f"target_epsilon={target_epsilon!r} needs a combined noise multiplier {z:.4g}, not below "
-                             f"{self.count_field}={z_b:.4g}: the count alone spends more; raise {self.count_field}")
-        z_delta = (z ** -2.0 - z_b ** -2.0) ** -0.5
-        while (z_delta ** -2.0 + z_b ** -2.0) ** -0.5 < z:  # never below the calibrated combination
-            z_delta = math.nextafter(z_delta, math.inf)
-        return {field: z_delta}
-
-
-@dataclasses.dataclass(frozen=True)
-class JointGaussianEvent:
-    """The delta sum's and the count's releases of one round, on the same sampled silos: one Gaussian of
-    multiplier ``(z_Delta^-2 + z_b^-2)^-1/2`` (Andrew et al. 2021, Theorem 1), then the plan's rules."""
-
-    delta: NoiseEvent
-    count: NoiseEvent | None
-
-    def spec(self, plan):
-        if self.count is None:  # fixed clipping: the delta's Gaussian alone
-            return dataclasses.replace(plan, noises=(self.delta,)).gaussian_spec()
-        z_delta, z_b = self.delta.noise_multiplier, self.count.noise_multiplier
-        if z_b == 0:
-            return NoPrivacy(f"{plan.label} releases the clipped count without noise ({self.count.field}=0)",
-                             plan.clip.relation.value, plan.selection.unit.value)
-        z = 0.0 if z_delta == 0 else (z_delta ** -2.0 + z_b ** -2.0) ** -0.5
-        spec = dataclasses.replace(plan, noises=(dataclasses.replace(self.delta, noise_multiplier=z),)).gaussian_spec()
-        if not isinstance(spec, GaussianPrivacy):
-            return spec
-        return JointGaussianPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, z_b, self.count.field)
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaptiveClipNoise:
-    """``GaussianNoise`` on the server's aggregate, accounted jointly with ``clipper``'s count."""
-
-    clipper: AdaptiveQuantileClip
-    noise_field: str = "noise_multiplier"
-
-    def init(self, params):
-        return ()
-
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context):
-        return GaussianNoise(self.noise_field, placement="server").update(message, batch, state, ctx)
-
-    def events(self, hparams, num_rounds: int) -> tuple:
-        (delta,) = GaussianNoise(self.noise_field, placement="server").events(hparams, num_rounds)
-        return (JointGaussianEvent(delta, self.clipper.count_event(hparams)),)
-
-
-@dataclasses.dataclass(frozen=True)
 class DpFedAvg(ChainFamily):
     """DP-FedAvg with adaptive clipping and (``private=False``) FedOpt, its non-private twin.
 
@@ -170,7 +82,8 @@ class DpFedAvg(ChainFamily):
       sampling: ``"poisson"`` (add/remove) or ``"without-replacement"`` (replace-one).
       local_steps: each silo's local SGD steps.
       local_batch_size: records per local step (None: all the silo's records per step).
-      server_momentum: beta of the server's optax SGD (None: plain SGD).
+      server_momentum: beta of the server's optax SGD (None: plain SGD), or Adam's / Yogi's b1.
+      server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
       sampling_rate: q, each silo's public inclusion probability (``"poisson"``; required under
         add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor.
@@ -186,12 +99,14 @@ class DpFedAvg(ChainFamily):
     neighboring: str | None = None
     private: bool = True
     sampling_rate: float | None = None
+    server_optimizer: str = "sgd"
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SILO_SAMPLINGS)
+        _validate.check_choice("server_optimizer", self.server_optimizer, tuple(SERVER_OPTIMIZERS))
         if self.neighboring is None:
             object.__setattr__(self, "neighboring", "add-remove" if self.sampling == "poisson" else "replace-one")
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
@@ -207,13 +122,10 @@ class DpFedAvg(ChainFamily):
             _validate.check_le("local_batch_size", self.local_batch_size, "the smallest silo size", data.min_size)
 
     def parts(self, shape: DataShape) -> Parts:
-        clipper = AdaptiveQuantileClip(self.silos_per_round, self.neighboring)
-        momentum = () if self.server_momentum is None else (("momentum", self.server_momentum),)
-        return Parts(selection=SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate),
-                     client=LocalDeltas(self.problem, self.local_steps, self.local_batch_size),
-                     clipper=clipper, privatizer=AdaptiveClipNoise(clipper),
-                     aggregator=PublicMean(self.silos_per_round),
-                     server=OptaxServer(optax.sgd, options=momentum), averager=Averager("last"), placement="server")
+        server = OptaxServer(SERVER_OPTIMIZERS[self.server_optimizer](self.server_momentum))
+        return Parts(SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate),
+                     (LocalDeltas(self.problem, self.local_steps, self.local_batch_size),
+                      AdaptiveClipMean(self.silos_per_round, self.neighboring), server, Averager("last")))
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -41,10 +41,10 @@ from dpjax import _validate, keys
 from dpjax.accounting.events import Sampling
 from dpjax.accounting.plan import NoiseEvent, SelectionEvent
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context, Sensitive
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, MinibatchGradient, OptaxServer, gaussian_std
+from dpjax.parts.selection import init_sampler_states
 from dpjax.parts.privatizers import host_multiplier
 from dpjax.primitives import noise
 from dpjax.primitives import sampling as sampling_lib
@@ -74,12 +74,15 @@ class EpochBlocks:
     shuffled: bool = True
     unit: str = "record"
 
-    def init(self, data, run_key):
+    roles = ("selection",)
+
+    def init(self, params, ctx: Context):
+        data = ctx.data
         if not self.shuffled:  # padded rows sit last: the first n_i positions are the silo's records
             return jnp.broadcast_to(jnp.arange(data.n_max, dtype=jnp.int32), (data.num_silos, data.n_max))
-        return federated.init_sampler_states(sampling_lib.OnePass(self.batch_size), data, run_key)
+        return init_sampler_states(sampling_lib.OnePass(self.batch_size), data, ctx.key)
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         blocks = data.sizes // self.batch_size
         starts = (ctx.round % blocks) * self.batch_size
         idx = jax.vmap(lambda perm, s: jax.lax.dynamic_slice(perm, (s,), (self.batch_size,)))(state, starts)
@@ -122,11 +125,13 @@ class TreeAggregationNoise:
     levels: int
     noise_field: str = "noise_multiplier"
 
-    def init(self, params):
+    roles = ("privatizer",)
+
+    def init(self, params, ctx: Context):
         return jax.tree_util.tree_map(lambda p: jnp.zeros((self.levels,) + jnp.shape(p), jnp.result_type(p)), params)
 
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]:
-        t = batch.info["epoch_round"] + 1  # the leaf, 1-based in its tree
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, Any]:
+        t = ctx.batch.info["epoch_round"] + 1  # the leaf, 1-based in its tree
         level = jax.lax.population_count((t & -t) - 1)  # trailing zeros of t: the new node's height
         completed = jnp.arange(self.levels) < level
         std = gaussian_std(getattr(ctx.hparams, self.noise_field), message.sensitivity)
@@ -175,13 +180,11 @@ class DpFtrl(ChainFamily):
         _validate.check_le("batch_size", self.batch_size, "the smallest silo size", data.min_size)
 
     def parts(self, shape: DataShape) -> Parts:
-        momentum = () if self.momentum is None else (("momentum", self.momentum),)
-        return Parts(selection=EpochBlocks(self.batch_size, self.order == "shuffled-once"),
-                     client=MinibatchGradient(self.problem, self.batch_size),
-                     clipper=ClipPerUnit("clip_norm", "replace-one"),
-                     privatizer=TreeAggregationNoise(max(shape.n_max // self.batch_size, 1).bit_length()),
-                     aggregator=Aggregate("mean"),
-                     server=OptaxServer(optax.sgd, options=momentum), averager=Averager("last"), placement="server")
+        server = OptaxServer(optax.identity() if self.momentum is None else optax.trace(self.momentum))
+        levels = max(shape.n_max // self.batch_size, 1).bit_length()
+        return Parts(EpochBlocks(self.batch_size, self.order == "shuffled-once"),
+                     (MinibatchGradient(self.problem, self.batch_size), ClipPerUnit("clip_norm", "replace-one"),
+                      Aggregate("mean"), TreeAggregationNoise(levels), server, Averager("last")))
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -30,7 +30,7 @@ records: the sensitivity ``2C`` under replace-one, ``C`` under add/remove comes
 from here) -> ``GaussianNoise`` on each silo (std ``sigma x sensitivity``: the
 paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma exactly) ->
 ``Aggregate`` (divide by the public ``m``, mean over the silos that ran) ->
-``UnitStepServer`` (the optax transformation, then ``-eta``) -> ``Averager``.
+``OptaxServer`` (the optax transformation, then ``-eta``) -> ``Averager``.
 
 ``sampling="poisson"`` is the Opacus-style reference (Appendix D remark): each
 record joins w.p. the declared public ``sampling_rate`` q (``m / N`` for a
@@ -75,7 +75,7 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
-from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, UnitStepServer
+from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, OptaxServer
 from dpjax.parts.clients import UPDATE_RULES
 from dpjax.parts.selection import SUBSET_SAMPLINGS
 
@@ -227,17 +227,16 @@ class DpSgdGeneral(OutputRule, ChainFamily):
         # the public divisor of the noisy sum: m, or the expected number of kept subsets m/2
         denominator = self.num_subsets / 2.0 if self.filtering else float(self.num_subsets)
         unit = "record-in-silo" if self.placement == "silo" else "record"
+        noise = GaussianNoise("noise_multiplier", placement=self.placement)
+        aggregate = Aggregate("mean", denominator, gate=self.filtering)
+        # where the noise goes is the order: on each silo's clipped sum, or once on the aggregate
+        release = (noise, aggregate) if self.placement == "silo" else (aggregate, noise)
         return Parts(
-            selection=SubsetBatches(self.sampling, self.subset_size, self.num_subsets, self.rounds_per_epoch,
-                                    self.num_rounds, self.filtering, self.filter_threshold, unit,
-                                    self.sampling_rate),
-            client=SubsetUpdate(self.problem, self.update_rule, self.local_batch_size, self.local_optimizer),
-            clipper=ClipPerUnit("clip_norm", self.neighboring, unit_records=self.subset_size),
-            privatizer=GaussianNoise("noise_multiplier", placement=self.placement),
-            aggregator=Aggregate("mean", denominator, gate=self.filtering),
-            server=UnitStepServer(self.server_optimizer),
-            averager=Averager(self.output, self.window),
-            placement=self.placement)
+            SubsetBatches(self.sampling, self.subset_size, self.num_subsets, self.rounds_per_epoch,
+                          self.num_rounds, self.filtering, self.filter_threshold, unit, self.sampling_rate),
+            (SubsetUpdate(self.problem, self.update_rule, self.local_batch_size, self.local_optimizer),
+             ClipPerUnit("clip_norm", self.neighboring, unit_records=self.subset_size), *release,
+             OptaxServer(self.server_optimizer), Averager(self.output, self.window)))
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

@@ -38,11 +38,11 @@ import jax
 
 from dpjax import _validate
 from dpjax.algorithms.hparams import HParams, hparam
-from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches
+from dpjax.parts.clients import prefer_dense_gradients, supports_dense_gradients
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
@@ -125,7 +125,7 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
         ``"auto"`` (default) picks dense when the problem supports it,
         ``K >= n_max / 8`` and the sampler draws a real mask (not with
         replacement or one-pass, whose weights are a scatter of K indices);
-        see ``federated.prefer_dense_gradients``.
+        see ``dpjax.parts.clients.prefer_dense_gradients``.
     """
 
     problem: Any
@@ -142,7 +142,7 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
         _validate.check_choice("sampling", self.sampling, ("with-replacement", "without-replacement", "poisson", "one-pass"))
         self.check_common()
         _validate.check_choice("gradient_path", self.gradient_path, ("auto", "gather", "dense"))
-        if self.gradient_path == "dense" and not federated.supports_dense_gradients(self.problem, self.sampler):
+        if self.gradient_path == "dense" and not supports_dense_gradients(self.problem, self.sampler):
             raise ValueError(f"gradient_path='dense' needs a problem with weighted_grad_sum; {type(self.problem).__name__} has none")
 
     # -- static pieces -----------------------------------------------------
@@ -159,19 +159,16 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         dense = self._dense(shape)
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, self.batch_size, dense=dense,
-                                  sampling_rate=self.sampling_rate),
-            client=MinibatchGradient(self.problem, self.batch_size),
-            clipper=ClipPerUnit("clip_norm", self.neighboring),
-            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
-            aggregator=Aggregate(self.aggregation),
-            server=OptaxServer(projection_radius=self.projection_radius),
-            averager=Averager(self.output, self.window))
+            SiloBatches(self.availability, self.sampling, self.batch_size, dense=dense,
+                        sampling_rate=self.sampling_rate),
+            (MinibatchGradient(self.problem, self.batch_size), ClipPerUnit("clip_norm", self.neighboring),
+             GaussianNoise("noise_multiplier", placement="silo"), Aggregate(self.aggregation),
+             OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 
     def _dense(self, shape: DataShape) -> bool:
         if self.gradient_path != "auto":
             return self.gradient_path == "dense"
-        return federated.prefer_dense_gradients(self.problem, self.sampler, self.batch_size, shape.n_max)
+        return prefer_dense_gradients(self.problem, self.sampler, self.batch_size, shape.n_max)
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

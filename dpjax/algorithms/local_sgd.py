@@ -46,7 +46,6 @@ import jax.numpy as jnp
 
 from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions, MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
-from dpjax.engine.roles import Context
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Averager, ClipPerUnit, LocalStepGaussian, LocalStepRecords, LocalSteps, ModelAveraging
 
@@ -58,30 +57,18 @@ PyTree = Any
 LocalSgdHParams = MbSgdHParams
 
 
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class LocalSgdState:
-    params: PyTree
-    round: jax.Array
-    selection: Any
-    averaged: PyTree
-    hparams: MbSgdHParams
-
-
 @dataclasses.dataclass(frozen=True)
 class LocalSgd(IsrlRoundOptions, ChainFamily):
     """ISRL-DP Local SGD and (``private=False``) non-private Local SGD / FedAvg.
 
-    One of the two families with a step of their own: the noise is added
-    inside each silo's sequential loop of K local steps, after every step's
-    clipped gradient and before the next step's gradient is taken at the
-    noisy iterate, so the round is not one pass through the chain's roles
-    (client -> clipper -> privatizer -> aggregator once per round). The step
-    is still built from parts -- the batch selection (``LocalStepRecords``),
-    the per-step clipper (``ClipPerUnit``) and privatizer
-    (``LocalStepGaussian``) run by the local loop (``LocalSteps``), the server
-    (``ModelAveraging``) and the averager -- and ``privacy()`` is the chain's
-    DP plan of those parts (K single-record releases per round).
+    The noise is added inside each silo's sequential loop of K local steps,
+    after every step's clipped gradient and before the next step's gradient is
+    taken at the noisy iterate: the local loop (``LocalSteps``) folds each
+    step's gradient through its inner chain (``ClipPerUnit``, then
+    ``LocalStepGaussian``) under ``lax.scan``. The round is the generic fold:
+    ``LocalStepRecords`` -> ``LocalSteps`` -> ``ModelAveraging`` -> ``Averager``;
+    ``privacy()`` is the DP plan of those parts (K single-record releases per
+    round).
 
     Args:
       problem: a dpjax problem.
@@ -94,7 +81,7 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
         sums the local updates ``w^{i,K} - w_r`` (authors' scale), and the projection follows every
         local step.
       log_indices: add the record indices used by every silo to the round
-        metrics (``"indices"`` ``[N, K]``), for tests and audits.
+        metrics (``"indices"`` ``[N, K]``, ``"available"``), for tests and audits.
     """
 
     problem: Any
@@ -113,37 +100,12 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
         self.availability.validate(data.num_silos)
 
     def parts(self, shape: DataShape) -> Parts:
+        inner = (ClipPerUnit("clip_norm"), LocalStepGaussian("noise_multiplier", num_steps=self.local_steps))
         return Parts(
-            selection=LocalStepRecords(self.availability, self.local_steps, all_silos=self.log_indices),
-            client=LocalSteps(self.problem, self.local_steps, self.projection_radius),
-            clipper=ClipPerUnit("clip_norm"),
-            privatizer=LocalStepGaussian("noise_multiplier"),
-            aggregator=None,  # the server averages local models itself
-            server=ModelAveraging(self.aggregation, self.projection_radius),
-            averager=Averager(self.output, self.window))
-
-    def init(self, params, hparams: MbSgdHParams, data: SiloData, run_key) -> LocalSgdState:
-        p = self.parts(DataShape.of(data))
-        return LocalSgdState(params, jnp.zeros((), jnp.int32), p.selection.init(data, run_key),
-                             p.averager.init(params, run_key), self.run_hparams(hparams))
-
-    def step(self, state: LocalSgdState, data: SiloData, key) -> tuple[LocalSgdState, dict]:
-        """availability x K records -> K local steps with per-step clip and Gaussian noise ->
-        model averaging -> averager."""
-        p = self.parts(DataShape.of(data))
-        ctx = Context(state.round, key, state.hparams)
-        batch, selection = p.selection.update(state.selection, data, ctx)
-        models = p.client.run(state.params, batch, data, p.clipper, p.privatizer, ctx)
-        new_params = p.server.update(models, batch.available, state.params)
-        averaged = p.averager.update(state.averaged, state.params, new_params, ctx)
-        metrics = {"num_available": jnp.sum(batch.available)}
-        if self.log_indices:
-            metrics["indices"] = batch.indices
-            metrics["available"] = batch.available
-        return LocalSgdState(new_params, state.round + 1, selection, averaged, state.hparams), metrics
-
-    def output_params(self, state: LocalSgdState):
-        return self.parts(DataShape(1, 1)).averager.value(state.averaged, state.params, state.round)
+            LocalStepRecords(self.availability, self.local_steps, all_silos=self.log_indices),
+            (LocalSteps(self.problem, self.local_steps, self.projection_radius, inner=inner),
+             ModelAveraging(self.aggregation, self.projection_radius), Averager(self.output, self.window)),
+            log_batches=self.log_indices)
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

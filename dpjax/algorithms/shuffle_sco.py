@@ -243,9 +243,9 @@ class _ShuffleScoBase(ChainFamily):
             aggregator = PvecAnalyzer(per_round=True, level=level, batch_field="batch")
         else:
             privatizer, aggregator = UserGaussian(_GAUSSIAN[self.aggregator]), BatchMean()
-        return Parts(selection=UserWindows(self.max_batch), client=UserGradients(self.problem, self.smoothed),
-                     clipper=ClipVectors("clip_norm"), privatizer=privatizer, aggregator=aggregator,
-                     server=FlatUpdates(self.server()), averager=Averager("last"), placement="silo")
+        return Parts(UserWindows(self.max_batch),
+                     (UserGradients(self.problem, self.smoothed), ClipVectors("clip_norm"), privatizer, aggregator,
+                      FlatUpdates(self.server()), Averager("last")))
 
     def noise_multiplier_for(self, noise_std, hparams: ScoHParams, silo_sizes=None) -> np.ndarray:
         """Per-round noise multipliers whose std on the round's sum is ``noise_std`` (absolute, per
@@ -262,7 +262,7 @@ class _ShuffleScoBase(ChainFamily):
                                         self.message_sensitivity(hparams, silo_sizes or [self.max_batch]))
 
     def _gaussian(self) -> UserGaussian:
-        privatizer = self.parts(DataShape(1, self.max_batch)).privatizer
+        privatizer = self.parts(DataShape(1, self.max_batch)).role("privatizer")
         if not isinstance(privatizer, UserGaussian) or privatizer.mechanism == "none":
             raise ValueError(f"aggregator={self.aggregator!r} adds no Gaussian noise")
         return privatizer

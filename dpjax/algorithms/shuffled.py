@@ -6,7 +6,7 @@
   plus Gaussian noise of multiplier ``noise_multiplier`` (std ``z x 2C/K``); a
   shuffler permutes the M reports and the server averages them. The server's
   update is a function of the multiset of reports
-  (``federated.shuffled_aggregate``: bitwise invariant to the permutation), so
+  (``dpjax.parts.aggregators.shuffled_aggregate``: bitwise invariant to the permutation), so
   shuffling changes privacy, not utility: the trajectory is that of Noisy
   MB-SGD with K records and ``FixedAvailability(M)`` up to float summation
   order. Parts: Noisy MB-SGD's with ``ShuffledAggregate``.
@@ -130,13 +130,11 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         """Noisy MB-SGD's round with the M reports shuffled before the (multiset) mean."""
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, self.batch_size),
-            client=MinibatchGradient(self.problem, self.batch_size),
-            clipper=ClipPerUnit("clip_norm", self.neighboring),
-            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
-            aggregator=ShuffledAggregate("mean", self.availability, self.participation, self.isrl_bound),
-            server=OptaxServer(projection_radius=self.projection_radius),
-            averager=Averager(self.output, self.window))
+            SiloBatches(self.availability, self.sampling, self.batch_size),
+            (MinibatchGradient(self.problem, self.batch_size), ClipPerUnit("clip_norm", self.neighboring),
+             GaussianNoise("noise_multiplier", placement="silo"),
+             ShuffledAggregate("mean", self.availability, self.participation, self.isrl_bound),
+             OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 
 
 # ---------------------------------------------------------------------------
@@ -216,13 +214,10 @@ class SdpOnePassAccelerated(ChainFamily):
         """Clipped per-example vectors of every silo's next block -> P_vec local randomizer ->
         shuffled P_vec analyzer over the available silos, divided by ``M_r K`` -> AC-SA."""
         return Parts(
-            selection=SiloBatches(self.availability, "one-pass", self.batch_size, all_silos=True),
-            client=ExampleGradients(self.problem),
-            clipper=ClipVectors("clip_norm"),
-            privatizer=PvecRandomizer(self.dim, self.max_granularity),
-            aggregator=PvecAnalyzer(self.batch_size, self.availability),
-            server=AcsaServer(self.num_rounds, self.projection_radius),
-            averager=Averager("last"))
+            SiloBatches(self.availability, "one-pass", self.batch_size, all_silos=True),
+            (ExampleGradients(self.problem), ClipVectors("clip_norm"), PvecRandomizer(self.dim, self.max_granularity),
+             PvecAnalyzer(self.batch_size, self.availability), AcsaServer(self.num_rounds, self.projection_radius),
+             Averager("last")))
 
     # -- the P_vec calculator ------------------------------------------------
     def min_vectors(self, num_silos: int) -> int:

@@ -51,7 +51,6 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions
-from dpjax.engine import federated
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import (
@@ -61,6 +60,9 @@ from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
 
+
+#: How a silo clips: each example's gradient (the paper), or the minibatch mean (the authors' script).
+CLIP_MODES = ("per-example", "minibatch-average")
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +116,7 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
         for i, k in enumerate(self.batch_sizes):
             _validate.check_int(f"batch_sizes[{i}]", k, min_value=1)
         _validate.check_choice("sampling", self.sampling, ("without-replacement", "with-replacement"))
-        _validate.check_choice("clip_mode", self.clip_mode, federated.CLIP_MODES)
+        _validate.check_choice("clip_mode", self.clip_mode, CLIP_MODES)
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported here; use 'last', 'average' or 'window'")
 
@@ -149,13 +151,10 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
         k_max = max(self.batch_sizes)
         clipper = (ClipPerUnit("clip_norm") if self.clip_mode == "per-example" else ClipMinibatchMean("clip_norm"))
         return Parts(
-            selection=SiloBatches(self.availability, self.sampling, k_max, batch_sizes=self.batch_sizes),
-            client=MinibatchGradient(self.problem, k_max, batch_sizes=self.batch_sizes),
-            clipper=clipper,
-            privatizer=GaussianNoise("noise_multiplier", placement="silo"),
-            aggregator=Aggregate(self.aggregation),
-            server=OptaxServer(projection_radius=self.projection_radius),
-            averager=Averager(self.output, self.window))
+            SiloBatches(self.availability, self.sampling, k_max, batch_sizes=self.batch_sizes),
+            (MinibatchGradient(self.problem, k_max, batch_sizes=self.batch_sizes), clipper,
+             GaussianNoise("noise_multiplier", placement="silo"), Aggregate(self.aggregation),
+             OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

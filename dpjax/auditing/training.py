@@ -108,8 +108,10 @@ class SkipClip:
 
     inner: Any
 
-    def init(self, params, hparams):
-        return self.inner.init(params, hparams)
+    roles = ("clipper",)
+
+    def init(self, params, ctx):
+        return self.inner.init(params, ctx)
 
     def update(self, units, state, ctx):
         field = self.inner.clip_field
@@ -132,14 +134,16 @@ class HalfNoise:
 
     inner: Any
 
-    def init(self, params):
-        return self.inner.init(params)
+    roles = ("privatizer",)
 
-    def update(self, message, batch, state, ctx):
+    def init(self, params, ctx):
+        return self.inner.init(params, ctx)
+
+    def update(self, message, state, ctx):
         field = self.inner.noise_field
         hp = ctx.hparams
         halved = ctx._replace(hparams=dataclasses.replace(hp, **{field: getattr(hp, field) / 2}))
-        return self.inner.update(message, batch, state, halved)
+        return self.inner.update(message, state, halved)
 
     def events(self, hparams, num_rounds):
         return self.inner.events(hparams, num_rounds)
@@ -154,8 +158,8 @@ def mutant_family(family, mutant: str):
     def parts(self, shape):
         p = base.parts(self, shape)
         if mutant == "no-clip":
-            return dataclasses.replace(p, clipper=SkipClip(p.clipper))
-        return dataclasses.replace(p, privatizer=HalfNoise(p.privatizer))
+            return p.with_role("clipper", SkipClip)
+        return p.with_role("privatizer", HalfNoise)
 
     cls = type(f"{base.__name__}[{mutant}]", (base,), {"parts": parts, "__module__": __name__})
     return cls(**{f.name: getattr(family, f.name) for f in dataclasses.fields(family) if f.init})

@@ -13,13 +13,12 @@ from dpjax.engine.executor import (
     run_grid,
     run_many,
 )
-from dpjax.engine.federated import aggregate, init_sampler_states, privatize_messages
 from dpjax.engine.program import ChunkProgram, compiled_runner
 from dpjax.engine.run_inputs import run_key_data, stack_hparams
 from dpjax.engine.silos import SiloData
 
 __all__ = [
-    "IterateAverager", "aggregate", "init_sampler_states", "privatize_messages",
+    "IterateAverager",
     "NonFiniteError", "RunResult", "SamplingOverflowError",
     "Chunk", "ChunkProgram", "GridResult", "OutputParams", "Trial", "execute", "run_grid",
     "compiled_runner", "run", "run_many", "run_key_data", "stack_hparams", "SiloData",

@@ -1,29 +1,33 @@
-"""The one generic round: a family's parts composed like ``optax.chain``.
+"""The one generic round: a family's parts folded in order, like ``optax.chain``.
 
-A family is a declaration -- its static config plus one part per role
-(``Parts``, built by ``parts(shape)``) -- and this module's ``ChainFamily``
-gives it ``init``, ``step``, ``params``, ``output_params`` and ``privacy``::
+A family is a declaration -- its static config plus its parts in the order the round runs them
+(``Parts``, built by ``parts(shape)``) -- and this module's ``ChainFamily`` gives it ``init``,
+``step``, ``params``, ``output_params`` and ``privacy``. Every part has the one signature of
+``dpjax.engine.roles`` (``init(params, ctx)``, ``update(value, state, ctx)``), and a round is::
 
-    batch  = selection.update(...)                  # which silos and records
-    query  = server.query(params, ...)              # where clients compute (w, or AC-SA's w_md)
-    units  = client.update(query, batch, ...)       # what each silo computes (not yet clipped)
-    msgs   = clipper.update(units, ...)             # clipped sums + their sensitivity (Sensitive)
-    placement "silo":   msgs = privatizer(msgs); agg = aggregator(msgs)     # local / ISRL-DP
-    placement "server": agg = aggregator(msgs);  agg = privatizer(agg)      # central DP
-    params = server.update(agg.value, params, ...)  # any optax optimizer, projection
-    averaged = averager.update(...)                 # the output rule
-    metrics = {..., **part.metrics(new_state, batch)}  # optional: a part's own round diagnostics
+    batch, s   = selection.update(data, s, ctx)            # which silos and records
+    ctx        = ctx._replace(batch=batch)
+    value      = batch
+    for part in chain:                                     # e.g. client, clipper, privatizer,
+        value, s = part.update(value, s, ctx)              #      aggregator, server, averager
+    params, query = served(value)                          # the new iterate, where clients compute next
 
-Every part's state is carried in ``ChainState`` across rounds. The privacy of
-the run is the composition of the parts' events over the rounds
-(``dpjax.accounting.plan.DpPlan``: selection x clipper x privatizer x rounds);
-the noise a run adds is ``noise_multiplier x`` the sensitivity the clipper
-returned, so both consumers -- the compiled round and the accountant -- read
-the same parts.
+Where the noise goes is the order of the parts: ``(..., GaussianNoise(), Aggregate(), ...)`` adds
+it on every silo (local / ISRL-DP), ``(..., Aggregate(), GaussianNoise(placement="server"), ...)``
+once to the aggregate (central DP). The parts before the first aggregator are the round's per-silo
+stage: silo blocking (``dpjax.engine.silo_blocks``) runs exactly that stage a block of silos at a
+time, and silo sharding gathers the silos' messages between it and the aggregator; neither is a
+second round.
+
+Every part's state is carried in ``ChainState.parts`` across rounds (keyed by the part's first
+role). The privacy of the run is the composition of the parts' events over the rounds
+(``dpjax.accounting.plan.DpPlan``: selection x clipper x privatizer x rounds); the noise a run adds is
+``noise_multiplier x`` the sensitivity the clipper returned, so both consumers -- the compiled round
+and the accountant -- read the same parts.
 
 The non-private twin (``private=False``) runs the same compiled round with
-``FamilyBase.run_hparams``: noise multipliers 0 and clip norms ``inf``
-(bit-identical to a private run with those values).
+``FamilyBase.run_hparams``: noise multipliers 0 and clip norms ``inf`` (bit-identical to a private
+run with those values).
 """
 
 from __future__ import annotations
@@ -39,11 +43,10 @@ from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
 from dpjax.engine import silo_blocks
 from dpjax.engine.contract import FamilyBase
-from dpjax.engine.roles import Context
+from dpjax.engine.roles import ROLES, Context, served
 from dpjax.engine.silo_sharding import gather_silos, on_silo_devices
 
 PyTree = Any
-PLACEMENTS = ("silo", "server")
 
 
 class DataShape(NamedTuple):
@@ -70,45 +73,117 @@ class DataShape(NamedTuple):
         return cls(len(sizes), max(sizes) if sizes else 0)
 
 
+def roles_of(part) -> tuple:
+    """The positions ``part`` fills (its ``roles`` class attribute)."""
+    roles = getattr(part, "roles", None)
+    if not roles or any(r not in ROLES for r in roles):
+        raise ValueError(f"part {type(part).__name__} must declare roles, a tuple of {ROLES}; got {roles!r}")
+    return tuple(roles)
+
+
+def fold(parts, value, states, ctx: Context):
+    """``value`` through ``parts`` in order (``update(value, state, ctx)`` each); returns the last
+    value and the parts' new states (a tuple aligned with ``parts``)."""
+    new = []
+    for part, state in zip(parts, states):
+        value, state = part.update(value, state, ctx)
+        new.append(state)
+    return value, tuple(new)
+
+
+def init_all(parts, params, ctx: Context) -> tuple:
+    """Every part's ``init(params, ctx)``, a tuple aligned with ``parts``."""
+    return tuple(part.init(params, ctx) for part in parts)
+
+
 @dataclasses.dataclass(frozen=True)
-class Roles:
-    """One value per role, in the order the round runs them: the parts themselves (``Parts``) or
-    the state each part carries across rounds (``ChainState``)."""
+class Parts:
+    """A family's declaration: its batch selection and the round's other parts in fold order.
 
-    selection: Any
-    client: Any
-    clipper: Any
-    privatizer: Any
-    aggregator: Any
-    server: Any
-    averager: Any
-
-
-_ROLES = tuple(f.name for f in dataclasses.fields(Roles))
-
-
-@dataclasses.dataclass(frozen=True)
-class Parts(Roles):
-    """A family's declaration: one part per role (``Roles``) and where the noise goes.
-
-    ``log_batches`` adds each round's batch (indices, weights, available) to
-    the round metrics (for tests and audits).
+    ``log_batches`` adds each round's batch (indices, weights, available) to the round metrics
+    (for tests and audits).
     """
 
-    placement: str = "silo"
+    selection: Any
+    chain: tuple
     log_batches: bool = False
 
     def __post_init__(self):
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement={self.placement!r} must be one of {PLACEMENTS}")
+        object.__setattr__(self, "chain", tuple(p for p in self.chain if p is not None))
+        if "selection" not in roles_of(self.selection):
+            raise ValueError(f"selection={type(self.selection).__name__} is not a batch selection part")
+        keys = [roles_of(p)[0] for p in self.chain]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"parts {keys}: each role may lead one part of the chain")
+
+    @property
+    def keys(self) -> tuple:
+        """The state keys of the chain's parts (each part's first role)."""
+        return tuple(roles_of(p)[0] for p in self.chain)
+
+    def _members(self):
+        """``(position in the chain, part)`` of every part, a local loop's inner parts (``inner``) at
+        their loop's position; the selection at -1."""
+        yield -1, self.selection
+        for i, part in enumerate(self.chain):
+            yield i, part
+            for inner in getattr(part, "inner", ()) or ():
+                yield i, inner
+
+    def role(self, name: str, default=dataclasses.MISSING):
+        """The part filling role ``name``: the selection, or the first part of the chain (or of a local
+        loop's inner chain) that names it."""
+        for _, part in self._members():
+            if name in roles_of(part):
+                return part
+        if default is dataclasses.MISSING:
+            raise ValueError(f"these parts fill no {name!r} role: {[type(p).__name__ for p in self.chain]}")
+        return default
+
+    def position(self, name: str) -> int:
+        """The chain position of the part filling (or whose inner chain fills) role ``name``."""
+        for i, part in self._members():
+            if name in roles_of(part):
+                return i
+        raise ValueError(f"these parts fill no {name!r} role: {[type(p).__name__ for p in self.chain]}")
+
+    def with_role(self, name: str, wrap: Callable) -> "Parts":
+        """These parts with the one filling role ``name`` replaced by ``wrap(part)`` (in a local loop's
+        inner chain too): e.g. an audit's mutant clipper."""
+        target = self.role(name)
+        if target is self.selection:
+            return dataclasses.replace(self, selection=wrap(target))
+
+        def swap(part):
+            if part is target:
+                return wrap(part)
+            inner = getattr(part, "inner", None)
+            if inner and any(p is target for p in inner):
+                return dataclasses.replace(part, inner=tuple(wrap(p) if p is target else p for p in inner))
+            return part
+
+        return dataclasses.replace(self, chain=tuple(swap(p) for p in self.chain))
+
+    @property
+    def per_silo_length(self) -> int:
+        """How many parts of the chain run per silo: those before the first that combines the silos
+        (an aggregator, or a server reading the silos' values)."""
+        for i, part in enumerate(self.chain):
+            if "aggregator" in roles_of(part):
+                return i
+        return len(self.chain)
 
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
-class ChainState(Roles):
-    """The run state: every part's state (``Roles``), the iterate, the round counter and the run's hparams."""
+class ChainState:
+    """The run state: the selection's and every part's state (``parts``, keyed like ``Parts.keys``),
+    the iterate, where the next round's clients compute, the round counter and the run's hparams."""
 
+    selection: Any
+    parts: dict
     params: PyTree
+    query: PyTree
     round: jax.Array
     hparams: Any
 
@@ -148,98 +223,90 @@ def _part_metrics(part, state, batch) -> dict:
     return dict(part.metrics(state, batch)) if hasattr(part, "metrics") else {}
 
 
+def _on_silo_devices(messages):
+    """Per-silo messages pinned to their silos' devices (a ``Sensitive``'s value, or a bare pytree)."""
+    if hasattr(messages, "replace") and hasattr(messages, "value"):
+        return messages.replace(value=on_silo_devices(messages.value))
+    return on_silo_devices(messages)
+
+
+def _blocked(stage, data, selection_state, silo_states, ctx: Context):
+    """``stage`` on blocks of silos (``dpjax.engine.silo_blocks``): per-silo outputs stacked ``[N, ...]``,
+    a message bound that does not depend on the silo (the clipper's public bound) from the last block."""
+
+    def one_block(per_silo, ctx):
+        data, (selection_state, silo_states) = per_silo
+        batch, messages, selection_state, silo_states = stage(data, selection_state, silo_states, ctx)
+        if batch.silo_ids is not None:
+            raise ValueError("silo_block: a blocked run computes every silo each round; this family's "
+                             "selection computes a random subset (use full or random availability)")
+        bound = getattr(messages, "bound", None)
+        shared_bound = bound is not None and jnp.ndim(bound) == 0
+        if shared_bound:
+            messages = messages.replace(bound=None)
+        return (batch._replace(num_silos=None), messages, (selection_state, silo_states)), \
+            (bound if shared_bound else None)
+
+    (batch, messages, (selection_state, silo_states)), bound = silo_blocks.run_round_stage(
+        one_block, (data, (selection_state, silo_states)), ctx._replace(data=None), data.sizes, data.num_silos)
+    batch = batch._replace(num_silos=data.num_silos)
+    if bound is not None:
+        messages = messages.replace(bound=bound)
+    return batch, messages, selection_state, silo_states
+
+
 class ChainFamily(FamilyBase):
-    """A family whose round is its ``parts(shape)`` composed by the generic step (mix into a frozen
+    """A family whose round is its ``parts(shape)`` folded by the generic step (mix into a frozen
     dataclass next to ``FamilyBase``'s fields; set ``hparams_type`` and define ``parts``)."""
 
     def parts(self, shape: DataShape) -> Parts:
         raise NotImplementedError(f"{type(self).__name__} declares no parts")
 
-    @property
-    def supports_silo_blocks(self) -> bool:
-        """Whether the round is the generic ``step`` (``engine.run(..., silo_block=...)``)."""
-        return type(self).step is ChainFamily.step
+    supports_silo_blocks = True
 
     # -- the compiled part -------------------------------------------------
     def init(self, params, hparams, data, run_key) -> ChainState:
         hp = self.run_hparams(hparams)
         p = self.parts(DataShape.of(data))
-        return ChainState(selection=p.selection.init(data, run_key), client=p.client.init(params),
-                          clipper=p.clipper.init(params, hp), privatizer=p.privatizer.init(params),
-                          aggregator=p.aggregator.init(params), server=p.server.init(params, hp),
-                          averager=p.averager.init(params, run_key), params=params, round=jnp.zeros((), jnp.int32),
-                          hparams=hp)
+        ctx = Context(jnp.zeros((), jnp.int32), run_key, hp, data, None, params, params)
+        return ChainState(p.selection.init(params, ctx), dict(zip(p.keys, init_all(p.chain, params, ctx))),
+                          params, params, jnp.zeros((), jnp.int32), hp)
 
     def step(self, state: ChainState, data, key) -> tuple[ChainState, dict]:
         p = self.parts(DataShape.of(data))
-        ctx = Context(state.round, key, state.hparams)
+        ctx = Context(state.round, key, state.hparams, data, None, state.params, state.query)
+        cut = p.per_silo_length
+        per_silo, rest = p.chain[:cut], p.chain[cut:]
+        states = tuple(state.parts[k] for k in p.keys)
+
+        def stage(data, selection_state, silo_states, ctx):
+            """The round's per-silo stage: the selection and the parts before the aggregator."""
+            ctx = ctx._replace(data=data)
+            batch, selection_state = p.selection.update(data, selection_state, ctx)
+            value, silo_states = fold(per_silo, batch, silo_states, ctx._replace(batch=batch))
+            return batch, value, selection_state, silo_states
+
         if silo_blocks.active() is not None:  # the per-silo stage a block of silos at a time
-            return self._blocked_step(p, state, data, ctx)
-        batch, selection = p.selection.update(state.selection, data, ctx)
-        query = p.server.query(state.params, state.server, ctx)
-        units, client = p.client.update(query, batch, data, state.client, ctx)
-        messages, clipper = p.clipper.update(units, state.clipper, ctx)
-        return self._server_step(p, state, ctx, batch, messages, selection, client, clipper, state.privatizer)
-
-    def _blocked_step(self, p: Parts, state: ChainState, data, ctx: Context) -> tuple[ChainState, dict]:
-        """``step`` with selection, client, clipper and (placement "silo") the privatizer run on blocks of
-        silos (``dpjax.engine.silo_blocks``); the aggregation and the server update as in ``step``."""
-        query = p.server.query(state.params, state.server, ctx)
-        local_noise = p.placement == "silo"
-
-        def stage(per_silo, shared):
-            data, (selection, client, clipper, privatizer) = per_silo
-            query, ctx = shared
-            batch, selection = p.selection.update(selection, data, ctx)
-            if batch.silo_ids is not None:
-                raise ValueError("silo_block: a blocked run computes every silo each round; this family's "
-                                 "selection computes a random subset (use full or random availability)")
-            units, client = p.client.update(query, batch, data, client, ctx)
-            messages, clipper = p.clipper.update(units, clipper, ctx)
-            if local_noise:
-                messages, privatizer = p.privatizer.update(messages, batch, privatizer, ctx)
-            bound_per_silo = jnp.ndim(messages.bound) > 0
-            per = (batch._replace(num_silos=None), messages.replace(bound=messages.bound if bound_per_silo else None),
-                   (selection, client, clipper, privatizer))
-            return per, (None if bound_per_silo else messages.bound)
-
-        states = (state.selection, state.client, state.clipper, state.privatizer if local_noise else None)
-        (batch, messages, states), bound = silo_blocks.run_round_stage(
-            stage, (data, states), (query, ctx), data.sizes, data.num_silos)
-        batch = batch._replace(num_silos=data.num_silos)
-        if bound is not None:
-            messages = messages.replace(bound=bound)
-        selection, client, clipper, privatizer = states
-        return self._server_step(p, state, ctx, batch, messages, selection, client, clipper,
-                                 privatizer if local_noise else state.privatizer, blocked=True)
-
-    def _server_step(self, p: Parts, state: ChainState, ctx: Context, batch, messages, selection, client, clipper,
-                     privatizer, blocked: bool = False) -> tuple[ChainState, dict]:
-        """The rest of the round from the silos' clipped messages: per-silo noise (placement "silo", unless
-        the blocked stage added it), aggregation, central noise (placement "server"), server update,
-        averager and the round's metrics."""
-        # gather_silos: identity unless the run's silo axis is sharded (then the aggregator reduces
-        # the replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding).
-        # Per-silo noise (placement "silo") is added on the silo's device before the gather
-        # (on_silo_devices); noise added once to the aggregate comes after it.
-        if p.placement == "silo":
-            if not blocked:  # (the blocked stage added it on the silos' devices)
-                messages, privatizer = p.privatizer.update(messages, batch, state.privatizer, ctx)
-                messages = messages.replace(value=on_silo_devices(messages.value))
-            update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
+            batch, messages, selection, silo_states = _blocked(stage, data, state.selection, states[:cut], ctx)
         else:
-            update, aggregator = p.aggregator.update(*gather_silos((messages, batch)), state.aggregator, ctx)
-            update, privatizer = p.privatizer.update(update, batch, state.privatizer, ctx)
-        params, server = p.server.update(update.value, state.params, state.server, ctx)
-        averager = p.averager.update(state.averager, state.params, params, ctx)
+            batch, messages, selection, silo_states = stage(data, state.selection, states[:cut], ctx)
+        ctx = ctx._replace(batch=batch)
+        # on_silo_devices / gather_silos: identity unless the run's silo axis is sharded (then the
+        # per-silo messages stay on the silo's device until the aggregator, which reduces the
+        # replicated [N, ...] messages in the unsharded order; dpjax.engine.silo_sharding).
+        if rest:
+            messages = _on_silo_devices(messages)
+            messages, batch = gather_silos((messages, batch))
+        value, rest_states = fold(rest, messages, states[cut:], ctx._replace(batch=batch))
+        params, query = served(value)
         metrics = {"num_available": jnp.sum(batch.available),
                    "sampling_overflow": jnp.any(batch.overflow & batch.available)}
         if p.log_batches:
             metrics.update(indices=batch.indices, index_mask=batch.weights, available=batch.available)
-        new = ChainState(selection, client, clipper, privatizer, aggregator, server, averager, params,
-                         state.round + 1, state.hparams)
-        for role in _ROLES:
-            metrics.update(_part_metrics(getattr(p, role), getattr(new, role), batch))
+        new_parts = dict(zip(p.keys, silo_states + rest_states))
+        new = ChainState(selection, new_parts, params, query, state.round + 1, state.hparams)
+        for part, key in zip((p.selection,) + p.chain, ("selection",) + p.keys):
+            metrics.update(_part_metrics(part, selection if key == "selection" else new_parts[key], batch))
         return new, metrics
 
     def params(self, state: ChainState) -> PyTree:
@@ -247,7 +314,11 @@ class ChainFamily(FamilyBase):
 
     def output_params(self, state: ChainState) -> PyTree:
         # the averager does not depend on the data: any shape gives the same part
-        return self.parts(DataShape(1, 1)).averager.value(state.averager, state.params, state.round)
+        p = self.parts(DataShape(1, 1))
+        averager = p.role("averager", None)
+        if averager is None:
+            return state.params
+        return averager.value(state.parts[roles_of(averager)[0]], state.params, state.round)
 
     # -- privacy -----------------------------------------------------------
     def dp_plan(self, silo_sizes, hparams, group_size: int = 1) -> DpPlan:
@@ -255,9 +326,10 @@ class ChainFamily(FamilyBase):
         parts the compiled round runs; ``group_size`` g protects any g records at once."""
         sizes = _silo_sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
-        aggregation = p.aggregator.event(sizes) if hasattr(p.aggregator, "event") else None
-        return DpPlan(p.selection.event(sizes), p.clipper.event(hparams),
-                      p.privatizer.events(hparams, self.num_rounds), self.num_rounds, type(self).__name__,
+        aggregator = p.role("aggregator", None)
+        aggregation = aggregator.aggregation_event(sizes) if hasattr(aggregator, "aggregation_event") else None
+        return DpPlan(p.selection.event(sizes), p.role("clipper").event(hparams),
+                      p.role("privatizer").events(hparams, self.num_rounds), self.num_rounds, type(self).__name__,
                       aggregation, group_size)
 
     def message_sensitivity(self, hparams, silo_sizes):
@@ -266,10 +338,10 @@ class ChainFamily(FamilyBase):
         denominator (``denominator``) of each silo. A float, or one value per silo ``[N]``."""
         sizes = _silo_sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
-        if p.placement != "silo":
+        if p.position("privatizer") >= p.per_silo_length:
             raise ValueError(f"{type(self).__name__}: the aggregate's sensitivity depends on the round's reports "
-                             "(placement='server'); use its privacy spec")
-        message = p.clipper.bound_of(hparams, p.client.denominator(np.asarray(sizes, np.float32)))
+                             "(noise on the aggregate); use its privacy spec")
+        message = p.role("clipper").bound_of(hparams, p.role("client").denominator(np.asarray(sizes, np.float32)))
         sens = np.asarray(message.sensitivity, np.float64)
         return float(sens) if sens.ndim == 0 else sens
 

@@ -108,6 +108,10 @@ class OutputRule:
     window: int = 8
 
 
+#: How the server combines the silos' messages: their mean over the reports, or their sum.
+AGGREGATIONS = ("mean", "sum")
+
+
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 
@@ -124,14 +128,12 @@ class FamilyBase:
     clip_fields: ClassVar[tuple[str, ...]] = ("clip_norm",)
 
     def check_common(self) -> None:
-        from dpjax.engine import federated
-
         _validate.check_rounds("num_rounds", self.num_rounds)
         for name in ("batch_size", "local_steps"):
             if hasattr(self, name):
                 _validate.check_int(name, getattr(self, name), min_value=1)
         if hasattr(self, "aggregation"):
-            _validate.check_choice("aggregation", self.aggregation, federated.AGGREGATIONS)
+            _validate.check_choice("aggregation", self.aggregation, AGGREGATIONS)
         if getattr(self, "projection_radius", None) is not None:
             _validate.check_positive("projection_radius", self.projection_radius)
         if hasattr(self, "neighboring"):

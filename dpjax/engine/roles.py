@@ -1,46 +1,44 @@
-"""The roles of one round, their one signature each, and the values passed between them.
+"""The one part signature, the context every part reads, and the values passed between parts.
 
-A family's round is a chain of stateful parts, composed by one generic step
-(``dpjax.engine.chain``) the way ``optax.chain`` composes gradient
-transformations (see the project's design note ``design/core.md`` and the module docstring of
-``chain``). Every part is an ``(init, update)`` pair whose state lives in the
-run state across rounds, so a part can remember: a sampler's permutation, an
-adaptive clip norm, a tree-aggregation noise buffer, an optimiser's moments.
+A family's round is a fold over stateful parts of ONE signature (``dpjax.engine.chain``), the way
+``optax.chain`` folds gradient transformations (the design note ``design/core.md``)::
 
-====================  ==========================================================================
-role                  signature
-====================  ==========================================================================
-batch selection       ``init(data, run_key) -> s``; ``update(s, data, ctx) -> (Batch, s)``
-client update         ``init(params) -> s``; ``update(params, batch, data, s, ctx) -> (units, s)``
-clipper               ``init(params, hparams) -> s``; ``update(units, s, ctx) -> (Sensitive, s)``
-privatizer            ``init(params) -> s``; ``update(Sensitive, batch, s, ctx) -> (Sensitive, s)``
-aggregator            ``init(params) -> s``; ``update(Sensitive, batch, s, ctx) -> (Sensitive, s)``
-server optimizer      ``init(params, hparams) -> s``; ``query(params, s, ctx) -> params``;
-                      ``update(update, params, s, ctx) -> (params, s)``
-averager              ``init(params, run_key) -> s``; ``update(s, before, after, ctx) -> s``;
-                      ``value(s, params, rounds_done) -> params``
-====================  ==========================================================================
+    init(params, ctx) -> state
+    update(value, state, ctx) -> (value, state)
 
-Every part also says, host-side, what it contributes to the run's privacy
-(``event(...)``: the batch selection's sampling, the clipper's neighbouring
-relation, the privatizer's noise); a family's ``privacy()`` is their
+``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at
+``init``, the round key in ``update``; parts draw from its named streams, ``dpjax.keys``), the
+run's hyperparameters, the data, the round's ``Batch``, the iterate at the round's start
+(``params``) and the point the round's clients compute at (``query``). A part's state lives in the
+run state across rounds, so a part can remember: a sampler's permutation, an adaptive clip norm, a
+tree-aggregation noise buffer, an optimiser's moments, SCAFFOLD's control variates.
+
+A role is a POSITION in the fold, not a signature; what flows::
+
+    data --selection--> Batch --client--> units --clipper--> Sensitive --privatizer / aggregator-->
+    Sensitive --server--> params (or Served) --averager--> params
+
+``roles`` (a class attribute of every part) names the positions a part fills; the accountant and
+the fold look parts up by it (``Parts.role``). Where the noise goes -- on each silo (ISRL-DP) or
+once on the aggregate (central DP) -- is the order of privatizer and aggregator in the fold.
+
+Every part also says, host-side, what it contributes to the run's privacy (the selection's
+``event(silo_sizes)``, the clipper's ``event(hparams)``, the privatizer's ``events(hparams, rounds)``,
+a shuffling aggregator's ``aggregation_event(silo_sizes)``); a family's ``privacy()`` is their
 composition over the rounds (``dpjax.accounting.plan``), never re-derived.
 
-**Privacy travels with the value.** The clipper returns a ``Sensitive``: the
-clipped sum together with the l2 bound of ONE unit's contribution to it and
-the neighbouring relation that bound is stated for
-(``sensitivity = 2 bound`` for replace-one, ``bound`` for add/remove, the
-convention of ``dpjax.primitives.clipping``). Dividing by a public constant
-divides the bound (``Sensitive.divided``); an aggregator passes on the bound of
-its output; the privatizer adds ``N(0, (noise_multiplier * sensitivity)^2 I)``
-reading the sensitivity from the value it is given. No family computes a
-sensitivity.
+**Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together
+with the l2 bound of ONE unit's contribution to it and the neighbouring relation that bound is
+stated for (``sensitivity = 2 bound`` for replace-one, ``bound`` for add/remove, the convention of
+``dpjax.primitives.clipping``). Dividing by a public constant divides the bound
+(``Sensitive.divided``); an aggregator passes on the bound of its output; a privatizer adds
+``N(0, (noise_multiplier * sensitivity)^2 I)`` reading the sensitivity from the value it is given.
+Only privatizers draw noise. No family computes a sensitivity.
 
 Units (what the clipper clips) are described by the client, not materialised:
-``PerExampleGradients`` lets the clipper take the cheapest exact path (the
-problem's closed form, ghost norms for flax models, else ``vmap(grad)``);
-``PerUnitVectors`` are vectors the client already computed (local updates,
-subset gradients, gradient differences, model deltas).
+``PerExampleGradients`` lets the clipper take the cheapest exact path (the problem's closed form,
+ghost norms for flax models, else ``vmap(grad)``); ``PerUnitVectors`` are vectors the client already
+computed (local updates, subset gradients, gradient differences, model deltas).
 """
 
 from __future__ import annotations
@@ -59,13 +57,46 @@ RELATIONS = ("replace-one", "add-remove")
 
 
 class Context(NamedTuple):
-    """What every part sees in a round: the 0-based round index, the round key
-    (``dpjax.keys.round_key(run_key, round)``; parts draw from its named streams)
-    and the run's hyperparameters."""
+    """What every part reads.
+
+    Attributes:
+      round: the 0-based round index (int32 scalar; a local loop's context counts its steps).
+      key: at ``init`` the run key, in ``update`` the round key (``dpjax.keys.round_key``).
+      hparams: the run's hyperparameters (the non-private twin's: noise 0, clip inf).
+      data: the run's ``SiloData`` (padded ``[N, n_max, ...]`` records and their sizes).
+      batch: the round's ``Batch`` once the selection has run (None before, and at ``init``).
+      params: the iterate at the round's start (the run's params).
+      query: where the round's clients compute: ``params``, unless the server keeps the iterate
+        elsewhere (AC-SA's ``w_md``, a phase's restart point; a server returns ``Served``).
+    """
 
     round: jax.Array
     key: jax.Array
     hparams: Any
+    data: Any = None
+    batch: Any = None
+    params: Any = None
+    query: Any = None
+
+
+class Served(NamedTuple):
+    """A server part's value: the new iterate ``params`` and where the next round's clients compute
+    (``query``); a server that returns a bare pytree serves its iterate (``query = params``)."""
+
+    params: Any
+    query: Any
+
+
+class Gated(NamedTuple):
+    """An aggregate with a flag: ``apply`` False means no silo reported, so the server takes no step."""
+
+    update: Any
+    apply: jax.Array
+
+
+def served(value) -> Served:
+    """``value`` as ``Served`` (a bare pytree serves itself)."""
+    return value if isinstance(value, Served) else Served(value, value)
 
 
 class Batch(NamedTuple):
@@ -201,64 +232,22 @@ class PerUnitVectors:
 
 
 # ---------------------------------------------------------------------------
-# The roles (one signature each)
+# The one signature
 # ---------------------------------------------------------------------------
-@runtime_checkable
-class BatchSelection(Protocol):
-    def init(self, data, run_key) -> Any: ...
-
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]: ...
-
-    def event(self, silo_sizes): ...
+ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
 
 
 @runtime_checkable
-class ClientUpdate(Protocol):
-    def init(self, params) -> Any: ...
+class Part(Protocol):
+    """Every part of a round: ``roles`` (the positions it fills, ``ROLES``), ``init`` and ``update``."""
 
-    def update(self, params, batch: Batch, data, state, ctx: Context) -> tuple[Any, Any]: ...
+    roles: tuple
 
+    def init(self, params, ctx: Context) -> Any: ...
 
-@runtime_checkable
-class Clipper(Protocol):
-    relation: str
-
-    def init(self, params, hparams) -> Any: ...
-
-    def update(self, units, state, ctx: Context) -> tuple[Sensitive, Any]: ...
-
-    def event(self, hparams): ...
+    def update(self, value, state, ctx: Context) -> tuple[Any, Any]: ...
 
 
-@runtime_checkable
-class Privatizer(Protocol):
-    def init(self, params) -> Any: ...
-
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]: ...
-
-    def events(self, hparams, num_rounds: int): ...
-
-
-@runtime_checkable
-class Aggregator(Protocol):
-    def init(self, params) -> Any: ...
-
-    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]: ...
-
-
-@runtime_checkable
-class ServerOptimizer(Protocol):
-    def init(self, params, hparams) -> Any: ...
-
-    def query(self, params, state, ctx: Context) -> PyTree: ...
-
-    def update(self, update: PyTree, params, state, ctx: Context) -> tuple[PyTree, Any]: ...
-
-
-@runtime_checkable
-class Averager(Protocol):
-    def init(self, params, run_key) -> Any: ...
-
-    def update(self, state, before, after, ctx: Context) -> Any: ...
-
-    def value(self, state, params, rounds_done) -> PyTree: ...
+def released(value):
+    """The pytree a ``Sensitive`` carries (a bare pytree as it is): what a server steps with."""
+    return value.value if isinstance(value, Sensitive) else value

@@ -17,7 +17,7 @@ Three ways to compute (``engine.run(..., silo_compute=...)``, ``SILO_COMPUTE``):
 * ``"per-silo"``: each device computes its own silos (sampling, per-silo
   gradients, clipping, per-silo noise): parts select all silos without a
   gather across the silo axis (``sharded()``; ``roles.Batch.records``,
-  ``federated.available_silos``); a per-silo privatizer's output stays on the
+  ``dpjax.parts.selection.available_silos``); a per-silo privatizer's output stays on the
   silos' devices (``on_silo_devices``), so each device draws and adds only its
   silos' noise; and the messages are replicated before the aggregator
   (``gather_silos``: an all-gather of ``N x |message|`` values, the bytes a

@@ -1,11 +1,12 @@
-"""The parts families are declared from: one module per role (``dpjax.engine.roles`` gives the signatures).
+"""The parts families are declared from: one module per role, every part of the one signature of
+``dpjax.engine.roles`` (``init(params, ctx)``, ``update(value, state, ctx)``).
 
 * ``selection``: batch selection (availability x record samplers);
 * ``clients``: client updates (minibatch gradients, local steps, ...);
 * ``clipping``: clippers (the source of every sensitivity);
 * ``privatizers``: noise (Gaussian on each silo or on the aggregate, ...);
 * ``aggregators``: mean / sum / shuffled;
-* ``servers``: optax server optimizers and output averagers; ``acsa``: the AC-SA server.
+* ``servers``: the optax server optimizer, output averagers and model averaging; ``acsa``: the AC-SA server.
 * ``pvec``: P_vec's randomizers + shuffler and analyzer (ISRL-DP's one-pass silos and shuffle-private SCO's
   user stream, one implementation);
 * ``users``: the parts of protocols over one stream of users (shuffle-private SCO: user windows,
@@ -21,9 +22,10 @@ from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
 from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, gaussian_std
 from dpjax.parts.pvec import PvecAnalyzer, PvecRandomizer
 from dpjax.parts.selection import LocalStepRecords, SiloBatches, SubsetBatches
-from dpjax.parts.servers import Averager, Gated, ModelAveraging, OptaxServer, UnitStepServer
+from dpjax.engine.roles import Gated
+from dpjax.parts.servers import Averager, ModelAveraging, OptaxServer
 
 __all__ = ["AcsaServer", "Aggregate", "PvecAnalyzer", "ShuffledAggregate", "ExampleGradients", "LocalSteps",
            "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
            "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "SubsetBatches",
-           "Averager", "Gated", "ModelAveraging", "OptaxServer", "UnitStepServer"]
+           "Averager", "Gated", "ModelAveraging", "OptaxServer"]

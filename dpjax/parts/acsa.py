@@ -12,9 +12,10 @@ step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round
     w_ag  = alpha w + (1-alpha) w_ag
 
 As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is
-``w_ag`` (the output), the server state holds ``w`` and the anchor ``w_0``,
-``query`` returns ``w_md`` (where the clients compute) and ``update`` takes the
-aggregated private gradient. ``lam`` is an optional data-independent
+``w_ag`` (the output), the server state holds ``w`` and the anchor ``w_0``;
+``update`` takes the aggregated private gradient at ``w_md`` and serves
+(``Served``) the new ``w_ag`` with the next round's ``w_md`` (where the clients
+compute). ``lam`` is an optional data-independent
 regulariser ``(lam/2)||w - w_0||^2`` added at the server (no sensitivity, no
 noise). A stage restarts at ``t = 1`` from ``w_ag`` (``q_{k-1} = w_ag``,
 ``q_0 = w_0``). The whole schedule is per-round arrays in the hparams
@@ -33,7 +34,7 @@ import numpy as np
 
 from dpjax import _validate
 from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # AC-SA step-size schedules of acsa_constants
-from dpjax.engine.roles import Context
+from dpjax.engine.roles import Context, Served, released
 from dpjax.primitives.projection import project_l2_ball
 
 PyTree = Any
@@ -191,20 +192,22 @@ class AcsaServer:
     step_rule: str = "lan"
     schedule_field: str = "schedule"
 
-    def init(self, params, hparams) -> AcsaState:
-        length = np.shape(getattr(hparams, self.schedule_field).stage_round)[-1]
+    roles = ("server",)
+
+    def init(self, params, ctx: Context) -> AcsaState:
+        length = np.shape(getattr(ctx.hparams, self.schedule_field).stage_round)[-1]
         if length != self.num_rounds:
             raise ValueError(f"hparams.{self.schedule_field} has {length} rounds; it must have "
                              f"num_rounds={self.num_rounds}")
         return AcsaState(params, params)
 
-    def query(self, params, state: AcsaState, ctx: Context):
+    def update(self, update, state: AcsaState, ctx: Context):
         schedule = getattr(ctx.hparams, self.schedule_field)
-        return acsa_query(state.w, params, schedule, ctx.round, self.step_rule)[1]
-
-    def update(self, update, params, state: AcsaState, ctx: Context):
-        schedule = getattr(ctx.hparams, self.schedule_field)
+        params = ctx.params
         w_prev, w_md, alpha, eta = acsa_query(state.w, params, schedule, ctx.round, self.step_rule)
-        new_w, new_ag = acsa_step(w_prev, w_md, params, state.anchor, update, alpha, eta, schedule,
+        new_w, new_ag = acsa_step(w_prev, w_md, params, state.anchor, released(update), alpha, eta, schedule,
                                   self.projection_radius)
-        return new_ag, AcsaState(new_w, state.anchor)
+        # the next round's query point (the last round's is never used: its index is held in range)
+        next_round = jnp.minimum(ctx.round + 1, self.num_rounds - 1)
+        query = acsa_query(new_w, new_ag, schedule, next_round, self.step_rule)[1]
+        return Served(new_ag, query), AcsaState(new_w, state.anchor)

@@ -1,7 +1,7 @@
 """Client updates: what each silo computes from the server's model and its batch.
 
-A client update is ``init(params) -> state`` and
-``update(params, batch, data, state, ctx) -> (units, state)``: it describes the
+A client update is a part of the one signature (``dpjax.engine.roles``): ``update(batch, state,
+ctx) -> (units, state)`` at the round's query point ``ctx.query`` on ``ctx.data``: it describes the
 units the clipper clips (``dpjax.engine.roles.PerExampleGradients`` or
 ``PerUnitVectors``) and the public denominator of the silo's message; it never
 clips or adds noise itself, so the sensitivity of what it sends is the
@@ -19,8 +19,24 @@ import optax
 from jax.custom_batching import custom_vmap
 
 from dpjax.engine.problem import has_closed_form_clipping
+from dpjax.engine.chain import fold, init_all
 from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors
 from dpjax.primitives.projection import project_l2_ball
+
+
+def supports_dense_gradients(problem, sampler) -> bool:
+    """Whether the gather-free (multiplicity-weighted, closed-form) path applies."""
+    return has_closed_form_clipping(problem) and hasattr(sampler, "draw_weights")
+
+
+def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> bool:
+    """The ``gradient_path="auto"`` rule: dense when it applies, the batch is not tiny
+    (``8 K >= n_max``: two passes over the silo cost less than gathering K rows and
+    drawing K distinct indices by ``top_k``) and the sampler's multiplicity vector is
+    not just a scatter of gathered indices (``weights_by_scatter``)."""
+    return (supports_dense_gradients(problem, sampler) and 8 * batch_size >= n_max
+            and not getattr(sampler, "weights_by_scatter", False)
+            and not getattr(problem, "prefer_gathered_batches", False))  # networks: cost per row, gather
 
 
 def _batch_records(problem, batch: Batch, data):
@@ -52,7 +68,9 @@ class MinibatchGradient:
     batch_size: int | None = None
     batch_sizes: tuple | None = None
 
-    def init(self, params):
+    roles = ("client",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def denominator(self, silo_sizes):
@@ -64,12 +82,12 @@ class MinibatchGradient:
             return self.batch_size
         return silo_sizes  # full batch: the (public) silo size
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
-        x, y, weights, sq = _batch_records(self.problem, batch, data)
-        denominator = self.denominator(data.sizes)
+    def update(self, batch: Batch, state, ctx: Context):
+        x, y, weights, sq = _batch_records(self.problem, batch, ctx.data)
+        denominator = self.denominator(ctx.data.sizes)
         if jnp.ndim(denominator) == 1:
             denominator = batch.select(denominator)
-        return PerExampleGradients(self.problem.loss, params, x, y, weights, denominator, self.problem, sq), state
+        return PerExampleGradients(self.problem.loss, ctx.query, x, y, weights, denominator, self.problem, sq), state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,44 +97,55 @@ class ExampleGradients:
 
     problem: Any
 
-    def init(self, params):
+    roles = ("client",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def denominator(self, silo_sizes):
         """Every unit is one record's clipped gradient, undivided."""
         return 1.0
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
-        x, y, weights, _ = _batch_records(None, batch, data)
-        return PerExampleGradients(self.problem.loss, params, x, y, weights, 1.0, self.problem, reduce=False), state
+    def update(self, batch: Batch, state, ctx: Context):
+        x, y, weights, _ = _batch_records(None, batch, ctx.data)
+        return PerExampleGradients(self.problem.loss, ctx.query, x, y, weights, 1.0, self.problem,
+                                   reduce=False), state
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalSteps:
     """The local loop of the local-update families (Local SGD; Lowy & Razaviyayn 2023, App. I):
     from the server model, ``num_steps`` sequential single-record steps per silo,
-    ``w <- Proj_W(w - eta privatizer(clipper(grad f(w, x_j))))`` on the records of the batch
-    selection (one per step), the message being the last local iterate.
+    ``w <- Proj_W(w - eta inner(grad f(w, x_j)))`` on the records of the batch selection (one per
+    step), the message being the last local iterate.
 
-    Its clipper and privatizer are parts (``ClipPerUnit`` on each step's one
-    gradient, ``LocalStepGaussian``); because the noise sits inside the
-    sequential loop, this client runs them itself (``LocalSgd`` keeps its own
-    step). All K standard normals of a silo are drawn before the sequential
-    steps (K small PRNG calls inside the scan cost ~100 us each on CPU).
+    ``inner`` is the chain each step's gradient is folded through (ISRL-DP Local SGD: ``ClipPerUnit``
+    then ``LocalStepGaussian``), under ``lax.scan``; its states live for the round's local loop
+    (``init`` at the loop's start: the privatizer draws a silo's K standard normals at once, as K
+    small PRNG calls inside the scan cost ~100 us each on CPU). The accountant reads the inner
+    clipper's and privatizer's events (``Parts.role`` looks inside ``inner``).
     """
 
     problem: Any
     num_steps: int
     projection_radius: float | None = None
     lr_field: str = "learning_rate"
+    inner: tuple = ()
+
+    roles = ("client",)
 
     def denominator(self, silo_sizes):
         """Every step's message is one record's clipped gradient, undivided."""
         return 1.0
 
-    def run(self, params, batch: Batch, data, clipper, privatizer, ctx: Context):
+    def init(self, params, ctx: Context):
+        return ()
+
+    def update(self, batch: Batch, state, ctx: Context):
         """The local models ``[M, ...]`` of the computed silos."""
-        normals = privatizer.standard_normals(params, batch, self.num_steps, ctx)
+        params, data = ctx.query, ctx.data
+        step_ctx = Context(ctx.round, ctx.key, ctx.hparams, batch=batch)
+        inner_states = init_all(self.inner, params, step_ctx)  # the loop's states, per computed silo
         # only the K records the steps use ([M, K, ...]): gathering the silos' whole data each round
         # (data.x[rows]) copied M x n_max rows per run for K of them (13 MNIST-shaped lanes: 607 MB a
         # round; 35 rounds 3.07 s before, 1.09 s after)
@@ -127,11 +156,12 @@ class LocalSteps:
         # every run) instead of autodiff's gradient and its norm: fewer kernels in each sequential step
         sq = self.problem.row_sq_norms(xs) if closed_form else jnp.zeros(ys.shape[:2])
 
-        def one_silo(params, x, y, std_normals, sq, ctx):
+        def one_silo(params, x, y, states, sq, ctx):
             lr = getattr(ctx.hparams, self.lr_field)
 
-            def body(w, step):
-                x_j, y_j, z, sq_j = step
+            def body(carry, step):
+                w, states = carry
+                x_j, y_j, sq_j = step
                 if closed_form:
                     one = lambda t: t[None, None]  # noqa: E731  (one silo, one record)
                     units = PerExampleGradients(self.problem.loss, w, one(x_j), one(y_j), jnp.ones((1, 1), bool),
@@ -139,14 +169,15 @@ class LocalSteps:
                 else:
                     grad = jax.tree_util.tree_map(lambda t: t[None], jax.grad(self.problem.loss)(w, x_j, y_j))
                     units = PerUnitVectors(grad, per_silo=True)
-                clipped, _ = clipper.update(units, (), ctx)
-                noisy = privatizer.add(clipped, jax.tree_util.tree_map(lambda t: t[None], z), ctx)
+                noisy, states = fold(self.inner, units, states, ctx)
                 w = jax.tree_util.tree_map(lambda p, g: p - lr * g[0], w, noisy.value)
-                return project_l2_ball(w, self.projection_radius), None
+                return (project_l2_ball(w, self.projection_radius), states), None
 
-            return jax.lax.scan(body, params, (x, y, std_normals, sq))[0]
+            return jax.lax.scan(body, (params, states), (x, y, sq))[0][0]
 
-        return over_silos_runs_inside(one_silo)(params, xs, ys, normals, sq, ctx)
+        models = over_silos_runs_inside(one_silo)(params, xs, ys, inner_states, sq,
+                                                  Context(ctx.round, ctx.key, ctx.hparams))
+        return models, state
 
 
 def over_silos_runs_inside(one_silo):
@@ -208,7 +239,9 @@ class SubsetUpdate:
     local_batch_size: int = 1
     local_optimizer: Any = optax.identity()
 
-    def init(self, params):
+    roles = ("client",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def denominator(self, silo_sizes):
@@ -216,7 +249,8 @@ class SubsetUpdate:
         ``2 C sigma``); the public ``m`` divides the noisy sum in the aggregator."""
         return 1.0
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
+    def update(self, batch: Batch, state, ctx: Context):
+        params, data = ctx.query, ctx.data
         rows = batch.rows()
         x, y = data.x[rows[:, None, None], batch.indices], data.y[rows[:, None, None], batch.indices]
         keep = batch.info.get("keep")

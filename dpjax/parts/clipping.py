@@ -1,7 +1,7 @@
 """Clippers: the only parts that bound what one unit contributes, hence where sensitivity comes from.
 
-A clipper is ``init(params, hparams) -> state`` and
-``update(units, state, ctx) -> (Sensitive, state)``: it clips the units a
+A clipper is a part of the one signature (``dpjax.engine.roles``): ``update(units, state, ctx) ->
+(Sensitive, state)``: it clips the units a
 client described and returns their per-silo sum (divided by the client's
 public denominator) together with the bound of one unit's contribution and the
 neighbouring relation (``dpjax.engine.roles.Sensitive``). Host-side,
@@ -62,7 +62,9 @@ class ClipPerUnit:
     relation: str = "replace-one"
     unit_records: int = 1
 
-    def init(self, params, hparams):
+    roles = ("clipper",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:
@@ -103,7 +105,9 @@ class ClipMinibatchMean:
     clip_field: str = "clip_norm"
     relation: str = "replace-one"
 
-    def init(self, params, hparams):
+    roles = ("clipper",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def update(self, units: PerExampleGradients, state, ctx: Context) -> tuple[Sensitive, tuple]:
@@ -140,7 +144,9 @@ class ClipVectors:
     clip_field: str = "clip_norm"
     relation: str = "replace-one"
 
-    def init(self, params, hparams):
+    roles = ("clipper",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:

@@ -19,9 +19,9 @@ import optax
 
 from dpjax import keys
 from dpjax.accounting.plan import SelectionEvent
-from dpjax.engine import federated
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
+from dpjax.parts.selection import available_silos
 from dpjax.primitives import sampling as sampling_lib
 
 SILO_SAMPLINGS = ("poisson", "without-replacement")
@@ -52,16 +52,18 @@ class SampledSilos:
         """Each silo's inclusion probability: the declared q, else m / N."""
         return self.silos_per_round / num_silos if self.sampling_rate is None else self.sampling_rate
 
-    def init(self, data, run_key):
+    roles = ("selection",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         if self.sampling == "poisson":
             u = jax.random.uniform(keys.stream_key(ctx.key, "availability"), (data.num_silos,))
             silo_ids, available = None, u < self.rate(data.num_silos)
         else:
             availability = sampling_lib.FixedAvailability(self.silos_per_round)
-            silo_ids, available = federated.available_silos(availability, ctx.key, data.num_silos)
+            silo_ids, available = available_silos(availability, ctx.key, data.num_silos)
         weights = data.mask if silo_ids is None else data.mask[silo_ids]
         return Batch(silo_ids, available, None, weights, jnp.zeros(available.shape, bool), data.num_silos), state
 
@@ -83,10 +85,13 @@ class LocalDeltas:
     local_batch_size: int | None = None
     lr_field: str = "client_learning_rate"
 
-    def init(self, params):
+    roles = ("client",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
+    def update(self, batch: Batch, state, ctx: Context):
+        params, data = ctx.query, ctx.data
         rows, lr = batch.rows(), getattr(ctx.hparams, self.lr_field)
         silo_keys = batch.select(keys.silo_keys(keys.stream_key(ctx.key, "local"), batch.num_silos))
 
@@ -114,9 +119,11 @@ class PublicMean:
 
     denominator: float
 
-    def init(self, params):
+    roles = ("aggregator",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, Any]:
-        total, state = Aggregate("sum").update(messages, batch, state, ctx)
+    def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, Any]:
+        total, state = Aggregate("sum").update(messages, state, ctx)
         return total.divided(self.denominator), state

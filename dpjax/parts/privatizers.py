@@ -1,7 +1,7 @@
 """Privatizers: the parts that add noise, reading the sensitivity from the value they are given.
 
-A privatizer is ``init(params) -> state`` and
-``update(Sensitive, batch, state, ctx) -> (Sensitive, state)``; host-side,
+A privatizer is a part of the one signature (``dpjax.engine.roles``): ``update(Sensitive, state,
+ctx) -> (Sensitive, state)``, the round's ``ctx.batch`` saying which silos it holds; host-side,
 ``events(hparams, num_rounds)`` lists the releases it makes for the accountant
 (``dpjax.accounting.plan.NoiseEvent``). Gaussian noise is always given as a
 noise multiplier ``z`` (an hparams field): the std is
@@ -21,7 +21,7 @@ import numpy as np
 
 from dpjax import keys
 from dpjax.accounting.plan import NoiseEvent, Placement
-from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.engine.roles import Context, Sensitive
 from dpjax.primitives import noise
 
 
@@ -60,13 +60,16 @@ class GaussianNoise:
     placement: str = "silo"
     stream: str = "noise"
 
+    roles = ("privatizer",)
+
     def __post_init__(self):
         Placement(self.placement)
 
-    def init(self, params):
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        batch = ctx.batch
         z = getattr(ctx.hparams, self.noise_field)
         noise_key = keys.stream_key(ctx.key, self.stream)
         if self.placement == "server":
@@ -90,31 +93,35 @@ class LocalStepGaussian:
     Lowy & Razaviyayn 2023, App. I): ``N(0, (z x sensitivity)^2 I)`` with the
     sensitivity of the step's clipped message.
 
-    Used inside a sequential local loop (``dpjax.parts.clients.LocalSteps``),
-    so instead of ``update`` it offers the round's draws and their use: every
-    silo draws its K steps' standard normals at once from its key of the
-    round's ``stream`` (``standard_normals``), and ``add`` applies one step's.
-    Host-side, ``events`` lists one release per local step
-    (``num_rounds x releases_per_round`` of the batch selection).
+    A part of a local loop's inner chain (``dpjax.parts.clients.LocalSteps``): its state lives for
+    the loop. ``init`` (at the loop's start, ``ctx.batch`` the round's batch) draws every computed
+    silo's ``num_steps`` standard normals at once from its key of the round's ``stream``; ``update``
+    (inside one silo's loop) adds the current step's. Host-side, ``events`` lists one release per
+    local step (``num_rounds x releases_per_round`` of the batch selection).
     """
 
     noise_field: str = "noise_multiplier"
     stream: str = "noise"
+    num_steps: int = 1
 
-    def init(self, params):
-        return ()
+    roles = ("privatizer",)
 
-    def standard_normals(self, params, batch: Batch, num_steps: int, ctx: Context):
-        """``[M, K, ...]``: every computed silo's standard normals for its K local steps."""
+    def init(self, params, ctx: Context):
+        batch = ctx.batch
+        if batch is None:  # the run's state: nothing lives across rounds
+            return ()
         silo_keys = batch.select(keys.silo_keys(keys.stream_key(ctx.key, self.stream), batch.num_silos))
-        stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((num_steps,) + jnp.shape(p), jnp.result_type(p)), params)
-        return jax.vmap(lambda k: noise.gaussian_like(k, stacked, 1.0))(silo_keys)
+        stacked = jax.tree_util.tree_map(lambda p: jnp.zeros((self.num_steps,) + jnp.shape(p), jnp.result_type(p)),
+                                         params)
+        normals = jax.vmap(lambda k: noise.gaussian_like(k, stacked, 1.0))(silo_keys)
+        return normals, jnp.zeros(silo_keys.shape[:1], jnp.int32)
 
-    def add(self, message: Sensitive, std_normal, ctx: Context) -> Sensitive:
-        """One step's noise: ``message + (z x sensitivity) std_normal``."""
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        """One step of one silo: ``message + (z x sensitivity) std_normal[step]``."""
+        normals, step = state
         std = gaussian_std(getattr(ctx.hparams, self.noise_field), message.sensitivity)
-        return message.replace(value=jax.tree_util.tree_map(lambda g, z: g + std.astype(z.dtype) * z,
-                                                            message.value, std_normal))
+        noisy = jax.tree_util.tree_map(lambda g, z: g + std.astype(z.dtype) * z[step][None], message.value, normals)
+        return message.replace(value=noisy), (normals, step + 1)
 
     def events(self, hparams, num_rounds: int) -> tuple[NoiseEvent, ...]:
         return (NoiseEvent(self.noise_field, host_multiplier(getattr(hparams, self.noise_field)), "silo"),)

@@ -180,7 +180,7 @@ class _PvecPart:
         if self.level not in LEVELS:
             raise ValueError(f"level={self.level!r} must be one of {LEVELS}")
 
-    def init(self, params):
+    def init(self, params, ctx: Context):
         return ()
 
     def round_pvec(self, ctx: Context) -> shuffle_protocols.PvecParams:
@@ -237,7 +237,10 @@ class PvecRandomizer(_PvecPart):
             raise ValueError(f"trial_groups={self.trial_groups}, honest_frac={self.honest_frac}: only the per-round "
                              "transcript accountant (per_round=True) accounts for them")
 
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    roles = ("privatizer",)
+
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        batch = ctx.batch
         params = self.round_pvec(ctx)
         scheme = KEY_SCHEMES[self.keys]
         vectors = _flat_units(message.value)
@@ -298,7 +301,10 @@ class PvecAnalyzer(_PvecPart):
             raise ValueError(f"batch_size={self.batch_size!r}, batch_field={self.batch_field!r}: "
                              "exactly one gives the public number of vectors")
 
-    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    roles = ("aggregator",)
+
+    def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        batch = ctx.batch
         params = self.round_pvec(ctx)
         reports = jax.vmap(lambda t: ravel_pytree(t)[0])(messages.value)
         unravel = ravel_pytree(jax.tree_util.tree_map(lambda t: t[0], messages.value))[1]
@@ -316,7 +322,7 @@ class PvecAnalyzer(_PvecPart):
         mean = Sensitive(total, messages.bound, messages.relation).divided(vectors)
         return mean.replace(value=unravel(mean.value)), state
 
-    def event(self, silo_sizes):
+    def aggregation_event(self, silo_sizes):
         if self.availability is None:
             return None
         n = len(silo_sizes)

@@ -1,9 +1,9 @@
 """Batch selection parts: which silos report and which of their records each round uses.
 
-A batch selection is ``init(data, run_key) -> state`` and
-``update(state, data, ctx) -> (Batch, state)`` (``dpjax.engine.roles``); its
-host-side ``event(silo_sizes)`` tells the accountant the sampling scheme, the
-batch sizes and the privacy unit. Draws come from the round key's
+A batch selection is a part of the one signature (``dpjax.engine.roles``): ``init(params, ctx)``
+(its state from ``ctx.data`` and the run key ``ctx.key``) and ``update(data, state, ctx) ->
+(Batch, state)``, the first of the round; its host-side ``event(silo_sizes)`` tells the accountant
+the sampling scheme, the batch sizes and the privacy unit. Draws come from the round key's
 ``"availability"`` and ``"sampling"`` streams (``dpjax.keys``), per-silo state
 (one-pass permutations) from the run key's ``"permutation"`` stream.
 """
@@ -18,9 +18,60 @@ import jax.numpy as jnp
 
 from dpjax import keys
 from dpjax.accounting.plan import SelectionEvent, SubsetSelectionEvent
-from dpjax.engine import federated
+from dpjax.engine import silo_sharding
 from dpjax.engine.roles import Batch, Context
 from dpjax.primitives import sampling as sampling_lib
+
+
+def available_silos(availability, key: jax.Array, num_silos: int):
+    """This round's participating silos: ``(silo_ids, available)``.
+
+    With a static count (``FullAvailability``, ``FixedAvailability``) returns
+    the ``[M]`` ids and an all-true mask over them, so a round step computes
+    only the available silos' messages. With a random count
+    (``RandomAvailability``) returns ``(None, mask [N])``: all N silos are
+    computed and the mask zeroes the unavailable ones. Either way the subset
+    comes from the round's ``"availability"`` stream.
+    """
+    avail_key = keys.stream_key(key, "availability")
+    if silo_sharding.sharded() and isinstance(availability, sampling_lib.FullAvailability):
+        # Every silo, in order: ``silo_ids = arange(N)`` would make each silo's rows a gather across
+        # the sharded silo axis, which the partitioner runs as an all-gather of the data (every
+        # device then computes every silo). None selects the same silos without a gather.
+        return None, keys.over_silos(lambda n: availability.sample(avail_key, n), num_silos)
+    if hasattr(availability, "sample_ids"):
+        silo_ids = availability.sample_ids(avail_key, num_silos)
+        return silo_ids, jnp.ones(silo_ids.shape, bool)
+    return None, keys.over_silos(lambda n: availability.sample(avail_key, n), num_silos)
+
+
+def init_sampler_states(sampler, data, run_key: jax.Array):
+    """Per-silo sampler state (e.g. one-pass permutations), from the run key."""
+    silo_keys = keys.silo_keys(keys.run_stream_key(run_key, "permutation"), data.num_silos)
+    return jax.vmap(sampler.init_silo, in_axes=(0, 0, None))(silo_keys, data.sizes, data.n_max)
+
+
+def _select(tree, silo_ids):
+    """Rows ``silo_ids`` of every leaf (identity when ``silo_ids`` is None)."""
+    if silo_ids is None:
+        return tree
+    return jax.tree_util.tree_map(lambda a: a[silo_ids], tree)
+
+
+def draw_silo_batches(sampler, data, sampler_states, key: jax.Array, round_index, silo_ids=None):
+    """Each silo's batch indices for this round: ``(idx [N, B], mask [N, B], overflow [N])``.
+
+    Uses the round's ``"sampling"`` stream split over silos, so an algorithm
+    that logs the indices sees exactly the batches its gradients use. With
+    ``silo_ids`` ([M] ints) only those silos draw (rows in that order); silo
+    i's key is the same whichever other silos are selected.
+    """
+    silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
+
+    def one_silo(size, state, k):
+        return sampler.draw(k, size, data.n_max, round_index, state)
+
+    return jax.vmap(one_silo)(*_select((data.sizes, sampler_states, silo_keys), silo_ids))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,20 +119,22 @@ class SiloBatches:
     def sampler(self):
         return sampling_lib.make_sampler(self.scheme, self.batch_size, self.sampling_rate)
 
-    def init(self, data, run_key):
-        return federated.init_sampler_states(self.sampler, data, run_key)
+    roles = ("selection",)
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+    def init(self, params, ctx: Context):
+        return init_sampler_states(self.sampler, ctx.data, ctx.key)
+
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         if self.all_silos:
             silo_ids = None
             avail_key = keys.stream_key(ctx.key, "availability")
             available = keys.over_silos(lambda n: self.availability.sample(avail_key, n), data.num_silos)
         else:
-            silo_ids, available = federated.available_silos(self.availability, ctx.key, data.num_silos)
+            silo_ids, available = available_silos(self.availability, ctx.key, data.num_silos)
         if self.dense:
             weights, overflow = self._dense_weights(state, data, ctx, silo_ids)
             return Batch(silo_ids, available, None, weights, overflow, data.num_silos), state
-        idx, mask, overflow = federated.draw_silo_batches(self.sampler, data, state, ctx.key, ctx.round, silo_ids)
+        idx, mask, overflow = draw_silo_batches(self.sampler, data, state, ctx.key, ctx.round, silo_ids)
         if self.batch_sizes is not None:  # each silo keeps its first K_i draws
             ks = jnp.asarray(self.batch_sizes, jnp.int32)
             ks = ks if silo_ids is None else ks[silo_ids]
@@ -127,11 +180,13 @@ class LocalStepRecords:
     def _records(self) -> SiloBatches:
         return SiloBatches(self.availability, "with-replacement", self.num_steps, all_silos=self.all_silos)
 
-    def init(self, data, run_key):
-        return self._records.init(data, run_key)
+    roles = ("selection",)
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
-        return self._records.update(state, data, ctx)
+    def init(self, params, ctx: Context):
+        return self._records.init(params, ctx)
+
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
+        return self._records.update(data, state, ctx)
 
     def event(self, silo_sizes) -> SelectionEvent:
         return SelectionEvent("without-replacement", tuple(int(n) for n in silo_sizes), 1, "record-in-silo",
@@ -180,10 +235,13 @@ class SubsetBatches:
     def stored_epochs(self) -> int:
         return -(-self.num_rounds // self.rounds_per_epoch)
 
-    def init(self, data, run_key):
+    roles = ("selection",)
+
+    def init(self, params, ctx: Context):
+        data = ctx.data
         if self.sampling != "shuffle":
             return jnp.zeros((data.num_silos, 1), jnp.int32)
-        silo_keys = keys.silo_keys(keys.run_stream_key(run_key, "permutation"), data.num_silos)
+        silo_keys = keys.silo_keys(keys.run_stream_key(ctx.key, "permutation"), data.num_silos)
 
         def one_silo(k, size):
             epoch_keys = jax.vmap(lambda e: jax.random.fold_in(k, e))(jnp.arange(self.stored_epochs))
@@ -205,7 +263,7 @@ class SubsetBatches:
         idx, mask, overflow = sampler.draw(key, size, n_max, round_index, None)
         return idx[:, None], mask[:, None], overflow
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, Any]:
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         silo_keys = keys.silo_keys(keys.stream_key(ctx.key, "sampling"), data.num_silos)
 
         def one_silo(k, perms, size):

@@ -1,91 +1,58 @@
-"""Server optimizers and output averagers.
+"""The server part, the output averager, and the model-averaging server of local-update families.
 
-A server optimizer is ``init(params, hparams) -> state``,
-``query(params, state, ctx) -> params`` (where clients compute this round:
-the iterate itself, or AC-SA's query point) and
-``update(update, params, state, ctx) -> (params, state)``. An averager is
-``init(params, run_key) -> state``, ``update(state, before, after, ctx) ->
-state`` and ``value(state, params, rounds_done) -> params`` (the output rule).
-The AC-SA server is ``dpjax.parts.acsa.AcsaServer``; ``ModelAveraging`` is the
-server of the local-update families (their own step: it reads local models).
+A server is a part of the one signature (``dpjax.engine.roles``): ``update(aggregate, state, ctx)
+-> (params, state)`` from the round's iterate ``ctx.params``. ``OptaxServer`` is the one server
+optimizer of the composed families: any optax ``GradientTransformation`` at unit step, then
+``w - eta u`` with the run's traced step size. The averager is the last part of the fold:
+``update(params, state, ctx)`` folds the round into its state and passes the params on;
+``value(state, params, rounds_done)`` reads the output rule's point out of its state. The AC-SA
+server is ``dpjax.parts.acsa.AcsaServer``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from dpjax.engine import federated
 from dpjax.engine.averaging import IterateAverager
-from dpjax.engine.roles import Context
+from dpjax.engine.roles import Context, Gated, released, served
+from dpjax.parts.aggregators import aggregate
 from dpjax.primitives.projection import project_l2_ball
 
 
 @dataclasses.dataclass(frozen=True)
 class OptaxServer:
-    """Any optax optimizer factory (``optax.sgd``, ``optax.adam``, ...) with a traced learning rate
-    (``optax.inject_hyperparams``: the run's ``hparams.<lr_field>`` sits in the optimizer state, so
-    a grid over step sizes is one compiled program), then ``Proj_W``.
+    """Any optax transformation at unit step size, then ``Proj_W(w - eta u)`` with the run's traced
+    ``eta = hparams.<lr_field>`` (so a grid over step sizes is one compiled program):
+    ``optax.identity()`` is SGD (``w - eta g``, bit for bit: ``-(eta g)`` is exact),
+    ``optax.trace(0.9)`` heavy ball (``optax.sgd(eta, momentum=0.9)``), ``optax.scale_by_adam()``
+    Adam (``optax.adam(eta)``), ``optax.scale_by_yogi()`` Yogi, ...
 
-    dpjax's ``project_l2_ball`` returns a point inside the ball multiplied by
-    exactly 1 (optax's ``projection_l2_ball`` does not guarantee it); with
-    ``optax.sgd`` the step is ``Proj_W(w - eta g)`` bit for bit (``-(eta g)`` is exact).
-    """
-
-    factory: Callable = optax.sgd
-    projection_radius: float | None = None
-    options: tuple = ()  # static keyword arguments of the factory, e.g. (("b1", 0.9),)
-    lr_field: str = "learning_rate"
-
-    def transformation(self, learning_rate=0.0) -> optax.GradientTransformation:
-        return optax.inject_hyperparams(self.factory)(learning_rate=learning_rate, **dict(self.options))
-
-    def init(self, params, hparams):
-        return self.transformation(jnp.asarray(getattr(hparams, self.lr_field), jnp.float32)).init(params)
-
-    def query(self, params, state, ctx: Context):
-        return params
-
-    def update(self, update, params, state, ctx: Context):
-        updates, state = self.transformation().update(update, state, params)
-        return project_l2_ball(optax.apply_updates(params, updates), self.projection_radius), state
-
-
-class Gated(NamedTuple):
-    """An aggregate with a flag: ``apply`` False means no silo reported, so the server takes no step."""
-
-    update: Any
-    apply: jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class UnitStepServer:
-    """Any optax transformation at unit step size, then ``w - eta u`` with the run's traced
-    ``eta = hparams.<lr_field>`` (DP-SGD-General's server: identity = ``w - eta U_bar / m``,
-    ``optax.scale_by_adam()`` = Adam, ``optax.trace(0.9)`` = heavy ball).
-
-    Given a ``Gated`` update it steps only when ``apply`` holds, and otherwise keeps both the
-    iterate and the optimizer state (a round in which no silo ran).
+    dpjax's ``project_l2_ball`` returns a point inside the ball multiplied by exactly 1 (optax's
+    ``projection_l2_ball`` does not guarantee it). Given a ``Gated`` update it steps only when
+    ``apply`` holds, and otherwise keeps both the iterate and the optimizer state (a round in which
+    no silo ran).
     """
 
     transformation: optax.GradientTransformation = optax.identity()
+    projection_radius: float | None = None
     lr_field: str = "learning_rate"
 
-    def init(self, params, hparams):
+    roles = ("server",)
+
+    def init(self, params, ctx: Context):
         return self.transformation.init(params)
 
-    def query(self, params, state, ctx: Context):
-        return params
-
-    def update(self, update, params, state, ctx: Context):
+    def update(self, update, state, ctx: Context):
+        params, update = ctx.params, released(update)
         gated = isinstance(update, Gated)
         direction, new_state = self.transformation.update(update.update if gated else update, state, params)
         eta = getattr(ctx.hparams, self.lr_field)
         stepped = optax.apply_updates(params, optax.tree.scale(-eta, direction))  # -(eta u): w - eta u exactly
+        stepped = project_l2_ball(stepped, self.projection_radius)
         if not gated:
             return stepped, new_state
 
@@ -102,15 +69,18 @@ class Averager:
     rule: str = "last"
     window: int = 8
 
+    roles = ("averager",)
+
     @property
     def _rule(self) -> IterateAverager:
         return IterateAverager(self.rule, self.window)
 
-    def init(self, params, run_key):
+    def init(self, params, ctx: Context):
         return self._rule.init(params)
 
-    def update(self, state, before, after, ctx: Context):
-        return self._rule.update(state, before, after, ctx.round)
+    def update(self, value, state, ctx: Context):
+        """Folds the round that moved ``ctx.params`` to ``value``'s iterate; passes ``value`` on."""
+        return value, self._rule.update(state, ctx.params, served(value).params, ctx.round)
 
     def value(self, state, params, rounds_done):
         return self._rule.value(state, params, rounds_done)
@@ -121,15 +91,21 @@ class ModelAveraging:
     """The server of the local-update families (FedAvg; Lowy & Razaviyayn 2023, App. I) on the
     available silos' local models ``[M, ...]``: ``"mean"`` averages them (the paper), ``"sum"``
     adds their summed local updates ``w^i - w`` to the server model (the ISRL-DP authors'
-    scripts); then ``Proj_W``."""
+    scripts); then ``Proj_W``. It combines the silos, so it is the round's aggregator too."""
 
     how: str = "mean"
     projection_radius: float | None = None
 
-    def update(self, models, available, params):
+    roles = ("server", "aggregator")
+
+    def init(self, params, ctx: Context):
+        return ()
+
+    def update(self, models, state, ctx: Context):
+        available, params = ctx.batch.available, ctx.params
         if self.how == "mean":
-            new = federated.aggregate(models, available, "mean")
+            new = aggregate(models, available, "mean")
         else:
             updates = jax.tree_util.tree_map(lambda m, p: m - p[None], models, params)
-            new = optax.tree.add(params, federated.aggregate(updates, available, "sum"))
-        return project_l2_ball(new, self.projection_radius)
+            new = optax.tree.add(params, aggregate(updates, available, "sum"))
+        return project_l2_ball(new, self.projection_radius), state

@@ -39,7 +39,7 @@ from dpjax.accounting import sco_transcript
 from dpjax.accounting.events import PrivacyUnit, Sampling
 from dpjax.accounting.plan import SelectionEvent
 from dpjax.engine.contract import sgd_updates
-from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
+from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive, Served, released
 from dpjax.parts.privatizers import gaussian_std
 from dpjax.primitives.projection import project_l2_ball
 
@@ -57,10 +57,12 @@ class UserWindows:
 
     max_batch: int
 
-    def init(self, data, run_key):
+    roles = ("selection",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, state, data, ctx: Context) -> tuple[Batch, tuple]:
+    def update(self, data, state, ctx: Context) -> tuple[Batch, tuple]:
         hp, r = ctx.hparams, ctx.round
         idx = hp.start[r] + jnp.arange(self.max_batch)
         mask = (jnp.arange(self.max_batch) < hp.batch[r]) & (idx < data.sizes[0])
@@ -88,14 +90,17 @@ class UserGradients:
     smoothed: bool = False
     smoothing_field: str = "smoothing"
 
-    def init(self, params):
+    roles = ("client",)
+
+    def init(self, params, ctx: Context):
         return ()
 
     def denominator(self, silo_sizes):
         """Every unit is one user's vector, undivided (``ChainFamily.message_sensitivity``)."""
         return 1.0
 
-    def update(self, params, batch: Batch, data, state, ctx: Context):
+    def update(self, batch: Batch, state, ctx: Context):
+        params, data = ctx.query, ctx.data
         idx = batch.indices[0]
         x, y = data.x[0, idx], data.y[0, idx]
         flat = ravel_pytree(params)[0]
@@ -132,15 +137,17 @@ class UserGaussian:
     mechanism: str = "central"
     noise_field: str = "noise_multiplier"
 
+    roles = ("privatizer",)
+
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"mechanism={self.mechanism!r} must be one of {MECHANISMS}")
 
-    def init(self, params):
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
-        mask = batch.weights[0]
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        mask = ctx.batch.weights[0]
         total = jnp.sum(message.value[0] * mask[:, None], axis=0)
         if self.mechanism != "none":
             std = gaussian_std(getattr(ctx.hparams, self.noise_field)[ctx.round], message.sensitivity)
@@ -214,10 +221,12 @@ class BatchMean:
 
     batch_field: str = "batch"
 
-    def init(self, params):
+    roles = ("aggregator",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, messages: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         users = getattr(ctx.hparams, self.batch_field)[ctx.round].astype(jnp.float32)
         return Sensitive(messages.value[0], messages.bound, messages.relation).divided(users), state
 
@@ -250,26 +259,29 @@ class PhasedSgdServer:
         if self.output not in ("average", "last"):
             raise ValueError(f"output={self.output!r} must be one of ('average', 'last')")
 
-    def init(self, params, hparams) -> PhaseState:
+    roles = ("server",)
+
+    def init(self, params, ctx: Context) -> PhaseState:
         return PhaseState(params, optax.tree.zeros_like(params), jnp.zeros((), jnp.float32))
 
-    def _restart(self, params, state: PhaseState, ctx: Context):
-        restart = (getattr(ctx.hparams, self.stage_field)[ctx.round] == 1) & (ctx.round > 0)
-        return restart, jax.tree_util.tree_map(lambda p, t: jnp.where(restart, p, t), params, state.theta)
+    def _restart(self, params, theta, round_index, hparams):
+        stage_round = getattr(hparams, self.stage_field)
+        round_index = jnp.minimum(round_index, jnp.shape(stage_round)[-1] - 1)  # (past the last round: unused)
+        restart = (stage_round[round_index] == 1) & (round_index > 0)
+        return restart, jax.tree_util.tree_map(lambda p, t: jnp.where(restart, p, t), params, theta)
 
-    def query(self, params, state: PhaseState, ctx: Context):
-        return self._restart(params, state, ctx)[1]
-
-    def update(self, update, params, state: PhaseState, ctx: Context):
-        restart, theta = self._restart(params, state, ctx)
+    def update(self, update, state: PhaseState, ctx: Context):
+        """The round's step from ``theta`` (or the restart point); serves the output so far and the next
+        round's theta (where its users compute)."""
+        restart, theta = self._restart(ctx.params, state.theta, ctx.round, ctx.hparams)
         eta = getattr(ctx.hparams, self.step_field)[ctx.round]
-        new = project_l2_ball(optax.apply_updates(theta, sgd_updates(update, eta)), self.projection_radius)
+        new = project_l2_ball(optax.apply_updates(theta, sgd_updates(released(update), eta)), self.projection_radius)
         total = jax.tree_util.tree_map(lambda s: jnp.where(restart, 0.0, s), state.total)
         total = optax.tree.add(total, theta)  # theta_{t-1}: the output excludes the last step's theta_T
         count = jnp.where(restart, 0.0, state.count) + 1.0
-        if self.output == "last":
-            return new, PhaseState(new, total, count)
-        return jax.tree_util.tree_map(lambda s: s / jnp.maximum(count, 1.0), total), PhaseState(new, total, count)
+        output = new if self.output == "last" else jax.tree_util.tree_map(lambda s: s / jnp.maximum(count, 1.0), total)
+        query = self._restart(output, new, ctx.round + 1, ctx.hparams)[1]
+        return Served(output, query), PhaseState(new, total, count)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,11 +291,10 @@ class FlatUpdates:
 
     server: Any
 
-    def init(self, params, hparams):
-        return self.server.init(params, hparams)
+    roles = ("server",)
 
-    def query(self, params, state, ctx: Context):
-        return self.server.query(params, state, ctx)
+    def init(self, params, ctx: Context):
+        return self.server.init(params, ctx)
 
-    def update(self, update, params, state, ctx: Context):
-        return self.server.update(ravel_pytree(params)[1](update), params, state, ctx)
+    def update(self, update, state, ctx: Context):
+        return self.server.update(ravel_pytree(ctx.params)[1](released(update)), state, ctx)

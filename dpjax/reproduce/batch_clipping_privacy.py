@@ -222,7 +222,7 @@ def n8_implementation_audit(rows, quick, seed):
     from dpjax import keys
     from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
     from dpjax.engine import SiloData
-    from dpjax.engine.chain import DataShape
+    from dpjax.engine.chain import DataShape, fold, init_all
     from dpjax.engine.roles import Context
     from dpjax.problems import FlaxProblem
 
@@ -242,17 +242,17 @@ def n8_implementation_audit(rows, quick, seed):
         return SiloData.from_silos([x], [yy])
 
     def released(parts, selection, data, r, key):
-        """The server's input in round r: the family's parts up to the aggregate (U_bar / m)."""
-        ctx = Context(r, keys.round_key(key, r), hp)
-        batch, _ = parts.selection.update(selection, data, ctx)
-        units, _ = parts.client.update(params, batch, data, (), ctx)
-        clipped, _ = parts.clipper.update(units, (), ctx)
-        noisy, _ = parts.privatizer.update(clipped, batch, (), ctx)
-        return parts.aggregator.update(noisy, batch, (), ctx)[0].value
+        """The server's input in round r: the family's parts folded up to the aggregate (U_bar / m)."""
+        ctx = Context(r, keys.round_key(key, r), hp, data, None, params, params)
+        batch, _ = parts.selection.update(data, selection, ctx)
+        upto = parts.chain[:parts.position("aggregator") + 1]
+        ctx = ctx._replace(batch=batch)
+        return fold(upto, batch, init_all(upto, params, ctx), ctx)[0].value
 
     def canary_stat(data, key):
         parts = alg.parts(DataShape.of(data))
-        selection = parts.selection.init(data, key)  # the epochs' permutations [silos, epochs, n]
+        # the epochs' permutations [silos, epochs, n]
+        selection = parts.selection.init(params, Context(jnp.int32(0), key, hp, data))
         total = 0.0
         for e in range(epochs):
             pos = jnp.argmax(selection[0, e] == 0)

@@ -88,18 +88,24 @@ def time_draws_only(algo, data, repeats):
     the ceiling of single-configuration throughput with counter-based (threefry)
     keys on this device."""
     from dpjax import keys as keys_lib
-    from dpjax.engine import federated
+    from dpjax.engine.roles import Batch, Context, Sensitive
+    from dpjax.parts import GaussianNoise
+    from dpjax.parts.selection import available_silos
+
+    hparams = algo.hparams_type.create(0.1, noise_multiplier=1.0)
 
     params = algo.problem.init_params()
 
     def one_round(acc, r):
         key = keys_lib.round_key(jax.random.key(7), r)
-        silo_ids, _ = federated.available_silos(algo.availability, key, data.num_silos)
+        silo_ids, available = available_silos(algo.availability, key, data.num_silos)
         silo_keys = keys_lib.silo_keys(keys_lib.stream_key(key, "sampling"), data.num_silos)[silo_ids]
         draw = algo.sampler.draw_weights if algo._dense(data) else algo.sampler.draw
         batch = jax.vmap(lambda k, size: draw(k, size, data.n_max, r, None)[0])(silo_keys, data.sizes[silo_ids])
         zeros = jax.tree_util.tree_map(lambda p: jnp.zeros((silo_ids.shape[0],) + p.shape, p.dtype), params)
-        noisy = federated.privatize_messages(zeros, key, 1.0, data.num_silos, silo_ids)
+        chosen = Batch(silo_ids, available, None, batch, jnp.zeros(available.shape, bool), data.num_silos)
+        ctx = Context(r, key, hparams, batch=chosen)  # the silos' noise as the privatizer part draws it
+        noisy = GaussianNoise().update(Sensitive(zeros, jnp.float32(0.5)), (), ctx)[0].value
         return acc + jnp.sum(batch) + sum(jnp.sum(l) for l in jax.tree_util.tree_leaves(noisy)), None
 
     fn = jax.jit(lambda: jax.lax.scan(one_round, jnp.float32(0), jnp.arange(algo.num_rounds))[0])

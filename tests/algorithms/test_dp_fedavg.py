@@ -111,7 +111,7 @@ def test_adaptive_clip_settles_at_the_target_quantile_of_the_delta_norms(quantil
     alg = DpFedAvg(Probe(), 80, 10, sampling="without-replacement", neighboring="replace-one")
     for c0 in (0.1, 100.0):
         hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=c0, target_quantile=quantile)
-        final = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
+        final = float(engine.run(alg, data, hp, jax.random.key(0)).state.parts["clipper"])
         assert band[0] <= final < band[1], (c0, final)
 
 
@@ -119,7 +119,7 @@ def test_one_round_moves_the_clip_geometrically():
     data = norm_silos(np.arange(1.0, 11.0))
     alg = DpFedAvg(Probe(), 1, 10, sampling="without-replacement", neighboring="replace-one")
     hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=3.5, target_quantile=0.5, clip_learning_rate=0.3)
-    c1 = float(engine.run(alg, data, hp, jax.random.key(0)).state.clipper)
+    c1 = float(engine.run(alg, data, hp, jax.random.key(0)).state.parts["clipper"])
     assert c1 == pytest.approx(3.5 * math.exp(-0.3 * (0.3 - 0.5)), rel=1e-6)  # 3 of 10 norms <= 3.5
 
 
@@ -135,7 +135,7 @@ def test_count_noise_has_the_std_of_its_multiplier_times_the_count_sensitivity()
     data = norm_silos(np.arange(1.0, 11.0))
     alg = DpFedAvg(Probe(), 1, 10, sampling="without-replacement", neighboring="replace-one")
     hp = FedAvgHParams.create(client_learning_rate=1.0, clip_norm=5.5, noise_multiplier_count=0.4)
-    c1 = np.asarray(_one_round(alg, data, hp, 4000).state.clipper, np.float64)
+    c1 = np.asarray(_one_round(alg, data, hp, 4000).state.parts["clipper"], np.float64)
     noise = -10 * np.log(c1 / np.float32(5.5)) / np.float32(0.2)
     assert abs(noise.mean()) < 4.5 * 0.4 / math.sqrt(4000)
     assert noise.var() / 0.4 ** 2 == pytest.approx(1.0, abs=0.1)

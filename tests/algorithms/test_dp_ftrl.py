@@ -133,16 +133,16 @@ def test_every_record_once_per_epoch_in_each_silo():
     data = SiloData.from_silos([np.ones((10, 3), np.float32), np.ones((14, 3), np.float32)],
                                [np.zeros(10, np.float32), np.zeros(14, np.float32)])
     selection = DpFtrl(LinearRegression(3), 12, 3).parts(DataShape.of(data)).selection
-    state = selection.init(data, jax.random.key(0))
-    batches = [selection.update(state, data, Context(jnp.int32(r), jax.random.key(r), None))[0] for r in range(12)]
+    state = selection.init(None, Context(jnp.int32(0), jax.random.key(0), None, data))
+    batches = [selection.update(data, state, Context(jnp.int32(r), jax.random.key(r), None))[0] for r in range(12)]
     for silo, blocks in ((0, 3), (1, 4)):
         for e in range(12 // blocks):
             epoch = np.concatenate([np.asarray(b.indices[silo]) for b in batches[e * blocks:(e + 1) * blocks]])
             assert len(set(epoch.tolist())) == 3 * blocks and epoch.max() < int(data.sizes[silo])
     assert [int(b.info["epoch_round"]) for b in batches[:7]] == [0, 1, 2, 0, 1, 2, 0]
     given = DpFtrl(LinearRegression(3), 12, 3, order="given").parts(DataShape.of(data)).selection
-    state = given.init(data, jax.random.key(0))
-    rows = [np.asarray(given.update(state, data, Context(jnp.int32(r), jax.random.key(r), None))[0].indices)
+    state = given.init(None, Context(jnp.int32(0), jax.random.key(0), None, data))
+    rows = [np.asarray(given.update(data, state, Context(jnp.int32(r), jax.random.key(r), None))[0].indices)
             for r in range(5)]
     np.testing.assert_array_equal(rows[4], [[3, 4, 5], [0, 1, 2]])  # the stored order, cycled per silo
 

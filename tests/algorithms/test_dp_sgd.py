@@ -66,8 +66,8 @@ def test_pooled_step_is_the_mean_of_the_silos_clipped_sums_over_k():
     hp = DpSgdHParams.create(lr, noise_multiplier=0.0, clip_norm=c)
     out = run(alg, data, hp, key, params=PARAMS).output
     selection = alg.parts(DataShape.of(data)).selection
-    ctx = Context(np.int32(0), keys.round_key(key, 0), hp)
-    batch, _ = selection.update(selection.init(data, key), data, ctx)
+    ctx = Context(np.int32(0), keys.round_key(key, 0), hp, data)
+    batch, _ = selection.update(data, selection.init(None, ctx._replace(key=key)), ctx)
     clipped_grad = jax.jit(lambda x, y: clip_to_norm(jax.grad(PROBLEM.loss)(PARAMS, x, y), c))  # one record's
     total = jax.tree_util.tree_map(np.zeros_like, PARAMS)
     for silo in range(2):

@@ -69,7 +69,7 @@ def round_batches(alg, state, data, run_key, r, silo=0):
     """The (idx [m, s], mask) that round r of the family draws: its batch selection part with the
     round's key and the run's selection state (what the step itself calls)."""
     ctx = Context(jnp.asarray(r, jnp.int32), keys.round_key(run_key, r), state.hparams)
-    batch, _ = selection(alg, data).update(state.selection, data, ctx)
+    batch, _ = selection(alg, data).update(data, state.selection, ctx)
     return np.asarray(batch.indices[silo]), np.asarray(batch.weights[silo])
 
 
@@ -107,7 +107,8 @@ def test_shuffle_law_of_c2_matches_exact_occupancy_law():
     n, m, s, g, runs = 12, 2, 2, 2, 3000
     alg = family(n, epochs=1, subset_size=s, num_subsets=m)
     data = make_data(n)
-    perms = jax.vmap(lambda k: selection(alg, data).init(data, k)[0, 0])(jax.random.split(jax.random.key(3), runs))
+    perms = jax.vmap(lambda k: selection(alg, data).init(None, Context(jnp.int32(0), k, None, data))[0, 0])(
+        jax.random.split(jax.random.key(3), runs))
     blocks = np.asarray(perms)[:, : alg.rounds_per_epoch * m * s].reshape(runs, -1, m, s)
     hit = (blocks < g).any(axis=-1)  # [runs, B, m]: subset h of round b holds a differing record
     c2 = (hit.sum(axis=-1) ** 2).sum(axis=-1)

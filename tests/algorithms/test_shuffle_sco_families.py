@@ -295,9 +295,9 @@ def test_a_user_whose_gradient_overflows_sends_zero_to_pvec():
     data = SiloData.from_silos([x], [np.zeros(4, np.float32)])
     data = dataclasses.replace(data, x=data.x.at[0, 3, 0].set(jnp.nan))  # past from_silos' data check
     hp = S.ScoHParams.single_phase(1, 4, 1.0, clip_norm=1.0)
-    ctx = Context(jnp.int32(0), jax.random.key(0), hp)
-    batch, _ = UserWindows(4).update((), data, ctx)
-    units, _ = UserGradients(Scaled()).update(jnp.zeros(2), batch, data, (), ctx)
+    ctx = Context(jnp.int32(0), jax.random.key(0), hp, data, None, jnp.zeros(2), jnp.zeros(2))
+    batch, _ = UserWindows(4).update(data, (), ctx)
+    units, _ = UserGradients(Scaled()).update(batch, (), ctx._replace(batch=batch))
     clipped, _ = ClipVectors().update(units, (), ctx)
     grads = np.asarray(clipped.value[0])
     assert np.all(np.isfinite(grads)) and np.all(grads[[1, 3]] == 0) and float(clipped.sensitivity) == 2.0

@@ -19,7 +19,7 @@ from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, A
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax import engine
-from dpjax.engine import federated
+from dpjax.parts import aggregators
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.primitives.sampling import FixedAvailability
 from dpjax.problems import LinearRegression, LogisticRegression
@@ -105,11 +105,11 @@ def test_shuffled_aggregate_is_exactly_permutation_invariant():
     rng = np.random.default_rng(1)
     msgs = {"a": jnp.asarray(rng.normal(size=(7, 5)), jnp.float32), "b": jnp.asarray(rng.normal(size=(7,)), jnp.float32)}
     avail = jnp.array([1, 0, 1, 1, 0, 1, 1], bool)
-    ref = federated.shuffled_aggregate(msgs, avail, jax.random.key(0))
+    ref = aggregators.shuffled_aggregate(msgs, avail, jax.random.key(0))
     perm = rng.permutation(7)
     permuted = jax.tree_util.tree_map(lambda a: a[perm], msgs)
     for k in range(5):
-        out = federated.shuffled_aggregate(permuted, avail[perm], jax.random.key(k))
+        out = aggregators.shuffled_aggregate(permuted, avail[perm], jax.random.key(k))
         jax.tree_util.tree_map(np.testing.assert_array_equal, out, ref)
     expect = np.asarray(msgs["a"])[np.asarray(avail)].mean(0)
     np.testing.assert_allclose(ref["a"], expect, rtol=1e-5)

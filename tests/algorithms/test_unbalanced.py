@@ -14,7 +14,7 @@ from dpjax.accounting import GaussianSchedule, compute_epsilon
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
 from dpjax import engine
-from dpjax.engine import federated
+from dpjax.parts import selection as selection_parts
 from dpjax.primitives.sampling import FixedAvailability, make_sampler
 from dpjax.problems import LinearRegression
 
@@ -39,7 +39,7 @@ def test_per_silo_batch_sizes_use_the_first_k_i_draws():
     ks, eta, key = (2, 5, 3, 7), 0.3, jax.random.key(1)
     alg = UnbalancedNoisyMbSgd(PROBLEM, 1, ks, private=False)
     res = engine.run(alg, data, UnbalancedHParams.create(eta, [0.0] * 4), key)
-    idx, _, _ = federated.draw_silo_batches(make_sampler("without-replacement", 7), data,
+    idx, _, _ = selection_parts.draw_silo_batches(make_sampler("without-replacement", 7), data,
                                             jnp.zeros(4, jnp.int32), keys.round_key(key, 0), 0)
     x, y = np.asarray(data.x, np.float64), np.asarray(data.y, np.float64)
     msgs = []

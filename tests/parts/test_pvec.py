@@ -96,9 +96,9 @@ def _parts_estimate(randomizer, analyzer, key, x, weights, available, params, pe
     M = x.shape[0]
     batch = Batch(None, available, jnp.zeros(weights.shape, jnp.int32), weights, jnp.zeros((M,), bool), M)
     hp = type("HP", (), {"pvec": params, "batch": jnp.array([batch_size], jnp.int32)})()
-    ctx = Context(jnp.int32(0), key, hp)
-    reports, _ = randomizer.update(Sensitive(x, 1.0, "replace-one"), batch, (), ctx)
-    mean, _ = analyzer.update(reports, batch, (), ctx)
+    ctx = Context(jnp.int32(0), key, hp, batch=batch)
+    reports, _ = randomizer.update(Sensitive(x, 1.0, "replace-one"), (), ctx)
+    mean, _ = analyzer.update(reports, (), ctx)
     return mean.value
 
 

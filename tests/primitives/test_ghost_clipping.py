@@ -14,8 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
+from dpjax.engine.roles import Batch, Context
+from dpjax.parts import ClipPerUnit, MinibatchGradient
 from dpjax.algorithms import diff2
-from dpjax.engine import federated
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping
 from dpjax.primitives import ghost_clipping as gc
@@ -242,7 +244,15 @@ def test_flax_problem_clipped_sums_in_the_engine():
     assert problem.uses_ghost_clipping(params, data.x[0], data.y[0])
     idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
     mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
-    got = jit(lambda p: federated.silo_batch_gradients(problem, p, data, idx, mask, 4, clip_norm=0.1))(params)
+    batch = Batch(None, jnp.ones((2,), bool), idx, mask, jnp.zeros((2,), bool), 2)
+    hparams = MbSgdHParams.create(0.1, noise_multiplier=0.0, clip_norm=0.1)
+
+    def silo_messages(p):  # the engine's client and clipper parts on this batch
+        ctx = Context(jnp.int32(0), jax.random.key(0), hparams, data, batch, p, p)
+        units, _ = MinibatchGradient(problem, 4).update(batch, (), ctx)
+        return ClipPerUnit().update(units, (), ctx)[0].value
+
+    got = jit(silo_messages)(params)
     reference = jit(lambda p, xb, yb, m: jax.tree_util.tree_map(
         lambda t: t / 4, clipping.per_example_clipped_sum(problem.loss, p, xb, yb, 0.1, m).total))
     for s in range(2):

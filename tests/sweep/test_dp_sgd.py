@@ -47,7 +47,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
                      eval_data=td.eval_data)
     np.testing.assert_allclose(row.train_loss, float(one.eval_metrics["train_loss"][-1]), rtol=1e-5)
     # the server optimizer is adam (its moments are the server part's state, one per round) with the run's step size
-    adam = one.state.server
+    adam = one.state.parts["server"]
     assert isinstance(adam, optax.ScaleByAdamState) and int(adam.count) == alg.num_rounds
     assert float(one.state.hparams.learning_rate) == row.learning_rate
 

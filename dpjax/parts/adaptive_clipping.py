@@ -1,0 +1,130 @@
+"""Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, "Differentially Private Learning
+with Adaptive Clipping", NeurIPS 2021, Algorithm 1) as ONE mechanism: it owns the clip bound C_t, the
+indicator count that moves it, and both Gaussian noises (pfl-research's ``adaptive_clipping.py`` is the
+same shape).
+
+One round, on the silos' deltas (``PerUnitVectors``, one unit per silo, weighted by whether it reports):
+
+1. clip every delta to C_t; the bound of one silo's contribution is C_t (under ``relation``);
+2. the centred count ``sum_i (b_i - 1/2)``, ``b_i = 1[||Delta_i|| <= C_t]`` (one silo moves it by 1/2),
+   plus ``N(0, (z_b x 1/2)^2)`` (``count_field`` z_b; the paper's sigma_b = z_b / 2 under add/remove,
+   the round key's ``"server_noise"`` stream); then ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))`` with
+   ``b~ = clip(noisy count / m + 1/2, 0, 1)`` (geometric update; ``clip_learning_rate`` eta_C,
+   ``target_quantile`` gamma);
+3. the clipped deltas' sum over the PUBLIC expected count m (``PublicMean``), plus
+   ``N(0, (z_Delta C_t / m)^2)`` (``noise_field`` z_Delta, the ``"noise"`` stream; the sensitivity
+   C_t / m is the clipped mean's).
+
+Privacy (Andrew et al. 2021, Theorem 1): the round's two Gaussian releases on the same sampled silos
+are one Gaussian mechanism on the concatenated query, of multiplier ``z = (z_Delta^-2 + z_b^-2)^-1/2``
+(``JointGaussianEvent``, read by the DP plan). Calibration sets z_Delta with z_b fixed
+(``JointGaussianPrivacy.calibrate``): a target needing z >= z_b is out of reach.
+``clip_learning_rate = 0`` is fixed clipping (the count is unused and not accounted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from dpjax import keys
+from dpjax.accounting.plan import ClipEvent, NoiseEvent
+from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy
+from dpjax.engine.roles import Context, PerUnitVectors, Sensitive
+from dpjax.parts.cross_device import PublicMean
+from dpjax.parts.privatizers import GaussianNoise, gaussian_std, host_multiplier
+from dpjax.primitives import clipping
+
+
+@dataclasses.dataclass(frozen=True)
+class JointGaussianPrivacy(GaussianPrivacy):
+    """The Gaussian rules' guarantee at the combined multiplier z; ``calibrate`` returns the delta's
+    ``z_Delta = (z^-2 - z_b^-2)^-1/2`` for the calibrated z, the count's z_b fixed (Algorithm 1)."""
+
+    count_multiplier: float = math.inf
+    count_field: str = "noise_multiplier_count"
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict:
+        ((field, z),) = super().calibrate(target_epsilon, delta, accountant).items()
+        z_b = self.count_multiplier
+        if z >= z_b:
+            raise ValueError(f"target_epsilon={target_epsilon!r} needs a combined noise multiplier {z:.4g}, not below "
+                             f"{self.count_field}={z_b:.4g}: the count alone spends more; raise {self.count_field}")
+        z_delta = (z ** -2.0 - z_b ** -2.0) ** -0.5
+        while (z_delta ** -2.0 + z_b ** -2.0) ** -0.5 < z:  # never below the calibrated combination
+            z_delta = math.nextafter(z_delta, math.inf)
+        return {field: z_delta}
+
+
+@dataclasses.dataclass(frozen=True)
+class JointGaussianEvent:
+    """The delta sum's and the count's releases of one round, on the same sampled silos: one Gaussian of
+    multiplier ``(z_Delta^-2 + z_b^-2)^-1/2`` (Andrew et al. 2021, Theorem 1), then the plan's rules."""
+
+    delta: NoiseEvent
+    count: NoiseEvent | None
+
+    def spec(self, plan):
+        if self.count is None:  # fixed clipping: the delta's Gaussian alone
+            return dataclasses.replace(plan, noises=(self.delta,)).gaussian_spec()
+        z_delta, z_b = self.delta.noise_multiplier, self.count.noise_multiplier
+        if z_b == 0:
+            return NoPrivacy(f"{plan.label} releases the clipped count without noise ({self.count.field}=0)",
+                             plan.clip.relation.value, plan.selection.unit.value)
+        z = 0.0 if z_delta == 0 else (z_delta ** -2.0 + z_b ** -2.0) ** -0.5
+        spec = dataclasses.replace(plan, noises=(dataclasses.replace(self.delta, noise_multiplier=z),)).gaussian_spec()
+        if not isinstance(spec, GaussianPrivacy):
+            return spec
+        return JointGaussianPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, z_b, self.count.field)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveClipMean:
+    """The mechanism of the module docstring: clipper, aggregator (the mean over the public
+    ``expected_silos`` m) and privatizer of the deltas and of the count, in one part; its state is C_t.
+
+    Args:
+      expected_silos: m, the public divisor of the clipped sum and of the count.
+      relation: the neighbouring relation of one silo's data.
+      noise_field, count_field: the hparams fields of z_Delta and z_b.
+    """
+
+    expected_silos: int
+    relation: str = "add-remove"
+    noise_field: str = "noise_multiplier"
+    count_field: str = "noise_multiplier_count"
+
+    roles = ("clipper", "aggregator", "privatizer")
+
+    def init(self, params, ctx: Context):
+        return jnp.asarray(ctx.hparams.clip_norm, jnp.float32)
+
+    def update(self, units: PerUnitVectors, clip_norm, ctx: Context) -> tuple[Sensitive, jax.Array]:
+        hp, w = ctx.hparams, units.weights
+        norms = jax.vmap(clipping.global_norm)(units.vectors)
+        clipped = jax.tree_util.tree_map(lambda t: t * w.reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype),
+                                         clipping.clip_per_example(units.vectors, clip_norm))
+        count = Sensitive(jnp.sum(w * ((norms <= clip_norm) - 0.5)), jnp.float32(0.5), self.relation)
+        std = gaussian_std(getattr(hp, self.count_field), count.sensitivity)
+        noisy = count.value + std * jax.random.normal(keys.stream_key(ctx.key, "server_noise"))
+        fraction = jnp.clip(noisy / self.expected_silos + 0.5, 0.0, 1.0)
+        new_clip = clip_norm * jnp.exp(-hp.clip_learning_rate * (fraction - hp.target_quantile))
+        mean, _ = PublicMean(self.expected_silos).update(Sensitive(clipped, clip_norm, self.relation), (), ctx)
+        released, _ = GaussianNoise(self.noise_field, placement="server").update(mean, (), ctx)
+        return released, new_clip
+
+    def event(self, hparams) -> ClipEvent:
+        return ClipEvent(self.relation)
+
+    def count_event(self, hparams) -> NoiseEvent | None:
+        """The count's Gaussian release, or None when the clip never moves (``clip_learning_rate = 0``)."""
+        if float(hparams.clip_learning_rate) == 0.0:
+            return None
+        return NoiseEvent(self.count_field, host_multiplier(getattr(hparams, self.count_field)), "server")
+
+    def events(self, hparams, num_rounds: int) -> tuple:
+        (delta,) = GaussianNoise(self.noise_field, placement="server").events(hparams, num_rounds)
+        return (JointGaussianEvent(delta, self.count_event(hparams)),)

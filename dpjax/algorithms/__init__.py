@@ -36,6 +36,7 @@ _EXPORTS = {
     "Diff2GD": "diff2", "Diff2BvrLSgd": "diff2", "Diff2HParams": "diff2",
     "DpSgd": "dp_sgd", "DpSgdGeneral": "dpsgd_general", "DpSgdHParams": "dpsgd_general",
     "DpFedAvg": "dp_fedavg", "FedAvgHParams": "dp_fedavg",
+    "DpScaffold": "dp_scaffold", "ScaffoldHParams": "dp_scaffold",
     "DpFtrl": "dp_ftrl", "FtrlHParams": "dp_ftrl",
 }
 

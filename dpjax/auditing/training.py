@@ -7,8 +7,9 @@ record whose per-example gradient is ``+c e_i`` or ``-c e_i`` (``DiracProbe``: l
 honest clip turns it into ``+-C e_i``. The sign ``S_i`` of each canary is an independent fair
 coin (which of two replace-one neighbours the record is; a secret of the auditor). The family
 -- DP-SGD-General (``DpSgdGeneral``: shuffling, individual clipping, every record once per
-epoch in one round of ``m`` clipped terms) or ISRL-DP Noisy MB-SGD (``NoisyMbSgd``: one silo,
-minibatch ``K = m``) -- trains ONCE from zero through ``dpjax.auditing.execute.run_family``
+epoch in one round of ``m`` clipped terms), ISRL-DP Noisy MB-SGD (``NoisyMbSgd``: one silo,
+minibatch ``K = m``) or DP-SCAFFOLD (``DpScaffold``: one silo, one local step on all ``m`` records,
+step sizes 1) -- trains ONCE from zero through ``dpjax.auditing.execute.run_family``
 (``dpjax.engine.run_many``, the executor every sweep uses). Nothing is re-implemented: the
 released iterate is the family's.
 
@@ -48,10 +49,10 @@ from dpjax.auditing import one_run
 
 __all__ = ["DiracProbe", "FAMILIES", "MUTANTS", "mutant_family", "TrainingAudit", "training_audit"]
 
-FAMILIES = ("dpsgd-general", "isrl-mbsgd")
+FAMILIES = ("dpsgd-general", "isrl-mbsgd", "dp-scaffold")
 MUTANTS = ("no-clip", "half-noise")
 #: Accountant of each family's certificate.
-ACCOUNTANTS = {"dpsgd-general": "strong-exact", "isrl-mbsgd": "rdp"}
+ACCOUNTANTS = {"dpsgd-general": "strong-exact", "isrl-mbsgd": "rdp", "dp-scaffold": "rdp"}
 
 
 class DiracProbe:
@@ -204,6 +205,10 @@ def build_family(name: str, canaries: int, rounds: int):
         from dpjax.algorithms.dpsgd_general import DpSgdGeneral
 
         return DpSgdGeneral(problem, rounds, 1, canaries, 1, sampling="shuffle")
+    if name == "dp-scaffold":  # one silo, one local step on every canary: its control variates cancel (c_i = c)
+        from dpjax.algorithms.dp_scaffold import DpScaffold
+
+        return DpScaffold(problem, rounds, 1, 1, canaries)
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
 
     return NoisyMbSgd(problem, rounds, canaries)
@@ -214,6 +219,10 @@ def _hparams(name: str, noise_multiplier: float, clip_norm: float):
         from dpjax.algorithms.dpsgd_general import DpSgdHParams
 
         return DpSgdHParams.create(1.0, noise_multiplier, clip_norm)
+    if name == "dp-scaffold":
+        from dpjax.algorithms.dp_scaffold import ScaffoldHParams
+
+        return ScaffoldHParams.create(1.0, 1.0, noise_multiplier, clip_norm)
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 
     return MbSgdHParams.create(1.0, noise_multiplier, clip_norm)

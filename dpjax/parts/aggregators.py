@@ -149,8 +149,12 @@ class Aggregate:
     def init(self, params, ctx: Context):
         return ()
 
-    def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    def update(self, messages, state, ctx: Context):
+        """A ``Sensitive``'s mean (or sum) with its bound; values released already (post-processing of
+        noise added inside the silo, e.g. local models) are combined as they are."""
         batch = ctx.batch
+        if not isinstance(messages, Sensitive):
+            return aggregate(messages, batch.available, self.how), state
         if self.denominator is not None:
             messages = messages.divided(self.denominator)
         value = aggregate(messages.value, batch.available, self.how)

@@ -42,7 +42,12 @@ def _silo_clipped_sum(units: PerExampleGradients, clip_norm, relation: str):
         grads = clipping.per_example_grads(units.loss, params, x, y)
         return clipping.clipped_sum(grads, clip_norm, w, relation).total
 
-    sq = units.row_sq_norms if units.row_sq_norms is not None else jnp.zeros(units.weights.shape)
+    if units.row_sq_norms is not None:
+        sq = units.row_sq_norms
+    elif closed_form:  # never zeros: a closed form fed zero row norms would clip nothing
+        sq = jax.vmap(problem.row_sq_norms)(units.x)
+    else:
+        sq = jnp.zeros(units.weights.shape)
     return jax.vmap(one_silo)(units.x, units.y, units.weights, sq)
 
 

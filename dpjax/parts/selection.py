@@ -193,6 +193,47 @@ class LocalStepRecords:
                               releases_per_round=self.num_steps)
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalStepBatches:
+    """A uniform ``batch_size``-subset of every available silo's records for each of K sequential local
+    steps, drawn independently per step (``Batch.indices`` ``[M, K, b]``; step k's subset from the
+    silo's key of the round's ``"sampling"`` stream folded with k). Host-side, each step is its own
+    noisy release on a uniform b-subset: ``SelectionEvent`` without replacement of b,
+    ``releases_per_round = K`` (independent draws, so the subsampled releases compose adaptively)."""
+
+    availability: Any = sampling_lib.FullAvailability()
+    num_steps: int = 1
+    batch_size: int = 1
+
+    roles = ("selection",)
+
+    def init(self, params, ctx: Context):
+        return ()
+
+    def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
+        silo_ids, available = available_silos(self.availability, ctx.key, data.num_silos)
+        silo_keys = _select(keys.silo_keys(keys.stream_key(ctx.key, "sampling"), data.num_silos), silo_ids)
+        sizes = _select(data.sizes, silo_ids)
+
+        def one_silo(key, size):
+            step = lambda k: sampling_lib.sample_without_replacement(  # noqa: E731
+                jax.random.fold_in(key, k), size, data.n_max, self.batch_size)
+            return jax.vmap(step)(jnp.arange(self.num_steps))
+
+        idx = jax.vmap(one_silo)(silo_keys, sizes)
+        return Batch(silo_ids, available, idx, jnp.ones(idx.shape, bool), jnp.zeros(available.shape, bool),
+                     data.num_silos), state
+
+    def validate(self, data) -> None:
+        self.availability.validate(data.num_silos)
+        if self.batch_size > data.min_size:
+            raise ValueError(f"batch_size={self.batch_size} must be <= the smallest silo size {data.min_size}")
+
+    def event(self, silo_sizes) -> SelectionEvent:
+        return SelectionEvent("without-replacement", tuple(int(n) for n in silo_sizes), self.batch_size,
+                              "record-in-silo", releases_per_round=self.num_steps)
+
+
 #: DP-SGD-General's batch selections and the accounting names of their samplings.
 SUBSET_SAMPLINGS = {"shuffle": "shuffle", "subsample": "without-replacement", "poisson": "poisson"}
 _FILTER_STREAM = 11  # folded into a silo's sampling key for Appendix D's filtering coins

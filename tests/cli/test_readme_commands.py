@@ -39,7 +39,7 @@ def readme_commands() -> list[str]:
 
 
 COMMANDS = readme_commands()
-CHEAP = {"--list", "--help"}
+CHEAP = {"--list", "--algorithms", "--help"}
 
 
 def _env():

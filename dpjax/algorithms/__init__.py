@@ -64,6 +64,38 @@ def load_families() -> None:
         importlib.import_module(f"{__name__}.{m.name}")
 
 
+def declared_families() -> dict[str, tuple[str, str]] | None:
+    """``{name: (class name, description)}`` of every family (and twin) this package registers, read
+    from the ``register_family(NAME, CLASS, DESCRIPTION, twin={TWIN: DESCRIPTION})`` lines at the end
+    of its modules without importing them (no jax): the literals the registry entries are built from.
+    ``None`` when a registration is not of that literal form (then list the imported registry)."""
+    import ast
+    import pathlib
+
+    out = {}
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        called = lambda n: getattr(n.func, "id", getattr(n.func, "attr", None))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and called(n) in ("register_family", "register_algorithm")]
+        top = [n.value for n in tree.body if isinstance(n, ast.Expr) and n.value in calls]
+        if len(top) != len(calls):  # a decorator, a call inside a function, ...
+            return None
+        for call in top:
+            twin = [k.value for k in call.keywords if k.arg == "twin"]
+            try:
+                name, cls, description = call.args
+                name, description = ast.literal_eval(name), ast.literal_eval(description)
+                twins = ast.literal_eval(twin[0]) if twin else {}
+            except (ValueError, TypeError):  # not three positional arguments, or not literals
+                return None
+            if called(call) != "register_family" or not isinstance(cls, ast.Name) or not isinstance(twins, dict):
+                return None
+            out[name] = (cls.id, description)
+            out.update({t: (cls.id, line) for t, line in twins.items()})
+    return out
+
+
 def algorithm_entry(name):
     """The registry entry of the algorithm ``name`` (``dpjax.engine.registry.AlgorithmEntry``), after
     ``load_families()``: the engine's registry only looks names up (it sits below the families)."""

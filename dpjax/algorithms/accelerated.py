@@ -149,4 +149,6 @@ class AcceleratedMbSgd(ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("isrl-accelerated", AcceleratedMbSgd, twin="accelerated")
+register_family("isrl-accelerated", AcceleratedMbSgd,
+                "accelerated ISRL-DP MB-SGD (one-pass Theorem 3.1, ERM Theorem 4.1, multi-stage)",
+                twin={"accelerated": "non-private accelerated MB-SGD, the twin of isrl-accelerated"})

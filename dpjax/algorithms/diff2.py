@@ -446,6 +446,12 @@ class Diff2BvrLSgd(_Diff2Family):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("diff2-gd", Diff2GD, twin="gd")
-register_family("dp-gd", Diff2GD, fixed={"restart_every_round": True})
-register_family("diff2-bvr", Diff2BvrLSgd, twin="bvr-lsgd")
+register_family("diff2-gd", Diff2GD,
+                "DIFF2-GD (Murata & Suzuki): clipped, noised gradient differences with periodic restarts",
+                twin={"gd": "non-private gradient descent, the twin of diff2-gd"})
+register_family("dp-gd", Diff2GD,
+                "DP-GD: DIFF2-GD restarting every round (a full clipped, noised gradient each round)",
+                fixed={"restart_every_round": True})
+register_family("diff2-bvr", Diff2BvrLSgd,
+                "DIFF2-BVR-L-SGD (Murata & Suzuki): DIFF2 with local variance-reduced SGD steps",
+                twin={"bvr-lsgd": "non-private BVR-L-SGD, the twin of diff2-bvr"})

@@ -131,4 +131,8 @@ class DpFedAvg(ChainFamily):
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 # The epsilon axis calibrates z_Delta; the count's z_b stays the grid's value (Algorithm 1's parametrisation).
-register_family("dp-fedavg", DpFedAvg, twin="fedopt", noise_fields=("noise_multiplier",))
+register_family("dp-fedavg", DpFedAvg,  # "fedopt" is renamed (registry.RETIRED)
+                "DP-FedAvg with adaptive quantile clipping (Andrew et al.), user-level DP",
+                twin={"fedavg-server-opt": "non-private FedAvg with dp-fedavg's server optimizer (FedOpt), the twin "
+                                           "of dp-fedavg"},
+                noise_fields=("noise_multiplier",))

@@ -189,4 +189,5 @@ class DpFtrl(ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("dp-ftrl", DpFtrl, twin="ftrl")
+register_family("dp-ftrl", DpFtrl, "DP-FTRL with tree aggregation, restarted every epoch (Kairouz et al.)",
+                twin={"ftrl": "non-private FTRL-order SGD, the twin of dp-ftrl"})

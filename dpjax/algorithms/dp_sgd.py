@@ -103,4 +103,6 @@ class DpSgd(OutputRule, ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("dp-sgd", DpSgd, twin="sgd")
+register_family("dp-sgd", DpSgd,
+                "central DP-SGD (Abadi et al.) with any optax optimizer, Poisson or fixed-size batches",
+                twin={"sgd": "non-private SGD with the same optimizer, the twin of dp-sgd"})

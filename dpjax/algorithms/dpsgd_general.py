@@ -241,4 +241,6 @@ class DpSgdGeneral(OutputRule, ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("dpsgd-general", DpSgdGeneral, twin="sgd-general")
+register_family("dpsgd-general", DpSgdGeneral,
+                "DP-SGD-General (van Dijk et al., Algorithm 1): shuffling / subsampling, individual or batch clipping",
+                twin={"sgd-general": "non-private SGD-General, the twin of dpsgd-general"})

@@ -173,4 +173,6 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")
+register_family("isrl-mbsgd", NoisyMbSgd,
+                "ISRL-DP Noisy MB-SGD (Lowy & Razaviyayn, Algorithm 1): per-silo clipped, noised minibatch gradients",
+                twin={"mbsgd": "non-private MB-SGD, the twin of isrl-mbsgd"})

@@ -110,4 +110,6 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("isrl-local-sgd", LocalSgd, twin=("local-sgd", "fedavg"))  # two names of one twin
+register_family("isrl-local-sgd", LocalSgd,  # "fedavg" is retired (registry.RETIRED)
+                "ISRL-DP Local SGD: noisy local steps on each silo, averaged each round",
+                twin={"local-sgd": "non-private Local SGD, the twin of isrl-local-sgd"})

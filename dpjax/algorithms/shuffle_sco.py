@@ -463,5 +463,6 @@ def _dim(problem) -> int:
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 # One sweep run is one phase (``ScoHParams.SWEEP_AXES``); the non-private twin is ``aggregator="exact"``.
-register_family("shuffle-sgd", ShuffleSgd)
-register_family("shuffle-acsa", ShuffleAcsa)
+register_family("shuffle-sgd", ShuffleSgd,
+                "P_SGD / P_GD / phased P_GD with shuffle-private P_vec sums (Cheu et al.), Gaussian baselines")
+register_family("shuffle-acsa", ShuffleAcsa, "P_AGD, smoothed and phased P_AGD, pan-private AC-SA (Cheu et al.)")

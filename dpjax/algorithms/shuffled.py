@@ -241,5 +241,8 @@ class SdpOnePassAccelerated(ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("isrl-shuffled", ShuffledNoisyMbSgd, twin="shuffled")
-register_family("sdp-accelerated", SdpOnePassAccelerated)  # calibration sets pvec
+register_family("isrl-shuffled", ShuffledNoisyMbSgd,
+                "shuffled ISRL-DP MB-SGD: silos' noisy updates through a shuffler (central shuffle-DP)",
+                twin={"shuffled": "non-private shuffled MB-SGD, the twin of isrl-shuffled"})
+register_family("sdp-accelerated", SdpOnePassAccelerated,  # calibration sets pvec
+                "SDP one-pass accelerated noisy MB-SGD (Lowy & Razaviyayn, Algorithm 6; P_vec sums)")

@@ -159,4 +159,6 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("isrl-unbalanced", UnbalancedNoisyMbSgd, twin="unbalanced")
+register_family("isrl-unbalanced", UnbalancedNoisyMbSgd,
+                "ISRL-DP MB-SGD for unbalanced silos (Algorithm 7: per-silo K_i and noise z_i)",
+                twin={"unbalanced": "non-private MB-SGD on unbalanced silos, the twin of isrl-unbalanced"})

@@ -243,7 +243,8 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
       underscores for spaces), headings moved down N levels (default 1), links rewritten for the site;
     * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports,
       full-protocol runs open and quick ones folded, each linking to its whole report;
-    * ``<!-- dpjax-docs: api-table -->``: the top-level modules and packages with their docstrings' first lines.
+    * ``<!-- dpjax-docs: api-table -->``: the top-level modules and packages with their docstrings' first lines;
+    * ``<!-- dpjax-docs: algorithms -->``: the registered algorithms with their registry descriptions.
     """
 
     def replace(m: re.Match) -> str:
@@ -265,9 +266,21 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
             return _claims_block(arg[0], page, ctx)
         if kind == "api-table":
             return _api_table(ctx.modules, page)
+        if kind == "algorithms":
+            return algorithms_table()
         raise DocsError(f"{page}: unknown include marker {kind!r}")
 
     return MARKER.sub(replace, text)
+
+
+def algorithms_table() -> str:
+    """A markdown table of ``dpjax.list_algorithms()``: each name, class and registry description."""
+    import dpjax
+
+    escape = lambda text: re.sub(r"([_*|\\])", r"\\\1", text)
+    rows = [f"| `{name}` | `{line.split(': ', 1)[0]}` | {escape(line.split(': ', 1)[1])} |"
+            for name, line in dpjax.list_algorithms().items()]
+    return "\n".join(["| `algorithm =` | class | description |", "| --- | --- | --- |", *rows])
 
 
 def _claims_block(slug: str, page: str, ctx: Context) -> str:

@@ -1,6 +1,5 @@
 """The compiled round-step engine: silos (vmap), rounds (scan), runs (vmap), and the one executor."""
 
-from dpjax.engine.averaging import IterateAverager
 from dpjax.engine.checks import NonFiniteError, SamplingOverflowError
 from dpjax.engine.executor import (
     Chunk,
@@ -18,7 +17,6 @@ from dpjax.engine.run_inputs import run_key_data, stack_hparams
 from dpjax.engine.silos import SiloData
 
 __all__ = [
-    "IterateAverager",
     "NonFiniteError", "RunResult", "SamplingOverflowError",
     "Chunk", "ChunkProgram", "GridResult", "OutputParams", "Trial", "execute", "run_grid",
     "compiled_runner", "run", "run_many", "run_key_data", "stack_hparams", "SiloData",

@@ -177,23 +177,14 @@ class FamilyBase:
 
     def run_hparams(self, hparams: Any) -> Any:
         """The hparams a run uses: checked, and for the non-private twin
-        (``private=False``) ``parts.non_private(hparams)`` -- the one twin
+        (``private=False``) ``twin.non_private(hparams)`` -- the one twin
         mechanism of every family: the same compiled step with noise 0 and no clip."""
-        from dpjax.engine import parts
+        from dpjax.engine import twin
 
         self.check_hparams(hparams)
         if getattr(self, "private", True):
             return hparams
-        return parts.non_private(hparams, self.noise_fields, self.clip_fields)
-
-    def server_step(self, params: PyTree, update: PyTree, learning_rate) -> PyTree:
-        """``Proj_W(w - eta * update)`` for families whose step size is set per call (e.g. a
-        per-round schedule): ``parts.ServerOptimizer`` (optax SGD, stateless) with ``eta`` injected."""
-        from dpjax.engine import parts
-
-        server = parts.ServerOptimizer(projection_radius=getattr(self, "projection_radius", None))
-        new, _ = server.step(params, update, server.init(params, learning_rate))
-        return new
+        return twin.non_private(hparams, self.noise_fields, self.clip_fields)
 
     def params(self, state: Any) -> PyTree:
         return state.params

@@ -4,10 +4,17 @@ It lives in the engine, below the algorithms: a family module registers itself
 here, and the sweep (above both) reads it, so no import goes in a circle.
 
 Algorithms are *derived* from the family classes, never restated: a family
-registers itself next to its class (``register_family("isrl-mbsgd",
-NoisyMbSgd, twin="mbsgd")`` at the end of its module; every module of
-``dpjax.algorithms`` is imported, so a new family is one module plus that
-line; ``dpjax.algorithms.load_families()`` imports them all). Its ``AlgorithmEntry`` reads
+registers itself next to its class, with its one-line description and its
+non-private twin's (``register_family("isrl-mbsgd", NoisyMbSgd, "ISRL-DP
+Noisy MB-SGD ...", twin={"mbsgd": "non-private MB-SGD, the twin of
+isrl-mbsgd"})`` at the end of its module; every module of ``dpjax.algorithms``
+is imported, so a new family is one module plus that line;
+``dpjax.algorithms.load_families()`` imports them all). ``ALGORITHMS`` is the
+one registry: ``dpjax.list_algorithms()``, ``dpjax sweep --algorithms`` and the
+documentation show each entry's ``description``. A twin names the algorithm it
+is: the private family's name without its privacy marker (``dp-sgd`` ->
+``sgd``, ``isrl-mbsgd`` -> ``mbsgd``); retired names (``RETIRED``) are refused
+with the new name. Its ``AlgorithmEntry`` reads
 
 * static fields (compile-time; one program per combination) from the family
   dataclass (``contract.static_fields``), with their defaults; the twin name
@@ -126,6 +133,7 @@ class AlgorithmEntry:
     fixed: tuple = ()  # ((field, value), ...) set by the name
     noise_fields: tuple | None = None  # overrides of the class's (e.g. DIFF2's multipliers)
     clip_fields: tuple | None = None
+    description: str = ""  # one line: what list_algorithms(), the CLI and the docs show (set by register_family)
 
     # -- derived facts -----------------------------------------------------
     @property
@@ -369,6 +377,22 @@ def _item_or_tuple(value):
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {}
 
+#: Names no longer registered -> what to use instead (a config naming one is refused, never aliased: the
+#: old "fedavg" was isrl-local-sgd's twin although "dp-fedavg" is DP-FedAvg).
+RETIRED = {
+    "fedavg": "algorithm='fedavg' is retired (it named isrl-local-sgd's non-private twin, not dp-fedavg's): "
+              "use 'local-sgd' for that twin, or 'fedavg-server-opt' for dp-fedavg's",
+    "fedopt": "algorithm='fedopt' is renamed 'fedavg-server-opt' (dp-fedavg's non-private twin: FedAvg with a "
+              "server optimizer)",
+}
+
+
+def first_sentence(cls) -> str:
+    """A class docstring's first paragraph on one line (the description of a family registered without one)."""
+    import inspect
+
+    return " ".join((inspect.getdoc(cls) or "no description").split("\n\n")[0].split())
+
 
 def register_algorithm(entry: AlgorithmEntry) -> AlgorithmEntry:
     if entry.name in ALGORITHMS and ALGORITHMS[entry.name] != entry:
@@ -377,18 +401,22 @@ def register_algorithm(entry: AlgorithmEntry) -> AlgorithmEntry:
     return entry
 
 
-def register_family(name: str, cls: type | None = None, *, twin: str | tuple[str, ...] | None = None,
-                    fixed: dict | None = None, **overrides):
-    """Registers a family under ``name`` (and its non-private twin(s) under ``twin``:
-    the same class with ``private=False``). Use as a decorator next to the class
-    or as a call: ``register_family("isrl-mbsgd", NoisyMbSgd, twin="mbsgd")``."""
+def register_family(name: str, cls: type | None = None, description: str | None = None, *,
+                    twin: str | tuple[str, ...] | dict[str, str] | None = None, fixed: dict | None = None,
+                    **overrides):
+    """Registers a family under ``name`` with its one-line ``description`` (default: the class
+    docstring's first paragraph), and its non-private twin(s) under ``twin`` (the same class with
+    ``private=False``): ``{twin_name: description}``, or bare names described as the twin of
+    ``name``. Use as a decorator next to the class or as a call: ``register_family("isrl-mbsgd",
+    NoisyMbSgd, "ISRL-DP Noisy MB-SGD ...", twin={"mbsgd": "non-private MB-SGD, the twin of isrl-mbsgd"})``."""
+    twins = dict(twin) if isinstance(twin, dict) else {t: None for t in ((twin,) if isinstance(twin, str) else twin or ())}
 
     def register(c):
         fx = tuple(sorted((fixed or {}).items()))
-        register_algorithm(AlgorithmEntry(name, c, fx, **overrides))
-        for t in (twin,) if isinstance(twin, str) else (twin or ()):
+        register_algorithm(AlgorithmEntry(name, c, fx, **overrides, description=description or first_sentence(c)))
+        for t, line in twins.items():
             register_algorithm(AlgorithmEntry(t, c, tuple(sorted({**dict(fx), "private": False}.items())),
-                                              **overrides))
+                                              **overrides, description=line or f"the non-private twin of {name}"))
         return c
 
     return register(cls) if cls is not None else register
@@ -396,7 +424,9 @@ def register_family(name: str, cls: type | None = None, *, twin: str | tuple[str
 
 def get_algorithm(name) -> AlgorithmEntry:
     """The entry registered as ``name`` (families register when their module is imported:
-    ``dpjax.algorithms.load_families()``)."""
+    ``dpjax.algorithms.load_families()``); a retired name is refused with its replacement."""
     if name not in ALGORITHMS:
+        if name in RETIRED:
+            raise ValueError(RETIRED[name])
         raise ValueError(f"algorithm={name!r} is unknown; known: {tuple(sorted(ALGORITHMS))}")
     return ALGORITHMS[name]

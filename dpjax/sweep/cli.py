@@ -82,6 +82,16 @@ def listing_lines() -> list[str]:
     return [f"{name:{width}s}  {describe_config(path)}" for name, path in configs.items()]
 
 
+def algorithm_lines() -> list[str]:
+    """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and
+    the registry entry's description (``dpjax.list_algorithms()``; no jax imported)."""
+    import dpjax
+
+    listed = dpjax.list_algorithms()
+    width = max(map(len, listed), default=0)
+    return [f"{name:{width}s}  {line}" for name, line in listed.items()]
+
+
 def resolve_config(config: str) -> pathlib.Path:
     """``config`` as a file if one exists there, else the packaged config of that name (``.toml`` optional).
 
@@ -106,10 +116,13 @@ def resolve_config(config: str) -> pathlib.Path:
 
 
 def _sweep(args) -> int:
-    if args.list:
+    if args.list or args.algorithms:
+        flag = "--list" if args.list else "--algorithms"
+        if args.list and args.algorithms:
+            raise ValueError("--list and --algorithms are exclusive: give one listing")
         if args.config is not None:
-            raise ValueError(f"--list takes no CONFIG (got {args.config!r})")
-        print("\n".join(listing_lines()))
+            raise ValueError(f"{flag} takes no CONFIG (got {args.config!r})")
+        print("\n".join(listing_lines() if args.list else algorithm_lines()))
         return 0
     if args.config is None:
         raise ValueError("give a CONFIG: a sweep config file or the name of a packaged one (`dpjax sweep --list`)")
@@ -183,6 +196,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
                    help="sweep config: a TOML file, or the name of a packaged config (see --list)")
     p.add_argument("--list", action="store_true", help="list the packaged sweep configs with a line each")
+    p.add_argument("--algorithms", action="store_true",
+                   help="list the algorithms a config's `algorithm =` can name, with a line each")
     p.add_argument("--out", default=None, help="sweep directory (created; resumed if it exists); required to run")
     p.add_argument("--chunk-size", type=int, default=None, help="runs per stored chunk (default: automatic)")
     p.add_argument("--vmap-width", type=int, default=None, help="runs computed simultaneously (default: automatic)")

@@ -1,4 +1,4 @@
-"""`dpjax --help`, `account`, `reproduce --list` and `sweep --list` start without importing jax.
+"""`dpjax --help`, `account`, `reproduce --list`, `sweep --list` and `sweep --algorithms` start without importing jax.
 
 jax (with jaxlib, flax, optax) costs seconds of CPU to import; these commands need none of it. Each runs in a
 fresh interpreter so the check sees exactly what the command imports. The listings that make this possible
@@ -41,9 +41,10 @@ def _run(argv, cwd):
     (ACCOUNT, "2.59"),
     (["reproduce", "--list"], "user-level-convex-erm"),
     (["sweep", "--list"], "isrl_fig4_mbsgd_appendix_i"),
+    (["sweep", "--algorithms"], "fedavg-server-opt"),
     (["sweep", "--help"], "--list"),
     (["plot", "--help"], "--logx"),
-], ids=["help", "account", "reproduce-list", "sweep-list", "sweep-help", "plot-help"])
+], ids=["help", "account", "reproduce-list", "sweep-list", "sweep-algorithms", "sweep-help", "plot-help"])
 def test_light_commands_import_no_jax(argv, needle, tmp_path):
     res = _run(argv, tmp_path)
     assert res.returncode == 0, res.stderr

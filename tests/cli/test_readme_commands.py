@@ -55,7 +55,7 @@ README_COMMANDS = readme_commands()
 #: (command, the file that shows it): the README's, then the docs pages'.
 SOURCED = [(c, README) for c in README_COMMANDS] + [(c, page) for page in DOCS_PAGES for c in file_commands(page)]
 COMMANDS = [c for c, _ in SOURCED]
-CHEAP = {"--list", "--help"}
+CHEAP = {"--list", "--algorithms", "--help"}
 
 
 def _id(item) -> str:

@@ -150,20 +150,6 @@ def test_hparams_type_checked_when_the_run_starts(reg_data_small):
         alg.init(PROBLEM.init_params(jax.random.key(0)), wrong, reg_data_small, jax.random.key(1))
 
 
-def test_server_step_is_bit_identical_to_the_hand_written_update():
-    from dpjax.engine import parts
-
-    server = parts.ServerOptimizer()  # optax.sgd with the step size injected as a traced hyperparameter
-    rng = np.random.default_rng(0)
-    params = {"w": jnp.asarray(rng.normal(size=7), jnp.float32), "b": jnp.asarray(rng.normal(), jnp.float32)}
-    grad = jax.tree_util.tree_map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
-    lr = jnp.float32(0.37)
-    got, _ = jax.jit(server.step)(params, grad, server.init(params, lr))
-    want = jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grad)
-    for k in params:
-        np.testing.assert_array_equal(np.asarray(got[k]), np.asarray(want[k]))
-
-
 @pytest.fixture
 def reg_data_small():
     from dpjax.engine.silos import SiloData
@@ -192,16 +178,3 @@ def test_composed_spec_is_accounted_by_every_tight_accountant():
     # full-batch Gaussian rounds: the exact GDP composition is also available and is the smallest
     assert best.epsilon <= min(rdp.epsilon, pld.epsilon) and best.accountant in ("rdp", "pld", "gdp")
     assert best.epsilon == spec.epsilon(DELTA, best.accountant).epsilon
-
-
-def test_family_server_step_equals_the_server_optimizer():
-    """FamilyBase.server_step (step size set per call) is parts.ServerOptimizer, bit for bit."""
-    alg = NoisyMbSgd(PROBLEM, 3, 2, projection_radius=0.5)
-    rng = np.random.default_rng(1)
-    params = {"w": jnp.asarray(rng.normal(size=5), jnp.float32)}
-    grad = {"w": jnp.asarray(rng.normal(size=5), jnp.float32)}
-    lr = jnp.float32(0.05)
-    got = alg.server_step(params, grad, lr)
-    from dpjax.primitives.projection import project_l2_ball
-    want = project_l2_ball({"w": params["w"] - lr * grad["w"]}, 0.5)
-    np.testing.assert_array_equal(np.asarray(got["w"]), np.asarray(want["w"]))

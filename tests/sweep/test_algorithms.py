@@ -46,7 +46,6 @@ CONFIGS = {
     "isrl-local-sgd": ({"local_steps": 3, "availability": 2},
                        {"learning_rate": [0.05, 0.3], "noise_multiplier": [0.1], "clip_norm": [1.0]}),
     "local-sgd": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
-    "fedavg": ({"local_steps": 3}, {"learning_rate": [0.05, 0.3]}),
     "isrl-accelerated": ({"batch_size": 8},  # one-pass: R K = 32 <= n = 40
                          {"smoothness": [1.0, 4.0], "regularization": [0.01], "noise_multiplier": [0.8],
                           "clip_norm": [1.0]}),
@@ -65,7 +64,7 @@ def direct(name, problem, row):
     if name == "isrl-local-sgd":
         return (LocalSgd(problem, R, 3, availability=FixedAvailability(2)),
                 MbSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm))
-    if name in ("local-sgd", "fedavg"):
+    if name == "local-sgd":
         return LocalSgd(problem, R, 3, private=False), MbSgdHParams.create(row.learning_rate)
     if name == "isrl-accelerated":
         sched = AcsaSchedule.single_stage(R, row.smoothness, row.strong_convexity, row.regularization)
@@ -86,7 +85,7 @@ def config(name, **top) -> SweepConfig:
 
 
 def test_every_registered_algorithm_is_covered():
-    assert {"isrl-mbsgd", "isrl-local-sgd", "local-sgd", "fedavg", "mbsgd", "isrl-accelerated"} <= set(ALGORITHMS)
+    assert {"isrl-mbsgd", "isrl-local-sgd", "local-sgd", "mbsgd", "isrl-accelerated"} <= set(ALGORITHMS)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -98,7 +97,7 @@ def test_sweep_end_to_end_and_rows_equal_direct_runs(name, tmp_path):
     assert len(runs) == 2 * 2 * 2 and runs.run_id.is_unique and (runs.diverged_round == -1).all()
     assert sorted(evals.eval_round.unique()) == [2, 4]
     assert np.isfinite(runs[["train_loss", "test_loss", "train_error", "test_error"]].to_numpy()).all()
-    resolved = "local_steps_resolved" if "local" in name or name == "fedavg" else "batch_size_resolved"
+    resolved = "local_steps_resolved" if "local" in name else "batch_size_resolved"
     assert (runs[resolved] == CONFIGS[name][0].get("local_steps", CONFIGS[name][0].get("batch_size"))).all()
 
     sw = Sweep(cfg, jax.local_devices()[:1])
@@ -168,6 +167,40 @@ def test_unknown_algorithm_lists_the_known_ones():
     assert "algorithm='fedprox' is unknown" in msg and all(repr(n) in msg for n in ALGORITHMS)
     with pytest.raises(ValueError, match="isrl-local-sgd"):
         registry.get_algorithm("fedprox")
+
+
+@pytest.mark.parametrize("old, new", [("fedopt", "'fedavg-server-opt'"), ("fedavg", "'local-sgd'")])
+def test_a_retired_twin_name_is_refused_with_its_new_name(old, new):
+    """A sweep config naming a twin by its old name fails at parse time, naming the new one (no alias)."""
+    assert old not in ALGORITHMS and old in registry.RETIRED
+    d = tomllib.loads(TINY)
+    d.update(algorithm=old, static={"local_steps": 3}, grid={"learning_rate": [0.1]})
+    with pytest.raises(ValueError, match=f"algorithm='{old}' is (retired|renamed).*{new}"):
+        SweepConfig.from_dict(d)
+
+
+def test_every_twin_is_its_private_family_without_the_privacy_marker():
+    """A twin's name says what it is: its private family's name less the privacy marker (``dp-sgd`` ->
+    ``sgd``, ``isrl-mbsgd`` -> ``mbsgd``, ``dpsgd-general`` -> ``sgd-general``), one name per twin. Two
+    name the non-private algorithm instead: ``bvr-lsgd`` (Murata & Suzuki's BVR-L-SGD) and
+    ``fedavg-server-opt`` (FedAvg with dp-fedavg's server optimizer; ``fedavg`` was isrl-local-sgd's twin)."""
+    named = {"diff2-bvr": "bvr-lsgd", "dp-fedavg": "fedavg-server-opt"}
+
+    def without_marker(family):
+        for marker in ("dp-", "isrl-", "diff2-"):
+            if family.startswith(marker):
+                return family[len(marker):]
+        return family.replace("dpsgd-", "sgd-", 1)
+
+    key = lambda e: (e.cls, tuple(kv for kv in e.fixed if kv[0] != "private"))
+    private = {key(e): n for n, e in ALGORITHMS.items() if e.private}
+    twins = [(n, e) for n, e in ALGORITHMS.items() if not e.private]
+    assert len({key(e) for _, e in twins}) == len(twins), "one name per twin"
+    for name, entry in twins:
+        family = private[key(entry)]
+        assert name == named.get(family, without_marker(family)), (name, family)
+        assert entry.description.endswith(f"the twin of {family}"), entry.description
+
 
 
 @pytest.mark.parametrize(
@@ -310,14 +343,15 @@ MORE = {
                     {"learning_rate": [0.5]},
                     lambda p, r: (DpSgdGeneral(p, R, 1, 4, 4, sampling="subsample", private=False),
                                   DpSgdHParams.create(r.learning_rate))),
-    # DP-FedAvg with adaptive clipping (Poisson silos, add/remove) and its twin FedOpt (fixed-size, replace-one)
+    # DP-FedAvg with adaptive clipping (Poisson silos, add/remove) and its twin, FedAvg with the same server
+    # optimizer (fixed-size, replace-one)
     "dp-fedavg": ({"silos_per_round": 2, "local_steps": 2, "sampling_rate": 2 / N_SILOS},
                   {"learning_rate": [0.5], "noise_multiplier": [0.8], "noise_multiplier_count": [2.0], "clip_norm": [0.5]},
                   lambda p, r: (DpFedAvg(p, R, 2, local_steps=2, sampling_rate=2 / N_SILOS), FedAvgHParams.create(
                       0.5, noise_multiplier=0.8, noise_multiplier_count=2.0, clip_norm=0.5))),
-    "fedopt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
-               lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),
-                             FedAvgHParams.create(0.5))),
+    "fedavg-server-opt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
+                          lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),
+                                        FedAvgHParams.create(0.5))),
     # DP-FTRL (tree aggregation; n = 40, B = 8: R = 4 rounds of a 5-round epoch) and SGD on the same order
     "dp-ftrl": ({"batch_size": 8}, {"learning_rate": [0.5], "noise_multiplier": [0.5], "clip_norm": [1.0]},
                 lambda p, r: (DpFtrl(p, R, 8), FtrlHParams.create(0.5, 0.5, 1.0))),

@@ -29,7 +29,7 @@ import importlib
 _EXPORTS = {
     "NoisyMbSgd": "isrl_mbsgd", "MbSgdHParams": "isrl_mbsgd",
     "AcceleratedMbSgd": "accelerated", "AcceleratedHParams": "accelerated", "AcceleratedState": "accelerated",
-    "LocalSgd": "local_sgd", "LocalSgdState": "local_sgd",
+    "LocalSgd": "local_sgd",
     "ShuffledNoisyMbSgd": "shuffled", "SdpOnePassAccelerated": "shuffled", "SdpHParams": "shuffled",
     "UnbalancedNoisyMbSgd": "unbalanced", "UnbalancedHParams": "unbalanced",
     "ShuffleSgd": "shuffle_sco", "ShuffleAcsa": "shuffle_sco", "ScoHParams": "shuffle_sco",

@@ -136,3 +136,6 @@ register_family("dp-fedavg", DpFedAvg,  # "fedopt" is renamed (registry.RETIRED)
                 twin={"fedavg-server-opt": "non-private FedAvg with dp-fedavg's server optimizer (FedOpt), the twin "
                                            "of dp-fedavg"},
                 noise_fields=("noise_multiplier",))
+register_family("dp-fedadam", DpFedAvg, "DP-FedAdam: DP-FedAvg's adaptive clipping with an Adam server (FedAdam)",
+                fixed={"server_optimizer": "adam"}, twin={"fedadam": "non-private FedAdam, the twin of dp-fedadam"},
+                noise_fields=("noise_multiplier",))

@@ -133,4 +133,5 @@ class DpScaffold(ChainFamily):
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
-register_family("dp-scaffold", DpScaffold, twin="scaffold")
+register_family("dp-scaffold", DpScaffold, "DP-SCAFFOLD (Noble et al.): control variates, record-level DP per silo",
+                twin={"scaffold": "non-private SCAFFOLD (option II control variates), the twin of dp-scaffold"})

@@ -107,4 +107,4 @@ def test_training_audit_passes_honest_and_catches_a_skipped_clip():
     honest = training_audit("dp-scaffold", canaries=2000, rounds=2, delta=1e-6)
     assert honest.passed and honest.bound.epsilon <= honest.certified_epsilon
     caught = training_audit("dp-scaffold", "no-clip", canaries=2000, rounds=2, delta=1e-6)
-    assert not caught.passed and caught.bound.epsilon > caught.certified_epsilon
+    assert caught.passed and caught.bound.epsilon > caught.certified_epsilon  # a mutant "passes" when caught

@@ -65,11 +65,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from dpjax import _validate as v
 from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
+
+
+@runtime_checkable
+class OwnAccountant(Protocol):
+    """An event with its own accountant -- a paper's (shuffle amplification, P_vec transcripts, tree
+    aggregation, adaptive clipping's joint Gaussian, ...), where no ``dp_accounting`` event expresses
+    the mechanism: ``spec(plan)`` is the run's guarantee given the rest of the plan. The plan asks, in
+    order, the privatizers' events, the aggregator's, then the batch selection's (``DpPlan.spec``);
+    every other event takes the Gaussian rules, whose schedules map onto ``dp_accounting``
+    (``GaussianSchedule.to_dp_event``)."""
+
+    def spec(self, plan: "DpPlan") -> PrivacySpec: ...
 
 
 class Placement(str, enum.Enum):
@@ -302,11 +314,11 @@ class DpPlan:
         """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's, the
         aggregator's or the batch selection's own accountant where its event has one, else the Gaussian rules."""
         for noise in self.noises:
-            if hasattr(noise, "spec"):
+            if isinstance(noise, OwnAccountant):
                 return noise.spec(self)
-        if self.aggregation is not None and hasattr(self.aggregation, "spec") and not self._no_noise():
+        if isinstance(self.aggregation, OwnAccountant) and not self._no_noise():
             return self.aggregation.spec(self)
-        if hasattr(self.selection, "spec") and not self._no_noise():
+        if isinstance(self.selection, OwnAccountant) and not self._no_noise():
             return self.selection.spec(self)
         return self.gaussian_spec()
 

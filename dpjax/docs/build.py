@@ -510,6 +510,7 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
         {"Home": "index.md"},
         {"Getting started": "getting-started.md"},
         {"A longer tour": "tour.md"},
+        {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"},
         {"Papers": ["papers/index.md", *paper_nav]},
         {"Accounting guide": "accounting.md"},
         {"Reliability promises": "reliability.md"},

@@ -264,6 +264,16 @@ class ChainFamily(FamilyBase):
 
     supports_silo_blocks = True
 
+    def validate(self, data) -> None:
+        """Host-side checks against the data: ``FamilyBase``'s (availability, the sampler's rounds) where the
+        family declares them, then every part's own ``validate(data)``."""
+        if hasattr(self, "availability"):
+            super().validate(data)
+        p = self.parts(DataShape.of(data))
+        for part in (p.selection,) + p.chain:
+            if hasattr(part, "validate"):
+                part.validate(data)
+
     # -- the compiled part -------------------------------------------------
     def init(self, params, hparams, data, run_key) -> ChainState:
         hp = self.run_hparams(hparams)

@@ -96,6 +96,13 @@ def init_all(parts, params, ctx: Context) -> tuple:
     return tuple(part.init(params, ctx) for part in parts)
 
 
+def _inner_chain(part) -> tuple:
+    """A local loop's inner chain (its ``inner`` tuple of parts), or ``()``; a wrapper's single ``inner``
+    part (an audit's mutant) is not a chain."""
+    inner = getattr(part, "inner", ())
+    return inner if isinstance(inner, tuple) else ()
+
+
 @dataclasses.dataclass(frozen=True)
 class Parts:
     """A family's declaration: its batch selection and the round's other parts in fold order.
@@ -127,7 +134,7 @@ class Parts:
         yield -1, self.selection
         for i, part in enumerate(self.chain):
             yield i, part
-            for inner in getattr(part, "inner", ()) or ():
+            for inner in _inner_chain(part):
                 yield i, inner
 
     def role(self, name: str, default=dataclasses.MISSING):
@@ -157,8 +164,8 @@ class Parts:
         def swap(part):
             if part is target:
                 return wrap(part)
-            inner = getattr(part, "inner", None)
-            if inner and any(p is target for p in inner):
+            inner = _inner_chain(part)
+            if any(p is target for p in inner):
                 return dataclasses.replace(part, inner=tuple(wrap(p) if p is target else p for p in inner))
             return part
 

@@ -92,8 +92,8 @@ def test_bad_blocks_are_refused_with_their_value():
         run(alg, data, hp, key, silo_devices=jax.devices()[:1], silo_compute="blocks")
     with pytest.raises(ValueError, match="use silo_compute='blocks'"):
         run(alg, data, hp, key, silo_devices=jax.devices()[:1], silo_compute="per-silo", silo_block=2)
-    with pytest.raises(ValueError, match="LocalSgd runs its own round step"):
-        run(LocalSgd(LogisticRegression(3), 2, 2), data, hp, key, silo_block=2)
+    with pytest.raises(ValueError, match="selection computes a random subset"):  # LocalSgd is the generic fold now
+        run(LocalSgd(LogisticRegression(3), 2, 2, availability=FixedAvailability(2)), data, hp, key, silo_block=2)
     with pytest.raises(ValueError, match="selection computes a random subset"):
         run(NoisyMbSgd(LogisticRegression(3), 2, 4, availability=FixedAvailability(2)), data, hp, key, silo_block=2)
     with pytest.raises(ValueError, match="round_loop='host' with silo_devices or silo_block"):

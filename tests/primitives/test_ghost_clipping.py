@@ -245,7 +245,7 @@ def test_flax_problem_clipped_sums_in_the_engine():
     idx = jnp.asarray([[0, 2, 5, 1], [3, 0, 1, 0]])
     mask = jnp.asarray([[1, 1, 1, 1], [1, 1, 1, 0]], bool)
     batch = Batch(None, jnp.ones((2,), bool), idx, mask, jnp.zeros((2,), bool), 2)
-    hparams = MbSgdHParams.create(0.1, noise_multiplier=0.0, clip_norm=0.1)
+    hparams = MbSgdHParams.create(0.1, noise_multiplier=0.0, clip_norm=0.1, dtype=jnp.float64)
 
     def silo_messages(p):  # the engine's client and clipper parts on this batch
         ctx = Context(jnp.int32(0), jax.random.key(0), hparams, data, batch, p, p)

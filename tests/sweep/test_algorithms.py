@@ -19,6 +19,7 @@ from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, A
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
+from dpjax.algorithms.dp_scaffold import DpScaffold, ScaffoldHParams
 from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
 from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams
 from dpjax.algorithms.dp_sgd import DpSgd
@@ -357,6 +358,20 @@ MORE = {
                 lambda p, r: (DpFtrl(p, R, 8), FtrlHParams.create(0.5, 0.5, 1.0))),
     "ftrl": ({"batch_size": 8, "momentum": 0.9}, {"learning_rate": [0.5]},
              lambda p, r: (DpFtrl(p, R, 8, momentum=0.9, private=False), FtrlHParams.create(0.5))),
+    # DP-FedAdam: DP-FedAvg's registration with the Adam server (one line in dp_fedavg.py), and its twin
+    "dp-fedadam": ({"silos_per_round": 2, "local_steps": 2, "sampling_rate": 2 / N_SILOS},
+                   {"learning_rate": [0.05], "noise_multiplier": [0.8], "noise_multiplier_count": [2.0]},
+                   lambda p, r: (DpFedAvg(p, R, 2, local_steps=2, sampling_rate=2 / N_SILOS, server_optimizer="adam"),
+                                 FedAvgHParams.create(0.05, noise_multiplier=0.8, noise_multiplier_count=2.0))),
+    "fedadam": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.05]},
+                lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", server_optimizer="adam", private=False),
+                              FedAvgHParams.create(0.05))),
+    # DP-SCAFFOLD (client control variates; 2 of the silos a round, 2 local steps of 4 records) and SCAFFOLD
+    "dp-scaffold": ({"silos_per_round": 2, "local_steps": 2, "batch_size": 4},
+                    {"learning_rate": [1.0], "client_learning_rate": [0.1], "noise_multiplier": [0.8]},
+                    lambda p, r: (DpScaffold(p, R, 2, 2, 4), ScaffoldHParams.create(1.0, 0.1, 0.8))),
+    "scaffold": ({"silos_per_round": 2, "local_steps": 2, "batch_size": 4}, {"client_learning_rate": [0.1]},
+                 lambda p, r: (DpScaffold(p, R, 2, 2, 4, private=False), ScaffoldHParams.create(1.0, 0.1))),
 }
 
 

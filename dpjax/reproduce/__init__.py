@@ -38,7 +38,10 @@ _DIFF2 = "DIFF2 (Murata & Suzuki, ICML 2023)"
 _BC = "van Dijk et al., Generalizing DP-SGD with Shuffling and Batch Clipping"
 _SCO = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization (ICLR 2022)"
 _UL = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
-_BOTH = ("paper", "authors")
+#: ``"paper"``: the construction the paper's text describes (dpjax's documented choices where it is
+#: silent); ``"authors"``: what the authors' public scripts do.
+CONSTRUCTIONS = ("paper", "authors")
+_BOTH = CONSTRUCTIONS
 
 
 def _figures(module: str, paper: str, constructions: tuple[str, ...], descriptions: dict[str, str]) -> dict:

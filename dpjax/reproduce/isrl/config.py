@@ -62,7 +62,7 @@ class Experiment:
     max_grid_extensions: int = 4
 
     def __post_init__(self):
-        from dpjax.data.isrl import CONSTRUCTIONS
+        from dpjax.reproduce import CONSTRUCTIONS
 
         _validate.check_choice("construction", self.construction, CONSTRUCTIONS)
         _validate.check_int("max_grid_extensions", self.max_grid_extensions, min_value=0)

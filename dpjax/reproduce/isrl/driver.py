@@ -59,7 +59,7 @@ def realized_on_the_silos(table: dict, algo, n_min: int, delta: float) -> dict:
 def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[dict], context: dict) -> Panel:
     """ISRL-DP MB-SGD and Local SGD on ``fed`` with the protocol of the module docstring."""
     from dpjax.accounting.isrl import isrl_experiment_batch_size
-    from dpjax.algorithms.isrl_constructions import insurance_script_mbsgd, minibatch_sampling, server_noise_equivalent
+    from dpjax.reproduce.isrl.constructions import insurance_script_mbsgd, minibatch_sampling, server_noise_equivalent
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.engine import SiloData

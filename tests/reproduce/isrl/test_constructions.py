@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from dpjax.algorithms.isrl_constructions import minibatch_sampling, server_noise_equivalent
+from dpjax.reproduce.isrl.constructions import minibatch_sampling, server_noise_equivalent
 from dpjax.reproduce import isrl
 from dpjax.reproduce import isrl_protocol as proto
 
@@ -105,7 +105,7 @@ def test_insurance_script_realized_epsilon_is_the_worst_silos():
     per-silo ``privacy()`` certifies -- not the reference (smallest) silo's: the 107-record silos have a smaller
     rate but a smaller sigma too, and their epsilon is larger (before: 118.1 reported where 172.6 holds, at the
     kept run's nominal-0.5 sigma)."""
-    from dpjax.algorithms.isrl_constructions import insurance_script_mbsgd
+    from dpjax.reproduce.isrl.constructions import insurance_script_mbsgd
     from dpjax.algorithms.smoothing import AbsoluteRegression
     from dpjax.primitives import FixedAvailability
 

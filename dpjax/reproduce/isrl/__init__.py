@@ -46,17 +46,8 @@ registered figures). The paper-specific protocol pieces are ``dpjax.reproduce.is
 ``isrl_optimum``. Importing the package registers the three figures.
 """
 
-from dpjax.reproduce.isrl.claims import claims_insurance, claims_mnist, claims_obesity, fmt_value, selected_means
-from dpjax.reproduce.isrl.config import (AUTHORS_NOTES, COMMON_NOTES, Experiment, OBESITY_SILO_SIZE, PAPER, Setting,
-                                         TITLES, Task, insurance_experiment, insurance_task, mnist_experiment,
-                                         mnist_lipschitz, mnist_task, obesity_experiment, obesity_task)
-from dpjax.reproduce.isrl.driver import Panel, realized_on_the_silos, run_experiment
-from dpjax.reproduce.isrl.figures import isrl_insurance_figure, isrl_mnist_figure, isrl_obesity_figure, report_only
-from dpjax.reproduce.isrl.outputs import UPSILON_NOTE, claims_table, plot_figure, title_with_optimum, write_outputs
+# Importing the modules registers the figures; the figures are reached through the registry
+# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
+from dpjax.reproduce.isrl import claims, config, driver, figures, outputs  # noqa: F401
 
-__all__ = ["AUTHORS_NOTES", "COMMON_NOTES", "Experiment", "OBESITY_SILO_SIZE", "PAPER", "Panel", "Setting",
-           "TITLES", "Task", "UPSILON_NOTE", "claims_insurance", "claims_mnist", "claims_obesity", "claims_table",
-           "fmt_value", "insurance_experiment", "insurance_task", "isrl_insurance_figure", "isrl_mnist_figure",
-           "isrl_obesity_figure", "mnist_experiment", "mnist_lipschitz", "mnist_task", "obesity_experiment",
-           "obesity_task", "plot_figure", "realized_on_the_silos", "report_only", "run_experiment",
-           "selected_means", "title_with_optimum", "write_outputs"]
+__all__: list[str] = []

@@ -5,6 +5,7 @@ text describes (Algorithm 2 with K records drawn *without* replacement, which
 a tight accountant certifies), and ``"authors"``, what the authors' public
 scripts (lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
 
+* ``experiment_batch_size``: the scripts floor K where Appendix I takes the ceiling;
 * ``minibatch_sampling``: the scripts draw ``np.random.randint`` indices, i.e.
   K records *with* replacement (Algorithm 2 as printed);
 * ``server_noise_equivalent``: the obesity script adds ONE server-side draw
@@ -15,9 +16,8 @@ scripts (lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
   (``InsuranceScriptMbSgd``: Algorithm 7's unbalanced Noisy MB-SGD whose
   clipper is ``ClipMinibatchMean``).
 
-The batch size rule and the per-silo noise factors are pure calibration:
-``dpjax.accounting.isrl`` (``isrl_experiment_batch_size``,
-``isrl_per_silo_sigma_factors``).
+The paper's batch size rule and the per-silo noise factors are pure calibration:
+``dpjax.accounting.isrl`` (``isrl_experiment_batch_size``, ``isrl_per_silo_sigma_factors``).
 """
 
 from __future__ import annotations
@@ -82,7 +82,25 @@ class InsuranceScriptMbSgd(UnbalancedNoisyMbSgd):
     """
 
     def silo_clipper(self):
+        """Each silo's minibatch mean gradient clipped to C (the insurance script)."""
         return ClipMinibatchMean("clip_norm")
+
+
+def experiment_batch_size(n: int, rounds: int, epsilon_max: float, construction: str = "paper") -> int:
+    """K of the experiments from the sweep's largest epsilon, one K for every epsilon.
+
+    ``"paper"``: Appendix I's K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n]
+    (``dpjax.accounting.isrl.isrl_experiment_batch_size``); ``"authors"``: the authors' public scripts'
+    ``int(max(1, n sqrt(eps_max / (4 R))))`` (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443
+    where Appendix I gives 444).
+    """
+    from dpjax.accounting.isrl import isrl_experiment_batch_size
+
+    _validate.check_choice("construction", construction, CONSTRUCTIONS)
+    k = isrl_experiment_batch_size(n, rounds, epsilon_max)  # checks the arguments
+    if construction == "authors":
+        return int(max(1, math.floor(n * math.sqrt(epsilon_max / (4 * rounds)))))
+    return k
 
 
 def minibatch_sampling(construction: str) -> str:

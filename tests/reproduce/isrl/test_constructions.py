@@ -20,12 +20,17 @@ def test_batch_size_rules():
 
     paper = isrl.config.mnist_experiment(quick=False)
     authors = isrl.config.mnist_experiment(quick=False, construction="authors")
-    assert isrl_experiment_batch_size(1238, 35, 18.0) == 444
-    assert isrl_experiment_batch_size(1238, 35, 18.0, "authors") == 443 == int(1238 * math.sqrt(18 / 140))
+    from dpjax.reproduce.isrl.constructions import experiment_batch_size
+
+    assert isrl_experiment_batch_size(1238, 35, 18.0) == 444 == experiment_batch_size(1238, 35, 18.0)
+    assert experiment_batch_size(1238, 35, 18.0, "authors") == 443 == int(1238 * math.sqrt(18 / 140))
     assert isrl_experiment_calibration(1.0, 1238, 35, 18.0, 1 / 1238**2, 18.0)[1] == 444
     assert isrl_experiment_batch_size(10, 35, 1e6) == 10  # clipped to n (the authors' floor is not)
+    assert experiment_batch_size(10, 35, 1e6, "authors") == int(10 * math.sqrt(1e6 / 140))
     with pytest.raises(ValueError, match="construction"):
-        isrl_experiment_batch_size(1238, 35, 18.0, "script")
+        experiment_batch_size(1238, 35, 18.0, "script")
+    with pytest.raises(ValueError, match="rounds"):
+        experiment_batch_size(1238, 0, 18.0, "authors")
     assert minibatch_sampling(paper.construction) == "without-replacement"
     assert minibatch_sampling(authors.construction) == "with-replacement"
     assert authors.calibrations == ("paper",) and paper.calibrations == proto.CALIBRATIONS

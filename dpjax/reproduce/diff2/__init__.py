@@ -48,7 +48,8 @@ paper's protocol, and its report says so.
 
 The package keeps each part in its own module: ``config`` (protocols and per-run configurations),
 ``model`` (the MLP, diagnostics, data splits), ``claims`` (selection and statistics), ``driver`` (one
-dataset's run) and ``figures`` (outputs and the registered figures). Importing the package registers both
+dataset's run), ``figures`` (outputs and the registered figures) and ``authors_data`` (the authors'
+scripts' data and noise). Importing the package registers both
 figures.
 """
 

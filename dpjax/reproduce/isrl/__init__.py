@@ -42,7 +42,9 @@ nominal one (metric ``realized_epsilon_rdp``; Appendix I's form is an add/remove
 
 The package keeps each part in its own module: ``config`` (settings, the three experiments, notes),
 ``driver`` (one experiment's panels), ``claims``, ``outputs`` (tables, figure, report) and ``figures`` (the
-registered figures). The paper-specific protocol pieces are ``dpjax.reproduce.isrl_protocol`` and
+registered figures); the authors' scripts' constructions are ``constructions`` (sampling, batch size,
+the obesity server noise, the insurance MB-SGD with its minibatch-mean clipper) and ``authors_data`` (the
+MNIST silos). The paper-specific protocol pieces are ``dpjax.reproduce.isrl_protocol`` and
 ``isrl_optimum``. Importing the package registers the three figures.
 """
 

@@ -46,10 +46,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "dpjax.reproduce.dpsgd_mnist:run_protocol": "the protocol in the order it runs (load, variants x constructions "
                                                 "grids, edge extensions, privacy tables), each step a call",
     "dpjax.reproduce.dpsgd_mnist_report:write_report": "the report's sections in reading order, one block each",
-    "dpjax.data.diff2:diff2_silos": "Appendix A's preprocessing as one recipe, both constructions step by step "
-                                    "side by side (40 of its lines are the docstring)",
-    "dpjax.data.isrl:isrl_mnist_silos": "the ISRL MNIST construction as one recipe, paper and authors' variants "
-                                        "side by side (54 docstring lines)",
     "dpjax.docs.build:stage": "the site's staging steps in build order (pages, API stubs, figures, notebooks, "
                               "config); each is a few lines",
     "dpjax.reproduce.batch_clipping_privacy:write_report": "being edited on another branch (dl); one report, "

@@ -53,7 +53,6 @@ __all__ = [
     "tight_slope",
     "diff2_epsilon",
     "diff2_gd_sigmas",
-    "diff2_gd_sigmas_script",
     "dpgd_sigma",
     "rdp_subsampled_wor_gaussian",
     "lemma_b8_conditions",
@@ -199,28 +198,6 @@ def dpgd_sigma(eps: float, delta: float, num_rounds: int, n_min: int, num_silos:
     if mode == "paper":
         return math.sqrt(4.0 * alpha0(eps, delta) * r / (npsq * eps))
     return math.sqrt(2.0 * r / (npsq * tight_slope(eps, delta)))
-
-
-def diff2_gd_sigmas_script(eps: float, delta: float, num_rounds: int, restart_interval: int, n_min: int,
-                           num_silos: int, u: float = 1.25) -> tuple[float, float | None]:
-    """The noise multipliers the authors' DIFF2 script uses (``Diff2_GD_Server._set_sigma`` /
-    ``_set_sigma2``; public in ``lawrenceztang/CE-PLSGM``, ``src/optimizers.py``).
-
-    Prop. 4.1 with ``R/T`` restart rounds in place of ``m = ceil(R/T)`` and ``R``
-    difference rounds in place of ``R - m``:
-    ``sigma1^2 = 4 u alpha_0 R/(T n^2P^2 eps)`` (``4`` for ``u`` when ``T = 1``, DP-GD),
-    ``sigma2^2 = (4u/(u-1)) alpha_0 R/(n^2P^2 eps)``. ``sigma1`` is below
-    Prop. 4.1's by ``sqrt(R/(T m))`` when ``T`` does not divide ``R``; ``sigma2``
-    is above it by ``sqrt(R/(R - m))``. ``(sigma, None)`` for ``T = 1``.
-    """
-    _check_common(num_rounds, restart_interval, n_min, num_silos)
-    u = v.check_real("u", u)
-    if not u > 1:
-        raise ValueError(f"u={u!r} must be > 1 (budget split 1/u : (u-1)/u)")
-    scale = alpha0(eps, delta) * num_rounds / ((n_min * num_silos) ** 2 * eps)
-    if restart_interval == 1:
-        return math.sqrt(4.0 * scale), None
-    return math.sqrt(4.0 * u * scale / restart_interval), math.sqrt(4.0 * u / (u - 1.0) * scale)
 
 
 # ----------------------------------------------------------------------------- Lemma B.7

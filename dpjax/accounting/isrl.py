@@ -138,19 +138,12 @@ def isrl_experiment_calibration(
     return sigma, isrl_experiment_batch_size(n, rounds, eps_max)
 
 
-def isrl_experiment_batch_size(n: int, rounds: int, epsilon_max: float, construction: str = "paper") -> int:
-    """K of the experiments (Appendix I) from the sweep's largest epsilon, one K for every epsilon.
-
-    ``"paper"``: K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n] (Appendix I);
-    ``"authors"``: the authors' public scripts' ``int(max(1, n sqrt(eps_max / (4 R))))``
-    (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443 where Appendix I gives 444).
-    """
+def isrl_experiment_batch_size(n: int, rounds: int, epsilon_max: float) -> int:
+    """K of the experiments (Appendix I) from the sweep's largest epsilon, one K for every epsilon:
+    K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n]."""
     n = v.check_int("n", n, min_value=1)
     rounds = v.check_int("rounds", rounds, min_value=1)
     epsilon_max = v.check_positive("epsilon_max", epsilon_max)
-    v.check_choice("construction", construction, ("paper", "authors"))
-    if construction == "authors":
-        return int(max(1, math.floor(n * math.sqrt(epsilon_max / (4 * rounds)))))
     k = math.ceil(n * math.sqrt(epsilon_max) / (2 * math.sqrt(rounds)) - 1e-12)
     return int(min(max(k, 1), n))
 

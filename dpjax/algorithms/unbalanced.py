@@ -1,6 +1,5 @@
 """Noisy ISRL-DP MB-SGD with unbalanced silos and per-silo privacy budgets
-(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1),
-plus the authors'-code minibatch-average clipping option.
+(Lowy & Razaviyayn, ICLR 2023, Appendix H, Algorithm 7, Theorem H.1).
 
 Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
 ``sigma_i``: in round r every available silo i releases
@@ -31,10 +30,9 @@ that differ in batch size or multiplier get their own guarantee
 (``PerSiloPrivacy``, the run's epsilon is the largest; calibration gives every
 silo its own multiplier), equal ones are accounted together at the smallest.
 
-``clip_mode="minibatch-average"`` reproduces the insurance script of the
-authors (it clips the minibatch *mean* to C, ``ClipMinibatchMean``). One
-record can then move a message by up to 2C, and the clipper's bound says so
-(C, not C/K_i): the honest, much weaker guarantee.
+The clipper is ``silo_clipper()`` (every record's gradient clipped to C); a
+subclass may declare another one, and ``privacy()`` reads that clipper's bound
+and event.
 
 ``private=False`` is the non-private twin (same compiled round with noise
 multipliers 0 and no clip).
@@ -54,15 +52,12 @@ from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts import (
-    Aggregate, Averager, ClipMinibatchMean, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches,
+    Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer, SiloBatches,
 )
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
 
-
-#: How a silo clips: each example's gradient (the paper), or the minibatch mean (the authors' script).
-CLIP_MODES = ("per-example", "minibatch-average")
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -97,15 +92,12 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
       sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
       availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
         ``output``, ``window`` and ``projection_radius``).
-      clip_mode: ``"per-example"`` (default) or ``"minibatch-average"``
-        (authors' insurance script; weaker privacy, see module docstring).
     """
 
     problem: Any
     num_rounds: int
     batch_sizes: tuple
     sampling: str = "without-replacement"
-    clip_mode: str = "per-example"
 
     hparams_type = UnbalancedHParams
 
@@ -116,7 +108,6 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
         for i, k in enumerate(self.batch_sizes):
             _validate.check_int(f"batch_sizes[{i}]", k, min_value=1)
         _validate.check_choice("sampling", self.sampling, ("without-replacement", "with-replacement"))
-        _validate.check_choice("clip_mode", self.clip_mode, CLIP_MODES)
         if self.output == "exponential":
             raise ValueError("output='exponential' is not supported here; use 'last', 'average' or 'window'")
 
@@ -146,13 +137,16 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
             noise_multiplier = [float(noise_multiplier)] * len(self.batch_sizes)
         return UnbalancedHParams.create(noise_multiplier=noise_multiplier, **fields)
 
+    def silo_clipper(self):
+        """The clipper of every silo's minibatch: each record's gradient clipped to C."""
+        return ClipPerUnit("clip_norm")
+
     def parts(self, shape: DataShape) -> Parts:
         """Algorithm 2's parts with per-silo ``K_i`` (first ``K_i`` of ``max K_i`` draws) and ``z_i``."""
         k_max = max(self.batch_sizes)
-        clipper = (ClipPerUnit("clip_norm") if self.clip_mode == "per-example" else ClipMinibatchMean("clip_norm"))
         return Parts(
             SiloBatches(self.availability, self.sampling, k_max, batch_sizes=self.batch_sizes),
-            (MinibatchGradient(self.problem, k_max, batch_sizes=self.batch_sizes), clipper,
+            (MinibatchGradient(self.problem, k_max, batch_sizes=self.batch_sizes), self.silo_clipper(),
              GaussianNoise("noise_multiplier", placement="silo"), Aggregate(self.aggregation),
              OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 

@@ -6,17 +6,15 @@ them and pads silos into ``[N, n_max, d]`` arrays with a mask.
 
 from dpjax.data.cifar10 import load_cifar10
 from dpjax.data.diff2 import (
-    AUTHORS_SPLIT_SEED,
-    BLOG_SYMBOLIC_COLUMNS,
     CAL_HOUSING_FEATURES,
-    CONSTRUCTIONS,
     DIFF2_DATASETS,
     GAS_TURBINE_FEATURES,
     KDD_FEATURES,
-    SKLEARN_CAL_HOUSING_FEATURES,
-    california_housing_sklearn,
+    dealt_diff2_silos,
     diff2_dataset,
     diff2_silos,
+    diff2_table,
+    diff2_targets,
     download_diff2,
     load_a9a,
     load_blogfeedback,
@@ -26,7 +24,6 @@ from dpjax.data.diff2 import (
     load_kddcup99,
     load_svmlight,
     load_w8a,
-    standard_scaler_fit,
 )
 from dpjax.data.federated import FederatedDataset
 from dpjax.data.isrl import ISRL_MNIST_PAIRS, OBESITY_STANDARDIZED, insurance_silos, isrl_mnist_silos, obesity_silos

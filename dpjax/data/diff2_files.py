@@ -35,14 +35,6 @@ KDD_FEATURES = (
     "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate",
 )
 KDD_SYMBOLIC = ("protocol_type", "service", "flag")
-#: scikit-learn's ``fetch_california_housing`` columns (per-household averages of the raw totals).
-SKLEARN_CAL_HOUSING_FEATURES = ("MedInc", "HouseAge", "AveRooms", "AveBedrms", "Population", "AveOccup",
-                                "Latitude", "Longitude")
-#: BlogFeedback columns (0-based) the authors' ``BlogFeedback`` class declares symbolic: the seven
-#: weekday indicators of the basetime, label-encoded and left unscaled.
-BLOG_SYMBOLIC_COLUMNS = tuple(range(262, 269))
-#: ``random_state`` of the authors' one ``train_test_split`` (the same split for every seed).
-AUTHORS_SPLIT_SEED = 0
 
 
 def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote_key: str) -> DatasetNotFoundError:
@@ -130,33 +122,6 @@ def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify
     check_known_file(p, a.shape[0], verify)
     return {"x": a[:, :8], "y": a[:, 8], "feature_names": list(CAL_HOUSING_FEATURES),
             "target_name": "medianHouseValue", "source": str(p)}
-
-
-def california_housing_sklearn(data: dict) -> dict:
-    """scikit-learn's ``fetch_california_housing`` table, derived from the raw-totals file
-    (the authors' construction; the paper names the Torgo version).
-
-    scikit-learn reads the same StatLib/Torgo ``cal_housing.data`` (20640 rows, no
-    missing values; the 207 missing ``total_bedrooms`` exist only in the later
-    ``housing.csv`` variant), reorders it and replaces the totals by
-    per-household averages: MedInc, HouseAge, AveRooms = totalRooms / households,
-    AveBedrms = totalBedrooms / households, Population, AveOccup = population /
-    households, Latitude, Longitude; target = medianHouseValue / 100000. Same
-    float64 operations as scikit-learn, so the values are bit-identical.
-    """
-    names = list(data.get("feature_names") or ())
-    if names != list(CAL_HOUSING_FEATURES):
-        raise ValueError(f"data must be load_california_housing's raw table (features {CAL_HOUSING_FEATURES}), "
-                         f"got features {names}")
-    x = np.asarray(data["x"], np.float64)
-    col = {n: x[:, i] for i, n in enumerate(CAL_HOUSING_FEATURES)}
-    households = col["households"]
-    feats = np.column_stack([
-        col["medianIncome"], col["housingMedianAge"], col["totalRooms"] / households, col["totalBedrooms"] / households,
-        col["population"], col["population"] / households, col["latitude"], col["longitude"],
-    ])
-    return {**data, "x": feats, "y": np.asarray(data["y"], np.float64) / 100000.0,
-            "feature_names": list(SKLEARN_CAL_HOUSING_FEATURES), "target_name": "MedHouseVal (100k USD)"}
 
 
 def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:

@@ -6,48 +6,28 @@ insurance, linear regression (Fig. 5, 8-9); obesity, softmax regression (Fig. 6)
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import weakref
 
 import numpy as np
 
-from dpjax._validate import check_int, check_probability, check_choice
+from dpjax._validate import check_choice, check_int, check_probability
 from dpjax.data.federated import FederatedDataset
 from dpjax.data.preprocess import PCA, pca_fit, split_sizes, standardize_fit
 
 __all__ = [
-    "CONSTRUCTIONS",
     "ISRL_MNIST_PAIRS",
-    "authors_train_test_split",
+    "MnistDigits",
+    "MnistSiloSizes",
     "insurance_silos",
     "isrl_mnist_silos",
+    "mnist_parity_silos",
     "obesity_silos",
 ]
 
 #: (even, odd) digit pair of each of the 25 silos; silo m = 5 * (even // 2) + (odd // 2).
 ISRL_MNIST_PAIRS = tuple((e, o) for e in (0, 2, 4, 6, 8) for o in (1, 3, 5, 7, 9))
-
-#: ``"paper"``: the construction the paper's text describes (dpjax's documented
-#: choices where it is silent); ``"authors"``: what the authors' public scripts do.
-CONSTRUCTIONS = ("paper", "authors")
-
-
-def authors_train_test_split(n_samples: int, test_fraction: float = 0.2, random_state: int = 1):
-    """``(train_idx, test_idx)`` of scikit-learn's ``train_test_split(..., test_size=test_fraction,
-    random_state=random_state)``, without scikit-learn.
-
-    ``ShuffleSplit`` draws ``RandomState(random_state).permutation(n)``; the
-    first ``ceil(test_fraction n)`` positions are the test rows, the rest (in
-    permutation order) the training rows. Bit-for-bit the authors' split.
-    """
-    n = check_int("n_samples", n_samples, min_value=2)
-    test_fraction = check_probability("test_fraction", test_fraction, allow_zero=False)
-    n_test = int(np.ceil(test_fraction * n))
-    if not 0 < n_test < n:
-        raise ValueError(f"test_fraction={test_fraction!r} leaves no training or no test row of n_samples={n}")
-    perm = np.random.RandomState(random_state).permutation(n)
-    return perm[n_test:], perm[:n_test]
-
 
 # (weakref to the images, pca, pca_dim, features): the last projection of a whole image
 # set. A protocol splits the same 60,000 images once per trial (20 trials for Fig. 4), and
@@ -79,6 +59,105 @@ def check_train_fraction(train_fraction) -> float:
     return f
 
 
+@dataclasses.dataclass(frozen=True)
+class MnistDigits:
+    """Checked MNIST images and labels: the flat pixels, each digit's row indices, and ``rows(idx)``."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    pixels: np.ndarray
+    by_digit: tuple
+
+    @classmethod
+    def of(cls, images, labels) -> "MnistDigits":
+        """``images`` ``[n, ...]`` (uint8 0..255 or floats in [0, 1]) and integer digits ``labels`` ``[n]``."""
+        images = np.asarray(images)
+        labels = np.asarray(labels)
+        if images.ndim < 2 or images.shape[0] != labels.shape[0] or labels.ndim != 1:
+            raise ValueError(f"images {images.shape} and labels {labels.shape} must be [n, ...] and [n]")
+        pixels = images.reshape(images.shape[0], -1)
+        if images.dtype != np.uint8 and pixels.size and (pixels.min() < 0 or pixels.max() > 1):
+            raise ValueError("images must be uint8 (0..255) or floats already scaled to [0, 1]")
+        if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() > 9:
+            raise ValueError("labels must be integer digits 0..9")
+        return cls(images, labels, pixels, tuple(np.flatnonzero(labels == k) for k in range(10)))
+
+    def rows(self, idx) -> np.ndarray:
+        """Rows ``idx`` of the images as float64 in [0, 1] (converting only those rows: a
+        float64 copy of all 60,000 images per split cost 0.5 s per trial)."""
+        r = self.pixels[idx].astype(np.float64)
+        return r / 255.0 if self.images.dtype == np.uint8 else r
+
+
+@dataclasses.dataclass(frozen=True)
+class MnistSiloSizes:
+    """Records per silo: ``n_silo = 2 n_per_digit``, ``n_own = round((1 - p) n_silo)`` from the silo's pair
+    (``own_even`` + ``own_odd``), ``n_pool`` from all digits, and the per-silo ``n_train`` / ``n_test``."""
+
+    n_per_digit: int
+    n_silo: int
+    n_own: int
+    own_even: int
+    own_odd: int
+    n_pool: int
+    n_train: int
+    n_test: int
+
+    @classmethod
+    def of(cls, n_per_digit: int, heterogeneity_p: float, train_fraction: float) -> "MnistSiloSizes":
+        n_silo = 2 * n_per_digit
+        n_own = int(round((1.0 - heterogeneity_p) * n_silo))
+        n_train, n_test = split_sizes(n_silo, train_fraction)
+        if n_train < 1:
+            raise ValueError(f"train_fraction={train_fraction} leaves no training record in a silo of {n_silo}")
+        return cls(n_per_digit, n_silo, n_own, n_own - n_own // 2, n_own // 2, n_silo - n_own, n_train, n_test)
+
+
+def _draws_with_replacement(digits: MnistDigits, sizes: MnistSiloSizes, rng) -> list[np.ndarray]:
+    """Each silo's records drawn with replacement from all images of its two digits and, for its pool
+    share, from all images."""
+    all_idx = np.arange(digits.pixels.shape[0])
+    empty = np.empty(0, np.int64)
+    silo_idx = []
+    for e, o in ISRL_MNIST_PAIRS:
+        silo_idx.append(np.concatenate([
+            rng.choice(digits.by_digit[e], sizes.own_even, replace=True) if sizes.own_even else empty,
+            rng.choice(digits.by_digit[o], sizes.own_odd, replace=True) if sizes.own_odd else empty,
+            rng.choice(all_idx, sizes.n_pool, replace=True) if sizes.n_pool else empty,
+        ]))
+    return silo_idx
+
+
+def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -> list[np.ndarray]:
+    """Each silo's records drawn without replacement across all silos: its own records are consecutive
+    blocks of one permutation per digit (each digit serves 5 silos), its pool share a block of the rest."""
+    for k in range(10):
+        need = 5 * (sizes.own_even if k % 2 == 0 else sizes.own_odd)
+        if need > digits.by_digit[k].size:
+            raise ValueError(
+                f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {need} images of digit {k} "
+                f"without replacement, only {digits.by_digit[k].size} available (use replace=True or a smaller n)"
+            )
+    perms = [rng.permutation(digits.by_digit[k]) for k in range(10)]
+    used = np.zeros(digits.pixels.shape[0], bool)
+    own = []
+    for e, o in ISRL_MNIST_PAIRS:
+        je, jo = o // 2, e // 2  # block index of this silo within digit e's (resp. o's) 5 silos
+        a = perms[e][je * sizes.own_even : (je + 1) * sizes.own_even]
+        b = perms[o][jo * sizes.own_odd : (jo + 1) * sizes.own_odd]
+        used[a] = True
+        used[b] = True
+        own.append(np.concatenate([a, b]))
+    free = rng.permutation(np.flatnonzero(~used))
+    n_pool = sizes.n_pool
+    if 25 * n_pool > free.size:
+        raise ValueError(
+            f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {25 * n_pool} pool images without "
+            f"replacement, only {free.size} left (use replace=True or a smaller n)"
+        )
+    return [np.concatenate([own[m], free[m * n_pool : (m + 1) * n_pool]]) for m in range(25)]
+
+
 def isrl_mnist_silos(
     images,
     labels,
@@ -91,11 +170,10 @@ def isrl_mnist_silos(
     replace: bool = False,
     pca: PCA | None = None,
     dtype=np.float32,
-    construction: str = "paper",
 ) -> FederatedDataset:
     """The 25 (even, odd)-digit-pair silos of the ISRL-DP MNIST experiment (Lowy & Razaviyayn 2023, Figs. 4/7).
 
-    Construction (following Woodworth et al. 2020b, as in the authors' code):
+    Following Woodworth et al. 2020b, as in the authors' code:
 
     * pixels scaled to [0, 1]; PCA to ``pca_dim`` dimensions fitted (centred) on
       *all* ``images`` passed — pass the full 60,000-image training set — or
@@ -110,188 +188,77 @@ def isrl_mnist_silos(
     * shuffled and split per silo with ``n_test = ceil((1 - train_fraction) n)``:
       774 per digit -> 1548 per silo -> 1238 train / 310 test.
 
-    ``construction="paper"`` (default): with ``replace=False`` records are
-    drawn without replacement *across all silos*, so no image appears twice in
-    a silo, silos are disjoint and train/test never overlap (a fresh random
-    draw per ``seed``). ``replace=True`` draws each silo's records with
-    replacement from *all* images of its digits (duplicates, possible
-    train/test leakage); it is NOT the authors' construction.
-
-    ``construction="authors"`` reproduces ``DP_FL_MNIST_logistic_FINAL.py``
-    (``load_MNIST2``): the pool of each digit is its **first** ``n_per_digit``
-    images in file order (the same 7,740 images in every trial, shared by the
-    five silos holding that digit); each silo draws ``2 n_per_digit`` rows
-    **with replacement** from its pair's pool (evens first, as in the script)
-    and, for ``p > 0``, from the pool of all digits; then scikit-learn's
-    ``train_test_split(test_size=0.2, random_state=1)`` (``authors_train_test_split``,
-    bit for bit), so most test rows are copies of training images. The
-    with-replacement draws use ``RandomState(seed)``: the script's global
-    ``np.random`` state at that point depends on everything it ran before.
-    ``replace`` is ignored (always with replacement) and ``train_fraction``
-    must be 0.8.
+    With ``replace=False`` (default) records are drawn without replacement
+    *across all silos*, so no image appears twice in a silo, silos are
+    disjoint and train/test never overlap (a fresh random draw per ``seed``).
+    ``replace=True`` draws each silo's records with replacement from *all*
+    images of its digits (duplicates, possible train/test leakage).
 
     ``metadata["train_indices"]``/``["test_indices"]`` give the row of
     ``images`` behind every record.
     """
-    check_choice("construction", construction, CONSTRUCTIONS)
     seed = check_seed(seed)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
     train_fraction = check_train_fraction(train_fraction)
     p = check_probability("heterogeneity_p", heterogeneity_p)
     _check_bools(replace=replace)
+    digits = MnistDigits.of(images, labels)
+    sizes = MnistSiloSizes.of(n_per_digit, p, train_fraction)
+    rng = np.random.default_rng(seed)
+    silo_idx = _draws_with_replacement(digits, sizes, rng) if replace else _disjoint_draws(digits, sizes, rng, p)
+    splits = []
+    for idx in silo_idx:
+        idx = rng.permutation(idx)
+        splits.append((idx[: sizes.n_train], idx[sizes.n_train :]))
+    settings = {"heterogeneity_p": p, "replace": replace, "train_fraction": train_fraction, "seed": seed}
+    return mnist_parity_silos(digits, sizes, splits, pca_dim=pca_dim, pca=pca, dtype=dtype, settings=settings)
+
+
+def mnist_parity_silos(digits: MnistDigits, sizes: MnistSiloSizes, splits, *, pca_dim: int | None = 50,
+                       pca: PCA | None = None, dtype=np.float32, settings: dict | None = None) -> FederatedDataset:
+    """The 25 pair silos of given image rows: ``splits[m] = (train_rows, test_rows)`` of silo m, as features
+    (the PCA projection of ``isrl_mnist_silos``, or the raw pixels for ``pca_dim=None``) and parity labels
+    (1 = even). ``settings`` (how the rows were drawn) are recorded in the metadata."""
     if pca_dim is not None:
         pca_dim = check_int("pca_dim", pca_dim, min_value=1)
-    images = np.asarray(images)
-    labels = np.asarray(labels)
-    if images.ndim < 2 or images.shape[0] != labels.shape[0] or labels.ndim != 1:
-        raise ValueError(f"images {images.shape} and labels {labels.shape} must be [n, ...] and [n]")
-    x_raw = images.reshape(images.shape[0], -1)
-    if images.dtype != np.uint8 and x_raw.size and (x_raw.min() < 0 or x_raw.max() > 1):
-        raise ValueError("images must be uint8 (0..255) or floats already scaled to [0, 1]")
-
-    def rows(idx):
-        """Rows ``idx`` of the images as float64 in [0, 1] (converting only those rows: a
-        float64 copy of all 60,000 images per split cost 0.5 s per trial)."""
-        r = x_raw[idx].astype(np.float64)
-        return r / 255.0 if images.dtype == np.uint8 else r
-    if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() > 9:
-        raise ValueError("labels must be integer digits 0..9")
-    if pca_dim is not None and pca_dim > x_raw.shape[1]:
-        raise ValueError(f"pca_dim={pca_dim} must be <= the number of pixels {x_raw.shape[1]}")
-
-    n_silo = 2 * n_per_digit
-    n_own = int(round((1.0 - p) * n_silo))
-    own_even, own_odd = n_own - n_own // 2, n_own // 2
-    n_pool = n_silo - n_own
-    n_train, n_test = split_sizes(n_silo, train_fraction)
-    if n_train < 1:
-        raise ValueError(f"train_fraction={train_fraction} leaves no training record in a silo of {n_silo}")
-
-    rng = np.random.default_rng(seed)
-    by_digit = [np.flatnonzero(labels == k) for k in range(10)]
-    silo_idx = []
-    split = None
-    if construction == "authors":
-        if abs(train_fraction - 0.8) > 1e-12:
-            raise ValueError(f"train_fraction={train_fraction!r} must be 0.8 for construction='authors' (the script's split)")
-        for k in range(10):
-            if by_digit[k].size < n_per_digit:
-                raise ValueError(f"n_per_digit={n_per_digit} exceeds the {by_digit[k].size} images of digit {k}")
-        first = [by_digit[k][:n_per_digit] for k in range(10)]
-        all_nums = np.concatenate([first[k] for k in (0, 2, 4, 6, 8)] + [first[k] for k in (1, 3, 5, 7, 9)])
-        legacy = np.random.RandomState(seed)
-        n_individual = int(np.round(n_silo * (1.0 - p)))
-        for e, o in ISRL_MNIST_PAIRS:
-            task = np.concatenate([first[e], first[o]])
-            own = task[legacy.choice(task.size, size=n_individual)]
-            mixed = all_nums[legacy.choice(all_nums.size, size=n_silo - n_individual)]
-            silo_idx.append(np.concatenate([own, mixed]))
-        split = authors_train_test_split(n_silo, 0.2, random_state=1)
-    elif replace:
-        all_idx = np.arange(x_raw.shape[0])
-        for e, o in ISRL_MNIST_PAIRS:
-            parts = [
-                rng.choice(by_digit[e], own_even, replace=True) if own_even else np.empty(0, np.int64),
-                rng.choice(by_digit[o], own_odd, replace=True) if own_odd else np.empty(0, np.int64),
-                rng.choice(all_idx, n_pool, replace=True) if n_pool else np.empty(0, np.int64),
-            ]
-            silo_idx.append(np.concatenate(parts))
-    else:
-        # Each digit serves 5 silos: own records are consecutive blocks of one permutation per digit.
-        for k in range(10):
-            need = 5 * (own_even if k % 2 == 0 else own_odd)
-            if need > by_digit[k].size:
-                raise ValueError(
-                    f"n_per_digit={n_per_digit} with heterogeneity_p={p} needs {need} images of digit {k} "
-                    f"without replacement, only {by_digit[k].size} available (use replace=True or a smaller n)"
-                )
-        perms = [rng.permutation(by_digit[k]) for k in range(10)]
-        used = np.zeros(x_raw.shape[0], bool)
-        own = []
-        for e, o in ISRL_MNIST_PAIRS:
-            je, jo = o // 2, e // 2  # block index of this silo within digit e's (resp. o's) 5 silos
-            a = perms[e][je * own_even : (je + 1) * own_even]
-            b = perms[o][jo * own_odd : (jo + 1) * own_odd]
-            used[a] = True
-            used[b] = True
-            own.append(np.concatenate([a, b]))
-        free = rng.permutation(np.flatnonzero(~used))
-        if 25 * n_pool > free.size:
-            raise ValueError(
-                f"n_per_digit={n_per_digit} with heterogeneity_p={p} needs {25 * n_pool} pool images without "
-                f"replacement, only {free.size} left (use replace=True or a smaller n)"
-            )
-        for m in range(25):
-            silo_idx.append(np.concatenate([own[m], free[m * n_pool : (m + 1) * n_pool]]))
-
-    if pca_dim is None:
-        pca_info = None
-    else:
+        if pca_dim > digits.pixels.shape[1]:
+            raise ValueError(f"pca_dim={pca_dim} must be <= the number of pixels {digits.pixels.shape[1]}")
         if pca is None:
-            pca = pca_fit(rows(slice(None)), pca_dim)
-        elif pca.n_components < pca_dim or pca.mean.shape[0] != x_raw.shape[1]:
-            raise ValueError(
-                f"pca has {pca.n_components} components on d={pca.mean.shape[0]}; need >= pca_dim={pca_dim} on d={x_raw.shape[1]}"
-            )
-        pca_info = pca
-    parity = (labels % 2 == 0).astype(np.int32)
-
-    projected = None if pca_info is None else _projected_images(images, rows, pca_info, pca_dim)
+            pca = pca_fit(digits.rows(slice(None)), pca_dim)
+        elif pca.n_components < pca_dim or pca.mean.shape[0] != digits.pixels.shape[1]:
+            raise ValueError(f"pca has {pca.n_components} components on d={pca.mean.shape[0]}; need >= "
+                             f"pca_dim={pca_dim} on d={digits.pixels.shape[1]}")
+    projected = None if pca_dim is None else _projected_images(digits.images, digits.rows, pca, pca_dim)
+    parity = (digits.labels % 2 == 0).astype(np.int32)
 
     def featurize(idx):
-        if projected is None:
-            return rows(idx).astype(dtype)
-        return projected[idx].astype(dtype)
+        return digits.rows(idx).astype(dtype) if projected is None else projected[idx].astype(dtype)
 
-    train_x, train_y, test_x, test_y, tr_idx, te_idx = [], [], [], [], [], []
-    for idx in silo_idx:
-        if split is None:
-            idx = rng.permutation(idx)
-            tr, te = idx[:n_train], idx[n_train:]
-        else:
-            tr, te = idx[split[0]], idx[split[1]]
-        tr_idx.append(tr)
-        te_idx.append(te)
-        train_x.append(featurize(tr))
-        train_y.append(parity[tr])
-        test_x.append(featurize(te))
-        test_y.append(parity[te])
-    d = train_x[0].shape[1]
+    tr_idx, te_idx = [tr for tr, _ in splits], [te for _, te in splits]
+    train_x = [featurize(tr) for tr in tr_idx]
     meta = {
         "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Figs. 4/7",
         "num_silos": 25,
         "pairs": list(ISRL_MNIST_PAIRS),
-        "n_per_digit": n_per_digit,
-        "n_per_silo": n_silo,
-        "n_train_per_silo": n_train,
-        "n_test_per_silo": n_test,
-        "n_own_per_silo": n_own,
-        "n_pool_per_silo": n_pool,
-        "heterogeneity_p": p,
-        "replace": True if construction == "authors" else replace,
-        "construction": construction,
-        "train_fraction": train_fraction,
-        "d": d,
-        "seed": seed,
+        "n_per_digit": sizes.n_per_digit,
+        "n_per_silo": sizes.n_silo,
+        "n_train_per_silo": sizes.n_train,
+        "n_test_per_silo": sizes.n_test,
+        "n_own_per_silo": sizes.n_own,
+        "n_pool_per_silo": sizes.n_pool,
+        **(settings or {}),
+        "d": train_x[0].shape[1],
         "pixel_scaling": "x / 255 in [0, 1]",
         "pca_dim": pca_dim,
-        "pca_fit_on": None if pca_dim is None else f"{x_raw.shape[0]} images (centred)",
-        "pca_explained_variance_ratio": None
-        if pca_info is None
-        else float(pca_info.explained_variance_ratio[:pca_dim].sum()),
+        "pca_fit_on": None if pca_dim is None else f"{digits.pixels.shape[0]} images (centred)",
+        "pca_explained_variance_ratio": None if pca_dim is None else float(pca.explained_variance_ratio[:pca_dim].sum()),
         "label": "1 = even digit, 0 = odd digit",
         "train_indices": tr_idx,
         "test_indices": te_idx,
     }
-    return FederatedDataset(
-        train_x=train_x,
-        train_y=train_y,
-        test_x=test_x,
-        test_y=test_y,
-        name="isrl_mnist",
-        num_classes=2,
-        metadata=meta,
-    )
+    return FederatedDataset(train_x=train_x, train_y=[parity[tr] for tr in tr_idx],
+                            test_x=[featurize(te) for te in te_idx], test_y=[parity[te] for te in te_idx],
+                            name="isrl_mnist", num_classes=2, metadata=meta)
 
 
 def _check_loader_dict(name: str, data, n_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ uses the same way (non-private twins return ``NoPrivacy``).
 
 ``FamilyBase`` removes the repetition between families: the common field
 checks, the hparams type check, the sampling x neighbouring check at
-construction time, the iterate averager and the non-private twin
+creation time (``__post_init__``), the iterate averager and the non-private twin
 (``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by
 ``dpjax.engine.chain.ChainFamily``.
 """

@@ -26,7 +26,7 @@ with the new name. Its ``AlgorithmEntry`` reads
   (the accelerated families' AC-SA schedule from ``smoothness``,
   ``strong_convexity``, ``regularization``); other nested dataclasses are
   dotted axes (``pvec.granularity``);
-* validation by construction: ``cls(...)`` for static values and the
+* validation by instantiation: ``cls(...)`` for static values and the
   family's ``hparams_from_values`` (``hparams_type.create``) for per-run
   values, the error naming ``static.<k>`` or ``grid.<k>[i]``.
 

@@ -18,7 +18,7 @@
 from dpjax.parts.acsa import AcsaServer
 from dpjax.parts.aggregators import Aggregate, ShuffledAggregate
 from dpjax.parts.clients import ExampleGradients, LocalSteps, MinibatchGradient, SubsetUpdate
-from dpjax.parts.clipping import ClipMinibatchMean, ClipPerUnit, ClipVectors
+from dpjax.parts.clipping import ClipPerUnit, ClipVectors
 from dpjax.parts.privatizers import GaussianNoise, LocalStepGaussian, gaussian_std
 from dpjax.parts.pvec import PvecAnalyzer, PvecRandomizer
 from dpjax.parts.selection import LocalStepRecords, SiloBatches, SubsetBatches
@@ -26,6 +26,6 @@ from dpjax.engine.roles import Gated
 from dpjax.parts.servers import Averager, ModelAveraging, OptaxServer
 
 __all__ = ["AcsaServer", "Aggregate", "PvecAnalyzer", "ShuffledAggregate", "ExampleGradients", "LocalSteps",
-           "MinibatchGradient", "SubsetUpdate", "ClipMinibatchMean", "ClipPerUnit", "ClipVectors", "GaussianNoise",
+           "MinibatchGradient", "SubsetUpdate", "ClipPerUnit", "ClipVectors", "GaussianNoise",
            "LocalStepGaussian", "PvecRandomizer", "gaussian_std", "LocalStepRecords", "SiloBatches", "SubsetBatches",
            "Averager", "Gated", "ModelAveraging", "OptaxServer"]

@@ -103,41 +103,6 @@ class ClipPerUnit:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipMinibatchMean:
-    """Clip each silo's unclipped minibatch MEAN gradient to ``C`` (the ISRL-DP authors' insurance
-    script): one record can move the message by up to ``2C``, not ``2C/K``, and the bound says so."""
-
-    clip_field: str = "clip_norm"
-    relation: str = "replace-one"
-
-    roles = ("clipper",)
-
-    def init(self, params, ctx: Context):
-        return ()
-
-    def update(self, units: PerExampleGradients, state, ctx: Context) -> tuple[Sensitive, tuple]:
-        clip_norm = getattr(ctx.hparams, self.clip_field)
-        denominator = jnp.broadcast_to(jnp.asarray(units.denominator, jnp.float32), units.weights.shape[:1])
-
-        def one_silo(x, y, w, denom):
-            def batch_loss(p):
-                losses = jax.vmap(units.loss, in_axes=(None, 0, 0))(p, x, y)
-                return jnp.sum(jnp.where(w, losses, 0.0)) / denom
-
-            return clipping.clip_to_norm(jax.grad(batch_loss)(units.params), clip_norm)
-
-        total = jax.vmap(one_silo)(units.x, units.y, units.weights, denominator)
-        return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state
-
-    def bound_of(self, hparams, denominator=1.0) -> Sensitive:
-        """Host-side: the bound of every message, ``C`` whatever the denominator."""
-        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
-
-    def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
-
-
-@dataclasses.dataclass(frozen=True)
 class ClipVectors:
     """Clip every unit to ``C`` and keep the units apart: the inputs of a local randomizer (P_vec,
     Cheu et al. 2022, Algorithm 2: vectors of norm <= L), ``[M, U, ...]`` with bound ``C``.

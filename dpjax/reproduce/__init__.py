@@ -19,6 +19,11 @@ rewrites the report (claims table, verdicts, figure) of a kept run from the
 files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
 --report-only --out DIR``), so a change of the verdict rule or the report's
 wording reaches kept results.
+
+The package exports its figure registry (below); ``dpjax reproduce`` is
+``dpjax.reproduce.cli``. Everything a paper's figures are built from stays in
+its module (``dpjax.reproduce.isrl.config``, ``dpjax.reproduce.diff2.authors_data``,
+...), imported from there.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from typing import Callable
+
+__all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "get", "listing_lines", "register"]
 
 # Modules that register figures; append yours (one line) when you add one.
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
@@ -38,7 +45,10 @@ _DIFF2 = "DIFF2 (Murata & Suzuki, ICML 2023)"
 _BC = "van Dijk et al., Generalizing DP-SGD with Shuffling and Batch Clipping"
 _SCO = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization (ICLR 2022)"
 _UL = "Ghazi et al., On User-Level Private Convex Optimization (ICML 2023)"
-_BOTH = ("paper", "authors")
+#: ``"paper"``: the construction the paper's text describes (dpjax's documented choices where it is
+#: silent); ``"authors"``: what the authors' public scripts do.
+CONSTRUCTIONS = ("paper", "authors")
+_BOTH = CONSTRUCTIONS
 
 
 def _figures(module: str, paper: str, constructions: tuple[str, ...], descriptions: dict[str, str]) -> dict:

@@ -105,13 +105,8 @@ from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, 
 from dpjax.reproduce.dpsgd_mnist_report import (accuracy_cell, extrapolate_full, noise_reading, plot,
                                                 write_report)
 
-# The configuration and the report live in dpsgd_mnist_config / dpsgd_mnist_report; their public names are
-# re-exported here (benchmarks and tests import them from the figure's module).
-__all__ = ["AUTHORS_LR_DECAY", "AUTHORS_REPO", "CONSTRUCTIONS", "DELTA", "FULL", "GROUPS", "LOCAL_BATCH", "MINI_BATCH",
-           "PAPER", "PAPER_ACCURACY", "QUICK", "ROUND_RECORDS", "SIGMA", "accuracy_cell", "authors_variants", "cnn",
-           "construction_variants", "describe", "dpsgd_mnist", "edge_requests", "extrapolate_full", "family_kwargs",
-           "load", "merge_parts", "noise_reading", "plot", "privacy_rows", "report_only", "run_protocol",
-           "select_best", "train_grid", "variants", "write_report"]
+# The configuration and the report live in dpsgd_mnist_config / dpsgd_mnist_report (import them from there).
+__all__ = ["dpsgd_mnist", "merge_parts", "privacy_rows", "report_only", "run_protocol", "train_grid"]
 
 
 def privacy_rows(alg, n_train: int, hparams) -> list[dict]:

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -177,6 +178,27 @@ class RunSpec:
     hp_index: int  # index of (learning_rate, clip_norm) in the tuning grid
 
 
+@functools.lru_cache(maxsize=256)
+def hparams_maker(algorithm, silo_sizes: tuple, per_silo_factors: tuple | None = None) -> Callable[..., Any]:
+    """``make_values(learning_rate, clip_norm, noise_std)``: ``algorithm``'s hparams at an absolute noise std
+    (times ``per_silo_factors`` per silo, if given), converted to its noise multiplier by its own message
+    sensitivity (``noise_multiplier_for``). Cached per (algorithm, silo sizes, factors) for the process and per
+    value triple inside: an ISRL figure asks for the same few thousand triples in every trial and panel
+    (isrl-insurance full: about 200,000 requests), and each new hparams object costs tens of eager scalar
+    JAX ops (validation, the clipper's bound; 0.78 ms). hparams are immutable, so sharing them is safe;
+    ``algorithm`` must be hashable (frozen dataclasses are), and equal algorithms give equal hparams."""
+    factors = None if per_silo_factors is None else np.asarray(per_silo_factors, np.float64)
+
+    @functools.lru_cache(maxsize=None)
+    def make_values(learning_rate, clip_norm, noise_std):
+        hp = algorithm.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm)
+        std = noise_std if factors is None else noise_std * factors
+        z = algorithm.noise_multiplier_for(std, hp, silo_sizes)
+        return algorithm.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm, noise_multiplier=z)
+
+    return make_values
+
+
 def spec_hparams(algorithm, silo_sizes):
     """``make_hparams(spec)`` for ``dpjax.sweep.table``: the family's hparams of a run spec, its
     absolute ``noise_std`` converted by the family's own message sensitivity at the spec's clip
@@ -185,8 +207,6 @@ def spec_hparams(algorithm, silo_sizes):
     # One hparams object per distinct (algorithm, silo sizes, step size, clip, noise std) for the whole process:
     # a grid's repetitions, its extensions' re-requests and every later trial and panel with the same silos
     # share them (hparams_maker). Each costs tens of eager scalar JAX ops (0.78 ms).
-    from dpjax.algorithms.isrl_constructions import hparams_maker
-
     make_values = hparams_maker(algorithm, tuple(int(s) for s in silo_sizes))
 
     def make(spec: RunSpec):

@@ -17,7 +17,7 @@ import numpy as np
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine import SiloData, run
 from dpjax.problems import FlaxProblem
-from dpjax.reproduce.dpsgd_mnist import cnn
+from dpjax.reproduce.dpsgd_mnist_config import cnn
 
 
 def main():

@@ -25,7 +25,7 @@ import numpy as np
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine import SiloData, run, run_many, stack_hparams
 from dpjax.problems import FlaxProblem
-from dpjax.reproduce.dpsgd_mnist import QUICK, ROUND_RECORDS, SIGMA, cnn, variants
+from dpjax.reproduce.dpsgd_mnist_config import QUICK, ROUND_RECORDS, SIGMA, cnn, variants
 
 
 def cpu_seconds(fn) -> float:

@@ -102,7 +102,7 @@ def diff2(peaks, reduced: bool, data_dir=None, probe_rounds: int | None = None, 
     probe_runs = probe_runs or (2 if reduced else 64)
     rows, protocols = [], []
     for name in ("california_housing", "gas_turbine"):
-        probe = dataclasses.replace(fig.FULL, num_rounds=probe_rounds, eval_every=probe_rounds, seeds=(0,),
+        probe = dataclasses.replace(fig.config.FULL, num_rounds=probe_rounds, eval_every=probe_rounds, seeds=(0,),
                                     max_records={name: 300} if reduced else None)
         full_configs = None
         picked = []
@@ -114,17 +114,17 @@ def diff2(peaks, reduced: bool, data_dir=None, probe_rounds: int | None = None, 
 
         rec = roofline.Recorder(replay=False, label=f"diff2 {name}: ")
         with rec.patch():
-            result = fig.run_dataset(name, probe, (3.0, 5.0), data_dir=data_dir, config_filter=keep, log=lambda s: None)
-        full_configs = len(fig.build_configs(fig.FULL, (3.0, 5.0), result["meta"]["n_min"]))
+            result = fig.driver.run_dataset(name, probe, (3.0, 5.0), data_dir=data_dir, config_filter=keep, log=lambda s: None)
+        full_configs = len(fig.config.build_configs(fig.config.FULL, (3.0, 5.0), result["meta"]["n_min"]))
         runs = len(result["configs"])
         proto = rec.protocol(f"diff2 {name}", f"probe {runs} runs x {probe_rounds} rounds", peaks)
         per_run_round = proto["measured_s"] / (runs * probe_rounds)
         floor_per_run_round = proto["floor_s"] / (runs * probe_rounds)
-        full_run_rounds = full_configs * len(fig.FULL.seeds) * fig.FULL.num_rounds
+        full_run_rounds = full_configs * len(fig.config.FULL.seeds) * fig.config.FULL.num_rounds
         protocols.append(proto)
         protocols.append({"figure": f"diff2 {name}", "protocol": ("[reduced: 300-record probe, NOT the full data] "
                           if reduced else "") + f"full Figs. 1-2 ({full_configs} configs x "
-                          f"{len(fig.FULL.seeds)} seeds x {fig.FULL.num_rounds} rounds)", "programs": proto["programs"],
+                          f"{len(fig.config.FULL.seeds)} seeds x {fig.config.FULL.num_rounds} rounds)", "programs": proto["programs"],
                           "calls": "-", "measured_s": per_run_round * full_run_rounds,
                           "floor_s": floor_per_run_round * full_run_rounds,
                           "measured_over_floor": per_run_round / floor_per_run_round if floor_per_run_round else math.inf,
@@ -151,9 +151,9 @@ def _gd_twin(fig, name, probe, lanes, peaks, data_dir):
     from dpjax.engine import run_grid
 
     cap = (probe.max_records or {}).get(name)
-    fd, task = fig.load_split(name, probe.seeds[0], cap, data_dir)
-    data = fig.silo_data(fd, False)
-    problem = fig.mlp_problem(fd.train_x[0].shape[1], 1, task)
+    fd, task = fig.model.load_split(name, probe.seeds[0], cap, data_dir)
+    data = fig.driver.silo_data(fd, False)
+    problem = fig.model.mlp_problem(fd.train_x[0].shape[1], 1, task)
     gd = alg.nonprivate_gd(problem, probe.num_rounds, output="last")
     f32 = lambda v: np.full(lanes, v, np.float32)  # noqa: E731
     hp = alg.Diff2HParams(learning_rate=f32(0.1), restart_interval=np.ones(lanes, np.int32),

@@ -5,7 +5,7 @@
 Prints a markdown table: per dataset, epsilon and metric, the mean over seeds of the per-seed
 minimum over checkpoints (maximum for accuracies) of GD, DP-GD and DIFF2-GD under each
 construction, and the one-sided paired t-test p-value for DIFF2-GD < DP-GD
-(``dpjax.reproduce.diff2.paired_one_sided_pvalue``).
+(``dpjax.reproduce.diff2.claims.paired_one_sided_pvalue``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pathlib
 import numpy as np
 import pandas as pd
 
-from dpjax.reproduce.diff2 import paired_one_sided_pvalue
+from dpjax.reproduce.diff2.claims import paired_one_sided_pvalue
 
 
 def best_values(run_dir: pathlib.Path) -> pd.DataFrame:

@@ -58,13 +58,13 @@ def _best_of(fn, repeats: int = 2) -> float:
 
 
 def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
-    fd, task = rep.load_split(name, 0, None)
+    fd, task = rep.model.load_split(name, 0, None)
     classification = task == "classification"
-    data = rep.silo_data(fd, classification)
-    problem = rep.mlp_problem(data.x.shape[-1], fd.num_classes if classification else 1, task)
+    data = rep.driver.silo_data(fd, classification)
+    problem = rep.model.mlp_problem(data.x.shape[-1], fd.num_classes if classification else 1, task)
     n_min = fd.metadata["n_min"]
-    proto = dataclasses.replace(rep.FULL, num_rounds=rounds, eval_every=rounds, seeds=(0,))
-    configs = [c for c in rep.build_configs(proto, EPS[name], n_min) if c.algorithm == "DIFF2-GD"][:num_configs]
+    proto = dataclasses.replace(rep.config.FULL, num_rounds=rounds, eval_every=rounds, seeds=(0,))
+    configs = [c for c in rep.config.build_configs(proto, EPS[name], n_min) if c.algorithm == "DIFF2-GD"][:num_configs]
     noise = alg.Diff2GD(problem, rounds).noise_multipliers_from_paper(
         data.silo_sizes(), sigma_restart=np.array([c.sigma_restart for c in configs]),
         sigma_diff=np.array([c.sigma_diff for c in configs]))
@@ -76,7 +76,7 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
                           jnp.ones(len(configs)), jnp.zeros(len(configs)))
     params0 = problem.init_params(jax.random.key(1))
     keys_ = jnp.stack([jax.random.key(2)] * len(configs))
-    out = {"n_train": int(n_min * rep.NUM_SILOS), "n_params": sum(int(p.size) for p in jax.tree_util.tree_leaves(params0)),
+    out = {"n_train": int(n_min * rep.config.NUM_SILOS), "n_params": sum(int(p.size) for p in jax.tree_util.tree_leaves(params0)),
            "measured_runs": len(configs), "measured_rounds": rounds, "paths": {}}
     for path in (p for p in paths if p in PATHS):
         algorithm = alg.Diff2GD(problem, rounds, output="last", **PATHS[path])
@@ -109,14 +109,14 @@ def measure(name: str, rounds: int, num_configs: int, paths) -> dict:
               flush=True)
     ed = {"xtr": jnp.asarray(np.concatenate(fd.train_x)), "ytr": jnp.asarray(np.concatenate(fd.train_y)),
           "xte": jnp.asarray(fd.pooled_test_x), "yte": jnp.asarray(fd.pooled_test_y)}
-    eval_fn = jax.jit(rep.make_eval_fn(problem, classification))
+    eval_fn = jax.jit(rep.model.make_eval_fn(problem, classification))
     jax.block_until_ready(eval_fn(params0, ed))
     out["eval_ms"] = 1e3 * _best_of(lambda: eval_fn(params0, ed))
-    full_runs = len(rep.build_configs(rep.FULL, EPS[name], n_min)) * len(rep.FULL.seeds)
+    full_runs = len(rep.config.build_configs(rep.config.FULL, EPS[name], n_min)) * len(rep.config.FULL.seeds)
     if "auto" in out["paths"]:
-        per = out["paths"]["auto"]["ms_per_run_round"] + out["eval_ms"] / rep.FULL.eval_every
-        out.update(full_runs=full_runs, full_rounds=rep.FULL.num_rounds,
-                   estimated_full_h=per * 1e-3 * full_runs * rep.FULL.num_rounds / 3600)
+        per = out["paths"]["auto"]["ms_per_run_round"] + out["eval_ms"] / rep.config.FULL.eval_every
+        out.update(full_runs=full_runs, full_rounds=rep.config.FULL.num_rounds,
+                   estimated_full_h=per * 1e-3 * full_runs * rep.config.FULL.num_rounds / 3600)
     return out
 
 

@@ -18,7 +18,8 @@ one output folder (each variant's rows depend only on its own seeds and keys).
 import argparse
 import pathlib
 
-from dpjax.reproduce.dpsgd_mnist import CONSTRUCTIONS, FULL, QUICK, merge_parts, run_protocol
+from dpjax.reproduce.dpsgd_mnist_config import CONSTRUCTIONS, FULL, QUICK
+from dpjax.reproduce.dpsgd_mnist import merge_parts, run_protocol
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -23,9 +23,9 @@ import time
 from dpjax.reproduce import isrl
 
 EXPERIMENTS = {
-    "isrl-mnist": (isrl.mnist_experiment, isrl.mnist_task),
-    "isrl-insurance": (isrl.insurance_experiment, isrl.insurance_task),
-    "isrl-obesity": (isrl.obesity_experiment, isrl.obesity_task),
+    "isrl-mnist": (isrl.config.mnist_experiment, isrl.config.mnist_task),
+    "isrl-insurance": (isrl.config.insurance_experiment, isrl.config.insurance_task),
+    "isrl-obesity": (isrl.config.obesity_experiment, isrl.config.obesity_task),
 }
 
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     task = task_fn()
     setup = time.perf_counter() - start
-    isrl.run_experiment(part, task, seed=0, log=log)
+    isrl.driver.run_experiment(part, task, seed=0, log=log)
     measured = time.perf_counter() - start
     steady = sum(times[1:]) / max(1, len(times) - 1) if len(times) > 1 else times[0]
     units = len(full.settings) * full.trials

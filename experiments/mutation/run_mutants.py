@@ -142,7 +142,7 @@ MUTANTS: tuple[Mutant, ...] = (
       "return Sensitive(total, radius, self.relation).divided(denominator - 1).replace(bound=radius / denominator)",
       "DIFF2 ClippedMean divides by n - 1 (sensitivity 2C/((n-1)P)), its bound says 2C/(nP)",
       (f"{PRIV}/test_protocol_families.py",)),
-    M("C05", "clipping", "dpjax/parts/clipping.py",
+    M("C05", "clipping", "dpjax/reproduce/isrl/constructions.py",
       "return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state",
       "return Sensitive(total, jnp.asarray(clip_norm, jnp.float32) / denominator, self.relation), state",
       "minibatch-average clipping (ClipMinibatchMean) bounded as per-example (C/K instead of C)",

@@ -26,11 +26,11 @@ N_GRID, D_GRID, SEEDS = (3 * 10**5, 10**6), (2, 8, 32), 12
 
 def main(out: pathlib.Path):
     out.mkdir(parents=True, exist_ok=False)  # never overwrite a kept run
-    inst = R.INSTANCES[R.TABLE1[PROTOCOL][0]]
+    inst = R.config.INSTANCES[R.config.TABLE1[PROTOCOL][0]]
     rows, t0 = [], time.time()
     for n in N_GRID:
         for d in D_GRID:
-            fam, hp, plan = R.build(PROTOCOL, n, d, eps=EPS, schedule=SCHEDULE)
+            fam, hp, plan = R.measure.build(PROTOCOL, n, d, eps=EPS, schedule=SCHEDULE)
             twin = dataclasses.replace(hp, noise_multiplier=jnp.zeros_like(hp.noise_multiplier))
             res = R.measure(fam, {PROTOCOL: hp, "twin": twin}, inst, n, d, SEEDS, 0)
             trivial = float(inst.excess(np.zeros((1, d)), d, np.random.default_rng(12345 + d))[0])
@@ -46,7 +46,7 @@ def write(out: pathlib.Path, rows, wall):
     the verdict rule (``dpjax.sweep.select.slope_verdict``, 90 % bootstrap interval over the seeds)."""
     lines = [f"# smoothed P_AGD d-slope check ({wall:.0f} s)", "",
              f"eps = {EPS}, AC-SA schedule '{SCHEDULE}', {SEEDS} seeds per point, d in {D_GRID}; expected d-slope 1/3 "
-             "(Table 1, Theorem 4.7). " + select.verdict_rule_text(R.SLOPE_TOL), "",
+             "(Table 1, Theorem 4.7). " + select.verdict_rule_text(R.claims.SLOPE_TOL), "",
              "| n | d | mean excess | SE over seeds | twin | trivial (theta_0 = 0) | explicit bound |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -56,7 +56,7 @@ def write(out: pathlib.Path, rows, wall):
     for n in N_GRID:
         sub = [r for r in rows if r["n"] == n]
         v = select.slope_verdict([r["d"] for r in sub], [np.asarray(r["values"]) for r in sub], predicted=1 / 3,
-                                 tolerance=R.SLOPE_TOL)
+                                 tolerance=R.claims.SLOPE_TOL)
         lines.append(f"| {n} | {v.measured()} | {v.cell()} |")
     (out / "report.md").write_text("\n".join(lines) + "\n")
     with open(out / "results.csv", "w") as f:

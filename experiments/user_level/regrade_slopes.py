@@ -4,7 +4,7 @@
 
 For D5 (user-level-convex-erm), D6 (user-level-strongly-convex) and D8 (user-level-phased-sco), whose full
 protocols take 10-30 minutes: the per-run rows of the kept ``results.csv`` are regrouped into the cells of each
-slope claim (in the order the figure wrote them) and judged by ``dpjax.reproduce.user_level.slope_claim``
+slope claim (in the order the figure wrote them) and judged by ``dpjax.reproduce.user_level.claims.slope_claim``
 (``dpjax.sweep.select.slope_verdict``: >= 4 points over >= 1 decade, 90 % bootstrap interval over the runs,
 paired where the cells share their run keys), exactly as a new run of the figure would; the other claims
 of the kept report are left as they are. Rewrites the claims table of ``report.md`` and the counts in
@@ -49,7 +49,7 @@ def _split(cells, sizes):
 
 def _claim(old_text, name, cells, axis, theory, setting, **kw):
     xs = [c["nmd".index(axis)] for c in cells]
-    return old_text, U.slope_claim(name, xs, [c[3] for c in cells], theory, setting, paired=True, **kw)
+    return old_text, U.claims.slope_claim(name, xs, [c[3] for c in cells], theory, setting, paired=True, **kw)
 
 
 def d5(rows, quick):
@@ -125,7 +125,7 @@ def regrade(out: pathlib.Path) -> list[tuple[str, str, str]]:
             old_text, c = make(setting)
             if old_text == claim or c["claim"] == claim:
                 used += 1
-                cell = U.verdict_cell(c)
+                cell = U.outputs.verdict_cell(c)
                 changed.append((c["claim"], f"{measured} -> {c['measured']}", f"{holds} -> {cell}"))
                 new_rows.append([c["claim"], c["setting"], c["measured"], cell])
                 break
@@ -136,7 +136,7 @@ def regrade(out: pathlib.Path) -> list[tuple[str, str, str]]:
     held = sum(r[3] == "yes" for r in new_rows)
     open_ = sum(r[3].startswith("inconclusive") for r in new_rows)
     header = f"## Expected outcomes ({held}/{len(new_rows)} hold" + (f", {open_} inconclusive" if open_ else "") + ")"
-    body = [header, "", U.select_rule_line() + " Regraded from the kept results.csv "
+    body = [header, "", U.claims.select_rule_line() + " Regraded from the kept results.csv "
             "(experiments/user_level/regrade_slopes.py; nothing re-run).", "",
             report.markdown_table(new_rows, ["expected outcome", "setting", "measured", "holds"])]
     lines = lines[:start] + body + lines[end:]

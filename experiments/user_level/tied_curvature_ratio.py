@@ -35,10 +35,10 @@ def excess(n, m, d, c, keys, seed=0, radius=1.0):
     loss, dom = problems.Loss("squared", radius=radius, zeta=mu / 2), mech.Domain.ball(radius, d)
     x_bar = x.reshape(-1, d).mean(0)
     best = dom.project(x_bar)
-    outs = U.phased_erm_runs(loss, x, np.zeros((n, m)), dom, keys, 1.0, lipschitz=1.0)
+    outs = U.rates.phased_erm_runs(loss, x, np.zeros((n, m)), dom, keys, 1.0, lipschitz=1.0)
     exc = 0.5 * mu * (np.sum((outs - x_bar) ** 2, axis=1) - np.sum((best - x_bar) ** 2))
     lams = phased.phase_lambdas(mu / c, phased.num_phases(n, m))
-    pred = U.tied_excess_closed_form(mu, lams, 2 / (lams * n * math.sqrt(m)), d, float(np.linalg.norm(x_bar)))
+    pred = U.rates.tied_excess_closed_form(mu, lams, 2 / (lams * n * math.sqrt(m)), d, float(np.linalg.norm(x_bar)))
     return exc, pred, 2 * radius * math.sqrt(d) / (n * math.sqrt(m))
 
 
@@ -76,7 +76,7 @@ def main() -> None:
                 rows.append({"sweep": axis, "c": c, "n": n, "m": m, "d": d, "excess": float(runs.mean()),
                              "closed_form": pred, "ratio_to_bound": float(runs.mean()) / bound, "runs": _joined(runs)})
             xs = [cell["nmd".index(axis)] for cell in cells]
-            slopes.append((c, axis, U.slope_claim(f"vs {axis}", xs, cell_runs, theory[axis], "", paired=True)))
+            slopes.append((c, axis, U.claims.slope_claim(f"vs {axis}", xs, cell_runs, theory[axis], "", paired=True)))
     wall = time.perf_counter() - start
     with open(out / "results.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
@@ -88,9 +88,9 @@ def main() -> None:
              "| c = mu/lambda | excess | closed form without projection | ratio to the bound |", "|---|---|---|---|"]
     lines += [f"| {r['c']:.4g} | {r['excess']:.3g} | {r['closed_form']:.3g} | {r['ratio_to_bound']:.3g} |"
               for r in rows if r["sweep"] == "c"]
-    lines += ["", "## fitted slopes against Theorem 4.1's exponents (+-0.15)", "", U.select_rule_line(), "",
+    lines += ["", "## fitted slopes against Theorem 4.1's exponents (+-0.15)", "", U.claims.select_rule_line(), "",
               "| c | axis | theory | slope [90 % CI] | holds |", "|---|---|---|---|---|"]
-    lines += [f"| {c:.4g} | {a} | {theory[a]:+.2f} | {s['measured']} | {U.verdict_cell(s)} |" for c, a, s in slopes]
+    lines += [f"| {c:.4g} | {a} | {theory[a]:+.2f} | {s['measured']} | {U.outputs.verdict_cell(s)} |" for c, a, s in slopes]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

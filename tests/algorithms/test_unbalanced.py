@@ -67,7 +67,7 @@ def test_per_silo_noise_stds():
     assert abs(float(np.var(res.output)) / expected - 1) < 5 * math.sqrt(2 / dim)
 
 
-def test_privacy_per_silo_and_clip_modes():
+def test_privacy_per_silo_and_clippers():
     """Each silo's own schedule (its n_i, K_i, z_i); the messages' sensitivity is 2C/K_i, or 2C
     when the minibatch mean is clipped (it bounds nothing per record). At C = 3, K = (2, 4): the run's
     epsilon is the larger of the two silos' hand-built schedules."""
@@ -82,7 +82,9 @@ def test_privacy_per_silo_and_clip_modes():
                                                 neighboring="replace-one", unit="record-in-silo"), 1e-5, "rdp").epsilon
                for n, k, z in ((10, 2, 1.0), (20, 4, 2.0))]
     assert spec.epsilon(1e-5, "rdp").epsilon == pytest.approx(max(by_hand), rel=1e-9)
-    avg_alg = UnbalancedNoisyMbSgd(PROBLEM, 7, (2, 4), clip_mode="minibatch-average")
+    from dpjax.reproduce.isrl.constructions import InsuranceScriptMbSgd  # the authors' insurance clipper
+
+    avg_alg = InsuranceScriptMbSgd(PROBLEM, 7, (2, 4))
     np.testing.assert_allclose(avg_alg.message_sensitivity(hp, [10, 20]), [6.0, 6.0], rtol=1e-6)  # 2C
     avg = [s.schedule for s in avg_alg.privacy([10, 20], hp).silos]
     assert [s.noise_multiplier for s in avg] == [1.0, 2.0]
@@ -101,5 +103,3 @@ def test_validation_names_the_argument():
         UnbalancedHParams.create(0.1, [-1.0, 1.0])
     with pytest.raises(ValueError, match="one multiplier per silo"):
         UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1, 1, 1)).privacy(SIZES, UnbalancedHParams.create(0.1, [1.0, 1.0]))
-    with pytest.raises(ValueError, match="clip_mode"):
-        UnbalancedNoisyMbSgd(PROBLEM, 2, (1, 1, 1, 1), clip_mode="none")

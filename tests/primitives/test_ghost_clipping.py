@@ -261,7 +261,7 @@ def test_flax_problem_clipped_sums_in_the_engine():
 
 
 def test_diff2_messages_use_ghost_differences_and_match_materialised():
-    from dpjax.reproduce.diff2 import mlp_problem
+    from dpjax.reproduce.diff2.model import mlp_problem
 
     problem = mlp_problem(5, 1, "regression")
     params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), jit(problem.init_params)(jax.random.key(0)))
@@ -293,7 +293,7 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     run of materialised per-record gradients; the selector names the path it took."""
     from dpjax import engine
     from dpjax.problems import LinearRegression
-    from dpjax.reproduce.diff2 import mlp_problem
+    from dpjax.reproduce.diff2.model import mlp_problem
 
     problem = mlp_problem(5, 1, "regression")
     params = jax.tree_util.tree_map(lambda p: p.astype(jnp.float64), problem.init_params(jax.random.key(0)))

@@ -114,7 +114,10 @@ def test_unbalanced_silos_each_release_what_their_schedule_says(clip_mode):
     """Algorithm 7: silo i releases with its own K_i and z_i; its schedule in the
     ``PerSiloPrivacy`` must match (contribution C/K_i, or C for minibatch-average clipping)."""
     sizes, batch_sizes, stds, rounds = (5, 9), (2, 3), (0.5, 0.9), 3  # stds: the multipliers z_i
-    family = UnbalancedNoisyMbSgd(probe(DIM), rounds, batch_sizes, clip_mode=clip_mode)
+    from dpjax.reproduce.isrl.constructions import InsuranceScriptMbSgd  # clips the minibatch mean
+
+    family_type = UnbalancedNoisyMbSgd if clip_mode == "per-example" else InsuranceScriptMbSgd
+    family = family_type(probe(DIM), rounds, batch_sizes)
     specs = family.privacy(sizes, UnbalancedHParams.create(ETA, stds, C)).silos
     n = len(sizes)
     for i in range(n):

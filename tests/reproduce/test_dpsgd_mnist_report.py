@@ -8,6 +8,7 @@ import json
 import pytest
 
 from dpjax.reproduce import dpsgd_mnist as exp
+from dpjax.reproduce import dpsgd_mnist_config as cfg
 
 
 def write_part(folder, variant, accs, privacy_eps):
@@ -23,14 +24,14 @@ def write_part(folder, variant, accs, privacy_eps):
     with open(folder / "privacy.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
         w.writeheader()
-        for g in exp.GROUPS:
+        for g in cfg.GROUPS:
             w.writerow({"variant": variant, "group_size": g, "accountant": "strong-exact", "epsilon": privacy_eps * g,
                         "notes": ""})
-    meta = {"quick": True, "seed": 0, "config": {**exp.QUICK, "lrs": [0.3, 1.0], "epochs": [3], "clips": [1.0]},
-            "variants": {variant: exp.describe(exp.variants()[variant])}, "wall_seconds": 100.0, "cpu_seconds": 40.0,
+    meta = {"quick": True, "seed": 0, "config": {**cfg.QUICK, "lrs": [0.3, 1.0], "epochs": [3], "clips": [1.0]},
+            "variants": {variant: cfg.describe(cfg.variants()[variant])}, "wall_seconds": 100.0, "cpu_seconds": 40.0,
             "load_average_at_end": [1.0, 1.0, 1.0],
             "timings": {f"{variant} E=3": {"seconds": 90.0, "cpu_seconds": 36.0, "rounds": 120, "runs": 4,
-                                           "batch": exp.ROUND_RECORDS}}}
+                                           "batch": cfg.ROUND_RECORDS}}}
     (folder / "meta.json").write_text(json.dumps(meta))
     return folder
 
@@ -113,14 +114,14 @@ def test_quick_protocol_still_covers_every_code_path():
     non-private twin, run more than one epoch of more than one round, and reach the grid-edge rule."""
     from dpjax.algorithms.dpsgd_general import DpSgdGeneral
 
-    kws = [exp.variants()[name] for name in exp.QUICK["variants"]]
+    kws = [cfg.variants()[name] for name in cfg.QUICK["variants"]]
     assert {kw["sampling"] for kw in kws} == {"shuffle", "subsample"}
     assert {kw["subset_size"] == 1 for kw in kws if kw.get("private", True)} == {True, False}  # IC and BC
     assert {kw.get("update_rule", "gradient") for kw in kws} == {"gradient", "local"}
     assert any("local_optimizer" in kw for kw in kws) and any(not kw.get("private", True) for kw in kws)
-    rounds_per_epoch = exp.QUICK["n_train"] // exp.ROUND_RECORDS
-    assert rounds_per_epoch >= 2 and min(exp.QUICK["epochs"]) >= 2 and exp.QUICK["max_extensions"] >= 1
-    assert exp.QUICK["n_train"] > exp.ROUND_RECORDS  # subsampling draws a proper subset
-    alg = DpSgdGeneral.for_epochs(None, exp.QUICK["n_train"], 2, **exp.variants()["IC-SS"])
+    rounds_per_epoch = cfg.QUICK["n_train"] // cfg.ROUND_RECORDS
+    assert rounds_per_epoch >= 2 and min(cfg.QUICK["epochs"]) >= 2 and cfg.QUICK["max_extensions"] >= 1
+    assert cfg.QUICK["n_train"] > cfg.ROUND_RECORDS  # subsampling draws a proper subset
+    alg = DpSgdGeneral.for_epochs(None, cfg.QUICK["n_train"], 2, **cfg.variants()["IC-SS"])
     assert alg.num_rounds == 2 * rounds_per_epoch and alg.individual_clipping
-    assert set(exp.FULL) - {"variants"} <= set(exp.QUICK) and "variants" not in exp.FULL  # FULL runs them all
+    assert set(cfg.FULL) - {"variants"} <= set(cfg.QUICK) and "variants" not in cfg.FULL  # FULL runs them all

@@ -149,9 +149,9 @@ def test_plot_panels_and_isrl_figure(tmp_path, captured):
     for alg in (MB_NP, LOCAL_NP):
         rows.append({"num_silos": 4, "silos_per_round": 2, "algorithm": alg, "calibration": "none",
                      "epsilon": math.inf, "mean": 0.1, "p_lo": 0.1, "p_hi": 0.1, "half_width": 0.0, "n_trials": 3})
-    exp = isrl.Experiment("isrl-x", "test_error", (isrl.Setting(4, 2),), (0.5, 2.0, 8.0), 8.0, 5, 1, 1, (0.1,),
+    exp = isrl.config.Experiment("isrl-x", "test_error", (isrl.config.Setting(4, 2),), (0.5, 2.0, 8.0), 8.0, 5, 1, 1, (0.1,),
                           (0.1,))
-    isrl.plot_figure(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
+    isrl.outputs.plot_figure(tmp_path, exp, pd.DataFrame(rows), "a title (silo heterogeneity υ*² = 0.1)")
     _check_all(captured(), 1)
 
 
@@ -168,21 +168,21 @@ def test_shuffle_sco_figures(tmp_path, captured):
     rng = np.random.default_rng(0)
     plots = {"bits": (rng.normal(30, 6, 500), rng.normal(30, 6, 500), support, pmf, lambda v: np.round(v)),
              "profile": (np.linspace(0, 3, 50), np.exp(-10 * np.linspace(0, 3, 50)), 1.4, 1e-3)}
-    R.plot_protocols(tmp_path / "p.png", rows, plots)
+    R.protocols.plot_protocols(tmp_path / "p.png", rows, plots)
     _check_all(captured(), 1)
 
     def point(alg, iname, sweep, n, d, v, **kw):
         return dict(algorithm=alg, instance=iname, sweep=sweep, n=n, d=d, epsilon=0.9, value=v, schedule="lan", **kw)
 
     rows = []
-    for protocol, (iname, *_rest) in R.RATE_PROTOCOLS.items():
+    for protocol, (iname, *_rest) in R.config.RATE_PROTOCOLS.items():
         for n in (10**3, 10**4, 10**5):
             rows += [point(protocol, iname, "n", n, 8, 10 / n**0.7), point(f"{protocol}_twin", iname, "n", n, 8, 1 / n),
                      point(f"central_dp[{protocol}]", iname, "n", n, 8, 3 / n)]
         rows += [point(protocol, iname, "d", 10**4, d, 0.01 * d**0.4) for d in (2, 8, 32, 128)]
-    R.plot_rates(tmp_path / "r.png", rows, [])
+    R.outputs.plot_rates(tmp_path / "r.png", rows, [])
     _check_all(captured(), 1)
-    R.plot_regimes(tmp_path / "g.png", [dict(r, epsilon=0.9) for r in rows])
+    R.regimes.plot_regimes(tmp_path / "g.png", [dict(r, epsilon=0.9) for r in rows])
     _check_all(captured(), 1)
 
 
@@ -199,14 +199,14 @@ def test_diff2_figure(tmp_path, captured):
 
     summary = {(alg, e): {m: entry(s) for m in ("train_loss", "test_loss")}
                for alg, e, s in (("GD", math.inf, 0.01), ("DP-GD", 3.0, 0.02), ("DIFF2-GD", 3.0, 0.015))}
-    diff2.plot_figure(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
+    diff2.figures.plot_figure(tmp_path / "d.png", ["california_housing"], {"california_housing": summary},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
     (fig,) = captured()
     assert "± SD over 5 seeds" in fig.axes[0].get_ylabel()
     _check_all([fig], 1)
     one = {k: {m: {"curves": v["curves"][:1], "best": v["best"][:1], "final": v["final"][:1]} for m, v in e.items()}
            for k, e in summary.items()}
-    diff2.plot_figure(tmp_path / "d1.png", ["california_housing"], {"california_housing": one},
+    diff2.figures.plot_figure(tmp_path / "d1.png", ["california_housing"], {"california_housing": one},
                 {"california_housing": rounds}, ("train_loss", "test_loss"), 3.0, "DIFF2 figure")
     (fig,) = captured()
     assert "±" not in fig.axes[0].get_ylabel() and "one seed" in fig.axes[0].get_ylabel()  # no spread from one seed
@@ -216,13 +216,13 @@ def test_diff2_figure(tmp_path, captured):
 @pytest.mark.slow
 def test_dpsgd_and_batch_clipping_figures(tmp_path, captured):
     from dpjax.reproduce import batch_clipping_privacy as B
-    from dpjax.reproduce import dpsgd_mnist as D
+    from dpjax.reproduce import dpsgd_mnist_report
 
     best = {"BC-SH": {"mean": 0.9, "std": 0.01, "seeds": 3}, "IC-SS": {"mean": 0.93, "std": float("nan"), "seeds": 1}}
     privacy = {n: [{"group_size": g, "accountant": a, "epsilon": e0 * g**p} for g in (1, 2, 4, 8)
                    for a, p in (("strong-exact", 0.6), ("sqrt-gE", 0.5), ("generic-group", 1.5))]
                for n, e0 in (("BC-SH", 3.7), ("IC-SS", 5.3))}
-    D.plot(tmp_path / "m.png", best, privacy)
+    dpsgd_mnist_report.plot(tmp_path / "m.png", best, privacy)
     _check_all(captured(), 1)
 
     alphas = np.linspace(0, 1, 50)
@@ -242,13 +242,13 @@ def test_user_level_figures(captured):
     from dpjax.reproduce import user_level as U
 
     xs = [4, 16, 64, 256]
-    U.loglog_panels(plt, [("D5: excess vs m", "m", "excess empirical risk",
+    U.outputs.loglog_panels(plt, [("D5: excess vs m", "m", "excess empirical risk",
                      [("measured", xs, [1 / x for x in xs], "o-"), ("bound", xs, [2 / x**0.5 for x in xs], "k--")])])
     rng = np.random.default_rng(0)
-    U.plot_tail(plt, [(m, np.abs(rng.normal(0, math.sqrt(m), 2000)), None) for m in (20, 80)], (0.1, 0.01), 2000)
+    U.outputs.plot_tail(plt, [(m, np.abs(rng.normal(0, math.sqrt(m), 2000)), None) for m in (20, 80)], (0.1, 0.01), 2000)
     rate = {(lab, m): (1.0 if lab == "exchangeable" or m < 1000 else 0.0, m / 100) for lab in
             ("exchangeable", "heterogeneous (tau=3)") for m in (16, 256, 4096)}
-    U.plot_certificate(plt, (16, 256, 4096), rate)
+    U.outputs.plot_certificate(plt, (16, 256, 4096), rate)
     table = [{"H": h, "H_no_stability_test": 10 * h + 0.01, "certified_delta": 0.05} for h in (0.0, 1e-6, 0.02)]
-    U.plot_audit(plt, table)
+    U.outputs.plot_audit(plt, table)
     _check_all(captured(), 4)

@@ -262,7 +262,7 @@ def test_grid_extensions_run_in_one_narrow_program(monkeypatch):
 
 
 def test_spec_hparams_are_shared_across_trials_only_for_equal_algorithms_and_silos():
-    """``spec_hparams`` caches hparams for the process (``isrl_constructions.hparams_maker``): a later trial's
+    """``spec_hparams`` caches hparams for the process (``isrl_protocol.hparams_maker``): a later trial's
     maker built from an EQUAL algorithm and the same silo sizes returns the very same objects; another
     batch size (another sensitivity 2C/K) or other silo sizes must not hit that cache, and a cached
     multiplier equals noise_std over the sensitivity computed by hand."""

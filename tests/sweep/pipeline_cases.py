@@ -100,16 +100,16 @@ def isrl_mnist_task() -> dict[str, np.ndarray]:
 def diff2_protocol():
     from dpjax.reproduce import diff2
 
-    return diff2.Protocol(num_rounds=6, eval_every=3, seeds=(0, 1), learning_rates=(0.5, 0.25),
+    return diff2.config.Protocol(num_rounds=6, eval_every=3, seeds=(0, 1), learning_rates=(0.5, 0.25),
                           clip_restart=(1.0,), clip_diff=(3.0,), restart_fractions=(0.5,),
                           max_records={"california_housing": 300}, chunk_floats=2.7e5)
 
 
 def diff2_dataset(data_dir: str) -> dict[str, np.ndarray]:
-    """``diff2.run_dataset`` on 300 California housing records, R = 6, two seeds, chunks of 3 or 4 (padded)."""
+    """``diff2.driver.run_dataset`` on 300 California housing records, R = 6, two seeds, chunks of 3 or 4 (padded)."""
     from dpjax.reproduce import diff2
 
-    res = diff2.run_dataset("california_housing", diff2_protocol(), (3.0, 5.0), data_dir=data_dir, log=lambda *_: None)
+    res = diff2.driver.run_dataset("california_housing", diff2_protocol(), (3.0, 5.0), data_dir=data_dir, log=lambda *_: None)
     out = {"diff2/eval_rounds": np.asarray(res["eval_rounds"])}
     for seed, traces in res["traces"].items():
         for metric, arr in traces.items():
@@ -165,8 +165,8 @@ def shuffle_sco_points() -> dict[str, np.ndarray]:
 
     out = {}
     for protocol in ("p_sgd", "p_agd_smoothed", "p_agd_phased"):
-        inst = sco.INSTANCES[sco.TABLE1[protocol][0]]
-        _, res, _ = sco.measure_point(protocol, inst, 1000, 8, 2, 0, sco.EPS_RATES, "lan")
+        inst = sco.config.INSTANCES[sco.config.TABLE1[protocol][0]]
+        _, res, _ = sco.measure.measure_point(protocol, inst, 1000, 8, 2, 0, sco.config.EPS_RATES, "lan")
         out.update({f"shuffle_sco_points/{protocol}/{k}": np.asarray(v) for k, v in res.items()})
     return out
 

@@ -453,15 +453,15 @@ def test_d5_huber_reference_is_the_minimiser_the_solver_reaches():
     from dpjax.reproduce import user_level as U
     from dpjax.user_level import solver
 
-    loss = P.Loss("absolute", radius=1.0, smoothing=U.D5_HUBER_WIDTH)
+    loss = P.Loss("absolute", radius=1.0, smoothing=U.rates.D5_HUBER_WIDTH)
     x, y = P.exchangeable("absolute", 30, 4, 3, 5, noise=0.1)
-    ref, best, gnorm = U.huber_reference(loss, x, y)
+    ref, best, gnorm = U.rates.huber_reference(loss, x, y)
     assert gnorm < 1e-10 and np.linalg.norm(ref) < 1.0
     dom = M.Domain.ball(1.0, 3)
     with jax.enable_x64(True):
         sol = np.asarray(solver.argmin(loss, np.asarray(x), np.asarray(y), np.ones(30), 0.0, np.zeros(3),
                                        np.asarray(dom.centers), np.asarray(dom.radii), iters=2000))
-    gap = U.huber_loss(loss, sol, x, y) - best
+    gap = U.rates.huber_loss(loss, sol, x, y) - best
     assert -1e-12 <= gap <= 1e-5
 
 
@@ -510,7 +510,7 @@ def test_tied_curvature_closed_form_matches_unprojected_m_prime():
                                   np.ones((t, n)), lams, sig)
     x_bar = x.reshape(-1, d).mean(0)
     exc = 0.5 * mu * np.sum((outs - x_bar) ** 2, axis=1)
-    pred = U.tied_excess_closed_form(mu, lams, sig, d, float(np.linalg.norm(x_bar)))
+    pred = U.rates.tied_excess_closed_form(mu, lams, sig, d, float(np.linalg.norm(x_bar)))
     assert abs(exc.mean() - pred) <= 4 * exc.std(ddof=1) / math.sqrt(len(exc))
 
 
@@ -566,7 +566,7 @@ def test_phased_erm_lanes_with_their_own_schedules_equal_separate_runs():
     """D5 runs a cell's rho = 1 runs, its rho = 1e-4 floor and its B1-noise runs as lanes of one program with
     per-lane (lambda, sigma) schedules; each lane must equal the run with that schedule alone (float64, to
     round-off), and the lanes must differ (the schedules reach the computation)."""
-    from dpjax.reproduce.user_level import phased_erm_runs
+    from dpjax.reproduce.user_level.rates import phased_erm_runs
 
     n, m, d = 12, 4, 3
     x, y = P.exchangeable("absolute", n, m, d, 4)

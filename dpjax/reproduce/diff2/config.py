@@ -95,8 +95,9 @@ class Config:
 
 def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = "paper") -> list[Config]:
     """``construction="authors"``: the noise multipliers of the authors' script
-    (``dpjax.accounting.diff2.diff2_gd_sigmas_script``) instead of Prop. 4.1's."""
+    (``dpjax.reproduce.diff2.authors_data.diff2_gd_sigmas_script``) instead of Prop. 4.1's."""
     from dpjax.accounting import diff2 as acc
+    from dpjax.reproduce.diff2.authors_data import diff2_gd_sigmas_script
 
     R = protocol.num_rounds
     out = []
@@ -109,7 +110,7 @@ def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = 
                 out.append(Config("DP-GD", eps, 1, c1, 1.0, eta, s_dp, 0.0))
         for T in protocol.restart_intervals():
             if construction == "authors":
-                s1, s2 = acc.diff2_gd_sigmas_script(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT)
+                s1, s2 = diff2_gd_sigmas_script(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT)
             else:
                 s1, s2 = acc.diff2_gd_sigmas(eps, DELTA, R, T, n_min, NUM_SILOS, u=U_SPLIT, mode="paper")
             for c1 in protocol.clip_restart:

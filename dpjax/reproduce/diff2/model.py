@@ -93,8 +93,10 @@ def make_eval_fn(problem, classification: bool):
 @functools.lru_cache(maxsize=8)
 def _raw(name: str, data_dir: str | None, construction: str = "paper"):
     from dpjax.data import diff2 as d2
+    from dpjax.reproduce.diff2.authors_data import load_authors_raw
 
-    return d2.load_diff2_raw(name, data_dir, construction=construction), d2.DIFF2_DATASETS[name][1]
+    load = load_authors_raw if construction == "authors" else d2.load_diff2_raw
+    return load(name, data_dir), d2.DIFF2_DATASETS[name][1]
 
 
 def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None,
@@ -102,6 +104,7 @@ def load_split(name: str, seed: int, max_records: int | None, data_dir: str | No
     """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode;
     under the authors' construction the same rows for every seed, since their split is fixed)."""
     from dpjax.data import diff2 as d2
+    from dpjax.reproduce.diff2.authors_data import authors_diff2_silos
 
     raw, task = _raw(name, None if data_dir is None else str(data_dir), construction)
     n = raw["y"].shape[0]
@@ -110,5 +113,14 @@ def load_split(name: str, seed: int, max_records: int | None, data_dir: str | No
         rows = np.sort(np.random.default_rng(sub_seed).choice(n, max_records, replace=False))
         sub = {k: (v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for k, v in raw.items()}
         raw = sub
-    return d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}",
-                          construction=construction), task
+    if construction == "authors":
+        return authors_diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}"), task
+    fd = d2.diff2_silos(raw, seed=seed, task=task, n_silos=NUM_SILOS, name=f"diff2_{name}")
+    # meta.json names the construction where the authors' does (after the normalisation statistics)
+    meta = dict(fd.metadata)
+    fd.metadata.clear()
+    for key, value in meta.items():
+        fd.metadata[key] = value
+        if key == "normalization_stats":
+            fd.metadata["construction"] = "paper"
+    return fd, task

@@ -42,21 +42,14 @@ nominal one (metric ``realized_epsilon_rdp``; Appendix I's form is an add/remove
 
 The package keeps each part in its own module: ``config`` (settings, the three experiments, notes),
 ``driver`` (one experiment's panels), ``claims``, ``outputs`` (tables, figure, report) and ``figures`` (the
-registered figures). The paper-specific protocol pieces are ``dpjax.reproduce.isrl_protocol`` and
+registered figures); the authors' scripts' constructions are ``constructions`` (sampling, batch size,
+the obesity server noise, the insurance MB-SGD with its minibatch-mean clipper) and ``authors_data`` (the
+MNIST silos). The paper-specific protocol pieces are ``dpjax.reproduce.isrl_protocol`` and
 ``isrl_optimum``. Importing the package registers the three figures.
 """
 
-from dpjax.reproduce.isrl.claims import claims_insurance, claims_mnist, claims_obesity, fmt_value, selected_means
-from dpjax.reproduce.isrl.config import (AUTHORS_NOTES, COMMON_NOTES, Experiment, OBESITY_SILO_SIZE, PAPER, Setting,
-                                         TITLES, Task, insurance_experiment, insurance_task, mnist_experiment,
-                                         mnist_lipschitz, mnist_task, obesity_experiment, obesity_task)
-from dpjax.reproduce.isrl.driver import Panel, realized_on_the_silos, run_experiment
-from dpjax.reproduce.isrl.figures import isrl_insurance_figure, isrl_mnist_figure, isrl_obesity_figure, report_only
-from dpjax.reproduce.isrl.outputs import UPSILON_NOTE, claims_table, plot_figure, title_with_optimum, write_outputs
+# Importing the modules registers the figures; the figures are reached through the registry
+# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
+from dpjax.reproduce.isrl import claims, config, driver, figures, outputs  # noqa: F401
 
-__all__ = ["AUTHORS_NOTES", "COMMON_NOTES", "Experiment", "OBESITY_SILO_SIZE", "PAPER", "Panel", "Setting",
-           "TITLES", "Task", "UPSILON_NOTE", "claims_insurance", "claims_mnist", "claims_obesity", "claims_table",
-           "fmt_value", "insurance_experiment", "insurance_task", "isrl_insurance_figure", "isrl_mnist_figure",
-           "isrl_obesity_figure", "mnist_experiment", "mnist_lipschitz", "mnist_task", "obesity_experiment",
-           "obesity_task", "plot_figure", "realized_on_the_silos", "report_only", "run_experiment",
-           "selected_means", "title_with_optimum", "write_outputs"]
+__all__: list[str] = []

@@ -62,7 +62,7 @@ class Experiment:
     max_grid_extensions: int = 4
 
     def __post_init__(self):
-        from dpjax.data.isrl import CONSTRUCTIONS
+        from dpjax.reproduce import CONSTRUCTIONS
 
         _validate.check_choice("construction", self.construction, CONSTRUCTIONS)
         _validate.check_int("max_grid_extensions", self.max_grid_extensions, min_value=0)
@@ -169,6 +169,7 @@ def mnist_lipschitz(fed) -> float:
 def mnist_task(data_dir: str | None = None, construction: str = "paper") -> Task:
     from dpjax.data import isrl_mnist_silos, load_mnist, pca_fit
     from dpjax.problems import LogisticRegression
+    from dpjax.reproduce.isrl.authors_data import authors_mnist_silos
 
     mnist = load_mnist(data_dir)
     images, labels = mnist["train_images"], mnist["train_labels"]
@@ -180,7 +181,9 @@ def mnist_task(data_dir: str | None = None, construction: str = "paper") -> Task
     def data(num_silos: int, seed: int):
         if num_silos != 25:
             raise ValueError(f"num_silos={num_silos}: the MNIST task has the 25 (even, odd) pair silos")
-        return isrl_mnist_silos(images, labels, seed=seed, pca=pca, construction=construction)
+        if construction == "authors":
+            return authors_mnist_silos(images, labels, seed=seed, pca=pca)
+        return isrl_mnist_silos(images, labels, seed=seed, pca=pca)
 
     # The official 10,000-image test set, parity labels (1 = even), projected with the same PCA:
     # beside the per-silo pooled test set, it shows the generalisation gap between constructions.

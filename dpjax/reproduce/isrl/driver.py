@@ -58,8 +58,8 @@ def realized_on_the_silos(table: dict, algo, n_min: int, delta: float) -> dict:
 
 def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[dict], context: dict) -> Panel:
     """ISRL-DP MB-SGD and Local SGD on ``fed`` with the protocol of the module docstring."""
-    from dpjax.accounting.isrl import isrl_experiment_batch_size
-    from dpjax.algorithms.isrl_constructions import insurance_script_mbsgd, minibatch_sampling, server_noise_equivalent
+    from dpjax.reproduce.isrl.constructions import (experiment_batch_size, insurance_script_mbsgd, minibatch_sampling,
+                                                    server_noise_equivalent)
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     from dpjax.algorithms.local_sgd import LocalSgd
     from dpjax.engine import SiloData
@@ -74,7 +74,7 @@ def _panel(exp: Experiment, task: Task, setting: Setting, fed, grid_log: list[di
     # The insurance script takes K and Local SGD's noise from n = ceil(1338/N), the silo
     # size before its 80/20 split; elsewhere n is the (smallest) training size.
     n_script = int(fed.metadata["group_size"]) if exp.silo_rules == "insurance-script" else n
-    k = isrl_experiment_batch_size(n_script, exp.rounds, exp.epsilon_max, exp.construction)
+    k = experiment_batch_size(n_script, exp.rounds, exp.epsilon_max, exp.construction)
     clips = (float(task.lipschitz(fed)),) if exp.clip_norms is None else tuple(exp.clip_norms)
     mb_lrs = tuple({"M": setting.silos_per_round, "K": k, "1": 1}[exp.mb_grid_scale] * v for v in exp.mb_grid)
     sampling = minibatch_sampling(exp.construction)

@@ -44,25 +44,8 @@ plots, the rates report) and one module per figure: ``protocols``, ``rates``, ``
 package registers the three figures.
 """
 
-from dpjax.reproduce.shuffle_sco.claims import SLOPE_TOL, as_number, result_row, row_seed_values, slope_summary
-from dpjax.reproduce.shuffle_sco.config import (BASELINE_OF, DELTA_RATES, EPS_RATES, INSTANCES, Instance,
-                                                LAPLACE_SCALE, PAPER, PGD_ROUNDS, RATE_PROTOCOLS, REGIMES,
-                                                REGIME_PROTOCOLS, REGIME_SEEDS, RidgeAbsoluteRegression, TABLE1,
-                                                sphere_abs_mean, sphere_points)
-from dpjax.reproduce.shuffle_sco.measure import (axis_counts, build, measure, measure_pgd_axis, measure_point,
-                                                 pgd_axis_run)
-from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, interval_note,
-                                                 kept_results, kept_wall, plot_rates, rates_report, read_rows,
-                                                 summary_counts, write_csv)
-from dpjax.reproduce.shuffle_sco.protocols import plot_protocols, protocol_checks, shuffle_sco_protocols
-from dpjax.reproduce.shuffle_sco.rates import protocol_sweep, rate_sweep, rates_report_only, shuffle_sco_rates
-from dpjax.reproduce.shuffle_sco.regimes import plot_regimes, regimes_report_only, shuffle_sco_regimes
+# Importing the modules registers the figures; the figures are reached through the registry
+# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
+from dpjax.reproduce.shuffle_sco import claims, config, measure, outputs, protocols, rates, regimes  # noqa: F401
 
-__all__ = ["BASELINE_OF", "DELTA_RATES", "EPS_RATES", "INSTANCES", "Instance", "LAPLACE_SCALE", "PAPER",
-           "PGD_ROUNDS", "RATE_PROTOCOLS", "REGIMES", "REGIME_PROTOCOLS", "REGIME_SEEDS", "RidgeAbsoluteRegression",
-           "SLOPE_TOL", "TABLE1", "as_number", "axis_counts", "build", "check_out_dir", "fmt_points", "fmt_slope",
-           "fmt_verdict", "interval_note", "kept_results", "kept_wall", "measure", "measure_pgd_axis",
-           "measure_point", "pgd_axis_run", "plot_protocols", "plot_rates", "plot_regimes", "protocol_checks",
-           "protocol_sweep", "rate_sweep", "rates_report", "rates_report_only", "read_rows", "regimes_report_only",
-           "result_row", "row_seed_values", "shuffle_sco_protocols", "shuffle_sco_rates", "shuffle_sco_regimes",
-           "slope_summary", "sphere_abs_mean", "sphere_points", "summary_counts", "write_csv"]
+__all__: list[str] = []

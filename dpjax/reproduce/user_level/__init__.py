@@ -33,18 +33,8 @@ The package keeps each part in its own module: ``config`` (constants), ``claims`
 ``rates`` (D5-D6), ``lower_bound`` (D7-D9). Importing the package registers every figure.
 """
 
-from dpjax.reproduce.user_level.claims import select_rule_line, slope, slope_claim
-from dpjax.reproduce.user_level.config import DELTA, PAPER, SLOPE_TOL
-from dpjax.reproduce.user_level.lower_bound import d7_figure, d8_figure, d9_figure
-from dpjax.reproduce.user_level.outputs import (check_out_dir, loglog_panels, plot_audit, plot_certificate, plot_tail,
-                                                result_row, run_figure, verdict_cell, write_figure)
-from dpjax.reproduce.user_level.rates import (D5_HUBER_WIDTH, d5_figure, d6_figure, huber_loss, huber_reference,
-                                              phased_erm_runs, tied_excess_closed_form, true_loss)
-from dpjax.reproduce.user_level.stability import d1_figure, d2_figure, d3_figure, d4_figure
+# Importing the modules registers the figures; the figures are reached through the registry
+# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
+from dpjax.reproduce.user_level import claims, config, lower_bound, outputs, rates, stability  # noqa: F401
 
-__all__ = [
-    "DELTA", "D5_HUBER_WIDTH", "PAPER", "SLOPE_TOL", "check_out_dir", "d1_figure", "d2_figure", "d3_figure",
-    "d4_figure", "d5_figure", "d6_figure", "d7_figure", "d8_figure", "d9_figure", "huber_loss", "huber_reference",
-    "loglog_panels", "phased_erm_runs", "plot_audit", "plot_certificate", "plot_tail", "result_row", "run_figure",
-    "select_rule_line", "slope", "slope_claim", "tied_excess_closed_form", "true_loss", "verdict_cell", "write_figure",
-]
+__all__: list[str] = []

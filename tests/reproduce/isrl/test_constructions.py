@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from dpjax.algorithms.isrl_constructions import minibatch_sampling, server_noise_equivalent
+from dpjax.reproduce.isrl.constructions import minibatch_sampling, server_noise_equivalent
 from dpjax.reproduce import isrl
 from dpjax.reproduce import isrl_protocol as proto
 
@@ -18,14 +18,19 @@ def test_batch_size_rules():
     from dpjax.accounting import isrl_experiment_calibration
     from dpjax.accounting.isrl import isrl_experiment_batch_size
 
-    paper = isrl.mnist_experiment(quick=False)
-    authors = isrl.mnist_experiment(quick=False, construction="authors")
-    assert isrl_experiment_batch_size(1238, 35, 18.0) == 444
-    assert isrl_experiment_batch_size(1238, 35, 18.0, "authors") == 443 == int(1238 * math.sqrt(18 / 140))
+    paper = isrl.config.mnist_experiment(quick=False)
+    authors = isrl.config.mnist_experiment(quick=False, construction="authors")
+    from dpjax.reproduce.isrl.constructions import experiment_batch_size
+
+    assert isrl_experiment_batch_size(1238, 35, 18.0) == 444 == experiment_batch_size(1238, 35, 18.0)
+    assert experiment_batch_size(1238, 35, 18.0, "authors") == 443 == int(1238 * math.sqrt(18 / 140))
     assert isrl_experiment_calibration(1.0, 1238, 35, 18.0, 1 / 1238**2, 18.0)[1] == 444
     assert isrl_experiment_batch_size(10, 35, 1e6) == 10  # clipped to n (the authors' floor is not)
+    assert experiment_batch_size(10, 35, 1e6, "authors") == int(10 * math.sqrt(1e6 / 140))
     with pytest.raises(ValueError, match="construction"):
-        isrl_experiment_batch_size(1238, 35, 18.0, "script")
+        experiment_batch_size(1238, 35, 18.0, "script")
+    with pytest.raises(ValueError, match="rounds"):
+        experiment_batch_size(1238, 0, 18.0, "authors")
     assert minibatch_sampling(paper.construction) == "without-replacement"
     assert minibatch_sampling(authors.construction) == "with-replacement"
     assert authors.calibrations == ("paper",) and paper.calibrations == proto.CALIBRATIONS
@@ -56,11 +61,11 @@ def test_constructions_are_named_and_checked():
     assert figs["isrl-mnist"].constructions == ("paper", "authors")
     assert figs["isrl-obesity"].constructions == ("paper", "authors")
     assert figs["isrl-insurance"].constructions == ("paper", "authors")
-    authors = isrl.insurance_experiment(quick=False, construction="authors")
-    assert authors.settings == (isrl.Setting(10, 5),) and authors.silo_rules == "insurance-script"
-    assert isrl.insurance_experiment(quick=False).silo_rules == "common"
+    authors = isrl.config.insurance_experiment(quick=False, construction="authors")
+    assert authors.settings == (isrl.config.Setting(10, 5),) and authors.silo_rules == "insurance-script"
+    assert isrl.config.insurance_experiment(quick=False).silo_rules == "common"
     with pytest.raises(ValueError, match="construction"):
-        isrl.mnist_experiment(quick=True, construction="script")
+        isrl.config.mnist_experiment(quick=True, construction="script")
 
 
 def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
@@ -105,7 +110,7 @@ def test_insurance_script_realized_epsilon_is_the_worst_silos():
     per-silo ``privacy()`` certifies -- not the reference (smallest) silo's: the 107-record silos have a smaller
     rate but a smaller sigma too, and their epsilon is larger (before: 118.1 reported where 172.6 holds, at the
     kept run's nominal-0.5 sigma)."""
-    from dpjax.algorithms.isrl_constructions import insurance_script_mbsgd
+    from dpjax.reproduce.isrl.constructions import insurance_script_mbsgd
     from dpjax.algorithms.smoothing import AbsoluteRegression
     from dpjax.primitives import FixedAvailability
 
@@ -136,7 +141,7 @@ def test_insurance_local_sgd_realized_epsilon_is_accounted_on_the_training_silos
     table = proto.noise_table("local-sgd", n=n_script, rounds=rounds, batch_size=k, epsilons=(0.25,),
                               delta=1.0 / n_script**2, epsilon_max=3.0, calibrations=("paper",))
     algo = LocalSgd(AbsoluteRegression(2), num_rounds=rounds, local_steps=k)
-    fixed = isrl.realized_on_the_silos(table, algo, min(sizes), delta)[("paper", 0.25)]
+    fixed = isrl.driver.realized_on_the_silos(table, algo, min(sizes), delta)[("paper", 0.25)]
     sigma = isrl_local_sgd_paper_sigma(1.0, n_script, rounds, k, 0.25, 1.0 / n_script**2)
     assert fixed.sigma_unit == table[("paper", 0.25)].sigma_unit == pytest.approx(sigma)
     unit = MbSgdHParams.create(1.0, 0.0, 1.0)

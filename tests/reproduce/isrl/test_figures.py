@@ -25,19 +25,19 @@ def _tiny_data(num_silos: int, seed: int) -> FederatedDataset:
     return FederatedDataset(xs, ys, txs, tys, name="tiny", num_classes=2, metadata={"seed": seed})
 
 
-TASK = isrl.Task(data=_tiny_data, problem=lambda fed: LogisticRegression(3),
+TASK = isrl.config.Task(data=_tiny_data, problem=lambda fed: LogisticRegression(3),
                  lipschitz=lambda fed: 2.0 * max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x))
-EXP = isrl.Experiment("tiny", "test_error", (isrl.Setting(4, 2),), (2.0,), 2.0, rounds=4, trials=2, repetitions=2,
+EXP = isrl.config.Experiment("tiny", "test_error", (isrl.config.Setting(4, 2),), (2.0,), 2.0, rounds=4, trials=2, repetitions=2,
                       mb_grid=(0.05, 0.5), local_grid=(0.01, 0.1))
 
 
 @pytest.fixture(scope="module")
 def figure_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("fig")
-    result = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
-    summ = isrl.selected_means(result["selected"])
-    report = isrl.write_outputs(out, EXP, result, quick=True, seed=1, wall_s=1.0, figure_title="tiny",
-                                claims=isrl.claims_mnist(summ, EXP))
+    result = isrl.driver.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
+    summ = isrl.claims.selected_means(result["selected"])
+    report = isrl.outputs.write_outputs(out, EXP, result, quick=True, seed=1, wall_s=1.0, figure_title="tiny",
+                                claims=isrl.claims.claims_mnist(summ, EXP))
     return out, report, result
 
 
@@ -141,9 +141,9 @@ def test_excess_risk_selection_and_heterogeneity_label(figure_dir):
 @pytest.mark.slow
 def test_same_seed_same_results(figure_dir):
     _, _, result = figure_dir
-    again = isrl.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
+    again = isrl.driver.run_experiment(EXP, TASK, seed=1, log=lambda s: None)
     pd.testing.assert_frame_equal(result["runs"], again["runs"])
-    other = isrl.run_experiment(EXP, TASK, seed=2, log=lambda s: None)
+    other = isrl.driver.run_experiment(EXP, TASK, seed=2, log=lambda s: None)
     base = lambda r: r["runs"][r["runs"].grid_extension == 0]["train_loss"].to_numpy()
     assert not np.allclose(base(other), base(result))
 
@@ -157,54 +157,54 @@ def _summary(values: dict) -> pd.DataFrame:
 
 
 def test_mnist_claims_can_fail():
-    exp = isrl.Experiment("m", "test_error", (isrl.Setting(25, 12),), (1.0, 12.0), 12.0, 5, 1, 1, (0.1,), (0.1,),
+    exp = isrl.config.Experiment("m", "test_error", (isrl.config.Setting(25, 12),), (1.0, 12.0), 12.0, 5, 1, 1, (0.1,), (0.1,),
                           calibrations=("paper",))
     good = {(MB, "paper", 1.0): 0.20, (MB, "paper", 12.0): 0.14, (LOCAL, "paper", 1.0): 0.25,
             (LOCAL, "paper", 12.0): 0.16, (LOCAL_NP, "none", math.inf): 0.15, (MB_NP, "none", math.inf): 0.13}
-    claims = isrl.claims_mnist(_summary(good), exp)
+    claims = isrl.claims.claims_mnist(_summary(good), exp)
     assert [c["holds"] for c in claims] == [True, True]
     bad = good | {(MB, "paper", 1.0): 0.30, (MB, "paper", 12.0): 0.155}
-    claims = isrl.claims_mnist(_summary(bad), exp)
+    claims = isrl.claims.claims_mnist(_summary(bad), exp)
     assert [c["holds"] for c in claims] == [False, False]
 
 
 def test_obesity_and_insurance_claims_use_the_papers_ranges():
-    exp = isrl.Experiment("o", "test_error", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
+    exp = isrl.config.Experiment("o", "test_error", (isrl.config.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
                           calibrations=("paper",))
     vals = {(MB, "paper", 1.0): 0.40, (MB, "paper", 3.0): 0.35, (LOCAL, "paper", 1.0): 0.50, (LOCAL, "paper", 3.0): 0.45}
-    c, weak = isrl.claims_obesity(_summary(vals), exp)
+    c, weak = isrl.claims.claims_obesity(_summary(vals), exp)
     assert c["holds"] and weak["holds"]  # 20% and 22% lower
     assert "ε=1: MB-SGD 0.400 vs Local SGD 0.500 (MB-SGD 20% lower)" in c["measured"]
-    c, weak = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.44}), exp)
+    c, weak = isrl.claims.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.44}), exp)
     assert not c["holds"] and weak["holds"] and weak["claim"].startswith("weaker form")
     # MB-SGD higher than Local SGD: said as "higher", and the weaker form fails
-    c, weak = isrl.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.4635}), exp)
+    c, weak = isrl.claims.claims_obesity(_summary(vals | {(MB, "paper", 3.0): 0.4635}), exp)
     assert "(MB-SGD 3% higher)" in c["measured"] and "% lower)" not in c["measured"].split(";")[1]
     assert not c["holds"] and not weak["holds"] and weak["measured"] == "lower at 1/2 ε (1)"
-    ins = isrl.Experiment("i", "relative_rmse", (isrl.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
+    ins = isrl.config.Experiment("i", "relative_rmse", (isrl.config.Setting(25, 12),), (1.0, 3.0), 3.0, 5, 1, 1, (0.1,), (0.1,),
                           calibrations=("paper",))
     vals = vals | {(MB, "paper", 1.0): 0.65, (MB, "paper", 3.0): 0.50, (LOCAL, "paper", 1.0): 0.9,
                    (LOCAL, "paper", 3.0): 0.55, (LOCAL_NP, "none", math.inf): 0.48, (MB_NP, "none", math.inf): 0.47}
-    got = {c["claim"]: c["holds"] for c in isrl.claims_insurance(_summary(vals), ins)}
+    got = {c["claim"]: c["holds"] for c in isrl.claims.claims_insurance(_summary(vals), ins)}
     assert got["relative RMSE ≈ 0.6–0.7 at ε ≈ 1 (tolerance ±0.05)"]
     assert got["ISRL-DP MB-SGD beats ISRL-DP Local SGD, especially for ε ≤ 2"]
     vals[(MB, "paper", 1.0)] = 0.95
-    got = {c["claim"]: c["holds"] for c in isrl.claims_insurance(_summary(vals), ins)}
+    got = {c["claim"]: c["holds"] for c in isrl.claims.claims_insurance(_summary(vals), ins)}
     assert not got["relative RMSE ≈ 0.6–0.7 at ε ≈ 1 (tolerance ±0.05)"]
 
 
 def test_registry_lists_the_three_figures_and_protocols_validate():
     names = set(figures())
     assert {"isrl-mnist", "isrl-insurance", "isrl-obesity"} <= names
-    full, quick = isrl.mnist_experiment(False), isrl.mnist_experiment(True)
+    full, quick = isrl.config.mnist_experiment(False), isrl.config.mnist_experiment(True)
     assert {s.silos_per_round for s in full.settings} == {25, 12, 18}
     assert full.trials == 20 and full.repetitions == 3 and len(full.mb_grid) == 10
     assert quick.trials < full.trials and set(quick.epsilons) <= set(full.epsilons)
     assert quick.epsilon_max == full.epsilon_max  # same K in both modes
-    ins = isrl.insurance_experiment(False)
+    ins = isrl.config.insurance_experiment(False)
     assert {(s.num_silos, s.silos_per_round) for s in ins.settings} == {
         (3, 3), (3, 2), (5, 5), (5, 3), (10, 10), (10, 5), (12, 12), (12, 6)}
     with pytest.raises(ValueError, match="epsilon_max"):
-        isrl.Experiment("x", "test_error", (isrl.Setting(2, 1),), (5.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))
+        isrl.config.Experiment("x", "test_error", (isrl.config.Setting(2, 1),), (5.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))
     with pytest.raises(ValueError, match="metric"):
-        isrl.Experiment("x", "accuracy", (isrl.Setting(2, 1),), (1.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))
+        isrl.config.Experiment("x", "accuracy", (isrl.config.Setting(2, 1),), (1.0,), 1.0, 5, 1, 1, (0.1,), (0.1,))

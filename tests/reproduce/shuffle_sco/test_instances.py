@@ -24,14 +24,14 @@ def test_sphere_abs_mean_against_the_marginal_density(d):
     else:
         w = lambda t: (1 - t * t) ** ((d - 3) / 2)  # noqa: E731
         expected = integrate.quad(lambda t: t * w(t), 0, 1)[0] / integrate.quad(w, 0, 1)[0]
-    assert R.sphere_abs_mean(d) == pytest.approx(expected, rel=1e-9)
+    assert R.config.sphere_abs_mean(d) == pytest.approx(expected, rel=1e-9)
 
 
 @pytest.mark.parametrize("lam", [0.2, 2.0])  # minimiser theta* (lam r <= kappa) and the interior branch
 def test_sc_nonsmooth_minimiser_against_a_brute_force_solve(lam):
     """d = 2: the population loss by quadrature over the circle (no rotation-invariance shortcut), minimised
     by Nelder-Mead from several starts."""
-    inst = R.Instance("sc_nonsmooth", 1.0 + lam, None, lam)
+    inst = R.config.Instance("sc_nonsmooth", 1.0 + lam, None, lam)
     ts = inst.theta_star(2)
 
     def pop(theta):
@@ -51,10 +51,10 @@ def test_sc_nonsmooth_minimiser_against_a_brute_force_solve(lam):
 
 
 def test_sc_nonsmooth_excess_matches_monte_carlo_in_d8():
-    inst = R.INSTANCES["sc_nonsmooth"]
+    inst = R.config.INSTANCES["sc_nonsmooth"]
     d, m = 8, 400_000
     rng = np.random.default_rng(3)
-    a = R.sphere_points(rng, m, d)
+    a = R.config.sphere_points(rng, m, d)
     thetas = rng.normal(size=(3, d)) * 0.3
     _, f_min = inst.sc_minimiser(d)
     vals = np.abs((thetas - inst.theta_star(d)) @ a.T)  # [3, m]
@@ -64,8 +64,8 @@ def test_sc_nonsmooth_excess_matches_monte_carlo_in_d8():
 
 
 def test_ridge_absolute_regression_strong_convexity_lipschitz_and_prox():
-    lam = R.INSTANCES["sc_nonsmooth"].lam
-    prob = R.INSTANCES["sc_nonsmooth"].problem(5)
+    lam = R.config.INSTANCES["sc_nonsmooth"].lam
+    prob = R.config.INSTANCES["sc_nonsmooth"].problem(5)
     rng = np.random.default_rng(0)
     grad, loss, prox = jax.jit(jax.grad(prob.loss)), jax.jit(prob.loss), jax.jit(prob.prox)
     for _ in range(20):
@@ -93,10 +93,10 @@ def test_ridge_absolute_regression_strong_convexity_lipschitz_and_prox():
 
 
 def test_axis_instance_excess_and_counts():
-    inst, d, n = R.INSTANCES["axis_nonsmooth"], 4, 500
+    inst, d, n = R.config.INSTANCES["axis_nonsmooth"], 4, 500
     data = inst.sample(np.random.default_rng(9), n, d)
     x = np.asarray(data.x[0])
-    np.testing.assert_array_equal(np.abs(x).sum(0), R.axis_counts(np.random.default_rng(9), n, d))
+    np.testing.assert_array_equal(np.abs(x).sum(0), R.measure.axis_counts(np.random.default_rng(9), n, d))
     np.testing.assert_allclose(np.asarray(data.y[0]), x @ inst.theta_star(d), atol=1e-7)  # noiseless labels
     # the population loss is the mean over the 2d equally likely (axis, sign) types
     theta = np.array([0.3, -0.2, 0.1, 0.9])
@@ -108,14 +108,14 @@ def test_axis_instance_excess_and_counts():
 def test_pgd_axis_simulator_is_the_family_with_exact_sums():
     """The sufficient-statistics recursion against ShuffleSgd.p_gd's own program (aggregator 'exact': the
     noiseless twin) on the same data: same iterates up to float32 rounding of T = n = 300 steps."""
-    inst, n, d = R.INSTANCES["axis_nonsmooth"], 300, 4
+    inst, n, d = R.config.INSTANCES["axis_nonsmooth"], 300, 4
     fam, hp, plan = S.ShuffleSgd.p_gd(inst.problem(d), n, 4.0, 1e-6, lipschitz=1.0, aggregator="exact")
     (ph,) = plan.phases
     assert ph.rounds == n and ph.smoothing > 0
     data = inst.sample(np.random.default_rng(5), n, d)
     out = np.asarray(engine.run_many(fam, data, engine.stack_hparams([hp]), jax.random.split(jax.random.key(0), 1))
                      .output)
-    sim = R.pgd_axis_run(R.axis_counts(np.random.default_rng(5), n, d), inst.theta_star(d), float(n), ph.step,
+    sim = R.measure.pgd_axis_run(R.measure.axis_counts(np.random.default_rng(5), n, d), inst.theta_star(d), float(n), ph.step,
                          ph.smoothing, 1.0, np.zeros(1), jax.random.split(jax.random.key(0), 1), rounds=ph.rounds)
     np.testing.assert_allclose(np.asarray(sim), out, atol=1e-5)
     assert np.abs(out - inst.theta_star(d)).max() < 0.05  # and it does optimise
@@ -124,15 +124,15 @@ def test_pgd_axis_simulator_is_the_family_with_exact_sums():
 def test_pgd_axis_noise_enters_the_round_sum():
     """Two rounds by hand: theta_1 = Proj(theta_0 - eta (counts clip(beta (theta_0 - theta*)) + std z)/n) with
     z the round's N(0, I) draw, output (theta_0 + theta_1)/2; the twin (std 0) ignores its key."""
-    inst, n, d = R.INSTANCES["axis_nonsmooth"], 400, 3
+    inst, n, d = R.config.INSTANCES["axis_nonsmooth"], 400, 3
     plan = sco.p_gd_plan(n, d, 4.0, 1e-6, 1.0, 2.0, None)
     (ph,) = plan.phases
     std = sco_transcript.matched_noise_std(plan)[0]
     assert std > 0
     keys = jax.random.split(jax.random.key(1), 2)
-    counts = R.axis_counts(np.random.default_rng(0), n, d)
+    counts = R.measure.axis_counts(np.random.default_rng(0), n, d)
     ts = inst.theta_star(d)
-    out = np.asarray(R.pgd_axis_run(counts, ts, float(n), ph.step, ph.smoothing, 1.0, np.array([std, 0.0]),
+    out = np.asarray(R.measure.pgd_axis_run(counts, ts, float(n), ph.step, ph.smoothing, 1.0, np.array([std, 0.0]),
                                     keys, rounds=2))
     z = np.asarray(jax.random.normal(jax.random.fold_in(keys[0], 0), (d,)), np.float64)
     for row, noise in ((out[0], std * z), (out[1], 0.0)):
@@ -143,17 +143,17 @@ def test_pgd_axis_noise_enters_the_round_sum():
 
 def test_regimes_configuration_is_valid():
     protocols = set()
-    for protocol, eps, schedule, n_grid, d_grid, fit in R.REGIMES:
+    for protocol, eps, schedule, n_grid, d_grid, fit in R.config.REGIMES:
         protocols.add(protocol)
-        assert protocol in R.TABLE1 and eps > 0 and schedule in ("lan", "paper") and fit in ("bound", "measured")
+        assert protocol in R.config.TABLE1 and eps > 0 and schedule in ("lan", "paper") and fit in ("bound", "measured")
         assert list(n_grid) == sorted(set(n_grid)) and math.log10(n_grid[-1] / n_grid[0]) >= 1
-        inst = R.INSTANCES[R.TABLE1[protocol][0]]
+        inst = R.config.INSTANCES[R.config.TABLE1[protocol][0]]
         for d in (8, *d_grid):
             if inst.name == "sc_nonsmooth":  # the minimiser is theta* (lam ||theta*|| <= kappa_d) on every d
                 np.testing.assert_allclose(inst.sc_minimiser(d)[0], inst.theta_star(d))
     assert {"p_agd_phased_smoothed", "p_gd_smoothed"} <= protocols
     # the new rows' smallest points build (plans and families validate)
-    fam, hp, plan = R.build("p_agd_phased_smoothed", 10**4, 8, eps=4.0, schedule="paper")
-    assert fam.smoothed and len(plan.phases) > 1 and plan.strong_convexity == R.INSTANCES["sc_nonsmooth"].lam
-    plan = sco.p_gd_plan(10**3, 8, 0.3, R.DELTA_RATES, 1.0, 2.0, None)
+    fam, hp, plan = R.measure.build("p_agd_phased_smoothed", 10**4, 8, eps=4.0, schedule="paper")
+    assert fam.smoothed and len(plan.phases) > 1 and plan.strong_convexity == R.config.INSTANCES["sc_nonsmooth"].lam
+    plan = sco.p_gd_plan(10**3, 8, 0.3, R.config.DELTA_RATES, 1.0, 2.0, None)
     assert plan.phases[0].smoothing > 0 and not plan.phases[0].fresh

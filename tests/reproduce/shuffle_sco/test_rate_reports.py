@@ -15,7 +15,7 @@ PROTOCOL = "p_agd_phased"  # Table 1: n-slope -2, d-slope +1 (Theorem 4.8)
 def _rows(ns, ds, *, n_exp=-2.0, d_exp=1.0, seeds=6, spread=0.05, seed=0):
     """Points whose seeds follow value = c n^n_exp (d/8)^d_exp with lognormal noise; the twin 10x below, the
     explicit bound inside the [0.01, 0.3] L D window."""
-    inst = R.INSTANCES[R.TABLE1[PROTOCOL][0]]
+    inst = R.config.INSTANCES[R.config.TABLE1[PROTOCOL][0]]
     rng = np.random.default_rng(seed)
     bound = 0.1 * 2.0 * inst.lipschitz
     c = 1e-3 / (ns[0] ** n_exp)  # the smallest n at 1e-3, far below 0.3 L D
@@ -26,15 +26,15 @@ def _rows(ns, ds, *, n_exp=-2.0, d_exp=1.0, seeds=6, spread=0.05, seed=0):
     rows = []
     for n in ns:
         ex = point(n, 8)
-        rows.append(R.result_row(PROTOCOL, inst.name, "n", n, 8, ex, 0.9, bound=bound, schedule="lan", accountant="x"))
-        rows.append(R.result_row(f"{PROTOCOL}_twin", inst.name, "n", n, 8, ex / 10, 0.9, schedule="lan", accountant="none"))
+        rows.append(R.claims.result_row(PROTOCOL, inst.name, "n", n, 8, ex, 0.9, bound=bound, schedule="lan", accountant="x"))
+        rows.append(R.claims.result_row(f"{PROTOCOL}_twin", inst.name, "n", n, 8, ex / 10, 0.9, schedule="lan", accountant="none"))
     n_d = ns[len(ns) // 2]
-    rows += [R.result_row(PROTOCOL, inst.name, "d", n_d, d, point(n_d, d), 0.9, bound=bound, schedule="lan") for d in ds]
+    rows += [R.claims.result_row(PROTOCOL, inst.name, "d", n_d, d, point(n_d, d), 0.9, bound=bound, schedule="lan") for d in ds]
     return rows
 
 
 def _summary(rows, seeds=6):
-    return R.slope_summary(rows, PROTOCOL, eps=0.9, schedule="lan", ceiling="bound", fit="bound", n_seeds=seeds)
+    return R.claims.slope_summary(rows, PROTOCOL, eps=0.9, schedule="lan", ceiling="bound", fit="bound", n_seeds=seeds)
 
 
 def test_slope_summary_holds_differs_and_is_inconclusive_by_the_rule():
@@ -67,7 +67,7 @@ def test_regimes_report_only_regenerates_from_kept_results(tmp_path):
         r["schedule"] = "paper"
     _write(tmp_path, rows)
     (tmp_path / "report.md").write_text("# shuffle-sco-regimes (full; 153 s so far)\n")
-    R.regimes_report_only(tmp_path, quick=False)
+    R.regimes.regimes_report_only(tmp_path, quick=False)
     text = (tmp_path / "report.md").read_text()
     assert text.splitlines()[0] == "# shuffle-sco-regimes (full; 153 s)"  # a finished run is not "so far"
     assert "bootstrap over 6 seeds" in text and "Verdict rule" in text
@@ -83,7 +83,7 @@ def test_kept_results_without_seed_values_use_the_band(tmp_path):
     for r in rows:  # a results.csv written before per-seed values were kept
         del r["seed_values"], r["seeds"]
     _write(tmp_path, rows)
-    kept = _summary(R.read_rows(tmp_path / "results.csv"), seeds=10)
+    kept = _summary(R.outputs.read_rows(tmp_path / "results.csv"), seeds=10)
     assert kept["slope_n"] == pytest.approx(live["slope_n"])
     assert "parametric" in kept["interval_n"] and "bootstrap over 10 seeds" in live["interval_n"]
     width = lambda s: s["ci_hi_n"] - s["ci_lo_n"]  # noqa: E731

@@ -5,6 +5,7 @@ text describes (Algorithm 2 with K records drawn *without* replacement, which
 a tight accountant certifies), and ``"authors"``, what the authors' public
 scripts (lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
 
+* ``experiment_batch_size``: the scripts floor K where Appendix I takes the ceiling;
 * ``minibatch_sampling``: the scripts draw ``np.random.randint`` indices, i.e.
   K records *with* replacement (Algorithm 2 as printed);
 * ``server_noise_equivalent``: the obesity script adds ONE server-side draw
@@ -12,26 +13,96 @@ scripts (lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
   noise with the same law (no ISRL-DP guarantee);
 * ``insurance_script_mbsgd``: the insurance script clips each silo's
   minibatch *mean* and calibrates every silo's noise with its own size
-  (Algorithm 7's unbalanced Noisy MB-SGD with ``clip_mode="minibatch-average"``).
+  (``InsuranceScriptMbSgd``: Algorithm 7's unbalanced Noisy MB-SGD whose
+  clipper is ``ClipMinibatchMean``).
 
-The batch size rule and the per-silo noise factors are pure calibration:
-``dpjax.accounting.isrl`` (``isrl_experiment_batch_size``,
-``isrl_per_silo_sigma_factors``).
+The paper's batch size rule and the per-silo noise factors are pure calibration:
+``dpjax.accounting.isrl`` (``isrl_experiment_batch_size``, ``isrl_per_silo_sigma_factors``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.data.isrl import CONSTRUCTIONS
+from dpjax.accounting.plan import ClipEvent
+from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
+from dpjax.engine.roles import Context, PerExampleGradients, Sensitive
+from dpjax.primitives import clipping
+from dpjax.reproduce import CONSTRUCTIONS
+from dpjax.reproduce.isrl_protocol import hparams_maker
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipMinibatchMean:
+    """Clip each silo's unclipped minibatch MEAN gradient to ``C`` (the ISRL-DP authors' insurance
+    script): one record can move the message by up to ``2C``, not ``2C/K``, and the bound says so."""
+
+    clip_field: str = "clip_norm"
+    relation: str = "replace-one"
+
+    roles = ("clipper",)
+
+    def init(self, params, ctx: Context):
+        return ()
+
+    def update(self, units: PerExampleGradients, state, ctx: Context) -> tuple[Sensitive, tuple]:
+        clip_norm = getattr(ctx.hparams, self.clip_field)
+        denominator = jnp.broadcast_to(jnp.asarray(units.denominator, jnp.float32), units.weights.shape[:1])
+
+        def one_silo(x, y, w, denom):
+            def batch_loss(p):
+                losses = jax.vmap(units.loss, in_axes=(None, 0, 0))(p, x, y)
+                return jnp.sum(jnp.where(w, losses, 0.0)) / denom
+
+            return clipping.clip_to_norm(jax.grad(batch_loss)(units.params), clip_norm)
+
+        total = jax.vmap(one_silo)(units.x, units.y, units.weights, denominator)
+        return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+
+    def bound_of(self, hparams, denominator=1.0) -> Sensitive:
+        """Host-side: the bound of every message, ``C`` whatever the denominator."""
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
+
+    def event(self, hparams) -> ClipEvent:
+        return ClipEvent(self.relation)
+
+
+@dataclasses.dataclass(frozen=True)
+class InsuranceScriptMbSgd(UnbalancedNoisyMbSgd):
+    """The authors' insurance MB-SGD: Algorithm 7's parts with ``ClipMinibatchMean`` as the clipper.
+
+    One record can move a silo's message by up to ``2C`` (not ``2C/K_i``) and the clipper's bound says so,
+    so ``privacy()`` (which reads the clipper's bound and event) gives the honest, much weaker guarantee.
+    """
+
+    def silo_clipper(self):
+        """Each silo's minibatch mean gradient clipped to C (the insurance script)."""
+        return ClipMinibatchMean("clip_norm")
+
+
+def experiment_batch_size(n: int, rounds: int, epsilon_max: float, construction: str = "paper") -> int:
+    """K of the experiments from the sweep's largest epsilon, one K for every epsilon.
+
+    ``"paper"``: Appendix I's K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n]
+    (``dpjax.accounting.isrl.isrl_experiment_batch_size``); ``"authors"``: the authors' public scripts'
+    ``int(max(1, n sqrt(eps_max / (4 R))))`` (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443
+    where Appendix I gives 444).
+    """
+    from dpjax.accounting.isrl import isrl_experiment_batch_size
+
+    _validate.check_choice("construction", construction, CONSTRUCTIONS)
+    k = isrl_experiment_batch_size(n, rounds, epsilon_max)  # checks the arguments
+    if construction == "authors":
+        return int(max(1, math.floor(n * math.sqrt(epsilon_max / (4 * rounds)))))
+    return k
 
 
 def minibatch_sampling(construction: str) -> str:
@@ -60,27 +131,6 @@ def server_noise_equivalent(table: Mapping[Any, Any], silos_per_round: int, batc
             for key, e in table.items()}
 
 
-@functools.lru_cache(maxsize=256)
-def hparams_maker(algorithm, silo_sizes: tuple, per_silo_factors: tuple | None = None) -> Callable[..., Any]:
-    """``make_values(learning_rate, clip_norm, noise_std)``: ``algorithm``'s hparams at an absolute noise std
-    (times ``per_silo_factors`` per silo, if given), converted to its noise multiplier by its own message
-    sensitivity (``noise_multiplier_for``). Cached per (algorithm, silo sizes, factors) for the process and per
-    value triple inside: an ISRL figure asks for the same few thousand triples in every trial and panel
-    (isrl-insurance full: about 200,000 requests), and each new hparams object costs tens of eager scalar
-    JAX ops (validation, the clipper's bound; 0.78 ms). hparams are immutable, so sharing them is safe;
-    ``algorithm`` must be hashable (frozen dataclasses are), and equal algorithms give equal hparams."""
-    factors = None if per_silo_factors is None else np.asarray(per_silo_factors, np.float64)
-
-    @functools.lru_cache(maxsize=None)
-    def make_values(learning_rate, clip_norm, noise_std):
-        hp = algorithm.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm)
-        std = noise_std if factors is None else noise_std * factors
-        z = algorithm.noise_multiplier_for(std, hp, silo_sizes)
-        return algorithm.hparams_from_values(learning_rate=learning_rate, clip_norm=clip_norm, noise_multiplier=z)
-
-    return make_values
-
-
 def insurance_script_mbsgd(
     problem,
     *,
@@ -96,8 +146,8 @@ def insurance_script_mbsgd(
     """The authors' insurance MB-SGD: each silo clips its minibatch MEAN to L (sensitivity 2L,
     not 2L/K) and adds the Appendix I noise of its own n_i and delta_i = 1/n_i^2.
 
-    Returns the algorithm (``UnbalancedNoisyMbSgd``, K records with replacement,
-    ``clip_mode="minibatch-average"``), ``make_hparams(spec)`` (each silo's sigma is
+    Returns the algorithm (``InsuranceScriptMbSgd``, K records with replacement),
+    ``make_hparams(spec)`` (each silo's sigma is
     the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``,
     converted to the family's noise multipliers by its own sensitivity, ``noise_multiplier_for``)
     and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP from the family's
@@ -108,11 +158,9 @@ def insurance_script_mbsgd(
     silo's (nominal 0.5: 172.6 vs 118.1), which alone was reported before (issue 23).
     """
     from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
-    from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
 
-    algo = UnbalancedNoisyMbSgd(problem, num_rounds=rounds, batch_sizes=(batch_size,) * len(silo_sizes),
-                                sampling="with-replacement", availability=availability, output=output,
-                                clip_mode="minibatch-average")
+    algo = InsuranceScriptMbSgd(problem, num_rounds=rounds, batch_sizes=(batch_size,) * len(silo_sizes),
+                                sampling="with-replacement", availability=availability, output=output)
     factors = isrl_per_silo_sigma_factors(silo_sizes, n_ref)
 
     make_values = hparams_maker(algo, tuple(int(s) for s in silo_sizes),
@@ -130,3 +178,4 @@ def insurance_script_mbsgd(
         realized[key] = dataclasses.replace(e, realized_epsilon=algo.privacy(silo_sizes, at_sigma)
                                             .epsilon(delta, "rdp").epsilon)
     return algo, make_hparams, realized
+

@@ -14,7 +14,6 @@ from scipy import stats
 from dpjax import keys
 from dpjax.accounting import diff2 as acc
 from dpjax.algorithms import diff2
-from dpjax.algorithms.diff2_parts import EstimatorState
 from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
@@ -81,7 +80,7 @@ def with_state(state, *, estimate=None, prev_params=None, round=None):
 
     parts = dict(state.parts)
     if estimate is not None:
-        parts["server"] = EstimatorState(jnp.asarray(estimate))
+        parts["server"] = dataclasses.replace(parts["server"], estimate=jnp.asarray(estimate))
     if prev_params is not None:
         parts["client"] = dataclasses.replace(parts["client"], prev_params=prev_params)
     r = state.round if round is None else jnp.asarray(round, jnp.int32)
@@ -441,6 +440,27 @@ def test_bvr_full_local_batch_single_client_is_gd_with_k_steps():
     bvr = engine.run(diff2.Diff2BvrLSgd(PROBLEM, R, local_steps=K, batch_size=6, private=False, output="last"),
                      data, hp(restart_interval=3), key, params=x0())
     np.testing.assert_allclose(bvr.output, gd.output, atol=1e-10)
+
+
+def test_bvr_local_steps_are_parts_of_the_chain_and_silo_blocks_are_refused():
+    """BVR's round is the generic fold (no step of its own): its server runs the local steps as an inner
+    chain, whose parts the accountant reads; DIFF2 refuses silo blocks from its declaration."""
+    from dpjax.engine.chain import ChainFamily, DataShape
+
+    alg = diff2.Diff2BvrLSgd(PROBLEM, 4, local_steps=3, batch_size=2)
+    assert "step" not in type(alg).__dict__ and type(alg).step is ChainFamily.step
+    p = alg.parts(DataShape(3, 5))
+    server = p.role("server")
+    assert [type(q).__name__ for q in server.inner] == ["RadiusClipper", "SiloMean", "SarahRecursion", "StepNoise"]
+    batches, clipper, mean, noise_part = alg.local_parts()
+    assert batches == server.batches and clipper.restart_field is None and clipper.difference_field == "clip_local"
+    assert (clipper, mean, noise_part) == (server.inner[0], server.inner[1], server.inner[3])
+    assert p.role("clipper").restart_field == "clip_restart"  # the estimator's clipper leads the chain
+    data, *_ = make_data()
+    for family in (alg, diff2.Diff2GD(PROBLEM, 4)):
+        assert not family.supports_silo_blocks
+        with pytest.raises(ValueError, match="silo_block: .*x_{r-2} is one iterate shared by every silo"):
+            engine.run(family, data, hp(), jax.random.key(0), params=x0(), silo_block=1)
 
 
 def test_bvr_client_schedule_and_locality():

@@ -370,7 +370,7 @@ class Diff2BvrLSgd(_Diff2Family):
         """The local steps' parts, read from the declaration: minibatches, clipper (``C3 ||x_{k-1} -
         x_{k-2}||``), the one client's mean (its bound: radius / b), noise."""
         server = self.parts(DataShape(1, 1)).role("server")
-        inner = {roles[0]: part for part, roles in ((q, q.roles) for q in server.inner)}
+        inner = {part.roles[0]: part for part in server.inner}
         return server.batches, inner["clipper"], inner["aggregator"], inner["privatizer"]
 
     def local_sensitivity(self, radius: float = 1.0) -> float:

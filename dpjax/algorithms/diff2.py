@@ -76,9 +76,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from dpjax import _validate, keys
+from dpjax import _validate
 from dpjax.accounting.plan import DpPlan
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
 from dpjax.algorithms.hparams import HParams, hparam
@@ -86,10 +85,8 @@ from dpjax.algorithms.diff2_parts import (
     PATHS,
     Diff2Client,
     EstimatorSgd,
-    LocalMinibatches,
     RadiusClipper,
     RandomIterate,
-    RandomIterateState,
     RestartSchedule,
     RoundNoise,
     SiloMean,
@@ -97,8 +94,8 @@ from dpjax.algorithms.diff2_parts import (
     clipping_path,
     difference_radius,
     is_restart_round,
-    local_differences,
 )
+from dpjax.algorithms.diff2_local import LocalMinibatches, LocalSarahSteps, RandomLocalIterate, SarahRecursion
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context
 from dpjax.engine.silos import SiloData
@@ -161,6 +158,12 @@ def _full_batch(num_silos: int) -> Batch:
     return Batch(None, ones, None, ones[:, None].astype(jnp.float32), ~ones, num_silos)
 
 
+def _mean_of(aggregator, messages, num_silos: int):
+    """``aggregator``'s value on the ``num_silos`` silos' ``messages`` (host-side sensitivities)."""
+    ctx = Context(jnp.zeros((), jnp.int32), jax.random.key(0), None, batch=_full_batch(num_silos))
+    return aggregator.update(messages, aggregator.init(None, ctx), ctx)[0]
+
+
 class _Diff2Family(ChainFamily):
     """What DIFF2-GD and DIFF2-BVR-L-SGD share: the estimator round's parts and the conversion of
     the paper's radius multipliers into noise multipliers."""
@@ -168,6 +171,11 @@ class _Diff2Family(ChainFamily):
     hparams_type = Diff2HParams
     noise_fields = NOISE_FIELDS  # the non-private twin zeroes them
     clip_fields = CLIP_FIELDS  # ... and sets these to inf
+    # Silo blocks run the per-silo stage with per-silo states only; DIFF2's client keeps x_{r-2}, one
+    # iterate shared by every silo (and BVR's local steps read one client's records of the whole data).
+    supports_silo_blocks = False
+    silo_blocks_refusal = ("cannot run on blocks of silos: its client's state x_{r-2} is one iterate shared "
+                           "by every silo, not a per-silo state (run it without silo_block)")
 
     def _check(self) -> None:
         if not hasattr(self.problem, "loss"):
@@ -176,16 +184,18 @@ class _Diff2Family(ChainFamily):
         _validate.check_choice("output", self.output, OUTPUTS)
 
     def _estimator_parts(self, shape: DataShape, schedule: RestartSchedule, averager, *, path: str = "auto",
-                         carry: bool = False, lr_scale: float = 1.0) -> Parts:
+                         carry: bool = False, server=None) -> Parts:
+        """The full batch of every silo, then the fold: client, clipper, the silos' mean, ONE noise on
+        the mean (after the aggregator: central DP), the estimator's server (``server``, default
+        ``EstimatorSgd``) and the output rule."""
         return Parts(
             selection=SiloBatches(FullAvailability(), "full", None, dense=True, all_silos=True, unit="record"),
-            client=Diff2Client(self.problem, schedule, path, carry, shape.records),
-            clipper=RadiusClipper(),
-            privatizer=RoundNoise(schedule),
-            aggregator=SiloMean(),
-            server=EstimatorSgd(schedule, lr_scale=lr_scale),
-            averager=averager,
-            placement="server")
+            chain=(Diff2Client(self.problem, schedule, path, carry, shape.records),
+                   RadiusClipper(),
+                   SiloMean(),
+                   RoundNoise(schedule),
+                   server if server is not None else EstimatorSgd(schedule),
+                   averager))
 
     def message_sensitivity(self, silo_sizes, radius: float = 1.0) -> float:
         """The l2 sensitivity of a round's released mean when the clip radius is ``radius``, as the
@@ -193,9 +203,8 @@ class _Diff2Family(ChainFamily):
         sizes = _sizes(silo_sizes)
         p = self.parts(DataShape.of_sizes(sizes))
         with jax.ensure_compile_time_eval():  # host-side numbers, also when called while tracing
-            clipped = p.clipper.sensitive(jnp.zeros((len(sizes), 1)), radius, jnp.asarray(sizes))
-            mean, _ = p.aggregator.update(clipped, _full_batch(len(sizes)), p.aggregator.init(None), None)
-            return float(mean.sensitivity)
+            clipped = p.role("clipper").sensitive(jnp.zeros((len(sizes), 1)), radius, jnp.asarray(sizes))
+            return float(_mean_of(p.role("aggregator"), clipped, len(sizes)).sensitivity)
 
     def noise_multipliers_from_paper(self, silo_sizes, **sigmas) -> dict:
         """Noise multipliers of rounds whose noise std is ``sigma x radius`` (the paper's
@@ -292,21 +301,16 @@ def silo_messages(problem, params, prev_params, data: SiloData, restart, clip_re
     family = Diff2GD(problem, 2, path=path)
     p = family.parts(DataShape.of(data))
     hp = Diff2HParams(1.0, jnp.int32(2), clip_restart, clip_diff)
-    ctx = Context(jnp.where(restart, 0, 1), jax.random.key(0), hp)  # round 1 restarts, round 2 (T = 2) does not
-    batch, _ = p.selection.update(p.selection.init(data, ctx.key), data, ctx)
-    units, _ = p.client.update(params, batch, data, p.client.init(prev_params), ctx)
-    return p.clipper.update(units, p.clipper.init(params, hp), ctx)[0].value
+    # round 1 restarts, round 2 (T = 2) does not
+    ctx = Context(jnp.where(restart, 0, 1), jax.random.key(0), hp, data, None, params, params)
+    batch, _ = p.selection.update(data, p.selection.init(params, ctx), ctx)
+    ctx = ctx._replace(batch=batch)
+    client, clipper = p.role("client"), p.role("clipper")
+    units, _ = client.update(batch, client.init(prev_params, ctx), ctx)
+    return clipper.update(units, clipper.init(params, ctx), ctx)[0].value
 
 
 # ----------------------------------------------------------------------------- DIFF2-BVR-L-SGD
-class RandomLocalIterate(RandomIterate):
-    """BVR's output ``x_{k^-1, r^-1}`` (a local starting point): the family's own step records it,
-    so the chain's per-round update leaves it alone."""
-
-    def update(self, state, before, after, ctx):
-        return state
-
-
 @dataclasses.dataclass(frozen=True)
 class Diff2BvrLSgd(_Diff2Family):
     """DIFF2-BVR-L-SGD (Alg. 1 + Alg. 4).
@@ -325,15 +329,13 @@ class Diff2BvrLSgd(_Diff2Family):
     ``1 + (r mod P)``) runs the local loop; only its data enters the local
     steps. ``v~_{k,r}`` recurses on the previous *noisy* local estimator.
 
-    Why its own step: after the composed server round, Alg. 4 runs a
-    sequential loop of ``K - 1`` noisy SARAH steps on ONE client, each
-    clipping and privatising a minibatch difference at iterates the loop
-    itself produces, and returns a point from inside that loop. The chain's
-    round (one clip, one release, one server step per round) cannot express a
-    loop of releases within a round, so ``step`` runs the chain's round and
-    then the local loop from parts (``LocalMinibatches``, ``RadiusClipper`` on
-    ``clip_local``, ``SiloMean`` of the one client, ``StepNoise``); ``privacy()``
-    composes the estimator's ``DpPlan`` with the local steps' ``DpPlan``.
+    Its round is ``Diff2GD``'s fold with ``LocalSarahSteps`` as the server
+    (``dpjax.algorithms.diff2_local``): the estimator's server step, then the
+    ``K - 1`` local steps under ``lax.scan``, each folding the inner chain
+    ``RadiusClipper`` on ``clip_local``, ``SiloMean`` of the one client,
+    ``SarahRecursion``, ``StepNoise``; the output rule ``RandomLocalIterate``
+    records ``x_{k^-1, r^-1}``. ``privacy()`` composes the estimator's
+    ``DpPlan`` with the local steps' ``DpPlan``, read from the same parts.
     """
 
     problem: Any
@@ -355,62 +357,32 @@ class Diff2BvrLSgd(_Diff2Family):
             raise ValueError(f"batch_size={self.batch_size} must be <= the smallest silo size {data.min_size}")
 
     def parts(self, shape: DataShape) -> Parts:
+        schedule = RestartSchedule(False)
         averager = RandomLocalIterate(self.num_rounds) if self.output == "random" else Averager("last")
-        return self._estimator_parts(shape, RestartSchedule(False), averager, lr_scale=self.server_learning_rate_scale)
+        server = LocalSarahSteps(
+            self.problem, EstimatorSgd(schedule, lr_scale=self.server_learning_rate_scale),
+            LocalMinibatches(self.batch_size), self.local_steps,
+            inner=(RadiusClipper(None, "clip_local"), SiloMean(), SarahRecursion(), StepNoise()),
+            record_candidate=self.output == "random")
+        return self._estimator_parts(shape, schedule, averager, server=server)
 
     def local_parts(self):
-        """The local steps' parts: minibatches, clipper (``C3 ||x_{k-1} - x_{k-2}||``), the one
-        client's mean (its bound: radius / b), noise."""
-        return LocalMinibatches(self.batch_size), RadiusClipper(None, "clip_local"), SiloMean(), StepNoise()
+        """The local steps' parts, read from the declaration: minibatches, clipper (``C3 ||x_{k-1} -
+        x_{k-2}||``), the one client's mean (its bound: radius / b), noise."""
+        server = self.parts(DataShape(1, 1)).role("server")
+        inner = {part.roles[0]: part for part in server.inner}
+        return server.batches, inner["clipper"], inner["aggregator"], inner["privatizer"]
 
     def local_sensitivity(self, radius: float = 1.0) -> float:
         """The l2 sensitivity of one local step's release at clip radius ``radius`` (``2 radius / b``)."""
         _, clipper, mean, _ = self.local_parts()
         with jax.ensure_compile_time_eval():
             clipped = clipper.sensitive(jnp.zeros((1, 1)), radius, jnp.ones((1,)) * self.batch_size)
-            return float(mean.update(clipped, _full_batch(1), (), None)[0].sensitivity)
+            return float(_mean_of(mean, clipped, 1).sensitivity)
 
     def local_client(self, round_number, num_silos: int):
         """``p_r`` (0-indexed) for 1-based round ``r``."""
-        return round_number % num_silos
-
-    def step(self, state, data: SiloData, key):
-        mid, metrics = super().step(state, data, key)  # the estimator round and the server step x_{1,r-1}
-        ctx = Context(state.round, key, state.hparams)
-        p = self.local_client(state.round + 1, data.num_silos)
-        x_last, out_k = self._local_loop(state.params, mid.params, mid.server.estimate, data, p, ctx)
-        averager = mid.averager
-        if self.output == "random":
-            chosen = optax.tree.where(state.round + 1 == averager.output_round, out_k, averager.output)
-            averager = RandomIterateState(averager.output_round, chosen)
-        metrics.update(local_client=p)  # restart, noise_std: the round noise part's metrics (chain)
-        return dataclasses.replace(mid, params=x_last, averager=averager), metrics
-
-    def _local_loop(self, x0, x1, v1, data: SiloData, p, ctx: Context):
-        """Alg. 4's local steps k = 2..K on client ``p``; returns ``(x_{K,r-1}, x_{k^-1,r-1})``."""
-        hp = ctx.hparams
-        batches, clipper, mean, privatizer = self.local_parts()
-        xs, ys, size = data.x[p], data.y[p], data.sizes[p]
-        sample_key = keys.stream_key(ctx.key, "sampling")
-        k_hat = jax.random.randint(keys.stream_key(ctx.key, "output"), (), 1, self.local_steps + 1)
-
-        def local_step(carry, k):
-            x_prev, x_cur, v_prev, out = carry  # x_{k-2}, x_{k-1}, v~_{k-1}
-            idx = batches.draw(jax.random.fold_in(sample_key, k), size, data.n_max)
-            units = local_differences(self.problem.loss, x_cur, x_prev, xs[idx], ys[idx], self.batch_size)
-            step_ctx = Context(k, ctx.key, hp)  # the local loop's context counts local steps
-            clipped, _ = clipper.update(units, clipper.init(x_cur, hp), step_ctx)
-            d, _ = mean.update(clipped, _full_batch(1), (), step_ctx)
-            # v~_{k-1} is already released: the message v~_{k-1} + d has d's sensitivity
-            v, _ = privatizer.update(d.replace(value=optax.tree.add(d.value, v_prev)), None, (), step_ctx)
-            x_next = optax.tree.add_scale(x_cur, -hp.learning_rate, v.value)
-            out = optax.tree.where(k == k_hat, x_cur, out)  # x_{k^-1}: start of local step k^
-            return (x_cur, x_next, v.value, out), None
-
-        if self.local_steps == 1:
-            return x1, x0  # k^ = 1: the server step starts at x_{0,r-1}
-        (_, x_last, _, out_k), _ = jax.lax.scan(local_step, (x0, x1, v1, x0), jnp.arange(2, self.local_steps + 1))
-        return x_last, out_k
+        return LocalSarahSteps.local_client(round_number, num_silos)
 
     def local_release_count(self, num_silos: int, local_count: str = "paper") -> int:
         """Local releases per client: ``K ceil(R/P)`` (``"paper"``, Prop. E.2) or the exact

@@ -22,9 +22,11 @@ One DIFF2 round (Alg. 1 steps 1-5) as roles of ``dpjax.engine.roles``:
   (post-processing of released values) and steps ``x_r = x_{r-1} - eta v~_r``.
 * ``RandomIterate`` -- Alg. 1's output ``x_{r^-1}``, ``r^ ~ Unif{1..R}``.
 
-DIFF2-BVR-L-SGD's local steps (Alg. 4) reuse ``RadiusClipper`` on
-``LocalDifferences`` and add ``StepNoise``; ``LocalMinibatches`` says what
-their sampling is for the accountant.
+DIFF2-BVR-L-SGD's local steps (Alg. 4) reuse ``RadiusClipper`` and ``SiloMean`` and add
+``StepNoise`` in the inner chain of its server (``dpjax.algorithms.diff2_local``).
+
+Every part has the one signature of ``dpjax.engine.roles`` (``init(params, ctx)``,
+``update(value, state, ctx)``) and names its ``roles``.
 """
 
 from __future__ import annotations
@@ -38,11 +40,10 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import _validate, keys
-from dpjax.accounting.plan import ClipEvent, NoiseEvent, SelectionEvent
-from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.accounting.plan import ClipEvent, NoiseEvent
+from dpjax.engine.roles import Batch, Context, Sensitive, released
 from dpjax.parts.privatizers import gaussian_std, host_multiplier
 from dpjax.primitives import clipping, ghost_clipping, noise
-from dpjax.primitives.sampling import sample_without_replacement
 
 PyTree = Any
 PATHS = ("auto", "ghost", "per-record")
@@ -225,6 +226,8 @@ class Diff2Client:
     carry: bool = False
     records: Any = None
 
+    roles = ("client",)
+
     @property
     def carries(self) -> bool:
         return self.carry and not self.schedule.every_round
@@ -232,7 +235,7 @@ class Diff2Client:
     def _ghost(self, params, x, y) -> bool:
         return clipping_path(self.problem, params, x[0], y[0], self.path) == "ghost"
 
-    def init(self, params):
+    def init(self, params, ctx: Context):
         if not self.carries:
             return Diff2ClientState(params)
         x, y = (jnp.zeros(s.shape, s.dtype) for s in self.records)
@@ -241,7 +244,8 @@ class Diff2Client:
         cache = optax.tree.zeros_like(jax.eval_shape(lambda: work(self.problem, params, x, y)))
         return Diff2ClientState(params, cache)
 
-    def update(self, params, batch: Batch, data, state: Diff2ClientState, ctx: Context):
+    def update(self, batch: Batch, state: Diff2ClientState, ctx: Context):
+        params, data = ctx.query, ctx.data
         restart = self.schedule.restart(ctx)
         x, y, sizes = batch.select(data.x), batch.select(data.y), batch.select(data.sizes)
         weights = batch.weights.astype(x.dtype)  # the full batch: 1 on every real record, 0 on padding
@@ -282,7 +286,9 @@ class RadiusClipper:
     difference_field: str = "clip_diff"
     relation: str = "replace-one"
 
-    def init(self, params, hparams):
+    roles = ("clipper",)
+
+    def init(self, params, ctx: Context):
         return jnp.zeros((), jnp.result_type(float))
 
     def radius(self, units: RecordDifferences, hparams):
@@ -324,10 +330,12 @@ class SiloMean:
     """``(1/P) sum_p d_r^(p)`` over all P silos (Alg. 1 step 4); a record lives in one silo, so
     the bound is the largest silo's bound over P (``2 radius / (n_min P)`` replace-one)."""
 
-    def init(self, params):
+    roles = ("aggregator",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, messages: Sensitive, batch: Batch, state, ctx) -> tuple[Sensitive, tuple]:
+    def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         count = jax.tree_util.tree_leaves(messages.value)[0].shape[0]
         mean = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=0), messages.value)
         bound = jnp.max(jnp.asarray(messages.bound)) / count
@@ -356,10 +364,12 @@ class RoundNoise:
     difference_field: str = "noise_multiplier_diff"
     stream: str = "server_noise"
 
-    def init(self, params):
+    roles = ("privatizer",)
+
+    def init(self, params, ctx: Context):
         return ReleaseRecord(jnp.asarray(False), jnp.zeros((), jnp.float32))
 
-    def update(self, message: Sensitive, batch: Batch, state, ctx: Context) -> tuple[Sensitive, ReleaseRecord]:
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, ReleaseRecord]:
         restart = self.schedule.restart(ctx)
         z_restart = getattr(ctx.hparams, self.restart_field)
         z = z_restart if restart is True else jnp.where(restart, z_restart, getattr(ctx.hparams, self.difference_field))
@@ -387,10 +397,12 @@ class StepNoise:
     noise_field: str = "noise_multiplier_local"
     stream: str = "local"
 
-    def init(self, params):
+    roles = ("privatizer",)
+
+    def init(self, params, ctx: Context):
         return ()
 
-    def update(self, message: Sensitive, batch, state, ctx: Context) -> tuple[Sensitive, tuple]:
+    def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         std = gaussian_std(getattr(ctx.hparams, self.noise_field), message.sensitivity)
         key = jax.random.fold_in(keys.stream_key(ctx.key, self.stream), ctx.round)
         return message.replace(value=noise.add_gaussian_noise(key, message.value, std)), state
@@ -417,13 +429,14 @@ class EstimatorSgd:
     lr_field: str = "learning_rate"
     lr_scale: float = 1.0
 
-    def init(self, params, hparams):
+    roles = ("server",)
+
+    def init(self, params, ctx: Context):
         return EstimatorState(optax.tree.zeros_like(params))
 
-    def query(self, params, state, ctx: Context):
-        return params
-
-    def update(self, update, params, state: EstimatorState, ctx: Context):
+    def update(self, value, state: EstimatorState, ctx: Context):
+        """``x_r`` from the round's iterate ``ctx.params`` and the released mean ``value``."""
+        update, params = released(value), ctx.params
         restart = self.schedule.restart(ctx)
         v = update if restart is True else optax.tree.where(restart, update, optax.tree.add(update, state.estimate))
         step = -getattr(ctx.hparams, self.lr_field) * self.lr_scale
@@ -444,35 +457,23 @@ class RandomIterate:
 
     num_rounds: int
 
-    def init(self, params, run_key):
-        r_hat = jax.random.randint(keys.run_stream_key(run_key, "output"), (), 1, self.num_rounds + 1)
+    roles = ("averager",)
+
+    def init(self, params, ctx: Context):
+        r_hat = jax.random.randint(keys.run_stream_key(ctx.key, "output"), (), 1, self.num_rounds + 1)
         return RandomIterateState(r_hat.astype(jnp.int32), params)
 
-    def update(self, state: RandomIterateState, before, after, ctx: Context):
-        output = optax.tree.where(ctx.round + 1 == state.output_round, before, state.output)
-        return RandomIterateState(state.output_round, output)
+    def candidate(self, value, ctx: Context):
+        """The round's output candidate: its starting point ``x_{r-1}`` (``ctx.params``)."""
+        return ctx.params
+
+    def update(self, value, state: RandomIterateState, ctx: Context):
+        """Records the candidate of round ``r^``; passes the server's ``value`` on."""
+        output = optax.tree.where(ctx.round + 1 == state.output_round, self.candidate(value, ctx), state.output)
+        return self.passed(value), RandomIterateState(state.output_round, output)
+
+    def passed(self, value):
+        return value
 
     def value(self, state: RandomIterateState, params, rounds_done):
         return state.output
-
-
-# ----------------------------------------------------------------------------- local steps (BVR)
-@dataclasses.dataclass(frozen=True)
-class LocalMinibatches:
-    """The local steps' batches: ``b`` records of one silo without replacement (Alg. 4); the
-    accountant amplifies over the smallest silo (Lemma B.7)."""
-
-    batch_size: int
-
-    def draw(self, key, size, n_max):
-        return sample_without_replacement(key, size, n_max, self.batch_size)
-
-    def event(self, silo_sizes) -> SelectionEvent:
-        return SelectionEvent("without-replacement", tuple(int(n) for n in silo_sizes), self.batch_size, "record")
-
-
-def local_differences(loss, params, prev_params, x, y, batch_size: int) -> RecordDifferences:
-    """One local step's units: the per-record differences of a minibatch ``x, y`` between the
-    local iterates ``x_{k-1}`` and ``x_{k-2}`` (one silo, leading axis 1), divided by ``b``."""
-    return RecordDifferences(False, displacement(params, prev_params), None, jnp.ones((1,)) * batch_size,
-                             ghost=GhostRecords(loss, params, prev_params, x[None], y[None], True))

@@ -100,8 +100,10 @@ def check_run(algorithm, silo_block, silo_compute: str, num_silos: int, mesh) ->
     if silo_compute == "per-silo":
         raise ValueError("silo_block with silo_compute='per-silo': use silo_compute='blocks'")
     if not getattr(algorithm, "supports_silo_blocks", False):
-        raise ValueError(f"silo_block: {type(algorithm).__name__} runs its own round step; blocks of silos need "
-                         f"a family composed by the generic step (dpjax.engine.chain.ChainFamily)")
+        why = getattr(algorithm, "silo_blocks_refusal", None) or (  # the family's own reason, if it states one
+            "runs its own round step; blocks of silos need a family composed by the generic step "
+            "(dpjax.engine.chain.ChainFamily)")
+        raise ValueError(f"silo_block: {type(algorithm).__name__} {why}")
     check_block(silo_block, num_silos, mesh.devices.size if silo_compute == "blocks" else 1)
 
 

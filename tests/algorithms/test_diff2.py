@@ -14,7 +14,6 @@ from scipy import stats
 from dpjax import keys
 from dpjax.accounting import diff2 as acc
 from dpjax.algorithms import diff2
-from dpjax.algorithms.diff2_parts import EstimatorState
 from dpjax import engine
 from dpjax.engine.silos import SiloData
 from dpjax.primitives import clipping, noise
@@ -53,8 +52,8 @@ def hp(**kw):
 def run_traj(alg, data, hparams, key, rounds=None, step=None):
     """Manual loop returning the states after every round (x_1..x_R) and metrics.
 
-    Per-round facts live in the parts' states: ``state.privatizer`` (restart, noise std of the
-    release), ``state.clipper`` (the clip radius), ``state.server.estimate`` (v~_r)."""
+    Per-round facts live in the parts' states: ``state.parts["privatizer"]`` (restart, noise std
+    of the release), ``state.parts["clipper"]`` (the clip radius), ``state.parts["server"].estimate`` (v~_r)."""
     state = alg.init(x0(), hparams, data, key)
     step = step or jax.jit(alg.step)
     traj, mets = [], []
@@ -79,10 +78,13 @@ def with_state(state, *, estimate=None, prev_params=None, round=None):
     """``state`` with the server's v~, the client's x_{r-2} and/or the round counter replaced."""
     import dataclasses
 
-    server = state.server if estimate is None else EstimatorState(jnp.asarray(estimate))
-    client = state.client if prev_params is None else dataclasses.replace(state.client, prev_params=prev_params)
+    parts = dict(state.parts)
+    if estimate is not None:
+        parts["server"] = dataclasses.replace(parts["server"], estimate=jnp.asarray(estimate))
+    if prev_params is not None:
+        parts["client"] = dataclasses.replace(parts["client"], prev_params=prev_params)
     r = state.round if round is None else jnp.asarray(round, jnp.int32)
-    return dataclasses.replace(state, server=server, client=client, round=r)
+    return dataclasses.replace(state, parts=parts, round=r)
 
 
 def server_sensitivity(sizes, radius):
@@ -132,7 +134,7 @@ def test_t1_is_bit_identical_to_dpgd_with_noise_and_clipping():
     a = engine.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data, h, key, params=x0())
     b = engine.run(diff2.dp_gd(PROBLEM, 40, output="last"), data, h, key, params=x0())
     assert np.array_equal(a.output, b.output)
-    assert bool(a.state.privatizer.restart) and a.state.privatizer.noise_std > 0
+    assert bool(a.state.parts["privatizer"].restart) and a.state.parts["privatizer"].noise_std > 0
     # and T = 2 does differ (noise_multiplier_diff is used)
     c = engine.run(diff2.Diff2GD(PROBLEM, 40, output="last"), data,
                    hp(restart_interval=2, clip_restart=0.5, clip_diff=0.7, **{Z1: 2.0, Z2: 30.0}),
@@ -146,7 +148,7 @@ def test_restart_schedule_and_count():
     step = jax.jit(alg.step)  # T is traced: one program for every T
     for R, T in ((20, 1), (20, 3), (20, 6), (20, 20), (20, 50)):
         traj, _ = run_traj(alg, data, hp(restart_interval=T, **{Z1: 1.0, Z2: 1.0}), jax.random.key(0), R, step)
-        restarts = np.flatnonzero([bool(s.privatizer.restart) for s in traj]) + 1  # 1-based rounds
+        restarts = np.flatnonzero([bool(s.parts["privatizer"].restart) for s in traj]) + 1  # 1-based rounds
         np.testing.assert_array_equal(restarts, np.arange(1, R + 1, T))
         assert len(restarts) == -(-R // T) == alg.restart_count(T)
 
@@ -162,17 +164,19 @@ def test_estimate_reset_at_every_restart_including_first(completed):
                      data, key)
     for r in range(completed):
         state, _ = step(state, data, keys.round_key(key, r))
-    garbage = with_state(state, estimate=state.server.estimate + 1e3)
+    garbage = with_state(state, estimate=state.parts["server"].estimate + 1e3)
     rk = keys.round_key(key, completed)
     s1, _ = step(state, data, rk)
     s2, _ = step(garbage, data, rk)
-    assert bool(s1.privatizer.restart)
-    assert np.array_equal(s1.params, s2.params) and np.array_equal(s1.server.estimate, s2.server.estimate)
+    assert bool(s1.parts["privatizer"].restart)
+    assert np.array_equal(s1.params, s2.params)
+    assert np.array_equal(s1.parts["server"].estimate, s2.parts["server"].estimate)
     # in a difference round the accumulator does carry over
     s3, _ = step(s1, data, keys.round_key(key, completed + 1))
-    s4, _ = step(with_state(s1, estimate=s1.server.estimate + 1.0), data, keys.round_key(key, completed + 1))
-    assert not bool(s4.privatizer.restart)
-    np.testing.assert_allclose(np.asarray(s4.server.estimate) - np.asarray(s3.server.estimate), 1.0, atol=1e-12)
+    s4, _ = step(with_state(s1, estimate=s1.parts["server"].estimate + 1.0), data, keys.round_key(key, completed + 1))
+    assert not bool(s4.parts["privatizer"].restart)
+    np.testing.assert_allclose(np.asarray(s4.parts["server"].estimate) - np.asarray(s3.parts["server"].estimate), 1.0,
+                               atol=1e-12)
 
 
 def test_restart_estimator_formula_and_noise_scaling():
@@ -196,20 +200,20 @@ def test_restart_estimator_formula_and_noise_scaling():
         rk = keys.round_key(key, r)
         new, _ = step(state, data, rk)
         z = np.asarray(noise.gaussian_like(keys.stream_key(rk, "server_noise"), state.params, 1.0))
-        w, wp = np.asarray(state.params), np.asarray(state.client.prev_params)
-        std = float(new.privatizer.noise_std)  # float32, as the privatizer computes it
+        w, wp = np.asarray(state.params), np.asarray(state.parts["client"].prev_params)
+        std = float(new.parts["privatizer"].noise_std)  # float32, as the privatizer computes it
         if r % 3 == 0:
             msgs = [clip_rows(x * (x @ w - y)[:, None], C1).mean(0) for x, y in zip(xs, ys)]
             expect = np.mean(msgs, 0) + std * z
             assert std == pytest.approx(z1 * server_sensitivity(sizes, C1), rel=1e-6)
-            assert float(new.clipper) == pytest.approx(C1, rel=1e-12)
+            assert float(new.parts["clipper"]) == pytest.approx(C1, rel=1e-12)
         else:
             rad = C2 * np.linalg.norm(w - wp)
             msgs = [clip_rows(x * (x @ w - y)[:, None] - x * (x @ wp - y)[:, None], rad).mean(0) for x, y in zip(xs, ys)]
-            expect = np.asarray(state.server.estimate) + np.mean(msgs, 0) + std * z
+            expect = np.asarray(state.parts["server"].estimate) + np.mean(msgs, 0) + std * z
             assert std == pytest.approx(z2 * server_sensitivity(sizes, rad), rel=1e-6)
-            assert float(new.clipper) == pytest.approx(rad, rel=1e-12)
-        np.testing.assert_allclose(new.server.estimate, expect, rtol=1e-10, atol=1e-12)
+            assert float(new.parts["clipper"]) == pytest.approx(rad, rel=1e-12)
+        np.testing.assert_allclose(new.parts["server"].estimate, expect, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(new.params, w - 0.05 * expect, rtol=1e-10, atol=1e-12)
         state = new
 
@@ -226,8 +230,10 @@ def test_accumulated_error_identity_E1():
         rk = keys.round_key(key, r)
         new, _ = step(state, data, rk)
         z = np.asarray(noise.gaussian_like(keys.stream_key(rk, "server_noise"), state.params, 1.0))
-        acc_noise = (0.0 if bool(new.privatizer.restart) else acc_noise) + float(new.privatizer.noise_std) * z
-        np.testing.assert_allclose(np.asarray(new.server.estimate) - full_grad(state.params, xs, ys), acc_noise,
+        release = new.parts["privatizer"]
+        acc_noise = (0.0 if bool(release.restart) else acc_noise) + float(release.noise_std) * z
+        estimate = np.asarray(new.parts["server"].estimate)
+        np.testing.assert_allclose(estimate - full_grad(state.params, xs, ys), acc_noise,
                                    atol=1e-10)
         state = new
 
@@ -239,8 +245,9 @@ def test_zero_displacement_gives_exact_carry_and_no_nan():
     state = alg.init(x0(), h, data, jax.random.key(0))
     state = with_state(state, estimate=[1.0, 2.0, 3.0], prev_params=state.params, round=1)
     new, _ = jax.jit(alg.step)(state, data, keys.round_key(jax.random.key(0), 1))  # compiled, as the engine runs it
-    assert not bool(new.privatizer.restart) and float(new.clipper) == 0.0 and float(new.privatizer.noise_std) == 0.0
-    np.testing.assert_array_equal(new.server.estimate, [1.0, 2.0, 3.0])
+    release = new.parts["privatizer"]
+    assert not bool(release.restart) and float(new.parts["clipper"]) == 0.0 and float(release.noise_std) == 0.0
+    np.testing.assert_array_equal(new.parts["server"].estimate, [1.0, 2.0, 3.0])
 
 
 def test_silo_average_of_local_means_with_padding():
@@ -322,14 +329,14 @@ def test_random_iterate_output_rule():
     h = hp(restart_interval=3, clip_restart=1.0, clip_diff=1.0, **{Z1: 1.0, Z2: 1.0})
     # r^ is uniform on 1..R (chi-square)
     ks = jax.random.split(jax.random.key(11), 4000)
-    rh = np.asarray(jax.vmap(lambda k: alg.init(x0(), h, data, k).averager.output_round)(ks))
+    rh = np.asarray(jax.vmap(lambda k: alg.init(x0(), h, data, k).parts["averager"].output_round)(ks))
     counts = np.bincount(rh, minlength=R + 2)
     assert counts[0] == 0 and counts[R + 1] == 0
     assert stats.chisquare(counts[1:R + 1]).pvalue > 1e-3
     # the returned point is x_{r^-1}, never x_R
     key = ks[0]
     traj, _ = run_traj(alg, data, h, key)
-    r_hat = int(traj[-1].averager.output_round)
+    r_hat = int(traj[-1].parts["averager"].output_round)
     iterates = [np.asarray(x0())] + [np.asarray(s.params) for s in traj]  # x_0..x_R
     np.testing.assert_array_equal(alg.output_params(traj[-1]), iterates[r_hat - 1])
     last = diff2.Diff2GD(PROBLEM, R, output="last")
@@ -339,7 +346,7 @@ def test_random_iterate_output_rule():
 def _noise_second_moment(alg, state, data, clean, n_draws=10000):
     """Mean of ||v~_r - clean||^2 over ``n_draws`` round keys (the noise of one release)."""
     ks = jax.random.split(jax.random.key(12), n_draws)
-    est = jax.jit(jax.vmap(lambda k: alg.step(state, data, k)[0].server.estimate))(ks)
+    est = jax.jit(jax.vmap(lambda k: alg.step(state, data, k)[0].parts["server"].estimate))(ks)
     return float(np.mean(np.sum((np.asarray(est) - np.asarray(clean)) ** 2, axis=1)))
 
 
@@ -355,10 +362,10 @@ def test_measured_noise_std_is_multiplier_times_sensitivity(restart):
     state = alg.init(x0(), h, data, jax.random.key(0))
     if not restart:  # one round in: round 2 (T = 2) is a difference round
         state, _ = jax.jit(alg.step)(state, data, keys.round_key(jax.random.key(0), 0))
-    w, wp = state.params, state.client.prev_params
+    w, wp = state.params, state.parts["client"].prev_params
     clean = jnp.mean(diff2.silo_messages(PROBLEM, w, wp, data, restart, C1, C2), 0)
     if not restart:
-        clean = clean + state.server.estimate
+        clean = clean + state.parts["server"].estimate
     radius = C1 if restart else C2 * float(jnp.linalg.norm(w - wp))
     std = (z1 if restart else z2) * server_sensitivity(sizes, radius)
     # relative sd of the mean of a chi^2_d/d average is sqrt(2/(d*1e4)) ~ 0.8%: 5% is > 6 sd
@@ -378,7 +385,7 @@ def test_run_many_vmaps_over_restart_interval():
                          key, params=x0())
         np.testing.assert_allclose(many.output[i], one.output, rtol=1e-12, atol=1e-14)
         # round 12 restarts iff 11 mod T == 0
-        assert bool(many.state.privatizer.restart[i]) == diff2.is_restart_round(12, T)
+        assert bool(many.state.parts["privatizer"].restart[i]) == diff2.is_restart_round(12, T)
 
 
 # ----------------------------------------------------------------------------- privacy
@@ -433,6 +440,27 @@ def test_bvr_full_local_batch_single_client_is_gd_with_k_steps():
     bvr = engine.run(diff2.Diff2BvrLSgd(PROBLEM, R, local_steps=K, batch_size=6, private=False, output="last"),
                      data, hp(restart_interval=3), key, params=x0())
     np.testing.assert_allclose(bvr.output, gd.output, atol=1e-10)
+
+
+def test_bvr_local_steps_are_parts_of_the_chain_and_silo_blocks_are_refused():
+    """BVR's round is the generic fold (no step of its own): its server runs the local steps as an inner
+    chain, whose parts the accountant reads; DIFF2 refuses silo blocks from its declaration."""
+    from dpjax.engine.chain import ChainFamily, DataShape
+
+    alg = diff2.Diff2BvrLSgd(PROBLEM, 4, local_steps=3, batch_size=2)
+    assert "step" not in type(alg).__dict__ and type(alg).step is ChainFamily.step
+    p = alg.parts(DataShape(3, 5))
+    server = p.role("server")
+    assert [type(q).__name__ for q in server.inner] == ["RadiusClipper", "SiloMean", "SarahRecursion", "StepNoise"]
+    batches, clipper, mean, noise_part = alg.local_parts()
+    assert batches == server.batches and clipper.restart_field is None and clipper.difference_field == "clip_local"
+    assert (clipper, mean, noise_part) == (server.inner[0], server.inner[1], server.inner[3])
+    assert p.role("clipper").restart_field == "clip_restart"  # the estimator's clipper leads the chain
+    data, *_ = make_data()
+    for family in (alg, diff2.Diff2GD(PROBLEM, 4)):
+        assert not family.supports_silo_blocks
+        with pytest.raises(ValueError, match="silo_block: .*x_{r-2} is one iterate shared by every silo"):
+            engine.run(family, data, hp(), jax.random.key(0), params=x0(), silo_block=1)
 
 
 def test_bvr_client_schedule_and_locality():
@@ -534,4 +562,4 @@ def test_gradient_cache_gives_the_same_run():
     a = engine.run(diff2.Diff2GD(PROBLEM, 25, output="last"), data, h, key, params=x0())
     b = engine.run(diff2.Diff2GD(PROBLEM, 25, output="last", cache_grads=True), data, h, key, params=x0())
     np.testing.assert_allclose(a.output, b.output, rtol=0, atol=1e-13)
-    assert b.state.client.cache is not None and a.state.client.cache is None
+    assert b.state.parts["client"].cache is not None and a.state.parts["client"].cache is None

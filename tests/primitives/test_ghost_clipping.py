@@ -312,7 +312,7 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
     a = engine.run(ghost, data, h, key, params=params)
     b = engine.run(ref, data, h, key, params=params)
     _close(a.output, b.output)
-    carried_inputs, carried_deltas = a.state.client.cache  # layer passes, not per-record gradients
+    carried_inputs, carried_deltas = a.state.parts["client"].cache  # layer passes, not per-record gradients
     assert carried_inputs[0] is None and [d.shape[-1] for d in carried_deltas] == [10, 1]
     # a model ghost clipping does not support: auto falls back and says so, "ghost" refuses
     linear = LinearRegression(5, fit_intercept=False)

@@ -333,7 +333,7 @@ def test_layer_order():
     assert names.index("accounting") < names.index("primitives") < names.index("engine") < names.index("algorithms")
     assert layer_of("dpjax.engine.registry") < layer_of("dpjax.algorithms.isrl_mbsgd") < layer_of("dpjax.sweep.driver")
     assert layer_of("dpjax.accounting.cli") == layer_of("dpjax.cli") == len(LAYERS) - 1
-    assert layer_of("dpjax.accounting.plan") == 1
+    assert layer_of("dpjax.accounting.events") == 1
 
 
 def test_cycle_detector_finds_a_loop():

@@ -16,7 +16,7 @@ See README.md in this package for which accountant certifies what.
 """
 
 from dpjax.accounting.api import ACCOUNTANTS, CALIBRATION_RTOL, calibrate_noise, compute_epsilon
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyReport, PrivacyUnit, Sampling, SdpReport
+from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, PrivacyUnit, Sampling, SdpReport
 from dpjax.accounting.isrl import (
     isrl_authors_code_calibration,
     isrl_experiment_calibration,

@@ -24,7 +24,7 @@ import math
 from dpjax import _validate as v
 from dpjax.accounting import calibration
 from dpjax.accounting import isrl as _isrl
-from dpjax.accounting.events import GaussianSchedule, PrivacyReport, Sampling
+from dpjax.accounting.schedules import GaussianSchedule, PrivacyReport, Sampling
 from dpjax.accounting.tight import (
     MAX_ACCOUNTED_NOISE_MULTIPLIER,
     TIGHT_ACCOUNTANTS,
@@ -240,7 +240,7 @@ def use_probability(schedule: GaussianSchedule) -> float:
     if schedule.sampling is Sampling.WITH_REPLACEMENT:
         draws, q = schedule.batch_size * schedule.steps, 1.0 / schedule.dataset_size
     else:  # poisson, without-replacement: in each step's batch w.p. K/n
-        draws, q = schedule.steps, schedule.sample_rate
+        draws, q = schedule.steps, schedule.inclusion_probability
     return -math.expm1(draws * math.log1p(-q)) if q < 1 else 1.0
 
 

@@ -322,9 +322,9 @@ def batch_clipping_report(
 
     Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
     strong adversary knows every round's index sets (Appendix C.2); its guarantee is valid
-    against any weaker adversary. Returns a ``dpjax.accounting.events.PrivacyReport``.
+    against any weaker adversary. Returns a ``dpjax.accounting.schedules.PrivacyReport``.
     """
-    from dpjax.accounting.events import PrivacyReport
+    from dpjax.accounting.schedules import PrivacyReport
     from dpjax.accounting.gdp import gdp_epsilon
 
     v.check_choice("accountant", accountant, BATCH_CLIPPING_ACCOUNTANTS)
@@ -336,7 +336,7 @@ def batch_clipping_report(
     delta = v.check_open_unit("delta", delta)
     epochs, b = _epochs_for(sampling, num_rounds, rounds_per_epoch)
     epochs_equiv = num_rounds * m * s / n_records if sampling == "subsample" else epochs
-    relation = "replace-one" if g == 1 else f"replace-up-to-{g}"
+    neighboring = "replace-one" if g == 1 else f"replace-up-to-{g}"
     notes: list[str] = [f"s={s}, m={m}, rounds={num_rounds}, epochs={epochs_equiv:.4g}, sigma={sigma:g}"]
     if accountant == "strong-exact":
         law = c2_law(sampling, n_records, s, m, g, epochs, b)
@@ -360,7 +360,7 @@ def batch_clipping_report(
             raise ValueError(f"accountant='standard' covers group_size=1 only, got group_size={g}; "
                              "use 'strong-exact' for groups")
         from dpjax.accounting import api
-        from dpjax.accounting.events import GaussianSchedule
+        from dpjax.accounting.schedules import GaussianSchedule
 
         # One record moves the round's clipped sum by <= 2C (L <= 1); noise 2 C sigma.
         if sampling == "shuffle":
@@ -374,7 +374,7 @@ def batch_clipping_report(
         eps = api.compute_epsilon(sched, delta, which).epsilon
         notes.append(f"standard adversary (does not see the batches): {which} accountant"
                      + (", amplification by subsampling credited" if sampling == "subsample" else ""))
-    return PrivacyReport(eps, delta, accountant, sampling, relation, "record", 2.0 * sigma, tuple(notes))
+    return PrivacyReport(eps, delta, accountant, sampling, neighboring, "record", 2.0 * sigma, tuple(notes))
 
 
 def batch_clipping_privacy(

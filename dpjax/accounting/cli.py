@@ -9,7 +9,7 @@ Examples::
 
 `--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution
 bound under replace-one, 1 x under add/remove). With `--epsilon`, the noise is calibrated (never overshooting).
-`--sample-rate q` is accounted exactly for Poisson sampling; the fixed-size
+`--sampling-rate q` is accounted exactly for Poisson sampling; the fixed-size
 schemes need q n to be an integer batch. The default `--accountant best`
 reports the smallest epsilon any tight accountant certifies and names it.
 `--json` prints one JSON object with at least epsilon, delta,
@@ -25,7 +25,7 @@ import sys
 
 from dpjax import _validate as v
 from dpjax.accounting.api import ACCOUNTANTS, calibrate_noise, compute_epsilon
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
+from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 
 __all__ = ["add_account_parser", "batch_size_for_rate", "build_parser", "main", "run"]
 
@@ -41,7 +41,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--noise-multiplier", type=float, help="noise std / sensitivity")
     g.add_argument("--epsilon", type=float, help="target epsilon: calibrate the noise")
     r = p.add_mutually_exclusive_group()
-    r.add_argument("--sample-rate", type=float,
+    r.add_argument("--sampling-rate", "--sample-rate", type=float,
                    help="q: exact for poisson; fixed-size schemes need batch_size = q n to be an integer")
     r.add_argument("--batch-size", type=_count("--batch-size"))
     p.add_argument("--dataset-size", type=_count("--dataset-size"), required=True)
@@ -55,18 +55,18 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def batch_size_for_rate(sampling: str, sample_rate: float, dataset_size: int) -> float | int | None:
-    """The ``batch_size`` that makes ``GaussianSchedule.sample_rate`` equal ``sample_rate``.
+def batch_size_for_rate(sampling: str, sampling_rate: float, dataset_size: int) -> float | int | None:
+    """The ``batch_size`` that makes ``GaussianSchedule.inclusion_probability`` equal ``sampling_rate``.
 
     Poisson: the expected batch q n, fractional if need be, nudged up by an ulp
     where q n / n rounds below q (never accounts a smaller rate). Fixed-size
     schemes: q n must be an integer, else ValueError naming both values.
     """
-    q = v.check_probability("sample_rate", sample_rate, allow_zero=False)
+    q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
     n = v.check_int("dataset_size", dataset_size, min_value=1)
     if sampling == Sampling.FULL.value:
         if q != 1:
-            raise ValueError(f"sample_rate={sample_rate!r} must be 1 for sampling='full'")
+            raise ValueError(f"sampling_rate={sampling_rate!r} must be 1 for sampling='full'")
         return None
     k = q * n
     if sampling == Sampling.POISSON.value:
@@ -76,9 +76,9 @@ def batch_size_for_rate(sampling: str, sample_rate: float, dataset_size: int) ->
     k_int = round(k)
     if k_int < 1 or abs(k - k_int) > 1e-9 * k:
         raise ValueError(
-            f"sample_rate={sample_rate!r} with dataset_size={n} is a batch of {k:.6g} records; "
+            f"sampling_rate={sampling_rate!r} with dataset_size={n} is a batch of {k:.6g} records; "
             f"sampling={sampling!r} draws a fixed integer batch: give --batch-size "
-            f"(or a sample rate that is a multiple of 1/{n})"
+            f"(or a sampling rate that is a multiple of 1/{n})"
         )
     return k_int
 
@@ -86,12 +86,12 @@ def batch_size_for_rate(sampling: str, sample_rate: float, dataset_size: int) ->
 def run(args: argparse.Namespace) -> dict:
     """Compute the result dict for parsed arguments (raises ValueError on invalid input)."""
     n = args.dataset_size
-    if args.sample_rate is not None:
-        k = batch_size_for_rate(args.sampling, args.sample_rate, n)
+    if args.sampling_rate is not None:
+        k = batch_size_for_rate(args.sampling, args.sampling_rate, n)
     elif args.batch_size is not None or args.sampling == "full":
         k = args.batch_size
     else:
-        raise ValueError("batch_size=None: give --batch-size or --sample-rate (or --sampling full)")
+        raise ValueError("batch_size=None: give --batch-size or --sampling-rate (or --sampling full)")
     base = GaussianSchedule(noise_std=1.0, contribution_bound=1.0, sampling=args.sampling, dataset_size=n,
                             batch_size=k, steps=args.steps, neighboring=args.neighboring, unit=args.unit,
                             group_size=args.group_size)
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> dict:
     report = compute_epsilon(base.replace(noise_std=std), args.delta, args.accountant)
     out = report.as_dict()
     out["noise_multiplier"] = std / base.sensitivity
-    out["sample_rate"] = base.sample_rate
+    out["sampling_rate"] = base.inclusion_probability
     out["batch_size"] = base.batch_size
     out["dataset_size"] = n
     out["steps"] = args.steps
@@ -117,7 +117,7 @@ def _table(out: dict) -> str:
     rows = [("epsilon", out["epsilon"]), ("delta", out["delta"]), ("noise multiplier", out["noise_multiplier"]), ("noise std", out["noise_std"]),
             ("accountant", out["accountant"]), ("sampling", out["sampling"]), ("neighbouring", out["neighboring"]),
             ("unit", out["unit"]), ("group size", out["group_size"]), ("dataset size", out["dataset_size"]),
-            ("batch size", out["batch_size"]), ("sample rate", out["sample_rate"]), ("steps", out["steps"])]
+            ("batch size", out["batch_size"]), ("sampling rate", out["sampling_rate"]), ("steps", out["steps"])]
     if "target_epsilon" in out:
         rows.insert(1, ("target epsilon", out["target_epsilon"]))
     lines = []

@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from dpjax import _validate as v
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 
 __all__ = [
     "MODES",

@@ -1,396 +1,360 @@
-"""Immutable privacy schedules: what a run does to each protected record.
+"""A run's privacy, assembled from what its parts say they do (a DP plan).
 
-A *schedule* is the accounting-side description of a compiled run. The engine
-builds it from the same config object that drives the run (e.g.
-``NoisyMbSgd.privacy(silo_sizes, hparams).schedules``), so the numbers are never
-typed twice. Accountants (``dpjax.accounting.compute_epsilon`` and friends)
-consume schedules and refuse, with a ``ValueError`` naming ``accountant``, any
-schedule they cannot certify -- the same contract as ``dp_accounting``'s
-``PrivacyAccountant.supports``.
+Each part of a round contributes one immutable event, in the spirit of
+``dp_accounting``'s ``DpEvent`` and ``jax_privacy``'s execution plan
+(clipper x batch selection x noise x rounds):
 
-Conventions (stated once, used everywhere):
+* the batch selection: ``SelectionEvent`` -- the sampling scheme, each
+  protected data set's size and batch size, the privacy unit, how many
+  releases a record can be part of per round, and (Poisson) the declared
+  public rate q its sampler draws with;
+* the clipper: ``ClipEvent`` -- the neighbouring relation its bound is stated for;
+* the privatizer: one ``NoiseEvent`` per kind of release -- the noise
+  multiplier (std / sensitivity; the sensitivity itself came from the clipper
+  at run time), the hparams field it lives in, where the noise is added
+  (each silo's own message, or once on the server's aggregate) and how many
+  such releases the run makes.
 
-* ``contribution_bound`` s is the largest l2 norm of ONE record's contribution
-  to the released vector (for a minibatch mean of per-example gradients
-  clipped at C with batch size K, s = C/K).
-* The l2 sensitivity follows from the neighbouring relation:
-  replace-one -> 2 s (the record's contribution changes from g to g'),
-  add/remove -> s.
-* ``noise_multiplier`` = noise_std / sensitivity (the usual DP-SGD sigma).
-* ``group_size`` g: the guarantee protects any g records at once (group
-  privacy); g = 1 is the ordinary record-level guarantee.
+``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the
+``PrivacySpec`` every driver reads (``epsilon`` / ``calibrate``). Because the
+run's noise std is ``noise_multiplier x sensitivity`` (computed from the
+clipped value itself), the accountants need the multiplier, the sampling and
+the number of releases only: the schedules below have contribution bound 1 and
+noise std ``multiplier x sensitivity(1)``.
 
-Mapping to ``dp_accounting`` (``to_dp_event`` plus ``dp_neighboring_relation``
-are a pair: compose the event in an accountant built with that relation):
+Rules (stated once, here):
 
-=====================  ===========================================  ==========
-sampling               event                                         relation
-=====================  ===========================================  ==========
-poisson                SelfComposed(PoissonSampled(q, Gauss(std/s)))  schedule's
-without-replacement    SelfComposed(SampledWOR(n, K, Gauss(std/2s)))  REPLACE_ONE
-with-replacement       SelfComposed(SampledWR(n, K, Gauss(std/2s)))   REPLACE_ONE
-full                   SelfComposed(Gauss(std/Delta), steps)          ADD_OR_REMOVE
-one-pass / shuffle     SelfComposed(Gauss(std/Delta), passes)         ADD_OR_REMOVE
-                       (passes = ceil(steps / floor(n/K)))
-=====================  ===========================================  ==========
+* noise on each silo's own message (ISRL-DP, unit ``record-in-silo``): every
+  silo's transcript is its own guarantee and the run's epsilon is the largest.
+  Silos with the same (multiplier, batch size) are accounted together at the
+  smallest silo (the largest sampling rate); otherwise one schedule per silo
+  (``PerSiloPrivacy``). Every round counts for every silo (availability gives
+  no amplification: who reports is visible).
+* noise once on the aggregate (central DP, unit ``record``): one schedule at the
+  smallest silo's rate ``K / n_min`` (an upper bound on every record's rate).
+* Poisson sampling: the rate is the selection's declared ``sampling_rate`` q --
+  the number its sampler draws with -- for every silo; without one, ``K / n``
+  of the data set's size, which is public only under replace-one. Under
+  add/remove the size differs between neighbours, so a plan with an undeclared
+  Poisson rate is refused (ValueError naming ``sampling_rate``).
+* several noise events (e.g. DIFF2's restart and difference rounds): their
+  schedules composed (RDP curves added / PLDs composed); calibration scales all
+  multipliers by one common factor, keeping the ratios the family chose.
+* ``group_size`` g protects any g records at once (the Gaussian schedules'
+  ``group_size``; the batch-clipping accountant's replace-up-to-g).
 
-For the unsampled cases the sensitivity Delta (2s or s) is folded into the
-noise multiplier, so the event means the same thing to every dp_accounting
-accountant (``RdpAccountant`` ignores the relation for a bare Gaussian, while
-``PLDAccountant`` doubles the sensitivity under REPLACE_ONE).
-``dp_accounting``'s without-replacement RDP bound (Wang-Balle-Kasiviswanathan
-2019, Thm 27) takes the replace-one sensitivity, hence std/2s there, while its
-PLD for Poisson sampling under REPLACE_ONE takes the per-record bound s and
-analyses the pair (1-q)N(0,std^2) + qN(s) vs (1-q)N(0,std^2) + qN(-s).
+Mechanisms whose accountant is not one of these Gaussian rules bring their own:
+an event with a ``spec(plan)`` method -- a privatizer's (P_vec's
+``dpjax.accounting.pvec.PvecEvent``), the aggregator's (a shuffler's
+``dpjax.accounting.shuffle.ShuffleEvent``) or the batch selection's
+(``SubsetSelectionEvent``) -- is dispatched to, in that order,
+and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules'
+guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler). m clipped
+subsets of s records per round drawn by shuffling or fixed-size subsampling
+(``SubsetSelectionEvent``, DP-SGD-General) take the exact f-DP batch-clipping
+accountant of ``dpjax.accounting.batch_clipping`` (the strong adversary who sees
+every round's index sets), at every silo's size, the worst reported; its ``s``
+(records per clipped unit: 1 = individual clipping) is the clipper's
+``ClipEvent.unit_records``. Poisson subsets (individual clipping) take the
+Gaussian rules.
+
+Pure Python: never imports jax.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from dpjax import _validate as v
-
-__all__ = [
-    "Neighboring",
-    "Sampling",
-    "PrivacyUnit",
-    "GaussianSchedule",
-    "PrivacyReport",
-    "SdpReport",
-]
+from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum
+from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
 
 
-class Neighboring(str, enum.Enum):
-    """Neighbouring relation between data sets."""
+@runtime_checkable
+class OwnAccountant(Protocol):
+    """An event with its own accountant -- a paper's (shuffle amplification, P_vec transcripts, tree
+    aggregation, adaptive clipping's joint Gaussian, ...), where no ``dp_accounting`` event expresses
+    the mechanism: ``spec(plan)`` is the run's guarantee given the rest of the plan. The plan asks, in
+    order, the privatizers' events, the aggregator's, then the batch selection's (``DpPlan.spec``);
+    every other event takes the Gaussian rules, whose schedules map onto ``dp_accounting``
+    (``GaussianSchedule.to_dp_event``)."""
 
-    REPLACE_ONE = "replace-one"
-    ADD_REMOVE = "add-remove"
-
-
-class Sampling(str, enum.Enum):
-    """How each round's batch is drawn from the protected data set."""
-
-    POISSON = "poisson"  # each record independently with prob. q = K/n
-    WITH_REPLACEMENT = "with-replacement"  # K i.i.d. uniform draws
-    WITHOUT_REPLACEMENT = "without-replacement"  # uniform K-subset
-    ONE_PASS = "one-pass"  # floor(n/K) fixed disjoint blocks of K, cycled in order
-    SHUFFLE = "shuffle"  # a fresh random permutation per epoch, floor(n/K) blocks of K
-    FULL = "full"  # the whole data set every round
+    def spec(self, plan: "DpPlan") -> PrivacySpec: ...
 
 
-class PrivacyUnit(str, enum.Enum):
-    """What one 'record' of the guarantee is."""
+class Placement(str, enum.Enum):
+    """Where the privatizer adds its noise."""
 
-    RECORD_IN_SILO = "record-in-silo"  # ISRL-DP: a record of one silo's data
-    RECORD = "record"  # central DP: a record anywhere
-    USER = "user"  # user-level: all records of one user (group_size of them)
-
-
-def coerce_enum(name: str, value: Any, cls: type[enum.Enum]) -> Any:
-    if isinstance(value, cls):
-        return value
-    try:
-        return cls(value)
-    except (ValueError, TypeError):
-        choices = tuple(m.value for m in cls)
-        raise ValueError(f"{name}={value!r} must be one of {choices}") from None
+    SILO = "silo"  # each silo on its own message (local / ISRL-DP)
+    SERVER = "server"  # once, on the aggregate (central DP, a trusted server)
 
 
-FIXED_SIZE = (
-    Sampling.WITHOUT_REPLACEMENT,
-    Sampling.WITH_REPLACEMENT,
-    Sampling.ONE_PASS,
-    Sampling.SHUFFLE,
-)
-
-
-@dataclass(frozen=True)
-class GaussianSchedule:
-    """`steps` releases of (a function of) a sampled batch plus N(0, noise_std^2 I).
+@dataclasses.dataclass(frozen=True)
+class SelectionEvent:
+    """What the batch selection does to one protected data set per round.
 
     Attributes:
-      noise_std: absolute per-coordinate std of the Gaussian noise added to
-        the released vector (>= 0; 0 means non-private -> epsilon = inf).
-      contribution_bound: s, the max l2 norm of ONE record's contribution to
-        the released vector (e.g. clip_norm/K for a minibatch mean of
-        per-example-clipped gradients). Sensitivity: replace-one -> 2 s,
-        add/remove -> s.
-      sampling: a `Sampling` (or its string value).
-      dataset_size: n, records in the protected data set (one silo for
-        ISRL-DP).
-      batch_size: K (None for FULL). For POISSON it is the expected batch
-        q n and may be fractional (the rate q = K/n is what is accounted); the
-        fixed-size schemes need an integer.
-      steps: number of releases (rounds) that may touch this data set.
-      neighboring: `Neighboring` relation (default replace-one, as in all five
-        papers).
-      unit: `PrivacyUnit` label of the guarantee.
-      group_size: g >= 1; the guarantee covers any g records at once.
-      sampling_rate: POISSON only: the declared public rate q that the sampler
-        draws with (then ``sample_rate`` is q exactly, and ``batch_size`` is the
-        public expected batch, informational); None: q = batch_size /
-        dataset_size. Under add/remove the data set's size is not public, so a
-        rate read from it would be data-dependent: declare q.
-
-    Raises:
-      ValueError: naming the offending argument and its value.
+      sampling: the scheme (``Sampling``).
+      dataset_sizes: the protected data sets' sizes (one per silo).
+      batch_sizes: the batch size of each silo (None for the full data set), or
+        one value for every silo.
+      unit: the privacy unit.
+      releases_per_round: how many noisy releases one record can enter per
+        round (K single-record local steps: K).
+      sampling_rate: Poisson only: the declared public rate q the sampler draws
+        every record with (the same object the sampler reads); None: K / n of
+        each data set's size (replace-one only, where n is public).
     """
 
-    noise_std: float
-    contribution_bound: float
     sampling: Sampling
-    dataset_size: int
-    batch_size: int | None
-    steps: int
-    neighboring: Neighboring = Neighboring.REPLACE_ONE
+    dataset_sizes: tuple[int, ...]
+    batch_sizes: tuple | int | float | None
     unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
-    group_size: int = 1
+    releases_per_round: int = 1
     sampling_rate: float | None = None
 
-    def __post_init__(self) -> None:
-        set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
-        set_("noise_std", v.check_nonnegative("noise_std", self.noise_std))
-        set_("contribution_bound", v.check_positive("contribution_bound", self.contribution_bound))
-        set_("sampling", coerce_enum("sampling", self.sampling, Sampling))
-        set_("neighboring", coerce_enum("neighboring", self.neighboring, Neighboring))
-        set_("unit", coerce_enum("unit", self.unit, PrivacyUnit))
-        n = v.check_int("dataset_size", self.dataset_size, min_value=1)
-        set_("dataset_size", n)
-        set_("steps", v.check_int("steps", self.steps, min_value=1))
-        set_("group_size", v.check_int("group_size", self.group_size, min_value=1))
-        if self.sampling is Sampling.FULL:
-            if self.batch_size is not None:
-                k = v.check_int("batch_size", self.batch_size, min_value=1)
-                if k != n:
-                    raise ValueError(
-                        f"batch_size={self.batch_size!r} must be None (or equal to "
-                        f"dataset_size={n}) for sampling='full'"
-                    )
-                set_("batch_size", None)
-        else:
-            if self.batch_size is None:
-                raise ValueError(
-                    f"batch_size=None is only allowed for sampling='full'; "
-                    f"sampling={self.sampling.value!r} needs an integer batch size"
-                )
-            if self.sampling is Sampling.POISSON:
-                # the expected batch q n: the rate q is the parameter, so q n need not be an integer
-                k = v.check_positive("batch_size", self.batch_size)
-                if k > n:
-                    raise ValueError(f"batch_size={self.batch_size!r} must be <= dataset_size={n} for sampling='poisson'")
-                set_("batch_size", int(k) if float(k).is_integer() else k)
-            else:
-                max_k = None if self.sampling is Sampling.WITH_REPLACEMENT else n
-                set_("batch_size", v.check_int("batch_size", self.batch_size, min_value=1, max_value=max_k))
-        if self.group_size > n:
-            raise ValueError(f"group_size={self.group_size!r} must be <= dataset_size={n}")
+    def __post_init__(self):
+        object.__setattr__(self, "sampling", coerce_enum("sampling", self.sampling, Sampling))
+        object.__setattr__(self, "unit", coerce_enum("unit", self.unit, PrivacyUnit))
+        sizes = tuple(v.check_int(f"silo_sizes[{i}]", int(n), min_value=1) for i, n in enumerate(self.dataset_sizes))
+        if not sizes:
+            raise ValueError("silo_sizes=() must name at least one silo")
+        object.__setattr__(self, "dataset_sizes", sizes)
+        k = self.batch_sizes
+        ks = tuple(k) if isinstance(k, (tuple, list)) else (k,) * len(sizes)
+        if len(ks) != len(sizes):
+            raise ValueError(f"batch_sizes has {len(ks)} entries for {len(sizes)} silos")
+        object.__setattr__(self, "batch_sizes", ks)
+        v.check_int("releases_per_round", self.releases_per_round, min_value=1)
         if self.sampling_rate is not None:
             if self.sampling is not Sampling.POISSON:
                 raise ValueError(f"sampling_rate={self.sampling_rate!r} is Poisson's declared rate; "
                                  f"sampling={self.sampling.value!r} takes none")
-            set_("sampling_rate", v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
-        if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in FIXED_SIZE:
-            raise ValueError(
-                f"neighboring='add-remove' is not meaningful for sampling={self.sampling.value!r} "
-                "(fixed-size batches need a fixed, public dataset size); use 'replace-one'"
-            )
+            object.__setattr__(self, "sampling_rate",
+                               v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
 
-    # ------------------------------------------------------------------ derived
-    @property
-    def sample_rate(self) -> float:
-        """q = K/n (1 for FULL; the declared ``sampling_rate`` for Poisson when given). For
-        with-replacement: the per-round batch fraction."""
-        if self.sampling is Sampling.FULL:
-            return 1.0
+    def inclusion_probability(self, silo: int) -> float:
+        """The probability that the sampler includes a given record of silo ``silo`` in a round
+        (Poisson: the declared q, else K / n_silo; fixed-size schemes: K / n_silo; full: 1)."""
         if self.sampling_rate is not None:
             return self.sampling_rate
-        return self.batch_size / self.dataset_size
-
-    @property
-    def sensitivity(self) -> float:
-        """l2 sensitivity of one release: 2 s (replace-one) or s (add/remove)."""
-        factor = 2.0 if self.neighboring is Neighboring.REPLACE_ONE else 1.0
-        return factor * self.contribution_bound
-
-    @property
-    def noise_multiplier(self) -> float:
-        """noise_std / sensitivity."""
-        return self.noise_std / self.sensitivity
-
-    @property
-    def blocks_per_epoch(self) -> int:
-        """floor(n/K): disjoint full blocks of K records in one permutation.
-
-        ONE_PASS and SHUFFLE walk one permutation block by block (block r is
-        positions [rK, (r+1)K), as ``dpjax.primitives.sampling.OnePass`` slices
-        it) and start a new epoch instead of wrapping around, so the n mod K
-        records at the end of each epoch's permutation are not used that epoch.
-        """
-        if self.sampling not in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-            raise ValueError(f"blocks_per_epoch is undefined for sampling={self.sampling.value!r}")
-        return self.dataset_size // self.batch_size
-
-    @property
-    def passes(self) -> int:
-        """Most releases that touch one given record (deterministic participation).
-
-        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one
-        block per epoch and an epoch is ``blocks_per_epoch`` = floor(n/K) steps,
-        so it is used at most ceil(steps / floor(n/K)) times (in every epoch, in
-        the worst case). ceil(steps*K/n) would under-count when n mod K > 0:
-        n = 10, K = 4, 5 steps is 3 epochs of 2 blocks, not 2.
-        """
-        if self.sampling is Sampling.FULL:
-            return self.steps
-        if self.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-            return -(-self.steps // self.blocks_per_epoch)
-        raise ValueError(f"passes is undefined for sampling={self.sampling.value!r} (random participation)")
-
-    def replace(self, **kw: Any) -> "GaussianSchedule":
-        """A copy with some fields changed (validated again)."""
-        return dataclasses.replace(self, **kw)
-
-    # ------------------------------------------------------------ dp_accounting
-    @property
-    def dp_neighboring_relation(self):
-        """The ``dp_accounting.NeighboringRelation`` to pair with ``to_dp_event()``."""
-        import dp_accounting
-
-        nr = dp_accounting.NeighboringRelation
-        if self.sampling is Sampling.POISSON:
-            return nr.REPLACE_ONE if self.neighboring is Neighboring.REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
-        if self.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
-            return nr.REPLACE_ONE
-        return nr.ADD_OR_REMOVE_ONE
-
-    def to_dp_event(self):
-        """The equivalent ``dp_accounting.DpEvent`` (see the module table).
-
-        Raises:
-          ValueError: if no DpEvent describes the schedule (group_size > 1 with
-            random sampling: group privacy is not a DpEvent).
-        """
-        import dp_accounting as dpa
-
-        if self.noise_std == 0:
-            return dpa.NonPrivateDpEvent()
-        s = self.contribution_bound
-        if self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
-            # Deterministic participation: a group of g records moves the sum
-            # by <= g*Delta in total (possibly spread over several blocks of an
-            # epoch; Gaussian composition is tight for the sum of squares,
-            # which is <= (g Delta)^2).
-            nm = self.noise_std / (self.group_size * self.sensitivity)
-            return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(nm), self.passes)
-        if self.group_size != 1:
-            raise ValueError(
-                f"group_size={self.group_size} with sampling={self.sampling.value!r} has no "
-                "dp_accounting DpEvent; use dpjax.accounting.compute_epsilon (group privacy)"
-            )
-        if self.sampling is Sampling.POISSON:
-            inner = dpa.PoissonSampledDpEvent(self.sample_rate, dpa.GaussianDpEvent(self.noise_std / s))
-        elif self.sampling is Sampling.WITHOUT_REPLACEMENT:
-            inner = dpa.SampledWithoutReplacementDpEvent(
-                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
-            )
-        else:  # WITH_REPLACEMENT
-            inner = dpa.SampledWithReplacementDpEvent(
-                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
-            )
-        return dpa.SelfComposedDpEvent(inner, self.steps)
+        k = self.batch_sizes[silo]
+        return 1.0 if k is None else k / self.dataset_sizes[silo]
 
 
-@dataclass(frozen=True)
-class PrivacyReport:
-    """An (epsilon, delta) guarantee together with how it was obtained.
-
-    ``accountant`` names the method (e.g. 'rdp', 'pld', 'paper', 'gdp-exact');
-    ``notes`` carry caveats (conservative bounds, paper-mode validity, ...).
-    """
-
-    epsilon: float
-    delta: float
-    accountant: str
-    sampling: str
-    neighboring: str
-    unit: str
-    noise_std: float
-    notes: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        eps = v.check_real("epsilon", self.epsilon)
-        if eps < 0:
-            raise ValueError(f"epsilon={self.epsilon!r} must be >= 0")
-        object.__setattr__(self, "epsilon", eps)
-        object.__setattr__(self, "delta", v.check_probability("delta", self.delta))
-        object.__setattr__(self, "notes", tuple(self.notes))
-        for k in ("sampling", "neighboring", "unit"):
-            val = getattr(self, k)
-            if isinstance(val, enum.Enum):
-                object.__setattr__(self, k, val.value)
-
-    def as_dict(self) -> dict:
-        """JSON-friendly dict (epsilon = inf is written as the string 'inf')."""
-        d = dataclasses.asdict(self)
-        d["notes"] = list(self.notes)
-        for k in ("epsilon", "noise_std"):
-            if math.isinf(d[k]):
-                d[k] = "inf"
-        return d
-
-    def __str__(self) -> str:
-        eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
-        return (
-            f"ε = {eps} (δ = {self.delta:.2g}; accountant={self.accountant}, "
-            f"sampling={self.sampling}, neighbouring={self.neighboring}, unit={self.unit})"
-        )
-
-
-@dataclass(frozen=True)
-class SdpReport:
-    """A shuffle-model run's privacy: the central guarantee and, where the
-    analysis has one, the local guarantee of each silo before shuffling.
+@dataclasses.dataclass(frozen=True)
+class SubsetSelectionEvent(SelectionEvent):
+    """Each round, m disjoint subsets of s records (the clipper's units; ``batch_sizes`` = m s, or the
+    expected batch m for Poisson) -- DP-SGD-General's batch selection (van Dijk et al., Algorithm 1).
 
     Attributes:
-      central: (eps, delta)-shuffle DP of everything the analyzer sees (unit
-        ``record``: one record anywhere, replace-one).
-      local: the per-silo guarantee of the silo's own messages (unit
-        ``record-in-silo``; ISRL-DP), or None when the paper's analysis gives
-        none (e.g. P_vec, whose security rests on the shuffler).
-      details: intermediate quantities of the accountant (name -> number).
+      num_subsets: m, the clipped units per round.
+      rounds_per_epoch: B; shuffling uses blocks 0..B-1 of a fresh permutation per epoch,
+        subsampling counts B rounds as an epoch (reporting only).
+      filtering: Appendix D's probabilistic filtering (data-independent coins drop
+        subsets); reported without its heuristic factor-2 gain.
     """
 
-    central: PrivacyReport
-    local: PrivacyReport | None = None
-    details: dict = dataclasses.field(default_factory=dict)
+    num_subsets: int = 1
+    rounds_per_epoch: int = 1
+    filtering: bool = False
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.central, PrivacyReport):
-            raise ValueError(f"central={self.central!r} must be a PrivacyReport")
-        if self.local is not None and not isinstance(self.local, PrivacyReport):
-            raise ValueError(f"local={self.local!r} must be a PrivacyReport or None")
-        object.__setattr__(self, "details", dict(self.details))
+    def __post_init__(self):
+        super().__post_init__()
+        v.check_int("num_subsets", self.num_subsets, min_value=1)
+        v.check_int("rounds_per_epoch", self.rounds_per_epoch, min_value=1)
 
-    @property
-    def epsilon(self) -> float:
-        """The central (shuffle-DP) epsilon."""
-        return self.central.epsilon
+    def spec(self, plan: "DpPlan") -> PrivacySpec:
+        """Shuffled or subsampled subsets: the exact batch-clipping accountant; Poisson: the Gaussian rules.
 
-    @property
-    def delta(self) -> float:
-        """The central (shuffle-DP) delta."""
-        return self.central.delta
+        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of
+        one unit); with noise on the aggregate (pooled silos) one record still enters only its own
+        silo's subsets and the other silos' terms are independent of it, so each silo's law applies
+        to its records and the run's guarantee is the worst silo's -- the same numbers as noise on
+        every silo.
+        """
+        from dpjax.accounting import batch_clipping
 
-    def as_dict(self) -> dict:
-        """JSON-friendly dict: ``central``, ``local`` (or None) and ``details``."""
-        details = {k: ("inf" if isinstance(x, float) and math.isinf(x) else x) for k, x in self.details.items()}
-        return {"central": self.central.as_dict(), "local": None if self.local is None else self.local.as_dict(),
-                "details": details}
+        if self.sampling not in _BATCH_CLIPPING:
+            return plan.gaussian_spec()
+        if plan.clip.neighboring is not Neighboring.REPLACE_ONE:
+            raise ValueError(f"{plan.label}: sampling={self.sampling.value!r} batches have a fixed size; the "
+                             f"clipper's relation must be 'replace-one', not {plan.clip.neighboring.value!r}")
+        if len(plan.noises) != 1 or isinstance(plan.noises[0].noise_multiplier, tuple):
+            raise ValueError(f"{plan.label}: the batch-clipping accountant takes one noise event with one noise "
+                             "multiplier")
+        noise, s, m = plan.noises[0], plan.clip.unit_records, self.num_subsets
+        if any(k != m * s for k in self.batch_sizes):
+            raise ValueError(f"{plan.label}: batch sizes {self.batch_sizes} must equal num_subsets*unit_records="
+                             f"{m * s}")
+        notes = (("experimental filtering: reported without its heuristic factor-2 gain",) if self.filtering else ())
+        return batch_clipping.batch_clipping_privacy(
+            sampling=_BATCH_CLIPPING[self.sampling], dataset_sizes=self.dataset_sizes, s=s, m=m,
+            num_rounds=plan._steps(noise), rounds_per_epoch=self.rounds_per_epoch,
+            noise_multiplier=noise.noise_multiplier, field=noise.field, group_size=plan.group_size,
+            unit=self.unit.value, notes=notes)
 
-    def __str__(self) -> str:
-        local = "none" if self.local is None else str(self.local)
-        return f"shuffle DP: {self.central}; local (per silo): {local}"
+
+@dataclasses.dataclass(frozen=True)
+class ClipEvent:
+    """The clipper's neighbouring relation (its bound is per unit of that relation) and how many
+    records one clipped unit holds (``unit_records``: 1 = individual clipping, s = batch clipping
+    of s-record subsets)."""
+
+    neighboring: Neighboring = Neighboring.REPLACE_ONE
+    unit_records: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "neighboring", coerce_enum("neighboring", self.neighboring, Neighboring))
+        v.check_int("unit_records", self.unit_records, min_value=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseEvent:
+    """Gaussian releases of one kind.
+
+    Attributes:
+      field: the hparams field holding the noise multiplier (what calibration returns).
+      noise_multiplier: std / sensitivity; one value, or one per silo (silo placement).
+      placement: ``Placement.SILO`` or ``Placement.SERVER``.
+      steps: how many such releases the run makes per record's data set (None:
+        every round's releases, ``num_rounds x releases_per_round``).
+    """
+
+    field: str
+    noise_multiplier: float | tuple[float, ...]
+    placement: Placement = Placement.SILO
+    steps: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "placement", coerce_enum("placement", self.placement, Placement))
+        z = self.noise_multiplier
+        if isinstance(z, (tuple, list)):
+            object.__setattr__(self, "noise_multiplier",
+                               tuple(v.check_nonnegative(f"{self.field}[{i}]", float(x)) for i, x in enumerate(z)))
+        else:
+            object.__setattr__(self, "noise_multiplier", v.check_nonnegative(self.field, float(z)))
+        if self.steps is not None:
+            v.check_int("steps", self.steps, min_value=0)
+
+
+#: The samplings the batch-clipping accountant covers, by its names for them.
+_BATCH_CLIPPING = {Sampling.SHUFFLE: "shuffle", Sampling.WITHOUT_REPLACEMENT: "subsample"}
+
+
+def _unit_sensitivity(neighboring: Neighboring) -> float:
+    return 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DpPlan:
+    """selection x clip x noise x rounds; ``spec()`` gives the run's ``PrivacySpec``."""
+
+    selection: SelectionEvent
+    clip: ClipEvent
+    noises: tuple
+    num_rounds: int
+    label: str = "family"
+    aggregation: Any = None  # the aggregator's event (a shuffler's), or None
+    group_size: int = 1
+
+    def __post_init__(self):
+        object.__setattr__(self, "noises", tuple(self.noises))
+        if not self.noises:
+            raise ValueError("noises=() must list at least one NoiseEvent")
+        v.check_int("num_rounds", self.num_rounds, min_value=1)
+        v.check_int("group_size", self.group_size, min_value=1)
+        sel = self.selection
+        if (sel.sampling is Sampling.POISSON and sel.sampling_rate is None
+                and self.clip.neighboring is Neighboring.ADD_REMOVE):
+            raise ValueError(f"{self.label}: sampling_rate=None with Poisson sampling under add/remove: the rate "
+                             "K/n would be read from the data set's size, which differs between neighbours; "
+                             "declare the public rate q (sampling_rate)")
+
+    def _schedule(self, n: int, k, z: float, steps: int, unit: PrivacyUnit) -> GaussianSchedule:
+        return GaussianSchedule(noise_std=z * _unit_sensitivity(self.clip.neighboring), contribution_bound=1.0,
+                                sampling=self.selection.sampling, dataset_size=n,
+                                batch_size=k, steps=steps, neighboring=self.clip.neighboring, unit=unit,
+                                group_size=self.group_size, sampling_rate=self.selection.sampling_rate)
+
+    def _steps(self, noise: NoiseEvent) -> int:
+        if noise.steps is not None:
+            return noise.steps
+        return self.num_rounds * self.selection.releases_per_round
+
+    def _group(self, silos: Sequence[int]) -> GaussianPrivacy | None:
+        """The composed schedules of the silos ``silos``, accounted at the smallest of them
+        (the largest rate, the most passes); None when they differ in batch size or multiplier."""
+        sel = self.selection
+        ks = {sel.batch_sizes[i] for i in silos}
+        if len(ks) != 1:
+            return None
+        (k,) = ks
+        n = min(sel.dataset_sizes[i] for i in silos)
+        schedules, fields = [], []
+        for noise in self.noises:
+            zs = {self._z(noise, i) for i in silos}
+            if len(zs) != 1:
+                return None
+            steps = self._steps(noise)
+            if steps == 0:
+                continue
+            schedules.append(self._schedule(n, k, zs.pop(), steps, sel.unit))
+            fields.append(noise.field)
+        return GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
+
+    @staticmethod
+    def _z(noise: NoiseEvent, silo: int) -> float:
+        z = noise.noise_multiplier
+        return z[silo] if isinstance(z, tuple) else z
+
+    def spec(self) -> PrivacySpec:
+        """The ``PrivacySpec`` of the plan (see the module docstring for the rules): a privatizer's, the
+        aggregator's or the batch selection's own accountant where its event has one, else the Gaussian rules."""
+        for noise in self.noises:
+            if isinstance(noise, OwnAccountant):
+                return noise.spec(self)
+        if isinstance(self.aggregation, OwnAccountant) and not self._no_noise():
+            return self.aggregation.spec(self)
+        if isinstance(self.selection, OwnAccountant) and not self._no_noise():
+            return self.selection.spec(self)
+        return self.gaussian_spec()
+
+    def _no_noise(self) -> bool:
+        return all(self._all_zero(noise) for noise in self.noises)
+
+    def gaussian_spec(self) -> PrivacySpec:
+        """The Gaussian rules' guarantee of the noise events (the module docstring), ignoring the aggregator's event."""
+        neighboring, unit = self.clip.neighboring.value, self.selection.unit.value
+        if self._no_noise():
+            return NoPrivacy(f"{self.label} adds no noise (noise multiplier 0)", neighboring, unit)
+        placements = {noise.placement for noise in self.noises}
+        if len(placements) != 1:
+            raise ValueError(f"{self.label}: noise events mix placements {sorted(p.value for p in placements)}")
+        silos = list(range(len(self.selection.dataset_sizes)))
+        together = self._group(silos)
+        if together is not None:
+            return together
+        if placements.pop() is Placement.SERVER:
+            raise ValueError(f"{self.label}: noise on the aggregate needs one noise multiplier and one batch size "
+                             "for every silo")
+        per_silo = []
+        for i in silos:
+            one = self._group([i])
+            if one is None:
+                raise ValueError(f"{self.label}: silo {i} mixes batch sizes")  # unreachable: one silo
+            per_silo.append(one)
+        fields = {noise.field for noise in self.noises}
+        if len(fields) != 1:
+            raise ValueError(f"{self.label}: per-silo accounting of several noise fields {sorted(fields)} is not "
+                             "supported")
+        return PerSiloPrivacy(tuple(per_silo), fields.pop())
+
+    @staticmethod
+    def _all_zero(noise) -> bool:
+        if not isinstance(noise, NoiseEvent):
+            raise ValueError(f"noise event {noise!r} has no Gaussian rule and no spec(plan) of its own")
+        z = noise.noise_multiplier
+        return all(x == 0 for x in z) if isinstance(z, tuple) else z == 0 or (noise.steps == 0)

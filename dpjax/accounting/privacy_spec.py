@@ -36,7 +36,7 @@ import math
 from typing import Any, Callable, Sequence
 
 from dpjax import _validate as v
-from dpjax.accounting.events import GaussianSchedule, PrivacyReport
+from dpjax.accounting.schedules import GaussianSchedule, PrivacyReport
 
 # Relative precision of the common-scale bisection (the same order as the
 # single-schedule calibration's tolerance).
@@ -72,11 +72,11 @@ def _enum_value(x) -> str:
 
 
 class StatedRelation:
-    """Mixin for kinds that store their relation and unit as the fields ``relation`` and ``privacy_unit``."""
+    """Mixin for kinds that store their relation and unit as the fields ``neighboring`` and ``privacy_unit``."""
 
     @property
     def neighboring(self) -> str:
-        return self.relation
+        return self.neighboring
 
     @property
     def unit(self) -> str:
@@ -231,7 +231,7 @@ class ReportPrivacy(StatedRelation, PrivacySpec):
         values (``field -> value``) of the run at ``scale``.
       accountants: the accountant names this protocol understands; others
         are refused.
-      relation, privacy_unit: what the guarantee is stated for.
+      neighboring, privacy_unit: what the guarantee is stated for.
       start: where calibration's bracketing starts; rtol: its relative width;
       min_scale: the smallest scale it looks at.
       search_fn: the one-parameter family calibration searches when it is not
@@ -244,7 +244,7 @@ class ReportPrivacy(StatedRelation, PrivacySpec):
     epsilon_fn: Callable[[float, str, float], Any]
     values_fn: Callable[[float, float, str], dict]
     accountants: tuple[str, ...]
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
     privacy_unit: str = "record"
     start: float = 1.0
     rtol: float = 1e-4
@@ -281,13 +281,13 @@ class NoPrivacy(StatedRelation, PrivacySpec):
     """A non-private twin: no guarantee; calibration is refused."""
 
     reason: str = "the non-private twin adds no noise"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
     privacy_unit: str = "record"
     private = False
 
     def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
         delta = v.check_open_unit("delta", delta)
-        return PrivacyReport(math.inf, delta, "none", "n/a", self.relation, self.privacy_unit, 0.0, (self.reason,))
+        return PrivacyReport(math.inf, delta, "none", "n/a", self.neighboring, self.privacy_unit, 0.0, (self.reason,))
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         raise ValueError(f"target_epsilon={target_epsilon!r} cannot be met: {self.reason}")

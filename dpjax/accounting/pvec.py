@@ -284,13 +284,13 @@ class PvecEvent:
 def _pvec_setting(plan, event: PvecEvent) -> tuple[int, int]:
     """``(m, n)``: the fewest P_vec inputs of a round (min M_r x K) and the smallest silo; checks
     that the plan is one pass over disjoint blocks behind a shuffler, replace-one."""
-    from dpjax.accounting.events import Sampling
+    from dpjax.accounting.schedules import Sampling
 
     shuffle = plan.aggregation
     if shuffle is None or not hasattr(shuffle, "min_reports"):
         raise ValueError(f"{plan.label}: P_vec needs a shuffler between the silos and the analyzer")
-    if plan.clip.relation.value != "replace-one":
-        raise ValueError(f"neighboring={plan.clip.relation.value!r}: the P_vec analysis is replace-one")
+    if plan.clip.neighboring.value != "replace-one":
+        raise ValueError(f"neighboring={plan.clip.neighboring.value!r}: the P_vec analysis is replace-one")
     sel = plan.selection
     ks = set(sel.batch_sizes)
     if sel.sampling is not Sampling.ONE_PASS or len(ks) != 1:
@@ -337,7 +337,7 @@ def pvec_privacy(plan, event: PvecEvent):
         epsilon_fn=lambda delta, accountant, scale: pvec_report(plan, event, delta, accountant),
         values_fn=lambda scale, delta, accountant: {event.field: event.make_params(calculator(scale, delta,
                                                                                                  accountant))},
-        accountants=tuple(a.value for a in PvecAccountant), relation="replace-one", privacy_unit="record",
+        accountants=tuple(a.value for a in PvecAccountant), neighboring="replace-one", privacy_unit="record",
         rtol=1e-8, search_fn=search)  # the calculator's parameters are cheap; lemma_opt's certify its eps to ~1e-9
 
 
@@ -353,7 +353,7 @@ def pvec_report(plan, event: PvecEvent, delta: float, accountant: str = "pvec-le
     std of the privacy noise in the averaged gradient of the smallest round in
     units of the clip norm L, (2/g) sqrt(m b p (1 - p))/m.
     """
-    from dpjax.accounting.events import PrivacyReport, SdpReport
+    from dpjax.accounting.schedules import PrivacyReport, SdpReport
 
     form = PvecAccountant(v.check_choice("accountant", accountant, tuple(a.value for a in PvecAccountant)))
     composition = _PVEC_FORMS[form][0]

@@ -49,7 +49,7 @@ from dpjax import _validate as v
 from dpjax.accounting import gdp
 from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting import shuffle_sco as sco
-from dpjax.accounting.events import PrivacyReport, SdpReport
+from dpjax.accounting.schedules import PrivacyReport, SdpReport
 from dpjax.accounting.privacy_spec import NoPrivacy, ReportPrivacy
 
 
@@ -152,8 +152,8 @@ class RoundWindows:
             raise ValueError(f"hparams.batch={batch.max()} must be in [1, max_batch={max_batch}]")
         if np.any(start < 0) or np.any(start + batch > n):
             raise ValueError(f"hparams uses users up to {int(np.max(start + batch))} > num_users={n}")
-        if plan.clip.relation.value != "replace-one":
-            raise ValueError(f"neighboring={plan.clip.relation.value!r}: the transcripts are accounted replace-one")
+        if plan.clip.neighboring.value != "replace-one":
+            raise ValueError(f"neighboring={plan.clip.neighboring.value!r}: the transcripts are accounted replace-one")
         return n
 
 
@@ -345,7 +345,7 @@ def pvec_transcript_privacy(plan, event: PvecTranscriptEvent) -> ReportPrivacy:
                          delta, accountant, scale)
 
     return ReportPrivacy(epsilon_fn=lambda delta, accountant, scale: pvec_transcript_report(event, delta, accountant),
-                         values_fn=values, accountants=_names(_PVEC, "pvec"), relation="replace-one",
+                         values_fn=values, accountants=_names(_PVEC, "pvec"), neighboring="replace-one",
                          privacy_unit="user", rtol=1e-8, search_fn=search)
 
 
@@ -415,7 +415,7 @@ def gaussian_transcript_privacy(plan, event: GaussianTranscriptEvent) -> ReportP
     return ReportPrivacy(
         epsilon_fn=lambda delta, accountant, scale: gaussian_transcript_report(event, delta, accountant),
         values_fn=lambda scale, delta, accountant: {event.field: at(scale).noise_multiplier},
-        accountants=_names((A.GDP,), "gdp"), relation="replace-one", privacy_unit="user", rtol=1e-10,
+        accountants=_names((A.GDP,), "gdp"), neighboring="replace-one", privacy_unit="user", rtol=1e-10,
         min_scale=1e-12,
         search_fn=lambda delta, accountant, scale: gaussian_transcript_report(at(scale), delta, accountant))
 
@@ -469,7 +469,7 @@ def pan_private_privacy(plan, event: PanPrivateEvent) -> ReportPrivacy:
     return ReportPrivacy(
         epsilon_fn=lambda delta, accountant, scale: pan_private_report(event, delta, accountant),
         values_fn=lambda scale, delta, accountant: {event.field: at(scale).noise_multiplier},
-        accountants=names, relation="replace-one", privacy_unit="user", rtol=1e-10, min_scale=1e-12,
+        accountants=names, neighboring="replace-one", privacy_unit="user", rtol=1e-10, min_scale=1e-12,
         search_fn=lambda delta, accountant, scale: _searched(
             lambda d, a, s: pan_private_report(at(s), d, a), delta, accountant, scale))
 
@@ -481,7 +481,7 @@ class NoGuaranteeEvent:
     reason: str
 
     def spec(self, plan):
-        return NoPrivacy(self.reason, plan.clip.relation.value, plan.selection.unit.value)
+        return NoPrivacy(self.reason, plan.clip.neighboring.value, plan.selection.unit.value)
 
 
 def transcript_report(plan, delta: float, accountant: str | None = None) -> SdpReport:

@@ -306,7 +306,7 @@ class ShuffleEvent:
 
 
 def _one_gaussian(plan):
-    from dpjax.accounting.plan import NoiseEvent, Placement
+    from dpjax.accounting.events import NoiseEvent, Placement
 
     if len(plan.noises) != 1 or not isinstance(plan.noises[0], NoiseEvent):
         raise ValueError(f"{plan.label}: the shuffle chain analyses one Gaussian noise event per report, got "
@@ -314,8 +314,8 @@ def _one_gaussian(plan):
     noise = plan.noises[0]
     if noise.placement is not Placement.SILO or isinstance(noise.noise_multiplier, tuple):
         raise ValueError(f"{plan.label}: the shuffle chain needs one noise multiplier, added by every silo")
-    if plan.clip.relation.value != "replace-one":
-        raise ValueError(f"neighboring={plan.clip.relation.value!r}: the shuffle chain is a replace-one analysis")
+    if plan.clip.neighboring.value != "replace-one":
+        raise ValueError(f"neighboring={plan.clip.neighboring.value!r}: the shuffle chain is a replace-one analysis")
     return noise
 
 
@@ -337,7 +337,7 @@ def shuffled_gaussian_privacy(plan, event: ShuffleEvent):
     return ReportPrivacy(
         epsilon_fn=lambda delta, accountant, scale: shuffled_gaussian_report(plan, event, delta, accountant, scale),
         values_fn=lambda scale, delta, accountant: {noise.field: noise.noise_multiplier * scale},
-        accountants=tuple(a.value for a in ShuffleAccountant), relation="replace-one", privacy_unit="record",
+        accountants=tuple(a.value for a in ShuffleAccountant), neighboring="replace-one", privacy_unit="record",
         rtol=1e-6, search_fn=search)
 
 
@@ -378,7 +378,7 @@ def shuffled_gaussian_report(plan, event: ShuffleEvent, delta: float, accountant
     conservative for K > 1; the paper's proof fixes K = 1). ``scale``
     multiplies the noise multiplier (the calibration family).
     """
-    from dpjax.accounting.events import PrivacyReport, SdpReport, Sampling
+    from dpjax.accounting.schedules import PrivacyReport, SdpReport, Sampling
 
     noise = _one_gaussian(plan)
     mode = _CHAIN_MODE[ShuffleAccountant(v.check_choice("accountant", accountant,

@@ -43,7 +43,7 @@ import numpy as np
 from scipy import special, stats
 
 from dpjax import _validate as v
-from dpjax.accounting.events import GaussianSchedule, Neighboring, PrivacyReport, Sampling
+from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
 from dpjax.accounting.calibration import bisect_threshold
@@ -202,7 +202,7 @@ def conditioned_rdp(schedule: GaussianSchedule, orders: np.ndarray | None = None
         j = np.arange(schedule.batch_size + 1, dtype=float)
         logp = stats.binom.logpmf(j, schedule.batch_size, 1.0 / schedule.dataset_size)
     elif schedule.sampling in (Sampling.POISSON, Sampling.WITHOUT_REPLACEMENT):
-        q = schedule.sample_rate
+        q = schedule.inclusion_probability
         j = np.array([0.0, 1.0])
         logp = np.array([math.log1p(-q) if q < 1 else -np.inf, math.log(q)])
     else:
@@ -295,7 +295,7 @@ def _pld_event_parameters(schedule: GaussianSchedule) -> tuple[float, float, int
     if schedule.sampling in _DETERMINISTIC:
         z = base.noise_std / (base.group_size * base.sensitivity)
         return z / math.sqrt(base.passes), 1.0, 1
-    return base.noise_std / base.contribution_bound, base.sample_rate, base.steps
+    return base.noise_std / base.contribution_bound, base.inclusion_probability, base.steps
 
 
 def _single_pld(schedule: GaussianSchedule, interval: float):

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpjax import _validate as v
-from dpjax.accounting.events import PrivacyReport
+from dpjax.accounting.schedules import PrivacyReport
 from dpjax.accounting.gdp import gdp_delta
 from dpjax.accounting.privacy_spec import PrivacySpec, StatedRelation
 
@@ -398,7 +398,7 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
     noise_std: float = 0.0
     budget: tuple[float, float] = (math.nan, math.nan)  # the mechanism's (epsilon, delta) arguments
     privacy_unit: str = "user"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
     releasable: bool = True
 
     def __post_init__(self):
@@ -429,13 +429,13 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
                                           "releasable, a deterministic function of the data outside Algorithm 1 "
                                           "-- NOT private (issue 23)"}.get(
                 self.mode, "B2 is the idealised mechanism M' of Theorem 4.1's proof -- NOT private")
-            return PrivacyReport(math.inf, delta, "none", "full", self.relation, self.privacy_unit, self.noise_std,
+            return PrivacyReport(math.inf, delta, "none", "full", self.neighboring, self.privacy_unit, self.noise_std,
                                  (reason,) + self.notes)
         eps, dlt = self.certified()
         if delta < dlt * (1 - 1e-12):
             raise ValueError(f"delta={delta!r} is below the schedule's certified delta {dlt!r}; this accountant "
                              "certifies only delta >= that value")
-        return PrivacyReport(eps, delta, "basic", "full", self.relation, self.privacy_unit, self.noise_std,
+        return PrivacyReport(eps, delta, "basic", "full", self.neighboring, self.privacy_unit, self.noise_std,
                              (f"{len(self.calls)} call(s) of {self.mechanism}; basic composition within user "
                               "groups, parallel composition across disjoint groups",) + self.notes)
 

@@ -12,13 +12,13 @@ import numpy as np
 __all__ = ["wor_gaussian_parts", "wor_gaussian_rdp"]
 
 
-def wor_gaussian_parts(event, relation):
+def wor_gaussian_parts(event, neighboring):
     """``(q, noise multiplier, count)`` if ``event`` is ``count`` self-composed Gaussians sampled without
     replacement under replace-one (what ``RdpAccountant`` composes with ``_compute_rdp_sample_wor_gaussian``),
     else None."""
     import dp_accounting as dpa
 
-    if relation is not dpa.NeighboringRelation.REPLACE_ONE or not isinstance(event, dpa.SelfComposedDpEvent):
+    if neighboring is not dpa.NeighboringRelation.REPLACE_ONE or not isinstance(event, dpa.SelfComposedDpEvent):
         return None
     inner = event.event
     if not (isinstance(inner, dpa.SampledWithoutReplacementDpEvent) and isinstance(inner.event, dpa.GaussianDpEvent)):

@@ -27,7 +27,7 @@ Variants by the local sampling scheme:
   the tight accountants certify.
 
 Privacy (ISRL-DP, record level, replace-one within a silo): ``privacy()``
-composes the parts' events (``dpjax.accounting.plan``) with the sampling
+composes the parts' events (``dpjax.accounting.events``) with the sampling
 scheme actually used. ``private=False`` is the non-private twin (the same
 compiled round with noise multiplier 0 and no clip); ``noise_multiplier = 0``
 with a non-binding clip is bit-identical to it.

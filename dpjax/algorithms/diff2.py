@@ -47,7 +47,7 @@ trusted server, record-level, **replace-one** neighbouring relation inside a
 fixed silo. Every round is a Gaussian mechanism of multiplier ``z`` whatever
 the radius (``C1`` and ``C2`` do not enter the privacy cost); ``privacy()``
 composes ``m = ceil(R/T)`` restart and ``R - m`` difference releases
-(``dpjax.accounting.plan.DpPlan``; calibration keeps the multipliers' ratio).
+(``dpjax.accounting.events.DpPlan``; calibration keeps the multipliers' ratio).
 BVR local steps are additionally without-replacement subsampled Gaussian
 releases of sensitivity ``2 C_3 ||.|| / b`` (Lemma B.7). The released transcript
 is the iterates, the output candidates and the noisy estimators (BVR: the
@@ -78,7 +78,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.accounting.plan import DpPlan
+from dpjax.accounting.events import DpPlan
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
 from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.algorithms.diff2_parts import (

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import keys
-from dpjax.accounting.plan import SelectionEvent
+from dpjax.accounting.events import SelectionEvent
 from dpjax.algorithms.diff2_parts import (
     EstimatorSgd,
     EstimatorState,

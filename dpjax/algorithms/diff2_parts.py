@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import _validate, keys
-from dpjax.accounting.plan import ClipEvent, NoiseEvent
+from dpjax.accounting.events import ClipEvent, NoiseEvent
 from dpjax.engine.roles import Batch, Context, Sensitive, released
 from dpjax.parts.privatizers import gaussian_std, host_multiplier
 from dpjax.primitives import clipping, ghost_clipping, noise
@@ -284,7 +284,7 @@ class RadiusClipper:
 
     restart_field: str | None = "clip_restart"
     difference_field: str = "clip_diff"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
 
     roles = ("clipper",)
 
@@ -318,10 +318,10 @@ class RadiusClipper:
 
     def sensitive(self, total, radius, denominator) -> Sensitive:
         """Each silo's clipped sum with bound ``radius``, divided by its public ``denominator``."""
-        return Sensitive(total, radius, self.relation).divided(denominator)
+        return Sensitive(total, radius, self.neighboring).divided(denominator)
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
+        return ClipEvent(self.neighboring)
 
 
 # ----------------------------------------------------------------------------- aggregator
@@ -338,8 +338,8 @@ class SiloMean:
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         count = jax.tree_util.tree_leaves(messages.value)[0].shape[0]
         mean = jax.tree_util.tree_map(lambda m: jnp.mean(m, axis=0), messages.value)
-        bound = jnp.max(jnp.asarray(messages.bound)) / count
-        return Sensitive(mean, bound, messages.relation), state
+        bound = jnp.max(jnp.asarray(messages.contribution_bound)) / count
+        return Sensitive(mean, bound, messages.neighboring), state
 
 
 # ----------------------------------------------------------------------------- privatizers

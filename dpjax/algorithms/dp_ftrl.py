@@ -38,8 +38,8 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import _validate, keys
-from dpjax.accounting.events import Sampling
-from dpjax.accounting.plan import NoiseEvent, SelectionEvent
+from dpjax.accounting.schedules import Sampling
+from dpjax.accounting.events import NoiseEvent, SelectionEvent
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context, Sensitive

@@ -50,7 +50,7 @@ sums instead (central DP over the pooled records; ``DpSgd`` in
 The learning rate ``eta``, the clip norm ``C`` and the noise multiplier
 ``sigma`` are traced per-run values (``DpSgdHParams``), so a grid over them is
 one compiled program. ``privacy(silo_sizes, hparams, group_size)`` is the
-parts' DP plan (``dpjax.accounting.plan``): for shuffling / subsampling the
+parts' DP plan (``dpjax.accounting.events``): for shuffling / subsampling the
 exact strong-adversary accountant of the paper (Definition 5.2, Theorem 5.6;
 ``dpjax.accounting.batch_clipping``) for the family's sampling x clipping x
 group size, plus the ``sqrt-gE``, ``generic-group`` and ``standard``

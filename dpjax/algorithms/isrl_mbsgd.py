@@ -18,7 +18,7 @@ record sampler) -> ``MinibatchGradient`` -> ``ClipPerUnit`` (the sensitivity
 Privacy (inter-silo record-level DP, replace-one within a silo): silo i's
 transcript is R releases of a minibatch mean plus Gaussian noise of
 multiplier ``noise_multiplier``; ``privacy()`` composes the parts' events
-(``dpjax.accounting.plan``). Which accountant certifies it depends on the
+(``dpjax.accounting.events``). Which accountant certifies it depends on the
 sampling scheme (the paper's with-replacement sampling is accounted
 conservatively; without-replacement or Poisson sampling get tight RDP/PLD
 accounting).

@@ -25,7 +25,7 @@ from ``privacy()``.
 
 Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
 releases of its minibatch mean plus Gaussian noise of multiplier ``z_i``;
-``privacy()`` composes the parts' events (``dpjax.accounting.plan``): silos
+``privacy()`` composes the parts' events (``dpjax.accounting.events``): silos
 that differ in batch size or multiplier get their own guarantee
 (``PerSiloPrivacy``, the run's epsilon is the largest; calibration gives every
 silo its own multiplier), equal ones are accounted together at the smallest.

@@ -58,12 +58,12 @@ Mechanism = Callable[[jax.Array, Any], Any]
 @dataclasses.dataclass(frozen=True)
 class Certificate:
     """What dpjax certifies for the audited configuration: ``(epsilon, delta)``
-    under ``relation``, computed by ``accountant`` (named, e.g. a dpjax.accounting function)."""
+    under ``neighboring``, computed by ``accountant`` (named, e.g. a dpjax.accounting function)."""
 
     epsilon: float
     delta: float
     accountant: str
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
 
     def __post_init__(self):
         v.check_positive("epsilon", self.epsilon, allow_inf=True)

@@ -39,7 +39,7 @@ def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
         )
     lines.append("")
     for r in results:
-        lines.append(f"* **{r.name}**: {r.description}; relation {r.certificate.relation}; "
+        lines.append(f"* **{r.name}**: {r.description}; relation {r.certificate.neighboring}; "
                      + ", ".join(f"{k} = {v}" for k, v in r.details.items())
                      + (f"; exact: {json.dumps(r.exact, default=str)}" if r.exact else "")
                      + f"; {r.seconds:.1f} s")

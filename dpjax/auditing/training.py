@@ -120,7 +120,7 @@ class SkipClip:
         loose = ctx._replace(hparams=dataclasses.replace(hp, **{field: jnp.full_like(getattr(hp, field), jnp.inf)}))
         message, state = self.inner.update(units, state, loose)
         honest = self.inner.bound_of(hp, units.denominator)
-        return message.replace(bound=honest.bound), state
+        return message.replace(contribution_bound=honest.contribution_bound), state
 
     def bound_of(self, hparams, denominator=1.0):
         return self.inner.bound_of(hparams, denominator)

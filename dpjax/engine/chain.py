@@ -21,7 +21,7 @@ second round.
 
 Every part's state is carried in ``ChainState.parts`` across rounds (keyed by the part's first
 role). The privacy of the run is the composition of the parts' events over the rounds
-(``dpjax.accounting.plan.DpPlan``: selection x clipper x privatizer x rounds); the noise a run adds is
+(``dpjax.accounting.events.DpPlan``: selection x clipper x privatizer x rounds); the noise a run adds is
 ``noise_multiplier x`` the sensitivity the clipper returned, so both consumers -- the compiled round
 and the accountant -- read the same parts.
 
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dpjax.accounting.plan import DpPlan
+from dpjax.accounting.events import DpPlan
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec
 from dpjax.engine import silo_blocks
 from dpjax.engine.contract import FamilyBase
@@ -247,10 +247,10 @@ def _blocked(stage, data, selection_state, silo_states, ctx: Context):
         if batch.silo_ids is not None:
             raise ValueError("silo_block: a blocked run computes every silo each round; this family's "
                              "selection computes a random subset (use full or random availability)")
-        bound = getattr(messages, "bound", None)
+        bound = getattr(messages, "contribution_bound", None)
         shared_bound = bound is not None and jnp.ndim(bound) == 0
         if shared_bound:
-            messages = messages.replace(bound=None)
+            messages = messages.replace(contribution_bound=None)
         return (batch._replace(num_silos=None), messages, (selection_state, silo_states)), \
             (bound if shared_bound else None)
 
@@ -258,7 +258,7 @@ def _blocked(stage, data, selection_state, silo_states, ctx: Context):
         one_block, (data, (selection_state, silo_states)), ctx._replace(data=None), data.sizes, data.num_silos)
     batch = batch._replace(num_silos=data.num_silos)
     if bound is not None:
-        messages = messages.replace(bound=bound)
+        messages = messages.replace(contribution_bound=bound)
     return batch, messages, selection_state, silo_states
 
 
@@ -385,5 +385,5 @@ class ChainFamily(FamilyBase):
         if not getattr(self, "private", True):
             plan = self.dp_plan(silo_sizes, hparams, group_size)
             return NoPrivacy(f"{type(self).__name__}(private=False) is the non-private twin",
-                             plan.clip.relation.value, plan.selection.unit.value)
+                             plan.clip.neighboring.value, plan.selection.unit.value)
         return self.dp_plan(silo_sizes, hparams, group_size).spec()

@@ -35,12 +35,11 @@ import jax
 import optax
 
 from dpjax import _validate
-from dpjax.accounting.events import FIXED_SIZE, Neighboring, Sampling
+from dpjax.accounting.schedules import FIXED_SIZE, Neighboring, Sampling, coerce_enum
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.engine.averaging import IterateAverager
 
 PyTree = Any
-NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
 
 
 @runtime_checkable
@@ -70,7 +69,7 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
     Fixed-size batches (with/without replacement, one-pass, shuffling) need a
     fixed, public dataset size, so only replace-one is meaningful for them.
     """
-    _validate.check_choice("neighboring", neighboring, NEIGHBORING_RELATIONS)
+    coerce_enum("neighboring", neighboring, Neighboring)
     try:
         s = Sampling(sampling)
     except ValueError:

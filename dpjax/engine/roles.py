@@ -25,7 +25,7 @@ once on the aggregate (central DP) -- is the order of privatizer and aggregator 
 Every part also says, host-side, what it contributes to the run's privacy (the selection's
 ``event(silo_sizes)``, the clipper's ``event(hparams)``, the privatizer's ``events(hparams, rounds)``,
 a shuffling aggregator's ``aggregation_event(silo_sizes)``); a family's ``privacy()`` is their
-composition over the rounds (``dpjax.accounting.plan``), never re-derived.
+composition over the rounds (``dpjax.accounting.events``), never re-derived.
 
 **Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together
 with the l2 bound of ONE unit's contribution to it and the neighbouring relation that bound is
@@ -50,10 +50,10 @@ from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 import jax
 import jax.numpy as jnp
 
+from dpjax.accounting.schedules import Neighboring, coerce_enum
 from dpjax.engine import silo_sharding
 
 PyTree = Any
-RELATIONS = ("replace-one", "add-remove")
 
 
 class Context(NamedTuple):
@@ -150,30 +150,29 @@ class Batch(NamedTuple):
         return jax.tree_util.tree_map(lambda a: a[self.silo_ids], tree)
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["value", "bound"], meta_fields=["relation"])
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["value", "contribution_bound"], meta_fields=["neighboring"])
 @dataclasses.dataclass(frozen=True)
 class Sensitive:
     """A value about to be released (or already privatized) with its sensitivity.
 
     Attributes:
       value: the pytree (leading silo axis ``[M, ...]`` for per-silo messages).
-      bound: the largest l2 norm of one unit's contribution to ``value`` (a scalar,
+      contribution_bound: the largest l2 norm of one unit's contribution to ``value`` (a scalar,
         or ``[M]``: one per silo); ``inf`` when nothing clips (the non-private twin).
-      relation: the neighbouring relation the sensitivity is stated for.
+      neighboring: the neighbouring relation the sensitivity is stated for.
     """
 
     value: PyTree
-    bound: Any
-    relation: str = "replace-one"
+    contribution_bound: Any
+    neighboring: str = "replace-one"
 
     def __post_init__(self):
-        if self.relation not in RELATIONS:
-            raise ValueError(f"relation={self.relation!r} must be one of {RELATIONS}")
+        coerce_enum("neighboring", self.neighboring, Neighboring)  # validates; the value is kept as given
 
     @property
     def sensitivity(self):
-        """l2 sensitivity of ``value`` to one unit: ``2 bound`` (replace-one) or ``bound`` (add/remove)."""
-        return 2.0 * self.bound if self.relation == "replace-one" else self.bound
+        """l2 sensitivity of ``value`` to one unit: ``2 contribution_bound`` (replace-one) or ``contribution_bound`` (add/remove)."""
+        return 2.0 * self.contribution_bound if self.neighboring == "replace-one" else self.contribution_bound
 
     def divided(self, denominator) -> "Sensitive":
         """``value / denominator`` for a PUBLIC denominator (scalar, or ``[M]`` per silo), bound likewise."""
@@ -184,7 +183,7 @@ class Sensitive:
             dd = d.astype(t.dtype)
             return t / (dd.reshape((-1,) + (1,) * (t.ndim - 1)) if per_silo else dd)
 
-        return Sensitive(jax.tree_util.tree_map(div, self.value), self.bound / d.astype(jnp.float32), self.relation)
+        return Sensitive(jax.tree_util.tree_map(div, self.value), self.contribution_bound / d.astype(jnp.float32), self.neighboring)
 
     def replace(self, **kw) -> "Sensitive":
         return dataclasses.replace(self, **kw)

@@ -5,7 +5,7 @@ same shape).
 
 One round, on the silos' deltas (``PerUnitVectors``, one unit per silo, weighted by whether it reports):
 
-1. clip every delta to C_t; the bound of one silo's contribution is C_t (under ``relation``);
+1. clip every delta to C_t; the bound of one silo's contribution is C_t (under ``neighboring``);
 2. the centred count ``sum_i (b_i - 1/2)``, ``b_i = 1[||Delta_i|| <= C_t]`` (one silo moves it by 1/2),
    plus ``N(0, (z_b x 1/2)^2)`` (``count_field`` z_b; the paper's sigma_b = z_b / 2 under add/remove,
    the round key's ``"server_noise"`` stream); then ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))`` with
@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import keys
-from dpjax.accounting.plan import ClipEvent, NoiseEvent
+from dpjax.accounting.events import ClipEvent, NoiseEvent
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy
 from dpjax.engine.roles import Context, PerUnitVectors, Sensitive
 from dpjax.parts.cross_device import PublicMean
@@ -73,7 +73,7 @@ class JointGaussianEvent:
         z_delta, z_b = self.delta.noise_multiplier, self.count.noise_multiplier
         if z_b == 0:
             return NoPrivacy(f"{plan.label} releases the clipped count without noise ({self.count.field}=0)",
-                             plan.clip.relation.value, plan.selection.unit.value)
+                             plan.clip.neighboring.value, plan.selection.unit.value)
         z = 0.0 if z_delta == 0 else (z_delta ** -2.0 + z_b ** -2.0) ** -0.5
         spec = dataclasses.replace(plan, noises=(dataclasses.replace(self.delta, noise_multiplier=z),)).gaussian_spec()
         if not isinstance(spec, GaussianPrivacy):
@@ -88,12 +88,12 @@ class AdaptiveClipMean:
 
     Args:
       expected_silos: m, the public divisor of the clipped sum and of the count.
-      relation: the neighbouring relation of one silo's data.
+      neighboring: the neighbouring relation of one silo's data.
       noise_field, count_field: the hparams fields of z_Delta and z_b.
     """
 
     expected_silos: int
-    relation: str = "add-remove"
+    neighboring: str = "add-remove"
     noise_field: str = "noise_multiplier"
     count_field: str = "noise_multiplier_count"
 
@@ -107,17 +107,17 @@ class AdaptiveClipMean:
         norms = jax.vmap(clipping.global_norm)(units.vectors)
         clipped = jax.tree_util.tree_map(lambda t: t * w.reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype),
                                          clipping.clip_per_example(units.vectors, clip_norm))
-        count = Sensitive(jnp.sum(w * ((norms <= clip_norm) - 0.5)), jnp.float32(0.5), self.relation)
+        count = Sensitive(jnp.sum(w * ((norms <= clip_norm) - 0.5)), jnp.float32(0.5), self.neighboring)
         std = gaussian_std(getattr(hp, self.count_field), count.sensitivity)
         noisy = count.value + std * jax.random.normal(keys.stream_key(ctx.key, "server_noise"))
         fraction = jnp.clip(noisy / self.expected_silos + 0.5, 0.0, 1.0)
         new_clip = clip_norm * jnp.exp(-hp.clip_learning_rate * (fraction - hp.target_quantile))
-        mean, _ = PublicMean(self.expected_silos).update(Sensitive(clipped, clip_norm, self.relation), (), ctx)
+        mean, _ = PublicMean(self.expected_silos).update(Sensitive(clipped, clip_norm, self.neighboring), (), ctx)
         released, _ = GaussianNoise(self.noise_field, placement="server").update(mean, (), ctx)
         return released, new_clip
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
+        return ClipEvent(self.neighboring)
 
     def count_event(self, hparams) -> NoiseEvent | None:
         """The count's Gaussian release, or None when the clip never moves (``clip_learning_rate = 0``)."""

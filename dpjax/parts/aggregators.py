@@ -108,7 +108,7 @@ def min_available(availability, num_silos: int) -> int:
 
 
 def _largest_bound(message: Sensitive, available):
-    bound = jnp.asarray(message.bound, jnp.float32)
+    bound = jnp.asarray(message.contribution_bound, jnp.float32)
     if bound.ndim == 0:
         return bound
     return jnp.max(jnp.where(available, bound, 0.0))
@@ -160,7 +160,7 @@ class Aggregate:
         value = aggregate(messages.value, batch.available, self.how)
         if self.gate:
             value = Gated(value, jnp.any(batch.available))
-        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
+        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.neighboring), state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,4 +199,4 @@ class ShuffledAggregate:
         batch = ctx.batch
         value = shuffled_aggregate(messages.value, batch.available, keys.stream_key(ctx.key, "shuffle"),
                                              self.how)
-        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.relation), state
+        return Sensitive(value, _aggregate_bound(messages, batch.available, self.how), messages.neighboring), state

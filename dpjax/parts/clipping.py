@@ -22,13 +22,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from dpjax.accounting.plan import ClipEvent
+from dpjax.accounting.events import ClipEvent
 from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.roles import Context, PerExampleGradients, PerUnitVectors, Sensitive
 from dpjax.primitives import clipping
 
 
-def _silo_clipped_sum(units: PerExampleGradients, clip_norm, relation: str):
+def _silo_clipped_sum(units: PerExampleGradients, clip_norm, neighboring: str):
     """``sum_j w_j clip_C(grad loss(params, x_j, y_j))`` of every silo ``[M, ...]``."""
     problem, params = units.problem, units.params
     closed_form = problem is not None and has_closed_form_clipping(problem)
@@ -40,7 +40,7 @@ def _silo_clipped_sum(units: PerExampleGradients, clip_norm, relation: str):
         if ghost:
             return problem.weighted_grad_sum(params, x, y, w.astype(x.dtype), clip_norm)
         grads = clipping.per_example_grads(units.loss, params, x, y)
-        return clipping.clipped_sum(grads, clip_norm, w, relation).total
+        return clipping.clipped_sum(grads, clip_norm, w, neighboring).total
 
     if units.row_sq_norms is not None:
         sq = units.row_sq_norms
@@ -57,14 +57,14 @@ class ClipPerUnit:
 
     Args:
       clip_field: the hparams field holding ``C``.
-      relation: the neighbouring relation the bound is stated for
+      neighboring: the neighbouring relation the bound is stated for
         (``"replace-one"``: sensitivity ``2C``; ``"add-remove"``: ``C``).
       unit_records: how many records one unit holds, for the accountant (1: individual
         clipping; s: batch clipping of s-record subsets, DP-SGD-General).
     """
 
     clip_field: str = "clip_norm"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
     unit_records: int = 1
 
     roles = ("clipper",)
@@ -78,7 +78,7 @@ class ClipPerUnit:
             if not units.reduce:
                 raise ValueError("ClipPerUnit sums per-example gradients; a local randomizer needs the "
                                  "clipped vectors themselves (use a vector clipper)")
-            total = _silo_clipped_sum(units, clip_norm, self.relation)
+            total = _silo_clipped_sum(units, clip_norm, self.neighboring)
         elif isinstance(units, PerUnitVectors):
             if units.per_silo:
                 total = clipping.clip_per_example(units.vectors, clip_norm)
@@ -86,20 +86,20 @@ class ClipPerUnit:
                     total = jax.tree_util.tree_map(
                         lambda t: t * units.weights.astype(t.dtype).reshape((-1,) + (1,) * (t.ndim - 1)), total)
             else:
-                total = jax.vmap(lambda v, w: clipping.clipped_sum(v, clip_norm, w, self.relation).total)(
+                total = jax.vmap(lambda v, w: clipping.clipped_sum(v, clip_norm, w, self.neighboring).total)(
                     units.vectors, units.weights)
         else:
             raise ValueError(f"units={type(units).__name__} is not a unit description ClipPerUnit knows")
-        clipped = Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation)
+        clipped = Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.neighboring)
         return clipped.divided(units.denominator), state
 
     def bound_of(self, hparams, denominator=1.0) -> Sensitive:
         """Host-side: the bound ``update`` gives a message with this public denominator (no value)."""
         return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32),
-                         self.relation).divided(denominator)
+                         self.neighboring).divided(denominator)
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation, self.unit_records)
+        return ClipEvent(self.neighboring, self.unit_records)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +112,7 @@ class ClipVectors:
     """
 
     clip_field: str = "clip_norm"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
 
     roles = ("clipper",)
 
@@ -130,11 +130,11 @@ class ClipVectors:
             vectors = jax.vmap(clipping.clip_per_example, in_axes=(0, None))(units.vectors, clip_norm)
         else:
             raise ValueError(f"units={type(units).__name__} are not per-unit vectors ClipVectors can keep apart")
-        return Sensitive(vectors, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+        return Sensitive(vectors, jnp.asarray(clip_norm, jnp.float32), self.neighboring), state
 
     def bound_of(self, hparams, denominator=1.0) -> Sensitive:
         """Host-side: the bound of every unit, ``C``."""
-        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.neighboring)
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
+        return ClipEvent(self.neighboring)

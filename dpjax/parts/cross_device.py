@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from dpjax import keys
-from dpjax.accounting.plan import SelectionEvent
+from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
 from dpjax.parts.selection import available_silos
@@ -48,7 +48,7 @@ class SampledSilos:
         if self.sampling_rate is not None:
             sampling_lib.make_sampler(self.sampling, self.silos_per_round, self.sampling_rate)
 
-    def rate(self, num_silos):
+    def inclusion_probability(self, num_silos):
         """Each silo's inclusion probability: the declared q, else m / N."""
         return self.silos_per_round / num_silos if self.sampling_rate is None else self.sampling_rate
 
@@ -60,7 +60,7 @@ class SampledSilos:
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         if self.sampling == "poisson":
             u = jax.random.uniform(keys.stream_key(ctx.key, "availability"), (data.num_silos,))
-            silo_ids, available = None, u < self.rate(data.num_silos)
+            silo_ids, available = None, u < self.inclusion_probability(data.num_silos)
         else:
             availability = sampling_lib.FixedAvailability(self.silos_per_round)
             silo_ids, available = available_silos(availability, ctx.key, data.num_silos)

@@ -3,7 +3,7 @@
 A privatizer is a part of the one signature (``dpjax.engine.roles``): ``update(Sensitive, state,
 ctx) -> (Sensitive, state)``, the round's ``ctx.batch`` saying which silos it holds; host-side,
 ``events(hparams, num_rounds)`` lists the releases it makes for the accountant
-(``dpjax.accounting.plan.NoiseEvent``). Gaussian noise is always given as a
+(``dpjax.accounting.events.NoiseEvent``). Gaussian noise is always given as a
 noise multiplier ``z`` (an hparams field): the std is
 ``z x sensitivity`` with the sensitivity of the value (``Sensitive``), so the
 sensitivity is never re-derived here; ``z = 0`` adds exactly zero (also for an
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import keys
-from dpjax.accounting.plan import NoiseEvent, Placement
+from dpjax.accounting.events import NoiseEvent, Placement
 from dpjax.engine.roles import Context, Sensitive
 from dpjax.primitives import noise
 

@@ -247,11 +247,11 @@ class PvecRandomizer(_PvecPart):
         party_keys = scheme.party_keys(ctx, batch, self.level)
         if self.level == "counts":
             def report(v, m, kr, kn):
-                return pvec_counts(kr, kn, v, m, params, message.bound, self.max_granularity, self.trial_groups,
+                return pvec_counts(kr, kn, v, m, params, message.contribution_bound, self.max_granularity, self.trial_groups,
                                    scheme.chunk_keys)
         else:
             def report(v, m, kr, kn, ks):
-                return pvec_bit_counts(kr, kn, ks, v, m, params, message.bound, *self.bit_buffer)
+                return pvec_bit_counts(kr, kn, ks, v, m, params, message.contribution_bound, *self.bit_buffer)
         reports = jax.vmap(report)(vectors, batch.weights, *party_keys)
         unravel = ravel_pytree(jax.tree_util.tree_map(lambda t: t[0, 0], message.value))[1]
         return message.replace(value=jax.vmap(unravel)(reports)), state
@@ -311,15 +311,15 @@ class PvecAnalyzer(_PvecPart):
         weights = batch.available.astype(jnp.float32)
         summed = jnp.tensordot(weights, reports, axes=1)
         if self.level == "counts":
-            total = shuffle_protocols.pvec_analyze(summed, params, messages.bound)
+            total = shuffle_protocols.pvec_analyze(summed, params, messages.contribution_bound)
         else:
             count = jnp.tensordot(weights, jnp.sum(batch.weights.astype(jnp.float32), axis=1), axes=1)
-            total = analyze_bit_counts(summed, count, params, messages.bound)
+            total = analyze_bit_counts(summed, count, params, messages.contribution_bound)
         if self.batch_field is not None:
             vectors = getattr(ctx.hparams, self.batch_field)[ctx.round].astype(jnp.float32)
         else:
             vectors = jnp.maximum(jnp.sum(weights), 1.0) * self.batch_size  # M_r K, public
-        mean = Sensitive(total, messages.bound, messages.relation).divided(vectors)
+        mean = Sensitive(total, messages.contribution_bound, messages.neighboring).divided(vectors)
         return mean.replace(value=unravel(mean.value)), state
 
     def aggregation_event(self, silo_sizes):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import keys
-from dpjax.accounting.plan import SelectionEvent, SubsetSelectionEvent
+from dpjax.accounting.events import SelectionEvent, SubsetSelectionEvent
 from dpjax.engine import silo_sharding
 from dpjax.engine.roles import Batch, Context
 from dpjax.primitives import sampling as sampling_lib
@@ -300,7 +300,7 @@ class SubsetBatches:
         if self.sampling == "subsample":
             idx = sampling_lib.sample_without_replacement(key, size, n_max, m * s).reshape(m, s)
             return idx, jnp.ones((m, s), bool), jnp.asarray(False)
-        sampler = sampling_lib.Poisson(m, rate=self.sampling_rate)
+        sampler = sampling_lib.Poisson(m, sampling_rate=self.sampling_rate)
         idx, mask, overflow = sampler.draw(key, size, n_max, round_index, None)
         return idx[:, None], mask[:, None], overflow
 

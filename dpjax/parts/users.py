@@ -36,8 +36,8 @@ from jax.flatten_util import ravel_pytree
 
 from dpjax import keys
 from dpjax.accounting import sco_transcript
-from dpjax.accounting.events import PrivacyUnit, Sampling
-from dpjax.accounting.plan import SelectionEvent
+from dpjax.accounting.schedules import PrivacyUnit, Sampling
+from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.contract import sgd_updates
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive, Served, released
 from dpjax.parts.privatizers import gaussian_std
@@ -228,7 +228,7 @@ class BatchMean:
 
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         users = getattr(ctx.hparams, self.batch_field)[ctx.round].astype(jnp.float32)
-        return Sensitive(messages.value[0], messages.bound, messages.relation).divided(users), state
+        return Sensitive(messages.value[0], messages.contribution_bound, messages.neighboring).divided(users), state
 
 
 class PhaseState(NamedTuple):

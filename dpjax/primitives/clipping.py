@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax.accounting.schedules import Neighboring, coerce_enum
 
 PyTree = Any
-NEIGHBORING_RELATIONS = ("replace-one", "add-remove")
 
 # Norms below this are treated as zero: clipping a zero vector must give zero,
 # never NaN (C / 0).
@@ -111,7 +111,7 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
     record is assumed to appear once in the sum.
     """
-    _validate.check_choice("neighboring", neighboring, NEIGHBORING_RELATIONS)
+    coerce_enum("neighboring", neighboring, Neighboring)
     # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm

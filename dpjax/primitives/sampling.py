@@ -24,7 +24,7 @@ sampler                 law of the batch                           accounting na
 The privacy of a round depends on the sampler, so samplers carry a ``scheme``
 string that the algorithms copy into the privacy schedule.
 
-Poisson's rate q is PUBLIC: ``Poisson(K, rate=q)`` draws every record w.p. the
+Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the
 declared ``q`` whatever the silo's size, and the selection part hands that same
 ``q`` to the accountant. Without a declared rate it draws at ``K / size``, the
 silo's actual size: valid only under replace-one, where the size is public --
@@ -397,7 +397,7 @@ for _sampler in (WithReplacement, WithoutReplacement, OnePass):
 
 @dataclasses.dataclass(frozen=True)
 class Poisson(_BatchSampler):
-    """Each record joins w.p. ``rate`` (the public q), or ``batch_size / size`` when no rate is
+    """Each record joins w.p. ``sampling_rate`` (the public q), or ``batch_size / size`` when no rate is
     declared (replace-one only: the silo's size is then public). ``batch_size`` K is the public
     expected batch (the minibatch divisor and the buffer size).
 
@@ -409,24 +409,24 @@ class Poisson(_BatchSampler):
     """
 
     capacity: int | None = None
-    rate: float | None = None
+    sampling_rate: float | None = None
     scheme = "poisson"
 
     def __post_init__(self):
         super().__post_init__()
         if self.capacity is not None:
             _validate.check_int("capacity", self.capacity, min_value=self.batch_size)
-        if self.rate is not None:
-            _validate.check_probability("sampling_rate", self.rate, allow_zero=False)
+        if self.sampling_rate is not None:
+            _validate.check_probability("sampling_rate", self.sampling_rate, allow_zero=False)
 
     def padded_size(self, n_max: int) -> int:
-        expected = self.batch_size if self.rate is None else max(self.batch_size, math.ceil(self.rate * n_max))
+        expected = self.batch_size if self.sampling_rate is None else max(self.batch_size, math.ceil(self.sampling_rate * n_max))
         cap = self.capacity or default_poisson_capacity(expected)
         return min(cap, n_max)
 
     def inclusion_probability(self, size):
         """Each real record's probability of joining a batch: the declared rate, else K / size."""
-        return self.batch_size / size if self.rate is None else self.rate
+        return self.batch_size / size if self.sampling_rate is None else self.sampling_rate
 
     def draw(self, key, size, n_max, round_index, silo_state):
         return poisson_sample(key, size, n_max, self.inclusion_probability(size), self.padded_size(n_max))
@@ -474,14 +474,14 @@ SAMPLERS = {
 }
 
 
-def make_sampler(scheme: str, batch_size: int | None = None, rate: float | None = None) -> Sampler:
+def make_sampler(scheme: str, batch_size: int | None = None, sampling_rate: float | None = None) -> Sampler:
     """Builds a sampler from its accounting name (``"full"``: every record, so no ``batch_size``);
-    ``rate``: Poisson's public inclusion probability q (None: K / the silo's size, replace-one only)."""
-    if rate is not None and scheme != "poisson":
-        raise ValueError(f"sampling_rate={rate!r} is Poisson's public rate; sampling={scheme!r} draws fixed-size "
+    ``sampling_rate``: Poisson's public inclusion probability q (None: K / the silo's size, replace-one only)."""
+    if sampling_rate is not None and scheme != "poisson":
+        raise ValueError(f"sampling_rate={sampling_rate!r} is Poisson's public rate; sampling={scheme!r} draws fixed-size "
                          "batches and takes none")
     if scheme == "poisson":
-        return Poisson(batch_size, rate=rate)
+        return Poisson(batch_size, sampling_rate=sampling_rate)
     if scheme == "full":
         if batch_size is not None:
             raise ValueError(f"batch_size={batch_size!r} must be None with sampling='full' (every record is used "

@@ -115,7 +115,7 @@ def n4_subsampling_bounds(rows, quick):
 
 def n5_strong_vs_standard(rows):
     from dpjax.accounting import api
-    from dpjax.accounting.events import GaussianSchedule
+    from dpjax.accounting.schedules import GaussianSchedule
 
     out = []
     for rate in (1e-3, 1e-2, 1e-1):

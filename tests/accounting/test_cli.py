@@ -14,7 +14,7 @@ def test_cli_json_matches_issue_vector(capsys):
 
 
 def test_cli_calibrate_table(capsys):
-    rc = cli.main(["--sampling", "without-replacement", "--epsilon", "2", "--sample-rate", "0.05", "--dataset-size", "200",
+    rc = cli.main(["--sampling", "without-replacement", "--epsilon", "2", "--sampling-rate", "0.05", "--dataset-size", "200",
                    "--steps", "20", "--delta", "1e-5"])
     text = capsys.readouterr().out
     assert rc == 0 and "target epsilon" in text and "without-replacement" in text

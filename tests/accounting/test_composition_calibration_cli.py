@@ -1,7 +1,7 @@
 """Composition, calibration and the account CLI (regression tests: each fails on the code before its fix).
 
 Finding -> tests:
- 1 sample rate rounded by the CLI      test_cli_poisson_sample_rate_is_accounted_exactly, test_cli_fixed_size_rate_must_be_a_batch
+ 1 sample rate rounded by the CLI      test_cli_poisson_sampling_rate_is_accounted_exactly, test_cli_fixed_size_rate_must_be_a_batch
  2 heterogeneous composition           test_composition_*, test_diff2_compose_epsilon_*
  3 PLD calibration over-noises         test_pld_calibration_meets_documented_tolerance, test_tiny_targets_are_root_searched
  4 PLD robustness (hang, memory)       test_pld_extremes_are_bounded_in_time_and_memory, test_calibration_with_delta_needing_no_noise,
@@ -34,13 +34,13 @@ def _cli_json(capsys, *args):
 
 
 # ------------------------------------------------------------------ finding 1
-def test_cli_poisson_sample_rate_is_accounted_exactly(capsys):
+def test_cli_poisson_sampling_rate_is_accounted_exactly(capsys):
     # the issue's example: before, round(0.0025 * 1000) = 2 -> q = 0.002 and eps = 0.797
-    out, _ = _cli_json(capsys, "--sample-rate", "0.0025", "--dataset-size", "1000", "--noise-multiplier", "1",
+    out, _ = _cli_json(capsys, "--sampling-rate", "0.0025", "--dataset-size", "1000", "--noise-multiplier", "1",
                        "--steps", "1000", "--delta", "1e-5", "--neighboring", "add-remove", "--accountant", "rdp")
     acc = dpa.rdp.RdpAccountant()
     acc.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.0025, dpa.GaussianDpEvent(1.0)), 1000))
-    assert out["sample_rate"] == 0.0025
+    assert out["sampling_rate"] == 0.0025
     assert out["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
     assert out["epsilon"] == pytest.approx(0.882, abs=5e-4)
 
@@ -50,15 +50,15 @@ def test_poisson_rate_never_rounds_down(rate):
     k = cli.batch_size_for_rate("poisson", rate, 997)
     s = GaussianSchedule(noise_std=1.0, contribution_bound=1.0, sampling="poisson", dataset_size=997, batch_size=k,
                          steps=1)
-    assert s.sample_rate >= rate and s.sample_rate == pytest.approx(rate, rel=1e-15)
+    assert s.inclusion_probability >= rate and s.inclusion_probability == pytest.approx(rate, rel=1e-15)
 
 
 def test_cli_fixed_size_rate_must_be_a_batch(capsys):
-    rc = cli.main(["--sampling", "without-replacement", "--sample-rate", "0.0025", "--dataset-size", "1000",
+    rc = cli.main(["--sampling", "without-replacement", "--sampling-rate", "0.0025", "--dataset-size", "1000",
                    "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"])
     err = capsys.readouterr().err
-    assert rc == 2 and "sample_rate=0.0025" in err and "dataset_size=1000" in err
-    out, _ = _cli_json(capsys, "--sampling", "without-replacement", "--sample-rate", "0.05", "--dataset-size", "200",
+    assert rc == 2 and "sampling_rate=0.0025" in err and "dataset_size=1000" in err
+    out, _ = _cli_json(capsys, "--sampling", "without-replacement", "--sampling-rate", "0.05", "--dataset-size", "200",
                        "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5")
     assert out["batch_size"] == 10
 

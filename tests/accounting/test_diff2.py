@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpjax.accounting import diff2 as acc
-from dpjax.accounting.events import Sampling
+from dpjax.accounting.schedules import Sampling
 
 DELTA = 1e-5
 N, P, R = 1651, 10, 2000

@@ -88,7 +88,7 @@ def test_poisson_silo_sampling_under_add_remove_needs_a_public_rate():
     # the accountant's q is the declared one, whatever the number of silos in the data
     for n_silos in (4, 5, 40):
         assert alg.privacy([5] * n_silos, FedAvgHParams.create(noise_multiplier=2.0,
-                                                                noise_multiplier_count=2.0)).schedule.sample_rate == 0.3
+                                                                noise_multiplier_count=2.0)).schedule.inclusion_probability == 0.3
 
 
 def test_fixed_size_sampling_is_replace_one_and_refuses_add_remove():
@@ -141,12 +141,12 @@ def test_count_noise_has_the_std_of_its_multiplier_times_the_count_sensitivity()
     assert noise.var() / 0.4 ** 2 == pytest.approx(1.0, abs=0.1)
 
 
-@pytest.mark.parametrize("sampling, relation, factor", [("poisson", "add-remove", 1.0),
+@pytest.mark.parametrize("sampling, neighboring, factor", [("poisson", "add-remove", 1.0),
                                                         ("without-replacement", "replace-one", 2.0)])
-def test_delta_noise_has_the_std_of_its_multiplier_times_the_clip_over_m(sampling, relation, factor):
+def test_delta_noise_has_the_std_of_its_multiplier_times_the_clip_over_m(sampling, neighboring, factor):
     """Zero deltas (x = 0): theta_1 = -eta_s N(0, (z C_0 sensitivity)^2) / m, sensitivity C_0 or 2 C_0."""
     data = norm_silos(np.zeros(8))
-    alg = DpFedAvg(Probe(), 1, 4, sampling=sampling, neighboring=relation,
+    alg = DpFedAvg(Probe(), 1, 4, sampling=sampling, neighboring=neighboring,
                    sampling_rate=0.5 if sampling == "poisson" else None)
     hp = FedAvgHParams.create(learning_rate=1.0, noise_multiplier=1.5, noise_multiplier_count=3.0, clip_norm=0.8)
     out = np.asarray(_one_round(alg, data, hp, 4000).output, np.float64)

@@ -12,7 +12,7 @@ from scipy import stats
 
 from dpjax import keys
 from dpjax.accounting import api
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 from dpjax.algorithms.dp_sgd import DpSgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine import SiloData, run

@@ -394,7 +394,7 @@ def test_privacy_subsampled_individual_clipping_is_the_binomial_mixture_at_the_s
     # the standard adversary: RDP of R subsampled (without replacement) Gaussians, noise 2 sigma on a
     # replace-one contribution of 1 (sensitivity 2) at the smallest silo's rate
     from dpjax.accounting import api
-    from dpjax.accounting.events import GaussianSchedule
+    from dpjax.accounting.schedules import GaussianSchedule
 
     std = api.compute_epsilon(GaussianSchedule(2 * sigma, 1.0, "without-replacement", 50, 5, 7, unit="record"),
                               delta, "rdp").epsilon
@@ -406,7 +406,7 @@ def test_privacy_poisson_baseline_and_central_placement_through_the_gaussian_rul
     with noise multiplier sigma at the declared rate q = m/80 (the smallest silo's), record-in-silo; with the
     noise once on the server (pooled silos) the same schedule protects a record anywhere (unit record)."""
     from dpjax.accounting import api
-    from dpjax.accounting.events import GaussianSchedule
+    from dpjax.accounting.schedules import GaussianSchedule
 
     sigma, delta = float(np.float32(1.2)), 1e-5  # the hparams hold float32
     hp = DpSgdHParams.create(0.1, noise_multiplier=sigma, clip_norm=0.4)

@@ -47,7 +47,7 @@ def test_mixture_pair_epsilon_matches_closed_forms_and_the_pld_accountant():
     replace-one pair (1-q)N(0) + qN(-+m) is what dp_accounting's PLD analyses (an upper bound with
     pessimistic discretisation), so the two agree to the discretisations."""
     from dpjax.accounting import compute_epsilon, gdp
-    from dpjax.accounting.events import GaussianSchedule
+    from dpjax.accounting.schedules import GaussianSchedule
 
     assert exact.mixture_pair_epsilon([(1.0, -0.5)], [(1.0, 0.5)], 1, 1e-3) == pytest.approx(
         gdp.gdp_epsilon(1.0, 1e-3), abs=2e-3)

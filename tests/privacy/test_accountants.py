@@ -20,7 +20,7 @@ from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting import compute_epsilon, fdp, gdp
 from dpjax.accounting import diff2 as diff2_acc
 from dpjax.accounting import shuffle as shuffle_acc
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams

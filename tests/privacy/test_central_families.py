@@ -15,7 +15,7 @@ import pytest
 from dpjax.accounting import api
 from dpjax.accounting import batch_clipping as bc
 from dpjax.accounting import fdp
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 from dpjax.algorithms.dp_sgd import DpSgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 
@@ -50,8 +50,8 @@ def test_dp_sgd_noise_on_the_clipped_sum(sampling="poisson", neighboring="add-re
     check_fresh_noise(noise, "dp-sgd")
     # one record's contribution to S is C: D' - D moves S by 2C (2 contributions)
     mult = check_shift_values(-shift * scale / 2 / C, spec.contribution_bound, f"dp-sgd {sampling}: contribution / C")
-    check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"dp-sgd {sampling}: canary inclusion")
-    assert spec.steps == rounds and spec.dataset_size == min(sizes) and spec.sample_rate == family.sampling_rate
+    check_rate((mult > 0).sum(), mult.size, spec.inclusion_probability, f"dp-sgd {sampling}: canary inclusion")
+    assert spec.steps == rounds and spec.dataset_size == min(sizes) and spec.inclusion_probability == family.sampling_rate
     # fixed batches (replace-one): the same step and clip, sensitivity 2C at rate K / n_min (the
     # standard adversary's report; the strong adversary, who sees the batches, gets no amplification)
     fixed = DpSgd(probe(DIM), rounds, k, sampling="without-replacement", optimizer="sgd",
@@ -100,5 +100,5 @@ def test_dpsgd_general_poisson_baseline():
     scale = m * len(sizes) / LR  # server mean over silos of U_bar / m
     check_std(-noise * scale / math.sqrt(len(sizes)) / C, spec.noise_multiplier, "poisson: noise std / C")
     mult = check_shift_values(-shift * scale / 2 / C, spec.contribution_bound, "poisson: contribution / C")
-    check_rate((mult > 0).sum(), mult.size, spec.sample_rate, "poisson: canary inclusion")
-    assert spec.sample_rate == pytest.approx(m / min(sizes)) and spec.steps == rounds
+    check_rate((mult > 0).sum(), mult.size, spec.inclusion_probability, "poisson: canary inclusion")
+    assert spec.inclusion_probability == pytest.approx(m / min(sizes)) and spec.steps == rounds

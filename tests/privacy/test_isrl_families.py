@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from dpjax.accounting import compute_epsilon
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 from dpjax.accounting.shuffle import shuffled_gaussian_report
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd, AcsaSchedule
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
@@ -67,9 +67,9 @@ def test_noisy_mbsgd_releases_what_privacy_certifies(sampling, path):
     mult = check_shift_values(-shift / ETA * n / unit, spec.sensitivity, f"{sampling}/{path}: silo message shift",
                               max_multiple=k if sampling == "with-replacement" else 1)
     if sampling == "with-replacement":  # K i.i.d. draws, each the canary w.p. 1/n: q = K/n is the batch fraction
-        check_rate(mult.sum(), mult.size * k, spec.sample_rate / k, f"{sampling}/{path}: canary multiplicity")
+        check_rate(mult.sum(), mult.size * k, spec.inclusion_probability / k, f"{sampling}/{path}: canary multiplicity")
     else:
-        check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"{sampling}/{path}: canary inclusion")
+        check_rate((mult > 0).sum(), mult.size, spec.inclusion_probability, f"{sampling}/{path}: canary inclusion")
 
 
 def test_local_sgd_counts_every_local_step():
@@ -87,7 +87,7 @@ def test_local_sgd_counts_every_local_step():
     mult = check_shift_values(-shift / ETA * n / C, spec.sensitivity, "local SGD: per-step shift / C", max_multiple=k)
     # each of the spec's R K steps picks the canary w.p. 1/n: the canary's count over a run is
     # Bin(steps, q), so the measured count per run pins steps * q = R K / n
-    check_rate(mult.sum(), RUNS * spec.steps, spec.sample_rate, "local SGD: canary picks per accounted step")
+    check_rate(mult.sum(), RUNS * spec.steps, spec.inclusion_probability, "local SGD: canary picks per accounted step")
 
 
 def test_one_pass_accelerated_uses_each_record_once():
@@ -129,7 +129,7 @@ def test_unbalanced_silos_each_release_what_their_schedule_says(clip_mode):
         unit = C / batch_sizes[i] if clip_mode == "per-example" else C  # one record's contribution
         check_std(-noise / ETA * n / unit, spec.noise_std, f"{clip_mode}: silo {i} noise std / contribution")
         mult = check_shift_values(-shift / ETA * n / unit, spec.sensitivity, f"{clip_mode}: silo {i} shift")
-        check_rate((mult > 0).sum(), mult.size, spec.sample_rate, f"{clip_mode}: silo {i} inclusion")
+        check_rate((mult > 0).sum(), mult.size, spec.inclusion_probability, f"{clip_mode}: silo {i} inclusion")
 
 
 def test_shuffled_mbsgd_local_report_at_k_above_one():
@@ -145,7 +145,7 @@ def test_shuffled_mbsgd_local_report_at_k_above_one():
     unit = C / k  # one record's contribution to a silo's clipped minibatch mean
     check_std(-noise / ETA * math.sqrt(n) / unit, spec.noise_std, "shuffled: silo noise std / (C/K)")
     mult = check_shift_values(-shift / ETA * n / unit, spec.sensitivity, "shuffled: silo shift", max_multiple=k)
-    check_rate(mult.sum(), mult.size * k, spec.sample_rate / k, "shuffled: canary multiplicity")
+    check_rate(mult.sum(), mult.size * k, spec.inclusion_probability / k, "shuffled: canary multiplicity")
     f32 = lambda v: float(np.float32(v))  # noqa: E731  (hparams hold float32 values)
     measured = GaussianSchedule(2 * f32(Z), 1.0, "with-replacement", min(sizes), k, rounds)  # std z 2 (C/K) / (C/K)
     assert spec == measured

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax.accounting.plan import ClipEvent, DpPlan, NoiseEvent, SelectionEvent
+from dpjax.accounting.events import ClipEvent, DpPlan, NoiseEvent, SelectionEvent
 from dpjax.algorithms.accelerated import AcceleratedMbSgd
 from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
 from dpjax.algorithms.dp_sgd import DpSgd
@@ -66,7 +66,7 @@ def test_add_remove_neighbours_sample_each_record_at_the_declared_rate(name, fam
     for sizes, seed in (((N,), 0), ((N + 1,), 1)):
         hits, trials = _canary_inclusions(family, hp, sizes, seed, n_max=N + 1)
         check_rate(hits, trials, Q, f"{name}: canary inclusion with {sizes[0]} records")
-        assert family.privacy(sizes, dataclass_with_noise(hp)).schedule.sample_rate == Q
+        assert family.privacy(sizes, dataclass_with_noise(hp)).schedule.inclusion_probability == Q
 
 
 def dataclass_with_noise(hp):
@@ -84,7 +84,7 @@ def test_add_remove_neighbours_sample_each_user_at_the_declared_rate():
         hits, trials = _canary_inclusions(family, hp, sizes, seed)
         check_rate(hits, trials, q, f"dp-fedavg: user inclusion with {n_silos} users")
         spec = family.privacy(sizes, FedAvgHParams.create(noise_multiplier=1.0, noise_multiplier_count=2.0))
-        assert spec.schedule.sample_rate == q
+        assert spec.schedule.inclusion_probability == q
 
 
 def test_the_sampler_draws_the_declared_rate_at_every_size():
@@ -112,10 +112,10 @@ def test_the_sampler_draws_the_declared_rate_at_every_size():
 def test_the_buffer_holds_the_expected_batch_of_the_declared_rate():
     """A declared q can expect more than K records on a large silo: the static buffer is sized for
     q n_max (an overflowing batch would be truncated and the run refused), K without a rate."""
-    assert sampling.Poisson(2, rate=0.2).padded_size(400) == sampling.default_poisson_capacity(80)  # 80 + 54 + 8
-    assert sampling.Poisson(2, rate=0.01).padded_size(100) == sampling.default_poisson_capacity(2)
+    assert sampling.Poisson(2, sampling_rate=0.2).padded_size(400) == sampling.default_poisson_capacity(80)  # 80 + 54 + 8
+    assert sampling.Poisson(2, sampling_rate=0.01).padded_size(100) == sampling.default_poisson_capacity(2)
     assert sampling.Poisson(2).padded_size(100) == sampling.default_poisson_capacity(2)
-    idx, mask, overflow = sampling.Poisson(2, rate=0.5).draw(jax.random.key(0), 100, 100, 0, None)
+    idx, mask, overflow = sampling.Poisson(2, sampling_rate=0.5).draw(jax.random.key(0), 100, 100, 0, None)
     assert not bool(overflow) and 30 <= int(mask.sum()) <= 70
 
 
@@ -134,7 +134,7 @@ def test_the_selection_event_carries_the_rate_the_sampler_draws_with(family):
         assert selection.sampler.inclusion_probability(7) == Q
     for sizes in ((7, 9, 8), (8, 9, 8)):
         assert selection.event(sizes).sampling_rate == Q
-        assert all(selection.event(sizes).rate(i) == Q for i in range(3))
+        assert all(selection.event(sizes).inclusion_probability(i) == Q for i in range(3))
 
 
 @pytest.mark.parametrize("build", [
@@ -157,9 +157,9 @@ def test_the_dp_plan_refuses_a_rate_read_from_the_data_under_add_remove():
     with pytest.raises(ValueError, match="sampling_rate=None"):
         DpPlan(SelectionEvent("poisson", (10, 12), 2, "record"), ClipEvent("add-remove"), noise, 3)
     replace = DpPlan(SelectionEvent("poisson", (10, 12), 2, "record"), ClipEvent("replace-one"), noise, 3).spec()
-    assert replace.schedule.sample_rate == 2 / 10
+    assert replace.schedule.inclusion_probability == 2 / 10
     declared = DpPlan(SelectionEvent("poisson", (10, 12), 2, "record", sampling_rate=0.15), ClipEvent("add-remove"),
                       noise, 3).spec()
-    assert declared.schedule.sample_rate == 0.15
+    assert declared.schedule.inclusion_probability == 0.15
     with pytest.raises(ValueError, match="sampling_rate=0.15 is Poisson's"):
         SelectionEvent("without-replacement", (10, 12), 2, "record", sampling_rate=0.15)

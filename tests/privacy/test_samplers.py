@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dpjax.accounting.events import GaussianSchedule
+from dpjax.accounting.schedules import GaussianSchedule
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral
 from dpjax.engine.chain import DataShape
 from dpjax.primitives import sampling
@@ -62,7 +62,7 @@ def test_sampler_law_on_a_padded_silo(scheme, form):
     sampler = sampling.make_sampler(scheme, K)
     counts, overflow = _counts(_from_indices(sampler) if form == "draw" else _from_weights(sampler))
     assert not overflow.any()
-    q = _schedule(scheme).sample_rate  # what the accountant is told: K / n
+    q = _schedule(scheme).inclusion_probability  # what the accountant is told: K / n
     if scheme == "with-replacement":  # K i.i.d. uniform draws: multiplicity ~ Bin(K, 1/n)
         _check_law(counts, q, f"{scheme}.{form}", trials_per_draw=K)
         assert np.all(counts.sum(axis=1) == K)

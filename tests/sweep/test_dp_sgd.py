@@ -37,7 +37,7 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     hp = DpSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm)
     spec = alg.privacy(td.train.silo_sizes(), hp)
     assert isinstance(spec, GaussianPrivacy) and spec.unit == "record" and spec.neighboring == "add-remove"
-    assert spec.schedule.sample_rate == alg.sampling_rate == cfg.static["sampling_rate"]  # the declared q
+    assert spec.schedule.inclusion_probability == alg.sampling_rate == cfg.static["sampling_rate"]  # the declared q
     eps = spec.epsilon(1e-5, "rdp").epsilon
     assert 4.0 / 1.01 <= eps <= 4.0 * (1 + 1e-6)  # calibration tolerance 1e-3 relative on sigma
 

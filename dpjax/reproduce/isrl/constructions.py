@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
-from dpjax.accounting.plan import ClipEvent
+from dpjax.accounting.events import ClipEvent
 from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
 from dpjax.engine.roles import Context, PerExampleGradients, Sensitive
 from dpjax.primitives import clipping
@@ -46,7 +46,7 @@ class ClipMinibatchMean:
     script): one record can move the message by up to ``2C``, not ``2C/K``, and the bound says so."""
 
     clip_field: str = "clip_norm"
-    relation: str = "replace-one"
+    neighboring: str = "replace-one"
 
     roles = ("clipper",)
 
@@ -65,14 +65,14 @@ class ClipMinibatchMean:
             return clipping.clip_to_norm(jax.grad(batch_loss)(units.params), clip_norm)
 
         total = jax.vmap(one_silo)(units.x, units.y, units.weights, denominator)
-        return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.relation), state
+        return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.neighboring), state
 
     def bound_of(self, hparams, denominator=1.0) -> Sensitive:
         """Host-side: the bound of every message, ``C`` whatever the denominator."""
-        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.relation)
+        return Sensitive(None, jnp.asarray(getattr(hparams, self.clip_field), jnp.float32), self.neighboring)
 
     def event(self, hparams) -> ClipEvent:
-        return ClipEvent(self.relation)
+        return ClipEvent(self.neighboring)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,13 +31,13 @@ def test_accounting_never_imports_jax():
 def test_coercion_and_derived():
     s = sched(sampling="without-replacement", neighboring="replace-one", unit="record")
     assert s.sampling is Sampling.WITHOUT_REPLACEMENT and s.unit is PrivacyUnit.RECORD
-    assert s.sample_rate == pytest.approx(0.05)
+    assert s.inclusion_probability == pytest.approx(0.05)
     assert s.sensitivity == pytest.approx(1.0)  # 2 * 0.5
     assert s.noise_multiplier == pytest.approx(1.0)
     a = s.replace(neighboring=Neighboring.REPLACE_ONE, sampling="poisson").replace(neighboring="add-remove")
     assert a.sensitivity == pytest.approx(0.5) and a.noise_multiplier == pytest.approx(2.0)
     full = sched(sampling="full", batch_size=None, steps=3)
-    assert full.sample_rate == 1.0 and full.passes == 3
+    assert full.inclusion_probability == 1.0 and full.passes == 3
     one = sched(sampling="one-pass", batch_size=100, steps=25)
     assert one.passes == 3  # 2500 record-uses over 1000 records
 
@@ -73,8 +73,8 @@ def test_frozen():
         s.steps = 3  # type: ignore[misc]
 
 
-def _eps(event, relation, delta=1e-5, kind="rdp"):
-    acc = dpa.rdp.RdpAccountant(neighboring_relation=relation) if kind == "rdp" else dpa.pld.PLDAccountant(relation)
+def _eps(event, neighboring, delta=1e-5, kind="rdp"):
+    acc = dpa.rdp.RdpAccountant(neighboring_relation=neighboring) if kind == "rdp" else dpa.pld.PLDAccountant(neighboring)
     acc.compose(event)
     return acc.get_epsilon(delta)
 

@@ -1,0 +1,399 @@
+"""Immutable privacy schedules: what a run does to each protected record.
+
+A *schedule* is the accounting-side description of a compiled run. The engine
+builds it from the same config object that drives the run (e.g.
+``NoisyMbSgd.privacy(silo_sizes, hparams).schedules``), so the numbers are never
+typed twice. Accountants (``dpjax.accounting.compute_epsilon`` and friends)
+consume schedules and refuse, with a ``ValueError`` naming ``accountant``, any
+schedule they cannot certify -- the same contract as ``dp_accounting``'s
+``PrivacyAccountant.supports``.
+
+Conventions (stated once, used everywhere):
+
+* ``contribution_bound`` s is the largest l2 norm of ONE record's contribution
+  to the released vector (for a minibatch mean of per-example gradients
+  clipped at C with batch size K, s = C/K).
+* ``Sensitive.contribution_bound`` (``dpjax.engine.roles``) is this same s inside
+  the compiled step (traced, one per silo): one name, ``contribution_bound``, for
+  one quantity (``bound`` alone also names audit lower bounds and rate bounds).
+* The l2 sensitivity follows from the neighbouring relation:
+  replace-one -> 2 s (the record's contribution changes from g to g'),
+  add/remove -> s.
+* ``noise_multiplier`` = noise_std / sensitivity (the usual DP-SGD sigma).
+* ``group_size`` g: the guarantee protects any g records at once (group
+  privacy); g = 1 is the ordinary record-level guarantee.
+
+Mapping to ``dp_accounting`` (``to_dp_event`` plus ``dp_neighboring_relation``
+are a pair: compose the event in an accountant built with that relation):
+
+=====================  ===========================================  ==========
+sampling               event                                         relation
+=====================  ===========================================  ==========
+poisson                SelfComposed(PoissonSampled(q, Gauss(std/s)))  schedule's
+without-replacement    SelfComposed(SampledWOR(n, K, Gauss(std/2s)))  REPLACE_ONE
+with-replacement       SelfComposed(SampledWR(n, K, Gauss(std/2s)))   REPLACE_ONE
+full                   SelfComposed(Gauss(std/Delta), steps)          ADD_OR_REMOVE
+one-pass / shuffle     SelfComposed(Gauss(std/Delta), passes)         ADD_OR_REMOVE
+                       (passes = ceil(steps / floor(n/K)))
+=====================  ===========================================  ==========
+
+For the unsampled cases the sensitivity Delta (2s or s) is folded into the
+noise multiplier, so the event means the same thing to every dp_accounting
+accountant (``RdpAccountant`` ignores the relation for a bare Gaussian, while
+``PLDAccountant`` doubles the sensitivity under REPLACE_ONE).
+``dp_accounting``'s without-replacement RDP bound (Wang-Balle-Kasiviswanathan
+2019, Thm 27) takes the replace-one sensitivity, hence std/2s there, while its
+PLD for Poisson sampling under REPLACE_ONE takes the per-record bound s and
+analyses the pair (1-q)N(0,std^2) + qN(s) vs (1-q)N(0,std^2) + qN(-s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dpjax import _validate as v
+
+__all__ = [
+    "Neighboring",
+    "Sampling",
+    "PrivacyUnit",
+    "GaussianSchedule",
+    "PrivacyReport",
+    "SdpReport",
+]
+
+
+class Neighboring(str, enum.Enum):
+    """Neighbouring relation between data sets."""
+
+    REPLACE_ONE = "replace-one"
+    ADD_REMOVE = "add-remove"
+
+
+class Sampling(str, enum.Enum):
+    """How each round's batch is drawn from the protected data set."""
+
+    POISSON = "poisson"  # each record independently with prob. q = K/n
+    WITH_REPLACEMENT = "with-replacement"  # K i.i.d. uniform draws
+    WITHOUT_REPLACEMENT = "without-replacement"  # uniform K-subset
+    ONE_PASS = "one-pass"  # floor(n/K) fixed disjoint blocks of K, cycled in order
+    SHUFFLE = "shuffle"  # a fresh random permutation per epoch, floor(n/K) blocks of K
+    FULL = "full"  # the whole data set every round
+
+
+class PrivacyUnit(str, enum.Enum):
+    """What one 'record' of the guarantee is."""
+
+    RECORD_IN_SILO = "record-in-silo"  # ISRL-DP: a record of one silo's data
+    RECORD = "record"  # central DP: a record anywhere
+    USER = "user"  # user-level: all records of one user (group_size of them)
+
+
+def coerce_enum(name: str, value: Any, cls: type[enum.Enum]) -> Any:
+    if isinstance(value, cls):
+        return value
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        choices = tuple(m.value for m in cls)
+        raise ValueError(f"{name}={value!r} must be one of {choices}") from None
+
+
+FIXED_SIZE = (
+    Sampling.WITHOUT_REPLACEMENT,
+    Sampling.WITH_REPLACEMENT,
+    Sampling.ONE_PASS,
+    Sampling.SHUFFLE,
+)
+
+
+@dataclass(frozen=True)
+class GaussianSchedule:
+    """`steps` releases of (a function of) a sampled batch plus N(0, noise_std^2 I).
+
+    Attributes:
+      noise_std: absolute per-coordinate std of the Gaussian noise added to
+        the released vector (>= 0; 0 means non-private -> epsilon = inf).
+      contribution_bound: s, the max l2 norm of ONE record's contribution to
+        the released vector (e.g. clip_norm/K for a minibatch mean of
+        per-example-clipped gradients). Sensitivity: replace-one -> 2 s,
+        add/remove -> s.
+      sampling: a `Sampling` (or its string value).
+      dataset_size: n, records in the protected data set (one silo for
+        ISRL-DP).
+      batch_size: K (None for FULL). For POISSON it is the expected batch
+        q n and may be fractional (the rate q = K/n is what is accounted); the
+        fixed-size schemes need an integer.
+      steps: number of releases (rounds) that may touch this data set.
+      neighboring: `Neighboring` relation (default replace-one, as in all five
+        papers).
+      unit: `PrivacyUnit` label of the guarantee.
+      group_size: g >= 1; the guarantee covers any g records at once.
+      sampling_rate: POISSON only: the declared public rate q that the sampler
+        draws with (then ``inclusion_probability`` is q exactly, and ``batch_size`` is the
+        public expected batch, informational); None: q = batch_size /
+        dataset_size. Under add/remove the data set's size is not public, so a
+        rate read from it would be data-dependent: declare q.
+
+    Raises:
+      ValueError: naming the offending argument and its value.
+    """
+
+    noise_std: float
+    contribution_bound: float
+    sampling: Sampling
+    dataset_size: int
+    batch_size: int | None
+    steps: int
+    neighboring: Neighboring = Neighboring.REPLACE_ONE
+    unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
+    group_size: int = 1
+    sampling_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, val: object.__setattr__(self, k, val)  # noqa: E731
+        set_("noise_std", v.check_nonnegative("noise_std", self.noise_std))
+        set_("contribution_bound", v.check_positive("contribution_bound", self.contribution_bound))
+        set_("sampling", coerce_enum("sampling", self.sampling, Sampling))
+        set_("neighboring", coerce_enum("neighboring", self.neighboring, Neighboring))
+        set_("unit", coerce_enum("unit", self.unit, PrivacyUnit))
+        n = v.check_int("dataset_size", self.dataset_size, min_value=1)
+        set_("dataset_size", n)
+        set_("steps", v.check_int("steps", self.steps, min_value=1))
+        set_("group_size", v.check_int("group_size", self.group_size, min_value=1))
+        if self.sampling is Sampling.FULL:
+            if self.batch_size is not None:
+                k = v.check_int("batch_size", self.batch_size, min_value=1)
+                if k != n:
+                    raise ValueError(
+                        f"batch_size={self.batch_size!r} must be None (or equal to "
+                        f"dataset_size={n}) for sampling='full'"
+                    )
+                set_("batch_size", None)
+        else:
+            if self.batch_size is None:
+                raise ValueError(
+                    f"batch_size=None is only allowed for sampling='full'; "
+                    f"sampling={self.sampling.value!r} needs an integer batch size"
+                )
+            if self.sampling is Sampling.POISSON:
+                # the expected batch q n: the rate q is the parameter, so q n need not be an integer
+                k = v.check_positive("batch_size", self.batch_size)
+                if k > n:
+                    raise ValueError(f"batch_size={self.batch_size!r} must be <= dataset_size={n} for sampling='poisson'")
+                set_("batch_size", int(k) if float(k).is_integer() else k)
+            else:
+                max_k = None if self.sampling is Sampling.WITH_REPLACEMENT else n
+                set_("batch_size", v.check_int("batch_size", self.batch_size, min_value=1, max_value=max_k))
+        if self.group_size > n:
+            raise ValueError(f"group_size={self.group_size!r} must be <= dataset_size={n}")
+        if self.sampling_rate is not None:
+            if self.sampling is not Sampling.POISSON:
+                raise ValueError(f"sampling_rate={self.sampling_rate!r} is Poisson's declared rate; "
+                                 f"sampling={self.sampling.value!r} takes none")
+            set_("sampling_rate", v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
+        if self.neighboring is Neighboring.ADD_REMOVE and self.sampling in FIXED_SIZE:
+            raise ValueError(
+                f"neighboring='add-remove' is not meaningful for sampling={self.sampling.value!r} "
+                "(fixed-size batches need a fixed, public dataset size); use 'replace-one'"
+            )
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def inclusion_probability(self) -> float:
+        """q = K/n (1 for FULL; the declared ``sampling_rate`` for Poisson when given). For
+        with-replacement: the per-round batch fraction."""
+        if self.sampling is Sampling.FULL:
+            return 1.0
+        if self.sampling_rate is not None:
+            return self.sampling_rate
+        return self.batch_size / self.dataset_size
+
+    @property
+    def sensitivity(self) -> float:
+        """l2 sensitivity of one release: 2 s (replace-one) or s (add/remove)."""
+        factor = 2.0 if self.neighboring is Neighboring.REPLACE_ONE else 1.0
+        return factor * self.contribution_bound
+
+    @property
+    def noise_multiplier(self) -> float:
+        """noise_std / sensitivity."""
+        return self.noise_std / self.sensitivity
+
+    @property
+    def blocks_per_epoch(self) -> int:
+        """floor(n/K): disjoint full blocks of K records in one permutation.
+
+        ONE_PASS and SHUFFLE walk one permutation block by block (block r is
+        positions [rK, (r+1)K), as ``dpjax.primitives.sampling.OnePass`` slices
+        it) and start a new epoch instead of wrapping around, so the n mod K
+        records at the end of each epoch's permutation are not used that epoch.
+        """
+        if self.sampling not in (Sampling.ONE_PASS, Sampling.SHUFFLE):
+            raise ValueError(f"blocks_per_epoch is undefined for sampling={self.sampling.value!r}")
+        return self.dataset_size // self.batch_size
+
+    @property
+    def passes(self) -> int:
+        """Most releases that touch one given record (deterministic participation).
+
+        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one
+        block per epoch and an epoch is ``blocks_per_epoch`` = floor(n/K) steps,
+        so it is used at most ceil(steps / floor(n/K)) times (in every epoch, in
+        the worst case). ceil(steps*K/n) would under-count when n mod K > 0:
+        n = 10, K = 4, 5 steps is 3 epochs of 2 blocks, not 2.
+        """
+        if self.sampling is Sampling.FULL:
+            return self.steps
+        if self.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
+            return -(-self.steps // self.blocks_per_epoch)
+        raise ValueError(f"passes is undefined for sampling={self.sampling.value!r} (random participation)")
+
+    def replace(self, **kw: Any) -> "GaussianSchedule":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **kw)
+
+    # ------------------------------------------------------------ dp_accounting
+    @property
+    def dp_neighboring_relation(self):
+        """The ``dp_accounting.NeighboringRelation`` to pair with ``to_dp_event()``."""
+        import dp_accounting
+
+        nr = dp_accounting.NeighboringRelation
+        if self.sampling is Sampling.POISSON:
+            return nr.REPLACE_ONE if self.neighboring is Neighboring.REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
+        if self.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
+            return nr.REPLACE_ONE
+        return nr.ADD_OR_REMOVE_ONE
+
+    def to_dp_event(self):
+        """The equivalent ``dp_accounting.DpEvent`` (see the module table).
+
+        Raises:
+          ValueError: if no DpEvent describes the schedule (group_size > 1 with
+            random sampling: group privacy is not a DpEvent).
+        """
+        import dp_accounting as dpa
+
+        if self.noise_std == 0:
+            return dpa.NonPrivateDpEvent()
+        s = self.contribution_bound
+        if self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+            # Deterministic participation: a group of g records moves the sum
+            # by <= g*Delta in total (possibly spread over several blocks of an
+            # epoch; Gaussian composition is tight for the sum of squares,
+            # which is <= (g Delta)^2).
+            nm = self.noise_std / (self.group_size * self.sensitivity)
+            return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(nm), self.passes)
+        if self.group_size != 1:
+            raise ValueError(
+                f"group_size={self.group_size} with sampling={self.sampling.value!r} has no "
+                "dp_accounting DpEvent; use dpjax.accounting.compute_epsilon (group privacy)"
+            )
+        if self.sampling is Sampling.POISSON:
+            inner = dpa.PoissonSampledDpEvent(self.inclusion_probability, dpa.GaussianDpEvent(self.noise_std / s))
+        elif self.sampling is Sampling.WITHOUT_REPLACEMENT:
+            inner = dpa.SampledWithoutReplacementDpEvent(
+                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
+            )
+        else:  # WITH_REPLACEMENT
+            inner = dpa.SampledWithReplacementDpEvent(
+                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
+            )
+        return dpa.SelfComposedDpEvent(inner, self.steps)
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """An (epsilon, delta) guarantee together with how it was obtained.
+
+    ``accountant`` names the method (e.g. 'rdp', 'pld', 'paper', 'gdp-exact');
+    ``notes`` carry caveats (conservative bounds, paper-mode validity, ...).
+    """
+
+    epsilon: float
+    delta: float
+    accountant: str
+    sampling: str
+    neighboring: str
+    unit: str
+    noise_std: float
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        eps = v.check_real("epsilon", self.epsilon)
+        if eps < 0:
+            raise ValueError(f"epsilon={self.epsilon!r} must be >= 0")
+        object.__setattr__(self, "epsilon", eps)
+        object.__setattr__(self, "delta", v.check_probability("delta", self.delta))
+        object.__setattr__(self, "notes", tuple(self.notes))
+        for k in ("sampling", "neighboring", "unit"):
+            val = getattr(self, k)
+            if isinstance(val, enum.Enum):
+                object.__setattr__(self, k, val.value)
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dict (epsilon = inf is written as the string 'inf')."""
+        d = dataclasses.asdict(self)
+        d["notes"] = list(self.notes)
+        for k in ("epsilon", "noise_std"):
+            if math.isinf(d[k]):
+                d[k] = "inf"
+        return d
+
+    def __str__(self) -> str:
+        eps = "inf" if math.isinf(self.epsilon) else f"{self.epsilon:.4g}"
+        return (
+            f"ε = {eps} (δ = {self.delta:.2g}; accountant={self.accountant}, "
+            f"sampling={self.sampling}, neighbouring={self.neighboring}, unit={self.unit})"
+        )
+
+
+@dataclass(frozen=True)
+class SdpReport:
+    """A shuffle-model run's privacy: the central guarantee and, where the
+    analysis has one, the local guarantee of each silo before shuffling.
+
+    Attributes:
+      central: (eps, delta)-shuffle DP of everything the analyzer sees (unit
+        ``record``: one record anywhere, replace-one).
+      local: the per-silo guarantee of the silo's own messages (unit
+        ``record-in-silo``; ISRL-DP), or None when the paper's analysis gives
+        none (e.g. P_vec, whose security rests on the shuffler).
+      details: intermediate quantities of the accountant (name -> number).
+    """
+
+    central: PrivacyReport
+    local: PrivacyReport | None = None
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.central, PrivacyReport):
+            raise ValueError(f"central={self.central!r} must be a PrivacyReport")
+        if self.local is not None and not isinstance(self.local, PrivacyReport):
+            raise ValueError(f"local={self.local!r} must be a PrivacyReport or None")
+        object.__setattr__(self, "details", dict(self.details))
+
+    @property
+    def epsilon(self) -> float:
+        """The central (shuffle-DP) epsilon."""
+        return self.central.epsilon
+
+    @property
+    def delta(self) -> float:
+        """The central (shuffle-DP) delta."""
+        return self.central.delta
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dict: ``central``, ``local`` (or None) and ``details``."""
+        details = {k: ("inf" if isinstance(x, float) and math.isinf(x) else x) for k, x in self.details.items()}
+        return {"central": self.central.as_dict(), "local": None if self.local is None else self.local.as_dict(),
+                "details": details}
+
+    def __str__(self) -> str:
+        local = "none" if self.local is None else str(self.local)
+        return f"shuffle DP: {self.central}; local (per silo): {local}"

@@ -33,7 +33,7 @@ from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
 from dpjax.auditing.execute import CanaryProbe
 from dpjax.engine.silos import SiloData
 
-__all__ = ["dp_fedavg_audit", "dp_fedavg_count_audit", "dp_ftrl_audit"]
+__all__ = ["dp_fedadam_audit", "dp_fedavg_audit", "dp_fedavg_count_audit", "dp_ftrl_audit"]
 
 def _silos(rows_per_silo, n: int) -> SiloData:
     """One silo of ``n`` records per entry, every record equal to the entry's vector."""
@@ -60,17 +60,17 @@ def _audit(name, registered, description, family, hparams, sizes, d, dp, leaves,
 
 
 def _fedavg(name, description, canary_d, canary_dp, others, zd, zb, clip_norm, rounds, clip_learning_rate, score,
-            mutants, mu, delta) -> CanaryAudit:
+            mutants, mu, delta, server_optimizer: str = "sgd", registered: str = "dp-fedavg") -> CanaryAudit:
     """Every user reports every round (a fixed m = N: replace-one), one record each."""
     m = 1 + len(others)
-    family = DpFedAvg(CanaryProbe(2), rounds, m, sampling="without-replacement")
+    family = DpFedAvg(CanaryProbe(2), rounds, m, sampling="without-replacement", server_optimizer=server_optimizer)
 
     def hparams(inputs):
         return FedAvgHParams.create(1.0, 1.0, inputs["noise_multiplier"], inputs["noise_multiplier_count"],
                                     inputs["clip_norm"], 0.5, clip_learning_rate)
 
     d, dp = _silos([canary_d] + others, 1), _silos([canary_dp] + others, 1)
-    return _audit(name, "dp-fedavg", description, family, hparams, [1] * m, d, dp,
+    return _audit(name, registered, description, family, hparams, [1] * m, d, dp,
                   {"noise_multiplier": zd, "noise_multiplier_count": zb, "clip_norm": clip_norm}, score, mutants, mu,
                   {"users": m, "rounds": rounds, "clip_learning_rate": clip_learning_rate}, delta)
 
@@ -91,6 +91,28 @@ def dp_fedavg_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10.
                    "local deltas, the adaptive clip, the deltas' noise, server SGD)", [-far, 0.0], [far, 0.0],
                    [[0.0, 0.0]] * (users - 1), zd, zb, clip_norm, rounds, clip_learning_rate, score, mutants,
                    math.sqrt(rounds) / zd, delta)
+
+
+def dp_fedadam_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10.0, clip_norm: float = 1e-3,
+                     users: int = 4, *, delta: float) -> CanaryAudit:
+    """DP-FedAdam's deltas channel in one round (``dp_fedavg_audit``'s canary pair): Adam's first step
+    from a zero state moves the iterate by ``-lr g / (|g| + eps)`` per coordinate (bias-corrected moments
+    ``g`` and ``g^2``; ``eps`` = 1e-3), which the score inverts back to the noisy mean ``g``
+    (``|g| = eps |u| / (1 - |u|)``, ``u`` the step over ``-lr``); a clip of the order of ``eps`` keeps
+    the inversion well conditioned. One round: ``mu = 1 / z_Delta``."""
+    far, zd, zb, eps = 1e4 * clip_norm, noise_multiplier, count_multiplier, 1e-3
+
+    def score(inc):  # inc [1, 2]: Adam's first step at lr 1
+        u = -inc[:, 0]
+        g = jnp.sign(u) * eps * jnp.abs(u) / jnp.maximum(1.0 - jnp.abs(u), 1e-12)
+        return jnp.sum(-g * users / clip_norm)
+
+    mutants = {"half-noise": {"noise_multiplier": zd / 2, "noise_multiplier_count": zb / 2},
+               "noise-not-scaled-by-clip": {"clip_norm": 4 * clip_norm, "noise_multiplier": zd / 4}}
+    return _fedavg("dp-fedadam", "DP-FedAdam: DP-FedAvg's adaptive clipping with the Adam server, the clipped "
+                   "deltas' Gaussian read back through Adam's first step", [-far, 0.0], [far, 0.0],
+                   [[0.0, 0.0]] * (users - 1), zd, zb, clip_norm, 1, 0.01, score, mutants, 1.0 / zd, delta,
+                   server_optimizer="adam", registered="dp-fedadam")
 
 
 def dp_fedavg_count_audit(noise_multiplier: float = 4.0, count_multiplier: float = 1.5, clip_norm: float = 0.5,

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import stats
 
 from dpjax.algorithms.accelerated import AcceleratedHParams, AcceleratedMbSgd
+from dpjax.algorithms.dp_scaffold import DpScaffold, ScaffoldHParams
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffled import ShuffledNoisyMbSgd
@@ -22,7 +23,7 @@ from dpjax.auditing.execute import AutodiffProbe, CanaryProbe
 from dpjax.auditing.scores import one_per_epoch_llr
 from dpjax.parts.acsa import AcsaSchedule, acsa_constants
 
-__all__ = ["isrl_accelerated_audit", "isrl_local_sgd_audit", "isrl_mbsgd_audit", "isrl_shuffled_audit",
+__all__ = ["dp_scaffold_audit", "isrl_accelerated_audit", "isrl_local_sgd_audit", "isrl_mbsgd_audit", "isrl_shuffled_audit",
            "isrl_unbalanced_audit"]
 
 
@@ -78,6 +79,24 @@ def isrl_local_sgd_audit(noise_multiplier: float = 0.7, clip_norm: float = 0.5, 
         sizes, 1, sd, probs, num_rounds, noise_multiplier, clip_norm, "rdp",
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes, "local_steps": k,
          "num_rounds": num_rounds}, dim)
+
+
+def dp_scaffold_audit(noise_multiplier: float = 0.8, clip_norm: float = 0.5, sizes=(6, 8), local_steps: int = 3,
+                      batch_size: int = 2, dim: int = 2) -> CanaryAudit:
+    """DP-SCAFFOLD (Noble et al. 2022) in one round with every silo available and step sizes 1: the
+    control variates start at 0, so each silo's delta is the sum of its K noisy clipped minibatch
+    means (``z 2C/s`` noise each); the observer sees the server's mean of the deltas, and the canary
+    enters Bin(K, s/n) of the K independent s-subsets of its silo, each time moving the sum by ``C/s``."""
+    family = DpScaffold(CanaryProbe(dim), 1, len(sizes), local_steps, batch_size)
+    n_silos, k = len(sizes), local_steps
+    sd = noise_multiplier * 2 * clip_norm / batch_size * math.sqrt(n_silos * k)
+    probs = stats.binom.pmf(np.arange(k + 1), k, batch_size / sizes[0])
+    return _server_mean_audit(
+        "dp-scaffold", "dp-scaffold", "DP-SCAFFOLD (the generic fold: K noisy clipped minibatch steps per silo with "
+        "the control-variate correction, the deltas' mean, server step)", family,
+        lambda lr, z, c: ScaffoldHParams.create(lr, 1.0, z, c), sizes, batch_size, sd, probs, 1, noise_multiplier,
+        clip_norm, "rdp", {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "silo_sizes": sizes,
+                           "local_steps": k, "batch_size": batch_size}, dim)
 
 
 def isrl_accelerated_audit(noise_multiplier: float = 1.2, clip_norm: float = 0.5, sizes=(8, 10), batch_size: int = 4,

@@ -36,6 +36,8 @@ shuffle-sgd                         shuffle-sgd                 P_vec Thm 3.2 (l
 shuffle-acsa                        shuffle-acsa                pan-privacy, Lemma C.4 (analytic Gaussian)
 dp-sgd (``dpsgd``)                  dp-sgd                      PLD, Poisson, add/remove
 dpsgd-general-*                     dpsgd-general               van Dijk et al. exact strong adversary / PLD
+dp-scaffold (``isrl``)              dp-scaffold                 RDP, R K subsampled releases (one round here)
+dp-fedadam (``fedavg_ftrl``)        dp-fedadam                  RDP, the joint Gaussian (one round here)
 diff2-gd, dp-gd, diff2-bvr          diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
 (``diff2``)
 user-level (``user_level``)         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
@@ -52,9 +54,9 @@ from dpjax.auditing.audit import CanaryAudit
 from dpjax.auditing.canaries import DELTA
 from dpjax.auditing.diff2 import diff2_audit, dp_gd_audit
 from dpjax.auditing.dpsgd import dp_sgd_audit, dpsgd_general_audit
-from dpjax.auditing.fedavg_ftrl import dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
-from dpjax.auditing.isrl import (isrl_accelerated_audit, isrl_local_sgd_audit, isrl_mbsgd_audit, isrl_shuffled_audit,
-                                 isrl_unbalanced_audit)
+from dpjax.auditing.fedavg_ftrl import dp_fedadam_audit, dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
+from dpjax.auditing.isrl import (dp_scaffold_audit, isrl_accelerated_audit, isrl_local_sgd_audit, isrl_mbsgd_audit,
+                                 isrl_shuffled_audit, isrl_unbalanced_audit)
 from dpjax.auditing.shuffle import sdp_accelerated_audit, shuffle_acsa_audit, shuffle_sgd_audit
 from dpjax.auditing.user_level import user_level_audit
 
@@ -95,6 +97,8 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA),
     "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
     "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA),
+    "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
+    "dp-scaffold": dp_scaffold_audit,
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
@@ -115,6 +119,8 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "diff2-bvr": ("diff2-bvr",),
     "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
     "dp-ftrl": ("dp-ftrl",),
+    "dp-fedadam": ("dp-fedadam",),
+    "dp-scaffold": ("dp-scaffold",),
 }
 
 

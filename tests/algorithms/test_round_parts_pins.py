@@ -35,7 +35,8 @@ pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu",
                                 reason="the pinned digests are CPU float32 results; other backends fuse differently")
 
 
-CHAIN_METRICS = ("sampling_overflow",)  # added by dpjax.engine.chain; not in the pinned implementations
+# added by dpjax.engine.chain (its round metrics; log_batches' index_mask); not in the pinned implementations
+CHAIN_METRICS = ("sampling_overflow", "index_mask")
 
 
 def _digest(result) -> str:
@@ -92,5 +93,4 @@ PINS = {
 def test_refactor_keeps_every_bit(case):
     result = CASES[case]()
     assert _digest(result) == PINS[case]
-    for name in CHAIN_METRICS:
-        assert not np.any(result.round_metrics.get(name, False))
+    assert not np.any(result.round_metrics.get("sampling_overflow", False))  # no silo's batch overflowed

@@ -16,7 +16,8 @@ Each part of a round contributes one immutable event, in the spirit of
   such releases the run makes.
 
 ``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the
-``PrivacySpec`` every driver reads (``epsilon`` / ``calibrate``). Because the
+``PrivacySpec`` every driver reads (``epsilon`` / ``calibrate``); ``dp_event()``
+is the same run as a ``dp_accounting.DpEvent`` where one expresses it. Because the
 run's noise std is ``noise_multiplier x sensitivity`` (computed from the
 clipped value itself), the accountants need the multiplier, the sampling and
 the number of releases only: the schedules below have contribution bound 1 and
@@ -321,6 +322,11 @@ class DpPlan:
         if isinstance(self.selection, OwnAccountant) and not self._no_noise():
             return self.selection.spec(self)
         return self.gaussian_spec()
+
+    def dp_event(self):
+        """The run as a ``dp_accounting.DpEvent`` (``spec().dp_event()``; ``UnsupportedDpEvent`` for a mechanism
+        with its own accountant that no DpEvent expresses), like jax_privacy's execution plan's event."""
+        return self.spec().dp_event()
 
     def _no_noise(self) -> bool:
         return all(self._all_zero(noise) for noise in self.noises)

@@ -25,7 +25,18 @@ Kinds:
 
 Every PrivacySpec names its neighbouring relation and privacy unit, and refuses a
 composition of schedules whose relations differ (such a number would certify
-neither). Pure Python: never imports jax.
+neither).
+
+``dp_event()`` is the run as a ``dp_accounting.DpEvent`` where one expresses it
+(the Gaussian rules: Poisson / without-replacement sampled, self-composed and
+composed Gaussians; DP-FTRL's restarted trees), to be composed in an accountant
+built with ``dp_neighboring_relation``: dp_accounting's ``RdpAccountant`` gives
+dpjax's own RDP epsilon on it (tested for every registered family), and
+``dp_event_at(scale)`` is the one-parameter family that
+``dp_accounting.calibrate_dp_mechanism`` searches. Mechanisms no DpEvent expresses
+(shuffle amplification, P_vec transcripts, f-DP batch clipping, user-level,
+group privacy under sampling) answer ``dp_accounting.UnsupportedDpEvent``: dpjax's
+own accountant certifies them. Pure Python: never imports jax.
 """
 
 from __future__ import annotations
@@ -65,6 +76,13 @@ class PrivacySpec(abc.ABC):
     @abc.abstractmethod
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         """Hyperparameter values (``field -> value``) meeting ``target_epsilon``."""
+
+    def dp_event(self):
+        """The run as a ``dp_accounting.DpEvent``; here ``UnsupportedDpEvent``: no dp_accounting event
+        expresses this mechanism, and dpjax's own accountant (``epsilon``) certifies it."""
+        import dp_accounting
+
+        return dp_accounting.UnsupportedDpEvent()
 
 
 def _enum_value(x) -> str:
@@ -145,8 +163,29 @@ class GaussianPrivacy(PrivacySpec):
 
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""
-        return GaussianPrivacy(tuple(s.replace(noise_std=s.noise_std * factor) for s in self.schedules),
-                               self.noise_fields, self.multipliers)
+        return dataclasses.replace(self, schedules=tuple(s.replace(noise_std=s.noise_std * factor)
+                                                         for s in self.schedules))
+
+    @property
+    def dp_neighboring_relation(self):
+        """The ``dp_accounting.NeighboringRelation`` of the accountant that composes ``dp_event()``."""
+        relations = {s.dp_neighboring_relation for s in self.schedules}
+        if len(relations) != 1:
+            raise ValueError(f"schedules pair their events with relations {sorted(r.name for r in relations)}: "
+                             "no one dp_accounting accountant composes them; use epsilon()")
+        return relations.pop()
+
+    def dp_event(self):
+        """The composition of the schedules' events (``GaussianSchedule.to_dp_event``; a ``ValueError`` for
+        group privacy under sampling, which no DpEvent expresses)."""
+        import dp_accounting
+
+        events = [s.to_dp_event() for s in self.schedules]
+        return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+
+    def dp_event_at(self, scale: float):
+        """``dp_event()`` with every noise multiplied by ``scale``: the family calibration searches."""
+        return self.scaled(v.check_positive("scale", scale)).dp_event()
 
     def _value(self, schedule: GaussianSchedule, noise_std: float) -> float:
         return noise_std / schedule.sensitivity if self.multipliers else noise_std
@@ -207,6 +246,14 @@ class PerSiloPrivacy(PrivacySpec):
         r = reports[worst]
         notes = r.notes + (f"largest of {len(reports)} per-silo guarantees (silo {worst})",)
         return dataclasses.replace(r, notes=notes)
+
+    def dp_event(self, silo: int = 0):
+        """Silo ``silo``'s releases as a ``dp_accounting.DpEvent`` (each silo is its own guarantee)."""
+        return self.silos[v.check_int("silo", silo, min_value=0, max_value=len(self.silos) - 1)].dp_event()
+
+    @property
+    def dp_neighboring_relation(self):
+        return self.silos[0].dp_neighboring_relation
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         values = []
@@ -291,6 +338,37 @@ class NoPrivacy(StatedRelation, PrivacySpec):
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         raise ValueError(f"target_epsilon={target_epsilon!r} cannot be met: {self.reason}")
+
+    def dp_event(self):
+        import dp_accounting
+
+        return dp_accounting.NonPrivateDpEvent()
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeAggregationPrivacy(GaussianPrivacy):
+    """Tree aggregation restarted every epoch (Kairouz et al. 2021, Appendix D; DP-FTRL-TreeRestart):
+    the epochs' trees of ``step_counts`` leaves, composed. Its Gaussian rules (``schedules``: one unsampled
+    schedule of ``sum_e (floor(log2 T_e) + 1)`` releases) and its DpEvent, dp_accounting's
+    ``SingleEpochTreeAggregationDpEvent`` per epoch under ``REPLACE_SPECIAL``, give the same RDP."""
+
+    step_counts: tuple[int, ...] = ()
+
+    @property
+    def dp_neighboring_relation(self):
+        import dp_accounting
+
+        return dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+
+    def dp_event(self):
+        import dp_accounting
+
+        (s,) = self.schedules
+        if s.noise_std == 0:
+            return dp_accounting.NonPrivateDpEvent()
+        z = s.noise_std / (s.group_size * s.sensitivity)
+        trees = [dp_accounting.SingleEpochTreeAggregationDpEvent(z, t) for t in self.step_counts]
+        return trees[0] if len(trees) == 1 else dp_accounting.ComposedDpEvent(trees)
 
 
 def gaussian(schedules: GaussianSchedule | Sequence[GaussianSchedule], noise_fields: str | Sequence[str] = "noise_std"

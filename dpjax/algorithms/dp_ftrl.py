@@ -40,6 +40,7 @@ import optax
 from dpjax import _validate, keys
 from dpjax.accounting.schedules import Sampling
 from dpjax.accounting.events import NoiseEvent, SelectionEvent
+from dpjax.accounting.privacy_spec import GaussianPrivacy, TreeAggregationPrivacy
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context, Sensitive
@@ -110,10 +111,13 @@ class TreeEvent:
         if per_epoch < 1:
             raise ValueError(f"batch_size={sel.batch_sizes[0]} must be <= the smallest silo size "
                              f"{min(sel.dataset_sizes)}")
-        releases = sum(tree_depth(t) for t in epoch_trees(plan.num_rounds, per_epoch))
+        trees = epoch_trees(plan.num_rounds, per_epoch)
         unsampled = dataclasses.replace(sel, sampling=Sampling.FULL, batch_sizes=None)
-        noises = (dataclasses.replace(self.noise, steps=releases),)
-        return dataclasses.replace(plan, selection=unsampled, noises=noises).gaussian_spec()
+        noises = (dataclasses.replace(self.noise, steps=sum(tree_depth(t) for t in trees)),)
+        spec = dataclasses.replace(plan, selection=unsampled, noises=noises).gaussian_spec()
+        if not isinstance(spec, GaussianPrivacy):
+            return spec
+        return TreeAggregationPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, step_counts=trees)
 
 
 @dataclasses.dataclass(frozen=True)

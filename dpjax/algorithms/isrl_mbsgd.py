@@ -68,17 +68,6 @@ class MbSgdHParams(HParams):
     clip_norm: Any = hparam(1.0, allow_inf=True)
 
 
-def smallest_silo(silo_sizes) -> int:
-    """The smallest silo size (the guarantee that holds for every silo); an int passes through
-    (``dpjax.algorithms.dp_sgd``'s accounting)."""
-    if isinstance(silo_sizes, (int,)) or getattr(silo_sizes, "ndim", 1) == 0:
-        return _validate.check_int("silo_sizes", int(silo_sizes), min_value=1)
-    sizes = [int(n) for n in silo_sizes]
-    if not sizes:
-        raise ValueError("silo_sizes=[] must name at least one silo")
-    return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class IsrlRoundOptions(OutputRule):
     """The options the ISRL-DP federated families share, declared once (Noisy MB-SGD, its unbalanced

@@ -42,7 +42,6 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions, MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts

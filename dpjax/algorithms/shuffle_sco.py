@@ -356,21 +356,9 @@ class ShuffleSgd(_ShuffleScoBase):
             return sco_acc.p_gd_plan(m, _dim(problem), epsilon, delta, lipschitz, diameter, smoothness, mode=mode,
                                      start=start, rounds=t)
 
-        plan = sco_acc.phased_plan(
-            conv,
-            n, lam, phases=phases, diameter=2 * radius)
+        plan = sco_acc.phased_plan(conv, n, lam, phases=phases, diameter=2 * radius)
         return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=smoothness is None, radius=radius,
                               **kwargs)
-
-    @classmethod
-    def central_baseline(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0, smoothness=None,
-                         rounds=None):
-        """Central-DP noisy GD (Gaussian mechanism, GDP composition) on P_GD's schedule (``rounds``
-        overrides T)."""
-        plan = sco_acc.central_gd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness,
-                                       rounds=rounds)
-        return cls._from_plan(problem, plan, aggregator="central-gaussian", smoothed=smoothness is None,
-                              radius=radius)
 
     @classmethod
     def local_baseline(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0):

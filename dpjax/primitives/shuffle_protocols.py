@@ -144,11 +144,6 @@ class PvecParams:
             raise ValueError("PvecParams holds traced or batched values; index one run's parameters first")
         return int(vals[0]), int(vals[1]), float(vals[2])
 
-    def messages_per_coordinate(self) -> int:
-        """Each user sends g + b one-bit messages per coordinate."""
-        g, b, _ = self.numbers()
-        return g + b
-
 
 def pvec_variance(x: np.ndarray, params: PvecParams, bound: float) -> np.ndarray:
     """Exact per-coordinate variance of the P_vec sum estimate for inputs ``x [m, d]``."""

@@ -54,8 +54,7 @@ class AcceleratedHParams:
 
 @dataclasses.dataclass(frozen=True)
 class AcceleratedMbSgd(ChainFamily):
-    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its
-    non-private twin.
+    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its non-private twin.
 
     Args:
       problem: a dpjax problem.

@@ -3,10 +3,9 @@ Learning with Adaptive Clipping", NeurIPS 2021, Algorithm 1): user-level DP, the
 
 Each round t:
 
-1. the round's silos are sampled -- each of the N silos with the declared public probability q
-   (``"poisson"``, add/remove: ``sampling_rate``, m/N for a public N; the number of users is not
-   public under add/remove, so q is declared, never read from the data) or a uniform m-subset
-   (``"without-replacement"``, replace-one);
+1. the round's silos are sampled -- each of the N silos with the declared public probability q (``"poisson"``,
+   add/remove: ``sampling_rate``, m/N for a public N; the number of users is not public under add/remove, so q is
+   declared, never read from the data) or a uniform m-subset (``"without-replacement"``, replace-one);
 2. every sampled silo runs ``local_steps`` non-private SGD steps from the server model
    (``client_learning_rate``; a uniform ``local_batch_size``-subset of its records per step, or all
    of them) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;

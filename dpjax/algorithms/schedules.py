@@ -36,9 +36,8 @@ def smoothing_beta(*, lipschitz, n, num_available, dim, epsilon, delta, diameter
 
     SCO (Theorem D.2): convex ``(L sqrt(M)/D) / (1/sqrt(n) + sqrt(d ln(1/delta))/(eps n))``;
     strongly convex ``mu M / (1/n + d ln(1/delta)/(eps^2 n^2))``.
-    ERM (``erm=True``, Theorem F.2): convex ``eps n sqrt(M) L/(sqrt(d) D)``;
-    strongly convex ``mu M eps^2 n^2/d``. Give exactly one of ``diameter``
-    (convex) or ``strong_convexity``.
+    ERM (``erm=True``, Theorem F.2): convex ``eps n sqrt(M) L/(sqrt(d) D)``; strongly convex ``mu M eps^2 n^2/d``. Give
+    exactly one of ``diameter`` (convex) or ``strong_convexity``.
     """
     lip = v.check_positive("lipschitz", lipschitz)
     n, d = v.check_int("n", n, min_value=1), v.check_int("dim", dim, min_value=1)
@@ -61,11 +60,10 @@ def multistage_stages(*, num_rounds, smoothness, strong_convexity, variance, ini
     """Multi-stage AC-SA (Appendix E.1; Ghadimi & Lan 2013 Prop. 7).
 
     ``R_k = ceil(max(4 sqrt(2 beta/mu), 128 V^2/(3 mu Delta 2^{-(k+1)})))``,
-    ``nu_k = max(2 beta, sqrt(mu V^2/(3 Delta 2^{-(k-1)} R_k (R_k+1)(R_k+2))))``,
-    for k = 1..U with U the largest integer such that ``sum R_k <= R``.
-    ``variance`` is V^2 and ``initial_gap`` Delta >= F(w_0) - F*. Returns
-    ``[(R_k, nu_k), ...]`` (run ``sum R_k`` rounds). Raises ``ValueError``
-    when even the first stage needs more than ``num_rounds``.
+    ``nu_k = max(2 beta, sqrt(mu V^2/(3 Delta 2^{-(k-1)} R_k (R_k+1)(R_k+2))))``, for k = 1..U with U the largest
+    integer such that ``sum R_k <= R``. ``variance`` is V^2 and ``initial_gap`` Delta >= F(w_0) - F*. Returns
+    ``[(R_k, nu_k), ...]`` (run ``sum R_k`` rounds). Raises ``ValueError`` when even the first stage needs more than
+    ``num_rounds``.
     """
     rounds = v.check_int("num_rounds", num_rounds, min_value=1)
     beta, mu = v.check_positive("smoothness", smoothness), v.check_positive("strong_convexity", strong_convexity)
@@ -86,9 +84,8 @@ def multistage_stages(*, num_rounds, smoothness, strong_convexity, variance, ini
 
 def unbalanced_parameters(*, silo_sizes: Sequence[int], epsilons: Sequence[float], deltas: Sequence[float],
                           num_rounds: int, lipschitz: float) -> dict:
-    """Algorithm 7 (Appendix H; K_i = ceil(c n_i) with a common c): per-silo ``sigma_i`` (paper
-    calibration with that silo's n_i, eps_i, delta_i) and ``K_i = ceil(c n_i)``
-    with one common fraction ``c = max_i K_min,i / n_i`` so that
+    """Algorithm 7 (Appendix H; K_i = ceil(c n_i) with a common c): per-silo ``sigma_i`` (paper calibration with that
+    silo's n_i, eps_i, delta_i) and ``K_i = ceil(c n_i)`` with one common fraction ``c = max_i K_min,i / n_i`` so that
     ``K_i / n_i`` is (up to rounding) equal and every ``K_i >= K_min,i``.
 
     Returns ``{"batch_sizes": (K_i), "noise_stds": (sigma_i), "fraction": c}``.

@@ -97,12 +97,10 @@ _EXACT_F32 = 2**24
 class ScoHParams:
     """Per-run, per-round public schedule (every leaf ``[T]`` except ``clip_norm``).
 
-    ``start``/``batch``: the round's users are rows ``[start, start + batch)``;
-    ``stage_round``: 1 on a phase's first round, counting up inside it;
-    ``step``: eta (``ShuffleSgd``) or the AC-SA constant nu (``ShuffleAcsa``);
-    ``smoothing``: the Moreau parameter (used when the family is ``smoothed``);
-    ``pvec``: P_vec's (g, b, p) per round; ``noise_multiplier``: the Gaussian
-    aggregators' z per round (std / sensitivity 2L of the round's sum; for local
+    ``start``/``batch``: the round's users are rows ``[start, start + batch)``; ``stage_round``: 1 on a phase's first
+    round, counting up inside it; ``step``: eta (``ShuffleSgd``) or the AC-SA constant nu (``ShuffleAcsa``);
+    ``smoothing``: the Moreau parameter (used when the family is ``smoothed``); ``pvec``: P_vec's (g, b, p) per round;
+    ``noise_multiplier``: the Gaussian aggregators' z per round (std / sensitivity 2L of the round's sum; for local
     noise, of each user's message); ``clip_norm``: L, the users' norm bound.
     """
 
@@ -126,10 +124,9 @@ class ScoHParams:
     def single_phase(cls, num_rounds: int, batch: int, step, *, interactive: int = 0, smoothing=0.0,
                      noise_multiplier=0.0, clip_norm=1.0, pvec: shuffle_protocols.PvecParams | None = None,
                      start: int = 0) -> "ScoHParams":
-        """One phase of ``num_rounds`` rounds of ``batch`` users from row ``start``: fresh users every
-        round (``interactive=0``; rows ``[start + r batch, start + (r+1) batch)``) or the same users
-        (``interactive=1``). Scalars are repeated over the rounds; ``pvec`` may hold scalars or
-        per-round arrays (a calibration's result)."""
+        """One phase of ``num_rounds`` rounds of ``batch`` users from row ``start``: fresh users every round
+        (``interactive=0``; rows ``[start + r batch, start + (r+1) batch)``) or the same users (``interactive=1``).
+        Scalars are repeated over the rounds; ``pvec`` may hold scalars or per-round arrays (a calibration's result)."""
         T = _validate.check_int("num_rounds", num_rounds, min_value=1)
         # sweep grids hold floats: integral values are accepted for the integer axes
         as_int = lambda v: int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v  # noqa: E731
@@ -154,11 +151,10 @@ class ScoHParams:
     @classmethod
     def from_plan(cls, plan: sco_acc.ProtocolPlan, clip_norm: float | None = None, *,
                   with_pvec: bool = True, trial_groups: int = 1) -> "ScoHParams":
-        """The per-round arrays of ``plan`` with noise multipliers 0 (a family converts a plan's
-        absolute Gaussian stds: ``noise_multiplier_for``); ``with_pvec=False`` stores a placeholder
-        P_vec (1, 0, 0) for Gaussian aggregators. With ``trial_groups = k`` the stored trials are
-        ceil(b/k) (the family runs k of them per user) and p = b p/(k ceil(b/k))
-        (``sco_transcript.grouped_trials``)."""
+        """The per-round arrays of ``plan`` with noise multipliers 0 (a family converts a plan's absolute Gaussian stds:
+        ``noise_multiplier_for``); ``with_pvec=False`` stores a placeholder P_vec (1, 0, 0) for Gaussian aggregators.
+        With ``trial_groups = k`` the stored trials are ceil(b/k) (the family runs k of them per user) and p = b p/(k
+        ceil(b/k)) (``sco_transcript.grouped_trials``)."""
         a = plan.round_arrays()
         if not with_pvec:
             a |= {"g": [1] * plan.num_rounds, "b": [0] * plan.num_rounds, "p": [0.0] * plan.num_rounds}
@@ -337,10 +333,9 @@ class ShuffleSgd(_ShuffleScoBase):
     @classmethod
     def p_gd(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0, smoothness=None, mode="lemma_opt",
              composition=None, rounds=None, aggregator="pvec", **kwargs):
-        """P_GD (Lemma B.6 / Theorem 4.9): all users every round, T = min(n, eps^2 n^2/(d ln^2(nd/delta))),
-        eta = D/(L sqrt T), per-round budget from the composition; non-smooth losses
-        (``smoothness=None``) run on the Moreau envelope. ``rounds`` overrides T (T = n full-batch
-        rounds cost n^2 gradients)."""
+        """P_GD (Lemma B.6 / Theorem 4.9): all users every round, T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L
+        sqrt T), per-round budget from the composition; non-smooth losses (``smoothness=None``) run on the Moreau
+        envelope. ``rounds`` overrides T (T = n full-batch rounds cost n^2 gradients)."""
         plan = sco_acc.p_gd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness, mode=mode,
                                  composition=composition, rounds=rounds)
         return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=smoothness is None, radius=radius,
@@ -349,8 +344,7 @@ class ShuffleSgd(_ShuffleScoBase):
     @classmethod
     def p_gd_phased(cls, problem, n, epsilon, delta, lam, *, lipschitz=1.0, radius=1.0, smoothness=None,
                     mode="lemma_opt", phases=None, rounds=None, aggregator="pvec", **kwargs):
-        """Phased P_GD for lam-strongly convex losses (Theorem 4.9 with Lemma B.7); ``rounds`` caps each
-        phase's T."""
+        """Phased P_GD for lam-strongly convex losses (Theorem 4.9 with Lemma B.7); ``rounds`` caps each phase's T."""
         def conv(m, diameter, start):
             t = None if rounds is None else min(rounds, sco_acc.pgd_rounds(m, _dim(problem), epsilon, delta))
             return sco_acc.p_gd_plan(m, _dim(problem), epsilon, delta, lipschitz, diameter, smoothness, mode=mode,
@@ -376,12 +370,11 @@ class ShuffleSgd(_ShuffleScoBase):
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleAcsa(_ShuffleScoBase):
-    """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8)
-    and pan-private AC-SA (Algorithm 6, ``aggregator="pan-gaussian"``). Arguments as
-    ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag, the run's params), plus
-    ``acsa_schedule``: ``"lan"`` (default) or ``"paper"`` (Theorem 4.3's alpha_t, L_t;
-    ``dpjax.parts.acsa.acsa_constants``); the hparams' ``step`` is that schedule's nu (the
-    constructors' ``schedule=`` sets both)."""
+    """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8) and pan-private AC-SA
+    (Algorithm 6, ``aggregator="pan-gaussian"``). Arguments as ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag,
+    the run's params), plus ``acsa_schedule``: ``"lan"`` (default) or ``"paper"`` (Theorem 4.3's alpha_t, L_t;
+    ``dpjax.parts.acsa.acsa_constants``); the hparams' ``step`` is that schedule's nu (the constructors' ``schedule=``
+    sets both)."""
 
     acsa_schedule: str = "lan"
 

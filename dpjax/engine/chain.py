@@ -52,10 +52,9 @@ PyTree = Any
 class DataShape(NamedTuple):
     """The static facts of the data a family's parts may depend on.
 
-    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo
-    records ``[N, n_max, ...]`` (a client whose state carries per-record work
-    across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init``
-    from them); None where only the silo sizes are known (privacy, output rule).
+    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo records ``[N, n_max, ...]`` (a client whose
+    state carries per-record work across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init`` from them);
+    None where only the silo sizes are known (privacy, output rule).
     """
 
     num_silos: int
@@ -107,8 +106,7 @@ def _inner_chain(part) -> tuple:
 class Parts:
     """A family's declaration: its batch selection and the round's other parts in fold order.
 
-    ``log_batches`` adds each round's batch (indices, weights, available) to the round metrics
-    (for tests and audits).
+    ``log_batches`` adds each round's batch (indices, weights, available) to the round metrics (for tests and audits).
     """
 
     selection: Any

@@ -7,23 +7,18 @@ one compiled program per combination). Per-run scalars that a sweep varies
 ``hparams_type``, carried in the state, so a grid of configurations with the
 same static shape is one ``vmap``. The methods::
 
-    validate(data) -> None                            # host-side, before compiling
-    init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
-    step(state, data, round_key) -> (state, metrics)  # one round, pure
-    params(state) -> current iterate
-    output_params(state) -> the algorithm's output (e.g. an averaged iterate)
-    privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
+    validate(data) -> None                            # host-side, before compiling init(params, hparams, data,
+    run_key) -> state     # per-run state; carries hparams step(state, data, round_key) -> (state, metrics)  # one
+    round, pure params(state) -> current iterate output_params(state) -> the algorithm's output (e.g. an averaged
+    iterate) privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
 
-``privacy`` is the only privacy method: it returns a
-``dpjax.accounting.privacy_spec.PrivacySpec`` whose ``epsilon(delta,
-accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver
-uses the same way (non-private twins return ``NoPrivacy``).
+``privacy`` is the only privacy method: it returns a ``dpjax.accounting.privacy_spec.PrivacySpec`` whose
+``epsilon(delta, accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver uses the same way
+(non-private twins return ``NoPrivacy``).
 
-``FamilyBase`` removes the repetition between families: the common field
-checks, the hparams type check, the sampling x neighbouring check at
-creation time (``__post_init__``), the iterate averager and the non-private twin
-(``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by
-``dpjax.engine.chain.ChainFamily``.
+``FamilyBase`` removes the repetition between families: the common field checks, the hparams type check, the sampling x
+neighbouring check at creation time (``__post_init__``), the iterate averager and the non-private twin
+(``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by ``dpjax.engine.chain.ChainFamily``.
 """
 
 from __future__ import annotations
@@ -114,11 +109,10 @@ AGGREGATIONS = ("mean", "sum")
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 
-    Subclasses set ``hparams_type`` and may define any of the common fields
-    ``num_rounds``, ``batch_size``, ``local_steps``, ``sampling``,
-    ``neighboring``, ``aggregation``, ``output``/``window``,
-    ``projection_radius`` (``output``/``window`` by mixing in ``OutputRule``);
-    ``check_common()`` (call it from ``__post_init__``) validates whichever are present.
+    Subclasses set ``hparams_type`` and may define any of the common fields ``num_rounds``, ``batch_size``,
+    ``local_steps``, ``sampling``, ``neighboring``, ``aggregation``, ``output``/``window``, ``projection_radius``
+    (``output``/``window`` by mixing in ``OutputRule``); ``check_common()`` (call it from ``__post_init__``) validates
+    whichever are present.
     """
 
     hparams_type: ClassVar[type] = object
@@ -152,9 +146,8 @@ class FamilyBase:
         return sampling.make_sampler(self.sampling, self.batch_size, getattr(self, "sampling_rate", None))
 
     def validate(self, data) -> None:
-        """Host-side checks against the data: the availability model, and for a family
-        that samples ``batch_size`` records per silo, that its sampler can serve
-        ``num_rounds`` rounds from the smallest silo."""
+        """Host-side checks against the data: the availability model, and for a family that samples ``batch_size``
+        records per silo, that its sampler can serve ``num_rounds`` rounds from the smallest silo."""
         self.availability.validate(data.num_silos)
         if getattr(self, "batch_size", None) is not None:
             self.sampler.validate(data.min_size, self.num_rounds)

@@ -2,53 +2,40 @@
 
 Entry points (thin; they differ only in how they lay out runs):
 
-* ``run(algorithm, data, hparams, key)`` / ``run_many(..., keys_)``: one run,
-  or a batch of runs vmapped into ONE compiled program (``program.compiled_runner``),
-  returning the full state, output, round metrics and evaluations;
-* ``run_grid(algorithm, data, hparams, run_keys)``: a grid of runs in
-  fixed-shape compiled chunks (``program.ChunkProgram``), on one data split or
-  on per-trial splits (``Trial``), sharded over devices, returning each run's
-  evaluation trace;
-* ``execute(chunks, program_of, store)``: the chunk loop itself, which
-  ``run_grid`` and ``dpjax.sweep.run_sweep`` (a file-backed, resumable store)
-  both call.
+* ``run(algorithm, data, hparams, key)`` / ``run_many(..., keys_)``: one run, or a batch of runs vmapped into ONE
+  compiled program (``program.compiled_runner``), returning the full state, output, round metrics and evaluations;
+* ``run_grid(algorithm, data, hparams, run_keys)``: a grid of runs in fixed-shape compiled chunks
+  (``program.ChunkProgram``), on one data split or on per-trial splits (``Trial``), sharded over devices, returning each
+  run's evaluation trace;
+* ``execute(chunks, program_of, store)``: the chunk loop itself, which ``run_grid`` and ``dpjax.sweep.run_sweep`` (a
+  file-backed, resumable store) both call.
 
 Options, in one place:
 
 * ``round_loop``: ``"scan"`` (rounds in ``lax.scan``) or ``"host"`` (one
   compiled call per round; CNNs on XLA:CPU, see ``dpjax.engine.program``);
-* vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x
-  configs`` tiles, ``common_random_numbers`` (runs with equal keys share their
-  random draws inside one program);
+* vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x configs`` tiles,
+  ``common_random_numbers`` (runs with equal keys share their random draws inside one program);
 * per-trial splits: ``run_grid(trials, ..., trial_of_run=...)``;
 * sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits);
-* evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last
-  (``program.eval_schedule``);
-* resumable store: ``execute(..., store=...)`` skips the chunks a store
-  reports finished and hands it every checked chunk (``ChunkStore``); with
-  ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
-* result check: every run's overflow / non-finite rounds are checked by
-  ``dpjax.engine.checks`` before anything is returned or stored
-  (``on_nonfinite="raise"``: ``NonFiniteError`` naming the run and round;
-  ``"mark"``: ``diverged_round`` recorded).
+* evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last (``program.eval_schedule``);
+* resumable store: ``execute(..., store=...)`` skips the chunks a store reports finished and hands it every checked
+  chunk (``ChunkStore``); with ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
+* result check: every run's overflow / non-finite rounds are checked by ``dpjax.engine.checks`` before anything is
+  returned or stored (``on_nonfinite="raise"``: ``NonFiniteError`` naming the run and round; ``"mark"``:
+  ``diverged_round`` recorded).
 
-``run_grid`` details. ``common_random_numbers=True``: runs with equal run keys
-are executed as one repetition whose configurations share the key
-(availability, batches and standard-normal draws computed once, gradients of
-all configurations as one matrix product); chunks never mix repetitions.
-``False``: one key per lane; with every run in one chunk (``chunk_size >=
-len(run_keys)``) this is ``run_many``'s program and its results bit for bit.
-``params``: one starting point for every run (default: ``problem.init_params``
-of the ``"local"`` stream of the chunk's first run key: each run's own with
-common random numbers, the first lane's otherwise, as ``run_many``). Per-trial
-splits: chunks never mix trials; each trial's runs are chunked as a call on its
-split alone would chunk them, so the results equal one call per split bit for
-bit, and equal-shape trials reuse one compiled program (``run_sweep`` instead
-stacks equal-shape splits on a trial axis of one program: other numbers).
-``round_loop="host"``: a chunk of one run is ``run(..., round_loop="host")``, a
-wider one ``run_many(..., round_loop="host")``, bit for bit. Chunk width
-changes the floating-point summation order of batched products, so a driver
-that pins its numbers keeps its ``chunk_size``.
+``run_grid`` details. ``common_random_numbers=True``: runs with equal run keys are executed as one repetition whose
+configurations share the key (availability, batches and standard-normal draws computed once, gradients of all
+configurations as one matrix product); chunks never mix repetitions. ``False``: one key per lane; with every run in one
+chunk (``chunk_size >= len(run_keys)``) this is ``run_many``'s program and its results bit for bit. ``params``: one
+starting point for every run (default: ``problem.init_params`` of the ``"local"`` stream of the chunk's first run key:
+each run's own with common random numbers, the first lane's otherwise, as ``run_many``). Per-trial splits: chunks never
+mix trials; each trial's runs are chunked as a call on its split alone would chunk them, so the results equal one call
+per split bit for bit, and equal-shape trials reuse one compiled program (``run_sweep`` instead stacks equal-shape
+splits on a trial axis of one program: other numbers). ``round_loop="host"``: a chunk of one run is
+``run(..., round_loop="host")``, a wider one ``run_many(..., round_loop="host")``, bit for bit. Chunk width changes the
+floating-point summation order of batched products, so a driver that pins its numbers keeps its ``chunk_size``.
 """
 
 from __future__ import annotations
@@ -120,8 +107,7 @@ class Trial:
     """One data split of a grid with per-trial splits (``run_grid(trials, ..., trial_of_run=...)``).
 
     ``data``: the silos' training data; ``eval_data``: what ``eval_fn`` reads;
-    ``params``: the trial's starting point (``None``: from the chunk's first
-    run key, as with one split).
+    ``params``: the trial's starting point (``None``: from the chunk's first run key, as with one split).
     """
 
     data: Any
@@ -219,27 +205,22 @@ def run(
       data: the silos' training data.
       hparams: the algorithm's per-run hyperparameters (its ``HParams``).
       key: the run key; every random draw of the run derives from it.
-      params: initial parameters (default: ``algorithm.problem.init_params``
-        of the key's ``"local"`` stream).
+      params: initial parameters (default: ``algorithm.problem.init_params`` of the key's ``"local"`` stream).
       eval_fn: optional ``eval_fn(output_params, eval_data) -> dict`` of scalars,
         evaluated every ``eval_every`` rounds and after the last round.
       on_nonfinite: ``"raise"`` (default) raises ``NonFiniteError`` naming the
         round; ``"mark"`` returns the result with ``diverged_round`` set.
-      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or
-        ``"host"`` (one compiled call per round; for CNNs on CPU, see
-        ``dpjax.engine.program``). Same rounds and keys; float results may
-        differ in the last bits.
-      silo_devices: devices to shard the silo axis of this one run over
-        (``dpjax.engine.silo_sharding``: the data's silos split evenly, the
-        model replicated; the number of silos a multiple of the number of
-        devices); ``round_loop="scan"`` only.
-      silo_compute: with ``silo_devices``: ``"exact"`` (default; the data
-        gathered once, every device computes all silos: bit-identical to the
-        unsharded run, tested on 8 host devices) or ``"per-silo"`` (each
-        device computes its own silos; float results can differ in the last
-        bits, see ``silo_sharding``) or ``"blocks"`` (each device computes
-        its silos ``silo_block`` at a time: bit-identical to the unsharded run
-        with the same ``silo_block``; ``dpjax.engine.silo_blocks``).
+      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or ``"host"`` (one compiled call per
+        round; for CNNs on CPU, see ``dpjax.engine.program``). Same rounds and keys; float results may differ in the
+        last bits.
+      silo_devices: devices to shard the silo axis of this one run over (``dpjax.engine.silo_sharding``: the data's
+        silos split evenly, the model replicated; the number of silos a multiple of the number of devices);
+        ``round_loop="scan"`` only.
+      silo_compute: with ``silo_devices``: ``"exact"`` (default; the data gathered once, every device computes all
+        silos: bit-identical to the unsharded run, tested on 8 host devices) or ``"per-silo"`` (each device computes its
+        own silos; float results can differ in the last bits, see ``silo_sharding``) or ``"blocks"`` (each device
+        computes its silos ``silo_block`` at a time: bit-identical to the unsharded run with the same ``silo_block``;
+        ``dpjax.engine.silo_blocks``).
       silo_block: compute each round's per-silo stage this many silos at a
         time (``dpjax.engine.silo_blocks``; families of the generic step).
     """
@@ -284,17 +265,13 @@ def run_many(
 ) -> RunResult:
     """Runs a batch of independent configurations as one compiled program.
 
-    ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same
-    length. ``data``/``eval_data`` (and ``params``) are shared by all runs
-    unless ``data_batched`` (``params_batched``) says they have a runs axis too
-    (e.g. one train/test split per trial). Results equal the same runs done one
-    by one with ``run`` (tested).
+    ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same length. ``data``/``eval_data`` (and
+    ``params``) are shared by all runs unless ``data_batched`` (``params_batched``) says they have a runs axis too (e.g.
+    one train/test split per trial). Results equal the same runs done one by one with ``run`` (tested).
 
-    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random
-    numbers: all configurations see the same availability, batches and noise
-    draws). The draws are then computed once, not per run, which on a grid of
-    step sizes / noise levels over shared data turns per-run matrix-vector
-    products into one matrix-matrix product.
+    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random numbers: all configurations see the same
+    availability, batches and noise draws). The draws are then computed once, not per run, which on a grid of step sizes
+    / noise levels over shared data turns per-run matrix-vector products into one matrix-matrix product.
 
     ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs).
     """
@@ -318,12 +295,10 @@ def run_many(
 class Chunk:
     """One unit of compiled work (and of storage).
 
-    ``group``: chunks of one group share their ``ChunkProgram`` and unsharded
-    arguments, so consecutive ones run side by side on the devices; ``lanes``:
-    the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
-    ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments
-    (built when the chunk runs); ``describe(i)``: names real run ``i`` in
-    errors; ``runs``: the caller's identifiers of the real runs.
+    ``group``: chunks of one group share their ``ChunkProgram`` and unsharded arguments, so consecutive ones run side by
+    side on the devices; ``lanes``: the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
+    ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments (built when the chunk runs);
+    ``describe(i)``: names real run ``i`` in errors; ``runs``: the caller's identifiers of the real runs.
     """
 
     id: str
@@ -363,14 +338,11 @@ def execute(
 ) -> tuple[list[str], int]:
     """Runs the chunks the store has not finished; returns ``(ids computed, number skipped)``.
 
-    Chunks are taken in order, consecutive chunks of one group
-    ``len(program.devices)`` at a time (one per device); each finished chunk's
-    runs pass the result check (``checks.check_runs``; on failure the chunk is
-    not written and ``consequence`` ends the message) and are handed to
-    ``store.write`` at once, so a killed execution keeps every chunk written
-    before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P``
-    (process ``i`` of ``P``); ``max_chunks``: stop after that many;
-    ``progress``: a progress bar with this title; ``pause``: seconds to sleep
+    Chunks are taken in order, consecutive chunks of one group ``len(program.devices)`` at a time (one per device); each
+    finished chunk's runs pass the result check (``checks.check_runs``; on failure the chunk is not written and
+    ``consequence`` ends the message) and are handed to ``store.write`` at once, so a killed execution keeps every chunk
+    written before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P`` (process ``i`` of ``P``);
+    ``max_chunks``: stop after that many; ``progress``: a progress bar with this title; ``pause``: seconds to sleep
     after each chunk.
     """
     index, count = share
@@ -553,16 +525,13 @@ def run_grid(
       chunk_size: runs per compiled chunk (the last chunk of a repetition is
         padded by repeating its first run; padding is discarded).
       devices: devices to spread chunks over (default: the first local device).
-      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or
-        ``"raise"`` (``NonFiniteError``).
+      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or ``"raise"`` (``NonFiniteError``).
       round_loop: ``"scan"`` (rounds in ``lax.scan``, one program per chunk) or
         ``"host"`` (one compiled call per round, one device; see the module docstring).
-      pad_to: chunks narrower than this are padded (by repeating their first
-        run) to ``min(pad_to, chunk_size)`` lanes, so grids of different sizes
-        of one algorithm reuse one compiled program (a step-size grid extension
-        of a few runs then costs a chunk's execution, not a compilation). A
-        run's lane count is part of its program: its last bits may differ
-        from an unpadded call's.
+      pad_to: chunks narrower than this are padded (by repeating their first run) to ``min(pad_to, chunk_size)`` lanes,
+        so grids of different sizes of one algorithm reuse one compiled program (a step-size grid extension of a few
+        runs then costs a chunk's execution, not a compilation). A run's lane count is part of its program: its last
+        bits may differ from an unpadded call's.
     """
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _validate.check_int("chunk_size", chunk_size, min_value=1)

@@ -131,10 +131,9 @@ def run_program(algorithm, eval_fn, eval_every, *, key_data: bool = False, init_
     """One lane ``(hparams, data, eval_data, key, params) -> results`` of a batch of runs.
 
     ``key_data``: ``key`` is raw key data (``jax.random.key_data``), wrapped here;
-    ``init_params``: the starting point is ``problem.init_params`` of the key's
-    ``"local"`` stream (``params`` is ignored); ``flags``: return
-    ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``)
-    instead of ``(state, output, round_metrics, evals)``.
+    ``init_params``: the starting point is ``problem.init_params`` of the key's ``"local"`` stream (``params`` is
+    ignored); ``flags``: return ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``) instead of
+    ``(state, output, round_metrics, evals)``.
     """
 
     def lane(hparams, data, eval_data, key, params):
@@ -255,21 +254,17 @@ def chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_w
              trial_axis: bool = True, common_keys: bool = True, initial_params: bool = False):
     """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc], params) -> results``.
 
-    Options (static; each changes the program, so results are bit-identical
-    only within one choice):
+    Options (static; each changes the program, so results are bit-identical only within one choice):
 
-    * ``trial_axis=False``: a chunk is the runs of one data split and one
-      repetition (``Tc = Sc = 1``), vmapped directly: ``data``/``eval_data``
-      carry no trial axis and no size-1 trial or repetition ``vmap`` is added
-      (it would change XLA's batched products and so the last bits);
+    * ``trial_axis=False``: a chunk is the runs of one data split and one repetition (``Tc = Sc = 1``), vmapped
+      directly: ``data``/``eval_data`` carry no trial axis and no size-1 trial or repetition ``vmap`` is added (it would
+      change XLA's batched products and so the last bits);
     * ``common_keys=False`` (only without a trial axis): one key per run,
       ``keydata[1,1,Hc]``, instead of one key shared by the chunk;
-    * ``initial_params=True``: ``params`` (no leading axes) is every run's
-      starting point; otherwise ``problem.init_params`` of the run key's
-      ``"local"`` stream and ``params`` is ``None``.
+    * ``initial_params=True``: ``params`` (no leading axes) is every run's starting point; otherwise
+      ``problem.init_params`` of the run key's ``"local"`` stream and ``params`` is ``None``.
 
-    Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...],
-    "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
+    Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...], "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
     """
     tc, sc, hc = shape
     if not trial_axis and (tc, sc) != (1, 1):
@@ -301,9 +296,8 @@ def chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_w
 def _per_chunk_args(trial_axis: bool) -> tuple[bool, ...]:
     """Which of ``(hp, data, eval_data, keydata, params)`` differ per chunk (a leading device axis).
 
-    Without a trial axis the data and the starting point are shared by every
-    chunk and enter the program unsliced: slicing a device axis off the data
-    inside the program changes XLA's fusion and the last bits of the result.
+    Without a trial axis the data and the starting point are shared by every chunk and enter the program unsliced:
+    slicing a device axis off the data inside the program changes XLA's fusion and the last bits of the result.
     """
     return (True,) * 5 if trial_axis else (True, False, False, True, False)
 
@@ -334,13 +328,11 @@ def _stack_devices(per_device: list, per_chunk: tuple[bool, ...]):
 class ChunkProgram:
     """One chunk shape of one algorithm, compiled once, run ``len(devices)`` chunks at a time.
 
-    Chunk arguments are ``(hp, data, eval_data, keydata, params)`` as in
-    ``chunk_fn`` (whose options ``trial_axis``, ``common_keys`` and
-    ``initial_params`` it takes). ``round_loop="host"`` (one device, no trial
-    axis, ``initial_params``) runs a chunk's rounds with ``host_loop`` instead:
-    a chunk of one run executes ``dpjax.engine.run(..., round_loop="host")``'s
-    unbatched programs, a wider chunk ``run_many(..., round_loop="host")``'s
-    vmapped ones (one key per lane, or one shared key with ``common_keys``), so
+    Chunk arguments are ``(hp, data, eval_data, keydata, params)`` as in ``chunk_fn`` (whose options ``trial_axis``,
+    ``common_keys`` and ``initial_params`` it takes). ``round_loop="host"`` (one device, no trial axis,
+    ``initial_params``) runs a chunk's rounds with ``host_loop`` instead: a chunk of one run executes
+    ``dpjax.engine.run(..., round_loop="host")``'s unbatched programs, a wider chunk
+    ``run_many(..., round_loop="host")``'s vmapped ones (one key per lane, or one shared key with ``common_keys``), so
     the results equal those calls bit for bit.
     """
 

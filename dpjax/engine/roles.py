@@ -3,15 +3,13 @@
 A family's round is a fold over stateful parts of ONE signature (``dpjax.engine.chain``), the way
 ``optax.chain`` folds gradient transformations (the design note ``design/core.md``)::
 
-    init(params, ctx) -> state
-    update(value, state, ctx) -> (value, state)
+    init(params, ctx) -> state update(value, state, ctx) -> (value, state)
 
-``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at
-``init``, the round key in ``update``; parts draw from its named streams, ``dpjax.keys``), the
-run's hyperparameters, the data, the round's ``Batch``, the iterate at the round's start
-(``params``) and the point the round's clients compute at (``query``). A part's state lives in the
-run state across rounds, so a part can remember: a sampler's permutation, an adaptive clip norm, a
-tree-aggregation noise buffer, an optimiser's moments, SCAFFOLD's control variates.
+``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at ``init``, the round key
+in ``update``; parts draw from its named streams, ``dpjax.keys``), the run's hyperparameters, the data, the round's
+``Batch``, the iterate at the round's start (``params``) and the point the round's clients compute at (``query``). A
+part's state lives in the run state across rounds, so a part can remember: a sampler's permutation, an adaptive clip
+norm, a tree-aggregation noise buffer, an optimiser's moments, SCAFFOLD's control variates.
 
 A role is a POSITION in the fold, not a signature; what flows::
 
@@ -27,13 +25,12 @@ Every part also says, host-side, what it contributes to the run's privacy (the s
 a shuffling aggregator's ``aggregation_event(silo_sizes)``); a family's ``privacy()`` is their
 composition over the rounds (``dpjax.accounting.events``), never re-derived.
 
-**Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together
-with the l2 bound of ONE unit's contribution to it and the neighbouring relation that bound is
-stated for (``sensitivity = 2 bound`` for replace-one, ``bound`` for add/remove, the convention of
-``dpjax.primitives.clipping``). Dividing by a public constant divides the bound
-(``Sensitive.divided``); an aggregator passes on the bound of its output; a privatizer adds
-``N(0, (noise_multiplier * sensitivity)^2 I)`` reading the sensitivity from the value it is given.
-Only privatizers draw noise. No family computes a sensitivity.
+**Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together with the l2 bound of
+ONE unit's contribution to it and the neighbouring relation that bound is stated for (``sensitivity = 2 bound`` for
+replace-one, ``bound`` for add/remove, the convention of ``dpjax.primitives.clipping``). Dividing by a public constant
+divides the bound (``Sensitive.divided``); an aggregator passes on the bound of its output; a privatizer adds
+``N(0, (noise_multiplier * sensitivity)^2 I)`` reading the sensitivity from the value it is given. Only privatizers draw
+noise. No family computes a sensitivity.
 
 Units (what the clipper clips) are described by the client, not materialised:
 ``PerExampleGradients`` lets the clipper take the cheapest exact path (the problem's closed form,

@@ -1,8 +1,7 @@
 """Padded, masked silo data: the static-shape container every round step reads.
 
-Silo ``i`` holds ``sizes[i]`` real records; arrays are padded to ``n_max``
-rows so that all silos share one shape and can be ``vmap``-ed. Padded rows are
-zeros and are never sampled (samplers only draw indices ``< sizes[i]``).
+Silo ``i`` holds ``sizes[i]`` real records; arrays are padded to ``n_max`` rows so that all silos share one shape and
+can be ``vmap``-ed. Padded rows are zeros and are never sampled (samplers only draw indices ``< sizes[i]``).
 """
 
 from __future__ import annotations
@@ -58,9 +57,8 @@ class SiloData:
     ) -> "SiloData":
         """Pads a list of per-silo arrays into one ``SiloData``.
 
-        Raises ``ValueError`` (naming the argument) for an empty list, mismatched
-        numbers of silos or rows, empty silos, inconsistent feature shapes, or
-        NaN/inf values.
+        Raises ``ValueError`` (naming the argument) for an empty list, mismatched numbers of silos or rows, empty silos,
+        inconsistent feature shapes, or NaN/inf values.
         """
         for name, arrs in (("xs", xs), ("ys", ys)):
             if hasattr(arrs, "shape") or isinstance(arrs, (str, bytes)) or not isinstance(arrs, Sequence):

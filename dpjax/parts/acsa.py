@@ -5,22 +5,16 @@ Razaviyayn, ICLR 2023, Algorithm 1 -- whose body is lost in print, the AC-SA
 step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round
 ``r`` (``t`` = the round's index inside its stage, 1-based)::
 
-    alpha = 2/(t+1),  eta = 4 nu / (t (t+1))
-    w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta + (1-alpha^2) mu)   # query
-    g     = <the round's private gradient at w_md> + lam (w_md - w_0)
-    w     = Proj_W( (alpha mu w_md + ((1-alpha)mu + eta) w - alpha g) / (mu + eta) )
-    w_ag  = alpha w + (1-alpha) w_ag
+    alpha = 2/(t+1),  eta = 4 nu / (t (t+1)) w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta +
+    (1-alpha^2) mu)   # query g     = <the round's private gradient at w_md> + lam (w_md - w_0) w     = Proj_W( (alpha
+    mu w_md + ((1-alpha)mu + eta) w - alpha g) / (mu + eta) ) w_ag  = alpha w + (1-alpha) w_ag
 
-As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is
-``w_ag`` (the output), the server state holds ``w`` and the anchor ``w_0``;
-``update`` takes the aggregated private gradient at ``w_md`` and serves
-(``Served``) the new ``w_ag`` with the next round's ``w_md`` (where the clients
-compute). ``lam`` is an optional data-independent
-regulariser ``(lam/2)||w - w_0||^2`` added at the server (no sensitivity, no
-noise). A stage restarts at ``t = 1`` from ``w_ag`` (``q_{k-1} = w_ag``,
-``q_0 = w_0``). The whole schedule is per-round arrays in the hparams
-(``AcsaSchedule``), so single-stage, multi-stage and different constants
-share one compiled program.
+As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is ``w_ag`` (the output), the server state
+holds ``w`` and the anchor ``w_0``; ``update`` takes the aggregated private gradient at ``w_md`` and serves (``Served``)
+the new ``w_ag`` with the next round's ``w_md`` (where the clients compute). ``lam`` is an optional data-independent
+regulariser ``(lam/2)||w - w_0||^2`` added at the server (no sensitivity, no noise). A stage restarts at ``t = 1`` from
+``w_ag`` (``q_{k-1} = w_ag``, ``q_0 = w_0``). The whole schedule is per-round arrays in the hparams (``AcsaSchedule``),
+so single-stage, multi-stage and different constants share one compiled program.
 """
 
 from __future__ import annotations
@@ -48,13 +42,11 @@ def acsa_constants(stage_round, nu, schedule: str = "lan"):
 
     * ``"lan"`` (default): ``alpha_t = 2/(t+1)``, ``eta_t = 4 nu/(t(t+1))``
       (Ghadimi-Lan; with mu = 0 the prox step is ``alpha_t/eta_t = t/(2 nu)``).
-    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022),
-      Theorem 4.3 (Algorithm 4, also Theorem C.3): ``alpha_t = 2/(t+2)`` and
-      inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``;
-      written here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the
-      mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``. It gives the arbitrary
-      start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a
-      noiseless problem (its step can be twice Lan's).
+    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022), Theorem 4.3 (Algorithm 4, also Theorem
+      C.3): ``alpha_t = 2/(t+2)`` and inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``; written
+      here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``.
+      It gives the arbitrary start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a noiseless problem (its
+      step can be twice Lan's).
     """
     t = jnp.asarray(stage_round, jnp.float32)
     if schedule == "paper":

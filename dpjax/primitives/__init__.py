@@ -3,13 +3,11 @@
 All functions are pure and take explicit PRNG keys; they can be used on their
 own inside user JAX code (``jit``/``vmap``/``scan`` friendly).
 
-Argument contract: every entry point checks the values it can see on the
-host (Python, NumPy and jax scalars and arrays: a negative or NaN clip norm,
-radius or noise std, a rate outside [0, 1], a batch larger than the records)
-and raises a ``ValueError`` naming the argument. Inside ``jit``/``vmap`` the
-values are tracers and cannot be read: they are the caller's contract, unless
-the function runs in checked mode, ``checked(fn)(*args)``, which adds
-``jax.experimental.checkify`` checks and raises the same ``ValueError``.
+Argument contract: every entry point checks the values it can see on the host (Python, NumPy and jax scalars and arrays:
+a negative or NaN clip norm, radius or noise std, a rate outside [0, 1], a batch larger than the records) and raises a
+``ValueError`` naming the argument. Inside ``jit``/``vmap`` the
+values are tracers and cannot be read: they are the caller's contract, unless the function runs in checked mode,
+``checked(fn)(*args)``, which adds ``jax.experimental.checkify`` checks and raises the same ``ValueError``.
 """
 
 from dpjax._validate import checked

@@ -1,19 +1,14 @@
 """Per-example gradients and per-example clipping of pytrees.
 
-Clipping is the only thing that bounds how much one record can move a
-released vector, so it is where sensitivity comes from. ``clipped_sum`` returns
-the clipped *sum* together with its l2 sensitivity under a named neighbouring
-relation:
+Clipping is the only thing that bounds how much one record can move a released vector, so it is where sensitivity comes
+from. ``clipped_sum`` returns the clipped *sum* together with its l2 sensitivity under a named neighbouring relation:
 
-* ``"add-remove"`` (add or delete one record): one clipped term appears or
-  disappears, sensitivity ``C``;
-* ``"replace-one"`` (substitute one record; the relation of ISRL-DP and of the
-  fixed-size-batch analyses): one clipped term ``a`` becomes ``a'`` with
-  ``||a - a'|| <= 2C``, sensitivity ``2C``.
+* ``"add-remove"`` (add or delete one record): one clipped term appears or disappears, sensitivity ``C``;
+* ``"replace-one"`` (substitute one record; the relation of ISRL-DP and of the fixed-size-batch analyses): one clipped
+  term ``a`` becomes ``a'`` with ``||a - a'|| <= 2C``, sensitivity ``2C``.
 
-The sensitivity assumes the changed record appears *once* in the batch. With
-sampling with replacement a record can appear ``Q`` times and the sensitivity
-is ``Q`` times larger; the accounting layer handles that, not this module.
+The sensitivity assumes the changed record appears *once* in the batch. With sampling with replacement a record can
+appear ``Q`` times and the sensitivity is ``Q`` times larger; the accounting layer handles that, not this module.
 
 Norms are the single global l2 norm over all leaves of the pytree (as in
 Abadi et al. 2016 and jax_privacy), never per-leaf.
@@ -45,13 +40,11 @@ def global_norm(tree: PyTree) -> jax.Array:
 def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     """Scales ``tree`` by ``min(1, clip_norm / ||tree||)``.
 
-    Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose
-    norm is already ``<= clip_norm`` is returned multiplied by exactly 1.0, and
-    the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
-    ``clip_norm = inf`` disables clipping. A concrete ``clip_norm`` (Python,
-    NumPy or jax scalar, or array) must be >= 0 and not NaN (a negative one
-    would flip the sign of every vector); a traced one is the caller's
-    contract, checked in ``dpjax.primitives.checked`` mode.
+    Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose norm is already ``<= clip_norm`` is
+    returned multiplied by exactly 1.0, and the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
+    ``clip_norm = inf`` disables clipping. A concrete ``clip_norm`` (Python, NumPy or jax scalar, or array) must be >= 0
+    and not NaN (a negative one would flip the sign of every vector); a traced one is the caller's contract, checked in
+    ``dpjax.primitives.checked`` mode.
 
     A tree with an inf or NaN entry (a gradient that overflowed) becomes the zero tree when ``clip_norm``
     is finite: ``C / ||inf||`` = 0 times inf is NaN, and one such record would turn the whole clipped sum
@@ -70,12 +63,11 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:
     """Gradients of ``loss_fn(params, x_j, y_j)`` for every example ``j``.
 
-    ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and
-    ``y_i = y[i]`` without the batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape
-    ``()``); it is differentiated with respect to ``params`` (any pytree) and vmapped over the batch.
-    ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading batch axis B). Each leaf of the result
-    has the shape of the matching ``params`` leaf with a new leading axis of length B (memory: B copies
-    of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models).
+    ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and ``y_i = y[i]`` without the
+    batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape ``()``); it is differentiated with respect to
+    ``params`` (any pytree) and vmapped over the batch. ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading
+    batch axis B). Each leaf of the result has the shape of the matching ``params`` leaf with a new leading axis of
+    length B (memory: B copies of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models).
     """
     return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
 
@@ -96,8 +88,7 @@ class ClippedSum(NamedTuple):
     Attributes:
       total: pytree, sum over the (valid) examples of the clipped vectors.
       count: number of valid examples summed (a traced scalar).
-      sensitivity: l2 sensitivity of ``total`` to one record under the
-        relation it was computed for (``C`` or ``2C``).
+      sensitivity: l2 sensitivity of ``total`` to one record under the relation it was computed for (``C`` or ``2C``).
     """
 
     total: PyTree
@@ -172,8 +163,7 @@ def per_example_clipped_sum(
 
     Example::
 
-        def loss_fn(w, x_i, y_i):          # x_i [d], y_i [] -> scalar
-            return jnp.logaddexp(0.0, -y_i * x_i @ w)
+        def loss_fn(w, x_i, y_i):          # x_i [d], y_i [] -> scalar return jnp.logaddexp(0.0, -y_i * x_i @ w)
 
         res = per_example_clipped_sum(loss_fn, jnp.zeros(d), x, y, clip_norm=1.0)   # x [B, d], y [B]
         noisy = add_gaussian_noise(key, res.total, sigma * res.sensitivity)

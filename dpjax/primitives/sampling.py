@@ -1,12 +1,10 @@
 """Silo availability and per-silo minibatch sampling, with static shapes.
 
-Everything here is shape-static so that it runs inside ``jit``/``vmap``/``scan``:
-a silo holds ``n_max`` padded rows of which the first ``size`` are real, and
-every sampler returns a fixed number of indices plus a validity mask.
+Everything here is shape-static so that it runs inside ``jit``/``vmap``/``scan``: a silo holds ``n_max`` padded rows of
+which the first ``size`` are real, and every sampler returns a fixed number of indices plus a validity mask.
 
-Availability (ISRL-DP paper, Assumption 1.4): in each round a uniformly random
-subset of ``M_r`` silos is available; ``FullAvailability`` (``M_r = N``),
-``FixedAvailability(M)`` and ``RandomAvailability(pmf)`` (``M_r`` drawn from a
+Availability (ISRL-DP paper, Assumption 1.4): in each round a uniformly random subset of ``M_r`` silos is available;
+``FullAvailability`` (``M_r = N``), ``FixedAvailability(M)`` and ``RandomAvailability(pmf)`` (``M_r`` drawn from a
 public pmf each round).
 
 Samplers (what the accountant calls the *sampling scheme*):
@@ -27,10 +25,9 @@ string that the algorithms copy into the privacy schedule.
 Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the
 declared ``q`` whatever the silo's size, and the selection part hands that same
 ``q`` to the accountant. Without a declared rate it draws at ``K / size``, the
-silo's actual size: valid only under replace-one, where the size is public --
-under add/remove a neighbour with one record more would sample every other
-record at ``K / (size + 1)``, a data-dependent law the accountant does not see,
-so the parts and families refuse that combination (``sampling_rate`` is required).
+silo's actual size: valid only under replace-one, where the size is public -- under add/remove a neighbour with one
+record more would sample every other record at ``K / (size + 1)``, a data-dependent law the accountant does not see, so
+the parts and families refuse that combination (``sampling_rate`` is required).
 """
 
 from __future__ import annotations
@@ -126,8 +123,7 @@ class RandomAvailability:
     """``M_r`` drawn each round from ``pmf`` over ``{1, ..., len(pmf)}``, then a
     uniformly random subset of that size (Assumption 1.4 of Lowy & Razaviyayn).
 
-    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal
-    the number of silos.
+    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal the number of silos.
     """
 
     pmf: tuple[float, ...]
@@ -175,11 +171,9 @@ def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
 def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int) -> jax.Array:
     """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``): int32 ``[batch_size]``.
 
-    Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over
-    k-subsets and much cheaper than a full permutation. ``batch_size <= size``:
-    checked when ``size`` is concrete (a traced ``size`` is the caller's
-    contract, checked in ``dpjax.primitives.checked`` mode), since a larger
-    batch would return padding rows.
+    Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over k-subsets and much cheaper than a full
+    permutation. ``batch_size <= size``: checked when ``size`` is concrete (a traced ``size`` is the caller's contract,
+    checked in ``dpjax.primitives.checked`` mode), since a larger batch would return padding rows.
     """
     _check_subset("batch_size", batch_size, size, n_max)
     scores = jax.random.uniform(key, (n_max,))
@@ -229,14 +223,11 @@ def _kth_smallest(values: jax.Array, valid: jax.Array, k) -> jax.Array:
 def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size) -> jax.Array:
     """A uniformly random ``batch_size``-subset of ``[0, size)`` as a bool mask ``[n_max]``.
 
-    Each record gets a random 64-bit score (two uint32 words); the subset is
-    the ``batch_size`` smallest scores, found by bisection on the first word
-    and, among records tied at the threshold, on the second. Exact (a uniform
-    k-subset) unless two records share all 64 bits, which has probability
-    below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in that event the
-    mask may hold more than ``batch_size`` ones, never fewer. Needs only
-    compares and sums (no sort, no gather), which is much faster than
-    ``top_k`` on CPU.
+    Each record gets a random 64-bit score (two uint32 words); the subset is the ``batch_size`` smallest scores, found
+    by bisection on the first word and, among records tied at the threshold, on the second. Exact (a uniform k-subset)
+    unless two records share all 64 bits, which has probability below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in
+    that event the mask may hold more than ``batch_size`` ones, never fewer. Needs only compares and sums (no sort, no
+    gather), which is much faster than ``top_k`` on CPU.
     """
     _check_subset("batch_size", batch_size, size, n_max)
     k_first, k_second = jax.random.split(key)
@@ -262,13 +253,11 @@ def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
 def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
     """Poisson sampling: each real record joins independently w.p. ``rate``.
 
-    Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the
-    sampled records are gathered into a fixed-size buffer (``jnp.nonzero`` with
-    ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
-    than ``max_batch_size`` records were drawn, in which case the batch was
-    truncated and the Poisson privacy analysis no longer applies: callers must
-    surface it (the engine refuses such runs). A concrete ``rate`` must be in
-    [0, 1] (a traced one is checked in ``dpjax.primitives.checked`` mode).
+    Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
+    fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
+    than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
+    no longer applies: callers must surface it (the engine refuses such runs). A concrete ``rate`` must be in [0, 1] (a
+    traced one is checked in ``dpjax.primitives.checked`` mode).
     """
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
@@ -289,11 +278,10 @@ def default_poisson_capacity(expected_batch_size: int) -> int:
 class _BatchSampler:
     """A minibatch sampler of ``batch_size`` K records per silo and round.
 
-    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
-    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
-    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
-    ``init_silo(key, size, n_max)``. ``draw_weights`` (same arguments) returns the batch as a
-    multiplicity vector over the ``n_max`` rows and the overflow flag.
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)`` with ``idx`` int32
+    ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real ones), ``mask`` bool ``[K]`` and
+    ``overflow`` a bool scalar; ``silo_state`` comes from ``init_silo(key, size, n_max)``. ``draw_weights`` (same
+    arguments) returns the batch as a multiplicity vector over the ``n_max`` rows and the overflow flag.
     """
 
     batch_size: int

@@ -87,11 +87,7 @@ _GAUSSIAN = {"exact": "none", "central-gaussian": "central", "local-gaussian": "
 _EXACT_F32 = 2**24
 
 
-# ---------------------------------------------------------------------------
-# Per-round schedule (hparams)
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Per-round schedule (hparams)
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ScoHParams:
@@ -182,11 +178,7 @@ class ScoHParams:
         return AcsaSchedule(jnp.float32(0.0), jnp.float32(0.0), self.stage_round, self.step)
 
 
-# ---------------------------------------------------------------------------
-# The families' shared declaration
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- The families' shared declaration
 @dataclasses.dataclass(frozen=True)
 class _ShuffleScoBase(ChainFamily):
     problem: Any
@@ -288,11 +280,7 @@ class _ShuffleScoBase(ChainFamily):
             raise ValueError(f"data has {data.num_silos} silos; the n users are the records of ONE silo")
 
 
-# ---------------------------------------------------------------------------
-# Projected (stochastic) gradient descent: P_SGD, P_GD, phased P_GD, baselines
-# ---------------------------------------------------------------------------
-
-
+# ---------------------------------------- Projected (stochastic) gradient descent: P_SGD, P_GD, phased P_GD, baselines
 @dataclasses.dataclass(frozen=True)
 class ShuffleSgd(_ShuffleScoBase):
     """P_SGD (Algorithm 3), P_GD (Algorithm 5) and phased P_GD, with their Gaussian baselines.
@@ -363,11 +351,7 @@ class ShuffleSgd(_ShuffleScoBase):
 
 
 
-# ---------------------------------------------------------------------------
-# AC-SA: P_AGD, smoothed P_AGD, phased, pan-private
-# ---------------------------------------------------------------------------
-
-
+# ------------------------------------------------------------------- AC-SA: P_AGD, smoothed P_AGD, phased, pan-private
 @dataclasses.dataclass(frozen=True)
 class ShuffleAcsa(_ShuffleScoBase):
     """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8) and pan-private AC-SA

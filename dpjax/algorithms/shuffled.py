@@ -65,9 +65,7 @@ def _num_params(problem) -> int:
     return int(sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in jax.tree_util.tree_leaves(shapes)))
 
 
-# ---------------------------------------------------------------------------
-# Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------------ Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
 @dataclasses.dataclass(frozen=True)
 class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
     """Shuffled Noisy MB-SGD (and, ``private=False``, its non-private twin).
@@ -122,9 +120,7 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
              OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 
 
-# ---------------------------------------------------------------------------
-# Algorithm 6: SDP one-pass accelerated noisy MB-SGD with P_vec
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------- Algorithm 6: SDP one-pass accelerated noisy MB-SGD with P_vec
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SdpHParams:

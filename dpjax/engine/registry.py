@@ -45,9 +45,7 @@ from dpjax import _validate
 from dpjax.engine.contract import hparam_fields, static_fields
 
 
-# ---------------------------------------------------------------------------
-# Build context
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- Build context
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
     """Public facts the static fields may depend on (e.g. the ISRL K rule)."""
@@ -58,9 +56,7 @@ class BuildContext:
     num_rounds: int
 
 
-# ---------------------------------------------------------------------------
-# Algorithms: entries derived from the family dataclasses
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------- Algorithms: entries derived from the family dataclasses
 ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
 # Static fields that every other field's one-at-a-time check carries: Poisson's public rate belongs to

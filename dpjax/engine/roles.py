@@ -186,9 +186,7 @@ class Sensitive:
         return dataclasses.replace(self, **kw)
 
 
-# ---------------------------------------------------------------------------
-# Units: what a client asks the clipper to clip (one silo row per leading index)
-# ---------------------------------------------------------------------------
+# -------------------------------------- Units: what a client asks the clipper to clip (one silo row per leading index)
 @dataclasses.dataclass(frozen=True)
 class PerExampleGradients:
     """For every silo, ``sum_j w_j clip(grad loss(params, x_j, y_j))`` divided by ``denominator``.
@@ -227,9 +225,7 @@ class PerUnitVectors:
     per_silo: bool = False
 
 
-# ---------------------------------------------------------------------------
-# The one signature
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- The one signature
 ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
 
 

@@ -34,9 +34,7 @@ from dpjax.primitives.projection import project_l2_ball
 PyTree = Any
 
 
-# ---------------------------------------------------------------------------
-# AC-SA algebra (pure)
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- AC-SA algebra (pure)
 def acsa_constants(stage_round, nu, schedule: str = "lan"):
     """``(alpha_t, eta_t)`` of round ``t`` of a stage.
 
@@ -79,9 +77,7 @@ def acsa_update(w: PyTree, w_md: PyTree, w_ag: PyTree, grad: PyTree, alpha, eta,
     return new_w, new_ag
 
 
-# ---------------------------------------------------------------------------
-# The per-run schedule
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- The per-run schedule
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AcsaSchedule:
@@ -142,9 +138,7 @@ class AcsaSchedule:
         return int(np.shape(self.stage_round)[-1])
 
 
-# ---------------------------------------------------------------------------
-# One AC-SA round, and the server part
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- One AC-SA round, and the server part
 def acsa_query(w: PyTree, w_ag: PyTree, schedule: AcsaSchedule, round_index, step_rule: str = "lan"):
     """``(w_prev, w_md, alpha, eta)`` of round ``round_index``: a stage's first round restarts
     from ``w_ag`` (``w_prev``), and the clients compute at ``w_md``."""

@@ -40,11 +40,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 
-# ---------------------------------------------------------------------------
-# Silo availability
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Silo availability
 def _mask_of_size(key: jax.Array, num_silos: int, count) -> jax.Array:
     """A uniformly random {0,1}^N mask with exactly ``count`` ones."""
     scores = jax.random.uniform(key, (num_silos,))
@@ -156,11 +152,7 @@ class RandomAvailability:
 
 Availability = FullAvailability | FixedAvailability | RandomAvailability
 
-# ---------------------------------------------------------------------------
-# Per-silo minibatch samplers
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Per-silo minibatch samplers
 def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
     """``batch_size`` i.i.d. uniform indices in ``[0, size)`` (``size >= 1``): int32 ``[batch_size]``."""
     _validate.check_int("batch_size", batch_size, min_value=1)

@@ -139,11 +139,7 @@ def pvec_variance(x: np.ndarray, params: PvecParams, bound: float) -> np.ndarray
     return (delta / g) ** 2 * (np.sum(r * (1 - r), axis=0) + m * b * p * (1 - p))
 
 
-# ---------------------------------------------------------------------------
-# JAX count-level simulation
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- JAX count-level simulation
 def _host_centred_binomial(key_words, counts, trials, probability, *, dim):
     key_words = np.asarray(key_words)
     counts = np.asarray(counts)
@@ -261,11 +257,7 @@ def pvec_sum(key: jax.Array, vectors: jax.Array, params: PvecParams, bound, mask
     return pvec_analyze(report, params, bound)
 
 
-# ---------------------------------------------------------------------------
-# NumPy references (tests)
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- NumPy references (tests)
 def pvec_bits_numpy(x: np.ndarray, params: PvecParams, bound: float, rng: np.random.Generator) -> np.ndarray:
     """Bit-level reference: materialises every labelled one-bit message, shuffles
     them, and runs the analyzer on the shuffled list. Small g, b, m only.

@@ -18,13 +18,12 @@ Each round (per silo; one silo is the paper's single client):
    size; identity = the paper's ``w <- w - eta U_bar / m``) steps with the mean
    message over silos (synchronous multi-silo wrapper: privacy is per silo).
 
-The round is its parts (``dpjax.engine.chain``): ``SubsetBatches`` (the epoch
-permutations live in its state; subsample / Poisson draws; filtering coins) ->
-``SubsetUpdate`` (the ``m`` units) -> ``ClipPerUnit`` (bound ``C`` per unit of ``s``
-records: the sensitivity ``2C`` under replace-one, ``C`` under add/remove comes from here) -> ``GaussianNoise`` on each
-silo (std ``sigma x sensitivity``: the paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma exactly) ->
-``Aggregate`` (divide by the public ``m``, mean over the silos that ran) -> ``OptaxServer`` (the optax transformation,
-then ``-eta``) -> ``Averager``.
+The round is its parts (``dpjax.engine.chain``): ``SubsetBatches`` (the epoch permutations live in its state; subsample
+/ Poisson draws; filtering coins) -> ``SubsetUpdate`` (the ``m`` units) -> ``ClipPerUnit`` (bound ``C`` per unit of
+``s`` records: the sensitivity ``2C`` under replace-one, ``C`` under add/remove comes from here) -> ``GaussianNoise``
+on each silo (std ``sigma x sensitivity``: the paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma
+exactly) -> ``Aggregate`` (divide by the public ``m``, mean over the silos that ran) -> ``OptaxServer`` (the optax
+transformation, then ``-eta``) -> ``Averager``.
 
 ``sampling="poisson"`` is the Opacus-style reference (Appendix D remark): each record joins w.p. the declared public
 ``sampling_rate`` q (``m / N`` for a public N; under add/remove the data's size is not public, so q must be given and

@@ -75,11 +75,10 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
 
 
 def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
-    """Poisson's rate q is a public declared number (``sampling_rate``): the sampler draws with it and
-    the accountant reads it. Refuses a rate for a fixed-size scheme, and Poisson under add/remove
-    without one: the fallback ``K / n`` reads the data set's size, which differs between neighbours
-    (one record more lowers every other record's rate), so the sampled law would not be the accounted
-    one. Checked from the configuration alone, before any data is touched."""
+    """Poisson's rate q is a public declared number (``sampling_rate``): the sampler draws with it and the accountant
+    reads it. Refuses a rate for a fixed-size scheme, and Poisson under add/remove without one: the fallback ``K / n``
+    reads the data set's size, which differs between neighbours (one record more lowers every other record's rate), so
+    the sampled law would not be the accounted one. Checked from the configuration alone, before any data is touched."""
     if sampling_rate is not None:
         if sampling != "poisson":
             raise ValueError(f"sampling_rate={sampling_rate!r} is Poisson's public rate; sampling={sampling!r} "

@@ -8,15 +8,14 @@ messages are all-gathered before the aggregation. The two programs give the same
 with ``B`` dividing ``N / D`` and at least two blocks on every device (tests/engine/silo_blocks_check.py, 8 host
 devices; one exception below).
 
-Why blocks. XLA compiles an operation for its shapes: XLA:CPU offloads a reduction to a YNNPACK
-fusion at 16 silos but fuses it into an elementwise loop at 2 (the row norms of a GLM's closed-form
-clipping: 3.6e-7 apart on ONE device, no sharding involved), simplifies a ``[N] . [N, 1]`` mean to a
-reduce that it fuses with its producers, and chooses matmul blockings by size (GPUs choose kernels
-by shape too). A device holding ``N / D`` silos therefore rounds differently from the program
-holding ``N``, whatever the partitioning (``silo_compute="per-silo"``: last-bit differences).
-A block is the unit both programs share: every device, and the one-device program, runs the same loop body on
-``[B, ...]`` operands, and the loop is a fusion boundary. Its trip count is read from the data at run time (the silo
-sizes), so XLA cannot unroll or remove a loop of one block on one device and keep it on another.
+Why blocks. XLA compiles an operation for its shapes: XLA:CPU offloads a reduction to a YNNPACK fusion at 16 silos but
+fuses it into an elementwise loop at 2 (the row norms of a GLM's closed-form clipping: 3.6e-7 apart on ONE device, no
+sharding involved), simplifies a ``[N] . [N, 1]`` mean to a reduce that it fuses with its producers, and chooses matmul
+blockings by size (GPUs choose kernels by shape too). A device holding ``N / D`` silos therefore rounds differently from
+the program holding ``N``, whatever the partitioning (``silo_compute="per-silo"``: last-bit differences). A block is the
+unit both programs share: every device, and the one-device program, runs the same loop body on ``[B, ...]`` operands,
+and the loop is a fusion boundary. Its trip count is read from the data at run time (the silo sizes), so XLA cannot
+unroll or remove a loop of one block on one device and keep it on another.
 
 What a block sees. The parts run unchanged on the block's data: per-silo keys come from the run's ``N``-way split
 (``keys.silo_window``), so silo ``i`` draws its batch and noise exactly as in the whole run; ``silo_sharding.sharded()``

@@ -1,13 +1,12 @@
 """Aggregators: how the server combines the silos' messages, and the sensitivity of the result.
 
-An aggregator is a part of the one signature (``dpjax.engine.roles``): ``update(Sensitive, state,
-ctx) -> (Sensitive, state)`` over the round's ``ctx.batch``, the first part of the round that
-combines the silos. Its output's
-bound is what one unit can move the aggregate by: a record lives in one silo, so the largest available silo's bound
-(``"sum"``), divided by the public number of reports ``M_r`` (``"mean"``). With noise on the server
-(``placement="server"``) that is the sensitivity the privatizer reads. An aggregator that changes what the analyzer sees
-(a shuffler) says so host-side: ``aggregation_event(silo_sizes)`` (``dpjax.accounting.shuffle.ShuffleEvent``), which the
-run's DP plan dispatches to.
+An aggregator is a part of the one signature (``dpjax.engine.roles``):
+``update(Sensitive, state, ctx) -> (Sensitive, state)`` over the round's ``ctx.batch``, the first part of the round that
+combines the silos. Its output's bound is what one unit can move the aggregate by: a record lives in one silo, so the
+largest available silo's bound (``"sum"``), divided by the public number of reports ``M_r`` (``"mean"``). With noise on
+the server (``placement="server"``) that is the sensitivity the privatizer reads. An aggregator that changes what the
+analyzer sees (a shuffler) says so host-side: ``aggregation_event(silo_sizes)``
+(``dpjax.accounting.shuffle.ShuffleEvent``), which the run's DP plan dispatches to.
 """
 
 from __future__ import annotations
@@ -31,9 +30,8 @@ PyTree = Any
 def aggregate(messages: PyTree, available: jax.Array, how: str = "mean") -> PyTree:
     """Server aggregate of the available silos' messages.
 
-    ``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers' algorithms).
-    ``"sum"``: ``sum_{i in S_r} g_i`` (the ISRL-DP authors' MNIST/insurance
-    scripts; equivalent to multiplying the step size by ``M_r``).
+    ``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers' algorithms). ``"sum"``: ``sum_{i in S_r} g_i`` (the ISRL-DP
+    authors' MNIST/insurance scripts; equivalent to multiplying the step size by ``M_r``).
     """
     _validate.check_choice("aggregation", how, AGGREGATIONS)
     weights = available.astype(jnp.float32)

@@ -31,10 +31,9 @@ custom leaf modules), and the biases of the layers above. The per-example gradie
 to the layer's parameters *inside* the one batched pass (``params + z_i`` for example ``i``; the backward pass to ``z``
 is the per-example gradient of this layer only), so any leaf module works, whatever its arguments.
 
-Weight sharing: a layer called several times, NNX modules sharing a
-``Variable``, and a tied embedding/read-out are handled parameter by
-parameter: the per-example gradient of a shared parameter is the sum of its calls' contributions (stacked along the
-position axis for the Gram form); a parameter shared by layers of different kinds is materialised.
+Weight sharing: a layer called several times, NNX modules sharing a ``Variable``, and a tied embedding/read-out are
+handled parameter by parameter: the per-example gradient of a shared parameter is the sum of its calls' contributions
+(stacked along the position axis for the Gram form); a parameter shared by layers of different kinds is materialised.
 
 Refused (``GhostPlan.fast`` False with a reason naming the layer or parameter; the default path then runs
 ``vmap(grad)``, ``require_fast=True`` raises ``GhostFallbackError``): layers called inside a JAX transformation within

@@ -22,12 +22,11 @@ sampler                 law of the batch                           accounting na
 The privacy of a round depends on the sampler, so samplers carry a ``scheme``
 string that the algorithms copy into the privacy schedule.
 
-Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the
-declared ``q`` whatever the silo's size, and the selection part hands that same
-``q`` to the accountant. Without a declared rate it draws at ``K / size``, the
-silo's actual size: valid only under replace-one, where the size is public -- under add/remove a neighbour with one
-record more would sample every other record at ``K / (size + 1)``, a data-dependent law the accountant does not see, so
-the parts and families refuse that combination (``sampling_rate`` is required).
+Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the declared ``q`` whatever the
+silo's size, and the selection part hands that same ``q`` to the accountant. Without a declared rate it draws at
+``K / size``, the silo's actual size: valid only under replace-one, where the size is public -- under add/remove a
+neighbour with one record more would sample every other record at ``K / (size + 1)``, a data-dependent law the
+accountant does not see, so the parts and families refuse that combination (``sampling_rate`` is required).
 """
 
 from __future__ import annotations

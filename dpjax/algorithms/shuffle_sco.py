@@ -1,25 +1,18 @@
-"""Shuffle-private stochastic convex optimisation (Cheu, Joseph, Mao & Peng,
-ICLR 2022, Section 4 and Appendix C) as two dpjax families, each a declaration
-of parts (``dpjax.engine.chain``).
+"""Shuffle-private stochastic convex optimisation (Cheu, Joseph, Mao & Peng, ICLR 2022, Section 4 and Appendix C) as two
+dpjax families, each a declaration of parts (``dpjax.engine.chain``).
 
-* ``ShuffleSgd`` -- projected (stochastic) gradient descent whose gradient is
-  the P_vec sum of the round's users' gradients divided by the public number
-  of users: P_SGD (Algorithm 3, Theorem 4.1: fresh users every round), P_GD
-  (Algorithm 5, Lemma B.6 / Theorem 4.9: all users every round, on the Moreau
-  envelope for non-smooth losses) and its phased strongly convex version
-  (Theorem 4.9 with Lemma B.7). Update ``theta <- Proj(theta - eta g)`` (the
-  paper prints ``+ eta g``, a sign error); output: the average of
-  ``theta_0..theta_{T-1}`` of the last phase (``output="average"``, as printed)
-  or the last iterate.
-* ``ShuffleAcsa`` -- AC-SA (Lan 2012) with the same gradient oracle: P_AGD
-  (Algorithm 4, Theorem 4.3), P_AGD on the Moreau envelope (Theorem 4.7), the
-  phased strongly convex reduction (Theorem 4.8), and pan-private AC-SA
-  (Appendix C, Algorithm 6: two Gaussian draws per batch instead of P_vec).
-  The server is ``dpjax.parts.acsa.AcsaServer`` with mu = 0 and
-  ``acsa_schedule="lan"`` (default: alpha_t = 2/(t+1), step 1/L_t = t/(2 nu),
-  the Ghadimi-Lan form of Lan's stepsize policy) or ``"paper"`` (Theorem 4.3
-  as printed: alpha_t = 2/(t+2), 1/L_t = (t+1)/nu with nu = (T+2)^{3/2}
-  sigma/D + beta); a phase restarts it from the previous phase's output.
+* ``ShuffleSgd`` -- projected (stochastic) gradient descent whose gradient is the P_vec sum of the round's users'
+  gradients divided by the public number of users: P_SGD (Algorithm 3, Theorem 4.1: fresh users every round), P_GD
+  (Algorithm 5, Lemma B.6 / Theorem 4.9: all users every round, on the Moreau envelope for non-smooth losses) and its
+  phased strongly convex version (Theorem 4.9 with Lemma B.7). Update ``theta <- Proj(theta - eta g)`` (the paper prints
+  ``+ eta g``, a sign error); output: the average of ``theta_0..theta_{T-1}`` of the last phase (``output="average"``,
+  as printed) or the last iterate.
+* ``ShuffleAcsa`` -- AC-SA (Lan 2012) with the same gradient oracle: P_AGD (Algorithm 4, Theorem 4.3), P_AGD on the
+  Moreau envelope (Theorem 4.7), the phased strongly convex reduction (Theorem 4.8), and pan-private AC-SA (Appendix C,
+  Algorithm 6: two Gaussian draws per batch instead of P_vec). The server is ``dpjax.parts.acsa.AcsaServer`` with mu = 0
+  and ``acsa_schedule="lan"`` (default: alpha_t = 2/(t+1), step 1/L_t = t/(2 nu), the Ghadimi-Lan form of Lan's stepsize
+  policy) or ``"paper"`` (Theorem 4.3 as printed: alpha_t = 2/(t+2), 1/L_t = (t+1)/nu with nu = (T+2)^{3/2} sigma/D +
+  beta); a phase restarts it from the previous phase's output.
 
 The round (``parts``)::
 
@@ -31,30 +24,22 @@ The round (``parts``)::
     aggregator      PvecAnalyzer or BatchMean: divided by the public batch_r
     server          PhasedSgdServer (ShuffleSgd) or AcsaServer (ShuffleAcsa), fed the flat update
 
-Users. The n users are the n records of ONE silo (``SiloData`` with
-``num_silos=1``), in a fixed order that is the protocol's user stream (the
-data are i.i.d., so any public order is a valid stream); one static shape
-serves P_SGD (``start_r = r B``), P_GD (``start_r = 0``, ``batch_r = n``) and
-every phased schedule. Count-level P_vec (``aggregator="pvec"``, the fast
-default) simulates the round's users as one count, equal in distribution to m
-separate randomizers; ``"pvec-bits"`` materialises and shuffles every one-bit
-message (``bit_buffer=(g_max, b_max)``; small demonstrations), see
-``dpjax.parts.pvec``. Other aggregators: ``"exact"`` (the non-private twin),
-``"central-gaussian"`` / ``"local-gaussian"`` (the Gaussian baselines:
-N(0, (z 2L)^2 I) on the sum, or on every user's message), ``"pan-gaussian"``
-(Algorithm 6) and ``"matched-gaussian"`` (a variance-matched Gaussian surrogate
-of P_vec for fast rate experiments; certifies nothing). Gaussian noise is a
-per-round ``noise_multiplier`` z (std / sensitivity 2L).
+Users. The n users are the n records of ONE silo (``SiloData`` with ``num_silos=1``), in a fixed order that is the
+protocol's user stream (the data are i.i.d., so any public order is a valid stream); one static shape serves P_SGD
+(``start_r = r B``), P_GD (``start_r = 0``, ``batch_r = n``) and every phased schedule. Count-level P_vec
+(``aggregator="pvec"``, the fast default) simulates the round's users as one count, equal in distribution to m separate
+randomizers; ``"pvec-bits"`` materialises and shuffles every one-bit message (``bit_buffer=(g_max, b_max)``; small
+demonstrations), see ``dpjax.parts.pvec``. Other aggregators: ``"exact"`` (the non-private twin), ``"central-gaussian"``
+/ ``"local-gaussian"`` (the Gaussian baselines: N(0, (z 2L)^2 I) on the sum, or on every user's message),
+``"pan-gaussian"`` (Algorithm 6) and ``"matched-gaussian"`` (a variance-matched Gaussian surrogate of P_vec for fast
+rate experiments; certifies nothing). Gaussian noise is a per-round ``noise_multiplier`` z (std / sensitivity 2L).
 
 Privacy (``privacy``, from the privatizer's event; the details:
-``dpjax.accounting.sco_transcript.transcript_report(family.dp_plan(...))``):
-replace-one of one user. Each phase's P_vec certificate comes from the (g, b, p)
-the run holds (at its worst round); rounds with fresh users compose in
-parallel, a fully interactive phase composes its T rounds (optimal or advanced
-composition); calibration is the one routine over the calculator's parameters.
-Constructors (classmethods named after the protocols) return
-``(family, hparams, plan)`` with the paper's parameter choices from
-``dpjax.accounting.shuffle_sco``.
+``dpjax.accounting.sco_transcript.transcript_report(family.dp_plan(...))``): replace-one of one user. Each phase's P_vec
+certificate comes from the (g, b, p) the run holds (at its worst round); rounds with fresh users compose in parallel, a
+fully interactive phase composes its T rounds (optimal or advanced composition); calibration is the one routine over the
+calculator's parameters. Constructors (classmethods named after the protocols) return ``(family, hparams, plan)`` with
+the paper's parameter choices from ``dpjax.accounting.shuffle_sco``.
 """
 
 from __future__ import annotations

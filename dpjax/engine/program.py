@@ -9,11 +9,9 @@ An *algorithm* is a frozen (hashable) dataclass holding everything static
     params(state) -> current iterate
     output_params(state) -> the algorithm's output (e.g. an averaged iterate)
 
-Per-run scalars that a sweep varies (step size, noise std, clip norm) live in
-``hparams`` inside the state, so a grid of configurations with the same static
-shape is one ``vmap`` over states and keys: one compilation for the whole grid.
-Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else
-is random.
+Per-run scalars that a sweep varies (step size, noise std, clip norm) live in ``hparams`` inside the state, so a grid of
+configurations with the same static shape is one ``vmap`` over states and keys: one compilation for the whole grid.
+Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else is random.
 
 One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every
 ``eval_every`` rounds); ``run_program`` wraps it as one lane of a batch (key
@@ -26,29 +24,23 @@ tile of a grid::
       repetitions  (run keys)
         configs      (per-run hyperparameters; keys and data shared)
 
-Each level is a ``vmap`` or, when the simultaneous width would exceed
-``vmap_width``, a sequential ``lax.map``. Because the inner ``vmap`` over
-configs sees an *unbatched* key and data, everything that depends only on the
-key (availability masks, minibatch indices, the standard normal draws of the
-noise) is computed once per repetition and shared by all configs (the
-common-random-numbers discipline of ``dpjax.keys`` turned into saved work),
-and per-config gradient evaluations become matrix products.
+Each level is a ``vmap`` or, when the simultaneous width would exceed ``vmap_width``, a sequential ``lax.map``. Because
+the inner ``vmap`` over configs sees an *unbatched* key and data, everything that depends only on the key (availability
+masks, minibatch indices, the standard normal draws of the noise) is computed once per repetition and shared by all
+configs (the common-random-numbers discipline of ``dpjax.keys`` turned into saved work), and per-config gradient
+evaluations become matrix products.
 
-``ChunkProgram`` compiles a chunk once and runs ``len(devices)`` chunks at a
-time: the program is wrapped in ``shard_map`` over a 1-d mesh ``("runs",)``;
-device ``d`` runs exactly the single-device program on its own chunk, and the
-single-device path uses the same wrapper with a 1-device mesh, so sharded and
-unsharded grids execute the same per-chunk HLO and agree bit for bit.
+``ChunkProgram`` compiles a chunk once and runs ``len(devices)`` chunks at a time: the program is wrapped in
+``shard_map`` over a 1-d mesh ``("runs",)``; device ``d`` runs exactly the single-device program on its own chunk, and
+the single-device path uses the same wrapper with a 1-device mesh, so sharded and unsharded grids execute the same
+per-chunk HLO and agree bit for bit.
 
-``round_loop="host"`` runs the same rounds as one compiled call per round from a
-Python loop instead of one ``lax.scan`` (``host_loop``). Use it for
-convolutional networks on XLA:CPU: its convolution canonicalisation pass
-(``ConvCanonicalization``, which rewrites a convolution into the NHWC/HWIO
-layout that its fast Eigen/YNNPACK kernels need) visits only the entry
-computation, so the backward-pass convolutions of a gradient inside a ``scan``
-body fall back to the naive elemental emitter (2-85x slower per convolution on
-the MNIST CNN; jax-ml/jax#12868). In the host loop every round is an entry
-computation. Same rounds and keys; float results may differ in the last bits.
+``round_loop="host"`` runs the same rounds as one compiled call per round from a Python loop instead of one ``lax.scan``
+(``host_loop``). Use it for convolutional networks on XLA:CPU: its convolution canonicalisation pass
+(``ConvCanonicalization``, which rewrites a convolution into the NHWC/HWIO layout that its fast Eigen/YNNPACK kernels
+need) visits only the entry computation, so the backward-pass convolutions of a gradient inside a ``scan`` body fall
+back to the naive elemental emitter (2-85x slower per convolution on the MNIST CNN; jax-ml/jax#12868). In the host loop
+every round is an entry computation. Same rounds and keys; float results may differ in the last bits.
 """
 
 from __future__ import annotations

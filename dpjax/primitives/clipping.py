@@ -120,8 +120,7 @@ def clipped_sum(
       grads: pytree whose leaves share a leading example axis of length B.
       clip_norm: clip threshold C >= 0 (float or traced scalar; ``inf`` means
         no clipping, in which case the sensitivity is unbounded).
-      mask: optional bool/0-1 array [B]; examples with mask 0 (padding) do not
-        contribute.
+      mask: optional bool/0-1 array [B]; examples with mask 0 (padding) do not contribute.
       neighboring: ``"replace-one"`` or ``"add-remove"``.
 
     Returns:

@@ -1,9 +1,8 @@
 """Per-run hyperparameter dataclasses declared once: each field names its own check and dtype.
 
-A family's hyperparameters are a frozen, jax-registered dataclass whose values
-may vary per run (they are traced, so a grid vmaps over them). Before this
-module every such class wrote the field list three times: the declaration,
-the ``create`` signature and a block of checks. Now a field says it once::
+A family's hyperparameters are a frozen, jax-registered dataclass whose values may vary per run (they are traced, so a
+grid vmaps over them). Before this module every such class wrote the field list three times: the declaration, the
+``create`` signature and a block of checks. Now a field says it once::
 
     @jax.tree_util.register_dataclass @dataclasses.dataclass(frozen=True) class MbSgdHParams(HParams):
         learning_rate: Any = hparam()                                  # required, > 0

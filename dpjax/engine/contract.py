@@ -1,11 +1,9 @@
 """The one contract every algorithm family implements, and its shared parts.
 
-An algorithm family is a frozen (hashable) dataclass: its fields are the
-*static* configuration (problem, shapes, sampling scheme, number of rounds;
-one compiled program per combination). Per-run scalars that a sweep varies
-(step size, noise std, clip norm) live in an ``hparams`` pytree of type
-``hparams_type``, carried in the state, so a grid of configurations with the
-same static shape is one ``vmap``. The methods::
+An algorithm family is a frozen (hashable) dataclass: its fields are the *static* configuration (problem, shapes,
+sampling scheme, number of rounds; one compiled program per combination). Per-run scalars that a sweep varies (step
+size, noise std, clip norm) live in an ``hparams`` pytree of type ``hparams_type``, carried in the state, so a grid of
+configurations with the same static shape is one ``vmap``. The methods::
 
     validate(data) -> None                            # host-side, before compiling init(params, hparams, data,
     run_key) -> state     # per-run state; carries hparams step(state, data, round_key) -> (state, metrics)  # one

@@ -1,8 +1,7 @@
 """The compiled programs of the executor: rounds in ``lax.scan``, runs in ``vmap``, chunks over devices.
 
-An *algorithm* is a frozen (hashable) dataclass holding everything static
-(problem, shapes, sampling scheme, number of rounds) with the family contract
-(``dpjax.engine.contract``)::
+An *algorithm* is a frozen (hashable) dataclass holding everything static (problem, shapes, sampling scheme, number of
+rounds) with the family contract (``dpjax.engine.contract``)::
 
     init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
     step(state, data, round_key) -> (state, metrics)  # one round, pure
@@ -13,12 +12,10 @@ Per-run scalars that a sweep varies (step size, noise std, clip norm) live in ``
 configurations with the same static shape is one ``vmap`` over states and keys: one compilation for the whole grid.
 Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else is random.
 
-One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every
-``eval_every`` rounds); ``run_program`` wraps it as one lane of a batch (key
-given as key data, starting point from the key, results reduced to
-``dpjax.engine.checks.run_flags``), ``compiled_runner`` is the jitted program
-of ``dpjax.engine.run``/``run_many`` and ``chunk_fn`` the ``Tc x Sc x Hc``
-tile of a grid::
+One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every ``eval_every`` rounds); ``run_program`` wraps it as
+one lane of a batch (key given as key data, starting point from the key, results reduced to
+``dpjax.engine.checks.run_flags``), ``compiled_runner`` is the jitted program of ``dpjax.engine.run``/``run_many`` and
+``chunk_fn`` the ``Tc x Sc x Hc`` tile of a grid::
 
     trials       (data split: per-trial SiloData / eval data / hparams)
       repetitions  (run keys)

@@ -1,9 +1,8 @@
 """The AC-SA server (Ghadimi & Lan 2012, multi-stage 2013) and its per-run schedule.
 
-AC-SA is the server optimizer of ISRL-DP's accelerated families (Lowy &
-Razaviyayn, ICLR 2023, Algorithm 1 -- whose body is lost in print, the AC-SA
-step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round
-``r`` (``t`` = the round's index inside its stage, 1-based)::
+AC-SA is the server optimizer of ISRL-DP's accelerated families (Lowy & Razaviyayn, ICLR 2023, Algorithm 1 -- whose body
+is lost in print, the AC-SA step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round ``r`` (``t`` =
+the round's index inside its stage, 1-based)::
 
     alpha = 2/(t+1),  eta = 4 nu / (t (t+1)) w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta +
     (1-alpha^2) mu)   # query g     = <the round's private gradient at w_md> + lam (w_md - w_0) w     = Proj_W( (alpha

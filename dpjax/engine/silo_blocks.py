@@ -25,15 +25,13 @@ availability): a random silo subset or a state shared by all silos is refused wi
 depend on the block (the clipper's public bound) are taken from the last block.
 
 Measured (tests/engine/silo_blocks_check.py, 16 silos, 4 rounds, blocks of 1 and 2, 1/2/4/8 host devices): bit for bit
-for Noisy MB-SGD with a flax MLP (private, non-private, random availability with the averaged output), logistic
-regression (dense and gather paths), softmax and linear regression, and AC-SA (``AcceleratedMbSgd``). The server update
-runs outside the blocks, on every device, so its arithmetic must not leave XLA a rewrite it applies to one program and
-not another: AC-SA's prox step divided each leaf by the broadcast scalar ``mu + eta``, which XLA:CPU turned into a
-product with the reciprocal in the one-device program but not in the partitioned one (1.5e-8 apart on 2/4/8 devices for
-logistic regression, 1.2e-7 for the MLP); it is now written as that product (``dpjax.parts.acsa.acsa_update``).
+for Noisy MB-SGD with a flax MLP, logistic, softmax and linear regression, and AC-SA. The server update runs outside the
+blocks, on every device, so its arithmetic must not leave XLA a rewrite it applies to one program and not another:
+AC-SA's prox step divided by the broadcast scalar ``mu + eta``, which XLA:CPU turned into a product with the reciprocal
+in one program only (1.5e-8 apart); it is now written as that product (``dpjax.parts.acsa.acsa_update``).
 
-``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap
-over all silos) agree to float rounding, not bit for bit.
+``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap over all silos) agree
+to float rounding, not bit for bit.
 """
 
 from __future__ import annotations

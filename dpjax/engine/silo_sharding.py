@@ -27,28 +27,14 @@ Three ways to compute (``engine.run(..., silo_compute=...)``, ``SILO_COMPUTE``):
   ``silo_block``: both programs run the same loop body on ``[B, ...]`` blocks. This is the mode that
   both spreads the work and keeps the bits.
 
-Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2 XLA:CPU; tests/engine/silo_sharding_check.py, 16
-silos, 4 rounds): the partitioned program has other fusion boundaries and other dot shapes, and XLA:CPU rounds
-differently across them; it contracts ``a * b + c`` inside a fusion into one FMA, and a reduction that is a fusion's
-root is vectorised as a tree while one fused into a consumer is summed in sequence. Adding each silo's noise on its
-device made the per-silo ``message + noise`` fusion the unsharded one for every leaf whose cross-silo mean is a ``dot``
-(the MLP's hidden kernel and bias and its output kernel: bit for bit; the 1024-silo MLP of bench_silo_sharding.py: bit
-for bit on 2 and 4 devices, 1.5e-8 on 8, was 6e-8). What still differs: (1) the MLP's 1-wide output bias (9.3e-10
-absolute after 4 rounds): its ``[N] . [N, 1]`` mean is simplified to a reduce, which the unsharded program fuses with
-the silos' ``message + noise`` and the update into one kernel (vectorised, 20 FMAs), while sharded the add is the root
-of the device's kernel before the all-gather (scalar, 18 + 1 FMAs); (2) the non-private MLP (identical while the noise
-was added after the gather): its hidden bias (1.2e-10 from round 3 on; the output bias 4.7e-10 after rounds 1-2, equal
-after 3): the ``message + 0`` fusion and the dots are the same HLO in both programs (per device: 2 silos instead of 16),
-the source is not located;
-(3) dense GLMs (logistic 5.6e-9, softmax 7.5e-9; 3.7e-9 and 7.5e-9 with the
-noise added after the gather): their per-device dots have other shapes (``[64, d] x [d]`` logits instead of
-``[512, d] x [d]``, a batched ``[2, K] x [2, K, d]`` message instead of ``[16, ...]``). Earlier, a GLM's row norms
-``sum_k x_jk^2``, hoisted out of the rounds unsharded, were fused into the per-device gather sharded (summed in
-sequence: <= 9.3e-7 relative, before ``"exact"``). (Re-measured for ``silo_blocks``: on ONE device, ``vmap`` of the
-dense logistic clipped sum over 16 silos and over their first 1/2/4/8 differ by up to 4.8e-7 although each dot alone is
-equal: at 16 silos XLA:CPU offloads the row-norm reduction to a YNNPACK fusion, at 8 or fewer it fuses it into the
-elementwise loop; with ``--xla_cpu_experimental_ynn_fusion_type=`` the GLMs agree.) Making the two programs agree needs
-the same shapes and fusion boundaries in both, which ``"blocks"`` gives.
+Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2 XLA:CPU; tests/engine/silo_sharding_check.py):
+the partitioned program has other fusion boundaries and other dot shapes, and XLA:CPU rounds differently across them
+(it contracts ``a * b + c`` inside a fusion into one FMA; a reduction that is a fusion's root is vectorised as a tree,
+one fused into a consumer is summed in sequence). Adding each silo's noise on its device makes every leaf whose
+cross-silo mean is a ``dot`` bit for bit; what still differs is of order 1e-10 to 1e-8 (an MLP's 1-wide output bias,
+whose ``[N] . [N, 1]`` mean becomes a reduce fused differently; dense GLMs, whose per-device dots have other shapes;
+even on ONE device XLA:CPU offloads a row-norm reduction to a YNNPACK fusion at 16 silos but not at 8). Making the two
+programs agree needs the same shapes and fusion boundaries in both, which ``"blocks"`` gives.
 
 Random draws agree in both modes because JAX's threefry is partitionable (a sharded draw yields the unsharded values).
 ``FixedAvailability``'s random silo subset is a gather across the silo axis: under ``"per-silo"`` its rows are gathered

@@ -182,22 +182,10 @@ def _finish(out, hparams, on_nonfinite: str, batched: bool, eval_rounds: np.ndar
     )
 
 
-def run(
-    algorithm,
-    data: SiloData,
-    hparams: PyTree,
-    key: jax.Array,
-    *,
-    params: PyTree | None = None,
-    eval_fn: EvalFn | None = None,
-    eval_data: PyTree = None,
-    eval_every: int | None = None,
-    on_nonfinite: str = "raise",
-    round_loop: str = "scan",
-    silo_devices=None,
-    silo_compute: str = "exact",
-    silo_block: int | None = None,
-) -> RunResult:
+def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: PyTree | None = None,
+        eval_fn: EvalFn | None = None, eval_data: PyTree = None, eval_every: int | None = None,
+        on_nonfinite: str = "raise", round_loop: str = "scan", silo_devices=None, silo_compute: str = "exact",
+        silo_block: int | None = None) -> RunResult:
     """Runs ``algorithm.num_rounds`` rounds of one configuration.
 
     Args:
@@ -247,22 +235,10 @@ def run(
     return _finish(out, hparams, on_nonfinite, batched=False, eval_rounds=_eval_rounds(algorithm, eval_fn, eval_every))
 
 
-def run_many(
-    algorithm,
-    data: SiloData,
-    hparams: PyTree,
-    keys_: jax.Array,
-    *,
-    params: PyTree | None = None,
-    params_batched: bool = False,
-    data_batched: bool = False,
-    eval_fn: EvalFn | None = None,
-    eval_data: PyTree = None,
-    eval_every: int | None = None,
-    on_nonfinite: str = "raise",
-    shared_key: bool = False,
-    round_loop: str = "scan",
-) -> RunResult:
+def run_many(algorithm, data: SiloData, hparams: PyTree, keys_: jax.Array, *, params: PyTree | None = None,
+             params_batched: bool = False, data_batched: bool = False, eval_fn: EvalFn | None = None,
+             eval_data: PyTree = None, eval_every: int | None = None, on_nonfinite: str = "raise",
+             shared_key: bool = False, round_loop: str = "scan") -> RunResult:
     """Runs a batch of independent configurations as one compiled program.
 
     ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same length. ``data``/``eval_data`` (and
@@ -324,18 +300,10 @@ def lane_results(out: dict, lanes: Sequence[tuple]) -> dict:
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[index], out)
 
 
-def execute(
-    chunks: Sequence[Chunk],
-    program_of: Callable[[Chunk], ChunkProgram],
-    store: ChunkStore,
-    *,
-    on_nonfinite: str = "raise",
-    share: tuple[int, int] = (0, 1),
-    max_chunks: int | None = None,
-    progress: str | None = None,
-    pause: float = 0.0,
-    consequence: str = "No result was returned.",
-) -> tuple[list[str], int]:
+def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram], store: ChunkStore, *,
+            on_nonfinite: str = "raise", share: tuple[int, int] = (0, 1), max_chunks: int | None = None,
+            progress: str | None = None, pause: float = 0.0,
+            consequence: str = "No result was returned.") -> tuple[list[str], int]:
     """Runs the chunks the store has not finished; returns ``(ids computed, number skipped)``.
 
     Chunks are taken in order, consecutive chunks of one group ``len(program.devices)`` at a time (one per device); each
@@ -488,24 +456,9 @@ class _GridCollector:
             jax.tree_util.tree_map(lambda dst, a: dst.__setitem__(members, a), self.evals[m], tree)
 
 
-def run_grid(
-    algorithm,
-    data,
-    hparams,
-    run_keys,
-    *,
-    eval_fn=None,
-    eval_data=None,
-    eval_every: int | None = None,
-    common_random_numbers: bool = True,
-    params=None,
-    trial_of_run=None,
-    chunk_size: int = 256,
-    devices=None,
-    on_nonfinite: str = "mark",
-    round_loop: str = "scan",
-    pad_to: int | None = None,
-) -> GridResult:
+def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None, eval_every: int | None = None,
+             common_random_numbers: bool = True, params=None, trial_of_run=None, chunk_size: int = 256, devices=None,
+             on_nonfinite: str = "mark", round_loop: str = "scan", pad_to: int | None = None) -> GridResult:
     """Runs ``len(run_keys)`` runs of ``algorithm`` in compiled chunks, on one data split or one per trial.
 
     Args:

@@ -385,8 +385,7 @@ def register_algorithm(entry: AlgorithmEntry) -> AlgorithmEntry:
 
 
 def register_family(name: str, cls: type | None = None, description: str | None = None, *,
-                    twin: str | tuple[str, ...] | dict[str, str] | None = None, fixed: dict | None = None,
-                    **overrides):
+                    twin: str | tuple[str, ...] | dict[str, str] | None = None, fixed: dict | None = None, **overrides):
     """Registers a family under ``name`` with its one-line ``description`` (default: the class
     docstring's first paragraph), and its non-private twin(s) under ``twin`` (the same class with
     ``private=False``): ``{twin_name: description}``, or bare names described as the twin of

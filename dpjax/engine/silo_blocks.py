@@ -106,8 +106,7 @@ def _check_per_silo(tree, count: int, what: str) -> None:
                              f"blocked run needs every leaf per silo (leading axis {count})")
 
 
-def map_blocks(fn: Callable, per_silo: Any, shared: Any, sizes: jax.Array, *, num_silos: int, block: int,
-               first=0):
+def map_blocks(fn: Callable, per_silo: Any, shared: Any, sizes: jax.Array, *, num_silos: int, block: int, first=0):
     """``fn(per_silo_block, shared) -> (per_silo_out, shared_out)`` over the blocks of ``per_silo``.
 
     ``per_silo``: leaves ``[n, ...]`` (the silos ``first .. first + n - 1`` of the run's ``num_silos``); ``sizes``

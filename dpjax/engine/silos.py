@@ -47,14 +47,8 @@ class SiloData:
         return tuple(int(s) for s in np.asarray(self.sizes))
 
     @classmethod
-    def from_silos(
-        cls,
-        xs: Sequence[np.ndarray],
-        ys: Sequence[np.ndarray],
-        *,
-        dtype=jnp.float32,
-        label_dtype=None,
-    ) -> "SiloData":
+    def from_silos(cls, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], *, dtype=jnp.float32,
+                   label_dtype=None) -> "SiloData":
         """Pads a list of per-silo arrays into one ``SiloData``.
 
         Raises ``ValueError`` (naming the argument) for an empty list, mismatched numbers of silos or rows, empty silos,

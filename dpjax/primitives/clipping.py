@@ -135,15 +135,8 @@ def clipped_sum(
     return ClippedSum(total=total, count=jnp.sum(weights), sensitivity=sensitivity)
 
 
-def per_example_clipped_sum(
-    loss_fn: Callable,
-    params: PyTree,
-    x: jax.Array,
-    y: jax.Array,
-    clip_norm,
-    mask: jax.Array | None = None,
-    neighboring: str = "replace-one",
-) -> ClippedSum:
+def per_example_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, clip_norm,
+                            mask: jax.Array | None = None, neighboring: str = "replace-one") -> ClippedSum:
     """Per-example gradients of ``loss_fn`` on a batch, clipped and summed: ``sum_i mask_i clip_C(grad l_i)``.
 
     Args:

@@ -143,18 +143,9 @@ def per_example_grad_norms(loss_fn: Callable, params: PyTree, x: jax.Array, y: j
     return jnp.sqrt(parts_sq_norms(layer_parts(plan, leaves, inputs, deltas)[0])), True
 
 
-def ghost_clipped_sum(
-    loss_fn: Callable,
-    params: PyTree,
-    x: jax.Array,
-    y: jax.Array,
-    clip_norm,
-    mask: jax.Array | None = None,
-    neighboring: str = "replace-one",
-    *,
-    require_fast: bool = False,
-    force_fallback: bool = False,
-) -> GhostClippedSum:
+def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, clip_norm,
+                      mask: jax.Array | None = None, neighboring: str = "replace-one", *, require_fast: bool = False,
+                      force_fallback: bool = False) -> GhostClippedSum:
     """``sum_i mask_i clip_C(grad loss_fn(params, x_i, y_i))`` by ghost norms.
 
     Same quantity (to float rounding) and sensitivity as ``clipping.per_example_clipped_sum``; ``mask`` may hold 0/1

@@ -4,7 +4,9 @@ A family's hyperparameters are a frozen, jax-registered dataclass whose values m
 grid vmaps over them). Before this module every such class wrote the field list three times: the declaration, the
 ``create`` signature and a block of checks. Now a field says it once::
 
-    @jax.tree_util.register_dataclass @dataclasses.dataclass(frozen=True) class MbSgdHParams(HParams):
+    @jax.tree_util.register_dataclass
+    @dataclasses.dataclass(frozen=True)
+    class MbSgdHParams(HParams):
         learning_rate: Any = hparam()                                  # required, > 0
         noise_multiplier: Any = hparam(0.0, _validate.check_nonnegative)
         clip_norm: Any = hparam(1.0, allow_inf=True)                   # > 0, inf = no clipping

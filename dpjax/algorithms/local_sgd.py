@@ -6,13 +6,15 @@ Each round r:
 2. every available silo i starts from the server model, ``w^{i,0} = w_r``, and
    takes K single-record steps, ``t = 1..K``::
 
-       j_t ~ Uniform{0..n_i-1}                       (a fresh index each step) g_t = clip_C(grad f(w^{i,t-1},
-       x_{i,j_t})) + u_t,   u_t ~ N(0, sigma^2 I) w^{i,t} = Proj_W(w^{i,t-1} - eta g_t)
+       j_t ~ Uniform{0..n_i-1}                       (a fresh index each step)
+       g_t = clip_C(grad f(w^{i,t-1}, x_{i,j_t})) + u_t,   u_t ~ N(0, sigma^2 I)
+       w^{i,t} = Proj_W(w^{i,t-1} - eta g_t)
 
    with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped
    gradient), and sends only its last local iterate ``w^{i,K}`` (the message);
-3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``, the paper's FedAvg) or
-   ``w_r + sum_{i in S_r} (w^{i,K} - w_r)`` (``"sum"``, summed local updates, the authors' scripts' scaling).
+3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``,
+   the paper's FedAvg) or ``w_r + sum_{i in S_r} (w^{i,K} - w_r)``
+   (``"sum"``, summed local updates, the authors' scripts' scaling).
 
 Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message is post-processing of its R*K noisy
 single-record gradients; each is a Gaussian mechanism of multiplier z on the clipped gradient of a uniformly random
@@ -20,8 +22,8 @@ record (sampling rate 1/n_i), adaptively composed R*K times. ``privacy()`` is th
 (``LocalStepRecords``: K releases per round, each on a uniform 1-subset; ``ClipPerUnit``; ``LocalStepGaussian``). The
 paper's own calibration ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
 (``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``, an absolute std: ``noise_multiplier_for`` converts it) is not
-certified by the moments
-accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the accountant instead and report both.
+certified by the moments accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the accountant
+instead and report both.
 
 ``private=False`` is non-private Local SGD (FedAvg): the same compiled step with noise multiplier 0 and
 ``clip_norm = inf``. With ``noise_multiplier = 0`` and a clip that never binds, the private algorithm is bit-identical

@@ -5,10 +5,12 @@ sampling scheme, number of rounds; one compiled program per combination). Per-ru
 size, noise std, clip norm) live in an ``hparams`` pytree of type ``hparams_type``, carried in the state, so a grid of
 configurations with the same static shape is one ``vmap``. The methods::
 
-    validate(data) -> None                            # host-side, before compiling init(params, hparams, data,
-    run_key) -> state     # per-run state; carries hparams step(state, data, round_key) -> (state, metrics)  # one
-    round, pure params(state) -> current iterate output_params(state) -> the algorithm's output (e.g. an averaged
-    iterate) privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
+    validate(data) -> None                            # host-side, before compiling
+    init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
+    step(state, data, round_key) -> (state, metrics)  # one round, pure
+    params(state) -> current iterate
+    output_params(state) -> the algorithm's output (e.g. an averaged iterate)
+    privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
 
 ``privacy`` is the only privacy method: it returns a ``dpjax.accounting.privacy_spec.PrivacySpec`` whose
 ``epsilon(delta, accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver uses the same way

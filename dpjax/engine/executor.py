@@ -172,14 +172,9 @@ def _finish(out, hparams, on_nonfinite: str, batched: bool, eval_rounds: np.ndar
 
     check_runs(diverged, overflow, on_nonfinite=on_nonfinite, describe=describe)
     diverged = diverged.astype(np.int64)
-    return RunResult(
-        output=output,
-        state=state,
-        round_metrics={k: np.asarray(v) for k, v in round_metrics.items()},
-        eval_metrics={k: np.asarray(v) for k, v in evals.items()},
-        eval_rounds=eval_rounds,
-        diverged_round=diverged if batched else diverged[0],
-    )
+    return RunResult(output=output, state=state, round_metrics={k: np.asarray(v) for k, v in round_metrics.items()},
+                     eval_metrics={k: np.asarray(v) for k, v in evals.items()}, eval_rounds=eval_rounds,
+                     diverged_round=diverged if batched else diverged[0])
 
 
 def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: PyTree | None = None,

@@ -3,7 +3,8 @@
 A family's round is a fold over stateful parts of ONE signature (``dpjax.engine.chain``), the way
 ``optax.chain`` folds gradient transformations (the design note ``design/core.md``)::
 
-    init(params, ctx) -> state update(value, state, ctx) -> (value, state)
+    init(params, ctx) -> state
+    update(value, state, ctx) -> (value, state)
 
 ``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at ``init``, the round key
 in ``update``; parts draw from its named streams, ``dpjax.keys``), the run's hyperparameters, the data, the round's

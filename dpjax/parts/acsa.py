@@ -4,9 +4,11 @@ AC-SA is the server optimizer of ISRL-DP's accelerated families (Lowy & Razaviya
 is lost in print, the AC-SA step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round ``r`` (``t`` =
 the round's index inside its stage, 1-based)::
 
-    alpha = 2/(t+1),  eta = 4 nu / (t (t+1)) w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta +
-    (1-alpha^2) mu)   # query g     = <the round's private gradient at w_md> + lam (w_md - w_0) w     = Proj_W( (alpha
-    mu w_md + ((1-alpha)mu + eta) w - alpha g) / (mu + eta) ) w_ag  = alpha w + (1-alpha) w_ag
+    alpha = 2/(t+1),  eta = 4 nu / (t (t+1))
+    w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta + (1-alpha^2) mu)   # query
+    g     = <the round's private gradient at w_md> + lam (w_md - w_0)
+    w     = Proj_W( (alpha mu w_md + ((1-alpha)mu + eta) w - alpha g) / (mu + eta) )
+    w_ag  = alpha w + (1-alpha) w_ag
 
 As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is ``w_ag`` (the output), the server state
 holds ``w`` and the anchor ``w_0``; ``update`` takes the aggregated private gradient at ``w_md`` and serves (``Served``)

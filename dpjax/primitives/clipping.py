@@ -155,7 +155,8 @@ def per_example_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: 
 
     Example::
 
-        def loss_fn(w, x_i, y_i):          # x_i [d], y_i [] -> scalar return jnp.logaddexp(0.0, -y_i * x_i @ w)
+        def loss_fn(w, x_i, y_i):          # x_i [d], y_i [] -> scalar
+            return jnp.logaddexp(0.0, -y_i * x_i @ w)
 
         res = per_example_clipped_sum(loss_fn, jnp.zeros(d), x, y, clip_norm=1.0)   # x [B, d], y [B]
         noisy = add_gaussian_noise(key, res.total, sigma * res.sensitivity)

@@ -5,8 +5,10 @@ L; the original protocols are implemented).
 Protocol for m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L``
 after the shift), parameters ``(g, b, p)``::
 
-    randomizer, coordinate j:  w = x_j + L in [0, 2L] xhat = floor(w g/Delta) + Bernoulli(frac(w g/Delta)) eta2 ~
-                               Binomial(b, p) send (xhat + eta2) ones and (g + b - xhat - eta2) zeros, labelled j
+    randomizer, coordinate j:  w = x_j + L in [0, 2L]
+                               xhat = floor(w g/Delta) + Bernoulli(frac(w g/Delta))
+                               eta2 ~ Binomial(b, p)
+                               send (xhat + eta2) ones and (g + b - xhat - eta2) zeros, labelled j
     shuffler:                  uniformly permutes all messages of all users
     analyzer, coordinate j:    o_j = (Delta/g)(#ones labelled j - p b m) - m L
 

@@ -334,8 +334,6 @@ class ShuffleSgd(_ShuffleScoBase):
         return cls._from_plan(problem, plan, aggregator="local-gaussian", smoothed=False, radius=radius)
 
 
-
-
 # ------------------------------------------------------------------- AC-SA: P_AGD, smoothed P_AGD, phased, pan-private
 @dataclasses.dataclass(frozen=True)
 class ShuffleAcsa(_ShuffleScoBase):

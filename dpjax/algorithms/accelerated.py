@@ -69,8 +69,7 @@ class AcceleratedMbSgd(ChainFamily):
       neighboring: ``"replace-one"`` (ISRL-DP) or ``"add-remove"``.
       log_indices: add each silo's batch indices/mask to the round metrics (computes all N silos).
       sampling_rate: ``"poisson"`` only: the public rate q (required under add/remove; None under
-        replace-one: ``K / n_i``), the same number the sampler draws with and the accountant reads.
-    """
+        replace-one: ``K / n_i``), the same number the sampler draws with and the accountant reads."""
 
     problem: Any
     num_rounds: int

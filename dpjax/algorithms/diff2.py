@@ -110,8 +110,7 @@ class Diff2HParams(HParams):
         the paper's sigma_1 is ``z1 x 2/(n_min P)``, see ``noise_multipliers_from_paper``).
       noise_multiplier_diff: z2, likewise for difference rounds (radius ``C_{2,r}``).
       clip_local: C3 (BVR local steps only; radius ``C3 ||x_{k-1} - x_{k-2}||``).
-      noise_multiplier_local: z3 (BVR local steps only; std ``z3 x 2 C3 ||.||/b``).
-    """
+      noise_multiplier_local: z3 (BVR local steps only; std ``z3 x 2 C3 ||.||/b``)."""
 
     # ``create(learning_rate, restart_interval=1, ..., dtype=None)`` checks each concrete value by the rule
     # declared here (HParams); ``dtype`` overrides the float32 of the float fields.
@@ -229,8 +228,7 @@ class Diff2GD(_Diff2Family):
         path, the layers' output gradients and parameter-dependent inputs on the ghost path (``P x n_max x`` a few times
         the layer widths); same results.
       path: ``"auto"`` | ``"ghost"`` | ``"per-record"``: how per-record gradients (differences) are clipped, see
-        ``clipping_path``; ``path_used(params, data)`` says which one runs.
-    """
+        ``clipping_path``; ``path_used(params, data)`` says which one runs."""
 
     problem: Any
     num_rounds: int
@@ -307,8 +305,7 @@ class Diff2BvrLSgd(_Diff2Family):
     estimator's server step, then the ``K - 1`` local steps under ``lax.scan``, each folding the inner chain
     ``RadiusClipper`` on ``clip_local``, ``SiloMean`` of the one client, ``SarahRecursion``, ``StepNoise``; the output
     rule ``RandomLocalIterate`` records ``x_{k^-1, r^-1}``. ``privacy()`` composes the estimator's ``DpPlan`` with the
-    local steps' ``DpPlan``, read from the same parts.
-    """
+    local steps' ``DpPlan``, read from the same parts."""
 
     problem: Any
     num_rounds: int

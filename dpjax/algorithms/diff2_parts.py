@@ -48,8 +48,7 @@ PATHS = ("auto", "ghost", "per-record")
 def is_restart_round(round_number, restart_interval):
     """Restart predicate of Alg. 1: ``(r - 1) mod T == 0`` for 1-based ``r``.
 
-    Works on Python ints and traced int32 scalars (so T can be vmapped).
-    """
+    Works on Python ints and traced int32 scalars (so T can be vmapped)."""
     return (round_number - 1) % restart_interval == 0
 
 
@@ -112,8 +111,7 @@ def clipping_path(problem, params, x, y, path: str = "auto") -> str:
     ``path="auto"`` takes ghost clipping when the model supports it and it moves fewer floats per record than
     materialising (about 5 d per record: the gradient written, read for its norm and for the weighted sum, carried to
     the next round); ``"ghost"`` raises a ``ValueError`` if the model is not supported. ``x, y``: one silo's records
-    (only shapes are used).
-    """
+    (only shapes are used)."""
     _validate.check_choice("path", path, PATHS)
     if path == "per-record":
         return "per-record"
@@ -166,8 +164,7 @@ class RecordDifferences:
       weights: bool ``[M, B]`` (None: every row).
       denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``).
       vectors: the per-record vectors ``[M, B, ...]`` (per-record path), or None.
-      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None.
-    """
+      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
 
     restart: Any
     displacement: Any
@@ -210,8 +207,7 @@ class Diff2Client:
       schedule: the ``RestartSchedule``.
       path: ``"auto"`` | ``"ghost"`` | ``"per-record"`` (``clipping_path``).
       carry: keep the per-record work at ``x_{r-1}`` in the state for the next round.
-      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work.
-    """
+      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
 
     problem: Any
     schedule: RestartSchedule

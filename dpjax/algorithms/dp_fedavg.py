@@ -85,8 +85,7 @@ class DpFedAvg(ChainFamily):
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
       sampling_rate: q, each silo's public inclusion probability (``"poisson"``; required under
-        add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor.
-    """
+        add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor."""
 
     problem: Any
     num_rounds: int

@@ -156,8 +156,7 @@ class DpFtrl(ChainFamily):
       batch_size: B records per silo per round (``floor(n_min / B)`` rounds per epoch).
       momentum: beta of the server's optax SGD (DP-FTRLM); None: plain SGD (DP-FTRL).
       order: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (the stored order);
-        either is a fixed order, which is all the accounting assumes.
-    """
+        either is a fixed order, which is all the accounting assumes."""
 
     problem: Any
     num_rounds: int

@@ -59,8 +59,7 @@ class DpSgd(OutputRule, ChainFamily):
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
         add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
-        ``K = q n`` for the public silo size n gives the unbiased mean.
-    """
+        ``K = q n`` for the public silo size n gives the unbiased mean."""
 
     problem: Any
     num_rounds: int

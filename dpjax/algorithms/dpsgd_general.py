@@ -79,8 +79,7 @@ class DpSgdHParams(MbSgdHParams):
       noise_multiplier: sigma, the noise std divided by the sensitivity of the clipped sum: ``N(0, (2 C sigma)^2 I)``
         per round under replace-one (shuffle / subsample: the paper's sigma), ``(C sigma)^2`` under add/remove
         (Poisson).
-      clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``.
-    """
+      clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``."""
 
 
 def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:
@@ -121,8 +120,7 @@ class DpSgdGeneral(OutputRule, ChainFamily):
       output: the released iterate (``OutputRule``; ``"last"`` is the paper's).
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
-        record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
-    """
+        record is drawn with; the accountant reads the same q (``m`` stays the public divisor)."""
 
     problem: Any
     num_rounds: int

@@ -51,8 +51,7 @@ class MbSgdHParams(HParams):
       learning_rate: constant step size eta.
       noise_multiplier: z, each silo's noise std divided by the sensitivity of its message (``sigma = z x 2L/K`` under
         replace-one; the std itself is derived from the clipper's bound at run time).
-      clip_norm: per-example clip threshold L.
-    """
+      clip_norm: per-example clip threshold L."""
 
     # ``create(learning_rate, noise_multiplier=0.0, clip_norm=1.0)`` checks concrete values of any kind
     # (Python, NumPy, jax scalars and arrays); tracers only in dpjax.primitives.checked mode (HParams).
@@ -74,8 +73,7 @@ class IsrlRoundOptions(OutputRule):
       output: the released iterate (``OutputRule``; ``"average"`` is the paper's; the authors' scripts
         average an 8-iterate window).
       window: the averaging window of ``output="average"`` (``OutputRule``).
-      projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
-    """
+      projection_radius: radius D/2 of the ball W centred at 0; None for R^d."""
 
     availability: Any = sampling_lib.FullAvailability()
     private: bool = True
@@ -103,8 +101,7 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
         rows and uses per-example autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses the problem's
         closed-form clipped sum over the silo (GLMs; no gather); ``"auto"`` (default) picks dense when the problem
         supports it, ``K >= n_max / 8`` and the sampler draws a real mask (not with replacement or one-pass, whose
-        weights are a scatter of K indices); see ``dpjax.parts.clients.prefer_dense_gradients``.
-    """
+        weights are a scatter of K indices); see ``dpjax.parts.clients.prefer_dense_gradients``."""
 
     problem: Any
     num_rounds: int

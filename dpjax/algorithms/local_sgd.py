@@ -70,8 +70,7 @@ class LocalSgd(IsrlRoundOptions, ChainFamily):
         ``aggregation="mean"`` averages the local iterates (paper) and ``"sum"`` sums the local updates
         ``w^{i,K} - w_r`` (authors' scale), and the projection follows every local step.
       log_indices: add the record indices used by every silo to the round
-        metrics (``"indices"`` ``[N, K]``, ``"available"``), for tests and audits.
-    """
+        metrics (``"indices"`` ``[N, K]``, ``"available"``), for tests and audits."""
 
     problem: Any
     num_rounds: int

@@ -19,8 +19,7 @@ def stich_weights(num_rounds: int, strong_convexity: float, learning_rate: float
     """Normalised ``gamma_r = (1 - mu eta)^{-(r+1)}``, r = 0..R-1 (Theorem D.1.2).
 
     Computed in log space and normalised by the largest weight, so it never
-    overflows (R = 10^7 is fine); sums to 1. Needs ``0 < mu eta < 1``.
-    """
+    overflows (R = 10^7 is fine); sums to 1. Needs ``0 < mu eta < 1``."""
     rounds = v.check_int("num_rounds", num_rounds, min_value=1)
     mu, eta = v.check_positive("strong_convexity", strong_convexity), v.check_positive("learning_rate", learning_rate)
     if not mu * eta < 1:
@@ -37,8 +36,7 @@ def smoothing_beta(*, lipschitz, n, num_available, dim, epsilon, delta, diameter
     SCO (Theorem D.2): convex ``(L sqrt(M)/D) / (1/sqrt(n) + sqrt(d ln(1/delta))/(eps n))``;
     strongly convex ``mu M / (1/n + d ln(1/delta)/(eps^2 n^2))``.
     ERM (``erm=True``, Theorem F.2): convex ``eps n sqrt(M) L/(sqrt(d) D)``; strongly convex ``mu M eps^2 n^2/d``. Give
-    exactly one of ``diameter`` (convex) or ``strong_convexity``.
-    """
+    exactly one of ``diameter`` (convex) or ``strong_convexity``."""
     lip = v.check_positive("lipschitz", lipschitz)
     n, d = v.check_int("n", n, min_value=1), v.check_int("dim", dim, min_value=1)
     m, eps = v.check_positive("num_available", num_available), v.check_positive("epsilon", epsilon)
@@ -63,8 +61,7 @@ def multistage_stages(*, num_rounds, smoothness, strong_convexity, variance, ini
     ``nu_k = max(2 beta, sqrt(mu V^2/(3 Delta 2^{-(k-1)} R_k (R_k+1)(R_k+2))))``, for k = 1..U with U the largest
     integer such that ``sum R_k <= R``. ``variance`` is V^2 and ``initial_gap`` Delta >= F(w_0) - F*. Returns
     ``[(R_k, nu_k), ...]`` (run ``sum R_k`` rounds). Raises ``ValueError`` when even the first stage needs more than
-    ``num_rounds``.
-    """
+    ``num_rounds``."""
     rounds = v.check_int("num_rounds", num_rounds, min_value=1)
     beta, mu = v.check_positive("smoothness", smoothness), v.check_positive("strong_convexity", strong_convexity)
     var, gap = v.check_nonnegative("variance", variance), v.check_positive("initial_gap", initial_gap)
@@ -88,8 +85,7 @@ def unbalanced_parameters(*, silo_sizes: Sequence[int], epsilons: Sequence[float
     silo's n_i, eps_i, delta_i) and ``K_i = ceil(c n_i)`` with one common fraction ``c = max_i K_min,i / n_i`` so that
     ``K_i / n_i`` is (up to rounding) equal and every ``K_i >= K_min,i``.
 
-    Returns ``{"batch_sizes": (K_i), "noise_stds": (sigma_i), "fraction": c}``.
-    """
+    Returns ``{"batch_sizes": (K_i), "noise_stds": (sigma_i), "fraction": c}``."""
     sizes = [v.check_int(f"silo_sizes[{i}]", s, min_value=1) for i, s in enumerate(silo_sizes)]
     if not sizes:
         raise ValueError("silo_sizes=[] must name at least one silo")

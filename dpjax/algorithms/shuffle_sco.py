@@ -82,8 +82,7 @@ class ScoHParams:
     round, counting up inside it; ``step``: eta (``ShuffleSgd``) or the AC-SA constant nu (``ShuffleAcsa``);
     ``smoothing``: the Moreau parameter (used when the family is ``smoothed``); ``pvec``: P_vec's (g, b, p) per round;
     ``noise_multiplier``: the Gaussian aggregators' z per round (std / sensitivity 2L of the round's sum; for local
-    noise, of each user's message); ``clip_norm``: L, the users' norm bound.
-    """
+    noise, of each user's message); ``clip_norm``: L, the users' norm bound."""
 
     start: Any
     batch: Any
@@ -282,8 +281,7 @@ class ShuffleSgd(_ShuffleScoBase):
       bit_buffer: ``(g_max, b_max)`` for ``aggregator="pvec-bits"``.
       honest_frac: robust shuffle privacy: the fraction of a round's users assumed honest.
 
-    The run's params are the protocol's output so far (``PhasedSgdServer``).
-    """
+    The run's params are the protocol's output so far (``PhasedSgdServer``)."""
 
     output: str = "average"
 

@@ -82,8 +82,7 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
       neighboring: ``"replace-one"`` or ``"add-remove"`` (the shuffle chain is replace-one).
       participation: what the analyzer knows (``ShuffleEvent``): ``"hidden"`` (the paper's SDP model: only shuffled
         messages, so silo sampling amplifies) or ``"public"`` (it knows who reported).
-      isrl_bound: also certify by the silos' ISRL-DP guarantee (ISRL-DP => central DP, App. C) and state the smaller.
-    """
+      isrl_bound: also certify by the silos' ISRL-DP guarantee (ISRL-DP => central DP, App. C) and state the smaller."""
 
     problem: Any
     num_rounds: int
@@ -157,8 +156,7 @@ class SdpOnePassAccelerated(ChainFamily):
 
     The P_vec parameters (g, b, p) are per-run hyperparameters (``SdpHParams.pvec``; ``pvec_params_for`` computes them
     for a target eps). The non-private twin is ``AcceleratedMbSgd(sampling="one-pass", private=False)`` with the same
-    schedule.
-    """
+    schedule."""
 
     problem: Any
     num_rounds: int
@@ -209,8 +207,7 @@ class SdpOnePassAccelerated(ChainFamily):
         (proof of Cheu et al. Theorem 3.2; ``dpjax.accounting.pvec.pvec_params``; ``mode="lemma_opt"``,
         the lemma-optimised constants, by default; ``"paper"`` = Theorem 3.2's printed choice) for
         ``min_vectors(num_silos)`` inputs of dimension ``dim``. Pass the result to ``SdpHParams.create``;
-        ``privacy(...).calibrate`` searches the same calculator with the one calibration routine.
-        """
+        ``privacy(...).calibrate`` searches the same calculator with the one calibration routine."""
         calc = pvec_accounting.pvec_params(epsilon, delta, self.min_vectors(num_silos), self.dim, mode)
         if calc.g > self.max_granularity:
             raise ValueError(f"max_granularity={self.max_granularity} is below the calculator's g={calc.g}")

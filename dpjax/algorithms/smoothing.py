@@ -115,8 +115,7 @@ class MoreauEnvelope:
       base: a problem with a ``prox(params, x, y, beta)`` method (``AbsoluteRegression``, ``HingeClassification``).
       beta: smoothing parameter (e.g. ``schedules.smoothing_beta``); static, so changing it recompiles.
       lipschitz_factor: 1 (tight, unconstrained envelope, default) or 2 (the
-        paper's Lemma D.7 constant); multiplies ``lipschitz_bound``.
-    """
+        paper's Lemma D.7 constant); multiplies ``lipschitz_bound``."""
 
     base: Any
     beta: float

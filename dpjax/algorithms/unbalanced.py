@@ -82,8 +82,7 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
       batch_sizes: ``(K_1, ..., K_N)``, static, ``K_i <= n_i``.
       sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
       availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
-        ``output``, ``window`` and ``projection_radius``).
-    """
+        ``output``, ``window`` and ``projection_radius``)."""
 
     problem: Any
     num_rounds: int

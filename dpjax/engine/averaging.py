@@ -42,8 +42,7 @@ class IterateAverager:
     def update(self, avg: PyTree, before: PyTree, after: PyTree, round_index, decay=None) -> PyTree:
         """Folds round ``round_index`` (which moved ``before -> after``) into ``avg``.
 
-        ``decay`` is ``mu * eta`` for the exponential rule.
-        """
+        ``decay`` is ``mu * eta`` for the exponential rule."""
         if self.rule == "window":
             slot = round_index % self.window
             return jax.tree_util.tree_map(lambda buf, p: buf.at[slot].set(p), avg, after)

@@ -51,8 +51,7 @@ class DataShape(NamedTuple):
 
     ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo records ``[N, n_max, ...]`` (a client whose
     state carries per-record work across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init`` from them);
-    None where only the silo sizes are known (privacy, output rule).
-    """
+    None where only the silo sizes are known (privacy, output rule)."""
 
     num_silos: int
     n_max: int

@@ -40,8 +40,7 @@ def run_flags(round_metrics: dict, xp=np) -> tuple:
     """``(diverged_round, overflow_round)`` of runs from their round metrics.
 
     ``round_metrics["finite"]`` is ``[..., rounds]`` (leading run axes, if any); ``round_metrics["sampling_overflow"]``
-    (when the family reports it) is ``[..., rounds, *per-round shape]``.
-    """
+    (when the family reports it) is ``[..., rounds, *per-round shape]``."""
     finite = round_metrics["finite"]
     overflow = round_metrics.get("sampling_overflow")
     if overflow is None:

@@ -62,8 +62,7 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
     """Refuses a sampling scheme x neighbouring relation pair no accountant certifies.
 
     Fixed-size batches (with/without replacement, one-pass, shuffling) need a
-    fixed, public dataset size, so only replace-one is meaningful for them.
-    """
+    fixed, public dataset size, so only replace-one is meaningful for them."""
     coerce_enum("neighboring", neighboring, Neighboring)
     try:
         s = Sampling(sampling)
@@ -111,8 +110,7 @@ class FamilyBase:
     Subclasses set ``hparams_type`` and may define any of the common fields ``num_rounds``, ``batch_size``,
     ``local_steps``, ``sampling``, ``neighboring``, ``aggregation``, ``output``/``window``, ``projection_radius``
     (``output``/``window`` by mixing in ``OutputRule``); ``check_common()`` (call it from ``__post_init__``) validates
-    whichever are present.
-    """
+    whichever are present."""
 
     hparams_type: ClassVar[type] = object
     #: hparams fields that the non-private twin sets to 0 (noise multipliers or stds) and inf (clip norms).

@@ -74,8 +74,7 @@ class RunResult:
       eval_metrics: metrics of ``eval_fn`` at ``eval_rounds``, ``[..., num_evals]``.
       eval_rounds: number of completed rounds at each evaluation.
       diverged_round: first round (0-based) whose iterate was not finite, -1 if
-        none; only meaningful with ``on_nonfinite="mark"``.
-    """
+        none; only meaningful with ``on_nonfinite="mark"``."""
 
     output: PyTree
     state: PyTree
@@ -107,8 +106,7 @@ class Trial:
     """One data split of a grid with per-trial splits (``run_grid(trials, ..., trial_of_run=...)``).
 
     ``data``: the silos' training data; ``eval_data``: what ``eval_fn`` reads;
-    ``params``: the trial's starting point (``None``: from the chunk's first run key, as with one split).
-    """
+    ``params``: the trial's starting point (``None``: from the chunk's first run key, as with one split)."""
 
     data: Any
     eval_data: Any = None
@@ -205,8 +203,7 @@ def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: P
         computes its silos ``silo_block`` at a time: bit-identical to the unsharded run with the same ``silo_block``;
         ``dpjax.engine.silo_blocks``).
       silo_block: compute each round's per-silo stage this many silos at a
-        time (``dpjax.engine.silo_blocks``; families of the generic step).
-    """
+        time (``dpjax.engine.silo_blocks``; families of the generic step)."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("key", key, 0)
     _check_data(algorithm, data, batched=False)
@@ -244,8 +241,7 @@ def run_many(algorithm, data: SiloData, hparams: PyTree, keys_: jax.Array, *, pa
     availability, batches and noise draws). The draws are then computed once, not per run, which on a grid of step sizes
     / noise levels over shared data turns per-run matrix-vector products into one matrix-matrix product.
 
-    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs).
-    """
+    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs)."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
     _check_runs_axis(hparams, jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0])
@@ -269,8 +265,7 @@ class Chunk:
     ``group``: chunks of one group share their ``ChunkProgram`` and unsharded arguments, so consecutive ones run side by
     side on the devices; ``lanes``: the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
     ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments (built when the chunk runs);
-    ``describe(i)``: names real run ``i`` in errors; ``runs``: the caller's identifiers of the real runs.
-    """
+    ``describe(i)``: names real run ``i`` in errors; ``runs``: the caller's identifiers of the real runs."""
 
     id: str
     group: Hashable
@@ -306,8 +301,7 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
     ``consequence`` ends the message) and are handed to ``store.write`` at once, so a killed execution keeps every chunk
     written before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P`` (process ``i`` of ``P``);
     ``max_chunks``: stop after that many; ``progress``: a progress bar with this title; ``pause``: seconds to sleep
-    after each chunk.
-    """
+    after each chunk."""
     index, count = share
     finished = [store.finished(c) for c in chunks]
     skipped = sum(finished)
@@ -404,8 +398,7 @@ def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, 
     """``run_grid``'s chunks (group = trial index) and each trial's chunk width.
 
     A trial's chunks are laid out as a call on its split alone would lay them
-    out (same widths, same bits); a chunk's last lanes repeat its first run.
-    """
+    out (same widths, same bits); a chunk's last lanes repeat its first run."""
 
     def chunk_args(trial: Trial, members: list[int], width: int):
         lanes = np.asarray(members + [members[0]] * (width - len(members)))
@@ -479,8 +472,7 @@ def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None
       pad_to: chunks narrower than this are padded (by repeating their first run) to ``min(pad_to, chunk_size)`` lanes,
         so grids of different sizes of one algorithm reuse one compiled program (a step-size grid extension of a few
         runs then costs a chunk's execution, not a compilation). A run's lane count is part of its program: its last
-        bits may differ from an unpadded call's.
-    """
+        bits may differ from an unpadded call's."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _validate.check_int("chunk_size", chunk_size, min_value=1)
     if pad_to is not None:

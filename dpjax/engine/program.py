@@ -122,8 +122,7 @@ def run_program(algorithm, eval_fn, eval_every, *, key_data: bool = False, init_
     ``key_data``: ``key`` is raw key data (``jax.random.key_data``), wrapped here;
     ``init_params``: the starting point is ``problem.init_params`` of the key's ``"local"`` stream (``params`` is
     ignored); ``flags``: return ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``) instead of
-    ``(state, output, round_metrics, evals)``.
-    """
+    ``(state, output, round_metrics, evals)``."""
 
     def lane(hparams, data, eval_data, key, params):
         if key_data:
@@ -286,8 +285,7 @@ def _per_chunk_args(trial_axis: bool) -> tuple[bool, ...]:
     """Which of ``(hp, data, eval_data, keydata, params)`` differ per chunk (a leading device axis).
 
     Without a trial axis the data and the starting point are shared by every chunk and enter the program unsliced:
-    slicing a device axis off the data inside the program changes XLA's fusion and the last bits of the result.
-    """
+    slicing a device axis off the data inside the program changes XLA's fusion and the last bits of the result."""
     return (True,) * 5 if trial_axis else (True, False, False, True, False)
 
 
@@ -322,8 +320,7 @@ class ChunkProgram:
     ``initial_params``) runs a chunk's rounds with ``host_loop`` instead: a chunk of one run executes
     ``dpjax.engine.run(..., round_loop="host")``'s unbatched programs, a wider chunk
     ``run_many(..., round_loop="host")``'s vmapped ones (one key per lane, or one shared key with ``common_keys``), so
-    the results equal those calls bit for bit.
-    """
+    the results equal those calls bit for bit."""
 
     def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, *, round_loop: str = "scan",
                  **options):
@@ -371,8 +368,7 @@ class ChunkProgram:
     def run_chunks(self, chunk_args: list) -> list:
         """Runs up to ``len(devices)`` chunks at once, one per device; returns their outputs in order.
 
-        Idle devices redo the last chunk (same program, discarded output).
-        """
+        Idle devices redo the last chunk (same program, discarded output)."""
         if not 1 <= len(chunk_args) <= len(self.devices):
             raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
         if self.round_loop == "host":

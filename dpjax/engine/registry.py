@@ -110,8 +110,7 @@ class AlgorithmEntry:
     ``from_sweep`` (the AC-SA schedule) is built from those axes, any other nested dataclass (P_vec parameters) is
     addressed by dotted names (``pvec.granularity``). Defaults are the dataclass defaults; validation is constructing
     the objects (``cls(...)``, ``hparams_type.create(...)``); the twin's axes exclude the family's ``noise_fields`` and
-    ``clip_fields``.
-    """
+    ``clip_fields``."""
 
     name: str
     cls: type

@@ -65,8 +65,7 @@ class Context(NamedTuple):
       batch: the round's ``Batch`` once the selection has run (None before, and at ``init``).
       params: the iterate at the round's start (the run's params).
       query: where the round's clients compute: ``params``, unless the server keeps the iterate
-        elsewhere (AC-SA's ``w_md``, a phase's restart point; a server returns ``Served``).
-    """
+        elsewhere (AC-SA's ``w_md``, a phase's restart point; a server returns ``Served``)."""
 
     round: jax.Array
     key: jax.Array
@@ -109,8 +108,7 @@ class Batch(NamedTuple):
       weights: ``[M, B]`` (or ``[M, n_max]``): 0/1 mask or multiplicities of the records.
       overflow: bool ``[M]``: a silo's batch did not fit its static buffer.
       num_silos: N, the number of silos of the data (static; per-silo keys split over N).
-      info: extra per-round facts a part published (e.g. ``{"run": bool[M]}``), or ``{}``.
-    """
+      info: extra per-round facts a part published (e.g. ``{"run": bool[M]}``), or ``{}``."""
 
     silo_ids: Any
     available: jax.Array
@@ -157,8 +155,7 @@ class Sensitive:
       value: the pytree (leading silo axis ``[M, ...]`` for per-silo messages).
       contribution_bound: the largest l2 norm of one unit's contribution to ``value`` (a scalar,
         or ``[M]``: one per silo); ``inf`` when nothing clips (the non-private twin).
-      neighboring: the neighbouring relation the sensitivity is stated for.
-    """
+      neighboring: the neighbouring relation the sensitivity is stated for."""
 
     value: PyTree
     contribution_bound: Any
@@ -200,8 +197,7 @@ class PerExampleGradients:
       denominator: the public divisor, scalar or ``[M]`` (``K``, ``K_i``, or the silo size).
       problem: the problem (the clipper looks for a closed form or ghost norms on it).
       row_sq_norms: optional precomputed ``||x_j||^2`` ``[M, B]`` (GLM closed form).
-      reduce: False keeps the clipped per-example vectors ``[M, B, P]`` (local randomizers).
-    """
+      reduce: False keeps the clipped per-example vectors ``[M, B, P]`` (local randomizers)."""
 
     loss: Callable
     params: PyTree

@@ -23,8 +23,7 @@ class SiloData:
       x: features ``[N, n_max, ...]``.
       y: labels/targets ``[N, n_max, ...]``.
       mask: ``[N, n_max]`` bool, true on real rows.
-      sizes: ``[N]`` int32, number of real rows of each silo.
-    """
+      sizes: ``[N]`` int32, number of real rows of each silo."""
 
     x: jax.Array
     y: jax.Array
@@ -52,8 +51,7 @@ class SiloData:
         """Pads a list of per-silo arrays into one ``SiloData``.
 
         Raises ``ValueError`` (naming the argument) for an empty list, mismatched numbers of silos or rows, empty silos,
-        inconsistent feature shapes, or NaN/inf values.
-        """
+        inconsistent feature shapes, or NaN/inf values."""
         for name, arrs in (("xs", xs), ("ys", ys)):
             if hasattr(arrs, "shape") or isinstance(arrs, (str, bytes)) or not isinstance(arrs, Sequence):
                 raise ValueError(f"{name} (a {type(arrs).__name__}{getattr(arrs, 'shape', '')}) must be a list "

@@ -17,8 +17,7 @@ def non_private(hparams, noise_fields=("noise_multiplier",), clip_fields=("clip_
 
     Every non-private twin runs the *same* compiled round step as its private algorithm with these values instead of a
     separate code path: two differently fused XLA programs can differ in the last bit, one program on equal values
-    cannot.
-    """
+    cannot."""
     zero = {f: jnp.zeros_like(jnp.asarray(getattr(hparams, f), jnp.float32)) for f in noise_fields}
     inf = {f: jnp.full_like(jnp.asarray(getattr(hparams, f), jnp.float32), jnp.inf) for f in clip_fields}
     return dataclasses.replace(hparams, **zero, **inf)

@@ -45,8 +45,7 @@ def acsa_constants(stage_round, nu, schedule: str = "lan"):
       C.3): ``alpha_t = 2/(t+2)`` and inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``; written
       here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``.
       It gives the arbitrary start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a noiseless problem (its
-      step can be twice Lan's).
-    """
+      step can be twice Lan's)."""
     t = jnp.asarray(stage_round, jnp.float32)
     if schedule == "paper":
         return 2.0 / (t + 2.0), 2.0 * nu / ((t + 1.0) * (t + 2.0))
@@ -89,8 +88,7 @@ class AcsaSchedule:
       lam: regularisation weight of ``(lam/2)||w - w_0||^2`` (0 for none).
       stage_round: int32 [R], the round's index t >= 1 inside its stage
         (t = 1 starts a stage from the current ``w_ag``).
-      stage_nu: float32 [R], the stage's nu (eta_t = 4 nu/(t(t+1))).
-    """
+      stage_nu: float32 [R], the stage's nu (eta_t = 4 nu/(t(t+1)))."""
 
     mu: Any
     lam: Any
@@ -171,8 +169,7 @@ class AcsaServer:
       num_rounds: R; the hparams' schedule must have R rounds (checked at ``init``).
       projection_radius: radius of the ball W (None: R^d).
       step_rule: ``acsa_constants``' schedule (``"lan"`` or ``"paper"``).
-      schedule_field: the hparams field holding the ``AcsaSchedule``.
-    """
+      schedule_field: the hparams field holding the ``AcsaSchedule``."""
 
     num_rounds: int
     projection_radius: float | None = None

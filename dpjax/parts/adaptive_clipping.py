@@ -87,8 +87,7 @@ class AdaptiveClipMean:
       expected_silos: m, the public divisor of the clipped sum and of the count.
       neighboring: the neighbouring relation of one silo's data.
       noise_field: the hparams field of z_Delta (the deltas' noise multiplier).
-      count_field: the hparams field of z_b (the count's noise multiplier).
-    """
+      count_field: the hparams field of z_b (the count's noise multiplier)."""
 
     expected_silos: int
     neighboring: str = "add-remove"

@@ -57,8 +57,7 @@ class MinibatchGradient:
     Args:
       problem: the problem (``loss``; a closed-form clipped sum if it has one).
       batch_size: K, or None for full batches (divide by the silo size).
-      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``).
-    """
+      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
 
     problem: Any
     batch_size: int | None = None
@@ -118,8 +117,7 @@ class LocalSteps:
     then ``LocalStepGaussian``), under ``lax.scan``; its states live for the round's local loop
     (``init`` at the loop's start: the privatizer draws a silo's K standard normals at once, as K
     small PRNG calls inside the scan cost ~100 us each on CPU). The accountant reads the inner
-    clipper's and privatizer's events (``Parts.role`` looks inside ``inner``).
-    """
+    clipper's and privatizer's events (``Parts.role`` looks inside ``inner``)."""
 
     problem: Any
     num_steps: int
@@ -184,8 +182,7 @@ def over_silos_runs_inside(one_silo):
     arrays whose shared records ``[silos, d]`` (runs with common random numbers draw the same records) broadcast over
     the leading axis. XLA:CPU runs that step about 2x slower than on ``[silos, runs, d]``
     (``experiments/benchmarks/bench_local_steps.py``). The values are the same operations on the same numbers in another
-    layout (XLA may order a reduction differently: float rounding only).
-    """
+    layout (XLA may order a reduction differently: float rounding only)."""
 
     @custom_vmap
     def per_silo(params, *args):
@@ -224,8 +221,7 @@ class SubsetUpdate:
     gradients (eq. (1): ``PerExampleGradients``, so the clipper takes ghost norms or the problem's closed form).
     ``rule="local"``: ``a_h = (w - w_final) / eta`` over ``s / local_batch_size`` local steps of ``local_optimizer``
     with a fresh optimiser state (eqs. (2), (3)). The divisor here is 1: the public ``m`` divides the NOISY sum
-    (``U_bar / m``, the aggregator). Filtering's coins (``batch.info["keep"]``) weight the units.
-    """
+    (``U_bar / m``, the aggregator). Filtering's coins (``batch.info["keep"]``) weight the units."""
 
     problem: Any
     rule: str = "gradient"

@@ -56,8 +56,7 @@ class ClipPerUnit:
       neighboring: the neighbouring relation the bound is stated for
         (``"replace-one"``: sensitivity ``2C``; ``"add-remove"``: ``C``).
       unit_records: how many records one unit holds, for the accountant (1: individual
-        clipping; s: batch clipping of s-record subsets, DP-SGD-General).
-    """
+        clipping; s: batch clipping of s-record subsets, DP-SGD-General)."""
 
     clip_field: str = "clip_norm"
     neighboring: str = "replace-one"
@@ -103,8 +102,7 @@ class ClipVectors:
     """Clip every unit to ``C`` and keep the units apart: the inputs of a local randomizer (P_vec,
     Cheu et al. 2022, Algorithm 2: vectors of norm <= L), ``[M, U, ...]`` with bound ``C``.
 
-    Units outside the batch (weight 0) are clipped too; the randomizer masks them with the batch's weights.
-    """
+    Units outside the batch (weight 0) are clipped too; the randomizer masks them with the batch's weights."""
 
     clip_field: str = "clip_norm"
     neighboring: str = "replace-one"

@@ -50,8 +50,7 @@ class GaussianNoise:
       placement: ``"silo"``: every silo adds its own noise to its message with its own key of the round's ``stream``
         (ISRL-DP; the silo messages are the protected transcript); ``"server"``: the server adds it once to the
         aggregate (central DP).
-      stream: the round key's stream the noise is drawn from.
-    """
+      stream: the round key's stream the noise is drawn from."""
 
     noise_field: str = "noise_multiplier"
     placement: str = "silo"
@@ -92,8 +91,7 @@ class LocalStepGaussian:
     A part of a local loop's inner chain (``dpjax.parts.clients.LocalSteps``): its state lives for the loop. ``init``
     (at the loop's start, ``ctx.batch`` the round's batch) draws every computed silo's ``num_steps`` standard normals at
     once from its key of the round's ``stream``; ``update`` (inside one silo's loop) adds the current step's. Host-side,
-    ``events`` lists one release per local step (``num_rounds x releases_per_round`` of the batch selection).
-    """
+    ``events`` lists one release per local step (``num_rounds x releases_per_round`` of the batch selection)."""
 
     noise_field: str = "noise_multiplier"
     stream: str = "noise"

@@ -207,8 +207,7 @@ class PvecRandomizer(_PvecPart):
       level: ``"counts"`` or ``"bits"`` (module docstring).
       trial_groups: each vector runs ``trial_groups`` groups of ``trials`` (count level; per_round only).
       honest_frac: robust shuffle privacy: the fraction of parties assumed honest (accounting only; per_round only).
-      bit_buffer: ``(g_max, b_max)``, the static bit buffers of the bit level.
-    """
+      bit_buffer: ``(g_max, b_max)``, the static bit buffers of the bit level."""
 
     dim: int
     max_granularity: int = 2**12
@@ -275,8 +274,7 @@ class PvecAnalyzer(_PvecPart):
       availability: the silos' availability model (``event``: the shuffler over silos, ``ShuffleEvent`` at
         ``min_available x K`` vectors); None for one user stream (its transcript event covers the shuffler).
       params_field: the hparams field of (g, b, p), as ``PvecRandomizer``'s (so are ``per_round`` and ``level``).
-      batch_field: the hparams field of the per-round public number of vectors (instead of batch_size).
-    """
+      batch_field: the hparams field of the per-round public number of vectors (instead of batch_size)."""
 
     batch_size: int | None = None
     availability: Any = None

@@ -28,8 +28,7 @@ def available_silos(availability, key: jax.Array, num_silos: int):
     With a static count (``FullAvailability``, ``FixedAvailability``) returns the ``[M]`` ids and an all-true mask over
     them, so a round step computes only the available silos' messages. With a random count (``RandomAvailability``)
     returns ``(None, mask [N])``: all N silos are computed and the mask zeroes the unavailable ones. Either way the
-    subset comes from the round's ``"availability"`` stream.
-    """
+    subset comes from the round's ``"availability"`` stream."""
     avail_key = keys.stream_key(key, "availability")
     if silo_sharding.sharded() and isinstance(availability, sampling_lib.FullAvailability):
         # Every silo, in order: ``silo_ids = arange(N)`` would make each silo's rows a gather across
@@ -60,8 +59,7 @@ def draw_silo_batches(sampler, data, sampler_states, key: jax.Array, round_index
 
     Uses the round's ``"sampling"`` stream split over silos, so an algorithm that logs the indices sees exactly the
     batches its gradients use. With ``silo_ids`` ([M] ints) only those silos draw (rows in that order); silo i's key is
-    the same whichever other silos are selected.
-    """
+    the same whichever other silos are selected."""
     silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
 
     def one_silo(size, state, k):
@@ -90,8 +88,7 @@ class SiloBatches:
         with: ``K_i`` i.i.d. draws); gather path only.
       sampling_rate: ``"poisson"`` only: the public rate q every record is drawn with; the event hands the same q to the
         accountant (one number, two consumers). None: ``K / n`` of each silo's size, public only under replace-one (the
-        DP plan refuses it under add/remove).
-    """
+        DP plan refuses it under add/remove)."""
 
     availability: Any = sampling_lib.FullAvailability()
     scheme: str = "without-replacement"
@@ -161,8 +158,7 @@ class LocalStepRecords:
     step t in column t (K independent draws: with replacement across the steps).
 
     Host-side, each step is its own noisy release on a uniform 1-subset of the silo: ``SelectionEvent`` with batch size
-    1 (a uniform 1-subset is sampling without replacement) and ``releases_per_round = K``.
-    """
+    1 (a uniform 1-subset is sampling without replacement) and ``releases_per_round = K``."""
 
     availability: Any = sampling_lib.FullAvailability()
     num_steps: int = 1
@@ -245,8 +241,7 @@ class SubsetBatches:
 
     With ``filtering`` (Appendix D) every subset is kept w.p. 1/2 by a data-independent coin
     (``info["keep"]`` ``[M, m]``) and a silo runs its round when at least ``filter_threshold``
-    subsets are kept: ``available`` says which silos ran (public, as the coins are).
-    """
+    subsets are kept: ``available`` says which silos ran (public, as the coins are)."""
 
     sampling: str
     subset_size: int

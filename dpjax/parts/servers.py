@@ -32,8 +32,7 @@ class OptaxServer:
 
     dpjax's ``project_l2_ball`` returns a point inside the ball multiplied by exactly 1 (optax's ``projection_l2_ball``
     does not guarantee it). Given a ``Gated`` update it steps only when ``apply`` holds, and otherwise keeps both the
-    iterate and the optimizer state (a round in which no silo ran).
-    """
+    iterate and the optimizer state (a round in which no silo ran)."""
 
     transformation: optax.GradientTransformation = optax.identity()
     projection_radius: float | None = None

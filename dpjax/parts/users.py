@@ -125,8 +125,7 @@ class UserGaussian:
     ``"local"`` (every user's own N(0, (z 2L)^2 I), simulated as one draw of std sqrt(m) z 2L on the sum of the m users'
     messages: equal in distribution); ``"pan-private"`` (Algorithm 6: two independent draws of std z 2L, the second from
     the ``"server_noise"`` stream); ``"surrogate"`` (one draw like ``"central"``, a variance-matched stand-in for P_vec
-    that certifies nothing). Returns ``[1, P]``.
-    """
+    that certifies nothing). Returns ``[1, P]``."""
 
     mechanism: str = "central"
     noise_field: str = "noise_multiplier"
@@ -240,8 +239,7 @@ class PhasedSgdServer:
 
     The run's params are the protocol's output so far -- the average of the phase's
     ``theta_0..theta_{t-1}`` (``output="average"``, Algorithms 3 and 5 as printed) or the last
-    iterate (``"last"``) -- as AC-SA's are ``w_ag``; the state holds theta and the phase's sum.
-    """
+    iterate (``"last"``) -- as AC-SA's are ``w_ag``; the state holds theta and the phase's sum."""
 
     output: str = "average"
     projection_radius: float | None = None

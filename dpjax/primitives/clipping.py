@@ -50,8 +50,7 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     is finite: ``C / ||inf||`` = 0 times inf is NaN, and one such record would turn the whole clipped sum
     -- and the release -- into NaN, an output decided by that record outside the accounted mechanism
     (issue 23). Zero has norm <= C, so the sum's sensitivity is unchanged. Without clipping
-    (``clip_norm = inf``, the non-private twin) the NaN propagates as before.
-    """
+    (``clip_norm = inf``, the non-private twin) the NaN propagates as before."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     norm = global_norm(tree)
     scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
@@ -67,8 +66,7 @@ def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
     batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape ``()``); it is differentiated with respect to
     ``params`` (any pytree) and vmapped over the batch. ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading
     batch axis B). Each leaf of the result has the shape of the matching ``params`` leaf with a new leading axis of
-    length B (memory: B copies of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models).
-    """
+    length B (memory: B copies of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models)."""
     return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
 
 
@@ -76,8 +74,7 @@ def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
     """Clips each example's gradient to global norm ``clip_norm`` (>= 0, see ``clip_to_norm``).
 
     ``grads``: a pytree whose leaves share a leading example axis B (``per_example_grads``' output);
-    each example is clipped jointly over all its leaves. Returns the same shapes.
-    """
+    each example is clipped jointly over all its leaves. Returns the same shapes."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
 
@@ -100,8 +97,7 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     """l2 sensitivity of a sum of vectors each clipped to ``clip_norm`` (a scalar, as ``clip_norm`` is).
 
     ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
-    record is assumed to appear once in the sum.
-    """
+    record is assumed to appear once in the sum."""
     coerce_enum("neighboring", neighboring, Neighboring)
     # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
@@ -124,8 +120,7 @@ def clipped_sum(
       neighboring: ``"replace-one"`` or ``"add-remove"``.
 
     Returns:
-      ``ClippedSum(total, count, sensitivity)``.
-    """
+      ``ClippedSum(total, count, sensitivity)``."""
     sensitivity = sensitivity_of_clipped_sum(clip_norm, neighboring)
     clipped = clip_per_example(grads, clip_norm)
     leaves = jax.tree_util.tree_leaves(clipped)

@@ -97,8 +97,7 @@ class GhostClippedSum(NamedTuple):
       total, count, sensitivity: as in ``dpjax.primitives.clipping.ClippedSum`` (``total`` a pytree
         shaped like ``params``, no batch axis; ``count`` and ``sensitivity`` scalars).
       fast_path: True when ghost norms ran, False for the ``vmap(grad)`` fallback
-        (a Python bool at trace time; an array once returned from ``jit``).
-    """
+        (a Python bool at trace time; an array once returned from ``jit``)."""
 
     total: PyTree
     count: jax.Array
@@ -132,8 +131,7 @@ def per_example_grad_norms(loss_fn: Callable, params: PyTree, x: jax.Array, y: j
                            require_fast: bool = False):
     """Global l2 norms ``||grad loss_fn(params, x_i, y_i)||`` for every example.
 
-    Returns ``(norms [B], fast_path)``.
-    """
+    Returns ``(norms [B], fast_path)``."""
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, False):
         grads = clipping.per_example_grads(loss_fn, params, x, y)
@@ -155,8 +153,7 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
 
     Shapes: ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of one example (``x_i = x[i]``, no batch
     axis; a flax linen ``model.apply({"params": params}, x_i)`` inside it); ``x`` ``[B, ...]``, ``y``
-    ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``.
-    """
+    ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(jnp.inf if clip_norm is None else clip_norm, neighboring)
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, force_fallback):
@@ -206,8 +203,7 @@ def clipped_difference_from_passes(plan: GhostPlan, params: PyTree, prev_params:
 
     A layer whose input is the data (``plan.fixed_inputs``) has the difference ``A^T (D - D')``: its norm is
     ``||a_i||^2 ||d_i - d'_i||^2`` and its clipped sum one weight-gradient pass with cotangents ``f_i (d_i - d'_i)``.
-    ``use_difference=False`` clips the plain gradients at ``params``.
-    """
+    ``use_difference=False`` clips the plain gradients at ``params``."""
     inputs, deltas = passes
     prev_inputs = [a if f or q is None else q for a, q, f in zip(inputs, prev_passes[0], plan.fixed_inputs)]
     prev_deltas = prev_passes[1]
@@ -247,8 +243,7 @@ def clipped_difference_sum(
 
     Shapes as ``ghost_clipped_sum``: ``loss_fn(params, x_i, y_i) -> scalar`` for one example, ``params``
     and ``prev_params`` the same pytree structure, ``x``/``y`` ``[B, ...]``, ``mask`` ``[B]``; ``total``
-    is shaped like ``params``.
-    """
+    is shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(clip_norm, "replace-one")
     static_plain = isinstance(use_difference, bool) and not use_difference
     plan = make_plan(loss_fn, params, x, y)

@@ -24,8 +24,7 @@ def capture_layer_io(loss_fn, params, x, y, plan: GhostPlan):
 
     Returns ``(inputs, deltas)``, lists over ``plan.calls``: for a ghost layer the batched input ``[B, ...]`` and output
     gradient of each example's own loss; for a materialised layer ``None`` and the tuple of its per-example parameter
-    gradients ``[B, *leaf.shape]`` (in ``param_names`` order).
-    """
+    gradients ``[B, *leaf.shape]`` (in ``param_names`` order)."""
     batch = x.shape[0]
     leaves = jax.tree_util.tree_leaves(params)
     zeros = []
@@ -69,8 +68,7 @@ def _conv_per_example_grads(spec: ConvSpec, a, d, shape):
     output gradient. The examples are processed in chunks (``lax.map``) small enough that a chunk's patches
     (``_CONV_CHUNK_FLOATS``) stay in cache between being written and multiplied; unfolding the whole batch at once
     writes and re-reads ``B P K`` floats through main memory (80 MB for the MNIST CNN's second convolution) and cost ~4x
-    more (measurements in experiments/benchmarks/bench_dp_step.py).
-    """
+    more (measurements in experiments/benchmarks/bench_dp_step.py)."""
     rank = len(spec.kernel_size)
     batch = a.shape[0]
     x = a.reshape((batch, -1) + a.shape[a.ndim - rank - 1:])        # [B, n, *S, c_in]

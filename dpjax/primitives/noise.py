@@ -78,8 +78,7 @@ def normal(key: jax.Array, shape=(), dtype=jnp.float32) -> jax.Array:
     it under the key, the xor of the two output words as the 32 random bits, 23 of them as the mantissa of a uniform on
     ``(-1, 1)`` and ``sqrt(2) erfinv`` of it. Only the lowering differs (unrolled rounds; see the module docstring), so
     the noise is the same exact Gaussian the accountant assumes and the same seed gives the same result as before. Any
-    other key, dtype or configuration calls ``jax.random.normal``.
-    """
+    other key, dtype or configuration calls ``jax.random.normal``."""
     shape = tuple(shape)
     dtype = jnp.dtype(dtype)
     words = _fast_path_key_data(key) if dtype == jnp.float32 else None
@@ -110,8 +109,7 @@ def _threefry_normal(words, offset: int, shape) -> jax.Array:
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
     """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``.
 
-    A concrete ``std`` must be finite and >= 0 (a traced one is checked in ``dpjax.primitives.checked`` mode).
-    """
+    A concrete ``std`` must be finite and >= 0 (a traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     dtypes = {jnp.dtype(leaf.dtype) for leaf in leaves}
@@ -144,7 +142,6 @@ def add_gaussian_noise(key: jax.Array, tree: PyTree, std) -> PyTree:
     """``tree + N(0, std^2 I)`` (std may be a traced scalar).
 
     A concrete ``std`` must be finite and >= 0 (a negative one would silently
-    act as ``|std|``); a traced one is the caller's responsibility.
-    """
+    act as ``|std|``); a traced one is the caller's responsibility."""
     _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))

@@ -84,8 +84,7 @@ class FullAvailability:
 class FixedAvailability:
     """A uniformly random subset of exactly ``num_available`` silos per round.
 
-    ``sample(key, num_silos) -> bool [N]`` (exactly M true); ``sample_ids(key, num_silos) -> int32 [M]``.
-    """
+    ``sample(key, num_silos) -> bool [N]`` (exactly M true); ``sample_ids(key, num_silos) -> int32 [M]``."""
 
     num_available: int
 
@@ -102,8 +101,7 @@ class FixedAvailability:
     def sample_ids(self, key: jax.Array, num_silos: int) -> jax.Array:
         """The ids of the same subset as ``sample`` (static count M), ascending.
 
-        Lets a round step compute only the M available silos' messages.
-        """
+        Lets a round step compute only the M available silos' messages."""
         return _ids_of_size(key, num_silos, self.num_available)
 
     def expected_inverse(self, num_silos: int) -> float:
@@ -118,8 +116,7 @@ class RandomAvailability:
     """``M_r`` drawn each round from ``pmf`` over ``{1, ..., len(pmf)}``, then a
     uniformly random subset of that size (Assumption 1.4 of Lowy & Razaviyayn).
 
-    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal the number of silos.
-    """
+    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal the number of silos."""
 
     pmf: tuple[float, ...]
 
@@ -164,8 +161,7 @@ def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int
 
     Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over k-subsets and much cheaper than a full
     permutation. ``batch_size <= size``: checked when ``size`` is concrete (a traced ``size`` is the caller's contract,
-    checked in ``dpjax.primitives.checked`` mode), since a larger batch would return padding rows.
-    """
+    checked in ``dpjax.primitives.checked`` mode), since a larger batch would return padding rows."""
     _check_subset("batch_size", batch_size, size, n_max)
     scores = jax.random.uniform(key, (n_max,))
     scores = jnp.where(jnp.arange(n_max) < size, scores, -jnp.inf)
@@ -218,8 +214,7 @@ def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size
     by bisection on the first word and, among records tied at the threshold, on the second. Exact (a uniform k-subset)
     unless two records share all 64 bits, which has probability below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in
     that event the mask may hold more than ``batch_size`` ones, never fewer. Needs only compares and sums (no sort, no
-    gather), which is much faster than ``top_k`` on CPU.
-    """
+    gather), which is much faster than ``top_k`` on CPU."""
     _check_subset("batch_size", batch_size, size, n_max)
     k_first, k_second = jax.random.split(key)
     valid = jnp.arange(n_max) < size
@@ -248,8 +243,7 @@ def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
     fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
     no longer applies: callers must surface it (the engine refuses such runs). A concrete ``rate`` must be in [0, 1] (a
-    traced one is checked in ``dpjax.primitives.checked`` mode).
-    """
+    traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
     _validate.check_int("max_batch_size", max_batch_size, min_value=1)
@@ -272,8 +266,7 @@ class _BatchSampler:
     Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)`` with ``idx`` int32
     ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real ones), ``mask`` bool ``[K]`` and
     ``overflow`` a bool scalar; ``silo_state`` comes from ``init_silo(key, size, n_max)``. ``draw_weights`` (same
-    arguments) returns the batch as a multiplicity vector over the ``n_max`` rows and the overflow flag.
-    """
+    arguments) returns the batch as a multiplicity vector over the ``n_max`` rows and the overflow flag."""
 
     batch_size: int
 
@@ -384,8 +377,7 @@ class Poisson(_BatchSampler):
     and ``overflow`` (a bool scalar: more joined than ``capacity``).
 
     ``capacity`` is the static buffer size (default E + 6 sqrt(E) + 8 for the expected batch of a
-    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate).
-    """
+    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate)."""
 
     capacity: int | None = None
     sampling_rate: float | None = None

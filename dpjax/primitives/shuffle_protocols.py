@@ -78,8 +78,7 @@ class PvecParams:
     or ``p = 0`` switches the privacy noise off, for tests only).
 
     A pytree: the fields may be Python numbers, arrays, batches (a leading runs axis) or tracers. The constructor does
-    not validate (JAX rebuilds pytrees with placeholder leaves); ``create`` and ``validate`` do.
-    """
+    not validate (JAX rebuilds pytrees with placeholder leaves); ``create`` and ``validate`` do."""
 
     granularity: Any
     trials: Any
@@ -165,8 +164,7 @@ def centred_binomial(key: jax.Array, num_users, params: PvecParams, dim: int) ->
     """``Binomial(num_users * b, p) - num_users * b * p`` per coordinate, float32 [dim].
 
     Drawn exactly on the host (int64) via ``jax.pure_callback``; deterministic in ``(key, num_users * b, p)``; works
-    under ``jit``, ``vmap`` and ``scan``, with ``b`` and ``p`` traced (per-run) or static.
-    """
+    under ``jit``, ``vmap`` and ``scan``, with ``b`` and ``p`` traced (per-run) or static."""
     b, p = _static_scalar(params.trials), _static_scalar(params.probability)
     if b == 0 or p == 0.0:  # statically off (tests); a traced zero draws zeros on the host
         return jnp.zeros((dim,), jnp.float32)
@@ -223,8 +221,7 @@ def pvec_user_counts(round_key: jax.Array, noise_key: jax.Array, vectors: jax.Ar
     analyzer's estimate is ``(2L/g) * sum over parties``.
 
     ``max_granularity`` (static) bounds a traced g (module docstring); a g
-    above it makes the report NaN rather than silently inexact.
-    """
+    above it makes the report NaN rather than silently inexact."""
     g_max = _check_exact(vectors.shape[0], params, max_granularity)
     xhat = randomized_rounding(round_key, vectors, params, bound)
     xhat = jnp.where(mask[:, None], xhat, 0)

@@ -3,18 +3,17 @@
 Each round r:
 
 1. the network makes a uniformly random subset S_r of M_r silos available;
-2. every available silo i starts from the server model, ``w^{i,0} = w_r``, and
-   takes K single-record steps, ``t = 1..K``::
+2. every available silo i starts from the server model, ``w^{i,0} = w_r``, and takes K single-record steps,
+   ``t = 1..K``::
 
        j_t ~ Uniform{0..n_i-1}                       (a fresh index each step)
        g_t = clip_C(grad f(w^{i,t-1}, x_{i,j_t})) + u_t,   u_t ~ N(0, sigma^2 I)
        w^{i,t} = Proj_W(w^{i,t-1} - eta g_t)
 
-   with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped
-   gradient), and sends only its last local iterate ``w^{i,K}`` (the message);
-3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``,
-   the paper's FedAvg) or ``w_r + sum_{i in S_r} (w^{i,K} - w_r)``
-   (``"sum"``, summed local updates, the authors' scripts' scaling).
+   with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped gradient), and sends only its last local
+   iterate ``w^{i,K}`` (the message);
+3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``, the paper's FedAvg) or
+   ``w_r + sum_{i in S_r} (w^{i,K} - w_r)`` (``"sum"``, summed local updates, the authors' scripts' scaling).
 
 Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message is post-processing of its R*K noisy
 single-record gradients; each is a Gaussian mechanism of multiplier z on the clipped gradient of a uniformly random

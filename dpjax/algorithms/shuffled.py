@@ -27,9 +27,6 @@ parts' events; the aggregator's ``ShuffleEvent`` dispatches to the shuffle accou
   its ``M_r K`` inputs (Theorem 3.2 of Cheu et al. 2022) for the (g, b, p) it runs with; one pass over disjoint blocks
   makes the run ``(eps, delta)``-SDP by parallel composition (Theorem 5.2/G.2). Calibration searches the P_vec
   calculator's parameters (``pvec_params_for`` is the calculator itself).
-
-P_vec's (g, b, p) are per-run hyperparameters (``SdpHParams.pvec``, traced):
-a grid over eps is one ``run_many`` program (no recompilation per eps).
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The compiled programs of the executor: rounds in ``lax.scan``, runs in ``vmap``, chunks over devices.
 
-An *algorithm* is a frozen (hashable) dataclass holding everything static (problem, shapes, sampling scheme, number of
-rounds) with the family contract (``dpjax.engine.contract``)::
-
-    init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
-    step(state, data, round_key) -> (state, metrics)  # one round, pure
-    params(state) -> current iterate
-    output_params(state) -> the algorithm's output (e.g. an averaged iterate)
-
-Per-run scalars that a sweep varies (step size, noise std, clip norm) live in ``hparams`` inside the state, so a grid of
-configurations with the same static shape is one ``vmap`` over states and keys: one compilation for the whole grid.
-Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else is random.
+An *algorithm* is a frozen (hashable) dataclass holding everything static, with the family contract of
+``dpjax.engine.contract`` (``init``, ``step``, ``params``, ``output_params``); its per-run ``hparams`` live inside the
+state, so a grid of configurations with the same static shape is one ``vmap`` over states and keys: one compilation for
+the whole grid. Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else is random.
 
 One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every ``eval_every`` rounds); ``run_program`` wraps it as
 one lane of a batch (key given as key data, starting point from the key, results reduced to

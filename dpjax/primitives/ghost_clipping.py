@@ -51,10 +51,8 @@ gradient; the norms above give the clip factors ``f_i = w_i min(1, C / ||g_i||)`
 weight gradient of the batch with output cotangents ``f_i delta_i`` (``A^T diag(f) D`` for a dense layer), which costs
 what the non-private backward pass spends on weight gradients. No per-example gradient of the whole model is formed.
 
-Flax NNX: wrap the per-example loss as ``NNXLoss(graphdef, loss, rest)`` (``loss(model, x, y)`` on the merged model;
-``rest``: the non-parameter state) or build it with ``nnx_loss(model, loss)``, which splits the model and returns
-``(loss_fn, params)``. ``loss_fn(params, x, y)`` is an ordinary per-example loss (usable with ``vmap(grad)``, optax, the
-engine) and the ghost functions recognise it and observe the NNX layers' calls.
+Flax NNX: pass the loss as an ``NNXLoss`` (``nnx_loss(model, loss)`` builds one); it is an ordinary per-example loss,
+and the ghost functions recognise it and observe the NNX layers' calls.
 
 Gradient differences (DIFF2, Murata & Suzuki 2023, Algorithm 1 step 2): ``grad l_i(w) - grad l_i(w')`` of a dense layer
 is ``A^T (D - D') + (A - A')^T D'``, i.e. again one "dense layer" whose factors are ``[A; A - A']`` and ``[D - D'; D']``
@@ -64,8 +62,7 @@ parameters (``GhostPlan.fixed_inputs``: a first layer sees the data) the differe
 it. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2`` instead would cancel catastrophically in float32 when
 ``w' ~ w``.)
 
-The semantics are those of ``dpjax.primitives.clipping.per_example_clipped_sum``;
-the result's ``fast_path`` says which path ran.
+The semantics are those of ``dpjax.primitives.clipping.per_example_clipped_sum``; ``fast_path`` says which path ran.
 """
 
 from __future__ import annotations

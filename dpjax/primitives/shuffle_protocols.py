@@ -1,9 +1,7 @@
 """Shuffle-model summation protocols P_1D / P_vec (Cheu, Joseph, Mao, Peng, ICLR 2022, Algorithms 1-2; restated as
 Algorithms 4-5 of Lowy & Razaviyayn 2023, whose restatement shifts by L instead of 2L and re-centres by L instead of m
-L; the original protocols are implemented).
-
-Protocol for m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L``
-after the shift), parameters ``(g, b, p)``::
+L; the original protocols are implemented). For m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L`` after
+the shift), parameters ``(g, b, p)``::
 
     randomizer, coordinate j:  w = x_j + L in [0, 2L]
                                xhat = floor(w g/Delta) + Bernoulli(frac(w g/Delta))
@@ -13,8 +11,7 @@ after the shift), parameters ``(g, b, p)``::
     analyzer, coordinate j:    o_j = (Delta/g)(#ones labelled j - p b m) - m L
 
 ``o`` is an unbiased estimate of ``sum_k x_k`` with per-coordinate variance
-``(Delta/g)^2 [sum_k r_k (1 - r_k) + m b p (1 - p)]``, ``r_k`` the fractional parts (Cheu et al., Lemma 3.1). The ISRL
-restatement's slips are corrected: range ``2L`` (not ``L``) and re-centring by ``m L`` (not ``L``).
+``(Delta/g)^2 [sum_k r_k (1 - r_k) + m b p (1 - p)]``, ``r_k`` the fractional parts (Cheu et al., Lemma 3.1).
 
 Simulation. The analyzer's output depends on the shuffled bits only through the per-coordinate count of ones, so the
 engine never materialises bits: per coordinate it draws the rounded sum exactly and the binomial noise

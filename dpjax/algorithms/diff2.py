@@ -62,20 +62,9 @@ from dpjax import _validate
 from dpjax.accounting.events import DpPlan
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
 from dpjax.algorithms.hparams import HParams, hparam
-from dpjax.algorithms.diff2_parts import (
-    PATHS,
-    Diff2Client,
-    EstimatorSgd,
-    RadiusClipper,
-    RandomIterate,
-    RestartSchedule,
-    RoundNoise,
-    SiloMean,
-    StepNoise,
-    clipping_path,
-    difference_radius,
-    is_restart_round,
-)
+from dpjax.algorithms.diff2_parts import (PATHS, Diff2Client, EstimatorSgd, RadiusClipper, RandomIterate,
+                                          RestartSchedule, RoundNoise, SiloMean, StepNoise, clipping_path,
+                                          difference_radius, is_restart_round)
 from dpjax.algorithms.diff2_local import LocalMinibatches, LocalSarahSteps, RandomLocalIterate, SarahRecursion
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context

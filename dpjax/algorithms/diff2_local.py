@@ -17,14 +17,8 @@ import optax
 
 from dpjax import keys
 from dpjax.accounting.events import SelectionEvent
-from dpjax.algorithms.diff2_parts import (
-    EstimatorSgd,
-    EstimatorState,
-    GhostRecords,
-    RandomIterate,
-    RecordDifferences,
-    displacement,
-)
+from dpjax.algorithms.diff2_parts import (EstimatorSgd, EstimatorState, GhostRecords, RandomIterate, RecordDifferences,
+                                          displacement)
 from dpjax.engine.chain import fold, init_all
 from dpjax.engine.roles import Context, Sensitive
 from dpjax.primitives.sampling import sample_without_replacement

@@ -28,7 +28,7 @@ import importlib
 #: public name -> module defining it
 _EXPORTS = {
     "NoisyMbSgd": "isrl_mbsgd", "MbSgdHParams": "isrl_mbsgd",
-    "AcceleratedMbSgd": "accelerated", "AcceleratedHParams": "accelerated", "AcceleratedState": "accelerated",
+    "AcceleratedMbSgd": "accelerated", "AcceleratedHParams": "accelerated",
     "LocalSgd": "local_sgd",
     "ShuffledNoisyMbSgd": "shuffled", "SdpOnePassAccelerated": "shuffled", "SdpHParams": "shuffled",
     "UnbalancedNoisyMbSgd": "unbalanced", "UnbalancedHParams": "unbalanced",

@@ -1,36 +1,23 @@
-"""Accelerated noisy ISRL-DP minibatch SGD (Lowy & Razaviyayn, ICLR 2023,
-Algorithm 1; AC-SA of Ghadimi & Lan (Algorithm 1's body is lost in print; the
-AC-SA step of Ghadimi & Lan 2012 is used).
+"""Accelerated noisy ISRL-DP minibatch SGD (Lowy & Razaviyayn, ICLR 2023, Algorithm 1; its body is lost in print,
+so the AC-SA step of Ghadimi & Lan 2012 is used).
 
-One round ``r``: the server's AC-SA query point ``w_md`` goes to the
-available silos; every silo releases its clipped minibatch mean at ``w_md``
-plus Gaussian noise, ``g_i = (1/K) sum_j clip_C(grad f(w_md, x_ij)) + u_i``
-with ``u_i ~ N(0, sigma^2 I)``, ``sigma = noise_multiplier x 2C/K`` (the
-sensitivity of the clipped mean); the server averages them and takes the
-AC-SA step (``dpjax.parts.acsa``: the step, the multi-stage schedule of
-Appendix E.1 / Ghadimi & Lan 2013 Prop. 7, the optional server-side
-regulariser ``lam``). The output is ``w_ag``.
-
-The round is its parts (``dpjax.engine.chain``): ``SiloBatches`` ->
-``MinibatchGradient`` -> ``ClipPerUnit`` -> ``GaussianNoise`` on each silo ->
-``Aggregate`` -> ``AcsaServer`` (query ``w_md``, params ``w_ag``).
+One round ``r``: every available silo releases its clipped minibatch mean at the AC-SA query point ``w_md`` plus
+Gaussian noise, ``g_i = (1/K) sum_j clip_C(grad f(w_md, x_ij)) + u_i``, ``u_i ~ N(0, sigma^2 I)``,
+``sigma = noise_multiplier x 2C/K`` (the sensitivity of the clipped mean); the server averages them and takes the
+AC-SA step (``dpjax.parts.acsa``: the step, the multi-stage schedule of Appendix E.1 / Ghadimi & Lan 2013 Prop. 7,
+the optional regulariser ``lam``). The output is ``w_ag``. The parts: ``SiloBatches`` -> ``MinibatchGradient`` ->
+``ClipPerUnit`` -> ``GaussianNoise`` on each silo -> ``Aggregate`` -> ``AcsaServer`` (query ``w_md``, params ``w_ag``).
 
 Variants by the local sampling scheme:
 
-* ``sampling="one-pass"``: One-Pass Accelerated Noisy MB-SGD
-  (Theorem 3.1/E.1): disjoint blocks of a per-silo permutation, every record
-  used at most once, so silo i's transcript is ONE Gaussian release per record
-  (parallel composition): ISRL-DP with sensitivity 2C/K.
-* ``sampling="with-replacement"``: accelerated ERM (Section 4, Theorem 4.1/F.1),
-  K i.i.d. records per round, R adaptive subsampled Gaussians.
-* ``"without-replacement"`` / ``"poisson"``: the same step with the samplers
-  the tight accountants certify.
+* ``sampling="one-pass"``: One-Pass Accelerated Noisy MB-SGD (Theorem 3.1/E.1): disjoint blocks of a per-silo
+  permutation, so silo i's transcript is ONE Gaussian release per record (parallel composition), sensitivity 2C/K.
+* ``sampling="with-replacement"``: accelerated ERM (Section 4, Theorem 4.1/F.1), K i.i.d. records per round.
+* ``"without-replacement"`` / ``"poisson"``: the same step with the samplers the tight accountants certify.
 
-Privacy (ISRL-DP, record level, replace-one within a silo): ``privacy()``
-composes the parts' events (``dpjax.accounting.events``) with the sampling
-scheme actually used. ``private=False`` is the non-private twin (the same
-compiled round with noise multiplier 0 and no clip); ``noise_multiplier = 0``
-with a non-binding clip is bit-identical to it.
+Privacy (ISRL-DP, record level, replace-one within a silo): ``privacy()`` composes the parts' events with the
+sampling scheme actually used. ``private=False`` is the non-private twin (noise multiplier 0, no clip);
+``noise_multiplier = 0`` with a non-binding clip is bit-identical to it.
 """
 
 from __future__ import annotations
@@ -42,13 +29,10 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
-from dpjax.accounting.shuffle_sco import ACSA_SCHEDULES  # noqa: F401  (re-exported for dpjax.algorithms.shuffle_sco)
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, SiloBatches
-from dpjax.parts.acsa import AcsaSchedule, AcsaServer, acsa_query, acsa_step
+from dpjax.parts.acsa import AcsaSchedule, AcsaServer
 from dpjax.primitives import sampling as sampling_lib
-
-PyTree = Any
 
 
 @jax.tree_util.register_dataclass
@@ -68,37 +52,9 @@ class AcceleratedHParams:
         return cls(schedule, jnp.asarray(noise_multiplier, jnp.float32), jnp.asarray(clip_norm, jnp.float32))
 
 
-# ---------------------------------------------------------------------------
-# The AC-SA round of the shuffle-model SCO families (dpjax.algorithms.shuffle_sco),
-# until they are declared from parts (AcsaServer)
-# ---------------------------------------------------------------------------
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class AcceleratedState:
-    w: PyTree
-    w_ag: PyTree
-    anchor: PyTree
-    round: jax.Array
-    sampler_states: Any
-    hparams: Any
-
-
-def acsa_round(problem_step, state: AcceleratedState, schedule: AcsaSchedule, radius, step_rule: str = "lan"):
-    """One AC-SA round around ``problem_step(w_md) -> (g, metrics)`` (the aggregated private
-    gradient): ``acsa_query`` then ``acsa_step``; returns ``(new_w, new_w_ag, metrics)``."""
-    w_prev, w_md, alpha, eta = acsa_query(state.w, state.w_ag, schedule, state.round, step_rule)
-    g, metrics = problem_step(w_md)
-    new_w, new_ag = acsa_step(w_prev, w_md, state.w_ag, state.anchor, g, alpha, eta, schedule, radius)
-    return new_w, new_ag, metrics
-
-
-# ---------------------------------------------------------------------------
-# The algorithm
-# ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class AcceleratedMbSgd(ChainFamily):
-    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its
-    non-private twin.
+    """Accelerated noisy ISRL-DP MB-SGD (Algorithm 1; one-pass Theorem 3.1, ERM Theorem 4.1) and its non-private twin.
 
     Args:
       problem: a dpjax problem.
@@ -113,8 +69,7 @@ class AcceleratedMbSgd(ChainFamily):
       neighboring: ``"replace-one"`` (ISRL-DP) or ``"add-remove"``.
       log_indices: add each silo's batch indices/mask to the round metrics (computes all N silos).
       sampling_rate: ``"poisson"`` only: the public rate q (required under add/remove; None under
-        replace-one: ``K / n_i``), the same number the sampler draws with and the accountant reads.
-    """
+        replace-one: ``K / n_i``), the same number the sampler draws with and the accountant reads."""
 
     problem: Any
     num_rounds: int

@@ -5,66 +5,47 @@ Differences for Nonconvex Distributed Learning", ICML 2023.
 
 Algorithms (Sections 3-5):
 
-* ``Diff2GD`` -- Alg. 1 (DIFF2 framework) with the GD routine (Alg. 3).
-  Round ``r = 1..R`` is a *restart* round iff ``(r - 1) mod T == 0``
-  (round 1 always is). Restart round: every client ``p`` sends the
-  ClippedMean (Alg. 2) of its per-record gradients at ``x_{r-1}`` with radius
-  ``C1``; the server averages over the ``P`` clients, adds ONE Gaussian draw
-  and *resets* the estimator to that value. Difference round: every client
-  sends the ClippedMean of the per-record gradient *differences*
-  ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` with radius
-  ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``; the server adds one Gaussian draw to
-  the average and the previous noisy estimator to that. GD routine:
-  ``x_r = x_{r-1} - eta v~_r``. With ``restart_every_round=True`` it is
-  **DP-GD** (every round is a restart round and the difference branch is not
-  even traced); with ``private=False`` (and ``restart_every_round=True``) it is
-  non-private **GD (ref)** (Section 6).
-* ``Diff2BvrLSgd`` -- Alg. 1 with the BVR-L-SGD routine (Alg. 4): after the
-  server step ``x_{1,r-1} = x_{r-1} - eta v~_r`` the client
-  ``p_r = r mod P`` (0-indexed; the paper's ``1 + (r mod P)``) runs ``K - 1``
-  local SARAH-type steps on minibatches of ``b`` records drawn without
-  replacement, each privatised with its own gradient-difference Gaussian
-  mechanism (radius ``C3 ||x_{k-1,r-1} - x_{k-2,r-1}||``); ``x_r = x_{K,r-1}``.
+* ``Diff2GD`` -- Alg. 1 (DIFF2 framework) with the GD routine (Alg. 3). Round ``r = 1..R`` is a *restart* round iff
+  ``(r - 1) mod T == 0`` (round 1 always is). Restart round: every client ``p`` sends the ClippedMean (Alg. 2) of its
+  per-record gradients at ``x_{r-1}`` with radius ``C1``; the server averages over the ``P`` clients, adds ONE Gaussian
+  draw and *resets* the estimator to that value. Difference round: every client sends the ClippedMean of the per-record
+  gradient *differences* ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` with radius
+  ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||``; the server adds one Gaussian draw to the average and the previous noisy
+  estimator to that. GD routine: ``x_r = x_{r-1} - eta v~_r``. With ``restart_every_round=True`` it is **DP-GD** (every
+  round is a restart round and the difference branch is not even traced); with ``private=False`` (and
+  ``restart_every_round=True``) it is non-private **GD (ref)** (Section 6).
+* ``Diff2BvrLSgd`` -- Alg. 1 with the BVR-L-SGD routine (Alg. 4): after the server step
+  ``x_{1,r-1} = x_{r-1} - eta v~_r`` the client ``p_r = r mod P`` (0-indexed; the paper's ``1 + (r mod P)``) runs
+  ``K - 1`` local SARAH-type steps on minibatches of ``b`` records drawn without replacement, each privatised with its
+  own gradient-difference Gaussian mechanism (radius ``C3 ||x_{k-1,r-1} - x_{k-2,r-1}||``); ``x_r = x_{K,r-1}``.
 
-``Diff2GD`` is a declaration of parts (``dpjax.algorithms.diff2_parts``,
-composed by ``dpjax.engine.chain``): the full batch of every silo ->
-``Diff2Client`` (per-record gradients or differences; state ``x_{r-2}`` and the
-carried per-record work) -> ``RadiusClipper`` (``C1`` or ``C_{2,r}``; bound
-``radius / n_p``) -> ``SiloMean`` (bound / P) -> ``RoundNoise`` on the server
--> ``EstimatorSgd`` (keeps ``v~``) -> ``RandomIterate`` / last.
+``Diff2GD`` is a declaration of parts (``dpjax.algorithms.diff2_parts``, composed by ``dpjax.engine.chain``): the full
+batch of every silo -> ``Diff2Client`` (per-record gradients or differences; state ``x_{r-2}`` and the carried
+per-record work) -> ``RadiusClipper`` (``C1`` or ``C_{2,r}``; bound ``radius / n_p``) -> ``SiloMean`` (bound / P) ->
+``RoundNoise`` on the server -> ``EstimatorSgd`` (keeps ``v~``) -> ``RandomIterate`` / last.
 
 Noise: every std is ``noise multiplier x sensitivity``, the sensitivity read
-from the clipped value: replacing one record of client ``p`` moves the server
-average by at most ``2 C / (n_p P)`` (``C = C1`` or ``C_{2,r}``; the additive
-``v~_{r-1}`` is already released), so a round's std is
-``z x 2 C / (n_min P)``. The paper's ``sigma_1, sigma_2, sigma_3`` (Props. 4.1,
-E.2) are multipliers of the *radius* (std ``sigma C``, the ``1/(n_min P)``
-already inside); ``noise_multipliers_from_paper`` converts them with the
-family's own sensitivities (``message_sensitivity``), never a re-typed formula.
+from the clipped value: replacing one record of client ``p`` moves the server average by at most ``2 C / (n_p P)``
+(``C = C1`` or ``C_{2,r}``; the additive ``v~_{r-1}`` is already released), so a round's std is ``z x 2 C / (n_min P)``.
+The paper's ``sigma_1, sigma_2, sigma_3`` (Props. 4.1, E.2) are multipliers of the *radius* (std ``sigma C``, the
+``1/(n_min P)`` already inside); ``noise_multipliers_from_paper`` converts them with the family's own sensitivities
+(``message_sensitivity``), never a re-typed formula.
 
-Privacy guarantee (Section 2, Prop. 4.1 / Prop. E.2): central DP with a
-trusted server, record-level, **replace-one** neighbouring relation inside a
-fixed silo. Every round is a Gaussian mechanism of multiplier ``z`` whatever
-the radius (``C1`` and ``C2`` do not enter the privacy cost); ``privacy()``
-composes ``m = ceil(R/T)`` restart and ``R - m`` difference releases
-(``dpjax.accounting.events.DpPlan``; calibration keeps the multipliers' ratio).
-BVR local steps are additionally without-replacement subsampled Gaussian
-releases of sensitivity ``2 C_3 ||.|| / b`` (Lemma B.7). The released transcript
-is the iterates, the output candidates and the noisy estimators (BVR: the
-whole local trajectory).
+Privacy guarantee (Section 2, Prop. 4.1 / Prop. E.2): central DP with a trusted server, record-level, **replace-one**
+neighbouring relation inside a fixed silo. Every round is a Gaussian mechanism of multiplier ``z`` whatever the radius
+(``C1`` and ``C2`` do not enter the privacy cost); ``privacy()`` composes ``m = ceil(R/T)`` restart and ``R - m``
+difference releases (``dpjax.accounting.events.DpPlan``; calibration keeps the multipliers' ratio). BVR local steps are
+additionally without-replacement subsampled Gaussian releases of sensitivity ``2 C_3 ||.|| / b`` (Lemma B.7). The
+released transcript is the iterates, the output candidates and the noisy estimators (BVR: the whole local trajectory).
 
-Output (the utility theorems of Sections 4-5 are for a random iterate):
-``output="random"`` returns ``x_{r^-1}`` with ``r^ ~ Unif{1..R}`` (``x_R`` is
-never output; BVR: the local starting point ``x_{k^-1, r^-1}``), drawn from
-the run's ``"output"`` stream; ``"last"`` returns the last iterate (used for
-the experiments' curves).
+Output (the utility theorems of Sections 4-5 are for a random iterate): ``output="random"`` returns ``x_{r^-1}`` with
+``r^ ~ Unif{1..R}`` (``x_R`` is never output; BVR: the local starting point ``x_{k^-1, r^-1}``), drawn from the run's
+``"output"`` stream; ``"last"`` returns the last iterate (used for the experiments' curves).
 
-Keys: the server noise of round ``r`` comes from the ``"server_noise"`` stream
-of the round key, BVR minibatches from ``"sampling"`` and local noise from
-``"local"`` (folded with the local step ``k``), the BVR output index ``k^``
-from ``"output"``. Because the round key only depends on ``r``, runs that
-differ in ``T``, ``eta`` or ``C`` share their random numbers, and DIFF2-GD
-with ``T = 1`` is bit-identical to DP-GD.
+Keys: the server noise of round ``r`` comes from the ``"server_noise"`` stream of the round key, BVR minibatches from
+``"sampling"`` and local noise from ``"local"`` (folded with the local step ``k``), the BVR output index ``k^`` from
+``"output"``. Because the round key only depends on ``r``, runs that differ in ``T``, ``eta`` or ``C`` share their
+random numbers, and DIFF2-GD with ``T = 1`` is bit-identical to DP-GD.
 """
 
 from __future__ import annotations
@@ -81,20 +62,9 @@ from dpjax import _validate
 from dpjax.accounting.events import DpPlan
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PrivacySpec
 from dpjax.algorithms.hparams import HParams, hparam
-from dpjax.algorithms.diff2_parts import (
-    PATHS,
-    Diff2Client,
-    EstimatorSgd,
-    RadiusClipper,
-    RandomIterate,
-    RestartSchedule,
-    RoundNoise,
-    SiloMean,
-    StepNoise,
-    clipping_path,
-    difference_radius,
-    is_restart_round,
-)
+from dpjax.algorithms.diff2_parts import (PATHS, Diff2Client, EstimatorSgd, RadiusClipper, RandomIterate,
+                                          RestartSchedule, RoundNoise, SiloMean, StepNoise, clipping_path,
+                                          difference_radius, is_restart_round)
 from dpjax.algorithms.diff2_local import LocalMinibatches, LocalSarahSteps, RandomLocalIterate, SarahRecursion
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.roles import Batch, Context
@@ -125,13 +95,11 @@ class Diff2HParams(HParams):
         (``inf`` disables clipping; then the run has no privacy guarantee).
       clip_diff: C2, clipping *coefficient* of per-record gradient differences;
         the radius in round r is ``C2 ||x_{r-1} - x_{r-2}||``.
-      noise_multiplier_restart: z1, restart rounds' noise std divided by their
-        sensitivity (std ``z1 x 2 C1/(n_min P)``; the paper's sigma_1 is
-        ``z1 x 2/(n_min P)``, see ``noise_multipliers_from_paper``).
+      noise_multiplier_restart: z1, restart rounds' noise std divided by their sensitivity (std ``z1 x 2 C1/(n_min P)``;
+        the paper's sigma_1 is ``z1 x 2/(n_min P)``, see ``noise_multipliers_from_paper``).
       noise_multiplier_diff: z2, likewise for difference rounds (radius ``C_{2,r}``).
       clip_local: C3 (BVR local steps only; radius ``C3 ||x_{k-1} - x_{k-2}||``).
-      noise_multiplier_local: z3 (BVR local steps only; std ``z3 x 2 C3 ||.||/b``).
-    """
+      noise_multiplier_local: z3 (BVR local steps only; std ``z3 x 2 C3 ||.||/b``)."""
 
     # ``create(learning_rate, restart_interval=1, ..., dtype=None)`` checks each concrete value by the rule
     # declared here (HParams); ``dtype`` overrides the float32 of the float fields.
@@ -207,10 +175,9 @@ class _Diff2Family(ChainFamily):
             return float(_mean_of(p.role("aggregator"), clipped, len(sizes)).sensitivity)
 
     def noise_multipliers_from_paper(self, silo_sizes, **sigmas) -> dict:
-        """Noise multipliers of rounds whose noise std is ``sigma x radius`` (the paper's
-        ``sigma_restart`` = sigma_1, ``sigma_diff`` = sigma_2, ``sigma_local`` = sigma_3 of
-        Props. 4.1 / E.2): ``sigma / sensitivity at radius 1`` with this family's sensitivities.
-        Values may be arrays (one per configuration, float64) or jax arrays; returns
+        """Noise multipliers of rounds whose noise std is ``sigma x radius`` (the paper's ``sigma_restart`` = sigma_1,
+        ``sigma_diff`` = sigma_2, ``sigma_local`` = sigma_3 of Props. 4.1 / E.2): ``sigma / sensitivity at radius 1``
+        with this family's sensitivities. Values may be arrays (one per configuration, float64) or jax arrays; returns
         ``{noise_multiplier_<kind>: z}``."""
         out = {}
         for name, sigma in sigmas.items():
@@ -241,21 +208,16 @@ class Diff2GD(_Diff2Family):
     Args:
       problem: a dpjax problem (per-record ``loss``, ``init_params``, ``evaluate``).
       num_rounds: R.
-      restart_every_round: static ``T = 1`` (DP-GD): the difference branch is
-        not traced (half the per-record gradients); bit-identical to
-        ``restart_interval = 1``.
+      restart_every_round: static ``T = 1`` (DP-GD): the difference branch is not traced (half the per-record
+        gradients); bit-identical to ``restart_interval = 1``.
       private: False gives non-private GD (no clipping, no noise).
       output: ``"random"`` (Alg. 1: ``x_{r^-1}``, ``r^ ~ Unif{1..R}``) or ``"last"``.
-      cache_grads: keep the per-record work at ``x_{r-1}`` in the client's state
-        so a difference round does one pass over the data instead of two: the
-        per-record gradients (memory ``P x n_max x d`` per run) on the
-        per-record path, the layers' output gradients and parameter-dependent
-        inputs on the ghost path (``P x n_max x`` a few times the layer
-        widths); same results.
-      path: ``"auto"`` | ``"ghost"`` | ``"per-record"``: how per-record
-        gradients (differences) are clipped, see ``clipping_path``;
-        ``path_used(params, data)`` says which one runs.
-    """
+      cache_grads: keep the per-record work at ``x_{r-1}`` in the client's state so a difference round does one pass
+        over the data instead of two: the per-record gradients (memory ``P x n_max x d`` per run) on the per-record
+        path, the layers' output gradients and parameter-dependent inputs on the ghost path (``P x n_max x`` a few times
+        the layer widths); same results.
+      path: ``"auto"`` | ``"ghost"`` | ``"per-record"``: how per-record gradients (differences) are clipped, see
+        ``clipping_path``; ``path_used(params, data)`` says which one runs."""
 
     problem: Any
     num_rounds: int
@@ -323,20 +285,16 @@ class Diff2BvrLSgd(_Diff2Family):
       server_learning_rate_scale: optional factor for the server step
         (Lemma F.1's proof hints at a second one; default 1: a single step size as in Alg. 4).
 
-    The DIFF2 estimator ``v~_r`` is the one of ``Diff2GD`` (all clients,
-    round-level iterates ``x_{r-1}, x_{r-2}``, which are K updates apart), from
-    the same parts. Client ``p_r = r mod P`` (0-indexed, r 1-based; the paper's
-    ``1 + (r mod P)``) runs the local loop; only its data enters the local
-    steps. ``v~_{k,r}`` recurses on the previous *noisy* local estimator.
+    The DIFF2 estimator ``v~_r`` is the one of ``Diff2GD`` (all clients, round-level iterates ``x_{r-1}, x_{r-2}``,
+    which are K updates apart), from the same parts. Client ``p_r = r mod P`` (0-indexed, r 1-based; the paper's
+    ``1 + (r mod P)``) runs the local loop; only its data enters the local steps. ``v~_{k,r}`` recurses on the
+    previous *noisy* local estimator.
 
-    Its round is ``Diff2GD``'s fold with ``LocalSarahSteps`` as the server
-    (``dpjax.algorithms.diff2_local``): the estimator's server step, then the
-    ``K - 1`` local steps under ``lax.scan``, each folding the inner chain
-    ``RadiusClipper`` on ``clip_local``, ``SiloMean`` of the one client,
-    ``SarahRecursion``, ``StepNoise``; the output rule ``RandomLocalIterate``
-    records ``x_{k^-1, r^-1}``. ``privacy()`` composes the estimator's
-    ``DpPlan`` with the local steps' ``DpPlan``, read from the same parts.
-    """
+    Its round is ``Diff2GD``'s fold with ``LocalSarahSteps`` as the server (``dpjax.algorithms.diff2_local``): the
+    estimator's server step, then the ``K - 1`` local steps under ``lax.scan``, each folding the inner chain
+    ``RadiusClipper`` on ``clip_local``, ``SiloMean`` of the one client, ``SarahRecursion``, ``StepNoise``; the output
+    rule ``RandomLocalIterate`` records ``x_{k^-1, r^-1}``. ``privacy()`` composes the estimator's ``DpPlan`` with the
+    local steps' ``DpPlan``, read from the same parts."""
 
     problem: Any
     num_rounds: int

@@ -1,10 +1,9 @@
 """DIFF2-BVR-L-SGD's local steps (Murata & Suzuki, ICML 2023, Alg. 4) as parts.
 
-``LocalSarahSteps`` is the family's server: the estimator's server step (``EstimatorSgd``), then
-the ``K - 1`` local SARAH steps of one client under ``lax.scan``, each folding an inner chain
-(``RadiusClipper`` on ``clip_local``, ``SiloMean`` of the one client, ``SarahRecursion``,
-``StepNoise``; ``dpjax.engine.chain.fold``). ``LocalMinibatches`` is their sampling (and its event
-for the accountant); ``RandomLocalIterate`` the output rule recording ``x_{k^-1, r^-1}``.
+``LocalSarahSteps`` is the family's server: the estimator's server step (``EstimatorSgd``), then the ``K - 1`` local
+SARAH steps of one client under ``lax.scan``, each folding an inner chain (``RadiusClipper`` on ``clip_local``,
+``SiloMean`` of the one client, ``SarahRecursion``, ``StepNoise``; ``dpjax.engine.chain.fold``). ``LocalMinibatches`` is
+their sampling (and its event for the accountant); ``RandomLocalIterate`` the output rule recording ``x_{k^-1, r^-1}``.
 """
 
 from __future__ import annotations
@@ -18,14 +17,8 @@ import optax
 
 from dpjax import keys
 from dpjax.accounting.events import SelectionEvent
-from dpjax.algorithms.diff2_parts import (
-    EstimatorSgd,
-    EstimatorState,
-    GhostRecords,
-    RandomIterate,
-    RecordDifferences,
-    displacement,
-)
+from dpjax.algorithms.diff2_parts import (EstimatorSgd, EstimatorState, GhostRecords, RandomIterate, RecordDifferences,
+                                          displacement)
 from dpjax.engine.chain import fold, init_all
 from dpjax.engine.roles import Context, Sensitive
 from dpjax.primitives.sampling import sample_without_replacement
@@ -56,10 +49,9 @@ def local_differences(loss, params, prev_params, x, y, batch_size: int) -> Recor
 
 @dataclasses.dataclass(frozen=True)
 class SarahRecursion:
-    """The local SARAH estimator of Alg. 4, a part of the local steps' inner chain: the message of
-    step ``k`` is ``v~_{k-1} + d_k`` (its state ``v~_{k-1}`` is already released, post-processing:
-    the message keeps ``d_k``'s bound); the local loop keeps the released ``v~_k`` as the next
-    step's state (``LocalSarahSteps``)."""
+    """The local SARAH estimator of Alg. 4, a part of the local steps' inner chain: the message of step ``k`` is
+    ``v~_{k-1} + d_k`` (its state ``v~_{k-1}`` is already released, post-processing: the message keeps ``d_k``'s bound);
+    the local loop keeps the released ``v~_k`` as the next step's state (``LocalSarahSteps``)."""
 
     roles = ("server",)
 
@@ -90,17 +82,16 @@ class LocalSarahState:
 
 @dataclasses.dataclass(frozen=True)
 class LocalSarahSteps:
-    """DIFF2-BVR-L-SGD's server (Alg. 4): the estimator's server step ``x_{1,r-1} = x_{r-1} - eta
-    v~_r`` (``estimator``), then ``K - 1`` local SARAH steps on client ``p_r = r mod P`` under
-    ``lax.scan``. Step ``k = 2..K`` draws ``b`` of the client's records without replacement
-    (``batches``, key ``fold_in(stream_key(round key, "sampling"), k)``), describes their
-    differences between ``x_{k-1}`` and ``x_{k-2}`` (``local_differences``) and folds them through
-    ``inner`` (``RadiusClipper`` on ``clip_local``, ``SiloMean``, ``SarahRecursion``, ``StepNoise``;
-    the inner context's round is ``k``); ``x_k = x_{k-1} - eta v~_k``. The inner states live for the
-    round's loop. Its value is ``x_{K,r-1}`` or, with ``record_candidate``, a ``LocalCandidate``
+    """DIFF2-BVR-L-SGD's server (Alg. 4): the estimator's server step ``x_{1,r-1} = x_{r-1} - eta v~_r``
+    (``estimator``), then ``K - 1`` local SARAH steps on client ``p_r = r mod P`` under ``lax.scan``. Step ``k = 2..K``
+    draws ``b`` of the client's records without replacement (``batches``, key
+    ``fold_in(stream_key(round key, "sampling"), k)``), describes their differences between ``x_{k-1}`` and ``x_{k-2}``
+    (``local_differences``) and folds them through ``inner`` (``RadiusClipper`` on ``clip_local``, ``SiloMean``,
+    ``SarahRecursion``, ``StepNoise``; the inner context's round is ``k``); ``x_k = x_{k-1} - eta v~_k``. The inner
+    states live for the round's loop. Its value is ``x_{K,r-1}`` or, with ``record_candidate``, a ``LocalCandidate``
     carrying ``x_{k^-1,r-1}`` too (``k^ ~ Unif{1..K}`` from the round key's ``"output"`` stream) for
-    ``RandomLocalIterate``. The accountant reads ``batches`` and the inner parts (``Parts.role``
-    looks inside ``inner``)."""
+    ``RandomLocalIterate``. The accountant reads ``batches`` and the inner parts (``Parts.role`` looks inside
+    ``inner``)."""
 
     problem: Any
     estimator: EstimatorSgd

@@ -2,18 +2,14 @@
 
 One DIFF2 round (Alg. 1 steps 1-5) as roles of ``dpjax.engine.roles``:
 
-* ``RestartSchedule`` -- which rounds restart the estimator (``(r - 1) mod T == 0``;
-  every round for DP-GD); every part that behaves differently in restart and
-  difference rounds asks it, so they all agree.
-* ``Diff2Client`` -- describes each silo's units at ``x_{r-1}``: the per-record
-  gradients (restart) or the per-record differences
-  ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` (difference round), materialised or
-  as ghost-clipping layer passes (``dpjax.primitives.ghost_clipping``). Its state
-  is ``x_{r-2}`` and, optionally, the per-record work at ``x_{r-1}`` carried to
-  the next round (one pass over the data per round instead of two).
-* ``RadiusClipper`` -- clips every unit to ``C1`` (restart) or
-  ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` (difference) and returns the ClippedMean
-  (Alg. 2) of each silo with that radius divided by the silo size as its bound.
+* ``RestartSchedule`` -- which rounds restart the estimator (``(r - 1) mod T == 0``; every round for DP-GD); every part
+  that behaves differently in restart and difference rounds asks it, so they all agree.
+* ``Diff2Client`` -- describes each silo's units at ``x_{r-1}``: the per-record gradients (restart) or the per-record
+  differences ``grad l(x_{r-1}, z) - grad l(x_{r-2}, z)`` (difference round), materialised or as ghost-clipping layer
+  passes (``dpjax.primitives.ghost_clipping``). Its state is ``x_{r-2}`` and, optionally, the per-record work at
+  ``x_{r-1}`` carried to the next round (one pass over the data per round instead of two).
+* ``RadiusClipper`` -- clips every unit to ``C1`` (restart) or ``C_{2,r} = C2 ||x_{r-1} - x_{r-2}||`` (difference) and
+  returns the ClippedMean (Alg. 2) of each silo with that radius divided by the silo size as its bound.
 * ``SiloMean`` -- the mean over the P silos (bound / P).
 * ``RoundNoise`` -- Gaussian noise on the server, noise multiplier
   ``noise_multiplier_restart`` or ``noise_multiplier_diff`` of the round, std
@@ -52,8 +48,7 @@ PATHS = ("auto", "ghost", "per-record")
 def is_restart_round(round_number, restart_interval):
     """Restart predicate of Alg. 1: ``(r - 1) mod T == 0`` for 1-based ``r``.
 
-    Works on Python ints and traced int32 scalars (so T can be vmapped).
-    """
+    Works on Python ints and traced int32 scalars (so T can be vmapped)."""
     return (round_number - 1) % restart_interval == 0
 
 
@@ -97,9 +92,8 @@ def difference_radius(params: PyTree, prev_params: PyTree, clip_diff):
 
 # ----------------------------------------------------------------------------- which per-record path
 def _ghost_traffic(plan, params) -> float:
-    """Floats moved per record by a ghost-clipped difference round: per layer
-    call, its input and output-gradient rows (K + C per position) read or
-    written about six times (pass, carry, norms, weighted sum)."""
+    """Floats moved per record by a ghost-clipped difference round: per layer call, its input and output-gradient rows
+    (K + C per position) read or written about six times (pass, carry, norms, weighted sum)."""
     leaves = jax.tree_util.tree_leaves(params)
     total = 0.0
     for call in plan.calls:
@@ -111,16 +105,13 @@ def _ghost_traffic(plan, params) -> float:
 
 
 def clipping_path(problem, params, x, y, path: str = "auto") -> str:
-    """Which per-record computation DIFF2 runs on ``problem``: ``"ghost"`` (ghost
-    clipping of the gradient differences, ``dpjax.primitives.ghost_clipping``) or
-    ``"per-record"`` (per-record gradients materialised with ``vmap(grad)``).
+    """Which per-record computation DIFF2 runs on ``problem``: ``"ghost"`` (ghost clipping of the gradient differences,
+    ``dpjax.primitives.ghost_clipping``) or ``"per-record"`` (per-record gradients materialised with ``vmap(grad)``).
 
-    ``path="auto"`` takes ghost clipping when the model supports it and it moves
-    fewer floats per record than materialising (about 5 d per record: the
-    gradient written, read for its norm and for the weighted sum, carried to
-    the next round); ``"ghost"`` raises a ``ValueError`` if the model is not
-    supported. ``x, y``: one silo's records (only shapes are used).
-    """
+    ``path="auto"`` takes ghost clipping when the model supports it and it moves fewer floats per record than
+    materialising (about 5 d per record: the gradient written, read for its norm and for the weighted sum, carried to
+    the next round); ``"ghost"`` raises a ``ValueError`` if the model is not supported. ``x, y``: one silo's records
+    (only shapes are used)."""
     _validate.check_choice("path", path, PATHS)
     if path == "per-record":
         return "per-record"
@@ -173,8 +164,7 @@ class RecordDifferences:
       weights: bool ``[M, B]`` (None: every row).
       denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``).
       vectors: the per-record vectors ``[M, B, ...]`` (per-record path), or None.
-      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None.
-    """
+      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
 
     restart: Any
     displacement: Any
@@ -217,8 +207,7 @@ class Diff2Client:
       schedule: the ``RestartSchedule``.
       path: ``"auto"`` | ``"ghost"`` | ``"per-record"`` (``clipping_path``).
       carry: keep the per-record work at ``x_{r-1}`` in the state for the next round.
-      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work.
-    """
+      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
 
     problem: Any
     schedule: RestartSchedule
@@ -354,10 +343,9 @@ class ReleaseRecord:
 
 @dataclasses.dataclass(frozen=True)
 class RoundNoise:
-    """Gaussian noise on the server's mean, ``N(0, (z sensitivity)^2 I)`` with ``z`` the round's
-    multiplier (``restart_field`` in restart rounds, ``difference_field`` in difference rounds),
-    from the round key's ``stream``. Events: ``m = ceil(R/T)`` restart releases and ``R - m``
-    difference releases, composed by the accountant."""
+    """Gaussian noise on the server's mean, ``N(0, (z sensitivity)^2 I)`` with ``z`` the round's multiplier
+    (``restart_field`` in restart rounds, ``difference_field`` in difference rounds), from the round key's ``stream``.
+    Events: ``m = ceil(R/T)`` restart releases and ``R - m`` difference releases, composed by the accountant."""
 
     schedule: RestartSchedule
     restart_field: str = "noise_multiplier_restart"

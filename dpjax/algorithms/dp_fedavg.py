@@ -3,30 +3,23 @@ Learning with Adaptive Clipping", NeurIPS 2021, Algorithm 1): user-level DP, the
 
 Each round t:
 
-1. the round's silos are sampled -- each of the N silos with the declared public probability q
-   (``"poisson"``, add/remove: ``sampling_rate``, m/N for a public N; the number of users is not
-   public under add/remove, so q is declared, never read from the data) or a uniform m-subset
-   (``"without-replacement"``, replace-one);
+1. the round's silos are sampled -- each of the N silos with the declared public probability q (``"poisson"``,
+   add/remove: ``sampling_rate``, m/N for a public N; the number of users is not public under add/remove, so q is
+   declared, never read from the data) or a uniform m-subset (``"without-replacement"``, replace-one);
 2. every sampled silo runs ``local_steps`` non-private SGD steps from the server model
    (``client_learning_rate``; a uniform ``local_batch_size``-subset of its records per step, or all
    of them) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;
-3. the adaptive clipping mechanism (``dpjax.parts.adaptive_clipping.AdaptiveClipMean``: its state the
-   clip norm C_t) clips every delta to C_t and releases the centred count ``sum_i (b_i - 1/2)``, ``b_i = 1[||Delta_i|| <= C_t]`` (one silo moves it by 1/2),
-   plus ``N(0, (z_b x 1/2)^2)`` (``noise_multiplier_count`` z_b; the paper's sigma_b = z_b / 2 under
-   add/remove); then ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))`` with ``b~ = clip(noisy count / m + 1/2,
-   0, 1)`` (geometric update; ``clip_learning_rate`` eta_C, ``target_quantile`` gamma);
-4. the server adds ``N(0, (z_Delta C_t / m)^2)`` to the clipped deltas' sum over the public m
-   (``noise_multiplier`` z_Delta; the sensitivity C_t / m comes from the clipper's bound) and applies it
-   with the server optimizer (``server_optimizer``: optax SGD by default, ``learning_rate`` eta_s,
-   ``server_momentum`` beta; ``"adam"`` is DP-FedAdam, Reddi et al. 2021's FedAdam with this mechanism).
+3. the adaptive clipping mechanism (``dpjax.parts.adaptive_clipping.AdaptiveClipMean``, which states the count
+   release and the clip update ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))``) clips every delta to C_t, releases the noisy
+   centred count (``noise_multiplier_count`` z_b; the paper's sigma_b = z_b / 2 under add/remove) and adds
+   ``N(0, (z_Delta C_t / m)^2)`` to the clipped deltas' sum over the public m (``noise_multiplier`` z_Delta);
+4. the server applies it with the server optimizer (``server_optimizer``: optax SGD by default, ``learning_rate``
+   eta_s, ``server_momentum`` beta; ``"adam"`` is DP-FedAdam, Reddi et al. 2021's FedAdam with this mechanism).
 
-Privacy (Andrew et al. 2021, Theorem 1): the round's two Gaussian releases on the same sampled silos
-are one Gaussian mechanism on the concatenated query, of multiplier
-``z = (z_Delta^-2 + z_b^-2)^-1/2`` (the paper's ``z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2``); the run is R
-of them subsampled at the silo rate, unit "user" (``JointGaussianEvent``, read by the DP plan of the
-parts). Calibration sets z_Delta with z_b fixed (Algorithm 1 derives z_Delta from z and sigma_b): a target
-needing z >= z_b is out of reach. ``clip_learning_rate = 0`` is fixed clipping (the count is unused and
-not accounted). ``private=False`` is FedAvg with a server optimizer (FedOpt): no clip, no noise.
+Privacy (Andrew et al. 2021, Theorem 1): each round is one Gaussian mechanism of multiplier
+``z = (z_Delta^-2 + z_b^-2)^-1/2`` (the paper's ``z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2``; see ``adaptive_clipping``);
+the run is R of them subsampled at the silo rate, unit "user". Calibration sets z_Delta with z_b fixed (Algorithm 1
+derives z_Delta from z and sigma_b). ``private=False`` is FedAvg with a server optimizer (FedOpt): no clip, no noise.
 """
 
 from __future__ import annotations
@@ -86,8 +79,7 @@ class DpFedAvg(ChainFamily):
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
       sampling_rate: q, each silo's public inclusion probability (``"poisson"``; required under
-        add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor.
-    """
+        add/remove); the accountant reads the same q, ``silos_per_round`` m stays the public divisor."""
 
     problem: Any
     num_rounds: int

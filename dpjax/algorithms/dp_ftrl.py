@@ -5,9 +5,8 @@ No sampling: every silo fixes an order of its records (``order="shuffled-once"``
 once per run; ``"given"``: the stored order) and round r uses its block ``r mod floor(n_i / B)`` of B
 records; an epoch is ``T = floor(n_min / B)`` rounds. Round t:
 
-1. ``g_t = (1/(B N)) sum_i sum_{j in block} clip_C(grad f(theta_{t-1}, x_ij))``: per-example clip, the
-   public mean over the batch and the silos (its sensitivity, ``2C/(BN)`` under replace-one, comes from
-   the clipper);
+1. ``g_t = (1/(B N)) sum_i sum_{j in block} clip_C(grad f(theta_{t-1}, x_ij))``: per-example clip, the public mean over
+   the batch and the silos (its sensitivity, ``2C/(BN)`` under replace-one, comes from the clipper);
 2. the tree privatizer releases the noisy prefix sum of the epoch, ``s_t = sum_{tau <= t} g_tau + sum of
    the noises of the dyadic nodes that make up [1, t]``, each node ``N(0, (z x sensitivity)^2 I)``
    drawn once (``noise_multiplier`` z), and hands on its increment ``s_t - s_{t-1}``: the new node's
@@ -17,15 +16,14 @@ records; an epoch is ``T = floor(n_min / B)`` rounds. Round t:
    i.e. ``theta_t = theta_e - eta s_t`` from the epoch's start ``theta_e``: FTRL on the linearised losses
    with regulariser ``||theta - theta_e||^2 / (2 eta)``.
 
-Privacy (Kairouz et al. 2021, Appendix D, DP-FTRL-TreeRestart; ``compute_rdp_tree_restart`` of
-tensorflow_privacy): in a tree of T_e leaves a record enters one leaf, hence at most ``floor(log2 T_e)
-+ 1`` (= ceil(log2(T_e + 1))) of the nodes the prefix sums use -- the first leaf reaches that many.
-Each node is a Gaussian release of multiplier z on adaptively chosen inputs, so one epoch is the
-Gaussian mechanism of sensitivity ``sqrt(floor(log2 T_e) + 1)`` times a leaf's, i.e.
-``(floor(log2 T_e) + 1) / (2 z^2)``-zCDP, and the run composes its epochs' trees (RDP orders add):
-``TreeEvent`` gives the plan's Gaussian rules ``sum_e (floor(log2 T_e) + 1)`` unsampled releases of
-multiplier z. Neighbouring: replace-one (records sit at fixed positions of the stream; adding or
-removing one would move every later block). ``private=False`` is SGD on the same order of records.
+Privacy (Kairouz et al. 2021, Appendix D, DP-FTRL-TreeRestart; ``compute_rdp_tree_restart`` of tensorflow_privacy): in a
+tree of T_e leaves a record enters one leaf, hence at most ``floor(log2 T_e) + 1`` (= ceil(log2(T_e + 1))) of the nodes
+the prefix sums use -- the first leaf reaches that many. Each node is a Gaussian release of multiplier z on adaptively
+chosen inputs, so one epoch is the Gaussian mechanism of sensitivity ``sqrt(floor(log2 T_e) + 1)`` times a leaf's, i.e.
+``(floor(log2 T_e) + 1) / (2 z^2)``-zCDP, and the run composes its epochs' trees (RDP orders add): ``TreeEvent`` gives
+the plan's Gaussian rules ``sum_e (floor(log2 T_e) + 1)`` unsampled releases of multiplier z. Neighbouring: replace-one
+(records sit at fixed positions of the stream; adding or removing one would move every later block). ``private=False``
+is SGD on the same order of records.
 """
 
 from __future__ import annotations
@@ -162,8 +160,7 @@ class DpFtrl(ChainFamily):
       batch_size: B records per silo per round (``floor(n_min / B)`` rounds per epoch).
       momentum: beta of the server's optax SGD (DP-FTRLM); None: plain SGD (DP-FTRL).
       order: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (the stored order);
-        either is a fixed order, which is all the accounting assumes.
-    """
+        either is a fixed order, which is all the accounting assumes."""
 
     problem: Any
     num_rounds: int

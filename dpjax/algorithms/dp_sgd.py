@@ -1,26 +1,20 @@
-"""Central DP-SGD (Abadi et al. 2016, Algorithm 1) with any optax optimizer: a
-configuration of DP-SGD-General (``dpjax.algorithms.dpsgd_general``), not a
-trainer of its own.
+"""Central DP-SGD (Abadi et al. 2016, Algorithm 1) with any optax optimizer: a configuration of DP-SGD-General
+(``dpjax.algorithms.dpsgd_general``), not a trainer of its own.
 
-Each step every silo samples a batch (Poisson: every record w.p. the declared
-public ``sampling_rate`` q, e.g. ``K/n`` for a public n -- under add/remove the
-data's size is not public, so q is required and is the rate the accountant
-reads; or a fixed ``K``-subset without replacement), clips every record's gradient to ``C``
-(DP-SGD-General with ``s = 1``, ``m = K``: individual clipping), the server
-takes the mean of the silos' clipped sums divided by the public ``K`` (the sum
-over the pooled records divided by the expected pooled batch ``K x silos``),
-adds Gaussian noise ONCE to it (``placement="server"``) with std
-``noise_multiplier x`` its sensitivity (``C / (K x silos)`` under add/remove,
-twice that under replace-one) and hands it to the server optimizer
-(``optax.adam`` by default, its learning rate a traced per-run value).
+Each step every silo samples a batch (Poisson: every record w.p. the declared public ``sampling_rate`` q, e.g. ``K/n``
+for a public n -- under add/remove the data's size is not public, so q is required and is the rate the accountant reads;
+or a fixed ``K``-subset without replacement), clips every record's gradient to ``C`` (DP-SGD-General with ``s = 1``,
+``m = K``: individual clipping), the server takes the mean of the silos' clipped sums divided by the public ``K`` (the
+sum over the pooled records divided by the expected pooled batch ``K x silos``), adds Gaussian noise ONCE to it
+(``placement="server"``) with std ``noise_multiplier x`` its sensitivity (``C / (K x silos)`` under add/remove, twice
+that under replace-one) and hands it to the server optimizer (``optax.adam`` by default, its learning rate a traced
+per-run value).
 
-Privacy (record level, central DP): the DP plan of those parts. Poisson:
-``R`` subsampled Gaussian releases at the declared rate q (every silo's
-records are drawn with it), a ``GaussianPrivacy`` (add-remove).
-Without replacement: DP-SGD-General's accountants for subsampled individual
-clipping (first the exact strong-adversary one, ``"standard"`` the
-amplification-by-subsampling RDP bound), at every silo's size, the worst.
-``private=False`` is the non-private twin (noise 0, no clip).
+Privacy (record level, central DP): the DP plan of those parts. Poisson: ``R`` subsampled Gaussian releases at the
+declared rate q (every silo's records are drawn with it), a ``GaussianPrivacy`` (add-remove).
+Without replacement: DP-SGD-General's accountants for subsampled individual clipping (first the exact strong-adversary
+one, ``"standard"`` the amplification-by-subsampling RDP bound), at every silo's size, the worst. ``private=False`` is
+the non-private twin (noise 0, no clip).
 """
 
 from __future__ import annotations
@@ -57,8 +51,7 @@ class DpSgd(OutputRule, ChainFamily):
       problem: a dpjax problem (e.g. ``dpjax.problems.FlaxProblem``).
       num_rounds: R optimizer steps.
       batch_size: K, expected records per silo per step.
-      sampling: ``"poisson"`` (default; add-remove) or ``"without-replacement"``
-        (fixed batches; replace-one).
+      sampling: ``"poisson"`` (default; add-remove) or ``"without-replacement"`` (fixed batches; replace-one).
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
@@ -66,8 +59,7 @@ class DpSgd(OutputRule, ChainFamily):
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
         add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
-        ``K = q n`` for the public silo size n gives the unbiased mean.
-    """
+        ``K = q n`` for the public silo size n gives the unbiased mean."""
 
     problem: Any
     num_rounds: int

@@ -1,65 +1,49 @@
-"""DP-SGD-General (van Dijk, Nguyen, Nguyen & Nguyen, "Generalizing DP-SGD with
-Shuffling and Batch Clipping", Algorithm 1), with Poisson DP-SGD as its baseline
-and central (pooled) DP-SGD as a configuration.
+"""DP-SGD-General (van Dijk, Nguyen, Nguyen & Nguyen, "Generalizing DP-SGD with Shuffling and Batch Clipping", Algorithm
+1), with Poisson DP-SGD as its baseline and central (pooled) DP-SGD as a configuration.
 
 Each round (per silo; one silo is the paper's single client):
 
-1. the batch selection gives the round's index set ``S_b`` split into ``m``
-   subsets ``S_{b,h}`` of ``s`` records: ``"shuffle"`` takes block ``b`` of a
-   uniform permutation drawn once per epoch (every record once per epoch; the
-   last ``N - B m s`` records of a permutation sit the epoch out),
-   ``"subsample"`` draws a fresh uniform ``ms``-subset every round;
-2. ``a_h = A(w, S_{b,h})`` for every subset, all from the same ``w`` (vmapped):
-   ``update_rule="gradient"`` is the subset's mean gradient (eq. (1) with
-   ``s = 1``: individual clipping; eq. (4) with ``m = 1``: batch clipping of the
-   mini-batch mean); ``"local"`` runs ``s / local_batch_size`` local steps of
-   ``local_optimizer`` over the subset with a fresh optimiser state (reset
-   every call: nothing private persists across rounds) and returns the summed
-   local updates ``(w - w_final) / eta`` (eq. (2) with SGD and micro-batches of
-   one; eq. (3) with momentum, Adam, ...; eq. (5) for any ``m, s``);
-3. ``U = sum_h [a_h]_C`` and ``U_bar = U + N(0, (2 C sigma)^2 I)`` (eq. (5));
-   the message is ``U_bar / m``;
+1. the batch selection gives the round's index set ``S_b`` split into ``m`` subsets ``S_{b,h}`` of ``s`` records:
+   ``"shuffle"`` takes block ``b`` of a uniform permutation drawn once per epoch (every record once per epoch; the last
+   ``N - B m s`` records of a permutation sit the epoch out), ``"subsample"`` draws a fresh uniform ``ms``-subset every
+   round;
+2. ``a_h = A(w, S_{b,h})`` for every subset, all from the same ``w`` (vmapped): ``update_rule="gradient"`` is the
+   subset's mean gradient (eq. (1) with ``s = 1``: individual clipping; eq. (4) with ``m = 1``: batch clipping of the
+   mini-batch mean); ``"local"`` runs ``s / local_batch_size`` local steps of ``local_optimizer`` over the subset with a
+   fresh optimiser state (reset every call: nothing private persists across rounds) and returns the summed local updates
+   ``(w - w_final) / eta`` (eq. (2) with SGD and micro-batches of one; eq. (3) with momentum, Adam, ...; eq. (5) for any
+   ``m, s``);
+3. ``U = sum_h [a_h]_C`` and ``U_bar = U + N(0, (2 C sigma)^2 I)`` (eq. (5)); the message is ``U_bar / m``;
 4. the server (``server_optimizer``, any optax transformation at unit step
    size; identity = the paper's ``w <- w - eta U_bar / m``) steps with the mean
    message over silos (synchronous multi-silo wrapper: privacy is per silo).
 
-The round is its parts (``dpjax.engine.chain``): ``SubsetBatches`` (the epoch
-permutations live in its state; subsample / Poisson draws; filtering coins) ->
-``SubsetUpdate`` (the ``m`` units) -> ``ClipPerUnit`` (bound ``C`` per unit of ``s``
-records: the sensitivity ``2C`` under replace-one, ``C`` under add/remove comes
-from here) -> ``GaussianNoise`` on each silo (std ``sigma x sensitivity``: the
-paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma exactly) ->
-``Aggregate`` (divide by the public ``m``, mean over the silos that ran) ->
-``OptaxServer`` (the optax transformation, then ``-eta``) -> ``Averager``.
+The round is its parts (``dpjax.engine.chain``): ``SubsetBatches`` (the epoch permutations live in its state; subsample
+/ Poisson draws; filtering coins) -> ``SubsetUpdate`` (the ``m`` units) -> ``ClipPerUnit`` (bound ``C`` per unit of
+``s`` records: the sensitivity ``2C`` under replace-one, ``C`` under add/remove comes from here) -> ``GaussianNoise``
+on each silo (std ``sigma x sensitivity``: the paper's ``2 C sigma``, so ``noise_multiplier`` is the paper's sigma
+exactly) -> ``Aggregate`` (divide by the public ``m``, mean over the silos that ran) -> ``OptaxServer`` (the optax
+transformation, then ``-eta``) -> ``Averager``.
 
-``sampling="poisson"`` is the Opacus-style reference (Appendix D remark): each
-record joins w.p. the declared public ``sampling_rate`` q (``m / N`` for a
-public N; under add/remove the data's size is not public, so q must be given
-and the accountant reads the same q), individual clipping, noise ``N(0, (C sigma)^2 I)``
-(add/remove sensitivity ``C``), message ``U_bar / m`` (``m`` = the expected
-batch, public). ``filtering=True`` is Appendix D's probabilistic filtered
-batches (experimental; each subset kept w.p. 1/2 by a data-independent coin,
-a silo whose round keeps fewer than ``filter_threshold`` subsets does not run,
-message ``U_bar / (m/2)``, no server step when no silo ran); its guarantee is
-reported without the heuristic factor-2 gain (dropping subsets only lowers
-every round's ``L``, so the unfiltered accountant stays valid).
-``placement="server"`` adds the noise once to the mean of the silos' clipped
-sums instead (central DP over the pooled records; ``DpSgd`` in
-``dpjax.algorithms.dp_sgd`` is this configuration).
+``sampling="poisson"`` is the Opacus-style reference (Appendix D remark): each record joins w.p. the declared public
+``sampling_rate`` q (``m / N`` for a public N; under add/remove the data's size is not public, so q must be given and
+the accountant reads the same q), individual clipping, noise ``N(0, (C sigma)^2 I)`` (add/remove sensitivity ``C``),
+message ``U_bar / m`` (``m`` = the expected batch, public). ``filtering=True`` is Appendix D's probabilistic filtered
+batches (experimental; each subset kept w.p. 1/2 by a data-independent coin, a silo whose round keeps fewer than
+``filter_threshold`` subsets does not run, message ``U_bar / (m/2)``, no server step when no silo ran); its guarantee is
+reported without the heuristic factor-2 gain (dropping subsets only lowers every round's ``L``, so the unfiltered
+accountant stays valid). ``placement="server"`` adds the noise once to the mean of the silos' clipped sums instead
+(central DP over the pooled records; ``DpSgd`` in ``dpjax.algorithms.dp_sgd`` is this configuration).
 
-The learning rate ``eta``, the clip norm ``C`` and the noise multiplier
-``sigma`` are traced per-run values (``DpSgdHParams``), so a grid over them is
-one compiled program. ``privacy(silo_sizes, hparams, group_size)`` is the
-parts' DP plan (``dpjax.accounting.events``): for shuffling / subsampling the
-exact strong-adversary accountant of the paper (Definition 5.2, Theorem 5.6;
-``dpjax.accounting.batch_clipping``) for the family's sampling x clipping x
-group size, plus the ``sqrt-gE``, ``generic-group`` and ``standard``
-(amplification, g = 1) reports; the Poisson baseline through the Gaussian
-rules (RDP/PLD). Calibration is the one routine (``calibration.smallest_scale``).
+The learning rate ``eta``, the clip norm ``C`` and the noise multiplier ``sigma`` are traced per-run values
+(``DpSgdHParams``), so a grid over them is one compiled program. ``privacy(silo_sizes, hparams, group_size)`` is the
+parts' DP plan (``dpjax.accounting.events``): for shuffling / subsampling the exact strong-adversary accountant of the
+paper (Definition 5.2, Theorem 5.6; ``dpjax.accounting.batch_clipping``) for the family's sampling x clipping x group
+size, plus the ``sqrt-gE``, ``generic-group`` and ``standard`` (amplification, g = 1) reports; the Poisson baseline
+through the Gaussian rules (RDP/PLD). Calibration is the one routine (``calibration.smallest_scale``).
 
-Individual clipping (``s = 1``, gradient rule) hands the clipper per-example
-gradients (ghost norms for flax models when available, the GLMs' closed form,
-else ``vmap(grad)``); batch clipping needs no per-example gradients at all.
+Individual clipping (``s = 1``, gradient rule) hands the clipper per-example gradients (ghost norms for flax models when
+available, the GLMs' closed form, else ``vmap(grad)``); batch clipping needs no per-example gradients at all.
 """
 
 from __future__ import annotations
@@ -92,12 +76,10 @@ class DpSgdHParams(MbSgdHParams):
 
     Attributes:
       learning_rate: eta (local and server step size).
-      noise_multiplier: sigma, the noise std divided by the sensitivity of the
-        clipped sum: ``N(0, (2 C sigma)^2 I)`` per round under replace-one
-        (shuffle / subsample: the paper's sigma), ``(C sigma)^2`` under
-        add/remove (Poisson).
-      clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``.
-    """
+      noise_multiplier: sigma, the noise std divided by the sensitivity of the clipped sum: ``N(0, (2 C sigma)^2 I)``
+        per round under replace-one (shuffle / subsample: the paper's sigma), ``(C sigma)^2`` under add/remove
+        (Poisson).
+      clip_norm: C, the clip norm of every clipped unit ``[a_h]_C``."""
 
 
 def rounds_per_epoch(n_records: int, subset_size: int, num_subsets: int) -> int:
@@ -119,9 +101,8 @@ class DpSgdGeneral(OutputRule, ChainFamily):
       num_rounds: T (use ``for_epochs`` to build it from E epochs).
       subset_size: s, records per clipped term.
       num_subsets: m, clipped terms per round (for Poisson: the expected batch size).
-      rounds_per_epoch: B; shuffling uses blocks ``0..B-1`` of each epoch's
-        permutation (every silo needs ``B m s`` records); subsampling counts
-        ``B`` rounds as an epoch (reporting only).
+      rounds_per_epoch: B; shuffling uses blocks ``0..B-1`` of each epoch's permutation (every silo needs ``B m s``
+        records); subsampling counts ``B`` rounds as an epoch (reporting only).
       sampling: ``"shuffle"``, ``"subsample"`` or ``"poisson"``.
       update_rule: ``"gradient"`` (eqs. (1), (4)) or ``"local"`` (eqs. (2), (3)).
       local_batch_size: micro-batch of each local step (``"local"``; divides s).
@@ -132,16 +113,14 @@ class DpSgdGeneral(OutputRule, ChainFamily):
       private: clip and add noise (False: the non-private twin, same batches).
       filtering: Appendix D's probabilistic filtered batches (experimental; silo placement).
       filter_threshold: tau, minimum kept subsets for a silo's round to run.
-      neighboring: ``"replace-one"`` (shuffle/subsample, fixed N) or
-        ``"add-remove"`` (Poisson).
+      neighboring: ``"replace-one"`` (shuffle/subsample, fixed N) or ``"add-remove"`` (Poisson).
       placement: ``"silo"`` (each silo privatizes its own message: the paper's
         client; unit record-in-silo) or ``"server"`` (noise once on the mean of
         the silos' clipped sums: central DP over the pooled records, unit record).
       output: the released iterate (``OutputRule``; ``"last"`` is the paper's).
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
-        record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
-    """
+        record is drawn with; the accountant reads the same q (``m`` stays the public divisor)."""
 
     problem: Any
     num_rounds: int

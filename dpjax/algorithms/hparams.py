@@ -1,9 +1,8 @@
 """Per-run hyperparameter dataclasses declared once: each field names its own check and dtype.
 
-A family's hyperparameters are a frozen, jax-registered dataclass whose values
-may vary per run (they are traced, so a grid vmaps over them). Before this
-module every such class wrote the field list three times: the declaration,
-the ``create`` signature and a block of checks. Now a field says it once::
+A family's hyperparameters are a frozen, jax-registered dataclass whose values may vary per run (they are traced, so a
+grid vmaps over them). Before this module every such class wrote the field list three times: the declaration, the
+``create`` signature and a block of checks. Now a field says it once::
 
     @jax.tree_util.register_dataclass
     @dataclasses.dataclass(frozen=True)
@@ -12,12 +11,10 @@ the ``create`` signature and a block of checks. Now a field says it once::
         noise_multiplier: Any = hparam(0.0, _validate.check_nonnegative)
         clip_norm: Any = hparam(1.0, allow_inf=True)                   # > 0, inf = no clipping
 
-and ``MbSgdHParams.create(0.1, noise_multiplier=2.0)`` checks every concrete
-value with its field's rule (a ``ValueError`` naming the argument and value,
-``noise_multiplier=-1.0 must be >= 0``; traced values only in
-``dpjax.primitives.checked`` mode) and stores it as a jax array of the field's
-dtype. Positional arguments bind in field order, as a hand-written signature
-would.
+and ``MbSgdHParams.create(0.1, noise_multiplier=2.0)`` checks every concrete value with its field's rule (a
+``ValueError`` naming the argument and value, ``noise_multiplier=-1.0 must be >= 0``; traced values only in
+``dpjax.primitives.checked`` mode) and stores it as a jax array of the field's dtype. Positional arguments bind in field
+order, as a hand-written signature would.
 """
 
 from __future__ import annotations

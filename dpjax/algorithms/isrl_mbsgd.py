@@ -3,30 +3,24 @@
 Each round r:
 
 1. the network makes a uniformly random subset S_r of M_r silos available;
-2. every available silo i samples K of its n_i records, computes per-example
-   gradients at w_r, clips each to ``clip_norm`` (L) and releases
-   ``g_i = (1/K) sum_j clip(grad f(w_r, x_ij)) + u_i``, ``u_i ~ N(0, sigma^2 I)``
-   with ``sigma = noise_multiplier x 2L/K`` (the sensitivity of the clipped mean);
-3. the server averages the messages, ``g = (1/M_r) sum_{i in S_r} g_i``, and
-   steps ``w_{r+1} = Proj_W(w_r - eta g)``.
+2. every available silo i samples K of its n_i records, computes per-example gradients at w_r, clips each to
+   ``clip_norm`` (L) and releases ``g_i = (1/K) sum_j clip(grad f(w_r, x_ij)) + u_i``, ``u_i ~ N(0, sigma^2 I)`` with
+   ``sigma = noise_multiplier x 2L/K`` (the sensitivity of the clipped mean);
+3. the server averages the messages, ``g = (1/M_r) sum_{i in S_r} g_i``, and steps ``w_{r+1} = Proj_W(w_r - eta g)``.
 
-The round is its parts (``dpjax.engine.chain``): ``SiloBatches`` (availability x
-record sampler) -> ``MinibatchGradient`` -> ``ClipPerUnit`` (the sensitivity
-``2L/K`` comes from here) -> ``GaussianNoise`` on each silo -> ``Aggregate`` ->
-``OptaxServer`` (SGD + projection) -> ``Averager``.
+The round is its parts (``dpjax.engine.chain``): ``SiloBatches`` (availability x record sampler) ->
+``MinibatchGradient`` -> ``ClipPerUnit`` (the sensitivity ``2L/K`` comes from here) -> ``GaussianNoise`` on each silo ->
+``Aggregate`` -> ``OptaxServer`` (SGD + projection) -> ``Averager``.
 
-Privacy (inter-silo record-level DP, replace-one within a silo): silo i's
-transcript is R releases of a minibatch mean plus Gaussian noise of
-multiplier ``noise_multiplier``; ``privacy()`` composes the parts' events
-(``dpjax.accounting.events``). Which accountant certifies it depends on the
-sampling scheme (the paper's with-replacement sampling is accounted
-conservatively; without-replacement or Poisson sampling get tight RDP/PLD
+Privacy (inter-silo record-level DP, replace-one within a silo): silo i's transcript is R releases of a minibatch mean
+plus Gaussian noise of multiplier ``noise_multiplier``; ``privacy()`` composes the parts' events
+(``dpjax.accounting.events``). Which accountant certifies it depends on the sampling scheme (the paper's
+with-replacement sampling is accounted conservatively; without-replacement or Poisson sampling get tight RDP/PLD
 accounting).
 
-``private=False`` gives the non-private twin (MB-SGD / "FedSGD"): the same
-compiled round with noise multiplier 0 and clip norm inf, so with
-``noise_multiplier = 0`` and a clip that never binds the private algorithm is
-bit-identical to it.
+``private=False`` gives the non-private twin (MB-SGD / "FedSGD"): the same compiled round with noise multiplier 0 and
+clip norm inf, so with ``noise_multiplier = 0`` and a clip that never binds the private algorithm is bit-identical to
+it.
 """
 
 from __future__ import annotations
@@ -55,28 +49,15 @@ class MbSgdHParams(HParams):
 
     Attributes:
       learning_rate: constant step size eta.
-      noise_multiplier: z, each silo's noise std divided by the sensitivity of
-        its message (``sigma = z x 2L/K`` under replace-one; the std itself is
-        derived from the clipper's bound at run time).
-      clip_norm: per-example clip threshold L.
-    """
+      noise_multiplier: z, each silo's noise std divided by the sensitivity of its message (``sigma = z x 2L/K`` under
+        replace-one; the std itself is derived from the clipper's bound at run time).
+      clip_norm: per-example clip threshold L."""
 
     # ``create(learning_rate, noise_multiplier=0.0, clip_norm=1.0)`` checks concrete values of any kind
     # (Python, NumPy, jax scalars and arrays); tracers only in dpjax.primitives.checked mode (HParams).
     learning_rate: Any = hparam()
     noise_multiplier: Any = hparam(0.0, _validate.check_nonnegative)
     clip_norm: Any = hparam(1.0, allow_inf=True)
-
-
-def smallest_silo(silo_sizes) -> int:
-    """The smallest silo size (the guarantee that holds for every silo); an int passes through
-    (``dpjax.algorithms.dp_sgd``'s accounting)."""
-    if isinstance(silo_sizes, (int,)) or getattr(silo_sizes, "ndim", 1) == 0:
-        return _validate.check_int("silo_sizes", int(silo_sizes), min_value=1)
-    sizes = [int(n) for n in silo_sizes]
-    if not sizes:
-        raise ValueError("silo_sizes=[] must name at least one silo")
-    return _validate.check_int("silo_sizes (smallest)", min(sizes), min_value=1)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,8 +73,7 @@ class IsrlRoundOptions(OutputRule):
       output: the released iterate (``OutputRule``; ``"average"`` is the paper's; the authors' scripts
         average an 8-iterate window).
       window: the averaging window of ``output="average"`` (``OutputRule``).
-      projection_radius: radius D/2 of the ball W centred at 0; None for R^d.
-    """
+      projection_radius: radius D/2 of the ball W centred at 0; None for R^d."""
 
     availability: Any = sampling_lib.FullAvailability()
     private: bool = True
@@ -109,24 +89,19 @@ class NoisyMbSgd(IsrlRoundOptions, ChainFamily):
       problem: a dpjax problem (``loss``, ``init_params``, ``evaluate``).
       num_rounds: R.
       batch_size: K, records per silo per round.
-      sampling: ``"without-replacement"`` (default; tight accounting),
-        ``"with-replacement"`` (Algorithm 2 as printed), ``"poisson"`` or
-        ``"one-pass"``.
+      sampling: ``"without-replacement"`` (default; tight accounting), ``"with-replacement"`` (Algorithm 2 as printed),
+        ``"poisson"`` or ``"one-pass"``.
       availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
         ``output``, ``window`` and ``projection_radius``).
       neighboring: ``"replace-one"`` (ISRL-DP's relation) or ``"add-remove"``.
       sampling_rate: ``"poisson"`` only: the public rate q each record of every silo is drawn with
         (the accountant reads the same q). Required under add/remove; None under replace-one
         draws at ``K / n_i`` of each silo's (public) size.
-      gradient_path: how silo gradients are computed (same law, different
-        draws): ``"gather"`` gathers the K sampled rows and uses per-example
-        autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses
-        the problem's closed-form clipped sum over the silo (GLMs; no gather);
-        ``"auto"`` (default) picks dense when the problem supports it,
-        ``K >= n_max / 8`` and the sampler draws a real mask (not with
-        replacement or one-pass, whose weights are a scatter of K indices);
-        see ``dpjax.parts.clients.prefer_dense_gradients``.
-    """
+      gradient_path: how silo gradients are computed (same law, different draws): ``"gather"`` gathers the K sampled
+        rows and uses per-example autodiff; ``"dense"`` draws the batch as a multiplicity vector and uses the problem's
+        closed-form clipped sum over the silo (GLMs; no gather); ``"auto"`` (default) picks dense when the problem
+        supports it, ``K >= n_max / 8`` and the sampler draws a real mask (not with replacement or one-pass, whose
+        weights are a scatter of K indices); see ``dpjax.parts.clients.prefer_dense_gradients``."""
 
     problem: Any
     num_rounds: int

@@ -1,39 +1,32 @@
-"""ISRL-DP Local SGD and non-private Local SGD (FedAvg): the baselines of
-Lowy & Razaviyayn (ICLR 2023), Appendix I.
+"""ISRL-DP Local SGD and non-private Local SGD (FedAvg): the baselines of Lowy & Razaviyayn (ICLR 2023), Appendix I.
 
 Each round r:
 
 1. the network makes a uniformly random subset S_r of M_r silos available;
-2. every available silo i starts from the server model, ``w^{i,0} = w_r``, and
-   takes K single-record steps, ``t = 1..K``::
+2. every available silo i starts from the server model, ``w^{i,0} = w_r``, and takes K single-record steps,
+   ``t = 1..K``::
 
        j_t ~ Uniform{0..n_i-1}                       (a fresh index each step)
        g_t = clip_C(grad f(w^{i,t-1}, x_{i,j_t})) + u_t,   u_t ~ N(0, sigma^2 I)
        w^{i,t} = Proj_W(w^{i,t-1} - eta g_t)
 
-   with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped
-   gradient), and sends only its last local iterate ``w^{i,K}`` (the message);
-3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``,
-   the paper's FedAvg) or ``w_r + sum_{i in S_r} (w^{i,K} - w_r)``
-   (``"sum"``, summed local updates, the authors' scripts' scaling).
+   with ``sigma = noise_multiplier x 2C`` (the sensitivity of one clipped gradient), and sends only its last local
+   iterate ``w^{i,K}`` (the message);
+3. the server sets ``w_{r+1} = (1/M_r) sum_{i in S_r} w^{i,K}`` (``"mean"``, the paper's FedAvg) or
+   ``w_r + sum_{i in S_r} (w^{i,K} - w_r)`` (``"sum"``, summed local updates, the authors' scripts' scaling).
 
-Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message
-is post-processing of its R*K noisy single-record gradients; each is a
-Gaussian mechanism of multiplier z on the clipped gradient of a uniformly
-random record (sampling rate 1/n_i), adaptively composed R*K times.
-``privacy()`` is the DP plan of the parts (``LocalStepRecords``: K
-releases per round, each on a uniform 1-subset; ``ClipPerUnit``;
-``LocalStepGaussian``). The paper's own calibration
-``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
-(``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``, an absolute std:
-``noise_multiplier_for`` converts it) is not certified by the moments
-accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the
-accountant instead and report both.
+Privacy (ISRL-DP, record level, replace-one within a silo): silo i's message is post-processing of its R*K noisy
+single-record gradients; each is a Gaussian mechanism of multiplier z on the clipped gradient of a uniformly random
+record (sampling rate 1/n_i), adaptively composed R*K times. ``privacy()`` is the DP plan of the parts
+(``LocalStepRecords``: K releases per round, each on a uniform 1-subset; ``ClipPerUnit``; ``LocalStepGaussian``). The
+paper's own calibration ``sigma^2 = 8 C^2 R K ln(1/delta) / (eps^2 n^2)``
+(``dpjax.accounting.isrl.isrl_local_sgd_paper_sigma``, an absolute std: ``noise_multiplier_for`` converts it) is not
+certified by the moments accountant in the paper's regime (it needs RK >= n^2 eps/4): calibrate with the accountant
+instead and report both.
 
-``private=False`` is non-private Local SGD (FedAvg): the same compiled step
-with noise multiplier 0 and ``clip_norm = inf``. With ``noise_multiplier = 0``
-and a clip that never binds, the private algorithm is bit-identical to it
-(tested).
+``private=False`` is non-private Local SGD (FedAvg): the same compiled step with noise multiplier 0 and
+``clip_norm = inf``. With ``noise_multiplier = 0`` and a clip that never binds, the private algorithm is bit-identical
+to it (tested).
 """
 
 from __future__ import annotations
@@ -42,7 +35,6 @@ import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from dpjax.algorithms.isrl_mbsgd import IsrlRoundOptions, MbSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
@@ -61,28 +53,23 @@ LocalSgdHParams = MbSgdHParams
 class LocalSgd(IsrlRoundOptions, ChainFamily):
     """ISRL-DP Local SGD and (``private=False``) non-private Local SGD / FedAvg.
 
-    The noise is added inside each silo's sequential loop of K local steps,
-    after every step's clipped gradient and before the next step's gradient is
-    taken at the noisy iterate: the local loop (``LocalSteps``) folds each
-    step's gradient through its inner chain (``ClipPerUnit``, then
-    ``LocalStepGaussian``) under ``lax.scan``. The round is the generic fold:
-    ``LocalStepRecords`` -> ``LocalSteps`` -> ``ModelAveraging`` -> ``Averager``;
-    ``privacy()`` is the DP plan of those parts (K single-record releases per
-    round).
+    The noise is added inside each silo's sequential loop of K local steps, after every step's clipped gradient and
+    before the next step's gradient is taken at the noisy iterate: the local loop (``LocalSteps``) folds each step's
+    gradient through its inner chain (``ClipPerUnit``, then ``LocalStepGaussian``) under ``lax.scan``. The round is the
+    generic fold: ``LocalStepRecords`` -> ``LocalSteps`` -> ``ModelAveraging`` -> ``Averager``; ``privacy()`` is the DP
+    plan of those parts (K single-record releases per round).
 
     Args:
       problem: a dpjax problem.
       num_rounds: R (communication rounds).
       local_steps: K single-record local steps per silo per round (the same
         number of gradient evaluations as MB-SGD with batch K).
-      availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
-        ``output``, ``window`` and ``projection_radius``); here ``private`` clips and adds noise at
-        every local step, ``aggregation="mean"`` averages the local iterates (paper) and ``"sum"``
-        sums the local updates ``w^{i,K} - w_r`` (authors' scale), and the projection follows every
-        local step.
+      availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``, ``output``,
+        ``window`` and ``projection_radius``); here ``private`` clips and adds noise at every local step,
+        ``aggregation="mean"`` averages the local iterates (paper) and ``"sum"`` sums the local updates
+        ``w^{i,K} - w_r`` (authors' scale), and the projection follows every local step.
       log_indices: add the record indices used by every silo to the round
-        metrics (``"indices"`` ``[N, K]``, ``"available"``), for tests and audits.
-    """
+        metrics (``"indices"`` ``[N, K]``, ``"available"``), for tests and audits."""
 
     problem: Any
     num_rounds: int

@@ -1,25 +1,18 @@
-"""Shuffle-private stochastic convex optimisation (Cheu, Joseph, Mao & Peng,
-ICLR 2022, Section 4 and Appendix C) as two dpjax families, each a declaration
-of parts (``dpjax.engine.chain``).
+"""Shuffle-private stochastic convex optimisation (Cheu, Joseph, Mao & Peng, ICLR 2022, Section 4 and Appendix C) as two
+dpjax families, each a declaration of parts (``dpjax.engine.chain``).
 
-* ``ShuffleSgd`` -- projected (stochastic) gradient descent whose gradient is
-  the P_vec sum of the round's users' gradients divided by the public number
-  of users: P_SGD (Algorithm 3, Theorem 4.1: fresh users every round), P_GD
-  (Algorithm 5, Lemma B.6 / Theorem 4.9: all users every round, on the Moreau
-  envelope for non-smooth losses) and its phased strongly convex version
-  (Theorem 4.9 with Lemma B.7). Update ``theta <- Proj(theta - eta g)`` (the
-  paper prints ``+ eta g``, a sign error); output: the average of
-  ``theta_0..theta_{T-1}`` of the last phase (``output="average"``, as printed)
-  or the last iterate.
-* ``ShuffleAcsa`` -- AC-SA (Lan 2012) with the same gradient oracle: P_AGD
-  (Algorithm 4, Theorem 4.3), P_AGD on the Moreau envelope (Theorem 4.7), the
-  phased strongly convex reduction (Theorem 4.8), and pan-private AC-SA
-  (Appendix C, Algorithm 6: two Gaussian draws per batch instead of P_vec).
-  The server is ``dpjax.parts.acsa.AcsaServer`` with mu = 0 and
-  ``acsa_schedule="lan"`` (default: alpha_t = 2/(t+1), step 1/L_t = t/(2 nu),
-  the Ghadimi-Lan form of Lan's stepsize policy) or ``"paper"`` (Theorem 4.3
-  as printed: alpha_t = 2/(t+2), 1/L_t = (t+1)/nu with nu = (T+2)^{3/2}
-  sigma/D + beta); a phase restarts it from the previous phase's output.
+* ``ShuffleSgd`` -- projected (stochastic) gradient descent whose gradient is the P_vec sum of the round's users'
+  gradients divided by the public number of users: P_SGD (Algorithm 3, Theorem 4.1: fresh users every round), P_GD
+  (Algorithm 5, Lemma B.6 / Theorem 4.9: all users every round, on the Moreau envelope for non-smooth losses) and its
+  phased strongly convex version (Theorem 4.9 with Lemma B.7). Update ``theta <- Proj(theta - eta g)`` (the paper prints
+  ``+ eta g``, a sign error); output: the average of ``theta_0..theta_{T-1}`` of the last phase (``output="average"``,
+  as printed) or the last iterate.
+* ``ShuffleAcsa`` -- AC-SA (Lan 2012) with the same gradient oracle: P_AGD (Algorithm 4, Theorem 4.3), P_AGD on the
+  Moreau envelope (Theorem 4.7), the phased strongly convex reduction (Theorem 4.8), and pan-private AC-SA (Appendix C,
+  Algorithm 6: two Gaussian draws per batch instead of P_vec). The server is ``dpjax.parts.acsa.AcsaServer`` with mu = 0
+  and ``acsa_schedule="lan"`` (default: alpha_t = 2/(t+1), step 1/L_t = t/(2 nu), the Ghadimi-Lan form of Lan's stepsize
+  policy) or ``"paper"`` (Theorem 4.3 as printed: alpha_t = 2/(t+2), 1/L_t = (t+1)/nu with nu = (T+2)^{3/2} sigma/D +
+  beta); a phase restarts it from the previous phase's output.
 
 The round (``parts``)::
 
@@ -31,30 +24,22 @@ The round (``parts``)::
     aggregator      PvecAnalyzer or BatchMean: divided by the public batch_r
     server          PhasedSgdServer (ShuffleSgd) or AcsaServer (ShuffleAcsa), fed the flat update
 
-Users. The n users are the n records of ONE silo (``SiloData`` with
-``num_silos=1``), in a fixed order that is the protocol's user stream (the
-data are i.i.d., so any public order is a valid stream); one static shape
-serves P_SGD (``start_r = r B``), P_GD (``start_r = 0``, ``batch_r = n``) and
-every phased schedule. Count-level P_vec (``aggregator="pvec"``, the fast
-default) simulates the round's users as one count, equal in distribution to m
-separate randomizers; ``"pvec-bits"`` materialises and shuffles every one-bit
-message (``bit_buffer=(g_max, b_max)``; small demonstrations), see
-``dpjax.parts.pvec``. Other aggregators: ``"exact"`` (the non-private twin),
-``"central-gaussian"`` / ``"local-gaussian"`` (the Gaussian baselines:
-N(0, (z 2L)^2 I) on the sum, or on every user's message), ``"pan-gaussian"``
-(Algorithm 6) and ``"matched-gaussian"`` (a variance-matched Gaussian surrogate
-of P_vec for fast rate experiments; certifies nothing). Gaussian noise is a
-per-round ``noise_multiplier`` z (std / sensitivity 2L).
+Users. The n users are the n records of ONE silo (``SiloData`` with ``num_silos=1``), in a fixed order that is the
+protocol's user stream (the data are i.i.d., so any public order is a valid stream); one static shape serves P_SGD
+(``start_r = r B``), P_GD (``start_r = 0``, ``batch_r = n``) and every phased schedule. Count-level P_vec
+(``aggregator="pvec"``, the fast default) simulates the round's users as one count, equal in distribution to m separate
+randomizers; ``"pvec-bits"`` materialises and shuffles every one-bit message (``bit_buffer=(g_max, b_max)``; small
+demonstrations), see ``dpjax.parts.pvec``. Other aggregators: ``"exact"`` (the non-private twin), ``"central-gaussian"``
+/ ``"local-gaussian"`` (the Gaussian baselines: N(0, (z 2L)^2 I) on the sum, or on every user's message),
+``"pan-gaussian"`` (Algorithm 6) and ``"matched-gaussian"`` (a variance-matched Gaussian surrogate of P_vec for fast
+rate experiments; certifies nothing). Gaussian noise is a per-round ``noise_multiplier`` z (std / sensitivity 2L).
 
 Privacy (``privacy``, from the privatizer's event; the details:
-``dpjax.accounting.sco_transcript.transcript_report(family.dp_plan(...))``):
-replace-one of one user. Each phase's P_vec certificate comes from the (g, b, p)
-the run holds (at its worst round); rounds with fresh users compose in
-parallel, a fully interactive phase composes its T rounds (optimal or advanced
-composition); calibration is the one routine over the calculator's parameters.
-Constructors (classmethods named after the protocols) return
-``(family, hparams, plan)`` with the paper's parameter choices from
-``dpjax.accounting.shuffle_sco``.
+``dpjax.accounting.sco_transcript.transcript_report(family.dp_plan(...))``): replace-one of one user. Each phase's P_vec
+certificate comes from the (g, b, p) the run holds (at its worst round); rounds with fresh users compose in parallel, a
+fully interactive phase composes its T rounds (optimal or advanced composition); calibration is the one routine over the
+calculator's parameters. Constructors (classmethods named after the protocols) return ``(family, hparams, plan)`` with
+the paper's parameter choices from ``dpjax.accounting.shuffle_sco``.
 """
 
 from __future__ import annotations
@@ -87,24 +72,17 @@ _GAUSSIAN = {"exact": "none", "central-gaussian": "central", "local-gaussian": "
 _EXACT_F32 = 2**24
 
 
-# ---------------------------------------------------------------------------
-# Per-round schedule (hparams)
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Per-round schedule (hparams)
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class ScoHParams:
     """Per-run, per-round public schedule (every leaf ``[T]`` except ``clip_norm``).
 
-    ``start``/``batch``: the round's users are rows ``[start, start + batch)``;
-    ``stage_round``: 1 on a phase's first round, counting up inside it;
-    ``step``: eta (``ShuffleSgd``) or the AC-SA constant nu (``ShuffleAcsa``);
-    ``smoothing``: the Moreau parameter (used when the family is ``smoothed``);
-    ``pvec``: P_vec's (g, b, p) per round; ``noise_multiplier``: the Gaussian
-    aggregators' z per round (std / sensitivity 2L of the round's sum; for local
-    noise, of each user's message); ``clip_norm``: L, the users' norm bound.
-    """
+    ``start``/``batch``: the round's users are rows ``[start, start + batch)``; ``stage_round``: 1 on a phase's first
+    round, counting up inside it; ``step``: eta (``ShuffleSgd``) or the AC-SA constant nu (``ShuffleAcsa``);
+    ``smoothing``: the Moreau parameter (used when the family is ``smoothed``); ``pvec``: P_vec's (g, b, p) per round;
+    ``noise_multiplier``: the Gaussian aggregators' z per round (std / sensitivity 2L of the round's sum; for local
+    noise, of each user's message); ``clip_norm``: L, the users' norm bound."""
 
     start: Any
     batch: Any
@@ -126,10 +104,9 @@ class ScoHParams:
     def single_phase(cls, num_rounds: int, batch: int, step, *, interactive: int = 0, smoothing=0.0,
                      noise_multiplier=0.0, clip_norm=1.0, pvec: shuffle_protocols.PvecParams | None = None,
                      start: int = 0) -> "ScoHParams":
-        """One phase of ``num_rounds`` rounds of ``batch`` users from row ``start``: fresh users every
-        round (``interactive=0``; rows ``[start + r batch, start + (r+1) batch)``) or the same users
-        (``interactive=1``). Scalars are repeated over the rounds; ``pvec`` may hold scalars or
-        per-round arrays (a calibration's result)."""
+        """One phase of ``num_rounds`` rounds of ``batch`` users from row ``start``: fresh users every round
+        (``interactive=0``; rows ``[start + r batch, start + (r+1) batch)``) or the same users (``interactive=1``).
+        Scalars are repeated over the rounds; ``pvec`` may hold scalars or per-round arrays (a calibration's result)."""
         T = _validate.check_int("num_rounds", num_rounds, min_value=1)
         # sweep grids hold floats: integral values are accepted for the integer axes
         as_int = lambda v: int(v) if isinstance(v, (float, np.floating)) and float(v).is_integer() else v  # noqa: E731
@@ -154,11 +131,10 @@ class ScoHParams:
     @classmethod
     def from_plan(cls, plan: sco_acc.ProtocolPlan, clip_norm: float | None = None, *,
                   with_pvec: bool = True, trial_groups: int = 1) -> "ScoHParams":
-        """The per-round arrays of ``plan`` with noise multipliers 0 (a family converts a plan's
-        absolute Gaussian stds: ``noise_multiplier_for``); ``with_pvec=False`` stores a placeholder
-        P_vec (1, 0, 0) for Gaussian aggregators. With ``trial_groups = k`` the stored trials are
-        ceil(b/k) (the family runs k of them per user) and p = b p/(k ceil(b/k))
-        (``sco_transcript.grouped_trials``)."""
+        """The per-round arrays of ``plan`` with noise multipliers 0 (a family converts a plan's absolute Gaussian stds:
+        ``noise_multiplier_for``); ``with_pvec=False`` stores a placeholder P_vec (1, 0, 0) for Gaussian aggregators.
+        With ``trial_groups = k`` the stored trials are ceil(b/k) (the family runs k of them per user) and p = b p/(k
+        ceil(b/k)) (``sco_transcript.grouped_trials``)."""
         a = plan.round_arrays()
         if not with_pvec:
             a |= {"g": [1] * plan.num_rounds, "b": [0] * plan.num_rounds, "p": [0.0] * plan.num_rounds}
@@ -186,11 +162,7 @@ class ScoHParams:
         return AcsaSchedule(jnp.float32(0.0), jnp.float32(0.0), self.stage_round, self.step)
 
 
-# ---------------------------------------------------------------------------
-# The families' shared declaration
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- The families' shared declaration
 @dataclasses.dataclass(frozen=True)
 class _ShuffleScoBase(ChainFamily):
     problem: Any
@@ -292,11 +264,7 @@ class _ShuffleScoBase(ChainFamily):
             raise ValueError(f"data has {data.num_silos} silos; the n users are the records of ONE silo")
 
 
-# ---------------------------------------------------------------------------
-# Projected (stochastic) gradient descent: P_SGD, P_GD, phased P_GD, baselines
-# ---------------------------------------------------------------------------
-
-
+# ---------------------------------------- Projected (stochastic) gradient descent: P_SGD, P_GD, phased P_GD, baselines
 @dataclasses.dataclass(frozen=True)
 class ShuffleSgd(_ShuffleScoBase):
     """P_SGD (Algorithm 3), P_GD (Algorithm 5) and phased P_GD, with their Gaussian baselines.
@@ -313,8 +281,7 @@ class ShuffleSgd(_ShuffleScoBase):
       bit_buffer: ``(g_max, b_max)`` for ``aggregator="pvec-bits"``.
       honest_frac: robust shuffle privacy: the fraction of a round's users assumed honest.
 
-    The run's params are the protocol's output so far (``PhasedSgdServer``).
-    """
+    The run's params are the protocol's output so far (``PhasedSgdServer``)."""
 
     output: str = "average"
 
@@ -337,10 +304,9 @@ class ShuffleSgd(_ShuffleScoBase):
     @classmethod
     def p_gd(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0, smoothness=None, mode="lemma_opt",
              composition=None, rounds=None, aggregator="pvec", **kwargs):
-        """P_GD (Lemma B.6 / Theorem 4.9): all users every round, T = min(n, eps^2 n^2/(d ln^2(nd/delta))),
-        eta = D/(L sqrt T), per-round budget from the composition; non-smooth losses
-        (``smoothness=None``) run on the Moreau envelope. ``rounds`` overrides T (T = n full-batch
-        rounds cost n^2 gradients)."""
+        """P_GD (Lemma B.6 / Theorem 4.9): all users every round, T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L
+        sqrt T), per-round budget from the composition; non-smooth losses (``smoothness=None``) run on the Moreau
+        envelope. ``rounds`` overrides T (T = n full-batch rounds cost n^2 gradients)."""
         plan = sco_acc.p_gd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness, mode=mode,
                                  composition=composition, rounds=rounds)
         return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=smoothness is None, radius=radius,
@@ -349,28 +315,15 @@ class ShuffleSgd(_ShuffleScoBase):
     @classmethod
     def p_gd_phased(cls, problem, n, epsilon, delta, lam, *, lipschitz=1.0, radius=1.0, smoothness=None,
                     mode="lemma_opt", phases=None, rounds=None, aggregator="pvec", **kwargs):
-        """Phased P_GD for lam-strongly convex losses (Theorem 4.9 with Lemma B.7); ``rounds`` caps each
-        phase's T."""
+        """Phased P_GD for lam-strongly convex losses (Theorem 4.9 with Lemma B.7); ``rounds`` caps each phase's T."""
         def conv(m, diameter, start):
             t = None if rounds is None else min(rounds, sco_acc.pgd_rounds(m, _dim(problem), epsilon, delta))
             return sco_acc.p_gd_plan(m, _dim(problem), epsilon, delta, lipschitz, diameter, smoothness, mode=mode,
                                      start=start, rounds=t)
 
-        plan = sco_acc.phased_plan(
-            conv,
-            n, lam, phases=phases, diameter=2 * radius)
+        plan = sco_acc.phased_plan(conv, n, lam, phases=phases, diameter=2 * radius)
         return cls._from_plan(problem, plan, aggregator=aggregator, smoothed=smoothness is None, radius=radius,
                               **kwargs)
-
-    @classmethod
-    def central_baseline(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0, smoothness=None,
-                         rounds=None):
-        """Central-DP noisy GD (Gaussian mechanism, GDP composition) on P_GD's schedule (``rounds``
-        overrides T)."""
-        plan = sco_acc.central_gd_plan(n, _dim(problem), epsilon, delta, lipschitz, 2 * radius, smoothness,
-                                       rounds=rounds)
-        return cls._from_plan(problem, plan, aggregator="central-gaussian", smoothed=smoothness is None,
-                              radius=radius)
 
     @classmethod
     def local_baseline(cls, problem, n, epsilon, delta, *, lipschitz=1.0, radius=1.0):
@@ -379,21 +332,14 @@ class ShuffleSgd(_ShuffleScoBase):
         return cls._from_plan(problem, plan, aggregator="local-gaussian", smoothed=False, radius=radius)
 
 
-
-
-# ---------------------------------------------------------------------------
-# AC-SA: P_AGD, smoothed P_AGD, phased, pan-private
-# ---------------------------------------------------------------------------
-
-
+# ------------------------------------------------------------------- AC-SA: P_AGD, smoothed P_AGD, phased, pan-private
 @dataclasses.dataclass(frozen=True)
 class ShuffleAcsa(_ShuffleScoBase):
-    """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8)
-    and pan-private AC-SA (Algorithm 6, ``aggregator="pan-gaussian"``). Arguments as
-    ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag, the run's params), plus
-    ``acsa_schedule``: ``"lan"`` (default) or ``"paper"`` (Theorem 4.3's alpha_t, L_t;
-    ``dpjax.parts.acsa.acsa_constants``); the hparams' ``step`` is that schedule's nu (the
-    constructors' ``schedule=`` sets both)."""
+    """P_AGD (Algorithm 4), smoothed P_AGD (Theorem 4.7), the phased reduction (Theorem 4.8) and pan-private AC-SA
+    (Algorithm 6, ``aggregator="pan-gaussian"``). Arguments as ``ShuffleSgd`` (no ``output``: AC-SA returns theta^ag,
+    the run's params), plus ``acsa_schedule``: ``"lan"`` (default) or ``"paper"`` (Theorem 4.3's alpha_t, L_t;
+    ``dpjax.parts.acsa.acsa_constants``); the hparams' ``step`` is that schedule's nu (the constructors' ``schedule=``
+    sets both)."""
 
     acsa_schedule: str = "lan"
 

@@ -1,47 +1,32 @@
 """Shuffle-DP algorithms of Lowy & Razaviyayn (ICLR 2023, Section 5):
 
-* ``ShuffledNoisyMbSgd`` -- Shuffled Noisy MB-SGD (Section 5,
-  Theorem 5.1/G.1). Each round exactly M silos are available; each samples K
-  records (K = 1 in the paper's proof), releases its clipped minibatch mean
-  plus Gaussian noise of multiplier ``noise_multiplier`` (std ``z x 2C/K``); a
-  shuffler permutes the M reports and the server averages them. The server's
-  update is a function of the multiset of reports
-  (``dpjax.parts.aggregators.shuffled_aggregate``: bitwise invariant to the permutation), so
-  shuffling changes privacy, not utility: the trajectory is that of Noisy
-  MB-SGD with K records and ``FixedAvailability(M)`` up to float summation
-  order. Parts: Noisy MB-SGD's with ``ShuffledAggregate``.
-* ``SdpOnePassAccelerated`` -- SDP One-Pass Accelerated Noisy MB-SGD
-  (Algorithm 6, Theorem 5.2/G.2). Every available silo takes its next
-  disjoint block of K records and runs the P_vec local randomizer on each of
-  its K clipped gradients; the server runs the P_vec analyzer on the ``M_r K``
-  shuffled vectors, divides by the public ``M_r K`` and takes the AC-SA step.
-  Parts: ``SiloBatches("one-pass")`` -> ``ExampleGradients`` -> ``ClipVectors``
-  -> ``PvecRandomizer`` -> ``PvecAnalyzer`` -> ``AcsaServer``. P_vec is
-  simulated at the count level (exact in distribution;
-  ``dpjax.primitives.shuffle_protocols``).
+* ``ShuffledNoisyMbSgd`` -- Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1). Each round exactly M silos are
+  available; each samples K records (K = 1 in the paper's proof), releases its clipped minibatch mean plus Gaussian
+  noise of multiplier ``noise_multiplier`` (std ``z x 2C/K``); a shuffler permutes the M reports and the server averages
+  them. The server's update is a function of the multiset of reports (``dpjax.parts.aggregators.shuffled_aggregate``:
+  bitwise invariant to the permutation), so shuffling changes privacy, not utility: the trajectory is that of Noisy
+  MB-SGD with K records and ``FixedAvailability(M)`` up to float summation order. Parts: Noisy MB-SGD's with
+  ``ShuffledAggregate``.
+* ``SdpOnePassAccelerated`` -- SDP One-Pass Accelerated Noisy MB-SGD (Algorithm 6, Theorem 5.2/G.2). Every available
+  silo takes its next disjoint block of K records and runs the P_vec local randomizer on each of its K clipped
+  gradients; the server runs the P_vec analyzer on the ``M_r K`` shuffled vectors, divides by the public ``M_r K`` and
+  takes the AC-SA step. Parts: ``SiloBatches("one-pass")`` -> ``ExampleGradients`` -> ``ClipVectors`` ->
+  ``PvecRandomizer`` -> ``PvecAnalyzer`` -> ``AcsaServer``. P_vec is simulated at the count level (exact in
+  distribution; ``dpjax.primitives.shuffle_protocols``).
 
-Privacy (``privacy()``: the central shuffle-DP (eps, delta) of the whole run,
-replace-one over all records, from the parts' events; the aggregator's
-``ShuffleEvent`` dispatches to the shuffle accountants):
+Privacy (``privacy()``: the central shuffle-DP (eps, delta) of the whole run, replace-one over all records, from the
+parts' events; the aggregator's ``ShuffleEvent`` dispatches to the shuffle accountants):
 
-* Shuffled Noisy MB-SGD (``dpjax.accounting.shuffle.shuffled_gaussian_report``):
-  each silo's transcript is ISRL-DP before shuffling (R subsampled Gaussians);
-  the central guarantee is a numerical chain with Theorem G.1's structure
-  (whose constant C is unspecified): Gaussian local randomizer ->
-  amplification by shuffling of the M reports (Feldman-McMillan-Talwar,
-  numerical or closed form) -> amplification by subsampling silos and records
-  -> advanced composition, and (``isrl_bound``) the silos' ISRL-DP guarantee
-  where it is smaller. Calibration scales the noise multiplier
-  (``calibration.smallest_scale``).
-* Algorithm 6 (``dpjax.accounting.pvec.pvec_report``): each round's P_vec
-  invocation is ``(eps, delta)``-shuffle-DP in its ``M_r K`` inputs (Theorem
-  3.2 of Cheu et al. 2022) for the (g, b, p) it runs with; one pass over
-  disjoint blocks makes the run ``(eps, delta)``-SDP by parallel composition
-  (Theorem 5.2/G.2). Calibration searches the P_vec calculator's parameters
-  (``pvec_params_for`` is the calculator itself).
-
-P_vec's (g, b, p) are per-run hyperparameters (``SdpHParams.pvec``, traced):
-a grid over eps is one ``run_many`` program (no recompilation per eps).
+* Shuffled Noisy MB-SGD (``dpjax.accounting.shuffle.shuffled_gaussian_report``): each silo's transcript is ISRL-DP
+  before shuffling (R subsampled Gaussians); the central guarantee is a numerical chain with Theorem G.1's structure
+  (whose constant C is unspecified): Gaussian local randomizer -> amplification by shuffling of the M reports
+  (Feldman-McMillan-Talwar, numerical or closed form) -> amplification by subsampling silos and records -> advanced
+  composition, and (``isrl_bound``) the silos' ISRL-DP guarantee where it is smaller. Calibration scales the noise
+  multiplier (``calibration.smallest_scale``).
+* Algorithm 6 (``dpjax.accounting.pvec.pvec_report``): each round's P_vec invocation is ``(eps, delta)``-shuffle-DP in
+  its ``M_r K`` inputs (Theorem 3.2 of Cheu et al. 2022) for the (g, b, p) it runs with; one pass over disjoint blocks
+  makes the run ``(eps, delta)``-SDP by parallel composition (Theorem 5.2/G.2). Calibration searches the P_vec
+  calculator's parameters (``pvec_params_for`` is the calculator itself).
 """
 
 from __future__ import annotations
@@ -77,9 +62,7 @@ def _num_params(problem) -> int:
     return int(sum(int(np.prod(leaf.shape, dtype=np.int64)) for leaf in jax.tree_util.tree_leaves(shapes)))
 
 
-# ---------------------------------------------------------------------------
-# Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------------ Shuffled Noisy MB-SGD (Section 5, Theorem 5.1/G.1)
 @dataclasses.dataclass(frozen=True)
 class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
     """Shuffled Noisy MB-SGD (and, ``private=False``, its non-private twin).
@@ -89,18 +72,14 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
       num_rounds: R.
       num_available: M, the fixed number of silos reporting each round.
       batch_size: K records per silo per round (1 in the paper's Theorem G.1).
-      sampling: ``"with-replacement"`` (paper: ``j ~ Uniform[n]``) or
-        ``"without-replacement"`` (identical for K = 1).
+      sampling: ``"with-replacement"`` (paper: ``j ~ Uniform[n]``) or ``"without-replacement"`` (identical for K = 1).
       output: the released iterate (``OutputRule``; ``"average"`` is the paper's).
       window: the averaging window of ``output="average"`` (``OutputRule``).
       projection_radius: radius of W (None: R^d).
       neighboring: ``"replace-one"`` or ``"add-remove"`` (the shuffle chain is replace-one).
-      participation: what the analyzer knows (``ShuffleEvent``): ``"hidden"`` (the
-        paper's SDP model: only shuffled messages, so silo sampling amplifies)
-        or ``"public"`` (it knows who reported).
-      isrl_bound: also certify by the silos' ISRL-DP guarantee (ISRL-DP => central
-        DP, App. C) and state the smaller.
-    """
+      participation: what the analyzer knows (``ShuffleEvent``): ``"hidden"`` (the paper's SDP model: only shuffled
+        messages, so silo sampling amplifies) or ``"public"`` (it knows who reported).
+      isrl_bound: also certify by the silos' ISRL-DP guarantee (ISRL-DP => central DP, App. C) and state the smaller."""
 
     problem: Any
     num_rounds: int
@@ -137,16 +116,13 @@ class ShuffledNoisyMbSgd(OutputRule, ChainFamily):
              OptaxServer(projection_radius=self.projection_radius), Averager(self.output, self.window)))
 
 
-# ---------------------------------------------------------------------------
-# Algorithm 6: SDP one-pass accelerated noisy MB-SGD with P_vec
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------- Algorithm 6: SDP one-pass accelerated noisy MB-SGD with P_vec
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class SdpHParams:
-    """Per-run hyperparameters of Algorithm 6: the AC-SA schedule, the P_vec
-    parameters (g, b, p) and the norm bound L of the P_vec inputs
-    (per-example clip). All leaves are traced, so runs with different
-    (eps, delta) -- different (g, b, p) -- share one compiled program."""
+    """Per-run hyperparameters of Algorithm 6: the AC-SA schedule, the P_vec parameters (g, b, p) and the norm bound L
+    of the P_vec inputs (per-example clip). All leaves are traced, so runs with different (eps, delta) -- different (g,
+    b, p) -- share one compiled program."""
 
     schedule: AcsaSchedule
     pvec: shuffle_protocols.PvecParams
@@ -172,15 +148,12 @@ class SdpOnePassAccelerated(ChainFamily):
       batch_size: K records per silo per round.
       availability: silo availability model.
       projection_radius: radius of W (None: R^d).
-      max_granularity: static upper bound on the traced P_vec precision g
-        (rounded sums stay exact in float32 while K * max_granularity < 2^24;
-        a run whose g exceeds it fails with a NaN error).
+      max_granularity: static upper bound on the traced P_vec precision g (rounded sums stay exact in float32 while K *
+        max_granularity < 2^24; a run whose g exceeds it fails with a NaN error).
 
-    The P_vec parameters (g, b, p) are per-run hyperparameters
-    (``SdpHParams.pvec``; ``pvec_params_for`` computes them for a target eps).
-    The non-private twin is ``AcceleratedMbSgd(sampling="one-pass",
-    private=False)`` with the same schedule.
-    """
+    The P_vec parameters (g, b, p) are per-run hyperparameters (``SdpHParams.pvec``; ``pvec_params_for`` computes them
+    for a target eps). The non-private twin is ``AcceleratedMbSgd(sampling="one-pass", private=False)`` with the same
+    schedule."""
 
     problem: Any
     num_rounds: int
@@ -231,8 +204,7 @@ class SdpOnePassAccelerated(ChainFamily):
         (proof of Cheu et al. Theorem 3.2; ``dpjax.accounting.pvec.pvec_params``; ``mode="lemma_opt"``,
         the lemma-optimised constants, by default; ``"paper"`` = Theorem 3.2's printed choice) for
         ``min_vectors(num_silos)`` inputs of dimension ``dim``. Pass the result to ``SdpHParams.create``;
-        ``privacy(...).calibrate`` searches the same calculator with the one calibration routine.
-        """
+        ``privacy(...).calibrate`` searches the same calculator with the one calibration routine."""
         calc = pvec_accounting.pvec_params(epsilon, delta, self.min_vectors(num_silos), self.dim, mode)
         if calc.g > self.max_granularity:
             raise ValueError(f"max_granularity={self.max_granularity} is below the calculator's g={calc.g}")

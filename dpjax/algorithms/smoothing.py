@@ -1,30 +1,22 @@
-"""Moreau-envelope (Nesterov) smoothing for non-smooth losses (Lowy &
-Razaviyayn, ICLR 2023, Appendix D.2, Lemma D.7).
+"""Moreau-envelope (Nesterov) smoothing for non-smooth losses (Lowy & Razaviyayn, ICLR 2023, Appendix D.2, Lemma D.7).
 
-``f_beta(w, x) = min_v [ f(v, x) + (beta/2) ||w - v||^2 ]`` with minimiser
-``v* = prox_{f/beta}(w)`` and ``grad f_beta(w) = beta (w - v*)``. The envelope
-is convex, beta-smooth and ``f_beta <= f <= f_beta + L^2/(2 beta)``.
+``f_beta(w, x) = min_v [ f(v, x) + (beta/2) ||w - v||^2 ]`` with minimiser ``v* = prox_{f/beta}(w)`` and
+``grad f_beta(w) = beta (w - v*)``. The envelope is convex, beta-smooth and ``f_beta <= f <= f_beta + L^2/(2 beta)``.
 
-``MoreauEnvelope(base, beta)`` is a dpjax problem whose per-example loss is
-the envelope of ``base``'s loss, written as
-``f(sg(v*)) + (beta/2)||w - sg(v*)||^2`` (``sg`` = stop-gradient), so that
-its value is ``f_beta(w)`` and its autodiff gradient is exactly
-``beta (w - v*)`` (Danskin). Every algorithm of dpjax can run on it
-unchanged (Theorem D.2: run Noisy MB-SGD, Algorithm 2, on ``f_beta``).
+``MoreauEnvelope(base, beta)`` is a dpjax problem whose per-example loss is the envelope of ``base``'s loss, written as
+``f(sg(v*)) + (beta/2)||w - sg(v*)||^2`` (``sg`` = stop-gradient), so that its value is ``f_beta(w)`` and its autodiff
+gradient is exactly ``beta (w - v*)`` (Danskin). Every algorithm of dpjax can run on it unchanged (Theorem D.2: run
+Noisy MB-SGD, Algorithm 2, on ``f_beta``).
 
-The prox is taken over ``v in R^d`` (the *unconstrained* envelope;
-Lemma D.7's 2L is for the W-constrained one): then ``||grad f_beta|| <= L`` and the
-approximation bound holds on all of R^d. The paper states the envelope is
-``2L``-Lipschitz (for the W-constrained envelope); ``lipschitz_factor=2``
-reproduces that conservative constant in ``lipschitz_bound`` (paper mode),
-``1`` is the tight default. Privacy is unchanged: the per-record gradient
-norm bound the noise is calibrated to is ``lipschitz_factor * L`` (or the
-clip norm when the algorithm clips).
+The prox is taken over ``v in R^d`` (the *unconstrained* envelope; Lemma D.7's 2L is for the W-constrained one): then
+``||grad f_beta|| <= L`` and the approximation bound holds on all of R^d. The paper states the envelope is
+``2L``-Lipschitz (for the W-constrained envelope); ``lipschitz_factor=2`` reproduces that conservative constant in
+``lipschitz_bound`` (paper mode), ``1`` is the tight default. Privacy is unchanged: the per-record gradient norm bound
+the noise is calibrated to is ``lipschitz_factor * L`` (or the clip norm when the algorithm clips).
 
-Closed-form proxes are provided for the two non-smooth losses of the
-paper's examples: absolute-deviation regression and the hinge loss. Only
-problems with a ``prox(params, x, y, beta)`` method can be smoothed (there
-is no inexact inner solver here).
+Closed-form proxes are provided for the two non-smooth losses of the paper's examples: absolute-deviation regression and
+the hinge loss. Only problems with a ``prox(params, x, y, beta)`` method can be smoothed (there is no inexact inner
+solver here).
 """
 
 from __future__ import annotations
@@ -120,13 +112,10 @@ class MoreauEnvelope:
     """The beta-smooth Moreau envelope of ``base`` as a dpjax problem.
 
     Args:
-      base: a problem with a ``prox(params, x, y, beta)`` method
-        (``AbsoluteRegression``, ``HingeClassification``).
-      beta: smoothing parameter (e.g. ``schedules.smoothing_beta``); static,
-        so changing it recompiles.
+      base: a problem with a ``prox(params, x, y, beta)`` method (``AbsoluteRegression``, ``HingeClassification``).
+      beta: smoothing parameter (e.g. ``schedules.smoothing_beta``); static, so changing it recompiles.
       lipschitz_factor: 1 (tight, unconstrained envelope, default) or 2 (the
-        paper's Lemma D.7 constant); multiplies ``lipschitz_bound``.
-    """
+        paper's Lemma D.7 constant); multiplies ``lipschitz_bound``."""
 
     base: Any
     beta: float

@@ -6,36 +6,27 @@ Algorithm 7 is Algorithm 2 with silo-specific batch sizes ``K_i`` and noise
 
     g_i = (1/K_i) sum_{j <= K_i} clip_C(grad f(w_r, x_ij)) + u_i,   u_i ~ N(0, sigma_i^2 I)
 
-with ``sigma_i = z_i x 2C/K_i`` (``noise_multiplier``: one multiplier per silo
-of the sensitivity of its clipped mean), and the server averages the available
-silos' messages with equal weights ``1/M_r``. On the padded arrays every silo
-draws ``max_i K_i`` indices and keeps the first ``K_i`` (for without-replacement
-sampling the top-K_i of i.i.d. scores: a uniform K_i-subset; for
-with-replacement K_i i.i.d. draws); the divisor is the public ``K_i``.
+with ``sigma_i = z_i x 2C/K_i`` (``noise_multiplier``: one multiplier per silo of the sensitivity of its clipped mean),
+and the server averages the available silos' messages with equal weights ``1/M_r``. On the padded arrays every silo
+draws ``max_i K_i`` indices and keeps the first ``K_i`` (for without-replacement sampling the top-K_i of i.i.d. scores:
+a uniform K_i-subset; for with-replacement K_i i.i.d. draws); the divisor is the public ``K_i``.
 
-The round is Noisy MB-SGD's parts (``dpjax.engine.chain``) with per-silo
-``K_i`` (``SiloBatches(batch_sizes=...)``, ``MinibatchGradient(batch_sizes=...)``)
-and per-silo multipliers (``GaussianNoise`` reads ``[N]``).
+The round is Noisy MB-SGD's parts (``dpjax.engine.chain``) with per-silo ``K_i`` (``SiloBatches(batch_sizes=...)``,
+``MinibatchGradient(batch_sizes=...)``) and per-silo multipliers (``GaussianNoise`` reads ``[N]``).
 
-Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)``
-(common fraction c; Theorem H.1 needs K_i/n_i equal across silos) and the
-paper's ``sigma_i`` (absolute: ``noise_multiplier_for`` converts them with the
-family's own sensitivities); a tight accountant can calibrate each multiplier
-from ``privacy()``.
+Parameters: ``schedules.unbalanced_parameters`` computes ``K_i = ceil(c n_i)`` (common fraction c; Theorem H.1 needs
+K_i/n_i equal across silos) and the paper's ``sigma_i`` (absolute: ``noise_multiplier_for`` converts them with the
+family's own sensitivities); a tight accountant can calibrate each multiplier from ``privacy()``.
 
-Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R
-releases of its minibatch mean plus Gaussian noise of multiplier ``z_i``;
-``privacy()`` composes the parts' events (``dpjax.accounting.events``): silos
-that differ in batch size or multiplier get their own guarantee
-(``PerSiloPrivacy``, the run's epsilon is the largest; calibration gives every
-silo its own multiplier), equal ones are accounted together at the smallest.
+Privacy (generalised ISRL-DP, Definition 10): silo i's transcript is R releases of its minibatch mean plus Gaussian
+noise of multiplier ``z_i``; ``privacy()`` composes the parts' events (``dpjax.accounting.events``): silos that differ
+in batch size or multiplier get their own guarantee (``PerSiloPrivacy``, the run's epsilon is the largest; calibration
+gives every silo its own multiplier), equal ones are accounted together at the smallest.
 
-The clipper is ``silo_clipper()`` (every record's gradient clipped to C); a
-subclass may declare another one, and ``privacy()`` reads that clipper's bound
-and event.
+The clipper is ``silo_clipper()`` (every record's gradient clipped to C); a subclass may declare another one, and
+``privacy()`` reads that clipper's bound and event.
 
-``private=False`` is the non-private twin (same compiled round with noise
-multipliers 0 and no clip).
+``private=False`` is the non-private twin (same compiled round with noise multipliers 0 and no clip).
 """
 
 from __future__ import annotations
@@ -91,8 +82,7 @@ class UnbalancedNoisyMbSgd(IsrlRoundOptions, ChainFamily):
       batch_sizes: ``(K_1, ..., K_N)``, static, ``K_i <= n_i``.
       sampling: ``"without-replacement"`` (default) or ``"with-replacement"``.
       availability: which silos take part (``IsrlRoundOptions``, as are ``private``, ``aggregation``,
-        ``output``, ``window`` and ``projection_radius``).
-    """
+        ``output``, ``window`` and ``projection_radius``)."""
 
     problem: Any
     num_rounds: int

@@ -1,17 +1,7 @@
 """The compiled round-step engine: silos (vmap), rounds (scan), runs (vmap), and the one executor."""
 
 from dpjax.engine.checks import NonFiniteError, SamplingOverflowError
-from dpjax.engine.executor import (
-    Chunk,
-    GridResult,
-    OutputParams,
-    RunResult,
-    Trial,
-    execute,
-    run,
-    run_grid,
-    run_many,
-)
+from dpjax.engine.executor import Chunk, GridResult, OutputParams, RunResult, Trial, execute, run, run_grid, run_many
 from dpjax.engine.program import ChunkProgram, compiled_runner
 from dpjax.engine.run_inputs import run_key_data, stack_hparams
 from dpjax.engine.silos import SiloData

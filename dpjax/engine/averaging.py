@@ -3,12 +3,10 @@
 * ``"last"``: the last iterate ``w_R``.
 * ``"average"``: the uniform average ``(1/R) sum_{r=0}^{R-1} w_r`` (Algorithm 2
   of Lowy & Razaviyayn with ``gamma_r = 1/R``; note ``w_R`` is excluded).
-* ``"window"``: the mean of the last ``window`` iterates ``w_{R-window+1..R}``
-  (the authors' experiment code uses 8).
-* ``"exponential"``: ``sum gamma_r w_r / sum gamma_r`` with
-  ``gamma_r = a^(r+1)``, ``a = 1/(1 - mu*eta)`` (Stich 2019 weights for the
-  strongly convex case, Theorem D.1.2); updated in a numerically stable
-  running form so large R never overflows.
+* ``"window"``: the mean of the last ``window`` iterates ``w_{R-window+1..R}`` (the authors' experiment code uses 8).
+* ``"exponential"``: ``sum gamma_r w_r / sum gamma_r`` with ``gamma_r = a^(r+1)``, ``a = 1/(1 - mu*eta)`` (Stich 2019
+  weights for the strongly convex case, Theorem D.1.2); updated in a numerically stable running form so large R never
+  overflows.
 """
 
 from __future__ import annotations
@@ -44,8 +42,7 @@ class IterateAverager:
     def update(self, avg: PyTree, before: PyTree, after: PyTree, round_index, decay=None) -> PyTree:
         """Folds round ``round_index`` (which moved ``before -> after``) into ``avg``.
 
-        ``decay`` is ``mu * eta`` for the exponential rule.
-        """
+        ``decay`` is ``mu * eta`` for the exponential rule."""
         if self.rule == "window":
             slot = round_index % self.window
             return jax.tree_util.tree_map(lambda buf, p: buf.at[slot].set(p), avg, after)

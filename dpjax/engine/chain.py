@@ -12,22 +12,19 @@ A family is a declaration -- its static config plus its parts in the order the r
         value, s = part.update(value, s, ctx)              #      aggregator, server, averager
     params, query = served(value)                          # the new iterate, where clients compute next
 
-Where the noise goes is the order of the parts: ``(..., GaussianNoise(), Aggregate(), ...)`` adds
-it on every silo (local / ISRL-DP), ``(..., Aggregate(), GaussianNoise(placement="server"), ...)``
-once to the aggregate (central DP). The parts before the first aggregator are the round's per-silo
-stage: silo blocking (``dpjax.engine.silo_blocks``) runs exactly that stage a block of silos at a
-time, and silo sharding gathers the silos' messages between it and the aggregator; neither is a
-second round.
+Where the noise goes is the order of the parts: ``(..., GaussianNoise(), Aggregate(), ...)`` adds it on every silo
+(local / ISRL-DP), ``(..., Aggregate(), GaussianNoise(placement="server"), ...)`` once to the aggregate (central DP).
+The parts before the first aggregator are the round's per-silo stage: silo blocking (``dpjax.engine.silo_blocks``) runs
+exactly that stage a block of silos at a time, and silo sharding gathers the silos' messages between it and the
+aggregator; neither is a second round.
 
-Every part's state is carried in ``ChainState.parts`` across rounds (keyed by the part's first
-role). The privacy of the run is the composition of the parts' events over the rounds
-(``dpjax.accounting.events.DpPlan``: selection x clipper x privatizer x rounds); the noise a run adds is
-``noise_multiplier x`` the sensitivity the clipper returned, so both consumers -- the compiled round
-and the accountant -- read the same parts.
+Every part's state is carried in ``ChainState.parts`` across rounds (keyed by the part's first role). The privacy of the
+run is the composition of the parts' events over the rounds (``dpjax.accounting.events.DpPlan``: selection x clipper x
+privatizer x rounds); the noise a run adds is ``noise_multiplier x`` the sensitivity the clipper returned, so both
+consumers -- the compiled round and the accountant -- read the same parts.
 
-The non-private twin (``private=False``) runs the same compiled round with
-``FamilyBase.run_hparams``: noise multipliers 0 and clip norms ``inf`` (bit-identical to a private
-run with those values).
+The non-private twin (``private=False``) runs the same compiled round with ``FamilyBase.run_hparams``: noise multipliers
+0 and clip norms ``inf`` (bit-identical to a private run with those values).
 """
 
 from __future__ import annotations
@@ -52,11 +49,9 @@ PyTree = Any
 class DataShape(NamedTuple):
     """The static facts of the data a family's parts may depend on.
 
-    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo
-    records ``[N, n_max, ...]`` (a client whose state carries per-record work
-    across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init``
-    from them); None where only the silo sizes are known (privacy, output rule).
-    """
+    ``records``: ``(x, y)`` as ``jax.ShapeDtypeStruct`` of the padded silo records ``[N, n_max, ...]`` (a client whose
+    state carries per-record work across rounds, e.g. DIFF2's previous-iterate passes, shapes it at ``init`` from them);
+    None where only the silo sizes are known (privacy, output rule)."""
 
     num_silos: int
     n_max: int
@@ -107,8 +102,7 @@ def _inner_chain(part) -> tuple:
 class Parts:
     """A family's declaration: its batch selection and the round's other parts in fold order.
 
-    ``log_batches`` adds each round's batch (indices, weights, available) to the round metrics
-    (for tests and audits).
+    ``log_batches`` adds each round's batch (indices, weights, available) to the round metrics (for tests and audits).
     """
 
     selection: Any

@@ -3,14 +3,12 @@
 Every executor path (``dpjax.engine.run``/``run_many``, ``run_grid``, the
 sweep store) reads a run's round metrics the same way:
 
-* ``run_flags``: the first round whose iterate was not finite
-  (``diverged_round``) and the first round whose Poisson batch overflowed its
-  static buffer (``overflow_round``), ``-1`` if none; traced inside a compiled
-  chunk (``xp=jnp``) or on the host (``xp=np``);
-* ``check_runs``: raises ``SamplingOverflowError`` (always: a truncated batch
-  voids the Poisson privacy analysis) or ``NonFiniteError`` (with
-  ``on_nonfinite="raise"``) naming the run and the round, before any result of
-  the failing chunk is returned or stored;
+* ``run_flags``: the first round whose iterate was not finite (``diverged_round``) and the first round whose Poisson
+  batch overflowed its static buffer (``overflow_round``), ``-1`` if none; traced inside a compiled chunk (``xp=jnp``)
+  or on the host (``xp=np``);
+* ``check_runs``: raises ``SamplingOverflowError`` (always: a truncated batch voids the Poisson privacy analysis) or
+  ``NonFiniteError`` (with ``on_nonfinite="raise"``) naming the run and the round, before any result of the failing
+  chunk is returned or stored;
 * ``diverged``: the protocols' divergence rule (non-finite iterate, non-finite
   final loss, or a final loss above the authors' guard threshold).
 """
@@ -41,10 +39,8 @@ def first_round(flags, xp=np):
 def run_flags(round_metrics: dict, xp=np) -> tuple:
     """``(diverged_round, overflow_round)`` of runs from their round metrics.
 
-    ``round_metrics["finite"]`` is ``[..., rounds]`` (leading run axes, if any);
-    ``round_metrics["sampling_overflow"]`` (when the family reports it) is
-    ``[..., rounds, *per-round shape]``.
-    """
+    ``round_metrics["finite"]`` is ``[..., rounds]`` (leading run axes, if any); ``round_metrics["sampling_overflow"]``
+    (when the family reports it) is ``[..., rounds, *per-round shape]``."""
     finite = round_metrics["finite"]
     overflow = round_metrics.get("sampling_overflow")
     if overflow is None:

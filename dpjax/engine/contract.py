@@ -1,11 +1,9 @@
 """The one contract every algorithm family implements, and its shared parts.
 
-An algorithm family is a frozen (hashable) dataclass: its fields are the
-*static* configuration (problem, shapes, sampling scheme, number of rounds;
-one compiled program per combination). Per-run scalars that a sweep varies
-(step size, noise std, clip norm) live in an ``hparams`` pytree of type
-``hparams_type``, carried in the state, so a grid of configurations with the
-same static shape is one ``vmap``. The methods::
+An algorithm family is a frozen (hashable) dataclass: its fields are the *static* configuration (problem, shapes,
+sampling scheme, number of rounds; one compiled program per combination). Per-run scalars that a sweep varies (step
+size, noise std, clip norm) live in an ``hparams`` pytree of type ``hparams_type``, carried in the state, so a grid of
+configurations with the same static shape is one ``vmap``. The methods::
 
     validate(data) -> None                            # host-side, before compiling
     init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
@@ -14,16 +12,13 @@ same static shape is one ``vmap``. The methods::
     output_params(state) -> the algorithm's output (e.g. an averaged iterate)
     privacy(silo_sizes, hparams) -> PrivacySpec       # what the run releases
 
-``privacy`` is the only privacy method: it returns a
-``dpjax.accounting.privacy_spec.PrivacySpec`` whose ``epsilon(delta,
-accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver
-uses the same way (non-private twins return ``NoPrivacy``).
+``privacy`` is the only privacy method: it returns a ``dpjax.accounting.privacy_spec.PrivacySpec`` whose
+``epsilon(delta, accountant)`` and ``calibrate(target_epsilon, delta, accountant)`` every driver uses the same way
+(non-private twins return ``NoPrivacy``).
 
-``FamilyBase`` removes the repetition between families: the common field
-checks, the hparams type check, the sampling x neighbouring check at
-creation time (``__post_init__``), the iterate averager and the non-private twin
-(``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by
-``dpjax.engine.chain.ChainFamily``.
+``FamilyBase`` removes the repetition between families: the common field checks, the hparams type check, the sampling x
+neighbouring check at creation time (``__post_init__``), the iterate averager and the non-private twin
+(``run_hparams``). Rounds are composed of the parts of ``dpjax.parts`` by ``dpjax.engine.chain.ChainFamily``.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
     """Refuses a sampling scheme x neighbouring relation pair no accountant certifies.
 
     Fixed-size batches (with/without replacement, one-pass, shuffling) need a
-    fixed, public dataset size, so only replace-one is meaningful for them.
-    """
+    fixed, public dataset size, so only replace-one is meaningful for them."""
     coerce_enum("neighboring", neighboring, Neighboring)
     try:
         s = Sampling(sampling)
@@ -80,11 +74,10 @@ def check_sampling_relation(sampling: str, neighboring: str) -> None:
 
 
 def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
-    """Poisson's rate q is a public declared number (``sampling_rate``): the sampler draws with it and
-    the accountant reads it. Refuses a rate for a fixed-size scheme, and Poisson under add/remove
-    without one: the fallback ``K / n`` reads the data set's size, which differs between neighbours
-    (one record more lowers every other record's rate), so the sampled law would not be the accounted
-    one. Checked from the configuration alone, before any data is touched."""
+    """Poisson's rate q is a public declared number (``sampling_rate``): the sampler draws with it and the accountant
+    reads it. Refuses a rate for a fixed-size scheme, and Poisson under add/remove without one: the fallback ``K / n``
+    reads the data set's size, which differs between neighbours (one record more lowers every other record's rate), so
+    the sampled law would not be the accounted one. Checked from the configuration alone, before any data is touched."""
     if sampling_rate is not None:
         if sampling != "poisson":
             raise ValueError(f"sampling_rate={sampling_rate!r} is Poisson's public rate; sampling={sampling!r} "
@@ -114,12 +107,10 @@ AGGREGATIONS = ("mean", "sum")
 class FamilyBase:
     """Shared behaviour of algorithm families (mix into a frozen dataclass).
 
-    Subclasses set ``hparams_type`` and may define any of the common fields
-    ``num_rounds``, ``batch_size``, ``local_steps``, ``sampling``,
-    ``neighboring``, ``aggregation``, ``output``/``window``,
-    ``projection_radius`` (``output``/``window`` by mixing in ``OutputRule``);
-    ``check_common()`` (call it from ``__post_init__``) validates whichever are present.
-    """
+    Subclasses set ``hparams_type`` and may define any of the common fields ``num_rounds``, ``batch_size``,
+    ``local_steps``, ``sampling``, ``neighboring``, ``aggregation``, ``output``/``window``, ``projection_radius``
+    (``output``/``window`` by mixing in ``OutputRule``); ``check_common()`` (call it from ``__post_init__``) validates
+    whichever are present."""
 
     hparams_type: ClassVar[type] = object
     #: hparams fields that the non-private twin sets to 0 (noise multipliers or stds) and inf (clip norms).
@@ -152,9 +143,8 @@ class FamilyBase:
         return sampling.make_sampler(self.sampling, self.batch_size, getattr(self, "sampling_rate", None))
 
     def validate(self, data) -> None:
-        """Host-side checks against the data: the availability model, and for a family
-        that samples ``batch_size`` records per silo, that its sampler can serve
-        ``num_rounds`` rounds from the smallest silo."""
+        """Host-side checks against the data: the availability model, and for a family that samples ``batch_size``
+        records per silo, that its sampler can serve ``num_rounds`` rounds from the smallest silo."""
         self.availability.validate(data.num_silos)
         if getattr(self, "batch_size", None) is not None:
             self.sampler.validate(data.min_size, self.num_rounds)

@@ -2,53 +2,40 @@
 
 Entry points (thin; they differ only in how they lay out runs):
 
-* ``run(algorithm, data, hparams, key)`` / ``run_many(..., keys_)``: one run,
-  or a batch of runs vmapped into ONE compiled program (``program.compiled_runner``),
-  returning the full state, output, round metrics and evaluations;
-* ``run_grid(algorithm, data, hparams, run_keys)``: a grid of runs in
-  fixed-shape compiled chunks (``program.ChunkProgram``), on one data split or
-  on per-trial splits (``Trial``), sharded over devices, returning each run's
-  evaluation trace;
-* ``execute(chunks, program_of, store)``: the chunk loop itself, which
-  ``run_grid`` and ``dpjax.sweep.run_sweep`` (a file-backed, resumable store)
-  both call.
+* ``run(algorithm, data, hparams, key)`` / ``run_many(..., keys_)``: one run, or a batch of runs vmapped into ONE
+  compiled program (``program.compiled_runner``), returning the full state, output, round metrics and evaluations;
+* ``run_grid(algorithm, data, hparams, run_keys)``: a grid of runs in fixed-shape compiled chunks
+  (``program.ChunkProgram``), on one data split or on per-trial splits (``Trial``), sharded over devices, returning each
+  run's evaluation trace;
+* ``execute(chunks, program_of, store)``: the chunk loop itself, which ``run_grid`` and ``dpjax.sweep.run_sweep`` (a
+  file-backed, resumable store) both call.
 
 Options, in one place:
 
 * ``round_loop``: ``"scan"`` (rounds in ``lax.scan``) or ``"host"`` (one
   compiled call per round; CNNs on XLA:CPU, see ``dpjax.engine.program``);
-* vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x
-  configs`` tiles, ``common_random_numbers`` (runs with equal keys share their
-  random draws inside one program);
+* vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x configs`` tiles,
+  ``common_random_numbers`` (runs with equal keys share their random draws inside one program);
 * per-trial splits: ``run_grid(trials, ..., trial_of_run=...)``;
 * sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits);
-* evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last
-  (``program.eval_schedule``);
-* resumable store: ``execute(..., store=...)`` skips the chunks a store
-  reports finished and hands it every checked chunk (``ChunkStore``); with
-  ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
-* result check: every run's overflow / non-finite rounds are checked by
-  ``dpjax.engine.checks`` before anything is returned or stored
-  (``on_nonfinite="raise"``: ``NonFiniteError`` naming the run and round;
-  ``"mark"``: ``diverged_round`` recorded).
+* evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last (``program.eval_schedule``);
+* resumable store: ``execute(..., store=...)`` skips the chunks a store reports finished and hands it every checked
+  chunk (``ChunkStore``); with ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
+* result check: every run's overflow / non-finite rounds are checked by ``dpjax.engine.checks`` before anything is
+  returned or stored (``on_nonfinite="raise"``: ``NonFiniteError`` naming the run and round; ``"mark"``:
+  ``diverged_round`` recorded).
 
-``run_grid`` details. ``common_random_numbers=True``: runs with equal run keys
-are executed as one repetition whose configurations share the key
-(availability, batches and standard-normal draws computed once, gradients of
-all configurations as one matrix product); chunks never mix repetitions.
-``False``: one key per lane; with every run in one chunk (``chunk_size >=
-len(run_keys)``) this is ``run_many``'s program and its results bit for bit.
-``params``: one starting point for every run (default: ``problem.init_params``
-of the ``"local"`` stream of the chunk's first run key: each run's own with
-common random numbers, the first lane's otherwise, as ``run_many``). Per-trial
-splits: chunks never mix trials; each trial's runs are chunked as a call on its
-split alone would chunk them, so the results equal one call per split bit for
-bit, and equal-shape trials reuse one compiled program (``run_sweep`` instead
-stacks equal-shape splits on a trial axis of one program: other numbers).
-``round_loop="host"``: a chunk of one run is ``run(..., round_loop="host")``, a
-wider one ``run_many(..., round_loop="host")``, bit for bit. Chunk width
-changes the floating-point summation order of batched products, so a driver
-that pins its numbers keeps its ``chunk_size``.
+``run_grid`` details. ``common_random_numbers=True``: runs with equal run keys are executed as one repetition whose
+configurations share the key (availability, batches and standard-normal draws computed once, gradients of all
+configurations as one matrix product); chunks never mix repetitions. ``False``: one key per lane; with every run in one
+chunk (``chunk_size >= len(run_keys)``) this is ``run_many``'s program and its results bit for bit. ``params``: one
+starting point for every run (default: ``problem.init_params`` of the ``"local"`` stream of the chunk's first run key:
+each run's own with common random numbers, the first lane's otherwise, as ``run_many``). Per-trial splits: chunks never
+mix trials; each trial's runs are chunked as a call on its split alone would chunk them, so the results equal one call
+per split bit for bit, and equal-shape trials reuse one compiled program (``run_sweep`` instead stacks equal-shape
+splits on a trial axis of one program: other numbers). ``round_loop="host"``: a chunk of one run is
+``run(..., round_loop="host")``, a wider one ``run_many(..., round_loop="host")``, bit for bit. Chunk width changes the
+floating-point summation order of batched products, so a driver that pins its numbers keeps its ``chunk_size``.
 """
 
 from __future__ import annotations
@@ -87,8 +74,7 @@ class RunResult:
       eval_metrics: metrics of ``eval_fn`` at ``eval_rounds``, ``[..., num_evals]``.
       eval_rounds: number of completed rounds at each evaluation.
       diverged_round: first round (0-based) whose iterate was not finite, -1 if
-        none; only meaningful with ``on_nonfinite="mark"``.
-    """
+        none; only meaningful with ``on_nonfinite="mark"``."""
 
     output: PyTree
     state: PyTree
@@ -120,9 +106,7 @@ class Trial:
     """One data split of a grid with per-trial splits (``run_grid(trials, ..., trial_of_run=...)``).
 
     ``data``: the silos' training data; ``eval_data``: what ``eval_fn`` reads;
-    ``params``: the trial's starting point (``None``: from the chunk's first
-    run key, as with one split).
-    """
+    ``params``: the trial's starting point (``None``: from the chunk's first run key, as with one split)."""
 
     data: Any
     eval_data: Any = None
@@ -186,32 +170,15 @@ def _finish(out, hparams, on_nonfinite: str, batched: bool, eval_rounds: np.ndar
 
     check_runs(diverged, overflow, on_nonfinite=on_nonfinite, describe=describe)
     diverged = diverged.astype(np.int64)
-    return RunResult(
-        output=output,
-        state=state,
-        round_metrics={k: np.asarray(v) for k, v in round_metrics.items()},
-        eval_metrics={k: np.asarray(v) for k, v in evals.items()},
-        eval_rounds=eval_rounds,
-        diverged_round=diverged if batched else diverged[0],
-    )
+    return RunResult(output=output, state=state, round_metrics={k: np.asarray(v) for k, v in round_metrics.items()},
+                     eval_metrics={k: np.asarray(v) for k, v in evals.items()}, eval_rounds=eval_rounds,
+                     diverged_round=diverged if batched else diverged[0])
 
 
-def run(
-    algorithm,
-    data: SiloData,
-    hparams: PyTree,
-    key: jax.Array,
-    *,
-    params: PyTree | None = None,
-    eval_fn: EvalFn | None = None,
-    eval_data: PyTree = None,
-    eval_every: int | None = None,
-    on_nonfinite: str = "raise",
-    round_loop: str = "scan",
-    silo_devices=None,
-    silo_compute: str = "exact",
-    silo_block: int | None = None,
-) -> RunResult:
+def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: PyTree | None = None,
+        eval_fn: EvalFn | None = None, eval_data: PyTree = None, eval_every: int | None = None,
+        on_nonfinite: str = "raise", round_loop: str = "scan", silo_devices=None, silo_compute: str = "exact",
+        silo_block: int | None = None) -> RunResult:
     """Runs ``algorithm.num_rounds`` rounds of one configuration.
 
     Args:
@@ -219,30 +186,24 @@ def run(
       data: the silos' training data.
       hparams: the algorithm's per-run hyperparameters (its ``HParams``).
       key: the run key; every random draw of the run derives from it.
-      params: initial parameters (default: ``algorithm.problem.init_params``
-        of the key's ``"local"`` stream).
+      params: initial parameters (default: ``algorithm.problem.init_params`` of the key's ``"local"`` stream).
       eval_fn: optional ``eval_fn(output_params, eval_data) -> dict`` of scalars,
         evaluated every ``eval_every`` rounds and after the last round.
       on_nonfinite: ``"raise"`` (default) raises ``NonFiniteError`` naming the
         round; ``"mark"`` returns the result with ``diverged_round`` set.
-      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or
-        ``"host"`` (one compiled call per round; for CNNs on CPU, see
-        ``dpjax.engine.program``). Same rounds and keys; float results may
-        differ in the last bits.
-      silo_devices: devices to shard the silo axis of this one run over
-        (``dpjax.engine.silo_sharding``: the data's silos split evenly, the
-        model replicated; the number of silos a multiple of the number of
-        devices); ``round_loop="scan"`` only.
-      silo_compute: with ``silo_devices``: ``"exact"`` (default; the data
-        gathered once, every device computes all silos: bit-identical to the
-        unsharded run, tested on 8 host devices) or ``"per-silo"`` (each
-        device computes its own silos; float results can differ in the last
-        bits, see ``silo_sharding``) or ``"blocks"`` (each device computes
-        its silos ``silo_block`` at a time: bit-identical to the unsharded run
-        with the same ``silo_block``; ``dpjax.engine.silo_blocks``).
+      round_loop: ``"scan"`` (default: all rounds in one compiled ``lax.scan``) or ``"host"`` (one compiled call per
+        round; for CNNs on CPU, see ``dpjax.engine.program``). Same rounds and keys; float results may differ in the
+        last bits.
+      silo_devices: devices to shard the silo axis of this one run over (``dpjax.engine.silo_sharding``: the data's
+        silos split evenly, the model replicated; the number of silos a multiple of the number of devices);
+        ``round_loop="scan"`` only.
+      silo_compute: with ``silo_devices``: ``"exact"`` (default; the data gathered once, every device computes all
+        silos: bit-identical to the unsharded run, tested on 8 host devices) or ``"per-silo"`` (each device computes its
+        own silos; float results can differ in the last bits, see ``silo_sharding``) or ``"blocks"`` (each device
+        computes its silos ``silo_block`` at a time: bit-identical to the unsharded run with the same ``silo_block``;
+        ``dpjax.engine.silo_blocks``).
       silo_block: compute each round's per-silo stage this many silos at a
-        time (``dpjax.engine.silo_blocks``; families of the generic step).
-    """
+        time (``dpjax.engine.silo_blocks``; families of the generic step)."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("key", key, 0)
     _check_data(algorithm, data, batched=False)
@@ -266,38 +227,21 @@ def run(
     return _finish(out, hparams, on_nonfinite, batched=False, eval_rounds=_eval_rounds(algorithm, eval_fn, eval_every))
 
 
-def run_many(
-    algorithm,
-    data: SiloData,
-    hparams: PyTree,
-    keys_: jax.Array,
-    *,
-    params: PyTree | None = None,
-    params_batched: bool = False,
-    data_batched: bool = False,
-    eval_fn: EvalFn | None = None,
-    eval_data: PyTree = None,
-    eval_every: int | None = None,
-    on_nonfinite: str = "raise",
-    shared_key: bool = False,
-    round_loop: str = "scan",
-) -> RunResult:
+def run_many(algorithm, data: SiloData, hparams: PyTree, keys_: jax.Array, *, params: PyTree | None = None,
+             params_batched: bool = False, data_batched: bool = False, eval_fn: EvalFn | None = None,
+             eval_data: PyTree = None, eval_every: int | None = None, on_nonfinite: str = "raise",
+             shared_key: bool = False, round_loop: str = "scan") -> RunResult:
     """Runs a batch of independent configurations as one compiled program.
 
-    ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same
-    length. ``data``/``eval_data`` (and ``params``) are shared by all runs
-    unless ``data_batched`` (``params_batched``) says they have a runs axis too
-    (e.g. one train/test split per trial). Results equal the same runs done one
-    by one with ``run`` (tested).
+    ``hparams`` leaves and ``keys_`` carry a leading runs axis of the same length. ``data``/``eval_data`` (and
+    ``params``) are shared by all runs unless ``data_batched`` (``params_batched``) says they have a runs axis too (e.g.
+    one train/test split per trial). Results equal the same runs done one by one with ``run`` (tested).
 
-    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random
-    numbers: all configurations see the same availability, batches and noise
-    draws). The draws are then computed once, not per run, which on a grid of
-    step sizes / noise levels over shared data turns per-run matrix-vector
-    products into one matrix-matrix product.
+    ``shared_key=True``: ``keys_`` is ONE key used by every run (common random numbers: all configurations see the same
+    availability, batches and noise draws). The draws are then computed once, not per run, which on a grid of step sizes
+    / noise levels over shared data turns per-run matrix-vector products into one matrix-matrix product.
 
-    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs).
-    """
+    ``round_loop``: as in ``run`` (``"host"``: one compiled call per round for all runs)."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
     _check_runs_axis(hparams, jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0])
@@ -318,13 +262,10 @@ def run_many(
 class Chunk:
     """One unit of compiled work (and of storage).
 
-    ``group``: chunks of one group share their ``ChunkProgram`` and unsharded
-    arguments, so consecutive ones run side by side on the devices; ``lanes``:
-    the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
-    ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments
-    (built when the chunk runs); ``describe(i)``: names real run ``i`` in
-    errors; ``runs``: the caller's identifiers of the real runs.
-    """
+    ``group``: chunks of one group share their ``ChunkProgram`` and unsharded arguments, so consecutive ones run side by
+    side on the devices; ``lanes``: the ``(t, s, h)`` positions of the real (non-padding) runs in the program's
+    ``[Tc, Sc, Hc]`` outputs, in run order; ``args()``: the program's arguments (built when the chunk runs);
+    ``describe(i)``: names real run ``i`` in errors; ``runs``: the caller's identifiers of the real runs."""
 
     id: str
     group: Hashable
@@ -349,30 +290,18 @@ def lane_results(out: dict, lanes: Sequence[tuple]) -> dict:
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[index], out)
 
 
-def execute(
-    chunks: Sequence[Chunk],
-    program_of: Callable[[Chunk], ChunkProgram],
-    store: ChunkStore,
-    *,
-    on_nonfinite: str = "raise",
-    share: tuple[int, int] = (0, 1),
-    max_chunks: int | None = None,
-    progress: str | None = None,
-    pause: float = 0.0,
-    consequence: str = "No result was returned.",
-) -> tuple[list[str], int]:
+def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram], store: ChunkStore, *,
+            on_nonfinite: str = "raise", share: tuple[int, int] = (0, 1), max_chunks: int | None = None,
+            progress: str | None = None, pause: float = 0.0,
+            consequence: str = "No result was returned.") -> tuple[list[str], int]:
     """Runs the chunks the store has not finished; returns ``(ids computed, number skipped)``.
 
-    Chunks are taken in order, consecutive chunks of one group
-    ``len(program.devices)`` at a time (one per device); each finished chunk's
-    runs pass the result check (``checks.check_runs``; on failure the chunk is
-    not written and ``consequence`` ends the message) and are handed to
-    ``store.write`` at once, so a killed execution keeps every chunk written
-    before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P``
-    (process ``i`` of ``P``); ``max_chunks``: stop after that many;
-    ``progress``: a progress bar with this title; ``pause``: seconds to sleep
-    after each chunk.
-    """
+    Chunks are taken in order, consecutive chunks of one group ``len(program.devices)`` at a time (one per device); each
+    finished chunk's runs pass the result check (``checks.check_runs``; on failure the chunk is not written and
+    ``consequence`` ends the message) and are handed to ``store.write`` at once, so a killed execution keeps every chunk
+    written before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P`` (process ``i`` of ``P``);
+    ``max_chunks``: stop after that many; ``progress``: a progress bar with this title; ``pause``: seconds to sleep
+    after each chunk."""
     index, count = share
     finished = [store.finished(c) for c in chunks]
     skipped = sum(finished)
@@ -469,8 +398,7 @@ def _grid_chunks(problem, trials, trial_index, hparams, key_data, common: bool, 
     """``run_grid``'s chunks (group = trial index) and each trial's chunk width.
 
     A trial's chunks are laid out as a call on its split alone would lay them
-    out (same widths, same bits); a chunk's last lanes repeat its first run.
-    """
+    out (same widths, same bits); a chunk's last lanes repeat its first run."""
 
     def chunk_args(trial: Trial, members: list[int], width: int):
         lanes = np.asarray(members + [members[0]] * (width - len(members)))
@@ -516,24 +444,9 @@ class _GridCollector:
             jax.tree_util.tree_map(lambda dst, a: dst.__setitem__(members, a), self.evals[m], tree)
 
 
-def run_grid(
-    algorithm,
-    data,
-    hparams,
-    run_keys,
-    *,
-    eval_fn=None,
-    eval_data=None,
-    eval_every: int | None = None,
-    common_random_numbers: bool = True,
-    params=None,
-    trial_of_run=None,
-    chunk_size: int = 256,
-    devices=None,
-    on_nonfinite: str = "mark",
-    round_loop: str = "scan",
-    pad_to: int | None = None,
-) -> GridResult:
+def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None, eval_every: int | None = None,
+             common_random_numbers: bool = True, params=None, trial_of_run=None, chunk_size: int = 256, devices=None,
+             on_nonfinite: str = "mark", round_loop: str = "scan", pad_to: int | None = None) -> GridResult:
     """Runs ``len(run_keys)`` runs of ``algorithm`` in compiled chunks, on one data split or one per trial.
 
     Args:
@@ -553,17 +466,13 @@ def run_grid(
       chunk_size: runs per compiled chunk (the last chunk of a repetition is
         padded by repeating its first run; padding is discarded).
       devices: devices to spread chunks over (default: the first local device).
-      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or
-        ``"raise"`` (``NonFiniteError``).
+      on_nonfinite: ``"mark"`` (diverged runs get ``diverged_round >= 0``) or ``"raise"`` (``NonFiniteError``).
       round_loop: ``"scan"`` (rounds in ``lax.scan``, one program per chunk) or
         ``"host"`` (one compiled call per round, one device; see the module docstring).
-      pad_to: chunks narrower than this are padded (by repeating their first
-        run) to ``min(pad_to, chunk_size)`` lanes, so grids of different sizes
-        of one algorithm reuse one compiled program (a step-size grid extension
-        of a few runs then costs a chunk's execution, not a compilation). A
-        run's lane count is part of its program: its last bits may differ
-        from an unpadded call's.
-    """
+      pad_to: chunks narrower than this are padded (by repeating their first run) to ``min(pad_to, chunk_size)`` lanes,
+        so grids of different sizes of one algorithm reuse one compiled program (a step-size grid extension of a few
+        runs then costs a chunk's execution, not a compilation). A run's lane count is part of its program: its last
+        bits may differ from an unpadded call's."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _validate.check_int("chunk_size", chunk_size, min_value=1)
     if pad_to is not None:

@@ -1,54 +1,36 @@
 """The compiled programs of the executor: rounds in ``lax.scan``, runs in ``vmap``, chunks over devices.
 
-An *algorithm* is a frozen (hashable) dataclass holding everything static
-(problem, shapes, sampling scheme, number of rounds) with the family contract
-(``dpjax.engine.contract``)::
+An *algorithm* is a frozen (hashable) dataclass holding everything static, with the family contract of
+``dpjax.engine.contract`` (``init``, ``step``, ``params``, ``output_params``); its per-run ``hparams`` live inside the
+state, so a grid of configurations with the same static shape is one ``vmap`` over states and keys: one compilation for
+the whole grid. Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else is random.
 
-    init(params, hparams, data, run_key) -> state     # per-run state; carries hparams
-    step(state, data, round_key) -> (state, metrics)  # one round, pure
-    params(state) -> current iterate
-    output_params(state) -> the algorithm's output (e.g. an averaged iterate)
-
-Per-run scalars that a sweep varies (step size, noise std, clip norm) live in
-``hparams`` inside the state, so a grid of configurations with the same static
-shape is one ``vmap`` over states and keys: one compilation for the whole grid.
-Round ``r`` receives ``fold_in(run_key, r)`` (see ``dpjax.keys``); nothing else
-is random.
-
-One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every
-``eval_every`` rounds); ``run_program`` wraps it as one lane of a batch (key
-given as key data, starting point from the key, results reduced to
-``dpjax.engine.checks.run_flags``), ``compiled_runner`` is the jitted program
-of ``dpjax.engine.run``/``run_many`` and ``chunk_fn`` the ``Tc x Sc x Hc``
-tile of a grid::
+One run is ``trace_run`` (rounds in ``lax.scan``, evaluations every ``eval_every`` rounds); ``run_program`` wraps it as
+one lane of a batch (key given as key data, starting point from the key, results reduced to
+``dpjax.engine.checks.run_flags``), ``compiled_runner`` is the jitted program of ``dpjax.engine.run``/``run_many`` and
+``chunk_fn`` the ``Tc x Sc x Hc`` tile of a grid::
 
     trials       (data split: per-trial SiloData / eval data / hparams)
       repetitions  (run keys)
         configs      (per-run hyperparameters; keys and data shared)
 
-Each level is a ``vmap`` or, when the simultaneous width would exceed
-``vmap_width``, a sequential ``lax.map``. Because the inner ``vmap`` over
-configs sees an *unbatched* key and data, everything that depends only on the
-key (availability masks, minibatch indices, the standard normal draws of the
-noise) is computed once per repetition and shared by all configs (the
-common-random-numbers discipline of ``dpjax.keys`` turned into saved work),
-and per-config gradient evaluations become matrix products.
+Each level is a ``vmap`` or, when the simultaneous width would exceed ``vmap_width``, a sequential ``lax.map``. Because
+the inner ``vmap`` over configs sees an *unbatched* key and data, everything that depends only on the key (availability
+masks, minibatch indices, the standard normal draws of the noise) is computed once per repetition and shared by all
+configs (the common-random-numbers discipline of ``dpjax.keys`` turned into saved work), and per-config gradient
+evaluations become matrix products.
 
-``ChunkProgram`` compiles a chunk once and runs ``len(devices)`` chunks at a
-time: the program is wrapped in ``shard_map`` over a 1-d mesh ``("runs",)``;
-device ``d`` runs exactly the single-device program on its own chunk, and the
-single-device path uses the same wrapper with a 1-device mesh, so sharded and
-unsharded grids execute the same per-chunk HLO and agree bit for bit.
+``ChunkProgram`` compiles a chunk once and runs ``len(devices)`` chunks at a time: the program is wrapped in
+``shard_map`` over a 1-d mesh ``("runs",)``; device ``d`` runs exactly the single-device program on its own chunk, and
+the single-device path uses the same wrapper with a 1-device mesh, so sharded and unsharded grids execute the same
+per-chunk HLO and agree bit for bit.
 
-``round_loop="host"`` runs the same rounds as one compiled call per round from a
-Python loop instead of one ``lax.scan`` (``host_loop``). Use it for
-convolutional networks on XLA:CPU: its convolution canonicalisation pass
-(``ConvCanonicalization``, which rewrites a convolution into the NHWC/HWIO
-layout that its fast Eigen/YNNPACK kernels need) visits only the entry
-computation, so the backward-pass convolutions of a gradient inside a ``scan``
-body fall back to the naive elemental emitter (2-85x slower per convolution on
-the MNIST CNN; jax-ml/jax#12868). In the host loop every round is an entry
-computation. Same rounds and keys; float results may differ in the last bits.
+``round_loop="host"`` runs the same rounds as one compiled call per round from a Python loop instead of one ``lax.scan``
+(``host_loop``). Use it for convolutional networks on XLA:CPU: its convolution canonicalisation pass
+(``ConvCanonicalization``, which rewrites a convolution into the NHWC/HWIO layout that its fast Eigen/YNNPACK kernels
+need) visits only the entry computation, so the backward-pass convolutions of a gradient inside a ``scan`` body fall
+back to the naive elemental emitter (2-85x slower per convolution on the MNIST CNN; jax-ml/jax#12868). In the host loop
+every round is an entry computation. Same rounds and keys; float results may differ in the last bits.
 """
 
 from __future__ import annotations
@@ -131,11 +113,9 @@ def run_program(algorithm, eval_fn, eval_every, *, key_data: bool = False, init_
     """One lane ``(hparams, data, eval_data, key, params) -> results`` of a batch of runs.
 
     ``key_data``: ``key`` is raw key data (``jax.random.key_data``), wrapped here;
-    ``init_params``: the starting point is ``problem.init_params`` of the key's
-    ``"local"`` stream (``params`` is ignored); ``flags``: return
-    ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``)
-    instead of ``(state, output, round_metrics, evals)``.
-    """
+    ``init_params``: the starting point is ``problem.init_params`` of the key's ``"local"`` stream (``params`` is
+    ignored); ``flags``: return ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``) instead of
+    ``(state, output, round_metrics, evals)``."""
 
     def lane(hparams, data, eval_data, key, params):
         if key_data:
@@ -255,21 +235,17 @@ def chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_w
              trial_axis: bool = True, common_keys: bool = True, initial_params: bool = False):
     """The per-device chunk function ``(hp[Tc,Hc], data[Tc], eval[Tc], keydata[Tc,Sc], params) -> results``.
 
-    Options (static; each changes the program, so results are bit-identical
-    only within one choice):
+    Options (static; each changes the program, so results are bit-identical only within one choice):
 
-    * ``trial_axis=False``: a chunk is the runs of one data split and one
-      repetition (``Tc = Sc = 1``), vmapped directly: ``data``/``eval_data``
-      carry no trial axis and no size-1 trial or repetition ``vmap`` is added
-      (it would change XLA's batched products and so the last bits);
+    * ``trial_axis=False``: a chunk is the runs of one data split and one repetition (``Tc = Sc = 1``), vmapped
+      directly: ``data``/``eval_data`` carry no trial axis and no size-1 trial or repetition ``vmap`` is added (it would
+      change XLA's batched products and so the last bits);
     * ``common_keys=False`` (only without a trial axis): one key per run,
       ``keydata[1,1,Hc]``, instead of one key shared by the chunk;
-    * ``initial_params=True``: ``params`` (no leading axes) is every run's
-      starting point; otherwise ``problem.init_params`` of the run key's
-      ``"local"`` stream and ``params`` is ``None``.
+    * ``initial_params=True``: ``params`` (no leading axes) is every run's starting point; otherwise
+      ``problem.init_params`` of the run key's ``"local"`` stream and ``params`` is ``None``.
 
-    Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...],
-    "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
+    Returns ``{"diverged_round": int32[Tc,Sc,Hc], "overflow_round": int32[...], "evals": {metric: f32[Tc,Sc,Hc,E]}}``.
     """
     tc, sc, hc = shape
     if not trial_axis and (tc, sc) != (1, 1):
@@ -301,10 +277,8 @@ def chunk_fn(algorithm, eval_fn, eval_every, shape: tuple[int, int, int], vmap_w
 def _per_chunk_args(trial_axis: bool) -> tuple[bool, ...]:
     """Which of ``(hp, data, eval_data, keydata, params)`` differ per chunk (a leading device axis).
 
-    Without a trial axis the data and the starting point are shared by every
-    chunk and enter the program unsliced: slicing a device axis off the data
-    inside the program changes XLA's fusion and the last bits of the result.
-    """
+    Without a trial axis the data and the starting point are shared by every chunk and enter the program unsliced:
+    slicing a device axis off the data inside the program changes XLA's fusion and the last bits of the result."""
     return (True,) * 5 if trial_axis else (True, False, False, True, False)
 
 
@@ -334,15 +308,12 @@ def _stack_devices(per_device: list, per_chunk: tuple[bool, ...]):
 class ChunkProgram:
     """One chunk shape of one algorithm, compiled once, run ``len(devices)`` chunks at a time.
 
-    Chunk arguments are ``(hp, data, eval_data, keydata, params)`` as in
-    ``chunk_fn`` (whose options ``trial_axis``, ``common_keys`` and
-    ``initial_params`` it takes). ``round_loop="host"`` (one device, no trial
-    axis, ``initial_params``) runs a chunk's rounds with ``host_loop`` instead:
-    a chunk of one run executes ``dpjax.engine.run(..., round_loop="host")``'s
-    unbatched programs, a wider chunk ``run_many(..., round_loop="host")``'s
-    vmapped ones (one key per lane, or one shared key with ``common_keys``), so
-    the results equal those calls bit for bit.
-    """
+    Chunk arguments are ``(hp, data, eval_data, keydata, params)`` as in ``chunk_fn`` (whose options ``trial_axis``,
+    ``common_keys`` and ``initial_params`` it takes). ``round_loop="host"`` (one device, no trial axis,
+    ``initial_params``) runs a chunk's rounds with ``host_loop`` instead: a chunk of one run executes
+    ``dpjax.engine.run(..., round_loop="host")``'s unbatched programs, a wider chunk
+    ``run_many(..., round_loop="host")``'s vmapped ones (one key per lane, or one shared key with ``common_keys``), so
+    the results equal those calls bit for bit."""
 
     def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, *, round_loop: str = "scan",
                  **options):
@@ -390,8 +361,7 @@ class ChunkProgram:
     def run_chunks(self, chunk_args: list) -> list:
         """Runs up to ``len(devices)`` chunks at once, one per device; returns their outputs in order.
 
-        Idle devices redo the last chunk (same program, discarded output).
-        """
+        Idle devices redo the last chunk (same program, discarded output)."""
         if not 1 <= len(chunk_args) <= len(self.devices):
             raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
         if self.round_loop == "host":

@@ -16,27 +16,19 @@ is: the private family's name without its privacy marker (``dp-sgd`` ->
 ``sgd``, ``isrl-mbsgd`` -> ``mbsgd``); retired names (``RETIRED``) are refused
 with the new name. Its ``AlgorithmEntry`` reads
 
-* static fields (compile-time; one program per combination) from the family
-  dataclass (``contract.static_fields``), with their defaults; the twin name
-  fixes ``private=False``; ``availability`` is an int M, ``"all"`` or a
-  pmf list;
-* per-run fields (vmapped inside one program) from ``hparams_type``
-  (``contract.hparam_fields``): scalar fields are grid axes; a nested field
-  whose type declares ``SWEEP_AXES``/``from_sweep`` is built from those axes
-  (the accelerated families' AC-SA schedule from ``smoothness``,
-  ``strong_convexity``, ``regularization``); other nested dataclasses are
+* static fields (compile-time; one program per combination) from the family dataclass (``contract.static_fields``), with
+  their defaults; the twin name fixes ``private=False``; ``availability`` is an int M, ``"all"`` or a pmf list;
+* per-run fields (vmapped inside one program) from ``hparams_type`` (``contract.hparam_fields``): scalar fields are grid
+  axes; a nested field whose type declares ``SWEEP_AXES``/``from_sweep`` is built from those axes (the accelerated
+  families' AC-SA schedule from ``smoothness``, ``strong_convexity``, ``regularization``); other nested dataclasses are
   dotted axes (``pvec.granularity``);
-* validation by instantiation: ``cls(...)`` for static values and the
-  family's ``hparams_from_values`` (``hparams_type.create``) for per-run
-  values, the error naming ``static.<k>`` or ``grid.<k>[i]``.
+* validation by instantiation: ``cls(...)`` for static values and the family's ``hparams_from_values``
+  (``hparams_type.create``) for per-run values, the error naming ``static.<k>`` or ``grid.<k>[i]``.
 
-Rules shared by all families: ``"isrl-experiment"`` for a size field
-(``batch_size``, ``local_steps``) resolves K = ceil(n sqrt(eps_max) / (2
-sqrt R)) from the grid's largest epsilon (ISRL-DP Appendix I); a clip axis
-may be ``"<c>*maxnorm"`` (c times the trial's largest feature norm); an
-``epsilon`` axis sets the calibrated fields through
-``algorithm.privacy(silo_sizes, unit_hparams).calibrate(eps, delta,
-accountant)`` (``AlgorithmEntry.calibrate``).
+Rules shared by all families: ``"isrl-experiment"`` for a size field (``batch_size``, ``local_steps``) resolves K =
+ceil(n sqrt(eps_max) / (2 sqrt R)) from the grid's largest epsilon (ISRL-DP Appendix I); a clip axis may be
+``"<c>*maxnorm"`` (c times the trial's largest feature norm); an ``epsilon`` axis sets the calibrated fields through
+``algorithm.privacy(silo_sizes, unit_hparams).calibrate(eps, delta, accountant)`` (``AlgorithmEntry.calibrate``).
 """
 
 from __future__ import annotations
@@ -53,9 +45,7 @@ from dpjax import _validate
 from dpjax.engine.contract import hparam_fields, static_fields
 
 
-# ---------------------------------------------------------------------------
-# Build context
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- Build context
 @dataclasses.dataclass(frozen=True)
 class BuildContext:
     """Public facts the static fields may depend on (e.g. the ISRL K rule)."""
@@ -66,9 +56,7 @@ class BuildContext:
     num_rounds: int
 
 
-# ---------------------------------------------------------------------------
-# Algorithms: entries derived from the family dataclasses
-# ---------------------------------------------------------------------------
+# ------------------------------------------------------------- Algorithms: entries derived from the family dataclasses
 ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (ISRL-DP Appendix I)
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
 # Static fields that every other field's one-at-a-time check carries: Poisson's public rate belongs to
@@ -116,17 +104,13 @@ def _is_dataclass_type(t) -> bool:
 class AlgorithmEntry:
     """How the sweep builds and drives one algorithm family, derived from its classes.
 
-    Static fields are the family dataclass's fields (``contract.static_fields``;
-    ``fixed`` values are set by the name, e.g. ``{"private": False}`` for a
-    non-private twin) and per-run fields are those of its ``hparams_type``
-    (``contract.hparam_fields``): scalar fields are grid axes, a nested field
-    whose type declares ``SWEEP_AXES`` / ``from_sweep`` (the AC-SA schedule) is
-    built from those axes, any other nested dataclass (P_vec parameters) is
-    addressed by dotted names (``pvec.granularity``). Defaults are the dataclass
-    defaults; validation is constructing the objects (``cls(...)``,
-    ``hparams_type.create(...)``); the twin's axes exclude the family's
-    ``noise_fields`` and ``clip_fields``.
-    """
+    Static fields are the family dataclass's fields (``contract.static_fields``; ``fixed`` values are set by the name,
+    e.g. ``{"private": False}`` for a non-private twin) and per-run fields are those of its ``hparams_type``
+    (``contract.hparam_fields``): scalar fields are grid axes, a nested field whose type declares ``SWEEP_AXES`` /
+    ``from_sweep`` (the AC-SA schedule) is built from those axes, any other nested dataclass (P_vec parameters) is
+    addressed by dotted names (``pvec.granularity``). Defaults are the dataclass defaults; validation is constructing
+    the objects (``cls(...)``, ``hparams_type.create(...)``); the twin's axes exclude the family's ``noise_fields`` and
+    ``clip_fields``."""
 
     name: str
     cls: type
@@ -256,9 +240,8 @@ class AlgorithmEntry:
         return kwargs
 
     def make_hparams(self, values, algorithm=None):
-        """The family's hparams: ``values`` is one run's dict (axis -> number) or a
-        nested list of such dicts (a batch of runs; leaves get the list's leading
-        axes). Each run's hparams are built by the family's validated constructor
+        """The family's hparams: ``values`` is one run's dict (axis -> number) or a nested list of such dicts (a batch
+        of runs; leaves get the list's leading axes). Each run's hparams are built by the family's validated constructor
         (``algorithm.hparams_from_values`` or ``hparams_type.create``)."""
         num_rounds = getattr(algorithm, "num_rounds", None)
         make = algorithm.hparams_from_values if algorithm is not None else self.cls.hparams_type.create
@@ -270,11 +253,10 @@ class AlgorithmEntry:
 
     def calibrate(self, algorithm, silo_sizes, values: dict, epsilon: float, delta: float, accountant: str,
                   cache: dict | None = None) -> dict:
-        """The axis values an ``epsilon`` point sets: ``algorithm.privacy(silo_sizes,
-        unit).calibrate(epsilon, delta, accountant)`` at unit noise, rounded up to
-        float32. Every family's Gaussian noise is a ``noise_multiplier`` (std ÷ the
-        clipper's sensitivity), so the result does not scale with this run's clip
-        norm; nested results (P_vec parameters) become their dotted axes."""
+        """The axis values an ``epsilon`` point sets:
+        ``algorithm.privacy(silo_sizes, unit).calibrate(epsilon, delta, accountant)`` at unit noise, rounded up to
+        float32. Every family's Gaussian noise is a ``noise_multiplier`` (std ÷ the clipper's sensitivity), so the
+        result does not scale with this run's clip norm; nested results (P_vec parameters) become their dotted axes."""
         unit = dict(values)
         unit.update({k: 1.0 for k in self.noise if k in self._hparam_layout})
         spec = algorithm.privacy(silo_sizes, self.make_hparams(unit, algorithm))
@@ -402,8 +384,7 @@ def register_algorithm(entry: AlgorithmEntry) -> AlgorithmEntry:
 
 
 def register_family(name: str, cls: type | None = None, description: str | None = None, *,
-                    twin: str | tuple[str, ...] | dict[str, str] | None = None, fixed: dict | None = None,
-                    **overrides):
+                    twin: str | tuple[str, ...] | dict[str, str] | None = None, fixed: dict | None = None, **overrides):
     """Registers a family under ``name`` with its one-line ``description`` (default: the class
     docstring's first paragraph), and its non-private twin(s) under ``twin`` (the same class with
     ``private=False``): ``{twin_name: description}``, or bare names described as the twin of

@@ -6,12 +6,11 @@ A family's round is a fold over stateful parts of ONE signature (``dpjax.engine.
     init(params, ctx) -> state
     update(value, state, ctx) -> (value, state)
 
-``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at
-``init``, the round key in ``update``; parts draw from its named streams, ``dpjax.keys``), the
-run's hyperparameters, the data, the round's ``Batch``, the iterate at the round's start
-(``params``) and the point the round's clients compute at (``query``). A part's state lives in the
-run state across rounds, so a part can remember: a sampler's permutation, an adaptive clip norm, a
-tree-aggregation noise buffer, an optimiser's moments, SCAFFOLD's control variates.
+``ctx`` (``Context``) carries what any part may read: the round index, the key (the run key at ``init``, the round key
+in ``update``; parts draw from its named streams, ``dpjax.keys``), the run's hyperparameters, the data, the round's
+``Batch``, the iterate at the round's start (``params``) and the point the round's clients compute at (``query``). A
+part's state lives in the run state across rounds, so a part can remember: a sampler's permutation, an adaptive clip
+norm, a tree-aggregation noise buffer, an optimiser's moments, SCAFFOLD's control variates.
 
 A role is a POSITION in the fold, not a signature; what flows::
 
@@ -27,13 +26,12 @@ Every part also says, host-side, what it contributes to the run's privacy (the s
 a shuffling aggregator's ``aggregation_event(silo_sizes)``); a family's ``privacy()`` is their
 composition over the rounds (``dpjax.accounting.events``), never re-derived.
 
-**Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together
-with the l2 bound of ONE unit's contribution to it and the neighbouring relation that bound is
-stated for (``sensitivity = 2 bound`` for replace-one, ``bound`` for add/remove, the convention of
-``dpjax.primitives.clipping``). Dividing by a public constant divides the bound
-(``Sensitive.divided``); an aggregator passes on the bound of its output; a privatizer adds
-``N(0, (noise_multiplier * sensitivity)^2 I)`` reading the sensitivity from the value it is given.
-Only privatizers draw noise. No family computes a sensitivity.
+**Privacy travels with the value.** The clipper returns a ``Sensitive``: the clipped sum together with the l2 bound of
+ONE unit's contribution to it and the neighbouring relation that bound is stated for (``sensitivity = 2 bound`` for
+replace-one, ``bound`` for add/remove, the convention of ``dpjax.primitives.clipping``). Dividing by a public constant
+divides the bound (``Sensitive.divided``); an aggregator passes on the bound of its output; a privatizer adds
+``N(0, (noise_multiplier * sensitivity)^2 I)`` reading the sensitivity from the value it is given. Only privatizers draw
+noise. No family computes a sensitivity.
 
 Units (what the clipper clips) are described by the client, not materialised:
 ``PerExampleGradients`` lets the clipper take the cheapest exact path (the problem's closed form,
@@ -67,8 +65,7 @@ class Context(NamedTuple):
       batch: the round's ``Batch`` once the selection has run (None before, and at ``init``).
       params: the iterate at the round's start (the run's params).
       query: where the round's clients compute: ``params``, unless the server keeps the iterate
-        elsewhere (AC-SA's ``w_md``, a phase's restart point; a server returns ``Served``).
-    """
+        elsewhere (AC-SA's ``w_md``, a phase's restart point; a server returns ``Served``)."""
 
     round: jax.Array
     key: jax.Array
@@ -111,8 +108,7 @@ class Batch(NamedTuple):
       weights: ``[M, B]`` (or ``[M, n_max]``): 0/1 mask or multiplicities of the records.
       overflow: bool ``[M]``: a silo's batch did not fit its static buffer.
       num_silos: N, the number of silos of the data (static; per-silo keys split over N).
-      info: extra per-round facts a part published (e.g. ``{"run": bool[M]}``), or ``{}``.
-    """
+      info: extra per-round facts a part published (e.g. ``{"run": bool[M]}``), or ``{}``."""
 
     silo_ids: Any
     available: jax.Array
@@ -159,8 +155,7 @@ class Sensitive:
       value: the pytree (leading silo axis ``[M, ...]`` for per-silo messages).
       contribution_bound: the largest l2 norm of one unit's contribution to ``value`` (a scalar,
         or ``[M]``: one per silo); ``inf`` when nothing clips (the non-private twin).
-      neighboring: the neighbouring relation the sensitivity is stated for.
-    """
+      neighboring: the neighbouring relation the sensitivity is stated for."""
 
     value: PyTree
     contribution_bound: Any
@@ -189,9 +184,7 @@ class Sensitive:
         return dataclasses.replace(self, **kw)
 
 
-# ---------------------------------------------------------------------------
-# Units: what a client asks the clipper to clip (one silo row per leading index)
-# ---------------------------------------------------------------------------
+# -------------------------------------- Units: what a client asks the clipper to clip (one silo row per leading index)
 @dataclasses.dataclass(frozen=True)
 class PerExampleGradients:
     """For every silo, ``sum_j w_j clip(grad loss(params, x_j, y_j))`` divided by ``denominator``.
@@ -204,8 +197,7 @@ class PerExampleGradients:
       denominator: the public divisor, scalar or ``[M]`` (``K``, ``K_i``, or the silo size).
       problem: the problem (the clipper looks for a closed form or ghost norms on it).
       row_sq_norms: optional precomputed ``||x_j||^2`` ``[M, B]`` (GLM closed form).
-      reduce: False keeps the clipped per-example vectors ``[M, B, P]`` (local randomizers).
-    """
+      reduce: False keeps the clipped per-example vectors ``[M, B, P]`` (local randomizers)."""
 
     loss: Callable
     params: PyTree
@@ -230,9 +222,7 @@ class PerUnitVectors:
     per_silo: bool = False
 
 
-# ---------------------------------------------------------------------------
-# The one signature
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- The one signature
 ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
 
 

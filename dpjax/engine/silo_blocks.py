@@ -1,45 +1,37 @@
 """A run's silos computed a fixed-size block at a time: one run spread over devices, bit for bit.
 
-``engine.run(..., silo_block=B)`` computes each round's per-silo stage (selection, client update,
-clipping and, for local DP, each silo's noise: ``ChainFamily.step``) ``B`` silos at a time, in a
-loop over the ``N / B`` blocks; the cross-silo aggregation and the server update then run on the
-``[N, ...]`` messages as always. With ``silo_devices`` (``silo_compute="blocks"``) each device
-runs the same loop over its own ``N / D`` silos (``shard_map``), and the messages are all-gathered
-before the aggregation. The two programs give the same bits, on any number of devices ``D`` with
-``B`` dividing ``N / D`` and at least two blocks on every device (tests/engine/silo_blocks_check.py,
-8 host devices; one exception below).
+``engine.run(..., silo_block=B)`` computes each round's per-silo stage (selection, client update, clipping and, for
+local DP, each silo's noise: ``ChainFamily.step``) ``B`` silos at a time, in a loop over the ``N / B`` blocks; the
+cross-silo aggregation and the server update then run on the ``[N, ...]`` messages as always. With ``silo_devices``
+(``silo_compute="blocks"``) each device runs the same loop over its own ``N / D`` silos (``shard_map``), and the
+messages are all-gathered before the aggregation. The two programs give the same bits, on any number of devices ``D``
+with ``B`` dividing ``N / D`` and at least two blocks on every device (tests/engine/silo_blocks_check.py, 8 host
+devices; one exception below).
 
-Why blocks. XLA compiles an operation for its shapes: XLA:CPU offloads a reduction to a YNNPACK
-fusion at 16 silos but fuses it into an elementwise loop at 2 (the row norms of a GLM's closed-form
-clipping: 3.6e-7 apart on ONE device, no sharding involved), simplifies a ``[N] . [N, 1]`` mean to a
-reduce that it fuses with its producers, and chooses matmul blockings by size (GPUs choose kernels
-by shape too). A device holding ``N / D`` silos therefore rounds differently from the program
-holding ``N``, whatever the partitioning (``silo_compute="per-silo"``: last-bit differences).
-A block is the unit both programs share: every device, and the one-device program, runs the same
-loop body on ``[B, ...]`` operands, and the loop is a fusion boundary. Its trip count is read from
-the data at run time (the silo sizes), so XLA cannot unroll or remove a loop of one block on one
-device and keep it on another.
+Why blocks. XLA compiles an operation for its shapes: XLA:CPU offloads a reduction to a YNNPACK fusion at 16 silos but
+fuses it into an elementwise loop at 2 (the row norms of a GLM's closed-form clipping: 3.6e-7 apart on ONE device, no
+sharding involved), simplifies a ``[N] . [N, 1]`` mean to a reduce that it fuses with its producers, and chooses matmul
+blockings by size (GPUs choose kernels by shape too). A device holding ``N / D`` silos therefore rounds differently from
+the program holding ``N``, whatever the partitioning (``silo_compute="per-silo"``: last-bit differences). A block is the
+unit both programs share: every device, and the one-device program, runs the same loop body on ``[B, ...]`` operands,
+and the loop is a fusion boundary. Its trip count is read from the data at run time (the silo sizes), so XLA cannot
+unroll or remove a loop of one block on one device and keep it on another.
 
-What a block sees. The parts run unchanged on the block's data: per-silo keys come from the
-run's ``N``-way split (``keys.silo_window``), so silo ``i`` draws its batch and noise exactly as
-in the whole run; ``silo_sharding.sharded()`` is true inside a block, so the parts select every
-silo of the block without a gather. Part states must be per silo (every leaf ``[N, ...]``: e.g.
-a sampler's per-silo permutations) and every silo computed each round (full availability): a
-random silo subset or a state shared by all silos is refused with a ``ValueError``. Values that do
-not depend on the block (the clipper's public bound) are taken from the last block.
+What a block sees. The parts run unchanged on the block's data: per-silo keys come from the run's ``N``-way split
+(``keys.silo_window``), so silo ``i`` draws its batch and noise exactly as in the whole run; ``silo_sharding.sharded()``
+is true inside a block, so the parts select every silo of the block without a gather. Part states must be per silo
+(every leaf ``[N, ...]``: e.g. a sampler's per-silo permutations) and every silo computed each round (full
+availability): a random silo subset or a state shared by all silos is refused with a ``ValueError``. Values that do not
+depend on the block (the clipper's public bound) are taken from the last block.
 
-Measured (tests/engine/silo_blocks_check.py, 16 silos, 4 rounds, blocks of 1 and 2, 1/2/4/8 host
-devices): bit for bit for Noisy MB-SGD with a flax MLP (private, non-private, random availability with
-the averaged output), logistic regression (dense and gather paths), softmax and linear regression, and
-AC-SA (``AcceleratedMbSgd``). The server update runs outside the blocks, on every device, so its
-arithmetic must not leave XLA a rewrite it applies to one program and not another: AC-SA's prox step
-divided each leaf by the broadcast scalar ``mu + eta``, which XLA:CPU turned into a product with the
-reciprocal in the one-device program but not in the partitioned one (1.5e-8 apart on 2/4/8 devices for
-logistic regression, 1.2e-7 for the MLP); it is now written as that product
-(``dpjax.parts.acsa.acsa_update``).
+Measured (tests/engine/silo_blocks_check.py, 16 silos, 4 rounds, blocks of 1 and 2, 1/2/4/8 host devices): bit for bit
+for Noisy MB-SGD with a flax MLP, logistic, softmax and linear regression, and AC-SA. The server update runs outside the
+blocks, on every device, so its arithmetic must not leave XLA a rewrite it applies to one program and not another:
+AC-SA's prox step divided by the broadcast scalar ``mu + eta``, which XLA:CPU turned into a product with the reciprocal
+in one program only (1.5e-8 apart); it is now written as that product (``dpjax.parts.acsa.acsa_update``).
 
-``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap
-over all silos) agree to float rounding, not bit for bit.
+``B`` changes the program, so results with different ``B`` (or with no ``silo_block``, one vmap over all silos) agree
+to float rounding, not bit for bit.
 """
 
 from __future__ import annotations
@@ -114,14 +106,12 @@ def _check_per_silo(tree, count: int, what: str) -> None:
                              f"blocked run needs every leaf per silo (leading axis {count})")
 
 
-def map_blocks(fn: Callable, per_silo: Any, shared: Any, sizes: jax.Array, *, num_silos: int, block: int,
-               first=0):
+def map_blocks(fn: Callable, per_silo: Any, shared: Any, sizes: jax.Array, *, num_silos: int, block: int, first=0):
     """``fn(per_silo_block, shared) -> (per_silo_out, shared_out)`` over the blocks of ``per_silo``.
 
-    ``per_silo``: leaves ``[n, ...]`` (the silos ``first .. first + n - 1`` of the run's
-    ``num_silos``); ``sizes`` ``[n]`` their row counts, read at run time for the number of blocks.
-    Returns the per-silo outputs ``[n, ...]`` (each ``[block, ...]`` from ``fn``) and the shared
-    outputs of the last block."""
+    ``per_silo``: leaves ``[n, ...]`` (the silos ``first .. first + n - 1`` of the run's ``num_silos``); ``sizes``
+    ``[n]`` their row counts, read at run time for the number of blocks. Returns the per-silo outputs ``[n, ...]`` (each
+    ``[block, ...]`` from ``fn``) and the shared outputs of the last block."""
     n = int(jnp.shape(sizes)[0])
 
     def one(b, shared):

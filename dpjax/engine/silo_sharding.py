@@ -1,77 +1,44 @@
 """One run's silo axis sharded over devices (``engine.run(..., silo_devices=...)``).
 
-A sweep shards its *runs* over devices (``program.ChunkProgram``); a single
-federated run with thousands of silos and a neural model instead spreads its
-*silos*. Nothing in a family changes: its ``vmap`` over silos stays, and the
-sharding comes from the inputs. ``shard_data`` places every leaf of the
-``SiloData`` (``x``, ``y``, ``mask``, ``sizes``: silo axis first) with
-``NamedSharding(mesh, P("silos"))``; the model, the server state and the
-hyperparameters are replicated.
+A sweep shards its *runs* over devices (``program.ChunkProgram``); a single federated run with thousands of silos and a
+neural model instead spreads its *silos*. Nothing in a family changes: its ``vmap`` over silos stays, and the sharding
+comes from the inputs. ``shard_data`` places every leaf of the ``SiloData`` (``x``, ``y``, ``mask``, ``sizes``: silo
+axis first) with ``NamedSharding(mesh, P("silos"))``; the model, the server state and the hyperparameters are
+replicated.
 
 Three ways to compute (``engine.run(..., silo_compute=...)``, ``SILO_COMPUTE``):
 
-* ``"exact"`` (default): bit-identical to the unsharded run. The data is stored
-  split over the devices and gathered once when the program starts; every
-  device then runs the unsharded program on all silos. It spreads the data's
-  storage between calls, not the computation.
-* ``"per-silo"``: each device computes its own silos (sampling, per-silo
-  gradients, clipping, per-silo noise): parts select all silos without a
-  gather across the silo axis (``sharded()``; ``roles.Batch.records``,
-  ``dpjax.parts.selection.available_silos``); a per-silo privatizer's output stays on the
-  silos' devices (``on_silo_devices``), so each device draws and adds only its
-  silos' noise; and the messages are replicated before the aggregator
-  (``gather_silos``: an all-gather of ``N x |message|`` values, the bytes a
-  server receives) so the cross-silo reduction is the unsharded one. Noise
-  added once to the aggregate (placement ``"server"``) comes after the gather.
-  Float results can differ from the unsharded run in the last bits (below). (Without
-  the all-silos selection, full availability's ``silo_ids = arange(N)`` made
-  every silo's rows a gather across the sharded axis, which the partitioner
-  ran as an all-gather of the batches every round: every device computed
-  every silo. Without ``on_silo_devices``, ``gather_silos``' replicated
-  sharding propagated backwards through the noise add: the partitioner
-  gathered the noiseless messages ``total / K`` and every device drew every
-  silo's noise.)
+* ``"exact"`` (default): bit-identical to the unsharded run. The data is stored split over the devices and gathered once
+  when the program starts; every device then runs the unsharded program on all silos. It spreads the data's storage
+  between calls, not the computation.
+* ``"per-silo"``: each device computes its own silos (sampling, per-silo gradients, clipping, per-silo noise): parts
+  select all silos without a gather across the silo axis (``sharded()``; ``roles.Batch.records``,
+  ``dpjax.parts.selection.available_silos``); a per-silo privatizer's output stays on the silos' devices
+  (``on_silo_devices``), so each device draws and adds only its silos' noise; and the messages are replicated before the
+  aggregator (``gather_silos``: an all-gather of ``N x |message|`` values, the bytes a server receives) so the
+  cross-silo reduction is the unsharded one. Noise added once to the aggregate (placement ``"server"``) comes after the
+  gather. Float results can differ from the unsharded run in the last bits (below). (Without the all-silos selection,
+  full availability's ``silo_ids = arange(N)`` made every silo's rows a gather across the sharded axis, which the
+  partitioner ran as an all-gather of the batches every round: every device computed every silo. Without
+  ``on_silo_devices``, ``gather_silos``' replicated sharding propagated backwards through the noise add: the partitioner
+  gathered the noiseless messages ``total / K`` and every device drew every silo's noise.)
 * ``"blocks"`` (with ``silo_block=B``): each device computes its own silos ``B`` at a time
   (``dpjax.engine.silo_blocks``), and the result is bit-identical to the unsharded run with the same
   ``silo_block``: both programs run the same loop body on ``[B, ...]`` blocks. This is the mode that
   both spreads the work and keeps the bits.
 
-Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2
-XLA:CPU; tests/engine/silo_sharding_check.py, 16 silos, 4 rounds): the
-partitioned program has other fusion boundaries and other dot shapes, and
-XLA:CPU rounds differently across them; it contracts ``a * b + c`` inside a
-fusion into one FMA, and a reduction that is a fusion's root is vectorised as a
-tree while one fused into a consumer is summed in sequence. Adding each silo's
-noise on its device made the per-silo ``message + noise`` fusion the unsharded
-one for every leaf whose cross-silo mean is a ``dot`` (the MLP's hidden kernel
-and bias and its output kernel: bit for bit; the 1024-silo MLP of
-bench_silo_sharding.py: bit for bit on 2 and 4 devices, 1.5e-8 on 8, was 6e-8).
-What still differs: (1) the MLP's 1-wide output bias (9.3e-10 absolute after 4
-rounds): its ``[N] . [N, 1]`` mean is simplified to a reduce, which the
-unsharded program fuses with the silos' ``message + noise`` and the update into
-one kernel (vectorised, 20 FMAs), while sharded the add is the root of the
-device's kernel before the all-gather (scalar, 18 + 1 FMAs); (2) the
-non-private MLP (identical while the noise was added after the gather): its
-hidden bias (1.2e-10 from round 3 on; the output bias 4.7e-10 after rounds 1-2,
-equal after 3): the ``message + 0`` fusion and the dots are the same HLO in
-both programs (per device: 2 silos instead of 16), the source is not located;
-(3) dense GLMs (logistic 5.6e-9, softmax 7.5e-9; 3.7e-9 and 7.5e-9 with the
-noise added after the gather): their per-device dots have other shapes (``[64,
-d] x [d]`` logits instead of ``[512, d] x [d]``, a batched ``[2, K] x [2, K,
-d]`` message instead of ``[16, ...]``). Earlier, a GLM's row norms ``sum_k
-x_jk^2``, hoisted out of the rounds unsharded, were fused into the per-device
-gather sharded (summed in sequence: <= 9.3e-7 relative, before ``"exact"``).
-(Re-measured for ``silo_blocks``: on ONE device, ``vmap`` of the dense logistic clipped sum
-over 16 silos and over their first 1/2/4/8 differ by up to 4.8e-7 although each dot alone is
-equal: at 16 silos XLA:CPU offloads the row-norm reduction to a YNNPACK fusion, at 8 or fewer it
-fuses it into the elementwise loop; with ``--xla_cpu_experimental_ynn_fusion_type=`` the GLMs
-agree.) Making the two programs agree needs the same shapes and fusion boundaries in both, which
-``"blocks"`` gives.
+Why per-silo is not bit for bit (measured on 8 host devices, jax 0.10.2 XLA:CPU; tests/engine/silo_sharding_check.py):
+the partitioned program has other fusion boundaries and other dot shapes, and XLA:CPU rounds differently across them
+(it contracts ``a * b + c`` inside a fusion into one FMA; a reduction that is a fusion's root is vectorised as a tree,
+one fused into a consumer is summed in sequence). Adding each silo's noise on its device makes every leaf whose
+cross-silo mean is a ``dot`` bit for bit; what still differs is of order 1e-10 to 1e-8 (an MLP's 1-wide output bias,
+whose ``[N] . [N, 1]`` mean becomes a reduce fused differently; dense GLMs, whose per-device dots have other shapes;
+even on ONE device XLA:CPU offloads a row-norm reduction to a YNNPACK fusion at 16 silos but not at 8). Making the two
+programs agree needs the same shapes and fusion boundaries in both, which ``"blocks"`` gives.
 
-Random draws agree in both modes because JAX's threefry is partitionable (a
-sharded draw yields the unsharded values). ``FixedAvailability``'s random silo
-subset is a gather across the silo axis: under ``"per-silo"`` its rows are
-gathered to every device.
+Random draws agree in both modes because JAX's threefry is partitionable (a sharded draw yields the unsharded values).
+``FixedAvailability``'s random silo subset is a gather across the silo axis: under ``"per-silo"`` its rows are gathered
+to every device.
 """
 
 from __future__ import annotations
@@ -155,13 +122,12 @@ def sharded() -> bool:
 
 
 def on_silo_devices(tree: Any) -> Any:
-    """Per-silo arrays ``[M, ...]`` kept split over the silo axis, each silo's rows on its device, when
-    the traced run computes per silo (``sharded()``); the identity otherwise (the unsharded program
-    and ``"exact"`` trace nothing new). ``gather_silos`` of the result then all-gathers finished
-    values: without it the partitioner propagates ``gather_silos``' replicated sharding backwards
-    through an elementwise op and gathers its sharded operand instead (a silo's message before its
-    noise, which every device then drew for all silos). Leaves whose ``M`` the devices do not divide
-    (a random silo subset, already gathered to every device) are left as they are."""
+    """Per-silo arrays ``[M, ...]`` kept split over the silo axis, each silo's rows on its device, when the traced run
+    computes per silo (``sharded()``); the identity otherwise (the unsharded program and ``"exact"`` trace nothing new).
+    ``gather_silos`` of the result then all-gathers finished values: without it the partitioner propagates
+    ``gather_silos``' replicated sharding backwards through an elementwise op and gathers its sharded operand instead (a
+    silo's message before its noise, which every device then drew for all silos). Leaves whose ``M`` the devices do not
+    divide (a random silo subset, already gathered to every device) are left as they are."""
     state = _MESH.get()
     if state is None or not state[1]:
         return tree

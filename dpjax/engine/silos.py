@@ -1,8 +1,7 @@
 """Padded, masked silo data: the static-shape container every round step reads.
 
-Silo ``i`` holds ``sizes[i]`` real records; arrays are padded to ``n_max``
-rows so that all silos share one shape and can be ``vmap``-ed. Padded rows are
-zeros and are never sampled (samplers only draw indices ``< sizes[i]``).
+Silo ``i`` holds ``sizes[i]`` real records; arrays are padded to ``n_max`` rows so that all silos share one shape and
+can be ``vmap``-ed. Padded rows are zeros and are never sampled (samplers only draw indices ``< sizes[i]``).
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ class SiloData:
       x: features ``[N, n_max, ...]``.
       y: labels/targets ``[N, n_max, ...]``.
       mask: ``[N, n_max]`` bool, true on real rows.
-      sizes: ``[N]`` int32, number of real rows of each silo.
-    """
+      sizes: ``[N]`` int32, number of real rows of each silo."""
 
     x: jax.Array
     y: jax.Array
@@ -48,20 +46,12 @@ class SiloData:
         return tuple(int(s) for s in np.asarray(self.sizes))
 
     @classmethod
-    def from_silos(
-        cls,
-        xs: Sequence[np.ndarray],
-        ys: Sequence[np.ndarray],
-        *,
-        dtype=jnp.float32,
-        label_dtype=None,
-    ) -> "SiloData":
+    def from_silos(cls, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], *, dtype=jnp.float32,
+                   label_dtype=None) -> "SiloData":
         """Pads a list of per-silo arrays into one ``SiloData``.
 
-        Raises ``ValueError`` (naming the argument) for an empty list, mismatched
-        numbers of silos or rows, empty silos, inconsistent feature shapes, or
-        NaN/inf values.
-        """
+        Raises ``ValueError`` (naming the argument) for an empty list, mismatched numbers of silos or rows, empty silos,
+        inconsistent feature shapes, or NaN/inf values."""
         for name, arrs in (("xs", xs), ("ys", ys)):
             if hasattr(arrs, "shape") or isinstance(arrs, (str, bytes)) or not isinstance(arrs, Sequence):
                 raise ValueError(f"{name} (a {type(arrs).__name__}{getattr(arrs, 'shape', '')}) must be a list "

@@ -15,11 +15,9 @@ import jax.numpy as jnp
 def non_private(hparams, noise_fields=("noise_multiplier",), clip_fields=("clip_norm",)):
     """``hparams`` with every noise field 0 and every clip norm inf (same shapes).
 
-    Every non-private twin runs the *same* compiled round step as its private
-    algorithm with these values instead of a separate code path: two
-    differently fused XLA programs can differ in the last bit, one program on
-    equal values cannot.
-    """
+    Every non-private twin runs the *same* compiled round step as its private algorithm with these values instead of a
+    separate code path: two differently fused XLA programs can differ in the last bit, one program on equal values
+    cannot."""
     zero = {f: jnp.zeros_like(jnp.asarray(getattr(hparams, f), jnp.float32)) for f in noise_fields}
     inf = {f: jnp.full_like(jnp.asarray(getattr(hparams, f), jnp.float32), jnp.inf) for f in clip_fields}
     return dataclasses.replace(hparams, **zero, **inf)

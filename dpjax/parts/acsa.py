@@ -1,9 +1,8 @@
 """The AC-SA server (Ghadimi & Lan 2012, multi-stage 2013) and its per-run schedule.
 
-AC-SA is the server optimizer of ISRL-DP's accelerated families (Lowy &
-Razaviyayn, ICLR 2023, Algorithm 1 -- whose body is lost in print, the AC-SA
-step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round
-``r`` (``t`` = the round's index inside its stage, 1-based)::
+AC-SA is the server optimizer of ISRL-DP's accelerated families (Lowy & Razaviyayn, ICLR 2023, Algorithm 1 -- whose body
+is lost in print, the AC-SA step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round ``r`` (``t`` =
+the round's index inside its stage, 1-based)::
 
     alpha = 2/(t+1),  eta = 4 nu / (t (t+1))
     w_md  = [(1-alpha)(mu+eta) w_ag + alpha((1-alpha)mu+eta) w] / (eta + (1-alpha^2) mu)   # query
@@ -11,16 +10,12 @@ step of Ghadimi & Lan is used -- and the SDP one-pass Algorithm 6). One round
     w     = Proj_W( (alpha mu w_md + ((1-alpha)mu + eta) w - alpha g) / (mu + eta) )
     w_ag  = alpha w + (1-alpha) w_ag
 
-As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is
-``w_ag`` (the output), the server state holds ``w`` and the anchor ``w_0``;
-``update`` takes the aggregated private gradient at ``w_md`` and serves
-(``Served``) the new ``w_ag`` with the next round's ``w_md`` (where the clients
-compute). ``lam`` is an optional data-independent
-regulariser ``(lam/2)||w - w_0||^2`` added at the server (no sensitivity, no
-noise). A stage restarts at ``t = 1`` from ``w_ag`` (``q_{k-1} = w_ag``,
-``q_0 = w_0``). The whole schedule is per-round arrays in the hparams
-(``AcsaSchedule``), so single-stage, multi-stage and different constants
-share one compiled program.
+As a server part (``dpjax.engine.roles``): the run's iterate (``params``) is ``w_ag`` (the output), the server state
+holds ``w`` and the anchor ``w_0``; ``update`` takes the aggregated private gradient at ``w_md`` and serves (``Served``)
+the new ``w_ag`` with the next round's ``w_md`` (where the clients compute). ``lam`` is an optional data-independent
+regulariser ``(lam/2)||w - w_0||^2`` added at the server (no sensitivity, no noise). A stage restarts at ``t = 1`` from
+``w_ag`` (``q_{k-1} = w_ag``, ``q_0 = w_0``). The whole schedule is per-round arrays in the hparams (``AcsaSchedule``),
+so single-stage, multi-stage and different constants share one compiled program.
 """
 
 from __future__ import annotations
@@ -40,22 +35,17 @@ from dpjax.primitives.projection import project_l2_ball
 PyTree = Any
 
 
-# ---------------------------------------------------------------------------
-# AC-SA algebra (pure)
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- AC-SA algebra (pure)
 def acsa_constants(stage_round, nu, schedule: str = "lan"):
     """``(alpha_t, eta_t)`` of round ``t`` of a stage.
 
     * ``"lan"`` (default): ``alpha_t = 2/(t+1)``, ``eta_t = 4 nu/(t(t+1))``
       (Ghadimi-Lan; with mu = 0 the prox step is ``alpha_t/eta_t = t/(2 nu)``).
-    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022),
-      Theorem 4.3 (Algorithm 4, also Theorem C.3): ``alpha_t = 2/(t+2)`` and
-      inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``;
-      written here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the
-      mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``. It gives the arbitrary
-      start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a
-      noiseless problem (its step can be twice Lan's).
-    """
+    * ``"paper"``: the schedule printed in Cheu, Joseph, Mao & Peng (ICLR 2022), Theorem 4.3 (Algorithm 4, also Theorem
+      C.3): ``alpha_t = 2/(t+2)`` and inverse step ``L_t = nu/(t+1)`` with ``nu = (T+2)^{3/2} sigma/D + beta``; written
+      here as ``eta_t = alpha_t L_t = 2 nu/((t+1)(t+2))`` so that the mu = 0 prox step ``alpha_t/eta_t`` is ``1/L_t``.
+      It gives the arbitrary start weight 1 - alpha_1 = 1/3 in the output and may overshoot on a noiseless problem (its
+      step can be twice Lan's)."""
     t = jnp.asarray(stage_round, jnp.float32)
     if schedule == "paper":
         return 2.0 / (t + 2.0), 2.0 * nu / ((t + 1.0) * (t + 2.0))
@@ -87,9 +77,7 @@ def acsa_update(w: PyTree, w_md: PyTree, w_ag: PyTree, grad: PyTree, alpha, eta,
     return new_w, new_ag
 
 
-# ---------------------------------------------------------------------------
-# The per-run schedule
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- The per-run schedule
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AcsaSchedule:
@@ -100,8 +88,7 @@ class AcsaSchedule:
       lam: regularisation weight of ``(lam/2)||w - w_0||^2`` (0 for none).
       stage_round: int32 [R], the round's index t >= 1 inside its stage
         (t = 1 starts a stage from the current ``w_ag``).
-      stage_nu: float32 [R], the stage's nu (eta_t = 4 nu/(t(t+1))).
-    """
+      stage_nu: float32 [R], the stage's nu (eta_t = 4 nu/(t(t+1)))."""
 
     mu: Any
     lam: Any
@@ -150,9 +137,7 @@ class AcsaSchedule:
         return int(np.shape(self.stage_round)[-1])
 
 
-# ---------------------------------------------------------------------------
-# One AC-SA round, and the server part
-# ---------------------------------------------------------------------------
+# ----------------------------------------------------------------------------- One AC-SA round, and the server part
 def acsa_query(w: PyTree, w_ag: PyTree, schedule: AcsaSchedule, round_index, step_rule: str = "lan"):
     """``(w_prev, w_md, alpha, eta)`` of round ``round_index``: a stage's first round restarts
     from ``w_ag`` (``w_prev``), and the clients compute at ``w_md``."""
@@ -184,8 +169,7 @@ class AcsaServer:
       num_rounds: R; the hparams' schedule must have R rounds (checked at ``init``).
       projection_radius: radius of the ball W (None: R^d).
       step_rule: ``acsa_constants``' schedule (``"lan"`` or ``"paper"``).
-      schedule_field: the hparams field holding the ``AcsaSchedule``.
-    """
+      schedule_field: the hparams field holding the ``AcsaSchedule``."""
 
     num_rounds: int
     projection_radius: float | None = None

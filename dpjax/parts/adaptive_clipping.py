@@ -1,7 +1,6 @@
-"""Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, "Differentially Private Learning
-with Adaptive Clipping", NeurIPS 2021, Algorithm 1) as ONE mechanism: it owns the clip bound C_t, the
-indicator count that moves it, and both Gaussian noises (pfl-research's ``adaptive_clipping.py`` is the
-same shape).
+"""Adaptive quantile clipping (Andrew, Thakkar, McMahan & Ramaswamy, "Differentially Private Learning with Adaptive
+Clipping", NeurIPS 2021, Algorithm 1) as ONE mechanism: it owns the clip bound C_t, the indicator count that moves it,
+and both Gaussian noises (pfl-research's ``adaptive_clipping.py`` is the same shape).
 
 One round, on the silos' deltas (``PerUnitVectors``, one unit per silo, weighted by whether it reports):
 
@@ -11,15 +10,13 @@ One round, on the silos' deltas (``PerUnitVectors``, one unit per silo, weighted
    the round key's ``"server_noise"`` stream); then ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))`` with
    ``b~ = clip(noisy count / m + 1/2, 0, 1)`` (geometric update; ``clip_learning_rate`` eta_C,
    ``target_quantile`` gamma);
-3. the clipped deltas' sum over the PUBLIC expected count m (``PublicMean``), plus
-   ``N(0, (z_Delta C_t / m)^2)`` (``noise_field`` z_Delta, the ``"noise"`` stream; the sensitivity
-   C_t / m is the clipped mean's).
+3. the clipped deltas' sum over the PUBLIC expected count m (``PublicMean``), plus ``N(0, (z_Delta C_t / m)^2)``
+   (``noise_field`` z_Delta, the ``"noise"`` stream; the sensitivity C_t / m is the clipped mean's).
 
-Privacy (Andrew et al. 2021, Theorem 1): the round's two Gaussian releases on the same sampled silos
-are one Gaussian mechanism on the concatenated query, of multiplier ``z = (z_Delta^-2 + z_b^-2)^-1/2``
-(``JointGaussianEvent``, read by the DP plan). Calibration sets z_Delta with z_b fixed
-(``JointGaussianPrivacy.calibrate``): a target needing z >= z_b is out of reach.
-``clip_learning_rate = 0`` is fixed clipping (the count is unused and not accounted).
+Privacy (Andrew et al. 2021, Theorem 1): the round's two Gaussian releases on the same sampled silos are one Gaussian
+mechanism on the concatenated query, of multiplier ``z = (z_Delta^-2 + z_b^-2)^-1/2`` (``JointGaussianEvent``, read by
+the DP plan). Calibration sets z_Delta with z_b fixed (``JointGaussianPrivacy.calibrate``): a target needing z >= z_b is
+out of reach. ``clip_learning_rate = 0`` is fixed clipping (the count is unused and not accounted).
 """
 
 from __future__ import annotations
@@ -90,8 +87,7 @@ class AdaptiveClipMean:
       expected_silos: m, the public divisor of the clipped sum and of the count.
       neighboring: the neighbouring relation of one silo's data.
       noise_field: the hparams field of z_Delta (the deltas' noise multiplier).
-      count_field: the hparams field of z_b (the count's noise multiplier).
-    """
+      count_field: the hparams field of z_b (the count's noise multiplier)."""
 
     expected_silos: int
     neighboring: str = "add-remove"

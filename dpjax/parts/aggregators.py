@@ -1,15 +1,12 @@
 """Aggregators: how the server combines the silos' messages, and the sensitivity of the result.
 
-An aggregator is a part of the one signature (``dpjax.engine.roles``): ``update(Sensitive, state,
-ctx) -> (Sensitive, state)`` over the round's ``ctx.batch``, the first part of the round that
-combines the silos. Its output's
-bound is what one unit can move the aggregate by: a record lives in one silo,
-so the largest available silo's bound (``"sum"``), divided by the public
-number of reports ``M_r`` (``"mean"``). With noise on the server
-(``placement="server"``) that is the sensitivity the privatizer reads.
-An aggregator that changes what the analyzer sees (a shuffler) says so
-host-side: ``aggregation_event(silo_sizes)`` (``dpjax.accounting.shuffle.ShuffleEvent``),
-which the run's DP plan dispatches to.
+An aggregator is a part of the one signature (``dpjax.engine.roles``):
+``update(Sensitive, state, ctx) -> (Sensitive, state)`` over the round's ``ctx.batch``, the first part of the round that
+combines the silos. Its output's bound is what one unit can move the aggregate by: a record lives in one silo, so the
+largest available silo's bound (``"sum"``), divided by the public number of reports ``M_r`` (``"mean"``). With noise on
+the server (``placement="server"``) that is the sensitivity the privatizer reads. An aggregator that changes what the
+analyzer sees (a shuffler) says so host-side: ``aggregation_event(silo_sizes)``
+(``dpjax.accounting.shuffle.ShuffleEvent``), which the run's DP plan dispatches to.
 """
 
 from __future__ import annotations
@@ -33,10 +30,8 @@ PyTree = Any
 def aggregate(messages: PyTree, available: jax.Array, how: str = "mean") -> PyTree:
     """Server aggregate of the available silos' messages.
 
-    ``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers' algorithms).
-    ``"sum"``: ``sum_{i in S_r} g_i`` (the ISRL-DP authors' MNIST/insurance
-    scripts; equivalent to multiplying the step size by ``M_r``).
-    """
+    ``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers' algorithms). ``"sum"``: ``sum_{i in S_r} g_i`` (the ISRL-DP
+    authors' MNIST/insurance scripts; equivalent to multiplying the step size by ``M_r``)."""
     _validate.check_choice("aggregation", how, AGGREGATIONS)
     weights = available.astype(jnp.float32)
     count = jnp.maximum(jnp.sum(weights), 1.0)
@@ -51,10 +46,8 @@ def aggregate(messages: PyTree, available: jax.Array, how: str = "mean") -> PyTr
 def _canonical_order(rows: jax.Array) -> jax.Array:
     """A permutation that sorts the rows ``[N, P]`` by four fixed projections.
 
-    Each key is a per-row reduction, so it does not depend on the row's
-    position; the sorted order (hence the float sum over it) is a function of
-    the multiset of rows unless two *different* rows tie on all four keys.
-    """
+    Each key is a per-row reduction, so it does not depend on the row's position; the sorted order (hence the float sum
+    over it) is a function of the multiset of rows unless two *different* rows tie on all four keys."""
     p = rows.shape[1]
     j = jnp.arange(1, p + 1, dtype=rows.dtype)
     proj = [jnp.sum(rows * jnp.cos(j * (0.618034 + k)), axis=1) for k in range(4)]
@@ -64,11 +57,8 @@ def _canonical_order(rows: jax.Array) -> jax.Array:
 def shuffle_reports(messages: PyTree, available: jax.Array, key: jax.Array):
     """The shuffler: the available silos' reports, uniformly permuted.
 
-    Returns ``(reports [N, P], present [N])`` with the silos' messages
-    flattened to vectors; absent silos' rows are zero and ``present`` false.
-    The permutation comes from the ``key`` given (use the round's
-    ``"shuffle"`` stream).
-    """
+    Returns ``(reports [N, P], present [N])`` with the silos' messages flattened to vectors; absent silos' rows are zero
+    and ``present`` false. The permutation comes from the ``key`` given (use the round's ``"shuffle"`` stream)."""
     flat = jax.vmap(lambda t: ravel_pytree(t)[0])(messages)
     flat = jnp.where(available[:, None], flat, 0.0)
     perm = jax.random.permutation(key, flat.shape[0])
@@ -78,12 +68,9 @@ def shuffle_reports(messages: PyTree, available: jax.Array, key: jax.Array):
 def shuffled_aggregate(messages: PyTree, available: jax.Array, key: jax.Array, how: str = "mean") -> PyTree:
     """Server aggregate behind a shuffler (ISRL-DP Section 5, Shuffled Noisy MB-SGD).
 
-    The reports of the available silos are shuffled (``shuffle_reports``) and
-    the server sums them in a canonical order, so its output is a function of
-    the *multiset* of reports only: exactly (bitwise) invariant to the
-    shuffler's permutation and to which silo sent what. ``"mean"`` divides by
-    ``M_r``, the number of reports (public).
-    """
+    The reports of the available silos are shuffled (``shuffle_reports``) and the server sums them in a canonical order,
+    so its output is a function of the *multiset* of reports only: exactly (bitwise) invariant to the shuffler's
+    permutation and to which silo sent what. ``"mean"`` divides by ``M_r``, the number of reports (public)."""
     _validate.check_choice("aggregation", how, AGGREGATIONS)
     one = jax.tree_util.tree_map(lambda leaf: leaf[0], messages)
     _, unravel = ravel_pytree(one)
@@ -128,12 +115,10 @@ class Aggregate:
 
     Args:
       how: ``"mean"`` or ``"sum"``.
-      denominator: a PUBLIC divisor of every silo's message before it is combined
-        (DP-SGD-General's ``U_bar / m``: after the silo's noise, so the noise is
-        ``N(0, (z x sensitivity)^2)`` on the clipped sum itself), or None.
+      denominator: a PUBLIC divisor of every silo's message before it is combined (DP-SGD-General's ``U_bar / m``: after
+        the silo's noise, so the noise is ``N(0, (z x sensitivity)^2)`` on the clipped sum itself), or None.
       gate: hand the server ``Gated(update, any silo reported)`` so it takes no step
-        (and keeps its state) in a round no silo reported (DP-SGD-General's filtering).
-    """
+        (and keeps its state) in a round no silo reported (DP-SGD-General's filtering)."""
 
     how: str = "mean"
     denominator: float | None = None
@@ -168,12 +153,9 @@ class ShuffledAggregate:
     """Behind a shuffler (ISRL-DP Section 5): the aggregate is a function of the multiset of
     reports only (``shuffled_aggregate``, the round's ``"shuffle"`` stream).
 
-    Host-side, ``event(silo_sizes)`` is the shuffler's ``ShuffleEvent`` (the
-    central guarantee's accountant, ``dpjax.accounting.shuffle``): the fewest
-    reports of any round of ``availability`` (the silos' availability model,
-    M) and what the analyzer knows (``participation``, ``isrl_bound``: see
-    ``ShuffleEvent``).
-    """
+    Host-side, ``event(silo_sizes)`` is the shuffler's ``ShuffleEvent`` (the central guarantee's accountant,
+    ``dpjax.accounting.shuffle``): the fewest reports of any round of ``availability`` (the silos' availability model,
+    M) and what the analyzer knows (``participation``, ``isrl_bound``: see ``ShuffleEvent``)."""
 
     how: str = "mean"
     availability: Any = None

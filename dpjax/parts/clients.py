@@ -1,11 +1,9 @@
 """Client updates: what each silo computes from the server's model and its batch.
 
-A client update is a part of the one signature (``dpjax.engine.roles``): ``update(batch, state,
-ctx) -> (units, state)`` at the round's query point ``ctx.query`` on ``ctx.data``: it describes the
-units the clipper clips (``dpjax.engine.roles.PerExampleGradients`` or
-``PerUnitVectors``) and the public denominator of the silo's message; it never
-clips or adds noise itself, so the sensitivity of what it sends is the
-clipper's.
+A client update is a part of the one signature (``dpjax.engine.roles``): ``update(batch, state, ctx) -> (units, state)``
+at the round's query point ``ctx.query`` on ``ctx.data``: it describes the units the clipper clips
+(``dpjax.engine.roles.PerExampleGradients`` or ``PerUnitVectors``) and the public denominator of the silo's message; it
+never clips or adds noise itself, so the sensitivity of what it sends is the clipper's.
 """
 
 from __future__ import annotations
@@ -30,10 +28,9 @@ def supports_dense_gradients(problem, sampler) -> bool:
 
 
 def prefer_dense_gradients(problem, sampler, batch_size: int, n_max: int) -> bool:
-    """The ``gradient_path="auto"`` rule: dense when it applies, the batch is not tiny
-    (``8 K >= n_max``: two passes over the silo cost less than gathering K rows and
-    drawing K distinct indices by ``top_k``) and the sampler's multiplicity vector is
-    not just a scatter of gathered indices (``weights_by_scatter``)."""
+    """The ``gradient_path="auto"`` rule: dense when it applies, the batch is not tiny (``8 K >= n_max``: two passes
+    over the silo cost less than gathering K rows and drawing K distinct indices by ``top_k``) and the sampler's
+    multiplicity vector is not just a scatter of gathered indices (``weights_by_scatter``)."""
     return (supports_dense_gradients(problem, sampler) and 8 * batch_size >= n_max
             and not getattr(sampler, "weights_by_scatter", False)
             and not getattr(problem, "prefer_gathered_batches", False))  # networks: cost per row, gather
@@ -54,15 +51,13 @@ def _batch_records(problem, batch: Batch, data):
 class MinibatchGradient:
     """Each silo's ``(1/K_i) sum_{j in batch_i} grad f(w, x_ij)``, clipped per example by the clipper.
 
-    The divisor is public: the sampler's (expected) batch size ``K``, one
-    ``K_i`` per silo (``batch_sizes``, unbalanced silos; the batch selection
-    keeps each silo's first ``K_i`` records), or the silo size for full batches.
+    The divisor is public: the sampler's (expected) batch size ``K``, one ``K_i`` per silo (``batch_sizes``, unbalanced
+    silos; the batch selection keeps each silo's first ``K_i`` records), or the silo size for full batches.
 
     Args:
       problem: the problem (``loss``; a closed-form clipped sum if it has one).
       batch_size: K, or None for full batches (divide by the silo size).
-      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``).
-    """
+      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
 
     problem: Any
     batch_size: int | None = None
@@ -114,17 +109,15 @@ class ExampleGradients:
 
 @dataclasses.dataclass(frozen=True)
 class LocalSteps:
-    """The local loop of the local-update families (Local SGD; Lowy & Razaviyayn 2023, App. I):
-    from the server model, ``num_steps`` sequential single-record steps per silo,
-    ``w <- Proj_W(w - eta inner(grad f(w, x_j)))`` on the records of the batch selection (one per
-    step), the message being the last local iterate.
+    """The local loop of the local-update families (Local SGD; Lowy & Razaviyayn 2023, App. I): from the server model,
+    ``num_steps`` sequential single-record steps per silo, ``w <- Proj_W(w - eta inner(grad f(w, x_j)))`` on the records
+    of the batch selection (one per step), the message being the last local iterate.
 
     ``inner`` is the chain each step's gradient is folded through (ISRL-DP Local SGD: ``ClipPerUnit``
     then ``LocalStepGaussian``), under ``lax.scan``; its states live for the round's local loop
     (``init`` at the loop's start: the privatizer draws a silo's K standard normals at once, as K
     small PRNG calls inside the scan cost ~100 us each on CPU). The accountant reads the inner
-    clipper's and privatizer's events (``Parts.role`` looks inside ``inner``).
-    """
+    clipper's and privatizer's events (``Parts.role`` looks inside ``inner``)."""
 
     problem: Any
     num_steps: int
@@ -185,13 +178,11 @@ def over_silos_runs_inside(one_silo):
     with ``params`` and ``ctx`` shared: ``vmap(one_silo, in_axes=(None, 0, ..., 0, None))``, except that
     when an outer ``vmap`` (the engine's runs axis) batches it, the runs axis goes INSIDE the silo axis.
 
-    Why: a plain ``vmap`` puts the runs axis outermost, so the K sequential local steps work on
-    ``[runs, silos, d]`` arrays whose shared records ``[silos, d]`` (runs with common random numbers
-    draw the same records) broadcast over the leading axis. XLA:CPU runs that step about 2x slower than
-    on ``[silos, runs, d]`` (``experiments/benchmarks/bench_local_steps.py``). The values are the same
-    operations on the same numbers in another layout (XLA may order a reduction differently: float
-    rounding only).
-    """
+    Why: a plain ``vmap`` puts the runs axis outermost, so the K sequential local steps work on ``[runs, silos, d]``
+    arrays whose shared records ``[silos, d]`` (runs with common random numbers draw the same records) broadcast over
+    the leading axis. XLA:CPU runs that step about 2x slower than on ``[silos, runs, d]``
+    (``experiments/benchmarks/bench_local_steps.py``). The values are the same operations on the same numbers in another
+    layout (XLA may order a reduction differently: float rounding only)."""
 
     @custom_vmap
     def per_silo(params, *args):
@@ -226,13 +217,11 @@ class SubsetUpdate:
     """DP-SGD-General's update rule ``A`` on each of the round's ``m`` subsets, all from the same ``w``
     (van Dijk et al., Algorithm 1): the ``m`` units the clipper clips and sums, ``U = sum_h [a_h]_C``.
 
-    ``rule="gradient"``: ``a_h`` is the subset's mean gradient (eq. (4)); with ``s = 1`` the units are
-    the per-example gradients (eq. (1): ``PerExampleGradients``, so the clipper takes ghost norms or
-    the problem's closed form). ``rule="local"``: ``a_h = (w - w_final) / eta`` over ``s /
-    local_batch_size`` local steps of ``local_optimizer`` with a fresh optimiser state (eqs. (2),
-    (3)). The divisor here is 1: the public ``m`` divides the NOISY sum (``U_bar / m``, the aggregator).
-    Filtering's coins (``batch.info["keep"]``) weight the units.
-    """
+    ``rule="gradient"``: ``a_h`` is the subset's mean gradient (eq. (4)); with ``s = 1`` the units are the per-example
+    gradients (eq. (1): ``PerExampleGradients``, so the clipper takes ghost norms or the problem's closed form).
+    ``rule="local"``: ``a_h = (w - w_final) / eta`` over ``s / local_batch_size`` local steps of ``local_optimizer``
+    with a fresh optimiser state (eqs. (2), (3)). The divisor here is 1: the public ``m`` divides the NOISY sum
+    (``U_bar / m``, the aggregator). Filtering's coins (``batch.info["keep"]``) weight the units."""
 
     problem: Any
     rule: str = "gradient"
@@ -274,9 +263,8 @@ class SubsetUpdate:
         return jnp.sum(jnp.where(mask, losses, 0.0)) / x.shape[0]
 
     def local_update(self, params, x, y, learning_rate):
-        """eqs. (2)/(3): ``a = sum_j u_j = (w_1 - w_final)/eta`` over local steps
-        ``w_{j+1} = w_j - eta u_j``, ``u_j`` = ``local_optimizer`` applied to the
-        micro-batch gradient at ``w_j``; the optimiser state starts fresh."""
+        """eqs. (2)/(3): ``a = sum_j u_j = (w_1 - w_final)/eta`` over local steps ``w_{j+1} = w_j - eta u_j``, ``u_j`` =
+        ``local_optimizer`` applied to the micro-batch gradient at ``w_j``; the optimiser state starts fresh."""
         lb = self.local_batch_size
         xs = x.reshape((-1, lb) + x.shape[1:])
         ys = y.reshape((-1, lb) + y.shape[1:])

@@ -1,18 +1,14 @@
 """Clippers: the only parts that bound what one unit contributes, hence where sensitivity comes from.
 
-A clipper is a part of the one signature (``dpjax.engine.roles``): ``update(units, state, ctx) ->
-(Sensitive, state)``: it clips the units a
-client described and returns their per-silo sum (divided by the client's
-public denominator) together with the bound of one unit's contribution and the
-neighbouring relation (``dpjax.engine.roles.Sensitive``). Host-side,
-``event(hparams)`` names that relation for the accountant.
+A clipper is a part of the one signature (``dpjax.engine.roles``): ``update(units, state, ctx) -> (Sensitive, state)``:
+it clips the units a client described and returns their per-silo sum (divided by the client's public denominator)
+together with the bound of one unit's contribution and the neighbouring relation (``dpjax.engine.roles.Sensitive``).
+Host-side, ``event(hparams)`` names that relation for the accountant.
 
-``ClipPerUnit`` takes the cheapest exact path for per-example gradients: the
-problem's closed form (GLMs: ``weighted_grad_sum`` with ``row_sq_norms``),
-ghost norms for flax models (``weighted_grad_sum`` without per-example
-gradients, ``dpjax.primitives.ghost_clipping``), else ``vmap(grad)``
-(``dpjax.primitives.clipping``). A clip norm of ``inf`` (the non-private twin)
-multiplies every unit by exactly 1.
+``ClipPerUnit`` takes the cheapest exact path for per-example gradients: the problem's closed form (GLMs:
+``weighted_grad_sum`` with ``row_sq_norms``), ghost norms for flax models (``weighted_grad_sum`` without per-example
+gradients, ``dpjax.primitives.ghost_clipping``), else ``vmap(grad)`` (``dpjax.primitives.clipping``). A clip norm of
+``inf`` (the non-private twin) multiplies every unit by exactly 1.
 """
 
 from __future__ import annotations
@@ -60,8 +56,7 @@ class ClipPerUnit:
       neighboring: the neighbouring relation the bound is stated for
         (``"replace-one"``: sensitivity ``2C``; ``"add-remove"``: ``C``).
       unit_records: how many records one unit holds, for the accountant (1: individual
-        clipping; s: batch clipping of s-record subsets, DP-SGD-General).
-    """
+        clipping; s: batch clipping of s-record subsets, DP-SGD-General)."""
 
     clip_field: str = "clip_norm"
     neighboring: str = "replace-one"
@@ -107,9 +102,7 @@ class ClipVectors:
     """Clip every unit to ``C`` and keep the units apart: the inputs of a local randomizer (P_vec,
     Cheu et al. 2022, Algorithm 2: vectors of norm <= L), ``[M, U, ...]`` with bound ``C``.
 
-    Units outside the batch (weight 0) are clipped too; the randomizer masks
-    them with the batch's weights.
-    """
+    Units outside the batch (weight 0) are clipped too; the randomizer masks them with the batch's weights."""
 
     clip_field: str = "clip_norm"
     neighboring: str = "replace-one"

@@ -29,16 +29,14 @@ SILO_SAMPLINGS = ("poisson", "without-replacement")
 
 @dataclasses.dataclass(frozen=True)
 class SampledSilos:
-    """Each silo with probability ``sampling_rate`` q (``"poisson"``: all N silos are computed and
-    the unsampled ones masked, a random count having no static shape), or a uniform subset of exactly
-    ``silos_per_round`` (``"without-replacement"``: only those are computed). Draws from the round key's
-    ``"availability"`` stream.
+    """Each silo with probability ``sampling_rate`` q (``"poisson"``: all N silos are computed and the unsampled ones
+    masked, a random count having no static shape), or a uniform subset of exactly ``silos_per_round``
+    (``"without-replacement"``: only those are computed). Draws from the round key's ``"availability"`` stream.
 
-    The Poisson rate is PUBLIC: the declared q is what the draw uses and what ``event`` hands the
-    accountant. Under add/remove of a user the number of silos N differs between neighbours, so a rate
-    m/N read from the data would make every other user's inclusion probability depend on whether the
-    user is there; without a declared q the draw uses m/N, which only replace-one (N public) allows
-    (the DP plan refuses it under add/remove)."""
+    The Poisson rate is PUBLIC: the declared q is what the draw uses and what ``event`` hands the accountant. Under
+    add/remove of a user the number of silos N differs between neighbours, so a rate m/N read from the data would make
+    every other user's inclusion probability depend on whether the user is there; without a declared q the draw uses
+    m/N, which only replace-one (N public) allows (the DP plan refuses it under add/remove)."""
 
     silos_per_round: int
     sampling: str = "poisson"

@@ -4,11 +4,9 @@ A privatizer is a part of the one signature (``dpjax.engine.roles``): ``update(S
 ctx) -> (Sensitive, state)``, the round's ``ctx.batch`` saying which silos it holds; host-side,
 ``events(hparams, num_rounds)`` lists the releases it makes for the accountant
 (``dpjax.accounting.events.NoiseEvent``). Gaussian noise is always given as a
-noise multiplier ``z`` (an hparams field): the std is
-``z x sensitivity`` with the sensitivity of the value (``Sensitive``), so the
-sensitivity is never re-derived here; ``z = 0`` adds exactly zero (also for an
-unclipped value, whose sensitivity is infinite), which makes a private run
-with ``z = 0`` bit-identical to its non-private twin.
+noise multiplier ``z`` (an hparams field): the std is ``z x sensitivity`` with the sensitivity of the value
+(``Sensitive``), so the sensitivity is never re-derived here; ``z = 0`` adds exactly zero (also for an unclipped value,
+whose sensitivity is infinite), which makes a private run with ``z = 0`` bit-identical to its non-private twin.
 """
 
 from __future__ import annotations
@@ -49,12 +47,10 @@ class GaussianNoise:
     Args:
       noise_field: the hparams field holding the multiplier ``z`` (a scalar, or
         one value per silo ``[N]``: per-silo budgets).
-      placement: ``"silo"``: every silo adds its own noise to its message with
-        its own key of the round's ``stream`` (ISRL-DP; the silo messages are the
-        protected transcript); ``"server"``: the server adds it once to the
+      placement: ``"silo"``: every silo adds its own noise to its message with its own key of the round's ``stream``
+        (ISRL-DP; the silo messages are the protected transcript); ``"server"``: the server adds it once to the
         aggregate (central DP).
-      stream: the round key's stream the noise is drawn from.
-    """
+      stream: the round key's stream the noise is drawn from."""
 
     noise_field: str = "noise_multiplier"
     placement: str = "silo"
@@ -89,16 +85,13 @@ class GaussianNoise:
 
 @dataclasses.dataclass(frozen=True)
 class LocalStepGaussian:
-    """Gaussian noise on every local step's clipped gradient (ISRL-DP Local SGD,
-    Lowy & Razaviyayn 2023, App. I): ``N(0, (z x sensitivity)^2 I)`` with the
-    sensitivity of the step's clipped message.
+    """Gaussian noise on every local step's clipped gradient (ISRL-DP Local SGD, Lowy & Razaviyayn 2023, App. I):
+    ``N(0, (z x sensitivity)^2 I)`` with the sensitivity of the step's clipped message.
 
-    A part of a local loop's inner chain (``dpjax.parts.clients.LocalSteps``): its state lives for
-    the loop. ``init`` (at the loop's start, ``ctx.batch`` the round's batch) draws every computed
-    silo's ``num_steps`` standard normals at once from its key of the round's ``stream``; ``update``
-    (inside one silo's loop) adds the current step's. Host-side, ``events`` lists one release per
-    local step (``num_rounds x releases_per_round`` of the batch selection).
-    """
+    A part of a local loop's inner chain (``dpjax.parts.clients.LocalSteps``): its state lives for the loop. ``init``
+    (at the loop's start, ``ctx.batch`` the round's batch) draws every computed silo's ``num_steps`` standard normals at
+    once from its key of the round's ``stream``; ``update`` (inside one silo's loop) adds the current step's. Host-side,
+    ``events`` lists one release per local step (``num_rounds x releases_per_round`` of the batch selection)."""
 
     noise_field: str = "noise_multiplier"
     stream: str = "noise"

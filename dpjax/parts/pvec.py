@@ -1,7 +1,6 @@
-"""P_vec (Cheu, Joseph, Mao & Peng, ICLR 2022, Algorithms 1-2) as parts: ``PvecRandomizer`` (every
-party's local randomizers and the shuffler; a privatizer) and ``PvecAnalyzer`` (the analyzer on the
-shuffled messages, divided by the public number of vectors; an aggregator). One implementation serves
-both protocols that use P_vec:
+"""P_vec (Cheu, Joseph, Mao & Peng, ICLR 2022, Algorithms 1-2) as parts: ``PvecRandomizer`` (every party's local
+randomizers and the shuffler; a privatizer) and ``PvecAnalyzer`` (the analyzer on the shuffled messages, divided by the
+public number of vectors; an aggregator). One implementation serves both protocols that use P_vec:
 
 * ISRL-DP's one-pass silos (``SdpOnePassAccelerated``, ISRL-DP Algorithm 6): every silo randomizes its K
   clipped records; one (g, b, p) for every round (``per_round=False``; privacy event
@@ -15,21 +14,18 @@ both protocols that use P_vec:
 The two differ in their key derivation (``KEY_SCHEMES``), kept as a parameter so that both keep the
 draws their results were produced with, bit for bit.
 
-Every party holds clipped vectors of norm <= L (the clipper's bound) and each of them sends ``g + b``
-one-bit messages per coordinate: the unary randomized rounding ``xhat`` of its coordinate and
-``Bin(b, p)`` noise bits; the shuffler hides who sent what, and the analyzer counts the ones per
-coordinate. Two simulations of the same protocol:
+Every party holds clipped vectors of norm <= L (the clipper's bound) and each of them sends ``g + b`` one-bit messages
+per coordinate: the unary randomized rounding ``xhat`` of its coordinate and ``Bin(b, p)`` noise bits; the shuffler
+hides who sent what, and the analyzer counts the ones per coordinate. Two simulations of the same protocol:
 
-* ``"counts"`` (fast, default): since a sum of independent ``Bin(b, p)`` is ``Bin(m b, p)``, a party's
-  m vectors' messages are simulated as one centred count per coordinate (equal in distribution to m
-  separate randomizers; the binomial is drawn exactly on the host,
-  ``shuffle_protocols.centred_binomial``). More than ``2^24 / max_granularity`` vectors are summed in
-  chunks so rounded sums stay exact in float32; a traced g above ``max_granularity`` makes the round
-  NaN rather than silently inexact. ``trial_groups`` groups of ``b`` trials per vector represent trial
-  counts beyond int32.
-* ``"bits"``: every one-bit message is materialised, a uniform permutation shuffles them, the analyzer
-  counts the ones per label (static buffers ``bit_buffer = (g_max, b_max)``; tests and small
-  demonstrations).
+* ``"counts"`` (fast, default): since a sum of independent ``Bin(b, p)`` is ``Bin(m b, p)``, a party's m vectors'
+  messages are simulated as one centred count per coordinate (equal in distribution to m separate randomizers; the
+  binomial is drawn exactly on the host, ``shuffle_protocols.centred_binomial``). More than ``2^24 / max_granularity``
+  vectors are summed in chunks so rounded sums stay exact in float32; a traced g above ``max_granularity`` makes the
+  round NaN rather than silently inexact. ``trial_groups`` groups of ``b`` trials per vector represent trial counts
+  beyond int32.
+* ``"bits"``: every one-bit message is materialised, a uniform permutation shuffles them, the analyzer counts the ones
+  per label (static buffers ``bit_buffer = (g_max, b_max)``; tests and small demonstrations).
 """
 
 from __future__ import annotations
@@ -197,25 +193,21 @@ def _flat_units(tree):
 class PvecRandomizer(_PvecPart):
     """Every party's P_vec randomizers and the shuffler (privatizer, ``placement="silo"``).
 
-    Takes every computed party's clipped vectors ``[M, U, ...]`` (norm <= the message's bound L, the
-    P_vec range; units of weight 0 send nothing) and returns, per party, what the analyzer reads off
-    the shuffled messages, ``[M, ...]`` shaped like one unit: the centred counts (``"counts"``) or the
-    ones per label (``"bits"``).
+    Takes every computed party's clipped vectors ``[M, U, ...]`` (norm <= the message's bound L, the P_vec range; units
+    of weight 0 send nothing) and returns, per party, what the analyzer reads off the shuffled messages, ``[M, ...]``
+    shaped like one unit: the centred counts (``"counts"``) or the ones per label (``"bits"``).
 
     Args:
       dim: d, the number of parameters (every input's dimension; for the accountant).
       max_granularity: static bound on a traced g (the float32-exact chunks; a larger g gives NaN).
       params_field: the hparams field holding the ``PvecParams`` (g, b, p).
-      per_round: False: one (g, b, p) for every round (event ``PvecEvent``); True: per-round ``[T]``
-        arrays over the user stream's windows (hparams ``start``/``batch``/``stage_round``; event
-        ``PvecTranscriptEvent``).
+      per_round: False: one (g, b, p) for every round (event ``PvecEvent``); True: per-round ``[T]`` arrays over the
+        user stream's windows (hparams ``start``/``batch``/``stage_round``; event ``PvecTranscriptEvent``).
       keys: the key derivation, a name of ``KEY_SCHEMES`` (module docstring).
       level: ``"counts"`` or ``"bits"`` (module docstring).
       trial_groups: each vector runs ``trial_groups`` groups of ``trials`` (count level; per_round only).
-      honest_frac: robust shuffle privacy: the fraction of parties assumed honest (accounting only;
-        per_round only).
-      bit_buffer: ``(g_max, b_max)``, the static bit buffers of the bit level.
-    """
+      honest_frac: robust shuffle privacy: the fraction of parties assumed honest (accounting only; per_round only).
+      bit_buffer: ``(g_max, b_max)``, the static bit buffers of the bit level."""
 
     dim: int
     max_granularity: int = 2**12
@@ -271,22 +263,18 @@ class PvecRandomizer(_PvecPart):
 
 @dataclasses.dataclass(frozen=True)
 class PvecAnalyzer(_PvecPart):
-    """The P_vec analyzer on what ``PvecRandomizer`` delivers (aggregator): the available parties'
-    reports summed per coordinate (the multiset of messages is all the analyzer uses, so this is the
-    shuffled protocol's output), analyzed (``(2L/g) counts``, ``shuffle_protocols.pvec_analyze``, or
-    ``analyze_bit_counts``) and divided by the public number of vectors: ``M_r batch_size`` (the
-    available silos times their K records) or the round's ``batch_field`` entry (a user stream's
-    ``batch_r``). Returns the mean shaped like one unit.
+    """The P_vec analyzer on what ``PvecRandomizer`` delivers (aggregator): the available parties' reports summed per
+    coordinate (the multiset of messages is all the analyzer uses, so this is the shuffled protocol's output), analyzed
+    (``(2L/g) counts``, ``shuffle_protocols.pvec_analyze``, or ``analyze_bit_counts``) and divided by the public number
+    of vectors: ``M_r batch_size`` (the available silos times their K records) or the round's ``batch_field`` entry (a
+    user stream's ``batch_r``). Returns the mean shaped like one unit.
 
     Args:
       batch_size: K, the vectors each silo randomized (public); or None with ``batch_field``.
-      availability: the silos' availability model (``event``: the shuffler over silos,
-        ``ShuffleEvent`` at ``min_available x K`` vectors); None for one user stream (its transcript
-        event covers the shuffler).
-      params_field: the hparams field of (g, b, p), as ``PvecRandomizer``'s (so are ``per_round`` and
-        ``level``).
-      batch_field: the hparams field of the per-round public number of vectors (instead of batch_size).
-    """
+      availability: the silos' availability model (``event``: the shuffler over silos, ``ShuffleEvent`` at
+        ``min_available x K`` vectors); None for one user stream (its transcript event covers the shuffler).
+      params_field: the hparams field of (g, b, p), as ``PvecRandomizer``'s (so are ``per_round`` and ``level``).
+      batch_field: the hparams field of the per-round public number of vectors (instead of batch_size)."""
 
     batch_size: int | None = None
     availability: Any = None

@@ -1,11 +1,10 @@
 """Batch selection parts: which silos report and which of their records each round uses.
 
-A batch selection is a part of the one signature (``dpjax.engine.roles``): ``init(params, ctx)``
-(its state from ``ctx.data`` and the run key ``ctx.key``) and ``update(data, state, ctx) ->
-(Batch, state)``, the first of the round; its host-side ``event(silo_sizes)`` tells the accountant
-the sampling scheme, the batch sizes and the privacy unit. Draws come from the round key's
-``"availability"`` and ``"sampling"`` streams (``dpjax.keys``), per-silo state
-(one-pass permutations) from the run key's ``"permutation"`` stream.
+A batch selection is a part of the one signature (``dpjax.engine.roles``): ``init(params, ctx)`` (its state from
+``ctx.data`` and the run key ``ctx.key``) and ``update(data, state, ctx) -> (Batch, state)``, the first of the round;
+its host-side ``event(silo_sizes)`` tells the accountant the sampling scheme, the batch sizes and the privacy unit.
+Draws come from the round key's ``"availability"`` and ``"sampling"`` streams (``dpjax.keys``), per-silo state (one-pass
+permutations) from the run key's ``"permutation"`` stream.
 """
 
 from __future__ import annotations
@@ -26,13 +25,10 @@ from dpjax.primitives import sampling as sampling_lib
 def available_silos(availability, key: jax.Array, num_silos: int):
     """This round's participating silos: ``(silo_ids, available)``.
 
-    With a static count (``FullAvailability``, ``FixedAvailability``) returns
-    the ``[M]`` ids and an all-true mask over them, so a round step computes
-    only the available silos' messages. With a random count
-    (``RandomAvailability``) returns ``(None, mask [N])``: all N silos are
-    computed and the mask zeroes the unavailable ones. Either way the subset
-    comes from the round's ``"availability"`` stream.
-    """
+    With a static count (``FullAvailability``, ``FixedAvailability``) returns the ``[M]`` ids and an all-true mask over
+    them, so a round step computes only the available silos' messages. With a random count (``RandomAvailability``)
+    returns ``(None, mask [N])``: all N silos are computed and the mask zeroes the unavailable ones. Either way the
+    subset comes from the round's ``"availability"`` stream."""
     avail_key = keys.stream_key(key, "availability")
     if silo_sharding.sharded() and isinstance(availability, sampling_lib.FullAvailability):
         # Every silo, in order: ``silo_ids = arange(N)`` would make each silo's rows a gather across
@@ -61,11 +57,9 @@ def _select(tree, silo_ids):
 def draw_silo_batches(sampler, data, sampler_states, key: jax.Array, round_index, silo_ids=None):
     """Each silo's batch indices for this round: ``(idx [N, B], mask [N, B], overflow [N])``.
 
-    Uses the round's ``"sampling"`` stream split over silos, so an algorithm
-    that logs the indices sees exactly the batches its gradients use. With
-    ``silo_ids`` ([M] ints) only those silos draw (rows in that order); silo
-    i's key is the same whichever other silos are selected.
-    """
+    Uses the round's ``"sampling"`` stream split over silos, so an algorithm that logs the indices sees exactly the
+    batches its gradients use. With ``silo_ids`` ([M] ints) only those silos draw (rows in that order); silo i's key is
+    the same whichever other silos are selected."""
     silo_keys = keys.silo_keys(keys.stream_key(key, "sampling"), data.num_silos)
 
     def one_silo(size, state, k):
@@ -83,22 +77,18 @@ class SiloBatches:
       scheme: the record sampler's scheme (``dpjax.primitives.sampling.make_sampler``):
         ``"with-replacement"``, ``"without-replacement"``, ``"poisson"``, ``"one-pass"``, ``"full"``.
       batch_size: K (None for ``"full"``).
-      dense: draw each silo's batch as a multiplicity vector over all its rows
-        (``sampler.draw_weights``; same law, different draws) for problems with a
-        closed-form clipped sum; else gather K indices (``sampler.draw``).
+      dense: draw each silo's batch as a multiplicity vector over all its rows (``sampler.draw_weights``; same law,
+        different draws) for problems with a closed-form clipped sum; else gather K indices (``sampler.draw``).
       all_silos: compute every silo and mask the unavailable ones (for per-silo
         logs) instead of only the available ones when their number is static.
       unit: the privacy unit the selection protects (``"record-in-silo"``: one
         record of one silo's data set, ISRL-DP; ``"record"``: central DP).
-      batch_sizes: one ``K_i`` per silo (unbalanced silos, ISRL-DP Algorithm 7):
-        every silo draws ``batch_size = max K_i`` records and keeps its first
-        ``K_i`` (without replacement: a uniform ``K_i``-subset; with: ``K_i``
-        i.i.d. draws); gather path only.
-      sampling_rate: ``"poisson"`` only: the public rate q every record is drawn
-        with; the event hands the same q to the accountant (one number, two
-        consumers). None: ``K / n`` of each silo's size, public only under
-        replace-one (the DP plan refuses it under add/remove).
-    """
+      batch_sizes: one ``K_i`` per silo (unbalanced silos, ISRL-DP Algorithm 7): every silo draws
+        ``batch_size = max K_i`` records and keeps its first ``K_i`` (without replacement: a uniform ``K_i``-subset;
+        with: ``K_i`` i.i.d. draws); gather path only.
+      sampling_rate: ``"poisson"`` only: the public rate q every record is drawn with; the event hands the same q to the
+        accountant (one number, two consumers). None: ``K / n`` of each silo's size, public only under replace-one (the
+        DP plan refuses it under add/remove)."""
 
     availability: Any = sampling_lib.FullAvailability()
     scheme: str = "without-replacement"
@@ -167,10 +157,8 @@ class LocalStepRecords:
     (ISRL-DP Local SGD, Lowy & Razaviyayn 2023, App. I): ``Batch.indices [M, K]``, the record of
     step t in column t (K independent draws: with replacement across the steps).
 
-    Host-side, each step is its own noisy release on a uniform 1-subset of the
-    silo: ``SelectionEvent`` with batch size 1 (a uniform 1-subset is
-    sampling without replacement) and ``releases_per_round = K``.
-    """
+    Host-side, each step is its own noisy release on a uniform 1-subset of the silo: ``SelectionEvent`` with batch size
+    1 (a uniform 1-subset is sampling without replacement) and ``releases_per_round = K``."""
 
     availability: Any = sampling_lib.FullAvailability()
     num_steps: int = 1
@@ -244,19 +232,16 @@ class SubsetBatches:
     """Each silo's round of DP-SGD-General (van Dijk et al., Algorithm 1): ``m`` subsets of ``s``
     records (``indices``/``weights`` ``[M, m, s]``).
 
-    ``"shuffle"`` takes block ``b`` of the epoch's uniform permutation (drawn once per epoch and
-    silo from the run key, held in the state: ``[N, epochs, n_max]``; the last ``n - B m s``
-    records sit the epoch out); ``"subsample"`` a fresh uniform ``ms``-subset in random order
-    (consecutive rows: a uniform partition into ``m`` subsets); ``"poisson"`` each record w.p.
-    the public ``sampling_rate`` q (``s = 1``; a static buffer of ``E + 6 sqrt(E) + 8`` rows, E the
-    expected batch ``max(m, q n_max)``,
-    ``overflow`` when it does not fit; without a declared q, ``m / n`` of the silo's size, which
-    only replace-one makes public -- the DP plan refuses it under add/remove).
+    ``"shuffle"`` takes block ``b`` of the epoch's uniform permutation (drawn once per epoch and silo from the run key,
+    held in the state: ``[N, epochs, n_max]``; the last ``n - B m s`` records sit the epoch out); ``"subsample"`` a
+    fresh uniform ``ms``-subset in random order (consecutive rows: a uniform partition into ``m`` subsets);
+    ``"poisson"`` each record w.p. the public ``sampling_rate`` q (``s = 1``; a static buffer of ``E + 6 sqrt(E) + 8``
+    rows, E the expected batch ``max(m, q n_max)``, ``overflow`` when it does not fit; without a declared q, ``m / n``
+    of the silo's size, which only replace-one makes public -- the DP plan refuses it under add/remove).
 
     With ``filtering`` (Appendix D) every subset is kept w.p. 1/2 by a data-independent coin
     (``info["keep"]`` ``[M, m]``) and a silo runs its round when at least ``filter_threshold``
-    subsets are kept: ``available`` says which silos ran (public, as the coins are).
-    """
+    subsets are kept: ``available`` says which silos ran (public, as the coins are)."""
 
     sampling: str
     subset_size: int

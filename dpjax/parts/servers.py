@@ -2,11 +2,10 @@
 
 A server is a part of the one signature (``dpjax.engine.roles``): ``update(aggregate, state, ctx)
 -> (params, state)`` from the round's iterate ``ctx.params``. ``OptaxServer`` is the one server
-optimizer of the composed families: any optax ``GradientTransformation`` at unit step, then
-``w - eta u`` with the run's traced step size. The averager is the last part of the fold:
-``update(params, state, ctx)`` folds the round into its state and passes the params on;
-``value(state, params, rounds_done)`` reads the output rule's point out of its state. The AC-SA
-server is ``dpjax.parts.acsa.AcsaServer``.
+optimizer of the composed families: any optax ``GradientTransformation`` at unit step, then ``w - eta u`` with the run's
+traced step size. The averager is the last part of the fold: ``update(params, state, ctx)`` folds the round into its
+state and passes the params on; ``value(state, params, rounds_done)`` reads the output rule's point out of its state.
+The AC-SA server is ``dpjax.parts.acsa.AcsaServer``.
 """
 
 from __future__ import annotations
@@ -31,11 +30,9 @@ class OptaxServer:
     ``optax.trace(0.9)`` heavy ball (``optax.sgd(eta, momentum=0.9)``), ``optax.scale_by_adam()``
     Adam (``optax.adam(eta)``), ``optax.scale_by_yogi()`` Yogi, ...
 
-    dpjax's ``project_l2_ball`` returns a point inside the ball multiplied by exactly 1 (optax's
-    ``projection_l2_ball`` does not guarantee it). Given a ``Gated`` update it steps only when
-    ``apply`` holds, and otherwise keeps both the iterate and the optimizer state (a round in which
-    no silo ran).
-    """
+    dpjax's ``project_l2_ball`` returns a point inside the ball multiplied by exactly 1 (optax's ``projection_l2_ball``
+    does not guarantee it). Given a ``Gated`` update it steps only when ``apply`` holds, and otherwise keeps both the
+    iterate and the optimizer state (a round in which no silo ran)."""
 
     transformation: optax.GradientTransformation = optax.identity()
     projection_radius: float | None = None

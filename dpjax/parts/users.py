@@ -1,24 +1,20 @@
 """Parts of protocols whose units are the users of one public stream (shuffle-private SCO,
 Cheu, Joseph, Mao & Peng, ICLR 2022, Section 4 and Appendix C).
 
-The n users are the n records of ONE silo, in a fixed public order (the
-protocol's user stream). Round ``r`` uses the window of users
-``[start_r, start_r + batch_r)`` (public per-round hparams arrays), so one
-static shape serves one-pass schedules (``start_r = r B``), full-batch ones
-(``start_r = 0``, ``batch_r = n``) and phased schedules alike.
+The n users are the n records of ONE silo, in a fixed public order (the protocol's user stream). Round ``r`` uses the
+window of users ``[start_r, start_r + batch_r)`` (public per-round hparams arrays), so one static shape serves one-pass
+schedules (``start_r = r B``), full-batch ones (``start_r = 0``, ``batch_r = n``) and phased schedules alike.
 
 * ``UserWindows`` (batch selection): the round's window, padded to ``max_batch``;
 * ``UserGradients`` (client): every user's gradient, or Moreau-envelope
   gradient, flattened (``ravel_pytree`` order), as units kept apart;
-* the clipper is ``dpjax.parts.clipping.ClipVectors``: each user's vector
-  projected onto the ball of radius L and kept apart (replace-one: sensitivity
-  2L of any sum of them; an overflowed vector becomes zero);
+* the clipper is ``dpjax.parts.clipping.ClipVectors``: each user's vector projected onto the ball of radius L and kept
+  apart (replace-one: sensitivity 2L of any sum of them; an overflowed vector becomes zero);
 * ``UserGaussian`` (privatizer): the round's sum plus Gaussian noise
   (central, local, pan-private, a surrogate, or none);
 * ``BatchMean`` (aggregator): divided by the public ``batch_r``;
-* ``PhasedSgdServer`` (server): projected SGD with the per-round step size and
-  the running average of each phase, a phase restarting from the previous
-  phase's output; ``FlatUpdates`` adapts any server to the flat update.
+* ``PhasedSgdServer`` (server): projected SGD with the per-round step size and the running average of each phase, a
+  phase restarting from the previous phase's output; ``FlatUpdates`` adapts any server to the flat update.
 
 P_vec's privatizer and analyzer for these rounds are in ``dpjax.parts.pvec``.
 """
@@ -120,19 +116,16 @@ MECHANISMS = ("none", "central", "local", "pan-private", "surrogate")
 
 @dataclasses.dataclass(frozen=True)
 class UserGaussian:
-    """The round's users' clipped vectors summed, plus Gaussian noise of the round's multiplier
-    ``z_r`` (hparams ``noise_field[r]``) times the sensitivity 2L of that sum, from the round's
-    ``"noise"`` stream (privatizer, ``placement="silo"``: the one silo is the round's users, so noise
-    on its sum is also the curator's noise on the aggregate; it comes before the division by the
-    public batch, as the protocols add it to the sum).
+    """The round's users' clipped vectors summed, plus Gaussian noise of the round's multiplier ``z_r`` (hparams
+    ``noise_field[r]``) times the sensitivity 2L of that sum, from the round's ``"noise"`` stream (privatizer,
+    ``placement="silo"``: the one silo is the round's users, so noise on its sum is also the curator's noise on the
+    aggregate; it comes before the division by the public batch, as the protocols add it to the sum).
 
-    ``mechanism``: ``"none"`` (the exact sum, the non-private twin); ``"central"`` (one draw of std
-    z 2L on the sum); ``"local"`` (every user's own N(0, (z 2L)^2 I), simulated as one draw of std
-    sqrt(m) z 2L on the sum of the m users' messages: equal in distribution); ``"pan-private"``
-    (Algorithm 6: two independent draws of std z 2L, the second from the ``"server_noise"`` stream);
-    ``"surrogate"`` (one draw like ``"central"``, a variance-matched stand-in for P_vec that
-    certifies nothing). Returns ``[1, P]``.
-    """
+    ``mechanism``: ``"none"`` (the exact sum, the non-private twin); ``"central"`` (one draw of std z 2L on the sum);
+    ``"local"`` (every user's own N(0, (z 2L)^2 I), simulated as one draw of std sqrt(m) z 2L on the sum of the m users'
+    messages: equal in distribution); ``"pan-private"`` (Algorithm 6: two independent draws of std z 2L, the second from
+    the ``"server_noise"`` stream); ``"surrogate"`` (one draw like ``"central"``, a variance-matched stand-in for P_vec
+    that certifies nothing). Returns ``[1, P]``."""
 
     mechanism: str = "central"
     noise_field: str = "noise_multiplier"
@@ -159,11 +152,10 @@ class UserGaussian:
         return message.replace(value=total[None]), state
 
     def multiplier_for(self, noise_std, batch, sensitivity) -> np.ndarray:
-        """Host-side: the per-round multipliers whose run std on the round's sum is ``noise_std``
-        (absolute, e.g. a paper's calibration): ``noise_std / (sensitivity sqrt(batch))`` for local
-        noise, ``noise_std / sensitivity`` otherwise; of the float32 multipliers next to the quotient,
-        the one whose float32 std (as ``update`` computes it) is exactly ``float32(noise_std)``, where
-        one is."""
+        """Host-side: the per-round multipliers whose run std on the round's sum is ``noise_std`` (absolute, e.g. a
+        paper's calibration): ``noise_std / (sensitivity sqrt(batch))`` for local noise, ``noise_std / sensitivity``
+        otherwise; of the float32 multipliers next to the quotient, the one whose float32 std (as ``update`` computes
+        it) is exactly ``float32(noise_std)``, where one is."""
         if self.mechanism == "none":
             raise ValueError("mechanism='none' adds no noise; no multiplier gives a noise std")
         std = np.broadcast_to(np.asarray(noise_std, np.float64), np.shape(batch))
@@ -247,8 +239,7 @@ class PhasedSgdServer:
 
     The run's params are the protocol's output so far -- the average of the phase's
     ``theta_0..theta_{t-1}`` (``output="average"``, Algorithms 3 and 5 as printed) or the last
-    iterate (``"last"``) -- as AC-SA's are ``w_ag``; the state holds theta and the phase's sum.
-    """
+    iterate (``"last"``) -- as AC-SA's are ``w_ag``; the state holds theta and the phase's sum."""
 
     output: str = "average"
     projection_radius: float | None = None

@@ -1,19 +1,14 @@
 """Per-example gradients and per-example clipping of pytrees.
 
-Clipping is the only thing that bounds how much one record can move a
-released vector, so it is where sensitivity comes from. ``clipped_sum`` returns
-the clipped *sum* together with its l2 sensitivity under a named neighbouring
-relation:
+Clipping is the only thing that bounds how much one record can move a released vector, so it is where sensitivity comes
+from. ``clipped_sum`` returns the clipped *sum* together with its l2 sensitivity under a named neighbouring relation:
 
-* ``"add-remove"`` (add or delete one record): one clipped term appears or
-  disappears, sensitivity ``C``;
-* ``"replace-one"`` (substitute one record; the relation of ISRL-DP and of the
-  fixed-size-batch analyses): one clipped term ``a`` becomes ``a'`` with
-  ``||a - a'|| <= 2C``, sensitivity ``2C``.
+* ``"add-remove"`` (add or delete one record): one clipped term appears or disappears, sensitivity ``C``;
+* ``"replace-one"`` (substitute one record; the relation of ISRL-DP and of the fixed-size-batch analyses): one clipped
+  term ``a`` becomes ``a'`` with ``||a - a'|| <= 2C``, sensitivity ``2C``.
 
-The sensitivity assumes the changed record appears *once* in the batch. With
-sampling with replacement a record can appear ``Q`` times and the sensitivity
-is ``Q`` times larger; the accounting layer handles that, not this module.
+The sensitivity assumes the changed record appears *once* in the batch. With sampling with replacement a record can
+appear ``Q`` times and the sensitivity is ``Q`` times larger; the accounting layer handles that, not this module.
 
 Norms are the single global l2 norm over all leaves of the pytree (as in
 Abadi et al. 2016 and jax_privacy), never per-leaf.
@@ -45,20 +40,17 @@ def global_norm(tree: PyTree) -> jax.Array:
 def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     """Scales ``tree`` by ``min(1, clip_norm / ||tree||)``.
 
-    Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose
-    norm is already ``<= clip_norm`` is returned multiplied by exactly 1.0, and
-    the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
-    ``clip_norm = inf`` disables clipping. A concrete ``clip_norm`` (Python,
-    NumPy or jax scalar, or array) must be >= 0 and not NaN (a negative one
-    would flip the sign of every vector); a traced one is the caller's
-    contract, checked in ``dpjax.primitives.checked`` mode.
+    Guarantees ``||result|| <= clip_norm`` (up to float rounding); a tree whose norm is already ``<= clip_norm`` is
+    returned multiplied by exactly 1.0, and the zero tree stays zero for every ``clip_norm >= 0`` (including 0).
+    ``clip_norm = inf`` disables clipping. A concrete ``clip_norm`` (Python, NumPy or jax scalar, or array) must be >= 0
+    and not NaN (a negative one would flip the sign of every vector); a traced one is the caller's contract, checked in
+    ``dpjax.primitives.checked`` mode.
 
     A tree with an inf or NaN entry (a gradient that overflowed) becomes the zero tree when ``clip_norm``
     is finite: ``C / ||inf||`` = 0 times inf is NaN, and one such record would turn the whole clipped sum
     -- and the release -- into NaN, an output decided by that record outside the accounted mechanism
     (issue 23). Zero has norm <= C, so the sum's sensitivity is unchanged. Without clipping
-    (``clip_norm = inf``, the non-private twin) the NaN propagates as before.
-    """
+    (``clip_norm = inf``, the non-private twin) the NaN propagates as before."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     norm = global_norm(tree)
     scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
@@ -70,13 +62,11 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:
     """Gradients of ``loss_fn(params, x_j, y_j)`` for every example ``j``.
 
-    ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and
-    ``y_i = y[i]`` without the batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape
-    ``()``); it is differentiated with respect to ``params`` (any pytree) and vmapped over the batch.
-    ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading batch axis B). Each leaf of the result
-    has the shape of the matching ``params`` leaf with a new leading axis of length B (memory: B copies
-    of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models).
-    """
+    ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of ONE example: ``x_i = x[i]`` and ``y_i = y[i]`` without the
+    batch axis (e.g. ``[d]`` and ``[]``), returning a float scalar (shape ``()``); it is differentiated with respect to
+    ``params`` (any pytree) and vmapped over the batch. ``x`` is ``[B, ...]`` and ``y`` ``[B, ...]`` (the same leading
+    batch axis B). Each leaf of the result has the shape of the matching ``params`` leaf with a new leading axis of
+    length B (memory: B copies of the parameters; ``ghost_clipping.ghost_clipped_sum`` avoids them for flax models)."""
     return jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
 
 
@@ -84,8 +74,7 @@ def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
     """Clips each example's gradient to global norm ``clip_norm`` (>= 0, see ``clip_to_norm``).
 
     ``grads``: a pytree whose leaves share a leading example axis B (``per_example_grads``' output);
-    each example is clipped jointly over all its leaves. Returns the same shapes.
-    """
+    each example is clipped jointly over all its leaves. Returns the same shapes."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
 
@@ -96,8 +85,7 @@ class ClippedSum(NamedTuple):
     Attributes:
       total: pytree, sum over the (valid) examples of the clipped vectors.
       count: number of valid examples summed (a traced scalar).
-      sensitivity: l2 sensitivity of ``total`` to one record under the
-        relation it was computed for (``C`` or ``2C``).
+      sensitivity: l2 sensitivity of ``total`` to one record under the relation it was computed for (``C`` or ``2C``).
     """
 
     total: PyTree
@@ -109,8 +97,7 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     """l2 sensitivity of a sum of vectors each clipped to ``clip_norm`` (a scalar, as ``clip_norm`` is).
 
     ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
-    record is assumed to appear once in the sum.
-    """
+    record is assumed to appear once in the sum."""
     coerce_enum("neighboring", neighboring, Neighboring)
     # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
@@ -129,13 +116,11 @@ def clipped_sum(
       grads: pytree whose leaves share a leading example axis of length B.
       clip_norm: clip threshold C >= 0 (float or traced scalar; ``inf`` means
         no clipping, in which case the sensitivity is unbounded).
-      mask: optional bool/0-1 array [B]; examples with mask 0 (padding) do not
-        contribute.
+      mask: optional bool/0-1 array [B]; examples with mask 0 (padding) do not contribute.
       neighboring: ``"replace-one"`` or ``"add-remove"``.
 
     Returns:
-      ``ClippedSum(total, count, sensitivity)``.
-    """
+      ``ClippedSum(total, count, sensitivity)``."""
     sensitivity = sensitivity_of_clipped_sum(clip_norm, neighboring)
     clipped = clip_per_example(grads, clip_norm)
     leaves = jax.tree_util.tree_leaves(clipped)
@@ -145,15 +130,8 @@ def clipped_sum(
     return ClippedSum(total=total, count=jnp.sum(weights), sensitivity=sensitivity)
 
 
-def per_example_clipped_sum(
-    loss_fn: Callable,
-    params: PyTree,
-    x: jax.Array,
-    y: jax.Array,
-    clip_norm,
-    mask: jax.Array | None = None,
-    neighboring: str = "replace-one",
-) -> ClippedSum:
+def per_example_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, clip_norm,
+                            mask: jax.Array | None = None, neighboring: str = "replace-one") -> ClippedSum:
     """Per-example gradients of ``loss_fn`` on a batch, clipped and summed: ``sum_i mask_i clip_C(grad l_i)``.
 
     Args:

@@ -1,97 +1,68 @@
 """Per-example clipping of flax networks without per-example gradients ("ghost clipping").
 
-DP-SGD (Abadi et al. 2016, Algorithm 1) needs ``sum_i clip_C(grad l_i)`` with
-``clip_C(g) = g min(1, C / ||g||)`` and ``||g||`` the global l2 norm over all
-parameters. Materialising every per-example gradient (``vmap(grad)``) costs
-``B x |params|`` memory and time. Every supported layer's per-example gradient
-is instead a function of two small per-example tensors that one batched pass
-already computes: the layer's input ``a_i`` and the gradient ``delta_i`` of the
-example's loss with respect to the layer's output.
+DP-SGD (Abadi et al. 2016, Algorithm 1) needs ``sum_i clip_C(grad l_i)`` with ``clip_C(g) = g min(1, C / ||g||)`` and
+``||g||`` the global l2 norm over all parameters. Materialising every per-example gradient (``vmap(grad)``) costs
+``B x |params|`` memory and time. Every supported layer's per-example gradient is instead a function of two small
+per-example tensors that one batched pass already computes: the layer's input ``a_i`` and the gradient ``delta_i`` of
+the example's loss with respect to the layer's output.
 
 Ghost layers (norm from ``a_i`` and ``delta_i``, no per-example gradient):
 
-* dense layers (linen ``Dense``/``DenseGeneral``, NNX ``Linear``/``LinearGeneral``,
-  also inside ``MultiHeadDotProductAttention``/``SelfAttention``/NNX
-  ``MultiHeadAttention``) ``y = a W + b`` applied at ``T`` positions (the
-  contracted axes flattened to ``K``, the feature axes to ``C``):
-  ``grad_W = A_i^T D_i`` (``A_i [T, K]``, ``D_i [T, C]``), ``grad_b = sum_t D_it``.
-  Squared norm ``||a_i||^2 ||delta_i||^2`` for ``T = 1`` (Goodfellow 2015), else
-  the Gram form ``sum_{t,s} (a_t . a_s)(delta_t . delta_s)`` (Li et al. 2022,
-  "Large language models can be strong differentially private learners",
-  Sec. 4) or the materialised ``||A_i^T D_i||^2``, whichever costs fewer flops
-  (the per-layer choice of Bu et al. 2023, "Differentially private optimization
-  on large model at small cost", mixed ghost clipping);
-* convolutions (linen/NNX ``Conv``): the same identity on unfolded input patches
-  (``A_i [P, k k c_in]``, P output positions; Rochette et al. 2019, Bu et al. 2023);
-  in the materialised form the patches are unfolded a few examples at a time, each
-  chunk multiplied while it is still in cache (``lax.map``; the whole batch's patches
-  are never formed);
+* dense layers (linen ``Dense``/``DenseGeneral``, NNX ``Linear``/``LinearGeneral``, also inside
+  ``MultiHeadDotProductAttention``/``SelfAttention``/NNX ``MultiHeadAttention``) ``y = a W + b`` applied at ``T``
+  positions (the contracted axes flattened to ``K``, the feature axes to ``C``): ``grad_W = A_i^T D_i`` (``A_i [T, K]``,
+  ``D_i [T, C]``), ``grad_b = sum_t D_it``. Squared norm ``||a_i||^2 ||delta_i||^2`` for ``T = 1`` (Goodfellow 2015),
+  else the Gram form ``sum_{t,s} (a_t . a_s)(delta_t . delta_s)`` (Li et al. 2022, "Large language models can be strong
+  differentially private learners", Sec. 4) or the materialised ``||A_i^T D_i||^2``, whichever costs fewer flops (the
+  per-layer choice of Bu et al. 2023, "Differentially private optimization on large model at small cost", mixed ghost
+  clipping);
+* convolutions (linen/NNX ``Conv``): the same identity on unfolded input patches (``A_i [P, k k c_in]``, P output
+  positions; Rochette et al. 2019, Bu et al. 2023); in the materialised form the patches are unfolded a few examples at
+  a time, each chunk multiplied while it is still in cache (``lax.map``; the whole batch's patches are never formed);
 * embeddings (``Embed``): ``grad_E = onehot(idx_i)^T D_i``, squared norm
-  ``sum_{t,s} [idx_t = idx_s] (delta_t . delta_s)``; ``Embed.attend``
-  (``y = q E^T``): ``grad_E = D_i^T Q_i``, a dense layer with the roles of input
-  and output swapped; a tied embedding/read-out (``__call__`` and ``attend`` on
-  one table) adds the cross term ``2 sum_{t,s} D^attend_s[idx_t] (delta_t . q_s)``.
+  ``sum_{t,s} [idx_t = idx_s] (delta_t . delta_s)``; ``Embed.attend`` (``y = q E^T``): ``grad_E = D_i^T Q_i``, a dense
+  layer with the roles of input and output swapped; a tied embedding/read-out (``__call__`` and ``attend`` on one table)
+  adds the cross term ``2 sum_{t,s} D^attend_s[idx_t] (delta_t . q_s)``.
 
-Materialised layers (no ghost identity; the layer's own per-example gradient,
-``B x |layer|`` floats, is formed layer by layer): every other flax module
-that owns parameters and no parametrised submodules (``LayerNorm``, ``RMSNorm``,
-``GroupNorm``, grouped/masked/circular convolutions, ``ConvTranspose``,
-``Einsum``, ``BatchNorm`` with running averages, custom leaf modules), and the
-biases of the layers above. The per-example gradient comes from zero
-perturbations added to the layer's parameters *inside* the one batched pass
-(``params + z_i`` for example ``i``; the backward pass to ``z`` is the
-per-example gradient of this layer only), so any leaf module works, whatever
-its arguments.
+Materialised layers (no ghost identity; the layer's own per-example gradient, ``B x |layer|`` floats, is formed layer by
+layer): every other flax module that owns parameters and no parametrised submodules (``LayerNorm``, ``RMSNorm``,
+``GroupNorm``, grouped/masked/circular convolutions, ``ConvTranspose``, ``Einsum``, ``BatchNorm`` with running averages,
+custom leaf modules), and the biases of the layers above. The per-example gradient comes from zero perturbations added
+to the layer's parameters *inside* the one batched pass (``params + z_i`` for example ``i``; the backward pass to ``z``
+is the per-example gradient of this layer only), so any leaf module works, whatever its arguments.
 
-Weight sharing: a layer called several times, NNX modules sharing a
-``Variable``, and a tied embedding/read-out are handled parameter by
-parameter: the per-example gradient of a shared parameter is the sum of its
-calls' contributions (stacked along the position axis for the Gram form); a
-parameter shared by layers of different kinds is materialised.
+Weight sharing: a layer called several times, NNX modules sharing a ``Variable``, and a tied embedding/read-out are
+handled parameter by parameter: the per-example gradient of a shared parameter is the sum of its calls' contributions
+(stacked along the position axis for the Gram form); a parameter shared by layers of different kinds is materialised.
 
-Refused (``GhostPlan.fast`` False with a reason naming the layer or parameter;
-the default path then runs ``vmap(grad)``, ``require_fast=True`` raises
-``GhostFallbackError``): layers called inside a JAX transformation within the
-loss (``nn.scan``/``nn.remat``/``nn.vmap``/``nn.jit``, their NNX
-counterparts, ``jax.lax.scan``/``jax.checkpoint``/``jax.jit``), parameters used
-outside the layer that owns them (``emb.embedding`` read directly, weight decay
-inside the loss, NNX state merged by the loss itself instead of through
-``NNXLoss``), modules that own parameters and also have parametrised
-submodules, ``BatchNorm`` in training mode (its batch statistics couple the
-examples). These checks are exact, not heuristic: every use of every
-parameter in the traced loss (its jaxpr) must lie inside a recognised layer
-call that owns the parameter, so no model can silently get a wrong norm.
+Refused (``GhostPlan.fast`` False with a reason naming the layer or parameter; the default path then runs
+``vmap(grad)``, ``require_fast=True`` raises ``GhostFallbackError``): layers called inside a JAX transformation within
+the loss (``nn.scan``/``nn.remat``/``nn.vmap``/``nn.jit``, their NNX counterparts,
+``jax.lax.scan``/``jax.checkpoint``/``jax.jit``), parameters used outside the layer that owns them (``emb.embedding``
+read directly, weight decay inside the loss, NNX state merged by the loss itself instead of through ``NNXLoss``),
+modules that own parameters and also have parametrised submodules, ``BatchNorm`` in training mode (its batch statistics
+couple the examples). These checks are exact, not heuristic: every use of every parameter in the traced loss (its jaxpr)
+must lie inside a recognised layer call that owns the parameter, so no model can silently get a wrong norm.
 
-The algorithm: one batched forward pass with zero "perturbation" tensors
-added to every ghost layer's output (and to every materialised layer's
-parameters), capturing the ghost layers' inputs; one backward pass to the
-perturbations (activation gradients only, no weight gradients) gives every
-``delta_i`` and every materialised per-example layer gradient; the norms above
-give the clip factors ``f_i = w_i min(1, C / ||g_i||)``; the clipped sum is, per
-layer, the weight gradient of the batch with output cotangents ``f_i delta_i``
-(``A^T diag(f) D`` for a dense layer), which costs what the non-private
-backward pass spends on weight gradients. No per-example gradient of the whole
-model is formed.
+The algorithm: one batched forward pass with zero "perturbation" tensors added to every ghost layer's output (and to
+every materialised layer's parameters), capturing the ghost layers' inputs; one backward pass to the perturbations
+(activation gradients only, no weight gradients) gives every ``delta_i`` and every materialised per-example layer
+gradient; the norms above give the clip factors ``f_i = w_i min(1, C / ||g_i||)``; the clipped sum is, per layer, the
+weight gradient of the batch with output cotangents ``f_i delta_i`` (``A^T diag(f) D`` for a dense layer), which costs
+what the non-private backward pass spends on weight gradients. No per-example gradient of the whole model is formed.
 
-Flax NNX: wrap the per-example loss as ``NNXLoss(graphdef, loss, rest)``
-(``loss(model, x, y)`` on the merged model; ``rest``: the non-parameter state)
-or build it with ``nnx_loss(model, loss)``, which splits the model and returns
-``(loss_fn, params)``. ``loss_fn(params, x, y)`` is an ordinary per-example loss
-(usable with ``vmap(grad)``, optax, the engine) and the ghost functions
-recognise it and observe the NNX layers' calls.
+Flax NNX: pass the loss as an ``NNXLoss`` (``nnx_loss(model, loss)`` builds one); it is an ordinary per-example loss,
+and the ghost functions recognise it and observe the NNX layers' calls.
 
-Gradient differences (DIFF2, Murata & Suzuki 2023, Algorithm 1 step 2):
-``grad l_i(w) - grad l_i(w')`` of a dense layer is
-``A^T (D - D') + (A - A')^T D'``, i.e. again one "dense layer" whose factors are
-``[A; A - A']`` and ``[D - D'; D']`` stacked along the position axis, so its norm
-uses the same identities; when the layer's input does not depend on the
-parameters (``GhostPlan.fixed_inputs``: a first layer sees the data) the
-difference is just ``A^T (D - D')``. ``layer_passes`` / ``clipped_difference_from_passes``
-let DIFF2 carry the previous iterate's pass instead of recomputing it. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2``
-instead would cancel catastrophically in float32 when ``w' ~ w``.)
+Gradient differences (DIFF2, Murata & Suzuki 2023, Algorithm 1 step 2): ``grad l_i(w) - grad l_i(w')`` of a dense layer
+is ``A^T (D - D') + (A - A')^T D'``, i.e. again one "dense layer" whose factors are ``[A; A - A']`` and ``[D - D'; D']``
+stacked along the position axis, so its norm uses the same identities; when the layer's input does not depend on the
+parameters (``GhostPlan.fixed_inputs``: a first layer sees the data) the difference is just ``A^T (D - D')``.
+``layer_passes`` / ``clipped_difference_from_passes`` let DIFF2 carry the previous iterate's pass instead of recomputing
+it. (Expanding ``||A^T D||^2 - 2<A^T D, A'^T D'> + ||A'^T D'||^2`` instead would cancel catastrophically in float32 when
+``w' ~ w``.)
 
-The semantics are those of ``dpjax.primitives.clipping.per_example_clipped_sum``;
-the result's ``fast_path`` says which path ran.
+The semantics are those of ``dpjax.primitives.clipping.per_example_clipped_sum``; ``fast_path`` says which path ran.
 """
 
 from __future__ import annotations
@@ -123,8 +94,7 @@ class GhostClippedSum(NamedTuple):
       total, count, sensitivity: as in ``dpjax.primitives.clipping.ClippedSum`` (``total`` a pytree
         shaped like ``params``, no batch axis; ``count`` and ``sensitivity`` scalars).
       fast_path: True when ghost norms ran, False for the ``vmap(grad)`` fallback
-        (a Python bool at trace time; an array once returned from ``jit``).
-    """
+        (a Python bool at trace time; an array once returned from ``jit``)."""
 
     total: PyTree
     count: jax.Array
@@ -158,8 +128,7 @@ def per_example_grad_norms(loss_fn: Callable, params: PyTree, x: jax.Array, y: j
                            require_fast: bool = False):
     """Global l2 norms ``||grad loss_fn(params, x_i, y_i)||`` for every example.
 
-    Returns ``(norms [B], fast_path)``.
-    """
+    Returns ``(norms [B], fast_path)``."""
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, False):
         grads = clipping.per_example_grads(loss_fn, params, x, y)
@@ -169,31 +138,19 @@ def per_example_grad_norms(loss_fn: Callable, params: PyTree, x: jax.Array, y: j
     return jnp.sqrt(parts_sq_norms(layer_parts(plan, leaves, inputs, deltas)[0])), True
 
 
-def ghost_clipped_sum(
-    loss_fn: Callable,
-    params: PyTree,
-    x: jax.Array,
-    y: jax.Array,
-    clip_norm,
-    mask: jax.Array | None = None,
-    neighboring: str = "replace-one",
-    *,
-    require_fast: bool = False,
-    force_fallback: bool = False,
-) -> GhostClippedSum:
+def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, clip_norm,
+                      mask: jax.Array | None = None, neighboring: str = "replace-one", *, require_fast: bool = False,
+                      force_fallback: bool = False) -> GhostClippedSum:
     """``sum_i mask_i clip_C(grad loss_fn(params, x_i, y_i))`` by ghost norms.
 
-    Same quantity (to float rounding) and sensitivity as
-    ``clipping.per_example_clipped_sum``; ``mask`` may hold 0/1 padding flags
-    or non-negative multiplicities. ``clip_norm=None`` or ``inf`` sums unclipped.
-    ``require_fast=True`` raises ``GhostFallbackError`` instead of falling back
-    to ``vmap(grad)``; ``force_fallback=True`` runs the fallback (reference).
-    ``loss_fn`` may be an ``NNXLoss`` (flax NNX models, see ``nnx_loss``).
+    Same quantity (to float rounding) and sensitivity as ``clipping.per_example_clipped_sum``; ``mask`` may hold 0/1
+    padding flags or non-negative multiplicities. ``clip_norm=None`` or ``inf`` sums unclipped. ``require_fast=True``
+    raises ``GhostFallbackError`` instead of falling back to ``vmap(grad)``; ``force_fallback=True`` runs the fallback
+    (reference). ``loss_fn`` may be an ``NNXLoss`` (flax NNX models, see ``nnx_loss``).
 
     Shapes: ``loss_fn(params, x_i, y_i) -> scalar`` is the loss of one example (``x_i = x[i]``, no batch
     axis; a flax linen ``model.apply({"params": params}, x_i)`` inside it); ``x`` ``[B, ...]``, ``y``
-    ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``.
-    """
+    ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(jnp.inf if clip_norm is None else clip_norm, neighboring)
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, force_fallback):
@@ -213,9 +170,8 @@ def ghost_clipped_sum(
 
 
 def _materialised_leaves(plan: GhostPlan, leaves, inputs, deltas):
-    """``{leaf: G [B, *leaf.shape]}`` for the leaves a materialised layer uses (an
-    unclipped sum needs no norms; the ghost layers' sums come from their
-    weight-gradient pass)."""
+    """``{leaf: G [B, *leaf.shape]}`` for the leaves a materialised layer uses (an unclipped sum needs no norms; the
+    ghost layers' sums come from their weight-gradient pass)."""
     mats = {}
     for leaf, contribs in plan.leaf_groups:
         if any(plan.calls[k].kind == MATERIALISED for k, _ in contribs):
@@ -225,9 +181,8 @@ def _materialised_leaves(plan: GhostPlan, leaves, inputs, deltas):
 
 
 def layer_passes(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array, plan: GhostPlan):
-    """``(inputs, deltas)`` of every layer call at ``params`` (one forward
-    and one activation-gradient backward pass); ``plan`` from ``make_plan``.
-    DIFF2 carries these from one round to the next (the previous iterate's pass)."""
+    """``(inputs, deltas)`` of every layer call at ``params`` (one forward and one activation-gradient backward pass);
+    ``plan`` from ``make_plan``. DIFF2 carries these from one round to the next (the previous iterate's pass)."""
     return capture_layer_io(loss_fn, params, x, y, plan)
 
 
@@ -243,11 +198,9 @@ def clipped_difference_from_passes(plan: GhostPlan, params: PyTree, prev_params:
     """``sum_i weights_i clip_C(grad l_i(params) - grad l_i(prev_params))`` from the
     two iterates' ``layer_passes`` (``prev_passes`` may come from ``carried_passes``).
 
-    A layer whose input is the data (``plan.fixed_inputs``) has the difference
-    ``A^T (D - D')``: its norm is ``||a_i||^2 ||d_i - d'_i||^2`` and its clipped sum
-    one weight-gradient pass with cotangents ``f_i (d_i - d'_i)``.
-    ``use_difference=False`` clips the plain gradients at ``params``.
-    """
+    A layer whose input is the data (``plan.fixed_inputs``) has the difference ``A^T (D - D')``: its norm is
+    ``||a_i||^2 ||d_i - d'_i||^2`` and its clipped sum one weight-gradient pass with cotangents ``f_i (d_i - d'_i)``.
+    ``use_difference=False`` clips the plain gradients at ``params``."""
     inputs, deltas = passes
     prev_inputs = [a if f or q is None else q for a, q, f in zip(inputs, prev_passes[0], plan.fixed_inputs)]
     prev_deltas = prev_passes[1]
@@ -287,8 +240,7 @@ def clipped_difference_sum(
 
     Shapes as ``ghost_clipped_sum``: ``loss_fn(params, x_i, y_i) -> scalar`` for one example, ``params``
     and ``prev_params`` the same pytree structure, ``x``/``y`` ``[B, ...]``, ``mask`` ``[B]``; ``total``
-    is shaped like ``params``.
-    """
+    is shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(clip_norm, "replace-one")
     static_plain = isinstance(use_difference, bool) and not use_difference
     plan = make_plan(loss_fn, params, x, y)
@@ -314,8 +266,7 @@ def clipped_difference_sum(
 
 
 def clipped_difference_mean(loss_fn, params, prev_params, x, y, clip_norm, mask, count, *, use_difference=True):
-    """DIFF2's ClippedMean (Algorithm 2) of per-record gradient differences
-    (or of gradients when ``use_difference`` is False), divided by the true
-    record count ``count``."""
+    """DIFF2's ClippedMean (Algorithm 2) of per-record gradient differences (or of gradients when ``use_difference`` is
+    False), divided by the true record count ``count``."""
     res = clipped_difference_sum(loss_fn, params, prev_params, x, y, clip_norm, mask, use_difference=use_difference)
     return jax.tree_util.tree_map(lambda t: t / jnp.asarray(count, t.dtype), res.total)

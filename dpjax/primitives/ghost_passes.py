@@ -22,11 +22,9 @@ PyTree = Any
 def capture_layer_io(loss_fn, params, x, y, plan: GhostPlan):
     """One forward + one backward pass to the perturbations.
 
-    Returns ``(inputs, deltas)``, lists over ``plan.calls``: for a ghost layer
-    the batched input ``[B, ...]`` and output gradient of each example's own
-    loss; for a materialised layer ``None`` and the tuple of its per-example
-    parameter gradients ``[B, *leaf.shape]`` (in ``param_names`` order).
-    """
+    Returns ``(inputs, deltas)``, lists over ``plan.calls``: for a ghost layer the batched input ``[B, ...]`` and output
+    gradient of each example's own loss; for a materialised layer ``None`` and the tuple of its per-example parameter
+    gradients ``[B, *leaf.shape]`` (in ``param_names`` order)."""
     batch = x.shape[0]
     leaves = jax.tree_util.tree_leaves(params)
     zeros = []
@@ -63,18 +61,14 @@ _CONV_CHUNK_FLOATS = 1 << 18  # patches per chunk of examples (1 MiB of float32:
 
 
 def _conv_per_example_grads(spec: ConvSpec, a, d, shape):
-    """Per-example kernel gradients ``[B, *shape]`` (``shape``: the kernel's
-    ``(*window, c_in, c_out)``) of a convolution from its input ``a [B, ..., *spatial, c_in]``
-    and output gradient ``d [B, ..., *out_spatial, c_out]``.
+    """Per-example kernel gradients ``[B, *shape]`` (``shape``: the kernel's ``(*window, c_in, c_out)``) of a
+    convolution from its input ``a [B, ..., *spatial, c_in]`` and output gradient ``d [B, ..., *out_spatial, c_out]``.
 
-    Each example's gradient is ``P_i^T D_i`` (Rochette et al. 2019): ``P_i`` its unfolded
-    input patches, ``D_i`` its output gradient. The examples are processed in chunks
-    (``lax.map``) small enough that a chunk's patches (``_CONV_CHUNK_FLOATS``) stay in
-    cache between being written and multiplied; unfolding the whole batch at once
-    writes and re-reads ``B P K`` floats through main memory (80 MB for the MNIST
-    CNN's second convolution) and cost ~4x more (measurements in
-    experiments/benchmarks/bench_dp_step.py).
-    """
+    Each example's gradient is ``P_i^T D_i`` (Rochette et al. 2019): ``P_i`` its unfolded input patches, ``D_i`` its
+    output gradient. The examples are processed in chunks (``lax.map``) small enough that a chunk's patches
+    (``_CONV_CHUNK_FLOATS``) stay in cache between being written and multiplied; unfolding the whole batch at once
+    writes and re-reads ``B P K`` floats through main memory (80 MB for the MNIST CNN's second convolution) and cost ~4x
+    more (measurements in experiments/benchmarks/bench_dp_step.py)."""
     rank = len(spec.kernel_size)
     batch = a.shape[0]
     x = a.reshape((batch, -1) + a.shape[a.ndim - rank - 1:])        # [B, n, *S, c_in]
@@ -156,9 +150,8 @@ def _embed_index(call: LayerCall, idx):
 
 
 def layer_contribution(call: LayerCall, role: str, a, d):
-    """One call's contribution to one leaf's per-example gradient:
-    ``("outer", A [B,T,K], D [B,T,C], layout)`` (gradient ``A^T D`` in ``layout``),
-    ``("conv", a [B,...], d [B,...], ConvSpec)`` (a convolution's input and output gradient;
+    """One call's contribution to one leaf's per-example gradient: ``("outer", A [B,T,K], D [B,T,C], layout)`` (gradient
+    ``A^T D`` in ``layout``), ``("conv", a [B,...], d [B,...], ConvSpec)`` (a convolution's input and output gradient;
     ``_as_outer`` unfolds it), ``("index", idx [B,T], D [B,T,F], V)`` or ``("vec", G [B, F])``."""
     if call.kind == MATERIALISED:
         g = d[call.param_names.index(role)]
@@ -202,10 +195,9 @@ def _materialise(t: int, k: int, c: int) -> bool:
 
 
 def _materialise_index(t: int, v: int, f: int) -> bool:
-    """Scattering ``onehot(idx)^T D`` keeps ``V F`` floats per example, the Gram form
-    ``T^2`` (and costs ``T^2 F`` flops against ``(T + V) F``): materialise only when
-    the table is no larger than the Gram matrix (memory decides; a vocabulary-sized
-    per-example table would dominate the step's memory)."""
+    """Scattering ``onehot(idx)^T D`` keeps ``V F`` floats per example, the Gram form ``T^2`` (and costs ``T^2 F`` flops
+    against ``(T + V) F``): materialise only when the table is no larger than the Gram matrix (memory decides; a
+    vocabulary-sized per-example table would dominate the step's memory)."""
     return v * f <= t * t
 
 
@@ -232,11 +224,10 @@ def dense_of(contrib, shape):
 
 
 def layer_parts(plan: GhostPlan, leaves, inputs, deltas):
-    """Per leaf group, the factors of its per-example gradient (for the norm):
-    ``("vec", G [B,F])`` (materialised), ``("outer", A, D, fixed)`` (grad = A^T D or its
-    transpose; ``fixed``: A does not depend on params), ``("embed", idx, D, fixed, V)``,
-    or ``("tied", embed part, outer part)``. Also returns ``{leaf: G [B, *leaf.shape]}``
-    for the materialised leaves (reused by the clipped sum)."""
+    """Per leaf group, the factors of its per-example gradient (for the norm): ``("vec", G [B,F])`` (materialised),
+    ``("outer", A, D, fixed)`` (grad = A^T D or its transpose; ``fixed``: A does not depend on params),
+    ``("embed", idx, D, fixed, V)``, or ``("tied", embed part, outer part)``. Also returns
+    ``{leaf: G [B, *leaf.shape]}`` for the materialised leaves (reused by the clipped sum)."""
     parts, mats = [], {}
     for leaf, contribs in plan.leaf_groups:
         shape = leaves[leaf].shape
@@ -373,12 +364,11 @@ def _weight_grad(call: LayerCall, role: str, a, cot, shape):
 
 
 def weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset(), rows=None) -> PyTree:
-    """``sum_i coef_i grad l_i`` as a params pytree: per ghost layer, the batch's weight
-    gradient with output cotangents ``coef_i delta_i`` (``A^T diag(coef) D`` for dense),
-    ``sum_i coef_i G_i`` where the per-example gradient was materialised. Calls in
-    ``skip`` contribute nothing (outside ``mats``). ``rows`` (default ``coef != 0``):
-    the rows whose inputs are used; pass the data mask so that inputs shared by a
-    vmapped batch of runs (the data) stay shared instead of being masked once per run."""
+    """``sum_i coef_i grad l_i`` as a params pytree: per ghost layer, the batch's weight gradient with output cotangents
+    ``coef_i delta_i`` (``A^T diag(coef) D`` for dense), ``sum_i coef_i G_i`` where the per-example gradient was
+    materialised. Calls in ``skip`` contribute nothing (outside ``mats``). ``rows`` (default ``coef != 0``): the rows
+    whose inputs are used; pass the data mask so that inputs shared by a vmapped batch of runs (the data) stay shared
+    instead of being masked once per run."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     out = [jnp.zeros_like(leaf) for leaf in leaves]
     keep = coef != 0  # masked rows add nothing, even if NaN

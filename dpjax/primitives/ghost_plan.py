@@ -57,11 +57,9 @@ class EmbedSpec:
 class LayerCall:
     """One call of a parametrised layer, in execution order.
 
-    ``kind``: ``dense``/``conv``/``embed``/``attend`` (ghost) or ``materialised``;
-    ``param_names``/``leaf_ids``: the layer's parameters and their positions in
-    ``tree_leaves(params)``; ``out_shape``: output shape for one example (ghost
-    layers; ``()`` for materialised ones); ``name``: type and path, for messages.
-    """
+    ``kind``: ``dense``/``conv``/``embed``/``attend`` (ghost) or ``materialised``; ``param_names``/``leaf_ids``: the
+    layer's parameters and their positions in ``tree_leaves(params)``; ``out_shape``: output shape for one example
+    (ghost layers; ``()`` for materialised ones); ``name``: type and path, for messages."""
 
     kind: str
     name: str
@@ -81,12 +79,10 @@ class LayerCall:
 class GhostPlan:
     """What ghost clipping found in a model (built from one traced example).
 
-    ``fast`` says whether ghost clipping applies; ``reason`` why not; ``calls``
-    the parametrised layer calls in execution order; ``leaf_groups`` per
-    parameter leaf used by some layer, ``(leaf, ((call, role), ...))``: the calls
-    contributing to its gradient; ``fixed_inputs`` per call, whether its input
-    does not depend on the parameters (e.g. the data).
-    """
+    ``fast`` says whether ghost clipping applies; ``reason`` why not; ``calls`` the parametrised layer calls in
+    execution order; ``leaf_groups`` per parameter leaf used by some layer, ``(leaf, ((call, role), ...))``: the calls
+    contributing to its gradient; ``fixed_inputs`` per call, whether its input does not depend on the parameters (e.g.
+    the data)."""
 
     fast: bool
     reason: str
@@ -273,10 +269,8 @@ class _NNX:
 class Observer:
     """Sees every call of a parametrised layer while the loss of one example runs.
 
-    ``mode="probe"``: records the calls (``calls``) and anything unsupported
-    (``problems``). ``mode="capture"``: replays ``plan.calls`` adding the
-    perturbations ``z`` and collecting the ghost layers' inputs.
-    """
+    ``mode="probe"``: records the calls (``calls``) and anything unsupported (``problems``). ``mode="capture"``: replays
+    ``plan.calls`` adding the perturbations ``z`` and collecting the ghost layers' inputs."""
 
     def __init__(self, leaves, mode: str, plan: GhostPlan | None = None, z=None):
         self.ids = {id(leaf): i for i, leaf in enumerate(leaves)}
@@ -439,12 +433,9 @@ class NNXLoss:
     """A per-example loss of a flax NNX model as a function of its parameters.
 
     ``NNXLoss(graphdef, loss, rest)(params, x, y) = loss(nnx.merge(graphdef, params, *rest), x, y)``:
-    ``graphdef, params, *rest = nnx.split(model, nnx.Param, ...)``; ``loss(model, x, y)``
-    returns the scalar loss of one example. It is an ordinary ``loss_fn`` (for
-    ``vmap(grad)``, optax, the engine); ghost clipping recognises it and observes
-    the NNX layers' calls on its own merged copy of the model. ``nnx_loss`` builds
-    one from a model.
-    """
+    ``graphdef, params, *rest = nnx.split(model, nnx.Param, ...)``; ``loss(model, x, y)`` returns the scalar loss of one
+    example. It is an ordinary ``loss_fn`` (for ``vmap(grad)``, optax, the engine); ghost clipping recognises it and
+    observes the NNX layers' calls on its own merged copy of the model. ``nnx_loss`` builds one from a model."""
 
     graphdef: Any
     loss: Callable
@@ -507,10 +498,8 @@ def _where(eqn) -> str:
 def make_plan(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> GhostPlan:
     """Traces ``loss_fn(params, x[0], y[0])`` once (to a jaxpr) and decides the path.
 
-    Checks every use of every parameter leaf in that jaxpr: it must lie inside
-    a call of a recognised layer that owns the leaf; otherwise (or when a layer
-    is refused) the plan is not fast and ``reason`` names the layer or leaf.
-    """
+    Checks every use of every parameter leaf in that jaxpr: it must lie inside a call of a recognised layer that owns
+    the leaf; otherwise (or when a layer is refused) the plan is not fast and ``reason`` names the layer or leaf."""
     xi, yi = x[0], y[0]
     box: dict = {}
 

@@ -1,26 +1,22 @@
 """Gaussian noise for pytrees.
 
-``add_gaussian_noise(key, tree, std)`` releases ``tree + N(0, std^2 I)``. If
-``tree`` has l2 sensitivity ``Delta`` under some neighbouring relation, one
-release is ``(eps, delta)``-DP for every pair on the curve of the analytic
-Gaussian mechanism with noise multiplier ``std / Delta`` (Balle & Wang 2018);
-``dpjax.accounting`` turns schedules of such releases into ``(eps, delta)``.
+``add_gaussian_noise(key, tree, std)`` releases ``tree + N(0, std^2 I)``. If ``tree`` has l2 sensitivity ``Delta`` under
+some neighbouring relation, one release is ``(eps, delta)``-DP for every pair on the curve of the analytic Gaussian
+mechanism with noise multiplier ``std / Delta`` (Balle & Wang 2018); ``dpjax.accounting`` turns schedules of such
+releases into ``(eps, delta)``.
 
-All entries are independent: leaves of one dtype share one flat draw (split
-into the leaves), mixed-dtype trees get one key per leaf.
-``std = 0`` adds exactly zero, which makes a private algorithm with ``std = 0``
-bit-identical to its non-private twin.
+All entries are independent: leaves of one dtype share one flat draw (split into the leaves), mixed-dtype trees get one
+key per leaf. ``std = 0`` adds exactly zero, which makes a private algorithm with ``std = 0`` bit-identical to its
+non-private twin.
 
-The normals come from ``normal``: bit for bit ``jax.random.normal`` (same key,
-same Threefry-2x32 counter stream, same ``sqrt(2) erfinv`` transform), but on
-CPU about 2x cheaper, because jax lowers Threefry on CPU as a rolled 5-step
-loop (every step a separate kernel that writes and re-reads both state
-arrays), while ``normal`` writes the 20 rounds out so that XLA fuses bits and
-transform into one vectorised loop (experiments/benchmarks/bench_noise.py).
-Draws of fewer than ``FAST_PATH_MIN_SIZE`` entries call ``jax.random.normal`` itself (the same numbers):
-there the rolled loop depends only on the key, so XLA runs it beside the gradient, while the unrolled
-bits fuse into the update and wait for it (and, on a grid of configurations sharing one key, are
-recomputed per configuration): the Fig. 4-shaped round (600 normals) was 9 % slower with them (compare_commits.py records the A/B).
+The normals come from ``normal``: bit for bit ``jax.random.normal`` (same key, same Threefry-2x32 counter stream, same
+``sqrt(2) erfinv`` transform), but on CPU about 2x cheaper, because jax lowers Threefry on CPU as a rolled 5-step loop
+(every step a separate kernel that writes and re-reads both state arrays), while ``normal`` writes the 20 rounds out so
+that XLA fuses bits and transform into one vectorised loop (experiments/benchmarks/bench_noise.py). Draws of fewer than
+``FAST_PATH_MIN_SIZE`` entries call ``jax.random.normal`` itself (the same numbers): there the rolled loop depends only
+on the key, so XLA runs it beside the gradient, while the unrolled bits fuse into the update and wait for it (and, on a
+grid of configurations sharing one key, are recomputed per configuration): the Fig. 4-shaped round (600 normals) was 9 %
+slower with them (compare_commits.py records the A/B).
 """
 
 from __future__ import annotations
@@ -77,16 +73,12 @@ def _fast_path_key_data(key):
 def normal(key: jax.Array, shape=(), dtype=jnp.float32) -> jax.Array:
     """``jax.random.normal(key, shape, dtype)``, bit for bit, cheaper on CPU.
 
-    For a (typed or raw) Threefry key and float32 this computes exactly what
-    jax does with ``jax_threefry_partitionable`` (the default): the
-    ``uint64`` iota of the flat index as two words, Threefry-2x32 of it under
-    the key, the xor of the two output words as the 32 random bits, 23 of them
-    as the mantissa of a uniform on ``(-1, 1)`` and ``sqrt(2) erfinv`` of it.
-    Only the lowering differs (unrolled rounds; see the module docstring), so
-    the noise is the same exact Gaussian the accountant assumes and the same
-    seed gives the same result as before. Any other key, dtype or
-    configuration calls ``jax.random.normal``.
-    """
+    For a (typed or raw) Threefry key and float32 this computes exactly what jax does with
+    ``jax_threefry_partitionable`` (the default): the ``uint64`` iota of the flat index as two words, Threefry-2x32 of
+    it under the key, the xor of the two output words as the 32 random bits, 23 of them as the mantissa of a uniform on
+    ``(-1, 1)`` and ``sqrt(2) erfinv`` of it. Only the lowering differs (unrolled rounds; see the module docstring), so
+    the noise is the same exact Gaussian the accountant assumes and the same seed gives the same result as before. Any
+    other key, dtype or configuration calls ``jax.random.normal``."""
     shape = tuple(shape)
     dtype = jnp.dtype(dtype)
     words = _fast_path_key_data(key) if dtype == jnp.float32 else None
@@ -100,9 +92,8 @@ def _threefry_normal(words, offset: int, shape) -> jax.Array:
     """Entries ``offset, ..., offset + prod(shape) - 1`` of the flat float32 ``jax.random.normal``
     stream of the key with Threefry words ``words`` (partitionable mode), in ``shape``.
 
-    The stream is elementwise in the counter, so a slice of one long draw is
-    computed without drawing the rest: the leaves of a tree get the slices of
-    one flat draw with no split or copy."""
+    The stream is elementwise in the counter, so a slice of one long draw is computed without drawing the rest: the
+    leaves of a tree get the slices of one flat draw with no split or copy."""
     counts_lo = jax.lax.iota(np.uint32, int(np.prod(shape, dtype=np.int64))) + np.uint32(offset)
     counts_hi = jnp.zeros(counts_lo.shape, np.uint32)  # the uint64 iota's high word: 0 below 2**32 entries
     b1, b2 = _threefry2x32(words[0], words[1], counts_hi, counts_lo)
@@ -118,9 +109,7 @@ def _threefry_normal(words, offset: int, shape) -> jax.Array:
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
     """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``.
 
-    A concrete ``std`` must be finite and >= 0 (a traced one is checked in
-    ``dpjax.primitives.checked`` mode).
-    """
+    A concrete ``std`` must be finite and >= 0 (a traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     dtypes = {jnp.dtype(leaf.dtype) for leaf in leaves}
@@ -153,7 +142,6 @@ def add_gaussian_noise(key: jax.Array, tree: PyTree, std) -> PyTree:
     """``tree + N(0, std^2 I)`` (std may be a traced scalar).
 
     A concrete ``std`` must be finite and >= 0 (a negative one would silently
-    act as ``|std|``); a traced one is the caller's responsibility.
-    """
+    act as ``|std|``); a traced one is the caller's responsibility."""
     _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))

@@ -21,11 +21,9 @@ def project_l2_ball(tree: PyTree, radius, center: PyTree | None = None) -> PyTre
     ``tree`` and ``center`` are pytrees of the same structure and shapes (``center=None``: the origin);
     ``radius`` a scalar. Returns a pytree shaped like ``tree``.
 
-    ``radius = inf`` (or ``None``) is the identity (W = R^d). Points inside the
-    ball are returned unchanged (scaled by exactly 1.0). A concrete ``radius``
-    must be >= 0 and not NaN (a negative one would reflect the point through
-    the centre); a traced one is checked in ``dpjax.primitives.checked`` mode.
-    """
+    ``radius = inf`` (or ``None``) is the identity (W = R^d). Points inside the ball are returned unchanged (scaled by
+    exactly 1.0). A concrete ``radius`` must be >= 0 and not NaN (a negative one would reflect the point through the
+    centre); a traced one is checked in ``dpjax.primitives.checked`` mode."""
     if radius is None:
         return tree
     _validate.check_if_concrete(_validate.check_nonnegative, "radius", radius, allow_inf=True)

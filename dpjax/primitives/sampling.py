@@ -1,12 +1,10 @@
 """Silo availability and per-silo minibatch sampling, with static shapes.
 
-Everything here is shape-static so that it runs inside ``jit``/``vmap``/``scan``:
-a silo holds ``n_max`` padded rows of which the first ``size`` are real, and
-every sampler returns a fixed number of indices plus a validity mask.
+Everything here is shape-static so that it runs inside ``jit``/``vmap``/``scan``: a silo holds ``n_max`` padded rows of
+which the first ``size`` are real, and every sampler returns a fixed number of indices plus a validity mask.
 
-Availability (ISRL-DP paper, Assumption 1.4): in each round a uniformly random
-subset of ``M_r`` silos is available; ``FullAvailability`` (``M_r = N``),
-``FixedAvailability(M)`` and ``RandomAvailability(pmf)`` (``M_r`` drawn from a
+Availability (ISRL-DP paper, Assumption 1.4): in each round a uniformly random subset of ``M_r`` silos is available;
+``FullAvailability`` (``M_r = N``), ``FixedAvailability(M)`` and ``RandomAvailability(pmf)`` (``M_r`` drawn from a
 public pmf each round).
 
 Samplers (what the accountant calls the *sampling scheme*):
@@ -24,13 +22,11 @@ sampler                 law of the batch                           accounting na
 The privacy of a round depends on the sampler, so samplers carry a ``scheme``
 string that the algorithms copy into the privacy schedule.
 
-Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the
-declared ``q`` whatever the silo's size, and the selection part hands that same
-``q`` to the accountant. Without a declared rate it draws at ``K / size``, the
-silo's actual size: valid only under replace-one, where the size is public --
-under add/remove a neighbour with one record more would sample every other
-record at ``K / (size + 1)``, a data-dependent law the accountant does not see,
-so the parts and families refuse that combination (``sampling_rate`` is required).
+Poisson's rate q is PUBLIC: ``Poisson(K, sampling_rate=q)`` draws every record w.p. the declared ``q`` whatever the
+silo's size, and the selection part hands that same ``q`` to the accountant. Without a declared rate it draws at
+``K / size``, the silo's actual size: valid only under replace-one, where the size is public -- under add/remove a
+neighbour with one record more would sample every other record at ``K / (size + 1)``, a data-dependent law the
+accountant does not see, so the parts and families refuse that combination (``sampling_rate`` is required).
 """
 
 from __future__ import annotations
@@ -43,11 +39,7 @@ import jax.numpy as jnp
 
 from dpjax import _validate
 
-# ---------------------------------------------------------------------------
-# Silo availability
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Silo availability
 def _mask_of_size(key: jax.Array, num_silos: int, count) -> jax.Array:
     """A uniformly random {0,1}^N mask with exactly ``count`` ones."""
     scores = jax.random.uniform(key, (num_silos,))
@@ -92,8 +84,7 @@ class FullAvailability:
 class FixedAvailability:
     """A uniformly random subset of exactly ``num_available`` silos per round.
 
-    ``sample(key, num_silos) -> bool [N]`` (exactly M true); ``sample_ids(key, num_silos) -> int32 [M]``.
-    """
+    ``sample(key, num_silos) -> bool [N]`` (exactly M true); ``sample_ids(key, num_silos) -> int32 [M]``."""
 
     num_available: int
 
@@ -110,8 +101,7 @@ class FixedAvailability:
     def sample_ids(self, key: jax.Array, num_silos: int) -> jax.Array:
         """The ids of the same subset as ``sample`` (static count M), ascending.
 
-        Lets a round step compute only the M available silos' messages.
-        """
+        Lets a round step compute only the M available silos' messages."""
         return _ids_of_size(key, num_silos, self.num_available)
 
     def expected_inverse(self, num_silos: int) -> float:
@@ -126,9 +116,7 @@ class RandomAvailability:
     """``M_r`` drawn each round from ``pmf`` over ``{1, ..., len(pmf)}``, then a
     uniformly random subset of that size (Assumption 1.4 of Lowy & Razaviyayn).
 
-    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal
-    the number of silos.
-    """
+    ``pmf[m - 1] = P(M_r = m)``; it must sum to 1 and ``len(pmf)`` must equal the number of silos."""
 
     pmf: tuple[float, ...]
 
@@ -160,11 +148,7 @@ class RandomAvailability:
 
 Availability = FullAvailability | FixedAvailability | RandomAvailability
 
-# ---------------------------------------------------------------------------
-# Per-silo minibatch samplers
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- Per-silo minibatch samplers
 def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
     """``batch_size`` i.i.d. uniform indices in ``[0, size)`` (``size >= 1``): int32 ``[batch_size]``."""
     _validate.check_int("batch_size", batch_size, min_value=1)
@@ -175,12 +159,9 @@ def sample_with_replacement(key: jax.Array, size, batch_size: int) -> jax.Array:
 def sample_without_replacement(key: jax.Array, size, n_max: int, batch_size: int) -> jax.Array:
     """``batch_size`` distinct uniform indices in ``[0, size)`` (``size <= n_max``): int32 ``[batch_size]``.
 
-    Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over
-    k-subsets and much cheaper than a full permutation. ``batch_size <= size``:
-    checked when ``size`` is concrete (a traced ``size`` is the caller's
-    contract, checked in ``dpjax.primitives.checked`` mode), since a larger
-    batch would return padding rows.
-    """
+    Top-k of i.i.d. uniform scores with padded rows scored -inf: uniform over k-subsets and much cheaper than a full
+    permutation. ``batch_size <= size``: checked when ``size`` is concrete (a traced ``size`` is the caller's contract,
+    checked in ``dpjax.primitives.checked`` mode), since a larger batch would return padding rows."""
     _check_subset("batch_size", batch_size, size, n_max)
     scores = jax.random.uniform(key, (n_max,))
     scores = jnp.where(jnp.arange(n_max) < size, scores, -jnp.inf)
@@ -229,15 +210,11 @@ def _kth_smallest(values: jax.Array, valid: jax.Array, k) -> jax.Array:
 def subset_mask_without_replacement(key: jax.Array, size, n_max: int, batch_size) -> jax.Array:
     """A uniformly random ``batch_size``-subset of ``[0, size)`` as a bool mask ``[n_max]``.
 
-    Each record gets a random 64-bit score (two uint32 words); the subset is
-    the ``batch_size`` smallest scores, found by bisection on the first word
-    and, among records tied at the threshold, on the second. Exact (a uniform
-    k-subset) unless two records share all 64 bits, which has probability
-    below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in that event the
-    mask may hold more than ``batch_size`` ones, never fewer. Needs only
-    compares and sums (no sort, no gather), which is much faster than
-    ``top_k`` on CPU.
-    """
+    Each record gets a random 64-bit score (two uint32 words); the subset is the ``batch_size`` smallest scores, found
+    by bisection on the first word and, among records tied at the threshold, on the second. Exact (a uniform k-subset)
+    unless two records share all 64 bits, which has probability below ``n_max^2 / 2^65`` (< 1e-12 for n_max <= 10^4); in
+    that event the mask may hold more than ``batch_size`` ones, never fewer. Needs only compares and sums (no sort, no
+    gather), which is much faster than ``top_k`` on CPU."""
     _check_subset("batch_size", batch_size, size, n_max)
     k_first, k_second = jax.random.split(key)
     valid = jnp.arange(n_max) < size
@@ -262,14 +239,11 @@ def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
 def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
     """Poisson sampling: each real record joins independently w.p. ``rate``.
 
-    Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the
-    sampled records are gathered into a fixed-size buffer (``jnp.nonzero`` with
-    ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
-    than ``max_batch_size`` records were drawn, in which case the batch was
-    truncated and the Poisson privacy analysis no longer applies: callers must
-    surface it (the engine refuses such runs). A concrete ``rate`` must be in
-    [0, 1] (a traced one is checked in ``dpjax.primitives.checked`` mode).
-    """
+    Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
+    fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
+    than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
+    no longer applies: callers must surface it (the engine refuses such runs). A concrete ``rate`` must be in [0, 1] (a
+    traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
     _validate.check_int("max_batch_size", max_batch_size, min_value=1)
@@ -289,12 +263,10 @@ def default_poisson_capacity(expected_batch_size: int) -> int:
 class _BatchSampler:
     """A minibatch sampler of ``batch_size`` K records per silo and round.
 
-    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)``
-    with ``idx`` int32 ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real
-    ones), ``mask`` bool ``[K]`` and ``overflow`` a bool scalar; ``silo_state`` comes from
-    ``init_silo(key, size, n_max)``. ``draw_weights`` (same arguments) returns the batch as a
-    multiplicity vector over the ``n_max`` rows and the overflow flag.
-    """
+    Per silo and round: ``draw(key, size, n_max, round_index, silo_state) -> (idx, mask, overflow)`` with ``idx`` int32
+    ``[K]`` row indices into the silo's padded ``[n_max, ...]`` rows (``size`` real ones), ``mask`` bool ``[K]`` and
+    ``overflow`` a bool scalar; ``silo_state`` comes from ``init_silo(key, size, n_max)``. ``draw_weights`` (same
+    arguments) returns the batch as a multiplicity vector over the ``n_max`` rows and the overflow flag."""
 
     batch_size: int
 
@@ -405,8 +377,7 @@ class Poisson(_BatchSampler):
     and ``overflow`` (a bool scalar: more joined than ``capacity``).
 
     ``capacity`` is the static buffer size (default E + 6 sqrt(E) + 8 for the expected batch of a
-    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate).
-    """
+    full padded silo, E = max(K, ceil(q n_max)); E = K without a declared rate)."""
 
     capacity: int | None = None
     sampling_rate: float | None = None

@@ -1,10 +1,7 @@
-"""Shuffle-model summation protocols P_1D / P_vec (Cheu, Joseph, Mao, Peng,
-ICLR 2022, Algorithms 1-2; restated as Algorithms 4-5 of Lowy & Razaviyayn
-2023, whose restatement shifts by L instead of 2L and re-centres by L instead of
-m L; the original protocols are implemented).
-
-Protocol for m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L``
-after the shift), parameters ``(g, b, p)``::
+"""Shuffle-model summation protocols P_1D / P_vec (Cheu, Joseph, Mao, Peng, ICLR 2022, Algorithms 1-2; restated as
+Algorithms 4-5 of Lowy & Razaviyayn 2023, whose restatement shifts by L instead of 2L and re-centres by L instead of m
+L; the original protocols are implemented). For m vectors ``x_k`` with ``||x_k||_2 <= L`` (range ``Delta = 2L`` after
+the shift), parameters ``(g, b, p)``::
 
     randomizer, coordinate j:  w = x_j + L in [0, 2L]
                                xhat = floor(w g/Delta) + Bernoulli(frac(w g/Delta))
@@ -14,41 +11,29 @@ after the shift), parameters ``(g, b, p)``::
     analyzer, coordinate j:    o_j = (Delta/g)(#ones labelled j - p b m) - m L
 
 ``o`` is an unbiased estimate of ``sum_k x_k`` with per-coordinate variance
-``(Delta/g)^2 [sum_k r_k (1 - r_k) + m b p (1 - p)]``, ``r_k`` the fractional
-parts (Cheu et al., Lemma 3.1). The ISRL restatement's slips are corrected: range
-``2L`` (not ``L``) and re-centring by ``m L`` (not ``L``).
+``(Delta/g)^2 [sum_k r_k (1 - r_k) + m b p (1 - p)]``, ``r_k`` the fractional parts (Cheu et al., Lemma 3.1).
 
-Simulation. The analyzer's output depends on the shuffled
-bits only through the per-coordinate count of ones, so the engine never
-materialises bits: per coordinate it draws the rounded sum exactly and the
-binomial noise ``Binomial(m b, p)`` exactly, which is equal in distribution
-to the bit-level protocol (``pvec_bits_numpy`` is the bit-level reference the
-tests compare against).
+Simulation. The analyzer's output depends on the shuffled bits only through the per-coordinate count of ones, so the
+engine never materialises bits: per coordinate it draws the rounded sum exactly and the binomial noise
+``Binomial(m b, p)`` exactly, which is equal in distribution to the bit-level protocol (``pvec_bits_numpy`` is the
+bit-level reference the tests compare against).
 
-Precision. ``m b`` reaches 1e9-1e10 and ``count - p b m`` is a catastrophic
-cancellation: the binomial noise must be drawn with 64-bit integers. JAX's
-global x64 flag is NOT flipped (a local ``jax.enable_x64`` context inside a
-trace does not lower on jax 0.10), so ``centred_binomial`` draws it on the
-host with NumPy (``int64``/``float64``) through ``jax.pure_callback``, seeded
-deterministically from the JAX key's raw words (same key => same draw), and
-only the *centred* noise ``Binomial(m b, p) - m b p`` (magnitude ~ sqrt(m b))
-is returned as float32. The rounded sums are exact int32 on device (they
-are <= m g, checked against 2^24 so their float32 conversion is exact).
+Precision. ``m b`` reaches 1e9-1e10 and ``count - p b m`` is a catastrophic cancellation: the binomial noise must
+be drawn with 64-bit integers. JAX's global x64 flag is NOT flipped (a local ``jax.enable_x64`` context inside a
+trace does not lower on jax 0.10), so ``centred_binomial`` draws it on the host with NumPy (``int64``/``float64``)
+through ``jax.pure_callback``, seeded deterministically from the JAX key's raw words (same key => same draw), and
+only the *centred* noise ``Binomial(m b, p) - m b p`` (magnitude ~ sqrt(m b)) is returned as float32. The rounded
+sums are exact int32 on device (they are <= m g, checked against 2^24 so their float32 conversion is exact).
 
-Parameters ``(g, b, p)`` come from the protocol's calculator (proof of
-Theorem 3.2 of Cheu et al.; ``dpjax.accounting.pvec``). They are per-run *numbers*, not shapes: the
-count-level simulation never materialises the ``g + b`` bits, so a change of
-(g, b, p) changes no array shape. ``PvecParams`` is therefore a pytree whose
-three fields may be traced, and a grid over epsilon (hence over (g, b, p))
-is one vmap in one compiled program. Traced b and p reach the host as the
-int32 / float32 values the run holds (``PvecParams.create`` rounds p *up*
-to float32, so a run never has less noise than its calculator asked for, and
-privacy reports read those stored values); static Python numbers are used
-exactly. The only static quantity is an upper
-bound ``max_granularity`` on g, needed to keep the rounded sums exact in
-float32 (``m * max_granularity < 2^24`` for m vectors per party); a traced g
-above it turns the report into NaN (the runner then raises, naming the run's
-hyperparameters).
+Parameters ``(g, b, p)`` come from the protocol's calculator (proof of Theorem 3.2 of Cheu et al.;
+``dpjax.accounting.pvec``). They are per-run *numbers*, not shapes: the count-level simulation never materialises the
+``g + b`` bits, so a change of (g, b, p) changes no array shape. ``PvecParams`` is therefore a pytree whose three fields
+may be traced, and a grid over epsilon (hence over (g, b, p)) is one vmap in one compiled program. Traced b and p reach
+the host as the int32 / float32 values the run holds (``PvecParams.create`` rounds p *up* to float32, so a run never has
+less noise than its calculator asked for, and privacy reports read those stored values); static Python numbers are used
+exactly. The only static quantity is an upper bound ``max_granularity`` on g, needed to keep the rounded sums exact in
+float32 (``m * max_granularity < 2^24`` for m vectors per party); a traced g above it turns the report into NaN (the
+runner then raises, naming the run's hyperparameters).
 """
 
 from __future__ import annotations
@@ -86,14 +71,11 @@ def _round_up_f32(p: np.ndarray) -> np.ndarray:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PvecParams:
-    """P_1D/P_vec parameters: precision ``g``, binomial trials ``b`` and
-    probability ``p`` (``0 <= p < 1/2``; ``b = 0`` or ``p = 0`` switches the
-    privacy noise off, for tests only).
+    """P_1D/P_vec parameters: precision ``g``, binomial trials ``b`` and probability ``p`` (``0 <= p < 1/2``; ``b = 0``
+    or ``p = 0`` switches the privacy noise off, for tests only).
 
-    A pytree: the fields may be Python numbers, arrays, batches (a leading
-    runs axis) or tracers. The constructor does not validate (JAX rebuilds
-    pytrees with placeholder leaves); ``create`` and ``validate`` do.
-    """
+    A pytree: the fields may be Python numbers, arrays, batches (a leading runs axis) or tracers. The constructor does
+    not validate (JAX rebuilds pytrees with placeholder leaves); ``create`` and ``validate`` do."""
 
     granularity: Any
     trials: Any
@@ -101,9 +83,8 @@ class PvecParams:
 
     @classmethod
     def create(cls, granularity, trials, probability) -> "PvecParams":
-        """Validated parameters as arrays ready for a run: g, b int32 and p
-        float32, rounded *up* to the next float32 (more noise; a report reads
-        the stored value, see ``dpjax.algorithms.shuffled``)."""
+        """Validated parameters as arrays ready for a run: g, b int32 and p float32, rounded *up* to the next float32
+        (more noise; a report reads the stored value, see ``dpjax.algorithms.shuffled``)."""
         out = cls(granularity, trials, probability)
         out.validate()
         g = np.asarray(granularity)
@@ -144,11 +125,6 @@ class PvecParams:
             raise ValueError("PvecParams holds traced or batched values; index one run's parameters first")
         return int(vals[0]), int(vals[1]), float(vals[2])
 
-    def messages_per_coordinate(self) -> int:
-        """Each user sends g + b one-bit messages per coordinate."""
-        g, b, _ = self.numbers()
-        return g + b
-
 
 def pvec_variance(x: np.ndarray, params: PvecParams, bound: float) -> np.ndarray:
     """Exact per-coordinate variance of the P_vec sum estimate for inputs ``x [m, d]``."""
@@ -161,11 +137,7 @@ def pvec_variance(x: np.ndarray, params: PvecParams, bound: float) -> np.ndarray
     return (delta / g) ** 2 * (np.sum(r * (1 - r), axis=0) + m * b * p * (1 - p))
 
 
-# ---------------------------------------------------------------------------
-# JAX count-level simulation
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- JAX count-level simulation
 def _host_centred_binomial(key_words, counts, trials, probability, *, dim):
     key_words = np.asarray(key_words)
     counts = np.asarray(counts)
@@ -188,10 +160,8 @@ def _host_centred_binomial(key_words, counts, trials, probability, *, dim):
 def centred_binomial(key: jax.Array, num_users, params: PvecParams, dim: int) -> jax.Array:
     """``Binomial(num_users * b, p) - num_users * b * p`` per coordinate, float32 [dim].
 
-    Drawn exactly on the host (int64) via ``jax.pure_callback``; deterministic
-    in ``(key, num_users * b, p)``; works under ``jit``, ``vmap`` and ``scan``,
-    with ``b`` and ``p`` traced (per-run) or static.
-    """
+    Drawn exactly on the host (int64) via ``jax.pure_callback``; deterministic in ``(key, num_users * b, p)``; works
+    under ``jit``, ``vmap`` and ``scan``, with ``b`` and ``p`` traced (per-run) or static."""
     b, p = _static_scalar(params.trials), _static_scalar(params.probability)
     if b == 0 or p == 0.0:  # statically off (tests); a traced zero draws zeros on the host
         return jnp.zeros((dim,), jnp.float32)
@@ -243,14 +213,12 @@ def pvec_user_counts(round_key: jax.Array, noise_key: jax.Array, vectors: jax.Ar
                      params: PvecParams, bound, max_granularity: int | None = None) -> jax.Array:
     """One party's centred count report for its valid ``vectors [m, d]``.
 
-    Returns ``sum_k (xhat_k - g/2) + (Binomial(m b, p) - m b p)`` per
-    coordinate (float32 [d]): the part of the per-coordinate count of ones
-    that this party's messages contribute, minus its public expectation
-    offset. The analyzer's estimate is ``(2L/g) * sum over parties``.
+    Returns ``sum_k (xhat_k - g/2) + (Binomial(m b, p) - m b p)`` per coordinate (float32 [d]): the part of the
+    per-coordinate count of ones that this party's messages contribute, minus its public expectation offset. The
+    analyzer's estimate is ``(2L/g) * sum over parties``.
 
     ``max_granularity`` (static) bounds a traced g (module docstring); a g
-    above it makes the report NaN rather than silently inexact.
-    """
+    above it makes the report NaN rather than silently inexact."""
     g_max = _check_exact(vectors.shape[0], params, max_granularity)
     xhat = randomized_rounding(round_key, vectors, params, bound)
     xhat = jnp.where(mask[:, None], xhat, 0)
@@ -285,11 +253,7 @@ def pvec_sum(key: jax.Array, vectors: jax.Array, params: PvecParams, bound, mask
     return pvec_analyze(report, params, bound)
 
 
-# ---------------------------------------------------------------------------
-# NumPy references (tests)
-# ---------------------------------------------------------------------------
-
-
+# ----------------------------------------------------------------------------- NumPy references (tests)
 def pvec_bits_numpy(x: np.ndarray, params: PvecParams, bound: float, rng: np.random.Generator) -> np.ndarray:
     """Bit-level reference: materialises every labelled one-bit message, shuffles
     them, and runs the analyzer on the shuffled list. Small g, b, m only.

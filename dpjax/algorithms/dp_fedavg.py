@@ -8,7 +8,7 @@ Each round t:
    declared, never read from the data) or a uniform m-subset (``"without-replacement"``, replace-one);
 2. every sampled silo runs ``local_steps`` non-private SGD steps from the server model
    (``client_learning_rate``; a uniform ``local_batch_size``-subset of its records per step, or all
-   of them) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;
+   of them; or ``local_epochs`` passes over its shuffled records) and sends its model delta as the pseudo-gradient ``Delta_i = theta_t - theta_i``;
 3. the adaptive clipping mechanism (``dpjax.parts.adaptive_clipping.AdaptiveClipMean``, which states the count
    release and the clip update ``C_{t+1} = C_t exp(-eta_C (b~ - gamma))``) clips every delta to C_t, releases the noisy
    centred count (``noise_multiplier_count`` z_b; the paper's sigma_b = z_b / 2 under add/remove) and adds
@@ -73,8 +73,12 @@ class DpFedAvg(ChainFamily):
       problem: a dpjax problem; num_rounds: R.
       silos_per_round: m, the (expected, for Poisson) number of sampled silos.
       sampling: ``"poisson"`` (add/remove) or ``"without-replacement"`` (replace-one).
-      local_steps: each silo's local SGD steps.
+      local_steps: each silo's local SGD steps, each on an independent uniform ``local_batch_size``-subset.
       local_batch_size: records per local step (None: all the silo's records per step).
+      local_epochs: instead of ``local_steps`` (leave it at 1): E passes over each silo's shuffled records in
+        batches of ``local_batch_size`` (FedAvg's local epochs, every record once an epoch).
+      cohort_capacity: Poisson: how many sampled silos a round's static buffer holds (None: the expected m plus
+        6 sqrt(m) + 8; a round sampling more is refused, never truncated).
       server_momentum: beta of the server's optax SGD (None: plain SGD), or Adam's / Yogi's b1.
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
@@ -92,6 +96,8 @@ class DpFedAvg(ChainFamily):
     private: bool = True
     sampling_rate: float | None = None
     server_optimizer: str = "sgd"
+    local_epochs: int | None = None
+    cohort_capacity: int | None = None
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
@@ -104,6 +110,11 @@ class DpFedAvg(ChainFamily):
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
         if self.local_batch_size is not None:
             _validate.check_int("local_batch_size", self.local_batch_size, min_value=1)
+        if self.local_epochs is not None:
+            _validate.check_int("local_epochs", self.local_epochs, min_value=1)
+            if self.local_batch_size is None or self.local_steps != 1:
+                raise ValueError(f"local_epochs={self.local_epochs} replaces local_steps (leave it at 1, got "
+                                 f"{self.local_steps}) and needs a local_batch_size (got {self.local_batch_size})")
         if self.server_momentum is not None:
             _validate.check_probability("server_momentum", self.server_momentum)
         self.check_common()
@@ -115,8 +126,8 @@ class DpFedAvg(ChainFamily):
 
     def parts(self, shape: DataShape) -> Parts:
         server = OptaxServer(SERVER_OPTIMIZERS[self.server_optimizer](self.server_momentum))
-        return Parts(SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate),
-                     (LocalDeltas(self.problem, self.local_steps, self.local_batch_size),
+        return Parts(SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate, self.cohort_capacity),
+                     (LocalDeltas(self.problem, self.local_steps, self.local_batch_size, local_epochs=self.local_epochs),
                       AdaptiveClipMean(self.silos_per_round, self.neighboring), server, Averager("last")))
 
 

@@ -11,13 +11,14 @@ sends one model delta; the server divides the sum by the public expected number 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from dpjax import keys
+from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
@@ -29,8 +30,8 @@ SILO_SAMPLINGS = ("poisson", "without-replacement")
 
 @dataclasses.dataclass(frozen=True)
 class SampledSilos:
-    """Each silo with probability ``sampling_rate`` q (``"poisson"``: all N silos are computed and the unsampled ones
-    masked, a random count having no static shape), or a uniform subset of exactly ``silos_per_round``
+    """Each silo with probability ``sampling_rate`` q (``"poisson"``: the sampled silos gathered into a static buffer,
+    ``capacity``; the unsampled ones are never computed), or a uniform subset of exactly ``silos_per_round``
     (``"without-replacement"``: only those are computed). Draws from the round key's ``"availability"`` stream.
 
     The Poisson rate is PUBLIC: the declared q is what the draw uses and what ``event`` hands the accountant. Under
@@ -41,10 +42,22 @@ class SampledSilos:
     silos_per_round: int
     sampling: str = "poisson"
     sampling_rate: float | None = None
+    cohort_capacity: int | None = None
 
     def __post_init__(self):
         if self.sampling_rate is not None:
             sampling_lib.make_sampler(self.sampling, self.silos_per_round, self.sampling_rate)
+        if self.cohort_capacity is not None:
+            _validate.check_int("cohort_capacity", self.cohort_capacity, min_value=1)
+
+    def capacity(self, num_silos: int) -> int:
+        """How many silos a Poisson round computes: the sampled ones gathered into a static buffer of
+        ``cohort_capacity`` (default ``qN + 6 sqrt(qN) + 8``, overflow probability < 1e-8 a round), all N when
+        that is not fewer. A round that samples more refuses the run (``SamplingOverflowError``), never truncates."""
+        cap = self.cohort_capacity
+        if cap is None:
+            cap = sampling_lib.default_poisson_capacity(math.ceil(self.inclusion_probability(num_silos) * num_silos))
+        return min(cap, num_silos)
 
     def inclusion_probability(self, num_silos):
         """Each silo's inclusion probability: the declared q, else m / N."""
@@ -56,14 +69,19 @@ class SampledSilos:
         return ()
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
+        overflow = jnp.zeros((), bool)
         if self.sampling == "poisson":
-            u = jax.random.uniform(keys.stream_key(ctx.key, "availability"), (data.num_silos,))
-            silo_ids, available = None, u < self.inclusion_probability(data.num_silos)
+            n, key = data.num_silos, keys.stream_key(ctx.key, "availability")
+            cap, q = self.capacity(n), self.inclusion_probability(n)
+            if cap < n:  # only the sampled silos are computed: the round's cost is the cohort's, not N's
+                silo_ids, available, overflow = sampling_lib.poisson_sample(key, n, n, q, cap)
+            else:
+                silo_ids, available = None, jax.random.uniform(key, (n,)) < q
         else:
             availability = sampling_lib.FixedAvailability(self.silos_per_round)
             silo_ids, available = available_silos(availability, ctx.key, data.num_silos)
         weights = data.mask if silo_ids is None else data.mask[silo_ids]
-        return Batch(silo_ids, available, None, weights, jnp.zeros(available.shape, bool), data.num_silos), state
+        return Batch(silo_ids, available, None, weights, jnp.broadcast_to(overflow, available.shape), data.num_silos), state
 
     def event(self, silo_sizes) -> SelectionEvent:
         """The protected data set is the N silos (users); m of them per round."""
@@ -73,40 +91,79 @@ class SampledSilos:
 
 @dataclasses.dataclass(frozen=True)
 class LocalDeltas:
-    """Every computed silo's ``local_steps`` non-private SGD steps from the server model ``theta`` (step
-    size ``hparams.<lr_field>``; each step on a uniform ``local_batch_size``-subset of the silo's records
-    drawn from the round key's ``"local"`` stream, or on all of them), sent as the pseudo-gradient
-    ``theta - theta_i``: one unit per silo, weighted by whether it reports."""
+    """Every computed silo's non-private local SGD from the server model ``theta`` (step size
+    ``hparams.<lr_field>``), sent as the pseudo-gradient ``theta - theta_i``: one unit per silo, weighted by
+    whether it reports. The local batches, from the round key's ``"local"`` stream:
+
+    * ``local_epochs`` None: ``local_steps`` steps, each on an independent uniform ``local_batch_size``-subset of
+      the silo's records (or on all of them);
+    * ``local_epochs`` E: E epochs, each a fresh permutation of the silo's records cut into
+      ``ceil(n_max / local_batch_size)`` consecutive batches (every record once an epoch, the last batch of a
+      smaller silo partial or empty: FedAvg's convention, McMahan et al. 2017, Algorithm 1).
+
+    A step's gradient is the mean over its batch's records only: the batch's rows are gathered (``[B, ...]``), not
+    the silo's whole data masked, so a step costs B records' backward pass."""
 
     problem: Any
     local_steps: int
     local_batch_size: int | None = None
     lr_field: str = "client_learning_rate"
+    local_epochs: int | None = None
 
     roles = ("client",)
 
     def init(self, params, ctx: Context):
         return ()
 
+    def _batches(self, key, size, n_max: int):
+        """``(rows [steps, B], valid [steps, B])`` of one silo's local steps."""
+        b = self.local_batch_size
+        if self.local_epochs is None:
+            def one(k):
+                chosen = sampling_lib.subset_mask_without_replacement(jax.random.fold_in(key, k), size, n_max, b)
+                # b ones (more only if two of the 64-bit scores tie, p < n_max^2 / 2^65): their positions
+                return jnp.nonzero(chosen, size=b, fill_value=0)[0]
+
+            rows = jax.vmap(one)(jnp.arange(self.local_steps))
+            return rows, jnp.ones(rows.shape, bool)
+        per_epoch = -(-n_max // b)
+        pad = per_epoch * b - n_max
+
+        def epoch(e):
+            perm = sampling_lib.valid_first_permutation(jax.random.fold_in(key, e), size, n_max)
+            position = jnp.arange(per_epoch * b)
+            return jnp.pad(perm, (0, pad)), position < size
+
+        rows, valid = jax.vmap(epoch)(jnp.arange(self.local_epochs))
+        return rows.reshape(-1, b), valid.reshape(-1, b)
+
     def update(self, batch: Batch, state, ctx: Context):
         params, data = ctx.query, ctx.data
-        rows, lr = batch.rows(), getattr(ctx.hparams, self.lr_field)
+        lr = getattr(ctx.hparams, self.lr_field)
         silo_keys = batch.select(keys.silo_keys(keys.stream_key(ctx.key, "local"), batch.num_silos))
+        loss = jax.vmap(self.problem.loss, in_axes=(None, 0, 0))
 
-        def one_silo(x, y, mask, size, key):
-            def step(w, k):
-                chosen = mask if self.local_batch_size is None else sampling_lib.subset_mask_without_replacement(
-                    jax.random.fold_in(key, k), size, mask.shape[0], self.local_batch_size)
+        def one_silo(silo, size, key):
+            if self.local_batch_size is None:  # every record, every step
+                x, y, mask = data.x[silo], data.y[silo], data.mask[silo]
 
-                def mean_loss(p):
-                    losses = jax.vmap(self.problem.loss, in_axes=(None, 0, 0))(p, x, y)
-                    return jnp.sum(jnp.where(chosen, losses, 0.0)) / jnp.maximum(jnp.sum(chosen), 1)
+                def step(w, _):
+                    mean = lambda p: jnp.sum(jnp.where(mask, loss(p, x, y), 0.0)) / jnp.maximum(jnp.sum(mask), 1)  # noqa: E731
+                    return optax.tree.sub(w, optax.tree.scale(lr, jax.grad(mean)(w))), None
 
-                return optax.tree.sub(w, optax.tree.scale(lr, jax.grad(mean_loss)(w))), None
+                return optax.tree.sub(params, jax.lax.scan(step, params, None, length=self.local_steps)[0])
 
-            return optax.tree.sub(params, jax.lax.scan(step, params, jnp.arange(self.local_steps))[0])
+            def step(w, batch_rows):
+                rows, valid = batch_rows
+                x, y = data.x[silo, rows], data.y[silo, rows]  # the B records of this step only
+                mean = lambda p: jnp.sum(jnp.where(valid, loss(p, x, y), 0.0)) / jnp.maximum(jnp.sum(valid), 1)  # noqa: E731
+                return optax.tree.sub(w, optax.tree.scale(lr, jax.grad(mean)(w))), None
 
-        deltas = jax.vmap(one_silo)(data.x[rows], data.y[rows], data.mask[rows], data.sizes[rows], silo_keys)
+            steps = self._batches(key, size, data.n_max)
+            return optax.tree.sub(params, jax.lax.scan(step, params, steps)[0])
+
+        rows = batch.rows()
+        deltas = jax.vmap(one_silo)(rows, data.sizes[rows], silo_keys)
         return PerUnitVectors(deltas, batch.available.astype(jnp.float32), per_silo=True), state
 
 

@@ -220,3 +220,62 @@ def test_packaged_sweep_config_validates_and_reaches_its_epsilons():
         out = entry.calibrate(alg, sizes, values, eps, cfg.privacy["delta"], cfg.privacy["accountant"])
         spec = alg.privacy(sizes, entry.make_hparams({**values, **out}, alg))
         assert spec.epsilon(cfg.privacy["delta"], cfg.privacy["accountant"]).epsilon <= eps
+
+
+def _regression_silos(num_silos, n, d=3, seed=0):
+    rng = np.random.default_rng(seed)
+    xs = [rng.normal(size=(n, d)).astype(np.float32) for _ in range(num_silos)]
+    return SiloData.from_silos(xs, [x @ np.arange(1.0, d + 1, dtype=np.float32) for x in xs])
+
+
+def test_poisson_cohort_buffer_computes_only_the_sampled_silos_and_equals_all_silos():
+    """60 silos at q = 0.1: the default buffer holds 6 + 15 + 8 = 29 silos, so only they are computed; the
+    sampled set is the same draw as computing all 60 and masking, so the runs agree up to float summation order."""
+    alg = DpFedAvg(LinearRegression(3), 6, 6, sampling_rate=0.1, local_steps=2, local_batch_size=4)
+    assert alg.parts(engine.chain.DataShape.of(_regression_silos(60, 8))).selection.capacity(60) == 29
+    data, hp, key = _regression_silos(60, 8), FedAvgHParams.create(0.5, noise_multiplier=0.7,
+                                                                    noise_multiplier_count=2.0), jax.random.key(3)
+    buffered = engine.run(alg, data, hp, key)
+    everyone = engine.run(DpFedAvg(LinearRegression(3), 6, 6, sampling_rate=0.1, local_steps=2, local_batch_size=4,
+                                   cohort_capacity=60), data, hp, key)
+    np.testing.assert_array_equal(buffered.round_metrics["num_available"], everyone.round_metrics["num_available"])
+    np.testing.assert_allclose(buffered.output, everyone.output, rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(buffered.output, engine.run(alg, data, hp, jax.random.key(4)).output)
+
+
+def test_poisson_cohort_overflow_refuses_the_run():
+    with pytest.raises(engine.SamplingOverflowError):
+        engine.run(DpFedAvg(LinearRegression(3), 3, 5, sampling_rate=0.5, cohort_capacity=2), _regression_silos(10, 4),
+                   FedAvgHParams.create(noise_multiplier=1.0, noise_multiplier_count=2.0), jax.random.key(0))
+
+
+def test_minibatch_steps_gather_their_records():
+    """local_batch_size = n: every step's batch is the whole silo, so the gathered minibatch step equals the
+    full-batch step (local_batch_size None) up to float summation order; and a step uses only its batch:
+    a record's change moves the delta only in the rounds where it was drawn."""
+    data, hp, key = _regression_silos(6, 5), FedAvgHParams.create(1.0, 0.1), jax.random.key(1)
+    kw = dict(sampling="without-replacement", local_steps=3, private=False)
+    full = engine.run(DpFedAvg(LinearRegression(3), 4, 6, **kw), data, hp, key)
+    gathered = engine.run(DpFedAvg(LinearRegression(3), 4, 6, local_batch_size=5, **kw), data, hp, key)
+    np.testing.assert_allclose(gathered.output, full.output, rtol=1e-5, atol=1e-6)
+    small = engine.run(DpFedAvg(LinearRegression(3), 4, 6, local_batch_size=2, **kw), data, hp, key)
+    assert not np.allclose(small.output, full.output)
+
+
+def test_local_epochs_use_every_record_once_an_epoch():
+    from dpjax.parts.cross_device import LocalDeltas
+
+    part = LocalDeltas(LinearRegression(3), 1, local_batch_size=4, local_epochs=3)
+    rows, valid = part._batches(jax.random.key(0), 10, 13)  # a silo of 10 records padded to 13: 4 batches an epoch
+    rows, valid = np.asarray(rows).reshape(3, 16), np.asarray(valid).reshape(3, 16)
+    epochs = [sorted(r[v]) for r, v in zip(rows, valid)]
+    assert all(e == list(range(10)) for e in epochs)
+    assert len({tuple(r[v]) for r, v in zip(rows, valid)}) == 3  # a fresh permutation each epoch
+    with pytest.raises(ValueError, match="local_epochs=2 replaces local_steps"):
+        DpFedAvg(LinearRegression(3), 4, 2, local_epochs=2, local_steps=3, local_batch_size=2)
+    with pytest.raises(ValueError, match="needs a local_batch_size"):
+        DpFedAvg(LinearRegression(3), 4, 2, local_epochs=2)
+    res = engine.run(DpFedAvg(LinearRegression(3), 3, 2, sampling="without-replacement", local_epochs=2,
+                              local_batch_size=3, private=False), _regression_silos(4, 7), FedAvgHParams.create(1.0, 0.05),
+                     jax.random.key(0))
+    assert np.all(np.isfinite(res.output))

@@ -5,6 +5,9 @@ from dpjax.engine.executor import Chunk, GridResult, OutputParams, RunResult, Tr
 from dpjax.engine.program import ChunkProgram, compiled_runner
 from dpjax.engine.run_inputs import run_key_data, stack_hparams
 from dpjax.engine.silos import SiloData
+from dpjax.engine import compile_cache
+
+compile_cache.enable_default()  # JAX's persistent compilation cache in dpjax's cache dir (DPJAX_COMPILATION_CACHE=0: off)
 
 __all__ = [
     "NonFiniteError", "RunResult", "SamplingOverflowError",

@@ -14,11 +14,9 @@ with ``dpjax.reproduce.report``, figures with ``dpjax.sweep.plot``. ``quick=True
 passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then the cache
 directory; see :mod:`dpjax.data.paths`).
 
-A figure may also register ``report_only(out_dir, *, quick) -> pathlib.Path``: it
-rewrites the report (claims table, verdicts, figure) of a kept run from the
-files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
---report-only --out DIR``), so a change of the verdict rule or the report's
-wording reaches kept results.
+A figure may also register ``report_only(out_dir, *, quick) -> pathlib.Path``: it rewrites the report (claims table,
+verdicts, figure) of a kept run from the files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
+--report-only --out DIR``), so a change of the verdict rule or the report's wording reaches kept results.
 
 The package exports its figure registry (below); ``dpjax reproduce`` is
 ``dpjax.reproduce.cli``. Everything a paper's figures are built from stays in
@@ -135,12 +133,10 @@ def register(name: str, *, paper: str, description: str, constructions: tuple[st
              report_only: Callable | None = None):
     """Decorator registering a figure reproduction under ``name``.
 
-    ``constructions``: the experimental constructions the figure offers
-    (``"paper"``: what the paper's text describes; ``"authors"``: what the
-    authors' public scripts do); the figure function then takes
-    ``construction=`` and names it in its title, meta and report.
-    ``report_only``: rewrites the report of a kept run from its files (see the
-    module docstring).
+    ``constructions``: the experimental constructions the figure offers (``"paper"``: what the paper's text describes;
+    ``"authors"``: what the authors' public scripts do); the figure function then takes ``construction=`` and names it
+    in its title, meta and report. ``report_only``: rewrites the report of a kept run from its files (see the module
+    docstring).
     """
 
     def deco(fn):

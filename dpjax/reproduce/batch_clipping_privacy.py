@@ -1,14 +1,12 @@
 """Numerical demonstrations of the batch-clipping accountant (van Dijk et al., Sections 4-5,
 Appendices C-F): ``dpjax reproduce batch-clipping-privacy``.
 
-N1 trade-off curves (exact BC-SH mixture vs G_{sqrt(gE)/sigma} vs G_{g sqrt(E)/sigma});
-N2 the mu = sqrt(gE)/sigma heat map; N3 epsilon against g for the four sampling x
-clipping cases; N4 the printed subsampling bounds (Lemmas E.2/E.3) against the exact
-binomial mixture and against bounds with exact tails; N5 strong against standard
-adversary; N6 the delta floor of the collision bound (Theorem F.1, general clipping);
-N7 Table 1 recomputed; N8 Monte-Carlo audits (the Lemma B.5 mixture test, and the
-implementation's released messages with a canary against G_{sqrt(E)/sigma}).
-Everything but N8's implementation audit is pure accounting (seconds).
+N1 trade-off curves (exact BC-SH mixture vs G_{sqrt(gE)/sigma} vs G_{g sqrt(E)/sigma}); N2 the mu = sqrt(gE)/sigma
+heat map; N3 epsilon against g for the four sampling x clipping cases; N4 the printed subsampling bounds (Lemmas
+E.2/E.3) against the exact binomial mixture and against bounds with exact tails; N5 strong against standard adversary;
+N6 the delta floor of the collision bound (Theorem F.1, general clipping); N7 Table 1 recomputed; N8 Monte-Carlo
+audits (the Lemma B.5 mixture test, and the implementation's released messages with a canary against
+G_{sqrt(E)/sigma}). Everything but N8's implementation audit is pure accounting (seconds).
 """
 
 from __future__ import annotations
@@ -178,9 +176,9 @@ def _roc(t0, t1, grid=60):
 def _above_curve(alpha, beta, curve, n):
     """Whether every empirical point is on or above ``curve`` within its confidence box.
 
-    The true (alpha, beta) of each test lies, with high probability, within 4 binomial
-    standard errors of the empirical one; since trade-off curves decrease, the point is
-    consistent with the claim when beta + m_beta >= curve(alpha + m_alpha).
+    The true (alpha, beta) of each test lies, with high probability, within 4 binomial standard errors of the
+    empirical one; since trade-off curves decrease, the point is consistent with the claim when beta + m_beta >=
+    curve(alpha + m_alpha).
     """
     m = lambda p: 4 * np.sqrt(np.maximum(p * (1 - p), 1.0 / n) / n) + 1.0 / n  # noqa: E731
     return bool(np.all(beta + m(beta) >= curve(np.minimum(1.0, alpha + m(alpha)))))
@@ -209,11 +207,10 @@ def n8_mixture_audit(rows, quick, seed):
 def n8_implementation_audit(rows, quick, seed):
     """S4: the family's own released messages with a canary (g = 1, shuffling, batch clipping).
 
-    A linear model whose canary record has a huge feature in a coordinate no other record
-    uses, so the canary's clipped mean is ~ -C e_0 (on d) or +C e_0 (on d', the replaced
-    canary). The strong adversary knows the batches (the canary's round of each epoch)
-    and sums the normalised e_0-projections of those E messages: the test must not beat
-    G_{sqrt(E)/sigma} (and should come close: Lemma F.2 is tight).
+    A linear model whose canary record has a huge feature in a coordinate no other record uses, so the canary's
+    clipped mean is ~ -C e_0 (on d) or +C e_0 (on d', the replaced canary). The strong adversary knows the batches
+    (the canary's round of each epoch) and sums the normalised e_0-projections of those E messages: the test must not
+    beat G_{sqrt(E)/sigma} (and should come close: Lemma F.2 is tight).
     """
     import flax.linen as nn
     import jax

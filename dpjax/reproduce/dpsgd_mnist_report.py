@@ -22,10 +22,9 @@ def _seeds_text(cfg, best) -> str:
 def extrapolate_full(timings: dict) -> float:
     """Full-protocol CPU seconds from the measured CPU seconds per run-round of each variant.
 
-    A round's cost depends on its ``ms`` records and not on N, so one run-round of
-    a variant costs what it cost here; the full protocol has (runs x rounds) of
-    each: 3 seeds x 25 (eta, C) (5 eta for SGD) x N/(ms) rounds x (10 + 30 + 50)
-    epochs on N = 60,000.
+    A round's cost depends on its ``ms`` records and not on N, so one run-round of a variant costs what it cost here;
+    the full protocol has (runs x rounds) of each: 3 seeds x 25 (eta, C) (5 eta for SGD) x N/(ms) rounds x (10 + 30 +
+    50) epochs on N = 60,000.
     """
     per_run_round: dict[str, list] = {}
     for key, t in timings.items():

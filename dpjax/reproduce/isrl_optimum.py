@@ -10,8 +10,7 @@ is labelled with the heterogeneity at the pooled minimizer ``w*``::
 ``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous
 silos, but not conversely).
 
-``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the
-experiments, in float64 NumPy:
+``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the experiments, in float64 NumPy:
 
 * binary logistic regression (MNIST): ``log(1 + e^m) - y m``, m = <w, x>.
   The experiments clip the margin to [-15, 15] before the sigmoid
@@ -29,17 +28,13 @@ experiments, in float64 NumPy:
 * least squares (insurance): ``0.5 (<w, x> (+ b) - y)^2``; the minimizer is a
   least-squares solve, refined by Newton steps.
 
-Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with
-alpha = 0.25, beta = 0.5 on the Newton direction) by default; ``step=0.5``
-gives the authors' fixed damping. It stops when the Newton decrement
-``lambda^2/2 = -g^T dw / 2`` (an estimate of F^(w) - F^*) is at most
-``tol * max(1, |F^(w)|)`` (default 1e-14: far below the float32 training
-losses it is compared with; the authors use 1e-6 absolute), when the gradient
-norm is at most ``grad_tol``, or when the line search can no longer decrease
-the loss (float64 resolution reached; ``converged`` then reports whether the
-decrement rule held to 1e-10). Nearly separable data (the obesity silos:
-98.6% training accuracy) have their infimum far out (||W|| ~ 4e3): Newton
-then converges linearly, F^* to ~1e-13 in about 40 iterations.
+Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with alpha = 0.25, beta = 0.5 on the Newton
+direction) by default; ``step=0.5`` gives the authors' fixed damping. It stops when the Newton decrement ``lambda^2/2
+= -g^T dw / 2`` (an estimate of F^(w) - F^*) is at most ``tol * max(1, |F^(w)|)`` (default 1e-14: far below the
+float32 training losses it is compared with; the authors use 1e-6 absolute), when the gradient norm is at most
+``grad_tol``, or when the line search can no longer decrease the loss (float64 resolution reached; ``converged`` then
+reports whether the decrement rule held to 1e-10). Nearly separable data (the obesity silos: 98.6% training accuracy)
+have their infimum far out (||W|| ~ 4e3): Newton then converges linearly, F^* to ~1e-13 in about 40 iterations.
 """
 
 from __future__ import annotations
@@ -143,9 +138,8 @@ def newton_minimize(model: str, x, y, *, num_classes: int | None = None, w0=None
                     tol: float = 1e-14, grad_tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
     """(Damped) Newton's method on the pooled mean loss of ``model`` over rows ``x [n, d]``.
 
-    Returns ``(w, iterations, converged)`` with ``w`` flattened ([d] or [d*C],
-    row-major). ``step="backtracking"`` (default) or a fixed damping in (0, 1]
-    (the authors use 0.5). See the module docstring for the stopping rules.
+    Returns ``(w, iterations, converged)`` with ``w`` flattened ([d] or [d*C], row-major). ``step="backtracking"``
+    (default) or a fixed damping in (0, 1] (the authors use 0.5). See the module docstring for the stopping rules.
     """
     _validate.check_choice("model", model, MODELS)
     x = np.asarray(x, np.float64)

@@ -1,8 +1,8 @@
 """The ISRL-DP MNIST silos as the authors' script builds them (``DP_FL_MNIST_logistic_FINAL.py``,
 ``load_MNIST2``; lowya/Private-Federated-Learning-Without-a-Trusted-Server).
 
-The paper's construction is ``dpjax.data.isrl_mnist_silos``; this one draws other rows and
-splits them otherwise, then builds the same features and labels (``dpjax.data.isrl.mnist_parity_silos``).
+The paper's construction is ``dpjax.data.isrl_mnist_silos``; this one draws other rows and splits them otherwise, then
+builds the same features and labels (``dpjax.data.isrl.mnist_parity_silos``).
 """
 
 from __future__ import annotations

@@ -320,8 +320,7 @@ def plot(path, n1, n2, n3, n4, n8):
 
 
 def _truthy(v) -> bool:
-    return v is True or (isinstance(v, str) and v.strip().lower() == "true") or (
-        not isinstance(v, str) and bool(v))
+    return v is True or (isinstance(v, str) and v.strip().lower() == "true") or (not isinstance(v, str) and bool(v))
 
 
 def checks(rows) -> list[list[str]]:

@@ -41,12 +41,7 @@ from dpjax import _validate
 
 CALIBRATIONS = ("rdp", "pld", "paper", "paper-experiment")
 # The accountant that certifies each sampling scheme tightly under replace-one.
-CERTIFYING_ACCOUNTANT = {
-    "without-replacement": "rdp",
-    "with-replacement": "rdp",
-    "poisson": "pld",
-    "one-pass": "gdp",
-}
+CERTIFYING_ACCOUNTANT = {"without-replacement": "rdp", "with-replacement": "rdp", "poisson": "pld", "one-pass": "gdp"}
 
 
 @dataclasses.dataclass(frozen=True)

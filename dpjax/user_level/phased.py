@@ -232,8 +232,7 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
         mult = acc.noise_multiplier(epsilon, delta, beta_ph, n0 * 2, m, c_k, inner)
         lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
     lambdas = phase_lambdas(lam, t)
-    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k,
-                            mode=mode)
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k, mode=mode)
     return dataclasses.replace(res, variant=variant)
 
 

@@ -10,8 +10,7 @@ import numpy as np
 from dpjax import progress
 from dpjax.reproduce.user_level.claims import slope_claim
 from dpjax.reproduce.user_level.config import DELTA
-from dpjax.reproduce.user_level.outputs import (demonstration, loglog_panels, plot_certificate, plot_tail,
-                                               result_row)
+from dpjax.reproduce.user_level.outputs import (demonstration, loglog_panels, plot_certificate, plot_tail, result_row)
 
 
 # ---------------------------------------------------------------------------

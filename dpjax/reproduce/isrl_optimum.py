@@ -86,9 +86,7 @@ class PooledOptimum:
                 "max_abs_margin": self.max_abs_margin, "clipped_loss_at_optimum": self.clipped_loss}
 
 
-# ---------------------------------------------------------------------------
 # Loss, gradient and Hessian of the pooled mean loss (flattened parameters)
-# ---------------------------------------------------------------------------
 
 
 def _loss(model: str, w: np.ndarray, x: np.ndarray, y: np.ndarray, num_classes: int | None) -> float:
@@ -129,9 +127,7 @@ def _hessian(model: str, w: np.ndarray, x: np.ndarray, y: np.ndarray, num_classe
     return x.T @ x / n
 
 
-# ---------------------------------------------------------------------------
 # Newton's method
-# ---------------------------------------------------------------------------
 
 
 def newton_minimize(model: str, x, y, *, num_classes: int | None = None, w0=None, step: str | float = "backtracking",

@@ -62,9 +62,7 @@ def thin(values: Sequence[float], count: int) -> tuple[float, ...]:
     return tuple(values[i] for i in idx)
 
 
-# ---------------------------------------------------------------------------
 # Noise calibration
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,9 +146,7 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
     return out
 
 
-# ---------------------------------------------------------------------------
 # One trial's runs
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,9 +257,7 @@ def extension_specs(
     return specs
 
 
-# ---------------------------------------------------------------------------
 # Selection, tidy rows
-# ---------------------------------------------------------------------------
 
 
 def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss") -> pd.DataFrame:

@@ -64,9 +64,7 @@ def lemma38_pm_tail(size: int, m: int, fail_prob: float) -> float:
     return float(np.exp(special.logsumexp(logp)))
 
 
-# ---------------------------------------------------------------------------
 # The canary pair of the user-level audit (D9 and ``dpjax audit user-level``)
-# ---------------------------------------------------------------------------
 
 
 def clipped_mean_table(values, kappa: int, sensitivity: float):

@@ -64,9 +64,7 @@ exact_feasible = acc.exact_feasible
 FALLBACKS = ("refuse", "stop")
 
 
-# ---------------------------------------------------------------------------
 # exact Algorithm 1
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +172,7 @@ def del_output_pert(key: jax.Array, table: StableTable, params: acc.A1Params) ->
         return int(status), np.asarray(theta, np.float64)
 
 
-# ---------------------------------------------------------------------------
 # Algorithm 2 and its certified version (Appendix C)
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,9 +117,7 @@ class Loss:
         return self.margin_coefficient(theta, a, b, xp)[..., None] * a + ridge
 
 
-# ---------------------------------------------------------------------------
 # generators (experiment layer; the permutation pi lives here)
-# ---------------------------------------------------------------------------
 
 
 def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float) -> float:

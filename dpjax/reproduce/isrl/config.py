@@ -92,9 +92,7 @@ class Task:
     extra_tests: Callable[[Any], dict] | None = None
 
 
-# ---------------------------------------------------------------------------
 # The three experiments
-# ---------------------------------------------------------------------------
 
 
 def mnist_experiment(quick: bool, construction: str = "paper") -> Experiment:

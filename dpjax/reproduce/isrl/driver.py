@@ -17,9 +17,7 @@ from dpjax.reproduce.isrl.config import Experiment, Setting, Task
 from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
 
 
-# ---------------------------------------------------------------------------
 # The driver
-# ---------------------------------------------------------------------------
 
 
 def _pooled_test(fed):

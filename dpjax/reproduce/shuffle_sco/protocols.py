@@ -20,9 +20,7 @@ from dpjax.reproduce.shuffle_sco.config import PAPER
 from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, write_csv
 
 
-# ---------------------------------------------------------------------------
 # Protocol-level validation
-# ---------------------------------------------------------------------------
 
 
 def _pvec_draws(key, x, params, bound, reps):

@@ -1,32 +1,21 @@
 """Pooled training optimum and heterogeneity for the ISRL-DP figures.
 
-Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I: step sizes are
-selected by the final *training excess risk* ``F^(w) - F^*``, with ``F^*`` the
-minimum of the pooled training loss found by Newton's method, and each plot
-is labelled with the heterogeneity at the pooled minimizer ``w*``::
-
-    upsilon*^2 = (1/N) sum_i || grad F^_i(w*) ||^2,
-
-``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous
-silos, but not conversely).
+Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I: step sizes are selected by the final *training excess risk*
+``F^(w) - F^*``, with ``F^*`` the minimum of the pooled training loss found by Newton's method, and each plot is
+labelled with the heterogeneity at the pooled minimizer ``w*``, ``upsilon*^2 = (1/N) sum_i || grad F^_i(w*) ||^2``
+with ``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous silos, but not conversely).
 
 ``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the experiments, in float64 NumPy:
 
-* binary logistic regression (MNIST): ``log(1 + e^m) - y m``, m = <w, x>.
-  The experiments clip the margin to [-15, 15] before the sigmoid
-  (``LogisticRegression.margin_clip``); the clipped loss is flat beyond
-  |m| > 15 and not convex, so Newton's method runs on the *unclipped*
-  logistic loss. ``F^*`` is the unclipped minimum; the two losses agree at
-  w* (and wherever every |margin| <= 15), which ``max_abs_margin`` and
-  ``clipped_loss`` record. Away from that region the clipped training loss
-  can be below the unclipped ``F^*`` (only for misclassified points with
-  |m| > 15), so an excess risk can be slightly negative there.
-* softmax regression (obesity): W is [d, C]; the loss is invariant to adding
-  one vector to every column, so the Hessian is singular and the Newton step
-  is the minimum-norm least-squares solution (``F^*`` and the silo gradients,
-  hence upsilon*^2, do not depend on the choice of minimizer).
-* least squares (insurance): ``0.5 (<w, x> (+ b) - y)^2``; the minimizer is a
-  least-squares solve, refined by Newton steps.
+* binary logistic regression (MNIST): ``log(1 + e^m) - y m``, m = <w, x>. The experiments clip the margin to
+  [-15, 15] (``LogisticRegression.margin_clip``); that loss is flat beyond 15 and not convex, so Newton's method runs
+  on the *unclipped* loss and ``F^*`` is its minimum. The two agree at w* (and wherever every margin is within 15),
+  which ``max_abs_margin`` and ``clipped_loss`` record; elsewhere the clipped loss can be below ``F^*`` (misclassified
+  points beyond 15 only), so an excess risk can be slightly negative.
+* softmax regression (obesity): W is [d, C]; the loss is invariant to adding one vector to every column, so the
+  Hessian is singular and the Newton step is the minimum-norm least-squares solution (``F^*`` and the silo
+  gradients, hence upsilon*^2, do not depend on the choice of minimizer).
+* least squares (insurance): ``0.5 (<w, x> (+ b) - y)^2``; a least-squares solve refined by Newton steps.
 
 Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with alpha = 0.25, beta = 0.5 on the Newton
 direction) by default; ``step=0.5`` gives the authors' fixed damping. It stops when the Newton decrement ``lambda^2/2

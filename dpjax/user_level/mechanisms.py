@@ -12,24 +12,21 @@
 * ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
 
 What a user receives (``output_perturbation``; issue 23). The certificate is a shortcut inside Algorithm 1, not a
-mechanism of its own: when it passes, S = {} is stable, Algorithm 1 picks it for every R1 and releases f(x) + N(0,
-sigma^2 I) -- exactly what the shortcut releases (same key, same noise draw) -- and when it fails the exact
-enumeration runs (Appendix C: "fall back to the exponential algorithm"). Whether the certificate passes depends on the
-data, so a run that STOPS when it fails (the superseded NOT_RELEASABLE) is a deterministic, data-dependent output
-outside Algorithm 1: on neighbouring datasets either side of the certificate's threshold it releases with probability
-1 on one and stops with probability 1 on the other (an unbounded privacy loss that the exact audit of
-``tests/user_level`` measures). Making that failure private would need a private test of the certificate whose passing
-keeps Algorithm 1's output law; a release of theta*(x) that deletes no user has replace sensitivity 2G/(mu n) (no
-better than B1), and finding the users to delete is the enumeration itself -- so no cheap private failure event
-exists. This module therefore decides BEFORE reading the data, from public quantities only (the number of users n and
-kappa = kappa(eps, delta); ``dpjax.accounting.user_level.exact_feasible``), whether the exact fallback can run: if it
-can, the run is Algorithm 1 (certificate first, enumeration on failure) and ``privacy(...)`` certifies exactly its
-output; if it cannot, ``fallback='refuse'`` (default) raises a ``ValueError`` naming n and kappa before any data is
-touched -- the same for every dataset of that size, so it reveals nothing. ``fallback='stop'`` keeps the superseded
-behaviour as an explicit, NOT private diagnostic (its releases carry ``private=False``; ``privacy(...,
-mode='certificate-stop')`` reports epsilon = inf). At the paper's constants (eps <= 1) kappa >= 6, so n >= 8 kappa + 2
-= 50 users already exceed the enumeration: the certified mechanisms release only in test mode (kappa and sigma given,
-tiny n); the certificate's pass rate (D4) measures how often the polynomial-time path would apply, not a release rate.
+mechanism of its own: when it passes, S = {} is stable and Algorithm 1 releases f(x) + N(0, sigma^2 I) for every R1,
+exactly what the shortcut releases (same key, same noise draw); when it fails the exact enumeration runs (Appendix C:
+"fall back to the exponential algorithm"). A run that STOPS on failure (the superseded NOT_RELEASABLE) is a
+data-dependent output outside Algorithm 1 with unbounded privacy loss on neighbours either side of the certificate's
+threshold (the exact audit of ``tests/user_level`` measures it), and no cheap private failure event exists (a release
+deleting no user has replace sensitivity 2G/(mu n), no better than B1; finding the users to delete is the
+enumeration). So the module decides BEFORE reading the data, from public n and kappa = kappa(eps, delta)
+(``dpjax.accounting.user_level.exact_feasible``), whether the exact fallback can run: if so the run is Algorithm 1
+and ``privacy(...)`` certifies exactly its output; if not, ``fallback='refuse'`` (default) raises a ``ValueError``
+naming n and kappa before any data is touched (the same for every dataset of that size, so it reveals nothing).
+``fallback='stop'`` keeps the superseded behaviour as an explicit, NOT private diagnostic (releases carry
+``private=False``; ``privacy(..., mode='certificate-stop')`` reports epsilon = inf). At the paper's constants
+(eps <= 1) kappa >= 6, so n >= 8 kappa + 2 = 50 users already exceed the enumeration: the certified mechanisms release
+only in test mode (kappa and sigma given, tiny n); the certificate's pass rate (D4) measures how often the
+polynomial-time path would apply, not a release rate.
 
 Randomness: ``key_r1, key_noise = jax.random.split(key)``; nothing else is random, and the data permutation pi of
 Theorem 3.6 is never drawn here. Status codes: ``OK``, ``BOTTOM`` (the private failure symbol of Algorithm 1),

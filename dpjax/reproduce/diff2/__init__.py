@@ -41,8 +41,6 @@ and the registered figures) and ``authors_data`` (the authors' scripts' data and
 registers both figures.
 """
 
-# Importing the modules registers the figures; the figures are reached through the registry
-# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
 from dpjax.reproduce.diff2 import claims, config, driver, figures, model  # noqa: F401
 
 __all__: list[str] = []

@@ -40,8 +40,6 @@ MB-SGD with its minibatch-mean clipper) and ``authors_data`` (the MNIST silos). 
 ``dpjax.reproduce.isrl_protocol`` and ``isrl_optimum``. Importing the package registers the three figures.
 """
 
-# Importing the modules registers the figures; the figures are reached through the registry
-# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
 from dpjax.reproduce.isrl import claims, config, driver, figures, outputs  # noqa: F401
 
 __all__: list[str] = []

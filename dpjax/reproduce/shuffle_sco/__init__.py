@@ -32,8 +32,6 @@ report) and one module per figure: ``protocols``, ``rates``, ``regimes``. Import
 figures.
 """
 
-# Importing the modules registers the figures; the figures are reached through the registry
-# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
 from dpjax.reproduce.shuffle_sco import claims, config, measure, outputs, protocols, rates, regimes  # noqa: F401
 
 __all__: list[str] = []

@@ -32,8 +32,6 @@ The package keeps each part in its own module: ``config`` (constants), ``claims`
 ``lower_bound`` (D7-D9). Importing the package registers every figure.
 """
 
-# Importing the modules registers the figures; the figures are reached through the registry
-# (``dpjax.reproduce.get(name)``), everything else from the module that defines it.
 from dpjax.reproduce.user_level import claims, config, lower_bound, outputs, rates, stability  # noqa: F401
 
 __all__: list[str] = []

@@ -33,6 +33,11 @@ def _eps(law, sigma=SIGMA, delta=DELTA):
     return fdp.mixture_epsilon(law.mu_law(sigma), delta, law.dropped)
 
 
+def _add(rows, demo, key, metrics: dict) -> None:
+    """Appends one results row per (metric, value) of ``metrics``."""
+    rows += [{"demo": demo, "key": key, "metric": m, "value": v} for m, v in metrics.items()]
+
+
 def n1_tradeoff(rows, quick):
     alphas = np.linspace(0.0, 1.0, 41 if quick else 201)[1:-1]
     curves = {}
@@ -42,10 +47,8 @@ def n1_tradeoff(rows, quick):
         sqrt_g = fdp.tradeoff_gaussian(math.sqrt(g * E) / SIGMA, alphas)
         generic = fdp.tradeoff_gaussian(g * math.sqrt(E) / SIGMA, alphas)
         curves[g] = (exact, sqrt_g, generic)
-        rows.append({"demo": "N1", "key": f"g={g}", "metric": "min(exact - G_sqrt(gE)/sigma)",
-                     "value": float(np.min(exact - sqrt_g))})
-        rows.append({"demo": "N1", "key": f"g={g}", "metric": "max(exact - G_g sqrt(E)/sigma)",
-                     "value": float(np.max(exact - generic))})
+        _add(rows, "N1", f"g={g}", {"min(exact - G_sqrt(gE)/sigma)": float(np.min(exact - sqrt_g)),
+                                    "max(exact - G_g sqrt(E)/sigma)": float(np.max(exact - generic))})
     return alphas, curves
 
 
@@ -67,8 +70,7 @@ def n3_eps_vs_g(rows, quick):
     out["sqrt(gE)/sigma"] = [gdp_epsilon(math.sqrt(g * E) / SIGMA, DELTA) for g in gs]
     out["generic g sqrt(E)/sigma"] = [gdp_epsilon(g * math.sqrt(E) / SIGMA, DELTA) for g in gs]
     for g, a, b in zip(gs, out["sqrt(gE)/sigma"], out["generic g sqrt(E)/sigma"]):
-        rows.append({"demo": "N3", "key": f"g={g}", "metric": "epsilon G_sqrt(gE)/sigma", "value": a})
-        rows.append({"demo": "N3", "key": f"g={g}", "metric": "epsilon G_g sqrt(E)/sigma", "value": b})
+        _add(rows, "N3", f"g={g}", {"epsilon G_sqrt(gE)/sigma": a, "epsilon G_g sqrt(E)/sigma": b})
     return gs, out
 
 
@@ -91,23 +93,16 @@ def n4_subsampling_bounds(rows, quick):
         exact_hi = fdp.f_upper(pb["mu_U"], min(u_exact, 1 - 1e-12), alphas)
         panels[epochs] = (exact, paper_lo, paper_hi, exact_lo, exact_hi)
         viol = float(np.max(paper_lo - exact))
-        rows += [
-            {"demo": "N4", "key": f"E={epochs}", "metric": "paper tail e^-E", "value": pb["l"]},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact Pr[c^2 > (c^L)^2]", "value": l_exact},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact Pr[c^2 < (c^U)^2]", "value": u_exact},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "max(paper f^L - exact f) (>0: printed bound fails)",
-             "value": viol},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact epsilon", "value": _eps(law)},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "paper lower-bound epsilon",
-             "value": fdp.epsilon_from_tradeoff(lambda e: fdp.delta_from_lower(pb["mu_L"], pb["l"], e), DELTA)},
-        ]
+        _add(rows, "N4", f"E={epochs}", {
+            "paper tail e^-E": pb["l"], "exact Pr[c^2 > (c^L)^2]": l_exact, "exact Pr[c^2 < (c^U)^2]": u_exact,
+            "max(paper f^L - exact f) (>0: printed bound fails)": viol, "exact epsilon": _eps(law),
+            "paper lower-bound epsilon": fdp.epsilon_from_tradeoff(
+                lambda e: fdp.delta_from_lower(pb["mu_L"], pb["l"], e), DELTA)})
     for e in (20.0, 30.0, 34.72, 36.0):  # V12
         law = bc.c2_law("subsample", N, 1, ms, 1, 100)
         pb = bc.paper_bounds("SS-1", N, 1, ms, 1, 100, SIGMA)
-        rows.append({"demo": "N4", "key": f"E=100 eps={e}", "metric": "exact delta",
-                     "value": fdp.mixture_delta(law.mu_law(SIGMA), e, law.dropped)})
-        rows.append({"demo": "N4", "key": f"E=100 eps={e}", "metric": "paper delta_GDP(mu_L) + l",
-                     "value": fdp.delta_from_lower(pb["mu_L"], pb["l"], e)})
+        _add(rows, "N4", f"E=100 eps={e}", {"exact delta": fdp.mixture_delta(law.mu_law(SIGMA), e, law.dropped),
+                                            "paper delta_GDP(mu_L) + l": fdp.delta_from_lower(pb["mu_L"], pb["l"], e)})
     return alphas, panels
 
 
@@ -124,9 +119,8 @@ def n5_strong_vs_standard(rows):
         standard = api.compute_epsilon(sched, DELTA, "rdp").epsilon
         clt = gdp_epsilon(bc.standard_dp_sgd_clt_mu(N, ms, E, SIGMA), DELTA)
         out.append((rate, strong, standard, clt))
-        for metric, val in (("strong exact", strong), ("standard rdp (WOR, replace-one)", standard),
-                            ("standard CLT (reference)", clt)):
-            rows.append({"demo": "N5", "key": f"ms/N={rate:g}", "metric": metric, "value": val})
+        _add(rows, "N5", f"ms/N={rate:g}", {"strong exact": strong, "standard rdp (WOR, replace-one)": standard,
+                                            "standard CLT (reference)": clt})
     return out
 
 
@@ -142,9 +136,8 @@ def n6_delta_floor(rows):
             pb = bc.paper_bounds("SH-GC", n, 1, ms, g, E, SIGMA)
             paper = min(1.0, gdp_delta(mu, eps_star) + pb["l"])
             out.append((n, g, exact, paper, pb["l"]))
-            for metric, val in (("exact delta at eps*", exact), ("paper delta (GDP + E l)", paper),
-                                ("floor E g^2 ms/(N-g)", pb["l"])):
-                rows.append({"demo": "N6", "key": f"N={n} g={g} eps*={eps_star:.3f}", "metric": metric, "value": val})
+            _add(rows, "N6", f"N={n} g={g} eps*={eps_star:.3f}", {
+                "exact delta at eps*": exact, "paper delta (GDP + E l)": paper, "floor E g^2 ms/(N-g)": pb["l"]})
     return out
 
 
@@ -160,8 +153,7 @@ def n7_table1(rows):
             table.append({"row": label, "g": g, "mu_L": pb["mu_L"], "l": pb["l"], "mu_U": pb.get("mu_U", float("nan")),
                           "u": pb.get("u", float("nan")), "paper_epsilon": pb["epsilon"], "exact_epsilon": exact,
                           "valid": pb["valid"], "note": pb["note"]})
-            rows.append({"demo": "N7", "key": f"{label} g={g}", "metric": "paper epsilon", "value": pb["epsilon"]})
-            rows.append({"demo": "N7", "key": f"{label} g={g}", "metric": "exact epsilon", "value": exact})
+            _add(rows, "N7", f"{label} g={g}", {"paper epsilon": pb["epsilon"], "exact epsilon": exact})
     return table
 
 
@@ -198,9 +190,8 @@ def n8_mixture_audit(rows, quick, seed):
     claimed = np.array([fdp.mixture_tradeoff(law.mu_law(SIGMA), a) for a in alpha])
     gap = beta - claimed
     ok = _above_curve(alpha, beta, lambda a: np.array([fdp.mixture_tradeoff(law.mu_law(SIGMA), x) for x in a]), runs)
-    rows.append({"demo": "N8", "key": "mixture audit (Lemma B.5)", "metric": "min(beta_emp - f(alpha_emp))",
-                 "value": float(gap.min())})
-    rows.append({"demo": "N8", "key": "mixture audit (Lemma B.5)", "metric": "all points on/above curve", "value": ok})
+    _add(rows, "N8", "mixture audit (Lemma B.5)", {"min(beta_emp - f(alpha_emp))": float(gap.min()),
+                                                   "all points on/above curve": ok})
     return alpha, beta, claimed, ok
 
 
@@ -269,11 +260,9 @@ def n8_implementation_audit(rows, quick, seed):
     claimed = fdp.tradeoff_gaussian(mu, alpha)
     gap = beta - claimed
     ok = _above_curve(alpha, beta, lambda a: fdp.tradeoff_gaussian(mu, a), runs)
-    rows += [{"demo": "N8", "key": "implementation audit (S4)", "metric": "min(beta_emp - G_sqrt(E)/sigma)",
-              "value": float(gap.min())},
-             {"demo": "N8", "key": "implementation audit (S4)", "metric": "max(beta_emp - G_sqrt(E)/sigma)",
-              "value": float(gap.max())},
-             {"demo": "N8", "key": "implementation audit (S4)", "metric": "all points on/above curve", "value": ok}]
+    _add(rows, "N8", "implementation audit (S4)", {"min(beta_emp - G_sqrt(E)/sigma)": float(gap.min()),
+                                                   "max(beta_emp - G_sqrt(E)/sigma)": float(gap.max()),
+                                                   "all points on/above curve": ok})
     return alpha, beta, claimed, ok
 
 
@@ -516,13 +505,11 @@ def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> path
     stage("N8 audits (mixture, implementation)")
     n8 = (n8_mixture_audit(rows, quick, seed), n8_implementation_audit(rows, quick, seed))
     stage("writing results.csv, the figure and report.md")
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["demo", "key", "metric", "value"])
-        w.writeheader()
-        w.writerows(rows)
-    with open(out / "table1.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    for name, content, columns in (("results.csv", rows, ["demo", "key", "metric", "value"]),
+                                   ("table1.csv", table, list(table[0]))):
+        with open(out / name, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            w.writeheader()
+            w.writerows(content)
     plot(out / "batch_clipping_privacy.png", n1, n2, n3, n4, n8)
     return write_report(out, rows, n5, n6, table, n8, time.perf_counter() - start)

@@ -505,11 +505,7 @@ def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> path
     stage("N8 audits (mixture, implementation)")
     n8 = (n8_mixture_audit(rows, quick, seed), n8_implementation_audit(rows, quick, seed))
     stage("writing results.csv, the figure and report.md")
-    for name, content, columns in (("results.csv", rows, ["demo", "key", "metric", "value"]),
-                                   ("table1.csv", table, list(table[0]))):
-        with open(out / name, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=columns)
-            w.writeheader()
-            w.writerows(content)
+    report.write_csv(out / "results.csv", rows, ["demo", "key", "metric", "value"])
+    report.write_csv(out / "table1.csv", table, list(table[0]))
     plot(out / "batch_clipping_privacy.png", n1, n2, n3, n4, n8)
     return write_report(out, rows, n5, n6, table, n8, time.perf_counter() - start)

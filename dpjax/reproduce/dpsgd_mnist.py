@@ -62,7 +62,7 @@ import time
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, CONSTRUCTIONS, DELTA, FULL, GROUPS,
                                                 LOCAL_BATCH, MINI_BATCH, PAPER, PAPER_ACCURACY, QUICK, ROUND_RECORDS,
                                                 SIGMA, authors_variants, cnn, construction_variants, describe,
@@ -203,16 +203,9 @@ def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np
 
 def _write_tables(out: pathlib.Path, rows: list[dict], privacy: dict[str, list[dict]]) -> None:
     """``results.csv`` (one row per run) and ``privacy.csv`` (one row per variant x group size x accountant)."""
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with open(out / "privacy.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
-        w.writeheader()
-        for name, prs in privacy.items():
-            for r in prs:
-                w.writerow({"variant": name, **r})
+    report.write_csv(out / "results.csv", rows, list(rows[0]))
+    report.write_csv(out / "privacy.csv", [{"variant": name, **r} for name, prs in privacy.items() for r in prs],
+                     ["variant", "group_size", "accountant", "epsilon", "notes"])
 
 
 def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:

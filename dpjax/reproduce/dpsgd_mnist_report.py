@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 
+from dpjax.reproduce import report
 from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, FULL, GROUPS, MINI_BATCH, PAPER,
                                                 PAPER_ACCURACY, ROUND_RECORDS, SIGMA, cnn, describe, family_kwargs)
 
@@ -202,6 +203,4 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
               f"{est / 7200:.0f} h on 2 idle cores.", "",
               "Per-variant timings: " + ", ".join(f"{k}: {v['seconds']:.0f} s ({v['cpu_seconds']:.0f} s CPU)"
                                                   for k, v in timings.items())]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return report.write_report(out, lines)

@@ -46,6 +46,18 @@ def tidy_results(out_dir: pathlib.Path, rows: Sequence[Mapping[str, Any]], first
     return path
 
 
+def write_csv(path: pathlib.Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+              ) -> pathlib.Path:
+    """Writes the dicts ``rows`` as a CSV file with ``columns`` (default: every key, in first-seen order)."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(columns) if columns is not None else list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+    return pathlib.Path(path)
+
+
 def write_report(out_dir: pathlib.Path, lines: Sequence[str]) -> pathlib.Path:
     """Writes ``report.md`` (the lines joined, one final newline)."""
     path = pathlib.Path(out_dir) / "report.md"

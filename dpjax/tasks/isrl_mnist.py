@@ -87,8 +87,7 @@ class IsrlMnistConfig:
     def step_sizes(self) -> tuple[float, ...]:
         if self.learning_rates is not None:
             return tuple(self.learning_rates)
-        # The authors' grid exp(linspace(-6, 0, 10)) was tuned for *summed* silo
-        # messages; with the paper's averaged messages multiply by M (the authors' grids assume summed messages).
+        # The authors' grid exp(linspace(-6, 0, 10)) was tuned for *summed* silo messages: times M for averaged ones.
         return tuple(float(self.silos_per_round * v) for v in np.exp(np.linspace(-6.0, 0.0, 10)))
 
 
@@ -115,10 +114,8 @@ def prepare_data(cfg: IsrlMnistConfig):
     from dpjax.data import isrl_mnist_silos, load_mnist
 
     mnist = load_mnist(cfg.data_dir)
-    return isrl_mnist_silos(
-        mnist["train_images"], mnist["train_labels"], seed=cfg.seed,
-        n_per_digit=cfg.n_per_digit, pca_dim=cfg.pca_dim,
-    )
+    return isrl_mnist_silos(mnist["train_images"], mnist["train_labels"], seed=cfg.seed, n_per_digit=cfg.n_per_digit,
+                            pca_dim=cfg.pca_dim)
 
 
 def run_identity(cfg: IsrlMnistConfig) -> dict:

@@ -5,24 +5,19 @@ Each paper module (listed in ``FIGURE_MODULES``) registers its figures with
 
     fn(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path
 
-and writes into ``out_dir`` a tidy ``results.csv`` (one row per algorithm x
-epsilon x trial x metric, columns at least ``algorithm, epsilon, trial,
-metric, value, accountant``), a PNG figure and a markdown ``report.md``
-comparing the paper's claims with what dpjax measured; it returns the report
-path. Tables, ``results.csv``, ``report.md`` and ``meta.json`` are written
-with ``dpjax.reproduce.report``, figures with ``dpjax.sweep.plot``. ``quick=True`` must finish in minutes on 2 CPU cores. ``data_dir`` is
-passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then the cache
-directory; see :mod:`dpjax.data.paths`).
+and writes into ``out_dir`` a tidy ``results.csv`` (one row per algorithm x epsilon x trial x metric, columns at least
+``algorithm, epsilon, trial, metric, value, accountant``), a PNG figure and a markdown ``report.md`` comparing the
+paper's claims with what dpjax measured; it returns the report path. Tables, ``results.csv``, ``report.md`` and
+``meta.json`` are written with ``dpjax.reproduce.report``, figures with ``dpjax.sweep.plot``. ``quick=True`` must
+finish in minutes on 2 CPU cores. ``data_dir`` is passed to the dataset loaders (``None``: ``$DPJAX_DATA_DIR``, then
+the cache directory; see :mod:`dpjax.data.paths`).
 
-A figure may also register ``report_only(out_dir, *, quick) -> pathlib.Path``: it
-rewrites the report (claims table, verdicts, figure) of a kept run from the
-files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
---report-only --out DIR``), so a change of the verdict rule or the report's
-wording reaches kept results.
+A figure may also register ``report_only(out_dir, *, quick) -> pathlib.Path``: it rewrites the report (claims table,
+verdicts, figure) of a kept run from the files in ``out_dir`` without re-running anything (``dpjax reproduce NAME
+--report-only --out DIR``), so a change of the verdict rule or the report's wording reaches kept results.
 
-The package exports its figure registry (below); ``dpjax reproduce`` is
-``dpjax.reproduce.cli``. Everything a paper's figures are built from stays in
-its module (``dpjax.reproduce.isrl.config``, ``dpjax.reproduce.diff2.authors_data``,
+The package exports its figure registry (below); ``dpjax reproduce`` is ``dpjax.reproduce.cli``. Everything a paper's
+figures are built from stays in its module (``dpjax.reproduce.isrl.config``, ``dpjax.reproduce.diff2.authors_data``,
 ...), imported from there.
 """
 
@@ -135,12 +130,8 @@ def register(name: str, *, paper: str, description: str, constructions: tuple[st
              report_only: Callable | None = None):
     """Decorator registering a figure reproduction under ``name``.
 
-    ``constructions``: the experimental constructions the figure offers
-    (``"paper"``: what the paper's text describes; ``"authors"``: what the
-    authors' public scripts do); the figure function then takes
-    ``construction=`` and names it in its title, meta and report.
-    ``report_only``: rewrites the report of a kept run from its files (see the
-    module docstring).
+    ``constructions``: the ``CONSTRUCTIONS`` the figure offers (its function then takes ``construction=`` and names it
+    in its title, meta and report); ``report_only``: rewrites a kept run's report from its files (module docstring).
     """
 
     def deco(fn):

@@ -1,14 +1,12 @@
 """Numerical demonstrations of the batch-clipping accountant (van Dijk et al., Sections 4-5,
 Appendices C-F): ``dpjax reproduce batch-clipping-privacy``.
 
-N1 trade-off curves (exact BC-SH mixture vs G_{sqrt(gE)/sigma} vs G_{g sqrt(E)/sigma});
-N2 the mu = sqrt(gE)/sigma heat map; N3 epsilon against g for the four sampling x
-clipping cases; N4 the printed subsampling bounds (Lemmas E.2/E.3) against the exact
-binomial mixture and against bounds with exact tails; N5 strong against standard
-adversary; N6 the delta floor of the collision bound (Theorem F.1, general clipping);
-N7 Table 1 recomputed; N8 Monte-Carlo audits (the Lemma B.5 mixture test, and the
-implementation's released messages with a canary against G_{sqrt(E)/sigma}).
-Everything but N8's implementation audit is pure accounting (seconds).
+N1 trade-off curves (exact BC-SH mixture vs G_{sqrt(gE)/sigma} vs G_{g sqrt(E)/sigma}); N2 the mu = sqrt(gE)/sigma
+heat map; N3 epsilon against g for the four sampling x clipping cases; N4 the printed subsampling bounds (Lemmas
+E.2/E.3) against the exact binomial mixture and against bounds with exact tails; N5 strong against standard adversary;
+N6 the delta floor of the collision bound (Theorem F.1, general clipping); N7 Table 1 recomputed; N8 Monte-Carlo
+audits (the Lemma B.5 mixture test, and the implementation's released messages with a canary against
+G_{sqrt(E)/sigma}). Everything but N8's implementation audit is pure accounting (seconds).
 """
 
 from __future__ import annotations
@@ -35,6 +33,11 @@ def _eps(law, sigma=SIGMA, delta=DELTA):
     return fdp.mixture_epsilon(law.mu_law(sigma), delta, law.dropped)
 
 
+def _add(rows, demo, key, metrics: dict) -> None:
+    """Appends one results row per (metric, value) of ``metrics``."""
+    rows += [{"demo": demo, "key": key, "metric": m, "value": v} for m, v in metrics.items()]
+
+
 def n1_tradeoff(rows, quick):
     alphas = np.linspace(0.0, 1.0, 41 if quick else 201)[1:-1]
     curves = {}
@@ -44,10 +47,8 @@ def n1_tradeoff(rows, quick):
         sqrt_g = fdp.tradeoff_gaussian(math.sqrt(g * E) / SIGMA, alphas)
         generic = fdp.tradeoff_gaussian(g * math.sqrt(E) / SIGMA, alphas)
         curves[g] = (exact, sqrt_g, generic)
-        rows.append({"demo": "N1", "key": f"g={g}", "metric": "min(exact - G_sqrt(gE)/sigma)",
-                     "value": float(np.min(exact - sqrt_g))})
-        rows.append({"demo": "N1", "key": f"g={g}", "metric": "max(exact - G_g sqrt(E)/sigma)",
-                     "value": float(np.max(exact - generic))})
+        _add(rows, "N1", f"g={g}", {"min(exact - G_sqrt(gE)/sigma)": float(np.min(exact - sqrt_g)),
+                                    "max(exact - G_g sqrt(E)/sigma)": float(np.max(exact - generic))})
     return alphas, curves
 
 
@@ -69,8 +70,7 @@ def n3_eps_vs_g(rows, quick):
     out["sqrt(gE)/sigma"] = [gdp_epsilon(math.sqrt(g * E) / SIGMA, DELTA) for g in gs]
     out["generic g sqrt(E)/sigma"] = [gdp_epsilon(g * math.sqrt(E) / SIGMA, DELTA) for g in gs]
     for g, a, b in zip(gs, out["sqrt(gE)/sigma"], out["generic g sqrt(E)/sigma"]):
-        rows.append({"demo": "N3", "key": f"g={g}", "metric": "epsilon G_sqrt(gE)/sigma", "value": a})
-        rows.append({"demo": "N3", "key": f"g={g}", "metric": "epsilon G_g sqrt(E)/sigma", "value": b})
+        _add(rows, "N3", f"g={g}", {"epsilon G_sqrt(gE)/sigma": a, "epsilon G_g sqrt(E)/sigma": b})
     return gs, out
 
 
@@ -93,23 +93,16 @@ def n4_subsampling_bounds(rows, quick):
         exact_hi = fdp.f_upper(pb["mu_U"], min(u_exact, 1 - 1e-12), alphas)
         panels[epochs] = (exact, paper_lo, paper_hi, exact_lo, exact_hi)
         viol = float(np.max(paper_lo - exact))
-        rows += [
-            {"demo": "N4", "key": f"E={epochs}", "metric": "paper tail e^-E", "value": pb["l"]},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact Pr[c^2 > (c^L)^2]", "value": l_exact},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact Pr[c^2 < (c^U)^2]", "value": u_exact},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "max(paper f^L - exact f) (>0: printed bound fails)",
-             "value": viol},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "exact epsilon", "value": _eps(law)},
-            {"demo": "N4", "key": f"E={epochs}", "metric": "paper lower-bound epsilon",
-             "value": fdp.epsilon_from_tradeoff(lambda e: fdp.delta_from_lower(pb["mu_L"], pb["l"], e), DELTA)},
-        ]
+        _add(rows, "N4", f"E={epochs}", {
+            "paper tail e^-E": pb["l"], "exact Pr[c^2 > (c^L)^2]": l_exact, "exact Pr[c^2 < (c^U)^2]": u_exact,
+            "max(paper f^L - exact f) (>0: printed bound fails)": viol, "exact epsilon": _eps(law),
+            "paper lower-bound epsilon": fdp.epsilon_from_tradeoff(
+                lambda e: fdp.delta_from_lower(pb["mu_L"], pb["l"], e), DELTA)})
     for e in (20.0, 30.0, 34.72, 36.0):  # V12
         law = bc.c2_law("subsample", N, 1, ms, 1, 100)
         pb = bc.paper_bounds("SS-1", N, 1, ms, 1, 100, SIGMA)
-        rows.append({"demo": "N4", "key": f"E=100 eps={e}", "metric": "exact delta",
-                     "value": fdp.mixture_delta(law.mu_law(SIGMA), e, law.dropped)})
-        rows.append({"demo": "N4", "key": f"E=100 eps={e}", "metric": "paper delta_GDP(mu_L) + l",
-                     "value": fdp.delta_from_lower(pb["mu_L"], pb["l"], e)})
+        _add(rows, "N4", f"E=100 eps={e}", {"exact delta": fdp.mixture_delta(law.mu_law(SIGMA), e, law.dropped),
+                                            "paper delta_GDP(mu_L) + l": fdp.delta_from_lower(pb["mu_L"], pb["l"], e)})
     return alphas, panels
 
 
@@ -126,9 +119,8 @@ def n5_strong_vs_standard(rows):
         standard = api.compute_epsilon(sched, DELTA, "rdp").epsilon
         clt = gdp_epsilon(bc.standard_dp_sgd_clt_mu(N, ms, E, SIGMA), DELTA)
         out.append((rate, strong, standard, clt))
-        for metric, val in (("strong exact", strong), ("standard rdp (WOR, replace-one)", standard),
-                            ("standard CLT (reference)", clt)):
-            rows.append({"demo": "N5", "key": f"ms/N={rate:g}", "metric": metric, "value": val})
+        _add(rows, "N5", f"ms/N={rate:g}", {"strong exact": strong, "standard rdp (WOR, replace-one)": standard,
+                                            "standard CLT (reference)": clt})
     return out
 
 
@@ -144,9 +136,8 @@ def n6_delta_floor(rows):
             pb = bc.paper_bounds("SH-GC", n, 1, ms, g, E, SIGMA)
             paper = min(1.0, gdp_delta(mu, eps_star) + pb["l"])
             out.append((n, g, exact, paper, pb["l"]))
-            for metric, val in (("exact delta at eps*", exact), ("paper delta (GDP + E l)", paper),
-                                ("floor E g^2 ms/(N-g)", pb["l"])):
-                rows.append({"demo": "N6", "key": f"N={n} g={g} eps*={eps_star:.3f}", "metric": metric, "value": val})
+            _add(rows, "N6", f"N={n} g={g} eps*={eps_star:.3f}", {
+                "exact delta at eps*": exact, "paper delta (GDP + E l)": paper, "floor E g^2 ms/(N-g)": pb["l"]})
     return out
 
 
@@ -162,8 +153,7 @@ def n7_table1(rows):
             table.append({"row": label, "g": g, "mu_L": pb["mu_L"], "l": pb["l"], "mu_U": pb.get("mu_U", float("nan")),
                           "u": pb.get("u", float("nan")), "paper_epsilon": pb["epsilon"], "exact_epsilon": exact,
                           "valid": pb["valid"], "note": pb["note"]})
-            rows.append({"demo": "N7", "key": f"{label} g={g}", "metric": "paper epsilon", "value": pb["epsilon"]})
-            rows.append({"demo": "N7", "key": f"{label} g={g}", "metric": "exact epsilon", "value": exact})
+            _add(rows, "N7", f"{label} g={g}", {"paper epsilon": pb["epsilon"], "exact epsilon": exact})
     return table
 
 
@@ -178,9 +168,9 @@ def _roc(t0, t1, grid=60):
 def _above_curve(alpha, beta, curve, n):
     """Whether every empirical point is on or above ``curve`` within its confidence box.
 
-    The true (alpha, beta) of each test lies, with high probability, within 4 binomial
-    standard errors of the empirical one; since trade-off curves decrease, the point is
-    consistent with the claim when beta + m_beta >= curve(alpha + m_alpha).
+    The true (alpha, beta) of each test lies, with high probability, within 4 binomial standard errors of the
+    empirical one; since trade-off curves decrease, the point is consistent with the claim when beta + m_beta >=
+    curve(alpha + m_alpha).
     """
     m = lambda p: 4 * np.sqrt(np.maximum(p * (1 - p), 1.0 / n) / n) + 1.0 / n  # noqa: E731
     return bool(np.all(beta + m(beta) >= curve(np.minimum(1.0, alpha + m(alpha)))))
@@ -200,20 +190,18 @@ def n8_mixture_audit(rows, quick, seed):
     claimed = np.array([fdp.mixture_tradeoff(law.mu_law(SIGMA), a) for a in alpha])
     gap = beta - claimed
     ok = _above_curve(alpha, beta, lambda a: np.array([fdp.mixture_tradeoff(law.mu_law(SIGMA), x) for x in a]), runs)
-    rows.append({"demo": "N8", "key": "mixture audit (Lemma B.5)", "metric": "min(beta_emp - f(alpha_emp))",
-                 "value": float(gap.min())})
-    rows.append({"demo": "N8", "key": "mixture audit (Lemma B.5)", "metric": "all points on/above curve", "value": ok})
+    _add(rows, "N8", "mixture audit (Lemma B.5)", {"min(beta_emp - f(alpha_emp))": float(gap.min()),
+                                                   "all points on/above curve": ok})
     return alpha, beta, claimed, ok
 
 
 def n8_implementation_audit(rows, quick, seed):
     """S4: the family's own released messages with a canary (g = 1, shuffling, batch clipping).
 
-    A linear model whose canary record has a huge feature in a coordinate no other record
-    uses, so the canary's clipped mean is ~ -C e_0 (on d) or +C e_0 (on d', the replaced
-    canary). The strong adversary knows the batches (the canary's round of each epoch)
-    and sums the normalised e_0-projections of those E messages: the test must not beat
-    G_{sqrt(E)/sigma} (and should come close: Lemma F.2 is tight).
+    A linear model whose canary record has a huge feature in a coordinate no other record uses, so the canary's
+    clipped mean is ~ -C e_0 (on d) or +C e_0 (on d', the replaced canary). The strong adversary knows the batches
+    (the canary's round of each epoch) and sums the normalised e_0-projections of those E messages: the test must not
+    beat G_{sqrt(E)/sigma} (and should come close: Lemma F.2 is tight).
     """
     import flax.linen as nn
     import jax
@@ -272,11 +260,9 @@ def n8_implementation_audit(rows, quick, seed):
     claimed = fdp.tradeoff_gaussian(mu, alpha)
     gap = beta - claimed
     ok = _above_curve(alpha, beta, lambda a: fdp.tradeoff_gaussian(mu, a), runs)
-    rows += [{"demo": "N8", "key": "implementation audit (S4)", "metric": "min(beta_emp - G_sqrt(E)/sigma)",
-              "value": float(gap.min())},
-             {"demo": "N8", "key": "implementation audit (S4)", "metric": "max(beta_emp - G_sqrt(E)/sigma)",
-              "value": float(gap.max())},
-             {"demo": "N8", "key": "implementation audit (S4)", "metric": "all points on/above curve", "value": ok}]
+    _add(rows, "N8", "implementation audit (S4)", {"min(beta_emp - G_sqrt(E)/sigma)": float(gap.min()),
+                                                   "max(beta_emp - G_sqrt(E)/sigma)": float(gap.max()),
+                                                   "all points on/above curve": ok})
     return alpha, beta, claimed, ok
 
 
@@ -323,8 +309,7 @@ def plot(path, n1, n2, n3, n4, n8):
 
 
 def _truthy(v) -> bool:
-    return v is True or (isinstance(v, str) and v.strip().lower() == "true") or (
-        not isinstance(v, str) and bool(v))
+    return v is True or (isinstance(v, str) and v.strip().lower() == "true") or (not isinstance(v, str) and bool(v))
 
 
 def checks(rows) -> list[list[str]]:
@@ -520,13 +505,7 @@ def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> path
     stage("N8 audits (mixture, implementation)")
     n8 = (n8_mixture_audit(rows, quick, seed), n8_implementation_audit(rows, quick, seed))
     stage("writing results.csv, the figure and report.md")
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["demo", "key", "metric", "value"])
-        w.writeheader()
-        w.writerows(rows)
-    with open(out / "table1.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    report.write_csv(out / "results.csv", rows, ["demo", "key", "metric", "value"])
+    report.write_csv(out / "table1.csv", table, list(table[0]))
     plot(out / "batch_clipping_privacy.png", n1, n2, n3, n4, n8)
     return write_report(out, rows, n5, n6, table, n8, time.perf_counter() - start)

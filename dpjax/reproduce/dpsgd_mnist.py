@@ -1,89 +1,54 @@
 """DP-SGD-General on MNIST (van Dijk et al., "Generalizing DP-SGD with Shuffling
 and Batch Clipping", Section 1 experiments): ``dpjax reproduce dpsgd-mnist``.
 
-The paper reports, at sigma = 2, MNIST test accuracy 98.3 % for batch clipping
-of mini-batch means with shuffling (eq. (4), BC-SH) and 98.4 % for individual
-clipping with subsampling (eq. (1), IC-SS). Its Appendix H (architecture, C,
-eta, batch sizes, epochs) is missing from the text, so the protocol below is
-our own choice.
+The paper reports, at sigma = 2, MNIST test accuracy 98.3 % for batch clipping of mini-batch means with shuffling (eq.
+(4), BC-SH) and 98.4 % for individual clipping with subsampling (eq. (1), IC-SS). Its Appendix H (architecture, C,
+eta, batch sizes, epochs) is missing from the text, so the protocol is ours.
 
-The round (Algorithm 1): ``m`` clipped terms, each the output of ``A`` on its
-own subset of ``s`` records, are summed, ``N(0, (2 C sigma)^2 I)`` is added and
-the sum is divided by the public ``m``; a round uses ``ms`` records and an
-epoch ``N/(ms)`` rounds. Eq. (4) printed alone (``U = [mean of s gradients]_C``)
-is the round with ``m = 1``: its message has norm <= C and noise of std
-``2 C sigma = 4 C`` per coordinate, which no step size turns into a model (the
-``m = 1`` row below stays at chance). Batch clipping that learns at sigma = 2 is
-Algorithm 1 with eq. (4) as ``A`` on each of ``m`` mini-batches (eq. (5)): the
-noise per coordinate of the message is ``2 C sigma / m``.
+The round (Algorithm 1): ``m`` clipped terms, each ``A``'s output on its own subset of ``s`` records, are summed,
+``N(0, (2 C sigma)^2 I)`` is added and the sum is divided by the public ``m``; a round uses ``ms`` records, an epoch
+``N/(ms)`` rounds. Eq. (4) printed alone is the round with ``m = 1``: a message of norm <= C under noise of std ``2 C
+sigma = 4 C`` per coordinate, which no step size turns into a model (the ``m = 1`` row stays at chance). Batch
+clipping that learns at sigma = 2 is Algorithm 1 with eq. (4) as ``A`` on each of ``m`` mini-batches (eq. (5)): noise
+``2 C sigma / m`` per coordinate of the message.
 
-* model: a small CNN with group normalisation (conv 5x5 16 -> GN -> tanh ->
-  max-pool 2, conv 5x5 32 -> GN -> tanh -> max-pool 2, FC 32 tanh, FC 10;
-  valid padding), inputs normalised with the public MNIST constants
-  (0.1307, 0.3081);
-* every round uses ``ms = 256`` records; variants (sigma = 2 unless stated):
-  BC-SH (eq. (4) on each of m = 64 mini-batches of s = 4, shuffling), IC-SS
-  (eq. (1): m = 256, s = 1, subsampling), BC-SH with local SGD (eq. (2):
-  sequential SGD over each mini-batch's 4 records) and with momentum 0.9 reset
-  every call (eq. (3)), BC-SH with m = 1 (eq. (4) as printed: one clipped mean
-  of 256 per round), and non-private mini-batch SGD (batch 256, same batches);
-* full protocol: C in {0.1, 0.5, 1, 2, 5}, eta in {0.01, 0.03, 0.1, 0.3, 1},
-  E in {10, 30, 50}, 3 seeds, all 60,000 training and 10,000 test images
-  (extrapolated; hundreds of CPU hours);
-* quick protocol (``--quick``, a smoke test of every code path, not a
-  reproduction: under a minute of CPU): a 512-image training subset (2 rounds
-  per epoch; IC-SS subsamples 256 of 512), a 500-image test subset, E = 2,
-  eta in {0.3, 1}, C = 1, one seed, one grid-edge extension per side and axis
-  (so 5 runs of 4 rounds per private variant), every variant but BC-SH with
-  m = 1 (BC-SH's code with m = 1; full protocol only); accuracies stay far
-  below a trained model's.
+* model: conv 5x5 16 -> GN -> tanh -> max-pool 2, conv 5x5 32 -> GN -> tanh -> max-pool 2, FC 32 tanh, FC 10 (valid
+  padding), inputs normalised with the public MNIST constants (0.1307, 0.3081);
+* every round uses ``ms = 256`` records; variants (sigma = 2): BC-SH (eq. (4) on each of m = 64 mini-batches of s = 4,
+  shuffling), IC-SS (eq. (1): m = 256, s = 1, subsampling), BC-SH with local SGD (eq. (2): sequential SGD over each
+  mini-batch's 4 records) and with momentum 0.9 reset every call (eq. (3)), BC-SH with m = 1 (eq. (4) as printed), and
+  non-private mini-batch SGD (batch 256);
+* full protocol: C in {0.1, 0.5, 1, 2, 5}, eta in {0.01, 0.03, 0.1, 0.3, 1}, E in {10, 30, 50}, 3 seeds, all 60,000
+  training and 10,000 test images (extrapolated; hundreds of CPU hours);
+* quick protocol (``--quick``, a smoke test of every code path, not a reproduction): 512 training images (2 rounds per
+  epoch), 500 test images, E = 2, eta in {0.3, 1}, C = 1, one seed, one grid-edge extension per side and axis, every
+  variant but BC-SH with m = 1 (BC-SH's code; full protocol only).
 
-The best configuration per variant (mean test accuracy over seeds; tuning on
-test data leaks privacy and is ignored, as usual) is reported with its
-privacy at delta = 1e-5 for g in {1, 2, 4, 8}: the exact strong-adversary
-mixture, G_{sqrt(gE)/sigma}, generic group privacy G_{g sqrt(E)/sigma} and,
-for g = 1, a standard-adversary accountant.
+The best configuration per variant (mean test accuracy over seeds; tuning on test data leaks privacy and is ignored,
+as usual) is reported with its privacy at delta = 1e-5 for g in {1, 2, 4, 8}: the exact strong-adversary mixture,
+G_{sqrt(gE)/sigma}, generic group privacy G_{g sqrt(E)/sigma} and, for g = 1, a standard-adversary accountant. Where a
+selected eta or C (per E) sits at an end of the values tried, one more geometric step beyond it is run
+(``dpjax.sweep.select.extended_grid``), at most ``max_extensions`` times per side and axis; such rows have
+``grid_extension = 1`` in results.csv.
 
-Grid edges: where a variant's selected eta or C (per E) sits at an end of the
-values tried, one more geometric step beyond it is run at the other selected
-value (``dpjax.sweep.select.extended_grid``, the rule of the ISRL
-reproduction's ``extend_grid_at_edges``), at most ``max_extensions`` times per
-side and axis; such rows have ``grid_extension = 1`` in results.csv.
+Constructions (``--construction``): ``"paper"`` (default) is the above. ``"authors"`` is what the batch-clipping code
+of the authors' group does (github.com/MisaNguyen/DPSGD at commit cb9d355, ``PyTorchProjectFramework/``; not labelled
+as this paper's code, no MNIST settings):
 
-Constructions (``--construction``):
+- BC-SH, ``train_model_BC_FGC.py`` lines 23-56: the gradient of the batch's mean loss (``main_new.py`` line 146) is
+  clipped to C (lines 37-44) and ``param.grad = (grad * batch_size + noise) / batch_size`` with noise ``N(0, (sigma
+  C)^2)`` (lines 48-56): std ``sigma C / s`` per coordinate. Here: m = 1 mean of s = 256 records, shuffling, dpjax
+  noise multiplier ``sigma / (2 s)`` (dpjax's noise is ``noise_multiplier x 2C``), so the message is exactly the
+  authors'.
+- IC-SS, ``train_model_IC_FGC.py`` lines 127-178: per-example gradients clipped to C, summed, ``N(0, (sigma C)^2)``
+  added, divided by the batch size: Algorithm 1 with m = 256, s = 1 and noise multiplier ``sigma / 2`` (the sum's
+  replace-one sensitivity is 2C).
+- Step sizes: plain SGD (``main_new.py`` line 192) with ``StepLR(step_size=1, gamma=0.9)`` per epoch (line 210): the
+  server transformation ``optax.scale_by_schedule(0.9 ** epoch)``. The settings files are for CIFAR-10; the MNIST
+  batch size, eta and C are unpublished, so the same grid and edge rule select them.
 
-* ``"paper"`` (default): Algorithm 1's noise ``N(0, (2 C sigma)^2 I)`` on the sum
-  of the m clipped terms, as above.
-* ``"authors"``: what the batch-clipping code of the authors' group does
-  (github.com/MisaNguyen/DPSGD at commit cb9d355, ``PyTorchProjectFramework/``;
-  the repository is not labelled as this paper's code and holds no MNIST
-  settings):
-
-  - BC-SH, ``train_model_BC_FGC.py`` lines 23-56 (``generate_private_grad``): the
-    gradient of the whole batch's mean loss (``loss.backward()``, reduction
-    'mean', ``main_new.py`` line 146) is clipped to C (lines 37-44) and
-    ``param.grad = (grad * batch_size + noise) / batch_size`` with noise
-    ``N(0, (sigma C)^2)`` (lines 48-56), i.e. the clipped mean plus noise of std
-    ``sigma C / s`` per coordinate. Here: m = 1 mean of s = 256 records,
-    shuffling, dpjax noise multiplier ``sigma / (2 s)`` (dpjax's noise is
-    ``noise_multiplier x 2C``), so the message is exactly the authors'.
-  - IC-SS, ``train_model_IC_FGC.py`` lines 127-178: per-example gradients clipped
-    to C, summed, ``N(0, (sigma C)^2)`` added and divided by the batch size
-    (line 178): Algorithm 1 with m = 256, s = 1 and dpjax noise multiplier
-    ``sigma / 2`` (the replace-one sensitivity of the sum is 2C, so the
-    authors' sigma C is half of Algorithm 1's noise).
-  - Step sizes: plain SGD on that gradient (``main_new.py`` line 192) with
-    ``StepLR(step_size=1, gamma=0.9)`` stepped once per epoch (line 210,
-    ``scheduler.step()`` after each epoch in ``training_loop``): here the
-    server transformation ``optax.scale_by_schedule(0.9 ** epoch)``. The
-    repository's settings files are for CIFAR-10 (e.g.
-    ``settings/settings_convnet_1028.json``: batch 1028, eta 0.1, C 0.2-0.8,
-    sigma 0.1); the MNIST batch size, eta and C are not published, so the
-    same (eta, C) grid with the same edge rule selects them.
-
-  The epsilon reported for ``"authors"`` is what dpjax's accountant certifies
-  for the noise the construction actually adds (noise multiplier
-  ``sigma x noise_factor``), not the paper's sigma = 2 guarantee.
+The epsilon reported for ``"authors"`` is what dpjax certifies for the noise actually added (noise multiplier ``sigma
+x noise_factor``), not the paper's sigma = 2 guarantee.
 """
 
 from __future__ import annotations
@@ -97,13 +62,12 @@ import time
 
 import numpy as np
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, CONSTRUCTIONS, DELTA, FULL, GROUPS,
                                                 LOCAL_BATCH, MINI_BATCH, PAPER, PAPER_ACCURACY, QUICK, ROUND_RECORDS,
                                                 SIGMA, authors_variants, cnn, construction_variants, describe,
                                                 edge_requests, family_kwargs, load, select_best, variants)
-from dpjax.reproduce.dpsgd_mnist_report import (accuracy_cell, extrapolate_full, noise_reading, plot,
-                                                write_report)
+from dpjax.reproduce.dpsgd_mnist_report import (accuracy_cell, extrapolate_full, noise_reading, plot, write_report)
 
 # The configuration and the report live in dpsgd_mnist_config / dpsgd_mnist_report (import them from there).
 __all__ = ["dpsgd_mnist", "merge_parts", "privacy_rows", "report_only", "run_protocol", "train_grid"]
@@ -219,13 +183,13 @@ def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np
     """Final test accuracy and first diverged round (-1: none) of every run of the grid
     (``dpjax.engine.run_grid``, one key per run; the starting point comes from the chunk's first key).
 
-    On an accelerator the runs are vmapped in one compiled scan over the rounds (one chunk: every
-    run starts from the first key's initialisation, as ``dpjax.engine.run_many`` did here).
-    On CPU every round is its own compiled call (``round_loop="host"``: XLA:CPU leaves the CNN's
-    gradient convolutions inside a loop body on its naive emitter, see ``dpjax.engine.program``)
-    and the runs go one after the other (chunks of one run, each from its own key's initialisation):
-    vmapping the runs turns each convolution into a grouped one over per-run kernels, which XLA:CPU
-    runs about 1.3x slower than the runs one by one (``experiments/benchmarks/bench_dpsgd_quick_variants.py --host-single``).
+    On an accelerator the runs are vmapped in one compiled scan over the rounds (one chunk: every run starts from the
+    first key's initialisation, as ``dpjax.engine.run_many`` did here). On CPU every round is its own compiled call
+    (``round_loop="host"``: XLA:CPU leaves the CNN's gradient convolutions inside a loop body on its naive emitter,
+    see ``dpjax.engine.program``) and the runs go one after the other (chunks of one run, each from its own key's
+    initialisation): vmapping the runs turns each convolution into a grouped one over per-run kernels, which XLA:CPU
+    runs about 1.3x slower than the runs one by one (``experiments/benchmarks/bench_dpsgd_quick_variants.py
+    --host-single``).
     """
     import jax
 
@@ -239,16 +203,9 @@ def train_grid(alg, data, hps, keys, eval_fn, eval_data) -> tuple[np.ndarray, np
 
 def _write_tables(out: pathlib.Path, rows: list[dict], privacy: dict[str, list[dict]]) -> None:
     """``results.csv`` (one row per run) and ``privacy.csv`` (one row per variant x group size x accountant)."""
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with open(out / "privacy.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["variant", "group_size", "accountant", "epsilon", "notes"])
-        w.writeheader()
-        for name, prs in privacy.items():
-            for r in prs:
-                w.writerow({"variant": name, **r})
+    report.write_csv(out / "results.csv", rows, list(rows[0]))
+    report.write_csv(out / "privacy.csv", [{"variant": name, **r} for name, prs in privacy.items() for r in prs],
+                     ["variant", "group_size", "accountant", "epsilon", "notes"])
 
 
 def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:

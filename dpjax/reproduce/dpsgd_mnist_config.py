@@ -33,9 +33,9 @@ AUTHORS_LR_DECAY = 0.9  # StepLR(step_size=1, gamma=0.9) per epoch, PyTorchProje
 def cnn():
     """A small MNIST CNN with group normalisation (no cross-round state).
 
-    Normalisation and pooling are ``dpjax.problems.GroupNorm`` and ``dpjax.problems.max_pool``:
-    flax's ``GroupNorm`` and ``max_pool`` as functions (same parameters; equal up to float
-    reordering, and pooling gradients equal away from ties), faster on XLA:CPU (issue 25)."""
+    Normalisation and pooling are ``dpjax.problems.GroupNorm`` and ``dpjax.problems.max_pool``: flax's ``GroupNorm``
+    and ``max_pool`` as functions (same parameters; equal up to float reordering, and pooling gradients equal away
+    from ties), faster on XLA:CPU (issue 25)."""
     import flax.linen as nn
 
     from dpjax.problems import GroupNorm, max_pool

@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 
+from dpjax.reproduce import report
 from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, FULL, GROUPS, MINI_BATCH, PAPER,
                                                 PAPER_ACCURACY, ROUND_RECORDS, SIGMA, cnn, describe, family_kwargs)
 
@@ -22,10 +23,9 @@ def _seeds_text(cfg, best) -> str:
 def extrapolate_full(timings: dict) -> float:
     """Full-protocol CPU seconds from the measured CPU seconds per run-round of each variant.
 
-    A round's cost depends on its ``ms`` records and not on N, so one run-round of
-    a variant costs what it cost here; the full protocol has (runs x rounds) of
-    each: 3 seeds x 25 (eta, C) (5 eta for SGD) x N/(ms) rounds x (10 + 30 + 50)
-    epochs on N = 60,000.
+    A round's cost depends on its ``ms`` records and not on N, so one run-round of a variant costs what it cost here;
+    the full protocol has (runs x rounds) of each: 3 seeds x 25 (eta, C) (5 eta for SGD) x N/(ms) rounds x (10 + 30 +
+    50) epochs on N = 60,000.
     """
     per_run_round: dict[str, list] = {}
     for key, t in timings.items():
@@ -203,6 +203,4 @@ def write_report(out, quick, cfg, chosen, best, privacy, wall, cpu, full_estimat
               f"{est / 7200:.0f} h on 2 idle cores.", "",
               "Per-variant timings: " + ", ".join(f"{k}: {v['seconds']:.0f} s ({v['cpu_seconds']:.0f} s CPU)"
                                                   for k, v in timings.items())]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return report.write_report(out, lines)

@@ -1,45 +1,29 @@
 """Pooled training optimum and heterogeneity for the ISRL-DP figures.
 
-Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I: step sizes are
-selected by the final *training excess risk* ``F^(w) - F^*``, with ``F^*`` the
-minimum of the pooled training loss found by Newton's method, and each plot
-is labelled with the heterogeneity at the pooled minimizer ``w*``::
+Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I: step sizes are selected by the final *training excess risk*
+``F^(w) - F^*``, with ``F^*`` the minimum of the pooled training loss found by Newton's method, and each plot is
+labelled with the heterogeneity at the pooled minimizer ``w*``, ``upsilon*^2 = (1/N) sum_i || grad F^_i(w*) ||^2``
+with ``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous silos, but not conversely).
 
-    upsilon*^2 = (1/N) sum_i || grad F^_i(w*) ||^2,
+``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the experiments, in float64 NumPy:
 
-``F^_i`` the mean training loss of silo i (Section 1; 0 for homogeneous
-silos, but not conversely).
+* binary logistic regression (MNIST): ``log(1 + e^m) - y m``, m = <w, x>. The experiments clip the margin to
+  [-15, 15] (``LogisticRegression.margin_clip``); that loss is flat beyond 15 and not convex, so Newton's method runs
+  on the *unclipped* loss and ``F^*`` is its minimum. The two agree at w* (and wherever every margin is within 15),
+  which ``max_abs_margin`` and ``clipped_loss`` record; elsewhere the clipped loss can be below ``F^*`` (misclassified
+  points beyond 15 only), so an excess risk can be slightly negative.
+* softmax regression (obesity): W is [d, C]; the loss is invariant to adding one vector to every column, so the
+  Hessian is singular and the Newton step is the minimum-norm least-squares solution (``F^*`` and the silo
+  gradients, hence upsilon*^2, do not depend on the choice of minimizer).
+* least squares (insurance): ``0.5 (<w, x> (+ b) - y)^2``; a least-squares solve refined by Newton steps.
 
-``pooled_optimum(problem, xs, ys)`` does both for the three GLMs of the
-experiments, in float64 NumPy:
-
-* binary logistic regression (MNIST): ``log(1 + e^m) - y m``, m = <w, x>.
-  The experiments clip the margin to [-15, 15] before the sigmoid
-  (``LogisticRegression.margin_clip``); the clipped loss is flat beyond
-  |m| > 15 and not convex, so Newton's method runs on the *unclipped*
-  logistic loss. ``F^*`` is the unclipped minimum; the two losses agree at
-  w* (and wherever every |margin| <= 15), which ``max_abs_margin`` and
-  ``clipped_loss`` record. Away from that region the clipped training loss
-  can be below the unclipped ``F^*`` (only for misclassified points with
-  |m| > 15), so an excess risk can be slightly negative there.
-* softmax regression (obesity): W is [d, C]; the loss is invariant to adding
-  one vector to every column, so the Hessian is singular and the Newton step
-  is the minimum-norm least-squares solution (``F^*`` and the silo gradients,
-  hence upsilon*^2, do not depend on the choice of minimizer).
-* least squares (insurance): ``0.5 (<w, x> (+ b) - y)^2``; the minimizer is a
-  least-squares solve, refined by Newton steps.
-
-Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with
-alpha = 0.25, beta = 0.5 on the Newton direction) by default; ``step=0.5``
-gives the authors' fixed damping. It stops when the Newton decrement
-``lambda^2/2 = -g^T dw / 2`` (an estimate of F^(w) - F^*) is at most
-``tol * max(1, |F^(w)|)`` (default 1e-14: far below the float32 training
-losses it is compared with; the authors use 1e-6 absolute), when the gradient
-norm is at most ``grad_tol``, or when the line search can no longer decrease
-the loss (float64 resolution reached; ``converged`` then reports whether the
-decrement rule held to 1e-10). Nearly separable data (the obesity silos:
-98.6% training accuracy) have their infimum far out (||W|| ~ 4e3): Newton
-then converges linearly, F^* to ~1e-13 in about 40 iterations.
+Newton's method is damped (Boyd & Vandenberghe, Alg. 9.5: backtracking with alpha = 0.25, beta = 0.5 on the Newton
+direction) by default; ``step=0.5`` gives the authors' fixed damping. It stops when the Newton decrement ``lambda^2/2
+= -g^T dw / 2`` (an estimate of F^(w) - F^*) is at most ``tol * max(1, |F^(w)|)`` (default 1e-14: far below the
+float32 training losses it is compared with; the authors use 1e-6 absolute), when the gradient norm is at most
+``grad_tol``, or when the line search can no longer decrease the loss (float64 resolution reached; ``converged`` then
+reports whether the decrement rule held to 1e-10). Nearly separable data (the obesity silos: 98.6% training accuracy)
+have their infimum far out (||W|| ~ 4e3): Newton then converges linearly, F^* to ~1e-13 in about 40 iterations.
 """
 
 from __future__ import annotations
@@ -91,9 +75,7 @@ class PooledOptimum:
                 "max_abs_margin": self.max_abs_margin, "clipped_loss_at_optimum": self.clipped_loss}
 
 
-# ---------------------------------------------------------------------------
 # Loss, gradient and Hessian of the pooled mean loss (flattened parameters)
-# ---------------------------------------------------------------------------
 
 
 def _loss(model: str, w: np.ndarray, x: np.ndarray, y: np.ndarray, num_classes: int | None) -> float:
@@ -134,18 +116,15 @@ def _hessian(model: str, w: np.ndarray, x: np.ndarray, y: np.ndarray, num_classe
     return x.T @ x / n
 
 
-# ---------------------------------------------------------------------------
 # Newton's method
-# ---------------------------------------------------------------------------
 
 
 def newton_minimize(model: str, x, y, *, num_classes: int | None = None, w0=None, step: str | float = "backtracking",
                     tol: float = 1e-14, grad_tol: float = 1e-12, max_iter: int = 100) -> tuple[np.ndarray, int, bool]:
     """(Damped) Newton's method on the pooled mean loss of ``model`` over rows ``x [n, d]``.
 
-    Returns ``(w, iterations, converged)`` with ``w`` flattened ([d] or [d*C],
-    row-major). ``step="backtracking"`` (default) or a fixed damping in (0, 1]
-    (the authors use 0.5). See the module docstring for the stopping rules.
+    Returns ``(w, iterations, converged)`` with ``w`` flattened ([d] or [d*C], row-major). ``step="backtracking"``
+    (default) or a fixed damping in (0, 1] (the authors use 0.5). See the module docstring for the stopping rules.
     """
     _validate.check_choice("model", model, MODELS)
     x = np.asarray(x, np.float64)

@@ -1,25 +1,18 @@
 """The ISRL-DP experiment protocol (Lowy & Razaviyayn, ICLR 2023, Section 6 / App. I).
 
-The paper-specific pieces of the ``isrl-*`` figures (``dpjax.reproduce.isrl``);
-the grid runs through the one experiment pipeline (``dpjax.sweep.table``:
-run specs -> compiled chunks -> one row per run; ``dpjax.sweep.select``:
-selection by the mean criterion over repetitions and the step-size grid
-extension):
+The paper-specific pieces of the ``isrl-*`` figures (``dpjax.reproduce.isrl``); the grid runs through the one
+experiment pipeline (``dpjax.sweep.table``: run specs -> compiled chunks -> one row per run; ``dpjax.sweep.select``:
+selection by the mean criterion over repetitions and the step-size grid extension):
 
-* ``noise_table``: sigma per (calibration, epsilon) for Noisy MB-SGD or Local
-  SGD, in the paper's Appendix I form (``"paper"``) or calibrated by a tight
-  accountant for the run's actual sampling scheme under replace-one
-  (``"tight"``, RDP for fixed-size sampling without replacement), with the
-  epsilon a tight accountant certifies for that sigma (Appendix I's form is an add/remove
-  calibration, not a replace-one certificate);
-* ``build_specs``/``extension_specs``: the runs of one trial and one algorithm
-  family (calibration x epsilon x step size x clip x repetition, plus the
-  non-private twin as sigma = 0);
-* ``select``: the paper's step-size selection by the mean over repetitions
-  of a final training criterion: the excess risk F^(w) - F^* (the paper's;
-  F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training
-  loss (same argmin: F^* is constant per trial); diverged runs count as an
-  infinite loss;
+* ``noise_table``: sigma per (calibration, epsilon) for Noisy MB-SGD or Local SGD, in the paper's Appendix I form
+  (``"paper"``) or calibrated by a tight accountant for the run's actual sampling scheme under replace-one
+  (``"tight"``, RDP for fixed-size sampling without replacement), with the epsilon a tight accountant certifies for
+  that sigma (Appendix I's form is an add/remove calibration, not a replace-one certificate);
+* ``build_specs``/``extension_specs``: the runs of one trial and one algorithm family (calibration x epsilon x step
+  size x clip x repetition, plus the non-private twin as sigma = 0);
+* ``select``: the paper's step-size selection by the mean over repetitions of a final training criterion: the excess
+  risk F^(w) - F^* (the paper's; F^* from Newton's method, ``dpjax.reproduce.isrl_optimum``) or the training loss
+  (same argmin: F^* is constant per trial); diverged runs count as an infinite loss;
 * ``tidy_rows``: results.csv rows of the selected configurations.
 """
 
@@ -69,9 +62,7 @@ def thin(values: Sequence[float], count: int) -> tuple[float, ...]:
     return tuple(values[i] for i in idx)
 
 
-# ---------------------------------------------------------------------------
 # Noise calibration
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,16 +90,13 @@ def noise_table(
 ) -> dict[tuple[str, float], NoiseEntry]:
     """Noise per (calibration, epsilon) for ``kind`` in {"mbsgd", "local-sgd"}, at L = 1.
 
-    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I;
-    K is fixed by the caller from ``epsilon_max``); Local SGD
-    sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (Appendix I).
-    ``"tight"``: the smallest sigma the RDP accountant certifies at (eps, delta)
-    for the run's schedule (fixed-size sampling without replacement of K (MB-SGD)
-    or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L).
-    Every entry carries the RDP epsilon of its sigma (``realized_epsilon``).
-    ``sampling`` is MB-SGD's minibatch sampling (``"with-replacement"`` is
-    accounted conservatively by the RDP accountant). Tables are cached (every trial
-    of a figure asks for the same ones).
+    ``"paper"``: Noisy MB-SGD sigma^2 = 8 ln(1/delta) R/(n^2 eps^2) (Appendix I; K is fixed by the caller from
+    ``epsilon_max``); Local SGD sigma^2 = 8 R K ln(1/delta)/(n^2 eps^2) per local step (Appendix I). ``"tight"``: the
+    smallest sigma the RDP accountant certifies at (eps, delta) for the run's schedule (fixed-size sampling without
+    replacement of K (MB-SGD) or 1 (Local SGD, R K steps) records, replace-one, sensitivity 2L/K or 2L). Every entry
+    carries the RDP epsilon of its sigma (``realized_epsilon``). ``sampling`` is MB-SGD's minibatch sampling
+    (``"with-replacement"`` is accounted conservatively by the RDP accountant). Tables are cached (every trial of a
+    figure asks for the same ones).
     """
     return dict(_noise_table(kind, n, rounds, batch_size, tuple(epsilons), delta, epsilon_max, tuple(calibrations),
                              sampling))
@@ -158,9 +146,7 @@ def _noise_table(kind, n, rounds, batch_size, epsilons, delta, epsilon_max, cali
     return out
 
 
-# ---------------------------------------------------------------------------
 # One trial's runs
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,20 +257,16 @@ def extension_specs(
     return specs
 
 
-# ---------------------------------------------------------------------------
 # Selection, tidy rows
-# ---------------------------------------------------------------------------
 
 
 def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss") -> pd.DataFrame:
     """Per ``by`` group, the (step size, clip) with the lowest mean final ``criterion``
     (``"train_loss"`` or ``"excess_risk"``, a column of ``runs``).
 
-    ``dpjax.sweep.select.select_mean`` over ``hp_index``: the selected
-    ``learning_rate``/``clip_norm``/``noise_std``, the mean ``test``,
-    ``train_loss`` (and ``excess_risk``, ``official_*`` when present) of the
-    selection, and ``edge`` (True when the selection hit an end of the
-    step-size grid).
+    ``dpjax.sweep.select.select_mean`` over ``hp_index``: the selected ``learning_rate``/``clip_norm``/``noise_std``,
+    the mean ``test``, ``train_loss`` (and ``excess_risk``, ``official_*`` when present) of the selection, and
+    ``edge`` (True when the selection hit an end of the step-size grid).
     """
     from dpjax.sweep.select import select_mean
 
@@ -298,8 +280,8 @@ def select(runs: pd.DataFrame, by: Sequence[str], criterion: str = "train_loss")
 def tidy_rows(selected: pd.DataFrame, value_name: str, *, setting: dict, noise_by: dict | None = None) -> list[dict]:
     """results.csv rows of the selected configurations: one per algorithm x epsilon x trial x metric.
 
-    ``noise_by[(algorithm, calibration, epsilon)]`` gives the ``NoiseEntry``
-    whose tight-accountant epsilon is reported as metric ``realized_epsilon_rdp``.
+    ``noise_by[(algorithm, calibration, epsilon)]`` gives the ``NoiseEntry`` whose tight-accountant epsilon is
+    reported as metric ``realized_epsilon_rdp``.
     """
     rows = []
     for rec in selected.to_dict("records"):

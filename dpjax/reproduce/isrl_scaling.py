@@ -1,24 +1,20 @@
 """Scaling check of Noisy ISRL-DP MB-SGD against Theorem 2.1 (a check not in
 the paper: the empirical slopes of its upper bound).
 
-Problem (i.i.d. SCO, smooth and 1-strongly convex): ``f(w, x) = ||w - x||^2 / 2``
-with records ``x = w_dagger + phi * z``, ``z`` uniform on the unit sphere of
-R^d, so ``F(w) - F* = ||w - w_dagger||^2 / 2`` exactly (no estimation of F*).
-Every record has ``||x|| <= ||w_dagger|| + phi``; gradients are clipped at
-``L = clip`` so the sensitivity bound holds whatever the iterate.
+Problem (i.i.d. SCO, smooth and 1-strongly convex): ``f(w, x) = ||w - x||^2 / 2`` with records ``x = w_dagger + phi *
+z``, ``z`` uniform on the unit sphere of R^d, so ``F(w) - F* = ||w - w_dagger||^2 / 2`` exactly (no estimation of F*).
+Every record has ``||x|| <= ||w_dagger|| + phi``; gradients are clipped at ``L = clip`` so the sensitivity bound holds
+whatever the iterate.
 
-Algorithm: Noisy MB-SGD (Algorithm 2) with the paper's noise (Theorem D.1,
-``isrl_paper_sigma``: sigma^2 = 256 L^2 R ln(2.5R/delta) ln(2/delta)/(n^2 eps^2)),
-K records per silo and round drawn with replacement as printed in Algorithm 2
-(K >= the paper's minimum; O(K) sampling keeps large n cheap),
-M = N silos every round, constant step size tuned over a small grid (mean
-excess risk over repetitions), uniform average of w_0..w_{R-1} (Algorithm 2).
+Algorithm: Noisy MB-SGD (Algorithm 2) with the paper's noise (Theorem D.1, ``isrl_paper_sigma``: sigma^2 = 256 L^2 R
+ln(2.5R/delta) ln(2/delta)/(n^2 eps^2)), K records per silo and round drawn with replacement as printed in Algorithm 2
+(K >= the paper's minimum; O(K) sampling keeps large n cheap), M = N silos every round, constant step size tuned over
+a small grid (mean excess risk over repetitions), uniform average of w_0..w_{R-1} (Algorithm 2).
 
-Theorem 2.1 (strongly convex): E F(w^) - F* = O~((L^2/(mu M)) (1/n + d ln(1/delta)/(eps^2 n^2))).
-With phi small the privacy term dominates, so at fixed delta and R the
-excess risk should scale as ``n^-2``, ``eps^-2`` and ``M^-1`` (log-log slopes
--2, -2, -1). delta is held fixed across the sweep (the rate's ln(1/delta)
-factor is explicit; delta = 1/n^2 would add a slowly varying log factor).
+Theorem 2.1 (strongly convex): E F(w^) - F* = O~((L^2/(mu M)) (1/n + d ln(1/delta)/(eps^2 n^2))). With phi small the
+privacy term dominates, so at fixed delta and R the excess risk should scale as ``n^-2``, ``eps^-2`` and ``M^-1``
+(log-log slopes -2, -2, -1). delta is held fixed across the sweep (the rate's ln(1/delta) factor is explicit; delta =
+1/n^2 would add a slowly varying log factor).
 """
 
 from __future__ import annotations
@@ -158,8 +154,8 @@ def sweep(cfg: ScalingConfig, *, base: dict, values: dict[str, Sequence], seed: 
     """One-factor-at-a-time sweep around ``base`` (keys n, epsilon, num_silos).
 
     Returns ``{factor: {"rows": [...], "slope": s, "theory": t, "verdict": v}}``, ``v`` the
-    ``dpjax.sweep.select.slope_verdict`` of the exponent (paired bootstrap over the repetitions,
-    ``tolerance`` around the theory's exponent); every row keeps ``excess_risk_runs``.
+    ``dpjax.sweep.select.slope_verdict`` of the exponent (paired bootstrap over the repetitions, ``tolerance`` around
+    the theory's exponent); every row keeps ``excess_risk_runs``.
     """
     from dpjax.sweep import select
 

@@ -2,9 +2,8 @@
 ``to_markdown``), ``report.md``, ``meta.json``, the tidy ``results.csv`` and
 the machine line every report states.
 
-Cells are written verbatim (``disable_numparse``): a reproduction formats its
-numbers itself (significant digits, intervals, "—" for a missing run), and the
-table keeps them exactly as formatted.
+Cells are written verbatim (``disable_numparse``): a reproduction formats its numbers itself (significant digits,
+intervals, "—" for a missing run), and the table keeps them exactly as formatted.
 """
 
 from __future__ import annotations
@@ -45,6 +44,18 @@ def tidy_results(out_dir: pathlib.Path, rows: Sequence[Mapping[str, Any]], first
     path = pathlib.Path(out_dir) / "results.csv"
     tidy.to_csv(path, index=False)
     return path
+
+
+def write_csv(path: pathlib.Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+              ) -> pathlib.Path:
+    """Writes the dicts ``rows`` as a CSV file with ``columns`` (default: every key, in first-seen order)."""
+    import csv
+
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(columns) if columns is not None else list(dict.fromkeys(k for r in rows for k in r)))
+        w.writeheader()
+        w.writerows(rows)
+    return pathlib.Path(path)
 
 
 def write_report(out_dir: pathlib.Path, lines: Sequence[str]) -> pathlib.Path:

@@ -16,9 +16,8 @@ def authors_train_test_split(n_samples: int, test_fraction: float = 0.2, random_
     """``(train_idx, test_idx)`` of scikit-learn's ``train_test_split(..., test_size=test_fraction,
     random_state=random_state)``, without scikit-learn.
 
-    ``ShuffleSplit`` draws ``RandomState(random_state).permutation(n)``; the
-    first ``ceil(test_fraction n)`` positions are the test rows, the rest (in
-    permutation order) the training rows. Bit-for-bit the authors' split.
+    ``ShuffleSplit`` draws ``RandomState(random_state).permutation(n)``; the first ``ceil(test_fraction n)`` positions
+    are the test rows, the rest (in permutation order) the training rows. Bit-for-bit the authors' split.
     """
     n = check_int("n_samples", n_samples, min_value=2)
     test_fraction = check_probability("test_fraction", test_fraction, allow_zero=False)
@@ -33,11 +32,10 @@ def authors_train_test_split(n_samples: int, test_fraction: float = 0.2, random_
 def standard_scaler_fit(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(mean_, scale_)`` of scikit-learn's ``StandardScaler().fit(x)`` with its numerics.
 
-    float64 accumulators over (possibly float32) ``x``, the two-pass variance with
-    the correction term of ``_incremental_mean_and_var``, ddof = 0, and scale 1
-    for columns ``_is_constant_feature`` flags (var <= n eps var + (n mean eps)^2)
-    or whose std is below 10 eps. Applying it as scikit-learn does
-    (``x -= mean_; x /= scale_`` in ``x``'s dtype) gives its values bit for bit.
+    float64 accumulators over (possibly float32) ``x``, the two-pass variance with the correction term of
+    ``_incremental_mean_and_var``, ddof = 0, and scale 1 for columns ``_is_constant_feature`` flags (var <= n eps var
+    + (n mean eps)^2) or whose std is below 10 eps. Applying it as scikit-learn does (``x -= mean_; x /= scale_`` in
+    ``x``'s dtype) gives its values bit for bit.
     """
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[0] == 0:

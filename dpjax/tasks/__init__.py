@@ -1,5 +1,3 @@
 """End-to-end jobs run by ``dpjax run <task>``."""
 
-TASKS = {
-    "isrl-mnist-trial": "dpjax.tasks.isrl_mnist",
-}
+TASKS = {"isrl-mnist-trial": "dpjax.tasks.isrl_mnist"}

@@ -1,33 +1,28 @@
 """``dpjax run isrl-mnist-trial``: one trial of ISRL-DP Noisy MB-SGD on the 25-silo MNIST task.
 
-The setting of Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I
-(experiment of Fig. 4/7): binary (even vs odd) logistic regression on PCA-50 MNIST features,
-N = 25 silos each holding one (even, odd) digit pair, n = 1238 training
+The setting of Lowy & Razaviyayn (ICLR 2023), Section 6 / Appendix I (experiment of Fig. 4/7): binary (even vs odd)
+logistic regression on PCA-50 MNIST features, N = 25 silos each holding one (even, odd) digit pair, n = 1238 training
 records per silo, ``M`` silos available per round, R rounds, delta = 1/n^2.
 
-One call does one *trial* at one epsilon: every step size of the grid is run
-with several repetitions through the executor (``dpjax.engine.run_grid``,
-one compiled chunk, one key per run), the step size with the lowest mean final training loss is selected,
-and its test error (mean over repetitions) is reported, next to the
-non-private MB-SGD baseline run the same way.
+One call does one *trial* at one epsilon: every step size of the grid is run with several repetitions through the
+executor (``dpjax.engine.run_grid``, one compiled chunk, one key per run), the step size with the lowest mean final
+training loss is selected, and its test error (mean over repetitions) is reported, next to the non-private MB-SGD
+baseline run the same way.
 
 Noise calibration (``calibration=``):
 
-* ``"rdp"`` (default) / ``"pld"``: sigma is the smallest noise that a tight
-  accountant certifies for the *actual* sampling scheme under replace-one
-  (ISRL-DP's relation) at the target (epsilon, delta);
+* ``"rdp"`` (default) / ``"pld"``: sigma is the smallest noise that a tight accountant certifies for the *actual*
+  sampling scheme under replace-one (ISRL-DP's relation) at the target (epsilon, delta);
 * ``"paper"``: Theorem D.1's advanced-composition calibration;
-* ``"paper-experiment"``: the Appendix I moments-accountant form used for the
-  paper's figures (add/remove calibration, Appendix I; not a replace-one
-  certificate, so the tight epsilon of the resulting run is printed too).
+* ``"paper-experiment"``: the Appendix I moments-accountant form used for the paper's figures (add/remove calibration,
+  Appendix I; not a replace-one certificate, so the tight epsilon of the resulting run is printed too).
 
-Whatever the calibration, the run reports epsilon as certified by a tight
-accountant for its sampling scheme, naming accountant, sampling and relation.
+Whatever the calibration, the run reports epsilon as certified by a tight accountant for its sampling scheme, naming
+accountant, sampling and relation.
 
-Named ``isrl-mnist-trial`` because it is not the figure: ``dpjax reproduce
-isrl-mnist`` runs the Fig. 4/7 protocol (both families, both calibrations,
-20 trials) and ``dpjax/sweep/configs/isrl_fig4_mbsgd_appendix_i.toml`` the
-MB-SGD grid with Appendix I's calibration; their numbers differ by design.
+Named ``isrl-mnist-trial`` because it is not the figure: ``dpjax reproduce isrl-mnist`` runs the Fig. 4/7 protocol
+(both families, both calibrations, 20 trials) and ``dpjax/sweep/configs/isrl_fig4_mbsgd_appendix_i.toml`` the MB-SGD
+grid with Appendix I's calibration; their numbers differ by design.
 """
 
 from __future__ import annotations
@@ -46,12 +41,7 @@ from dpjax import _validate
 
 CALIBRATIONS = ("rdp", "pld", "paper", "paper-experiment")
 # The accountant that certifies each sampling scheme tightly under replace-one.
-CERTIFYING_ACCOUNTANT = {
-    "without-replacement": "rdp",
-    "with-replacement": "rdp",
-    "poisson": "pld",
-    "one-pass": "gdp",
-}
+CERTIFYING_ACCOUNTANT = {"without-replacement": "rdp", "with-replacement": "rdp", "poisson": "pld", "one-pass": "gdp"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,8 +87,7 @@ class IsrlMnistConfig:
     def step_sizes(self) -> tuple[float, ...]:
         if self.learning_rates is not None:
             return tuple(self.learning_rates)
-        # The authors' grid exp(linspace(-6, 0, 10)) was tuned for *summed* silo
-        # messages; with the paper's averaged messages multiply by M (the authors' grids assume summed messages).
+        # The authors' grid exp(linspace(-6, 0, 10)) was tuned for *summed* silo messages: times M for averaged ones.
         return tuple(float(self.silos_per_round * v) for v in np.exp(np.linspace(-6.0, 0.0, 10)))
 
 
@@ -125,10 +114,8 @@ def prepare_data(cfg: IsrlMnistConfig):
     from dpjax.data import isrl_mnist_silos, load_mnist
 
     mnist = load_mnist(cfg.data_dir)
-    return isrl_mnist_silos(
-        mnist["train_images"], mnist["train_labels"], seed=cfg.seed,
-        n_per_digit=cfg.n_per_digit, pca_dim=cfg.pca_dim,
-    )
+    return isrl_mnist_silos(mnist["train_images"], mnist["train_labels"], seed=cfg.seed, n_per_digit=cfg.n_per_digit,
+                            pca_dim=cfg.pca_dim)
 
 
 def run_identity(cfg: IsrlMnistConfig) -> dict:
@@ -140,12 +127,10 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
         overwrite: bool = False) -> dict[str, Any]:
     """Runs one trial and returns (and writes) its summary.
 
-    Writes ``config.json``, ``results.csv`` (tidy: algorithm, epsilon, trial,
-    learning_rate, repetition, metric, value, accountant) and ``summary.json``
-    into ``out_dir`` when given. ``out_dir`` is checked before any compute: a
-    file, an unwritable path, or a directory holding a different run's results
-    (unless ``overwrite``) raise ``ValueError`` (see :mod:`dpjax.outputs`).
-    ``dataset`` may pass a prebuilt ``FederatedDataset`` (tests use a small
+    Writes ``config.json``, ``results.csv`` (tidy: algorithm, epsilon, trial, learning_rate, repetition, metric,
+    value, accountant) and ``summary.json`` into ``out_dir`` when given. ``out_dir`` is checked before any compute: a
+    file, an unwritable path, or a directory holding a different run's results (unless ``overwrite``) raise
+    ``ValueError`` (see :mod:`dpjax.outputs`). ``dataset`` may pass a prebuilt ``FederatedDataset`` (tests use a small
     synthetic one).
     """
     from dpjax import outputs

@@ -1,15 +1,15 @@
 """Exact checks of the paper's probabilistic statements (no sampling).
 
-* ``output_law`` / ``hockey_stick``: the exact output distribution of Algorithm 1 on a dataset (a point mass on
-  bottom plus a TDLap-weighted Gaussian mixture, from its stable table) and the hockey-stick divergence
-  H_{e^eps}(P || Q) between two such laws for scalar f, integrated on a fine grid (demonstration
-  D9). Theorem 3.3's proof bounds it by p(0) + p(2 kappa) + e^{eps'} delta_G.
-* ``canary_pair`` / ``clipped_mean_table`` / ``skip_test_law`` / ``exact_epsilon``: the worst-case neighbouring
-  user datasets of the bottom step of Theorem 3.3's proof (one more outlier user to delete on D'), Algorithm 1's
-  stable tables for f = clipped mean, the output law of the mutant that skips the stability test, and the exact
-  epsilon of two laws at a given delta (D9 and the ``user-level`` audit of ``dpjax.auditing``).
-* ``lemma38_pm_tail``: the exact tail of Lemma 3.8 for the +-G e_1 family, where ||sum_{j<=m} v_pi(j)|| =
-  G |2K - m| with K hypergeometric (N, N/2, m).
+* ``output_law`` / ``hockey_stick``: the exact output distribution of Algorithm 1 on a dataset (a point mass on bottom
+  plus a TDLap-weighted Gaussian mixture, from its stable table) and the hockey-stick divergence H_{e^eps}(P || Q)
+  between two such laws for scalar f, integrated on a fine grid (demonstration D9). Theorem 3.3's proof bounds it by
+  p(0) + p(2 kappa) + e^{eps'} delta_G.
+* ``canary_pair`` / ``clipped_mean_table`` / ``skip_test_law`` / ``exact_epsilon``: the worst-case neighbouring user
+  datasets of the bottom step of Theorem 3.3's proof (one more outlier user to delete on D'), Algorithm 1's stable
+  tables for f = clipped mean, the output law of the mutant that skips the stability test, and the exact epsilon of
+  two laws at a given delta (D9 and the ``user-level`` audit of ``dpjax.auditing``).
+* ``lemma38_pm_tail``: the exact tail of Lemma 3.8 for the +-G e_1 family, where ||sum_{j<=m} v_pi(j)|| = G |2K - m|
+  with K hypergeometric (N, N/2, m).
 """
 
 from __future__ import annotations
@@ -64,9 +64,7 @@ def lemma38_pm_tail(size: int, m: int, fail_prob: float) -> float:
     return float(np.exp(special.logsumexp(logp)))
 
 
-# ---------------------------------------------------------------------------
 # The canary pair of the user-level audit (D9 and ``dpjax audit user-level``)
-# ---------------------------------------------------------------------------
 
 
 def clipped_mean_table(values, kappa: int, sensitivity: float):

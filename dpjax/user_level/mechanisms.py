@@ -1,42 +1,37 @@
 """Output perturbation with local deletion sensitivity (Ghazi et al., ICML 2023, Section 3, Appendix C).
 
 * ``stable_table`` + ``del_output_pert``: Algorithm 1 (DelOutputPert) with the stable set computed exactly by
-  enumerating every deletion set of at most 4 kappa + 1 users (the n^{O(log(1/delta)/eps)} procedure of
-  Section 6; only for tiny n). Theorem 3.3: (eps, delta)-DP for every deterministic f.
-* ``sc_output_pert``: Algorithm 2 (SCOutputPert), Algorithm 1 on f = theta* of a strongly convex ERM with
-  target Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first
-  tries the Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly
-  theta*(x) + N(0, sigma^2 I) whatever R1 is) and falls back to the enumeration when it fails.
-* ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C =
-  (2r+1) gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
+  enumerating every deletion set of at most 4 kappa + 1 users (the n^{O(log(1/delta)/eps)} procedure of Section 6;
+  only for tiny n). Theorem 3.3: (eps, delta)-DP for every deterministic f.
+* ``sc_output_pert``: Algorithm 2 (SCOutputPert), Algorithm 1 on f = theta* of a strongly convex ERM with target
+  Delta_expl (Corollary 3.7, explicit constant). ``method='exact'`` enumerates; ``'certificate'`` first tries the
+  Lemma C.1 sufficient condition for S = {} being stable (then Algorithm 1's output is exactly theta*(x) + N(0,
+  sigma^2 I) whatever R1 is) and falls back to the enumeration when it fails.
+* ``sc_output_pert_certified``: the polynomial-time version of Appendix C (A2c): target Delta_C = (2r+1)
+  gamma_target/(mu (n-r-1)) that the certificate passes w.h.p. on exchangeable data.
 * ``replace_output_pert``: baseline B1, the Gaussian mechanism with replace-one-user sensitivity 2G/(mu n).
 
-What a user receives (``output_perturbation``; issue 23). The certificate is a shortcut inside Algorithm 1,
-not a mechanism of its own: when it passes, S = {} is stable, Algorithm 1 picks it for every R1 and releases
-f(x) + N(0, sigma^2 I) -- exactly what the shortcut releases (same key, same noise draw) -- and when it fails
-the exact enumeration runs (Appendix C: "fall back to the exponential algorithm"). Whether the certificate
-passes depends on the data, so a run that STOPS when it fails (the superseded NOT_RELEASABLE) is a
-deterministic, data-dependent output outside Algorithm 1: on neighbouring datasets either side of the
-certificate's threshold it releases with probability 1 on one and stops with probability 1 on the other (an
-unbounded privacy loss that the exact audit of ``tests/user_level`` measures). Making that failure private
-would need a private test of the certificate whose passing keeps Algorithm 1's output law; a release of
-theta*(x) that deletes no user has replace sensitivity 2G/(mu n) (no better than B1), and finding the users to
-delete is the enumeration itself -- so no cheap private failure event exists. This module therefore decides
-BEFORE reading the data, from public quantities only (the number of users n and kappa = kappa(eps, delta);
-``dpjax.accounting.user_level.exact_feasible``), whether the exact fallback can run: if it can, the run is
-Algorithm 1 (certificate first, enumeration on failure) and ``privacy(...)`` certifies exactly its output; if
-it cannot, ``fallback='refuse'`` (default) raises a ``ValueError`` naming n and kappa before any data is
-touched -- the same for every dataset of that size, so it reveals nothing. ``fallback='stop'`` keeps the
-superseded behaviour as an explicit, NOT private diagnostic (its releases carry ``private=False``;
-``privacy(..., mode='certificate-stop')`` reports epsilon = inf). At the paper's constants (eps <= 1)
-kappa >= 6, so n >= 8 kappa + 2 = 50 users already exceed the enumeration: the certified mechanisms release
+What a user receives (``output_perturbation``; issue 23). The certificate is a shortcut inside Algorithm 1, not a
+mechanism of its own: when it passes, S = {} is stable and Algorithm 1 releases f(x) + N(0, sigma^2 I) for every R1,
+exactly what the shortcut releases (same key, same noise draw); when it fails the exact enumeration runs (Appendix C:
+"fall back to the exponential algorithm"). A run that STOPS on failure (the superseded NOT_RELEASABLE) is a
+data-dependent output outside Algorithm 1 with unbounded privacy loss on neighbours either side of the certificate's
+threshold (the exact audit of ``tests/user_level`` measures it), and no cheap private failure event exists (a release
+deleting no user has replace sensitivity 2G/(mu n), no better than B1; finding the users to delete is the
+enumeration). So the module decides BEFORE reading the data, from public n and kappa = kappa(eps, delta)
+(``dpjax.accounting.user_level.exact_feasible``), whether the exact fallback can run: if so the run is Algorithm 1
+and ``privacy(...)`` certifies exactly its output; if not, ``fallback='refuse'`` (default) raises a ``ValueError``
+naming n and kappa before any data is touched (the same for every dataset of that size, so it reveals nothing).
+``fallback='stop'`` keeps the superseded behaviour as an explicit, NOT private diagnostic (releases carry
+``private=False``; ``privacy(..., mode='certificate-stop')`` reports epsilon = inf). At the paper's constants
+(eps <= 1) kappa >= 6, so n >= 8 kappa + 2 = 50 users already exceed the enumeration: the certified mechanisms release
 only in test mode (kappa and sigma given, tiny n); the certificate's pass rate (D4) measures how often the
 polynomial-time path would apply, not a release rate.
 
-Randomness: ``key_r1, key_noise = jax.random.split(key)``; nothing else is random, and the data permutation pi
-of Theorem 3.6 is never drawn here. Status codes: ``OK``, ``BOTTOM`` (the private failure symbol of
-Algorithm 1), ``NOT_RELEASABLE`` (only with ``fallback='stop'``: certificate failed and the exact enumeration
-is infeasible; not private).
+Randomness: ``key_r1, key_noise = jax.random.split(key)``; nothing else is random, and the data permutation pi of
+Theorem 3.6 is never drawn here. Status codes: ``OK``, ``BOTTOM`` (the private failure symbol of Algorithm 1),
+``NOT_RELEASABLE`` (only with ``fallback='stop'``: certificate failed and the exact enumeration is infeasible; not
+private).
 """
 
 from __future__ import annotations
@@ -66,9 +61,7 @@ exact_feasible = acc.exact_feasible
 FALLBACKS = ("refuse", "stop")
 
 
-# ---------------------------------------------------------------------------
 # exact Algorithm 1
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +69,8 @@ class StableTable:
     """Algorithm 1's deterministic part for every value r1 of R1 in {0..2 kappa}.
 
     ``selected[r1]``: the chosen deletion set S (sorted user tuple; smallest |S|, then lexicographic) or None
-    (X^{r1}_stable empty: output bottom). ``centres[r1]`` = f(x_{-S}) (zeros where bottom).
-    ``robust[S]`` (by bitmask) = Delta_{4 kappa - |S|} f(x_{-S}) for |S| <= 2 kappa.
+    (X^{r1}_stable empty: output bottom). ``centres[r1]`` = f(x_{-S}) (zeros where bottom). ``robust[S]`` (by bitmask)
+    = Delta_{4 kappa - |S|} f(x_{-S}) for |S| <= 2 kappa.
     """
 
     selected: tuple[Optional[tuple[int, ...]], ...]
@@ -94,9 +87,9 @@ def deletion_sets(n: int, max_size: int) -> list[tuple[int, ...]]:
 def stable_table(f: Callable[[jax.Array], jax.Array], n: int, kappa: int, sensitivity: float) -> StableTable:
     """Algorithm 1 lines 5-9 for every r1 (the stable set computed exactly).
 
-    ``f(weights [n]) -> [d]`` must be deterministic (weights 0 = user deleted). All f(x_{-U}), |U| <= 4 kappa + 1,
-    are computed in one vmap; D(U) = max_{i not in U} ||f(x_{-U}) - f(x_{-U-{i}})||; the robust sensitivity of
-    x_{-S} is max{D(U) : U superset of S, |U| <= 4 kappa} (a superset-max transform over bitmasks).
+    ``f(weights [n]) -> [d]`` must be deterministic (weights 0 = user deleted). All f(x_{-U}), |U| <= 4 kappa + 1, are
+    computed in one vmap; D(U) = max_{i not in U} ||f(x_{-U}) - f(x_{-U-{i}})||; the robust sensitivity of x_{-S} is
+    max{D(U) : U superset of S, |U| <= 4 kappa} (a superset-max transform over bitmasks).
     """
     n = v.check_int("n", n, min_value=1)
     kappa = v.check_int("kappa", kappa, min_value=1)
@@ -176,9 +169,7 @@ def del_output_pert(key: jax.Array, table: StableTable, params: acc.A1Params) ->
         return int(status), np.asarray(theta, np.float64)
 
 
-# ---------------------------------------------------------------------------
 # Algorithm 2 and its certified version (Appendix C)
-# ---------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,9 +253,9 @@ class Certificate:
 def certificate(loss: Loss, x, y, domain: Domain, theta, radius: int, sensitivity: float) -> Certificate:
     """Appendix C certificate at the solver output ``theta`` (float64 throughout; solver error added as 2 tau).
 
-    g_i = grad L(theta; x_i) - grad L(theta; x) (centred per-user mean gradients, one vmap over users),
-    gamma = max_i ||g_i|| + 2 L_s tau, tau = ``solver_error_bound`` (data-independent, so it also bounds the
-    solver error on every sub-dataset x_{-S} the robust sensitivity involves).
+    g_i = grad L(theta; x_i) - grad L(theta; x) (centred per-user mean gradients, one vmap over users), gamma = max_i
+    ||g_i|| + 2 L_s tau, tau = ``solver_error_bound`` (data-independent, so it also bounds the solver error on every
+    sub-dataset x_{-S} the robust sensitivity involves).
     """
     n = x.shape[0]
     mu = loss.strong_convexity + domain.reg
@@ -309,11 +300,11 @@ def output_perturbation(key: jax.Array, loss: Loss, x, y, domain: Domain, params
     """Algorithm 1 applied to f = theta* with the given parameters (the core of Algorithms 2 and A2c).
 
     ``method='exact'``: the enumeration (tiny n); ``'certificate'``: Lemma C.1 first -- if it passes, release
-    theta*(x) + N(0, sigma^2 I), which is Algorithm 1's output for this key (S = {} is stable and chosen for
-    every R1) -- and the enumeration when it fails. Where the enumeration is infeasible at (n, kappa) (public:
-    ``acc.exact_feasible``), ``fallback='refuse'`` raises before the data is read (module docstring: a stop on
-    a failed certificate would be a data-dependent output); ``fallback='stop'`` runs the certificate anyway
-    and returns ``NOT_RELEASABLE`` when it fails -- NOT private, every release then has ``private=False``.
+    theta*(x) + N(0, sigma^2 I), which is Algorithm 1's output for this key (S = {} is stable and chosen for every R1)
+    -- and the enumeration when it fails. Where the enumeration is infeasible at (n, kappa) (public:
+    ``acc.exact_feasible``), ``fallback='refuse'`` raises before the data is read (module docstring: a stop on a
+    failed certificate would be a data-dependent output); ``fallback='stop'`` runs the certificate anyway and returns
+    ``NOT_RELEASABLE`` when it fails -- NOT private, every release then has ``private=False``.
     """
     v.check_choice("method", method, ("exact", "certificate"))
     v.check_choice("fallback", fallback, FALLBACKS)

@@ -1,22 +1,22 @@
 """Localisation schedules built on Algorithm 2 (Ghazi et al., ICML 2023, Sections 4-5, Appendix B).
 
-* ``phased_erm``: Algorithm 3 (Phased-ERM, Theorem 4.1): T = ceil(log2(n m)) calls at (eps/T, delta/T) on all
-  users, lambda_i = lambda 4^i, l_i = l + (lambda_i/2)||theta - theta_{i-1}||^2, K_i = K cap B(theta_{i-1}, G/lambda_i).
-* ``phased_sco``: Algorithm 4 (Phased-SCO, Theorem 5.1) as printed (``variant='A4'``: halving user groups
-  (n/2^i, n/2^{i-1}]) and the corrected equal split (``'A4b'``: T = ceil(log2(n m)) groups of floor(n/T) users);
-  each phase runs at the full (eps, delta) on its own disjoint users (parallel composition).
-* ``strongly_convex_erm`` / ``strongly_convex_sco``: Algorithms 5 and 6 (Theorems 4.3, 5.3): Algorithm 2 at
-  (eps/2, delta/2) gives theta_0, then Phased-ERM / Phased-SCO at (eps/2, delta/2) on K' = K cap B(theta_0, R').
+* ``phased_erm``: Algorithm 3 (Phased-ERM, Theorem 4.1): T = ceil(log2(n m)) calls at (eps/T, delta/T) on all users,
+  lambda_i = lambda 4^i, l_i = l + (lambda_i/2)||theta - theta_{i-1}||^2, K_i = K cap B(theta_{i-1}, G/lambda_i).
+* ``phased_sco``: Algorithm 4 (Phased-SCO, Theorem 5.1) as printed (``variant='A4'``: halving user groups (n/2^i,
+  n/2^{i-1}]) and the corrected equal split (``'A4b'``: T = ceil(log2(n m)) groups of floor(n/T) users); each phase
+  runs at the full (eps, delta) on its own disjoint users (parallel composition).
+* ``strongly_convex_erm`` / ``strongly_convex_sco``: Algorithms 5 and 6 (Theorems 4.3, 5.3): Algorithm 2 at (eps/2,
+  delta/2) gives theta_0, then Phased-ERM / Phased-SCO at (eps/2, delta/2) on K' = K cap B(theta_0, R').
 
 Modes: ``'certified'`` calls Algorithm 2 through the Appendix C certificate (``inner='A2c'``, default) or with
-Delta_expl (``'A2'``), each phase with the exact stable set as the certificate's fallback; a bottom phase ends
-the run with that status. Every phase's (users, kappa) is public, so where any phase's exact fallback is
-infeasible the run refuses before reading the data (``dpjax.accounting.user_level.exact_fallback_check``;
-see ``dpjax.user_level.mechanisms``). ``'certificate-stop'`` is the superseded behaviour (a failed certificate
-stops the run as not releasable: a data-dependent output, NOT private), kept as a diagnostic. ``'rate-shape'`` is the
-idealised mechanism M' of Theorem 4.1's proof (baseline B2): theta_i = theta*_i + N(0, sigma_i^2 I) with
-sigma_i = rho 2G/(lambda_i n_i sqrt(m)) and no stability test -- NOT private; it is compiled as one scan over the
-phases and vmapped over run keys.
+Delta_expl (``'A2'``), each phase with the exact stable set as the certificate's fallback; a bottom phase ends the run
+with that status. Every phase's (users, kappa) is public, so where any phase's exact fallback is infeasible the run
+refuses before reading the data (``dpjax.accounting.user_level.exact_fallback_check``; see
+``dpjax.user_level.mechanisms``). ``'certificate-stop'`` is the superseded behaviour (a failed certificate stops the
+run as not releasable: a data-dependent output, NOT private), kept as a diagnostic. ``'rate-shape'`` is the idealised
+mechanism M' of Theorem 4.1's proof (baseline B2): theta_i = theta*_i + N(0, sigma_i^2 I) with sigma_i = rho
+2G/(lambda_i n_i sqrt(m)) and no stability test -- NOT private; it is compiled as one scan over the phases and vmapped
+over run keys.
 
 Choices of this package (the paper leaves them open): the oracle minimises l_i over K, not K_i -- the two minima
 coincide when theta_{i-1} is in K (first-order optimality gives ||theta*_i - theta_{i-1}|| <= G/lambda_i, the fact
@@ -109,8 +109,8 @@ def _rate_shape_scan(loss: Loss, x, y, weights, lambdas, sigmas, base_centers, b
                      iters: int = solver.SOLVER_ITERS):
     """M': theta_i = proj_K(theta*_i + sigma_i N(0, I)) for i = 1..T (one scan; ``weights`` [T, users]).
 
-    ``x`` is ``[n, m, d]`` (every phase sees all users, Phased-ERM) or ``[T, users per group, m, d]`` (phase i
-    sees only its own group, Phased-SCO: the same objective as masking the full data, at 1/T of the cost)."""
+    ``x`` is ``[n, m, d]`` (every phase sees all users, Phased-ERM) or ``[T, users per group, m, d]`` (phase i sees
+    only its own group, Phased-SCO: the same objective as masking the full data, at 1/T of the cost)."""
     per_phase = x.ndim == 4
 
     def phase(theta_prev, inputs):
@@ -232,8 +232,7 @@ def phased_sco(key, loss: Loss, x, y, domain: mech.Domain, epsilon: float, delta
         mult = acc.noise_multiplier(epsilon, delta, beta_ph, n0 * 2, m, c_k, inner)
         lam = sco_lambda(g, domain.diameter, n, m, d, mult, t if variant == "A4b" else 1)
     lambdas = phase_lambdas(lam, t)
-    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k,
-                            mode=mode)
+    res = _certified_phases(key, loss, x, y, domain, groups, lambdas, epsilon, delta, beta_ph, g, inner, c_k, mode=mode)
     return dataclasses.replace(res, variant=variant)
 
 

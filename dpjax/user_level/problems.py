@@ -4,11 +4,11 @@ Data layout: users are an axis. ``x`` is ``[n_users, items_per_user, dim]``, ``y
 every user holds exactly ``items_per_user`` items (the paper's model, Section 1.1). Subsets of users (deletions,
 Phased-SCO's disjoint groups, padding) are expressed by a ``[n_users]`` weight mask, so shapes stay static.
 
-Every loss writes its per-item value and (sub)gradient once, for an array module ``xp`` (``jax.numpy`` in the
-compiled solvers, ``numpy`` in float64 for the privacy-critical certificate of Appendix C).
+Every loss writes its per-item value and (sub)gradient once, for an array module ``xp`` (``jax.numpy`` in the compiled
+solvers, ``numpy`` in float64 for the privacy-critical certificate of Appendix C).
 
-The generators permute items across users (the exchangeability assumption pi of Theorem 3.6); that permutation
-is a property of the *data*, never of a mechanism (shuffling items inside a mechanism would mix users).
+The generators permute items across users (the exchangeability assumption pi of Theorem 3.6); that permutation is a
+property of the *data*, never of a mechanism (shuffling items inside a mechanism would mix users).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ LOSSES = ("mean", "logistic", "hinge", "absolute", "squared")
 class Loss:
     """A convex loss l(theta; (a, b)) on data with ||a|| <= 1, plus an optional ridge (ridge/2)||theta||^2.
 
-    Kinds: ``mean`` 1/2||theta - a||^2 (mu = 1); ``logistic`` log(1 + exp(-b<theta, a>)); ``hinge``
-    max(0, 1 - b<theta, a>); ``absolute`` |<theta, a> - b|; ``squared`` zeta||theta - a||^2 (the lower-bound
-    loss of Appendix D, zeta = mu/2). ``hinge``/``absolute`` are nonsmooth: the solver minimises their
-    Huber-smoothed surrogate with width ``smoothing`` (uniformly within smoothing/2 of the loss), which keeps
-    the minimiser a deterministic function of the data (all Algorithm 1 needs); the Appendix C certificate is
-    refused for them (it reasons about exact minimisers of a differentiable loss).
+    Kinds: ``mean`` 1/2||theta - a||^2 (mu = 1); ``logistic`` log(1 + exp(-b<theta, a>)); ``hinge`` max(0, 1 -
+    b<theta, a>); ``absolute`` |<theta, a> - b|; ``squared`` zeta||theta - a||^2 (the lower-bound loss of Appendix D,
+    zeta = mu/2). ``hinge``/``absolute`` are nonsmooth: the solver minimises their Huber-smoothed surrogate with width
+    ``smoothing`` (uniformly within smoothing/2 of the loss), which keeps the minimiser a deterministic function of
+    the data (all Algorithm 1 needs); the Appendix C certificate is refused for them (it reasons about exact
+    minimisers of a differentiable loss).
     """
 
     kind: str
@@ -117,9 +117,7 @@ class Loss:
         return self.margin_coefficient(theta, a, b, xp)[..., None] * a + ridge
 
 
-# ---------------------------------------------------------------------------
 # generators (experiment layer; the permutation pi lives here)
-# ---------------------------------------------------------------------------
 
 
 def erm_lambda(lipschitz: float, diameter: float, n: int, m: int, d: int, multiplier: float) -> float:
@@ -137,8 +135,8 @@ def exchangeable(kind: str, n: int, m: int, d: int, seed: int, *, noise: float =
     """``(x [n, m, d], y [n, m])``: n m i.i.d. items assigned to users by a uniformly random permutation.
 
     ``heterogeneous > 0`` violates exchangeability: user i's features are shifted by u_i ~ N(0, tau^2 I) (tau =
-    ``heterogeneous``) and, for classification, labels flipped at a user rate rho_i ~ U[0, 0.5]
-    (a heterogeneous control for the certificate experiment). Features are clipped to the unit ball.
+    ``heterogeneous``) and, for classification, labels flipped at a user rate rho_i ~ U[0, 0.5] (a heterogeneous
+    control for the certificate experiment). Features are clipped to the unit ball.
     """
     v.check_choice("kind", kind, LOSSES)
     n = v.check_int("n", n, min_value=1)
@@ -195,13 +193,13 @@ def convex_rate_instance(n: int, m: int, d: int, seed: int, *, rho: float = 1.0,
     """Theorem 4.1's worst-case regime for Phased-ERM (Algorithm 3): a convex G-Lipschitz ERM instance whose
     curvature equals the cell's lambda = (G/R) rho sqrt(d)/(n sqrt(m)) (R = 2 ``radius``, the diameter of K).
 
-    Loss ``zeta ||theta - x||^2`` with 2 zeta = mu = lambda (the Appendix D loss, with mu tied to lambda instead of
-    to G/R: Phased-ERM's excess on it is Theta(mu R^2) when mu ~ lambda and smaller for any other mu -- ~mu R^2
-    below, the strongly convex rate G^2 d/(mu n^2 m) above -- so mu = lambda puts the instance where the bound
-    R G sqrt(d)/(n sqrt(m)) is attained up to a constant). Data: x_ij ~ N^tr(chi, s^2 I; B) (Definition D.1) with
-    chi = ``offset`` radius u (u a uniform unit vector from its own stream, the same for every (n, m) of a seed),
-    s = radius/sqrt(d) and B = G/mu - radius, so the gradient mu (theta - x) has norm <= mu (radius + B) = G on
-    K = B(0, radius). The ERM minimiser is the item mean x_bar (inside K w.h.p.; the caller checks).
+    Loss ``zeta ||theta - x||^2`` with 2 zeta = mu = lambda (the Appendix D loss, with mu tied to lambda instead of to
+    G/R: Phased-ERM's excess on it is Theta(mu R^2) when mu ~ lambda and smaller for any other mu -- ~mu R^2 below,
+    the strongly convex rate G^2 d/(mu n^2 m) above -- so mu = lambda puts the instance where the bound R G sqrt(d)/(n
+    sqrt(m)) is attained up to a constant). Data: x_ij ~ N^tr(chi, s^2 I; B) (Definition D.1) with chi = ``offset``
+    radius u (u a uniform unit vector from its own stream, the same for every (n, m) of a seed), s = radius/sqrt(d)
+    and B = G/mu - radius, so the gradient mu (theta - x) has norm <= mu (radius + B) = G on K = B(0, radius). The ERM
+    minimiser is the item mean x_bar (inside K w.h.p.; the caller checks).
 
     Returns ``(x [n, m, d], chi, mu, B)``; the loss is ``Loss('squared', radius=radius, zeta=mu/2)`` with G =
     ``lipschitz`` (``Loss.lipschitz`` assumes ||x|| <= 1 and does not apply here).

@@ -4,16 +4,16 @@
 
     F(theta) = sum_i w_i L(theta; x_i) / sum_i w_i + (reg/2)||theta - center||^2   over  K = cap_j B(c_j, r_j),
 
-with ``L(theta; x_i)`` user i's mean item loss (Section 1.3). It depends only on the multiset of retained users
-(a weighted sum, a fixed start ``proj_K(center)`` and a fixed iteration count), as Observation 3.5 needs; the empty
-dataset gives ``proj_K(center)``. Quadratic losses use the closed form (projection of the unconstrained
-minimiser); the others use projected accelerated gradient with constant momentum on the (surrogate) loss.
-Intersections of balls are projected with Dykstra's algorithm.
+with ``L(theta; x_i)`` user i's mean item loss (Section 1.3). It depends only on the multiset of retained users (a
+weighted sum, a fixed start ``proj_K(center)`` and a fixed iteration count), as Observation 3.5 needs; the empty
+dataset gives ``proj_K(center)``. Quadratic losses use the closed form (projection of the unconstrained minimiser);
+the others use projected accelerated gradient with constant momentum on the (surrogate) loss. Intersections of balls
+are projected with Dykstra's algorithm.
 
 ``solver_error_bound`` is a data-independent bound tau on ||argmin(...) - theta*|| for every dataset (from the
-method's linear rate with a fixed iteration count), which the Appendix C certificate adds as 2 tau (the proofs assume exact minimisers).
-Everything runs in float64 (``jax.enable_x64``): the certificate compares float64 numbers with margins far
-above float64 rounding.
+method's linear rate with a fixed iteration count), which the Appendix C certificate adds as 2 tau (the proofs assume
+exact minimisers). Everything runs in float64 (``jax.enable_x64``): the certificate compares float64 numbers with
+margins far above float64 rounding.
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def solver_error_bound(loss: Loss, reg: float, diameter: float, iters: int = SOL
                        dykstra: bool = False) -> float:
     """Data-independent tau >= ||argmin(...) - theta*|| for every dataset (solver error, charged to the sensitivity).
 
-    Closed form (quadratic losses, one ball): float rounding only. Accelerated projected gradient on a
-    mu-strongly convex, L-smooth F over a set of diameter D: F(x_t) - F* <= (F(x_0) - F* + mu/2 D^2)
-    (1 - sqrt(mu/L))^t with F(x_0) - F* <= G_F D (G_F = G + reg D), and ||x_t - x*||^2 <= 2 (F(x_t) - F*)/mu.
-    Dykstra's projections (intersections of balls) carry no finite-iteration guarantee here: returns inf.
-    Nonsmooth kinds (solved through a surrogate): inf (the certificate is refused: it needs the gradient at theta*).
+    Closed form (quadratic losses, one ball): float rounding only. Accelerated projected gradient on a mu-strongly
+    convex, L-smooth F over a set of diameter D: F(x_t) - F* <= (F(x_0) - F* + mu/2 D^2) (1 - sqrt(mu/L))^t with
+    F(x_0) - F* <= G_F D (G_F = G + reg D), and ||x_t - x*||^2 <= 2 (F(x_t) - F*)/mu. Dykstra's projections
+    (intersections of balls) carry no finite-iteration guarantee here: returns inf. Nonsmooth kinds (solved through a
+    surrogate): inf (the certificate is refused: it needs the gradient at theta*).
     """
     if dykstra or not loss.smooth:
         return math.inf

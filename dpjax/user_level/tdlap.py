@@ -1,13 +1,13 @@
 """A0: the shifted, truncated discrete Laplace distribution TDLap(eps, delta) (Definition 3.4).
 
-Support {0, ..., 2 kappa}, pmf proportional to exp(-eps |r - kappa|) (kappa = ceil(1 + ln(1/delta)/eps), rounded
-up; the proof of Theorem 3.3 needs p(0) = p(2 kappa) <= delta and adjacent ratios <= e^eps).
+Support {0, ..., 2 kappa}, pmf proportional to exp(-eps |r - kappa|) (kappa = ceil(1 + ln(1/delta)/eps), rounded up;
+the proof of Theorem 3.3 needs p(0) = p(2 kappa) <= delta and adjacent ratios <= e^eps).
 
 The sampler is exact for a law we can write down: the pmf is quantised to integer masses summing to 2^64
 (``sampler_masses``), and one 64-bit uniform integer (two keyed uint32 words) is located among the cumulative
-thresholds by lexicographic comparison. The sampled law is therefore exactly ``sampler_masses / 2^64``; it
-differs from the real pmf by < 2^-64 per atom, and the tests check p(0) <= delta and the adjacent-ratio bound
-on the quantised law itself (``sampler_log_ratio``).
+thresholds by lexicographic comparison. The sampled law is therefore exactly ``sampler_masses / 2^64``; it differs
+from the real pmf by < 2^-64 per atom, and the tests check p(0) <= delta and the adjacent-ratio bound on the quantised
+law itself (``sampler_log_ratio``).
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
 ``dpjax.data.diff2`` and ``dpjax.accounting.diff2``.
 
 Data (``load_authors_raw``, ``authors_diff2_silos``): scikit-learn's California housing feature set
-(``california_housing_sklearn``), symbolic columns label-encoded and not standardised (BlogFeedback's
-columns 262-268), one fixed ``train_test_split(test_size=0.2, random_state=0)`` for every seed,
-``StandardScaler`` statistics from the training split only, computed on float32 features, and every
-training record dealt to a client (no remainder dropped). Noise: ``diff2_gd_sigmas_script``.
+(``california_housing_sklearn``), symbolic columns label-encoded and not standardised (BlogFeedback's columns
+262-268), one fixed ``train_test_split(test_size=0.2, random_state=0)`` for every seed, ``StandardScaler`` statistics
+from the training split only, computed on float32 features, and every training record dealt to a client (no remainder
+dropped). Noise: ``diff2_gd_sigmas_script``.
 """
 
 from __future__ import annotations
@@ -42,13 +42,11 @@ def california_housing_sklearn(data: dict) -> dict:
     """scikit-learn's ``fetch_california_housing`` table, derived from the raw-totals file
     (the authors' scripts'; the paper names the Torgo version).
 
-    scikit-learn reads the same StatLib/Torgo ``cal_housing.data`` (20640 rows, no
-    missing values; the 207 missing ``total_bedrooms`` exist only in the later
-    ``housing.csv`` variant), reorders it and replaces the totals by
-    per-household averages: MedInc, HouseAge, AveRooms = totalRooms / households,
-    AveBedrms = totalBedrooms / households, Population, AveOccup = population /
-    households, Latitude, Longitude; target = medianHouseValue / 100000. Same
-    float64 operations as scikit-learn, so the values are bit-identical.
+    scikit-learn reads the same StatLib/Torgo ``cal_housing.data`` (20640 rows, no missing values; the 207 missing
+    ``total_bedrooms`` exist only in the later ``housing.csv`` variant), reorders it and replaces the totals by
+    per-household averages: MedInc, HouseAge, AveRooms = totalRooms / households, AveBedrms = totalBedrooms /
+    households, Population, AveOccup = population / households, Latitude, Longitude; target = medianHouseValue /
+    100000. Same float64 operations as scikit-learn, so the values are bit-identical.
     """
     names = list(data.get("feature_names") or ())
     if names != list(CAL_HOUSING_FEATURES):
@@ -135,12 +133,10 @@ def diff2_gd_sigmas_script(eps: float, delta: float, num_rounds: int, restart_in
     """The noise multipliers the authors' DIFF2 script uses (``Diff2_GD_Server._set_sigma`` /
     ``_set_sigma2``; public in ``lawrenceztang/CE-PLSGM``, ``src/optimizers.py``).
 
-    Prop. 4.1 with ``R/T`` restart rounds in place of ``m = ceil(R/T)`` and ``R``
-    difference rounds in place of ``R - m``:
-    ``sigma1^2 = 4 u alpha_0 R/(T n^2P^2 eps)`` (``4`` for ``u`` when ``T = 1``, DP-GD),
-    ``sigma2^2 = (4u/(u-1)) alpha_0 R/(n^2P^2 eps)``. ``sigma1`` is below
-    Prop. 4.1's by ``sqrt(R/(T m))`` when ``T`` does not divide ``R``; ``sigma2``
-    is above it by ``sqrt(R/(R - m))``. ``(sigma, None)`` for ``T = 1``.
+    Prop. 4.1 with ``R/T`` restart rounds in place of ``m = ceil(R/T)`` and ``R`` difference rounds in place of ``R -
+    m``: ``sigma1^2 = 4 u alpha_0 R/(T n^2P^2 eps)`` (``4`` for ``u`` when ``T = 1``, DP-GD), ``sigma2^2 = (4u/(u-1))
+    alpha_0 R/(n^2P^2 eps)``. ``sigma1`` is below Prop. 4.1's by ``sqrt(R/(T m))`` when ``T`` does not divide ``R``;
+    ``sigma2`` is above it by ``sqrt(R/(R - m))``. ``(sigma, None)`` for ``T = 1``.
     """
     count_restarts(num_rounds, restart_interval)  # checks both
     v.check_int("n", n_min, min_value=1)

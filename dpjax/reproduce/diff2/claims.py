@@ -14,12 +14,10 @@ def authors_step_size_search(etas, traces, patience: int = 5, factor: float = 1.
     """The authors' step-size search (``train.py`` and ``notebook_for_evaluation.ipynb`` of
     ``lawrenceztang/CE-PLSGM``): ``(index, survived, checkpoints recorded)``.
 
-    Step sizes are tried from the largest; a run stops at an evaluation whose loss
-    is NaN or that finds the patience counter already at ``patience`` (so a
-    counter reaching it at the last checkpoint, or an inf loss, does not fail it),
-    and the evaluations from the stopping one on are never recorded. The first
-    run that completes is kept; when none does, the notebook's
-    ``results[min(results.keys())]`` keeps the smallest step size, stopped early.
+    Step sizes are tried from the largest; a run stops at an evaluation whose loss is NaN or that finds the patience
+    counter already at ``patience`` (so a counter reaching it at the last checkpoint, or an inf loss, does not fail
+    it), and the evaluations from the stopping one on are never recorded. The first run that completes is kept; when
+    none does, the notebook's ``results[min(results.keys())]`` keeps the smallest step size, stopped early.
     """
     order = np.argsort(-np.asarray(etas, float))
     for i in order:
@@ -54,8 +52,8 @@ def summarize(result: dict, protocol: Protocol, metrics, construction: str = "pa
     (``construction="authors"``: :func:`authors_step_size_search`, and a stopped
     run's checkpoints after its stop are not used).
 
-    Returns ``{(algorithm, eps): {metric: {"curves": [seeds, checkpoints], "best": [...],
-    "final": [...], "choice": [Config per seed], "fallback": n}}}``.
+    Returns ``{(algorithm, eps): {metric: {"curves": [seeds, checkpoints], "best": [...], "final": [...], "choice":
+    [Config per seed], "fallback": n}}}``.
     """
     configs = result["configs"]
     groups: dict[tuple, list[int]] = {}

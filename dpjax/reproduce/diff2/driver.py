@@ -15,8 +15,8 @@ def run_dataset(name: str, protocol: Protocol, epsilons, *, seed_offset: int = 0
                 seeds=None, config_filter=None, construction: str = "paper") -> dict:
     """Runs every configuration for every seed on one dataset; returns traces.
 
-    Result: ``{"configs", "eval_rounds", "traces": {seed: {metric: [num_configs, num_checkpoints]}},
-    "meta", "privacy", "wall_s"}``; checkpoint 0 is the initial point.
+    Result: ``{"configs", "eval_rounds", "traces": {seed: {metric: [num_configs, num_checkpoints]}}, "meta",
+    "privacy", "wall_s"}``; checkpoint 0 is the initial point.
     """
     import jax
     import jax.numpy as jnp

@@ -99,8 +99,7 @@ def _raw(name: str, data_dir: str | None, construction: str = "paper"):
     return load(name, data_dir), d2.DIFF2_DATASETS[name][1]
 
 
-def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None,
-               construction: str = "paper"):
+def load_split(name: str, seed: int, max_records: int | None, data_dir: str | None = None, construction: str = "paper"):
     """(FederatedDataset, task) for one seed; ``max_records`` subsamples rows first (quick mode;
     under the authors' construction the same rows for every seed, since their split is fixed)."""
     from dpjax.data import diff2 as d2

@@ -1,8 +1,8 @@
 """The ISRL-DP MNIST silos as the authors' script builds them (``DP_FL_MNIST_logistic_FINAL.py``,
 ``load_MNIST2``; lowya/Private-Federated-Learning-Without-a-Trusted-Server).
 
-The paper's construction is ``dpjax.data.isrl_mnist_silos``; this one draws other rows and
-splits them otherwise, then builds the same features and labels (``dpjax.data.isrl.mnist_parity_silos``).
+The paper's construction is ``dpjax.data.isrl_mnist_silos``; this one draws other rows and splits them otherwise, then
+builds the same features and labels (``dpjax.data.isrl.mnist_parity_silos``).
 """
 
 from __future__ import annotations
@@ -56,6 +56,5 @@ def authors_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, pc
     sizes = MnistSiloSizes.of(n_per_digit, p, 0.8)
     split = authors_train_test_split(sizes.n_silo, 0.2, random_state=1)
     splits = [(idx[split[0]], idx[split[1]]) for idx in _pooled_draws(digits, sizes, seed, p)]
-    settings = {"heterogeneity_p": p, "replace": True, "construction": "authors", "train_fraction": 0.8,
-                "seed": seed}
+    settings = {"heterogeneity_p": p, "replace": True, "construction": "authors", "train_fraction": 0.8, "seed": seed}
     return mnist_parity_silos(digits, sizes, splits, pca_dim=pca_dim, pca=pca, dtype=dtype, settings=settings)

@@ -12,9 +12,7 @@ from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
 from dpjax.sweep.select import error_bars
 
 
-# ---------------------------------------------------------------------------
 # Claims, report, outputs
-# ---------------------------------------------------------------------------
 
 
 def selected_means(selected: pd.DataFrame) -> pd.DataFrame:

@@ -33,11 +33,9 @@ class Setting:
 class Experiment:
     """Everything that defines one figure's protocol.
 
-    ``mb_grid``/``local_grid`` are the authors' step-size grids; the MB-SGD
-    grid is multiplied by ``mb_grid_scale`` ("M" or "K", see module doc).
-    ``clip_norms=None`` clips at the data's Lipschitz bound ``lipschitz(fed)``
-    (never binding for the GLM losses used); otherwise the clip threshold is
-    tuned jointly with the step size (insurance).
+    ``mb_grid``/``local_grid`` are the authors' step-size grids; the MB-SGD grid is multiplied by ``mb_grid_scale``
+    ("M" or "K", see module doc). ``clip_norms=None`` clips at the data's Lipschitz bound ``lipschitz(fed)`` (never
+    binding for the GLM losses used); otherwise the clip threshold is tuned jointly with the step size (insurance).
     """
 
     name: str
@@ -94,9 +92,7 @@ class Task:
     extra_tests: Callable[[Any], dict] | None = None
 
 
-# ---------------------------------------------------------------------------
 # The three experiments
-# ---------------------------------------------------------------------------
 
 
 def mnist_experiment(quick: bool, construction: str = "paper") -> Experiment:

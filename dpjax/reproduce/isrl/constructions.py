@@ -1,23 +1,20 @@
 """The ISRL-DP experiments' algorithm constructions (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I).
 
-Two constructions of the same experiments: ``"paper"``, what the paper's
-text describes (Algorithm 2 with K records drawn *without* replacement, which
-a tight accountant certifies), and ``"authors"``, what the authors' public
-scripts (lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
+Two constructions of the same experiments: ``"paper"``, what the paper's text describes (Algorithm 2 with K records
+drawn *without* replacement, which a tight accountant certifies), and ``"authors"``, what the authors' public scripts
+(lowya/Private-Federated-Learning-Without-a-Trusted-Server) run:
 
 * ``experiment_batch_size``: the scripts floor K where Appendix I takes the ceiling;
-* ``minibatch_sampling``: the scripts draw ``np.random.randint`` indices, i.e.
-  K records *with* replacement (Algorithm 2 as printed);
-* ``server_noise_equivalent``: the obesity script adds ONE server-side draw
-  to the average of the silos' K-record gradient sums, run here as per-silo
-  noise with the same law (no ISRL-DP guarantee);
-* ``insurance_script_mbsgd``: the insurance script clips each silo's
-  minibatch *mean* and calibrates every silo's noise with its own size
-  (``InsuranceScriptMbSgd``: Algorithm 7's unbalanced Noisy MB-SGD whose
-  clipper is ``ClipMinibatchMean``).
+* ``minibatch_sampling``: the scripts draw ``np.random.randint`` indices, i.e. K records *with* replacement (Algorithm
+  2 as printed);
+* ``server_noise_equivalent``: the obesity script adds ONE server-side draw to the average of the silos' K-record
+  gradient sums, run here as per-silo noise with the same law (no ISRL-DP guarantee);
+* ``insurance_script_mbsgd``: the insurance script clips each silo's minibatch *mean* and calibrates every silo's
+  noise with its own size (``InsuranceScriptMbSgd``: Algorithm 7's unbalanced Noisy MB-SGD whose clipper is
+  ``ClipMinibatchMean``).
 
-The paper's batch size rule and the per-silo noise factors are pure calibration:
-``dpjax.accounting.isrl`` (``isrl_experiment_batch_size``, ``isrl_per_silo_sigma_factors``).
+The paper's batch size rule and the per-silo noise factors are pure calibration: ``dpjax.accounting.isrl``
+(``isrl_experiment_batch_size``, ``isrl_per_silo_sigma_factors``).
 """
 
 from __future__ import annotations
@@ -79,8 +76,8 @@ class ClipMinibatchMean:
 class InsuranceScriptMbSgd(UnbalancedNoisyMbSgd):
     """The authors' insurance MB-SGD: Algorithm 7's parts with ``ClipMinibatchMean`` as the clipper.
 
-    One record can move a silo's message by up to ``2C`` (not ``2C/K_i``) and the clipper's bound says so,
-    so ``privacy()`` (which reads the clipper's bound and event) gives the honest, much weaker guarantee.
+    One record can move a silo's message by up to ``2C`` (not ``2C/K_i``) and the clipper's bound says so, so
+    ``privacy()`` (which reads the clipper's bound and event) gives the honest, much weaker guarantee.
     """
 
     def silo_clipper(self):
@@ -92,9 +89,8 @@ def experiment_batch_size(n: int, rounds: int, epsilon_max: float, construction:
     """K of the experiments from the sweep's largest epsilon, one K for every epsilon.
 
     ``"paper"``: Appendix I's K = ceil(n sqrt(eps_max) / (2 sqrt R)) clipped to [1, n]
-    (``dpjax.accounting.isrl.isrl_experiment_batch_size``); ``"authors"``: the authors' public scripts'
-    ``int(max(1, n sqrt(eps_max / (4 R))))`` (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443
-    where Appendix I gives 444).
+    (``dpjax.accounting.isrl.isrl_experiment_batch_size``); ``"authors"``: the authors' public scripts' ``int(max(1, n
+    sqrt(eps_max / (4 R))))`` (a floor: at n = 1238, R = 35, eps_max = 18 it gives 443 where Appendix I gives 444).
     """
     from dpjax.accounting.isrl import isrl_experiment_batch_size
 
@@ -115,14 +111,12 @@ def minibatch_sampling(construction: str) -> str:
 def server_noise_equivalent(table: Mapping[Any, Any], silos_per_round: int, batch_size: int) -> dict:
     """The authors' obesity noise model as per-silo noise with the same law.
 
-    The script steps ``w - eta (sum_m S_m / M + xi)`` with ``S_m`` a silo's
-    K-record gradient *sum* and ONE server draw ``xi ~ N(0, sigma^2)``. Dividing
-    by K: ``w - (eta K)(mean_m g_m + xi / K)``; per-silo noise of std ``s`` on the
-    minibatch means averages to ``N(0, s^2 / M)``, so ``s = sigma sqrt(M) / K``
-    with the step size times K (the obesity grid is already scaled by K). The
-    silo messages then carry no noise of their own: no ISRL-DP guarantee
-    (``realized_epsilon = inf``). ``table`` maps keys to entries with
-    ``sigma_unit`` and ``realized_epsilon`` fields (``isrl_protocol.NoiseEntry``).
+    The script steps ``w - eta (sum_m S_m / M + xi)`` with ``S_m`` a silo's K-record gradient *sum* and ONE server
+    draw ``xi ~ N(0, sigma^2)``. Dividing by K: ``w - (eta K)(mean_m g_m + xi / K)``; per-silo noise of std ``s`` on
+    the minibatch means averages to ``N(0, s^2 / M)``, so ``s = sigma sqrt(M) / K`` with the step size times K (the
+    obesity grid is already scaled by K). The silo messages then carry no noise of their own: no ISRL-DP guarantee
+    (``realized_epsilon = inf``). ``table`` maps keys to entries with ``sigma_unit`` and ``realized_epsilon`` fields
+    (``isrl_protocol.NoiseEntry``).
     """
     _validate.check_int("silos_per_round", silos_per_round, min_value=1)
     _validate.check_int("batch_size", batch_size, min_value=1)
@@ -146,16 +140,14 @@ def insurance_script_mbsgd(
     """The authors' insurance MB-SGD: each silo clips its minibatch MEAN to L (sensitivity 2L,
     not 2L/K) and adds the Appendix I noise of its own n_i and delta_i = 1/n_i^2.
 
-    Returns the algorithm (``InsuranceScriptMbSgd``, K records with replacement),
-    ``make_hparams(spec)`` (each silo's sigma is
-    the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``,
-    converted to the family's noise multipliers by its own sensitivity, ``noise_multiplier_for``)
-    and ``noise`` with every entry's ``realized_epsilon`` recomputed by RDP from the family's
-    privacy on every silo's own schedule -- its n_i records and its sigma_i -- and the largest
-    kept (with-replacement sampling, accounted conservatively). A larger silo has a smaller
-    sampling rate but also a smaller sigma_i, and the latter wins: on the kept insurance run
-    (n_i = 107 x 9 and 105, n_ref = 105) the 107-record silos' epsilon exceeds the reference
-    silo's (nominal 0.5: 172.6 vs 118.1), which alone was reported before (issue 23).
+    Returns the algorithm (``InsuranceScriptMbSgd``, K records with replacement), ``make_hparams(spec)`` (each silo's
+    sigma is the spec's ``noise_std`` times ``isrl_per_silo_sigma_factors(silo_sizes, n_ref)``, converted to the
+    family's noise multipliers by its own sensitivity, ``noise_multiplier_for``) and ``noise`` with every entry's
+    ``realized_epsilon`` recomputed by RDP from the family's privacy on every silo's own schedule -- its n_i records
+    and its sigma_i -- and the largest kept (with-replacement sampling, accounted conservatively). A larger silo has a
+    smaller sampling rate but also a smaller sigma_i, and the latter wins: on the kept insurance run (n_i = 107 x 9
+    and 105, n_ref = 105) the 107-record silos' epsilon exceeds the reference silo's (nominal 0.5: 172.6 vs 118.1),
+    which alone was reported before (issue 23).
     """
     from dpjax.accounting.isrl import isrl_per_silo_sigma_factors
 

@@ -17,9 +17,7 @@ from dpjax.reproduce.isrl.config import Experiment, Setting, Task
 from dpjax.reproduce.isrl_protocol import LOCAL, LOCAL_NP, MB, MB_NP
 
 
-# ---------------------------------------------------------------------------
 # The driver
-# ---------------------------------------------------------------------------
 
 
 def _pooled_test(fed):
@@ -135,14 +133,11 @@ NARROW_FROM = 4
 def run_experiment(exp: Experiment, task: Task, *, seed: int, log: Callable[[str], None] = print) -> dict:
     """Runs every trial of ``exp``; returns ``{"runs", "selected", "noise", "meta", "optimum"}``.
 
-    Per trial and setting: the MB-SGD and Local SGD families' grids
-    (calibration x epsilon x step size [x clip] x repetition + non-private)
-    through ``dpjax.sweep.table.run_families``, each step-size grid extended
-    where the selection sits at an end (at most ``exp.max_grid_extensions`` per
-    side and group). Per trial and number of silos: F^*, w* and upsilon*^2 by
-    Newton's method on the pooled training data (``isrl_optimum.pooled_optimum``;
-    rows of ``optimum``); every run gets ``excess_risk = train_loss - F^*`` and
-    the selection minimises its mean.
+    Per trial and setting: the MB-SGD and Local SGD families' grids (calibration x epsilon x step size [x clip] x
+    repetition + non-private) through ``dpjax.sweep.table.run_families``, each step-size grid extended where the
+    selection sits at an end (at most ``exp.max_grid_extensions`` per side and group). Per trial and number of silos:
+    F^*, w* and upsilon*^2 by Newton's method on the pooled training data (``isrl_optimum.pooled_optimum``; rows of
+    ``optimum``); every run gets ``excess_risk = train_loss - F^*`` and the selection minimises its mean.
     """
     from dpjax import keys
     from dpjax.sweep import table

@@ -60,14 +60,13 @@ def slope_summary(rows, protocol: str, *, eps: float, schedule: str, ceiling: st
                   d0: int = 8, wall: float = math.nan) -> dict:
     """The fit and verdicts of one protocol from its rows (live, or read back from a kept results.csv).
 
-    The n-slope is fitted over the n of the bound window ([0.01, 0.3] L D from the explicit bound) where the
-    measured loss is >= 3x the non-private twin's and not saturated; with fewer than two such n, over the n
-    where the measured private term dominates. Saturated means above ``0.3 L D`` (``ceiling="bound"``) or
-    above 0.3 x the excess loss of the start theta_0 = 0 (``ceiling="trivial"``: the iterates barely leave
-    theta_0 there, whatever L D allows). ``fit="measured"`` skips the bound window (for instances where the
-    explicit bound's constants put the window less than a decade wide inside the measured regime) and fits
-    every n meeting the two measured conditions. Verdicts: ``dpjax.sweep.select.slope_verdict`` (>= 4
-    points over >= 1 decade, 90 % bootstrap interval over seeds)."""
+    The n-slope is fitted over the n of the bound window ([0.01, 0.3] L D from the explicit bound) where the measured
+    loss is >= 3x the non-private twin's and not saturated; with fewer than two such n, over the n where the measured
+    private term dominates. Saturated means above ``0.3 L D`` (``ceiling="bound"``) or above 0.3 x the excess loss of
+    the start theta_0 = 0 (``ceiling="trivial"``: the iterates barely leave theta_0 there, whatever L D allows).
+    ``fit="measured"`` skips the bound window (for instances where the explicit bound's constants put the window less
+    than a decade wide inside the measured regime) and fits every n meeting the two measured conditions. Verdicts:
+    ``dpjax.sweep.select.slope_verdict`` (>= 4 points over >= 1 decade, 90 % bootstrap interval over seeds)."""
     iname, table_row, sn, sd = TABLE1[protocol]
     inst = INSTANCES[iname]
     LD = inst.lipschitz * 2.0

@@ -19,9 +19,7 @@ from dpjax.reproduce.isrl_scaling import MeanEstimation
 PAPER = "Cheu, Joseph, Mao & Peng, Shuffle private stochastic convex optimization (ICLR 2022)"
 
 
-# ---------------------------------------------------------------------------
 # Rates (Table 1)
-# ---------------------------------------------------------------------------
 
 EPS_RATES, DELTA_RATES = 0.9, 1e-6  # eps < 1 so that the pan-private protocol (Lemma C.5) shares the axes
 LAPLACE_SCALE = 0.1
@@ -170,9 +168,7 @@ BASELINE_OF = {"nonsmooth": "p_agd_smoothed", "smooth": "p_agd", "strongly_conve
 PGD_ROUNDS = 30  # P_GD's T = min(n, eps^2 n^2/(d ln^2)) would cost n^2 gradients; capped (documented)
 
 
-# ---------------------------------------------------------------------------
 # Table 1 slopes in regimes chosen per protocol (the affected rows of shuffle-sco-rates)
-# ---------------------------------------------------------------------------
 
 #: (protocol, eps, AC-SA schedule, n-grid, d-grid, fit rule): eps and n chosen from the explicit bounds and a
 #: pilot so that the private term dominates the twin and is below the trivial level over >= 1 decade.

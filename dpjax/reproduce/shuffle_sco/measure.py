@@ -37,8 +37,7 @@ def build(protocol: str, n: int, d: int, aggregator: str = "matched-gaussian", e
     if protocol == "pan_private":
         return S.ShuffleAcsa.pan_private(prob, n, e, dl, smoothness=inst.smoothness, lipschitz=L, **acc)
     if protocol == "p_agd_phased":
-        return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L, **agg,
-                                    **acc)
+        return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=inst.smoothness, lipschitz=L, **agg, **acc)
     if protocol == "p_agd_phased_smoothed":  # non-smooth: every phase runs smoothed P_AGD (Theorem 4.8)
         return S.ShuffleAcsa.phased(prob, n, e, dl, inst.lam, smoothness=None, lipschitz=L, **agg, **acc)
     if protocol == "p_gd_smoothed":  # T = min(n, eps^2 n^2/(d ln^2(nd/delta))) rounds of all n users

@@ -21,16 +21,6 @@ def check_out_dir(out_dir: pathlib.Path) -> pathlib.Path:
     return out_dir
 
 
-def write_csv(path, rows):
-    import csv
-
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, keys)
-        w.writeheader()
-        w.writerows(rows)
-
-
 def _log_ticks(ax, values, axis="x"):
     """Ticks at exactly the grid's values on a log axis, plain numbers, no minor labels (the default minor
     labels of a short log axis overlap)."""
@@ -119,7 +109,7 @@ def report_head(name: str, quick: bool, when: str, summaries, regenerated: bool,
 
 def rates_report(out_dir, rows, summaries, *, quick: bool, wall: float | None, regenerated: bool = False):
     out_dir = pathlib.Path(out_dir)
-    write_csv(out_dir / "slopes.csv", summaries)
+    report.write_csv(out_dir / "slopes.csv", summaries)
     plot_rates(out_dir / "shuffle_sco_rates.png", rows, summaries)
     when = f"{wall:.0f} s" if wall is not None else "wall time not recorded"
     lines = report_head(

@@ -17,12 +17,11 @@ from dpjax.parts import pvec as pvec_parts
 from dpjax.primitives import shuffle_protocols as sp
 from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.config import PAPER
-from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, write_csv
+from dpjax.reproduce.report import write_csv
+from dpjax.reproduce.shuffle_sco.outputs import check_out_dir
 
 
-# ---------------------------------------------------------------------------
 # Protocol-level validation
-# ---------------------------------------------------------------------------
 
 
 def _pvec_draws(key, x, params, bound, reps):

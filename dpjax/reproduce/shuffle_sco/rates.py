@@ -11,7 +11,8 @@ from dpjax.reproduce import register
 from dpjax.reproduce.shuffle_sco.claims import result_row, slope_summary
 from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, PAPER, RATE_PROTOCOLS, TABLE1
 from dpjax.reproduce.shuffle_sco.measure import build, measure, measure_point
-from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, kept_results, kept_wall, rates_report, write_csv
+from dpjax.reproduce.report import write_csv
+from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, kept_results, kept_wall, rates_report
 
 
 def protocol_sweep(protocol: str, n_grid, d_grid, d0: int, seeds: int, seed: int, *, eps: float = EPS_RATES,

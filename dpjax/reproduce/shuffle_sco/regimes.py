@@ -11,8 +11,9 @@ import time
 from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.claims import slope_summary
 from dpjax.reproduce.shuffle_sco.config import PAPER, REGIMES, REGIME_SEEDS, TABLE1
+from dpjax.reproduce.report import write_csv
 from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, kept_results,
-                                                 kept_wall, report_head, write_csv)
+                                                 kept_wall, report_head)
 from dpjax.reproduce.shuffle_sco.rates import protocol_sweep
 
 

@@ -14,9 +14,7 @@ from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, plo
 from dpjax.reproduce.user_level.rates import true_loss
 
 
-# ---------------------------------------------------------------------------
 # D7: Appendix D lower-bound instance
-# ---------------------------------------------------------------------------
 
 
 def _d7(quick: bool, seed: int):
@@ -84,9 +82,7 @@ def _d7(quick: bool, seed: int):
 d7_figure = demonstration("user-level-lower-bound", "D7: Appendix D instance, A2 error vs d/(n^2 m), B1", _d7)
 
 
-# ---------------------------------------------------------------------------
 # D8: Phased-SCO as printed (A4) vs the equal split (A4b)
-# ---------------------------------------------------------------------------
 
 
 def _d8(quick: bool, seed: int):
@@ -151,9 +147,7 @@ def _d8(quick: bool, seed: int):
 d8_figure = demonstration("user-level-phased-sco", "D8: Phased-SCO as printed (A4) vs equal split (A4b)", _d8)
 
 
-# ---------------------------------------------------------------------------
 # D9: exact privacy audit of Algorithm 1
-# ---------------------------------------------------------------------------
 
 
 def _d9_claims(table, configs, eps_p: float) -> list[dict]:

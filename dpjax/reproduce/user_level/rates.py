@@ -13,9 +13,7 @@ from dpjax.reproduce.user_level.config import DELTA
 from dpjax.reproduce.user_level.outputs import demonstration, loglog_panels, result_row
 
 
-# ---------------------------------------------------------------------------
 # D5: Theorem 4.1 (Phased-ERM, convex Lipschitz, rate-shape)
-# ---------------------------------------------------------------------------
 
 
 D5_HUBER_WIDTH = 0.1  # the D5 loss itself (not a solver surrogate); 1/10 of the label range |b| <= 1/2
@@ -323,9 +321,7 @@ d5_figure = demonstration("user-level-convex-erm", "D5: Theorem 4.1 Phased-ERM r
                           "Huber regression loss; slopes in m, n, d", _d5)
 
 
-# ---------------------------------------------------------------------------
 # D6: Theorems 4.3 / 5.3 (Algorithms 5 and 6, rate-shape)
-# ---------------------------------------------------------------------------
 
 
 def _d6_erm(quick: bool, seed: int, rho: float, reps: int, mu: float):

@@ -10,13 +10,10 @@ import numpy as np
 from dpjax import progress
 from dpjax.reproduce.user_level.claims import slope_claim
 from dpjax.reproduce.user_level.config import DELTA
-from dpjax.reproduce.user_level.outputs import (demonstration, loglog_panels, plot_certificate, plot_tail,
-                                               result_row)
+from dpjax.reproduce.user_level.outputs import (demonstration, loglog_panels, plot_certificate, plot_tail, result_row)
 
 
-# ---------------------------------------------------------------------------
 # D1: Lemma 3.8
-# ---------------------------------------------------------------------------
 
 
 def _d1(quick: bool, seed: int):
@@ -69,9 +66,7 @@ def _d1(quick: bool, seed: int):
 d1_figure = demonstration("user-level-tail", "D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo", _d1)
 
 
-# ---------------------------------------------------------------------------
 # D2: Theorem 3.6
-# ---------------------------------------------------------------------------
 
 
 def _d2(quick: bool, seed: int):
@@ -141,9 +136,7 @@ def _d2(quick: bool, seed: int):
 d2_figure = demonstration("user-level-deletion", "D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))", _d2)
 
 
-# ---------------------------------------------------------------------------
 # D3: noise scales of Algorithm 2 against m
-# ---------------------------------------------------------------------------
 
 
 def _d3(quick: bool, seed: int):
@@ -185,9 +178,7 @@ def _d3(quick: bool, seed: int):
 d3_figure = demonstration("user-level-noise", "D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9", _d3)
 
 
-# ---------------------------------------------------------------------------
 # D4: certificate pass rate (Appendix C)
-# ---------------------------------------------------------------------------
 
 
 def _d4(quick: bool, seed: int):

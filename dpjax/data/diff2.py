@@ -134,19 +134,9 @@ def dealt_diff2_silos(data: dict, features, train_rows, test_rows, *, task: str,
                             pooled_test_x=features(test_rows), pooled_test_y=ty[test_rows])
 
 
-def diff2_silos(
-    data: dict,
-    *,
-    seed: int,
-    task: str,
-    n_silos: int = 10,
-    train_fraction: float = 0.8,
-    normalization_stats: str = "all",
-    scale_target: bool = True,
-    drop_remainder: bool = True,
-    name: str = "diff2",
-    dtype=np.float32,
-) -> FederatedDataset:
+def diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, train_fraction: float = 0.8,
+                normalization_stats: str = "all", scale_target: bool = True, drop_remainder: bool = True,
+                name: str = "diff2", dtype=np.float32) -> FederatedDataset:
     """The DIFF2 preprocessing and client split (Appendix A; the authors' code).
 
     1. shuffle and split 80/20 (``n_test = ceil(0.2 n)``);

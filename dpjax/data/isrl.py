@@ -158,19 +158,9 @@ def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -
     return [np.concatenate([own[m], free[m * n_pool : (m + 1) * n_pool]]) for m in range(25)]
 
 
-def isrl_mnist_silos(
-    images,
-    labels,
-    *,
-    seed: int,
-    n_per_digit: int = 774,
-    train_fraction: float = 0.8,
-    pca_dim: int | None = 50,
-    heterogeneity_p: float = 0.0,
-    replace: bool = False,
-    pca: PCA | None = None,
-    dtype=np.float32,
-) -> FederatedDataset:
+def isrl_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, train_fraction: float = 0.8,
+                     pca_dim: int | None = 50, heterogeneity_p: float = 0.0, replace: bool = False,
+                     pca: PCA | None = None, dtype=np.float32) -> FederatedDataset:
     """The 25 (even, odd)-digit-pair silos of the ISRL-DP MNIST experiment (Lowy & Razaviyayn 2023, Figs. 4/7).
 
     Following Woodworth et al. 2020b, as in the authors' code:
@@ -329,17 +319,8 @@ def _class_silos(per_class, n_per_silo, replace: bool, rng):
     return n_per_silo, [rng.choice(c, n_per_silo, replace=replace) for c in per_class]
 
 
-def insurance_silos(
-    data: dict,
-    *,
-    n_silos: int,
-    seed: int,
-    train_fraction: float = 0.8,
-    standardize: str = "per_silo",
-    add_bias: bool = True,
-    dtype=np.float32,
-    ddof: int = 0,
-) -> FederatedDataset:
+def insurance_silos(data: dict, *, n_silos: int, seed: int, train_fraction: float = 0.8, standardize: str = "per_silo",
+                    add_bias: bool = True, dtype=np.float32, ddof: int = 0) -> FederatedDataset:
     """Silos of the ISRL-DP insurance experiment, linear regression (Lowy & Razaviyayn 2023, Figs. 5/8/9).
 
     ``data`` is :func:`dpjax.data.load_insurance`'s output. Records are sorted by
@@ -412,16 +393,8 @@ def insurance_silos(
 OBESITY_STANDARDIZED = ("Age", "Height", "Weight", "CH2O", "TUE")
 
 
-def obesity_silos(
-    data: dict,
-    *,
-    seed: int,
-    train_fraction: float = 0.8,
-    n_per_silo: int | None = None,
-    replace: bool = False,
-    add_bias: bool = True,
-    dtype=np.float32,
-) -> FederatedDataset:
+def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_silo: int | None = None,
+                  replace: bool = False, add_bias: bool = True, dtype=np.float32) -> FederatedDataset:
     """Silos of ISRL experiment C, softmax regression on obesity data (ISRL-DP Fig. 6).
 
     ``data`` is :func:`dpjax.data.load_obesity`'s output (label-encoded, 16

@@ -48,13 +48,7 @@ class DatasetNotFoundError(FileNotFoundError):
     environment variable that sets the directory and how to download the data.
     """
 
-    def __init__(
-        self,
-        dataset: str,
-        searched: Sequence[pathlib.Path],
-        expected: Sequence[str],
-        how_to_get: str,
-    ):
+    def __init__(self, dataset: str, searched: Sequence[pathlib.Path], expected: Sequence[str], how_to_get: str):
         self.dataset = dataset
         self.searched = [pathlib.Path(p) for p in searched]
         self.expected = list(expected)
@@ -108,9 +102,7 @@ def candidate_dirs(base: pathlib.Path, subdir: str) -> list[pathlib.Path]:
     return [base / subdir, base]
 
 
-def find_file(
-    base: pathlib.Path, subdir: str, names: Sequence[str]
-) -> pathlib.Path | None:
+def find_file(base: pathlib.Path, subdir: str, names: Sequence[str]) -> pathlib.Path | None:
     """First existing ``d/name`` for ``d`` in :func:`candidate_dirs` and ``name`` in ``names``."""
     for d in candidate_dirs(base, subdir):
         for name in names:
@@ -132,14 +124,8 @@ def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def download(
-    url: str,
-    dest: str | os.PathLike,
-    sha256: str | None = None,
-    *,
-    timeout: float = 60.0,
-    overwrite: bool = False,
-) -> pathlib.Path:
+def download(url: str, dest: str | os.PathLike, sha256: str | None = None, *, timeout: float = 60.0,
+             overwrite: bool = False) -> pathlib.Path:
     """Downloads ``url`` to ``dest`` atomically and verifies its SHA-256.
 
     The bytes go to a temporary file in ``dest``'s directory, are hashed while

@@ -247,19 +247,9 @@ def _wait_for_leader(store: Store, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
-def run_sweep(
-    cfg: SweepConfig,
-    out_dir: str | os.PathLike,
-    *,
-    devices=None,
-    source_text: str | None = None,
-    progress: bool = True,
-    process_index: int = 0,
-    process_count: int = 1,
-    max_chunks: int | None = None,
-    sleep_between_chunks: float = 0.0,
-    wait_for_config: float | None = None,
-) -> SweepResult:
+def run_sweep(cfg: SweepConfig, out_dir: str | os.PathLike, *, devices=None, source_text: str | None = None,
+              progress: bool = True, process_index: int = 0, process_count: int = 1, max_chunks: int | None = None,
+              sleep_between_chunks: float = 0.0, wait_for_config: float | None = None) -> SweepResult:
     """Runs (or resumes) a sweep into ``out_dir``.
 
     Finished chunks found in ``out_dir`` are skipped; the rest are computed

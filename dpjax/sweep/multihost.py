@@ -77,14 +77,8 @@ def is_initialized() -> bool:
     return distributed.global_state.client is not None
 
 
-def initialize(
-    coordinator_address: str | None = None,
-    num_processes: int | None = None,
-    process_id: int | None = None,
-    *,
-    initialization_timeout: int = 300,
-    shutdown_timeout: int | None = None,
-) -> tuple[int, int]:
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+               *, initialization_timeout: int = 300, shutdown_timeout: int | None = None) -> tuple[int, int]:
     """Joins JAX's multi-process runtime; returns ``(process_index, process_count)``.
 
     Arguments left ``None`` are detected by JAX (``JAX_COORDINATOR_ADDRESS``,

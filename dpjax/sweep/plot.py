@@ -150,21 +150,10 @@ def completeness(store) -> tuple[int, int] | None:
     return len(s.finished_chunks() & expected), len(expected)
 
 
-def plot_store(
-    store,
-    *,
-    x: str = "epsilon",
-    select_over: str | None = "learning_rate",
-    criterion: str = "train_loss",
-    metric: str = "test_error",
-    lines: str | None = None,
-    out=None,
-    percentiles=(5.0, 95.0),
-    title: str | None = None,
-    logx: bool | None = None,
-    logy: bool | None = None,
-    partial: bool = False,
-) -> pathlib.Path:
+def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning_rate", criterion: str = "train_loss",
+               metric: str = "test_error", lines: str | None = None, out=None, percentiles=(5.0, 95.0),
+               title: str | None = None, logx: bool | None = None, logy: bool | None = None,
+               partial: bool = False) -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions,
     then plots the mean ``metric`` over trials against ``x`` with percentile bars.
 

@@ -45,14 +45,8 @@ def check_columns(df: pd.DataFrame, cols, what: str) -> None:
             raise ValueError(f"{what}={c!r} is not a column of the runs table; columns: {tuple(df.columns)}")
 
 
-def select_best(
-    runs: pd.DataFrame,
-    *,
-    over: str = "learning_rate",
-    by: Sequence[str] = ("epsilon", "trial"),
-    criterion: str = "train_loss",
-    report: str | None = "test_error",
-) -> pd.DataFrame:
+def select_best(runs: pd.DataFrame, *, over: str = "learning_rate", by: Sequence[str] = ("epsilon", "trial"),
+                criterion: str = "train_loss", report: str | None = "test_error") -> pd.DataFrame:
     """Per ``by`` group, the ``over`` value minimising the mean ``criterion`` over repetitions.
 
     Returns one row per ``by`` group with columns ``by + [over, criterion,
@@ -80,17 +74,9 @@ def select_best(
     return out[by + [over, criterion] + reported + ["n_reps", "n_diverged"]].reset_index(drop=True)
 
 
-def select_mean(
-    runs: pd.DataFrame,
-    by: Sequence[str],
-    *,
-    over: str = "hp_index",
-    criterion: str = "train_loss",
-    report: str = "test",
-    mean_columns: Sequence[str] = (),
-    first_columns: Sequence[str] = (),
-    edge_column: str | None = None,
-) -> pd.DataFrame:
+def select_mean(runs: pd.DataFrame, by: Sequence[str], *, over: str = "hp_index", criterion: str = "train_loss",
+                report: str = "test", mean_columns: Sequence[str] = (), first_columns: Sequence[str] = (),
+                edge_column: str | None = None) -> pd.DataFrame:
     """``select_best`` with the selection's context: per ``by`` group the ``over`` value with
     the lowest mean ``criterion``, plus the means of ``mean_columns`` over its repetitions, the
     values of ``first_columns`` in its first row (e.g. the step size an ``hp_index`` stands for)
@@ -119,17 +105,9 @@ def extended_grid(values: Sequence[float], side: str) -> float:
     return v[0] / ratio if side == "low" else v[-1] * ratio
 
 
-def extend_grid_at_edges(
-    runs: pd.DataFrame,
-    *,
-    by: Sequence[str],
-    criterion: str,
-    column: str,
-    max_extensions: int,
-    run_values: Callable[[list[dict], pd.DataFrame], pd.DataFrame],
-    over: str = "hp_index",
-    log: Callable[[dict], None] | None = None,
-) -> pd.DataFrame:
+def extend_grid_at_edges(runs: pd.DataFrame, *, by: Sequence[str], criterion: str, column: str, max_extensions: int,
+                         run_values: Callable[[list[dict], pd.DataFrame], pd.DataFrame], over: str = "hp_index",
+                         log: Callable[[dict], None] | None = None) -> pd.DataFrame:
     """Extends a geometric ``column`` grid (a step size) where the selection sits at an end.
 
     Per ``by`` group, while the selected ``over`` value (lowest mean
@@ -175,15 +153,8 @@ def extend_grid_at_edges(
         runs = pd.concat([runs, extra], ignore_index=True)
 
 
-def error_bars(
-    selected: pd.DataFrame,
-    *,
-    x: str = "epsilon",
-    value: str = "test_error",
-    lines: Sequence[str] = (),
-    percentiles: tuple[float, float] = (5.0, 95.0),
-    clip: tuple[float, float] | None = None,
-) -> pd.DataFrame:
+def error_bars(selected: pd.DataFrame, *, x: str = "epsilon", value: str = "test_error", lines: Sequence[str] = (),
+               percentiles: tuple[float, float] = (5.0, 95.0), clip: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean over trials and percentile bars per (lines..., x).
 
     Columns: ``lines + [x, "mean", "p_lo", "p_hi", "half_width", "n_trials"]``
@@ -373,19 +344,10 @@ def judge_slope(slope: float, ci: tuple[float, float] | None, *, n_points: int, 
     return SlopeVerdict("holds", reason=f"the interval lies within {claimed}", **args)
 
 
-def slope_verdict(
-    x: Sequence[float],
-    samples: Sequence,
-    *,
-    predicted: float,
-    tolerance: float,
-    side: str = "two-sided",
-    statistic: Callable[[np.ndarray], np.ndarray] | None = None,
-    paired: bool = False,
-    unit: str = "seeds",
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> SlopeVerdict:
+def slope_verdict(x: Sequence[float], samples: Sequence, *, predicted: float, tolerance: float, side: str = "two-sided",
+                  statistic: Callable[[np.ndarray], np.ndarray] | None = None, paired: bool = False,
+                  unit: str = "seeds", resamples: int = BOOTSTRAP_RESAMPLES,
+                  seed: int = BOOTSTRAP_SEED) -> SlopeVerdict:
     """The one rule for a scaling exponent: the least-squares slope of ``log stat(samples[i])`` against
     ``log x[i]``, a ``CI_LEVEL`` (90 %) percentile-bootstrap interval over the seeds, and a verdict.
 
@@ -460,19 +422,9 @@ def _percentile_interval(lx: np.ndarray, stats: np.ndarray) -> tuple[float, floa
     return float(lo), float(hi)
 
 
-def slope_verdict_from_band(
-    x: Sequence[float],
-    mean: Sequence[float],
-    q05: Sequence[float],
-    q95: Sequence[float],
-    n_seeds: int,
-    *,
-    predicted: float,
-    tolerance: float,
-    side: str = "two-sided",
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> SlopeVerdict:
+def slope_verdict_from_band(x: Sequence[float], mean: Sequence[float], q05: Sequence[float], q95: Sequence[float],
+                            n_seeds: int, *, predicted: float, tolerance: float, side: str = "two-sided",
+                            resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> SlopeVerdict:
     """``slope_verdict`` for kept results that hold, per point, only the mean over ``n_seeds`` seeds and the
     5th/95th percentiles of the seeds (``np.quantile``, linear interpolation), not the seeds themselves.
 

@@ -107,19 +107,9 @@ def _spec_row(spec) -> dict:
     return row
 
 
-def run_table(
-    algorithm,
-    train,
-    eval_data,
-    evaluator: Evaluator,
-    specs: Sequence[Any],
-    key,
-    *,
-    divergence_threshold: float = math.inf,
-    chunk_size: int = 256,
-    make_hparams: Callable[[Any], Any] | None = None,
-    pad_to: int | None = None,
-) -> pd.DataFrame:
+def run_table(algorithm, train, eval_data, evaluator: Evaluator, specs: Sequence[Any], key, *,
+              divergence_threshold: float = math.inf, chunk_size: int = 256,
+              make_hparams: Callable[[Any], Any] | None = None, pad_to: int | None = None) -> pd.DataFrame:
     """Runs every spec of one data split through ``dpjax.engine.run_grid``; one row per run.
 
     ``specs`` are dataclass instances with a ``repetition`` field; repetition
@@ -193,20 +183,10 @@ def extension_width(specs: Sequence[Any], column: str, chunk: int) -> int:
     return min(chunk, max(per_rep.values()), max(per_value.values()))
 
 
-def run_families(
-    families: Sequence[Family],
-    train,
-    eval_data,
-    evaluator: Evaluator,
-    key,
-    *,
-    divergence_threshold: float,
-    extend_by: Sequence[str] = (),
-    criterion: str = "train_loss",
-    column: str = "learning_rate",
-    max_extensions: int = 0,
-    narrow_extensions: bool = True,
-) -> list[pd.DataFrame]:
+def run_families(families: Sequence[Family], train, eval_data, evaluator: Evaluator, key, *,
+                 divergence_threshold: float, extend_by: Sequence[str] = (), criterion: str = "train_loss",
+                 column: str = "learning_rate", max_extensions: int = 0,
+                 narrow_extensions: bool = True) -> list[pd.DataFrame]:
     """One trial's families, one table each: family ``i`` runs its specs with
     ``keys.run_key(key, i)`` in balanced chunks (``balanced_chunk``), then, if it
     has an ``extend`` rule, extends its ``column`` grid per ``extend_by`` group

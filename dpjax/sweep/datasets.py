@@ -1,9 +1,6 @@
-"""What a sweep config can name as data: ``DatasetEntry`` objects and their loaders.
-
-Datasets are ``DatasetEntry`` objects that load one data split (``trial``)
-as padded ``SiloData`` plus the evaluation data and the problem; every
-loader of ``dpjax.data`` is registered (ISRL MNIST, insurance, obesity, the
-DIFF2 datasets) plus two synthetic ones.
+"""What a sweep config can name as data: ``DatasetEntry`` objects, each loading one data split (``trial``) as
+padded ``SiloData`` plus the evaluation data and the problem; every loader of ``dpjax.data`` is registered (ISRL
+MNIST, insurance, obesity, the DIFF2 datasets) plus two synthetic ones.
 """
 
 from __future__ import annotations
@@ -35,17 +32,10 @@ class TrialData:
     metadata: dict
 
 
-
-# ---------------------------------------------------------------------------
-# Datasets
-# ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
-    """A data spec: ``load(options: dict, trial: int) -> TrialData``.
-
-    ``options`` are the config's ``[data]`` table with defaults filled in; the
-    split of trial ``t`` must depend only on (options, t).
-    """
+    """A data spec: ``load(options: dict, trial: int) -> TrialData``; ``options`` are the config's ``[data]``
+    table with defaults filled in, and the split of trial ``t`` must depend only on (options, t)."""
 
     name: str
     defaults: dict
@@ -74,10 +64,7 @@ class DatasetEntry:
 
     def resolve(self, options: dict) -> dict:
         self.check_options(options)
-        out = dict(self.defaults)
-        out.update({k: v for k, v in options.items() if k != "name"})
-        out["name"] = self.name
-        return out
+        return {**self.defaults, **{k: v for k, v in options.items() if k != "name"}, "name": self.name}
 
 
 DATASETS: dict[str, DatasetEntry] = {}
@@ -97,12 +84,9 @@ def get_dataset(name) -> DatasetEntry:
 
 
 def _pooled_eval_data(train_x, train_y, test_x, test_y):
-    def pool(xs, ys):
-        return jnp.asarray(np.concatenate(xs), jnp.float32), jnp.asarray(np.concatenate(ys))
-
-    xtr, ytr = pool(train_x, train_y)
-    xte, yte = pool(test_x, test_y)
-    return {"train_x": xtr, "train_y": ytr, "test_x": xte, "test_y": yte}
+    pool = lambda xs: jnp.asarray(np.concatenate(xs), jnp.float32)  # noqa: E731
+    return {"train_x": pool(train_x), "train_y": jnp.asarray(np.concatenate(train_y)), "test_x": pool(test_x),
+            "test_y": jnp.asarray(np.concatenate(test_y))}
 
 
 @functools.lru_cache(maxsize=64)
@@ -120,14 +104,16 @@ def classification_eval(problem):
 
 def trial_from_federated(fed, problem, metadata: dict) -> TrialData:
     """A ``dpjax.data.FederatedDataset`` split as sweep ``TrialData`` (pooled evaluation data)."""
-    ys = [np.asarray(y, np.float32) for y in fed.train_y]
     if fed.pooled_test_x is not None:
-        test_x, test_y = [fed.pooled_test_x], [np.asarray(fed.pooled_test_y, np.float32)]
-    else:
-        test_x, test_y = fed.test_x, [np.asarray(y, np.float32) for y in fed.test_y]
-    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
-    return TrialData(SiloData.from_silos(fed.train_x, ys), _pooled_eval_data(fed.train_x, ys, test_x, test_y),
-                     problem, max_norm, metadata)
+        return _trial(fed.train_x, fed.train_y, [fed.pooled_test_x], [fed.pooled_test_y], problem, metadata)
+    return _trial(fed.train_x, fed.train_y, fed.test_x, fed.test_y, problem, metadata)
+
+
+def _trial(xs, ys, test_xs, test_ys, problem, metadata: dict) -> TrialData:
+    ys, test_ys = ([np.asarray(y, np.float32) for y in yy] for yy in (ys, test_ys))
+    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in xs)
+    return TrialData(SiloData.from_silos(xs, ys), _pooled_eval_data(xs, ys, test_xs, test_ys), problem, max_norm,
+                     metadata)
 
 
 def _glm_for(fed):
@@ -188,17 +174,11 @@ def _load_isrl_mnist(opts: dict, trial: int) -> TrialData:
     from dpjax.problems.glm import LogisticRegression
 
     images, labels, pca = _mnist_and_pca(opts["data_dir"], opts["pca_dim"])
-    fed = isrl_mnist_silos(
-        images, labels, seed=int(opts["split_seed"]) + int(trial), n_per_digit=opts["n_per_digit"],
-        train_fraction=opts["train_fraction"], pca_dim=opts["pca_dim"], heterogeneity_p=opts["heterogeneity_p"],
-        replace=opts["replace"], pca=pca,
-    )
-    problem = LogisticRegression(fed.dim)
-    train = SiloData.from_silos(fed.train_x, [y.astype(np.float32) for y in fed.train_y])
-    ed = _pooled_eval_data(fed.train_x, [y.astype(np.float32) for y in fed.train_y],
-                           fed.test_x, [y.astype(np.float32) for y in fed.test_y])
-    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
-    return TrialData(train, ed, problem, max_norm, {"split_seed": int(opts["split_seed"]) + int(trial)})
+    seed = int(opts["split_seed"]) + int(trial)
+    fed = isrl_mnist_silos(images, labels, seed=seed, n_per_digit=opts["n_per_digit"],
+                           train_fraction=opts["train_fraction"], pca_dim=opts["pca_dim"],
+                           heterogeneity_p=opts["heterogeneity_p"], replace=opts["replace"], pca=pca)
+    return _trial(fed.train_x, fed.train_y, fed.test_x, fed.test_y, LogisticRegression(fed.dim), {"split_seed": seed})
 
 
 def _isrl_mnist_size(opts: dict) -> tuple[int, str]:
@@ -208,16 +188,10 @@ def _isrl_mnist_size(opts: dict) -> tuple[int, str]:
     return 25 * 2 * n * dim, f"25 silos x 2 x n_per_digit={n:,} x pca_dim={dim}"
 
 
-register_dataset(
-    DatasetEntry(
-        name="isrl-mnist",
-        defaults={"data_dir": None, "n_per_digit": 774, "pca_dim": 50, "heterogeneity_p": 0.0,
-                  "replace": False, "train_fraction": 0.8, "split_seed": 0},
-        load=_load_isrl_mnist,
-        eval_fn=classification_eval,
-        size_of=_isrl_mnist_size,
-    )
-)
+register_dataset(DatasetEntry(
+    name="isrl-mnist", defaults={"data_dir": None, "n_per_digit": 774, "pca_dim": 50, "heterogeneity_p": 0.0,
+                                 "replace": False, "train_fraction": 0.8, "split_seed": 0},
+    load=_load_isrl_mnist, eval_fn=classification_eval, size_of=_isrl_mnist_size))
 
 
 def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, heterogeneity: float, seed: int):
@@ -243,10 +217,7 @@ def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, hete
 def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
     from dpjax.problems.glm import LogisticRegression
 
-    n = _validate.check_int("data.n", opts["n"], min_value=1)
-    dim = _validate.check_int("data.dim", opts["dim"], min_value=1)
-    num_silos = _validate.check_int("data.num_silos", opts["num_silos"], min_value=1)
-    n_test = _validate.check_int("data.n_test", opts["n_test"], min_value=1)
+    n, dim, num_silos, n_test = _synthetic_dims(opts)
     het = _validate.check_nonnegative("data.heterogeneity", opts["heterogeneity"])
     seed = _validate.check_int("data.split_seed", opts["split_seed"], min_value=0) + int(trial)
     xs, ys, txs, tys = synthetic_logistic_silos(num_silos, n, dim, n_test, het, seed)
@@ -257,42 +228,26 @@ def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
 
         width = _validate.check_int("data.hidden", opts["hidden"], min_value=1)
         problem = FlaxProblem(MLP((width,)), (dim,), "logistic")
-    max_norm = max(float(np.max(np.linalg.norm(x, axis=1))) for x in xs)
-    return TrialData(SiloData.from_silos(xs, ys), _pooled_eval_data(xs, ys, txs, tys), problem, max_norm,
-                     {"split_seed": seed})
+    return _trial(xs, ys, txs, tys, problem, {"split_seed": seed})
+
+
+def _synthetic_dims(opts: dict) -> tuple[int, int, int, int]:
+    return tuple(_validate.check_int(f"data.{k}", opts[k], min_value=1) for k in ("n", "dim", "num_silos", "n_test"))
 
 
 def _synthetic_size(opts: dict) -> tuple[int, str]:
-    n = _validate.check_int("data.n", opts["n"], min_value=1)
-    dim = _validate.check_int("data.dim", opts["dim"], min_value=1)
-    num_silos = _validate.check_int("data.num_silos", opts["num_silos"], min_value=1)
-    n_test = _validate.check_int("data.n_test", opts["n_test"], min_value=1)
+    n, dim, num_silos, n_test = _synthetic_dims(opts)
     return num_silos * (n + n_test) * dim, f"num_silos={num_silos:,} x (n={n:,} + n_test={n_test:,}) x dim={dim:,}"
 
 
-register_dataset(
-    DatasetEntry(
-        name="synthetic-logistic",
-        defaults={"num_silos": 4, "n": 64, "dim": 5, "n_test": 32, "heterogeneity": 1.0, "split_seed": 0},
-        load=_load_synthetic,
-        eval_fn=classification_eval,
-        size_of=_synthetic_size,
-    )
-)
-
-
-register_dataset(
-    DatasetEntry(
-        name="synthetic-mlp",  # the same silos, a one-hidden-layer flax MLP (FlaxProblem) as the model
-        defaults={"num_silos": 1, "n": 256, "dim": 5, "n_test": 128, "heterogeneity": 0.0, "split_seed": 0,
-                  "hidden": 16},
-        load=functools.partial(_load_synthetic, mlp=True),
-        eval_fn=classification_eval,
-        size_of=_synthetic_size,
-    )
-)
-
-
+register_dataset(DatasetEntry(
+    name="synthetic-logistic", defaults={"num_silos": 4, "n": 64, "dim": 5, "n_test": 32, "heterogeneity": 1.0,
+                                         "split_seed": 0},
+    load=_load_synthetic, eval_fn=classification_eval, size_of=_synthetic_size))
+register_dataset(DatasetEntry(  # the same silos, a one-hidden-layer flax MLP (FlaxProblem) as the model
+    name="synthetic-mlp", defaults={"num_silos": 1, "n": 256, "dim": 5, "n_test": 128, "heterogeneity": 0.0,
+                                    "split_seed": 0, "hidden": 16},
+    load=functools.partial(_load_synthetic, mlp=True), eval_fn=classification_eval, size_of=_synthetic_size))
 register_dataset(DatasetEntry(  # ISRL-DP experiment B (linear regression, silos sorted by charges)
     name="isrl-insurance", defaults={"data_dir": None, "n_silos": 3, "train_fraction": 0.8,
                                      "standardize": "per_silo", "split_seed": 0},

@@ -1,8 +1,8 @@
 """The ``dpjax`` command line.
 
-Subcommands live next to the code they drive; each module listed in
-``SUBCOMMAND_MODULES`` exposes ``add_parser(subparsers)`` which registers its
-parser with ``set_defaults(func=...)``. ``func(args)`` returns an exit code.
+Subcommands live next to the code they drive; each module listed in ``SUBCOMMAND_MODULES`` exposes
+``add_parser(subparsers)`` which registers its parser with ``set_defaults(func=...)``. ``func(args)`` returns an exit
+code.
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ EPILOG = ("Every command takes --help. Long commands (reproduce, audit, sweep, r
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with dpjax's error form: the usage, then one ``dpjax: error: ...`` line, exit status 2.
 
-    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's
-    type), so ``dpjax account --steps x`` says ``dpjax: error: argument
-    --steps: ...`` rather than ``dpjax account: error: ...``.
+    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's type), so ``dpjax account --steps x``
+    says ``dpjax: error: argument --steps: ...`` rather than ``dpjax account: error: ...``.
     """
 
     def error(self, message: str):
@@ -65,8 +64,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
-    """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a
-    placeholder with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
+    """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a placeholder
+    with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
     parser = ArgumentParser(
         prog="dpjax",
         description="JAX-compiled experiments for differentially private federated optimization.",
@@ -84,9 +83,8 @@ def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> arg
     return parser
 
 
-#: Failures a user can cause and fix (bad arguments or files, missing data, a full
-#: or read-only disk): one line on stderr and exit status 2. Anything else is a
-#: bug and keeps its traceback.
+#: Failures a user can cause and fix (bad arguments or files, missing data, a full or read-only disk): one line on
+#: stderr and exit status 2. Anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS = (ValueError, OSError)
 
 _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
@@ -95,10 +93,9 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infin
 def _attach_negative_numbers(argv: list[str]) -> list[str]:
     """``["--delta", "-1e-5"]`` -> ``["--delta=-1e-5"]``.
 
-    argparse only recognises ``-1`` and ``-.5`` as negative numbers; ``-1e-5``
-    or ``-inf`` after an option would read as an unknown option ("expected one
-    argument"). Attached, the value reaches the option and its validator,
-    which then says what is wrong with it.
+    argparse only recognises ``-1`` and ``-.5`` as negative numbers; ``-1e-5`` or ``-inf`` after an option would read as
+    an unknown option ("expected one argument"). Attached, the value reaches the option and its validator, which then
+    says what is wrong with it.
     """
     out: list[str] = []
     for tok in argv:

@@ -1,26 +1,21 @@
 """The catalogue of canary audits: every registered private family, through its own step.
 
-Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the
-family object that ``dpjax.engine.registry`` registers, run through the
-engine's executor (``dpjax.auditing.execute.run_family``, one run per key) on
-small canary data, never a re-built mechanism. The certificate is the
-family's own ``privacy(silo_sizes, hparams).epsilon(delta, accountant)`` for the
-same configuration; ``exact()`` is the exact epsilon of the canary pair for
-what the observer sees (``dpjax.auditing.exact``), a second, tighter threshold.
-Mutants are the same compiled run with a privacy bug in its hyperparameters
-(half the noise, no clip, no noise).
+Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the family object that
+``dpjax.engine.registry`` registers, run through the engine's executor (``dpjax.auditing.execute.run_family``, one run
+per key) on small canary data, never a re-built mechanism. The certificate is the family's own ``privacy(silo_sizes,
+hparams).epsilon(delta, accountant)`` for the same configuration; ``exact()`` is the exact epsilon of the canary pair
+for what the observer sees (``dpjax.auditing.exact``), a second, tighter threshold. Mutants are the same compiled run
+with a privacy bug in its hyperparameters (half the noise, no clip, no noise).
 
-This module is the catalogue (``AUDITS``, ``FAMILY_AUDITS``, ``build_audit``); the builders live
-in one module per paper (the first column below) on the shared pieces of ``dpjax.auditing.canaries``.
+This module is the catalogue (``AUDITS``, ``FAMILY_AUDITS``, ``build_audit``); the builders live in one module per paper
+(the first column below) on the shared pieces of ``dpjax.auditing.canaries``.
 
-Canaries: ``CanaryProbe`` problems (the loss ``<w, x>``: every record's
-gradient is the record) with one record far outside the clip region along
-``e_1`` (``-`` on D, ``+`` on D' for replace-one; absent on D for add/remove)
-and every other record zero; the canary's silo is the smallest one, padded to
-the largest silo's size. DIFF2 uses ``DifferenceProbe`` (its gradient
-differences saturate the difference clip). The observed statistic is the
-family's round increments ``w_r - w_{r-1}`` mapped back to the released sum
-(a public factor per round); the score is its log-likelihood ratio.
+Canaries: ``CanaryProbe`` problems (the loss ``<w, x>``: every record's gradient is the record) with one record far
+outside the clip region along ``e_1`` (``-`` on D, ``+`` on D' for replace-one; absent on D for add/remove) and every
+other record zero; the canary's silo is the smallest one, padded to the largest silo's size. DIFF2 uses
+``DifferenceProbe`` (its gradient differences saturate the difference clip). The observed statistic is the family's
+round increments ``w_r - w_{r-1}`` mapped back to the released sum (a public factor per round); the score is its
+log-likelihood ratio.
 
 ==================================  ==========================  ==================================================
 audit (module)                      registered family           certificate (accountant)

@@ -20,8 +20,8 @@ def _fmt(x) -> str:
 
 
 def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
-    """A table: certified (eps, delta) and accountant, the empirical lower bound with its
-    confidence and counts, each mutant's lower bound, exact epsilon where computable, pass/fail."""
+    """A table: certified (eps, delta) and accountant, the empirical lower bound with its confidence and counts, each
+    mutant's lower bound, exact epsilon where computable, pass/fail."""
     lines = [header.rstrip(), ""] if header else []
     lines += [
         "| mechanism | certified ε (δ) | accountant | empirical ε lower bound | FP / FN of runs | mutants: ε lower bound | exact ε of the canary pair | pass |",

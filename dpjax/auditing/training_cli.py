@@ -1,13 +1,12 @@
 """``dpjax audit training``: the one-run audit of actual training runs (``dpjax.auditing.training``).
 
     dpjax audit training                                   # both families, honest run and both mutants
-    dpjax audit training --family isrl-mbsgd --mutant no-clip --canaries 20000 --delta 1e-7
-    dpjax audit training --out experiments/audit/training
+    dpjax audit training --family isrl-mbsgd --mutant no-clip --canaries 20000 --delta 1e-7 dpjax audit training --out
+    experiments/audit/training
 
-Prints one line per run; with ``--out`` writes ``training_audit.md`` and ``training_audit.json``
-(refused when they exist, unless ``--overwrite``). Exit status 0 when the honest runs' lower
-bounds stay at or below their certified epsilon and every mutant's exceeds it, 1 otherwise,
-2 on bad input.
+Prints one line per run; with ``--out`` writes ``training_audit.md`` and ``training_audit.json`` (refused when they
+exist, unless ``--overwrite``). Exit status 0 when the honest runs' lower bounds stay at or below their certified
+epsilon and every mutant's exceeds it, 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations

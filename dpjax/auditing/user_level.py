@@ -1,6 +1,6 @@
-"""Canary audit of Ghazi et al.'s (ICML 2023) user-level output perturbation (Algorithm 1,
-DelOutputPert); part of the catalogue (``dpjax.auditing.mechanisms``). Its mechanism is the
-user-level release (``dpjax.user_level``), not a registry family."""
+"""Canary audit of Ghazi et al.'s (ICML 2023) user-level output perturbation (Algorithm 1, DelOutputPert); part of the
+catalogue (``dpjax.auditing.mechanisms``). Its mechanism is the user-level release (``dpjax.user_level``), not a
+registry family."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
     """Algorithm 1 of Ghazi et al. (ICML 2023), DelOutputPert, on f = mean of the users' values clipped to [0, 1],
     replace-one-user neighbours (``dpjax.user_level.audit.canary_pair``: D' moves the canary user from 0 to 1).
 
-    Test mode (spec test U5): ``kappa`` and sigma = 8 kappa Delta / ``gaussian_mu`` are given directly; the
-    certificate is Theorem 3.3's proof, ``(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps', gaussian_mu))``.
-    The stable tables come from the exact enumeration of every deletion set of <= 4 kappa + 1 users
-    (``stable_table``); the audited runs are ``release_from_table`` (the TDLap draw, bottom, the Gaussian) jitted
-    and vmapped over keys. The target Delta is far below the replace sensitivity 1/n of f (the paper's regime:
-    Delta ~ 1/(n sqrt(m)) << 1/n), so privacy rests on the stability test; the mutant skips it (releases
-    f(x) + N(0, sigma^2), never bottom) and is caught. Score: the release, bottom mapped above every release.
+    Test mode (spec test U5): ``kappa`` and sigma = 8 kappa Delta / ``gaussian_mu`` are given directly; the certificate
+    is Theorem 3.3's proof, ``(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps', gaussian_mu))``. The stable tables
+    come from the exact enumeration of every deletion set of <= 4 kappa + 1 users (``stable_table``); the audited runs
+    are ``release_from_table`` (the TDLap draw, bottom, the Gaussian) jitted and vmapped over keys. The target Delta is
+    far below the replace sensitivity 1/n of f (the paper's regime: Delta ~ 1/(n sqrt(m)) << 1/n), so privacy rests on
+    the stability test; the mutant skips it (releases f(x) + N(0, sigma^2), never bottom) and is caught. Score: the
+    release, bottom mapped above every release.
     """
     from dpjax.accounting import user_level as ul_acc
     from dpjax.user_level import audit as ul_audit, mechanisms as ul_mech

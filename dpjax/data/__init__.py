@@ -1,7 +1,7 @@
 """Dataset layer: NumPy loaders and federated (silo) splits for the five papers' experiments.
 
-No JAX here: every function returns plain NumPy arrays; the engine converts
-them and pads silos into ``[N, n_max, d]`` arrays with a mask.
+No JAX here: every function returns plain NumPy arrays; the engine converts them and pads silos into ``[N, n_max, d]``
+arrays with a mask.
 """
 
 from dpjax.data.cifar10 import load_cifar10

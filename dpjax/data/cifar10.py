@@ -7,16 +7,14 @@ downloads it: the user places the standard "CIFAR-10 python version" in the
 data directory (``--data-dir``, ``$DPJAX_DATA_DIR`` or the cache directory),
 either extracted or as the original archive:
 
-1. the folder ``cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``,
-   ``test_batch``, optionally ``batches.meta``), looked for in ``<dir>/cifar10/``
-   and ``<dir>/``; the batch files may also sit directly in those folders;
+1. the folder ``cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``, ``test_batch``, optionally
+   ``batches.meta``), looked for in ``<dir>/cifar10/`` and ``<dir>/``; the batch files may also sit directly in those
+   folders;
 2. the archive ``cifar-10-python.tar.gz`` in the same places (read in place).
 
-Each batch file is a Python pickle of a dict with ``b"data"`` (uint8
-``[n, 3072]``: the 1024 red, then green, then blue values of a 32x32 image in
-row-major order) and ``b"labels"`` (n ints in 0..9). The pickles are read with
-an unpickler that only admits the NumPy array reconstruction globals such
-files contain, so a crafted file cannot run code.
+Each batch file is a Python pickle of a dict with ``b"data"`` (uint8 ``[n, 3072]``: the 1024 red, then green, then blue
+values of a 32x32 image in row-major order) and ``b"labels"`` (n ints in 0..9). The pickles are read with an unpickler
+that only admits the NumPy array reconstruction globals such files contain, so a crafted file cannot run code.
 """
 
 from __future__ import annotations
@@ -107,16 +105,15 @@ def _archive_reader(base: pathlib.Path):
 
 
 def load_cifar10(data_dir: str | os.PathLike | None = None) -> dict:
-    """Loads a user-supplied CIFAR-10: ``{"train_images", "train_labels", "test_images",
-    "test_labels", "label_names"}``.
+    """Loads a user-supplied CIFAR-10: ``{"train_images", "train_labels", "test_images", "test_labels",
+    "label_names"}``.
 
-    Images are ``uint8 [n, 32, 32, 3]`` (NHWC, 0..255), labels ``uint8 [n]``;
-    n = 50000 / 10000 for the real data set (the five training batches in
-    order). ``label_names`` comes from ``batches.meta`` (``()`` without it).
+    Images are ``uint8 [n, 32, 32, 3]`` (NHWC, 0..255), labels ``uint8 [n]``; n = 50000 / 10000 for the real data set
+    (the five training batches in order). ``label_names`` comes from ``batches.meta`` (``()`` without it).
 
     Raises:
-      DatasetNotFoundError: neither the extracted folder nor the archive is in
-        the data directory (the message says where it looked and how to get it).
+      DatasetNotFoundError: neither the extracted folder nor the archive is in the data directory (the message says
+        where it looked and how to get it).
       ValueError: a file that is not a CIFAR-10 python batch.
     """
     base = _data_dir(data_dir)

@@ -1,5 +1,5 @@
-"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; Section 6, Table 2)
-and LIBSVM binary classification sets (a9a, w8a).
+"""Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; Section 6, Table 2) and LIBSVM binary classification
+sets (a9a, w8a).
 
 Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the
 paper's preprocessing (Appendix A) and the P = 10 round-robin i.i.d. client split of
@@ -51,16 +51,15 @@ __all__ = [
 
 
 def load_diff2_raw(name: str, data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """The unscaled table of ``name`` (a key of :data:`DIFF2_DATASETS`): its loader's table (Torgo's
-    California housing with raw totals; KDD's symbolic columns one-hot, as dpjax documents for this
-    dataset)."""
+    """The unscaled table of ``name`` (a key of :data:`DIFF2_DATASETS`): its loader's table (Torgo's California housing
+    with raw totals; KDD's symbolic columns one-hot, as dpjax documents for this dataset)."""
     check_choice("name", name, tuple(DIFF2_DATASETS))
     return DIFF2_DATASETS[name][0](data_dir, verify=verify)
 
 
 def diff2_table(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, y, cols)`` of a loader's dict: ``x`` ``[n, d]``, ``y`` ``[n]`` and the indices of the columns
-    to standardise (``data["standardize_mask"]``, all when absent)."""
+    """``(x, y, cols)`` of a loader's dict: ``x`` ``[n, d]``, ``y`` ``[n]`` and the indices of the columns to
+    standardise (``data["standardize_mask"]``, all when absent)."""
     if not isinstance(data, dict) or "x" not in data or "y" not in data:
         raise ValueError("data must be a loader's dict (keys 'x', 'y', ...)")
     x, y = np.asarray(data["x"]), np.asarray(data["y"])
@@ -73,8 +72,8 @@ def diff2_table(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def diff2_targets(data: dict, task: str, scale_target: bool, dtype) -> tuple[np.ndarray, int | None, float | None]:
-    """``(targets, num_classes, target_scale)``: regression targets divided by max |y| (``scale_target``),
-    or classification labels as int32 class codes (LIBSVM's +1/-1 as 1/0)."""
+    """``(targets, num_classes, target_scale)``: regression targets divided by max |y| (``scale_target``), or
+    classification labels as int32 class codes (LIBSVM's +1/-1 as 1/0)."""
     y = np.asarray(data["y"])
     if task == "regression":
         y_scale = float(np.max(np.abs(y))) if scale_target else 1.0
@@ -99,9 +98,9 @@ def diff2_targets(data: dict, task: str, scale_target: bool, dtype) -> tuple[np.
 
 def dealt_diff2_silos(data: dict, features, train_rows, test_rows, *, task: str, n_silos: int,
                       drop_remainder: bool, scale_target: bool, name: str, dtype, settings: dict) -> FederatedDataset:
-    """Steps 3-4 of :func:`diff2_silos` on a given split: the targets, and the training rows (already
-    shuffled) dealt round-robin to ``n_silos`` clients; ``features(rows)`` gives the standardised
-    features of table rows; ``settings`` (seed, split, statistics) go into the metadata."""
+    """Steps 3-4 of :func:`diff2_silos` on a given split: the targets, and the training rows (already shuffled) dealt
+    round-robin to ``n_silos`` clients; ``features(rows)`` gives the standardised features of table rows; ``settings``
+    (seed, split, statistics) go into the metadata."""
     x, _, cols = diff2_table(data)
     ty, num_classes, y_scale = diff2_targets(data, task, scale_target, dtype)
     n_train = len(train_rows)
@@ -140,20 +139,18 @@ def diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, train_fr
     """The DIFF2 preprocessing and client split (Appendix A; the authors' code).
 
     1. shuffle and split 80/20 (``n_test = ceil(0.2 n)``);
-    2. standardise the columns in ``data["standardize_mask"]`` (all when absent)
-       to mean 0 / std 1, statistics from the whole dataset
-       (``normalization_stats="all"``, default; the paper does not say which) or the training
-       split (``"train"``); constant columns become 0;
-    3. regression (``task="regression"``): divide y by max |y| over the whole
-       dataset (``scale_target``), so y lies in (0, 1];
-    4. the training set (already shuffled) is dealt round-robin: record ``i``
-       goes to client ``i mod P``. With ``drop_remainder`` (default; train sizes are not multiples of P)
-       only the first ``P * floor(n_train / P)`` records are dealt, so all clients have
-       exactly ``n_min = floor(n_train / P)`` records; otherwise client sizes
+    2. standardise the columns in ``data["standardize_mask"]`` (all when absent) to mean 0 / std 1, statistics from the
+       whole dataset (``normalization_stats="all"``, default; the paper does not say which) or the training split
+       (``"train"``); constant columns become 0;
+    3. regression (``task="regression"``): divide y by max |y| over the whole dataset (``scale_target``), so y lies in
+       (0, 1];
+    4. the training set (already shuffled) is dealt round-robin: record ``i`` goes to client ``i mod P``. With
+       ``drop_remainder`` (default; train sizes are not multiples of P) only the first ``P * floor(n_train / P)``
+       records are dealt, so all clients have exactly ``n_min = floor(n_train / P)`` records; otherwise client sizes
        differ by at most one.
 
-    Classification labels are int32 class codes (``num_classes`` = number of
-    classes in ``data["class_names"]`` or in y); the test set is pooled.
+    Classification labels are int32 class codes (``num_classes`` = number of classes in ``data["class_names"]`` or in
+    y); the test set is pooled.
     """
     check_choice("task", task, ("regression", "classification"))
     check_choice("normalization_stats", normalization_stats, ("all", "train"))
@@ -198,14 +195,14 @@ DIFF2_DATASETS = {
 
 def diff2_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: int,
                   **kwargs) -> FederatedDataset:
-    """Loads ``name`` (a key of :data:`DIFF2_DATASETS`, :func:`load_diff2_raw`) and applies
-    :func:`diff2_silos` (P = 10 by default; keyword arguments are passed on). Cover Type is not available."""
+    """Loads ``name`` (a key of :data:`DIFF2_DATASETS`, :func:`load_diff2_raw`) and applies :func:`diff2_silos` (P = 10
+    by default; keyword arguments are passed on). Cover Type is not available."""
     data = load_diff2_raw(name, data_dir)
     return diff2_silos(data, seed=seed, task=DIFF2_DATASETS[name][1], name=f"diff2_{name}", **kwargs)
 
 
 def download_diff2(name: str, data_dir: str | os.PathLike | None = None) -> pathlib.Path:
-    """Downloads one of the DIFF2/LIBSVM datasets (``california_housing``, ``gas_turbine``,
-    ``blogfeedback``, ``kddcup99``, ``a9a``, ``w8a``) with SHA-256 checks; returns its folder."""
+    """Downloads one of the DIFF2/LIBSVM datasets (``california_housing``, ``gas_turbine``, ``blogfeedback``,
+    ``kddcup99``, ``a9a``, ``w8a``) with SHA-256 checks; returns its folder."""
     check_choice("name", name, tuple(DIFF2_DATASETS))
     return download_dataset(name, data_dir)

@@ -1,6 +1,6 @@
-"""The DIFF2 experiments' data files (Murata & Suzuki, ICML 2023; Table 2) and LIBSVM sets (a9a, w8a):
-readers that return raw (unscaled) NumPy arrays, refusing truncated or non-numeric files with an error
-naming the file, row and column. :mod:`dpjax.data.diff2` builds the experiments' silos from them."""
+"""The DIFF2 experiments' data files (Murata & Suzuki, ICML 2023; Table 2) and LIBSVM sets (a9a, w8a): readers that
+return raw (unscaled) NumPy arrays, refusing truncated or non-numeric files with an error naming the file, row and
+column. :mod:`dpjax.data.diff2` builds the experiments' silos from them."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def _read_csv_table(path: pathlib.Path, n_cols: int):
 
 
 def _finite(a: np.ndarray, path) -> np.ndarray:
-    """``a`` when every value is finite; else a ValueError naming the file, row and column of the first
-    NaN/inf (an empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
+    """``a`` when every value is finite; else a ValueError naming the file, row and column of the first NaN/inf (an
+    empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
     bad = ~np.isfinite(a)
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0]) if a.ndim == 2 else (int(np.argwhere(bad)[0][0]), 0)
@@ -109,8 +109,8 @@ def _loadtxt(path, source, **kwargs) -> np.ndarray:
 def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """California Housing, L. Torgo's version (Table 2): 20640 x 8, target median house value.
 
-    Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``).
-    Not scikit-learn's per-household variant.
+    Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``). Not scikit-learn's per-household
+    variant.
     """
     base = _data_dir(data_dir)
     p = find_file(base, "california_housing", ["cal_housing.data"])
@@ -125,8 +125,8 @@ def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify
 
 
 def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled
-    (36733 rows), 9 features AT..CDP, target CO; the NOx column is removed.
+    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled (36733 rows), 9 features
+    AT..CDP, target CO; the NOx column is removed.
 
     Column names are stripped (``gt_2015.csv`` has ``"AFDP "``). ``"year"`` gives each row's file.
     """
@@ -157,11 +157,11 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool 
 
 
 def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281
-    (comments in the next 24 h). Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
+    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281 (comments in the next 24 h).
+    Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
 
-    Only the training file is read: the paper's 60,021 rows also pool the 60 daily
-    test files, which the authors' code (reference doc B.5) does not use.
+    Only the training file is read: the paper's 60,021 rows also pool the 60 daily test files, which the authors' code
+    (reference doc B.5) does not use.
     """
     base = _data_dir(data_dir)
     names = ["blogData_train.csv", "blogData_train.csv.gz"]
@@ -182,16 +182,14 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool
 
 
 def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot", verify: bool = True) -> dict:
-    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows, 41 features,
-    23 connection labels.
+    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows,
+    41 features, 23 connection labels.
 
-    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type,
-    service and flag (categories in sorted order) after the 38 numeric columns
-    (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
-    label-encoded in place. ``"standardize_mask"`` marks the numeric columns
-    (one-hot/code columns are not standardised). Labels are the trailing-dot-
-    stripped names, label-encoded in sorted order (``"class_names"``).
-    Reads ``kddcup.data_10_percent`` or ``kddcup.data_10_percent.gz``.
+    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type, service and flag (categories in
+    sorted order) after the 38 numeric columns (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
+    label-encoded in place. ``"standardize_mask"`` marks the numeric columns (one-hot/code columns are not
+    standardised). Labels are the trailing-dot- stripped names, label-encoded in sorted order (``"class_names"``). Reads
+    ``kddcup.data_10_percent`` or ``kddcup.data_10_percent.gz``.
     """
     check_choice("symbolic", symbolic, ("one_hot", "codes"))
     base = _data_dir(data_dir)
@@ -244,9 +242,9 @@ _MAX_DENSE_BYTES = 2**30
 def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dtype=np.float32) -> dict:
     """Parses a LIBSVM/svmlight text file (``label idx:val ...``, 1-based indices) into dense arrays.
 
-    Returns ``{"x": [n, n_features], "y": float64 [n], "source"}``; ``n_features``
-    defaults to the largest index present (pass it for test splits, e.g. 123 for
-    ``a9a.t``). ``#`` comments and blank lines are skipped; ``.gz`` is read transparently.
+    Returns ``{"x": [n, n_features], "y": float64 [n], "source"}``; ``n_features`` defaults to the largest index present
+    (pass it for test splits, e.g. 123 for ``a9a.t``). ``#`` comments and blank lines are skipped; ``.gz`` is read
+    transparently.
     """
     path = pathlib.Path(path)
     if not path.is_file():
@@ -290,8 +288,8 @@ def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dty
 
 
 def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train", verify: bool = True) -> dict:
-    """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows,
-    file ``a9a``) or ``"test"`` (16281 rows, file ``a9a.t``)."""
+    """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows, file ``a9a``) or
+    ``"test"`` (16281 rows, file ``a9a.t``)."""
     check_choice("split", split, ("train", "test"))
     base = _data_dir(data_dir)
     name = "a9a" if split == "train" else "a9a.t"

@@ -19,10 +19,9 @@ class FederatedDataset:
       train_y: one ``[n_i]`` array per silo (int class labels, or float targets).
       test_x, test_y: per-silo test arrays, or empty lists when the protocol
         uses one pooled test set (then ``pooled_test_x/y`` are set).
-      name: dataset/split name, e.g. ``"isrl_mnist"``.
-      num_classes: number of classes, ``None`` for regression.
-      metadata: sizes, ``d``, seed, source path, preprocessing choices.
-      pooled_test_x, pooled_test_y: pooled test set, or ``None``.
+      name: dataset/split name, e.g. ``"isrl_mnist"``. num_classes: number of classes, ``None`` for regression.
+      metadata: sizes, ``d``, seed, source path, preprocessing choices. pooled_test_x, pooled_test_y: pooled test set,
+      or ``None``.
     """
 
     train_x: list[np.ndarray]

@@ -1,7 +1,7 @@
 """Silo splits of the ISRL-DP federated learning experiments (Lowy & Razaviyayn, ICLR 2023).
 
-ISRL-DP Section 6 / Appendix I: MNIST, binary logistic regression (Fig. 4/7); health
-insurance, linear regression (Fig. 5, 8-9); obesity, softmax regression (Fig. 6).
+ISRL-DP Section 6 / Appendix I: MNIST, binary logistic regression (Fig. 4/7); health insurance, linear regression (Fig.
+5, 8-9); obesity, softmax regression (Fig. 6).
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ class MnistDigits:
         return cls(images, labels, pixels, tuple(np.flatnonzero(labels == k) for k in range(10)))
 
     def rows(self, idx) -> np.ndarray:
-        """Rows ``idx`` of the images as float64 in [0, 1] (converting only those rows: a
-        float64 copy of all 60,000 images per split cost 0.5 s per trial)."""
+        """Rows ``idx`` of the images as float64 in [0, 1] (converting only those rows: a float64 copy of all 60,000
+        images per split cost 0.5 s per trial)."""
         r = self.pixels[idx].astype(np.float64)
         return r / 255.0 if self.images.dtype == np.uint8 else r
 
@@ -114,8 +114,8 @@ class MnistSiloSizes:
 
 
 def _draws_with_replacement(digits: MnistDigits, sizes: MnistSiloSizes, rng) -> list[np.ndarray]:
-    """Each silo's records drawn with replacement from all images of its two digits and, for its pool
-    share, from all images."""
+    """Each silo's records drawn with replacement from all images of its two digits and, for its pool share, from all
+    images."""
     all_idx = np.arange(digits.pixels.shape[0])
     empty = np.empty(0, np.int64)
     silo_idx = []
@@ -129,8 +129,8 @@ def _draws_with_replacement(digits: MnistDigits, sizes: MnistSiloSizes, rng) -> 
 
 
 def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -> list[np.ndarray]:
-    """Each silo's records drawn without replacement across all silos: its own records are consecutive
-    blocks of one permutation per digit (each digit serves 5 silos), its pool share a block of the rest."""
+    """Each silo's records drawn without replacement across all silos: its own records are consecutive blocks of one
+    permutation per digit (each digit serves 5 silos), its pool share a block of the rest."""
     for k in range(10):
         need = 5 * (sizes.own_even if k % 2 == 0 else sizes.own_odd)
         if need > digits.by_digit[k].size:
@@ -165,27 +165,23 @@ def isrl_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, train
 
     Following Woodworth et al. 2020b, as in the authors' code:
 
-    * pixels scaled to [0, 1]; PCA to ``pca_dim`` dimensions fitted (centred) on
-      *all* ``images`` passed — pass the full 60,000-image training set — or
-      reuse a fitted ``pca`` (it must have been fitted on [0, 1]-scaled pixels);
+    * pixels scaled to [0, 1]; PCA to ``pca_dim`` dimensions fitted (centred) on *all* ``images`` passed — pass the full
+      60,000-image training set — or reuse a fitted ``pca`` (it must have been fitted on [0, 1]-scaled pixels);
       ``pca_dim=None`` keeps the 784 raw pixels;
-    * N = 25 silos, silo m holds the pair ``ISRL_MNIST_PAIRS[m]``; label 1 for
-      an even digit, 0 for an odd one (task: even vs odd);
-    * each silo gets ``2 * n_per_digit`` records: ``round((1 - p) * 2 n)`` from
-      its own pair (split evenly between the two digits) and the rest from the
-      pool of all digits (heterogeneity knob ``p = heterogeneity_p``; p = 0 is
-      the paper's maximal heterogeneity, p = 1 is i.i.d.);
-    * shuffled and split per silo with ``n_test = ceil((1 - train_fraction) n)``:
-      774 per digit -> 1548 per silo -> 1238 train / 310 test.
+    * N = 25 silos, silo m holds the pair ``ISRL_MNIST_PAIRS[m]``; label 1 for an even digit, 0 for an odd one (task:
+      even vs odd);
+    * each silo gets ``2 * n_per_digit`` records: ``round((1 - p) * 2 n)`` from its own pair (split evenly between the
+      two digits) and the rest from the pool of all digits (heterogeneity knob ``p = heterogeneity_p``; p = 0 is the
+      paper's maximal heterogeneity, p = 1 is i.i.d.);
+    * shuffled and split per silo with ``n_test = ceil((1 - train_fraction) n)``: 774 per digit -> 1548 per silo -> 1238
+      train / 310 test.
 
-    With ``replace=False`` (default) records are drawn without replacement
-    *across all silos*, so no image appears twice in a silo, silos are
-    disjoint and train/test never overlap (a fresh random draw per ``seed``).
-    ``replace=True`` draws each silo's records with replacement from *all*
-    images of its digits (duplicates, possible train/test leakage).
+    With ``replace=False`` (default) records are drawn without replacement *across all silos*, so no image appears twice
+    in a silo, silos are disjoint and train/test never overlap (a fresh random draw per ``seed``). ``replace=True``
+    draws each silo's records with replacement from *all* images of its digits (duplicates, possible train/test
+    leakage).
 
-    ``metadata["train_indices"]``/``["test_indices"]`` give the row of
-    ``images`` behind every record.
+    ``metadata["train_indices"]``/``["test_indices"]`` give the row of ``images`` behind every record.
     """
     seed = check_seed(seed)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
@@ -206,9 +202,9 @@ def isrl_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, train
 
 def mnist_parity_silos(digits: MnistDigits, sizes: MnistSiloSizes, splits, *, pca_dim: int | None = 50,
                        pca: PCA | None = None, dtype=np.float32, settings: dict | None = None) -> FederatedDataset:
-    """The 25 pair silos of given image rows: ``splits[m] = (train_rows, test_rows)`` of silo m, as features
-    (the PCA projection of ``isrl_mnist_silos``, or the raw pixels for ``pca_dim=None``) and parity labels
-    (1 = even). ``settings`` (how the rows were drawn) are recorded in the metadata."""
+    """The 25 pair silos of given image rows: ``splits[m] = (train_rows, test_rows)`` of silo m, as features (the PCA
+    projection of ``isrl_mnist_silos``, or the raw pixels for ``pca_dim=None``) and parity labels (1 = even).
+    ``settings`` (how the rows were drawn) are recorded in the metadata."""
     if pca_dim is not None:
         pca_dim = check_int("pca_dim", pca_dim, min_value=1)
         if pca_dim > digits.pixels.shape[1]:
@@ -267,8 +263,8 @@ def _check_bools(**flags) -> None:
 
 
 def _features(x, rows, cols, stats, add_bias: bool, dtype) -> np.ndarray:
-    """Records ``rows`` of ``x`` with columns ``cols`` standardised by ``stats = (mean, std)`` (left as
-    they are when ``None``) and, with ``add_bias``, a constant column appended."""
+    """Records ``rows`` of ``x`` with columns ``cols`` standardised by ``stats = (mean, std)`` (left as they are when
+    ``None``) and, with ``add_bias``, a constant column appended."""
     z = x[rows].copy()
     if stats is not None:
         z[:, cols] = (z[:, cols] - stats[0]) / stats[1]
@@ -278,8 +274,8 @@ def _features(x, rows, cols, stats, add_bias: bool, dtype) -> np.ndarray:
 
 
 def _sorted_groups(y, n_silos: int):
-    """``(size, groups)``: the record indices sorted by ``y`` (ascending, stable) cut into ``n_silos``
-    consecutive groups of ``size = ceil(n / n_silos)`` (the last takes the remainder)."""
+    """``(size, groups)``: the record indices sorted by ``y`` (ascending, stable) cut into ``n_silos`` consecutive
+    groups of ``size = ceil(n / n_silos)`` (the last takes the remainder)."""
     n = y.shape[0]
     size = -(-n // n_silos)
     order = np.argsort(y, kind="stable")
@@ -305,8 +301,8 @@ def _split_each(groups, rng, train_fraction: float):
 
 
 def _class_silos(per_class, n_per_silo, replace: bool, rng):
-    """``(n_per_silo, indices)``: one silo per class, each ``n_per_silo`` of its training indices
-    (default: the smallest class's count) drawn by ``rng`` with or without replacement."""
+    """``(n_per_silo, indices)``: one silo per class, each ``n_per_silo`` of its training indices (default: the smallest
+    class's count) drawn by ``rng`` with or without replacement."""
     smallest = min(c.size for c in per_class)
     if n_per_silo is None:
         n_per_silo = smallest
@@ -323,19 +319,15 @@ def insurance_silos(data: dict, *, n_silos: int, seed: int, train_fraction: floa
                     add_bias: bool = True, dtype=np.float32, ddof: int = 0) -> FederatedDataset:
     """Silos of the ISRL-DP insurance experiment, linear regression (Lowy & Razaviyayn 2023, Figs. 5/8/9).
 
-    ``data`` is :func:`dpjax.data.load_insurance`'s output. Records are sorted by
-    the target (charges, ascending, stable) and cut into ``n_silos`` consecutive
-    groups of ``ceil(n / n_silos)`` records (the last takes the remainder), so
-    silos are strongly heterogeneous in y. Each silo is shuffled and split
-    80/20 (``n_test = ceil(0.2 n_i)``). Age and BMI are standardised with
-    ``standardize="per_silo"`` (each silo's own training mean/std, the authors'
-    code), ``"pooled"`` (pooled training statistics) or ``"none"``. A constant
-    column is appended (``add_bias``), giving d = 7 with columns ``age, sex,
-    bmi, children, smoker, region, bias``. y (USD) is not scaled.
-    ``metadata["y_train_mean"]`` is the pooled training mean used by the naive
-    predictor of the relative-RMSE metric. The paper's grid is N in {3, 5, 10, 12}.
-    ``ddof``: the standard deviation's delta degrees of freedom (0 = scikit-learn's
-    ``StandardScaler``; the authors' script uses pandas ``std()``, ddof = 1).
+    ``data`` is :func:`dpjax.data.load_insurance`'s output. Records are sorted by the target (charges, ascending,
+    stable) and cut into ``n_silos`` consecutive groups of ``ceil(n / n_silos)`` records (the last takes the remainder),
+    so silos are strongly heterogeneous in y. Each silo is shuffled and split 80/20 (``n_test = ceil(0.2 n_i)``). Age
+    and BMI are standardised with ``standardize="per_silo"`` (each silo's own training mean/std, the authors' code),
+    ``"pooled"`` (pooled training statistics) or ``"none"``. A constant column is appended (``add_bias``), giving d = 7
+    with columns ``age, sex, bmi, children, smoker, region, bias``. y (USD) is not scaled. ``metadata["y_train_mean"]``
+    is the pooled training mean used by the naive predictor of the relative-RMSE metric. The paper's grid is N in {3, 5,
+    10, 12}. ``ddof``: the standard deviation's delta degrees of freedom (0 = scikit-learn's ``StandardScaler``; the
+    authors' script uses pandas ``std()``, ddof = 1).
     """
     x, y = _check_loader_dict("data", data, 6)
     n = x.shape[0]
@@ -397,16 +389,13 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
                   replace: bool = False, add_bias: bool = True, dtype=np.float32) -> FederatedDataset:
     """Silos of ISRL experiment C, softmax regression on obesity data (ISRL-DP Fig. 6).
 
-    ``data`` is :func:`dpjax.data.load_obesity`'s output (label-encoded, 16
-    features). Global shuffled 80/20 split (``n_test = ceil(0.2 n)``: 1688 / 423);
-    Age, Height, Weight, CH2O and TUE standardised with the training statistics;
-    a bias column appended (d = 17). N = 7 silos, silo m holds training records
-    of class m only (``data["class_names"][m]``), each subsampled to
-    ``n_per_silo`` records (default: the smallest class's training count).
-    ``replace=False`` subsamples without replacement (no duplicates; the
-    smallest class keeps all its records); ``replace=True`` samples with
-    replacement as the authors' code. The test set is pooled
-    (``pooled_test_x/y``; per-silo test lists are empty).
+    ``data`` is :func:`dpjax.data.load_obesity`'s output (label-encoded, 16 features). Global shuffled 80/20 split
+    (``n_test = ceil(0.2 n)``: 1688 / 423); Age, Height, Weight, CH2O and TUE standardised with the training statistics;
+    a bias column appended (d = 17). N = 7 silos, silo m holds training records of class m only
+    (``data["class_names"][m]``), each subsampled to ``n_per_silo`` records (default: the smallest class's training
+    count). ``replace=False`` subsamples without replacement (no duplicates; the smallest class keeps all its records);
+    ``replace=True`` samples with replacement as the authors' code. The test set is pooled (``pooled_test_x/y``;
+    per-silo test lists are empty).
     """
     x, y = _check_loader_dict("data", data, 16)
     seed = check_seed(seed)

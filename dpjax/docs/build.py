@@ -2,19 +2,18 @@
 
 The site is assembled at build time so that nothing in it can drift from the repository:
 
-* the hand-written pages in ``dpjax/docs/pages/`` are copied, and their include markers
-  (``<!-- dpjax-docs: ... -->``, see ``expand_markers``) are replaced by the README's set-up
-  commands, ``dpjax/RELIABILITY.md``, ``dpjax/accounting/README.md`` or the claims tables of
-  the kept reports;
+* the hand-written pages in ``dpjax/docs/pages/`` are copied, and their include markers (``<!-- dpjax-docs: ... -->``,
+  see ``expand_markers``) are replaced by the README's set-up commands, ``dpjax/RELIABILITY.md``,
+  ``dpjax/accounting/README.md`` or the claims tables of the kept reports;
 * every kept ``experiments/**/report.md`` becomes a page (with its figures), and each paper's
   ``experiments/<paper>/README.md`` its "experiment notes" page;
-* every public module of the package found by walking ``dpjax/`` (so a new package appears
-  without editing anything here) gets an API reference page, rendered by mkdocstrings from the
-  docstrings (statically, with griffe: nothing is imported, so jax is not needed);
+* every public module of the package found by walking ``dpjax/`` (so a new package appears without editing anything
+  here) gets an API reference page, rendered by mkdocstrings from the docstrings (statically, with griffe: nothing is
+  imported, so jax is not needed);
 * ``notebooks/*.ipynb`` are rendered from their stored outputs, never executed.
 
-``build_site`` then runs ``mkdocs build --strict`` (every warning, broken link or missing anchor
-is an error) in a subprocess and returns its log.
+``build_site`` then runs ``mkdocs build --strict`` (every warning, broken link or missing anchor is an error) in a
+subprocess and returns its log.
 """
 
 from __future__ import annotations
@@ -80,8 +79,8 @@ def warning_lines(log: str) -> list[str]:
 def find_repo_root(repo: str | os.PathLike | None = None) -> pathlib.Path:
     """The source checkout whose ``experiments/`` and ``notebooks/`` the site is built from.
 
-    The site reads the kept reports and notebooks, which live beside the package in a checkout,
-    not inside an installed wheel. Default: the folder holding this ``dpjax`` package.
+    The site reads the kept reports and notebooks, which live beside the package in a checkout, not inside an installed
+    wheel. Default: the folder holding this ``dpjax`` package.
     """
     root = pathlib.Path(repo).resolve() if repo is not None else PACKAGE_DIR.parent
     missing = [name for name in ("experiments", "notebooks", "README.md") if not (root / name).exists()]
@@ -92,8 +91,7 @@ def find_repo_root(repo: str | os.PathLike | None = None) -> pathlib.Path:
     return root
 
 
-# ----------------------------------------------------------------------------------------------
-# Markdown helpers
+# ---------------------------------------------------------------------------------------------- Markdown helpers
 # ----------------------------------------------------------------------------------------------
 
 def _outside_fences(text: str, fn) -> str:
@@ -128,9 +126,9 @@ def split_title(text: str) -> tuple[str, str]:
 def rewrite_links(text: str, source: str, dest: str, site_files: dict[str, str]) -> str:
     """Rewrites the relative links of ``source`` (repository path) for a page staged at ``dest``.
 
-    A link to a repository file that is on the site (``site_files``: repository path -> site
-    path) points at its page; a link to anything else (source files, CSVs) becomes the path in
-    code, since the site does not carry it. External links and anchors are kept.
+    A link to a repository file that is on the site (``site_files``: repository path -> site path) points at its page; a
+    link to anything else (source files, CSVs) becomes the path in code, since the site does not carry it. External
+    links and anchors are kept.
     """
     src_dir = posixpath.dirname(source)
     dest_dir = posixpath.dirname(dest)
@@ -162,8 +160,7 @@ def readme_command(readme: str, marker: str) -> str:
     return m.group(1)
 
 
-# ----------------------------------------------------------------------------------------------
-# Reports
+# ---------------------------------------------------------------------------------------------- Reports
 # ----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -205,8 +202,8 @@ def claims_section(body: str) -> str:
 
 
 def markdown_section(body: str, heading: str, source: str) -> str:
-    """The section of ``body`` whose heading starts with ``heading``, without its heading line (the
-    including page gives its own), up to the next heading of the same or a higher level."""
+    """The section of ``body`` whose heading starts with ``heading``, without its heading line (the including page gives
+    its own), up to the next heading of the same or a higher level."""
     lines = body.splitlines(keepends=True)
     for i, line in enumerate(lines):
         m = re.match(r"^(#{1,6})\s+(.*)$", line)
@@ -222,8 +219,7 @@ def _is_quick(run: str) -> bool:
     return "quick" in run.lower()
 
 
-# ----------------------------------------------------------------------------------------------
-# Include markers
+# ---------------------------------------------------------------------------------------------- Include markers
 # ----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -238,11 +234,11 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
     """Replaces the include markers of a hand-written page.
 
     * ``<!-- dpjax-docs: readme-command main-command -->``: the README code block after that marker;
-    * ``<!-- dpjax-docs: include PATH [demote=N] [section=Heading_start] -->``: a repository markdown
-      file without its title (or only the section whose heading starts with the given words,
-      underscores for spaces), headings moved down N levels (default 1), links rewritten for the site;
-    * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports,
-      full-protocol runs open and quick ones folded, each linking to its whole report;
+    * ``<!-- dpjax-docs: include PATH [demote=N] [section=Heading_start] -->``: a repository markdown file without its
+      title (or only the section whose heading starts with the given words, underscores for spaces), headings moved down
+      N levels (default 1), links rewritten for the site;
+    * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports, full-protocol runs
+      open and quick ones folded, each linking to its whole report;
     * ``<!-- dpjax-docs: api-table -->``: the top-level modules and packages with their docstrings' first lines;
     * ``<!-- dpjax-docs: algorithms -->``: the registered algorithms with their registry descriptions.
     """
@@ -307,8 +303,7 @@ def _drop_images(text: str) -> str:
     return _outside_fences(text, lambda s: re.sub(r"!\[[^\]\n]*\]\([^)\s]+\)\n?", "", s))
 
 
-# ----------------------------------------------------------------------------------------------
-# API reference
+# ---------------------------------------------------------------------------------------------- API reference
 # ----------------------------------------------------------------------------------------------
 
 def public_modules(package_dir: pathlib.Path = PACKAGE_DIR) -> list[str]:
@@ -385,16 +380,15 @@ def api_nav(modules: list[str]) -> list:
     return [{top: _api_page(top)}, *entries(top)]
 
 
-# ----------------------------------------------------------------------------------------------
-# Staging
+# ---------------------------------------------------------------------------------------------- Staging
 # ----------------------------------------------------------------------------------------------
 
 REPRODUCE_COMMAND = re.compile(r"dpjax reproduce ([a-z0-9][a-z0-9-]*[a-z0-9])")
 
 
 def registered_figures(package_dir: pathlib.Path = PACKAGE_DIR) -> set[str]:
-    """Names registered in ``dpjax/reproduce/`` (read, not imported): ``@register("name", ...)`` and the
-    user-level reproduction's ``demonstration("name", ...)``, which registers through ``register``."""
+    """Names registered in ``dpjax/reproduce/`` (read, not imported): ``@register("name", ...)`` and the user-level
+    reproduction's ``demonstration("name", ...)``, which registers through ``register``."""
     names = set()
     for path in (package_dir / "reproduce").rglob("*.py"):  # modules and per-paper packages
         names.update(re.findall(r"(?:@register|\bdemonstration)\(\s*[\"']([\w-]+)[\"']",
@@ -422,8 +416,8 @@ def _notebook_title(path: pathlib.Path) -> str:
 
 
 def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
-    """Writes the site's markdown, figures and notebooks under ``dest/docs`` and its config to
-    ``dest/mkdocs.yml``; returns the config."""
+    """Writes the site's markdown, figures and notebooks under ``dest/docs`` and its config to ``dest/mkdocs.yml``;
+    returns the config."""
     import yaml
 
     docs = dest / "docs"
@@ -530,8 +524,8 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
                keep_staging: str | os.PathLike | None = None) -> str:
     """Builds the site into ``out`` with ``mkdocs build`` (``--strict`` by default); returns mkdocs' log.
 
-    Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning),
-    ``DocsError`` when the docs extra or the checkout's sources are missing.
+    Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning), ``DocsError`` when the
+    docs extra or the checkout's sources are missing.
     """
     out = pathlib.Path(out).resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "search" / "search_index.json").is_file())):

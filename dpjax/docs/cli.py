@@ -1,7 +1,6 @@
 """``dpjax docs build``: build the documentation site (needs the ``docs`` extra and a source checkout).
 
-Only argparse is imported here, so ``dpjax --help`` stays fast; mkdocs is imported when the
-site is built.
+Only argparse is imported here, so ``dpjax --help`` stays fast; mkdocs is imported when the site is built.
 """
 
 from __future__ import annotations

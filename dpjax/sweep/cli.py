@@ -1,8 +1,7 @@
 """``dpjax sweep CONFIG --out DIR`` and ``dpjax plot DIR``.
 
-``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Inside
-one process the runs are sharded over all local devices (``shard_map``).
-Several processes (hosts) can share one DIR (on a shared file system):
+``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Inside one process the runs are sharded over all
+local devices (``shard_map``). Several processes (hosts) can share one DIR (on a shared file system):
 
 * ``--distributed``: JAX's multi-process runtime. Every process runs the same
   command (plus ``--coordinator HOST:PORT --num-processes P --process-id I``
@@ -11,9 +10,8 @@ Several processes (hosts) can share one DIR (on a shared file system):
   and ``jax.process_count()``.
 * ``--process-index i --process-count P``: the same split without the runtime.
 
-Either way process i computes chunks i, i+P, i+2P, ... and the directory ends
-up bit-identical to a single-process sweep. See ``dpjax.sweep.multihost``
-for a multi-host recipe.
+Either way process i computes chunks i, i+P, i+2P, ... and the directory ends up bit-identical to a single-process
+sweep. See ``dpjax.sweep.multihost`` for a multi-host recipe.
 """
 
 from __future__ import annotations
@@ -83,8 +81,8 @@ def listing_lines() -> list[str]:
 
 
 def algorithm_lines() -> list[str]:
-    """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and
-    the registry entry's description (``dpjax.list_algorithms()``; no jax imported)."""
+    """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and the registry
+    entry's description (``dpjax.list_algorithms()``; no jax imported)."""
     import dpjax
 
     listed = dpjax.list_algorithms()
@@ -95,8 +93,7 @@ def algorithm_lines() -> list[str]:
 def resolve_config(config: str) -> pathlib.Path:
     """``config`` as a file if one exists there, else the packaged config of that name (``.toml`` optional).
 
-    Paths keep working; a name works from any directory. Anything else is a ``ValueError`` naming the
-    packaged configs.
+    Paths keep working; a name works from any directory. Anything else is a ``ValueError`` naming the packaged configs.
     """
     path = pathlib.Path(config)
     if path.is_file():

@@ -1,7 +1,7 @@
 """Sweep configuration: a frozen dataclass and its TOML file form.
 
-A sweep is one algorithm (plus its static fields), one data spec and a grid
-of axes. The TOML form mirrors the dataclass one to one::
+A sweep is one algorithm (plus its static fields), one data spec and a grid of axes. The TOML form mirrors the dataclass
+one to one::
 
     name = "isrl-fig4-mbsgd-appendix-i"
     algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.ALGORITHMS
@@ -30,21 +30,18 @@ of axes. The TOML form mirrors the dataclass one to one::
     repetition = 3                    # an int n means range(n)
     trial = 20                        # data split i uses split seed data.split_seed + i
 
-Size limits (checked arithmetically from the axis specs and data options,
-before anything is expanded, loaded or allocated; neither is part of the
-sweep's identity, so raising one never invalidates a sweep directory)::
+Size limits (checked arithmetically from the axis specs and data options, before anything is expanded, loaded or
+allocated; neither is part of the sweep's identity, so raising one never invalidates a sweep directory)::
 
     max_runs = 100000                 # runs = the product of the grid's axis lengths (default 100,000)
     max_data_mb = 256                 # the data a [data] table describes, float32 (default 256 MiB)
 
 ``dpjax sweep --max-runs N --max-data-mb M`` override them.
 
-Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the
-algorithm's per-run hyperparameters (e.g. ``learning_rate``, ``noise_std``,
-``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the
-accountant, so it excludes a ``noise_std`` axis) and any static field of the
-algorithm (each distinct static combination is compiled once). A scalar is a
-one-point axis. Every error names the offending key.
+Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the algorithm's per-run hyperparameters (e.g.
+``learning_rate``, ``noise_std``, ``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the accountant, so
+it excludes a ``noise_std`` axis) and any static field of the algorithm (each distinct static combination is compiled
+once). A scalar is a one-point axis. Every error names the offending key.
 """
 
 from __future__ import annotations
@@ -182,9 +179,9 @@ def parse_maxnorm(value) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    """A resolved sweep configuration (see the module docstring for the fields). ``grid`` maps each axis to a tuple
-    of values (already expanded); ``chunk_size`` (runs per stored chunk) and ``vmap_width`` (runs computed
-    simultaneously inside a chunk) are chosen automatically when ``None``."""
+    """A resolved sweep configuration (see the module docstring for the fields). ``grid`` maps each axis to a tuple of
+    values (already expanded); ``chunk_size`` (runs per stored chunk) and ``vmap_width`` (runs computed simultaneously
+    inside a chunk) are chosen automatically when ``None``."""
 
 
     algorithm: str
@@ -324,8 +321,8 @@ class SweepConfig:
                              f"{err.object[err.start]:#04x} at offset {err.start})") from None
 
     def to_dict(self) -> dict:
-        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it. The limits
-        (``max_runs``, ``max_data_mb``) are not part of a sweep and are left out."""
+        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it. The limits (``max_runs``,
+        ``max_data_mb``) are not part of a sweep and are left out."""
         d = dataclasses.asdict(self)
         for k in LIMIT_KEYS:
             d.pop(k)

@@ -1,6 +1,6 @@
-"""What a sweep config can name as data: ``DatasetEntry`` objects, each loading one data split (``trial``) as
-padded ``SiloData`` plus the evaluation data and the problem; every loader of ``dpjax.data`` is registered (ISRL
-MNIST, insurance, obesity, the DIFF2 datasets) plus two synthetic ones.
+"""What a sweep config can name as data: ``DatasetEntry`` objects, each loading one data split (``trial``) as padded
+``SiloData`` plus the evaluation data and the problem; every loader of ``dpjax.data`` is registered (ISRL MNIST,
+insurance, obesity, the DIFF2 datasets) plus two synthetic ones.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ class TrialData:
 
 @dataclasses.dataclass(frozen=True)
 class DatasetEntry:
-    """A data spec: ``load(options: dict, trial: int) -> TrialData``; ``options`` are the config's ``[data]``
-    table with defaults filled in, and the split of trial ``t`` must depend only on (options, t)."""
+    """A data spec: ``load(options: dict, trial: int) -> TrialData``; ``options`` are the config's ``[data]`` table with
+    defaults filled in, and the split of trial ``t`` must depend only on (options, t)."""
 
     name: str
     defaults: dict
@@ -51,8 +51,8 @@ class DatasetEntry:
                 raise ValueError(f"data.{k} is not an option of dataset {self.name!r}; known: {tuple(self.defaults)}")
 
     def check_size(self, options: dict, max_mb: float) -> None:
-        """``ValueError`` before anything is allocated when the options describe more than ``max_mb`` MiB of
-        float32 data (``max_data_mb`` in a sweep config, ``dpjax sweep --max-data-mb``)."""
+        """``ValueError`` before anything is allocated when the options describe more than ``max_mb`` MiB of float32
+        data (``max_data_mb`` in a sweep config, ``dpjax sweep --max-data-mb``)."""
         if self.size_of is None:
             return
         values, how = self.size_of(options)
@@ -91,8 +91,8 @@ def _pooled_eval_data(train_x, train_y, test_x, test_y):
 
 @functools.lru_cache(maxsize=64)
 def classification_eval(problem):
-    """Pooled training and pooled test metrics of the output parameters (every metric of
-    ``problem.evaluate``, prefixed ``train_`` / ``test_``: loss and error, or loss and rmse)."""
+    """Pooled training and pooled test metrics of the output parameters (every metric of ``problem.evaluate``, prefixed
+    ``train_`` / ``test_``: loss and error, or loss and rmse)."""
 
     def fn(params, ed):
         tr = problem.evaluate(params, ed["train_x"], ed["train_y"])
@@ -197,9 +197,8 @@ register_dataset(DatasetEntry(
 def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, heterogeneity: float, seed: int):
     """Heterogeneous synthetic logistic-regression silos (NumPy).
 
-    Silo i draws features ``x ~ N(mu_i, I/dim)`` with ``mu_i ~ heterogeneity *
-    N(0, I/dim)`` and labels ``y ~ Bernoulli(sigmoid(<w*, x>))`` for one shared
-    ``w* ~ N(0, 4 I / dim)``; every split depends only on ``seed``.
+    Silo i draws features ``x ~ N(mu_i, I/dim)`` with ``mu_i ~ heterogeneity * N(0, I/dim)`` and labels ``y ~
+    Bernoulli(sigmoid(<w*, x>))`` for one shared ``w* ~ N(0, 4 I / dim)``; every split depends only on ``seed``.
     """
     rng = np.random.default_rng(seed)
     w = rng.normal(size=dim) * 2.0 / math.sqrt(dim)

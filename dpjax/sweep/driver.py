@@ -1,7 +1,7 @@
 """``run_sweep``: plan, compile once per group, execute chunks, store, resume.
 
-The chunks run through the engine's one executor (``dpjax.engine.executor.execute``) with the sweep
-directory (``dpjax.sweep.store``) as its resumable store.
+The chunks run through the engine's one executor (``dpjax.engine.executor.execute``) with the sweep directory
+(``dpjax.sweep.store``) as its resumable store.
 
 Privacy: every run's noise is fixed on the host before execution. With an ``epsilon`` axis, every family is calibrated
 the same way: ``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta, accountant)``
@@ -198,8 +198,8 @@ class Sweep:
 
 
 class _DirectoryStore:
-    """The sweep directory as the executor's resumable ``ChunkStore``: a committed chunk whose files
-    still match its manifest is finished; a damaged one is announced and recomputed."""
+    """The sweep directory as the executor's resumable ``ChunkStore``: a committed chunk whose files still match its
+    manifest is finished; a damaged one is announced and recomputed."""
 
     def __init__(self, store: Store, sweep: Sweep, chunks: dict):
         self.store, self.sweep, self.chunks = store, sweep, chunks
@@ -235,10 +235,9 @@ def run_sweep(cfg: SweepConfig, out_dir: str | os.PathLike, *, devices=None, sou
               sleep_between_chunks: float = 0.0, wait_for_config: float | None = None) -> SweepResult:
     """Runs (or resumes) a sweep into ``out_dir``.
 
-    Finished chunks found in ``out_dir`` are skipped; the rest are computed ``len(devices)`` at a time (one per
-    device, ``shard_map`` over the runs axis) and each is stored atomically as soon as it is done. With
-    ``process_count = P`` this process only computes the chunks whose index is ``process_index`` mod P (several
-    hosts sharing one directory).
+    Finished chunks found in ``out_dir`` are skipped; the rest are computed ``len(devices)`` at a time (one per device,
+    ``shard_map`` over the runs axis) and each is stored atomically as soon as it is done. With ``process_count = P``
+    this process only computes the chunks whose index is ``process_index`` mod P (several hosts sharing one directory).
 
     Args:
       cfg: the sweep.
@@ -250,8 +249,8 @@ def run_sweep(cfg: SweepConfig, out_dir: str | os.PathLike, *, devices=None, sou
       sleep_between_chunks: pause after each stored chunk (seconds; for sharing a busy machine and for kill/resume
         tests).
       wait_for_config: with ``process_index > 0``, wait up to this many seconds for process 0 to write
-        ``out_dir/config.json`` and adopt its (possibly automatic) tiling, so processes started together never race
-        to different ``chunk_size`` choices (``--distributed`` sets it; ``None``: no wait).
+        ``out_dir/config.json`` and adopt its (possibly automatic) tiling, so processes started together never race to
+        different ``chunk_size`` choices (``--distributed`` sets it; ``None``: no wait).
 
     """
     start = time.perf_counter()

@@ -15,8 +15,8 @@ Every file is written to a temporary name in the same directory, flushed, ``fsyn
 sees either the whole file or none of it. A chunk is finished exactly when its manifest exists (written after its
 ``evals`` and ``runs`` files) and both files still match it: :meth:`Store.verify` re-hashes them, so a chunk truncated,
 emptied or edited by anything else is found — on resume it is recomputed, on load it is an error naming the file.
-Loaders ignore uncommitted chunks and temporary files. Floats are written with Python's shortest round-trip ``repr``,
-so a table read back equals the computed values bit for bit.
+Loaders ignore uncommitted chunks and temporary files. Floats are written with Python's shortest round-trip ``repr``, so
+a table read back equals the computed values bit for bit.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ class Store:
 
     # -- before any compute ---------------------------------------------------
     def prepare(self) -> None:
-        """Creates the directory and checks it is writable (a file, a read-only or a full disk fail here,
-        before anything is computed), with a ``ValueError`` naming ``out``."""
+        """Creates the directory and checks it is writable (a file, a read-only or a full disk fail here, before
+        anything is computed), with a ``ValueError`` naming ``out``."""
         if self.root.exists() and not self.root.is_dir():
             raise ValueError(f"out={str(self.root)!r} is a file, not a directory; choose a directory path")
         try:
@@ -128,10 +128,10 @@ class Store:
     def lock(self, process_index: int = 0, config: dict | None = None) -> None:
         """Takes this process's share of the directory (an exclusive ``flock`` held until exit).
 
-        A second process computing the same share of the same directory at the same time would race it chunk for
-        chunk; it is refused with a ``ValueError``. The lock dies with its process (SIGKILL included), so a resume
-        never waits for a dead sweep. ``config`` (the sweep's resolved config) is fingerprinted into the lock file,
-        so that a second process running a *different* config is told so.
+        A second process computing the same share of the same directory at the same time would race it chunk for chunk;
+        it is refused with a ``ValueError``. The lock dies with its process (SIGKILL included), so a resume never waits
+        for a dead sweep. ``config`` (the sweep's resolved config) is fingerprinted into the lock file, so that a second
+        process running a *different* config is told so.
         """
         digest = config_digest(config) if config is not None else None
         import fcntl
@@ -198,9 +198,9 @@ class Store:
         self.clean_temporaries()
 
     def clean_temporaries(self, min_age_s: float = STALE_TEMP_SECONDS) -> None:
-        """Removes temporary files of interrupted writes (never complete ones) older than ``min_age_s``, so a
-        process that starts or resumes never deletes the in-flight temporary file of another process sharing the
-        directory. Leftover temporaries are harmless meanwhile: only ``*.csv`` files count as finished chunks."""
+        """Removes temporary files of interrupted writes (never complete ones) older than ``min_age_s``, so a process
+        that starts or resumes never deletes the in-flight temporary file of another process sharing the directory.
+        Leftover temporaries are harmless meanwhile: only ``*.csv`` files count as finished chunks."""
         now = time.time()
         for d in (self.root, self.runs_dir, self.evals_dir, self.manifest_dir):
             if d.exists():
@@ -225,9 +225,9 @@ class Store:
         atomic_write_text(self.manifest_dir / f"{chunk_id}.json", json.dumps(manifest) + "\n")  # commit point
 
     def verify(self, chunk_id: str, expected_rows: tuple[int, int] | None = None) -> str | None:
-        """``None`` if chunk ``chunk_id`` is committed and intact, else why not (naming the file). Intact: the
-        manifest parses, both CSVs exist with the SHA-256 it records, and (if given) ``expected_rows = (runs,
-        evals)`` equals its row counts."""
+        """``None`` if chunk ``chunk_id`` is committed and intact, else why not (naming the file). Intact: the manifest
+        parses, both CSVs exist with the SHA-256 it records, and (if given) ``expected_rows = (runs, evals)`` equals its
+        row counts."""
         mpath = self.manifest_dir / f"{chunk_id}.json"
         try:
             m = json.loads(mpath.read_text())
@@ -270,9 +270,8 @@ class Store:
 
 
 def _identity(config: dict) -> dict:
-    """A resolved config without ``data.data_dir``: where the dataset files lie is not part of a sweep's
-    identity (a sweep may resume on another machine or after the data moved; the dataset's name and
-    split seeds are)."""
+    """A resolved config without ``data.data_dir``: where the dataset files lie is not part of a sweep's identity (a
+    sweep may resume on another machine or after the data moved; the dataset's name and split seeds are)."""
     data = config.get("data")
     if isinstance(data, dict) and "data_dir" in data:
         return {**config, "data": {k: v for k, v in data.items() if k != "data_dir"}}

@@ -1,14 +1,16 @@
-"""``dpjax audit``: canary audits of every registered private family's own step (empirical lower bounds on epsilon,
-against the family's certified epsilon and the canary pair's exact epsilon).
+"""``dpjax audit``: canary audits of every registered private family's own step (empirical lower
+bounds on epsilon, against the family's certified epsilon and the canary pair's exact epsilon).
 
     dpjax audit --all --runs 100000 --out experiments/audit
     dpjax audit isrl-mbsgd diff2-gd --runs 20000
     dpjax audit training [--family dpsgd-general|isrl-mbsgd] [--mutant no-clip|half-noise|none|all]
       (one-run audit of an actual training run: ``dpjax.auditing.training_cli``)
 
-Writes ``audit.md`` (table) and ``audit.json`` into ``--out``; refuses to overwrite an earlier report unless
-``--overwrite`` (checked before any run). Exit status 0 when every audit passes (lower bound below the certified epsilon
-and below the canary pair's exact epsilon where it is computed, every mutant caught), 1 otherwise, 2 on bad input.
+Writes ``audit.md`` (table) and ``audit.json`` into ``--out``; refuses to
+overwrite an earlier report unless ``--overwrite`` (checked before any run).
+Exit status 0 when every audit passes (lower bound below the certified
+epsilon and below the canary pair's exact epsilon where it is computed, every
+mutant caught), 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``dpjax sweep CONFIG --out DIR`` and ``dpjax plot DIR``.
 
-``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Inside one process the runs are sharded over all
-local devices (``shard_map``). Several processes (hosts) can share one DIR (on a shared file system):
+``dpjax sweep`` resumes by default: finished chunks in DIR are skipped. Inside
+one process the runs are sharded over all local devices (``shard_map``).
+Several processes (hosts) can share one DIR (on a shared file system):
 
 * ``--distributed``: JAX's multi-process runtime. Every process runs the same
   command (plus ``--coordinator HOST:PORT --num-processes P --process-id I``
@@ -10,8 +11,9 @@ local devices (``shard_map``). Several processes (hosts) can share one DIR (on a
   and ``jax.process_count()``.
 * ``--process-index i --process-count P``: the same split without the runtime.
 
-Either way process i computes chunks i, i+P, i+2P, ... and the directory ends up bit-identical to a single-process
-sweep. See ``dpjax.sweep.multihost`` for a multi-host recipe.
+Either way process i computes chunks i, i+P, i+2P, ... and the directory ends
+up bit-identical to a single-process sweep. See ``dpjax.sweep.multihost``
+for a multi-host recipe.
 """
 
 from __future__ import annotations

@@ -25,14 +25,10 @@ SUBCOMMAND_MODULES = [
 # command -> the one module that registers it: `dpjax account` must not import
 # jax (dpjax.sweep does), so main() imports only the module it needs.
 COMMAND_MODULES = {
-    "sweep": "dpjax.sweep.cli",
-    "plot": "dpjax.sweep.cli",
-    "run": "dpjax.tasks.cli",
-    "account": "dpjax.accounting.cli",
-    "reproduce": "dpjax.reproduce.cli",
-    "audit": "dpjax.auditing.cli",
-    "docs": "dpjax.docs.cli",
+    "sweep": "dpjax.sweep.cli", "plot": "dpjax.sweep.cli", "run": "dpjax.tasks.cli", "account": "dpjax.accounting.cli",
+    "reproduce": "dpjax.reproduce.cli", "audit": "dpjax.auditing.cli", "docs": "dpjax.docs.cli",
 }
+
 
 
 #: ``dpjax --help``'s one line per command, so the top-level help imports no subcommand module (they pull in

@@ -25,11 +25,6 @@ from dpjax.auditing.stats import (
 )
 
 __all__ = [
-    "EpsilonLowerBound",
-    "clopper_pearson",
-    "clopper_pearson_upper",
-    "epsilon_from_rates",
-    "epsilon_lower_bound",
-    "select_and_bound",
-    "select_threshold",
+    "EpsilonLowerBound", "clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "epsilon_lower_bound",
+    "select_and_bound", "select_threshold",
 ]

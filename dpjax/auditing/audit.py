@@ -150,19 +150,11 @@ class AuditResult:
 
     def as_dict(self) -> dict:
         return {
-            "name": self.name,
-            "description": self.description,
-            "passed": self.passed,
-            "below_certificate": self.below_certificate,
-            "below_exact": self.below_exact,
-            "certificate": dataclasses.asdict(self.certificate),
-            "lower_bound": self.bound.as_dict(),
-            "mutants": [m.as_dict() for m in self.mutants],
-            "exact": self.exact,
-            "runs_per_dataset": self.runs,
-            "seed": self.seed,
-            "seconds": self.seconds,
-            "details": dict(self.details),
+            "name": self.name, "description": self.description, "passed": self.passed,
+            "below_certificate": self.below_certificate, "below_exact": self.below_exact,
+            "certificate": dataclasses.asdict(self.certificate), "lower_bound": self.bound.as_dict(),
+            "mutants": [m.as_dict() for m in self.mutants], "exact": self.exact, "runs_per_dataset": self.runs,
+            "seed": self.seed, "seconds": self.seconds, "details": dict(self.details),
         }
 
 

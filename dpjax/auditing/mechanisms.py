@@ -99,23 +99,13 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
 #: Every registered private family and the audits that run its step (``user-level`` runs the
 #: user-level mechanisms of ``dpjax.user_level``, which are not registry families).
 FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
-    "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"),
-    "isrl-local-sgd": ("isrl-local-sgd",),
-    "isrl-accelerated": ("isrl-accelerated",),
-    "isrl-unbalanced": ("isrl-unbalanced",),
-    "isrl-shuffled": ("isrl-shuffled",),
-    "sdp-accelerated": ("sdp-accelerated",),
-    "shuffle-sgd": ("shuffle-sgd",),
-    "shuffle-acsa": ("shuffle-acsa",),
-    "dp-sgd": ("dp-sgd",),
-    "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")),
-    "diff2-gd": ("diff2-gd",),
-    "dp-gd": ("dp-gd",),
-    "diff2-bvr": ("diff2-bvr",),
-    "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
-    "dp-ftrl": ("dp-ftrl",),
-    "dp-fedadam": ("dp-fedadam",),
-    "dp-scaffold": ("dp-scaffold",),
+    "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"), "isrl-local-sgd": ("isrl-local-sgd",),
+    "isrl-accelerated": ("isrl-accelerated",), "isrl-unbalanced": ("isrl-unbalanced",),
+    "isrl-shuffled": ("isrl-shuffled",), "sdp-accelerated": ("sdp-accelerated",), "shuffle-sgd": ("shuffle-sgd",),
+    "shuffle-acsa": ("shuffle-acsa",), "dp-sgd": ("dp-sgd",),
+    "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
+    "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
+    "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),
 }
 
 

@@ -31,13 +31,8 @@ from dpjax import _validate as v
 MAX_RUNS = 10**7
 
 __all__ = [
-    "clopper_pearson",
-    "clopper_pearson_upper",
-    "epsilon_from_rates",
-    "EpsilonLowerBound",
-    "epsilon_lower_bound",
-    "select_threshold",
-    "select_and_bound",
+    "clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "EpsilonLowerBound", "epsilon_lower_bound",
+    "select_threshold", "select_and_bound",
 ]
 
 

@@ -17,12 +17,7 @@ from dpjax.data.federated import FederatedDataset
 from dpjax.data.preprocess import PCA, pca_fit, split_sizes, standardize_fit
 
 __all__ = [
-    "ISRL_MNIST_PAIRS",
-    "MnistDigits",
-    "MnistSiloSizes",
-    "insurance_silos",
-    "isrl_mnist_silos",
-    "mnist_parity_silos",
+    "ISRL_MNIST_PAIRS", "MnistDigits", "MnistSiloSizes", "insurance_silos", "isrl_mnist_silos", "mnist_parity_silos",
     "obesity_silos",
 ]
 
@@ -223,24 +218,13 @@ def mnist_parity_silos(digits: MnistDigits, sizes: MnistSiloSizes, splits, *, pc
     tr_idx, te_idx = [tr for tr, _ in splits], [te for _, te in splits]
     train_x = [featurize(tr) for tr in tr_idx]
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Figs. 4/7",
-        "num_silos": 25,
-        "pairs": list(ISRL_MNIST_PAIRS),
-        "n_per_digit": sizes.n_per_digit,
-        "n_per_silo": sizes.n_silo,
-        "n_train_per_silo": sizes.n_train,
-        "n_test_per_silo": sizes.n_test,
-        "n_own_per_silo": sizes.n_own,
-        "n_pool_per_silo": sizes.n_pool,
-        **(settings or {}),
-        "d": train_x[0].shape[1],
-        "pixel_scaling": "x / 255 in [0, 1]",
-        "pca_dim": pca_dim,
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Figs. 4/7", "num_silos": 25, "pairs": list(ISRL_MNIST_PAIRS),
+        "n_per_digit": sizes.n_per_digit, "n_per_silo": sizes.n_silo, "n_train_per_silo": sizes.n_train,
+        "n_test_per_silo": sizes.n_test, "n_own_per_silo": sizes.n_own, "n_pool_per_silo": sizes.n_pool,
+        **(settings or {}), "d": train_x[0].shape[1], "pixel_scaling": "x / 255 in [0, 1]", "pca_dim": pca_dim,
         "pca_fit_on": None if pca_dim is None else f"{digits.pixels.shape[0]} images (centred)",
         "pca_explained_variance_ratio": None if pca_dim is None else float(pca.explained_variance_ratio[:pca_dim].sum()),
-        "label": "1 = even digit, 0 = odd digit",
-        "train_indices": tr_idx,
-        "test_indices": te_idx,
+        "label": "1 = even digit, 0 = odd digit", "train_indices": tr_idx, "test_indices": te_idx,
     }
     return FederatedDataset(train_x=train_x, train_y=[parity[tr] for tr in tr_idx],
                             test_x=[featurize(te) for te in te_idx], test_y=[parity[te] for te in te_idx],
@@ -357,26 +341,15 @@ def insurance_silos(data: dict, *, n_silos: int, seed: int, train_fraction: floa
         test_y.append(y[te].astype(dtype))
     names = list(data.get("feature_names", ["age", "sex", "bmi", "children", "smoker", "region"]))
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 5/8-9",
-        "num_silos": n_silos,
-        "group_size": size,
-        "n_per_silo": [int(g.size) for g in groups],
-        "n_train_per_silo": [int(t.size) for t in tr_idx],
-        "n_test_per_silo": [int(t.size) for t in te_idx],
-        "d": train_x[0].shape[1],
-        "feature_names": names + (["bias"] if add_bias else []),
-        "seed": seed,
-        "train_fraction": train_fraction,
-        "standardize": standardize,
-        "ddof": ddof,
-        "standardized_columns": ["age", "bmi"],
-        "standardize_stats": stats_used,
-        "target": "charges (USD, unscaled)",
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 5/8-9", "num_silos": n_silos, "group_size": size,
+        "n_per_silo": [int(g.size) for g in groups], "n_train_per_silo": [int(t.size) for t in tr_idx],
+        "n_test_per_silo": [int(t.size) for t in te_idx], "d": train_x[0].shape[1],
+        "feature_names": names + (["bias"] if add_bias else []), "seed": seed, "train_fraction": train_fraction,
+        "standardize": standardize, "ddof": ddof, "standardized_columns": ["age", "bmi"],
+        "standardize_stats": stats_used, "target": "charges (USD, unscaled)",
         "y_train_mean": float(y[np.concatenate(tr_idx)].mean()),
-        "silo_assignment": "sorted by y ascending, consecutive groups of ceil(n/N)",
-        "source": data.get("source"),
-        "train_indices": tr_idx,
-        "test_indices": te_idx,
+        "silo_assignment": "sorted by y ascending, consecutive groups of ceil(n/N)", "source": data.get("source"),
+        "train_indices": tr_idx, "test_indices": te_idx,
     }
     return FederatedDataset(train_x, train_y, test_x, test_y, name="isrl_insurance", num_classes=None, metadata=meta)
 
@@ -416,33 +389,16 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
     per_class = [tr[y[tr] == m] for m in range(k)]
     n_per_silo, silo_idx = _class_silos(per_class, n_per_silo, replace, rng)
     meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6",
-        "num_silos": k,
-        "class_names": classes,
-        "n_train_per_silo": n_per_silo,
-        "n_train_total": int(n_tr),
-        "n_test": int(te.size),
-        "class_train_counts": [int(c.size) for c in per_class],
-        "replace": replace,
-        "d": 16 + int(add_bias),
-        "feature_names": names + (["bias"] if add_bias else []),
-        "standardized_columns": list(OBESITY_STANDARDIZED),
-        "standardize_stats": (mean.tolist(), std.tolist()),
-        "seed": seed,
-        "train_fraction": train_fraction,
-        "silo_assignment": "silo m = training records of class m (one class per silo)",
-        "source": data.get("source"),
-        "train_indices": silo_idx,
-        "test_indices": te,
+        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6", "num_silos": k, "class_names": classes,
+        "n_train_per_silo": n_per_silo, "n_train_total": int(n_tr), "n_test": int(te.size),
+        "class_train_counts": [int(c.size) for c in per_class], "replace": replace, "d": 16 + int(add_bias),
+        "feature_names": names + (["bias"] if add_bias else []), "standardized_columns": list(OBESITY_STANDARDIZED),
+        "standardize_stats": (mean.tolist(), std.tolist()), "seed": seed, "train_fraction": train_fraction,
+        "silo_assignment": "silo m = training records of class m (one class per silo)", "source": data.get("source"),
+        "train_indices": silo_idx, "test_indices": te,
     }
     return FederatedDataset(
-        train_x=[feats(i) for i in silo_idx],
-        train_y=[y[i].astype(np.int32) for i in silo_idx],
-        test_x=[],
-        test_y=[],
-        name="isrl_obesity",
-        num_classes=k,
-        metadata=meta,
-        pooled_test_x=feats(te),
+        train_x=[feats(i) for i in silo_idx], train_y=[y[i].astype(np.int32) for i in silo_idx], test_x=[], test_y=[],
+        name="isrl_obesity", num_classes=k, metadata=meta, pooled_test_x=feats(te),
         pooled_test_y=y[te].astype(np.int32),
     )

@@ -27,14 +27,8 @@ from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _
 from dpjax.data.sources import check_known_file
 
 __all__ = [
-    "MNIST_IDX_FILES",
-    "MNIST_IDX_SHA256",
-    "MNIST_IDX_URL",
-    "MNIST_NPZ_SHA256",
-    "MNIST_NPZ_URL",
-    "download_mnist",
-    "load_mnist",
-    "read_idx",
+    "MNIST_IDX_FILES", "MNIST_IDX_SHA256", "MNIST_IDX_URL", "MNIST_NPZ_SHA256", "MNIST_NPZ_URL", "download_mnist",
+    "load_mnist", "read_idx",
 ]
 
 SUBDIR = "mnist"
@@ -44,10 +38,8 @@ MNIST_NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b6
 MNIST_IDX_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 #: key in the returned dict -> IDX file stem
 MNIST_IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
+    "train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte",
 }
 #: SHA-256 of the gzipped IDX files at :data:`MNIST_IDX_URL`.
 MNIST_IDX_SHA256 = {

@@ -30,12 +30,7 @@ HOW_TO_SET = (
 )
 
 __all__ = [
-    "ENV_VAR",
-    "DatasetNotFoundError",
-    "data_dir",
-    "download",
-    "find_file",
-    "sha256_file",
+    "ENV_VAR", "DatasetNotFoundError", "data_dir", "download", "find_file", "sha256_file",
 ]
 
 

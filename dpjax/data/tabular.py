@@ -22,21 +22,14 @@ from dpjax.data.preprocess import label_encode
 from dpjax.data.sources import REMOTE, UPSTREAM, check_known_file, download_dataset
 
 __all__ = [
-    "INSURANCE_FEATURES",
-    "OBESITY_CLASSES",
-    "OBESITY_FEATURES",
-    "download_insurance",
-    "download_obesity",
-    "load_insurance",
-    "load_obesity",
+    "INSURANCE_FEATURES", "OBESITY_CLASSES", "OBESITY_FEATURES", "download_insurance", "download_obesity",
+    "load_insurance", "load_obesity",
 ]
 
 INSURANCE_FEATURES = ("age", "sex", "bmi", "children", "smoker", "region")
 #: Alphabetical label codes (as the authors' insurance script encodes them).
 INSURANCE_CODES = {
-    "sex": ("female", "male"),
-    "smoker": ("no", "yes"),
-    "region": ("northeast", "northwest", "southeast", "southwest"),
+    "sex": ("female", "male"), "smoker": ("no", "yes"), "region": ("northeast", "northwest", "southeast", "southwest"),
 }
 OBESITY_FEATURES = (
     "Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC", "NCP",
@@ -154,11 +147,8 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
             x[:, j] = _floats(cols[name], where, name)
     check_known_file(paths[0], len(rows), verify and len(paths) == 1)
     return {
-        "x": x,
-        "y": _floats(cols["charges"], where, "charges"),
-        "feature_names": list(INSURANCE_FEATURES),
-        "codes": {k: list(v) for k, v in INSURANCE_CODES.items()},
-        "source": where,
+        "x": x, "y": _floats(cols["charges"], where, "charges"), "feature_names": list(INSURANCE_FEATURES),
+        "codes": {k: list(v) for k, v in INSURANCE_CODES.items()}, "source": where,
     }
 
 
@@ -194,13 +184,8 @@ def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = Tr
     check_known_file(p, len(rows), verify)
     y, classes = label_encode(cols["NObeyesdad"], OBESITY_CLASSES)
     return {
-        "x": x,
-        "y": y,
-        "feature_names": list(OBESITY_FEATURES),
-        "class_names": list(classes),
-        "categorical": list(OBESITY_CATEGORICAL),
-        "codes": codes,
-        "source": str(p),
+        "x": x, "y": y, "feature_names": list(OBESITY_FEATURES), "class_names": list(classes),
+        "categorical": list(OBESITY_CATEGORICAL), "codes": codes, "source": str(p),
     }
 
 

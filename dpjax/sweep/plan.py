@@ -83,16 +83,9 @@ def build_groups(cfg: SweepConfig) -> list[Group]:
 def identity(cfg: SweepConfig, group: Group, trial, rep, config: dict) -> dict:
     """Everything that defines one run (hashed into its id)."""
     return {
-        "algorithm": cfg.algorithm,
-        "num_rounds": cfg.num_rounds,
-        "eval_every": cfg.eval_every,
-        "seed": cfg.seed,
-        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data),
-        "privacy": cfg.privacy,
-        "static": group.static,
-        "trial": trial,
-        "repetition": rep,
-        "config": config,
+        "algorithm": cfg.algorithm, "num_rounds": cfg.num_rounds, "eval_every": cfg.eval_every, "seed": cfg.seed,
+        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data), "privacy": cfg.privacy,
+        "static": group.static, "trial": trial, "repetition": rep, "config": config,
     }
 
 

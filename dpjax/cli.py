@@ -65,8 +65,7 @@ def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> arg
     parser = ArgumentParser(
         prog="dpjax",
         description="JAX-compiled experiments for differentially private federated optimization.",
-        epilog=EPILOG,
-    )
+        epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if lazy:
         for name, text in COMMAND_HELP.items():

@@ -35,8 +35,7 @@ def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
         lines.append(
             f"| {r.name} | {_fmt(r.certificate.epsilon)} ({r.certificate.delta:g}) | {r.certificate.accountant} | "
             f"{_fmt(b.epsilon)} ({b.confidence:.0%}) | {b.false_positives} / {b.false_negatives} of {b.runs_d} | "
-            f"{mutants} | {exact} | {'PASS' if r.passed else 'FAIL'} |"
-        )
+            f"{mutants} | {exact} | {'PASS' if r.passed else 'FAIL'} |")
     lines.append("")
     for r in results:
         lines.append(f"* **{r.name}**: {r.description}; relation {r.certificate.neighboring}; "

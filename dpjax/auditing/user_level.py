@@ -69,8 +69,7 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
         details={"eps_prime": eps_prime, "kappa": kappa, "n": n, "outlier_users": outliers,
                  "Delta": sensitivity, "sigma": sigma, "gaussian_mu": gaussian_mu,
                  "release_probability": f"{1 - tables[0].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D), "
-                                        f"{1 - tables[1].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D')"},
-    )
+                                        f"{1 - tables[1].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D')"})
 
 
 # DP-SGD-General configurations (certified eps 1-5 at DELTA): shuffling, one epoch of 2 rounds of

@@ -44,8 +44,7 @@ def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote
         url = ", ".join(u for _, u, _ in REMOTE[remote_key][1])
     return DatasetNotFoundError(
         name, candidate_dirs(base, sub), files,
-        f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}",
-    )
+        f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}")
 
 
 def _open_text(path: pathlib.Path):

@@ -51,8 +51,7 @@ class FederatedDataset:
             for i, (x, y) in enumerate(zip(xs, ys)):
                 if x.ndim != 2 or y.ndim != 1 or x.shape[0] != y.shape[0]:
                     raise ValueError(
-                        f"{kind} silo {i}: x has shape {x.shape}, y {y.shape}; expected [n_i, d] and [n_i]"
-                    )
+                        f"{kind} silo {i}: x has shape {x.shape}, y {y.shape}; expected [n_i, d] and [n_i]")
                 if d is None:
                     d = x.shape[1]
                 elif x.shape[1] != d:

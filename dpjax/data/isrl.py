@@ -131,8 +131,7 @@ def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -
         if need > digits.by_digit[k].size:
             raise ValueError(
                 f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {need} images of digit {k} "
-                f"without replacement, only {digits.by_digit[k].size} available (use replace=True or a smaller n)"
-            )
+                f"without replacement, only {digits.by_digit[k].size} available (use replace=True or a smaller n)")
     perms = [rng.permutation(digits.by_digit[k]) for k in range(10)]
     used = np.zeros(digits.pixels.shape[0], bool)
     own = []
@@ -148,8 +147,7 @@ def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -
     if 25 * n_pool > free.size:
         raise ValueError(
             f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {25 * n_pool} pool images without "
-            f"replacement, only {free.size} left (use replace=True or a smaller n)"
-        )
+            f"replacement, only {free.size} left (use replace=True or a smaller n)")
     return [np.concatenate([own[m], free[m * n_pool : (m + 1) * n_pool]]) for m in range(25)]
 
 
@@ -266,8 +264,7 @@ def _sorted_groups(y, n_silos: int):
     groups = [order[i * size : (i + 1) * size] for i in range(n_silos)]
     if any(g.size < 2 for g in groups):
         raise ValueError(
-            f"n_silos={n_silos}: cutting {n} records into groups of ceil(n/N)={size} leaves a silo with < 2 records"
-        )
+            f"n_silos={n_silos}: cutting {n} records into groups of ceil(n/N)={size} leaves a silo with < 2 records")
     return size, groups
 
 
@@ -294,8 +291,7 @@ def _class_silos(per_class, n_per_silo, replace: bool, rng):
     if not replace and n_per_silo > smallest:
         raise ValueError(
             f"n_per_silo={n_per_silo} exceeds the smallest class's {smallest} training records; "
-            f"use replace=True (authors' code) or a smaller value"
-        )
+            f"use replace=True (authors' code) or a smaller value")
     return n_per_silo, [rng.choice(c, n_per_silo, replace=replace) for c in per_class]
 
 
@@ -400,5 +396,4 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
     return FederatedDataset(
         train_x=[feats(i) for i in silo_idx], train_y=[y[i].astype(np.int32) for i in silo_idx], test_x=[], test_y=[],
         name="isrl_obesity", num_classes=k, metadata=meta, pooled_test_x=feats(te),
-        pooled_test_y=y[te].astype(np.int32),
-    )
+        pooled_test_y=y[te].astype(np.int32))

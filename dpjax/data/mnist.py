@@ -80,8 +80,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if len(raw) - header != count * dtype.itemsize:
         raise ValueError(
             f"{path}: IDX payload has {len(raw) - header} bytes, header shape {shape} needs "
-            f"{count * dtype.itemsize}"
-        )
+            f"{count * dtype.itemsize}")
     arr = np.frombuffer(raw, dtype, count=count, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)
 
@@ -117,8 +116,7 @@ def _check(out: dict, where: str) -> dict:
         if x.ndim != 3 or x.shape[1:] != (28, 28) or x.shape[0] != y.shape[0] or y.ndim != 1:
             raise ValueError(
                 f"{where}: {split} images have shape {x.shape} and labels {y.shape}; "
-                f"expected [n, 28, 28] and [n]"
-            )
+                f"expected [n, 28, 28] and [n]")
         if x.shape[0] == 0:
             raise ValueError(f"{where}: the {split} split holds no images {_FROM}")
     return {

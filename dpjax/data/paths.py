@@ -139,8 +139,7 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, *, ti
             if got != sha256:
                 raise ValueError(
                     f"existing file {dest} has sha256 {got}, expected {sha256}; "
-                    f"delete it or pass overwrite=True"
-                )
+                    f"delete it or pass overwrite=True")
         return dest
     h = hashlib.sha256()
     with _atomic_file(dest) as out, urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -113,8 +113,7 @@ def check_known_file(path: str | os.PathLike, rows: int, verify: bool = True) ->
         raise ValueError(
             f"{path} has {rows} data rows but the published file has {known_rows} (sha256 {digests[0][:16]}..., "
             f"this file {got[:16]}...): it is truncated or altered. Download it again (dpjax.data.download_*) "
-            "or pass verify=False to load this copy anyway"
-        )
+            "or pass verify=False to load this copy anyway")
     warnings.warn(f"{path} has the published row count ({rows}) but not the published bytes (sha256 {got[:16]}...); "
                   "loading it anyway", stacklevel=3)
 

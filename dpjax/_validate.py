@@ -199,7 +199,6 @@ def _check_traced(check, name: str, value: Any, kwargs) -> None:
         return
     import jax.numpy as jnp
     from jax.experimental import checkify
-
     checkify.check(jnp.all(pred(value, jnp)), f"{name}={{value}} {requirement}", value=value)
 
 
@@ -247,7 +246,6 @@ def checked(fn):
         global _CHECKED_DEPTH
         import jax
         from jax.experimental import checkify
-
         _CHECKED_DEPTH += 1
         try:
             # jit caches traces by function: a function traced before (unchecked) would be reused without

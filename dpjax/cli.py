@@ -116,7 +116,6 @@ RENAMED_TASKS = {
 
 def main(argv: list[str] | None = None) -> int:
     from dpjax import progress  # pure Python: stage lines count seconds from here
-
     progress.configure(quiet=False, restart_clock=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMAND_MODULES.get(argv[0]) if argv else None
@@ -141,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _closed_stdout() -> int:
     import os
-
     try:  # Python would report the broken pipe again when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError:

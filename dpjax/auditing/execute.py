@@ -109,7 +109,6 @@ def run_family(family, data, hparams, run_keys: jax.Array, *, params: Any):
     parameters after every round, ``[runs, rounds, P]``, and ``round_metrics`` the family's per-round metrics ``[runs,
     rounds, ...]``."""
     from dpjax.engine import executor
-
     runs = int(run_keys.shape[0])
     batched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(jnp.asarray(a), (runs,) + jnp.shape(a)), hparams)
     return executor.run_many(family, data, batched, run_keys, params=params, eval_fn=trajectory, eval_every=1)

@@ -207,7 +207,6 @@ def build_family(name: str, canaries: int, rounds: int):
 
         return DpScaffold(problem, rounds, 1, 1, canaries)
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
-
     return NoisyMbSgd(problem, rounds, canaries)
 
 
@@ -221,7 +220,6 @@ def _hparams(name: str, noise_multiplier: float, clip_norm: float):
 
         return ScaffoldHParams.create(1.0, 1.0, noise_multiplier, clip_norm)
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-
     return MbSgdHParams.create(1.0, noise_multiplier, clip_norm)
 
 
@@ -250,7 +248,6 @@ def training_audit(family: str = "dpsgd-general", mutant: str | None = None, *, 
                          f"2 m delta = {2 * canaries * delta:.3g} must be below 1 - confidence = {1 - confidence:.3g}")
     from dpjax.auditing.execute import run_family
     from dpjax.engine.silos import SiloData
-
     start = time.perf_counter()
     honest = build_family(family, canaries, rounds)
     hparams = _hparams(family, noise_multiplier, clip_norm)

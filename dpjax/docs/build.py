@@ -272,7 +272,6 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
 def algorithms_table() -> str:
     """A markdown table of ``dpjax.list_algorithms()``: each name, class and registry description."""
     import dpjax
-
     escape = lambda text: re.sub(r"([_*|\\])", r"\\\1", text)
     rows = [f"| `{name}` | `{line.split(': ', 1)[0]}` | {escape(line.split(': ', 1)[1])} |"
             for name, line in dpjax.list_algorithms().items()]
@@ -326,7 +325,6 @@ def public_modules(package_dir: pathlib.Path = PACKAGE_DIR) -> list[str]:
 def module_summary(module: str, package_dir: pathlib.Path = PACKAGE_DIR) -> str:
     """The first line of a module's docstring, read without importing it."""
     import ast
-
     parts = module.split(".")[1:]
     base = package_dir.joinpath(*parts)
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
@@ -404,7 +402,6 @@ def check_reproduce_commands(text: str, page: str, figures: set[str]) -> None:
 
 def _notebook_title(path: pathlib.Path) -> str:
     import json
-
     nb = json.loads(path.read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
@@ -419,7 +416,6 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
     """Writes the site's markdown, figures and notebooks under ``dest/docs`` and its config to ``dest/mkdocs.yml``;
     returns the config."""
     import yaml
-
     docs = dest / "docs"
     docs.mkdir(parents=True)
 

@@ -24,7 +24,6 @@ def add_parser(subparsers) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from dpjax.docs.build import main_build
-
     return main_build(args.out, args.repo, args.strict, args.keep_staging)
 
 
@@ -32,5 +31,4 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dpjax.docs ...``: the same parser and error handling as ``dpjax docs ...``."""
     from dpjax.cli import main as dpjax_main
     import sys
-
     return dpjax_main(["docs", *(sys.argv[1:] if argv is None else argv)])

@@ -85,7 +85,6 @@ def algorithm_lines() -> list[str]:
     """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and the registry
     entry's description (``dpjax.list_algorithms()``; no jax imported)."""
     import dpjax
-
     listed = dpjax.list_algorithms()
     width = max(map(len, listed), default=0)
     return [f"{name:{width}s}  {line}" for name, line in listed.items()]
@@ -129,18 +128,14 @@ def _sweep(args) -> int:
         raise ValueError("the following arguments are required: --out (the sweep directory: created, resumed if "
                          "it exists)")
     from dpjax import progress
-
     progress.configure(quiet=args.quiet)
     progress.stage(f"sweep {args.config}: loading jax and the families, reading {path}")
     index, count, distributed = _share(args)
     from dpjax.sweep import multihost
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.driver import run_sweep
-
     import dataclasses
-
     from dpjax.sweep import datasets
-
     cfg = SweepConfig.from_toml(path, max_runs=args.max_runs, max_data_mb=args.max_data_mb)
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
@@ -170,11 +165,9 @@ def _sweep(args) -> int:
 
 def _plot(args) -> int:
     from dpjax import progress
-
     progress.configure(quiet=args.quiet)
     progress.stage(f"plot {args.store}: loading the sweep's results")
     from dpjax.sweep.plot import completeness, plot_store
-
     out = plot_store(
         args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
         lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
@@ -216,7 +209,6 @@ def add_parser(subparsers) -> None:
                         "$DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
     from dpjax import _validate as v
-
     p.add_argument("--max-runs", type=v.flag_type("--max-runs", v.parse_int), default=None,
                    help="refuse a grid of more runs (default: the config's max_runs, else 100,000)")
     p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float), default=None,
@@ -250,9 +242,7 @@ def add_parser(subparsers) -> None:
 
 def main(argv=None) -> int:
     from dpjax.cli import EXPECTED_ERRORS, one_line
-
     from dpjax.cli import ArgumentParser
-
     parser = ArgumentParser(prog="dpjax")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)

@@ -203,7 +203,6 @@ class SweepConfig:
         from dpjax import algorithms  # late: the families import jax
         from dpjax.engine import registry
         from dpjax.sweep import datasets
-
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
         entry = algorithms.algorithm_entry(self.algorithm)

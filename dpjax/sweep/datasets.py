@@ -118,7 +118,6 @@ def _trial(xs, ys, test_xs, test_ys, problem, metadata: dict) -> TrialData:
 
 def _glm_for(fed):
     from dpjax.problems import LinearRegression, SoftmaxRegression
-
     d = fed.train_x[0].shape[1]
     return LinearRegression(d) if fed.num_classes is None else SoftmaxRegression(d, fed.num_classes)
 
@@ -126,13 +125,11 @@ def _glm_for(fed):
 @functools.lru_cache(maxsize=8)
 def _raw(loader_name: str, data_dir):
     import dpjax.data as data_lib
-
     return getattr(data_lib, loader_name)(data_dir)
 
 
 def _load_insurance(opts: dict, trial: int) -> TrialData:
     from dpjax.data import insurance_silos
-
     seed = int(opts["split_seed"]) + int(trial)
     fed = insurance_silos(_raw("load_insurance", opts["data_dir"]), n_silos=int(opts["n_silos"]), seed=seed,
                           train_fraction=opts["train_fraction"], standardize=opts["standardize"])
@@ -141,7 +138,6 @@ def _load_insurance(opts: dict, trial: int) -> TrialData:
 
 def _load_obesity(opts: dict, trial: int) -> TrialData:
     from dpjax.data import obesity_silos
-
     seed = int(opts["split_seed"]) + int(trial)
     fed = obesity_silos(_raw("load_obesity", opts["data_dir"]), seed=seed, train_fraction=opts["train_fraction"],
                         n_per_silo=opts["n_per_silo"], replace=opts["replace"])
@@ -150,7 +146,6 @@ def _load_obesity(opts: dict, trial: int) -> TrialData:
 
 def _load_diff2(name: str, opts: dict, trial: int) -> TrialData:
     from dpjax.data import diff2_dataset
-
     seed = int(opts["split_seed"]) + int(trial)
     fed = diff2_dataset(name, opts["data_dir"], seed=seed, n_silos=int(opts["n_silos"]),
                         train_fraction=opts["train_fraction"])
@@ -160,7 +155,6 @@ def _load_diff2(name: str, opts: dict, trial: int) -> TrialData:
 @functools.lru_cache(maxsize=4)
 def _mnist_and_pca(data_dir, pca_dim):
     from dpjax.data import load_mnist, pca_fit
-
     raw = load_mnist(data_dir)
     images, labels = raw["train_images"], raw["train_labels"].astype(np.int64)
     pca = None
@@ -172,7 +166,6 @@ def _mnist_and_pca(data_dir, pca_dim):
 def _load_isrl_mnist(opts: dict, trial: int) -> TrialData:
     from dpjax.data import isrl_mnist_silos
     from dpjax.problems.glm import LogisticRegression
-
     images, labels, pca = _mnist_and_pca(opts["data_dir"], opts["pca_dim"])
     seed = int(opts["split_seed"]) + int(trial)
     fed = isrl_mnist_silos(images, labels, seed=seed, n_per_digit=opts["n_per_digit"],
@@ -215,7 +208,6 @@ def synthetic_logistic_silos(num_silos: int, n: int, dim: int, n_test: int, hete
 
 def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
     from dpjax.problems.glm import LogisticRegression
-
     n, dim, num_silos, n_test = _synthetic_dims(opts)
     het = _validate.check_nonnegative("data.heterogeneity", opts["heterogeneity"])
     seed = _validate.check_int("data.split_seed", opts["split_seed"], min_value=0) + int(trial)
@@ -266,7 +258,6 @@ def _obesity_size(opts: dict) -> tuple[int, str]:
 def _register_diff2_datasets() -> None:
     """The DIFF2 experiments' datasets (a GLM on P client silos; ``dpjax.data.DIFF2_DATASETS``)."""
     from dpjax.data.diff2 import DIFF2_DATASETS
-
     for name in DIFF2_DATASETS:
         register_dataset(DatasetEntry(
             name=f"diff2-{name.replace('_', '-')}",

@@ -60,12 +60,10 @@ def check_coordinator(address) -> str:
 def is_initialized() -> bool:
     """Whether ``jax.distributed.initialize`` has run in this process."""
     import jax
-
     fn = getattr(jax.distributed, "is_initialized", None)
     if fn is not None:
         return bool(fn())
     from jax._src import distributed  # older JAX: no public predicate
-
     return distributed.global_state.client is not None
 
 
@@ -86,7 +84,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         others (``finish``); ``None`` keeps JAX's default (300 s). Only the coordinator's value (process 0) matters.
     """
     import jax
-
     if coordinator_address is not None:
         check_coordinator(coordinator_address)
     if num_processes is not None:
@@ -122,7 +119,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 def process_share() -> tuple[int, int]:
     """``(jax.process_index(), jax.process_count())``: this process's share of the chunks."""
     import jax
-
     return int(jax.process_index()), int(jax.process_count())
 
 
@@ -133,6 +129,5 @@ def finish() -> None:
     shutdown timeout has passed), so afterwards the shared directory holds every process's chunks.
     """
     import jax
-
     if is_initialized():
         jax.distributed.shutdown()

@@ -40,10 +40,8 @@ def spans_decades(values, decades: float = 1.0) -> bool:
 def pyplot():
     """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only written to files)."""
     import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     return plt
 
 
@@ -86,9 +84,7 @@ def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]],
     epsilon with symmetric ``half_width`` bars around the mean, the ``nonprivate`` ones as horizontal lines. ``summary``
     has columns ``algorithm, epsilon, mean, half_width`` and the selectors' columns."""
     import matplotlib.ticker
-
     from dpjax import _validate
-
     _validate.check_int("ncols", ncols, min_value=1)
     cols = min(ncols, len(panels))
     rows = math.ceil(len(panels) / cols)
@@ -128,11 +124,9 @@ def completeness(store) -> tuple[int, int] | None:
     """``(finished, planned)`` chunks of a sweep directory, from the plan of its ``config.json`` (``None`` when the
     directory records no plannable config, e.g. a hand-made store)."""
     import sys
-
     from dpjax.sweep import plan
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.store import Store
-
     s = Store(store)
     cfg = s.read_config()
     if not isinstance(cfg, dict) or "algorithm" not in cfg:

@@ -88,7 +88,6 @@ def frame_to_csv(df: pd.DataFrame) -> str:
 def environment(devices) -> dict:
     import jax
     import jaxlib
-
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).resolve().parent,
                                 capture_output=True, text=True, timeout=10).stdout.strip() or None
@@ -135,7 +134,6 @@ class Store:
         """
         digest = config_digest(config) if config is not None else None
         import fcntl
-
         path = self.root / f".lock-p{process_index}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -180,7 +178,6 @@ class Store:
     def init(self, resolved: dict, source_text: str | None, env: dict, process_index: int = 0) -> None:
         """Creates the directory, or checks that an existing one holds the same sweep."""
         import fcntl
-
         self.root.mkdir(parents=True, exist_ok=True)
         for d in (self.runs_dir, self.evals_dir, self.manifest_dir):
             d.mkdir(exist_ok=True)

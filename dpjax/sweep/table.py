@@ -55,7 +55,6 @@ def eval_data_for(train, test_x, test_y, extra: dict | None = None):
     """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and any ``extra`` named test sets
     ``{name: (x, y)}``."""
     import jax.numpy as jnp
-
     out = {"train": train.pooled()}
     for name, (x, y) in [("test", (test_x, test_y))] + sorted((extra or {}).items()):
         out[name] = (jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
@@ -81,7 +80,6 @@ def hparams_from_spec(algorithm, spec) -> Any:
     instead of being dropped, which would run the family without that setting (noiseless, for a noise field). Pass
     ``make_hparams`` to ``run_table`` to convert such fields."""
     from dpjax.engine.contract import family_hparams, hparam_fields
-
     names = hparam_fields(family_hparams(algorithm))
     fields = [f.name for f in dataclasses.fields(spec)] if dataclasses.is_dataclass(spec) else list(vars(spec))
     labels = SPEC_LABELS | frozenset(getattr(type(spec), "LABELS", ()))
@@ -114,11 +112,9 @@ def run_table(algorithm, train, eval_data, evaluator: Evaluator, specs: Sequence
     it).
     """
     import jax
-
     from dpjax import keys
     from dpjax.engine import run_grid, stack_hparams
     from dpjax.engine.checks import diverged
-
     if len(specs) == 0:
         raise ValueError("specs=[] must hold at least one run")
     _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
@@ -187,7 +183,6 @@ def run_families(families: Sequence[Family], train, eval_data, evaluator: Evalua
     one per extension size (``run_grid``'s ``pad_to``)."""
     from dpjax import keys
     from dpjax.sweep.select import extend_grid_at_edges
-
     out = []
     for i, fam in enumerate(families):
         fam_key = keys.run_key(key, i)

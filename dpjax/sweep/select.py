@@ -198,9 +198,7 @@ def largest_surviving(etas, traces, patience: int = 5, factor: float = 1.05) -> 
     return int(np.argmin(mins)), False
 
 
-# ---------------------------------------------------------------------------
-# The verdict rule for scaling exponents (every paper's claims tables)
-# ---------------------------------------------------------------------------
+# -- The verdict rule for scaling exponents (every paper's claims tables) --------------------------------------
 
 #: a scaling exponent is judged only from at least this many points ...
 MIN_POINTS = 4

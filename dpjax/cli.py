@@ -24,24 +24,21 @@ SUBCOMMAND_MODULES = [
 
 # command -> the one module that registers it: `dpjax account` must not import
 # jax (dpjax.sweep does), so main() imports only the module it needs.
-COMMAND_MODULES = {
-    "sweep": "dpjax.sweep.cli", "plot": "dpjax.sweep.cli", "run": "dpjax.tasks.cli", "account": "dpjax.accounting.cli",
-    "reproduce": "dpjax.reproduce.cli", "audit": "dpjax.auditing.cli", "docs": "dpjax.docs.cli",
-}
+COMMAND_MODULES = {"sweep": "dpjax.sweep.cli", "plot": "dpjax.sweep.cli", "run": "dpjax.tasks.cli",
+                   "account": "dpjax.accounting.cli", "reproduce": "dpjax.reproduce.cli", "audit": "dpjax.auditing.cli",
+                   "docs": "dpjax.docs.cli"}
 
 
 
 #: ``dpjax --help``'s one line per command, so the top-level help imports no subcommand module (they pull in
 #: jax, seconds of CPU); tests/test_cli_lazy.py checks each line against the module's own ``help=``.
-COMMAND_HELP = {
-    "sweep": "run (or resume) a hyperparameter sweep as compiled chunks",
-    "plot": "paper-style figure from a sweep directory",
-    "run": "run an end-to-end task (e.g. isrl-mnist-trial)",
-    "account": "privacy accounting: epsilon of a schedule, or sigma for a target",
-    "reproduce": "reproduce a paper figure (see --list)",
-    "audit": "empirical privacy audits (canary experiments) of dpjax's mechanisms",
-    "docs": "build the documentation site (needs the docs extra)",
-}
+COMMAND_HELP = {"sweep": "run (or resume) a hyperparameter sweep as compiled chunks",
+                "plot": "paper-style figure from a sweep directory",
+                "run": "run an end-to-end task (e.g. isrl-mnist-trial)",
+                "account": "privacy accounting: epsilon of a schedule, or sigma for a target",
+                "reproduce": "reproduce a paper figure (see --list)",
+                "audit": "empirical privacy audits (canary experiments) of dpjax's mechanisms",
+                "docs": "build the documentation site (needs the docs extra)"}
 
 EPILOG = ("Every command takes --help. Long commands (reproduce, audit, sweep, run, plot) print stage lines on "
           "stderr (--quiet silences them). Python API: help(dpjax), dpjax.list_algorithms().")

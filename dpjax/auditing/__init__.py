@@ -17,7 +17,5 @@
 from dpjax.auditing.stats import (EpsilonLowerBound, clopper_pearson, clopper_pearson_upper, epsilon_from_rates,
                                   epsilon_lower_bound, select_and_bound, select_threshold)
 
-__all__ = [
-    "EpsilonLowerBound", "clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "epsilon_lower_bound",
-    "select_and_bound", "select_threshold",
-]
+__all__ = ["EpsilonLowerBound", "clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "epsilon_lower_bound",
+           "select_and_bound", "select_threshold"]

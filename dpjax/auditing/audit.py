@@ -149,13 +149,11 @@ class AuditResult:
         return self.below_certificate and self.below_exact and all(m.caught for m in self.mutants)
 
     def as_dict(self) -> dict:
-        return {
-            "name": self.name, "description": self.description, "passed": self.passed,
-            "below_certificate": self.below_certificate, "below_exact": self.below_exact,
-            "certificate": dataclasses.asdict(self.certificate), "lower_bound": self.bound.as_dict(),
-            "mutants": [m.as_dict() for m in self.mutants], "exact": self.exact, "runs_per_dataset": self.runs,
-            "seed": self.seed, "seconds": self.seconds, "details": dict(self.details),
-        }
+        return {"name": self.name, "description": self.description, "passed": self.passed,
+                "below_certificate": self.below_certificate, "below_exact": self.below_exact,
+                "certificate": dataclasses.asdict(self.certificate), "lower_bound": self.bound.as_dict(),
+                "mutants": [m.as_dict() for m in self.mutants], "exact": self.exact, "runs_per_dataset": self.runs,
+                "seed": self.seed, "seconds": self.seconds, "details": dict(self.details)}
 
 
 @functools.lru_cache(maxsize=64)

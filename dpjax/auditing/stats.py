@@ -30,10 +30,8 @@ from dpjax import _validate as v
 #: Most runs per dataset of an audit: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
 MAX_RUNS = 10**7
 
-__all__ = [
-    "clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "EpsilonLowerBound", "epsilon_lower_bound",
-    "select_threshold", "select_and_bound",
-]
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "EpsilonLowerBound", "epsilon_lower_bound",
+           "select_threshold", "select_and_bound"]
 
 
 def clopper_pearson_upper(successes, trials, alpha: float):

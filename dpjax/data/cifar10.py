@@ -41,12 +41,10 @@ META = "batches.meta"
 _HOW_TO_GET = (f"download {CIFAR10_URL} yourself and place it (or its extracted {FOLDER}/ folder) in the data "
                "directory; dpjax does not download CIFAR-10")
 # The globals a NumPy-array pickle (protocol 2, written by Python 2 or 3) needs.
-_ALLOWED_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("copy_reg", "_reconstructor"),
-    ("copyreg", "_reconstructor"), ("__builtin__", "object"), ("builtins", "object"),
-}
+_ALLOWED_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                    ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("copy_reg", "_reconstructor"),
+                    ("copyreg", "_reconstructor"), ("__builtin__", "object"), ("builtins", "object")}
 
 
 class _ArrayUnpickler(pickle.Unpickler):

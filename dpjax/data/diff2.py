@@ -28,11 +28,10 @@ from dpjax.data.preprocess import split_sizes, standardize_fit
 from dpjax.data.sources import download_dataset
 
 
-__all__ = [
-    "CAL_HOUSING_FEATURES", "DIFF2_DATASETS", "GAS_TURBINE_FEATURES", "KDD_FEATURES", "dealt_diff2_silos",
-    "diff2_dataset", "diff2_silos", "diff2_table", "diff2_targets", "download_diff2", "load_a9a", "load_blogfeedback",
-    "load_california_housing", "load_diff2_raw", "load_gas_turbine", "load_kddcup99", "load_svmlight", "load_w8a",
-]
+__all__ = ["CAL_HOUSING_FEATURES", "DIFF2_DATASETS", "GAS_TURBINE_FEATURES", "KDD_FEATURES", "dealt_diff2_silos",
+           "diff2_dataset", "diff2_silos", "diff2_table", "diff2_targets", "download_diff2", "load_a9a",
+           "load_blogfeedback", "load_california_housing", "load_diff2_raw", "load_gas_turbine", "load_kddcup99",
+           "load_svmlight", "load_w8a"]
 
 
 def load_diff2_raw(name: str, data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
@@ -92,16 +91,14 @@ def dealt_diff2_silos(data: dict, features, train_rows, test_rows, *, task: str,
     n_p = n_train // n_silos
     dealt = train_rows[: n_p * n_silos] if drop_remainder else train_rows
     silo_idx = [dealt[p::n_silos] for p in range(n_silos)]
-    meta = {
-        "paper": "DIFF2 (Murata & Suzuki, ICML 2023), Appendix A", "num_silos": n_silos, "n_total": int(x.shape[0]),
-        "n_train": int(n_train), "n_test": int(len(test_rows)), "n_per_silo": [int(s.size) for s in silo_idx],
-        "n_min": int(min(s.size for s in silo_idx)),
-        "dropped_train_records": int(n_train - sum(s.size for s in silo_idx)), "d": int(x.shape[1]), **settings,
-        "standardized_columns": int(cols.size), "symbolic_columns": data.get("symbolic_columns"),
-        "target_scale": y_scale, "partition": "round-robin over the shuffled training set (index mod P), i.i.d.",
-        "source": data.get("source"), "feature_names": data.get("feature_names"),
-        "class_names": data.get("class_names"), "train_indices": silo_idx, "test_indices": test_rows,
-    }
+    meta = {"paper": "DIFF2 (Murata & Suzuki, ICML 2023), Appendix A", "num_silos": n_silos, "n_total": int(x.shape[0]),
+            "n_train": int(n_train), "n_test": int(len(test_rows)), "n_per_silo": [int(s.size) for s in silo_idx],
+            "n_min": int(min(s.size for s in silo_idx)),
+            "dropped_train_records": int(n_train - sum(s.size for s in silo_idx)), "d": int(x.shape[1]), **settings,
+            "standardized_columns": int(cols.size), "symbolic_columns": data.get("symbolic_columns"),
+            "target_scale": y_scale, "partition": "round-robin over the shuffled training set (index mod P), i.i.d.",
+            "source": data.get("source"), "feature_names": data.get("feature_names"),
+            "class_names": data.get("class_names"), "train_indices": silo_idx, "test_indices": test_rows}
     return FederatedDataset(train_x=[features(s) for s in silo_idx], train_y=[ty[s] for s in silo_idx],
                             test_x=[], test_y=[], name=name, num_classes=num_classes, metadata=meta,
                             pooled_test_x=features(test_rows), pooled_test_y=ty[test_rows])
@@ -157,11 +154,10 @@ def diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, train_fr
 
 
 #: name -> (loader, task) for :func:`diff2_dataset`.
-DIFF2_DATASETS = {
-    "california_housing": (load_california_housing, "regression"), "gas_turbine": (load_gas_turbine, "regression"),
-    "blogfeedback": (load_blogfeedback, "regression"), "kddcup99": (load_kddcup99, "classification"),
-    "a9a": (load_a9a, "classification"), "w8a": (load_w8a, "classification"),
-}
+DIFF2_DATASETS = {"california_housing": (load_california_housing, "regression"),
+                  "gas_turbine": (load_gas_turbine, "regression"), "blogfeedback": (load_blogfeedback, "regression"),
+                  "kddcup99": (load_kddcup99, "classification"), "a9a": (load_a9a, "classification"),
+                  "w8a": (load_w8a, "classification")}
 
 
 def diff2_dataset(name: str, data_dir: str | os.PathLike | None = None, *, seed: int,

@@ -18,22 +18,18 @@ from dpjax.data.preprocess import label_encode, one_hot
 from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, check_known_file
 
 
-CAL_HOUSING_FEATURES = (
-    "longitude", "latitude", "housingMedianAge", "totalRooms", "totalBedrooms", "population",
-    "households", "medianIncome",
-)
+CAL_HOUSING_FEATURES = ("longitude", "latitude", "housingMedianAge", "totalRooms", "totalBedrooms", "population",
+                        "households", "medianIncome")
 GAS_TURBINE_FEATURES = ("AT", "AP", "AH", "AFDP", "GTEP", "TIT", "TAT", "TEY", "CDP")
 GAS_TURBINE_YEARS = (2011, 2012, 2013, 2014, 2015)
-KDD_FEATURES = (
-    "duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
-    "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
-    "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
-    "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
-    "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
-    "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
-    "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
-    "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate",
-)
+KDD_FEATURES = ("duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
+                "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
+                "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
+                "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
+                "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
+                "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
+                "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
+                "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate")
 KDD_SYMBOLIC = ("protocol_type", "service", "flag")
 
 

@@ -16,10 +16,8 @@ from dpjax._validate import check_choice, check_int, check_probability
 from dpjax.data.federated import FederatedDataset
 from dpjax.data.preprocess import PCA, pca_fit, split_sizes, standardize_fit
 
-__all__ = [
-    "ISRL_MNIST_PAIRS", "MnistDigits", "MnistSiloSizes", "insurance_silos", "isrl_mnist_silos", "mnist_parity_silos",
-    "obesity_silos",
-]
+__all__ = ["ISRL_MNIST_PAIRS", "MnistDigits", "MnistSiloSizes", "insurance_silos", "isrl_mnist_silos",
+           "mnist_parity_silos", "obesity_silos"]
 
 #: (even, odd) digit pair of each of the 25 silos; silo m = 5 * (even // 2) + (odd // 2).
 ISRL_MNIST_PAIRS = tuple((e, o) for e in (0, 2, 4, 6, 8) for o in (1, 3, 5, 7, 9))
@@ -336,17 +334,15 @@ def insurance_silos(data: dict, *, n_silos: int, seed: int, train_fraction: floa
         train_y.append(y[tr].astype(dtype))
         test_y.append(y[te].astype(dtype))
     names = list(data.get("feature_names", ["age", "sex", "bmi", "children", "smoker", "region"]))
-    meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 5/8-9", "num_silos": n_silos, "group_size": size,
-        "n_per_silo": [int(g.size) for g in groups], "n_train_per_silo": [int(t.size) for t in tr_idx],
-        "n_test_per_silo": [int(t.size) for t in te_idx], "d": train_x[0].shape[1],
-        "feature_names": names + (["bias"] if add_bias else []), "seed": seed, "train_fraction": train_fraction,
-        "standardize": standardize, "ddof": ddof, "standardized_columns": ["age", "bmi"],
-        "standardize_stats": stats_used, "target": "charges (USD, unscaled)",
-        "y_train_mean": float(y[np.concatenate(tr_idx)].mean()),
-        "silo_assignment": "sorted by y ascending, consecutive groups of ceil(n/N)", "source": data.get("source"),
-        "train_indices": tr_idx, "test_indices": te_idx,
-    }
+    meta = {"paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 5/8-9", "num_silos": n_silos, "group_size": size,
+            "n_per_silo": [int(g.size) for g in groups], "n_train_per_silo": [int(t.size) for t in tr_idx],
+            "n_test_per_silo": [int(t.size) for t in te_idx], "d": train_x[0].shape[1],
+            "feature_names": names + (["bias"] if add_bias else []), "seed": seed, "train_fraction": train_fraction,
+            "standardize": standardize, "ddof": ddof, "standardized_columns": ["age", "bmi"],
+            "standardize_stats": stats_used, "target": "charges (USD, unscaled)",
+            "y_train_mean": float(y[np.concatenate(tr_idx)].mean()),
+            "silo_assignment": "sorted by y ascending, consecutive groups of ceil(n/N)", "source": data.get("source"),
+            "train_indices": tr_idx, "test_indices": te_idx}
     return FederatedDataset(train_x, train_y, test_x, test_y, name="isrl_insurance", num_classes=None, metadata=meta)
 
 
@@ -384,15 +380,13 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
     feats = lambda rows: _features(x, rows, cols, (mean, std), add_bias, dtype)  # noqa: E731
     per_class = [tr[y[tr] == m] for m in range(k)]
     n_per_silo, silo_idx = _class_silos(per_class, n_per_silo, replace, rng)
-    meta = {
-        "paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6", "num_silos": k, "class_names": classes,
-        "n_train_per_silo": n_per_silo, "n_train_total": int(n_tr), "n_test": int(te.size),
-        "class_train_counts": [int(c.size) for c in per_class], "replace": replace, "d": 16 + int(add_bias),
-        "feature_names": names + (["bias"] if add_bias else []), "standardized_columns": list(OBESITY_STANDARDIZED),
-        "standardize_stats": (mean.tolist(), std.tolist()), "seed": seed, "train_fraction": train_fraction,
-        "silo_assignment": "silo m = training records of class m (one class per silo)", "source": data.get("source"),
-        "train_indices": silo_idx, "test_indices": te,
-    }
+    meta = {"paper": "ISRL-DP (Lowy & Razaviyayn, ICLR 2023), Fig. 6", "num_silos": k, "class_names": classes,
+            "n_train_per_silo": n_per_silo, "n_train_total": int(n_tr), "n_test": int(te.size),
+            "class_train_counts": [int(c.size) for c in per_class], "replace": replace, "d": 16 + int(add_bias),
+            "feature_names": names + (["bias"] if add_bias else []), "standardized_columns": list(OBESITY_STANDARDIZED),
+            "standardize_stats": (mean.tolist(), std.tolist()), "seed": seed, "train_fraction": train_fraction,
+            "silo_assignment": "silo m = training records of class m (one class per silo)",
+            "source": data.get("source"), "train_indices": silo_idx, "test_indices": te}
     return FederatedDataset(
         train_x=[feats(i) for i in silo_idx], train_y=[y[i].astype(np.int32) for i in silo_idx], test_x=[], test_y=[],
         name="isrl_obesity", num_classes=k, metadata=meta, pooled_test_x=feats(te),

@@ -26,10 +26,8 @@ from dpjax._validate import check_choice
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, download, find_file, named_dir_missing
 from dpjax.data.sources import check_known_file
 
-__all__ = [
-    "MNIST_IDX_FILES", "MNIST_IDX_SHA256", "MNIST_IDX_URL", "MNIST_NPZ_SHA256", "MNIST_NPZ_URL", "download_mnist",
-    "load_mnist", "read_idx",
-]
+__all__ = ["MNIST_IDX_FILES", "MNIST_IDX_SHA256", "MNIST_IDX_URL", "MNIST_NPZ_SHA256", "MNIST_NPZ_URL",
+           "download_mnist", "load_mnist", "read_idx"]
 
 SUBDIR = "mnist"
 NPZ_NAME = "mnist.npz"
@@ -37,17 +35,13 @@ MNIST_NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mni
 MNIST_NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
 MNIST_IDX_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 #: key in the returned dict -> IDX file stem
-MNIST_IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte",
-}
+MNIST_IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+                   "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 #: SHA-256 of the gzipped IDX files at :data:`MNIST_IDX_URL`.
-MNIST_IDX_SHA256 = {
-    "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-    "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-    "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
-}
+MNIST_IDX_SHA256 = {"train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+                    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+                    "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+                    "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"}
 _NPZ_KEYS = {"train_images": "x_train", "train_labels": "y_train", "test_images": "x_test", "test_labels": "y_test"}
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _HOW_TO_GET = (
@@ -119,12 +113,10 @@ def _check(out: dict, where: str) -> dict:
                 f"expected [n, 28, 28] and [n]")
         if x.shape[0] == 0:
             raise ValueError(f"{where}: the {split} split holds no images {_FROM}")
-    return {
-        "train_images": _as_uint8(out["train_images"], where, "train images", 255),
-        "train_labels": _as_uint8(out["train_labels"], where, "train labels", 9),
-        "test_images": _as_uint8(out["test_images"], where, "test images", 255),
-        "test_labels": _as_uint8(out["test_labels"], where, "test labels", 9),
-    }
+    return {"train_images": _as_uint8(out["train_images"], where, "train images", 255),
+            "train_labels": _as_uint8(out["train_labels"], where, "train labels", 9),
+            "test_images": _as_uint8(out["test_images"], where, "test images", 255),
+            "test_labels": _as_uint8(out["test_labels"], where, "test labels", 9)}
 
 
 def _load_npz(path: pathlib.Path) -> dict:

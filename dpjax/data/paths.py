@@ -29,9 +29,7 @@ HOW_TO_SET = (
     f"(Python) or the environment variable {ENV_VAR}; the default is the cache directory ~/.cache/dpjax"
 )
 
-__all__ = [
-    "ENV_VAR", "DatasetNotFoundError", "data_dir", "download", "find_file", "sha256_file",
-]
+__all__ = ["ENV_VAR", "DatasetNotFoundError", "data_dir", "download", "find_file", "sha256_file"]
 
 
 class DatasetNotFoundError(FileNotFoundError):

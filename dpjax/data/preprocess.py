@@ -10,10 +10,8 @@ import numpy as np
 
 from dpjax._validate import check_int, check_real
 
-__all__ = [
-    "PCA", "label_encode", "minmax_scale", "one_hot", "pca_fit", "pca_transform", "split_sizes", "standardize",
-    "standardize_fit",
-]
+__all__ = ["PCA", "label_encode", "minmax_scale", "one_hot", "pca_fit", "pca_transform", "split_sizes", "standardize",
+           "standardize_fit"]
 
 
 @dataclasses.dataclass(frozen=True)

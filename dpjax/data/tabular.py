@@ -21,26 +21,19 @@ from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _
 from dpjax.data.preprocess import label_encode
 from dpjax.data.sources import REMOTE, UPSTREAM, check_known_file, download_dataset
 
-__all__ = [
-    "INSURANCE_FEATURES", "OBESITY_CLASSES", "OBESITY_FEATURES", "download_insurance", "download_obesity",
-    "load_insurance", "load_obesity",
-]
+__all__ = ["INSURANCE_FEATURES", "OBESITY_CLASSES", "OBESITY_FEATURES", "download_insurance", "download_obesity",
+           "load_insurance", "load_obesity"]
 
 INSURANCE_FEATURES = ("age", "sex", "bmi", "children", "smoker", "region")
 #: Alphabetical label codes (as the authors' insurance script encodes them).
-INSURANCE_CODES = {
-    "sex": ("female", "male"), "smoker": ("no", "yes"), "region": ("northeast", "northwest", "southeast", "southwest"),
-}
-OBESITY_FEATURES = (
-    "Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC", "NCP",
-    "CAEC", "SMOKE", "CH2O", "SCC", "FAF", "TUE", "CALC", "MTRANS",
-)
+INSURANCE_CODES = {"sex": ("female", "male"), "smoker": ("no", "yes"),
+                   "region": ("northeast", "northwest", "southeast", "southwest")}
+OBESITY_FEATURES = ("Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC", "NCP",
+                    "CAEC", "SMOKE", "CH2O", "SCC", "FAF", "TUE", "CALC", "MTRANS")
 OBESITY_CATEGORICAL = ("Gender", "family_history_with_overweight", "FAVC", "CAEC", "SMOKE", "SCC", "CALC", "MTRANS")
 #: Label codes are alphabetical (scikit-learn ``LabelEncoder``, as in the authors' code).
-OBESITY_CLASSES = (
-    "Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Obesity_Type_II", "Obesity_Type_III",
-    "Overweight_Level_I", "Overweight_Level_II",
-)
+OBESITY_CLASSES = ("Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Obesity_Type_II", "Obesity_Type_III",
+                   "Overweight_Level_I", "Overweight_Level_II")
 _INS_SUB, _INS_FILE = REMOTE["insurance"][0], REMOTE["insurance"][1][0][0]
 _OB_SUB, _OB_FILE = REMOTE["obesity"][0], REMOTE["obesity"][1][0][0]
 
@@ -145,10 +138,8 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
         else:
             x[:, j] = _floats(cols[name], where, name)
     check_known_file(paths[0], len(rows), verify and len(paths) == 1)
-    return {
-        "x": x, "y": _floats(cols["charges"], where, "charges"), "feature_names": list(INSURANCE_FEATURES),
-        "codes": {k: list(v) for k, v in INSURANCE_CODES.items()}, "source": where,
-    }
+    return {"x": x, "y": _floats(cols["charges"], where, "charges"), "feature_names": list(INSURANCE_FEATURES),
+            "codes": {k: list(v) for k, v in INSURANCE_CODES.items()}, "source": where}
 
 
 def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
@@ -181,10 +172,8 @@ def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = Tr
             x[:, j] = _floats(cols[name], str(p), name)
     check_known_file(p, len(rows), verify)
     y, classes = label_encode(cols["NObeyesdad"], OBESITY_CLASSES)
-    return {
-        "x": x, "y": y, "feature_names": list(OBESITY_FEATURES), "class_names": list(classes),
-        "categorical": list(OBESITY_CATEGORICAL), "codes": codes, "source": str(p),
-    }
+    return {"x": x, "y": y, "feature_names": list(OBESITY_FEATURES), "class_names": list(classes),
+            "categorical": list(OBESITY_CATEGORICAL), "codes": codes, "source": str(p)}
 
 
 def download_insurance(data_dir: str | os.PathLike | None = None) -> pathlib.Path:

@@ -43,13 +43,11 @@ class Paper:
     experiments: str  # repository-relative folder holding report.md files and README.md
 
 
-PAPERS = (
-    Paper("isrl", "ISRL-DP federated learning (Lowy & Razaviyayn)", "experiments/isrl"),
-    Paper("shuffle-sco", "Shuffle private SCO (Cheu et al.)", "experiments/shuffle_sco"),
-    Paper("user-level", "User-level private convex optimization (Ghazi et al.)", "experiments/user_level"),
-    Paper("batch-clipping", "DP-SGD with shuffling and batch clipping (van Dijk et al.)", "experiments/dpsgd"),
-    Paper("diff2", "DIFF2 (Murata & Suzuki)", "experiments/diff2"),
-)
+PAPERS = (Paper("isrl", "ISRL-DP federated learning (Lowy & Razaviyayn)", "experiments/isrl"),
+          Paper("shuffle-sco", "Shuffle private SCO (Cheu et al.)", "experiments/shuffle_sco"),
+          Paper("user-level", "User-level private convex optimization (Ghazi et al.)", "experiments/user_level"),
+          Paper("batch-clipping", "DP-SGD with shuffling and batch clipping (van Dijk et al.)", "experiments/dpsgd"),
+          Paper("diff2", "DIFF2 (Murata & Suzuki)", "experiments/diff2"))
 
 #: Headings of a report's claims section (the section a paper page shows for each kept report).
 CLAIMS_HEADING = re.compile(r"^##\s+(claims?\b|claim by claim|checks\b|expected outcomes|reading)", re.IGNORECASE)

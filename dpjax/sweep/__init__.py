@@ -17,12 +17,11 @@ from __future__ import annotations
 import importlib
 
 # Imported on first use (PEP 562), so `dpjax sweep --list` and `dpjax --help` start without jax.
-_EXPORTS = {
-    "SweepConfig": "dpjax.sweep.config", "SweepResult": "dpjax.sweep.driver", "run_sweep": "dpjax.sweep.driver",
-    "load_results": "dpjax.sweep.store", "ALGORITHMS": "dpjax.engine.registry", "DATASETS": "dpjax.sweep.datasets",
-    "AlgorithmEntry": "dpjax.engine.registry", "DatasetEntry": "dpjax.sweep.datasets",
-    "register_algorithm": "dpjax.engine.registry", "register_dataset": "dpjax.sweep.datasets",
-}
+_EXPORTS = {"SweepConfig": "dpjax.sweep.config", "SweepResult": "dpjax.sweep.driver", "run_sweep": "dpjax.sweep.driver",
+            "load_results": "dpjax.sweep.store", "ALGORITHMS": "dpjax.engine.registry",
+            "DATASETS": "dpjax.sweep.datasets", "AlgorithmEntry": "dpjax.engine.registry",
+            "DatasetEntry": "dpjax.sweep.datasets", "register_algorithm": "dpjax.engine.registry",
+            "register_dataset": "dpjax.sweep.datasets"}
 
 __all__ = list(_EXPORTS)
 

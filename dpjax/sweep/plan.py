@@ -82,11 +82,9 @@ def build_groups(cfg: SweepConfig) -> list[Group]:
 
 def identity(cfg: SweepConfig, group: Group, trial, rep, config: dict) -> dict:
     """Everything that defines one run (hashed into its id)."""
-    return {
-        "algorithm": cfg.algorithm, "num_rounds": cfg.num_rounds, "eval_every": cfg.eval_every, "seed": cfg.seed,
-        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data), "privacy": cfg.privacy,
-        "static": group.static, "trial": trial, "repetition": rep, "config": config,
-    }
+    return {"algorithm": cfg.algorithm, "num_rounds": cfg.num_rounds, "eval_every": cfg.eval_every, "seed": cfg.seed,
+            "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data), "privacy": cfg.privacy,
+            "static": group.static, "trial": trial, "repetition": rep, "config": config}
 
 
 def tile_shape(num_t: int, num_s: int, num_h: int, chunk_size: int) -> tuple[int, int, int]:

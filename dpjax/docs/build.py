@@ -490,21 +490,15 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
     python_handler = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     python_handler["paths"] = [str(PACKAGE_DIR.parent)]
     config["nav"] = [
-        {"Home": "index.md"},
-        {"Getting started": "getting-started.md"},
-        {"A longer tour": "tour.md"},
-        {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"},
-        {"Papers": ["papers/index.md", *paper_nav]},
-        {"Accounting guide": "accounting.md"},
-        {"Reliability promises": "reliability.md"},
+        {"Home": "index.md"}, {"Getting started": "getting-started.md"}, {"A longer tour": "tour.md"},
+        {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"}, {"Papers": ["papers/index.md", *paper_nav]},
+        {"Accounting guide": "accounting.md"}, {"Reliability promises": "reliability.md"},
         {"Privacy audits": "audits.md"},
-        {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"},
-                         {"Sharding": "sharding.md"}]},
-        {"Notebooks": ["notebooks/index.md", *nb_nav]},
-        {"API reference": ["api/index.md", *api_nav(modules)]},
-        {"The test suite": "testing.md"},
-        {"Contributing and about": "contributing.md"},
+        {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"}, {"Sharding": "sharding.md"}]},
+        {"Notebooks": ["notebooks/index.md", *nb_nav]}, {"API reference": ["api/index.md", *api_nav(modules)]},
+        {"The test suite": "testing.md"}, {"Contributing and about": "contributing.md"},
     ]
+
     (dest / "mkdocs.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return config
 

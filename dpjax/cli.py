@@ -59,10 +59,9 @@ class ArgumentParser(argparse.ArgumentParser):
 def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
     """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a placeholder
     with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
-    parser = ArgumentParser(
-        prog="dpjax",
-        description="JAX-compiled experiments for differentially private federated optimization.",
-        epilog=EPILOG)
+    parser = ArgumentParser(prog="dpjax",
+                            description="JAX-compiled experiments for differentially private federated optimization.",
+                            epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if lazy:
         for name, text in COMMAND_HELP.items():

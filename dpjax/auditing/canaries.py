@@ -115,11 +115,9 @@ def family_audit(name, registered, description, family, hparams, sizes_for_priva
     dp)`` with public leaves ``leaves``, certified by its own ``privacy()``."""
     spec = family.privacy(sizes_for_privacy, hparams(inputs(None, **leaves)), **(privacy_kw or {}))
     cert = certificate(spec, accountant, type(family).__name__)
-    return CanaryAudit(
-        name=name, description=description,
-        mechanism=FamilyRun(family, registered, hparams, params),
-        dataset=inputs(d, **leaves), neighbour=inputs(dp, **leaves), score=score, certificate=cert,
-        mutants=mutants, exact=exact, details={"family": registered, **details})
+    return CanaryAudit(name=name, description=description, mechanism=FamilyRun(family, registered, hparams, params),
+                       dataset=inputs(d, **leaves), neighbour=inputs(dp, **leaves), score=score, certificate=cert,
+                       mutants=mutants, exact=exact, details={"family": registered, **details})
 
 
 def multiplier_audit(name, registered, description, family, create, first, sizes, d, dp, noise_multiplier,
@@ -128,9 +126,8 @@ def multiplier_audit(name, registered, description, family, create, first, sizes
     sensitivity: hyperparameters ``create(first, noise_multiplier, clip_norm)`` read from the inputs' leaves of those
     names, the multiplier's mutants (half the noise; a clip norm the noise does not follow), parameters ``0`` in
     ``R^dim``."""
-    return family_audit(
-        name, registered, description, family,
-        lambda inp: create(first, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
-        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm}, score, accountant,
-        mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm), exact, details,
-        jnp.zeros((dim,), jnp.float32), privacy_kw)
+    return family_audit(name, registered, description, family,
+                        lambda inp: create(first, inp["noise_multiplier"], inp["clip_norm"]), sizes, d, dp,
+                        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm}, score, accountant,
+                        mutants({"noise_multiplier": noise_multiplier}, "clip_norm", multiplier_of=clip_norm), exact,
+                        details, jnp.zeros((dim,), jnp.float32), privacy_kw)

@@ -387,7 +387,6 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
             "standardize_stats": (mean.tolist(), std.tolist()), "seed": seed, "train_fraction": train_fraction,
             "silo_assignment": "silo m = training records of class m (one class per silo)",
             "source": data.get("source"), "train_indices": silo_idx, "test_indices": te}
-    return FederatedDataset(
-        train_x=[feats(i) for i in silo_idx], train_y=[y[i].astype(np.int32) for i in silo_idx], test_x=[], test_y=[],
-        name="isrl_obesity", num_classes=k, metadata=meta, pooled_test_x=feats(te),
-        pooled_test_y=y[te].astype(np.int32))
+    return FederatedDataset(train_x=[feats(i) for i in silo_idx], train_y=[y[i].astype(np.int32) for i in silo_idx],
+                            test_x=[], test_y=[], name="isrl_obesity", num_classes=k, metadata=meta,
+                            pooled_test_x=feats(te), pooled_test_y=y[te].astype(np.int32))

@@ -180,10 +180,9 @@ def find_reports(root: pathlib.Path, paper: Paper) -> list[Report]:
     for path in sorted(base.rglob("report.md")):
         run = path.parent.relative_to(base).as_posix()
         title, _ = split_title(path.read_text(encoding="utf-8"))
-        reports.append(Report(
-            source=path.relative_to(root).as_posix(),
-            page=f"papers/{paper.slug}/reports/{_report_slug(run)}/report.md",
-            title=title or run, run=run))
+        reports.append(Report(source=path.relative_to(root).as_posix(),
+                              page=f"papers/{paper.slug}/reports/{_report_slug(run)}/report.md", title=title or run,
+                              run=run))
     return reports
 
 

@@ -144,11 +144,10 @@ def _sweep(args) -> int:
         if "data_dir" not in datasets.get_dataset(cfg.data["name"]).defaults:
             raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
         cfg = dataclasses.replace(cfg, data={**cfg.data, "data_dir": args.data_dir})
-    res = run_sweep(
-        cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
-        process_index=index, process_count=count, max_chunks=args.max_chunks,
-        sleep_between_chunks=args.sleep_between_chunks,
-        wait_for_config=LEADER_WAIT if distributed else None)
+    res = run_sweep(cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
+                    process_index=index, process_count=count, max_chunks=args.max_chunks,
+                    sleep_between_chunks=args.sleep_between_chunks,
+                    wait_for_config=LEADER_WAIT if distributed else None)
     who = f" (process {index} of {count})" if count > 1 else ""
     print(
         f"sweep {cfg.name}{who}: computed {len(res.computed_chunks)} chunk(s), skipped {res.skipped_chunks} finished, "
@@ -168,10 +167,9 @@ def _plot(args) -> int:
     progress.configure(quiet=args.quiet)
     progress.stage(f"plot {args.store}: loading the sweep's results")
     from dpjax.sweep.plot import completeness, plot_store
-    out = plot_store(
-        args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
-        lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-        partial=args.partial)
+    out = plot_store(args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
+                     lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
+                     partial=args.partial)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")

@@ -293,10 +293,9 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
     plan = {c.chunk_id: c for c in chunks}
     work = [Chunk(c.chunk_id, c.group, tuple(c.lanes()), functools.partial(sw.chunk_args, c),
                   functools.partial(sw.describe, c)) for c in chunks]
-    computed, skipped = execute(
-        work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
-        on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count), max_chunks=max_chunks,
-        progress=f"sweep {cfg.name}" if progress else None, pause=sleep_between_chunks,
-        consequence="Nothing of this chunk was written.")
+    computed, skipped = execute(work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
+                                on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count),
+                                max_chunks=max_chunks, progress=f"sweep {cfg.name}" if progress else None,
+                                pause=sleep_between_chunks, consequence="Nothing of this chunk was written.")
     runs, evals = store.load()
     return SweepResult(runs, evals, computed, skipped, len(chunks), time.perf_counter() - start)

@@ -50,7 +50,6 @@ Mechanism = Callable[[jax.Array, Any], Any]
 class Certificate:
     """What dpjax certifies for the audited configuration: ``(epsilon, delta)`` under ``neighboring``, computed by
     ``accountant`` (named, e.g. a dpjax.accounting function)."""
-
     epsilon: float
     delta: float
     accountant: str
@@ -70,7 +69,6 @@ class FamilyRun:
     leaves, so an override mutant changes them -- from ``params``. The audit's score sees the increments ``w_r -
     w_{r-1}`` of the flattened output parameters, ``[rounds, P]`` per run.
     """
-
     family: Any
     registered: str
     hparams: Callable[[Mapping[str, Any]], Any]
@@ -95,7 +93,6 @@ class CanaryAudit:
     the observed output's distributions) is a second threshold: the empirical bound must stay below it and mutants must
     exceed it. ``details``: configuration numbers for the report.
     """
-
     name: str
     description: str
     mechanism: Mechanism

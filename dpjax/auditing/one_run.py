@@ -95,7 +95,6 @@ def guess_plan(m: int, fractions: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2,
 class OneRunBound:
     """The best bound over a guess plan: ``epsilon`` (at ``confidence`` overall, Bonferroni over the plan), with the
     guesses ``r``, correct ``v``, the ``(k_plus, k_minus)`` that gave it and every entry."""
-
     epsilon: float
     r: int
     v: int

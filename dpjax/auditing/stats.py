@@ -90,7 +90,6 @@ class EpsilonLowerBound:
     orientation * threshold``; ``false_positives`` of ``runs_d`` runs on D, ``false_negatives`` of ``runs_d_prime`` runs
     on D'; ``fpr_upper``/``fnr_upper`` are the one-sided Clopper-Pearson bounds at level ``1 - (1 - confidence)/2``.
     """
-
     epsilon: float
     confidence: float
     delta: float

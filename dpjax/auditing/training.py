@@ -103,7 +103,6 @@ class DiracProbe:
 class SkipClip:
     """A clipper that clips nothing (its clip field set to inf) but reports ``inner``'s honest bound, so the noise is
     calibrated to a clip that never happened."""
-
     inner: Any
 
     roles = ("clipper",)
@@ -129,7 +128,6 @@ class SkipClip:
 @dataclasses.dataclass(frozen=True)
 class HalfNoise:
     """A privatizer that adds ``inner``'s noise with half its multiplier (the events still report the full one)."""
-
     inner: Any
 
     roles = ("privatizer",)
@@ -167,7 +165,6 @@ def mutant_family(family, mutant: str):
 @dataclasses.dataclass(frozen=True)
 class TrainingAudit:
     """One audited run: the family (``mutant`` None = honest), its certificate and the one-run bound."""
-
     family: str
     mutant: str | None
     canaries: int

@@ -23,7 +23,6 @@ class FederatedDataset:
       metadata: sizes, ``d``, seed, source path, preprocessing choices. pooled_test_x, pooled_test_y: pooled test set,
       or ``None``.
     """
-
     train_x: list[np.ndarray]
     train_y: list[np.ndarray]
     test_x: list[np.ndarray]

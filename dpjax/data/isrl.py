@@ -55,7 +55,6 @@ def check_train_fraction(train_fraction) -> float:
 @dataclasses.dataclass(frozen=True)
 class MnistDigits:
     """Checked MNIST images and labels: the flat pixels, each digit's row indices, and ``rows(idx)``."""
-
     images: np.ndarray
     labels: np.ndarray
     pixels: np.ndarray
@@ -86,7 +85,6 @@ class MnistDigits:
 class MnistSiloSizes:
     """Records per silo: ``n_silo = 2 n_per_digit``, ``n_own = round((1 - p) n_silo)`` from the silo's pair
     (``own_even`` + ``own_odd``), ``n_pool`` from all digits, and the per-silo ``n_train`` / ``n_test``."""
-
     n_per_digit: int
     n_silo: int
     n_own: int

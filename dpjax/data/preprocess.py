@@ -23,7 +23,6 @@ class PCA:
       decreasing variance. explained_variance: ``[k]`` variances along the components (ddof = 1).
       explained_variance_ratio: ``[k]`` fractions of the total variance.
     """
-
     mean: np.ndarray
     components: np.ndarray
     explained_variance: np.ndarray

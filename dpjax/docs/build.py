@@ -37,7 +37,6 @@ PAGES_DIR = DOCS_DIR / "pages"
 @dataclasses.dataclass(frozen=True)
 class Paper:
     """One paper of the site: its page slug, title and kept experiments folder."""
-
     slug: str
     title: str
     experiments: str  # repository-relative folder holding report.md files and README.md
@@ -162,7 +161,6 @@ def readme_command(readme: str, marker: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Report:
     """A kept ``report.md`` and the site page it becomes."""
-
     source: str  # repository path of report.md
     page: str  # site path of its page
     title: str

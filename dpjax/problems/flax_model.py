@@ -31,7 +31,6 @@ class FlaxProblem:
     sum by ghost norms. ``prefer_gathered_batches``: a network's clipped sum costs a forward and backward pass per row,
     so the engine should gather sampled rows rather than weight every row of a silo (the GLMs' dense path).
     """
-
     module: Any
     input_shape: tuple[int, ...]
     loss_kind: str = "squared"

@@ -71,7 +71,6 @@ class LogisticRegression:
     ``(sigmoid(clip(<w,x>)) - y) x`` exactly as in the authors' code, so ``||grad|| <= ||x||`` always and
     ``lipschitz_bound = max ||x||``.
     """
-
     dim: int
     margin_clip: float | None = 15.0
 
@@ -143,7 +142,6 @@ class SoftmaxRegression:
     Parameters are a ``[dim, num_classes]`` matrix (no bias, as in the obesity experiment). ``||grad|| = ||x|| ||p -
     e_y|| <= sqrt(2) ||x||``.
     """
-
     dim: int
     num_classes: int
 
@@ -193,7 +191,6 @@ class LinearRegression:
 
     The gradient is unbounded over R^d, so there is no Lipschitz bound: private algorithms must clip per example.
     """
-
     dim: int
     fit_intercept: bool = False
 

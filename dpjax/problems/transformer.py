@@ -21,7 +21,6 @@ class TransformerClassifier(nn.Module):
     ``tied_readout=True`` reads the logits out with the token embedding (``Embed.attend``; then ``num_classes`` must
     equal ``vocab_size``).
     """
-
     vocab_size: int = 256
     max_len: int = 32
     width: int = 64

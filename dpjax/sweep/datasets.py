@@ -24,7 +24,6 @@ class TrialData:
 
     ``max_norm`` (largest training feature norm) resolves ``"<c>*maxnorm"`` clip norms.
     """
-
     train: SiloData
     eval_data: Any
     problem: Any
@@ -36,7 +35,6 @@ class TrialData:
 class DatasetEntry:
     """A data spec: ``load(options: dict, trial: int) -> TrialData``; ``options`` are the config's ``[data]`` table with
     defaults filled in, and the split of trial ``t`` must depend only on (options, t)."""
-
     name: str
     defaults: dict
     load: Callable

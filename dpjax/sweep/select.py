@@ -232,7 +232,6 @@ class SlopeVerdict:
     bootstrap over 10 seeds"); ``band`` is the range of exponents the claim allows (the prediction +- the tolerance, one
     end open for a one-sided claim).
     """
-
     verdict: str
     slope: float
     ci: tuple[float, float] | None

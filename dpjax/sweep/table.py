@@ -37,7 +37,6 @@ class Evaluator:
     Returns the pooled training loss and the test metric ``test_metric`` of the problem's ``evaluate`` (``"error"`` or
     ``"rmse"``).
     """
-
     problem: Any
     test_metric: str = "error"
     extra_tests: tuple[str, ...] = ()  # further test sets in eval_data, reported as columns of these names
@@ -148,7 +147,6 @@ class Family:
     ``specs``: its run specs; ``extend(requests, runs) -> specs`` builds the runs of step-size grid extensions
     (``select.extend_grid_at_edges`` requests), ``None`` for none; ``make_hparams`` as in ``run_table``.
     """
-
     algorithm: Any
     specs: Sequence[Any]
     extend: Callable[[list[dict], pd.DataFrame], Sequence[Any]] | None = None

@@ -34,10 +34,8 @@ KDD_SYMBOLIC = ("protocol_type", "service", "flag")
 
 
 def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote_key: str) -> DatasetNotFoundError:
-    if remote_key == "blogfeedback":
-        url = BLOG_ZIP_URL
-    else:
-        url = ", ".join(u for _, u, _ in REMOTE[remote_key][1])
+    url = BLOG_ZIP_URL if remote_key == "blogfeedback" else ", ".join(u for _, u, _ in REMOTE[remote_key][1])
+
     return DatasetNotFoundError(
         name, candidate_dirs(base, sub), files,
         f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}")

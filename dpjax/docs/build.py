@@ -208,10 +208,6 @@ def markdown_section(body: str, heading: str, source: str) -> str:
     raise DocsError(f"{source} has no section whose heading starts with {heading!r}")
 
 
-def _is_quick(run: str) -> bool:
-    return "quick" in run.lower()
-
-
 # -- Include markers -----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -281,7 +277,7 @@ def _claims_block(slug: str, page: str, ctx: Context) -> str:
         section = rewrite_links(section, rep.source, page, ctx.site_files)
         section = _drop_images(demote_headings(section, 3))
         link = posixpath.relpath(rep.page, posixpath.dirname(page))
-        kind = "???" if _is_quick(rep.run) else "???+"
+        kind = "???" if "quick" in rep.run.lower() else "???+"  # quick runs folded, full-protocol runs open
         title = f"{rep.run}: {rep.title}".replace('"', "'")
         title = title if len(title) <= 140 else title[:139] + "…"
         parts.append(f'{kind} note "{title}"\n\n'

@@ -157,7 +157,6 @@ def concrete_array(value: Any):
         return None
     try:
         import numpy as np
-
         return np.asarray(value)
     except Exception:  # abstract, or not addressable from this process
         return None

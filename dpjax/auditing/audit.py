@@ -160,7 +160,6 @@ def _scorer(mechanism, score: Callable) -> Callable:
     increments; cached per pair."""
     if isinstance(mechanism, FamilyRun):
         from dpjax.auditing.execute import run_family
-
         start = jnp.ravel(jnp.asarray(mechanism.params, jnp.float32))
         scores = jax.jit(jax.vmap(lambda traj: jnp.asarray(score(jnp.diff(
             jnp.concatenate([start[None], traj]), axis=0)), jnp.float32).reshape(())))

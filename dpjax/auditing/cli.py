@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     from dpjax import _validate as v, outputs
     if "training" in args.mechanisms:
         from dpjax.auditing import training_cli
-
         return training_cli.run(args)
     names = list(_NAMES) if args.all else list(args.mechanisms)
     if args.all and args.mechanisms:

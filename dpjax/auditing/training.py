@@ -197,11 +197,9 @@ def build_family(name: str, canaries: int, rounds: int):
     problem = DiracProbe(canaries)
     if name == "dpsgd-general":
         from dpjax.algorithms.dpsgd_general import DpSgdGeneral
-
         return DpSgdGeneral(problem, rounds, 1, canaries, 1, sampling="shuffle")
     if name == "dp-scaffold":  # one silo, one local step on every canary: its control variates cancel (c_i = c)
         from dpjax.algorithms.dp_scaffold import DpScaffold
-
         return DpScaffold(problem, rounds, 1, 1, canaries)
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
     return NoisyMbSgd(problem, rounds, canaries)
@@ -210,11 +208,9 @@ def build_family(name: str, canaries: int, rounds: int):
 def _hparams(name: str, noise_multiplier: float, clip_norm: float):
     if name == "dpsgd-general":
         from dpjax.algorithms.dpsgd_general import DpSgdHParams
-
         return DpSgdHParams.create(1.0, noise_multiplier, clip_norm)
     if name == "dp-scaffold":
         from dpjax.algorithms.dp_scaffold import ScaffoldHParams
-
         return ScaffoldHParams.create(1.0, 1.0, noise_multiplier, clip_norm)
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
     return MbSgdHParams.create(1.0, noise_multiplier, clip_norm)

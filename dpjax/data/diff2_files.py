@@ -80,7 +80,6 @@ def _float_frame(df, path) -> np.ndarray:
         if str(err).startswith(str(path)):
             raise
         import pandas as pd
-
         bad = (df.apply(pd.to_numeric, errors="coerce").isna() & df.notna()).to_numpy()
         r, c = np.argwhere(bad)[0]
         raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {df.iat[r, c]!r} is not a number") from None

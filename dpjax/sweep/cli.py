@@ -40,7 +40,6 @@ def _share(args) -> tuple[int, int, bool]:
                 raise ValueError(f"{flag(k)} and --distributed are exclusive: with --distributed the process "
                                  "index and count come from JAX (jax.process_index(), jax.process_count())")
         from dpjax.sweep import multihost
-
         index, count = multihost.initialize(
             args.coordinator, args.num_processes, args.process_id,
             initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
@@ -156,7 +155,6 @@ def _sweep(args) -> int:
     if distributed:
         multihost.finish()  # barrier: every process has stored its chunks
         from dpjax.sweep.store import Store
-
         done = len(Store(args.out).finished_chunks())
         print(f"sweep {cfg.name}: all {count} processes finished; {args.out} holds {done} of {res.total_chunks} chunks")
     return 0

@@ -277,7 +277,6 @@ class SweepConfig:
                 raise ValueError("privacy must set both accountant and delta")
             from dpjax.accounting import api
             from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS  # DP-SGD-General's reports
-
             _validate.check_choice("privacy.accountant", self.privacy["accountant"],
                                    api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
             d = self.privacy["delta"]

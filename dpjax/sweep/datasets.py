@@ -214,7 +214,6 @@ def _load_synthetic(opts: dict, trial: int, mlp: bool = False) -> TrialData:
     if mlp:
         from dpjax.problems import FlaxProblem
         from dpjax.problems.mlp import MLP
-
         width = _validate.check_int("data.hidden", opts["hidden"], min_value=1)
         problem = FlaxProblem(MLP((width,)), (dim,), "logistic")
     return _trial(xs, ys, txs, tys, problem, {"split_seed": seed})

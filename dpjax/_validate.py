@@ -288,12 +288,10 @@ parse_int.__name__ = "int"
 def flag_type(flag: str, kind, check=None, *, exact_in_float64: bool = False, **kwargs):
     """An argparse ``type=`` that parses ``kind`` (``parse_int`` or ``float``) and runs ``check``.
 
-    A value that does not parse (or fails ``check``) ends as argparse's
-    usage and one ``dpjax: error: argument --flag: ...`` line, before the
-    command loads or computes anything. ``exact_in_float64``: integers
-    beyond 2**53 are refused too (counts the accountants compute with).
-    Range checks that should read as one line naming the flag belong at the
-    top of the command (``check_seed("--seed", args.seed)``).
+    A value that does not parse (or fails ``check``) ends as argparse's usage and one ``dpjax: error: argument
+    --flag: ...`` line, before the command loads or computes anything. ``exact_in_float64``: integers beyond 2**53 are
+    refused too (counts the accountants compute with). Range checks that should read as one line naming the flag belong
+    at the top of the command (``check_seed("--seed", args.seed)``).
     """
     import argparse
 

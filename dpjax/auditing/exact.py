@@ -131,10 +131,9 @@ def mixture_pair_epsilon(components_d, components_d_prime, rounds: int, delta: f
 
 
 def one_of_two_epsilon(shift: float, delta: float, cell: float = 0.02) -> float:
-    """Exact epsilon at ``delta`` of two unit-variance Gaussian releases where the canary shifts
-    exactly one of them (chosen uniformly) by ``-shift`` on D and ``+shift`` on D':
-    ``P = (N(-s e1) + N(-s e2)) / 2`` against ``Q = (N(s e1) + N(s e2)) / 2``, by integration on a
-    grid of ``cell``-sized squares (density at the centre times the area)."""
+    """Exact epsilon at ``delta`` of two unit-variance Gaussian releases where the canary shifts exactly one of them
+    (chosen uniformly) by ``-shift`` on D and ``+shift`` on D': ``P = (N(-s e1) + N(-s e2)) / 2`` against ``Q = (N(s
+    e1) + N(s e2)) / 2``, by integration on a grid of ``cell``-sized squares (density at the centre times the area)."""
     s = v.check_nonnegative("shift", shift)
     delta = v.check_open_unit("delta", delta)
     grid = np.arange(-s - 9.0, s + 9.0, cell) + cell / 2

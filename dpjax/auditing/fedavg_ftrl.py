@@ -14,8 +14,8 @@ dp-fedavg-count  the canary user's delta 0 / V e_2 (unclipped /          mu-GDP 
                  V e_2 make the e_2 step proportional to C_t, whose      (1 / z_b each; the last count moves no
                  log-ratios are the clip's moves, i.e. the noisy counts  released iterate)
 dp-ftrl          one record at -V e_1 / +V e_1 in the stored order at    mu-GDP, mu = sqrt(sum_e depth(T_e)) / z
-                 row 0: the first leaf of every epoch's tree, under its
-                 deepest path (the prefix sums s_1, s_2, s_4, ...)
+                 row 0: the first leaf of every epoch's tree, under its deepest path (the prefix sums s_1, s_2,
+                 s_4, ...)
 ===============  ====================================================  ==========================================
 """
 

@@ -1,5 +1,5 @@
-"""One-run audit statistics (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1)
-Training Run", NeurIPS 2023): an empirical epsilon lower bound from ``m`` canaries of ONE run.
+"""One-run audit statistics (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run",
+NeurIPS 2023): an empirical epsilon lower bound from ``m`` canaries of ONE run.
 
 Pure Python/SciPy (no jax), reusable on scores produced anywhere.
 

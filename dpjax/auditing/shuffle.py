@@ -30,10 +30,10 @@ def binomial_exact(trials: int, p: float, g: int) -> dict:
 
 
 def sdp_accelerated_audit(epsilon: float = 2.0, sizes=(4, 4), bound: float = 1.0) -> CanaryAudit:
-    """SDP one-pass accelerated MB-SGD (Lowy & Razaviyayn Algorithm 6): one round of K = n records per
-    silo, each clipped and run through the P_vec randomizer (d = 1), analyzer over the M K shuffled
-    vectors. Other records sit at -L (deterministic rounding to 0), the canary at -/+ 1000 L (clipped
-    to the range ends: rounding 0 or g), so the count is Bin(M K b, p) or g + Bin(M K b, p)."""
+    """SDP one-pass accelerated MB-SGD (Lowy & Razaviyayn Algorithm 6): one round of K = n records per silo, each
+    clipped and run through the P_vec randomizer (d = 1), analyzer over the M K shuffled vectors. Other records sit
+    at -L (deterministic rounding to 0), the canary at -/+ 1000 L (clipped to the range ends: rounding 0 or g), so the
+    count is Bin(M K b, p) or g + Bin(M K b, p)."""
     k = sizes[0]
     family = SdpOnePassAccelerated(CanaryProbe(1), 1, k)
     params = family.pvec_params_for(len(sizes), epsilon, DELTA)

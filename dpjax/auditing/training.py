@@ -23,12 +23,11 @@ Mutants (``mutant_family``): the same family with one part wrapped -- ``"no-clip
 reports the honest bound ``C`` to the noise (clipping skipped); ``"half-noise"``: the privatizer adds half the noise the
 certificate assumes.
 
-How strong a one-run audit is. For Gaussian noise the paper's bound reaches roughly half the true
-epsilon (its Fig. 1/2), so a mutant that only doubles the true epsilon (half the noise) is caught
-only with many canaries: the default ``m = 10^6`` with ``delta = 1e-9`` (the bound's delta term is
-``2 m delta``, so delta must be well below ``1/m``) and a certificate near eps 2.9 (GDP
-``mu = sqrt(E)/sigma = 0.5``). Clipping skipped is caught at any size (the canaries move the
-iterate by ``c >> C``).
+How strong a one-run audit is. For Gaussian noise the paper's bound reaches roughly half the true epsilon (its Fig.
+1/2), so a mutant that only doubles the true epsilon (half the noise) is caught only with many canaries: the default
+``m = 10^6`` with ``delta = 1e-9`` (the bound's delta term is ``2 m delta``, so delta must be well below ``1/m``) and a
+certificate near eps 2.9 (GDP ``mu = sqrt(E)/sigma = 0.5``). Clipping skipped is caught at any size (the canaries move
+the iterate by ``c >> C``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """CIFAR-10 (Krizhevsky, 2009) from a user-supplied copy, as plain NumPy arrays.
 
-Used by the CIFAR-10 experiment of van Dijk et al., "Generalizing DP-SGD with
-Shuffling and Batch Clipping" (Section 1: 71.5 % batch clipping with shuffling,
-71.1 % individual clipping with subsampling, at sigma = 2). dpjax never
-downloads it: the user places the standard "CIFAR-10 python version" in the
-data directory (``--data-dir``, ``$DPJAX_DATA_DIR`` or the cache directory),
-either extracted or as the original archive:
+Used by the CIFAR-10 experiment of van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (Section
+1: 71.5 % batch clipping with shuffling, 71.1 % individual clipping with subsampling, at sigma = 2). dpjax never
+downloads it: the user places the standard "CIFAR-10 python version" in the data directory (``--data-dir``,
+``$DPJAX_DATA_DIR`` or the cache directory), either extracted or as the original archive:
 
 1. the folder ``cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``, ``test_batch``, optionally
    ``batches.meta``), looked for in ``<dir>/cifar10/`` and ``<dir>/``; the batch files may also sit directly in those

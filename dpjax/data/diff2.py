@@ -1,12 +1,11 @@
 """Datasets of the DIFF2 experiments (Murata & Suzuki, ICML 2023; Section 6, Table 2) and LIBSVM binary classification
 sets (a9a, w8a).
 
-Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the
-paper's preprocessing (Appendix A) and the P = 10 round-robin i.i.d. client split of
-the authors' code (reference doc B.5: example ``i`` goes to worker ``i mod P``).
-Every loader takes ``verify=True``: a file named like a published one but with
-another row count (truncated, cut) is refused (:func:`dpjax.data.sources.check_known_file`);
-unreadable or non-numeric files raise a ``ValueError`` naming the file, row and column.
+Loaders return raw (unscaled) NumPy arrays; :func:`diff2_silos` applies the paper's preprocessing (Appendix A) and the
+P = 10 round-robin i.i.d. client split of the authors' code (reference doc B.5: example ``i`` goes to worker ``i mod
+P``). Every loader takes ``verify=True``: a file named like a published one but with another row count (truncated, cut)
+is refused (:func:`dpjax.data.sources.check_known_file`); unreadable or non-numeric files raise a ``ValueError`` naming
+the file, row and column.
 
 The authors' scripts' version of the same data is built by ``dpjax.reproduce.diff2.authors_data``.
 """

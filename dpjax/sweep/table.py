@@ -157,12 +157,12 @@ def extension_width(specs: Sequence[Any], column: str, chunk: int) -> int:
     """The chunk width of a family's grid extensions: the most runs one repetition holds at one ``column`` value in the
     first grid (at most ``chunk``).
 
-    An extension round asks for at most one new ``column`` value per group, and a group's runs at one
-    value are those of the first grid at one value (every other hyperparameter, e.g. the clip norms), so
-    one extension round of one repetition fits one chunk of this width when the groups share the grid.
-    Padding extensions to the first grid's width instead (130 lanes for 13 requests in the full
-    ``isrl-mnist``) made every extension round cost as much as the first grid: the chunk's cost grows
-    with its width (measured on the Local SGD chunk: 1.3 s CPU at 35 lanes, 3.75 s at 130)."""
+    An extension round asks for at most one new ``column`` value per group, and a group's runs at one value are those of
+    the first grid at one value (every other hyperparameter, e.g. the clip norms), so one extension round of one
+    repetition fits one chunk of this width when the groups share the grid. Padding extensions to the first grid's width
+    instead (130 lanes for 13 requests in the full ``isrl-mnist``) made every extension round cost as much as the first
+    grid: the chunk's cost grows with its width (measured on the Local SGD chunk: 1.3 s CPU at 35 lanes, 3.75 s
+    at 130)."""
     per_value = collections.Counter((int(s.repetition), getattr(s, column, None)) for s in specs)
     per_rep = collections.Counter(int(s.repetition) for s in specs)
     return min(chunk, max(per_rep.values()), max(per_value.values()))

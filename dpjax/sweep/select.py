@@ -48,7 +48,8 @@ def select_best(runs: pd.DataFrame, *, over: str = "learning_rate", by: Sequence
     by = list(by)
     if len(runs) == 0:
         raise ValueError("runs is empty; nothing to select from")
-    check_columns(runs, by + [over, criterion] + ([report] if report is not None else []), "column")
+    reported = [report] if report is not None else []
+    check_columns(runs, by + [over, criterion] + reported, "column")
     df = runs.copy()
     bad = ~np.isfinite(df[criterion].to_numpy(float))
     if "diverged_round" in df.columns:
@@ -61,8 +62,8 @@ def select_best(runs: pd.DataFrame, *, over: str = "learning_rate", by: Sequence
     agg = agg.reset_index().sort_values(by + [over], kind="stable")
     best = agg.loc[agg.groupby(by, sort=True, dropna=False)["_crit"].idxmin()]
     out = best.rename(columns={"_crit": criterion, "_rep": report})
-    reported = [report] if report is not None else []
     return out[by + [over, criterion] + reported + ["n_reps", "n_diverged"]].reset_index(drop=True)
+
 
 
 def select_mean(runs: pd.DataFrame, by: Sequence[str], *, over: str = "hp_index", criterion: str = "train_loss",
@@ -291,11 +292,9 @@ def _claimed_range(predicted: float, tolerance: float, side: str) -> str:
 
 
 def _band(predicted: float, tolerance: float, side: str) -> tuple[float, float]:
-    if side == "at_most":
-        return -math.inf, predicted + tolerance
-    if side == "at_least":
-        return predicted - tolerance, math.inf
-    return predicted - tolerance, predicted + tolerance
+    return (-math.inf if side == "at_most" else predicted - tolerance,
+            math.inf if side == "at_least" else predicted + tolerance)
+
 
 
 def judge_slope(slope: float, ci: tuple[float, float] | None, *, n_points: int, decades: float, predicted: float,

@@ -17,11 +17,12 @@ class FederatedDataset:
     Attributes:
       train_x: one ``[n_i, d]`` float array per silo.
       train_y: one ``[n_i]`` array per silo (int class labels, or float targets).
-      test_x, test_y: per-silo test arrays, or empty lists when the protocol
-        uses one pooled test set (then ``pooled_test_x/y`` are set).
-      name: dataset/split name, e.g. ``"isrl_mnist"``. num_classes: number of classes, ``None`` for regression.
-      metadata: sizes, ``d``, seed, source path, preprocessing choices. pooled_test_x, pooled_test_y: pooled test set,
-      or ``None``.
+      test_x, test_y: per-silo test arrays, or empty lists when the protocol uses one pooled test set (then
+        ``pooled_test_x/y`` are set).
+      name: dataset/split name, e.g. ``"isrl_mnist"``.
+      num_classes: number of classes, ``None`` for regression.
+      metadata: sizes, ``d``, seed, source path, preprocessing choices.
+      pooled_test_x, pooled_test_y: pooled test set, or ``None``.
     """
     train_x: list[np.ndarray]
     train_y: list[np.ndarray]

@@ -19,8 +19,9 @@ class PCA:
     """A fitted PCA: ``z = (x - mean) @ components.T``.
 
     Attributes:
-      mean: ``[d]`` float64 feature means of the fitting data. components: ``[k, d]`` float64 orthonormal rows, by
-      decreasing variance. explained_variance: ``[k]`` variances along the components (ddof = 1).
+      mean: ``[d]`` float64 feature means of the fitting data.
+      components: ``[k, d]`` float64 orthonormal rows, by decreasing variance.
+      explained_variance: ``[k]`` variances along the components (ddof = 1).
       explained_variance_ratio: ``[k]`` fractions of the total variance.
     """
     mean: np.ndarray

@@ -23,8 +23,8 @@ class FlaxProblem:
       module: a ``flax.linen.Module`` mapping one example (no batch axis) or a batch of examples to a prediction (scalar
         / logit vector).
       input_shape: shape of one example, used to initialise parameters.
-      loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"``
-        (binary, labels in {0,1}, scalar logit) or ``"softmax"`` (integer labels).
+      loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"`` (binary, labels in {0,1}, scalar logit) or
+        ``"softmax"`` (integer labels).
       input_dtype: dtype of the example used to initialise parameters (``jnp.int32`` for token inputs).
 
     Flax models have no a-priori Lipschitz bound: private algorithms clip; ``weighted_grad_sum`` gives them the clipped

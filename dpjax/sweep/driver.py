@@ -251,7 +251,6 @@ def run_sweep(cfg: SweepConfig, out_dir: str | os.PathLike, *, devices=None, sou
       wait_for_config: with ``process_index > 0``, wait up to this many seconds for process 0 to write
         ``out_dir/config.json`` and adopt its (possibly automatic) tiling, so processes started together never race to
         different ``chunk_size`` choices (``--distributed`` sets it; ``None``: no wait).
-
     """
     start = time.perf_counter()
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())

@@ -80,8 +80,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       num_processes: P, the number of processes in the sweep.
       process_id: this process's id in ``[0, P)``.
       initialization_timeout: seconds to wait for every process to connect.
-      shutdown_timeout: seconds a finished process waits at the end for the
-        others (``finish``); ``None`` keeps JAX's default (300 s). Only the coordinator's value (process 0) matters.
+      shutdown_timeout: seconds a finished process waits at the end for the others (``finish``); ``None`` keeps JAX's
+        default (300 s). Only the coordinator's value (process 0) matters.
     """
     import jax
     if coordinator_address is not None:

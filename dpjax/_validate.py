@@ -1,9 +1,8 @@
 """Argument validators shared by every public entry point.
 
-Pure Python (no jax import): the accounting layer uses these too. Every check
-raises a ``ValueError`` whose message starts with ``name=value`` so that the
-user sees which argument was wrong and what they passed, e.g.
-``epsilon=-1.0 must be > 0``.
+Pure Python (no jax import): the accounting layer uses these too. Every check raises a ``ValueError`` whose message
+starts with ``name=value`` so that the user sees which argument was wrong and what they passed, e.g. ``epsilon=-1.0 must
+be > 0``.
 """
 
 from __future__ import annotations
@@ -132,9 +131,8 @@ def _is_tracer(value: Any) -> bool:
 def concrete_scalar(value: Any) -> Any:
     """``value`` when it is a concrete scalar (Python, NumPy, a 0-d or one-element jax/NumPy array), else ``None``.
 
-    Lets a constructor validate every value it can see on the host — Python
-    numbers, ``np.float32(-0.1)``, ``jnp.float32(-0.1)``, ``jnp.array([-0.1])``
-    — while leaving jax tracers (inside ``jit``/``vmap``) alone. Bools are
+    Lets a constructor validate every value it can see on the host — Python numbers, ``np.float32(-0.1)``,
+    ``jnp.float32(-0.1)``, ``jnp.array([-0.1])`` — while leaving jax tracers (inside ``jit``/``vmap``) alone. Bools are
     returned as they are so that the ``check_*`` helpers reject them.
     """
     if isinstance(value, numbers.Number):
@@ -159,7 +157,6 @@ def concrete_array(value: Any):
         return None
     try:
         import numpy as np
-
         return np.asarray(value)
     except Exception:  # abstract, or not addressable from this process
         return None
@@ -201,18 +198,16 @@ def _check_traced(check, name: str, value: Any, kwargs) -> None:
         return
     import jax.numpy as jnp
     from jax.experimental import checkify
-
     checkify.check(jnp.all(pred(value, jnp)), f"{name}={{value}} {requirement}", value=value)
 
 
 def check_if_concrete(check, name: str, value: Any, **kwargs) -> None:
     """Runs ``check(name, x, **kwargs)`` on every value it can see on the host.
 
-    Concrete scalars (see :func:`concrete_scalar`) are checked as ``name``;
-    concrete arrays entry by entry as ``name[i]`` (a stack of per-run values).
-    Traced values (inside ``jit``/``vmap``) cannot be read on the host: they
-    are the caller's contract, checked only in :func:`checked` mode (a
-    ``checkify`` check that :func:`checked` turns into a ``ValueError``).
+    Concrete scalars (see :func:`concrete_scalar`) are checked as ``name``; concrete arrays entry by entry as
+    ``name[i]`` (a stack of per-run values). Traced values (inside ``jit``/``vmap``) cannot be read on the host: they
+    are the caller's contract, checked only in :func:`checked` mode (a ``checkify`` check that :func:`checked` turns
+    into a ``ValueError``).
     """
     scalar = concrete_scalar(value)
     if scalar is not None:
@@ -231,20 +226,17 @@ def check_if_concrete(check, name: str, value: Any, **kwargs) -> None:
 def checked(fn):
     """``fn`` with dpjax's argument checks applied to traced values too (the checked mode).
 
-    Outside this mode, a value that is traced inside ``jit``/``vmap`` (a
-    clip norm, radius, noise std or rate computed inside the program) is the
-    caller's contract: dpjax cannot read it on the host, and a negative or
-    NaN one is not reported. ``checked(fn)(*args)`` traces ``fn`` with
-    ``jax.experimental.checkify`` checks at every public entry point of
-    ``dpjax.primitives`` and the hyperparameter types, runs it, and raises a
-    ``ValueError`` naming the argument when one fails, e.g.::
+    Outside this mode, a value that is traced inside ``jit``/``vmap`` (a clip norm, radius, noise std or rate computed
+    inside the program) is the caller's contract: dpjax cannot read it on the host, and a negative or NaN one is not
+    reported. ``checked(fn)(*args)`` traces ``fn`` with ``jax.experimental.checkify`` checks at every public entry point
+    of ``dpjax.primitives`` and the hyperparameter types, runs it, and raises a ``ValueError`` naming the argument when
+    one fails, e.g.::
 
         dpjax.primitives.checked(jax.jit(lambda c: clip_to_norm(t, c)))(-1.0)
         # ValueError: clip_norm=-1.0 must be >= 0 ...
 
-    ``fn`` is traced afresh inside this call (its ``jax.jit`` is bypassed, so
-    an earlier unchecked trace is never reused; ``lax`` loops then run step
-    by step): a debugging and testing mode, not for long runs.
+    ``fn`` is traced afresh inside this call (its ``jax.jit`` is bypassed, so an earlier unchecked trace is never
+    reused; ``lax`` loops then run step by step): a debugging and testing mode, not for long runs.
     """
     import functools
 
@@ -253,7 +245,6 @@ def checked(fn):
         global _CHECKED_DEPTH
         import jax
         from jax.experimental import checkify
-
         _CHECKED_DEPTH += 1
         try:
             # jit caches traces by function: a function traced before (unchecked) would be reused without
@@ -297,12 +288,10 @@ parse_int.__name__ = "int"
 def flag_type(flag: str, kind, check=None, *, exact_in_float64: bool = False, **kwargs):
     """An argparse ``type=`` that parses ``kind`` (``parse_int`` or ``float``) and runs ``check``.
 
-    A value that does not parse (or fails ``check``) ends as argparse's
-    usage and one ``dpjax: error: argument --flag: ...`` line, before the
-    command loads or computes anything. ``exact_in_float64``: integers
-    beyond 2**53 are refused too (counts the accountants compute with).
-    Range checks that should read as one line naming the flag belong at the
-    top of the command (``check_seed("--seed", args.seed)``).
+    A value that does not parse (or fails ``check``) ends as argparse's usage and one ``dpjax: error: argument
+    --flag: ...`` line, before the command loads or computes anything. ``exact_in_float64``: integers beyond 2**53 are
+    refused too (counts the accountants compute with). Range checks that should read as one line naming the flag belong
+    at the top of the command (``check_seed("--seed", args.seed)``).
     """
     import argparse
 

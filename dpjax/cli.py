@@ -1,8 +1,8 @@
 """The ``dpjax`` command line.
 
-Subcommands live next to the code they drive; each module listed in
-``SUBCOMMAND_MODULES`` exposes ``add_parser(subparsers)`` which registers its
-parser with ``set_defaults(func=...)``. ``func(args)`` returns an exit code.
+Subcommands live next to the code they drive; each module listed in ``SUBCOMMAND_MODULES`` exposes
+``add_parser(subparsers)`` which registers its parser with ``set_defaults(func=...)``. ``func(args)`` returns an exit
+code.
 """
 
 from __future__ import annotations
@@ -24,28 +24,21 @@ SUBCOMMAND_MODULES = [
 
 # command -> the one module that registers it: `dpjax account` must not import
 # jax (dpjax.sweep does), so main() imports only the module it needs.
-COMMAND_MODULES = {
-    "sweep": "dpjax.sweep.cli",
-    "plot": "dpjax.sweep.cli",
-    "run": "dpjax.tasks.cli",
-    "account": "dpjax.accounting.cli",
-    "reproduce": "dpjax.reproduce.cli",
-    "audit": "dpjax.auditing.cli",
-    "docs": "dpjax.docs.cli",
-}
+COMMAND_MODULES = {"sweep": "dpjax.sweep.cli", "plot": "dpjax.sweep.cli", "run": "dpjax.tasks.cli",
+                   "account": "dpjax.accounting.cli", "reproduce": "dpjax.reproduce.cli", "audit": "dpjax.auditing.cli",
+                   "docs": "dpjax.docs.cli"}
+
 
 
 #: ``dpjax --help``'s one line per command, so the top-level help imports no subcommand module (they pull in
 #: jax, seconds of CPU); tests/test_cli_lazy.py checks each line against the module's own ``help=``.
-COMMAND_HELP = {
-    "sweep": "run (or resume) a hyperparameter sweep as compiled chunks",
-    "plot": "paper-style figure from a sweep directory",
-    "run": "run an end-to-end task (e.g. isrl-mnist-trial)",
-    "account": "privacy accounting: epsilon of a schedule, or sigma for a target",
-    "reproduce": "reproduce a paper figure (see --list)",
-    "audit": "empirical privacy audits (canary experiments) of dpjax's mechanisms",
-    "docs": "build the documentation site (needs the docs extra)",
-}
+COMMAND_HELP = {"sweep": "run (or resume) a hyperparameter sweep as compiled chunks",
+                "plot": "paper-style figure from a sweep directory",
+                "run": "run an end-to-end task (e.g. isrl-mnist-trial)",
+                "account": "privacy accounting: epsilon of a schedule, or sigma for a target",
+                "reproduce": "reproduce a paper figure (see --list)",
+                "audit": "empirical privacy audits (canary experiments) of dpjax's mechanisms",
+                "docs": "build the documentation site (needs the docs extra)"}
 
 EPILOG = ("Every command takes --help. Long commands (reproduce, audit, sweep, run, plot) print stage lines on "
           "stderr (--quiet silences them). Python API: help(dpjax), dpjax.list_algorithms().")
@@ -54,9 +47,8 @@ EPILOG = ("Every command takes --help. Long commands (reproduce, audit, sweep, r
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with dpjax's error form: the usage, then one ``dpjax: error: ...`` line, exit status 2.
 
-    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's
-    type), so ``dpjax account --steps x`` says ``dpjax: error: argument
-    --steps: ...`` rather than ``dpjax account: error: ...``.
+    Subcommand parsers inherit the class (``add_subparsers`` uses the parent's type), so ``dpjax account --steps x``
+    says ``dpjax: error: argument --steps: ...`` rather than ``dpjax account: error: ...``.
     """
 
     def error(self, message: str):
@@ -65,13 +57,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
-    """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a
-    placeholder with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
-    parser = ArgumentParser(
-        prog="dpjax",
-        description="JAX-compiled experiments for differentially private federated optimization.",
-        epilog=EPILOG,
-    )
+    """The ``dpjax`` parser with the commands of ``modules`` (default: all); ``lazy``: every command as a placeholder
+    with its ``COMMAND_HELP`` line, importing nothing (``dpjax --help``)."""
+    parser = ArgumentParser(prog="dpjax",
+                            description="JAX-compiled experiments for differentially private federated optimization.",
+                            epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     if lazy:
         for name, text in COMMAND_HELP.items():
@@ -84,9 +74,8 @@ def build_parser(modules: list[str] | None = None, *, lazy: bool = False) -> arg
     return parser
 
 
-#: Failures a user can cause and fix (bad arguments or files, missing data, a full
-#: or read-only disk): one line on stderr and exit status 2. Anything else is a
-#: bug and keeps its traceback.
+#: Failures a user can cause and fix (bad arguments or files, missing data, a full or read-only disk): one line on
+#: stderr and exit status 2. Anything else is a bug and keeps its traceback.
 EXPECTED_ERRORS = (ValueError, OSError)
 
 _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
@@ -95,10 +84,9 @@ _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infin
 def _attach_negative_numbers(argv: list[str]) -> list[str]:
     """``["--delta", "-1e-5"]`` -> ``["--delta=-1e-5"]``.
 
-    argparse only recognises ``-1`` and ``-.5`` as negative numbers; ``-1e-5``
-    or ``-inf`` after an option would read as an unknown option ("expected one
-    argument"). Attached, the value reaches the option and its validator,
-    which then says what is wrong with it.
+    argparse only recognises ``-1`` and ``-.5`` as negative numbers; ``-1e-5`` or ``-inf`` after an option would read as
+    an unknown option ("expected one argument"). Attached, the value reaches the option and its validator, which then
+    says what is wrong with it.
     """
     out: list[str] = []
     for tok in argv:
@@ -124,7 +112,6 @@ RENAMED_TASKS = {
 
 def main(argv: list[str] | None = None) -> int:
     from dpjax import progress  # pure Python: stage lines count seconds from here
-
     progress.configure(quiet=False, restart_clock=True)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = COMMAND_MODULES.get(argv[0]) if argv else None
@@ -149,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def _closed_stdout() -> int:
     import os
-
     try:  # Python would report the broken pipe again when it flushes stdout at exit
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except OSError:

@@ -1,20 +1,14 @@
 """Canary audits: many keyed runs of a compiled mechanism on two neighbouring datasets.
 
-A mechanism is a ``FamilyRun`` -- a registered algorithm family driven through
-the engine's executor (``dpjax.auditing.execute.run_family``), whose output is
-the iterate after every round -- or any pure JAX function
-``mechanism(key, dataset) -> output`` (``dataset`` any pytree with the same
-shapes for D and D'). Every audit of the catalogue (``mechanisms.py``) runs a
-family's own step. ``CanaryAudit``
-bundles it with the neighbouring pair (D, D'), a distinguishing score
-``score(output) -> scalar`` (large = "came from D'"), the certified
-``Certificate`` for the same configuration, and mutants (the same mechanism
-with a privacy bug: half the noise, a clip not applied) that the audit must
-catch. A mutant is either another mechanism function or, when the datasets
-are dicts that carry the mechanism's public hyperparameters as array leaves
-(e.g. ``{"x": ..., "noise_std": 1.0}``), a dict of overridden leaves
-(``{"noise_std": 0.5}``): the same compiled program then runs the mutant.
-Auditing a new mechanism takes a few lines::
+A mechanism is a ``FamilyRun`` -- a registered algorithm family driven through the engine's executor
+(``dpjax.auditing.execute.run_family``), whose output is the iterate after every round -- or any pure JAX function
+``mechanism(key, dataset) -> output`` (``dataset`` any pytree with the same shapes for D and D'). Every audit of the
+catalogue (``mechanisms.py``) runs a family's own step. ``CanaryAudit`` bundles it with the neighbouring pair (D, D'), a
+distinguishing score ``score(output) -> scalar`` (large = "came from D'"), the certified ``Certificate`` for the same
+configuration, and mutants (the same mechanism with a privacy bug: half the noise, a clip not applied) that the audit
+must catch. A mutant is either another mechanism function or, when the datasets are dicts that carry the mechanism's
+public hyperparameters as array leaves (e.g. ``{"x": ..., "noise_std": 1.0}``), a dict of overridden leaves
+(``{"noise_std": 0.5}``): the same compiled program then runs the mutant. Auditing a new mechanism takes a few lines::
 
     audit = CanaryAudit(
         name="my-mechanism", mechanism=my_mech, dataset=d, neighbour=d_prime,
@@ -24,15 +18,12 @@ Auditing a new mechanism takes a few lines::
     )
     result = run_audit(audit, runs=100_000, seed=0)
 
-``run_audit`` draws ``runs`` keyed runs per dataset (``jax.vmap`` over keys,
-jitted once per mechanism; D and D' share the compiled program), splits them
-into a selection half (threshold choice) and an evaluation half (bound), and
-returns the lower bound with its confidence (``dpjax.auditing.stats``). The
-audit passes when the lower bound is below the certified epsilon and, where the
-canary pair's exact epsilon is computable (``exact()["epsilon"]``), below that
-too -- so a mechanism that leaks more than the pair should but less than the
-(looser) certificate still fails -- and every mutant is caught: its lower
-bound exceeds the smaller of the two.
+``run_audit`` draws ``runs`` keyed runs per dataset (``jax.vmap`` over keys, jitted once per mechanism; D and D' share
+the compiled program), splits them into a selection half (threshold choice) and an evaluation half (bound), and returns
+the lower bound with its confidence (``dpjax.auditing.stats``). The audit passes when the lower bound is below the
+certified epsilon and, where the canary pair's exact epsilon is computable (``exact()["epsilon"]``), below that too --
+so a mechanism that leaks more than the pair should but less than the (looser) certificate still fails -- and every
+mutant is caught: its lower bound exceeds the smaller of the two.
 """
 
 from __future__ import annotations
@@ -57,9 +48,8 @@ Mechanism = Callable[[jax.Array, Any], Any]
 
 @dataclasses.dataclass(frozen=True)
 class Certificate:
-    """What dpjax certifies for the audited configuration: ``(epsilon, delta)``
-    under ``neighboring``, computed by ``accountant`` (named, e.g. a dpjax.accounting function)."""
-
+    """What dpjax certifies for the audited configuration: ``(epsilon, delta)`` under ``neighboring``, computed by
+    ``accountant`` (named, e.g. a dpjax.accounting function)."""
     epsilon: float
     delta: float
     accountant: str
@@ -74,13 +64,11 @@ class Certificate:
 class FamilyRun:
     """A registered family as an audit's mechanism.
 
-    ``family`` (registered as ``registered`` in ``dpjax.engine.registry``) runs once per key
-    through ``execute.run_family`` on ``dataset["data"]`` with ``hparams(dataset)`` -- built from
-    the dataset dict's public leaves, so an override mutant changes them -- from ``params``. The
-    audit's score sees the increments ``w_r - w_{r-1}`` of the flattened output parameters,
-    ``[rounds, P]`` per run.
+    ``family`` (registered as ``registered`` in ``dpjax.engine.registry``) runs once per key through
+    ``execute.run_family`` on ``dataset["data"]`` with ``hparams(dataset)`` -- built from the dataset dict's public
+    leaves, so an override mutant changes them -- from ``params``. The audit's score sees the increments ``w_r -
+    w_{r-1}`` of the flattened output parameters, ``[rounds, P]`` per run.
     """
-
     family: Any
     registered: str
     hparams: Callable[[Mapping[str, Any]], Any]
@@ -100,14 +88,11 @@ class FamilyRun:
 class CanaryAudit:
     """A canary experiment (see the module docstring).
 
-    ``mechanism``: a ``FamilyRun`` (a registered family's own step) or a JAX function.
-    ``exact``: optional zero-argument callable returning a dict of exact
-    quantities of the canary pair; its ``"epsilon"`` (at ``certificate.delta``,
-    of the observed output's distributions) is a second threshold: the
-    empirical bound must stay below it and mutants must exceed it.
-    ``details``: configuration numbers for the report.
+    ``mechanism``: a ``FamilyRun`` (a registered family's own step) or a JAX function. ``exact``: optional zero-argument
+    callable returning a dict of exact quantities of the canary pair; its ``"epsilon"`` (at ``certificate.delta``, of
+    the observed output's distributions) is a second threshold: the empirical bound must stay below it and mutants must
+    exceed it. ``details``: configuration numbers for the report.
     """
-
     name: str
     description: str
     mechanism: Mechanism
@@ -161,31 +146,20 @@ class AuditResult:
         return self.below_certificate and self.below_exact and all(m.caught for m in self.mutants)
 
     def as_dict(self) -> dict:
-        return {
-            "name": self.name,
-            "description": self.description,
-            "passed": self.passed,
-            "below_certificate": self.below_certificate,
-            "below_exact": self.below_exact,
-            "certificate": dataclasses.asdict(self.certificate),
-            "lower_bound": self.bound.as_dict(),
-            "mutants": [m.as_dict() for m in self.mutants],
-            "exact": self.exact,
-            "runs_per_dataset": self.runs,
-            "seed": self.seed,
-            "seconds": self.seconds,
-            "details": dict(self.details),
-        }
+        return {"name": self.name, "description": self.description, "passed": self.passed,
+                "below_certificate": self.below_certificate, "below_exact": self.below_exact,
+                "certificate": dataclasses.asdict(self.certificate), "lower_bound": self.bound.as_dict(),
+                "mutants": [m.as_dict() for m in self.mutants], "exact": self.exact, "runs_per_dataset": self.runs,
+                "seed": self.seed, "seconds": self.seconds, "details": dict(self.details)}
 
 
 @functools.lru_cache(maxsize=64)
 def _scorer(mechanism, score: Callable) -> Callable:
-    """``fn(keys, dataset) -> scores``: jit(vmap over keys) of ``score(mechanism(key, dataset))``, or,
-    for a ``FamilyRun``, the family run once per key through ``execute.run_family`` and ``score``
-    vmapped over the runs' increments; cached per pair."""
+    """``fn(keys, dataset) -> scores``: jit(vmap over keys) of ``score(mechanism(key, dataset))``, or, for a
+    ``FamilyRun``, the family run once per key through ``execute.run_family`` and ``score`` vmapped over the runs'
+    increments; cached per pair."""
     if isinstance(mechanism, FamilyRun):
         from dpjax.auditing.execute import run_family
-
         start = jnp.ravel(jnp.asarray(mechanism.params, jnp.float32))
         scores = jax.jit(jax.vmap(lambda traj: jnp.asarray(score(jnp.diff(
             jnp.concatenate([start[None], traj]), axis=0)), jnp.float32).reshape(())))
@@ -207,9 +181,8 @@ def sample_scores(mechanism: Mechanism | None, score: Callable | None, dataset, 
                   chunk: int = 25_000, compiled: Callable | None = None) -> np.ndarray:
     """Scores of ``runs`` independent runs (keys split from ``key``), float64 [runs].
 
-    Runs are vmapped in chunks of ``chunk`` (static shape: the last chunk is
-    padded with extra keys whose scores are dropped). ``compiled`` (from a
-    previous call) replaces ``mechanism`` and ``score``.
+    Runs are vmapped in chunks of ``chunk`` (static shape: the last chunk is padded with extra keys whose scores are
+    dropped). ``compiled`` (from a previous call) replaces ``mechanism`` and ``score``.
     """
     runs = v.check_int("runs", runs, min_value=1)
     chunk = min(v.check_int("chunk", chunk, min_value=1), runs)
@@ -246,9 +219,8 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
               chunk: int = 25_000) -> AuditResult:
     """Runs the canary experiment of ``audit`` and its mutants.
 
-    ``runs`` runs per dataset (half select the threshold, half bound epsilon),
-    for the mechanism and for each mutant (independent keys from ``seed``).
-    The bound holds with probability >= ``confidence``.
+    ``runs`` runs per dataset (half select the threshold, half bound epsilon), for the mechanism and for each mutant
+    (independent keys from ``seed``). The bound holds with probability >= ``confidence``.
     """
     runs = v.check_int("runs", runs, min_value=2, max_value=stats.MAX_RUNS)
     seed = v.check_seed("seed", seed)

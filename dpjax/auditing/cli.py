@@ -37,7 +37,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("mechanisms", nargs="*", metavar="MECHANISM", help=f"one or more of {', '.join(_NAMES)}")
     p.add_argument("--all", action="store_true", help="audit every mechanism")
     from dpjax import _validate as v
-
     p.add_argument("--runs", type=v.flag_type("--runs", v.parse_int), default=100_000,
                    help=f"runs per dataset (half select the threshold, half bound; at most {MAX_RUNS:.0e})")
     p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0, help="0 .. 2**32 - 1 (default 0)")
@@ -46,7 +45,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace an existing report in --out")
     p.add_argument("--quiet", action="store_true", help="no stage lines on stderr (results and the summary still print)")
     from dpjax.auditing import training_cli
-
     training_cli.add_arguments(p)
     p.set_defaults(func=run)
     return p
@@ -54,10 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from dpjax import _validate as v, outputs
-
     if "training" in args.mechanisms:
         from dpjax.auditing import training_cli
-
         return training_cli.run(args)
     names = list(_NAMES) if args.all else list(args.mechanisms)
     if args.all and args.mechanisms:
@@ -74,17 +70,13 @@ def run(args: argparse.Namespace) -> int:
 
     import platform
     import time
-
     from dpjax import progress
-
     progress.configure(quiet=getattr(args, "quiet", False))
     progress.stage(f"audit: {len(names)} mechanism(s), {args.runs} runs per dataset; loading jax and the families")
     import jax
-
     from dpjax.auditing.audit import run_audit
     from dpjax.auditing.mechanisms import DELTA, build_audit
     from dpjax.auditing.report import json_report, markdown_report
-
     start = time.perf_counter()
     results = []
     for i, name in enumerate(names, 1):

@@ -1,5 +1,5 @@
-"""Canary audits of DIFF2 (Murata & Suzuki 2023): DIFF2-GD, DIFF2-BVR-L-SGD and DP-GD (every round a
-restart); part of the catalogue (``dpjax.auditing.mechanisms``)."""
+"""Canary audits of DIFF2 (Murata & Suzuki 2023): DIFF2-GD, DIFF2-BVR-L-SGD and DP-GD (every round a restart); part of
+the catalogue (``dpjax.auditing.mechanisms``)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ __all__ = ["diff2_audit", "dp_gd_audit"]
 def diff2_audit(kind: str = "diff2-gd", noise_multiplier_restart: float = 1.8, noise_multiplier_diff: float = 1.8,
                 sizes=(4, 6), clip_restart: float = 1.0, clip_diff: float = 1.0,
                 learning_rate: float = 1.0) -> CanaryAudit:
-    """DIFF2 (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 restarts (std
-    z1 2 C1 / (n_min P), the replace-one sensitivity of the server mean of clipped means), round 2
-    is a difference round (std z2 2 C2 ||x1 - x0|| / (n_min P)); the observer sees the two noisy
-    estimators (from the iterates). ``kind="diff2-bvr"``: the same estimator in
-    ``Diff2BvrLSgd.step`` with K = 1 (no local steps; their noise is pinned in tests/privacy)."""
+    """DIFF2 (Murata & Suzuki 2023, Alg. 1 + 3) for R = 2 rounds with T = 2: round 1 restarts (std z1 2 C1 / (n_min P),
+    the replace-one sensitivity of the server mean of clipped means), round 2 is a difference round (std z2 2 C2 ||x1 -
+    x0|| / (n_min P)); the observer sees the two noisy estimators (from the iterates). ``kind="diff2-bvr"``: the same
+    estimator in ``Diff2BvrLSgd.step`` with K = 1 (no local steps; their noise is pinned in tests/privacy)."""
     if kind == "diff2-gd":
         family = Diff2GD(DifferenceProbe(), 2, output="last")
         privacy_kw = None
@@ -56,8 +55,8 @@ def diff2_audit(kind: str = "diff2-gd", noise_multiplier_restart: float = 1.8, n
 
 def dp_gd_audit(noise_multiplier: float = 2.0, sizes=(4, 6), clip_norm: float = 0.5,
                 learning_rate: float = 1.0) -> CanaryAudit:
-    """DP-GD (DIFF2-GD with every round a restart round), one round: the Gaussian mechanism on the
-    server mean of the silos' clipped full-batch means, std z 2C / (n_min P)."""
+    """DP-GD (DIFF2-GD with every round a restart round), one round: the Gaussian mechanism on the server mean of the
+    silos' clipped full-batch means, std z 2C / (n_min P)."""
     family = Diff2GD(DifferenceProbe(), 1, restart_every_round=True, output="last")
     d, dp = (silos(sizes, 1, CANARY_SCALE * clip_norm, label=1.0, canary_label=sign) for sign in (-1.0, 1.0))
     a = 1.0 / (sizes[0] * len(sizes))

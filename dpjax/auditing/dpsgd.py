@@ -1,6 +1,5 @@
-"""Canary audits of central DP-SGD (Abadi et al., Poisson) and DP-SGD-General (van Dijk et al.,
-Algorithm 1: shuffling, subsampling or Poisson; individual or batch clipping); part of the catalogue
-(``dpjax.auditing.mechanisms``)."""
+"""Canary audits of central DP-SGD (Abadi et al., Poisson) and DP-SGD-General (van Dijk et al., Algorithm 1: shuffling,
+subsampling or Poisson; individual or batch clipping); part of the catalogue (``dpjax.auditing.mechanisms``)."""
 
 from __future__ import annotations
 
@@ -20,9 +19,9 @@ __all__ = ["dp_sgd_audit", "dpsgd_general_audit"]
 
 def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(20, 24), batch_size: int = 5,
                  num_rounds: int = 4, dim: int = 2) -> CanaryAudit:
-    """DP-SGD (Abadi et al., Poisson, add/remove): D' holds the canary as the last record of the
-    smallest silo, D does not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server. Both draw every
-    record at the declared public rate q = K / n of D' (not at each data set's own K / n)."""
+    """DP-SGD (Abadi et al., Poisson, add/remove): D' holds the canary as the last record of the smallest silo, D does
+    not; N(0, (sigma C)^2 I) once on the clipped sum; SGD server. Both draw every record at the declared public rate q =
+    K / n of D' (not at each data set's own K / n)."""
     q = batch_size / sizes[0]
     family = DpSgd(CanaryProbe(dim), num_rounds, batch_size, sampling="poisson", optimizer="sgd", sampling_rate=q)
     std = noise_multiplier * clip_norm  # the multiplier of the add/remove sensitivity C of the sum
@@ -41,10 +40,10 @@ def dp_sgd_audit(noise_multiplier: float = 1.5, clip_norm: float = 0.5, sizes=(2
 
 def dpsgd_general_audit(sampling: str, clip: str, noise_multiplier: float, n: int, batch_size: int = 5,
                         epochs: int = 1, clip_norm: float = 0.5, dim: int = 2, group_size: int = 1) -> CanaryAudit:
-    """DP-SGD-General (van Dijk et al., Algorithm 1) on one silo: shuffling (one permutation per
-    epoch), uniform subsampling or Poisson; individual clipping (s = 1, m = K) or batch clipping
-    (s = K, m = 1); N(0, (2 C sigma)^2 I) (Poisson: (C sigma)^2, add/remove) on the sum of the clipped
-    terms. ``group_size`` g > 1: D and D' differ in g canary records (replace-up-to-g)."""
+    """DP-SGD-General (van Dijk et al., Algorithm 1) on one silo: shuffling (one permutation per epoch), uniform
+    subsampling or Poisson; individual clipping (s = 1, m = K) or batch clipping (s = K, m = 1); N(0, (2 C sigma)^2 I)
+    (Poisson: (C sigma)^2, add/remove) on the sum of the clipped terms. ``group_size`` g > 1: D and D' differ in g
+    canary records (replace-up-to-g)."""
     s, mm = (1, batch_size) if clip == "individual" else (batch_size, 1)
     poisson = sampling == "poisson"
     per_epoch = n // batch_size if sampling != "subsample" else 1

@@ -1,18 +1,15 @@
 """Exact privacy curves where the output distributions are computable.
 
-* ``hockey_stick``: ``delta(eps) = max(sum (P - e^eps Q)_+, sum (Q - e^eps P)_+)``
-  for two pmfs on a common support (the tight delta of the pair, both orders).
+* ``hockey_stick``: ``delta(eps) = max(sum (P - e^eps Q)_+, sum (Q - e^eps P)_+)`` for two pmfs on a common support (the
+  tight delta of the pair, both orders).
 * ``exact_epsilon``: the smallest eps with ``hockey_stick <= delta`` (bisection).
-* ``shifted_binomial_pmfs``: the P_1D count of ones on neighbouring inputs
-  (Cheu et al. 2022, Algorithm 1) when every other user's rounding is
-  deterministic: ``Bin(trials, p)`` vs ``shift + Bin(trials, p)``.
-* ``mixture_pair_epsilon``: ``rounds`` independent releases, each a unit-variance
-  Gaussian mixture on D and another on D' (a canary included with some
-  probability, some number of times): the privacy-loss distribution of one
-  release on a fine grid, composed by FFT.
-* ``one_of_two_epsilon``: two releases, the canary's shift in exactly one of
-  them chosen uniformly (one shuffled epoch of two batches; a one-pass run of
-  two blocks).
+* ``shifted_binomial_pmfs``: the P_1D count of ones on neighbouring inputs (Cheu et al. 2022, Algorithm 1) when every
+  other user's rounding is deterministic: ``Bin(trials, p)`` vs ``shift + Bin(trials, p)``.
+* ``mixture_pair_epsilon``: ``rounds`` independent releases, each a unit-variance Gaussian mixture on D and another on
+  D' (a canary included with some probability, some number of times): the privacy-loss distribution of one release on a
+  fine grid, composed by FFT.
+* ``one_of_two_epsilon``: two releases, the canary's shift in exactly one of them chosen uniformly (one shuffled epoch
+  of two batches; a one-pass run of two blocks).
 
 Pure NumPy/SciPy.
 """
@@ -59,8 +56,8 @@ def exact_epsilon(p, q, delta: float, eps_max: float = 60.0, tol: float = 1e-9) 
 def shifted_binomial_pmfs(trials: int, probability: float, shift: int) -> tuple[np.ndarray, np.ndarray]:
     """pmfs of ``Bin(trials, p)`` and ``shift + Bin(trials, p)`` on a common support.
 
-    The support is ``0..trials+shift`` cut to the mean +- 40 standard deviations
-    (+ shift): outside it both pmfs are below 1e-300, i.e. zero in float64.
+    The support is ``0..trials+shift`` cut to the mean +- 40 standard deviations (+ shift): outside it both pmfs are
+    below 1e-300, i.e. zero in float64.
     """
     trials = v.check_int("trials", trials, min_value=0)
     shift = v.check_int("shift", shift, min_value=0)
@@ -94,14 +91,14 @@ def _mixture_cells(components, edges):
 
 def mixture_pair_epsilon(components_d, components_d_prime, rounds: int, delta: float,
                          cell: float = 1e-3, loss_bin: float = 2e-4) -> float:
-    """Exact epsilon at ``delta`` of ``rounds`` independent releases, each ``sum_j w_j N(mean_j, 1)``
-    on D (``components_d``: pairs ``(w_j, mean_j)``) and likewise on D'.
+    """Exact epsilon at ``delta`` of ``rounds`` independent releases, each ``sum_j w_j N(mean_j, 1)`` on D
+    (``components_d``: pairs ``(w_j, mean_j)``) and likewise on D'.
 
-    One release's output is cut into cells of width ``cell`` (a post-processing: its delta is at
-    most the continuous one, by less than the loss's variation over a cell, ~``cell * max|mean|``),
-    its privacy loss rounded *up* to a multiple of ``loss_bin`` (which can only raise delta), the
-    loss distribution composed ``rounds`` times by FFT; cells where one law vanishes carry infinite
-    loss and count in full. Both directions (D vs D', D' vs D); returns the larger epsilon.
+    One release's output is cut into cells of width ``cell`` (a post-processing: its delta is at most the continuous
+    one, by less than the loss's variation over a cell, ~``cell * max|mean|``), its privacy loss rounded *up* to a
+    multiple of ``loss_bin`` (which can only raise delta), the loss distribution composed ``rounds`` times by FFT; cells
+    where one law vanishes carry infinite loss and count in full. Both directions (D vs D', D' vs D); returns the larger
+    epsilon.
     """
     rounds = v.check_int("rounds", rounds, min_value=1)
     delta = v.check_open_unit("delta", delta)
@@ -134,10 +131,9 @@ def mixture_pair_epsilon(components_d, components_d_prime, rounds: int, delta: f
 
 
 def one_of_two_epsilon(shift: float, delta: float, cell: float = 0.02) -> float:
-    """Exact epsilon at ``delta`` of two unit-variance Gaussian releases where the canary shifts
-    exactly one of them (chosen uniformly) by ``-shift`` on D and ``+shift`` on D':
-    ``P = (N(-s e1) + N(-s e2)) / 2`` against ``Q = (N(s e1) + N(s e2)) / 2``, by integration on a
-    grid of ``cell``-sized squares (density at the centre times the area)."""
+    """Exact epsilon at ``delta`` of two unit-variance Gaussian releases where the canary shifts exactly one of them
+    (chosen uniformly) by ``-shift`` on D and ``+shift`` on D': ``P = (N(-s e1) + N(-s e2)) / 2`` against ``Q = (N(s
+    e1) + N(s e2)) / 2``, by integration on a grid of ``cell``-sized squares (density at the centre times the area)."""
     s = v.check_nonnegative("shift", shift)
     delta = v.check_open_unit("delta", delta)
     grid = np.arange(-s - 9.0, s + 9.0, cell) + cell / 2

@@ -1,19 +1,15 @@
 """How audits and privacy tests run a family: one helper, ``run_family``, through the engine's executor.
 
-Every canary audit (``dpjax.auditing.mechanisms``) and every privacy pin
-(``tests/privacy``) runs a *registered family's own* ``init``/``step`` by calling
-``run_family``, which hands the family to ``dpjax.engine.run_many`` (the
-executor the sweeps use) with one key per run and records the iterate after
-every round. Nothing is rebuilt from primitives, so a bug in a family's step,
-sampler or noise is a bug in what the audits measure. When the executor
-changes, only ``run_family`` changes.
+Every canary audit (``dpjax.auditing.mechanisms``) and every privacy pin (``tests/privacy``) runs a *registered family's
+own* ``init``/``step`` by calling ``run_family``, which hands the family to ``dpjax.engine.run_many`` (the executor the
+sweeps use) with one key per run and records the iterate after every round. Nothing is rebuilt from primitives, so a bug
+in a family's step, sampler or noise is a bug in what the audits measure. When the executor changes, only ``run_family``
+changes.
 
-``CanaryProbe`` is the audits' learning problem: the loss ``<w, x>`` whose
-gradient is the record itself whatever ``w`` is, so a family's released
-message is known in closed form (a clipped sum of records plus noise) and a
-canary record moves it along ``e_1`` only. It implements the closed-form
-clipping protocol too, so a family's dense (gather-free) gradient path runs on
-it as well as the per-example path.
+``CanaryProbe`` is the audits' learning problem: the loss ``<w, x>`` whose gradient is the record itself whatever ``w``
+is, so a family's released message is known in closed form (a clipped sum of records plus noise) and a canary record
+moves it along ``e_1`` only. It implements the closed-form clipping protocol too, so a family's dense (gather-free)
+gradient path runs on it as well as the per-example path.
 """
 
 from __future__ import annotations
@@ -28,8 +24,8 @@ __all__ = ["CanaryProbe", "AutodiffProbe", "DifferenceProbe", "run_family", "tra
 
 
 class _LinearProbe:
-    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``.
-    Equal (and hashed) by type and ``d``: a static argument of compiled programs."""
+    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``. Equal (and hashed) by
+    type and ``d``: a static argument of compiled programs."""
 
     def __init__(self, dim: int):
         self.dim = int(dim)
@@ -56,8 +52,8 @@ class _LinearProbe:
 
 
 class CanaryProbe(_LinearProbe):
-    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``,
-    with the closed-form clipping protocol."""
+    """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``, with the closed-form
+    clipping protocol."""
 
     # closed-form clipping protocol (``dpjax.engine.problem.ClosedFormClipping``)
     def row_sq_norms(self, x):
@@ -71,14 +67,14 @@ class CanaryProbe(_LinearProbe):
 
 
 class AutodiffProbe(_LinearProbe):
-    """``CanaryProbe``'s loss without the closed-form clipping protocol: families then take their
-    per-example autodiff path (``vmap(grad)`` + ``clipped_sum``, the path of neural networks)."""
+    """``CanaryProbe``'s loss without the closed-form clipping protocol: families then take their per-example autodiff
+    path (``vmap(grad)`` + ``clipped_sum``, the path of neural networks)."""
 
 
 class DifferenceProbe:
-    """1-D loss ``y (x w + (x w)^2 / 2)`` for the gradient-difference families (DIFF2): gradient
-    ``y x (1 + x w)``; the gradient difference between two iterates is ``y x^2 (w - w')``. A record
-    with ``|x|`` large saturates every clip with sign ``y``; records with ``x = 0`` contribute nothing."""
+    """1-D loss ``y (x w + (x w)^2 / 2)`` for the gradient-difference families (DIFF2): gradient ``y x (1 + x w)``; the
+    gradient difference between two iterates is ``y x^2 (w - w')``. A record with ``|x|`` large saturates every clip
+    with sign ``y``; records with ``x = 0`` contribute nothing."""
 
     def __repr__(self) -> str:
         return "DifferenceProbe()"
@@ -108,12 +104,11 @@ def trajectory(output_params, eval_data) -> dict:
 
 
 def run_family(family, data, hparams, run_keys: jax.Array, *, params: Any):
-    """Runs ``family`` once per key in ``run_keys`` (same ``data`` and ``hparams`` for all runs)
-    through ``dpjax.engine.run_many`` and returns its ``RunResult``; ``eval_metrics["params"]``
-    holds the flattened output parameters after every round, ``[runs, rounds, P]``, and
-    ``round_metrics`` the family's per-round metrics ``[runs, rounds, ...]``."""
+    """Runs ``family`` once per key in ``run_keys`` (same ``data`` and ``hparams`` for all runs) through
+    ``dpjax.engine.run_many`` and returns its ``RunResult``; ``eval_metrics["params"]`` holds the flattened output
+    parameters after every round, ``[runs, rounds, P]``, and ``round_metrics`` the family's per-round metrics ``[runs,
+    rounds, ...]``."""
     from dpjax.engine import executor
-
     runs = int(run_keys.shape[0])
     batched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(jnp.asarray(a), (runs,) + jnp.shape(a)), hparams)
     return executor.run_many(family, data, batched, run_keys, params=params, eval_fn=trajectory, eval_every=1)

@@ -1,7 +1,7 @@
-"""Canary audits of DP-FedAvg with adaptive clipping and DP-FTRL with tree aggregation, part of the
-catalogue (``dpjax.auditing.mechanisms``): each a ``FamilyRun`` of the registered family (its own step
-through ``execute.run_family``), certified by the family's ``privacy()``; the score sees the rounds'
-iterate increments. ``delta`` is the catalogue's (``mechanisms.DELTA``).
+"""Canary audits of DP-FedAvg with adaptive clipping and DP-FTRL with tree aggregation, part of the catalogue
+(``dpjax.auditing.mechanisms``): each a ``FamilyRun`` of the registered family (its own step through
+``execute.run_family``), certified by the family's ``privacy()``; the score sees the rounds' iterate increments.
+``delta`` is the catalogue's (``mechanisms.DELTA``).
 
 ===============  ====================================================  ==========================================
 audit            canary pair and what the score reads from the steps   exact epsilon of the pair (upper bound)
@@ -14,8 +14,8 @@ dp-fedavg-count  the canary user's delta 0 / V e_2 (unclipped /          mu-GDP 
                  V e_2 make the e_2 step proportional to C_t, whose      (1 / z_b each; the last count moves no
                  log-ratios are the clip's moves, i.e. the noisy counts  released iterate)
 dp-ftrl          one record at -V e_1 / +V e_1 in the stored order at    mu-GDP, mu = sqrt(sum_e depth(T_e)) / z
-                 row 0: the first leaf of every epoch's tree, under its
-                 deepest path (the prefix sums s_1, s_2, s_4, ...)
+                 row 0: the first leaf of every epoch's tree, under its deepest path (the prefix sums s_1, s_2,
+                 s_4, ...)
 ===============  ====================================================  ==========================================
 """
 
@@ -77,9 +77,9 @@ def _fedavg(name, description, canary_d, canary_dp, others, zd, zb, clip_norm, r
 
 def dp_fedavg_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10.0, clip_norm: float = 0.5,
                     users: int = 4, rounds: int = 3, clip_learning_rate: float = 0.01, *, delta: float) -> CanaryAudit:
-    """The deltas' channel: the canary user's delta at -/+ V e_1, clipped either way (the counts agree, so
-    C_t has one law on D and D'), the other users at 0; a small ``clip_learning_rate`` keeps C_t within
-    ``exp(+-eta_C R)`` of C_0, by which the score divides the e_1 steps: about ``N(-/+ 1, (2 z_Delta)^2)``."""
+    """The deltas' channel: the canary user's delta at -/+ V e_1, clipped either way (the counts agree, so C_t has one
+    law on D and D'), the other users at 0; a small ``clip_learning_rate`` keeps C_t within ``exp(+-eta_C R)`` of C_0,
+    by which the score divides the e_1 steps: about ``N(-/+ 1, (2 z_Delta)^2)``."""
     far, zd, zb = 1e4 * clip_norm, noise_multiplier, count_multiplier
 
     def score(inc):  # inc [R, 2] = -(clipped sum + noise) / m
@@ -95,11 +95,10 @@ def dp_fedavg_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10.
 
 def dp_fedadam_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10.0, clip_norm: float = 1e-3,
                      users: int = 4, *, delta: float) -> CanaryAudit:
-    """DP-FedAdam's deltas channel in one round (``dp_fedavg_audit``'s canary pair): Adam's first step
-    from a zero state moves the iterate by ``-lr g / (|g| + eps)`` per coordinate (bias-corrected moments
-    ``g`` and ``g^2``; ``eps`` = 1e-3), which the score inverts back to the noisy mean ``g``
-    (``|g| = eps |u| / (1 - |u|)``, ``u`` the step over ``-lr``); a clip of the order of ``eps`` keeps
-    the inversion well conditioned. One round: ``mu = 1 / z_Delta``."""
+    """DP-FedAdam's deltas channel in one round (``dp_fedavg_audit``'s canary pair): Adam's first step from a zero state
+    moves the iterate by ``-lr g / (|g| + eps)`` per coordinate (bias-corrected moments ``g`` and ``g^2``; ``eps`` =
+    1e-3), which the score inverts back to the noisy mean ``g`` (``|g| = eps |u| / (1 - |u|)``, ``u`` the step over
+    ``-lr``); a clip of the order of ``eps`` keeps the inversion well conditioned. One round: ``mu = 1 / z_Delta``."""
     far, zd, zb, eps = 1e4 * clip_norm, noise_multiplier, count_multiplier, 1e-3
 
     def score(inc):  # inc [1, 2]: Adam's first step at lr 1
@@ -118,12 +117,12 @@ def dp_fedadam_audit(noise_multiplier: float = 1.5, count_multiplier: float = 10
 def dp_fedavg_count_audit(noise_multiplier: float = 4.0, count_multiplier: float = 1.5, clip_norm: float = 0.5,
                           rounds: int = 3, clip_learning_rate: float = 200.0, movers: int = 100, *,
                           delta: float) -> CanaryAudit:
-    """The count's channel: the canary user's delta 0 (unclipped) / V e_2 (clipped), ``movers`` users at 0
-    and as many at V e_2, so the centred count is 1/2 / -1/2 and the fraction below C_t within ``1/(2m)``
-    of 1/2. The movers make the e_2 step ``movers C_t / m`` (the canary's ``C_t / m`` on D' too), relative
-    noise ``2 z_Delta / movers``: the steps' log-ratios are the clip's moves ``-eta_C (fraction - 1/2)``,
-    read back as the noisy counts (``count + N(0, z_b^2)``, replace-one), the large ``eta_C`` making the
-    steps' noise negligible against z_b (``2 sqrt(2) z_Delta m / (movers eta_C)`` ~ 0.11 in count units)."""
+    """The count's channel: the canary user's delta 0 (unclipped) / V e_2 (clipped), ``movers`` users at 0 and as many
+    at V e_2, so the centred count is 1/2 / -1/2 and the fraction below C_t within ``1/(2m)`` of 1/2. The movers make
+    the e_2 step ``movers C_t / m`` (the canary's ``C_t / m`` on D' too), relative noise ``2 z_Delta / movers``: the
+    steps' log-ratios are the clip's moves ``-eta_C (fraction - 1/2)``, read back as the noisy counts (``count + N(0,
+    z_b^2)``, replace-one), the large ``eta_C`` making the steps' noise negligible against z_b (``2 sqrt(2) z_Delta m /
+    (movers eta_C)`` ~ 0.11 in count units)."""
     m, far, zd, zb = 2 * movers + 1, 1e6 * clip_norm, noise_multiplier, count_multiplier
 
     def score(inc):
@@ -142,9 +141,9 @@ def dp_fedavg_count_audit(noise_multiplier: float = 4.0, count_multiplier: float
 
 def dp_ftrl_audit(noise_multiplier: float = 2.0, clip_norm: float = 0.5, n: int = 8, batch_size: int = 2,
                   rounds: int = 8, *, delta: float) -> CanaryAudit:
-    """DP-FTRL, one silo of n records in their stored order, the canary at row 0: leaf 1 of each
-    epoch's tree (``tree_depth(T)`` released nodes: the prefix sums at powers of two). Learning rate 1,
-    plain SGD: the epoch's prefix sums are minus the cumulated increments."""
+    """DP-FTRL, one silo of n records in their stored order, the canary at row 0: leaf 1 of each epoch's tree
+    (``tree_depth(T)`` released nodes: the prefix sums at powers of two). Learning rate 1, plain SGD: the epoch's prefix
+    sums are minus the cumulated increments."""
     per_epoch = n // batch_size
     if rounds % per_epoch:
         raise ValueError(f"rounds={rounds} must be a whole number of epochs of {per_epoch} rounds")

@@ -1,26 +1,21 @@
 """The catalogue of canary audits: every registered private family, through its own step.
 
-Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the
-family object that ``dpjax.engine.registry`` registers, run through the
-engine's executor (``dpjax.auditing.execute.run_family``, one run per key) on
-small canary data, never a re-built mechanism. The certificate is the
-family's own ``privacy(silo_sizes, hparams).epsilon(delta, accountant)`` for the
-same configuration; ``exact()`` is the exact epsilon of the canary pair for
-what the observer sees (``dpjax.auditing.exact``), a second, tighter threshold.
-Mutants are the same compiled run with a privacy bug in its hyperparameters
-(half the noise, no clip, no noise).
+Each builder returns a ``CanaryAudit`` whose mechanism is a ``FamilyRun``: the family object that
+``dpjax.engine.registry`` registers, run through the engine's executor (``dpjax.auditing.execute.run_family``, one run
+per key) on small canary data, never a re-built mechanism. The certificate is the family's own ``privacy(silo_sizes,
+hparams).epsilon(delta, accountant)`` for the same configuration; ``exact()`` is the exact epsilon of the canary pair
+for what the observer sees (``dpjax.auditing.exact``), a second, tighter threshold. Mutants are the same compiled run
+with a privacy bug in its hyperparameters (half the noise, no clip, no noise).
 
-This module is the catalogue (``AUDITS``, ``FAMILY_AUDITS``, ``build_audit``); the builders live
-in one module per paper (the first column below) on the shared pieces of ``dpjax.auditing.canaries``.
+This module is the catalogue (``AUDITS``, ``FAMILY_AUDITS``, ``build_audit``); the builders live in one module per paper
+(the first column below) on the shared pieces of ``dpjax.auditing.canaries``.
 
-Canaries: ``CanaryProbe`` problems (the loss ``<w, x>``: every record's
-gradient is the record) with one record far outside the clip region along
-``e_1`` (``-`` on D, ``+`` on D' for replace-one; absent on D for add/remove)
-and every other record zero; the canary's silo is the smallest one, padded to
-the largest silo's size. DIFF2 uses ``DifferenceProbe`` (its gradient
-differences saturate the difference clip). The observed statistic is the
-family's round increments ``w_r - w_{r-1}`` mapped back to the released sum
-(a public factor per round); the score is its log-likelihood ratio.
+Canaries: ``CanaryProbe`` problems (the loss ``<w, x>``: every record's gradient is the record) with one record far
+outside the clip region along ``e_1`` (``-`` on D, ``+`` on D' for replace-one; absent on D for add/remove) and every
+other record zero; the canary's silo is the smallest one, padded to the largest silo's size. DIFF2 uses
+``DifferenceProbe`` (its gradient differences saturate the difference clip). The observed statistic is the family's
+round increments ``w_r - w_{r-1}`` mapped back to the released sum (a public factor per round); the score is its
+log-likelihood ratio.
 
 ==================================  ==========================  ==================================================
 audit (module)                      registered family           certificate (accountant)
@@ -74,53 +69,33 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "isrl-mbsgd": isrl_mbsgd_audit,
     "isrl-mbsgd-poisson": lambda: isrl_mbsgd_audit(noise_multiplier=1.2, batch_size=4, sampling_scheme="poisson",
                                                    gradient_path="gather", accountant="pld"),
-    "isrl-local-sgd": isrl_local_sgd_audit,
-    "isrl-accelerated": isrl_accelerated_audit,
-    "isrl-unbalanced": isrl_unbalanced_audit,
-    "isrl-shuffled": isrl_shuffled_audit,
-    "sdp-accelerated": sdp_accelerated_audit,
-    "shuffle-sgd": shuffle_sgd_audit,
-    "shuffle-acsa": shuffle_acsa_audit,
+    "isrl-local-sgd": isrl_local_sgd_audit, "isrl-accelerated": isrl_accelerated_audit,
+    "isrl-unbalanced": isrl_unbalanced_audit, "isrl-shuffled": isrl_shuffled_audit,
+    "sdp-accelerated": sdp_accelerated_audit, "shuffle-sgd": shuffle_sgd_audit, "shuffle-acsa": shuffle_acsa_audit,
     "dp-sgd": dp_sgd_audit,
-    "dpsgd-general-shuffle-individual": lambda: dpsgd_general_audit("shuffle", "individual", **_DPSGD["shuffle"]),
-    "dpsgd-general-shuffle-batch": lambda: dpsgd_general_audit("shuffle", "batch", **_DPSGD["shuffle"]),
-    "dpsgd-general-subsample-individual": lambda: dpsgd_general_audit("subsample", "individual", **_DPSGD["subsample"]),
-    "dpsgd-general-subsample-batch": lambda: dpsgd_general_audit("subsample", "batch", **_DPSGD["subsample"]),
+    **{f"dpsgd-general-{s}-{c}": lambda s=s, c=c: dpsgd_general_audit(s, c, **_DPSGD[s])
+       for s in ("shuffle", "subsample") for c in ("individual", "batch")},
     "dpsgd-general-poisson": lambda: dpsgd_general_audit("poisson", "individual", **_DPSGD["poisson"]),
-    "dpsgd-general-subsample-individual-g2": lambda: dpsgd_general_audit("subsample", "individual",
-                                                                         **_DPSGD["subsample-g2"]),
-    "dpsgd-general-subsample-batch-g2": lambda: dpsgd_general_audit("subsample", "batch", **_DPSGD["subsample-g2"]),
-    "diff2-gd": diff2_audit,
-    "dp-gd": dp_gd_audit,
-    "diff2-bvr": lambda: diff2_audit("diff2-bvr"),
+    **{f"dpsgd-general-subsample-{c}-g2": lambda c=c: dpsgd_general_audit("subsample", c, **_DPSGD["subsample-g2"])
+       for c in ("individual", "batch")},
+    "diff2-gd": diff2_audit, "dp-gd": dp_gd_audit, "diff2-bvr": lambda: diff2_audit("diff2-bvr"),
     "user-level": user_level_audit,
-    "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA),
-    "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
-    "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA),
-    "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
+    "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA), "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
+    "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA), "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
     "dp-scaffold": dp_scaffold_audit,
+
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
 #: user-level mechanisms of ``dpjax.user_level``, which are not registry families).
 FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
-    "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"),
-    "isrl-local-sgd": ("isrl-local-sgd",),
-    "isrl-accelerated": ("isrl-accelerated",),
-    "isrl-unbalanced": ("isrl-unbalanced",),
-    "isrl-shuffled": ("isrl-shuffled",),
-    "sdp-accelerated": ("sdp-accelerated",),
-    "shuffle-sgd": ("shuffle-sgd",),
-    "shuffle-acsa": ("shuffle-acsa",),
-    "dp-sgd": ("dp-sgd",),
-    "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")),
-    "diff2-gd": ("diff2-gd",),
-    "dp-gd": ("dp-gd",),
-    "diff2-bvr": ("diff2-bvr",),
-    "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
-    "dp-ftrl": ("dp-ftrl",),
-    "dp-fedadam": ("dp-fedadam",),
-    "dp-scaffold": ("dp-scaffold",),
+    "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"), "isrl-local-sgd": ("isrl-local-sgd",),
+    "isrl-accelerated": ("isrl-accelerated",), "isrl-unbalanced": ("isrl-unbalanced",),
+    "isrl-shuffled": ("isrl-shuffled",), "sdp-accelerated": ("sdp-accelerated",), "shuffle-sgd": ("shuffle-sgd",),
+    "shuffle-acsa": ("shuffle-acsa",), "dp-sgd": ("dp-sgd",),
+    "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
+    "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
+    "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),
 }
 
 

@@ -1,27 +1,25 @@
-"""One-run audit statistics (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1)
-Training Run", NeurIPS 2023): an empirical epsilon lower bound from ``m`` canaries of ONE run.
+"""One-run audit statistics (Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run",
+NeurIPS 2023): an empirical epsilon lower bound from ``m`` canaries of ONE run.
 
 Pure Python/SciPy (no jax), reusable on scores produced anywhere.
 
-Each of ``m`` canaries gets an independent uniform secret ``S_i in {-1, +1}`` (which of two
-neighbouring records it is: included or excluded, or ``+x`` against ``-x`` under replace-one);
-the mechanism runs once; the auditor guesses ``T_i in {-1, 0, +1}`` (0: abstain) from the output,
-``r = ||T||_1`` guesses of which ``v`` are right. If the mechanism is (eps, delta)-DP with respect
-to changing one canary's record, the paper's Theorem 5.2 (with its delta term, Proposition 5.7 /
+Each of ``m`` canaries gets an independent uniform secret ``S_i in {-1, +1}`` (which of two neighbouring records it is:
+included or excluded, or ``+x`` against ``-x`` under replace-one); the mechanism runs once; the auditor guesses ``T_i in
+{-1, 0, +1}`` (0: abstain) from the output, ``r = ||T||_1`` guesses of which ``v`` are right. If the mechanism is (eps,
+delta)-DP with respect to changing one canary's record, the paper's Theorem 5.2 (with its delta term, Proposition 5.7 /
 Algorithm 2 as published with the paper) bounds the chance of ``>= v`` correct guesses by
 
     p(eps, delta) = P[Bin(r, q) >= v] + 2 m delta max_{1 <= i <= v} P[v - i <= Bin(r, q) < v] / i,
     q = e^eps / (1 + e^eps)   (the accuracy of eps-DP randomized response).
 
-``epsilon_lower_bound(m, r, v, delta, confidence)`` is the largest eps with
-``p(eps, delta) < 1 - confidence`` (bisection: ``p`` increases in eps). If the mechanism were
-(eps', delta)-DP for some eps' below the bound, ``v`` correct guesses would have had probability
-below ``1 - confidence``: the bound holds with probability at least ``confidence``.
+``epsilon_lower_bound(m, r, v, delta, confidence)`` is the largest eps with ``p(eps, delta) < 1 - confidence``
+(bisection: ``p`` increases in eps). If the mechanism were (eps', delta)-DP for some eps' below the bound, ``v`` correct
+guesses would have had probability below ``1 - confidence``: the bound holds with probability at least ``confidence``.
 
-``audit_scores`` turns canary scores into guesses: the ``k_+`` largest scores guess ``+1``, the
-``k_-`` smallest ``-1``, for every ``(k_+, k_-)`` of a guess plan fixed BEFORE looking at the
-scores; the best bound over the plan is reported at confidence ``1 - (1 - confidence) / |plan|``
-per plan entry (Bonferroni), so picking the best entry keeps the stated confidence.
+``audit_scores`` turns canary scores into guesses: the ``k_+`` largest scores guess ``+1``, the ``k_-`` smallest ``-1``,
+for every ``(k_+, k_-)`` of a guess plan fixed BEFORE looking at the scores; the best bound over the plan is reported at
+confidence ``1 - (1 - confidence) / |plan|`` per plan entry (Bonferroni), so picking the best entry keeps the stated
+confidence.
 """
 
 from __future__ import annotations
@@ -64,8 +62,8 @@ def p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
 
 def epsilon_lower_bound(m: int, r: int, v: int, delta: float, confidence: float = 0.95, *,
                         tolerance: float = 1e-6, epsilon_max: float = 100.0) -> float:
-    """The largest epsilon (to ``tolerance``, at most ``epsilon_max``) whose ``p_value`` is below
-    ``1 - confidence``; 0 when even epsilon = 0 explains ``v`` correct guesses."""
+    """The largest epsilon (to ``tolerance``, at most ``epsilon_max``) whose ``p_value`` is below ``1 - confidence``; 0
+    when even epsilon = 0 explains ``v`` correct guesses."""
     _check_counts(m, r, v)
     v_.check_open_unit("confidence", confidence)
     beta = 1.0 - confidence
@@ -95,9 +93,8 @@ def guess_plan(m: int, fractions: Sequence[float] = (0.01, 0.02, 0.05, 0.1, 0.2,
 
 @dataclasses.dataclass(frozen=True)
 class OneRunBound:
-    """The best bound over a guess plan: ``epsilon`` (at ``confidence`` overall, Bonferroni over the
-    plan), with the guesses ``r``, correct ``v``, the ``(k_plus, k_minus)`` that gave it and every entry."""
-
+    """The best bound over a guess plan: ``epsilon`` (at ``confidence`` overall, Bonferroni over the plan), with the
+    guesses ``r``, correct ``v``, the ``(k_plus, k_minus)`` that gave it and every entry."""
     epsilon: float
     r: int
     v: int

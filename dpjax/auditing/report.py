@@ -20,8 +20,8 @@ def _fmt(x) -> str:
 
 
 def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
-    """A table: certified (eps, delta) and accountant, the empirical lower bound with its
-    confidence and counts, each mutant's lower bound, exact epsilon where computable, pass/fail."""
+    """A table: certified (eps, delta) and accountant, the empirical lower bound with its confidence and counts, each
+    mutant's lower bound, exact epsilon where computable, pass/fail."""
     lines = [header.rstrip(), ""] if header else []
     lines += [
         "| mechanism | certified ε (δ) | accountant | empirical ε lower bound | FP / FN of runs | mutants: ε lower bound | exact ε of the canary pair | pass |",
@@ -35,8 +35,7 @@ def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
         lines.append(
             f"| {r.name} | {_fmt(r.certificate.epsilon)} ({r.certificate.delta:g}) | {r.certificate.accountant} | "
             f"{_fmt(b.epsilon)} ({b.confidence:.0%}) | {b.false_positives} / {b.false_negatives} of {b.runs_d} | "
-            f"{mutants} | {exact} | {'PASS' if r.passed else 'FAIL'} |"
-        )
+            f"{mutants} | {exact} | {'PASS' if r.passed else 'FAIL'} |")
     lines.append("")
     for r in results:
         lines.append(f"* **{r.name}**: {r.description}; relation {r.certificate.neighboring}; "

@@ -1,6 +1,6 @@
-"""Canary audits of the shuffle-model families: SDP one-pass accelerated MB-SGD with P_vec (Lowy &
-Razaviyayn 2023, Algorithm 6), P_SGD with P_vec and pan-private AC-SA (Cheu et al. 2022); part of the
-catalogue (``dpjax.auditing.mechanisms``)."""
+"""Canary audits of the shuffle-model families: SDP one-pass accelerated MB-SGD with P_vec (Lowy & Razaviyayn 2023,
+Algorithm 6), P_SGD with P_vec and pan-private AC-SA (Cheu et al. 2022); part of the catalogue
+(``dpjax.auditing.mechanisms``)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ def binomial_exact(trials: int, p: float, g: int) -> dict:
 
 
 def sdp_accelerated_audit(epsilon: float = 2.0, sizes=(4, 4), bound: float = 1.0) -> CanaryAudit:
-    """SDP one-pass accelerated MB-SGD (Lowy & Razaviyayn Algorithm 6): one round of K = n records per
-    silo, each clipped and run through the P_vec randomizer (d = 1), analyzer over the M K shuffled
-    vectors. Other records sit at -L (deterministic rounding to 0), the canary at -/+ 1000 L (clipped
-    to the range ends: rounding 0 or g), so the count is Bin(M K b, p) or g + Bin(M K b, p)."""
+    """SDP one-pass accelerated MB-SGD (Lowy & Razaviyayn Algorithm 6): one round of K = n records per silo, each
+    clipped and run through the P_vec randomizer (d = 1), analyzer over the M K shuffled vectors. Other records sit
+    at -L (deterministic rounding to 0), the canary at -/+ 1000 L (clipped to the range ends: rounding 0 or g), so the
+    count is Bin(M K b, p) or g + Bin(M K b, p)."""
     k = sizes[0]
     family = SdpOnePassAccelerated(CanaryProbe(1), 1, k)
     params = family.pvec_params_for(len(sizes), epsilon, DELTA)
@@ -57,8 +57,8 @@ def sdp_accelerated_audit(epsilon: float = 2.0, sizes=(4, 4), bound: float = 1.0
 
 
 def shuffle_sgd_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> CanaryAudit:
-    """P_SGD (Cheu et al. 2022, Algorithm 3) for one round of all n users with P_vec (d = 1), the
-    P_vec parameters from the family's own calibration: P_1D on the canary's coordinate."""
+    """P_SGD (Cheu et al. 2022, Algorithm 3) for one round of all n users with P_vec (d = 1), the P_vec parameters from
+    the family's own calibration: P_1D on the canary's coordinate."""
     family = ShuffleSgd(CanaryProbe(1), 1, n, aggregator="pvec", projection_radius=None, output="last")
     base = ScoHParams.single_phase(1, n, 1.0, clip_norm=bound)
     pv = family.privacy([n], base).calibrate(epsilon, DELTA, "pvec-lemma")["pvec"]
@@ -82,9 +82,9 @@ def shuffle_sgd_audit(epsilon: float = 2.0, n: int = 20, bound: float = 1.0) -> 
 
 def shuffle_acsa_audit(noise_multiplier: float = 2.5, n: int = 10, batch: int = 5, bound: float = 0.5,
                        smoothness: float = 1.0) -> CanaryAudit:
-    """Pan-private AC-SA (Cheu et al. 2022, Appendix C, Algorithm 6): two N(0, zeta^2) draws on each
-    batch sum of the users' projected gradients (zeta = z 2L, the sum's replace-one sensitivity); the canary user is in round 1's batch. Round 1
-    moves w_ag by ``-(alpha_1^2 / eta_1)`` times the batch mean."""
+    """Pan-private AC-SA (Cheu et al. 2022, Appendix C, Algorithm 6): two N(0, zeta^2) draws on each batch sum of the
+    users' projected gradients (zeta = z 2L, the sum's replace-one sensitivity); the canary user is in round 1's batch.
+    Round 1 moves w_ag by ``-(alpha_1^2 / eta_1)`` times the batch mean."""
     rounds = 2
     family = ShuffleAcsa(CanaryProbe(1), rounds, batch, aggregator="pan-gaussian", projection_radius=None)
     base = ScoHParams.single_phase(rounds, batch, smoothness, noise_multiplier=noise_multiplier, clip_norm=bound)

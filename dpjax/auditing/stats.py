@@ -2,26 +2,20 @@
 
 Pure NumPy/SciPy (no jax), so it can be reused on scores produced anywhere.
 
-Hypothesis-testing view of DP (Wasserman & Zhou 2010; Kairouz, Oh &
-Viswanath 2015, Thm 2.1): if a mechanism is (eps, delta)-DP for the pair of
-neighbouring datasets (D, D'), every test that tries to tell D from D' from
-one output, with false-positive rate ``FPR = P_D(reject D)`` and
-false-negative rate ``FNR = P_D'(accept D)``, satisfies
+Hypothesis-testing view of DP (Wasserman & Zhou 2010; Kairouz, Oh & Viswanath 2015, Thm 2.1): if a mechanism is (eps,
+delta)-DP for the pair of neighbouring datasets (D, D'), every test that tries to tell D from D' from one output, with
+false-positive rate ``FPR = P_D(reject D)`` and false-negative rate ``FNR = P_D'(accept D)``, satisfies
 
     FPR + e^eps FNR >= 1 - delta   and   FNR + e^eps FPR >= 1 - delta,
 
-so ``eps >= max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR))``.
-The audit replaces FPR and FNR by one-sided Clopper-Pearson upper bounds,
-each at level ``1 - alpha/2``; the right-hand side decreases in both rates,
-so by the union bound the resulting epsilon is a lower bound on the true
-epsilon with probability at least ``1 - alpha`` (Jagielski, Ullman & Oprea
-2020, Sec. 3; Nasr et al. 2021).
+so ``eps >= max(log((1 - delta - FNR)/FPR), log((1 - delta - FPR)/FNR))``. The audit replaces FPR and FNR by one-sided
+Clopper-Pearson upper bounds, each at level ``1 - alpha/2``; the right-hand side decreases in both rates, so by the
+union bound the resulting epsilon is a lower bound on the true epsilon with probability at least ``1 - alpha``
+(Jagielski, Ullman & Oprea 2020, Sec. 3; Nasr et al. 2021).
 
-The test is a threshold on a scalar score (large = "output came from D'").
-Picking the threshold on the same samples would void the confidence level,
-so ``select_and_bound`` picks (threshold, orientation) on one half of the
-runs and bounds epsilon on the other, independent half: a single test, no
-multiple-comparison correction needed.
+The test is a threshold on a scalar score (large = "output came from D'"). Picking the threshold on the same samples
+would void the confidence level, so ``select_and_bound`` picks (threshold, orientation) on one half of the runs and
+bounds epsilon on the other, independent half: a single test, no multiple-comparison correction needed.
 """
 
 from __future__ import annotations
@@ -36,22 +30,15 @@ from dpjax import _validate as v
 #: Most runs per dataset of an audit: the scores are float64 [runs] arrays, four per audit (1e7: 320 MB).
 MAX_RUNS = 10**7
 
-__all__ = [
-    "clopper_pearson",
-    "clopper_pearson_upper",
-    "epsilon_from_rates",
-    "EpsilonLowerBound",
-    "epsilon_lower_bound",
-    "select_threshold",
-    "select_and_bound",
-]
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "EpsilonLowerBound", "epsilon_lower_bound",
+           "select_threshold", "select_and_bound"]
 
 
 def clopper_pearson_upper(successes, trials, alpha: float):
     """One-sided ``1 - alpha`` upper confidence bound on a binomial rate.
 
-    ``Beta(1 - alpha; k + 1, n - k)`` (and 1 when ``k = n``): the largest p
-    with ``P(Bin(n, p) <= k) >= alpha``. Vectorised over ``successes``.
+    ``Beta(1 - alpha; k + 1, n - k)`` (and 1 when ``k = n``): the largest p with ``P(Bin(n, p) <= k) >= alpha``.
+    Vectorised over ``successes``.
     """
     alpha = v.check_open_unit("alpha", alpha)
     k = np.asarray(successes, np.float64)
@@ -66,8 +53,8 @@ def clopper_pearson_upper(successes, trials, alpha: float):
 def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """Two-sided Clopper-Pearson interval ``(lower, upper)`` at level ``confidence``.
 
-    Exact (conservative) binomial interval: ``Beta(a/2; k, n-k+1)``,
-    ``Beta(1-a/2; k+1, n-k)`` with ``a = 1 - confidence`` (0 and 1 at the ends).
+    Exact (conservative) binomial interval: ``Beta(a/2; k, n-k+1)``, ``Beta(1-a/2; k+1, n-k)`` with ``a = 1 -
+    confidence`` (0 and 1 at the ends).
     """
     k = v.check_int("successes", successes, min_value=0)
     n = v.check_int("trials", trials, min_value=1)
@@ -82,9 +69,8 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tu
 def epsilon_from_rates(fpr, fnr, delta: float):
     """``max(log((1-delta-FNR)/FPR), log((1-delta-FPR)/FNR), 0)`` (vectorised).
 
-    With the true rates of a test this is the largest epsilon the test
-    certifies as violated; with upper confidence bounds on the rates it is a
-    lower confidence bound on epsilon. Zero rates give ``inf``.
+    With the true rates of a test this is the largest epsilon the test certifies as violated; with upper confidence
+    bounds on the rates it is a lower confidence bound on epsilon. Zero rates give ``inf``.
     """
     delta = v.check_nonnegative("delta", delta)
     fpr = np.asarray(fpr, np.float64)
@@ -100,13 +86,10 @@ def epsilon_from_rates(fpr, fnr, delta: float):
 class EpsilonLowerBound:
     """A lower confidence bound on epsilon from one threshold test.
 
-    ``epsilon`` holds with probability >= ``confidence`` over the runs.
-    The test rejects D when ``orientation * score > orientation * threshold``;
-    ``false_positives`` of ``runs_d`` runs on D, ``false_negatives`` of
-    ``runs_d_prime`` runs on D'; ``fpr_upper``/``fnr_upper`` are the
-    one-sided Clopper-Pearson bounds at level ``1 - (1 - confidence)/2``.
+    ``epsilon`` holds with probability >= ``confidence`` over the runs. The test rejects D when ``orientation * score >
+    orientation * threshold``; ``false_positives`` of ``runs_d`` runs on D, ``false_negatives`` of ``runs_d_prime`` runs
+    on D'; ``fpr_upper``/``fnr_upper`` are the one-sided Clopper-Pearson bounds at level ``1 - (1 - confidence)/2``.
     """
-
     epsilon: float
     confidence: float
     delta: float
@@ -163,8 +146,8 @@ def select_threshold(scores_d, scores_d_prime, delta: float, *, confidence: floa
                      candidates: int = 2000) -> tuple[float, int]:
     """(threshold, orientation) maximising the Clopper-Pearson epsilon bound on these scores.
 
-    Candidates: up to ``candidates`` quantiles of the pooled scores, both
-    orientations. Use on a *selection* half only; bound on fresh runs.
+    Candidates: up to ``candidates`` quantiles of the pooled scores, both orientations. Use on a *selection* half only;
+    bound on fresh runs.
     """
     sd = _check_scores("scores_d", scores_d)
     sp = _check_scores("scores_d_prime", scores_d_prime)
@@ -183,11 +166,10 @@ def select_threshold(scores_d, scores_d_prime, delta: float, *, confidence: floa
     return best[1], best[2]
 
 
-#: Confidence of the Clopper-Pearson bounds that *rank* thresholds on the selection half.
-#: Stricter than the reported level: it penalises far-tail thresholds whose few selection
-#: counts were lucky (the winner's curse over ~4000 candidates), which would give a low
-#: bound on the evaluation half. Measured on N(0,1) vs N(1,1), 2e4 runs per half, 150 trials:
-#: median bound 2.26 either way, 1st percentile 1.55 (ranked at 95 %) vs 2.03 (at 1 - 1e-5).
+#: Confidence of the Clopper-Pearson bounds that *rank* thresholds on the selection half. Stricter than the reported
+#: level: it penalises far-tail thresholds whose few selection counts were lucky (the winner's curse over ~4000
+#: candidates), which would give a low bound on the evaluation half. Measured on N(0,1) vs N(1,1), 2e4 runs per half,
+#: 150 trials: median bound 2.26 either way, 1st percentile 1.55 (ranked at 95 %) vs 2.03 (at 1 - 1e-5).
 SELECTION_CONFIDENCE = 1 - 1e-5
 
 
@@ -195,8 +177,8 @@ def select_and_bound(selection_d, selection_d_prime, evaluation_d, evaluation_d_
                      confidence: float = 0.95, selection_confidence: float = SELECTION_CONFIDENCE) -> EpsilonLowerBound:
     """Threshold chosen on the selection runs, epsilon bounded on the independent evaluation runs.
 
-    The reported bound holds at ``confidence`` whatever ``selection_confidence`` is (the
-    threshold does not depend on the evaluation runs)."""
+    The reported bound holds at ``confidence`` whatever ``selection_confidence`` is (the threshold does not depend on
+    the evaluation runs)."""
     threshold, orientation = select_threshold(selection_d, selection_d_prime, delta, confidence=selection_confidence)
     return epsilon_lower_bound(evaluation_d, evaluation_d_prime, threshold, delta,
                                orientation=orientation, confidence=confidence)

@@ -1,37 +1,33 @@
-"""``dpjax audit training``: a one-run audit (Steinke, Nasr & Jagielski 2023) of an actual dpjax
-training run through a registered family's own step.
+"""``dpjax audit training``: a one-run audit (Steinke, Nasr & Jagielski 2023) of an actual dpjax training run through a
+registered family's own step.
 
-What runs. ``m`` white-box Dirac gradient canaries are the training set: canary ``i`` is a
-record whose per-example gradient is ``+c e_i`` or ``-c e_i`` (``DiracProbe``: loss
-``value x params[index]``), with ``c = canary_scale x C`` far outside the clip region, so an
-honest clip turns it into ``+-C e_i``. The sign ``S_i`` of each canary is an independent fair
-coin (which of two replace-one neighbours the record is; a secret of the auditor). The family
--- DP-SGD-General (``DpSgdGeneral``: shuffling, individual clipping, every record once per
-epoch in one round of ``m`` clipped terms), ISRL-DP Noisy MB-SGD (``NoisyMbSgd``: one silo,
-minibatch ``K = m``) or DP-SCAFFOLD (``DpScaffold``: one silo, one local step on all ``m`` records,
-step sizes 1) -- trains ONCE from zero through ``dpjax.auditing.execute.run_family``
-(``dpjax.engine.run_many``, the executor every sweep uses). Nothing is re-implemented: the
-released iterate is the family's.
+What runs. ``m`` white-box Dirac gradient canaries are the training set: canary ``i`` is a record whose per-example
+gradient is ``+c e_i`` or ``-c e_i`` (``DiracProbe``: loss ``value x params[index]``), with ``c = canary_scale x C`` far
+outside the clip region, so an honest clip turns it into ``+-C e_i``. The sign ``S_i`` of each canary is an independent
+fair coin (which of two replace-one neighbours the record is; a secret of the auditor). The family -- DP-SGD-General
+(``DpSgdGeneral``: shuffling, individual clipping, every record once per epoch in one round of ``m`` clipped terms),
+ISRL-DP Noisy MB-SGD (``NoisyMbSgd``: one silo, minibatch ``K = m``) or DP-SCAFFOLD (``DpScaffold``: one silo, one local
+step on all ``m`` records, step sizes 1) -- trains ONCE from zero through ``dpjax.auditing.execute.run_family``
+(``dpjax.engine.run_many``, the executor every sweep uses). Nothing is re-implemented: the released iterate is the
+family's.
 
-Scores and bound. Canary ``i``'s score is ``-(w_T - w_0)_i``, the total update along its own
-coordinate (the update subtracts ``eta`` times the message, which holds ``S_i C`` per round it
-ran in); the ``k`` largest guess ``S_i = +1``, the ``k`` smallest ``-1``, for every ``k`` of a
-plan fixed in advance, and ``dpjax.auditing.one_run.audit_scores`` converts the correct guesses
-into an epsilon lower bound at 95 % (Theorem 5.2 with its delta term; Bonferroni over the plan).
-The run's certified epsilon is the family's own ``privacy(...)`` at the same delta (DP-SGD-General:
-the exact strong-adversary accountant; ISRL: RDP, as dp_accounting has no PLD for its fixed-size sampling). The audit passes when the lower bound does
-not exceed the certified epsilon and every mutant's bound does.
+Scores and bound. Canary ``i``'s score is ``-(w_T - w_0)_i``, the total update along its own coordinate (the update
+subtracts ``eta`` times the message, which holds ``S_i C`` per round it ran in); the ``k`` largest guess ``S_i = +1``,
+the ``k`` smallest ``-1``, for every ``k`` of a plan fixed in advance, and ``dpjax.auditing.one_run.audit_scores``
+converts the correct guesses into an epsilon lower bound at 95 % (Theorem 5.2 with its delta term; Bonferroni over the
+plan). The run's certified epsilon is the family's own ``privacy(...)`` at the same delta (DP-SGD-General: the exact
+strong-adversary accountant; ISRL: RDP, as dp_accounting has no PLD for its fixed-size sampling). The audit passes when
+the lower bound does not exceed the certified epsilon and every mutant's bound does.
 
-Mutants (``mutant_family``): the same family with one part wrapped -- ``"no-clip"``: the clipper
-clips nothing but reports the honest bound ``C`` to the noise (clipping skipped);
-``"half-noise"``: the privatizer adds half the noise the certificate assumes.
+Mutants (``mutant_family``): the same family with one part wrapped -- ``"no-clip"``: the clipper clips nothing but
+reports the honest bound ``C`` to the noise (clipping skipped); ``"half-noise"``: the privatizer adds half the noise the
+certificate assumes.
 
-How strong a one-run audit is. For Gaussian noise the paper's bound reaches roughly half the true
-epsilon (its Fig. 1/2), so a mutant that only doubles the true epsilon (half the noise) is caught
-only with many canaries: the default ``m = 10^6`` with ``delta = 1e-9`` (the bound's delta term is
-``2 m delta``, so delta must be well below ``1/m``) and a certificate near eps 2.9 (GDP
-``mu = sqrt(E)/sigma = 0.5``). Clipping skipped is caught at any size (the canaries move the
-iterate by ``c >> C``).
+How strong a one-run audit is. For Gaussian noise the paper's bound reaches roughly half the true epsilon (its Fig.
+1/2), so a mutant that only doubles the true epsilon (half the noise) is caught only with many canaries: the default
+``m = 10^6`` with ``delta = 1e-9`` (the bound's delta term is ``2 m delta``, so delta must be well below ``1/m``) and a
+certificate near eps 2.9 (GDP ``mu = sqrt(E)/sigma = 0.5``). Clipping skipped is caught at any size (the canaries move
+the iterate by ``c >> C``).
 """
 
 from __future__ import annotations
@@ -56,10 +52,10 @@ ACCOUNTANTS = {"dpsgd-general": "strong-exact", "isrl-mbsgd": "rdp", "dp-scaffol
 
 
 class DiracProbe:
-    """``dim``-dimensional parameters; a record ``x = (index, value)`` has loss ``value x params[index]``,
-    so its gradient is ``value e_index`` at every ``w`` (a Dirac gradient canary). Implements the
-    closed-form clipping protocol (``dpjax.engine.problem.ClosedFormClipping``): a clipped sum of
-    ``n`` records costs O(n), not O(n dim), so 10^6 canaries fit in one run."""
+    """``dim``-dimensional parameters; a record ``x = (index, value)`` has loss ``value x params[index]``, so its
+    gradient is ``value e_index`` at every ``w`` (a Dirac gradient canary). Implements the closed-form clipping protocol
+    (``dpjax.engine.problem.ClosedFormClipping``): a clipped sum of ``n`` records costs O(n), not O(n dim), so 10^6
+    canaries fit in one run."""
 
     def __init__(self, dim: int):
         self.dim = v.check_int("dim", dim, min_value=1)
@@ -104,9 +100,8 @@ class DiracProbe:
 # ----------------------------------------------------------------------------- mutants (wrapped parts)
 @dataclasses.dataclass(frozen=True)
 class SkipClip:
-    """A clipper that clips nothing (its clip field set to inf) but reports ``inner``'s honest bound,
-    so the noise is calibrated to a clip that never happened."""
-
+    """A clipper that clips nothing (its clip field set to inf) but reports ``inner``'s honest bound, so the noise is
+    calibrated to a clip that never happened."""
     inner: Any
 
     roles = ("clipper",)
@@ -132,7 +127,6 @@ class SkipClip:
 @dataclasses.dataclass(frozen=True)
 class HalfNoise:
     """A privatizer that adds ``inner``'s noise with half its multiplier (the events still report the full one)."""
-
     inner: Any
 
     roles = ("privatizer",)
@@ -151,8 +145,8 @@ class HalfNoise:
 
 
 def mutant_family(family, mutant: str):
-    """``family`` with one part wrapped (``"no-clip"``: ``SkipClip`` around the clipper;
-    ``"half-noise"``: ``HalfNoise`` around the privatizer); same fields, same step otherwise."""
+    """``family`` with one part wrapped (``"no-clip"``: ``SkipClip`` around the clipper; ``"half-noise"``: ``HalfNoise``
+    around the privatizer); same fields, same step otherwise."""
     v.check_choice("mutant", mutant, MUTANTS)
     base = type(family)
 
@@ -170,7 +164,6 @@ def mutant_family(family, mutant: str):
 @dataclasses.dataclass(frozen=True)
 class TrainingAudit:
     """One audited run: the family (``mutant`` None = honest), its certificate and the one-run bound."""
-
     family: str
     mutant: str | None
     canaries: int
@@ -203,28 +196,22 @@ def build_family(name: str, canaries: int, rounds: int):
     problem = DiracProbe(canaries)
     if name == "dpsgd-general":
         from dpjax.algorithms.dpsgd_general import DpSgdGeneral
-
         return DpSgdGeneral(problem, rounds, 1, canaries, 1, sampling="shuffle")
     if name == "dp-scaffold":  # one silo, one local step on every canary: its control variates cancel (c_i = c)
         from dpjax.algorithms.dp_scaffold import DpScaffold
-
         return DpScaffold(problem, rounds, 1, 1, canaries)
     from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
-
     return NoisyMbSgd(problem, rounds, canaries)
 
 
 def _hparams(name: str, noise_multiplier: float, clip_norm: float):
     if name == "dpsgd-general":
         from dpjax.algorithms.dpsgd_general import DpSgdHParams
-
         return DpSgdHParams.create(1.0, noise_multiplier, clip_norm)
     if name == "dp-scaffold":
         from dpjax.algorithms.dp_scaffold import ScaffoldHParams
-
         return ScaffoldHParams.create(1.0, 1.0, noise_multiplier, clip_norm)
     from dpjax.algorithms.isrl_mbsgd import MbSgdHParams
-
     return MbSgdHParams.create(1.0, noise_multiplier, clip_norm)
 
 
@@ -232,11 +219,11 @@ def training_audit(family: str = "dpsgd-general", mutant: str | None = None, *, 
                    rounds: int = 4, noise_multiplier: float = 4.0, clip_norm: float = 1.0, canary_scale: float = 100.0,
                    delta: float = 1e-9, confidence: float = 0.95, seed: int = 0,
                    fractions=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)) -> TrainingAudit:
-    """Trains ``family`` (or its ``mutant``) once on ``canaries`` Dirac canaries of random signs and
-    returns the one-run epsilon lower bound beside the family's certified epsilon (module docstring).
+    """Trains ``family`` (or its ``mutant``) once on ``canaries`` Dirac canaries of random signs and returns the one-run
+    epsilon lower bound beside the family's certified epsilon (module docstring).
 
-    Defaults: full batch, 4 rounds, noise multiplier 4 (GDP ``mu = sqrt(4)/4 = 0.5`` per record for
-    both families: DP-SGD-General's ``N(0, (2 C sigma)^2)`` on the sum, ISRL's ``sigma x 2C/K`` on the mean)."""
+    Defaults: full batch, 4 rounds, noise multiplier 4 (GDP ``mu = sqrt(4)/4 = 0.5`` per record for both families:
+    DP-SGD-General's ``N(0, (2 C sigma)^2)`` on the sum, ISRL's ``sigma x 2C/K`` on the mean)."""
     v.check_choice("family", family, FAMILIES)
     if mutant is not None:
         v.check_choice("mutant", mutant, MUTANTS)
@@ -253,7 +240,6 @@ def training_audit(family: str = "dpsgd-general", mutant: str | None = None, *, 
                          f"2 m delta = {2 * canaries * delta:.3g} must be below 1 - confidence = {1 - confidence:.3g}")
     from dpjax.auditing.execute import run_family
     from dpjax.engine.silos import SiloData
-
     start = time.perf_counter()
     honest = build_family(family, canaries, rounds)
     hparams = _hparams(family, noise_multiplier, clip_norm)

@@ -1,13 +1,12 @@
 """``dpjax audit training``: the one-run audit of actual training runs (``dpjax.auditing.training``).
 
     dpjax audit training                                   # both families, honest run and both mutants
-    dpjax audit training --family isrl-mbsgd --mutant no-clip --canaries 20000 --delta 1e-7
-    dpjax audit training --out experiments/audit/training
+    dpjax audit training --family isrl-mbsgd --mutant no-clip --canaries 20000 --delta 1e-7 dpjax audit training --out
+    experiments/audit/training
 
-Prints one line per run; with ``--out`` writes ``training_audit.md`` and ``training_audit.json``
-(refused when they exist, unless ``--overwrite``). Exit status 0 when the honest runs' lower
-bounds stay at or below their certified epsilon and every mutant's exceeds it, 1 otherwise,
-2 on bad input.
+Prints one line per run; with ``--out`` writes ``training_audit.md`` and ``training_audit.json`` (refused when they
+exist, unless ``--overwrite``). Exit status 0 when the honest runs' lower bounds stay at or below their certified
+epsilon and every mutant's exceeds it, 1 otherwise, 2 on bad input.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``training`` audit's flags on the ``dpjax audit`` parser (ignored by the canary audits)."""
     from dpjax import _validate as v
     from dpjax.auditing.training import FAMILIES, MUTANTS
-
     g = p.add_argument_group("dpjax audit training (one-run audit of a training run)")
     g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: both)")
     g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default="all",
@@ -51,12 +49,9 @@ def markdown(audits, header: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import platform
     import time
-
     import jax
-
     from dpjax import _validate as v, outputs
     from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
-
     extra = [m for m in args.mechanisms if m != "training"]
     if extra or args.all:
         raise ValueError(f"mechanisms={args.mechanisms!r}: 'training' runs alone (no other MECHANISM, no --all)")

@@ -1,6 +1,6 @@
-"""Canary audit of Ghazi et al.'s (ICML 2023) user-level output perturbation (Algorithm 1,
-DelOutputPert); part of the catalogue (``dpjax.auditing.mechanisms``). Its mechanism is the
-user-level release (``dpjax.user_level``), not a registry family."""
+"""Canary audit of Ghazi et al.'s (ICML 2023) user-level output perturbation (Algorithm 1, DelOutputPert); part of the
+catalogue (``dpjax.auditing.mechanisms``). Its mechanism is the user-level release (``dpjax.user_level``), not a
+registry family."""
 
 from __future__ import annotations
 
@@ -18,17 +18,16 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
     """Algorithm 1 of Ghazi et al. (ICML 2023), DelOutputPert, on f = mean of the users' values clipped to [0, 1],
     replace-one-user neighbours (``dpjax.user_level.audit.canary_pair``: D' moves the canary user from 0 to 1).
 
-    Test mode (spec test U5): ``kappa`` and sigma = 8 kappa Delta / ``gaussian_mu`` are given directly; the
-    certificate is Theorem 3.3's proof, ``(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps', gaussian_mu))``.
-    The stable tables come from the exact enumeration of every deletion set of <= 4 kappa + 1 users
-    (``stable_table``); the audited runs are ``release_from_table`` (the TDLap draw, bottom, the Gaussian) jitted
-    and vmapped over keys. The target Delta is far below the replace sensitivity 1/n of f (the paper's regime:
-    Delta ~ 1/(n sqrt(m)) << 1/n), so privacy rests on the stability test; the mutant skips it (releases
-    f(x) + N(0, sigma^2), never bottom) and is caught. Score: the release, bottom mapped above every release.
+    Test mode (spec test U5): ``kappa`` and sigma = 8 kappa Delta / ``gaussian_mu`` are given directly; the certificate
+    is Theorem 3.3's proof, ``(2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G(eps', gaussian_mu))``. The stable tables
+    come from the exact enumeration of every deletion set of <= 4 kappa + 1 users (``stable_table``); the audited runs
+    are ``release_from_table`` (the TDLap draw, bottom, the Gaussian) jitted and vmapped over keys. The target Delta is
+    far below the replace sensitivity 1/n of f (the paper's regime: Delta ~ 1/(n sqrt(m)) << 1/n), so privacy rests on
+    the stability test; the mutant skips it (releases f(x) + N(0, sigma^2), never bottom) and is caught. Score: the
+    release, bottom mapped above every release.
     """
     from dpjax.accounting import user_level as ul_acc
     from dpjax.user_level import audit as ul_audit, mechanisms as ul_mech
-
     sigma = 8 * kappa * sensitivity / gaussian_mu
     params = ul_acc.a1_test_params(eps_prime, kappa, sensitivity, sigma)
     cert_eps, cert_delta = ul_acc.a1_certified(params)
@@ -69,8 +68,7 @@ def user_level_audit(eps_prime: float = 1.0, kappa: int = 3, n: int = 14, outlie
         details={"eps_prime": eps_prime, "kappa": kappa, "n": n, "outlier_users": outliers,
                  "Delta": sensitivity, "sigma": sigma, "gaussian_mu": gaussian_mu,
                  "release_probability": f"{1 - tables[0].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D), "
-                                        f"{1 - tables[1].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D')"},
-    )
+                                        f"{1 - tables[1].bottom.dot(ul_audit.sampler_pmf(eps_prime, kappa)):.3f} (D')"})
 
 
 # DP-SGD-General configurations (certified eps 1-5 at DELTA): shuffling, one epoch of 2 rounds of

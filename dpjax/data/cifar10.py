@@ -1,22 +1,18 @@
 """CIFAR-10 (Krizhevsky, 2009) from a user-supplied copy, as plain NumPy arrays.
 
-Used by the CIFAR-10 experiment of van Dijk et al., "Generalizing DP-SGD with
-Shuffling and Batch Clipping" (Section 1: 71.5 % batch clipping with shuffling,
-71.1 % individual clipping with subsampling, at sigma = 2). dpjax never
-downloads it: the user places the standard "CIFAR-10 python version" in the
-data directory (``--data-dir``, ``$DPJAX_DATA_DIR`` or the cache directory),
-either extracted or as the original archive:
+Used by the CIFAR-10 experiment of van Dijk et al., "Generalizing DP-SGD with Shuffling and Batch Clipping" (Section
+1: 71.5 % batch clipping with shuffling, 71.1 % individual clipping with subsampling, at sigma = 2). dpjax never
+downloads it: the user places the standard "CIFAR-10 python version" in the data directory (``--data-dir``,
+``$DPJAX_DATA_DIR`` or the cache directory), either extracted or as the original archive:
 
-1. the folder ``cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``,
-   ``test_batch``, optionally ``batches.meta``), looked for in ``<dir>/cifar10/``
-   and ``<dir>/``; the batch files may also sit directly in those folders;
+1. the folder ``cifar-10-batches-py/`` (``data_batch_1`` ... ``data_batch_5``, ``test_batch``, optionally
+   ``batches.meta``), looked for in ``<dir>/cifar10/`` and ``<dir>/``; the batch files may also sit directly in those
+   folders;
 2. the archive ``cifar-10-python.tar.gz`` in the same places (read in place).
 
-Each batch file is a Python pickle of a dict with ``b"data"`` (uint8
-``[n, 3072]``: the 1024 red, then green, then blue values of a 32x32 image in
-row-major order) and ``b"labels"`` (n ints in 0..9). The pickles are read with
-an unpickler that only admits the NumPy array reconstruction globals such
-files contain, so a crafted file cannot run code.
+Each batch file is a Python pickle of a dict with ``b"data"`` (uint8 ``[n, 3072]``: the 1024 red, then green, then blue
+values of a 32x32 image in row-major order) and ``b"labels"`` (n ints in 0..9). The pickles are read with an unpickler
+that only admits the NumPy array reconstruction globals such files contain, so a crafted file cannot run code.
 """
 
 from __future__ import annotations
@@ -43,12 +39,10 @@ META = "batches.meta"
 _HOW_TO_GET = (f"download {CIFAR10_URL} yourself and place it (or its extracted {FOLDER}/ folder) in the data "
                "directory; dpjax does not download CIFAR-10")
 # The globals a NumPy-array pickle (protocol 2, written by Python 2 or 3) needs.
-_ALLOWED_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("copy_reg", "_reconstructor"),
-    ("copyreg", "_reconstructor"), ("__builtin__", "object"), ("builtins", "object"),
-}
+_ALLOWED_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                    ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                    ("numpy._core.multiarray", "scalar"), ("_codecs", "encode"), ("copy_reg", "_reconstructor"),
+                    ("copyreg", "_reconstructor"), ("__builtin__", "object"), ("builtins", "object")}
 
 
 class _ArrayUnpickler(pickle.Unpickler):
@@ -107,16 +101,15 @@ def _archive_reader(base: pathlib.Path):
 
 
 def load_cifar10(data_dir: str | os.PathLike | None = None) -> dict:
-    """Loads a user-supplied CIFAR-10: ``{"train_images", "train_labels", "test_images",
-    "test_labels", "label_names"}``.
+    """Loads a user-supplied CIFAR-10: ``{"train_images", "train_labels", "test_images", "test_labels",
+    "label_names"}``.
 
-    Images are ``uint8 [n, 32, 32, 3]`` (NHWC, 0..255), labels ``uint8 [n]``;
-    n = 50000 / 10000 for the real data set (the five training batches in
-    order). ``label_names`` comes from ``batches.meta`` (``()`` without it).
+    Images are ``uint8 [n, 32, 32, 3]`` (NHWC, 0..255), labels ``uint8 [n]``; n = 50000 / 10000 for the real data set
+    (the five training batches in order). ``label_names`` comes from ``batches.meta`` (``()`` without it).
 
     Raises:
-      DatasetNotFoundError: neither the extracted folder nor the archive is in
-        the data directory (the message says where it looked and how to get it).
+      DatasetNotFoundError: neither the extracted folder nor the archive is in the data directory (the message says
+        where it looked and how to get it).
       ValueError: a file that is not a CIFAR-10 python batch.
     """
     base = _data_dir(data_dir)

@@ -1,6 +1,6 @@
-"""The DIFF2 experiments' data files (Murata & Suzuki, ICML 2023; Table 2) and LIBSVM sets (a9a, w8a):
-readers that return raw (unscaled) NumPy arrays, refusing truncated or non-numeric files with an error
-naming the file, row and column. :mod:`dpjax.data.diff2` builds the experiments' silos from them."""
+"""The DIFF2 experiments' data files (Murata & Suzuki, ICML 2023; Table 2) and LIBSVM sets (a9a, w8a): readers that
+return raw (unscaled) NumPy arrays, refusing truncated or non-numeric files with an error naming the file, row and
+column. :mod:`dpjax.data.diff2` builds the experiments' silos from them."""
 
 from __future__ import annotations
 
@@ -18,36 +18,27 @@ from dpjax.data.preprocess import label_encode, one_hot
 from dpjax.data.sources import BLOG_ZIP_URL, REMOTE, UPSTREAM, check_known_file
 
 
-CAL_HOUSING_FEATURES = (
-    "longitude", "latitude", "housingMedianAge", "totalRooms", "totalBedrooms", "population",
-    "households", "medianIncome",
-)
+CAL_HOUSING_FEATURES = ("longitude", "latitude", "housingMedianAge", "totalRooms", "totalBedrooms", "population",
+                        "households", "medianIncome")
 GAS_TURBINE_FEATURES = ("AT", "AP", "AH", "AFDP", "GTEP", "TIT", "TAT", "TEY", "CDP")
 GAS_TURBINE_YEARS = (2011, 2012, 2013, 2014, 2015)
-KDD_FEATURES = (
-    "duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
-    "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
-    "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
-    "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
-    "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
-    "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
-    "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
-    "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate",
-)
+KDD_FEATURES = ("duration", "protocol_type", "service", "flag", "src_bytes", "dst_bytes", "land", "wrong_fragment",
+                "urgent", "hot", "num_failed_logins", "logged_in", "num_compromised", "root_shell", "su_attempted",
+                "num_root", "num_file_creations", "num_shells", "num_access_files", "num_outbound_cmds",
+                "is_host_login", "is_guest_login", "count", "srv_count", "serror_rate", "srv_serror_rate",
+                "rerror_rate", "srv_rerror_rate", "same_srv_rate", "diff_srv_rate", "srv_diff_host_rate",
+                "dst_host_count", "dst_host_srv_count", "dst_host_same_srv_rate", "dst_host_diff_srv_rate",
+                "dst_host_same_src_port_rate", "dst_host_srv_diff_host_rate", "dst_host_serror_rate",
+                "dst_host_srv_serror_rate", "dst_host_rerror_rate", "dst_host_srv_rerror_rate")
 KDD_SYMBOLIC = ("protocol_type", "service", "flag")
 
 
 def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote_key: str) -> DatasetNotFoundError:
-    if remote_key == "blogfeedback":
-        url = BLOG_ZIP_URL
-    else:
-        url = ", ".join(u for _, u, _ in REMOTE[remote_key][1])
+    url = BLOG_ZIP_URL if remote_key == "blogfeedback" else ", ".join(u for _, u, _ in REMOTE[remote_key][1])
+
     return DatasetNotFoundError(
-        name,
-        candidate_dirs(base, sub),
-        files,
-        f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}",
-    )
+        name, candidate_dirs(base, sub), files,
+        f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}")
 
 
 def _open_text(path: pathlib.Path):
@@ -70,8 +61,8 @@ def _read_csv_table(path: pathlib.Path, n_cols: int):
 
 
 def _finite(a: np.ndarray, path) -> np.ndarray:
-    """``a`` when every value is finite; else a ValueError naming the file, row and column of the first
-    NaN/inf (an empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
+    """``a`` when every value is finite; else a ValueError naming the file, row and column of the first NaN/inf (an
+    empty field, ``nan`` or ``inf`` in a data file would poison every statistic computed from it)."""
     bad = ~np.isfinite(a)
     if bad.any():
         r, c = (int(i) for i in np.argwhere(bad)[0]) if a.ndim == 2 else (int(np.argwhere(bad)[0][0]), 0)
@@ -89,7 +80,6 @@ def _float_frame(df, path) -> np.ndarray:
         if str(err).startswith(str(path)):
             raise
         import pandas as pd
-
         bad = (df.apply(pd.to_numeric, errors="coerce").isna() & df.notna()).to_numpy()
         r, c = np.argwhere(bad)[0]
         raise ValueError(f"{path}: row {r + 1}, column {c + 1}: {df.iat[r, c]!r} is not a number") from None
@@ -109,8 +99,8 @@ def _loadtxt(path, source, **kwargs) -> np.ndarray:
 def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """California Housing, L. Torgo's version (Table 2): 20640 x 8, target median house value.
 
-    Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``).
-    Not scikit-learn's per-household variant.
+    Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``). Not scikit-learn's per-household
+    variant.
     """
     base = _data_dir(data_dir)
     p = find_file(base, "california_housing", ["cal_housing.data"])
@@ -125,8 +115,8 @@ def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify
 
 
 def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled
-    (36733 rows), 9 features AT..CDP, target CO; the NOx column is removed.
+    """Gas Turbine CO and NOx emissions (Table 2): the five yearly files 2011-2015 pooled (36733 rows), 9 features
+    AT..CDP, target CO; the NOx column is removed.
 
     Column names are stripped (``gt_2015.csv`` has ``"AFDP "``). ``"year"`` gives each row's file.
     """
@@ -157,11 +147,11 @@ def load_gas_turbine(data_dir: str | os.PathLike | None = None, *, verify: bool 
 
 
 def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281
-    (comments in the next 24 h). Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
+    """BlogFeedback training file (Table 2): 52397 x 280 features, target = column 281 (comments in the next 24 h).
+    Reads ``blogData_train.csv`` or ``blogData_train.csv.gz``.
 
-    Only the training file is read: the paper's 60,021 rows also pool the 60 daily
-    test files, which the authors' code (reference doc B.5) does not use.
+    Only the training file is read: the paper's 60,021 rows also pool the 60 daily test files, which the authors' code
+    (reference doc B.5) does not use.
     """
     base = _data_dir(data_dir)
     names = ["blogData_train.csv", "blogData_train.csv.gz"]
@@ -182,16 +172,14 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool
 
 
 def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = "one_hot", verify: bool = True) -> dict:
-    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows, 41 features,
-    23 connection labels.
+    """KDD Cup 1999, the official 10% file (Table 2; the paper's "10 percent" read as the official file): 494021 rows,
+    41 features, 23 connection labels.
 
-    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type,
-    service and flag (categories in sorted order) after the 38 numeric columns
-    (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
-    label-encoded in place. ``"standardize_mask"`` marks the numeric columns
-    (one-hot/code columns are not standardised). Labels are the trailing-dot-
-    stripped names, label-encoded in sorted order (``"class_names"``).
-    Reads ``kddcup.data_10_percent`` or ``kddcup.data_10_percent.gz``.
+    ``symbolic="one_hot"`` (the paper does not say) one-hot encodes protocol_type, service and flag (categories in
+    sorted order) after the 38 numeric columns (118 inputs); ``symbolic="codes"`` keeps 41 columns with those three
+    label-encoded in place. ``"standardize_mask"`` marks the numeric columns (one-hot/code columns are not
+    standardised). Labels are the trailing-dot- stripped names, label-encoded in sorted order (``"class_names"``). Reads
+    ``kddcup.data_10_percent`` or ``kddcup.data_10_percent.gz``.
     """
     check_choice("symbolic", symbolic, ("one_hot", "codes"))
     base = _data_dir(data_dir)
@@ -244,9 +232,9 @@ _MAX_DENSE_BYTES = 2**30
 def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dtype=np.float32) -> dict:
     """Parses a LIBSVM/svmlight text file (``label idx:val ...``, 1-based indices) into dense arrays.
 
-    Returns ``{"x": [n, n_features], "y": float64 [n], "source"}``; ``n_features``
-    defaults to the largest index present (pass it for test splits, e.g. 123 for
-    ``a9a.t``). ``#`` comments and blank lines are skipped; ``.gz`` is read transparently.
+    Returns ``{"x": [n, n_features], "y": float64 [n], "source"}``; ``n_features`` defaults to the largest index present
+    (pass it for test splits, e.g. 123 for ``a9a.t``). ``#`` comments and blank lines are skipped; ``.gz`` is read
+    transparently.
     """
     path = pathlib.Path(path)
     if not path.is_file():
@@ -290,8 +278,8 @@ def load_svmlight(path: str | os.PathLike, *, n_features: int | None = None, dty
 
 
 def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train", verify: bool = True) -> dict:
-    """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows,
-    file ``a9a``) or ``"test"`` (16281 rows, file ``a9a.t``)."""
+    """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows, file ``a9a``) or
+    ``"test"`` (16281 rows, file ``a9a.t``)."""
     check_choice("split", split, ("train", "test"))
     base = _data_dir(data_dir)
     name = "a9a" if split == "train" else "a9a.t"

@@ -17,14 +17,13 @@ class FederatedDataset:
     Attributes:
       train_x: one ``[n_i, d]`` float array per silo.
       train_y: one ``[n_i]`` array per silo (int class labels, or float targets).
-      test_x, test_y: per-silo test arrays, or empty lists when the protocol
-        uses one pooled test set (then ``pooled_test_x/y`` are set).
+      test_x, test_y: per-silo test arrays, or empty lists when the protocol uses one pooled test set (then
+        ``pooled_test_x/y`` are set).
       name: dataset/split name, e.g. ``"isrl_mnist"``.
       num_classes: number of classes, ``None`` for regression.
       metadata: sizes, ``d``, seed, source path, preprocessing choices.
       pooled_test_x, pooled_test_y: pooled test set, or ``None``.
     """
-
     train_x: list[np.ndarray]
     train_y: list[np.ndarray]
     test_x: list[np.ndarray]
@@ -52,8 +51,7 @@ class FederatedDataset:
             for i, (x, y) in enumerate(zip(xs, ys)):
                 if x.ndim != 2 or y.ndim != 1 or x.shape[0] != y.shape[0]:
                     raise ValueError(
-                        f"{kind} silo {i}: x has shape {x.shape}, y {y.shape}; expected [n_i, d] and [n_i]"
-                    )
+                        f"{kind} silo {i}: x has shape {x.shape}, y {y.shape}; expected [n_i, d] and [n_i]")
                 if d is None:
                     d = x.shape[1]
                 elif x.shape[1] != d:

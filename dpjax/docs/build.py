@@ -2,19 +2,18 @@
 
 The site is assembled at build time so that nothing in it can drift from the repository:
 
-* the hand-written pages in ``dpjax/docs/pages/`` are copied, and their include markers
-  (``<!-- dpjax-docs: ... -->``, see ``expand_markers``) are replaced by the README's set-up
-  commands, ``dpjax/RELIABILITY.md``, ``dpjax/accounting/README.md`` or the claims tables of
-  the kept reports;
+* the hand-written pages in ``dpjax/docs/pages/`` are copied, and their include markers (``<!-- dpjax-docs: ... -->``,
+  see ``expand_markers``) are replaced by the README's set-up commands, ``dpjax/RELIABILITY.md``,
+  ``dpjax/accounting/README.md`` or the claims tables of the kept reports;
 * every kept ``experiments/**/report.md`` becomes a page (with its figures), and each paper's
   ``experiments/<paper>/README.md`` its "experiment notes" page;
-* every public module of the package found by walking ``dpjax/`` (so a new package appears
-  without editing anything here) gets an API reference page, rendered by mkdocstrings from the
-  docstrings (statically, with griffe: nothing is imported, so jax is not needed);
+* every public module of the package found by walking ``dpjax/`` (so a new package appears without editing anything
+  here) gets an API reference page, rendered by mkdocstrings from the docstrings (statically, with griffe: nothing is
+  imported, so jax is not needed);
 * ``notebooks/*.ipynb`` are rendered from their stored outputs, never executed.
 
-``build_site`` then runs ``mkdocs build --strict`` (every warning, broken link or missing anchor
-is an error) in a subprocess and returns its log.
+``build_site`` then runs ``mkdocs build --strict`` (every warning, broken link or missing anchor is an error) in a
+subprocess and returns its log.
 """
 
 from __future__ import annotations
@@ -38,19 +37,16 @@ PAGES_DIR = DOCS_DIR / "pages"
 @dataclasses.dataclass(frozen=True)
 class Paper:
     """One paper of the site: its page slug, title and kept experiments folder."""
-
     slug: str
     title: str
     experiments: str  # repository-relative folder holding report.md files and README.md
 
 
-PAPERS = (
-    Paper("isrl", "ISRL-DP federated learning (Lowy & Razaviyayn)", "experiments/isrl"),
-    Paper("shuffle-sco", "Shuffle private SCO (Cheu et al.)", "experiments/shuffle_sco"),
-    Paper("user-level", "User-level private convex optimization (Ghazi et al.)", "experiments/user_level"),
-    Paper("batch-clipping", "DP-SGD with shuffling and batch clipping (van Dijk et al.)", "experiments/dpsgd"),
-    Paper("diff2", "DIFF2 (Murata & Suzuki)", "experiments/diff2"),
-)
+PAPERS = (Paper("isrl", "ISRL-DP federated learning (Lowy & Razaviyayn)", "experiments/isrl"),
+          Paper("shuffle-sco", "Shuffle private SCO (Cheu et al.)", "experiments/shuffle_sco"),
+          Paper("user-level", "User-level private convex optimization (Ghazi et al.)", "experiments/user_level"),
+          Paper("batch-clipping", "DP-SGD with shuffling and batch clipping (van Dijk et al.)", "experiments/dpsgd"),
+          Paper("diff2", "DIFF2 (Murata & Suzuki)", "experiments/diff2"))
 
 #: Headings of a report's claims section (the section a paper page shows for each kept report).
 CLAIMS_HEADING = re.compile(r"^##\s+(claims?\b|claim by claim|checks\b|expected outcomes|reading)", re.IGNORECASE)
@@ -80,8 +76,8 @@ def warning_lines(log: str) -> list[str]:
 def find_repo_root(repo: str | os.PathLike | None = None) -> pathlib.Path:
     """The source checkout whose ``experiments/`` and ``notebooks/`` the site is built from.
 
-    The site reads the kept reports and notebooks, which live beside the package in a checkout,
-    not inside an installed wheel. Default: the folder holding this ``dpjax`` package.
+    The site reads the kept reports and notebooks, which live beside the package in a checkout, not inside an installed
+    wheel. Default: the folder holding this ``dpjax`` package.
     """
     root = pathlib.Path(repo).resolve() if repo is not None else PACKAGE_DIR.parent
     missing = [name for name in ("experiments", "notebooks", "README.md") if not (root / name).exists()]
@@ -92,9 +88,7 @@ def find_repo_root(repo: str | os.PathLike | None = None) -> pathlib.Path:
     return root
 
 
-# ----------------------------------------------------------------------------------------------
-# Markdown helpers
-# ----------------------------------------------------------------------------------------------
+# -- Markdown helpers ----------------------------------------------------------------------------------------------
 
 def _outside_fences(text: str, fn) -> str:
     """Applies ``fn`` to the parts of ``text`` outside fenced code blocks."""
@@ -128,9 +122,9 @@ def split_title(text: str) -> tuple[str, str]:
 def rewrite_links(text: str, source: str, dest: str, site_files: dict[str, str]) -> str:
     """Rewrites the relative links of ``source`` (repository path) for a page staged at ``dest``.
 
-    A link to a repository file that is on the site (``site_files``: repository path -> site
-    path) points at its page; a link to anything else (source files, CSVs) becomes the path in
-    code, since the site does not carry it. External links and anchors are kept.
+    A link to a repository file that is on the site (``site_files``: repository path -> site path) points at its page; a
+    link to anything else (source files, CSVs) becomes the path in code, since the site does not carry it. External
+    links and anchors are kept.
     """
     src_dir = posixpath.dirname(source)
     dest_dir = posixpath.dirname(dest)
@@ -162,14 +156,11 @@ def readme_command(readme: str, marker: str) -> str:
     return m.group(1)
 
 
-# ----------------------------------------------------------------------------------------------
-# Reports
-# ----------------------------------------------------------------------------------------------
+# -- Reports -------------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class Report:
     """A kept ``report.md`` and the site page it becomes."""
-
     source: str  # repository path of report.md
     page: str  # site path of its page
     title: str
@@ -187,10 +178,9 @@ def find_reports(root: pathlib.Path, paper: Paper) -> list[Report]:
     for path in sorted(base.rglob("report.md")):
         run = path.parent.relative_to(base).as_posix()
         title, _ = split_title(path.read_text(encoding="utf-8"))
-        reports.append(Report(
-            source=path.relative_to(root).as_posix(),
-            page=f"papers/{paper.slug}/reports/{_report_slug(run)}/report.md",
-            title=title or run, run=run))
+        reports.append(Report(source=path.relative_to(root).as_posix(),
+                              page=f"papers/{paper.slug}/reports/{_report_slug(run)}/report.md", title=title or run,
+                              run=run))
     return reports
 
 
@@ -205,8 +195,8 @@ def claims_section(body: str) -> str:
 
 
 def markdown_section(body: str, heading: str, source: str) -> str:
-    """The section of ``body`` whose heading starts with ``heading``, without its heading line (the
-    including page gives its own), up to the next heading of the same or a higher level."""
+    """The section of ``body`` whose heading starts with ``heading``, without its heading line (the including page gives
+    its own), up to the next heading of the same or a higher level."""
     lines = body.splitlines(keepends=True)
     for i, line in enumerate(lines):
         m = re.match(r"^(#{1,6})\s+(.*)$", line)
@@ -218,13 +208,7 @@ def markdown_section(body: str, heading: str, source: str) -> str:
     raise DocsError(f"{source} has no section whose heading starts with {heading!r}")
 
 
-def _is_quick(run: str) -> bool:
-    return "quick" in run.lower()
-
-
-# ----------------------------------------------------------------------------------------------
-# Include markers
-# ----------------------------------------------------------------------------------------------
+# -- Include markers -----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class Context:
@@ -238,11 +222,11 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
     """Replaces the include markers of a hand-written page.
 
     * ``<!-- dpjax-docs: readme-command main-command -->``: the README code block after that marker;
-    * ``<!-- dpjax-docs: include PATH [demote=N] [section=Heading_start] -->``: a repository markdown
-      file without its title (or only the section whose heading starts with the given words,
-      underscores for spaces), headings moved down N levels (default 1), links rewritten for the site;
-    * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports,
-      full-protocol runs open and quick ones folded, each linking to its whole report;
+    * ``<!-- dpjax-docs: include PATH [demote=N] [section=Heading_start] -->``: a repository markdown file without its
+      title (or only the section whose heading starts with the given words, underscores for spaces), headings moved down
+      N levels (default 1), links rewritten for the site;
+    * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports, full-protocol runs
+      open and quick ones folded, each linking to its whole report;
     * ``<!-- dpjax-docs: api-table -->``: the top-level modules and packages with their docstrings' first lines;
     * ``<!-- dpjax-docs: algorithms -->``: the registered algorithms with their registry descriptions.
     """
@@ -276,7 +260,6 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
 def algorithms_table() -> str:
     """A markdown table of ``dpjax.list_algorithms()``: each name, class and registry description."""
     import dpjax
-
     escape = lambda text: re.sub(r"([_*|\\])", r"\\\1", text)
     rows = [f"| `{name}` | `{line.split(': ', 1)[0]}` | {escape(line.split(': ', 1)[1])} |"
             for name, line in dpjax.list_algorithms().items()]
@@ -294,7 +277,7 @@ def _claims_block(slug: str, page: str, ctx: Context) -> str:
         section = rewrite_links(section, rep.source, page, ctx.site_files)
         section = _drop_images(demote_headings(section, 3))
         link = posixpath.relpath(rep.page, posixpath.dirname(page))
-        kind = "???" if _is_quick(rep.run) else "???+"
+        kind = "???" if "quick" in rep.run.lower() else "???+"  # quick runs folded, full-protocol runs open
         title = f"{rep.run}: {rep.title}".replace('"', "'")
         title = title if len(title) <= 140 else title[:139] + "…"
         parts.append(f'{kind} note "{title}"\n\n'
@@ -307,9 +290,7 @@ def _drop_images(text: str) -> str:
     return _outside_fences(text, lambda s: re.sub(r"!\[[^\]\n]*\]\([^)\s]+\)\n?", "", s))
 
 
-# ----------------------------------------------------------------------------------------------
-# API reference
-# ----------------------------------------------------------------------------------------------
+# -- API reference -------------------------------------------------------------------------------------------------
 
 def public_modules(package_dir: pathlib.Path = PACKAGE_DIR) -> list[str]:
     """Dotted names of the package's public modules (no ``_``-prefixed part, no ``__main__``), sorted."""
@@ -331,7 +312,6 @@ def public_modules(package_dir: pathlib.Path = PACKAGE_DIR) -> list[str]:
 def module_summary(module: str, package_dir: pathlib.Path = PACKAGE_DIR) -> str:
     """The first line of a module's docstring, read without importing it."""
     import ast
-
     parts = module.split(".")[1:]
     base = package_dir.joinpath(*parts)
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
@@ -385,16 +365,14 @@ def api_nav(modules: list[str]) -> list:
     return [{top: _api_page(top)}, *entries(top)]
 
 
-# ----------------------------------------------------------------------------------------------
-# Staging
-# ----------------------------------------------------------------------------------------------
+# -- Staging -------------------------------------------------------------------------------------------------------
 
 REPRODUCE_COMMAND = re.compile(r"dpjax reproduce ([a-z0-9][a-z0-9-]*[a-z0-9])")
 
 
 def registered_figures(package_dir: pathlib.Path = PACKAGE_DIR) -> set[str]:
-    """Names registered in ``dpjax/reproduce/`` (read, not imported): ``@register("name", ...)`` and the
-    user-level reproduction's ``demonstration("name", ...)``, which registers through ``register``."""
+    """Names registered in ``dpjax/reproduce/`` (read, not imported): ``@register("name", ...)`` and the user-level
+    reproduction's ``demonstration("name", ...)``, which registers through ``register``."""
     names = set()
     for path in (package_dir / "reproduce").rglob("*.py"):  # modules and per-paper packages
         names.update(re.findall(r"(?:@register|\bdemonstration)\(\s*[\"']([\w-]+)[\"']",
@@ -410,7 +388,6 @@ def check_reproduce_commands(text: str, page: str, figures: set[str]) -> None:
 
 def _notebook_title(path: pathlib.Path) -> str:
     import json
-
     nb = json.loads(path.read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
@@ -422,10 +399,9 @@ def _notebook_title(path: pathlib.Path) -> str:
 
 
 def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
-    """Writes the site's markdown, figures and notebooks under ``dest/docs`` and its config to
-    ``dest/mkdocs.yml``; returns the config."""
+    """Writes the site's markdown, figures and notebooks under ``dest/docs`` and its config to ``dest/mkdocs.yml``;
+    returns the config."""
     import yaml
-
     docs = dest / "docs"
     docs.mkdir(parents=True)
 
@@ -507,21 +483,15 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
     python_handler = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     python_handler["paths"] = [str(PACKAGE_DIR.parent)]
     config["nav"] = [
-        {"Home": "index.md"},
-        {"Getting started": "getting-started.md"},
-        {"A longer tour": "tour.md"},
-        {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"},
-        {"Papers": ["papers/index.md", *paper_nav]},
-        {"Accounting guide": "accounting.md"},
-        {"Reliability promises": "reliability.md"},
+        {"Home": "index.md"}, {"Getting started": "getting-started.md"}, {"A longer tour": "tour.md"},
+        {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"}, {"Papers": ["papers/index.md", *paper_nav]},
+        {"Accounting guide": "accounting.md"}, {"Reliability promises": "reliability.md"},
         {"Privacy audits": "audits.md"},
-        {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"},
-                         {"Sharding": "sharding.md"}]},
-        {"Notebooks": ["notebooks/index.md", *nb_nav]},
-        {"API reference": ["api/index.md", *api_nav(modules)]},
-        {"The test suite": "testing.md"},
-        {"Contributing and about": "contributing.md"},
+        {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"}, {"Sharding": "sharding.md"}]},
+        {"Notebooks": ["notebooks/index.md", *nb_nav]}, {"API reference": ["api/index.md", *api_nav(modules)]},
+        {"The test suite": "testing.md"}, {"Contributing and about": "contributing.md"},
     ]
+
     (dest / "mkdocs.yml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True), encoding="utf-8")
     return config
 
@@ -530,8 +500,8 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
                keep_staging: str | os.PathLike | None = None) -> str:
     """Builds the site into ``out`` with ``mkdocs build`` (``--strict`` by default); returns mkdocs' log.
 
-    Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning),
-    ``DocsError`` when the docs extra or the checkout's sources are missing.
+    Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning), ``DocsError`` when the
+    docs extra or the checkout's sources are missing.
     """
     out = pathlib.Path(out).resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "search" / "search_index.json").is_file())):

@@ -1,7 +1,6 @@
 """``dpjax docs build``: build the documentation site (needs the ``docs`` extra and a source checkout).
 
-Only argparse is imported here, so ``dpjax --help`` stays fast; mkdocs is imported when the
-site is built.
+Only argparse is imported here, so ``dpjax --help`` stays fast; mkdocs is imported when the site is built.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ def add_parser(subparsers) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     from dpjax.docs.build import main_build
-
     return main_build(args.out, args.repo, args.strict, args.keep_staging)
 
 
@@ -33,5 +31,4 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m dpjax.docs ...``: the same parser and error handling as ``dpjax docs ...``."""
     from dpjax.cli import main as dpjax_main
     import sys
-
     return dpjax_main(["docs", *(sys.argv[1:] if argv is None else argv)])

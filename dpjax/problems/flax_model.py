@@ -20,21 +20,17 @@ class FlaxProblem:
     """A flax module ``module.apply(params, x)`` with a per-example loss.
 
     Args:
-      module: a ``flax.linen.Module`` mapping one example (no batch axis) or a
-        batch of examples to a prediction (scalar / logit vector).
+      module: a ``flax.linen.Module`` mapping one example (no batch axis) or a batch of examples to a prediction (scalar
+        / logit vector).
       input_shape: shape of one example, used to initialise parameters.
-      loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"``
-        (binary, labels in {0,1}, scalar logit) or ``"softmax"`` (integer labels).
-      input_dtype: dtype of the example used to initialise parameters
-        (``jnp.int32`` for token inputs).
+      loss_kind: ``"squared"`` (0.5 (f(x) - y)^2, regression), ``"logistic"`` (binary, labels in {0,1}, scalar logit) or
+        ``"softmax"`` (integer labels).
+      input_dtype: dtype of the example used to initialise parameters (``jnp.int32`` for token inputs).
 
-    Flax models have no a-priori Lipschitz bound: private algorithms clip;
-    ``weighted_grad_sum`` gives them the clipped sum by ghost norms.
-    ``prefer_gathered_batches``: a network's clipped sum costs a forward and
-    backward pass per row, so the engine should gather sampled rows rather
-    than weight every row of a silo (the GLMs' dense path).
+    Flax models have no a-priori Lipschitz bound: private algorithms clip; ``weighted_grad_sum`` gives them the clipped
+    sum by ghost norms. ``prefer_gathered_batches``: a network's clipped sum costs a forward and backward pass per row,
+    so the engine should gather sampled rows rather than weight every row of a silo (the GLMs' dense path).
     """
-
     module: Any
     input_shape: tuple[int, ...]
     loss_kind: str = "squared"
@@ -67,11 +63,9 @@ class FlaxProblem:
     def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
         """``sum_j weights_j clip_C(grad loss(params, x_j, y_j))`` by ghost norms.
 
-        The per-example gradients are never materialised (see
-        ``dpjax.primitives.ghost_clipping``; models with layers it does not
-        support fall back to ``vmap(grad)``). ``weights`` are 0/1 padding flags
-        or multiplicities; ``clip_norm=None`` sums unclipped gradients.
-        ``row_sq_norms`` is accepted for the GLM interface and unused.
+        The per-example gradients are never materialised (see ``dpjax.primitives.ghost_clipping``; models with layers it
+        does not support fall back to ``vmap(grad)``). ``weights`` are 0/1 padding flags or multiplicities;
+        ``clip_norm=None`` sums unclipped gradients. ``row_sq_norms`` is accepted for the GLM interface and unused.
         """
         return ghost_clipping.ghost_clipped_sum(self.loss, params, x, y, clip_norm, weights).total
 

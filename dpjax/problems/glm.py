@@ -1,11 +1,9 @@
 """Generalised linear models used by the papers' experiments.
 
-Each problem is a frozen (hashable) dataclass so it can be a static argument
-of ``jit``. ``loss(params, x, y)`` is the loss of *one* example; the engine
-vmaps it. ``lipschitz_bound(x)`` returns a bound L on the per-example gradient
-norm over all parameters when one exists (computed from data, which is not
-private: the papers do the same and say so), else ``None`` and the algorithm
-must clip.
+Each problem is a frozen (hashable) dataclass so it can be a static argument of ``jit``. ``loss(params, x, y)`` is the
+loss of *one* example; the engine vmaps it. ``lipschitz_bound(x)`` returns a bound L on the per-example gradient norm
+over all parameters when one exists (computed from data, which is not private: the papers do the same and say so), else
+``None`` and the algorithm must clip.
 """
 
 from __future__ import annotations
@@ -30,8 +28,8 @@ _TINY = 1e-30
 
 
 def _clip_coefficients(residual_norms, weights, clip_norm):
-    """``weights_j * min(1, C / ||g_j||)``; ``clip_norm=None`` means no clipping. A record whose gradient
-    norm is not finite (overflow) gets 0 (its clipped gradient is the zero vector: see ``_clipped``)."""
+    """``weights_j * min(1, C / ||g_j||)``; ``clip_norm=None`` means no clipping. A record whose gradient norm is not
+    finite (overflow) gets 0 (its clipped gradient is the zero vector: see ``_clipped``)."""
     if clip_norm is None:
         return weights
     coef = weights * jnp.minimum(1.0, clip_norm / jnp.maximum(residual_norms, _TINY))
@@ -39,19 +37,18 @@ def _clip_coefficients(residual_norms, weights, clip_norm):
 
 
 def _clipped(residual, coef):
-    """``residual * coef`` with an exact 0 where ``coef`` is 0: an overflowed residual (inf) times 0 would be
-    NaN and one record would make the whole clipped sum NaN (issue 23; ``dpjax.primitives.clipping``)."""
+    """``residual * coef`` with an exact 0 where ``coef`` is 0: an overflowed residual (inf) times 0 would be NaN and
+    one record would make the whole clipped sum NaN (issue 23; ``dpjax.primitives.clipping``)."""
     return jnp.where(coef != 0, residual, jnp.zeros_like(residual)) * coef
 
 
 def row_sq_norms(x: jax.Array) -> jax.Array:
     """Squared l2 norms of the rows of ``x [..., n, d]`` (``[..., n]``).
 
-    The closed-form clipped sums below need ``||x_j||``. Callers that evaluate
-    them many times on the same data (every round, every run of a grid)
-    should compute this once and pass it as ``row_sq_norms``: left inside a
-    vmapped round, XLA fuses the reduction into each run's elementwise clip
-    and recomputes it per run (measured 2x on a 32-run grid at d = 50).
+    The closed-form clipped sums below need ``||x_j||``. Callers that evaluate them many times on the same data (every
+    round, every run of a grid) should compute this once and pass it as ``row_sq_norms``: left inside a vmapped round,
+    XLA fuses the reduction into each run's elementwise clip and recomputes it per run (measured 2x on a 32-run grid at
+    d = 50).
     """
     return jnp.sum(jnp.square(x), axis=-1)
 
@@ -69,13 +66,11 @@ def _max_row_norm(x) -> float:
 class LogisticRegression:
     """Binary logistic regression without bias, labels in {0, 1}.
 
-    As in the experiments of Lowy & Razaviyayn (2023, Sec. 6), the margin
-    <w, x> is clipped to ``[-margin_clip, margin_clip]`` before the sigmoid for
-    numerical stability. The clip is *straight-through*: the gradient is
-    ``(sigmoid(clip(<w,x>)) - y) x`` exactly as in the authors' code, so
-    ``||grad|| <= ||x||`` always and ``lipschitz_bound = max ||x||``.
+    As in the experiments of Lowy & Razaviyayn (2023, Sec. 6), the margin <w, x> is clipped to ``[-margin_clip,
+    margin_clip]`` before the sigmoid for numerical stability. The clip is *straight-through*: the gradient is
+    ``(sigmoid(clip(<w,x>)) - y) x`` exactly as in the authors' code, so ``||grad|| <= ||x||`` always and
+    ``lipschitz_bound = max ||x||``.
     """
-
     dim: int
     margin_clip: float | None = 15.0
 
@@ -117,11 +112,10 @@ class LogisticRegression:
     def weighted_grad_sum(self, params, x, y, weights, clip_norm=None, row_sq_norms=None):
         """``sum_j weights_j clip_C(grad f(w; x_j, y_j))`` over rows ``x [n, d]``.
 
-        Closed form for a GLM: ``grad_j = r_j x_j`` with ``r_j = sigmoid(m_j) - y_j``,
-        so ``||grad_j|| = |r_j| ||x_j||`` and the clipped sum is
-        ``X^T (weights * r * min(1, C / (|r| ||x||)))``: the same quantity as
-        per-example autodiff + clipping, without materialising ``[n, d]``.
-        ``row_sq_norms`` ([n], optional) are precomputed ``||x_j||^2``.
+        Closed form for a GLM: ``grad_j = r_j x_j`` with ``r_j = sigmoid(m_j) - y_j``, so ``||grad_j|| = |r_j| ||x_j||``
+        and the clipped sum is ``X^T (weights * r * min(1, C / (|r| ||x||)))``: the same quantity as per-example
+        autodiff + clipping, without materialising ``[n, d]``. ``row_sq_norms`` ([n], optional) are precomputed
+        ``||x_j||^2``.
         """
         m = x @ params
         if self.margin_clip is not None:
@@ -145,10 +139,9 @@ class LogisticRegression:
 class SoftmaxRegression:
     """Multinomial logistic regression, labels are integer class ids.
 
-    Parameters are a ``[dim, num_classes]`` matrix (no bias, as in the obesity
-    experiment). ``||grad|| = ||x|| ||p - e_y|| <= sqrt(2) ||x||``.
+    Parameters are a ``[dim, num_classes]`` matrix (no bias, as in the obesity experiment). ``||grad|| = ||x|| ||p -
+    e_y|| <= sqrt(2) ||x||``.
     """
-
     dim: int
     num_classes: int
 
@@ -196,10 +189,8 @@ class SoftmaxRegression:
 class LinearRegression:
     """Least squares ``0.5 (<w, x> + b - y)^2`` (optionally with a bias ``b``).
 
-    The gradient is unbounded over R^d, so there is no Lipschitz bound:
-    private algorithms must clip per example.
+    The gradient is unbounded over R^d, so there is no Lipschitz bound: private algorithms must clip per example.
     """
-
     dim: int
     fit_intercept: bool = False
 

@@ -10,7 +10,6 @@ import jax
 
 class MLP(nn.Module):
     """``hidden`` tanh layers, then a linear layer of ``outputs`` units (1: a scalar logit)."""
-
     hidden: Sequence[int] = (16,)
     outputs: int = 1
 

@@ -1,12 +1,10 @@
 """A small transformer classifier (flax linen) shared by the ghost-clipping tests and benchmarks.
 
-Pre-LayerNorm encoder (Vaswani et al. 2017; pre-norm as in Xiong et al. 2020):
-token embedding + learned position embedding, ``num_layers`` blocks of
-``x + MHA(LN(x))`` and ``x + MLP(LN(x))`` (GELU), a final LayerNorm, mean
-pooling over positions and a dense read-out. Every parametrised layer is one
-ghost clipping handles without per-example gradients (``Embed``, the
-``DenseGeneral`` projections inside ``MultiHeadDotProductAttention``,
-``Dense``) or materialises layer by layer (``LayerNorm``, biases).
+Pre-LayerNorm encoder (Vaswani et al. 2017; pre-norm as in Xiong et al. 2020): token embedding + learned position
+embedding, ``num_layers`` blocks of ``x + MHA(LN(x))`` and ``x + MLP(LN(x))`` (GELU), a final LayerNorm, mean pooling
+over positions and a dense read-out. Every parametrised layer is one ghost clipping handles without per-example
+gradients (``Embed``, the ``DenseGeneral`` projections inside ``MultiHeadDotProductAttention``, ``Dense``) or
+materialises layer by layer (``LayerNorm``, biases).
 """
 
 from __future__ import annotations
@@ -20,10 +18,9 @@ from dpjax.problems.flax_model import FlaxProblem
 class TransformerClassifier(nn.Module):
     """Classifies a token sequence ``[T]`` (or a batch ``[B, T]``) into ``num_classes``.
 
-    ``tied_readout=True`` reads the logits out with the token embedding
-    (``Embed.attend``; then ``num_classes`` must equal ``vocab_size``).
+    ``tied_readout=True`` reads the logits out with the token embedding (``Embed.attend``; then ``num_classes`` must
+    equal ``vocab_size``).
     """
-
     vocab_size: int = 256
     max_len: int = 32
     width: int = 64
@@ -53,7 +50,7 @@ class TransformerClassifier(nn.Module):
 
 
 def transformer_problem(seq_len: int = 32, **kwargs) -> FlaxProblem:
-    """``FlaxProblem`` (softmax cross-entropy) of a ``TransformerClassifier`` on
-    integer token sequences of length ``seq_len``."""
+    """``FlaxProblem`` (softmax cross-entropy) of a ``TransformerClassifier`` on integer token sequences of length
+    ``seq_len``."""
     kwargs.setdefault("max_len", seq_len)
     return FlaxProblem(TransformerClassifier(**kwargs), (seq_len,), "softmax", input_dtype=jnp.int32)

@@ -40,12 +40,10 @@ def _share(args) -> tuple[int, int, bool]:
                 raise ValueError(f"{flag(k)} and --distributed are exclusive: with --distributed the process "
                                  "index and count come from JAX (jax.process_index(), jax.process_count())")
         from dpjax.sweep import multihost
-
         index, count = multihost.initialize(
             args.coordinator, args.num_processes, args.process_id,
             initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
-            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout,
-        )
+            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout)
         return index, count, True
     for k in _DISTRIBUTED_ONLY + ("init_timeout", "shutdown_timeout"):
         if getattr(args, k) is not None:
@@ -83,10 +81,9 @@ def listing_lines() -> list[str]:
 
 
 def algorithm_lines() -> list[str]:
-    """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and
-    the registry entry's description (``dpjax.list_algorithms()``; no jax imported)."""
+    """``dpjax sweep --algorithms``: one line per name a config's ``algorithm =`` takes, with its class and the registry
+    entry's description (``dpjax.list_algorithms()``; no jax imported)."""
     import dpjax
-
     listed = dpjax.list_algorithms()
     width = max(map(len, listed), default=0)
     return [f"{name:{width}s}  {line}" for name, line in listed.items()]
@@ -95,8 +92,7 @@ def algorithm_lines() -> list[str]:
 def resolve_config(config: str) -> pathlib.Path:
     """``config`` as a file if one exists there, else the packaged config of that name (``.toml`` optional).
 
-    Paths keep working; a name works from any directory. Anything else is a ``ValueError`` naming the
-    packaged configs.
+    Paths keep working; a name works from any directory. Anything else is a ``ValueError`` naming the packaged configs.
     """
     path = pathlib.Path(config)
     if path.is_file():
@@ -131,18 +127,14 @@ def _sweep(args) -> int:
         raise ValueError("the following arguments are required: --out (the sweep directory: created, resumed if "
                          "it exists)")
     from dpjax import progress
-
     progress.configure(quiet=args.quiet)
     progress.stage(f"sweep {args.config}: loading jax and the families, reading {path}")
     index, count, distributed = _share(args)
     from dpjax.sweep import multihost
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.driver import run_sweep
-
     import dataclasses
-
     from dpjax.sweep import datasets
-
     cfg = SweepConfig.from_toml(path, max_runs=args.max_runs, max_data_mb=args.max_data_mb)
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
@@ -151,22 +143,18 @@ def _sweep(args) -> int:
         if "data_dir" not in datasets.get_dataset(cfg.data["name"]).defaults:
             raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
         cfg = dataclasses.replace(cfg, data={**cfg.data, "data_dir": args.data_dir})
-    res = run_sweep(
-        cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
-        process_index=index, process_count=count, max_chunks=args.max_chunks,
-        sleep_between_chunks=args.sleep_between_chunks,
-        wait_for_config=LEADER_WAIT if distributed else None,
-    )
+    res = run_sweep(cfg, args.out, source_text=path.read_text(), progress=not (args.no_progress or args.quiet),
+                    process_index=index, process_count=count, max_chunks=args.max_chunks,
+                    sleep_between_chunks=args.sleep_between_chunks,
+                    wait_for_config=LEADER_WAIT if distributed else None)
     who = f" (process {index} of {count})" if count > 1 else ""
     print(
         f"sweep {cfg.name}{who}: computed {len(res.computed_chunks)} chunk(s), skipped {res.skipped_chunks} finished, "
         f"{len(res.runs)} runs stored of {res.total_chunks} chunks' worth in {args.out} ({res.seconds:.1f} s)",
-        flush=True,
-    )
+        flush=True)
     if distributed:
         multihost.finish()  # barrier: every process has stored its chunks
         from dpjax.sweep.store import Store
-
         done = len(Store(args.out).finished_chunks())
         print(f"sweep {cfg.name}: all {count} processes finished; {args.out} holds {done} of {res.total_chunks} chunks")
     return 0
@@ -174,16 +162,12 @@ def _sweep(args) -> int:
 
 def _plot(args) -> int:
     from dpjax import progress
-
     progress.configure(quiet=args.quiet)
     progress.stage(f"plot {args.store}: loading the sweep's results")
     from dpjax.sweep.plot import completeness, plot_store
-
-    out = plot_store(
-        args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
-        lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-        partial=args.partial,
-    )
+    out = plot_store(args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
+                     lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
+                     partial=args.partial)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")
@@ -221,7 +205,6 @@ def add_parser(subparsers) -> None:
                         "$DPJAX_DATA_DIR, then ~/.cache/dpjax)")
     p.add_argument("--max-chunks", type=int, default=None, help="stop after this many chunks (resume later)")
     from dpjax import _validate as v
-
     p.add_argument("--max-runs", type=v.flag_type("--max-runs", v.parse_int), default=None,
                    help="refuse a grid of more runs (default: the config's max_runs, else 100,000)")
     p.add_argument("--max-data-mb", type=v.flag_type("--max-data-mb", float), default=None,
@@ -255,9 +238,7 @@ def add_parser(subparsers) -> None:
 
 def main(argv=None) -> int:
     from dpjax.cli import EXPECTED_ERRORS, one_line
-
     from dpjax.cli import ArgumentParser
-
     parser = ArgumentParser(prog="dpjax")
     add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)

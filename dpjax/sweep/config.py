@@ -1,7 +1,7 @@
 """Sweep configuration: a frozen dataclass and its TOML file form.
 
-A sweep is one algorithm (plus its static fields), one data spec and a grid
-of axes. The TOML form mirrors the dataclass one to one::
+A sweep is one algorithm (plus its static fields), one data spec and a grid of axes. The TOML form mirrors the dataclass
+one to one::
 
     name = "isrl-fig4-mbsgd-appendix-i"
     algorithm = "isrl-mbsgd"          # a key of dpjax.sweep.ALGORITHMS
@@ -30,21 +30,18 @@ of axes. The TOML form mirrors the dataclass one to one::
     repetition = 3                    # an int n means range(n)
     trial = 20                        # data split i uses split seed data.split_seed + i
 
-Size limits (checked arithmetically from the axis specs and data options,
-before anything is expanded, loaded or allocated; neither is part of the
-sweep's identity, so raising one never invalidates a sweep directory)::
+Size limits (checked arithmetically from the axis specs and data options, before anything is expanded, loaded or
+allocated; neither is part of the sweep's identity, so raising one never invalidates a sweep directory)::
 
     max_runs = 100000                 # runs = the product of the grid's axis lengths (default 100,000)
     max_data_mb = 256                 # the data a [data] table describes, float32 (default 256 MiB)
 
 ``dpjax sweep --max-runs N --max-data-mb M`` override them.
 
-Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the
-algorithm's per-run hyperparameters (e.g. ``learning_rate``, ``noise_std``,
-``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the
-accountant, so it excludes a ``noise_std`` axis) and any static field of the
-algorithm (each distinct static combination is compiled once). A scalar is a
-one-point axis. Every error names the offending key.
+Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the algorithm's per-run hyperparameters (e.g.
+``learning_rate``, ``noise_std``, ``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the accountant, so
+it excludes a ``noise_std`` axis) and any static field of the algorithm (each distinct static combination is compiled
+once). A scalar is a one-point axis. Every error names the offending key.
 """
 
 from __future__ import annotations
@@ -60,10 +57,8 @@ from typing import Any
 
 from dpjax import _validate
 
-TOP_LEVEL_KEYS = (
-    "name", "algorithm", "num_rounds", "eval_every", "seed", "on_nonfinite",
-    "static", "data", "privacy", "grid", "chunk_size", "vmap_width", "max_runs", "max_data_mb",
-)
+TOP_LEVEL_KEYS = ("name", "algorithm", "num_rounds", "eval_every", "seed", "on_nonfinite", "static", "data", "privacy",
+                  "grid", "chunk_size", "vmap_width", "max_runs", "max_data_mb")
 #: Largest grid a sweep builds without being told (``max_runs``): 14x the largest packaged config
 #: (7,200 runs); a typo such as ``logspace = [-3, -1, 1000000000]`` is refused before any expansion.
 DEFAULT_MAX_RUNS = 100_000
@@ -115,12 +110,9 @@ def grid_size(grid: dict) -> tuple[int, str]:
 
 
 def expand_axis(key: str, spec: Any) -> tuple:
-    """One grid axis as a tuple of values.
-
-    ``spec`` is a list, a scalar (a one-point axis), an int for ``trial`` and
-    ``repetition`` (``range(n)``), or a table ``{logspace = [a, b, num], base =
-    "e" | 10}`` / ``{linspace = [a, b, num]}``.
-    """
+    """One grid axis as a tuple of values. ``spec`` is a list, a scalar (a one-point axis), an int for ``trial`` and
+    ``repetition`` (``range(n)``), or a table ``{logspace = [a, b, num], base = "e" | 10}`` / ``{linspace = [a, b,
+    num]}``."""
     where = f"grid.{key}"
     if isinstance(spec, dict):
         kind, start, stop, num = _range_args(where, spec)
@@ -187,12 +179,10 @@ def parse_maxnorm(value) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
-    """A resolved sweep configuration (see the module docstring for the fields).
+    """A resolved sweep configuration (see the module docstring for the fields). ``grid`` maps each axis to a tuple of
+    values (already expanded); ``chunk_size`` (runs per stored chunk) and ``vmap_width`` (runs computed simultaneously
+    inside a chunk) are chosen automatically when ``None``."""
 
-    ``grid`` maps each axis to a tuple of values (already expanded);
-    ``chunk_size`` (runs per stored chunk) and ``vmap_width`` (runs computed
-    simultaneously inside a chunk) are chosen automatically when ``None``.
-    """
 
     algorithm: str
     num_rounds: int
@@ -213,7 +203,6 @@ class SweepConfig:
         from dpjax import algorithms  # late: the families import jax
         from dpjax.engine import registry
         from dpjax.sweep import datasets
-
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
         entry = algorithms.algorithm_entry(self.algorithm)
@@ -222,12 +211,9 @@ class SweepConfig:
             _validate.check_int("eval_every", self.eval_every, min_value=1, max_value=self.num_rounds)
         _validate.check_seed("seed", self.seed)
         _validate.check_choice("on_nonfinite", self.on_nonfinite, ("mark", "raise"))
-        if self.chunk_size is not None:
-            _validate.check_int("chunk_size", self.chunk_size, min_value=1)
-        if self.vmap_width is not None:
-            _validate.check_int("vmap_width", self.vmap_width, min_value=1)
-        if self.max_runs is not None:
-            _validate.check_int("max_runs", self.max_runs, min_value=1)
+        for k in ("chunk_size", "vmap_width", "max_runs"):
+            if getattr(self, k) is not None:
+                _validate.check_int(k, getattr(self, k), min_value=1)
         if self.max_data_mb is not None:
             _validate.check_positive("max_data_mb", self.max_data_mb)
         if not isinstance(self.data, dict) or "name" not in self.data:
@@ -253,10 +239,8 @@ class SweepConfig:
         grid = {}
         for k, spec in self.grid.items():
             if k not in SPECIAL_AXES and k not in entry.hparam_fields and k not in entry.static_fields:
-                raise ValueError(
-                    f"grid.{k} is not a known axis of algorithm {self.algorithm!r}; known: "
-                    f"{SPECIAL_AXES + entry.hparam_fields + entry.static_fields}"
-                )
+                raise ValueError(f"grid.{k} is not a known axis of algorithm {self.algorithm!r}; known: "
+                                 f"{SPECIAL_AXES + entry.hparam_fields + entry.static_fields}")
             if k in self.static:
                 raise ValueError(f"grid.{k} is also set in static.{k}; set it in one place")
             values = spec if isinstance(spec, tuple) else expand_axis(k, spec)
@@ -293,7 +277,6 @@ class SweepConfig:
                 raise ValueError("privacy must set both accountant and delta")
             from dpjax.accounting import api
             from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS  # DP-SGD-General's reports
-
             _validate.check_choice("privacy.accountant", self.privacy["accountant"],
                                    api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
             d = self.privacy["delta"]
@@ -332,12 +315,12 @@ class SweepConfig:
         except tomllib.TOMLDecodeError as err:
             raise ValueError(f"config={str(path)!r} is not valid TOML: {err}") from None
         except UnicodeDecodeError as err:
-            raise ValueError(f"config={str(path)!r} is not a TOML text file (not UTF-8: byte {err.object[err.start]:#04x} "
-                             f"at offset {err.start})") from None
+            raise ValueError(f"config={str(path)!r} is not a TOML text file (not UTF-8: byte "
+                             f"{err.object[err.start]:#04x} at offset {err.start})") from None
 
     def to_dict(self) -> dict:
-        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it. The limits
-        (``max_runs``, ``max_data_mb``) are not part of a sweep and are left out."""
+        """JSON-able resolved form (grid axes as lists); ``from_dict`` round-trips it. The limits (``max_runs``,
+        ``max_data_mb``) are not part of a sweep and are left out."""
         d = dataclasses.asdict(self)
         for k in LIMIT_KEYS:
             d.pop(k)

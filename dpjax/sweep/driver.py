@@ -1,14 +1,12 @@
 """``run_sweep``: plan, compile once per group, execute chunks, store, resume.
 
-The chunks run through the engine's one executor (``dpjax.engine.executor.execute``) with the sweep
-directory (``dpjax.sweep.store``) as its resumable store.
+The chunks run through the engine's one executor (``dpjax.engine.executor.execute``) with the sweep directory
+(``dpjax.sweep.store``) as its resumable store.
 
-Privacy: every run's noise is fixed on the host before execution. With an
-``epsilon`` axis, every family is calibrated the same way:
-``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta,
-accountant)`` (``AlgorithmEntry.calibrate``; the plan describes the compiled
-run: clip norm, batch size, sampling scheme, rounds, neighbouring relation);
-the table records epsilon, delta, accountant and the resulting noise values.
+Privacy: every run's noise is fixed on the host before execution. With an ``epsilon`` axis, every family is calibrated
+the same way: ``algorithm.privacy(silo_sizes, unit_hparams).calibrate(epsilon, delta, accountant)``
+(``AlgorithmEntry.calibrate``; the plan describes the compiled run: clip norm, batch size, sampling scheme, rounds,
+neighbouring relation); the table records epsilon, delta, accountant and the resulting noise values.
 """
 
 from __future__ import annotations
@@ -77,17 +75,11 @@ class Sweep:
         self._hp_cache: dict = {}
         self._eval_fn = None
         self.chunk_size = cfg.chunk_size or plan_lib.default_chunk_size(self.groups)
-        if cfg.vmap_width is not None:
-            self.vmap_width = cfg.vmap_width
-        else:
-            # Whole chunk at once: runs sharing data turn the GLM closed-form
-            # gradient into matrix-matrix products. Measured on the Fig. 4
-            # grid (2 trials, 360 runs, 2 busy cores): width 4 took 49.5 s,
-            # 20 took 11.0 s, 60 took 9.7 s. The memory check below still
-            # halves it when a chunk would not fit.
-            self.vmap_width = self.chunk_size
+        # Default: the whole chunk at once: runs sharing data turn the GLM closed-form gradient into matrix-matrix
+        # products. Measured on the Fig. 4 grid (2 trials, 360 runs, 2 busy cores): width 4 took 49.5 s, 20 took
+        # 11.0 s, 60 took 9.7 s. The memory check (fit_memory) still halves it when a chunk would not fit.
+        self.vmap_width = cfg.vmap_width if cfg.vmap_width is not None else self.chunk_size
 
-    # -- data, algorithms, hyperparameters ---------------------------------
     def trial(self, t) -> datasets.TrialData:
         if t not in self._trials:
             self._trials[t] = self.dataset.load(self.data_opts, t)
@@ -125,8 +117,7 @@ class Sweep:
             return self._hp_cache[key]
         td = self.trial(t)
         axes = g.configs[h]
-        vals = dict(self.entry.hparam_defaults)
-        vals.update({k: v for k, v in axes.items() if k != "epsilon"})
+        vals = {**self.entry.hparam_defaults, **{k: v for k, v in axes.items() if k != "epsilon"}}
         for k in self.entry.clip_axes:
             c = parse_maxnorm(vals.get(k))
             if c is not None:
@@ -139,7 +130,6 @@ class Sweep:
         self._hp_cache[key] = vals
         return vals
 
-    # -- chunk arguments -----------------------------------------------------
     def chunk_args(self, c: plan_lib.Chunk):
         g = self.groups[c.group]
         trials = [g.trials[i] for i in c.trial_idx]
@@ -171,7 +161,6 @@ class Sweep:
             self.vmap_width = max(1, min(self.vmap_width, self.chunk_size))
             chunks = plan_lib.build_chunks(self.groups, self.chunk_size)
 
-    # -- results -------------------------------------------------------------
     def lane(self, c: plan_lib.Chunk, lt: int, ls: int, lh: int):
         """``(group, trial, repetition, config index)`` of lane ``(lt, ls, lh)`` of chunk ``c``."""
         g = self.groups[c.group]
@@ -191,30 +180,26 @@ class Sweep:
             g, t, s, h = self.lane(c, *lane)
             rid = plan_lib.run_id(plan_lib.identity(self.cfg, g, t, s, g.configs[h]))
             hp = self.hparams(g, t, h)
-            row = {"run_id": rid, "group": g.index, "trial": t, "repetition": s}
-            row.update({k: v for k, v in g.static.items()})
-            row.update(self.entry.resolved_columns(alg))
-            row.update({f"axis_{k}": v for k, v in g.configs[h].items()})
-            row.update({f"{k}[{i}]": x for k, v in hp.items() if isinstance(v, tuple) for i, x in enumerate(v)})
-            row.update({k: v for k, v in hp.items() if not isinstance(v, tuple)})
+            row = {"run_id": rid, "group": g.index, "trial": t, "repetition": s, **g.static,
+                   **self.entry.resolved_columns(alg), **{f"axis_{k}": v for k, v in g.configs[h].items()},
+                   **{f"{k}[{i}]": x for k, v in hp.items() if isinstance(v, tuple) for i, x in enumerate(v)},
+                   **{k: v for k, v in hp.items() if not isinstance(v, tuple)}}
             if "epsilon" in g.configs[h]:
                 row["epsilon"] = float(g.configs[h]["epsilon"])
                 row["delta"] = self.delta(self.trial(t))
                 row["accountant"] = self.cfg.privacy["accountant"]
             row["diverged_round"] = int(results["diverged_round"][run])
-            for m, arr in results["evals"].items():
-                row[m] = float(arr[run, -1])
-            runs.append(row)
+            ev = results["evals"]
+            runs.append(row | {m: float(arr[run, -1]) for m, arr in ev.items()})
             for e, r in enumerate(eval_rounds):
-                er = {"run_id": rid, "eval_round": int(r)}
-                er.update({m: float(arr[run, e]) for m, arr in results["evals"].items()})
-                evals.append(er)
+                evals.append({"run_id": rid, "eval_round": int(r)} | {m: float(arr[run, e]) for m, arr in ev.items()})
+
         return pd.DataFrame(runs), pd.DataFrame(evals)
 
 
 class _DirectoryStore:
-    """The sweep directory as the executor's resumable ``ChunkStore``: a committed chunk whose files
-    still match its manifest is finished; a damaged one is announced and recomputed."""
+    """The sweep directory as the executor's resumable ``ChunkStore``: a committed chunk whose files still match its
+    manifest is finished; a damaged one is announced and recomputed."""
 
     def __init__(self, store: Store, sweep: Sweep, chunks: dict):
         self.store, self.sweep, self.chunks = store, sweep, chunks
@@ -240,33 +225,19 @@ def _wait_for_leader(store: Store, timeout_s: float) -> None:
     deadline = time.monotonic() + float(timeout_s)
     while not store.config_path.exists():
         if time.monotonic() > deadline:
-            raise ValueError(
-                f"wait_for_config={timeout_s}: process 0 has not written {store.config_path} in time; "
-                "is it running with the same --out directory (on a shared file system)?"
-            )
+            raise ValueError(f"wait_for_config={timeout_s}: process 0 has not written {store.config_path} in time; "
+                             "is it running with the same --out directory (on a shared file system)?")
         time.sleep(0.1)
 
 
-def run_sweep(
-    cfg: SweepConfig,
-    out_dir: str | os.PathLike,
-    *,
-    devices=None,
-    source_text: str | None = None,
-    progress: bool = True,
-    process_index: int = 0,
-    process_count: int = 1,
-    max_chunks: int | None = None,
-    sleep_between_chunks: float = 0.0,
-    wait_for_config: float | None = None,
-) -> SweepResult:
+def run_sweep(cfg: SweepConfig, out_dir: str | os.PathLike, *, devices=None, source_text: str | None = None,
+              progress: bool = True, process_index: int = 0, process_count: int = 1, max_chunks: int | None = None,
+              sleep_between_chunks: float = 0.0, wait_for_config: float | None = None) -> SweepResult:
     """Runs (or resumes) a sweep into ``out_dir``.
 
-    Finished chunks found in ``out_dir`` are skipped; the rest are computed
-    ``len(devices)`` at a time (one per device, ``shard_map`` over the runs
-    axis) and each is stored atomically as soon as it is done. With
-    ``process_count = P`` this process only computes the chunks whose index
-    is ``process_index`` mod P (several hosts sharing one directory).
+    Finished chunks found in ``out_dir`` are skipped; the rest are computed ``len(devices)`` at a time (one per device,
+    ``shard_map`` over the runs axis) and each is stored atomically as soon as it is done. With ``process_count = P``
+    this process only computes the chunks whose index is ``process_index`` mod P (several hosts sharing one directory).
 
     Args:
       cfg: the sweep.
@@ -275,13 +246,11 @@ def run_sweep(
       source_text: the config file's text, kept verbatim in the directory.
       progress: show a progress bar (runs/s and ETA) on stderr.
       max_chunks: stop after computing this many chunks (resume later).
-      sleep_between_chunks: pause after each stored chunk (seconds; for
-        sharing a busy machine and for kill/resume tests).
-      wait_for_config: with ``process_index > 0``, wait up to this many
-        seconds for process 0 to write ``out_dir/config.json`` and adopt its
-        (possibly automatic) tiling, so processes started together never
-        race to different ``chunk_size`` choices (``--distributed`` sets it;
-        ``None``: no wait).
+      sleep_between_chunks: pause after each stored chunk (seconds; for sharing a busy machine and for kill/resume
+        tests).
+      wait_for_config: with ``process_index > 0``, wait up to this many seconds for process 0 to write
+        ``out_dir/config.json`` and adopt its (possibly automatic) tiling, so processes started together never race to
+        different ``chunk_size`` choices (``--distributed`` sets it; ``None``: no wait).
     """
     start = time.perf_counter()
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices())
@@ -323,10 +292,9 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
     plan = {c.chunk_id: c for c in chunks}
     work = [Chunk(c.chunk_id, c.group, tuple(c.lanes()), functools.partial(sw.chunk_args, c),
                   functools.partial(sw.describe, c)) for c in chunks]
-    computed, skipped = execute(
-        work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
-        on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count), max_chunks=max_chunks,
-        progress=f"sweep {cfg.name}" if progress else None, pause=sleep_between_chunks,
-        consequence="Nothing of this chunk was written.")
+    computed, skipped = execute(work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
+                                on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count),
+                                max_chunks=max_chunks, progress=f"sweep {cfg.name}" if progress else None,
+                                pause=sleep_between_chunks, consequence="Nothing of this chunk was written.")
     runs, evals = store.load()
     return SweepResult(runs, evals, computed, skipped, len(chunks), time.perf_counter() - start)

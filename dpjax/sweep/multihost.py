@@ -1,28 +1,22 @@
 """One sweep on several hosts with JAX's multi-process runtime.
 
-A sweep's chunks are independent compiled programs (no collective crosses a
-chunk), so several processes can share one sweep: process ``i`` of ``P``
-computes chunks ``i, i+P, i+2P, ...`` on its own ``jax.local_devices()``
-(``shard_map`` over the runs axis, as on one host) and writes them into the
-shared sweep directory, whose writes are atomic and whose temporaries carry
-host + pid. The stored tables are bit-identical to a single-process sweep of
-the same config (same chunk tiling, same per-chunk program).
+A sweep's chunks are independent compiled programs (no collective crosses a chunk), so several processes can share one
+sweep: process ``i`` of ``P`` computes chunks ``i, i+P, i+2P, ...`` on its own ``jax.local_devices()`` (``shard_map``
+over the runs axis, as on one host) and writes them into the shared sweep directory, whose writes are atomic and whose
+temporaries carry host + pid. The stored tables are bit-identical to a single-process sweep of the same config (same
+chunk tiling, same per-chunk program).
 
 Two ways to say which process is which:
 
-* **JAX's runtime** (``dpjax sweep CONFIG --out DIR --distributed``): every
-  process calls ``jax.distributed.initialize`` (``initialize`` below) and
-  takes its index and the count from ``jax.process_index()`` /
-  ``jax.process_count()``. The coordinator address, process count and id
-  come from ``--coordinator HOST:PORT --num-processes P --process-id I`` or,
-  when omitted, from JAX's own detection: ``JAX_COORDINATOR_ADDRESS`` and the
-  cluster environments JAX knows (SLURM, Open MPI, Kubernetes, Cloud TPU).
-  Processes with index > 0 wait for process 0 to write ``DIR/config.json``
-  before starting, so all adopt its automatic chunk tiling; at the end every
-  process waits for the others (``jax.distributed.shutdown``), then prints
-  how much of the sweep the directory holds.
-* **Manual** (``--process-index i --process-count P``): no runtime at all;
-  each host is started by hand (or by a job array) with its index.
+* **JAX's runtime** (``dpjax sweep CONFIG --out DIR --distributed``): every process calls ``jax.distributed.initialize``
+  (``initialize`` below) and takes its index and the count from ``jax.process_index()`` / ``jax.process_count()``. The
+  coordinator address, process count and id come from ``--coordinator HOST:PORT --num-processes P --process-id I`` or,
+  when omitted, from JAX's own detection: ``JAX_COORDINATOR_ADDRESS`` and the cluster environments JAX knows (SLURM,
+  Open MPI, Kubernetes, Cloud TPU). Processes with index > 0 wait for process 0 to write ``DIR/config.json`` before
+  starting, so all adopt its automatic chunk tiling; at the end every process waits for the others
+  (``jax.distributed.shutdown``), then prints how much of the sweep the directory holds.
+* **Manual** (``--process-index i --process-count P``): no runtime at all; each host is started by hand (or by a job
+  array) with its index.
 
 Recipe (two hosts sharing ``/shared`` (NFS, Lustre, ...); the same config file on both)::
 
@@ -36,13 +30,11 @@ Recipe (two hosts sharing ``/shared`` (NFS, Lustre, ...); the same config file o
     # under SLURM (one task per host): JAX reads the job's environment
     srun --ntasks-per-node=1 dpjax sweep sweep.toml --out /shared/sw --distributed
 
-Several processes on one host work the same way (each with its own devices;
-e.g. ``CUDA_VISIBLE_DEVICES`` or ``JAX_LOCAL_DEVICE_IDS``); on CPU, set
-``JAX_COORDINATOR_BIND_ADDRESS=127.0.0.1:PORT`` to keep the coordinator on
-the loopback interface. If a process dies, the chunks already stored stay
-valid: rerun the same command (any number of processes) and it resumes.
-Hosts with different devices can choose different automatic tilings only in
-manual mode; there, set ``chunk_size`` in the config.
+Several processes on one host work the same way (each with its own devices; e.g. ``CUDA_VISIBLE_DEVICES`` or
+``JAX_LOCAL_DEVICE_IDS``); on CPU, set ``JAX_COORDINATOR_BIND_ADDRESS=127.0.0.1:PORT`` to keep the coordinator on the
+loopback interface. If a process dies, the chunks already stored stay valid: rerun the same command (any number of
+processes) and it resumes. Hosts with different devices can choose different automatic tilings only in manual mode;
+there, set ``chunk_size`` in the config.
 """
 
 from __future__ import annotations
@@ -68,41 +60,30 @@ def check_coordinator(address) -> str:
 def is_initialized() -> bool:
     """Whether ``jax.distributed.initialize`` has run in this process."""
     import jax
-
     fn = getattr(jax.distributed, "is_initialized", None)
     if fn is not None:
         return bool(fn())
     from jax._src import distributed  # older JAX: no public predicate
-
     return distributed.global_state.client is not None
 
 
-def initialize(
-    coordinator_address: str | None = None,
-    num_processes: int | None = None,
-    process_id: int | None = None,
-    *,
-    initialization_timeout: int = 300,
-    shutdown_timeout: int | None = None,
-) -> tuple[int, int]:
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None, process_id: int | None = None,
+               *, initialization_timeout: int = 300, shutdown_timeout: int | None = None) -> tuple[int, int]:
     """Joins JAX's multi-process runtime; returns ``(process_index, process_count)``.
 
-    Arguments left ``None`` are detected by JAX (``JAX_COORDINATOR_ADDRESS``,
-    SLURM, Open MPI, Kubernetes, Cloud TPU). Must run before this process
-    uses JAX for anything else (JAX's rule). Calling it again in a process
-    that has already joined returns the same share without reconnecting.
+    Arguments left ``None`` are detected by JAX (``JAX_COORDINATOR_ADDRESS``, SLURM, Open MPI, Kubernetes, Cloud TPU).
+    Must run before this process uses JAX for anything else (JAX's rule). Calling it again in a process that has already
+    joined returns the same share without reconnecting.
 
     Args:
       coordinator_address: ``HOST:PORT`` of process 0's coordinator service.
       num_processes: P, the number of processes in the sweep.
       process_id: this process's id in ``[0, P)``.
       initialization_timeout: seconds to wait for every process to connect.
-      shutdown_timeout: seconds a finished process waits at the end for the
-        others (``finish``); ``None`` keeps JAX's default (300 s). Only the
-        coordinator's value (process 0) matters.
+      shutdown_timeout: seconds a finished process waits at the end for the others (``finish``); ``None`` keeps JAX's
+        default (300 s). Only the coordinator's value (process 0) matters.
     """
     import jax
-
     if coordinator_address is not None:
         check_coordinator(coordinator_address)
     if num_processes is not None:
@@ -138,18 +119,15 @@ def initialize(
 def process_share() -> tuple[int, int]:
     """``(jax.process_index(), jax.process_count())``: this process's share of the chunks."""
     import jax
-
     return int(jax.process_index()), int(jax.process_count())
 
 
 def finish() -> None:
     """Waits until every process has finished, then leaves the runtime (no-op when not joined).
 
-    ``jax.distributed.shutdown`` is a barrier: it returns once all processes
-    have called it (or the coordinator's shutdown timeout has passed), so
-    afterwards the shared directory holds every process's chunks.
+    ``jax.distributed.shutdown`` is a barrier: it returns once all processes have called it (or the coordinator's
+    shutdown timeout has passed), so afterwards the shared directory holds every process's chunks.
     """
     import jax
-
     if is_initialized():
         jax.distributed.shutdown()

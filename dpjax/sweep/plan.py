@@ -1,20 +1,15 @@
 """From a ``SweepConfig`` to groups of runs and fixed-shape chunks.
 
-* A **group** is one combination of the algorithm's static fields: one
-  compiled program serves every run of the group.
-* Inside a group the runs form a 3-d grid ``trial x repetition x config``
-  (``config`` = one point of the per-run hyperparameter axes, e.g.
-  ``learning_rate x epsilon``), ordered lexicographically.
-* A **chunk** is a ``Tc x Sc x Hc`` tile of that grid: the unit of compiled
-  execution and of storage. Every chunk of a group has the same shape (edge
-  tiles are padded by repeating their last valid index and the padded lanes
-  are discarded), so the group compiles once. The tiling depends only on the
-  config and ``chunk_size``, so an interrupted sweep recomputes exactly the
-  same chunks with exactly the same lanes when it resumes (bit-identical).
+* A **group** is one combination of the algorithm's static fields: one compiled program serves every run of the group.
+* Inside a group the runs form a 3-d grid ``trial x repetition x config`` (``config`` = one point of the per-run
+  hyperparameter axes, e.g. ``learning_rate x epsilon``), ordered lexicographically.
+* A **chunk** is a ``Tc x Sc x Hc`` tile of that grid: the unit of compiled execution and of storage. Every chunk of a
+  group has the same shape (edge tiles are padded by repeating their last valid index and the padded lanes are
+  discarded), so the group compiles once. The tiling depends only on the config and ``chunk_size``, so an interrupted
+  sweep recomputes exactly the same chunks with exactly the same lanes when it resumes (bit-identical).
 
-Every run has an id: the first 16 hex digits of the SHA-256 of the canonical
-JSON of everything that defines it (algorithm, resolved static fields, data
-spec, privacy specification, rounds, seed, trial, repetition, axis values).
+Every run has an id: the first 16 hex digits of the SHA-256 of the canonical JSON of everything that defines it
+(algorithm, resolved static fields, data spec, privacy specification, rounds, seed, trial, repetition, axis values).
 """
 
 from __future__ import annotations
@@ -87,18 +82,9 @@ def build_groups(cfg: SweepConfig) -> list[Group]:
 
 def identity(cfg: SweepConfig, group: Group, trial, rep, config: dict) -> dict:
     """Everything that defines one run (hashed into its id)."""
-    return {
-        "algorithm": cfg.algorithm,
-        "num_rounds": cfg.num_rounds,
-        "eval_every": cfg.eval_every,
-        "seed": cfg.seed,
-        "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data),
-        "privacy": cfg.privacy,
-        "static": group.static,
-        "trial": trial,
-        "repetition": rep,
-        "config": config,
-    }
+    return {"algorithm": cfg.algorithm, "num_rounds": cfg.num_rounds, "eval_every": cfg.eval_every, "seed": cfg.seed,
+            "data": datasets.get_dataset(cfg.data["name"]).resolve(cfg.data), "privacy": cfg.privacy,
+            "static": group.static, "trial": trial, "repetition": rep, "config": config}
 
 
 def tile_shape(num_t: int, num_s: int, num_h: int, chunk_size: int) -> tuple[int, int, int]:

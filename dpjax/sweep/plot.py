@@ -1,6 +1,5 @@
-"""The one plotting module: ``dpjax plot`` (paper-style figures, metric vs x with
-percentile bars, from a sweep directory) and the figure plumbing every
-reproduction uses (``new_figure``, ``save_figure``, ``percentile_errorbar``,
+"""The one plotting module: ``dpjax plot`` (paper-style figures, metric vs x with percentile bars, from a sweep
+directory) and the figure plumbing every reproduction uses (``new_figure``, ``save_figure``, ``percentile_errorbar``,
 ``plot_panels``)."""
 
 from __future__ import annotations
@@ -41,17 +40,14 @@ def spans_decades(values, decades: float = 1.0) -> bool:
 def pyplot():
     """``matplotlib.pyplot`` on the non-interactive Agg backend (figures are only written to files)."""
     import matplotlib
-
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     return plt
 
 
 def new_figure(rows: int = 1, cols: int = 1, *, panel: tuple[float, float] = (5.5, 4.0), figsize=None, **kwargs):
-    """``(fig, axes)`` on the non-interactive Agg backend; ``axes`` is a 2-d array
-    (``squeeze=False``) unless ``squeeze=True`` is passed; ``figsize`` defaults to
-    ``panel`` per panel."""
+    """``(fig, axes)`` on the non-interactive Agg backend; ``axes`` is a 2-d array (``squeeze=False``) unless
+    ``squeeze=True`` is passed; ``figsize`` defaults to ``panel`` per panel."""
     kwargs.setdefault("squeeze", False)
     figsize = figsize or (panel[0] * cols, panel[1] * rows)
     return pyplot().subplots(rows, cols, figsize=figsize, **kwargs)
@@ -70,9 +66,9 @@ def save_figure(fig, path, *, title: str | None = None, dpi: int = 110, tight: b
 
 
 def percentile_errorbar(ax, x, mean, lo, hi, *, clip=None, **kwargs):
-    """``mean`` against ``x`` with the bar ``[lo, hi]`` drawn around it (asymmetric),
-    capped to ``clip = (min, max)`` if given. A bar never reaches past its mean: with
-    few trials the mean can fall outside the interval, and the bar then ends at the mean."""
+    """``mean`` against ``x`` with the bar ``[lo, hi]`` drawn around it (asymmetric), capped to ``clip = (min, max)`` if
+    given. A bar never reaches past its mean: with few trials the mean can fall outside the interval, and the bar then
+    ends at the mean."""
     mean, lo, hi = (np.asarray(a, float) for a in (mean, lo, hi))
     if clip is not None:
         lo, hi = np.maximum(lo, clip[0]), np.minimum(hi, clip[1])
@@ -84,14 +80,11 @@ def percentile_errorbar(ax, x, mean, lo, hi, *, clip=None, **kwargs):
 
 def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]], *, private: Mapping[str, tuple],
                 nonprivate: Mapping[str, tuple], ylabel: str, title: str, clip=None, ncols: int = 3) -> None:
-    """Paper-style figure: one panel per ``(title, selector)``; the ``private`` methods
-    (``name -> (label, color)``) vs epsilon with symmetric ``half_width`` bars around
-    the mean, the ``nonprivate`` ones as horizontal lines. ``summary`` has columns
-    ``algorithm, epsilon, mean, half_width`` and the selectors' columns."""
+    """Paper-style figure: one panel per ``(title, selector)``; the ``private`` methods (``name -> (label, color)``) vs
+    epsilon with symmetric ``half_width`` bars around the mean, the ``nonprivate`` ones as horizontal lines. ``summary``
+    has columns ``algorithm, epsilon, mean, half_width`` and the selectors' columns."""
     import matplotlib.ticker
-
     from dpjax import _validate
-
     _validate.check_int("ncols", ncols, min_value=1)
     cols = min(ncols, len(panels))
     rows = math.ceil(len(panels) / cols)
@@ -128,14 +121,12 @@ def plot_panels(path: pathlib.Path, summary, panels: Sequence[tuple[str, dict]],
 
 
 def completeness(store) -> tuple[int, int] | None:
-    """``(finished, planned)`` chunks of a sweep directory, from the plan of its ``config.json``
-    (``None`` when the directory records no plannable config, e.g. a hand-made store)."""
+    """``(finished, planned)`` chunks of a sweep directory, from the plan of its ``config.json`` (``None`` when the
+    directory records no plannable config, e.g. a hand-made store)."""
     import sys
-
     from dpjax.sweep import plan
     from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.store import Store
-
     s = Store(store)
     cfg = s.read_config()
     if not isinstance(cfg, dict) or "algorithm" not in cfg:
@@ -150,31 +141,18 @@ def completeness(store) -> tuple[int, int] | None:
     return len(s.finished_chunks() & expected), len(expected)
 
 
-def plot_store(
-    store,
-    *,
-    x: str = "epsilon",
-    select_over: str | None = "learning_rate",
-    criterion: str = "train_loss",
-    metric: str = "test_error",
-    lines: str | None = None,
-    out=None,
-    percentiles=(5.0, 95.0),
-    title: str | None = None,
-    logx: bool | None = None,
-    logy: bool | None = None,
-    partial: bool = False,
-) -> pathlib.Path:
-    """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions,
-    then plots the mean ``metric`` over trials against ``x`` with percentile bars.
+def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning_rate", criterion: str = "train_loss",
+               metric: str = "test_error", lines: str | None = None, out=None, percentiles=(5.0, 95.0),
+               title: str | None = None, logx: bool | None = None, logy: bool | None = None,
+               partial: bool = False) -> pathlib.Path:
+    """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions, then plots the mean
+    ``metric`` over trials against ``x`` with percentile bars.
 
-    ``logx``/``logy``: log axes; ``None`` (default): log when the plotted values are positive and span at
-    least a decade (``spans_decades``). ``title``: default "<metric> vs <x>" with the store's name and the
-    selection rule.
+    ``logx``/``logy``: log axes; ``None`` (default): log when the plotted values are positive and span at least a decade
+    (``spans_decades``). ``title``: default "<metric> vs <x>" with the store's name and the selection rule.
 
-    A sweep directory holding only some of its planned chunks (interrupted,
-    or a full disk) is refused with a ``ValueError`` saying "k of n chunks",
-    unless ``partial=True``: the figure then says so in its title.
+    A sweep directory holding only some of its planned chunks (interrupted, or a full disk) is refused with a
+    ``ValueError`` saying "k of n chunks", unless ``partial=True``: the figure then says so in its title.
     """
     runs, _ = load_results(store)
     if len(runs) == 0:

@@ -1,30 +1,22 @@
 """The papers' selection protocol and error bars, on a sweep's runs table.
 
-ISRL-DP (Lowy & Razaviyayn 2023, Section 6 / App. I): for every (epsilon,
-setting, trial), each step size is run ``n_reps`` times; the step size with the
-smallest *mean final training loss* over the repetitions is selected (the
-paper's criterion is the excess loss F(w) - F*, which has the same argmin
-because F* is a per-trial constant) and the test metric of that step size,
-averaged over the repetitions, is reported. Diverged runs (NaN/inf, or a
-``diverged_round`` >= 0) count as an infinite loss, as the authors' scripts
-assign a huge loss. Error bars: the 5th and 95th percentiles over trials,
-drawn as a symmetric bar of half-width (p95 - p5)/2 around the mean.
+ISRL-DP (Lowy & Razaviyayn 2023, Section 6 / App. I): for every (epsilon, setting, trial), each step size is run
+``n_reps`` times; the step size with the smallest *mean final training loss* over the repetitions is selected (the
+paper's criterion is the excess loss F(w) - F*, which has the same argmin because F* is a per-trial constant) and the
+test metric of that step size, averaged over the repetitions, is reported. Diverged runs (NaN/inf, or a
+``diverged_round`` >= 0) count as an infinite loss, as the authors' scripts assign a huge loss. Error bars: the 5th and
+95th percentiles over trials, drawn as a symmetric bar of half-width (p95 - p5)/2 around the mean.
 
-Where the selected step size sits at an end of its grid, the grid is extended
-by one more geometric step beyond it and the selection repeated
-(``extend_grid_at_edges``), so a selection is never an artefact of the grid's
-range.
+Where the selected step size sits at an end of its grid, the grid is extended by one more geometric step beyond it and
+the selection repeated (``extend_grid_at_edges``), so a selection is never an artefact of the grid's range.
 
-DIFF2 (Murata & Suzuki 2023, App. A): per configuration, the largest step
-size whose training-loss trace passes the authors' patience rule
-(``largest_surviving``).
+DIFF2 (Murata & Suzuki 2023, App. A): per configuration, the largest step size whose training-loss trace passes the
+authors' patience rule (``largest_surviving``).
 
-Scaling exponents (every paper's claims tables): ``slope_verdict`` is the one
-rule. A fitted log-log exponent may be called "holds" only from >= 4 points
-spanning >= 1 decade, with a 90 % bootstrap interval over seeds reported beside
-it: "holds" when the interval lies within the claimed range (prediction +-
-tolerance), "differs" when it excludes that range, "inconclusive" otherwise
-(it straddles an edge; too few points; too short a span; no interval).
+Scaling exponents (every paper's claims tables): ``slope_verdict`` is the one rule. A fitted log-log exponent may be
+called "holds" only from >= 4 points spanning >= 1 decade, with a 90 % bootstrap interval over seeds reported beside it:
+"holds" when the interval lies within the claimed range (prediction +- tolerance), "differs" when it excludes that
+range, "inconclusive" otherwise (it straddles an edge; too few points; too short a span; no interval).
 """
 
 from __future__ import annotations
@@ -45,25 +37,19 @@ def check_columns(df: pd.DataFrame, cols, what: str) -> None:
             raise ValueError(f"{what}={c!r} is not a column of the runs table; columns: {tuple(df.columns)}")
 
 
-def select_best(
-    runs: pd.DataFrame,
-    *,
-    over: str = "learning_rate",
-    by: Sequence[str] = ("epsilon", "trial"),
-    criterion: str = "train_loss",
-    report: str | None = "test_error",
-) -> pd.DataFrame:
+def select_best(runs: pd.DataFrame, *, over: str = "learning_rate", by: Sequence[str] = ("epsilon", "trial"),
+                criterion: str = "train_loss", report: str | None = "test_error") -> pd.DataFrame:
     """Per ``by`` group, the ``over`` value minimising the mean ``criterion`` over repetitions.
 
-    Returns one row per ``by`` group with columns ``by + [over, criterion,
-    report, "n_reps", "n_diverged"]`` (``criterion``/``report`` are the means
-    over the selected value's repetitions; ``report=None``: no report column).
+    Returns one row per ``by`` group with columns ``by + [over, criterion, report, "n_reps", "n_diverged"]``
+    (``criterion``/``report`` are the means over the selected value's repetitions; ``report=None``: no report column).
     Ties go to the smallest ``over``.
     """
     by = list(by)
     if len(runs) == 0:
         raise ValueError("runs is empty; nothing to select from")
-    check_columns(runs, by + [over, criterion] + ([report] if report is not None else []), "column")
+    reported = [report] if report is not None else []
+    check_columns(runs, by + [over, criterion] + reported, "column")
     df = runs.copy()
     bad = ~np.isfinite(df[criterion].to_numpy(float))
     if "diverged_round" in df.columns:
@@ -76,26 +62,17 @@ def select_best(
     agg = agg.reset_index().sort_values(by + [over], kind="stable")
     best = agg.loc[agg.groupby(by, sort=True, dropna=False)["_crit"].idxmin()]
     out = best.rename(columns={"_crit": criterion, "_rep": report})
-    reported = [report] if report is not None else []
     return out[by + [over, criterion] + reported + ["n_reps", "n_diverged"]].reset_index(drop=True)
 
 
-def select_mean(
-    runs: pd.DataFrame,
-    by: Sequence[str],
-    *,
-    over: str = "hp_index",
-    criterion: str = "train_loss",
-    report: str = "test",
-    mean_columns: Sequence[str] = (),
-    first_columns: Sequence[str] = (),
-    edge_column: str | None = None,
-) -> pd.DataFrame:
-    """``select_best`` with the selection's context: per ``by`` group the ``over`` value with
-    the lowest mean ``criterion``, plus the means of ``mean_columns`` over its repetitions, the
-    values of ``first_columns`` in its first row (e.g. the step size an ``hp_index`` stands for)
-    and, with ``edge_column``, ``edge``: whether that column's selected value is the smallest or
-    largest of its group (the selection hit an end of the grid)."""
+
+def select_mean(runs: pd.DataFrame, by: Sequence[str], *, over: str = "hp_index", criterion: str = "train_loss",
+                report: str = "test", mean_columns: Sequence[str] = (), first_columns: Sequence[str] = (),
+                edge_column: str | None = None) -> pd.DataFrame:
+    """``select_best`` with the selection's context: per ``by`` group the ``over`` value with the lowest mean
+    ``criterion``, plus the means of ``mean_columns`` over its repetitions, the values of ``first_columns`` in its first
+    row (e.g. the step size an ``hp_index`` stands for) and, with ``edge_column``, ``edge``: whether that column's
+    selected value is the smallest or largest of its group (the selection hit an end of the grid)."""
     by = list(by)
     keys = by + [over]
     best = select_best(runs, over=over, by=by, criterion=criterion, report=report)
@@ -119,28 +96,17 @@ def extended_grid(values: Sequence[float], side: str) -> float:
     return v[0] / ratio if side == "low" else v[-1] * ratio
 
 
-def extend_grid_at_edges(
-    runs: pd.DataFrame,
-    *,
-    by: Sequence[str],
-    criterion: str,
-    column: str,
-    max_extensions: int,
-    run_values: Callable[[list[dict], pd.DataFrame], pd.DataFrame],
-    over: str = "hp_index",
-    log: Callable[[dict], None] | None = None,
-) -> pd.DataFrame:
+def extend_grid_at_edges(runs: pd.DataFrame, *, by: Sequence[str], criterion: str, column: str, max_extensions: int,
+                         run_values: Callable[[list[dict], pd.DataFrame], pd.DataFrame], over: str = "hp_index",
+                         log: Callable[[dict], None] | None = None) -> pd.DataFrame:
     """Extends a geometric ``column`` grid (a step size) where the selection sits at an end.
 
-    Per ``by`` group, while the selected ``over`` value (lowest mean
-    ``criterion`` over repetitions, ``select_best``) has the smallest or largest
-    ``column`` value tried and fewer than ``max_extensions`` extensions were
-    made on that side, one more geometric step beyond it (``extended_grid``) is
-    requested. A group whose runs all diverged (infinite mean) is left alone.
-    ``run_values(requests, runs)`` runs the requests -- dicts of the group's
-    ``by`` values, ``side`` ("low"/"high") and the new ``column`` value, in
-    group order -- and returns their rows; each request is passed to ``log``.
-    Rows get ``grid_extension`` = 0 (first grid) or 1 (an extension).
+    Per ``by`` group, while the selected ``over`` value (lowest mean ``criterion`` over repetitions, ``select_best``)
+    has the smallest or largest ``column`` value tried and fewer than ``max_extensions`` extensions were made on that
+    side, one more geometric step beyond it (``extended_grid``) is requested. A group whose runs all diverged (infinite
+    mean) is left alone. ``run_values(requests, runs)`` runs the requests -- dicts of the group's ``by`` values,
+    ``side`` ("low"/"high") and the new ``column`` value, in group order -- and returns their rows; each request is
+    passed to ``log``. Rows get ``grid_extension`` = 0 (first grid) or 1 (an extension).
     """
     _validate.check_int("max_extensions", max_extensions, min_value=0)
     by = list(by)
@@ -175,20 +141,12 @@ def extend_grid_at_edges(
         runs = pd.concat([runs, extra], ignore_index=True)
 
 
-def error_bars(
-    selected: pd.DataFrame,
-    *,
-    x: str = "epsilon",
-    value: str = "test_error",
-    lines: Sequence[str] = (),
-    percentiles: tuple[float, float] = (5.0, 95.0),
-    clip: tuple[float, float] | None = None,
-) -> pd.DataFrame:
+def error_bars(selected: pd.DataFrame, *, x: str = "epsilon", value: str = "test_error", lines: Sequence[str] = (),
+               percentiles: tuple[float, float] = (5.0, 95.0), clip: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean over trials and percentile bars per (lines..., x).
 
-    Columns: ``lines + [x, "mean", "p_lo", "p_hi", "half_width", "n_trials"]``
-    with ``half_width = (p_hi - p_lo) / 2`` (the authors' symmetric bar);
-    ``clip`` bounds ``mean +- half_width`` when drawing (e.g. (0, 1) for error rates).
+    Columns: ``lines + [x, "mean", "p_lo", "p_hi", "half_width", "n_trials"]`` with ``half_width = (p_hi - p_lo) / 2``
+    (the authors' symmetric bar); ``clip`` bounds ``mean +- half_width`` when drawing (e.g. (0, 1) for error rates).
     """
     lo, hi = percentiles
     if not 0 <= lo < hi <= 100:
@@ -211,10 +169,9 @@ def error_bars(
 
 
 def patience_survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
-    """DIFF2's (Murata & Suzuki 2023, App. A) early-stopping rule on a train-loss trace
-    (checkpoint 0 first): fail on NaN/inf; ``patience`` evaluations with loss >
-    factor x best fail; the counter resets only on a strict improvement and is
-    unchanged in between."""
+    """DIFF2's (Murata & Suzuki 2023, App. A) early-stopping rule on a train-loss trace (checkpoint 0 first): fail on
+    NaN/inf; ``patience`` evaluations with loss > factor x best fail; the counter resets only on a strict improvement
+    and is unchanged in between."""
     losses = np.asarray(losses, float)
     if losses.size == 0 or not np.isfinite(losses[0]):
         return False
@@ -232,9 +189,8 @@ def patience_survives(losses, patience: int = 5, factor: float = 1.05) -> bool:
 
 
 def largest_surviving(etas, traces, patience: int = 5, factor: float = 1.05) -> tuple[int, bool]:
-    """DIFF2's step-size selection: the index of the largest step size whose trace
-    ``patience_survives`` (``etas`` in any order), and whether one survived;
-    otherwise the one with the lowest min train loss."""
+    """DIFF2's step-size selection: the index of the largest step size whose trace ``patience_survives`` (``etas`` in
+    any order), and whether one survived; otherwise the one with the lowest min train loss."""
     order = np.argsort(-np.asarray(etas, float))
     for i in order:
         if patience_survives(traces[i], patience, factor):
@@ -243,9 +199,7 @@ def largest_surviving(etas, traces, patience: int = 5, factor: float = 1.05) -> 
     return int(np.argmin(mins)), False
 
 
-# ---------------------------------------------------------------------------
-# The verdict rule for scaling exponents (every paper's claims tables)
-# ---------------------------------------------------------------------------
+# -- The verdict rule for scaling exponents (every paper's claims tables) --------------------------------------
 
 #: a scaling exponent is judged only from at least this many points ...
 MIN_POINTS = 4
@@ -274,14 +228,11 @@ def verdict_rule_text(tolerance: float | None = None) -> str:
 class SlopeVerdict:
     """A fitted log-log exponent, its interval and the verdict of ``slope_verdict``.
 
-    ``verdict`` is ``"holds"``, ``"differs"`` or ``"inconclusive"``; ``reason``
-    says why in words; ``ci`` is the ``CI_LEVEL`` interval (``None``: none
-    could be computed); ``interval`` says what the interval is (e.g.
-    "90 % CI, bootstrap over 10 seeds"); ``band`` is the range of exponents
-    the claim allows (the prediction +- the tolerance, one end open for a
-    one-sided claim).
+    ``verdict`` is ``"holds"``, ``"differs"`` or ``"inconclusive"``; ``reason`` says why in words; ``ci`` is the
+    ``CI_LEVEL`` interval (``None``: none could be computed); ``interval`` says what the interval is (e.g. "90 % CI,
+    bootstrap over 10 seeds"); ``band`` is the range of exponents the claim allows (the prediction +- the tolerance, one
+    end open for a one-sided claim).
     """
-
     verdict: str
     slope: float
     ci: tuple[float, float] | None
@@ -341,11 +292,9 @@ def _claimed_range(predicted: float, tolerance: float, side: str) -> str:
 
 
 def _band(predicted: float, tolerance: float, side: str) -> tuple[float, float]:
-    if side == "at_most":
-        return -math.inf, predicted + tolerance
-    if side == "at_least":
-        return predicted - tolerance, math.inf
-    return predicted - tolerance, predicted + tolerance
+    return (-math.inf if side == "at_most" else predicted - tolerance,
+            math.inf if side == "at_least" else predicted + tolerance)
+
 
 
 def judge_slope(slope: float, ci: tuple[float, float] | None, *, n_points: int, decades: float, predicted: float,
@@ -373,38 +322,27 @@ def judge_slope(slope: float, ci: tuple[float, float] | None, *, n_points: int, 
     return SlopeVerdict("holds", reason=f"the interval lies within {claimed}", **args)
 
 
-def slope_verdict(
-    x: Sequence[float],
-    samples: Sequence,
-    *,
-    predicted: float,
-    tolerance: float,
-    side: str = "two-sided",
-    statistic: Callable[[np.ndarray], np.ndarray] | None = None,
-    paired: bool = False,
-    unit: str = "seeds",
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> SlopeVerdict:
-    """The one rule for a scaling exponent: the least-squares slope of ``log stat(samples[i])`` against
-    ``log x[i]``, a ``CI_LEVEL`` (90 %) percentile-bootstrap interval over the seeds, and a verdict.
+def slope_verdict(x: Sequence[float], samples: Sequence, *, predicted: float, tolerance: float, side: str = "two-sided",
+                  statistic: Callable[[np.ndarray], np.ndarray] | None = None, paired: bool = False,
+                  unit: str = "seeds", resamples: int = BOOTSTRAP_RESAMPLES,
+                  seed: int = BOOTSTRAP_SEED) -> SlopeVerdict:
+    """The one rule for a scaling exponent: the least-squares slope of ``log stat(samples[i])`` against ``log x[i]``, a
+    ``CI_LEVEL`` (90 %) percentile-bootstrap interval over the seeds, and a verdict.
 
-    ``samples[i]``: the per-seed values at ``x[i]`` (1-d arrays; lengths may differ), or a scalar for an
-    exact, deterministic value (then the interval is the slope itself). ``statistic`` maps the resampled
-    values (shape ``[B, s]``) to one number per resample (default: the mean over seeds); ``paired``: the
-    seeds of different points share their randomness (the same keys in every cell), so one resample draws
-    the same seed indices at every point (all points must have the same number of seeds).
+    ``samples[i]``: the per-seed values at ``x[i]`` (1-d arrays; lengths may differ), or a scalar for an exact,
+    deterministic value (then the interval is the slope itself). ``statistic`` maps the resampled values (shape ``[B,
+    s]``) to one number per resample (default: the mean over seeds); ``paired``: the seeds of different points share
+    their randomness (the same keys in every cell), so one resample draws the same seed indices at every point (all
+    points must have the same number of seeds).
 
     Verdict (``judge_slope``):
 
-    * ``"inconclusive"`` with fewer than ``MIN_POINTS`` (4) points, a span under ``MIN_DECADES`` (1) of x,
-      or no interval (a point with a single seed, resampled statistics <= 0 in more than half the
-      tail mass);
-    * ``"holds"`` when the interval lies within the claimed range ``predicted +- tolerance`` (``side``
-      ``"at_most"``: exponents ``<= predicted + tolerance``; ``"at_least"``: ``>= predicted - tolerance``);
+    * ``"inconclusive"`` with fewer than ``MIN_POINTS`` (4) points, a span under ``MIN_DECADES`` (1) of x, or no
+      interval (a point with a single seed, resampled statistics <= 0 in more than half the tail mass);
+    * ``"holds"`` when the interval lies within the claimed range ``predicted +- tolerance`` (``side`` ``"at_most"``:
+      exponents ``<= predicted + tolerance``; ``"at_least"``: ``>= predicted - tolerance``);
     * ``"differs"`` when the interval excludes that range (no point in common);
-    * ``"inconclusive"`` when it straddles an edge of the range (the data cannot tell at the claim's
-      tolerance).
+    * ``"inconclusive"`` when it straddles an edge of the range (the data cannot tell at the claim's tolerance).
 
     The bootstrap is deterministic (``seed``), so a kept result always gets the same verdict.
     """
@@ -446,8 +384,8 @@ def slope_verdict(
 
 def _percentile_interval(lx: np.ndarray, stats: np.ndarray) -> tuple[float, float] | None:
     """The ``CI_LEVEL`` percentile interval of the slopes of resampled statistics ``[B, k]``. A resample with a
-    statistic <= 0 (no logarithm) counts as an infinitely steep slope of unknown sign; when those reach either
-    tail the interval is undefined (``None``)."""
+    statistic <= 0 (no logarithm) counts as an infinitely steep slope of unknown sign; when those reach either tail the
+    interval is undefined (``None``)."""
     alpha = (1 - CI_LEVEL) / 2
     ok = np.all(stats > 0, axis=1) & np.all(np.isfinite(stats), axis=1)
     if np.mean(~ok) >= alpha:
@@ -460,27 +398,16 @@ def _percentile_interval(lx: np.ndarray, stats: np.ndarray) -> tuple[float, floa
     return float(lo), float(hi)
 
 
-def slope_verdict_from_band(
-    x: Sequence[float],
-    mean: Sequence[float],
-    q05: Sequence[float],
-    q95: Sequence[float],
-    n_seeds: int,
-    *,
-    predicted: float,
-    tolerance: float,
-    side: str = "two-sided",
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> SlopeVerdict:
-    """``slope_verdict`` for kept results that hold, per point, only the mean over ``n_seeds`` seeds and the
-    5th/95th percentiles of the seeds (``np.quantile``, linear interpolation), not the seeds themselves.
+def slope_verdict_from_band(x: Sequence[float], mean: Sequence[float], q05: Sequence[float], q95: Sequence[float],
+                            n_seeds: int, *, predicted: float, tolerance: float, side: str = "two-sided",
+                            resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> SlopeVerdict:
+    """``slope_verdict`` for kept results that hold, per point, only the mean over ``n_seeds`` seeds and the 5th/95th
+    percentiles of the seeds (``np.quantile``, linear interpolation), not the seeds themselves.
 
-    A parametric bootstrap: the seeds' standard deviation is estimated from the band as
-    ``(q95 - q05) / c``, with ``c`` the expected width of that sample band for ``n_seeds`` normal draws
-    (deterministic Monte Carlo; the band of a few draws is much narrower than the population's 3.29 sd), and
-    each resample draws the per-point mean from ``N(mean, sd^2 / n_seeds)``. The interval is labelled as
-    such; new runs keep their seeds and use ``slope_verdict``.
+    A parametric bootstrap: the seeds' standard deviation is estimated from the band as ``(q95 - q05) / c``, with ``c``
+    the expected width of that sample band for ``n_seeds`` normal draws (deterministic Monte Carlo; the band of a few
+    draws is much narrower than the population's 3.29 sd), and each resample draws the per-point mean from ``N(mean,
+    sd^2 / n_seeds)``. The interval is labelled as such; new runs keep their seeds and use ``slope_verdict``.
     """
     _validate.check_int("n_seeds", n_seeds, min_value=1)
     mean, q05, q95 = (np.asarray(a, float) for a in (mean, q05, q95))

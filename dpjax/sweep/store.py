@@ -10,17 +10,13 @@ Layout::
     DIR/manifests/<chunk>.json  row counts and SHA-256 of the chunk's two CSVs (the commit record)
     DIR/.lock-p<i>         held (flock) by the process computing share i while it runs
 
-Every file is written to a temporary name in the same directory, flushed,
-``fsync``-ed and moved into place with ``os.replace`` (then the directory is
-``fsync``-ed), so a reader — or a sweep killed at any instant, SIGKILL
-included — sees either the whole file or none of it. A chunk is finished
-exactly when its manifest exists (written after its ``evals`` and ``runs``
-files) and both files still match it: :meth:`Store.verify` re-hashes them,
-so a chunk truncated, emptied or edited by anything else is found — on
-resume it is recomputed, on load it is an error naming the file. Loaders
-ignore uncommitted chunks and temporary files. Floats are written with
-Python's shortest round-trip ``repr``, so a table read back equals the
-computed values bit for bit.
+Every file is written to a temporary name in the same directory, flushed, ``fsync``-ed and moved into place with
+``os.replace`` (then the directory is ``fsync``-ed), so a reader — or a sweep killed at any instant, SIGKILL included —
+sees either the whole file or none of it. A chunk is finished exactly when its manifest exists (written after its
+``evals`` and ``runs`` files) and both files still match it: :meth:`Store.verify` re-hashes them, so a chunk truncated,
+emptied or edited by anything else is found — on resume it is recomputed, on load it is an error naming the file.
+Loaders ignore uncommitted chunks and temporary files. Floats are written with Python's shortest round-trip ``repr``, so
+a table read back equals the computed values bit for bit.
 """
 
 from __future__ import annotations
@@ -28,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import io
 import json
 import os
 import pathlib
@@ -43,9 +38,8 @@ import numpy as np
 import pandas as pd
 
 TMP_SUFFIX = ".tmp"
-# A temporary file is written and renamed within milliseconds; one older than
-# this was left by a killed process. Younger ones may belong to another
-# process writing into the same sweep directory right now (multi-host mode).
+# A temporary file is written and renamed within milliseconds; one older than this was left by a killed process.
+# Younger ones may belong to another process writing into the same sweep directory right now (multi-host mode).
 STALE_TEMP_SECONDS = 600.0
 
 
@@ -54,12 +48,9 @@ def fsync_dir(path: pathlib.Path) -> None:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> pathlib.Path:
@@ -87,41 +78,26 @@ def _sha256(text: str) -> str:
 
 
 def frame_to_csv(df: pd.DataFrame) -> str:
-    buf = io.StringIO()
     out = df.copy()
     for c in out.columns:  # shortest round-trip repr of every float
         if out[c].dtype.kind == "f":
             out[c] = [repr(float(v)) for v in out[c]]
-    out.to_csv(buf, index=False)
-    return buf.getvalue()
+    return out.to_csv(index=False)
 
 
 def environment(devices) -> dict:
     import jax
     import jaxlib
-
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).resolve().parent, capture_output=True,
-            text=True, timeout=10,
-        ).stdout.strip() or None
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=pathlib.Path(__file__).resolve().parent,
+                                capture_output=True, text=True, timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": socket.gethostname(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "numpy": np.__version__,
-        "pandas": pd.__version__,
-        "dpjax_git_commit": commit,
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in devices],
-        "process_index": jax.process_index(),
-        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
-    }
+    return {"time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "host": socket.gethostname(),
+            "python": sys.version.split()[0], "platform": platform.platform(), "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "numpy": np.__version__, "pandas": pd.__version__,
+            "dpjax_git_commit": commit, "backend": jax.default_backend(), "devices": [str(d) for d in devices],
+            "process_index": jax.process_index(), "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
 
 
 class Store:
@@ -136,8 +112,8 @@ class Store:
 
     # -- before any compute ---------------------------------------------------
     def prepare(self) -> None:
-        """Creates the directory and checks it is writable (a file, a read-only or a full disk fail here,
-        before anything is computed), with a ``ValueError`` naming ``out``."""
+        """Creates the directory and checks it is writable (a file, a read-only or a full disk fail here, before
+        anything is computed), with a ``ValueError`` naming ``out``."""
         if self.root.exists() and not self.root.is_dir():
             raise ValueError(f"out={str(self.root)!r} is a file, not a directory; choose a directory path")
         try:
@@ -151,16 +127,13 @@ class Store:
     def lock(self, process_index: int = 0, config: dict | None = None) -> None:
         """Takes this process's share of the directory (an exclusive ``flock`` held until exit).
 
-        A second process computing the same share of the same directory at the
-        same time would race it chunk for chunk; it is refused with a
-        ``ValueError``. The lock dies with its process (SIGKILL included), so
-        a resume never waits for a dead sweep. ``config`` (the sweep's
-        resolved config) is fingerprinted into the lock file, so that a
-        second process running a *different* config is told so.
+        A second process computing the same share of the same directory at the same time would race it chunk for chunk;
+        it is refused with a ``ValueError``. The lock dies with its process (SIGKILL included), so a resume never waits
+        for a dead sweep. ``config`` (the sweep's resolved config) is fingerprinted into the lock file, so that a second
+        process running a *different* config is told so.
         """
         digest = config_digest(config) if config is not None else None
         import fcntl
-
         path = self.root / f".lock-p{process_index}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -177,8 +150,7 @@ class Store:
                 raise ValueError(
                     f"out={str(self.root)!r} is being written by another dpjax sweep ({holder}) computing the same "
                     f"share (process index {process_index}); wait for it to finish, or split the work with "
-                    "--process-index/--process-count"
-                ) from None
+                    "--process-index/--process-count") from None
             raise
         os.ftruncate(fd, 0)
         text = f"pid {os.getpid()} on {socket.gethostname()}" + (f"; config {digest}" if digest else "")
@@ -190,7 +162,6 @@ class Store:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
 
-    # -- config -----------------------------------------------------------
     @property
     def config_path(self) -> pathlib.Path:
         return self.root / "config.json"
@@ -207,7 +178,6 @@ class Store:
     def init(self, resolved: dict, source_text: str | None, env: dict, process_index: int = 0) -> None:
         """Creates the directory, or checks that an existing one holds the same sweep."""
         import fcntl
-
         self.root.mkdir(parents=True, exist_ok=True)
         for d in (self.runs_dir, self.evals_dir, self.manifest_dir):
             d.mkdir(exist_ok=True)
@@ -225,24 +195,17 @@ class Store:
         self.clean_temporaries()
 
     def clean_temporaries(self, min_age_s: float = STALE_TEMP_SECONDS) -> None:
-        """Removes temporary files of interrupted writes (never complete ones).
-
-        Only files older than ``min_age_s`` are removed, so a process that
-        starts or resumes never deletes the in-flight temporary file of
-        another process sharing the directory. Leftover temporaries are
-        harmless meanwhile: only ``*.csv`` files count as finished chunks.
-        """
+        """Removes temporary files of interrupted writes (never complete ones) older than ``min_age_s``, so a process
+        that starts or resumes never deletes the in-flight temporary file of another process sharing the directory.
+        Leftover temporaries are harmless meanwhile: only ``*.csv`` files count as finished chunks."""
         now = time.time()
         for d in (self.root, self.runs_dir, self.evals_dir, self.manifest_dir):
             if d.exists():
                 for p in d.glob(f".*{TMP_SUFFIX}"):
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         if now - p.stat().st_mtime >= min_age_s:
                             p.unlink()
-                    except FileNotFoundError:
-                        pass
 
-    # -- chunks -----------------------------------------------------------
     def finished_chunks(self) -> set[str]:
         """Chunks with a commit record (manifest); :meth:`verify` checks their files still match it."""
         if not self.manifest_dir.exists():
@@ -259,12 +222,9 @@ class Store:
         atomic_write_text(self.manifest_dir / f"{chunk_id}.json", json.dumps(manifest) + "\n")  # commit point
 
     def verify(self, chunk_id: str, expected_rows: tuple[int, int] | None = None) -> str | None:
-        """``None`` if chunk ``chunk_id`` is committed and intact, else why not (naming the file).
-
-        Intact: the manifest parses, both CSVs exist with the SHA-256 it
-        records, and (if given) ``expected_rows = (runs, evals)`` equals its
-        row counts.
-        """
+        """``None`` if chunk ``chunk_id`` is committed and intact, else why not (naming the file). Intact: the manifest
+        parses, both CSVs exist with the SHA-256 it records, and (if given) ``expected_rows = (runs, evals)`` equals its
+        row counts."""
         mpath = self.manifest_dir / f"{chunk_id}.json"
         try:
             m = json.loads(mpath.read_text())
@@ -288,11 +248,8 @@ class Store:
         return None
 
     def load(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """``(runs, evals)`` of all committed chunks, in plan order, each verified against its manifest.
-
-        Raises ``ValueError`` naming every damaged chunk file (rerunning
-        ``dpjax sweep`` on the directory recomputes them).
-        """
+        """``(runs, evals)`` of all committed chunks, in plan order, each verified against its manifest; a
+        ``ValueError`` names every damaged chunk file (rerunning ``dpjax sweep`` on the directory recomputes them)."""
         done = sorted(self.finished_chunks())
         if not done:
             if self.runs_dir.exists() and any(self.runs_dir.glob("*.csv")):
@@ -305,15 +262,13 @@ class Store:
             raise ValueError(f"sweep directory {str(self.root)!r} has {len(broken)} damaged chunk(s): "
                              f"{'; '.join(broken[:3])}{' ...' if len(broken) > 3 else ''}. Run the same "
                              "`dpjax sweep CONFIG --out DIR` again to recompute them")
-        runs = pd.concat([_read_csv(self.runs_dir / f"{c}.csv") for c in done], ignore_index=True)
-        evals = pd.concat([_read_csv(self.evals_dir / f"{c}.csv") for c in done], ignore_index=True)
-        return runs, evals
+        return tuple(pd.concat([_read_csv(d / f"{c}.csv") for c in done], ignore_index=True)
+                     for d in (self.runs_dir, self.evals_dir))
 
 
 def _identity(config: dict) -> dict:
-    """A resolved config without ``data.data_dir``: where the dataset files lie is not part of a sweep's
-    identity (a sweep may resume on another machine or after the data moved; the dataset's name and
-    split seeds are)."""
+    """A resolved config without ``data.data_dir``: where the dataset files lie is not part of a sweep's identity (a
+    sweep may resume on another machine or after the data moved; the dataset's name and split seeds are)."""
     data = config.get("data")
     if isinstance(data, dict) and "data_dir" in data:
         return {**config, "data": {k: v for k, v in data.items() if k != "data_dir"}}
@@ -333,10 +288,9 @@ def check_same_sweep(root, old: dict, resolved: dict, keys=None) -> None:
     keys = sorted(set(old) | set(resolved)) if keys is None else keys
     diff = [k for k in keys if old.get(k) != resolved.get(k)]
     if diff:
-        raise ValueError(
-            f"out={str(root)!r} holds a different sweep (config differs at {diff}); "
-            "use a new --out directory to start another sweep"
-        )
+        raise ValueError(f"out={str(root)!r} holds a different sweep (config differs at {diff}); "
+                         "use a new --out directory to start another sweep")
+
 
 
 def _read_csv(path) -> pd.DataFrame:

@@ -1,24 +1,19 @@
 """A table of run specs through ``dpjax.engine.run_grid``: one tidy row per run.
 
-The paper drivers describe one trial's grid as a list of *run specs* (frozen
-dataclasses, one per run: the hyperparameters, labels such as a calibration
-or an epsilon, and a ``repetition`` index). ``run_table`` executes them as
-compiled chunks of ``run_grid`` on one data split and returns one row per spec
-(the spec's fields, the final training loss, the test metric(s) and whether
-the run diverged); ``run_families`` does so for several algorithm families of
-one trial, each with its own key, and extends each family's step-size grid
-where the selection sits at an end (``select.extend_grid_at_edges``).
-Selection over the rows: ``dpjax.sweep.select``.
+The paper drivers describe one trial's grid as a list of *run specs* (frozen dataclasses, one per run: the
+hyperparameters, labels such as a calibration or an epsilon, and a ``repetition`` index). ``run_table`` executes them as
+compiled chunks of ``run_grid`` on one data split and returns one row per spec (the spec's fields, the final training
+loss, the test metric(s) and whether the run diverged); ``run_families`` does so for several algorithm families of one
+trial, each with its own key, and extends each family's step-size grid where the selection sits at an end
+(``select.extend_grid_at_edges``). Selection over the rows: ``dpjax.sweep.select``.
 
 Protocol options (Lowy & Razaviyayn, ICLR 2023, Section 6 / Appendix I):
 
-* common random numbers: repetition ``r`` of every spec uses
-  ``keys.run_key(key, r)``; the runs of one repetition share it inside one
-  program, so availability, batches and standard-normal draws are computed
-  once and gradients become matrix products;
-* divergence: a run whose iterate went non-finite or whose final training
-  loss exceeds ``divergence_threshold`` (the authors' guard) is *diverged*;
-  its training loss is +inf, so a mean over repetitions never selects it.
+* common random numbers: repetition ``r`` of every spec uses ``keys.run_key(key, r)``; the runs of one repetition share
+  it inside one program, so availability, batches and standard-normal draws are computed once and gradients become
+  matrix products;
+* divergence: a run whose iterate went non-finite or whose final training loss exceeds ``divergence_threshold`` (the
+  authors' guard) is *diverged*; its training loss is +inf, so a mean over repetitions never selects it.
 """
 
 from __future__ import annotations
@@ -39,10 +34,9 @@ from dpjax import _validate
 class Evaluator:
     """``eval_fn`` of a grid (hashable, so trials reuse the compiled program).
 
-    Returns the pooled training loss and the test metric ``test_metric`` of
-    the problem's ``evaluate`` (``"error"`` or ``"rmse"``).
+    Returns the pooled training loss and the test metric ``test_metric`` of the problem's ``evaluate`` (``"error"`` or
+    ``"rmse"``).
     """
-
     problem: Any
     test_metric: str = "error"
     extra_tests: tuple[str, ...] = ()  # further test sets in eval_data, reported as columns of these names
@@ -57,10 +51,9 @@ class Evaluator:
 
 
 def eval_data_for(train, test_x, test_y, extra: dict | None = None):
-    """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and
-    any ``extra`` named test sets ``{name: (x, y)}``."""
+    """The ``eval_data`` of ``Evaluator``: pooled training rows, the pooled test set and any ``extra`` named test sets
+    ``{name: (x, y)}``."""
     import jax.numpy as jnp
-
     out = {"train": train.pooled()}
     for name, (x, y) in [("test", (test_x, test_y))] + sorted((extra or {}).items()):
         out[name] = (jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y), bool))
@@ -78,16 +71,14 @@ SPEC_LABELS = frozenset({"algorithm", "calibration", "epsilon", "repetition", "h
 
 
 def hparams_from_spec(algorithm, spec) -> Any:
-    """The family's hparams from the spec's fields that name its per-run fields
-    (``hparams_type.create`` with e.g. ``learning_rate``, ``noise_multiplier``, ``clip_norm``).
+    """The family's hparams from the spec's fields that name its per-run fields (``hparams_type.create`` with e.g.
+    ``learning_rate``, ``noise_multiplier``, ``clip_norm``).
 
-    Every other spec field must be a label (``SPEC_LABELS`` or the spec class's ``LABELS``): a
-    field the family does not know (e.g. an absolute ``noise_std`` where the family takes a
-    ``noise_multiplier``) raises a ValueError naming it instead of being dropped, which would
-    run the family without that setting (noiseless, for a noise field). Pass ``make_hparams``
-    to ``run_table`` to convert such fields."""
+    Every other spec field must be a label (``SPEC_LABELS`` or the spec class's ``LABELS``): a field the family does not
+    know (e.g. an absolute ``noise_std`` where the family takes a ``noise_multiplier``) raises a ValueError naming it
+    instead of being dropped, which would run the family without that setting (noiseless, for a noise field). Pass
+    ``make_hparams`` to ``run_table`` to convert such fields."""
     from dpjax.engine.contract import family_hparams, hparam_fields
-
     names = hparam_fields(family_hparams(algorithm))
     fields = [f.name for f in dataclasses.fields(spec)] if dataclasses.is_dataclass(spec) else list(vars(spec))
     labels = SPEC_LABELS | frozenset(getattr(type(spec), "LABELS", ()))
@@ -107,36 +98,22 @@ def _spec_row(spec) -> dict:
     return row
 
 
-def run_table(
-    algorithm,
-    train,
-    eval_data,
-    evaluator: Evaluator,
-    specs: Sequence[Any],
-    key,
-    *,
-    divergence_threshold: float = math.inf,
-    chunk_size: int = 256,
-    make_hparams: Callable[[Any], Any] | None = None,
-    pad_to: int | None = None,
-) -> pd.DataFrame:
+def run_table(algorithm, train, eval_data, evaluator: Evaluator, specs: Sequence[Any], key, *,
+              divergence_threshold: float = math.inf, chunk_size: int = 256,
+              make_hparams: Callable[[Any], Any] | None = None, pad_to: int | None = None) -> pd.DataFrame:
     """Runs every spec of one data split through ``dpjax.engine.run_grid``; one row per run.
 
-    ``specs`` are dataclass instances with a ``repetition`` field; repetition
-    ``r`` uses ``keys.run_key(key, r)`` (common random numbers across the
-    specs of a repetition). Chunks of ``chunk_size`` runs within a repetition
-    keep the compiled program the same for every chunk and every trial.
-    Columns: the spec fields, ``train_loss`` (+inf if diverged), ``test`` and
-    the evaluator's extra test columns (NaN if diverged), ``diverged``.
-    ``make_hparams(spec)`` builds one run's hparams (default
-    ``hparams_from_spec``); ``pad_to``: as in ``run_grid`` (narrower chunks padded to it).
+    ``specs`` are dataclass instances with a ``repetition`` field; repetition ``r`` uses ``keys.run_key(key, r)``
+    (common random numbers across the specs of a repetition). Chunks of ``chunk_size`` runs within a repetition keep the
+    compiled program the same for every chunk and every trial. Columns: the spec fields, ``train_loss`` (+inf if
+    diverged), ``test`` and the evaluator's extra test columns (NaN if diverged), ``diverged``. ``make_hparams(spec)``
+    builds one run's hparams (default ``hparams_from_spec``); ``pad_to``: as in ``run_grid`` (narrower chunks padded to
+    it).
     """
     import jax
-
     from dpjax import keys
     from dpjax.engine import run_grid, stack_hparams
     from dpjax.engine.checks import diverged
-
     if len(specs) == 0:
         raise ValueError("specs=[] must hold at least one run")
     _validate.check_positive("divergence_threshold", divergence_threshold, allow_inf=True)
@@ -167,11 +144,9 @@ def run_table(
 class Family:
     """One algorithm family's grid in a trial.
 
-    ``specs``: its run specs; ``extend(requests, runs) -> specs`` builds the
-    runs of step-size grid extensions (``select.extend_grid_at_edges``
-    requests), ``None`` for none; ``make_hparams`` as in ``run_table``.
+    ``specs``: its run specs; ``extend(requests, runs) -> specs`` builds the runs of step-size grid extensions
+    (``select.extend_grid_at_edges`` requests), ``None`` for none; ``make_hparams`` as in ``run_table``.
     """
-
     algorithm: Any
     specs: Sequence[Any]
     extend: Callable[[list[dict], pd.DataFrame], Sequence[Any]] | None = None
@@ -179,46 +154,33 @@ class Family:
 
 
 def extension_width(specs: Sequence[Any], column: str, chunk: int) -> int:
-    """The chunk width of a family's grid extensions: the most runs one repetition holds at one ``column``
-    value in the first grid (at most ``chunk``).
+    """The chunk width of a family's grid extensions: the most runs one repetition holds at one ``column`` value in the
+    first grid (at most ``chunk``).
 
-    An extension round asks for at most one new ``column`` value per group, and a group's runs at one
-    value are those of the first grid at one value (every other hyperparameter, e.g. the clip norms), so
-    one extension round of one repetition fits one chunk of this width when the groups share the grid.
-    Padding extensions to the first grid's width instead (130 lanes for 13 requests in the full
-    ``isrl-mnist``) made every extension round cost as much as the first grid: the chunk's cost grows
-    with its width (measured on the Local SGD chunk: 1.3 s CPU at 35 lanes, 3.75 s at 130)."""
+    An extension round asks for at most one new ``column`` value per group, and a group's runs at one value are those of
+    the first grid at one value (every other hyperparameter, e.g. the clip norms), so one extension round of one
+    repetition fits one chunk of this width when the groups share the grid. Padding extensions to the first grid's width
+    instead (130 lanes for 13 requests in the full ``isrl-mnist``) made every extension round cost as much as the first
+    grid: the chunk's cost grows with its width (measured on the Local SGD chunk: 1.3 s CPU at 35 lanes, 3.75 s
+    at 130)."""
     per_value = collections.Counter((int(s.repetition), getattr(s, column, None)) for s in specs)
     per_rep = collections.Counter(int(s.repetition) for s in specs)
     return min(chunk, max(per_rep.values()), max(per_value.values()))
 
 
-def run_families(
-    families: Sequence[Family],
-    train,
-    eval_data,
-    evaluator: Evaluator,
-    key,
-    *,
-    divergence_threshold: float,
-    extend_by: Sequence[str] = (),
-    criterion: str = "train_loss",
-    column: str = "learning_rate",
-    max_extensions: int = 0,
-    narrow_extensions: bool = True,
-) -> list[pd.DataFrame]:
-    """One trial's families, one table each: family ``i`` runs its specs with
-    ``keys.run_key(key, i)`` in balanced chunks (``balanced_chunk``), then, if it
-    has an ``extend`` rule, extends its ``column`` grid per ``extend_by`` group
-    while the selection (mean ``criterion``) sits at an end
-    (``select.extend_grid_at_edges``; the extensions reuse the family's key, so
-    they share their random draws with the first runs). An extension's chunks have one width per family,
-    ``extension_width`` (``narrow_extensions=False``: the first grid's width, reusing its program: fewer
-    compilations where few extension rounds follow), so every extension reuses one compiled program
-    instead of compiling one per extension size (``run_grid``'s ``pad_to``)."""
+def run_families(families: Sequence[Family], train, eval_data, evaluator: Evaluator, key, *,
+                 divergence_threshold: float, extend_by: Sequence[str] = (), criterion: str = "train_loss",
+                 column: str = "learning_rate", max_extensions: int = 0,
+                 narrow_extensions: bool = True) -> list[pd.DataFrame]:
+    """One trial's families, one table each: family ``i`` runs its specs with ``keys.run_key(key, i)`` in balanced
+    chunks (``balanced_chunk``), then, if it has an ``extend`` rule, extends its ``column`` grid per ``extend_by`` group
+    while the selection (mean ``criterion``) sits at an end (``select.extend_grid_at_edges``; the extensions reuse the
+    family's key, so they share their random draws with the first runs). An extension's chunks have one width per
+    family, ``extension_width`` (``narrow_extensions=False``: the first grid's width, reusing its program: fewer
+    compilations where few extension rounds follow), so every extension reuses one compiled program instead of compiling
+    one per extension size (``run_grid``'s ``pad_to``)."""
     from dpjax import keys
     from dpjax.sweep.select import extend_grid_at_edges
-
     out = []
     for i, fam in enumerate(families):
         fam_key = keys.run_key(key, i)

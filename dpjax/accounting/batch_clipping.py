@@ -40,16 +40,8 @@ from dpjax.accounting import fdp as _fdp
 from dpjax.accounting.gdp import gdp_delta
 
 __all__ = [
-    "round_occupancy_law",
-    "C2Law",
-    "c2_law",
-    "batch_clipping_epsilon",
-    "batch_clipping_delta",
-    "paper_bounds",
-    "shuffle_bose_einstein_qj",
-    "standard_dp_sgd_clt_mu",
-    "batch_clipping_report",
-    "batch_clipping_privacy",
+    "round_occupancy_law", "C2Law", "c2_law", "batch_clipping_epsilon", "batch_clipping_delta", "paper_bounds",
+    "shuffle_bose_einstein_qj", "standard_dp_sgd_clt_mu", "batch_clipping_report", "batch_clipping_privacy"
 ]
 
 _TRUNC = 1e-20  # upper-tail mass below which convolutions are truncated (charged to delta)
@@ -290,10 +282,7 @@ def paper_bounds(
     return out
 
 
-# ---------------------------------------------------------------------------
-# The accountants of DP-SGD-General (Algorithm 1), as PrivacyReports
-# ---------------------------------------------------------------------------
-
+# -- The accountants of DP-SGD-General (Algorithm 1), as PrivacyReports ----------------------------
 #: ``strong-exact``: the exact strong-adversary mixture (Definition 5.2, Theorem 5.6) over the exact
 #: law of c^2; ``sqrt-gE``: G_{sqrt(gE)/sigma} (a certified lower bound for shuffling with batch
 #: clipping or g = 1, Theorem F.1 / Lemma F.2; an approximation otherwise, marked in the notes);

@@ -42,27 +42,10 @@ from dpjax import _validate as v
 from dpjax.accounting.schedules import GaussianSchedule
 
 __all__ = [
-    "MODES",
-    "alpha0",
-    "count_restarts",
-    "rdp_gaussian",
-    "rdp_diff2_round",
-    "diff2_rdp",
-    "epsilon_at_alpha",
-    "tight_epsilon_from_slope",
-    "tight_slope",
-    "diff2_epsilon",
-    "diff2_gd_sigmas",
-    "dpgd_sigma",
-    "rdp_subsampled_wor_gaussian",
-    "lemma_b8_conditions",
-    "lemma_b8_bound",
-    "bvr_local_rdp",
-    "diff2_bvr_rdp",
-    "diff2_bvr_epsilon",
-    "diff2_bvr_sigmas",
-    "bvr_sigma3_closed_form",
-    "compose_epsilon",
+    "MODES", "alpha0", "count_restarts", "rdp_gaussian", "rdp_diff2_round", "diff2_rdp", "epsilon_at_alpha",
+    "tight_epsilon_from_slope", "tight_slope", "diff2_epsilon", "diff2_gd_sigmas", "dpgd_sigma",
+    "rdp_subsampled_wor_gaussian", "lemma_b8_conditions", "lemma_b8_bound", "bvr_local_rdp", "diff2_bvr_rdp",
+    "diff2_bvr_epsilon", "diff2_bvr_sigmas", "bvr_sigma3_closed_form", "compose_epsilon"
 ]
 
 MODES = ("paper", "tight")

@@ -28,18 +28,9 @@ from dpjax.accounting.calibration import bisect_threshold
 from dpjax.accounting.gdp import gdp_delta
 
 __all__ = [
-    "tradeoff_gaussian",
-    "tradeoff_eps_delta",
-    "delta_from_tradeoff",
-    "epsilon_from_tradeoff",
-    "mixture_tradeoff",
-    "mixture_delta",
-    "mixture_epsilon",
-    "f_lower",
-    "f_upper",
-    "f_lower_beta_star",
-    "delta_from_lower",
-    "compose_gaussian_tradeoffs",
+    "tradeoff_gaussian", "tradeoff_eps_delta", "delta_from_tradeoff", "epsilon_from_tradeoff", "mixture_tradeoff",
+    "mixture_delta", "mixture_epsilon", "f_lower", "f_upper", "f_lower_beta_star", "delta_from_lower",
+    "compose_gaussian_tradeoffs"
 ]
 
 

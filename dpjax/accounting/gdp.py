@@ -24,15 +24,8 @@ from scipy import optimize, special
 from dpjax import _validate as v
 
 __all__ = [
-    "gdp_delta",
-    "gdp_epsilon",
-    "gdp_mu",
-    "gdp_compose",
-    "gdp_group",
-    "gaussian_mechanism_mu",
-    "gaussian_mechanism_epsilon",
-    "gaussian_mechanism_sigma",
-    "classical_gaussian_sigma",
+    "gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_compose", "gdp_group", "gaussian_mechanism_mu",
+    "gaussian_mechanism_epsilon", "gaussian_mechanism_sigma", "classical_gaussian_sigma"
 ]
 
 

@@ -29,19 +29,10 @@ import math
 from dpjax import _validate as v
 
 __all__ = [
-    "isrl_paper_sigma",
-    "isrl_paper_epsilon",
-    "isrl_paper_min_batch_size",
-    "isrl_paper_chain",
-    "isrl_experiment_calibration",
-    "isrl_experiment_batch_size",
-    "isrl_experiment_epsilon",
-    "isrl_per_silo_sigma_factors",
-    "isrl_authors_code_calibration",
-    "isrl_one_pass_paper_sigma",
-    "isrl_one_pass_paper_epsilon",
-    "isrl_local_sgd_paper_sigma",
-    "moments_accountant_min_batch",
+    "isrl_paper_sigma", "isrl_paper_epsilon", "isrl_paper_min_batch_size", "isrl_paper_chain",
+    "isrl_experiment_calibration", "isrl_experiment_batch_size", "isrl_experiment_epsilon",
+    "isrl_per_silo_sigma_factors", "isrl_authors_code_calibration", "isrl_one_pass_paper_sigma",
+    "isrl_one_pass_paper_epsilon", "isrl_local_sgd_paper_sigma", "moments_accountant_min_batch"
 ]
 
 

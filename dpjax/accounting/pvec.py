@@ -52,22 +52,9 @@ from dpjax import _validate as v
 from dpjax.accounting.gdp import gaussian_mechanism_sigma
 
 __all__ = [
-    "PvecParams",
-    "PvecCertificate",
-    "COMPOSITIONS",
-    "p1d_params",
-    "pvec_params",
-    "pvec_epsilon",
-    "PvecAccountant",
-    "PvecEvent",
-    "pvec_privacy",
-    "pvec_report",
-    "pvec_sum_std",
-    "pvec_gaussian_ratio",
-    "NumericalCertificate",
-    "spread_shift",
-    "pvec_numerical_epsilon",
-    "pvec_gaussian_approx_epsilon",
+    "PvecParams", "PvecCertificate", "COMPOSITIONS", "p1d_params", "pvec_params", "pvec_epsilon", "PvecAccountant",
+    "PvecEvent", "pvec_privacy", "pvec_report", "pvec_sum_std", "pvec_gaussian_ratio", "NumericalCertificate",
+    "spread_shift", "pvec_numerical_epsilon", "pvec_gaussian_approx_epsilon"
 ]
 
 #: Lemma 3.3 forms accepted by `pvec_epsilon` (see module docstring).
@@ -240,10 +227,7 @@ def pvec_epsilon(
     return PvecCertificate(eps, d * gamma + gamma, n, d, g, b, p, eps_hat, gamma, gamma, alpha, composition)
 
 
-# ---------------------------------------------------------------------------
-# P_vec as an event of a DP plan (ISRL-DP Algorithm 6: P_vec on each silo's
-# clipped vectors, one shuffled invocation per round, one pass)
-# ---------------------------------------------------------------------------
+# -- P_vec as an event of a DP plan (ISRL-DP Algorithm 6: each silo's clipped vectors, one shuffled call per round) --
 class PvecAccountant(str, enum.Enum):
     """Accountants of a P_vec run: the Lemma 3.3 form `pvec_epsilon` certifies with, and the
     calculator mode calibration searches over."""
@@ -379,11 +363,7 @@ def pvec_report(plan, event: PvecEvent, delta: float, accountant: str = "pvec-le
     return SdpReport(central, None, details)
 
 
-# ---------------------------------------------------------------------------
-# Optional modes beyond the paper's lemmas: a numerical PLD
-# account (heuristic worst case) and a Gaussian approximation (diagnostic)
-# ---------------------------------------------------------------------------
-
+# -- Optional modes beyond the paper's lemmas: numerical PLD (heuristic worst case), Gaussian approx (diagnostic) --
 #: Tail mass of the centred binomial left out of the numerical account (added to delta).
 NUMERICAL_TAIL = 1e-18
 

@@ -82,9 +82,7 @@ def _resolve(accountant, kind: str) -> TranscriptAccountant:
     return _GENERIC[kind].get(a, a)
 
 
-# ---------------------------------------------------------------------------
-# The rounds' windows and their phases
-# ---------------------------------------------------------------------------
+# -- The rounds' windows and their phases ----------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class WindowPhase:
     """Rounds ``first .. first + rounds - 1``: fresh users every round, or the same ones."""
@@ -176,9 +174,7 @@ def _searched(fn, delta, accountant, scale):
         return PrivacyReport(math.inf, delta, str(accountant), "n/a", "replace-one", "user", 0.0)
 
 
-# ---------------------------------------------------------------------------
-# P_vec
-# ---------------------------------------------------------------------------
+# -- P_vec -----------------------------------------------------------------------------------------
 def grouped_trials(b: int, p: float, groups: int) -> tuple[int, float]:
     """Trials per group and probability keeping ``b p`` when every user runs ``groups`` groups of trials
     (trial counts above the int32 range of a run's parameters): ``ceil(b/groups)`` and
@@ -349,9 +345,7 @@ def pvec_transcript_privacy(plan, event: PvecTranscriptEvent) -> ReportPrivacy:
                          privacy_unit="user", rtol=1e-8, search_fn=search)
 
 
-# ---------------------------------------------------------------------------
-# Gaussian baselines and the pan-private protocol
-# ---------------------------------------------------------------------------
+# -- Gaussian baselines and the pan-private protocol -----------------------------------------------
 LOCALITIES = ("central", "local")
 
 

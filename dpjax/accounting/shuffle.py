@@ -35,20 +35,9 @@ from dpjax import _validate as v
 from dpjax.accounting.gdp import gaussian_mechanism_epsilon
 
 __all__ = [
-    "fmt_closed_form_epsilon",
-    "fmt_numerical_delta",
-    "fmt_numerical_epsilon",
-    "approx_dp_shuffle_delta",
-    "subsampled_epsilon",
-    "advanced_composition",
-    "record_inclusion_probability",
-    "isrl_shuffle_chain",
-    "CHAIN_MODES",
-    "PARTICIPATION",
-    "ShuffleAccountant",
-    "ShuffleEvent",
-    "shuffled_gaussian_privacy",
-    "shuffled_gaussian_report",
+    "fmt_closed_form_epsilon", "fmt_numerical_delta", "fmt_numerical_epsilon", "approx_dp_shuffle_delta",
+    "subsampled_epsilon", "advanced_composition", "record_inclusion_probability", "isrl_shuffle_chain", "CHAIN_MODES",
+    "PARTICIPATION", "ShuffleAccountant", "ShuffleEvent", "shuffled_gaussian_privacy", "shuffled_gaussian_report"
 ]
 
 
@@ -259,9 +248,7 @@ def isrl_shuffle_chain(
             "eps_round": e_r, "delta_round": d_r, "epsilon": e_tot, "delta": d_tot}
 
 
-# ---------------------------------------------------------------------------
-# The shuffler as an event of a DP plan (Shuffled Noisy MB-SGD's central guarantee)
-# ---------------------------------------------------------------------------
+# -- The shuffler as an event of a DP plan (Shuffled Noisy MB-SGD's central guarantee) -------------
 class ShuffleAccountant(str, enum.Enum):
     """Central accountants of Gaussian silo reports behind a shuffler (`isrl_shuffle_chain` modes)."""
 

@@ -71,11 +71,11 @@ from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting.kov_composition import optimal_composition_delta
 
 __all__ = [
-    "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS",
-    "pvec_total_variance", "p_sgd_plan", "p_agd_plan", "phased_plan", "p_gd_plan", "pan_private_plan",
-    "central_gd_plan", "local_sgd_plan", "smoothing_beta", "pgd_rounds", "pgd_round_budget",
-    "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES", "pvec_round_epsilon", "transcript_epsilon",
-    "bits_per_user", "pan_private_epsilon", "gaussian_approx_transcript_epsilon", "REPORT_ONLY",
+    "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS", "pvec_total_variance", "p_sgd_plan", "p_agd_plan",
+    "phased_plan", "p_gd_plan", "pan_private_plan", "central_gd_plan", "local_sgd_plan", "smoothing_beta",
+    "pgd_rounds", "pgd_round_budget", "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES",
+    "pvec_round_epsilon", "transcript_epsilon", "bits_per_user", "pan_private_epsilon",
+    "gaussian_approx_transcript_epsilon", "REPORT_ONLY"
 ]
 
 #: Across-round compositions for fully interactive phases.
@@ -186,11 +186,7 @@ def _clip_batch(x: float, n: int, rounding) -> int:
     return int(min(max(rounding(x), 1), n))
 
 
-# ---------------------------------------------------------------------------
-# Sequentially interactive protocols (Section 4.1)
-# ---------------------------------------------------------------------------
-
-
+# -- Sequentially interactive protocols (Section 4.1) ----------------------------------------------
 def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma_opt", start=0,
                batch=None) -> ProtocolPlan:
     """P_SGD (Theorem 4.1; batch B = sqrt(d) ln(d/delta)/eps from its proof, rounded to the nearest integer)."""
@@ -320,11 +316,7 @@ def phased_plan(convex_plan, n, lam, *, phases=None, constant=1.0, **kwargs) -> 
                                    f"D_i = min(D, {constant:g} sqrt(2 E_i/lam))",))
 
 
-# ---------------------------------------------------------------------------
-# Fully interactive P_GD (Section 4.2) and composition
-# ---------------------------------------------------------------------------
-
-
+# -- Fully interactive P_GD (Section 4.2) and composition ------------------------------------------
 def pgd_rounds(n, d, epsilon, delta) -> int:
     """Lemma B.6: T = min(n, eps^2 n^2/(d ln^2(nd/delta))), at least 1."""
     return max(1, min(n, math.floor((epsilon * n) ** 2 / (d * math.log(n * d / delta) ** 2))))
@@ -432,11 +424,7 @@ def local_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, start=0
     return ProtocolPlan("local_sgd", "gaussian", n, d, eps, dl, L, D, None, None, (phase,))
 
 
-# ---------------------------------------------------------------------------
-# Transcript accounting
-# ---------------------------------------------------------------------------
-
-
+# -- Transcript accounting -------------------------------------------------------------------------
 def pvec_round_epsilon(g, b, p, m, d, delta, composition="lemma", honest_frac=1.0) -> float:
     """eps of one P_vec call on m inputs with (g, b, p) (Theorem 3.2, inverted by
     ``pvec.pvec_epsilon``); robust version with only ``honest_frac`` of the users honest
@@ -529,11 +517,7 @@ def bits_per_user(plan: ProtocolPlan) -> int:
     return worst
 
 
-# ---------------------------------------------------------------------------
-# Exact P_1D output distributions and empirical audits (validation suite)
-# ---------------------------------------------------------------------------
-
-
+# -- Exact P_1D output distributions and empirical audits (validation suite) -----------------------
 def p1d_count_pmf(x, g: int, b: int, p: float, scalar_range: float = 1.0):
     """Exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in [0, Delta] (the
     analyzer's output is the affine image (Delta/g)(Z - p b n)); returns ``(support_start, pmf)``.

@@ -46,32 +46,11 @@ from dpjax.accounting.gdp import gdp_delta
 from dpjax.accounting.privacy_spec import PrivacySpec, StatedRelation
 
 __all__ = [
-    "UserLevelParams",
-    "user_level_params",
-    "tdlap_pmf",
-    "user_level_audit",
-    "phased_erm_params",
-    "compose_user_level",
-    "A1Params",
-    "a1_params",
-    "a1_test_params",
-    "log_pair_count",
-    "deletion_sensitivity_bound",
-    "gamma_target",
-    "certificate_sensitivity",
-    "noise_multiplier",
-    "b1_sigma",
-    "crossover_m",
-    "phased_sco_groups",
-    "MAX_EXACT_USERS",
-    "MAX_EXACT_EVALUATIONS",
-    "exact_evaluations",
-    "exact_feasible",
-    "exact_fallback_check",
-    "UserLevelPrivacy",
-    "MECHANISMS",
-    "privacy",
-    "min_users",
+    "UserLevelParams", "user_level_params", "tdlap_pmf", "user_level_audit", "phased_erm_params",
+    "compose_user_level", "A1Params", "a1_params", "a1_test_params", "log_pair_count", "deletion_sensitivity_bound",
+    "gamma_target", "certificate_sensitivity", "noise_multiplier", "b1_sigma", "crossover_m", "phased_sco_groups",
+    "MAX_EXACT_USERS", "MAX_EXACT_EVALUATIONS", "exact_evaluations", "exact_feasible", "exact_fallback_check",
+    "UserLevelPrivacy", "MECHANISMS", "privacy", "min_users"
 ]
 
 
@@ -153,10 +132,7 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
     return max(s[0] for s in sums.values()), min(1.0, max(s[1] for s in sums.values()))
 
 
-# ---------------------------------------------------------------------------
-# Where Algorithm 1's exact stable set can be computed (public quantities only)
-# ---------------------------------------------------------------------------
-
+# -- Where Algorithm 1's exact stable set can be computed (public quantities only) -----------------
 MAX_EXACT_USERS = 20
 MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletion sets
 
@@ -196,11 +172,7 @@ def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
             "privacy(): mode='certificate-stop') runs it anyway as a NOT private diagnostic")
 
 
-# ---------------------------------------------------------------------------
-# Algorithm 1 parameters as one object (the mechanisms in dpjax.user_level take it)
-# ---------------------------------------------------------------------------
-
-
+# -- Algorithm 1 parameters as one object (the mechanisms in dpjax.user_level take it) -------------
 @dataclass(frozen=True)
 class A1Params:
     """Everything Algorithm 1 (DelOutputPert) needs: TDLap(eps', kappa), target Delta, Gaussian sigma.
@@ -251,11 +223,7 @@ def a1_certified(params: A1Params) -> tuple[float, float]:
     return 2 * params.eps_prime, float(min(1.0, pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg))
 
 
-# ---------------------------------------------------------------------------
-# Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (Section 3.2, Appendix C)
-# ---------------------------------------------------------------------------
-
-
+# -- Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (Section 3.2, Appendix C) --
 def log_pair_count(n: int, r: int) -> float:
     """ln P_r, P_r = sum_{s=0}^{r} C(n, s)(n - s): the number of (deleted set, extra user) pairs of Corollary 3.7."""
     n = v.check_int("n", n, min_value=2)
@@ -357,10 +325,7 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
     return [(i * size, (i + 1) * size) for i in range(t)]
 
 
-# ---------------------------------------------------------------------------
-# The privacy contract (dpjax.accounting.privacy_spec.PrivacySpec) for every mechanism and schedule
-# ---------------------------------------------------------------------------
-
+# -- The privacy contract (dpjax.accounting.privacy_spec.PrivacySpec) for every mechanism and schedule --
 # Mechanism names, by the paper's numbering (Ghazi et al. 2023):
 #   A1  Algorithm 1, DelOutputPert (generic deletion-sensitivity output perturbation)
 #   A2  Algorithm 2, SCOutputPert (A1 on a strongly convex ERM minimiser; Theorem 3.1)

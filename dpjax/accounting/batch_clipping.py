@@ -1,28 +1,21 @@
-"""Exact strong-adversary accountant for DP-SGD with batch / individual clipping
-(van Dijk, Nguyen, Nguyen & Phan, "Generalizing DP-SGD with Shuffling and Batch
-Clipping", Appendices C-F).
+"""Exact strong-adversary accountant for DP-SGD with batch / individual clipping (van Dijk, Nguyen, Nguyen & Phan,
+"Generalizing DP-SGD with Shuffling and Batch Clipping", Appendices C-F).
 
-Setting: N records, each round uses m subsets of s records (batch size ms); each
-subset's (mean) update is clipped to C and the round adds N(0, (2 C sigma)^2 I),
-so `sigma` is the noise multiplier w.r.t. the replace sensitivity 2C. If L of
-the m subsets of a round touch the g differing records, the round is G_{L/sigma}
-(App. C.4-C.5). Over E epochs (B = floor(N/(ms)) rounds each) the realised count
-c^2 = sum_rounds L^2 gives G_{c/sigma} (Eq. 13), and the run is the labelled
-mixture over the exact law q_E(c^2) (Lemma B.1; exact for the strong adversary
-A_1, valid in general):
+Setting: N records, each round uses m subsets of s records (batch size ms); each subset's (mean) update is clipped
+to C and the round adds N(0, (2 C sigma)^2 I), so `sigma` is the noise multiplier w.r.t. the replace sensitivity 2C.
+If L of the m subsets of a round touch the g differing records, the round is G_{L/sigma} (App. C.4-C.5). Over E
+epochs (B = floor(N/(ms)) rounds each) the realised c^2 = sum_rounds L^2 gives G_{c/sigma} (Eq. 13), and the run is
+the labelled mixture over the exact law q_E(c^2) (Lemma B.1; exact for the strong adversary A_1, valid in general):
 
     delta(eps) = sum_{c^2} q_E(c^2) delta_GDP(eps; c/sigma) + rho,
 
-where rho is the probability mass dropped in the convolutions (charged to
-delta). Relation: replace-up-to-g with N fixed (N stays secret).
+rho the probability mass dropped in the convolutions. Relation: replace-up-to-g with N fixed (N stays secret).
 
-`c2_law` computes q_E exactly (inclusion-exclusion occupancy law) for
-``sampling="shuffle"`` (random permutation per epoch) and ``"subsample"``
-(a fresh uniform ms-subset each round). `paper_bounds` reproduces the paper's
-printed closed forms with a `valid` flag; the subsampling tails e^{-E} are
-wrong (the Hoeffding step in Lemmas E.2, E.3, E.5 omits the 1/trials factor) and the printed lower
-bound is violated for E = 100 (N = 60000, ms = 256); Theorem F.1's q_j is the
-Bose-Einstein law, not the permutation law.
+`c2_law` computes q_E exactly (inclusion-exclusion occupancy law) for ``sampling="shuffle"`` (random permutation
+per epoch) and ``"subsample"`` (a fresh uniform ms-subset each round). `paper_bounds` reproduces the paper's printed
+closed forms with a `valid` flag; the subsampling tails e^{-E} are wrong (the Hoeffding step in Lemmas E.2, E.3, E.5
+omits the 1/trials factor) and the printed lower bound is violated for E = 100 (N = 60000, ms = 256); Theorem F.1's
+q_j is the Bose-Einstein law, not the permutation law.
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
 """ISRL-DP federated learning (Lowy & Razaviyayn, ICLR 2023): the paper's printed calibrations.
 
-"Paper mode" reproduces the printed formulas exactly (Theorem D.1's proof,
-Theorem 3.1/E.1, Appendix I); the tight accountants in `dpjax.accounting.tight` say what the
-resulting noise actually buys. Notation: L = Lipschitz / clip bound of one
-record's gradient, n = records per silo, R = rounds, K = minibatch size,
-(epsilon, delta) = the per-silo ISRL-DP target (replace-one relation).
+"Paper mode" reproduces the printed formulas exactly (Theorem D.1's proof, Theorem 3.1/E.1, Appendix I); the tight
+accountants in `dpjax.accounting.tight` say what the resulting noise actually buys. Notation: L = Lipschitz / clip
+bound of one record's gradient, n = records per silo, R = rounds, K = minibatch size, (epsilon, delta) = the
+per-silo ISRL-DP target (replace-one relation). Where the paper is loose or wrong (numbers in README.md):
 
-Where the paper is loose or wrong (numbers in README.md):
-
-* Theorem D.1's chain: advanced composition + amplification by subsampling (2 q eps')
-  + classical Gaussian mechanism. At n = 1238, R = 35, delta = 1/n^2 the
-  printed sigma at nominal eps = 1.5 (K = 15, sigma = 0.852 L) buys
-  eps = 0.039 (PLD, Poisson, replace-one) -- 36-270x more noise variance than
-  needed.
-* The proof applies a without-replacement subsampling lemma to the
-  with-replacement sampling of Algorithm 2.
-* Appendix I's moments-accountant calibration (`isrl_experiment_calibration`)
-  is an add/remove calibration; under replace-one it is roughly nominal with
-  PLD + Poisson and not certified by the fixed-size RDP bound.
-* Local SGD baseline: the moments-accountant form needs RK >= n^2 eps/4, which
-  the experiments violate (`moments_accountant_min_batch`).
+* Theorem D.1's chain: advanced composition + amplification by subsampling (2 q eps') + classical Gaussian
+  mechanism. At n = 1238, R = 35, delta = 1/n^2 the printed sigma at nominal eps = 1.5 (K = 15, sigma = 0.852 L)
+  buys eps = 0.039 (PLD, Poisson, replace-one) -- 36-270x more noise variance than needed.
+* The proof applies a without-replacement subsampling lemma to the with-replacement sampling of Algorithm 2.
+* Appendix I's moments-accountant calibration (`isrl_experiment_calibration`) is an add/remove calibration; under
+  replace-one it is roughly nominal with PLD + Poisson and not certified by the fixed-size RDP bound.
+* Local SGD baseline: the moments-accountant form needs RK >= n^2 eps/4, which the experiments violate
+  (`moments_accountant_min_batch`).
 """
 
 from __future__ import annotations
@@ -36,12 +29,9 @@ __all__ = [
 ]
 
 
-def _common(n, rounds, epsilon, delta):
-    n = v.check_int("n", n, min_value=1)
-    rounds = v.check_int("rounds", rounds, min_value=1)
-    epsilon = v.check_positive("epsilon", epsilon)
-    delta = v.check_open_unit("delta", delta)
-    return n, rounds, epsilon, delta
+def _common(n, rounds, epsilon, delta, eps_name="epsilon"):
+    return (v.check_int("n", n, min_value=1), v.check_int("rounds", rounds, min_value=1),
+            v.check_positive(eps_name, epsilon), v.check_open_unit("delta", delta))
 
 
 def _check_paper_eps(epsilon: float, delta: float) -> None:
@@ -88,10 +78,7 @@ def isrl_paper_epsilon(lipschitz: float, n: int, rounds: int, sigma: float, delt
     Raises ValueError if the result leaves the paper's regime eps <= 2 ln(2/delta).
     """
     lipschitz = v.check_positive("lipschitz", lipschitz)
-    n = v.check_int("n", n, min_value=1)
-    rounds = v.check_int("rounds", rounds, min_value=1)
-    sigma = v.check_positive("sigma", sigma)
-    delta = v.check_open_unit("delta", delta)
+    n, rounds, sigma, delta = _common(n, rounds, sigma, delta, "sigma")
     eps = 16 * lipschitz * math.sqrt(rounds * math.log(2.5 * rounds / delta) * math.log(2 / delta)) / (n * sigma)
     _check_paper_eps(eps, delta)
     return eps
@@ -156,10 +143,7 @@ def isrl_per_silo_sigma_factors(silo_sizes, n_ref: int):
 def isrl_experiment_epsilon(lipschitz: float, n: int, rounds: int, sigma: float, delta: float) -> float:
     """Nominal eps of the Appendix I calibration: eps = L sqrt(8 ln(1/delta) R) / (n sigma)."""
     lipschitz = v.check_positive("lipschitz", lipschitz)
-    n = v.check_int("n", n, min_value=1)
-    rounds = v.check_int("rounds", rounds, min_value=1)
-    sigma = v.check_positive("sigma", sigma)
-    delta = v.check_open_unit("delta", delta)
+    n, rounds, sigma, delta = _common(n, rounds, sigma, delta, "sigma")
     return lipschitz * math.sqrt(8 * math.log(1 / delta) * rounds) / (n * sigma)
 
 

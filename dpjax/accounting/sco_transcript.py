@@ -1,39 +1,25 @@
-"""Whole-transcript privacy of the shuffle-private SCO families (Cheu, Joseph, Mao & Peng, ICLR 2022),
-as functions of the events their parts return.
+"""Whole-transcript privacy of the shuffle-private SCO families (Cheu, Joseph, Mao & Peng, ICLR 2022), as functions
+of the events their parts return.
 
-The families (``dpjax.algorithms.shuffle_sco``) run rounds whose users are a
-public window ``[start_r, start_r + batch_r)`` of one stream of n users; a
-phase is a block of rounds that either takes fresh users every round (P_SGD,
-P_AGD: each user enters one round, parallel composition) or the same users
-every round (P_GD: fully interactive, its rounds compose). Phases use disjoint
-users, so the run's epsilon is the largest phase's. Each privatizer part
-returns one event (``DpPlan.spec()`` dispatches to its ``spec(plan)``):
+The families (``dpjax.algorithms.shuffle_sco``) run rounds whose users are a public window
+``[start_r, start_r + batch_r)`` of one stream of n users; a phase is a block of rounds that takes fresh users every
+round (P_SGD, P_AGD: parallel composition) or the same users every round (P_GD: its rounds compose). Phases use
+disjoint users, so the run's epsilon is the largest phase's. Each privatizer part returns one event:
 
-* ``PvecTranscriptEvent`` -- every user's P_vec randomizer behind a shuffler
-  with the per-round (g, b, p); certified by Theorem 3.2 (Lemma 3.1 per
-  coordinate, Lemma 3.3 across coordinates) at each phase's worst round,
-  composed over an interactive phase's rounds (``shuffle_sco.transcript_epsilon``);
-  robust shuffle privacy for an honest fraction of the users (Claim A.8).
-* ``GaussianTranscriptEvent`` -- the Gaussian baselines: ``"central"`` (one
-  N(0, (z 2L)^2 I) on the round's sum) or ``"local"`` (every user's own
-  N(0, (z 2L)^2 I)), z the round's noise multiplier; exact GDP composition over
-  a user's rounds.
-* ``PanPrivateEvent`` -- Algorithm 6's two draws per batch; Lemma C.4 (one
-  intrusion), analytic Gaussian or Lemma C.5 as printed.
-* ``NoGuaranteeEvent`` -- the exact sum (the non-private twin) and the
-  variance-matched Gaussian surrogate of P_vec: ``NoPrivacy``.
+* ``PvecTranscriptEvent`` -- every user's P_vec randomizer behind a shuffler with the per-round (g, b, p);
+  Theorem 3.2 (Lemma 3.1 per coordinate, Lemma 3.3 across coordinates) at each phase's worst round, composed over
+  an interactive phase's rounds (``shuffle_sco.transcript_epsilon``); robust shuffle privacy (Claim A.8).
+* ``GaussianTranscriptEvent`` -- the Gaussian baselines: ``"central"`` (one N(0, (z 2L)^2 I) on the round's sum)
+  or ``"local"`` (every user's own), z the round's noise multiplier; exact GDP composition over a user's rounds.
+* ``PanPrivateEvent`` -- Algorithm 6's two draws per batch; Lemma C.4 (one intrusion), analytic Gaussian or
+  Lemma C.5 as printed.
+* ``NoGuaranteeEvent`` -- the exact sum and the variance-matched Gaussian surrogate of P_vec: ``NoPrivacy``.
 
-Each ``spec`` checks the windows against the data (one silo of n users, every
-window inside it and at most the compiled ``max_batch`` users, the selection's
-batch size) and returns a ``ReportPrivacy``: ``epsilon`` certifies the run as
-configured; calibration is the one routine (``calibration.smallest_scale``)
-over a one-parameter family (``search_fn``): P_vec's calculator parameters at
-epsilon ``1/scale`` (split over an interactive phase's rounds as the paper
-does), or Gaussian noise multipliers ``scale x sqrt(rounds a user enters)``
-(every phase then has GDP mu = 1/scale). Noise stds in the reports are in units
-of the clip norm L. The relation is replace-one of one user.
-
-Pure Python: never imports jax.
+Each ``spec`` checks the windows against the data and returns a ``ReportPrivacy``: ``epsilon`` certifies the run as
+configured; calibration (``calibration.smallest_scale``) searches a one-parameter family: P_vec's calculator
+parameters at epsilon ``1/scale`` (split over an interactive phase's rounds as the paper does), or Gaussian
+multipliers ``scale x sqrt(rounds a user enters)`` (GDP mu = 1/scale per phase). Noise stds are in units of the
+clip norm L; the relation is replace-one of one user. Pure Python: never imports jax.
 """
 
 from __future__ import annotations

@@ -48,9 +48,8 @@ def fmt_closed_form_epsilon(eps0: float, n: int, delta: float) -> float:
     delta = v.check_open_unit("delta", delta)
     limit = math.log(n / (16 * math.log(2 / delta))) if n > 16 * math.log(2 / delta) else -math.inf
     if eps0 > limit:
-        raise ValueError(
-            f"eps0={eps0!r} must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the closed-form shuffle bound (n={n})"
-        )
+        raise ValueError(f"eps0={eps0!r} must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the closed-form "
+                         f"shuffle bound (n={n})")
     e = math.exp(eps0)
     return math.log1p((e - 1) / (e + 1) * (8 * math.sqrt(e * math.log(4 / delta)) / math.sqrt(n) + 8 * e / n))
 
@@ -170,53 +169,33 @@ def record_inclusion_probability(n: int, batch_size: int, sampling: str) -> floa
     return -math.expm1(k * math.log1p(-1 / n)) if n > 1 else 1.0
 
 
-def isrl_shuffle_chain(
-    sigma: float,
-    lipschitz: float,
-    n: int,
-    silos: int,
-    reports: int,
-    rounds: int,
-    delta: float,
-    mode: str = "paper",
-    *,
-    batch_size: int = 1,
-    sampling: str = "without-replacement",
-    participation: str = "hidden",
-) -> dict:
+def isrl_shuffle_chain(sigma: float, lipschitz: float, n: int, silos: int, reports: int, rounds: int, delta: float,
+                       mode: str = "paper", *, batch_size: int = 1, sampling: str = "without-replacement",
+                       participation: str = "hidden") -> dict:
     """Numerical chain for Shuffled Noisy MB-SGD (Section 5; Lowy & Razaviyayn 2023, Thm 5.1/G.1).
 
-    Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in
-    each of which ``reports`` = M silos send ``mean of K clipped gradients + N(0, sigma^2 I)``
-    through a shuffler (Shuffled Noisy MB-SGD has M <= N; with K = 1, M up to n N models single-record
-    reports drawn from the pooled records, q = M/(nN)):
+    Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in each of which ``reports`` = M
+    silos send ``mean of K clipped gradients + N(0, sigma^2 I)`` through a shuffler (M <= N; with K = 1, M up to n N
+    models single-record reports drawn from the pooled records, q = M/(nN)):
 
-    1. local randomizer: each report is an (eps0, delta0)-DP function of its
-       silo's K-record batch (exact Gaussian epsilon, sensitivity 2L: for
-       K > 1 the whole batch is the randomizer's input, which is valid but
-       conservative -- the paper's proof fixes K = 1);
-    2. amplification by shuffling of the M reports (Feldman-McMillan-Talwar:
-       closed form in ``mode="paper"``, numerical bound in ``"tight"``),
-       delta_s = M delta0, plus the approximate-DP term (`approx_dp_shuffle_delta`);
-    3. amplification by subsampling with q = P(a record is in this round's
-       reports): (M/N) q_rec with ``participation="hidden"`` (the analyzer sees
-       only shuffled messages, the paper's SDP model), q_rec with ``"public"``
-       (the analyzer knows which silos reported; every round is charged);
-       q_rec = K/n (without replacement) or 1 - (1 - 1/n)^K (with). Paper:
-       2 q eps (needs eps <= 1); tight: ln(1 + q (e^eps - 1)) (valid for any
-       data-independent index sampling under replace-one, by advanced joint
-       convexity);
+    1. local randomizer: each report is an (eps0, delta0)-DP function of its silo's K-record batch (exact Gaussian
+       epsilon, sensitivity 2L; for K > 1 the whole batch is the input: valid but conservative, the paper fixes K = 1);
+    2. amplification by shuffling of the M reports (Feldman-McMillan-Talwar: closed form in ``mode="paper"``,
+       numerical bound in ``"tight"``), delta_s = M delta0, plus the approximate-DP term (`approx_dp_shuffle_delta`);
+    3. amplification by subsampling with q = P(a record is in this round's reports): (M/N) q_rec with
+       ``participation="hidden"`` (the analyzer sees only shuffled messages, the paper's SDP model), q_rec with
+       ``"public"`` (the analyzer knows who reported); q_rec = K/n (without replacement) or 1 - (1 - 1/n)^K (with).
+       Paper: 2 q eps (needs eps <= 1); tight: ln(1 + q (e^eps - 1)) (any data-independent index sampling under
+       replace-one, by advanced joint convexity);
     4. advanced composition over R rounds with delta' = delta/2.
 
-    delta0 = delta/(18 R M q), the paper's split (= n N delta/(18 R M^2) for
-    K = 1, hidden participation). Returns every stage's quantities and
-    ("epsilon", "delta") = the composed (eps, delta_total). Neither mode is
-    exact: the chain stacks upper bounds.
+    delta0 = delta/(18 R M q), the paper's split (= n N delta/(18 R M^2) for K = 1, hidden participation). Returns
+    every stage's quantities and ("epsilon", "delta") = the composed (eps, delta_total); the chain stacks upper
+    bounds (neither mode is exact).
 
     Raises:
-      ValueError: naming the argument when an input is invalid or a condition
-        of the chain fails (closed-form shuffle bound range, delta0 in (0, 1),
-        eps_hat <= 1 for the paper's subsampling bound).
+      ValueError: naming the argument when an input is invalid or a condition of the chain fails (closed-form
+        shuffle bound range, delta0 in (0, 1), eps_hat <= 1 for the paper's subsampling bound).
     """
     sigma = v.check_positive("sigma", sigma)
     lip = v.check_positive("lipschitz", lipschitz)
@@ -236,10 +215,7 @@ def isrl_shuffle_chain(
         raise ValueError(f"delta={delta!r}: the chain's local delta0 = delta/(18 R M q) = {d0!r} is not in (0, 1)")
     e0 = gaussian_mechanism_epsilon(sigma, 2 * lip, d0)
     ds = m * d0
-    if mode == "paper":
-        e_hat = fmt_closed_form_epsilon(e0, m, ds) if e0 > 0 else 0.0
-    else:
-        e_hat = fmt_numerical_epsilon(e0, m, ds) if e0 > 0 else 0.0
+    e_hat = (fmt_closed_form_epsilon if mode == "paper" else fmt_numerical_epsilon)(e0, m, ds) if e0 > 0 else 0.0
     d_hat = approx_dp_shuffle_delta(e_hat, max(e0, 1e-300), m, ds, d0)
     e_r = subsampled_epsilon(e_hat, q, mode)
     d_r = q * d_hat

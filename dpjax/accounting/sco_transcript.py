@@ -220,10 +220,8 @@ def _pvec_form(accountant: TranscriptAccountant) -> tuple[str, str | None]:
 
 
 def _pvec_rows(event: PvecTranscriptEvent, delta, base, comp):
-    """Per phase, the row of ``transcript_epsilon`` at its worst round: every distinct round is
-    accounted with its own (g, b, p, users) and the largest epsilon kept -- the bound grows with g
-    and falls with b, p and the number of users, so no min or max over one of them stands in for
-    it (issue 23); p >= 1/2 is outside Lemma 3.1 and refused."""
+    """Per phase, the row of ``transcript_epsilon`` at its worst round: every distinct round is accounted with its
+    own (g, b, p, users) and the largest epsilon kept (no min or max over one of them stands in for it, issue 23)."""
     rows, bits = [], 0
     batch = event.windows.batch
     for ph in event.windows.phases():
@@ -248,14 +246,10 @@ def _pvec_rows(event: PvecTranscriptEvent, delta, base, comp):
 def pvec_transcript_report(event: PvecTranscriptEvent, delta: float, accountant: str = "pvec-lemma") -> SdpReport:
     """Certificate of the whole transcript from the (g, b, p) the run holds.
 
-    Per phase, Theorem 3.2 inverted at its worst round (``_pvec_rows``): ``pvec-lemma`` (corrected
-    Lemma 3.3 constant, optimal composition across rounds), ``pvec-printed`` (the paper's constants,
-    advanced composition), ``pvec-lemma-advanced`` (lemma constants, advanced composition),
-    ``pvec-numerical`` (numerical privacy-loss distributions at the spread worst-case shift: a
-    heuristic, not from the paper). Phases use disjoint users: the run's eps is the largest phase's.
-    Details: per-phase eps and how it was composed, bits per user (Corollaries B.8-B.11, exact in
-    (g, b)) and the ``gaussian_approx`` diagnostic eps (never a guarantee). ``noise_std``: the
-    smallest per-coordinate std of one user's binomial noise (2/g) sqrt(b p (1-p)), in units of L.
+    Per phase, Theorem 3.2 inverted at its worst round (``_pvec_rows``) in the accountant's form
+    (``TranscriptAccountant``); the run's eps is the largest phase's. Details: per-phase eps and how it was composed,
+    bits per user (Corollaries B.8-B.11, exact in (g, b)) and the ``gaussian_approx`` diagnostic eps (never a
+    guarantee). ``noise_std``: the smallest per-coordinate std of one user's binomial noise (2/g) sqrt(b p (1-p)).
     """
     delta = v.check_open_unit("delta", delta)
     acc = _resolve(v.check_choice("accountant", accountant, _names(_PVEC, "pvec")), "pvec")
@@ -282,10 +276,9 @@ def pvec_transcript_report(event: PvecTranscriptEvent, delta: float, accountant:
 
 
 def pvec_calculator_params(event: PvecTranscriptEvent, epsilon: float, delta: float, accountant: str):
-    """The hparams value of the calculator's parameters (``pvec.pvec_params``) at ``epsilon`` for every
-    phase: fresh phases at (epsilon, delta), an interactive phase's rounds at the per-round budget
-    ``pgd_round_budget`` of its composition; ``pvec-printed`` with the paper's calculator, the lemma
-    accountants with ``lemma_opt`` (at the honest users, ``floor(honest_frac batch)``)."""
+    """The hparams value of the calculator's parameters (``pvec.pvec_params``) at ``epsilon`` for every phase:
+    fresh phases at (epsilon, delta), an interactive phase's rounds at its ``pgd_round_budget``; ``pvec-printed``
+    with the paper's calculator, the lemma accountants with ``lemma_opt`` (at ``floor(honest_frac batch)`` users)."""
     acc = _resolve(accountant, "pvec")
     if acc.value in sco.REPORT_ONLY:
         raise ValueError(f"accountant={acc.value!r} is a heuristic report; calibrate with 'pvec-lemma' or "
@@ -310,9 +303,8 @@ def pvec_calculator_params(event: PvecTranscriptEvent, epsilon: float, delta: fl
 
 
 def pvec_transcript_privacy(plan, event: PvecTranscriptEvent) -> ReportPrivacy:
-    """``ReportPrivacy`` of a P_vec transcript: ``epsilon`` certifies the configured (g, b, p);
-    calibration searches the calculator's parameters at epsilon ``1/scale`` (certified as the run
-    would store them) with the one routine."""
+    """``ReportPrivacy`` of a P_vec transcript: ``epsilon`` certifies the configured (g, b, p); calibration searches
+    the calculator's parameters at epsilon ``1/scale`` (certified as the run would store them)."""
     event.windows.check(plan)
     event.windows.phases()
 
@@ -356,17 +348,14 @@ class GaussianTranscriptEvent:
 
 
 def gaussian_transcript_report(event: GaussianTranscriptEvent, delta: float, accountant: str = "gdp") -> SdpReport:
-    """GDP of the whole transcript: each phase at its smallest multiplier ``z``, one user's view
-    mu = sqrt(rounds it enters) / z (sensitivity 2L, std z 2L), composed exactly; the run's mu is
-    the largest phase's (disjoint users). ``noise_std``: the smallest std z 2L, in units of L."""
+    """GDP of the whole transcript: each phase at its smallest multiplier ``z``, one user's view mu = sqrt(rounds it
+    enters) / z (sensitivity 2L, std z 2L); the run's mu is the largest phase's. ``noise_std``: the smallest z 2L."""
     delta = v.check_open_unit("delta", delta)
     _resolve(v.check_choice("accountant", accountant, _names((A.GDP,), "gdp")), "gdp")
     phases = event.windows.phases()
     z = np.asarray(event.noise_multiplier, np.float64)
-    mus = []
-    for ph in phases:
-        z_min = float(np.min(z[ph.slice]))
-        mus.append(math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min)
+    z_mins = [float(np.min(z[ph.slice])) for ph in phases]
+    mus = [math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min for ph, z_min in zip(phases, z_mins)]
     eps = gdp.gdp_epsilon(max(mus), delta)
     notes = [f"{event.locality} Gaussian mechanism, sensitivity 2L, exact GDP composition over a user's rounds"
              + (" (local DP: each user's own message)" if event.locality == "local" else "")]
@@ -384,8 +373,7 @@ def _gaussian_search_multipliers(windows: RoundWindows, scale: float) -> tuple[f
 
 
 def gaussian_transcript_privacy(plan, event: GaussianTranscriptEvent) -> ReportPrivacy:
-    """``ReportPrivacy`` of a Gaussian baseline; calibration returns per-round multipliers
-    (``_gaussian_search_multipliers`` at the smallest scale meeting the target)."""
+    """``ReportPrivacy`` of a Gaussian baseline; calibration returns ``_gaussian_search_multipliers``."""
     event.windows.check(plan)
     event.windows.phases()
 
@@ -423,9 +411,8 @@ def _single_batch_phases(windows: RoundWindows) -> tuple[WindowPhase, ...]:
 
 
 def pan_private_report(event: PanPrivateEvent, delta: float, accountant: str = "pan-analytic") -> SdpReport:
-    """Pan-privacy against one intrusion (Lemma C.4): one Gaussian draw of the batch protects it,
-    ``shuffle_sco.pan_private_epsilon`` at each round's multiplier (the smallest decides); every
-    user must be in one batch. ``noise_std``: z 2L of the smallest, in units of L."""
+    """Pan-privacy against one intrusion (Lemma C.4): ``shuffle_sco.pan_private_epsilon`` at the smallest round
+    multiplier z (one Gaussian draw of the batch protects it); every user in one batch. ``noise_std``: z 2L."""
     delta = v.check_open_unit("delta", delta)
     acc = _resolve(v.check_choice("accountant", accountant, _names((A.PAN_ANALYTIC, A.PAN_PAPER), "pan")), "pan")
     phases = _single_batch_phases(event.windows)
@@ -465,8 +452,8 @@ class NoGuaranteeEvent:
 
 
 def transcript_report(plan, delta: float, accountant: str | None = None) -> SdpReport:
-    """The full report (``SdpReport`` with the accountant's details) of a shuffle-SCO family's plan
-    (``family.dp_plan(silo_sizes, hparams)``); ``accountant`` None: the event's default."""
+    """The full ``SdpReport`` of a shuffle-SCO family's plan (``family.dp_plan(silo_sizes, hparams)``); ``accountant``
+    None: the event's default."""
     (event,) = plan.noises
     if not hasattr(event, "report"):
         raise ValueError(f"{plan.label}: {type(event).__name__} certifies nothing; there is no report")
@@ -475,10 +462,7 @@ def transcript_report(plan, delta: float, accountant: str | None = None) -> SdpR
 
 
 def matched_noise_std(plan: sco.ProtocolPlan) -> tuple[float, ...]:
-    """Per-round std of a Gaussian on the round's sum with P_vec's exact per-coordinate variance
-    (worst-case rounding, ``shuffle_sco.pvec_total_variance``): the surrogate of ``matched-gaussian``."""
-    out = []
-    for ph in plan.phases:
-        var = sco.pvec_total_variance(ph.pvec, plan.lipschitz, ph.batch) / plan.d
-        out += [math.sqrt(var)] * ph.rounds
-    return tuple(out)
+    """Per-round std of a Gaussian on the round's sum with P_vec's exact per-coordinate variance (worst-case
+    rounding, ``shuffle_sco.pvec_total_variance``): the surrogate of ``matched-gaussian``."""
+    return tuple(math.sqrt(sco.pvec_total_variance(ph.pvec, plan.lipschitz, ph.batch) / plan.d)
+                 for ph in plan.phases for _ in range(ph.rounds))

@@ -109,7 +109,6 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
     """(eps, delta) of a schedule of calls (eps_i, delta_i, user_group_id): basic composition within a group,
     max over disjoint groups (parallel composition)."""
     sums: dict = defaultdict(lambda: [0.0, 0.0])
-    any_call = False
     for i, call in enumerate(calls):
         try:
             e, d, group = call
@@ -117,8 +116,7 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
             raise ValueError(f"calls[{i}]={call!r} must be a (epsilon, delta, group) triple") from None
         sums[group][0] += v.check_nonnegative(f"calls[{i}].epsilon", e)
         sums[group][1] += v.check_probability(f"calls[{i}].delta", d)
-        any_call = True
-    if not any_call:
+    if not sums:
         raise ValueError("calls=[] must contain at least one call")
     return max(s[0] for s in sums.values()), min(1.0, max(s[1] for s in sums.values()))
 
@@ -149,12 +147,9 @@ def fallback_cost(n: int, kappa: int) -> str:
 
 
 def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
-    """Refuse (``ValueError`` naming n and kappa) where the exact fallback cannot run.
-
-    Called before any data is read: the refusal depends only on (n, kappa), so it is the same for every
-    dataset of that size and releases nothing about any user. The polynomial-time certificate of Appendix C
-    alone is not a private mechanism (whether it passes depends on the data), so without a feasible fallback
-    there is nothing private to run."""
+    """Refuse (``ValueError`` naming n and kappa) where the exact fallback cannot run: called before any data is
+    read, the refusal depends only on (n, kappa). The Appendix C certificate alone is not a private mechanism
+    (whether it passes depends on the data), so without a feasible fallback there is nothing private to run."""
     if not exact_feasible(n, kappa):
         raise ValueError(
             f"n={n}, kappa={kappa}: {what} needs Algorithm 1's exact stable-set enumeration as the fallback of "
@@ -185,11 +180,10 @@ class A1Params:
 
 
 def a1_params(epsilon: float, delta: float, sensitivity: float, *, gaussian: str = "paper") -> A1Params:
-    """Algorithm 1 line 3 (garbled in print; read consistently with the proof's final inequality): eps'=eps/2, delta'=delta/(e^eps+2), kappa, sigma.
-
-    ``gaussian='paper'``: sigma = sqrt(2 ln(2/delta')) 8 kappa Delta / eps'. ``'analytic'``: the smallest sigma
-    whose exact Gaussian delta at eps' for shift 8 kappa Delta is <= delta' (keeps Theorem 3.3's proof valid).
-    """
+    """Algorithm 1 line 3 (garbled in print; read consistently with the proof's final inequality): eps'=eps/2,
+    delta'=delta/(e^eps+2), kappa, sigma. ``gaussian='paper'``: sigma = sqrt(2 ln(2/delta')) 8 kappa Delta / eps';
+    ``'analytic'``: the smallest sigma whose exact Gaussian delta at eps' for shift 8 kappa Delta is <= delta'
+    (keeps Theorem 3.3's proof valid)."""
     p = user_level_params(epsilon, delta)
     sens = v.check_positive("sensitivity", sensitivity)
     v.check_choice("gaussian", gaussian, ("paper", "analytic"))
@@ -337,14 +331,12 @@ _STABLE_SET = ("A1", "A2", "A2c", "A3", "A4", "A4b", "A5", "A6")
 class UserLevelPrivacy(StatedRelation, PrivacySpec):
     """User-level (replace-one-user) guarantee of a schedule of output-perturbation calls.
 
-    ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint
-    groups (parallel composition, the paper's accounting in Theorems 4.1/5.1). The schedule is scale-free in (eps, delta),
-    so ``calibrate`` returns the ``epsilon``/``delta`` arguments of the mechanism. ``mode='rate-shape'``
-    (idealised noise, no stability test) and ``mode='certificate-stop'`` (the superseded behaviour: stop when
-    the certificate fails and the exact fallback is infeasible, a data-dependent output) are NOT private:
-    ``epsilon`` reports infinity with that reason and ``calibrate`` refuses. ``releasable`` is False where
-    the certified run refuses before reading the data (no call's exact fallback is feasible): the guarantee
-    then holds vacuously -- no output exists.
+    ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint groups
+    (parallel composition, Theorems 4.1/5.1). The schedule is scale-free in (eps, delta), so ``calibrate`` returns
+    the mechanism's ``epsilon``/``delta`` arguments. ``mode='rate-shape'`` (idealised noise, no stability test) and
+    ``mode='certificate-stop'`` (stop on a failed certificate: a data-dependent output) are NOT private: ``epsilon``
+    reports infinity with that reason and ``calibrate`` refuses. ``releasable`` is False where the certified run
+    refuses before reading the data (the guarantee then holds vacuously: no output exists).
     """
 
     mechanism: str
@@ -411,12 +403,11 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
 
 
 def min_users(mechanism: str, epsilon: float, delta: float, m: int = 1, n: int | None = None) -> int:
-    """Smallest number of users for which the mechanism's constants are defined (n >= 8 kappa + 2 for one call, Corollary 3.7).
+    """Smallest number of users for which the mechanism's constants are defined.
 
-    A1/A2/A2c/B2-free calls: n >= 8 kappa + 2 (Corollary 3.7 with r = 4 kappa <= n/2); A3: the same with the
-    per-phase kappa at (eps/T, delta/T), T = ceil(log2(n m)) (``n`` needed since T depends on it; the
-    smallest n satisfying n >= 8 kappa_T + 2 is found by iteration); A4: 2 N0; A4b: T N0; A5/A6: the
-    requirement of their second stage at (eps/2, delta/2) (A6 with its user split: twice that); B1: 1.
+    A1/A2/A2c: n >= 8 kappa + 2 (Corollary 3.7 with r = 4 kappa <= n/2); A3: the same with the per-phase kappa at
+    (eps/T, delta/T), T = ceil(log2(n m)) (the smallest such n found by iteration); A4: 2 N0; A4b: T N0; A5/A6: the
+    requirement of their second stage at (eps/2, delta/2) (A6 with its user split: twice that); B1, B2: 1.
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     m = v.check_int("m", m, min_value=1)
@@ -450,18 +441,15 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
 
     A1/A2/A2c: one call (Theorem 3.3 / 3.1). A3 Phased-ERM: T = ceil(log2(n m)) calls at (eps/T, delta/T) on the
     same users (basic composition, Theorem 4.1). A4/A4b Phased-SCO: one (eps, delta) call per disjoint user group
-    (parallel composition, Theorem 5.1). A5: A2 at (eps/2, delta/2) then A3 at (eps/2, delta/2) (Theorem 4.3).
-    A6: A2 at (eps/2, delta/2) then Phased-SCO at (eps/2, delta/2) (Theorem 5.3); with ``split_users`` the two
-    stages see disjoint halves of the users, so the total is only (eps/2, delta/2) -- reported as such. B1: the
-    Gaussian mechanism at (eps, delta) with replace-one-user sensitivity 2G/(mu n). B2 and ``mode='rate-shape'``:
-    not private. Raises when n is below the mechanism's minimum (``min_users``).
+    (parallel composition, Theorem 5.1). A5: A2 then A3, each at (eps/2, delta/2) (Theorem 4.3). A6: A2 then
+    Phased-SCO at (eps/2, delta/2) (Theorem 5.3); with ``split_users`` the stages see disjoint halves of the users,
+    so the total is (eps/2, delta/2). B1: the Gaussian mechanism at (eps, delta), replace-one-user sensitivity
+    2G/(mu n). B2 and ``mode='rate-shape'``: not private. Raises when n < ``min_users``.
 
-    What a user receives (certified mode): every call releases Algorithm 1's output, through the Appendix C
-    certificate (A2c; also the default path of A2) when it passes -- the same law as the exact stable set --
-    or through the exact enumeration when it fails; where that enumeration is infeasible at a call's
-    (users, kappa), the run refuses before reading any data (``exact_fallback_check``), so ``releasable``
-    is False and the (eps, delta) holds vacuously. ``mode='certificate-stop'`` (A2, A2c, A3-A6): the
-    superseded data-dependent stop, NOT private.
+    Certified mode: every call releases Algorithm 1's output, through the Appendix C certificate when it passes or
+    the exact enumeration when it fails; where that enumeration is infeasible at a call's (users, kappa) the run
+    refuses before reading any data (``exact_fallback_check``): ``releasable`` is False and the (eps, delta) holds
+    vacuously. ``mode='certificate-stop'`` (A2, A2c, A3-A6): the superseded data-dependent stop, NOT private.
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     v.check_choice("mode", mode, MODES)

@@ -87,21 +87,22 @@ def _truncate(p: np.ndarray) -> tuple[np.ndarray, float]:
     return p[:cut], dropped
 
 
-def _conv_power(p: np.ndarray, n: int) -> tuple[np.ndarray, float]:
-    """n-fold self-convolution (repeated squaring) with upper-tail truncation.
-
-    Returns (pmf, dropped): every input sums to 1, so the mass missing at the
-    end is exactly what truncation removed from the upper (worst-privacy) tail,
-    plus float rounding; 1e-15 is added as a rounding allowance.
-    """
-    result = np.array([1.0])
-    base = p.copy()
+def _power(base, n: int, mul, result):
+    """``result * base^n`` by repeated squaring under the product ``mul``."""
     while n > 0:
         if n & 1:
-            result = _truncate(signal.convolve(result, base, method="auto"))[0]
+            result = mul(result, base)
         n >>= 1
         if n:
-            base = _truncate(signal.convolve(base, base, method="auto"))[0]
+            base = mul(base, base)
+    return result
+
+
+def _conv_power(p: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """n-fold self-convolution with upper-tail truncation. Returns (pmf, dropped): every input sums to 1, so the
+    mass missing at the end is what truncation removed from the upper (worst-privacy) tail, plus float rounding
+    (1e-15 is added as a rounding allowance)."""
+    result = _power(p.copy(), n, lambda a, b: _truncate(signal.convolve(a, b, method="auto"))[0], np.array([1.0]))
     result = np.clip(result, 0.0, None)
     dropped = max(0.0, 1.0 - float(result.sum())) + 1e-15
     return result, min(1.0, dropped)
@@ -155,8 +156,7 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
             for l, pl in enumerate(round_occupancy_law(m, s, t)):
                 py[l * l] += pt * pl
         py[0] = max(0.0, 1.0 - py[1:].sum())  # normalise via the zero mass (keeps the law summing to 1 despite rounding)
-        probs, dropped = _conv_power(py, rounds * epochs)
-        return C2Law(probs, dropped)
+        return C2Law(*_conv_power(py, rounds * epochs))
     # shuffle: per-epoch generating function in x (records placed) and z (c^2)
     log_scale = -(special.gammaln(n_records + 1) - special.gammaln(g + 1) - special.gammaln(n_records - g + 1)) / g
     zdeg = g * min(g, m)
@@ -171,23 +171,10 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
     for t in range(0, min(g, leftover) + 1):
         extra[t, 0] = math.exp(math.log(_comb(leftover, t)) + t * log_scale) if t else 1.0
 
-    def mul(a, b):
-        return signal.convolve2d(a, b)[: g + 1, : zdeg + 1]
-
-    res = extra
-    base = poly
-    n = rounds
-    while n > 0:
-        if n & 1:
-            res = mul(res, base)
-        n >>= 1
-        if n:
-            base = mul(base, base)
+    res = _power(poly, rounds, lambda a, b: signal.convolve2d(a, b)[: g + 1, : zdeg + 1], extra)
     per_epoch = np.clip(res[g], 0.0, None)
-    total = per_epoch.sum()
-    per_epoch = per_epoch / total  # exact up to rounding; total == 1 analytically
-    probs, dropped = _conv_power(per_epoch, epochs)
-    return C2Law(probs, dropped)
+    per_epoch = per_epoch / per_epoch.sum()  # exact up to rounding; the total is 1 analytically
+    return C2Law(*_conv_power(per_epoch, epochs))
 
 
 def batch_clipping_delta(law: C2Law, sigma: float, epsilon: float) -> float:

@@ -59,14 +59,10 @@ _TAIL = 1e-24  # binomial mass left out of the tables (charged to delta)
 
 @lru_cache(maxsize=32)
 def _fmt_pair(eps0: float, n: int):
-    """FMT dominating pair tables over the relevant window of (C, k).
-
-    Returns (weights of C, P(k|c), Q(k|c), mass of P(.|c) and Q(.|c) outside
-    the k-window, truncated C mass). Rows: the C ~ Bin(n-1, e^{-eps0}) values
-    whose pmf is >= 1e-24; columns: k within c/2 +- sqrt(30 c) + 2 of every row
-    (Hoeffding: the Bin(c, 1/2) tail beyond is < 1e-24). Everything left out
-    is accounted exactly (cdf/sf) and added to delta by `fmt_numerical_delta`.
-    """
+    """FMT dominating pair tables over the relevant window of (C, k): (weights of C, P(k|c), Q(k|c), mass of P(.|c)
+    and Q(.|c) outside the k-window, truncated C mass). Rows: the C ~ Bin(n-1, e^{-eps0}) values whose pmf is
+    >= 1e-24; columns: k within c/2 +- sqrt(30 c) + 2 of every row (Hoeffding: the Bin(c, 1/2) tail beyond is
+    < 1e-24). Everything left out is accounted exactly (cdf/sf) and added to delta by `fmt_numerical_delta`."""
     pc = math.exp(-eps0)
     pmf_all = stats.binom.pmf(np.arange(n), n - 1, pc)
     idx = np.flatnonzero(pmf_all >= _TAIL)
@@ -114,10 +110,7 @@ def fmt_numerical_epsilon(eps0: float, n: int, delta: float) -> float:
         return eps0  # shuffling never hurts: the local guarantee remains
     while hi - lo > 1e-7:
         mid = 0.5 * (lo + hi)
-        if fmt_numerical_delta(eps0, n, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if fmt_numerical_delta(eps0, n, mid) <= delta else (mid, hi)
     return hi
 
 
@@ -237,12 +230,9 @@ _CHAIN_MODE = {ShuffleAccountant.TIGHT: "tight", ShuffleAccountant.PAPER: "paper
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleEvent:
-    """A shuffler between the silos and the analyzer (Lowy & Razaviyayn 2023, Section 5): the
-    analyzer sees only the multiset of each round's reports.
-
-    The aggregator of a shuffled family returns it; ``DpPlan.spec()`` dispatches
-    to ``spec(plan)``: Gaussian silo reports get `shuffled_gaussian_privacy`
-    (P_vec reads ``min_reports`` from it, ``dpjax.accounting.pvec.PvecEvent``).
+    """A shuffler between the silos and the analyzer (Lowy & Razaviyayn 2023, Section 5): the analyzer sees only the
+    multiset of each round's reports. The aggregator of a shuffled family returns it; ``spec(plan)`` of Gaussian
+    silo reports is `shuffled_gaussian_privacy` (P_vec reads ``min_reports`` from it).
 
     Attributes:
       min_reports: the fewest reports of any round (M; the amplification is over them).
@@ -283,10 +273,9 @@ def _one_gaussian(plan):
 
 
 def shuffled_gaussian_privacy(plan, event: ShuffleEvent):
-    """The central guarantee of ``plan``'s Gaussian silo reports behind the shuffler ``event``, as a
-    ``ReportPrivacy``: accountants ``ShuffleAccountant`` (default ``"shuffle-tight"``); calibration
-    scales the noise multiplier (``calibration.smallest_scale``; a level the chain cannot certify
-    counts as epsilon = inf) and returns it."""
+    """The central guarantee of ``plan``'s Gaussian silo reports behind the shuffler ``event`` as a ``ReportPrivacy``
+    (accountants ``ShuffleAccountant``); calibration scales the noise multiplier (an uncertified level counts as
+    epsilon = inf)."""
     from dpjax.accounting.privacy_spec import ReportPrivacy
 
     noise = _one_gaussian(plan)
@@ -322,24 +311,15 @@ def _chain_notes(event: ShuffleEvent, mode: str, rounds: int, k: int) -> list[st
 
 def shuffled_gaussian_report(plan, event: ShuffleEvent, delta: float, accountant: str = "shuffle-tight",
                              scale: float = 1.0, local_accountant: str = "rdp"):
-    """``SdpReport`` of Gaussian silo reports behind a shuffler: the central shuffle-DP (eps, delta)
-    of the run (replace-one, unit ``record``) and each silo's local ISRL-DP guarantee.
+    """``SdpReport`` of Gaussian silo reports behind a shuffler: the central shuffle-DP (eps, delta) of the run
+    (replace-one, unit ``record``) and each silo's local ISRL-DP guarantee.
 
-    Central epsilon: Theorem G.1's chain (`isrl_shuffle_chain`: Gaussian local
-    randomizer -> FMT amplification over the ``min_reports`` shuffled reports
-    -> subsampling -> advanced composition over the rounds) and, with
-    ``event.isrl_bound``, the smaller of it and the silos' ISRL-DP epsilon at
-    ``delta`` (``central.accountant`` names the one that certified;
-    ``details`` holds ``chain_epsilon`` and ``isrl_epsilon``). The chain
-    certifies only where its conditions hold and its composed delta is <=
-    ``delta``.
-
-    The plan states the noise as a multiplier z of the per-record sensitivity
-    (contribution bound 1, std ``z x sensitivity(1)``; ``central.noise_std`` is
-    in those units). The chain's local randomizer is a silo's whole K-record
-    batch: its sensitivity 2L is K times the per-record sensitivity (valid but
-    conservative for K > 1; the paper's proof fixes K = 1). ``scale``
-    multiplies the noise multiplier (the calibration family).
+    Central epsilon: Theorem G.1's chain (`isrl_shuffle_chain`) and, with ``event.isrl_bound``, the smaller of it and
+    the silos' ISRL-DP epsilon at ``delta`` (``central.accountant`` names the one that certified; ``details`` holds
+    ``chain_epsilon`` and ``isrl_epsilon``). The chain certifies only where its conditions hold and its composed
+    delta is <= ``delta``. The noise is a multiplier z of the per-record sensitivity (contribution bound 1;
+    ``central.noise_std`` in those units); the chain's local randomizer is a silo's whole K-record batch, sensitivity
+    2L = K times the per-record one (conservative for K > 1). ``scale`` multiplies z (the calibration family).
     """
     from dpjax.accounting.schedules import PrivacyReport, SdpReport, Sampling
 

@@ -202,10 +202,8 @@ _SCHEDULE_NOTE = {"lan": "AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1)
 
 
 def acsa_nu(rounds: int, sigma: float, diameter: float, beta: float, schedule: str = "lan") -> float:
-    """The AC-SA constant nu a phase stores as its ``step``.
-
-    ``"lan"``: nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)), prox step 1/L_t = t/(2 nu)
-    (Lan 2012's stepsize policy with alpha_t = 2/(t+1)); ``"paper"``: Theorem 4.3's
+    """The AC-SA constant nu a phase stores as its ``step``: ``"lan"``: nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)),
+    prox step 1/L_t = t/(2 nu) (Lan 2012's stepsize policy, alpha_t = 2/(t+1)); ``"paper"``: Theorem 4.3's
     nu = (T+2)^{3/2} sigma/D + beta with L_t = nu/(t+1), alpha_t = 2/(t+2)."""
     v.check_choice("schedule", schedule, ACSA_SCHEDULES)
     if schedule == "paper":
@@ -215,18 +213,12 @@ def acsa_nu(rounds: int, sigma: float, diameter: float, beta: float, schedule: s
 
 def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, log_term=None,
                 variance=None, schedule="lan") -> Phase:
-    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3; the
-    phase's ``step`` is the constant nu of ``schedule`` (``acsa_nu``)."""
+    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3, ``step`` = ``acsa_nu``."""
     lt = math.log(d / dl) if log_term is None else log_term
     B = _clip_batch(_agd_batch(n, d, L, D, beta, eps, lt), n, round) if batch is None else batch
     T = n // B
-    pv = None
-    if variance is None:
-        pv = pvec_acc.pvec_params(eps, dl, B, d, mode)
-        var = pvec_total_variance(pv, L) / B**2
-    else:
-        var = variance(B)
-    sigma = math.sqrt(L * L / B + var)
+    pv = pvec_acc.pvec_params(eps, dl, B, d, mode) if variance is None else None
+    sigma = math.sqrt(L * L / B + (pvec_total_variance(pv, L) / B**2 if variance is None else variance(B)))
     nu = acsa_nu(T, sigma, D, beta, schedule)
     bound = beta * D * D / T**2 + sigma * D / math.sqrt(T)
     if smoothing:
@@ -236,10 +228,8 @@ def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, l
 
 def p_agd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, smoothed=False,
                mode="lemma_opt", start=0, batch=None, schedule="lan") -> ProtocolPlan:
-    """P_AGD (Theorem 4.3) on a beta-smooth loss, or (``smoothed=True``, Theorem 4.7) on the
-    beta_s-Moreau envelope of a non-smooth one. ``lipschitz`` is L of the loss; in paper
-    mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L. ``schedule``:
-    the AC-SA step schedule (``acsa_nu``)."""
+    """P_AGD (Theorem 4.3) on a beta-smooth loss, or (``smoothed=True``, Theorem 4.7) on the beta_s-Moreau envelope
+    of a non-smooth one; in paper mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     if smoothed:
         beta = smoothing_beta(n, d, eps, dl, L, D)

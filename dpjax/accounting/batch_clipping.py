@@ -46,11 +46,8 @@ def _comb(n: int, k: int) -> int:
 
 @lru_cache(maxsize=256)
 def round_occupancy_law(m: int, s: int, t: int) -> tuple[float, ...]:
-    """Pr[L = l | t], l = 0..min(t, m): t differing records in uniformly random
-    slots of a round with m subsets of s slots; L = number of subsets hit.
-
-    Pr[L = l | t] = C(m,l) sum_i (-1)^i C(l,i) C((l-i)s, t) / C(ms, t) (exact integers).
-    """
+    """Pr[L = l | t], l = 0..min(t, m): t differing records in uniformly random slots of a round with m subsets of s
+    slots, L = number of subsets hit: C(m,l) sum_i (-1)^i C(l,i) C((l-i)s, t) / C(ms, t) (exact integers)."""
     m = v.check_int("m", m, min_value=1)
     s = v.check_int("s", s, min_value=1)
     t = v.check_int("t", t, min_value=0, max_value=m * s)
@@ -127,12 +124,10 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
     """Exact law of c^2 (Definition 5.1) for ``sampling`` in {"shuffle", "subsample"}.
 
     Args:
-      n_records: N. s: records per clipped subset. m: subsets per round
-        (m = 1: batch clipping; s = 1: individual clipping). g: group size.
-        epochs: E. rounds_per_epoch: B, default floor(N/(ms)); with shuffling
-        each epoch uses the first B blocks of a uniform permutation and the
-        remaining N - B ms records sit the epoch out (at most floor(N/(ms))).
-        With subsampling the run has E B independent rounds.
+      n_records: N. s: records per clipped subset. m: subsets per round (m = 1: batch clipping; s = 1: individual
+        clipping). g: group size. epochs: E. rounds_per_epoch: B, default floor(N/(ms)); with shuffling each epoch
+        uses the first B blocks of a uniform permutation, the other N - B ms records sit it out (B <= floor(N/(ms)));
+        with subsampling the run has E B independent rounds.
     """
     v.check_choice("sampling", sampling, ("shuffle", "subsample"))
     n_records, s, m, g, epochs = _check_sizes(n_records, s, m, g, epochs)
@@ -183,9 +178,8 @@ def batch_clipping_delta(law: C2Law, sigma: float, epsilon: float) -> float:
     return _fdp.mixture_delta(law.mu_law(sigma), epsilon, law.dropped)
 
 
-def batch_clipping_epsilon(
-    sampling: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float, delta: float
-) -> float:
+def batch_clipping_epsilon(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float,
+                           delta: float) -> float:
     """Exact strong-adversary epsilon at `delta` (delta of the mixture, inverted in eps)."""
     sigma = v.check_positive("sigma", sigma)
     delta = v.check_open_unit("delta", delta)
@@ -212,16 +206,13 @@ def standard_dp_sgd_clt_mu(n_records: int, batch_size: int, epochs: int, sigma: 
     return math.sqrt(batch_size * epochs / n_records) * math.sqrt(math.expm1(1 / sigma**2))
 
 
-def paper_bounds(
-    case: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float, delta: float | None = None, gamma: float = 1.0
-) -> dict:
+def paper_bounds(case: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float,
+                 delta: float | None = None, gamma: float = 1.0) -> dict:
     """The paper's printed closed forms, verbatim, with a validity flag (paper_formula mode).
 
-    case: "SS-BC" (Lemma E.5; also SS-1 = Lemmas E.2/E.3 with g = 1), "SS-IC"
-    (Lemma E.4), "SH-1" (Lemma F.2), "SH-BC" (Theorem F.1 batch, u per epoch),
-    "SH-GC" (Theorem F.1 general clipping, l per epoch).
-    Returns mu_L, l, (mu_U, u), valid, note and, if `delta` is given, the
-    epsilon implied by the lower bound (delta_GDP(mu_L) + l).
+    case: "SS-BC" (Lemma E.5; also SS-1 = Lemmas E.2/E.3 with g = 1), "SS-IC" (Lemma E.4), "SH-1" (Lemma F.2),
+    "SH-BC" (Theorem F.1 batch, u per epoch), "SH-GC" (Theorem F.1 general clipping, l per epoch). Returns mu_L, l,
+    (mu_U, u), valid, note and, if `delta` is given, the epsilon implied by the lower bound (delta_GDP(mu_L) + l).
     """
     v.check_choice("case", case, ("SS-BC", "SS-1", "SS-IC", "SH-1", "SH-BC", "SH-GC"))
     n_records, s, m, g, epochs = _check_sizes(n_records, s, m, g, epochs)
@@ -230,11 +221,8 @@ def paper_bounds(
     out: dict = {"case": case}
     E = epochs
     if case in ("SS-BC", "SS-1"):
-        if case == "SS-1":
-            q = 1.0
-        else:
-            q1 = 1.0 - math.prod((n_records - s - j) / (n_records - j) for j in range(g))
-            q = (n_records / s) * q1
+        q = 1.0 if case == "SS-1" else (n_records / s) * (1.0 - math.prod((n_records - s - j) / (n_records - j)
+                                                                           for j in range(g)))
         qe = q * E
         out.update(q=q, mu_L=math.sqrt((1 + 1 / math.sqrt(2 * qe)) * qe) / sigma,
                    mu_U=math.sqrt((1 - 1 / math.sqrt(2 * qe)) * qe) / sigma, l=math.exp(-qe), u=math.exp(-qe),
@@ -272,12 +260,9 @@ BATCH_CLIPPING_ACCOUNTANTS = ("strong-exact", "sqrt-gE", "generic-group", "stand
 
 
 def _epochs_for(sampling: str, num_rounds: int, rounds_per_epoch: int) -> tuple[int, int]:
-    """(epochs, rounds per epoch) to feed `c2_law` for a run of `num_rounds` rounds.
-
-    Shuffling: a trailing partial epoch is counted as a full one (its transcript is a prefix of
-    the full epoch's, i.e. post-processing, so this is conservative). Subsampling: the rounds are
-    i.i.d., so the run is one "epoch" of exactly `num_rounds` rounds.
-    """
+    """(epochs, rounds per epoch) to feed `c2_law` for `num_rounds` rounds. Shuffling: a trailing partial epoch counts
+    as a full one (its transcript is a prefix of the full epoch's: post-processing). Subsampling: the rounds are
+    i.i.d., so the run is one "epoch" of exactly `num_rounds` rounds."""
     if sampling == "subsample":
         return 1, num_rounds
     return -(-num_rounds // rounds_per_epoch), rounds_per_epoch
@@ -287,11 +272,9 @@ def batch_clipping_report(
     accountant: str, *, sampling: str, n_records: int, s: int, m: int, num_rounds: int, rounds_per_epoch: int,
     sigma: float, delta: float, group_size: int = 1,
 ):
-    """The (epsilon, delta) guarantee of a DP-SGD-General run (Algorithm 1, noise N(0, (2C sigma)^2 I)).
-
-    Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
-    strong adversary knows every round's index sets (Appendix C.2); its guarantee is valid
-    against any weaker adversary. Returns a ``dpjax.accounting.schedules.PrivacyReport``.
+    """The (epsilon, delta) guarantee (a ``PrivacyReport``) of a DP-SGD-General run (Algorithm 1, noise
+    N(0, (2C sigma)^2 I)). Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
+    strong adversary knows every round's index sets (Appendix C.2); its guarantee holds against any weaker one.
     """
     from dpjax.accounting.schedules import PrivacyReport
     from dpjax.accounting.gdp import gdp_epsilon
@@ -351,13 +334,10 @@ def batch_clipping_privacy(
     noise_multiplier: float, field: str = "noise_multiplier", group_size: int = 1, unit: str = "record-in-silo",
     notes: tuple[str, ...] = (),
 ):
-    """The ``PrivacySpec`` of a DP-SGD-General run (Algorithm 1), from its parts' events.
-
-    A ``ReportPrivacy`` over ``BATCH_CLIPPING_ACCOUNTANTS`` (first: ``strong-exact``): each
-    silo of ``dataset_sizes`` is accounted by ``batch_clipping_report`` at its own size and the
-    worst report is the run's. Its one-parameter family of noise levels is
-    ``noise_multiplier x scale`` (calibration: the one routine, ``calibration.smallest_scale``),
-    returned as ``{field: sigma}``. Relation: replace-up-to-g with N fixed (``replace-one`` for g = 1).
+    """The ``PrivacySpec`` of a DP-SGD-General run (Algorithm 1), from its parts' events: a ``ReportPrivacy`` over
+    ``BATCH_CLIPPING_ACCOUNTANTS`` (first: ``strong-exact``); each silo of ``dataset_sizes`` is accounted by
+    ``batch_clipping_report`` at its own size and the worst report is the run's. Calibration scales
+    ``noise_multiplier`` and returns ``{field: sigma}``. Relation: replace-up-to-g with N fixed (g = 1: replace-one).
     """
     from dpjax.accounting.privacy_spec import ReportPrivacy
 

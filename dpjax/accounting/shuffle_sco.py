@@ -397,9 +397,8 @@ def local_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, start=0
 
 # -- Transcript accounting -------------------------------------------------------------------------
 def pvec_round_epsilon(g, b, p, m, d, delta, composition="lemma", honest_frac=1.0) -> float:
-    """eps of one P_vec call on m inputs with (g, b, p) (Theorem 3.2, inverted by
-    ``pvec.pvec_epsilon``); robust version with only ``honest_frac`` of the users honest
-    (Claim A.8 / Corollary A.9, see module docstring)."""
+    """eps of one P_vec call on m inputs with (g, b, p) (Theorem 3.2, inverted by ``pvec.pvec_epsilon``), with only
+    ``honest_frac`` of the users honest (Claim A.8 / Corollary A.9, see module docstring)."""
     h = v.check_real("honest_frac", honest_frac)
     if not 0 < h <= 1:
         raise ValueError(f"honest_frac={honest_frac!r} must be in (0, 1]")
@@ -416,14 +415,10 @@ def pvec_round_epsilon(g, b, p, m, d, delta, composition="lemma", honest_frac=1.
 
 def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, delta: float, accountant: str,
                        composition: str | None = None, honest_frac: float = 1.0):
-    """eps of a whole transcript of P_vec rounds.
-
-    ``rounds``: per phase ``(g, b, p, m, fresh, T, delta_round)``: fresh phases use each
-    user in one round (parallel composition), interactive phases compose their T rounds.
-    Phases use disjoint users. ``"pvec-numerical"`` composes the coordinates' (and an interactive
-    phase's rounds') privacy-loss distributions numerically at the spread worst-case shift
-    (``pvec.pvec_numerical_epsilon``; heuristic, never a guarantee). Returns ``(epsilon, details)``.
-    """
+    """``(epsilon, details)`` of a whole transcript of P_vec rounds; ``rounds``: per phase ``(g, b, p, m, fresh, T,
+    delta_round)``: fresh phases use each user in one round (parallel composition), interactive phases compose their
+    T rounds; phases use disjoint users. ``"pvec-numerical"`` composes privacy-loss distributions numerically at the
+    spread worst-case shift (``pvec.pvec_numerical_epsilon``; heuristic, never a guarantee)."""
     comp_name, _, default_comp = PVEC_ACCOUNTANTS[v.check_choice("accountant", accountant, tuple(PVEC_ACCOUNTANTS))]
     comp = composition or default_comp
     worst, details = 0.0, []
@@ -432,9 +427,8 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
             calls = 1 if fresh else T
             h = v.check_real("honest_frac", honest_frac)
             cert = pvec_acc.pvec_numerical_epsilon(g, b, p, max(1, math.ceil(h * m)), d, delta, calls=calls)
-            e = cert.epsilon
-            how = (f"numerical PLD of {d * calls} coordinate releases at the spread shift k={cert.shift} "
-                   "(heuristic worst case)")
+            e, how = cert.epsilon, (f"numerical PLD of {d * calls} coordinate releases at the spread shift "
+                                    f"k={cert.shift} (heuristic worst case)")
         elif fresh or T == 1:
             e = pvec_round_epsilon(g, b, p, m, d, delta, comp_name, honest_frac)
             how = "one call per user (parallel composition over disjoint rounds)"
@@ -448,23 +442,17 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
 
 
 def gaussian_approx_transcript_epsilon(rounds, d: int, delta: float) -> float:
-    """``gaussian_approx`` diagnostic (never a guarantee) of a transcript of P_vec rounds
-    (``transcript_epsilon``'s rows): each call's count noise as a Gaussian with the worst-case shift
-    vector of norm g + 2 sqrt(d) (``pvec.pvec_gaussian_approx_epsilon``), an interactive phase's T
-    calls composed exactly (GDP)."""
-    worst = 0.0
-    for g, b, p, m, fresh, T, _ in rounds:
-        sigma = math.sqrt(m * b * p * (1 - p))
-        calls = 1 if fresh else T
-        worst = max(worst, gdp.gaussian_mechanism_epsilon(sigma, g + 2 * math.sqrt(d), delta, count=calls))
-    return worst
+    """``gaussian_approx`` diagnostic (never a guarantee) of ``transcript_epsilon``'s rows: each call's count noise as a
+    Gaussian, worst-case shift of norm g + 2 sqrt(d) (``pvec.pvec_gaussian_approx_epsilon``), T calls composed (GDP)."""
+    return max([0.0] + [gdp.gaussian_mechanism_epsilon(math.sqrt(m * b * p * (1 - p)), g + 2 * math.sqrt(d), delta,
+                                                       count=1 if fresh else T) for g, b, p, m, fresh, T, _ in rounds])
 
 
 def pan_private_epsilon(noise_std_sum: float, lipschitz: float, delta: float, accountant: str) -> float:
-    """Pan-privacy of Algorithm 6 for one intrusion (Lemma C.4): whether the intrusion falls before or
-    after the changed user's contribution, one of the two draws (std zeta on the batch mean, sensitivity
-    2L/B; ``noise_std_sum`` = B zeta on the sum, sensitivity 2L) is independent of the rest of the view. ``"pan-analytic"``: exact analytic Gaussian;
-    ``"pan-paper"``: Lemma C.5's eps = Delta sqrt(2 ln(2/delta))/zeta (valid for eps < 1)."""
+    """Pan-privacy of Algorithm 6 for one intrusion (Lemma C.4): before or after the changed user's contribution, one
+    of the two draws (``noise_std_sum`` = B zeta on the sum, sensitivity 2L) is independent of the rest of the view.
+    ``"pan-analytic"``: exact analytic Gaussian; ``"pan-paper"``: Lemma C.5's eps = Delta sqrt(2 ln(2/delta))/zeta
+    (valid for eps < 1)."""
     v.check_choice("accountant", accountant, ("pan-analytic", "pan-paper"))
     zeta = v.check_positive("noise_std_sum", noise_std_sum)
     sens = 2 * v.check_positive("lipschitz", lipschitz)
@@ -479,22 +467,15 @@ def pan_private_epsilon(noise_std_sum: float, lipschitz: float, delta: float, ac
 
 def bits_per_user(plan: ProtocolPlan) -> int:
     """One-bit messages a user sends over the whole protocol (Corollaries B.8-B.11, exact in (g, b))."""
-    worst = 0
-    for ph in plan.phases:
-        if ph.pvec is None:
-            continue
-        calls = 1 if ph.fresh else ph.rounds
-        worst = max(worst, calls * plan.d * (ph.pvec.g + ph.pvec.b))
-    return worst
+    return max([0] + [(1 if ph.fresh else ph.rounds) * plan.d * (ph.pvec.g + ph.pvec.b)
+                      for ph in plan.phases if ph.pvec is not None])
 
 
 # -- Exact P_1D output distributions and empirical audits (validation suite) -----------------------
 def p1d_count_pmf(x, g: int, b: int, p: float, scalar_range: float = 1.0):
-    """Exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in [0, Delta] (the
-    analyzer's output is the affine image (Delta/g)(Z - p b n)); returns ``(support_start, pmf)``.
-
-    xhat_i = floor(x_i g/Delta) + Bernoulli(frac): the rounded sum is a fixed integer plus a
-    Poisson-binomial, convolved with the binomial (numpy, float64)."""
+    """``(support_start, pmf)``: the exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in
+    [0, Delta] (the analyzer outputs (Delta/g)(Z - p b n)); xhat_i = floor(x_i g/Delta) + Bernoulli(frac), so the
+    rounded sum is a fixed integer plus a Poisson-binomial, convolved with the binomial (numpy, float64)."""
     x = np.asarray(x, np.float64)
     scaled = np.clip(x * g / scalar_range, 0, g)
     low = np.floor(scaled)
@@ -517,9 +498,9 @@ def hockey_stick(P, Q, epsilon: float) -> float:
 
 
 def audit_lower_bound(tp: int, fp: int, trials: int, delta: float, confidence: float = 0.95) -> float:
-    """Empirical lower bound on eps from a distinguishing test run ``trials`` times on each of two
-    neighbours: with Clopper-Pearson bounds TPR >= t_lo and FPR <= f_hi (each at (1+confidence)/2),
-    any (eps, delta)-DP mechanism has t_lo <= e^eps f_hi + delta, so eps >= ln((t_lo - delta)/f_hi)."""
+    """Empirical lower bound on eps from a distinguishing test run ``trials`` times on each of two neighbours: with
+    Clopper-Pearson bounds TPR >= t_lo and FPR <= f_hi (each at (1+confidence)/2), any (eps, delta)-DP mechanism has
+    t_lo <= e^eps f_hi + delta, so eps >= ln((t_lo - delta)/f_hi)."""
     alpha = (1 - confidence) / 2
     t_lo = stats.beta.ppf(alpha, tp, trials - tp + 1) if tp > 0 else 0.0
     f_hi = stats.beta.ppf(1 - alpha, fp + 1, trials - fp) if fp < trials else 1.0

@@ -121,10 +121,9 @@ class RoundWindows:
         return tuple(out)
 
     def check(self, plan) -> int:
-        """The windows against the plan: one silo of n users, ``num_rounds`` rounds, every window
-        inside the data and at most ``max_batch`` (the selection's batch size) users. Returns n.
-        A window the data cannot fill runs with fewer users than ``batch`` -- fewer noise
-        contributions than the accountant counts -- so it is refused."""
+        """n, after checking the windows against the plan: one silo of n users, ``num_rounds`` rounds, every window
+        inside the data (a window the data cannot fill would add fewer noise contributions than the accountant
+        counts) and at most ``max_batch`` (the selection's batch size) users."""
         sizes = plan.selection.dataset_sizes
         if len(sizes) != 1:
             raise ValueError(f"silo_sizes={list(sizes)!r}: the n users are the records of ONE silo")
@@ -162,9 +161,8 @@ def _searched(fn, delta, accountant, scale):
 
 # -- P_vec -----------------------------------------------------------------------------------------
 def grouped_trials(b: int, p: float, groups: int) -> tuple[int, float]:
-    """Trials per group and probability keeping ``b p`` when every user runs ``groups`` groups of trials
-    (trial counts above the int32 range of a run's parameters): ``ceil(b/groups)`` and
-    ``b p / (groups ceil(b/groups))``; the run's ``groups ceil(b/groups) >= b`` trials still satisfy
+    """Trials per group ``ceil(b/groups)`` and probability ``b p / (groups ceil(b/groups))`` keeping ``b p`` when every
+    user runs ``groups`` groups of trials (counts above int32); ``groups ceil(b/groups) >= b`` trials still satisfy
     Lemma 3.1's lower bound on b."""
     if groups == 1:
         return int(b), float(p)
@@ -184,8 +182,8 @@ class PvecTranscriptEvent:
       dim: d, the dimension of every input vector.
       honest_frac: the fraction of a round's users assumed to run the randomizer (Claim A.8).
       max_granularity: the compiled bound on g.
-      make_params: ``make_params(g, b, p)`` (per-round tuples) -> the hparams value the run would
-        hold (its ``granularity``/``trials``/``probability`` are certified as stored).
+      make_params: ``make_params(g, b, p)`` (per-round tuples) -> the hparams value the run would hold (certified
+        as stored).
     """
 
     field: str

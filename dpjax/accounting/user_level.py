@@ -70,8 +70,7 @@ def user_level_params(epsilon: float, delta: float) -> UserLevelParams:
     d = v.check_open_unit("delta", delta)
     if d > 0.5:
         raise ValueError(f"delta={delta!r} must be <= 1/2")
-    ep = eps / 2
-    dp = d / (math.exp(eps) + 2)
+    ep, dp = eps / 2, d / (math.exp(eps) + 2)
     raw = 1 + math.log(1 / dp) / ep
     kappa = math.ceil(raw - 1e-12)
     sigma = math.sqrt(2 * math.log(2 / dp)) * 8 * kappa / ep
@@ -90,15 +89,13 @@ def user_level_audit(params: UserLevelParams) -> tuple[float, float]:
     """Certified (2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G) with delta_G the exact Gaussian delta
     at eps' for mu = 8 kappa Delta / sigma (Theorem 3.3's proof); must be <= (eps, delta)."""
     pmf = tdlap_pmf(params.eps_prime, params.kappa)
-    mu = 8 * params.kappa / params.sigma_over_delta
-    dg = gdp_delta(mu, params.eps_prime)
+    dg = gdp_delta(8 * params.kappa / params.sigma_over_delta, params.eps_prime)
     return 2 * params.eps_prime, float(pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg)
 
 
 def phased_erm_params(epsilon: float, delta: float, n: int, m: int) -> dict:
     """Phased-ERM (A3): T = ceil(log2(n m)) phases at (eps/T, delta/T) each (basic composition)."""
-    n = v.check_int("n", n, min_value=1)
-    m = v.check_int("m", m, min_value=1)
+    n, m = v.check_int("n", n, min_value=1), v.check_int("m", m, min_value=1)
     t = max(1, math.ceil(math.log2(n * m) - 1e-12))
     p = user_level_params(epsilon / t, delta / t)
     return {"phases": t, "phase_epsilon": epsilon / t, "phase_delta": delta / t, "kappa": p.kappa,
@@ -128,8 +125,7 @@ MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletio
 
 def exact_evaluations(n: int, kappa: int) -> int:
     """Number of oracle calls of the exact enumeration: sum_{u <= 4 kappa + 1} C(n, u)."""
-    n = v.check_int("n", n, min_value=1)
-    kappa = v.check_int("kappa", kappa, min_value=1)
+    n, kappa = v.check_int("n", n, min_value=1), v.check_int("kappa", kappa, min_value=1)
     return sum(math.comb(n, u) for u in range(min(4 * kappa + 1, n) + 1))
 
 
@@ -298,11 +294,7 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
         t = int(math.floor(math.log2(n / n0))) if n >= n0 else 0
         if t < 1:
             raise ValueError(f"n={n} must be >= 2 N0 = {2 * n0} for Phased-SCO (Algorithm 4)")
-        groups = []
-        for i in range(1, t + 1):
-            lo, hi = n // 2**i, n // 2 ** (i - 1)
-            groups.append((lo, hi))
-        return groups
+        return [(n // 2**i, n // 2 ** (i - 1)) for i in range(1, t + 1)]
     t = max(1, math.ceil(math.log2(n * m) - 1e-12))
     size = n // t
     if size < n0:

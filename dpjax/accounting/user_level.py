@@ -445,8 +445,7 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     v.check_choice("mode", mode, MODES)
-    n = v.check_int("n", n, min_value=1)
-    m = v.check_int("m", m, min_value=1)
+    n, m = v.check_int("n", n, min_value=1), v.check_int("m", m, min_value=1)
     user_level_params(epsilon, delta)
     if mechanism == "B2" or mode == "rate-shape":
         return UserLevelPrivacy(mechanism, (), "rate-shape", noise_std=noise_std, budget=(epsilon, delta))
@@ -461,13 +460,11 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
     notes: tuple[str, ...] = ()
     users: list[int] = []  # users seen by each output-perturbation call (the exact fallback's size)
     if mechanism in ("A1", "A2", "A2c", "B1"):
-        calls = [(epsilon, delta, "all")]
-        users = [n]
+        calls, users = [(epsilon, delta, "all")], [n]
         if mechanism == "B1":
             notes = ("classical Gaussian mechanism (Dwork-Roth Thm A.1), sensitivity 2G/(mu n)",)
     elif mechanism == "A3":
-        calls = [(epsilon / t, delta / t, "all")] * t
-        users = [n] * t
+        calls, users = [(epsilon / t, delta / t, "all")] * t, [n] * t
     elif mechanism in ("A4", "A4b"):
         groups = phased_sco_groups(n, m, epsilon, delta, mechanism)
         calls = [(epsilon, delta, f"group{i}") for i, _ in enumerate(groups)]

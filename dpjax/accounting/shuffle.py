@@ -232,11 +232,10 @@ class ShuffleEvent:
     Attributes:
       min_reports: the fewest reports of any round (M; the amplification is over them).
       num_silos: N.
-      participation: ``"hidden"`` (the analyzer sees only shuffled messages, the
-        paper's model: silo sampling amplifies) or ``"public"`` (`isrl_shuffle_chain`).
-      isrl_bound: also certify by the silos' own ISRL-DP guarantee ((eps0,
-        delta0)-ISRL-DP implies (eps0, delta0)-central DP, App. C; the shuffled
-        view is post-processing of the transcripts) and state the smaller.
+      participation: ``"hidden"`` (the analyzer sees only shuffled messages, the paper's model: silo sampling
+        amplifies) or ``"public"`` (`isrl_shuffle_chain`).
+      isrl_bound: also certify by the silos' own ISRL-DP guarantee ((eps0, delta0)-ISRL-DP implies (eps0,
+        delta0)-central DP, App. C; the shuffled view is post-processing) and state the smaller.
     """
 
     min_reports: int

@@ -71,14 +71,10 @@ REPORT_ONLY = ("pvec-numerical",)
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """Consecutive rounds sharing their parameters.
-
-    ``step`` is eta (gradient-descent protocols) or the AC-SA constant nu;
-    ``smoothing`` the Moreau parameter (0: the loss itself); ``pvec`` the
-    calculator's parameters (None for Gaussian plans); ``noise_std`` the std
-    of the Gaussian noise added to the round's gradient SUM per coordinate
-    (Gaussian plans; 0 otherwise); ``bound`` the phase's explicit
-    excess-loss bound with the exact P_vec variance.
+    """Consecutive rounds sharing their parameters: ``step`` is eta (gradient-descent protocols) or the AC-SA constant
+    nu; ``smoothing`` the Moreau parameter (0: the loss itself); ``pvec`` the calculator's parameters (None for
+    Gaussian plans); ``noise_std`` the per-coordinate std of the Gaussian noise on the round's gradient SUM (Gaussian
+    plans; 0 otherwise); ``bound`` the phase's explicit excess-loss bound with the exact P_vec variance.
     """
 
     rounds: int
@@ -294,8 +290,8 @@ def pgd_rounds(n, d, epsilon, delta) -> int:
 
 
 def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, composition: str) -> float:
-    """eps of k rounds of (eps0, delta0): ``"advanced"`` (Dwork-Rothblum-Vadhan, delta' = delta - k delta0;
-    the form of Section 3.4) or ``"optimal"`` (bisection on ``optimal_composition_delta``)."""
+    """eps of k rounds of (eps0, delta0): ``"advanced"`` (Dwork-Rothblum-Vadhan, delta' = delta - k delta0; Section
+    3.4's form) or ``"optimal"`` (bisection on ``optimal_composition_delta``)."""
     v.check_choice("composition", composition, COMPOSITIONS)
     k = v.check_int("k", k, min_value=1)
     if k == 1:
@@ -342,9 +338,8 @@ def _gd_bound(T, eta, L, D, var_mean, n, smoothing):
 
 def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, mode="lemma_opt",
               composition=None, start=0, rounds=None) -> ProtocolPlan:
-    """P_GD (Algorithm 5; Lemma B.6 smooth, Theorem 4.9 non-smooth via the envelope when
-    ``smoothness`` is None). ``composition`` defaults to ``"advanced"`` in paper mode and
-    ``"optimal"`` in lemma_opt mode."""
+    """P_GD (Algorithm 5; Lemma B.6 smooth, Theorem 4.9 non-smooth via the envelope when ``smoothness`` is None);
+    ``composition`` defaults to ``"advanced"`` in paper mode and ``"optimal"`` in lemma_opt mode."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     comp = composition or ("advanced" if mode == "paper" else "optimal")
     T = pgd_rounds(n, d, eps, dl) if rounds is None else v.check_int("rounds", rounds, min_value=1)
@@ -367,8 +362,8 @@ def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None
 
 def central_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, start=0,
                     rounds=None) -> ProtocolPlan:
-    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity
-    2L, replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
+    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity 2L,
+    replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     T = pgd_rounds(n, d, eps, dl) if rounds is None else rounds
     sigma = gdp.gaussian_mechanism_sigma(eps, dl, 2 * L, count=T)

@@ -315,14 +315,10 @@ def batch_clipping_report(
         from dpjax.accounting.schedules import GaussianSchedule
 
         # One record moves the round's clipped sum by <= 2C (L <= 1); noise 2 C sigma.
-        if sampling == "shuffle":
-            sched = GaussianSchedule(2.0 * sigma, 1.0, "shuffle", b * m * s, m * s, epochs * b,
-                                     unit="record")
-            which = "gdp"
-        else:
-            sched = GaussianSchedule(2.0 * sigma, 1.0, "without-replacement", n_records, m * s, num_rounds,
-                                     unit="record")
-            which = "rdp"
+        shuf = sampling == "shuffle"
+        sched = GaussianSchedule(2.0 * sigma, 1.0, "shuffle" if shuf else "without-replacement", b * m * s if shuf
+                                 else n_records, m * s, epochs * b if shuf else num_rounds, unit="record")
+        which = "gdp" if shuf else "rdp"
         eps = api.compute_epsilon(sched, delta, which).epsilon
         notes.append(f"standard adversary (does not see the batches): {which} accountant"
                      + (", amplification by subsampling credited" if sampling == "subsample" else ""))
@@ -356,8 +352,5 @@ def batch_clipping_privacy(
         worst = max(reports, key=lambda r: r.epsilon)
         return dataclasses.replace(worst, unit=unit, notes=worst.notes + notes)
 
-    def values_fn(scale: float, delta: float, accountant: str) -> dict:
-        return {field: sigma0 * scale}
-
-    return ReportPrivacy(epsilon_fn, values_fn, BATCH_CLIPPING_ACCOUNTANTS,
+    return ReportPrivacy(epsilon_fn, lambda scale, delta, acc: {field: sigma0 * scale}, BATCH_CLIPPING_ACCOUNTANTS,
                          "replace-one" if g == 1 else f"replace-up-to-{g}", unit)

@@ -1,28 +1,21 @@
-"""Exact strong-adversary accountant for DP-SGD with batch / individual clipping
-(van Dijk, Nguyen, Nguyen & Phan, "Generalizing DP-SGD with Shuffling and Batch
-Clipping", Appendices C-F).
+"""Exact strong-adversary accountant for DP-SGD with batch / individual clipping (van Dijk, Nguyen, Nguyen & Phan,
+"Generalizing DP-SGD with Shuffling and Batch Clipping", Appendices C-F).
 
-Setting: N records, each round uses m subsets of s records (batch size ms); each
-subset's (mean) update is clipped to C and the round adds N(0, (2 C sigma)^2 I),
-so `sigma` is the noise multiplier w.r.t. the replace sensitivity 2C. If L of
-the m subsets of a round touch the g differing records, the round is G_{L/sigma}
-(App. C.4-C.5). Over E epochs (B = floor(N/(ms)) rounds each) the realised count
-c^2 = sum_rounds L^2 gives G_{c/sigma} (Eq. 13), and the run is the labelled
-mixture over the exact law q_E(c^2) (Lemma B.1; exact for the strong adversary
-A_1, valid in general):
+Setting: N records, each round uses m subsets of s records (batch size ms); each subset's (mean) update is clipped
+to C and the round adds N(0, (2 C sigma)^2 I), so `sigma` is the noise multiplier w.r.t. the replace sensitivity 2C.
+If L of the m subsets of a round touch the g differing records, the round is G_{L/sigma} (App. C.4-C.5). Over E
+epochs (B = floor(N/(ms)) rounds each) the realised c^2 = sum_rounds L^2 gives G_{c/sigma} (Eq. 13), and the run is
+the labelled mixture over the exact law q_E(c^2) (Lemma B.1; exact for the strong adversary A_1, valid in general):
 
     delta(eps) = sum_{c^2} q_E(c^2) delta_GDP(eps; c/sigma) + rho,
 
-where rho is the probability mass dropped in the convolutions (charged to
-delta). Relation: replace-up-to-g with N fixed (N stays secret).
+rho the probability mass dropped in the convolutions. Relation: replace-up-to-g with N fixed (N stays secret).
 
-`c2_law` computes q_E exactly (inclusion-exclusion occupancy law) for
-``sampling="shuffle"`` (random permutation per epoch) and ``"subsample"``
-(a fresh uniform ms-subset each round). `paper_bounds` reproduces the paper's
-printed closed forms with a `valid` flag; the subsampling tails e^{-E} are
-wrong (the Hoeffding step in Lemmas E.2, E.3, E.5 omits the 1/trials factor) and the printed lower
-bound is violated for E = 100 (N = 60000, ms = 256); Theorem F.1's q_j is the
-Bose-Einstein law, not the permutation law.
+`c2_law` computes q_E exactly (inclusion-exclusion occupancy law) for ``sampling="shuffle"`` (random permutation
+per epoch) and ``"subsample"`` (a fresh uniform ms-subset each round). `paper_bounds` reproduces the paper's printed
+closed forms with a `valid` flag; the subsampling tails e^{-E} are wrong (the Hoeffding step in Lemmas E.2, E.3, E.5
+omits the 1/trials factor) and the printed lower bound is violated for E = 100 (N = 60000, ms = 256); Theorem F.1's
+q_j is the Bose-Einstein law, not the permutation law.
 """
 
 from __future__ import annotations
@@ -40,16 +33,8 @@ from dpjax.accounting import fdp as _fdp
 from dpjax.accounting.gdp import gdp_delta
 
 __all__ = [
-    "round_occupancy_law",
-    "C2Law",
-    "c2_law",
-    "batch_clipping_epsilon",
-    "batch_clipping_delta",
-    "paper_bounds",
-    "shuffle_bose_einstein_qj",
-    "standard_dp_sgd_clt_mu",
-    "batch_clipping_report",
-    "batch_clipping_privacy",
+    "round_occupancy_law", "C2Law", "c2_law", "batch_clipping_epsilon", "batch_clipping_delta", "paper_bounds",
+    "shuffle_bose_einstein_qj", "standard_dp_sgd_clt_mu", "batch_clipping_report", "batch_clipping_privacy"
 ]
 
 _TRUNC = 1e-20  # upper-tail mass below which convolutions are truncated (charged to delta)
@@ -61,11 +46,8 @@ def _comb(n: int, k: int) -> int:
 
 @lru_cache(maxsize=256)
 def round_occupancy_law(m: int, s: int, t: int) -> tuple[float, ...]:
-    """Pr[L = l | t], l = 0..min(t, m): t differing records in uniformly random
-    slots of a round with m subsets of s slots; L = number of subsets hit.
-
-    Pr[L = l | t] = C(m,l) sum_i (-1)^i C(l,i) C((l-i)s, t) / C(ms, t) (exact integers).
-    """
+    """Pr[L = l | t], l = 0..min(t, m): t differing records in uniformly random slots of a round with m subsets of s
+    slots, L = number of subsets hit: C(m,l) sum_i (-1)^i C(l,i) C((l-i)s, t) / C(ms, t) (exact integers)."""
     m = v.check_int("m", m, min_value=1)
     s = v.check_int("s", s, min_value=1)
     t = v.check_int("t", t, min_value=0, max_value=m * s)
@@ -102,21 +84,22 @@ def _truncate(p: np.ndarray) -> tuple[np.ndarray, float]:
     return p[:cut], dropped
 
 
-def _conv_power(p: np.ndarray, n: int) -> tuple[np.ndarray, float]:
-    """n-fold self-convolution (repeated squaring) with upper-tail truncation.
-
-    Returns (pmf, dropped): every input sums to 1, so the mass missing at the
-    end is exactly what truncation removed from the upper (worst-privacy) tail,
-    plus float rounding; 1e-15 is added as a rounding allowance.
-    """
-    result = np.array([1.0])
-    base = p.copy()
+def _power(base, n: int, mul, result):
+    """``result * base^n`` by repeated squaring under the product ``mul``."""
     while n > 0:
         if n & 1:
-            result = _truncate(signal.convolve(result, base, method="auto"))[0]
+            result = mul(result, base)
         n >>= 1
         if n:
-            base = _truncate(signal.convolve(base, base, method="auto"))[0]
+            base = mul(base, base)
+    return result
+
+
+def _conv_power(p: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """n-fold self-convolution with upper-tail truncation. Returns (pmf, dropped): every input sums to 1, so the
+    mass missing at the end is what truncation removed from the upper (worst-privacy) tail, plus float rounding
+    (1e-15 is added as a rounding allowance)."""
+    result = _power(p.copy(), n, lambda a, b: _truncate(signal.convolve(a, b, method="auto"))[0], np.array([1.0]))
     result = np.clip(result, 0.0, None)
     dropped = max(0.0, 1.0 - float(result.sum())) + 1e-15
     return result, min(1.0, dropped)
@@ -141,12 +124,10 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
     """Exact law of c^2 (Definition 5.1) for ``sampling`` in {"shuffle", "subsample"}.
 
     Args:
-      n_records: N. s: records per clipped subset. m: subsets per round
-        (m = 1: batch clipping; s = 1: individual clipping). g: group size.
-        epochs: E. rounds_per_epoch: B, default floor(N/(ms)); with shuffling
-        each epoch uses the first B blocks of a uniform permutation and the
-        remaining N - B ms records sit the epoch out (at most floor(N/(ms))).
-        With subsampling the run has E B independent rounds.
+      n_records: N. s: records per clipped subset. m: subsets per round (m = 1: batch clipping; s = 1: individual
+        clipping). g: group size. epochs: E. rounds_per_epoch: B, default floor(N/(ms)); with shuffling each epoch
+        uses the first B blocks of a uniform permutation, the other N - B ms records sit it out (B <= floor(N/(ms)));
+        with subsampling the run has E B independent rounds.
     """
     v.check_choice("sampling", sampling, ("shuffle", "subsample"))
     n_records, s, m, g, epochs = _check_sizes(n_records, s, m, g, epochs)
@@ -170,8 +151,7 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
             for l, pl in enumerate(round_occupancy_law(m, s, t)):
                 py[l * l] += pt * pl
         py[0] = max(0.0, 1.0 - py[1:].sum())  # normalise via the zero mass (keeps the law summing to 1 despite rounding)
-        probs, dropped = _conv_power(py, rounds * epochs)
-        return C2Law(probs, dropped)
+        return C2Law(*_conv_power(py, rounds * epochs))
     # shuffle: per-epoch generating function in x (records placed) and z (c^2)
     log_scale = -(special.gammaln(n_records + 1) - special.gammaln(g + 1) - special.gammaln(n_records - g + 1)) / g
     zdeg = g * min(g, m)
@@ -186,23 +166,10 @@ def c2_law(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int,
     for t in range(0, min(g, leftover) + 1):
         extra[t, 0] = math.exp(math.log(_comb(leftover, t)) + t * log_scale) if t else 1.0
 
-    def mul(a, b):
-        return signal.convolve2d(a, b)[: g + 1, : zdeg + 1]
-
-    res = extra
-    base = poly
-    n = rounds
-    while n > 0:
-        if n & 1:
-            res = mul(res, base)
-        n >>= 1
-        if n:
-            base = mul(base, base)
+    res = _power(poly, rounds, lambda a, b: signal.convolve2d(a, b)[: g + 1, : zdeg + 1], extra)
     per_epoch = np.clip(res[g], 0.0, None)
-    total = per_epoch.sum()
-    per_epoch = per_epoch / total  # exact up to rounding; total == 1 analytically
-    probs, dropped = _conv_power(per_epoch, epochs)
-    return C2Law(probs, dropped)
+    per_epoch = per_epoch / per_epoch.sum()  # exact up to rounding; the total is 1 analytically
+    return C2Law(*_conv_power(per_epoch, epochs))
 
 
 def batch_clipping_delta(law: C2Law, sigma: float, epsilon: float) -> float:
@@ -211,9 +178,8 @@ def batch_clipping_delta(law: C2Law, sigma: float, epsilon: float) -> float:
     return _fdp.mixture_delta(law.mu_law(sigma), epsilon, law.dropped)
 
 
-def batch_clipping_epsilon(
-    sampling: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float, delta: float
-) -> float:
+def batch_clipping_epsilon(sampling: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float,
+                           delta: float) -> float:
     """Exact strong-adversary epsilon at `delta` (delta of the mixture, inverted in eps)."""
     sigma = v.check_positive("sigma", sigma)
     delta = v.check_open_unit("delta", delta)
@@ -240,16 +206,13 @@ def standard_dp_sgd_clt_mu(n_records: int, batch_size: int, epochs: int, sigma: 
     return math.sqrt(batch_size * epochs / n_records) * math.sqrt(math.expm1(1 / sigma**2))
 
 
-def paper_bounds(
-    case: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float, delta: float | None = None, gamma: float = 1.0
-) -> dict:
+def paper_bounds(case: str, n_records: int, s: int, m: int, g: int, epochs: int, sigma: float,
+                 delta: float | None = None, gamma: float = 1.0) -> dict:
     """The paper's printed closed forms, verbatim, with a validity flag (paper_formula mode).
 
-    case: "SS-BC" (Lemma E.5; also SS-1 = Lemmas E.2/E.3 with g = 1), "SS-IC"
-    (Lemma E.4), "SH-1" (Lemma F.2), "SH-BC" (Theorem F.1 batch, u per epoch),
-    "SH-GC" (Theorem F.1 general clipping, l per epoch).
-    Returns mu_L, l, (mu_U, u), valid, note and, if `delta` is given, the
-    epsilon implied by the lower bound (delta_GDP(mu_L) + l).
+    case: "SS-BC" (Lemma E.5; also SS-1 = Lemmas E.2/E.3 with g = 1), "SS-IC" (Lemma E.4), "SH-1" (Lemma F.2),
+    "SH-BC" (Theorem F.1 batch, u per epoch), "SH-GC" (Theorem F.1 general clipping, l per epoch). Returns mu_L, l,
+    (mu_U, u), valid, note and, if `delta` is given, the epsilon implied by the lower bound (delta_GDP(mu_L) + l).
     """
     v.check_choice("case", case, ("SS-BC", "SS-1", "SS-IC", "SH-1", "SH-BC", "SH-GC"))
     n_records, s, m, g, epochs = _check_sizes(n_records, s, m, g, epochs)
@@ -258,11 +221,8 @@ def paper_bounds(
     out: dict = {"case": case}
     E = epochs
     if case in ("SS-BC", "SS-1"):
-        if case == "SS-1":
-            q = 1.0
-        else:
-            q1 = 1.0 - math.prod((n_records - s - j) / (n_records - j) for j in range(g))
-            q = (n_records / s) * q1
+        q = 1.0 if case == "SS-1" else (n_records / s) * (1.0 - math.prod((n_records - s - j) / (n_records - j)
+                                                                           for j in range(g)))
         qe = q * E
         out.update(q=q, mu_L=math.sqrt((1 + 1 / math.sqrt(2 * qe)) * qe) / sigma,
                    mu_U=math.sqrt((1 - 1 / math.sqrt(2 * qe)) * qe) / sigma, l=math.exp(-qe), u=math.exp(-qe),
@@ -290,10 +250,7 @@ def paper_bounds(
     return out
 
 
-# ---------------------------------------------------------------------------
-# The accountants of DP-SGD-General (Algorithm 1), as PrivacyReports
-# ---------------------------------------------------------------------------
-
+# -- The accountants of DP-SGD-General (Algorithm 1), as PrivacyReports ----------------------------
 #: ``strong-exact``: the exact strong-adversary mixture (Definition 5.2, Theorem 5.6) over the exact
 #: law of c^2; ``sqrt-gE``: G_{sqrt(gE)/sigma} (a certified lower bound for shuffling with batch
 #: clipping or g = 1, Theorem F.1 / Lemma F.2; an approximation otherwise, marked in the notes);
@@ -303,12 +260,9 @@ BATCH_CLIPPING_ACCOUNTANTS = ("strong-exact", "sqrt-gE", "generic-group", "stand
 
 
 def _epochs_for(sampling: str, num_rounds: int, rounds_per_epoch: int) -> tuple[int, int]:
-    """(epochs, rounds per epoch) to feed `c2_law` for a run of `num_rounds` rounds.
-
-    Shuffling: a trailing partial epoch is counted as a full one (its transcript is a prefix of
-    the full epoch's, i.e. post-processing, so this is conservative). Subsampling: the rounds are
-    i.i.d., so the run is one "epoch" of exactly `num_rounds` rounds.
-    """
+    """(epochs, rounds per epoch) to feed `c2_law` for `num_rounds` rounds. Shuffling: a trailing partial epoch counts
+    as a full one (its transcript is a prefix of the full epoch's: post-processing). Subsampling: the rounds are
+    i.i.d., so the run is one "epoch" of exactly `num_rounds` rounds."""
     if sampling == "subsample":
         return 1, num_rounds
     return -(-num_rounds // rounds_per_epoch), rounds_per_epoch
@@ -318,11 +272,9 @@ def batch_clipping_report(
     accountant: str, *, sampling: str, n_records: int, s: int, m: int, num_rounds: int, rounds_per_epoch: int,
     sigma: float, delta: float, group_size: int = 1,
 ):
-    """The (epsilon, delta) guarantee of a DP-SGD-General run (Algorithm 1, noise N(0, (2C sigma)^2 I)).
-
-    Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
-    strong adversary knows every round's index sets (Appendix C.2); its guarantee is valid
-    against any weaker adversary. Returns a ``dpjax.accounting.schedules.PrivacyReport``.
+    """The (epsilon, delta) guarantee (a ``PrivacyReport``) of a DP-SGD-General run (Algorithm 1, noise
+    N(0, (2C sigma)^2 I)). Relation: replace-up-to-g with N fixed (g = ``group_size``), index representation. The
+    strong adversary knows every round's index sets (Appendix C.2); its guarantee holds against any weaker one.
     """
     from dpjax.accounting.schedules import PrivacyReport
     from dpjax.accounting.gdp import gdp_epsilon
@@ -363,14 +315,10 @@ def batch_clipping_report(
         from dpjax.accounting.schedules import GaussianSchedule
 
         # One record moves the round's clipped sum by <= 2C (L <= 1); noise 2 C sigma.
-        if sampling == "shuffle":
-            sched = GaussianSchedule(2.0 * sigma, 1.0, "shuffle", b * m * s, m * s, epochs * b,
-                                     unit="record")
-            which = "gdp"
-        else:
-            sched = GaussianSchedule(2.0 * sigma, 1.0, "without-replacement", n_records, m * s, num_rounds,
-                                     unit="record")
-            which = "rdp"
+        shuf = sampling == "shuffle"
+        sched = GaussianSchedule(2.0 * sigma, 1.0, "shuffle" if shuf else "without-replacement", b * m * s if shuf
+                                 else n_records, m * s, epochs * b if shuf else num_rounds, unit="record")
+        which = "gdp" if shuf else "rdp"
         eps = api.compute_epsilon(sched, delta, which).epsilon
         notes.append(f"standard adversary (does not see the batches): {which} accountant"
                      + (", amplification by subsampling credited" if sampling == "subsample" else ""))
@@ -382,13 +330,10 @@ def batch_clipping_privacy(
     noise_multiplier: float, field: str = "noise_multiplier", group_size: int = 1, unit: str = "record-in-silo",
     notes: tuple[str, ...] = (),
 ):
-    """The ``PrivacySpec`` of a DP-SGD-General run (Algorithm 1), from its parts' events.
-
-    A ``ReportPrivacy`` over ``BATCH_CLIPPING_ACCOUNTANTS`` (first: ``strong-exact``): each
-    silo of ``dataset_sizes`` is accounted by ``batch_clipping_report`` at its own size and the
-    worst report is the run's. Its one-parameter family of noise levels is
-    ``noise_multiplier x scale`` (calibration: the one routine, ``calibration.smallest_scale``),
-    returned as ``{field: sigma}``. Relation: replace-up-to-g with N fixed (``replace-one`` for g = 1).
+    """The ``PrivacySpec`` of a DP-SGD-General run (Algorithm 1), from its parts' events: a ``ReportPrivacy`` over
+    ``BATCH_CLIPPING_ACCOUNTANTS`` (first: ``strong-exact``); each silo of ``dataset_sizes`` is accounted by
+    ``batch_clipping_report`` at its own size and the worst report is the run's. Calibration scales
+    ``noise_multiplier`` and returns ``{field: sigma}``. Relation: replace-up-to-g with N fixed (g = 1: replace-one).
     """
     from dpjax.accounting.privacy_spec import ReportPrivacy
 
@@ -407,8 +352,5 @@ def batch_clipping_privacy(
         worst = max(reports, key=lambda r: r.epsilon)
         return dataclasses.replace(worst, unit=unit, notes=worst.notes + notes)
 
-    def values_fn(scale: float, delta: float, accountant: str) -> dict:
-        return {field: sigma0 * scale}
-
-    return ReportPrivacy(epsilon_fn, values_fn, BATCH_CLIPPING_ACCOUNTANTS,
+    return ReportPrivacy(epsilon_fn, lambda scale, delta, acc: {field: sigma0 * scale}, BATCH_CLIPPING_ACCOUNTANTS,
                          "replace-one" if g == 1 else f"replace-up-to-{g}", unit)

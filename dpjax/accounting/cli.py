@@ -7,13 +7,11 @@ Examples::
     python -m dpjax.accounting.cli --sampling without-replacement --epsilon 1.5 --batch-size 15 \\
         --dataset-size 1238 --steps 35 --delta 6.5e-7 --json
 
-`--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution
-bound under replace-one, 1 x under add/remove). With `--epsilon`, the noise is calibrated (never overshooting).
-`--sampling-rate q` is accounted exactly for Poisson sampling; the fixed-size
-schemes need q n to be an integer batch. The default `--accountant best`
-reports the smallest epsilon any tight accountant certifies and names it.
-`--json` prints one JSON object with at least epsilon, delta,
-noise_multiplier, noise_std, accountant.
+`--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution bound under replace-one, 1 x under
+add/remove). With `--epsilon`, the noise is calibrated (never overshooting). `--sampling-rate q` is accounted exactly
+for Poisson sampling; the fixed-size schemes need q n to be an integer batch. The default `--accountant best` reports
+the smallest epsilon any tight accountant certifies and names it. `--json` prints one JSON object with at least
+epsilon, delta, noise_multiplier, noise_std, accountant.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 def batch_size_for_rate(sampling: str, sampling_rate: float, dataset_size: int) -> float | int | None:
     """The ``batch_size`` that makes ``GaussianSchedule.inclusion_probability`` equal ``sampling_rate``.
 
-    Poisson: the expected batch q n, fractional if need be, nudged up by an ulp
-    where q n / n rounds below q (never accounts a smaller rate). Fixed-size
-    schemes: q n must be an integer, else ValueError naming both values.
+    Poisson: the expected batch q n, fractional if need be, nudged up by an ulp where q n / n rounds below q (never
+    accounts a smaller rate). Fixed-size schemes: q n must be an integer, else ValueError naming both values.
     """
     q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
     n = v.check_int("dataset_size", dataset_size, min_value=1)
@@ -101,31 +98,23 @@ def run(args: argparse.Namespace) -> dict:
     else:
         std = calibrate_noise(base, args.epsilon, args.delta, args.accountant)
     report = compute_epsilon(base.replace(noise_std=std), args.delta, args.accountant)
-    out = report.as_dict()
-    out["noise_multiplier"] = std / base.sensitivity
-    out["sampling_rate"] = base.inclusion_probability
-    out["batch_size"] = base.batch_size
-    out["dataset_size"] = n
-    out["steps"] = args.steps
-    out["group_size"] = args.group_size
+    out = report.as_dict() | {"noise_multiplier": std / base.sensitivity, "sampling_rate": base.inclusion_probability,
+                              "batch_size": base.batch_size, "dataset_size": n, "steps": args.steps,
+                              "group_size": args.group_size}
     if args.epsilon is not None:
         out["target_epsilon"] = args.epsilon
     return out
 
 
 def _table(out: dict) -> str:
-    rows = [("epsilon", out["epsilon"]), ("delta", out["delta"]), ("noise multiplier", out["noise_multiplier"]), ("noise std", out["noise_std"]),
-            ("accountant", out["accountant"]), ("sampling", out["sampling"]), ("neighbouring", out["neighboring"]),
-            ("unit", out["unit"]), ("group size", out["group_size"]), ("dataset size", out["dataset_size"]),
-            ("batch size", out["batch_size"]), ("sampling rate", out["sampling_rate"]), ("steps", out["steps"])]
+    keys = ["epsilon", "delta", "noise_multiplier", "noise_std", "accountant", "sampling", "neighboring", "unit",
+            "group_size", "dataset_size", "batch_size", "sampling_rate", "steps"]
     if "target_epsilon" in out:
-        rows.insert(1, ("target epsilon", out["target_epsilon"]))
-    lines = []
-    for k, val in rows:
-        txt = f"{val:.6g}" if isinstance(val, float) else str(val)
-        lines.append(f"{k:<26}{txt}")
-    lines += [f"note: {n}" for n in out["notes"]]
-    return "\n".join(lines)
+        keys.insert(1, "target_epsilon")
+    label = {"neighboring": "neighbouring"}
+    lines = [f"{label.get(k, k.replace('_', ' ')):<26}" + (f"{v_:.6g}" if isinstance(v_, float) else str(v_))
+             for k, v_ in ((k, out[k]) for k in keys)]
+    return "\n".join(lines + [f"note: {n}" for n in out["notes"]])
 
 
 def _command(args: argparse.Namespace) -> int:

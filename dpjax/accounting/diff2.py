@@ -1,36 +1,24 @@
-"""Rényi-DP accounting for DIFF2 (Murata & Suzuki, ICML 2023), pure Python.
+"""Rényi-DP accounting for DIFF2 (Murata & Suzuki, ICML 2023, Section 4 / Appendices B, C, E), pure Python.
 
-Section 4 / Appendices B, C, E of the paper. Everything is with respect to one
-client's data set under **replace-one** adjacency inside the silo; the binding
+Everything is with respect to one client's data set under **replace-one** adjacency inside the silo; the binding
 client is the smallest one, so all calibration uses ``n_min`` (Props. 4.1/E.2 state n_p but calibrate with n_min).
 
-* A DIFF2 round (restart or difference) is a Gaussian mechanism whose noise std
-  is ``sigma x radius`` and whose sensitivity is ``2 radius/(n P)``: the radius
-  cancels and the round is ``(alpha, 2 alpha/(n^2 P^2 sigma^2))``-RDP
-  (Lemma B.6). Composition over ``m = ceil(R/T)`` restart and ``R - m``
-  difference rounds gives ``diff2_rdp``; Mironov's conversion (Lemma B.4)
-  gives ``epsilon_at_alpha``.
-* **paper** mode (Prop. 4.1, the experiments' calibration):
-  ``alpha_0 = 1 + ceil(2 log(1/delta)/eps)``,
-  ``sigma1^2 = 4 u alpha_0 m/(n^2 P^2 eps)``,
-  ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)``, ``u = 1.25``;
-  DP-GD uses the ``u -> 1``, ``T = 1`` closed form ``4 alpha_0 R/(n^2 P^2 eps)``
-  (the paper's "u -> 1" for DP-GD).
-* **tight** mode (labelled; not the paper's): the optimal real ``alpha`` in
-  Lemma B.4 in closed form (``tight_epsilon_from_slope``) and its inverse
-  (``tight_slope``), same ``u`` split.
-* DIFF2-BVR-L-SGD (Prop. E.2): local steps are without-replacement subsampled
-  Gaussian mechanisms, amplified with Lemma B.7 (in log space, integer
-  ``alpha``), counted ``K ceil(R/P)`` times; ``sigma3`` by bisection on the
-  local-step budget (or the closed form at the end of Appendix E, only where
-  its batch-size condition holds).
+* A DIFF2 round (restart or difference) is a Gaussian mechanism with noise std ``sigma x radius`` and sensitivity
+  ``2 radius/(n P)``: the radius cancels and the round is ``(alpha, 2 alpha/(n^2 P^2 sigma^2))``-RDP (Lemma B.6).
+  Composing ``m = ceil(R/T)`` restart and ``R - m`` difference rounds gives ``diff2_rdp``; Mironov's conversion
+  (Lemma B.4) gives ``epsilon_at_alpha``.
+* **paper** mode (Prop. 4.1, the experiments' calibration): ``alpha_0 = 1 + ceil(2 log(1/delta)/eps)``,
+  ``sigma1^2 = 4 u alpha_0 m/(n^2 P^2 eps)``, ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2 P^2 eps)``, ``u = 1.25``;
+  DP-GD uses the ``u -> 1``, ``T = 1`` closed form ``4 alpha_0 R/(n^2 P^2 eps)``.
+* **tight** mode (labelled; not the paper's): the optimal real ``alpha`` in Lemma B.4 in closed form
+  (``tight_epsilon_from_slope``) and its inverse (``tight_slope``), same ``u`` split.
+* DIFF2-BVR-L-SGD (Prop. E.2): local steps are without-replacement subsampled Gaussian mechanisms, amplified with
+  Lemma B.7 (log space, integer ``alpha``), counted ``K ceil(R/P)`` times; ``sigma3`` by bisection on the
+  local-step budget (or the closed form at the end of Appendix E, only where its batch-size condition holds).
 
-``compose_epsilon`` evaluates the same quantities through the accounting
-layer's interfaces (``GaussianSchedule.to_dp_event`` composed in
-``dp_accounting``'s RDP accountant), an independent cross-check.
-
-Not accounted (as in the paper): hyper-parameter tuning on the
-private data, the evaluation curves, normalisation statistics.
+``compose_epsilon`` evaluates the same quantities through the accounting layer (``GaussianSchedule.to_dp_event``
+composed in ``dp_accounting``'s RDP accountant), an independent cross-check. Not accounted (as in the paper):
+hyper-parameter tuning on the private data, the evaluation curves, normalisation statistics.
 """
 
 from __future__ import annotations
@@ -42,27 +30,10 @@ from dpjax import _validate as v
 from dpjax.accounting.schedules import GaussianSchedule
 
 __all__ = [
-    "MODES",
-    "alpha0",
-    "count_restarts",
-    "rdp_gaussian",
-    "rdp_diff2_round",
-    "diff2_rdp",
-    "epsilon_at_alpha",
-    "tight_epsilon_from_slope",
-    "tight_slope",
-    "diff2_epsilon",
-    "diff2_gd_sigmas",
-    "dpgd_sigma",
-    "rdp_subsampled_wor_gaussian",
-    "lemma_b8_conditions",
-    "lemma_b8_bound",
-    "bvr_local_rdp",
-    "diff2_bvr_rdp",
-    "diff2_bvr_epsilon",
-    "diff2_bvr_sigmas",
-    "bvr_sigma3_closed_form",
-    "compose_epsilon",
+    "MODES", "alpha0", "count_restarts", "rdp_gaussian", "rdp_diff2_round", "diff2_rdp", "epsilon_at_alpha",
+    "tight_epsilon_from_slope", "tight_slope", "diff2_epsilon", "diff2_gd_sigmas", "dpgd_sigma",
+    "rdp_subsampled_wor_gaussian", "lemma_b8_conditions", "lemma_b8_bound", "bvr_local_rdp", "diff2_bvr_rdp",
+    "diff2_bvr_epsilon", "diff2_bvr_sigmas", "bvr_sigma3_closed_form", "compose_epsilon"
 ]
 
 MODES = ("paper", "tight")
@@ -103,15 +74,13 @@ def rdp_diff2_round(alpha: float, sigma: float, n: int, num_silos: int) -> float
 
 def _check_common(num_rounds, restart_interval, n, num_silos):
     m = count_restarts(num_rounds, restart_interval)
-    v.check_int("n", n, min_value=1)
-    v.check_int("num_silos", num_silos, min_value=1)
+    v.check_int("n", n, min_value=1), v.check_int("num_silos", num_silos, min_value=1)
     return m
 
 
 def diff2_rdp(alpha: float, num_rounds: int, restart_interval: int, n: int, num_silos: int,
               sigma_restart: float, sigma_diff: float | None) -> float:
-    """RDP of ``m`` restart and ``R - m`` difference rounds:
-    ``2 alpha m/(n^2P^2 sigma1^2) + 2 alpha (R-m)/(n^2P^2 sigma2^2)``."""
+    """RDP of ``m`` restart and ``R - m`` rounds: ``2 alpha m/(n^2P^2 sigma1^2) + 2 alpha (R-m)/(n^2P^2 sigma2^2)``."""
     m = _check_common(num_rounds, restart_interval, n, num_silos)
     total = m * rdp_diff2_round(alpha, sigma_restart, n, num_silos)
     if num_rounds > m:
@@ -130,8 +99,7 @@ def epsilon_at_alpha(rdp: float, alpha: float, delta: float) -> float:
 
 
 def tight_epsilon_from_slope(slope: float, delta: float) -> float:
-    """Min over real alpha > 1 of ``A alpha + log(1/delta)/(alpha-1)``
-    = ``A + 2 sqrt(A log(1/delta))`` for a linear RDP curve ``A alpha``."""
+    """Min over real alpha > 1 of ``A alpha + log(1/delta)/(alpha-1)`` = ``A + 2 sqrt(A log(1/delta))``."""
     a = v.check_nonnegative("slope", slope, allow_inf=True)
     lg = math.log(1.0 / v.check_open_unit("delta", delta))
     return a + 2.0 * math.sqrt(a * lg)
@@ -144,15 +112,12 @@ def tight_slope(eps: float, delta: float) -> float:
     return (math.sqrt(lg + eps) - math.sqrt(lg)) ** 2
 
 
-def diff2_epsilon(num_rounds: int, restart_interval: int, n: int, num_silos: int,
-                  sigma_restart: float, sigma_diff: float | None, delta: float, mode: str = "paper",
-                  eps_target: float | None = None) -> float:
-    """Epsilon of DIFF2-GD / DP-GD (``restart_interval = 1``).
-
-    ``mode="paper"``: Lemma B.4 at the fixed order ``alpha_0(eps_target, delta)``
-    (Prop. 4.1 needs the target to fix alpha_0). ``mode="tight"``: the
-    optimal real order (``tight_epsilon_from_slope``).
-    """
+def diff2_epsilon(num_rounds: int, restart_interval: int, n: int, num_silos: int, sigma_restart: float,
+                  sigma_diff: float | None, delta: float, mode: str = "paper", eps_target: float | None = None,
+                  ) -> float:
+    """Epsilon of DIFF2-GD / DP-GD (``restart_interval = 1``): ``mode="paper"``: Lemma B.4 at the fixed order
+    ``alpha_0(eps_target, delta)`` (Prop. 4.1); ``mode="tight"``: the optimal real order
+    (``tight_epsilon_from_slope``)."""
     v.check_choice("mode", mode, MODES)
     slope = diff2_rdp(1.0 + 1.0, num_rounds, restart_interval, n, num_silos, sigma_restart, sigma_diff) / 2.0
     if mode == "tight":
@@ -167,11 +132,9 @@ def diff2_gd_sigmas(eps: float, delta: float, num_rounds: int, restart_interval:
                     num_silos: int, u: float = 1.25, mode: str = "paper") -> tuple[float, float | None]:
     """Noise multipliers ``(sigma1, sigma2)`` of DIFF2-GD for target (eps, delta).
 
-    Paper (Prop. 4.1): ``sigma1^2 = 4 u alpha_0 m/(n^2P^2 eps)``,
-    ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2P^2 eps)``. Tight (``tight_slope``):
-    ``sigma1^2 = 2 u m/(n^2P^2 A*)``, ``sigma2^2 = (2u/(u-1))(R-m)/(n^2P^2 A*)``.
-    ``restart_interval = 1`` returns DP-GD's ``(sigma, None)`` (u -> 1 limit).
-    ``sigma2`` is None when there is no difference round.
+    Paper (Prop. 4.1): ``sigma1^2 = 4 u alpha_0 m/(n^2P^2 eps)``, ``sigma2^2 = (4u/(u-1)) alpha_0 (R-m)/(n^2P^2 eps)``.
+    Tight (``tight_slope``): ``sigma1^2 = 2 u m/(n^2P^2 A*)``, ``sigma2^2 = (2u/(u-1))(R-m)/(n^2P^2 A*)``.
+    ``restart_interval = 1`` returns DP-GD's ``(sigma, None)`` (u -> 1); ``sigma2`` is None without difference rounds.
     """
     v.check_choice("mode", mode, MODES)
     m = _check_common(num_rounds, restart_interval, n_min, num_silos)
@@ -181,13 +144,8 @@ def diff2_gd_sigmas(eps: float, delta: float, num_rounds: int, restart_interval:
     if not u > 1:
         raise ValueError(f"u={u!r} must be > 1 (budget split 1/u : (u-1)/u)")
     npsq = (n_min * num_silos) ** 2
-    if mode == "paper":
-        scale = 4.0 * alpha0(eps, delta) / (npsq * eps)
-    else:
-        scale = 2.0 / (npsq * tight_slope(eps, delta))
-    s1 = math.sqrt(u * m * scale)
-    s2 = math.sqrt(u / (u - 1.0) * (num_rounds - m) * scale) if num_rounds > m else None
-    return s1, s2
+    scale = 4.0 * alpha0(eps, delta) / (npsq * eps) if mode == "paper" else 2.0 / (npsq * tight_slope(eps, delta))
+    return math.sqrt(u * m * scale), math.sqrt(u / (u - 1.0) * (num_rounds - m) * scale) if num_rounds > m else None
 
 
 def dpgd_sigma(eps: float, delta: float, num_rounds: int, n_min: int, num_silos: int, mode: str = "paper") -> float:
@@ -212,19 +170,14 @@ def _log_expm1(x: float) -> float:
 
 def _logsumexp(xs: Sequence[float]) -> float:
     m = max(xs)
-    if m == -math.inf:
-        return -math.inf
-    return m + math.log(sum(math.exp(x - m) for x in xs))
+    return -math.inf if m == -math.inf else m + math.log(sum(math.exp(x - m) for x in xs))
 
 
 def rdp_subsampled_wor_gaussian(alpha: int, gamma: float, base_rdp: Callable[[int], float]) -> float:
-    """Lemma B.7 (Wang, Balle & Kasiviswanathan 2019, Thm 9) for a Gaussian
-    base mechanism (``eps(inf) = inf``, so every ``min{2, .}`` is 2), in log space:
-
-    ``eps'(alpha) = 1/(alpha-1) log(1 + gamma^2 C(alpha,2) min{4(e^{eps(2)}-1), 2 e^{eps(2)}}
-    + 2 sum_{j=3}^alpha gamma^j C(alpha,j) e^{(j-1) eps(j)})``, then
-    ``min(eps'(alpha), eps(alpha))`` (subsampling never hurts under replace-one).
-    """
+    """Lemma B.7 (Wang, Balle & Kasiviswanathan 2019, Thm 9) for a Gaussian base mechanism (``eps(inf) = inf``,
+    so every ``min{2, .}`` is 2), in log space: ``eps'(alpha) = 1/(alpha-1) log(1 + gamma^2 C(alpha,2)
+    min{4(e^{eps(2)}-1), 2 e^{eps(2)}} + 2 sum_{j=3}^alpha gamma^j C(alpha,j) e^{(j-1) eps(j)})``, then
+    ``min(eps'(alpha), eps(alpha))`` (subsampling never hurts under replace-one)."""
     a = v.check_int("alpha", alpha, min_value=2)
     g = v.check_probability("gamma", gamma)
     if g == 0:
@@ -241,16 +194,14 @@ def rdp_subsampled_wor_gaussian(alpha: int, gamma: float, base_rdp: Callable[[in
 
 
 def lemma_b8_conditions(alpha: int, gamma: float, base_rdp: Callable[[float], float], c: float = 1.0) -> bool:
-    """Whether Lemma B.8 applies: ``eps(alpha) <= 1/3 and <= log(1/(2 gamma alpha))``
-    and ``gamma <= eps(2)/(c alpha)`` (eps(.) increasing, true for Gaussians)."""
+    """Whether Lemma B.8 applies: ``eps(alpha) <= 1/3 and <= log(1/(2 gamma alpha))``, ``gamma <= eps(2)/(c alpha)``."""
     ea = base_rdp(alpha)
     return (ea <= 1.0 / 3.0 and 2 * gamma * alpha < 1 and ea <= math.log(1.0 / (2 * gamma * alpha))
             and gamma <= base_rdp(2) / (c * alpha))
 
 
 def lemma_b8_bound(alpha: int, gamma: float, base_rdp: Callable[[float], float], c: float = 1.0) -> float:
-    """Lemma B.8's simplified value ``(2/3)(4 + e/c) gamma^2 alpha^2 eps(2)/(alpha-1)``
-    (a valid bound only when ``lemma_b8_conditions`` holds)."""
+    """Lemma B.8's ``(2/3)(4 + e/c) gamma^2 alpha^2 eps(2)/(alpha-1)`` (a bound only if ``lemma_b8_conditions``)."""
     return (2.0 / 3.0) * (4.0 + math.e / c) * gamma**2 * alpha**2 * base_rdp(2) / (alpha - 1)
 
 
@@ -259,10 +210,7 @@ def bvr_local_rdp(alpha: int, sigma_local: float, batch_size: int, n: int) -> fl
     b = v.check_int("batch_size", batch_size, min_value=1)
     n = v.check_int("n", n, min_value=b)
     s = v.check_nonnegative("sigma_local", sigma_local, allow_inf=True)
-    if s == 0:
-        return math.inf
-    base = lambda j: 2.0 * j / (b * b * s * s)  # noqa: E731
-    return rdp_subsampled_wor_gaussian(alpha, b / n, base)
+    return math.inf if s == 0 else rdp_subsampled_wor_gaussian(alpha, b / n, lambda j: 2.0 * j / (b * b * s * s))
 
 
 def _local_count(num_rounds, num_silos, local_steps):
@@ -277,9 +225,8 @@ def diff2_bvr_rdp(alpha: int, num_rounds: int, restart_interval: int, local_step
     return base + _local_count(num_rounds, num_silos, k) * bvr_local_rdp(alpha, sigma_local, batch_size, n)
 
 
-def diff2_bvr_epsilon(num_rounds, restart_interval, local_steps, batch_size, n, num_silos,
-                      sigma_restart, sigma_diff, sigma_local, delta, mode="paper", eps_target=None,
-                      max_order: int = 256) -> float:
+def diff2_bvr_epsilon(num_rounds, restart_interval, local_steps, batch_size, n, num_silos, sigma_restart, sigma_diff,
+                      sigma_local, delta, mode="paper", eps_target=None, max_order: int = 256) -> float:
     """Epsilon of DIFF2-BVR-L-SGD: at ``alpha_0`` (paper) or min over integer orders 2..max_order (tight)."""
     v.check_choice("mode", mode, MODES)
     f = lambda a: diff2_bvr_rdp(a, num_rounds, restart_interval, local_steps, batch_size, n,  # noqa: E731
@@ -294,12 +241,9 @@ def diff2_bvr_epsilon(num_rounds, restart_interval, local_steps, batch_size, n, 
 
 def bvr_sigma3_closed_form(eps: float, delta: float, num_rounds: int, local_steps: int, batch_size: int,
                            n_min: int, num_silos: int) -> tuple[float, bool]:
-    """The closed-form ``sigma3`` at the end of Appendix E (Lemma B.8 with c = 1,
-    u1 = u2 = 3) and whether its batch-size condition holds.
-
-    ``sigma3^2 = max{(8/3)(4+e) alpha_0^2/(alpha_0-1) 6 K ceil(R/P)/(n^2 eps), 6 alpha_0/b^2}``,
-    valid only if ``b <= min{n/(2 e alpha_0), (4 n/(alpha_0 sigma3^2))^{1/3}}``.
-    """
+    """The closed-form ``sigma3`` at the end of Appendix E (Lemma B.8 with c = 1, u1 = u2 = 3) and whether its
+    batch-size condition holds: ``sigma3^2 = max{(8/3)(4+e) alpha_0^2/(alpha_0-1) 6 K ceil(R/P)/(n^2 eps),
+    6 alpha_0/b^2}``, valid only if ``b <= min{n/(2 e alpha_0), (4 n/(alpha_0 sigma3^2))^{1/3}}``."""
     a0 = alpha0(eps, delta)
     kc = _local_count(num_rounds, num_silos, local_steps)
     s2 = max((8.0 / 3.0) * (4 + math.e) * a0**2 / (a0 - 1) * 6 * kc / (n_min**2 * eps), 6.0 * a0 / batch_size**2)
@@ -312,10 +256,9 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
                      method: str = "bisection", rtol: float = 1e-9) -> tuple[float, float | None, float]:
     """``(sigma1, sigma2, sigma3)`` of Prop. E.2 (paper mode, fixed alpha_0).
 
-    ``sigma1^2 = 4 u1 alpha_0 m/(n^2P^2 eps)``, ``sigma2^2 = 4 u2 alpha_0 (R-m)/(n^2P^2 eps)``,
-    and the smallest ``sigma3`` with ``2 K ceil(R/P) eps'_3(alpha_0) <= (1 - 1/u1 - 1/u2) eps``
-    (bisection on the exact Lemma B.7 bound; ``method="closed-form"`` uses
-    ``bvr_sigma3_closed_form`` and refuses when its batch-size condition fails).
+    ``sigma1^2 = 4 u1 alpha_0 m/(n^2P^2 eps)``, ``sigma2^2 = 4 u2 alpha_0 (R-m)/(n^2P^2 eps)``, and the smallest
+    ``sigma3`` with ``2 K ceil(R/P) eps'_3(alpha_0) <= (1 - 1/u1 - 1/u2) eps`` (bisection on the exact Lemma B.7
+    bound; ``method="closed-form"``: ``bvr_sigma3_closed_form``, refused where its batch-size condition fails).
     """
     v.check_choice("method", method, ("bisection", "closed-form"))
     if not (u1 > 1 and u2 > 1 and 1 / u1 + 1 / u2 < 1):
@@ -351,16 +294,11 @@ def diff2_bvr_sigmas(eps: float, delta: float, num_rounds: int, restart_interval
 def compose_epsilon(schedules: Sequence[GaussianSchedule], delta: float, orders: Sequence[float] | None = None,
                     conversion: str = "mironov") -> float:
     """Epsilon of a composition of ``GaussianSchedule``s (e.g. a DIFF2 algorithm's
-    ``privacy(silo_sizes, hparams).schedules``) by RDP: the schedules' RDP curves (as
-    ``compute_epsilon(..., "rdp")`` computes them, dp_accounting's where it has
-    a DpEvent) are added at each order (Lemma B.3). ``conversion="mironov"``
-    (Lemma B.4, the paper's) minimises ``rdp(alpha) + log(1/delta)/(alpha-1)``
-    over the orders; ``"best"`` also tries ``dp_accounting``'s improved
-    conversion and returns the smaller (both are valid bounds).
-
-    The general form (PLD too, "best" accountant) is
-    ``dpjax.accounting.compute_epsilon(schedules, delta, accountant)``; both
-    refuse schedules that mix neighbouring relations, units or group sizes.
+    ``privacy(silo_sizes, hparams).schedules``) by RDP: their RDP curves (as ``compute_epsilon(..., "rdp")``
+    computes them) are added at each order (Lemma B.3). ``conversion="mironov"`` (Lemma B.4, the paper's)
+    minimises ``rdp(alpha) + log(1/delta)/(alpha-1)`` over the orders; ``"best"`` also tries ``dp_accounting``'s
+    improved conversion and returns the smaller (both valid). The general form (PLD too) is
+    ``dpjax.accounting.compute_epsilon(schedules, delta, accountant)``; both refuse mixed relations, units or groups.
     """
     from dp_accounting.rdp import rdp_privacy_accountant as rpa
 

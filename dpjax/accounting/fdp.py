@@ -1,18 +1,13 @@
 """f-DP toolkit (Dong, Roth & Su 2022): trade-off functions, mixtures, bound families.
 
-Conventions follow van Dijk et al. (Appendices B-C,
-"Generalizing DP-SGD with Shuffling and Batch Clipping"):
+Conventions follow van Dijk et al. (Appendices B-C, "Generalizing DP-SGD with Shuffling and Batch Clipping"):
 
 * ``tradeoff_gaussian(mu, a) = G_mu(a) = Phi(Phi^{-1}(1-a) - mu)``;
-* ``tradeoff_eps_delta(eps, delta, a) = max{0, 1-delta-e^eps a, e^-eps (1-delta-a)}``
-  (the paper prints "min", a typo that would make it identically 0);
-* ``delta_from_tradeoff(f, eps) = sup_a (1 - e^eps a - f(a))`` for symmetric f;
-* Gaussian mixtures (Lemma B.5), with the c = 0 atom handled explicitly;
-  their exact (eps, delta) curve is sum_c q_c delta_GDP(eps; mu_c) (conjugate of
-  an infimal combination = weighted sum of conjugates);
-* bound families f^L (Def. 5.4) and f^U (Def. 5.3).
-
-GDP composition / group privacy / conversion live in `dpjax.accounting.gdp`.
+* ``tradeoff_eps_delta(eps, delta, a) = max{0, 1-delta-e^eps a, e^-eps (1-delta-a)}`` (the paper prints "min", a
+  typo that would make it identically 0); ``delta_from_tradeoff(f, eps) = sup_a (1 - e^eps a - f(a))``, f symmetric;
+* Gaussian mixtures (Lemma B.5), the c = 0 atom handled explicitly; their exact (eps, delta) curve is
+  sum_c q_c delta_GDP(eps; mu_c) (conjugate of an infimal combination = weighted sum of conjugates);
+* bound families f^L (Def. 5.4) and f^U (Def. 5.3). GDP composition etc. live in `dpjax.accounting.gdp`.
 """
 
 from __future__ import annotations
@@ -28,18 +23,9 @@ from dpjax.accounting.calibration import bisect_threshold
 from dpjax.accounting.gdp import gdp_delta
 
 __all__ = [
-    "tradeoff_gaussian",
-    "tradeoff_eps_delta",
-    "delta_from_tradeoff",
-    "epsilon_from_tradeoff",
-    "mixture_tradeoff",
-    "mixture_delta",
-    "mixture_epsilon",
-    "f_lower",
-    "f_upper",
-    "f_lower_beta_star",
-    "delta_from_lower",
-    "compose_gaussian_tradeoffs",
+    "tradeoff_gaussian", "tradeoff_eps_delta", "delta_from_tradeoff", "epsilon_from_tradeoff", "mixture_tradeoff",
+    "mixture_delta", "mixture_epsilon", "f_lower", "f_upper", "f_lower_beta_star", "delta_from_lower",
+    "compose_gaussian_tradeoffs"
 ]
 
 
@@ -69,12 +55,8 @@ def tradeoff_eps_delta(epsilon: float, delta: float, alpha):
 
 
 def delta_from_tradeoff(f: Callable[[np.ndarray], np.ndarray], epsilon: float, grid: int = 20001) -> float:
-    """sup_a (1 - e^eps a - f(a)) for a symmetric trade-off function f (grid + local refinement).
-
-    A grid maximum is a lower estimate of the sup; a bounded scalar search around
-    the best grid point refines it. Use closed forms (e.g. `mixture_delta`) for
-    certification; this is the generic cross-check.
-    """
+    """sup_a (1 - e^eps a - f(a)) for a symmetric trade-off function f: a grid maximum (a lower estimate) refined by
+    a bounded scalar search around it. A generic cross-check: certify with closed forms (e.g. `mixture_delta`)."""
     eps = v.check_nonnegative("epsilon", epsilon)
     a = np.linspace(0.0, 1.0, grid)
     vals = 1.0 - math.exp(eps) * a - np.asarray(f(a), dtype=float)
@@ -89,11 +71,8 @@ def delta_from_tradeoff(f: Callable[[np.ndarray], np.ndarray], epsilon: float, g
 
 
 def epsilon_from_tradeoff(delta_fn: Callable[[float], float], delta: float, eps_max: float = 1000.0) -> float:
-    """Smallest eps in [0, eps_max] with delta_fn(eps) <= delta (bisection; delta_fn non-increasing).
-
-    Returns inf when even eps_max does not reach delta; the returned value is the
-    upper end of the final bracket, so delta_fn(returned) <= delta.
-    """
+    """Smallest eps in [0, eps_max] with delta_fn(eps) <= delta (bisection; delta_fn non-increasing); inf when even
+    eps_max does not reach delta. The upper end of the final bracket is returned, so delta_fn(returned) <= delta."""
     d = v.check_open_unit("delta", delta)
     if delta_fn(0.0) <= d:
         return 0.0
@@ -136,12 +115,9 @@ def mixture_epsilon(law: Mapping[float, float], delta: float, dropped_mass: floa
 
 
 def mixture_tradeoff(law: Mapping[float, float], alpha: float) -> float:
-    """Trade-off function of a Gaussian mixture (Lemma B.5) including the mu = 0 atom.
-
-    1 - alpha = sum_c q_c Phi(Lambda/mu_c + mu_c/2) defines Lambda; then
-    f(alpha) = sum_c q_c Phi(Lambda/mu_c - mu_c/2). The mu = 0 atom rejects all
-    (Lambda < 0) or nothing (Lambda > 0); alpha inside its jump is interpolated.
-    """
+    """Trade-off function of a Gaussian mixture (Lemma B.5) including the mu = 0 atom: 1 - alpha = sum_c q_c
+    Phi(Lambda/mu_c + mu_c/2) defines Lambda, f(alpha) = sum_c q_c Phi(Lambda/mu_c - mu_c/2). The mu = 0 atom rejects
+    all (Lambda < 0) or nothing (Lambda > 0); alpha inside its jump is interpolated."""
     mus, ps = _law(law)
     a = float(_alpha(alpha))
     q0 = float(ps[mus == 0].sum())
@@ -170,10 +146,7 @@ def mixture_tradeoff(law: Mapping[float, float], alpha: float) -> float:
         return beta_of(lam_max)
     if a >= 1:
         return beta_of(-lam_max)
-    if a > a_minus:
-        lo, hi = -lam_max, -1e-300
-    else:
-        lo, hi = 1e-300, lam_max
+    lo, hi = (-lam_max, -1e-300) if a > a_minus else (1e-300, lam_max)
     lam = optimize.brentq(lambda t: alpha_of(t) - a, lo, hi, xtol=1e-14, rtol=1e-14, maxiter=500)
     return beta_of(lam)
 

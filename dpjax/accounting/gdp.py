@@ -1,18 +1,11 @@
 """Gaussian differential privacy (mu-GDP) and the exact analytic Gaussian mechanism.
 
-A mechanism is mu-GDP (Dong, Roth & Su 2022, Def. 2.6) when its trade-off
-function is at least G_mu(a) = Phi(Phi^{-1}(1 - a) - mu). The Gaussian mechanism
-with l2 sensitivity Delta and noise std sigma is exactly (Delta/sigma)-GDP, and
-mu-GDP is equivalent to the (eps, delta(eps)) curve (DRS Cor. 2.13 = Balle & Wang
-2018, Thm 8, "analytic Gaussian mechanism"):
-
-    delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu).
-
-Composition is exact: mu_1-GDP then mu_2-GDP is sqrt(mu_1^2 + mu_2^2)-GDP (DRS
-Cor. 3.3); group privacy: mu-GDP => g*mu-GDP for groups of g (DRS Thm 2.14).
-
-All functions are pure numpy/scipy; they never return NaN and validate their
-arguments (ValueError naming the argument).
+A mechanism is mu-GDP (Dong, Roth & Su 2022, Def. 2.6) when its trade-off function is at least
+G_mu(a) = Phi(Phi^{-1}(1 - a) - mu). The Gaussian mechanism with l2 sensitivity Delta and noise std sigma is exactly
+(Delta/sigma)-GDP, and mu-GDP is equivalent to the (eps, delta(eps)) curve (DRS Cor. 2.13 = Balle & Wang 2018,
+Thm 8, "analytic Gaussian mechanism"): delta(eps) = Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu).
+Composition is exact: mu_1-GDP then mu_2-GDP is sqrt(mu_1^2 + mu_2^2)-GDP (DRS Cor. 3.3); group privacy: mu-GDP =>
+g*mu-GDP for groups of g (DRS Thm 2.14). Pure numpy/scipy; never NaN; ValueError naming a bad argument.
 """
 
 from __future__ import annotations
@@ -24,25 +17,15 @@ from scipy import optimize, special
 from dpjax import _validate as v
 
 __all__ = [
-    "gdp_delta",
-    "gdp_epsilon",
-    "gdp_mu",
-    "gdp_compose",
-    "gdp_group",
-    "gaussian_mechanism_mu",
-    "gaussian_mechanism_epsilon",
-    "gaussian_mechanism_sigma",
-    "classical_gaussian_sigma",
+    "gdp_delta", "gdp_epsilon", "gdp_mu", "gdp_compose", "gdp_group", "gaussian_mechanism_mu",
+    "gaussian_mechanism_epsilon", "gaussian_mechanism_sigma", "classical_gaussian_sigma"
 ]
 
 
 def _log_delta(mu: float, eps: float) -> float:
     """log delta(eps) of mu-GDP, computed in log space (no cancellation blow-up)."""
-    a = mu / 2.0 - eps / mu
-    b = -mu / 2.0 - eps / mu
-    la = special.log_ndtr(a)
-    lb = eps + special.log_ndtr(b)
-    diff = lb - la
+    la = special.log_ndtr(mu / 2.0 - eps / mu)
+    diff = eps + special.log_ndtr(-mu / 2.0 - eps / mu) - la
     if diff >= 0:  # only through rounding; the true value is positive but tiny
         return -math.inf
     return la + math.log1p(-math.exp(diff))
@@ -62,12 +45,8 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 
 
 def gdp_epsilon(mu: float, delta: float) -> float:
-    """Smallest epsilon >= 0 with delta(epsilon) <= delta for a mu-GDP mechanism.
-
-    Returns 0 when the mechanism is already (0, delta)-DP and inf for mu = inf.
-    The root is bracketed and refined to 1e-12 relative; the returned value is
-    the upper end of the bracket, so delta(returned) <= delta.
-    """
+    """Smallest epsilon >= 0 with delta(epsilon) <= delta for a mu-GDP mechanism (0 when already (0, delta)-DP, inf
+    for mu = inf). The root is bracketed and refined to 1e-12 relative and stepped to its safe side."""
     mu = v.check_nonnegative("mu", mu, allow_inf=True)
     delta = v.check_open_unit("delta", delta)
     if math.isinf(mu):

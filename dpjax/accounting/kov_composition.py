@@ -16,10 +16,9 @@ import numpy as np
 from scipy import stats
 
 def optimal_composition_delta(eps0: float, delta0: float, k: int, epsilon: float) -> float:
-    """delta of the k-fold composition of (eps0, delta0)-DP mechanisms at ``epsilon`` (Kairouz, Oh &
-    Viswanath 2015, Thm 3.3: the randomized-response pair is the worst case):
-    1 - (1 - delta0)^k (1 - delta_rr), delta_rr = E_P[(1 - e^{epsilon - Lk})_+], Lk = (k - 2J) eps0,
-    J ~ Bin(k, 1/(1 + e^eps0))."""
+    """delta of the k-fold composition of (eps0, delta0)-DP mechanisms at ``epsilon`` (Kairouz, Oh & Viswanath 2015,
+    Thm 3.3: the randomized-response pair is the worst case): 1 - (1 - delta0)^k (1 - delta_rr),
+    delta_rr = E_P[(1 - e^{epsilon - Lk})_+], Lk = (k - 2J) eps0, J ~ Bin(k, 1/(1 + e^eps0))."""
     if eps0 == 0:
         return 1 - (1 - delta0) ** k
     pmf, loss, outside = _rr_composition(eps0, k)
@@ -35,10 +34,9 @@ RR_WINDOW_MIN_K = 10_000
 
 
 def _rr_composition(eps0: float, k: int):
-    """Privacy-loss pmf of k randomized-response pairs: loss (k - 2j) eps0 with J ~ Bin(k, 1/(1+e^eps0)),
-    and a bound on the probability of the J left out. For k > ``RR_WINDOW_MIN_K`` only the J within
-    ``RR_WINDOW_SQRT_K`` sqrt(k) of the mean are evaluated (P_GD's T reaches 3e6 rounds, where the whole pmf
-    cost 60 ms per evaluation of a bisection); the rest is bounded by Hoeffding's inequality
+    """Privacy-loss pmf of k randomized-response pairs (loss (k - 2j) eps0, J ~ Bin(k, 1/(1+e^eps0))) and a bound on
+    the probability of the J left out: for k > ``RR_WINDOW_MIN_K`` only the J within ``RR_WINDOW_SQRT_K`` sqrt(k) of
+    the mean are evaluated (P_GD's T reaches 3e6 rounds); the rest is bounded by Hoeffding's inequality
     P(|J - kp| >= t) <= exp(-2 t^2/k) per side."""
     p = 1 / (1 + math.exp(eps0))
     if k <= RR_WINDOW_MIN_K:

@@ -1,39 +1,25 @@
-"""Whole-transcript privacy of the shuffle-private SCO families (Cheu, Joseph, Mao & Peng, ICLR 2022),
-as functions of the events their parts return.
+"""Whole-transcript privacy of the shuffle-private SCO families (Cheu, Joseph, Mao & Peng, ICLR 2022), as functions
+of the events their parts return.
 
-The families (``dpjax.algorithms.shuffle_sco``) run rounds whose users are a
-public window ``[start_r, start_r + batch_r)`` of one stream of n users; a
-phase is a block of rounds that either takes fresh users every round (P_SGD,
-P_AGD: each user enters one round, parallel composition) or the same users
-every round (P_GD: fully interactive, its rounds compose). Phases use disjoint
-users, so the run's epsilon is the largest phase's. Each privatizer part
-returns one event (``DpPlan.spec()`` dispatches to its ``spec(plan)``):
+The families (``dpjax.algorithms.shuffle_sco``) run rounds whose users are a public window
+``[start_r, start_r + batch_r)`` of one stream of n users; a phase is a block of rounds that takes fresh users every
+round (P_SGD, P_AGD: parallel composition) or the same users every round (P_GD: its rounds compose). Phases use
+disjoint users, so the run's epsilon is the largest phase's. Each privatizer part returns one event:
 
-* ``PvecTranscriptEvent`` -- every user's P_vec randomizer behind a shuffler
-  with the per-round (g, b, p); certified by Theorem 3.2 (Lemma 3.1 per
-  coordinate, Lemma 3.3 across coordinates) at each phase's worst round,
-  composed over an interactive phase's rounds (``shuffle_sco.transcript_epsilon``);
-  robust shuffle privacy for an honest fraction of the users (Claim A.8).
-* ``GaussianTranscriptEvent`` -- the Gaussian baselines: ``"central"`` (one
-  N(0, (z 2L)^2 I) on the round's sum) or ``"local"`` (every user's own
-  N(0, (z 2L)^2 I)), z the round's noise multiplier; exact GDP composition over
-  a user's rounds.
-* ``PanPrivateEvent`` -- Algorithm 6's two draws per batch; Lemma C.4 (one
-  intrusion), analytic Gaussian or Lemma C.5 as printed.
-* ``NoGuaranteeEvent`` -- the exact sum (the non-private twin) and the
-  variance-matched Gaussian surrogate of P_vec: ``NoPrivacy``.
+* ``PvecTranscriptEvent`` -- every user's P_vec randomizer behind a shuffler with the per-round (g, b, p);
+  Theorem 3.2 (Lemma 3.1 per coordinate, Lemma 3.3 across coordinates) at each phase's worst round, composed over
+  an interactive phase's rounds (``shuffle_sco.transcript_epsilon``); robust shuffle privacy (Claim A.8).
+* ``GaussianTranscriptEvent`` -- the Gaussian baselines: ``"central"`` (one N(0, (z 2L)^2 I) on the round's sum)
+  or ``"local"`` (every user's own), z the round's noise multiplier; exact GDP composition over a user's rounds.
+* ``PanPrivateEvent`` -- Algorithm 6's two draws per batch; Lemma C.4 (one intrusion), analytic Gaussian or
+  Lemma C.5 as printed.
+* ``NoGuaranteeEvent`` -- the exact sum and the variance-matched Gaussian surrogate of P_vec: ``NoPrivacy``.
 
-Each ``spec`` checks the windows against the data (one silo of n users, every
-window inside it and at most the compiled ``max_batch`` users, the selection's
-batch size) and returns a ``ReportPrivacy``: ``epsilon`` certifies the run as
-configured; calibration is the one routine (``calibration.smallest_scale``)
-over a one-parameter family (``search_fn``): P_vec's calculator parameters at
-epsilon ``1/scale`` (split over an interactive phase's rounds as the paper
-does), or Gaussian noise multipliers ``scale x sqrt(rounds a user enters)``
-(every phase then has GDP mu = 1/scale). Noise stds in the reports are in units
-of the clip norm L. The relation is replace-one of one user.
-
-Pure Python: never imports jax.
+Each ``spec`` checks the windows against the data and returns a ``ReportPrivacy``: ``epsilon`` certifies the run as
+configured; calibration (``calibration.smallest_scale``) searches a one-parameter family: P_vec's calculator
+parameters at epsilon ``1/scale`` (split over an interactive phase's rounds as the paper does), or Gaussian
+multipliers ``scale x sqrt(rounds a user enters)`` (GDP mu = 1/scale per phase). Noise stds are in units of the
+clip norm L; the relation is replace-one of one user. Pure Python: never imports jax.
 """
 
 from __future__ import annotations
@@ -82,9 +68,7 @@ def _resolve(accountant, kind: str) -> TranscriptAccountant:
     return _GENERIC[kind].get(a, a)
 
 
-# ---------------------------------------------------------------------------
-# The rounds' windows and their phases
-# ---------------------------------------------------------------------------
+# -- The rounds' windows and their phases ----------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class WindowPhase:
     """Rounds ``first .. first + rounds - 1``: fresh users every round, or the same ones."""
@@ -137,10 +121,9 @@ class RoundWindows:
         return tuple(out)
 
     def check(self, plan) -> int:
-        """The windows against the plan: one silo of n users, ``num_rounds`` rounds, every window
-        inside the data and at most ``max_batch`` (the selection's batch size) users. Returns n.
-        A window the data cannot fill runs with fewer users than ``batch`` -- fewer noise
-        contributions than the accountant counts -- so it is refused."""
+        """n, after checking the windows against the plan: one silo of n users, ``num_rounds`` rounds, every window
+        inside the data (a window the data cannot fill would add fewer noise contributions than the accountant
+        counts) and at most ``max_batch`` (the selection's batch size) users."""
         sizes = plan.selection.dataset_sizes
         if len(sizes) != 1:
             raise ValueError(f"silo_sizes={list(sizes)!r}: the n users are the records of ONE silo")
@@ -176,13 +159,10 @@ def _searched(fn, delta, accountant, scale):
         return PrivacyReport(math.inf, delta, str(accountant), "n/a", "replace-one", "user", 0.0)
 
 
-# ---------------------------------------------------------------------------
-# P_vec
-# ---------------------------------------------------------------------------
+# -- P_vec -----------------------------------------------------------------------------------------
 def grouped_trials(b: int, p: float, groups: int) -> tuple[int, float]:
-    """Trials per group and probability keeping ``b p`` when every user runs ``groups`` groups of trials
-    (trial counts above the int32 range of a run's parameters): ``ceil(b/groups)`` and
-    ``b p / (groups ceil(b/groups))``; the run's ``groups ceil(b/groups) >= b`` trials still satisfy
+    """Trials per group ``ceil(b/groups)`` and probability ``b p / (groups ceil(b/groups))`` keeping ``b p`` when every
+    user runs ``groups`` groups of trials (counts above int32); ``groups ceil(b/groups) >= b`` trials still satisfy
     Lemma 3.1's lower bound on b."""
     if groups == 1:
         return int(b), float(p)
@@ -202,8 +182,8 @@ class PvecTranscriptEvent:
       dim: d, the dimension of every input vector.
       honest_frac: the fraction of a round's users assumed to run the randomizer (Claim A.8).
       max_granularity: the compiled bound on g.
-      make_params: ``make_params(g, b, p)`` (per-round tuples) -> the hparams value the run would
-        hold (its ``granularity``/``trials``/``probability`` are certified as stored).
+      make_params: ``make_params(g, b, p)`` (per-round tuples) -> the hparams value the run would hold (certified
+        as stored).
     """
 
     field: str
@@ -238,10 +218,8 @@ def _pvec_form(accountant: TranscriptAccountant) -> tuple[str, str | None]:
 
 
 def _pvec_rows(event: PvecTranscriptEvent, delta, base, comp):
-    """Per phase, the row of ``transcript_epsilon`` at its worst round: every distinct round is
-    accounted with its own (g, b, p, users) and the largest epsilon kept -- the bound grows with g
-    and falls with b, p and the number of users, so no min or max over one of them stands in for
-    it (issue 23); p >= 1/2 is outside Lemma 3.1 and refused."""
+    """Per phase, the row of ``transcript_epsilon`` at its worst round: every distinct round is accounted with its
+    own (g, b, p, users) and the largest epsilon kept (no min or max over one of them stands in for it, issue 23)."""
     rows, bits = [], 0
     batch = event.windows.batch
     for ph in event.windows.phases():
@@ -266,14 +244,10 @@ def _pvec_rows(event: PvecTranscriptEvent, delta, base, comp):
 def pvec_transcript_report(event: PvecTranscriptEvent, delta: float, accountant: str = "pvec-lemma") -> SdpReport:
     """Certificate of the whole transcript from the (g, b, p) the run holds.
 
-    Per phase, Theorem 3.2 inverted at its worst round (``_pvec_rows``): ``pvec-lemma`` (corrected
-    Lemma 3.3 constant, optimal composition across rounds), ``pvec-printed`` (the paper's constants,
-    advanced composition), ``pvec-lemma-advanced`` (lemma constants, advanced composition),
-    ``pvec-numerical`` (numerical privacy-loss distributions at the spread worst-case shift: a
-    heuristic, not from the paper). Phases use disjoint users: the run's eps is the largest phase's.
-    Details: per-phase eps and how it was composed, bits per user (Corollaries B.8-B.11, exact in
-    (g, b)) and the ``gaussian_approx`` diagnostic eps (never a guarantee). ``noise_std``: the
-    smallest per-coordinate std of one user's binomial noise (2/g) sqrt(b p (1-p)), in units of L.
+    Per phase, Theorem 3.2 inverted at its worst round (``_pvec_rows``) in the accountant's form
+    (``TranscriptAccountant``); the run's eps is the largest phase's. Details: per-phase eps and how it was composed,
+    bits per user (Corollaries B.8-B.11, exact in (g, b)) and the ``gaussian_approx`` diagnostic eps (never a
+    guarantee). ``noise_std``: the smallest per-coordinate std of one user's binomial noise (2/g) sqrt(b p (1-p)).
     """
     delta = v.check_open_unit("delta", delta)
     acc = _resolve(v.check_choice("accountant", accountant, _names(_PVEC, "pvec")), "pvec")
@@ -300,10 +274,9 @@ def pvec_transcript_report(event: PvecTranscriptEvent, delta: float, accountant:
 
 
 def pvec_calculator_params(event: PvecTranscriptEvent, epsilon: float, delta: float, accountant: str):
-    """The hparams value of the calculator's parameters (``pvec.pvec_params``) at ``epsilon`` for every
-    phase: fresh phases at (epsilon, delta), an interactive phase's rounds at the per-round budget
-    ``pgd_round_budget`` of its composition; ``pvec-printed`` with the paper's calculator, the lemma
-    accountants with ``lemma_opt`` (at the honest users, ``floor(honest_frac batch)``)."""
+    """The hparams value of the calculator's parameters (``pvec.pvec_params``) at ``epsilon`` for every phase:
+    fresh phases at (epsilon, delta), an interactive phase's rounds at its ``pgd_round_budget``; ``pvec-printed``
+    with the paper's calculator, the lemma accountants with ``lemma_opt`` (at ``floor(honest_frac batch)`` users)."""
     acc = _resolve(accountant, "pvec")
     if acc.value in sco.REPORT_ONLY:
         raise ValueError(f"accountant={acc.value!r} is a heuristic report; calibrate with 'pvec-lemma' or "
@@ -328,9 +301,8 @@ def pvec_calculator_params(event: PvecTranscriptEvent, epsilon: float, delta: fl
 
 
 def pvec_transcript_privacy(plan, event: PvecTranscriptEvent) -> ReportPrivacy:
-    """``ReportPrivacy`` of a P_vec transcript: ``epsilon`` certifies the configured (g, b, p);
-    calibration searches the calculator's parameters at epsilon ``1/scale`` (certified as the run
-    would store them) with the one routine."""
+    """``ReportPrivacy`` of a P_vec transcript: ``epsilon`` certifies the configured (g, b, p); calibration searches
+    the calculator's parameters at epsilon ``1/scale`` (certified as the run would store them)."""
     event.windows.check(plan)
     event.windows.phases()
 
@@ -349,9 +321,7 @@ def pvec_transcript_privacy(plan, event: PvecTranscriptEvent) -> ReportPrivacy:
                          privacy_unit="user", rtol=1e-8, search_fn=search)
 
 
-# ---------------------------------------------------------------------------
-# Gaussian baselines and the pan-private protocol
-# ---------------------------------------------------------------------------
+# -- Gaussian baselines and the pan-private protocol -----------------------------------------------
 LOCALITIES = ("central", "local")
 
 
@@ -376,17 +346,14 @@ class GaussianTranscriptEvent:
 
 
 def gaussian_transcript_report(event: GaussianTranscriptEvent, delta: float, accountant: str = "gdp") -> SdpReport:
-    """GDP of the whole transcript: each phase at its smallest multiplier ``z``, one user's view
-    mu = sqrt(rounds it enters) / z (sensitivity 2L, std z 2L), composed exactly; the run's mu is
-    the largest phase's (disjoint users). ``noise_std``: the smallest std z 2L, in units of L."""
+    """GDP of the whole transcript: each phase at its smallest multiplier ``z``, one user's view mu = sqrt(rounds it
+    enters) / z (sensitivity 2L, std z 2L); the run's mu is the largest phase's. ``noise_std``: the smallest z 2L."""
     delta = v.check_open_unit("delta", delta)
     _resolve(v.check_choice("accountant", accountant, _names((A.GDP,), "gdp")), "gdp")
     phases = event.windows.phases()
     z = np.asarray(event.noise_multiplier, np.float64)
-    mus = []
-    for ph in phases:
-        z_min = float(np.min(z[ph.slice]))
-        mus.append(math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min)
+    z_mins = [float(np.min(z[ph.slice])) for ph in phases]
+    mus = [math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min for ph, z_min in zip(phases, z_mins)]
     eps = gdp.gdp_epsilon(max(mus), delta)
     notes = [f"{event.locality} Gaussian mechanism, sensitivity 2L, exact GDP composition over a user's rounds"
              + (" (local DP: each user's own message)" if event.locality == "local" else "")]
@@ -404,8 +371,7 @@ def _gaussian_search_multipliers(windows: RoundWindows, scale: float) -> tuple[f
 
 
 def gaussian_transcript_privacy(plan, event: GaussianTranscriptEvent) -> ReportPrivacy:
-    """``ReportPrivacy`` of a Gaussian baseline; calibration returns per-round multipliers
-    (``_gaussian_search_multipliers`` at the smallest scale meeting the target)."""
+    """``ReportPrivacy`` of a Gaussian baseline; calibration returns ``_gaussian_search_multipliers``."""
     event.windows.check(plan)
     event.windows.phases()
 
@@ -443,9 +409,8 @@ def _single_batch_phases(windows: RoundWindows) -> tuple[WindowPhase, ...]:
 
 
 def pan_private_report(event: PanPrivateEvent, delta: float, accountant: str = "pan-analytic") -> SdpReport:
-    """Pan-privacy against one intrusion (Lemma C.4): one Gaussian draw of the batch protects it,
-    ``shuffle_sco.pan_private_epsilon`` at each round's multiplier (the smallest decides); every
-    user must be in one batch. ``noise_std``: z 2L of the smallest, in units of L."""
+    """Pan-privacy against one intrusion (Lemma C.4): ``shuffle_sco.pan_private_epsilon`` at the smallest round
+    multiplier z (one Gaussian draw of the batch protects it); every user in one batch. ``noise_std``: z 2L."""
     delta = v.check_open_unit("delta", delta)
     acc = _resolve(v.check_choice("accountant", accountant, _names((A.PAN_ANALYTIC, A.PAN_PAPER), "pan")), "pan")
     phases = _single_batch_phases(event.windows)
@@ -485,8 +450,8 @@ class NoGuaranteeEvent:
 
 
 def transcript_report(plan, delta: float, accountant: str | None = None) -> SdpReport:
-    """The full report (``SdpReport`` with the accountant's details) of a shuffle-SCO family's plan
-    (``family.dp_plan(silo_sizes, hparams)``); ``accountant`` None: the event's default."""
+    """The full ``SdpReport`` of a shuffle-SCO family's plan (``family.dp_plan(silo_sizes, hparams)``); ``accountant``
+    None: the event's default."""
     (event,) = plan.noises
     if not hasattr(event, "report"):
         raise ValueError(f"{plan.label}: {type(event).__name__} certifies nothing; there is no report")
@@ -495,10 +460,7 @@ def transcript_report(plan, delta: float, accountant: str | None = None) -> SdpR
 
 
 def matched_noise_std(plan: sco.ProtocolPlan) -> tuple[float, ...]:
-    """Per-round std of a Gaussian on the round's sum with P_vec's exact per-coordinate variance
-    (worst-case rounding, ``shuffle_sco.pvec_total_variance``): the surrogate of ``matched-gaussian``."""
-    out = []
-    for ph in plan.phases:
-        var = sco.pvec_total_variance(ph.pvec, plan.lipschitz, ph.batch) / plan.d
-        out += [math.sqrt(var)] * ph.rounds
-    return tuple(out)
+    """Per-round std of a Gaussian on the round's sum with P_vec's exact per-coordinate variance (worst-case
+    rounding, ``shuffle_sco.pvec_total_variance``): the surrogate of ``matched-gaussian``."""
+    return tuple(math.sqrt(sco.pvec_total_variance(ph.pvec, plan.lipschitz, ph.batch) / plan.d)
+                 for ph in plan.phases for _ in range(ph.rounds))

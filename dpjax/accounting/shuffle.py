@@ -1,23 +1,18 @@
 """Amplification by shuffling and the shuffle-model chains.
 
-* `fmt_closed_form_epsilon`: Feldman, McMillan & Talwar (2021), "Hiding among
-  the clones", Thm 3.1: n shuffled eps0-DP local reports are (eps, delta)-DP with
-  eps = ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta))/sqrt(n) + 8 e^eps0/n))
-  when eps0 <= ln(n/(16 ln(2/delta))) (ValueError otherwise).
-* `fmt_numerical_delta` / `fmt_numerical_epsilon`: the same paper's dominating
-  pair (Thm 3.2), evaluated exactly: C ~ Bin(n-1, e^{-eps0}) clones,
-  A ~ Bin(C, 1/2), D ~ Bern(e^eps0/(e^eps0+1)); P = (A + D, C - A + 1 - D) vs
-  Q = (A + 1 - D, C - A + D); delta(eps) = E_C sum_k (P - e^eps Q)_+, both
-  orders. Binomial mass of C below 1e-20 is truncated and charged to delta.
-* `approx_dp_shuffle_delta`: the approximate-DP extension used for ISRL-DP's
-  Theorem G.1 (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed;
-  <= 9 n delta0 in the paper's regime).
-* `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (Section 5) "paper-structure"
-  chain (Theorem G.1's structure with explicit constants). Neither mode is exact: the chain stacks
-  closed-form bounds.
-* `ShuffleEvent`: the shuffler as an event of a family's DP plan (its aggregator's);
-  `shuffled_gaussian_privacy` / `shuffled_gaussian_report`: the chain and the
-  silos' own ISRL-DP guarantee of a plan's Gaussian silo reports behind it.
+* `fmt_closed_form_epsilon`: Feldman, McMillan & Talwar (2021), "Hiding among the clones", Thm 3.1: n shuffled
+  eps0-DP local reports are (eps, delta)-DP with eps = ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta))
+  /sqrt(n) + 8 e^eps0/n)) when eps0 <= ln(n/(16 ln(2/delta))) (ValueError otherwise).
+* `fmt_numerical_delta` / `fmt_numerical_epsilon`: the same paper's dominating pair (Thm 3.2), evaluated exactly:
+  C ~ Bin(n-1, e^{-eps0}) clones, A ~ Bin(C, 1/2), D ~ Bern(e^eps0/(e^eps0+1)); P = (A + D, C - A + 1 - D) vs
+  Q = (A + 1 - D, C - A + D); delta(eps) = E_C sum_k (P - e^eps Q)_+, both orders; the truncated binomial mass is
+  charged to delta.
+* `approx_dp_shuffle_delta`: the approximate-DP extension used for ISRL-DP's Theorem G.1
+  (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed; <= 9 n delta0 in the paper's regime).
+* `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (Section 5), Theorem G.1's structure with explicit constants
+  (neither mode is exact: the chain stacks closed-form bounds).
+* `ShuffleEvent`: the shuffler as an event of a family's DP plan; `shuffled_gaussian_privacy` /
+  `shuffled_gaussian_report`: the chain and the silos' own ISRL-DP guarantee of its Gaussian silo reports.
 """
 
 from __future__ import annotations
@@ -35,20 +30,9 @@ from dpjax import _validate as v
 from dpjax.accounting.gdp import gaussian_mechanism_epsilon
 
 __all__ = [
-    "fmt_closed_form_epsilon",
-    "fmt_numerical_delta",
-    "fmt_numerical_epsilon",
-    "approx_dp_shuffle_delta",
-    "subsampled_epsilon",
-    "advanced_composition",
-    "record_inclusion_probability",
-    "isrl_shuffle_chain",
-    "CHAIN_MODES",
-    "PARTICIPATION",
-    "ShuffleAccountant",
-    "ShuffleEvent",
-    "shuffled_gaussian_privacy",
-    "shuffled_gaussian_report",
+    "fmt_closed_form_epsilon", "fmt_numerical_delta", "fmt_numerical_epsilon", "approx_dp_shuffle_delta",
+    "subsampled_epsilon", "advanced_composition", "record_inclusion_probability", "isrl_shuffle_chain", "CHAIN_MODES",
+    "PARTICIPATION", "ShuffleAccountant", "ShuffleEvent", "shuffled_gaussian_privacy", "shuffled_gaussian_report"
 ]
 
 
@@ -59,9 +43,8 @@ def fmt_closed_form_epsilon(eps0: float, n: int, delta: float) -> float:
     delta = v.check_open_unit("delta", delta)
     limit = math.log(n / (16 * math.log(2 / delta))) if n > 16 * math.log(2 / delta) else -math.inf
     if eps0 > limit:
-        raise ValueError(
-            f"eps0={eps0!r} must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the closed-form shuffle bound (n={n})"
-        )
+        raise ValueError(f"eps0={eps0!r} must be <= ln(n/(16 ln(2/delta))) = {limit:.4g} for the closed-form "
+                         f"shuffle bound (n={n})")
     e = math.exp(eps0)
     return math.log1p((e - 1) / (e + 1) * (8 * math.sqrt(e * math.log(4 / delta)) / math.sqrt(n) + 8 * e / n))
 
@@ -71,14 +54,10 @@ _TAIL = 1e-24  # binomial mass left out of the tables (charged to delta)
 
 @lru_cache(maxsize=32)
 def _fmt_pair(eps0: float, n: int):
-    """FMT dominating pair tables over the relevant window of (C, k).
-
-    Returns (weights of C, P(k|c), Q(k|c), mass of P(.|c) and Q(.|c) outside
-    the k-window, truncated C mass). Rows: the C ~ Bin(n-1, e^{-eps0}) values
-    whose pmf is >= 1e-24; columns: k within c/2 +- sqrt(30 c) + 2 of every row
-    (Hoeffding: the Bin(c, 1/2) tail beyond is < 1e-24). Everything left out
-    is accounted exactly (cdf/sf) and added to delta by `fmt_numerical_delta`.
-    """
+    """FMT dominating pair tables over the relevant window of (C, k): (weights of C, P(k|c), Q(k|c), mass of P(.|c)
+    and Q(.|c) outside the k-window, truncated C mass). Rows: the C ~ Bin(n-1, e^{-eps0}) values whose pmf is
+    >= 1e-24; columns: k within c/2 +- sqrt(30 c) + 2 of every row (Hoeffding: the Bin(c, 1/2) tail beyond is
+    < 1e-24). Everything left out is accounted exactly (cdf/sf) and added to delta by `fmt_numerical_delta`."""
     pc = math.exp(-eps0)
     pmf_all = stats.binom.pmf(np.arange(n), n - 1, pc)
     idx = np.flatnonzero(pmf_all >= _TAIL)
@@ -126,10 +105,7 @@ def fmt_numerical_epsilon(eps0: float, n: int, delta: float) -> float:
         return eps0  # shuffling never hurts: the local guarantee remains
     while hi - lo > 1e-7:
         mid = 0.5 * (lo + hi)
-        if fmt_numerical_delta(eps0, n, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
+        lo, hi = (lo, mid) if fmt_numerical_delta(eps0, n, mid) <= delta else (mid, hi)
     return hi
 
 
@@ -181,53 +157,33 @@ def record_inclusion_probability(n: int, batch_size: int, sampling: str) -> floa
     return -math.expm1(k * math.log1p(-1 / n)) if n > 1 else 1.0
 
 
-def isrl_shuffle_chain(
-    sigma: float,
-    lipschitz: float,
-    n: int,
-    silos: int,
-    reports: int,
-    rounds: int,
-    delta: float,
-    mode: str = "paper",
-    *,
-    batch_size: int = 1,
-    sampling: str = "without-replacement",
-    participation: str = "hidden",
-) -> dict:
+def isrl_shuffle_chain(sigma: float, lipschitz: float, n: int, silos: int, reports: int, rounds: int, delta: float,
+                       mode: str = "paper", *, batch_size: int = 1, sampling: str = "without-replacement",
+                       participation: str = "hidden") -> dict:
     """Numerical chain for Shuffled Noisy MB-SGD (Section 5; Lowy & Razaviyayn 2023, Thm 5.1/G.1).
 
-    Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in
-    each of which ``reports`` = M silos send ``mean of K clipped gradients + N(0, sigma^2 I)``
-    through a shuffler (Shuffled Noisy MB-SGD has M <= N; with K = 1, M up to n N models single-record
-    reports drawn from the pooled records, q = M/(nN)):
+    Central (shuffle-DP) guarantee, replace-one over all n N records, of R rounds in each of which ``reports`` = M
+    silos send ``mean of K clipped gradients + N(0, sigma^2 I)`` through a shuffler (M <= N; with K = 1, M up to n N
+    models single-record reports drawn from the pooled records, q = M/(nN)):
 
-    1. local randomizer: each report is an (eps0, delta0)-DP function of its
-       silo's K-record batch (exact Gaussian epsilon, sensitivity 2L: for
-       K > 1 the whole batch is the randomizer's input, which is valid but
-       conservative -- the paper's proof fixes K = 1);
-    2. amplification by shuffling of the M reports (Feldman-McMillan-Talwar:
-       closed form in ``mode="paper"``, numerical bound in ``"tight"``),
-       delta_s = M delta0, plus the approximate-DP term (`approx_dp_shuffle_delta`);
-    3. amplification by subsampling with q = P(a record is in this round's
-       reports): (M/N) q_rec with ``participation="hidden"`` (the analyzer sees
-       only shuffled messages, the paper's SDP model), q_rec with ``"public"``
-       (the analyzer knows which silos reported; every round is charged);
-       q_rec = K/n (without replacement) or 1 - (1 - 1/n)^K (with). Paper:
-       2 q eps (needs eps <= 1); tight: ln(1 + q (e^eps - 1)) (valid for any
-       data-independent index sampling under replace-one, by advanced joint
-       convexity);
+    1. local randomizer: each report is an (eps0, delta0)-DP function of its silo's K-record batch (exact Gaussian
+       epsilon, sensitivity 2L; for K > 1 the whole batch is the input: valid but conservative, the paper fixes K = 1);
+    2. amplification by shuffling of the M reports (Feldman-McMillan-Talwar: closed form in ``mode="paper"``,
+       numerical bound in ``"tight"``), delta_s = M delta0, plus the approximate-DP term (`approx_dp_shuffle_delta`);
+    3. amplification by subsampling with q = P(a record is in this round's reports): (M/N) q_rec with
+       ``participation="hidden"`` (the analyzer sees only shuffled messages, the paper's SDP model), q_rec with
+       ``"public"`` (the analyzer knows who reported); q_rec = K/n (without replacement) or 1 - (1 - 1/n)^K (with).
+       Paper: 2 q eps (needs eps <= 1); tight: ln(1 + q (e^eps - 1)) (any data-independent index sampling under
+       replace-one, by advanced joint convexity);
     4. advanced composition over R rounds with delta' = delta/2.
 
-    delta0 = delta/(18 R M q), the paper's split (= n N delta/(18 R M^2) for
-    K = 1, hidden participation). Returns every stage's quantities and
-    ("epsilon", "delta") = the composed (eps, delta_total). Neither mode is
-    exact: the chain stacks upper bounds.
+    delta0 = delta/(18 R M q), the paper's split (= n N delta/(18 R M^2) for K = 1, hidden participation). Returns
+    every stage's quantities and ("epsilon", "delta") = the composed (eps, delta_total); the chain stacks upper
+    bounds (neither mode is exact).
 
     Raises:
-      ValueError: naming the argument when an input is invalid or a condition
-        of the chain fails (closed-form shuffle bound range, delta0 in (0, 1),
-        eps_hat <= 1 for the paper's subsampling bound).
+      ValueError: naming the argument when an input is invalid or a condition of the chain fails (closed-form
+        shuffle bound range, delta0 in (0, 1), eps_hat <= 1 for the paper's subsampling bound).
     """
     sigma = v.check_positive("sigma", sigma)
     lip = v.check_positive("lipschitz", lipschitz)
@@ -247,10 +203,7 @@ def isrl_shuffle_chain(
         raise ValueError(f"delta={delta!r}: the chain's local delta0 = delta/(18 R M q) = {d0!r} is not in (0, 1)")
     e0 = gaussian_mechanism_epsilon(sigma, 2 * lip, d0)
     ds = m * d0
-    if mode == "paper":
-        e_hat = fmt_closed_form_epsilon(e0, m, ds) if e0 > 0 else 0.0
-    else:
-        e_hat = fmt_numerical_epsilon(e0, m, ds) if e0 > 0 else 0.0
+    e_hat = (fmt_closed_form_epsilon if mode == "paper" else fmt_numerical_epsilon)(e0, m, ds) if e0 > 0 else 0.0
     d_hat = approx_dp_shuffle_delta(e_hat, max(e0, 1e-300), m, ds, d0)
     e_r = subsampled_epsilon(e_hat, q, mode)
     d_r = q * d_hat
@@ -259,9 +212,7 @@ def isrl_shuffle_chain(
             "eps_round": e_r, "delta_round": d_r, "epsilon": e_tot, "delta": d_tot}
 
 
-# ---------------------------------------------------------------------------
-# The shuffler as an event of a DP plan (Shuffled Noisy MB-SGD's central guarantee)
-# ---------------------------------------------------------------------------
+# -- The shuffler as an event of a DP plan (Shuffled Noisy MB-SGD's central guarantee) -------------
 class ShuffleAccountant(str, enum.Enum):
     """Central accountants of Gaussian silo reports behind a shuffler (`isrl_shuffle_chain` modes)."""
 
@@ -274,21 +225,17 @@ _CHAIN_MODE = {ShuffleAccountant.TIGHT: "tight", ShuffleAccountant.PAPER: "paper
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleEvent:
-    """A shuffler between the silos and the analyzer (Lowy & Razaviyayn 2023, Section 5): the
-    analyzer sees only the multiset of each round's reports.
-
-    The aggregator of a shuffled family returns it; ``DpPlan.spec()`` dispatches
-    to ``spec(plan)``: Gaussian silo reports get `shuffled_gaussian_privacy`
-    (P_vec reads ``min_reports`` from it, ``dpjax.accounting.pvec.PvecEvent``).
+    """A shuffler between the silos and the analyzer (Lowy & Razaviyayn 2023, Section 5): the analyzer sees only the
+    multiset of each round's reports. The aggregator of a shuffled family returns it; ``spec(plan)`` of Gaussian
+    silo reports is `shuffled_gaussian_privacy` (P_vec reads ``min_reports`` from it).
 
     Attributes:
       min_reports: the fewest reports of any round (M; the amplification is over them).
       num_silos: N.
-      participation: ``"hidden"`` (the analyzer sees only shuffled messages, the
-        paper's model: silo sampling amplifies) or ``"public"`` (`isrl_shuffle_chain`).
-      isrl_bound: also certify by the silos' own ISRL-DP guarantee ((eps0,
-        delta0)-ISRL-DP implies (eps0, delta0)-central DP, App. C; the shuffled
-        view is post-processing of the transcripts) and state the smaller.
+      participation: ``"hidden"`` (the analyzer sees only shuffled messages, the paper's model: silo sampling
+        amplifies) or ``"public"`` (`isrl_shuffle_chain`).
+      isrl_bound: also certify by the silos' own ISRL-DP guarantee ((eps0, delta0)-ISRL-DP implies (eps0,
+        delta0)-central DP, App. C; the shuffled view is post-processing) and state the smaller.
     """
 
     min_reports: int
@@ -320,10 +267,9 @@ def _one_gaussian(plan):
 
 
 def shuffled_gaussian_privacy(plan, event: ShuffleEvent):
-    """The central guarantee of ``plan``'s Gaussian silo reports behind the shuffler ``event``, as a
-    ``ReportPrivacy``: accountants ``ShuffleAccountant`` (default ``"shuffle-tight"``); calibration
-    scales the noise multiplier (``calibration.smallest_scale``; a level the chain cannot certify
-    counts as epsilon = inf) and returns it."""
+    """The central guarantee of ``plan``'s Gaussian silo reports behind the shuffler ``event`` as a ``ReportPrivacy``
+    (accountants ``ShuffleAccountant``); calibration scales the noise multiplier (an uncertified level counts as
+    epsilon = inf)."""
     from dpjax.accounting.privacy_spec import ReportPrivacy
 
     noise = _one_gaussian(plan)
@@ -359,24 +305,15 @@ def _chain_notes(event: ShuffleEvent, mode: str, rounds: int, k: int) -> list[st
 
 def shuffled_gaussian_report(plan, event: ShuffleEvent, delta: float, accountant: str = "shuffle-tight",
                              scale: float = 1.0, local_accountant: str = "rdp"):
-    """``SdpReport`` of Gaussian silo reports behind a shuffler: the central shuffle-DP (eps, delta)
-    of the run (replace-one, unit ``record``) and each silo's local ISRL-DP guarantee.
+    """``SdpReport`` of Gaussian silo reports behind a shuffler: the central shuffle-DP (eps, delta) of the run
+    (replace-one, unit ``record``) and each silo's local ISRL-DP guarantee.
 
-    Central epsilon: Theorem G.1's chain (`isrl_shuffle_chain`: Gaussian local
-    randomizer -> FMT amplification over the ``min_reports`` shuffled reports
-    -> subsampling -> advanced composition over the rounds) and, with
-    ``event.isrl_bound``, the smaller of it and the silos' ISRL-DP epsilon at
-    ``delta`` (``central.accountant`` names the one that certified;
-    ``details`` holds ``chain_epsilon`` and ``isrl_epsilon``). The chain
-    certifies only where its conditions hold and its composed delta is <=
-    ``delta``.
-
-    The plan states the noise as a multiplier z of the per-record sensitivity
-    (contribution bound 1, std ``z x sensitivity(1)``; ``central.noise_std`` is
-    in those units). The chain's local randomizer is a silo's whole K-record
-    batch: its sensitivity 2L is K times the per-record sensitivity (valid but
-    conservative for K > 1; the paper's proof fixes K = 1). ``scale``
-    multiplies the noise multiplier (the calibration family).
+    Central epsilon: Theorem G.1's chain (`isrl_shuffle_chain`) and, with ``event.isrl_bound``, the smaller of it and
+    the silos' ISRL-DP epsilon at ``delta`` (``central.accountant`` names the one that certified; ``details`` holds
+    ``chain_epsilon`` and ``isrl_epsilon``). The chain certifies only where its conditions hold and its composed
+    delta is <= ``delta``. The noise is a multiplier z of the per-record sensitivity (contribution bound 1;
+    ``central.noise_std`` in those units); the chain's local randomizer is a silo's whole K-record batch, sensitivity
+    2L = K times the per-record one (conservative for K > 1). ``scale`` multiplies z (the calibration family).
     """
     from dpjax.accounting.schedules import PrivacyReport, SdpReport, Sampling
 

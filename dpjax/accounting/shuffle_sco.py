@@ -1,60 +1,41 @@
-"""Parameter rules, bounds and transcript accounting of the shuffle-private SCO
-protocols (Cheu, Joseph, Mao & Peng, ICLR 2022, Section 4 and Appendices B-C).
+"""Parameter rules, bounds and transcript accounting of the shuffle-private SCO protocols (Cheu, Joseph, Mao &
+Peng, ICLR 2022, Section 4 and Appendices B-C). Pure Python; the paper's units: ``n`` users, dimension ``d``,
+Lipschitz ``L``, diameter ``D`` of Theta, smoothness ``beta``, strong convexity ``lam``; natural logarithms.
 
-Pure Python (never imports jax). Everything is in the paper's units: ``n``
-users, dimension ``d``, Lipschitz ``L``, diameter ``D`` of Theta, smoothness
-``beta``, strong convexity ``lam``; natural logarithms.
+Plans (``ProtocolPlan``: one ``Phase`` per block of rounds sharing their parameters; round ``r`` of a phase uses
+rows ``[start + r * batch, start + (r + 1) * batch)`` (fresh users) or ``[start, start + batch)`` (fully interactive)):
 
-Plans (``ProtocolPlan``: one ``Phase`` per block of consecutive rounds that
-share their parameters; users of round ``r`` of a phase are the rows
-``[start + r * batch, start + (r + 1) * batch)`` for fresh users, or
-``[start, start + batch)`` every round for a fully interactive phase):
-
-* ``p_sgd_plan``      -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps
-  (the printed batch is unreadable; the proof's balance B = sqrt(d) ln(d/delta)/eps),
-  T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
-* ``p_agd_plan``      -- P_AGD, Algorithm 4 / Theorem 4.3: B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}
-  / (eps beta D)^{2/5}, sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant
-  nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's stepsize policy,
-  Lan's alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3), or with ``schedule="paper"`` Theorem 4.3's
-  alpha_t = 2/(t+2), L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (``acsa_nu``). ``smoothed=True`` is Theorem 4.7: the
-  beta_s-Moreau envelope with beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)),
-  P_vec norm bound L (tight, the unconstrained envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
-* ``phased_plan``     -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups
-  of floor(n/k) users; phase i runs the convex plan with distance D_{i-1},
-  D_i = min(D, sqrt(2 E_i/lam)) from the phase's explicit bound E_i (the reduction's group sizes made explicit).
-* ``p_gd_plan``       -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round,
-  T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget
-  (eps_r, delta_r) = (eps/(2 sqrt(2 T ln(1/delta))), delta/(T+1)) (paper) or
-  the largest eps_r whose optimal T-fold composition (Kairouz, Oh & Viswanath
-  2015) meets eps (``composition="optimal"``). Non-smooth losses run on the
-  envelope with beta = (L/D) min(sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))).
+* ``p_sgd_plan`` -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps (the printed batch is
+  unreadable; the proof's balance), T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
+* ``p_agd_plan`` -- P_AGD, Algorithm 4 / Theorem 4.3: B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}/(eps beta D)^{2/5},
+  sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's
+  stepsize policy, alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3), or with ``schedule="paper"`` Theorem
+  4.3's alpha_t = 2/(t+2), L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (``acsa_nu``). ``smoothed=True`` is
+  Theorem 4.7: the beta_s-Moreau envelope, beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)), P_vec norm
+  bound L (the unconstrained envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
+* ``phased_plan`` -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups of floor(n/k) users;
+  phase i runs the convex plan with distance D_{i-1}, D_i = min(D, sqrt(2 E_i/lam)) from its explicit bound E_i.
+* ``p_gd_plan`` -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round,
+  T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget (eps/(2 sqrt(2 T ln(1/delta))),
+  delta/(T+1)) (paper) or the largest eps_r whose optimal T-fold composition (Kairouz, Oh & Viswanath 2015) meets
+  eps (``composition="optimal"``). Non-smooth losses run on the envelope with
+  beta = (L/D) min(sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))).
 * ``pan_private_plan`` -- pan-private AC-SA, Appendix C, Algorithm 6 / Theorem C.3:
-  zeta^2 = 8 L^2 ln(2/delta)/(B^2 eps^2), batch formulas of Theorems 4.3/4.7
-  with ln^2(d/delta) -> ln(1/delta).
-* ``central_gd_plan`` / ``local_sgd_plan`` -- the Gaussian reference baselines
-  (not in the paper): noisy full-batch GD with the Gaussian mechanism composed
-  exactly (GDP), and one-pass SGD with per-user Gaussian noise (B = 1).
+  zeta^2 = 8 L^2 ln(2/delta)/(B^2 eps^2), batch formulas of Theorems 4.3/4.7 with ln^2(d/delta) -> ln(1/delta).
+* ``central_gd_plan`` / ``local_sgd_plan`` -- Gaussian reference baselines (not in the paper): noisy full-batch GD
+  composed exactly (GDP), and one-pass SGD with per-user Gaussian noise (B = 1).
 
-Each phase's P_vec parameters come from ``dpjax.accounting.pvec.pvec_params``
-(``mode="paper"``: Theorem 3.2's constants; ``"lemma_opt"``: the same lemmas
-with optimised constants). ``V(B)`` is the exact total variance of P_vec on
-B inputs with worst-case rounding, ``d (2L/g)^2 (B/4 + B b p (1-p))``.
+P_vec parameters come from ``dpjax.accounting.pvec.pvec_params`` (``"paper"``: Theorem 3.2's constants;
+``"lemma_opt"``: the same lemmas, optimised constants). ``V(B)``, the exact total variance of P_vec on B inputs
+with worst-case rounding, is ``d (2L/g)^2 (B/4 + B b p (1-p))``.
 
-Transcript accounting (``transcript_epsilon``): a user's data enter every
-round it participates in through one P_vec call; sequential plans use every
-user once (parallel composition: the run's eps is the largest per-round eps),
-fully interactive phases compose their rounds (advanced composition, Dwork,
-Rothblum & Vadhan 2010 as used in Section 3.4 of the paper, or the optimal
-composition theorem). Robust shuffle privacy (Appendix A.3, Claim A.8 and
-Corollary A.9): with only a fraction ``honest_frac`` of a round's users
-running the randomizer the binomial noise has honest_frac * m * b trials;
-``pvec_round_epsilon`` certifies that directly with Lemma 3.1/3.3 at
-ceil(honest_frac m) inputs (``composition="lemma"``) or as the paper's
-eps/honest_frac (``"printed"``, needs honest_frac >= 1/3, eps <= 1, g >= 3).
-
-Communication (Corollaries B.8-B.11; computed exactly from (g, b); the printed corollaries are garbled): a user
-sends d (g + b) one-bit messages per P_vec call it takes part in.
+Transcript accounting (``transcript_epsilon``): sequential plans use every user once (parallel composition: the
+largest per-round eps), fully interactive phases compose their rounds (advanced composition, Dwork, Rothblum &
+Vadhan 2010 as in Section 3.4, or the optimal composition theorem). Robust shuffle privacy (Appendix A.3, Claim A.8,
+Corollary A.9): with only ``honest_frac`` of a round's users running the randomizer, ``pvec_round_epsilon``
+certifies Lemma 3.1/3.3 at ceil(honest_frac m) inputs (``composition="lemma"``) or the paper's eps/honest_frac
+(``"printed"``, needs honest_frac >= 1/3, eps <= 1, g >= 3). Communication (Corollaries B.8-B.11, computed exactly
+from (g, b); the printed corollaries are garbled): d (g + b) one-bit messages per P_vec call a user takes part in.
 """
 
 from __future__ import annotations
@@ -71,11 +52,11 @@ from dpjax.accounting import pvec as pvec_acc
 from dpjax.accounting.kov_composition import optimal_composition_delta
 
 __all__ = [
-    "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS",
-    "pvec_total_variance", "p_sgd_plan", "p_agd_plan", "phased_plan", "p_gd_plan", "pan_private_plan",
-    "central_gd_plan", "local_sgd_plan", "smoothing_beta", "pgd_rounds", "pgd_round_budget",
-    "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES", "pvec_round_epsilon", "transcript_epsilon",
-    "bits_per_user", "pan_private_epsilon", "gaussian_approx_transcript_epsilon", "REPORT_ONLY",
+    "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS", "pvec_total_variance", "p_sgd_plan", "p_agd_plan",
+    "phased_plan", "p_gd_plan", "pan_private_plan", "central_gd_plan", "local_sgd_plan", "smoothing_beta",
+    "pgd_rounds", "pgd_round_budget", "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES",
+    "pvec_round_epsilon", "transcript_epsilon", "bits_per_user", "pan_private_epsilon",
+    "gaussian_approx_transcript_epsilon", "REPORT_ONLY"
 ]
 
 #: Across-round compositions for fully interactive phases.
@@ -90,14 +71,10 @@ REPORT_ONLY = ("pvec-numerical",)
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
-    """Consecutive rounds sharing their parameters.
-
-    ``step`` is eta (gradient-descent protocols) or the AC-SA constant nu;
-    ``smoothing`` the Moreau parameter (0: the loss itself); ``pvec`` the
-    calculator's parameters (None for Gaussian plans); ``noise_std`` the std
-    of the Gaussian noise added to the round's gradient SUM per coordinate
-    (Gaussian plans; 0 otherwise); ``bound`` the phase's explicit
-    excess-loss bound with the exact P_vec variance.
+    """Consecutive rounds sharing their parameters: ``step`` is eta (gradient-descent protocols) or the AC-SA constant
+    nu; ``smoothing`` the Moreau parameter (0: the loss itself); ``pvec`` the calculator's parameters (None for
+    Gaussian plans); ``noise_std`` the per-coordinate std of the Gaussian noise on the round's gradient SUM (Gaussian
+    plans; 0 otherwise); ``bound`` the phase's explicit excess-loss bound with the exact P_vec variance.
     """
 
     rounds: int
@@ -186,11 +163,7 @@ def _clip_batch(x: float, n: int, rounding) -> int:
     return int(min(max(rounding(x), 1), n))
 
 
-# ---------------------------------------------------------------------------
-# Sequentially interactive protocols (Section 4.1)
-# ---------------------------------------------------------------------------
-
-
+# -- Sequentially interactive protocols (Section 4.1) ----------------------------------------------
 def p_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, mode="lemma_opt", start=0,
                batch=None) -> ProtocolPlan:
     """P_SGD (Theorem 4.1; batch B = sqrt(d) ln(d/delta)/eps from its proof, rounded to the nearest integer)."""
@@ -225,10 +198,8 @@ _SCHEDULE_NOTE = {"lan": "AC-SA stepsize policy of Lan (2012), alpha_t = 2/(t+1)
 
 
 def acsa_nu(rounds: int, sigma: float, diameter: float, beta: float, schedule: str = "lan") -> float:
-    """The AC-SA constant nu a phase stores as its ``step``.
-
-    ``"lan"``: nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)), prox step 1/L_t = t/(2 nu)
-    (Lan 2012's stepsize policy with alpha_t = 2/(t+1)); ``"paper"``: Theorem 4.3's
+    """The AC-SA constant nu a phase stores as its ``step``: ``"lan"``: nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)),
+    prox step 1/L_t = t/(2 nu) (Lan 2012's stepsize policy, alpha_t = 2/(t+1)); ``"paper"``: Theorem 4.3's
     nu = (T+2)^{3/2} sigma/D + beta with L_t = nu/(t+1), alpha_t = 2/(t+2)."""
     v.check_choice("schedule", schedule, ACSA_SCHEDULES)
     if schedule == "paper":
@@ -238,18 +209,12 @@ def acsa_nu(rounds: int, sigma: float, diameter: float, beta: float, schedule: s
 
 def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, log_term=None,
                 variance=None, schedule="lan") -> Phase:
-    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3; the
-    phase's ``step`` is the constant nu of ``schedule`` (``acsa_nu``)."""
+    """One AC-SA phase (P_AGD or pan-private) on n users: batch rule of Theorem 4.3, ``step`` = ``acsa_nu``."""
     lt = math.log(d / dl) if log_term is None else log_term
     B = _clip_batch(_agd_batch(n, d, L, D, beta, eps, lt), n, round) if batch is None else batch
     T = n // B
-    pv = None
-    if variance is None:
-        pv = pvec_acc.pvec_params(eps, dl, B, d, mode)
-        var = pvec_total_variance(pv, L) / B**2
-    else:
-        var = variance(B)
-    sigma = math.sqrt(L * L / B + var)
+    pv = pvec_acc.pvec_params(eps, dl, B, d, mode) if variance is None else None
+    sigma = math.sqrt(L * L / B + (pvec_total_variance(pv, L) / B**2 if variance is None else variance(B)))
     nu = acsa_nu(T, sigma, D, beta, schedule)
     bound = beta * D * D / T**2 + sigma * D / math.sqrt(T)
     if smoothing:
@@ -259,10 +224,8 @@ def _acsa_phase(n, d, eps, dl, L, D, beta, mode, start, smoothing, batch=None, l
 
 def p_agd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, smoothed=False,
                mode="lemma_opt", start=0, batch=None, schedule="lan") -> ProtocolPlan:
-    """P_AGD (Theorem 4.3) on a beta-smooth loss, or (``smoothed=True``, Theorem 4.7) on the
-    beta_s-Moreau envelope of a non-smooth one. ``lipschitz`` is L of the loss; in paper
-    mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L. ``schedule``:
-    the AC-SA step schedule (``acsa_nu``)."""
+    """P_AGD (Theorem 4.3) on a beta-smooth loss, or (``smoothed=True``, Theorem 4.7) on the beta_s-Moreau envelope
+    of a non-smooth one; in paper mode the envelope's P_vec norm bound is 2L (Lemma 4.6 as stated), else L."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     if smoothed:
         beta = smoothing_beta(n, d, eps, dl, L, D)
@@ -320,19 +283,15 @@ def phased_plan(convex_plan, n, lam, *, phases=None, constant=1.0, **kwargs) -> 
                                    f"D_i = min(D, {constant:g} sqrt(2 E_i/lam))",))
 
 
-# ---------------------------------------------------------------------------
-# Fully interactive P_GD (Section 4.2) and composition
-# ---------------------------------------------------------------------------
-
-
+# -- Fully interactive P_GD (Section 4.2) and composition ------------------------------------------
 def pgd_rounds(n, d, epsilon, delta) -> int:
     """Lemma B.6: T = min(n, eps^2 n^2/(d ln^2(nd/delta))), at least 1."""
     return max(1, min(n, math.floor((epsilon * n) ** 2 / (d * math.log(n * d / delta) ** 2))))
 
 
 def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, composition: str) -> float:
-    """eps of k rounds of (eps0, delta0): ``"advanced"`` (Dwork-Rothblum-Vadhan, delta' = delta - k delta0;
-    the form of Section 3.4) or ``"optimal"`` (bisection on ``optimal_composition_delta``)."""
+    """eps of k rounds of (eps0, delta0): ``"advanced"`` (Dwork-Rothblum-Vadhan, delta' = delta - k delta0; Section
+    3.4's form) or ``"optimal"`` (bisection on ``optimal_composition_delta``)."""
     v.check_choice("composition", composition, COMPOSITIONS)
     k = v.check_int("k", k, min_value=1)
     if k == 1:
@@ -379,9 +338,8 @@ def _gd_bound(T, eta, L, D, var_mean, n, smoothing):
 
 def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, mode="lemma_opt",
               composition=None, start=0, rounds=None) -> ProtocolPlan:
-    """P_GD (Algorithm 5; Lemma B.6 smooth, Theorem 4.9 non-smooth via the envelope when
-    ``smoothness`` is None). ``composition`` defaults to ``"advanced"`` in paper mode and
-    ``"optimal"`` in lemma_opt mode."""
+    """P_GD (Algorithm 5; Lemma B.6 smooth, Theorem 4.9 non-smooth via the envelope when ``smoothness`` is None);
+    ``composition`` defaults to ``"advanced"`` in paper mode and ``"optimal"`` in lemma_opt mode."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     comp = composition or ("advanced" if mode == "paper" else "optimal")
     T = pgd_rounds(n, d, eps, dl) if rounds is None else v.check_int("rounds", rounds, min_value=1)
@@ -404,8 +362,8 @@ def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None
 
 def central_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, start=0,
                     rounds=None) -> ProtocolPlan:
-    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity
-    2L, replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
+    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity 2L,
+    replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
     n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
     T = pgd_rounds(n, d, eps, dl) if rounds is None else rounds
     sigma = gdp.gaussian_mechanism_sigma(eps, dl, 2 * L, count=T)
@@ -432,15 +390,10 @@ def local_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, start=0
     return ProtocolPlan("local_sgd", "gaussian", n, d, eps, dl, L, D, None, None, (phase,))
 
 
-# ---------------------------------------------------------------------------
-# Transcript accounting
-# ---------------------------------------------------------------------------
-
-
+# -- Transcript accounting -------------------------------------------------------------------------
 def pvec_round_epsilon(g, b, p, m, d, delta, composition="lemma", honest_frac=1.0) -> float:
-    """eps of one P_vec call on m inputs with (g, b, p) (Theorem 3.2, inverted by
-    ``pvec.pvec_epsilon``); robust version with only ``honest_frac`` of the users honest
-    (Claim A.8 / Corollary A.9, see module docstring)."""
+    """eps of one P_vec call on m inputs with (g, b, p) (Theorem 3.2, inverted by ``pvec.pvec_epsilon``), with only
+    ``honest_frac`` of the users honest (Claim A.8 / Corollary A.9, see module docstring)."""
     h = v.check_real("honest_frac", honest_frac)
     if not 0 < h <= 1:
         raise ValueError(f"honest_frac={honest_frac!r} must be in (0, 1]")
@@ -457,14 +410,10 @@ def pvec_round_epsilon(g, b, p, m, d, delta, composition="lemma", honest_frac=1.
 
 def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, delta: float, accountant: str,
                        composition: str | None = None, honest_frac: float = 1.0):
-    """eps of a whole transcript of P_vec rounds.
-
-    ``rounds``: per phase ``(g, b, p, m, fresh, T, delta_round)``: fresh phases use each
-    user in one round (parallel composition), interactive phases compose their T rounds.
-    Phases use disjoint users. ``"pvec-numerical"`` composes the coordinates' (and an interactive
-    phase's rounds') privacy-loss distributions numerically at the spread worst-case shift
-    (``pvec.pvec_numerical_epsilon``; heuristic, never a guarantee). Returns ``(epsilon, details)``.
-    """
+    """``(epsilon, details)`` of a whole transcript of P_vec rounds; ``rounds``: per phase ``(g, b, p, m, fresh, T,
+    delta_round)``: fresh phases use each user in one round (parallel composition), interactive phases compose their
+    T rounds; phases use disjoint users. ``"pvec-numerical"`` composes privacy-loss distributions numerically at the
+    spread worst-case shift (``pvec.pvec_numerical_epsilon``; heuristic, never a guarantee)."""
     comp_name, _, default_comp = PVEC_ACCOUNTANTS[v.check_choice("accountant", accountant, tuple(PVEC_ACCOUNTANTS))]
     comp = composition or default_comp
     worst, details = 0.0, []
@@ -473,9 +422,8 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
             calls = 1 if fresh else T
             h = v.check_real("honest_frac", honest_frac)
             cert = pvec_acc.pvec_numerical_epsilon(g, b, p, max(1, math.ceil(h * m)), d, delta, calls=calls)
-            e = cert.epsilon
-            how = (f"numerical PLD of {d * calls} coordinate releases at the spread shift k={cert.shift} "
-                   "(heuristic worst case)")
+            e, how = cert.epsilon, (f"numerical PLD of {d * calls} coordinate releases at the spread shift "
+                                    f"k={cert.shift} (heuristic worst case)")
         elif fresh or T == 1:
             e = pvec_round_epsilon(g, b, p, m, d, delta, comp_name, honest_frac)
             how = "one call per user (parallel composition over disjoint rounds)"
@@ -489,23 +437,17 @@ def transcript_epsilon(rounds: list[tuple[int, int, float, int, bool]], d: int, 
 
 
 def gaussian_approx_transcript_epsilon(rounds, d: int, delta: float) -> float:
-    """``gaussian_approx`` diagnostic (never a guarantee) of a transcript of P_vec rounds
-    (``transcript_epsilon``'s rows): each call's count noise as a Gaussian with the worst-case shift
-    vector of norm g + 2 sqrt(d) (``pvec.pvec_gaussian_approx_epsilon``), an interactive phase's T
-    calls composed exactly (GDP)."""
-    worst = 0.0
-    for g, b, p, m, fresh, T, _ in rounds:
-        sigma = math.sqrt(m * b * p * (1 - p))
-        calls = 1 if fresh else T
-        worst = max(worst, gdp.gaussian_mechanism_epsilon(sigma, g + 2 * math.sqrt(d), delta, count=calls))
-    return worst
+    """``gaussian_approx`` diagnostic (never a guarantee) of ``transcript_epsilon``'s rows: each call's count noise as a
+    Gaussian, worst-case shift of norm g + 2 sqrt(d) (``pvec.pvec_gaussian_approx_epsilon``), T calls composed (GDP)."""
+    return max([0.0] + [gdp.gaussian_mechanism_epsilon(math.sqrt(m * b * p * (1 - p)), g + 2 * math.sqrt(d), delta,
+                                                       count=1 if fresh else T) for g, b, p, m, fresh, T, _ in rounds])
 
 
 def pan_private_epsilon(noise_std_sum: float, lipschitz: float, delta: float, accountant: str) -> float:
-    """Pan-privacy of Algorithm 6 for one intrusion (Lemma C.4): whether the intrusion falls before or
-    after the changed user's contribution, one of the two draws (std zeta on the batch mean, sensitivity
-    2L/B; ``noise_std_sum`` = B zeta on the sum, sensitivity 2L) is independent of the rest of the view. ``"pan-analytic"``: exact analytic Gaussian;
-    ``"pan-paper"``: Lemma C.5's eps = Delta sqrt(2 ln(2/delta))/zeta (valid for eps < 1)."""
+    """Pan-privacy of Algorithm 6 for one intrusion (Lemma C.4): before or after the changed user's contribution, one
+    of the two draws (``noise_std_sum`` = B zeta on the sum, sensitivity 2L) is independent of the rest of the view.
+    ``"pan-analytic"``: exact analytic Gaussian; ``"pan-paper"``: Lemma C.5's eps = Delta sqrt(2 ln(2/delta))/zeta
+    (valid for eps < 1)."""
     v.check_choice("accountant", accountant, ("pan-analytic", "pan-paper"))
     zeta = v.check_positive("noise_std_sum", noise_std_sum)
     sens = 2 * v.check_positive("lipschitz", lipschitz)
@@ -520,26 +462,15 @@ def pan_private_epsilon(noise_std_sum: float, lipschitz: float, delta: float, ac
 
 def bits_per_user(plan: ProtocolPlan) -> int:
     """One-bit messages a user sends over the whole protocol (Corollaries B.8-B.11, exact in (g, b))."""
-    worst = 0
-    for ph in plan.phases:
-        if ph.pvec is None:
-            continue
-        calls = 1 if ph.fresh else ph.rounds
-        worst = max(worst, calls * plan.d * (ph.pvec.g + ph.pvec.b))
-    return worst
+    return max([0] + [(1 if ph.fresh else ph.rounds) * plan.d * (ph.pvec.g + ph.pvec.b)
+                      for ph in plan.phases if ph.pvec is not None])
 
 
-# ---------------------------------------------------------------------------
-# Exact P_1D output distributions and empirical audits (validation suite)
-# ---------------------------------------------------------------------------
-
-
+# -- Exact P_1D output distributions and empirical audits (validation suite) -----------------------
 def p1d_count_pmf(x, g: int, b: int, p: float, scalar_range: float = 1.0):
-    """Exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in [0, Delta] (the
-    analyzer's output is the affine image (Delta/g)(Z - p b n)); returns ``(support_start, pmf)``.
-
-    xhat_i = floor(x_i g/Delta) + Bernoulli(frac): the rounded sum is a fixed integer plus a
-    Poisson-binomial, convolved with the binomial (numpy, float64)."""
+    """``(support_start, pmf)``: the exact pmf of P_1D's count Z = sum_i xhat_i + Bin(n b, p) for inputs ``x`` in
+    [0, Delta] (the analyzer outputs (Delta/g)(Z - p b n)); xhat_i = floor(x_i g/Delta) + Bernoulli(frac), so the
+    rounded sum is a fixed integer plus a Poisson-binomial, convolved with the binomial (numpy, float64)."""
     x = np.asarray(x, np.float64)
     scaled = np.clip(x * g / scalar_range, 0, g)
     low = np.floor(scaled)
@@ -562,9 +493,9 @@ def hockey_stick(P, Q, epsilon: float) -> float:
 
 
 def audit_lower_bound(tp: int, fp: int, trials: int, delta: float, confidence: float = 0.95) -> float:
-    """Empirical lower bound on eps from a distinguishing test run ``trials`` times on each of two
-    neighbours: with Clopper-Pearson bounds TPR >= t_lo and FPR <= f_hi (each at (1+confidence)/2),
-    any (eps, delta)-DP mechanism has t_lo <= e^eps f_hi + delta, so eps >= ln((t_lo - delta)/f_hi)."""
+    """Empirical lower bound on eps from a distinguishing test run ``trials`` times on each of two neighbours: with
+    Clopper-Pearson bounds TPR >= t_lo and FPR <= f_hi (each at (1+confidence)/2), any (eps, delta)-DP mechanism has
+    t_lo <= e^eps f_hi + delta, so eps >= ln((t_lo - delta)/f_hi)."""
     alpha = (1 - confidence) / 2
     t_lo = stats.beta.ppf(alpha, tp, trials - tp + 1) if tp > 0 else 0.0
     f_hi = stats.beta.ppf(1 - alpha, fp + 1, trials - fp) if fp < trials else 1.0

@@ -1,34 +1,25 @@
 """User-level DP output perturbation (Ghazi et al., ICML 2023, Section 3).
 
-Algorithm 1 (DelOutputPert) at (eps, delta) with target deletion sensitivity Delta:
-eps' = eps/2, delta' = delta/(e^eps + 2), kappa = ceil(1 + ln(1/delta')/eps')
-(rounded up: the paper's kappa need not be an integer), TDLap(eps', delta') on {0..2 kappa} with pmf
-proportional to exp(-eps'|r - kappa|), Gaussian std
-sigma = sqrt(2 ln(2/delta')) 8 kappa Delta/eps'. Guarantee: (eps, delta) user-level
-DP (replace-one-user; also add/remove-one-user, Section 2), including the
-failure output. Schedules compose by basic composition over calls on the same
-users and parallel composition (max) over disjoint user groups (as in the proofs of Theorems 4.1/5.1);
-advanced composition is not used by the paper.
+Algorithm 1 (DelOutputPert) at (eps, delta) with target deletion sensitivity Delta: eps' = eps/2,
+delta' = delta/(e^eps + 2), kappa = ceil(1 + ln(1/delta')/eps') (rounded up: the paper's kappa need not be an
+integer), TDLap(eps', delta') on {0..2 kappa} with pmf proportional to exp(-eps'|r - kappa|), Gaussian std
+sigma = sqrt(2 ln(2/delta')) 8 kappa Delta/eps'. Guarantee: (eps, delta) user-level DP (replace-one-user; also
+add/remove-one-user, Section 2), including the failure output. Schedules compose by basic composition over calls
+on the same users and parallel composition (max) over disjoint user groups (the proofs of Theorems 4.1/5.1).
 
 ``privacy(mechanism, epsilon, delta, n=, m=, mode=)`` returns the ``PrivacySpec`` (``UserLevelPrivacy``) of one
 run of Algorithm 1/2, A2c (Appendix C), Phased-ERM (Algorithm 3, Theorem 4.1), Phased-SCO (Algorithm 4 and the
 equal split A4b, Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselines B1/B2; ``min_users`` the
-smallest n for which its constants are defined; ``deletion_sensitivity_bound`` (Corollary 3.7, explicit),
-``certificate_sensitivity`` (Lemma C.1) and ``noise_multiplier`` the Gaussian noise scales of Algorithm 2
-and its certified version as functions of the schedule.
+smallest n for which its constants are defined.
 
-Where a release can happen at all: Algorithm 1's stable set is computed exactly (the enumeration of every
-deletion set of <= 4 kappa + 1 users) or, in the polynomial-time version of Appendix C, skipped when the
-Lemma C.1 certificate shows that S = {} is stable -- in which case the exact algorithm would release the same
-f(x) + N(0, sigma^2 I) for every R1, so the output law is Algorithm 1's either way. When the certificate fails
-the paper falls back to the exact algorithm. ``exact_feasible(n, kappa)`` decides from public quantities only
-(the number of users and kappa, i.e. (eps, delta)) whether that fallback can run; where it cannot, the
-mechanisms refuse before reading the data (``exact_fallback_check``), so every output a user receives is one
-of Algorithm 1 and ``privacy`` certifies it. The superseded behaviour -- stop the run as "not
-releasable" when the certificate fails and the enumeration is infeasible -- makes the stop itself a
-deterministic function of the data (two neighbouring datasets on either side of the certificate's threshold:
-release with probability 1 vs stop with probability 1, an unbounded privacy loss); it survives only as the
-explicit, NOT private ``mode='certificate-stop'`` (issue 23).
+Algorithm 1's stable set is computed exactly (every deletion set of <= 4 kappa + 1 users) or, in the
+polynomial-time version of Appendix C, skipped when the Lemma C.1 certificate shows that S = {} is stable (the
+exact algorithm would then release the same f(x) + N(0, sigma^2 I) for every R1: the same output law); when the
+certificate fails the paper falls back to the exact algorithm. ``exact_feasible(n, kappa)`` decides from public
+quantities only whether that fallback can run; where it cannot, the mechanisms refuse before reading the data
+(``exact_fallback_check``). Stopping as "not releasable" on a failed certificate instead makes the stop a
+deterministic function of the data (an unbounded privacy loss); it survives only as the explicit, NOT private
+``mode='certificate-stop'`` (issue 23).
 """
 
 from __future__ import annotations
@@ -46,32 +37,11 @@ from dpjax.accounting.gdp import gdp_delta
 from dpjax.accounting.privacy_spec import PrivacySpec, StatedRelation
 
 __all__ = [
-    "UserLevelParams",
-    "user_level_params",
-    "tdlap_pmf",
-    "user_level_audit",
-    "phased_erm_params",
-    "compose_user_level",
-    "A1Params",
-    "a1_params",
-    "a1_test_params",
-    "log_pair_count",
-    "deletion_sensitivity_bound",
-    "gamma_target",
-    "certificate_sensitivity",
-    "noise_multiplier",
-    "b1_sigma",
-    "crossover_m",
-    "phased_sco_groups",
-    "MAX_EXACT_USERS",
-    "MAX_EXACT_EVALUATIONS",
-    "exact_evaluations",
-    "exact_feasible",
-    "exact_fallback_check",
-    "UserLevelPrivacy",
-    "MECHANISMS",
-    "privacy",
-    "min_users",
+    "UserLevelParams", "user_level_params", "tdlap_pmf", "user_level_audit", "phased_erm_params",
+    "compose_user_level", "A1Params", "a1_params", "a1_test_params", "log_pair_count", "deletion_sensitivity_bound",
+    "gamma_target", "certificate_sensitivity", "noise_multiplier", "b1_sigma", "crossover_m", "phased_sco_groups",
+    "MAX_EXACT_USERS", "MAX_EXACT_EVALUATIONS", "exact_evaluations", "exact_feasible", "exact_fallback_check",
+    "UserLevelPrivacy", "MECHANISMS", "privacy", "min_users"
 ]
 
 
@@ -100,8 +70,7 @@ def user_level_params(epsilon: float, delta: float) -> UserLevelParams:
     d = v.check_open_unit("delta", delta)
     if d > 0.5:
         raise ValueError(f"delta={delta!r} must be <= 1/2")
-    ep = eps / 2
-    dp = d / (math.exp(eps) + 2)
+    ep, dp = eps / 2, d / (math.exp(eps) + 2)
     raw = 1 + math.log(1 / dp) / ep
     kappa = math.ceil(raw - 1e-12)
     sigma = math.sqrt(2 * math.log(2 / dp)) * 8 * kappa / ep
@@ -120,15 +89,13 @@ def user_level_audit(params: UserLevelParams) -> tuple[float, float]:
     """Certified (2 eps', p(0) + p(2 kappa) + e^{eps'} delta_G) with delta_G the exact Gaussian delta
     at eps' for mu = 8 kappa Delta / sigma (Theorem 3.3's proof); must be <= (eps, delta)."""
     pmf = tdlap_pmf(params.eps_prime, params.kappa)
-    mu = 8 * params.kappa / params.sigma_over_delta
-    dg = gdp_delta(mu, params.eps_prime)
+    dg = gdp_delta(8 * params.kappa / params.sigma_over_delta, params.eps_prime)
     return 2 * params.eps_prime, float(pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg)
 
 
 def phased_erm_params(epsilon: float, delta: float, n: int, m: int) -> dict:
     """Phased-ERM (A3): T = ceil(log2(n m)) phases at (eps/T, delta/T) each (basic composition)."""
-    n = v.check_int("n", n, min_value=1)
-    m = v.check_int("m", m, min_value=1)
+    n, m = v.check_int("n", n, min_value=1), v.check_int("m", m, min_value=1)
     t = max(1, math.ceil(math.log2(n * m) - 1e-12))
     p = user_level_params(epsilon / t, delta / t)
     return {"phases": t, "phase_epsilon": epsilon / t, "phase_delta": delta / t, "kappa": p.kappa,
@@ -139,7 +106,6 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
     """(eps, delta) of a schedule of calls (eps_i, delta_i, user_group_id): basic composition within a group,
     max over disjoint groups (parallel composition)."""
     sums: dict = defaultdict(lambda: [0.0, 0.0])
-    any_call = False
     for i, call in enumerate(calls):
         try:
             e, d, group = call
@@ -147,24 +113,19 @@ def compose_user_level(calls: Iterable[tuple[float, float, object]]) -> tuple[fl
             raise ValueError(f"calls[{i}]={call!r} must be a (epsilon, delta, group) triple") from None
         sums[group][0] += v.check_nonnegative(f"calls[{i}].epsilon", e)
         sums[group][1] += v.check_probability(f"calls[{i}].delta", d)
-        any_call = True
-    if not any_call:
+    if not sums:
         raise ValueError("calls=[] must contain at least one call")
     return max(s[0] for s in sums.values()), min(1.0, max(s[1] for s in sums.values()))
 
 
-# ---------------------------------------------------------------------------
-# Where Algorithm 1's exact stable set can be computed (public quantities only)
-# ---------------------------------------------------------------------------
-
+# -- Where Algorithm 1's exact stable set can be computed (public quantities only) -----------------
 MAX_EXACT_USERS = 20
 MAX_EXACT_EVALUATIONS = 300_000  # n = 18 users with kappa = 4: all 2^18 deletion sets
 
 
 def exact_evaluations(n: int, kappa: int) -> int:
     """Number of oracle calls of the exact enumeration: sum_{u <= 4 kappa + 1} C(n, u)."""
-    n = v.check_int("n", n, min_value=1)
-    kappa = v.check_int("kappa", kappa, min_value=1)
+    n, kappa = v.check_int("n", n, min_value=1), v.check_int("kappa", kappa, min_value=1)
     return sum(math.comb(n, u) for u in range(min(4 * kappa + 1, n) + 1))
 
 
@@ -182,12 +143,9 @@ def fallback_cost(n: int, kappa: int) -> str:
 
 
 def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
-    """Refuse (``ValueError`` naming n and kappa) where the exact fallback cannot run.
-
-    Called before any data is read: the refusal depends only on (n, kappa), so it is the same for every
-    dataset of that size and releases nothing about any user. The polynomial-time certificate of Appendix C
-    alone is not a private mechanism (whether it passes depends on the data), so without a feasible fallback
-    there is nothing private to run."""
+    """Refuse (``ValueError`` naming n and kappa) where the exact fallback cannot run: called before any data is
+    read, the refusal depends only on (n, kappa). The Appendix C certificate alone is not a private mechanism
+    (whether it passes depends on the data), so without a feasible fallback there is nothing private to run."""
     if not exact_feasible(n, kappa):
         raise ValueError(
             f"n={n}, kappa={kappa}: {what} needs Algorithm 1's exact stable-set enumeration as the fallback of "
@@ -196,11 +154,7 @@ def exact_fallback_check(n: int, kappa: int, what: str = "Algorithm 1") -> None:
             "privacy(): mode='certificate-stop') runs it anyway as a NOT private diagnostic")
 
 
-# ---------------------------------------------------------------------------
-# Algorithm 1 parameters as one object (the mechanisms in dpjax.user_level take it)
-# ---------------------------------------------------------------------------
-
-
+# -- Algorithm 1 parameters as one object (the mechanisms in dpjax.user_level take it) -------------
 @dataclass(frozen=True)
 class A1Params:
     """Everything Algorithm 1 (DelOutputPert) needs: TDLap(eps', kappa), target Delta, Gaussian sigma.
@@ -222,11 +176,10 @@ class A1Params:
 
 
 def a1_params(epsilon: float, delta: float, sensitivity: float, *, gaussian: str = "paper") -> A1Params:
-    """Algorithm 1 line 3 (garbled in print; read consistently with the proof's final inequality): eps'=eps/2, delta'=delta/(e^eps+2), kappa, sigma.
-
-    ``gaussian='paper'``: sigma = sqrt(2 ln(2/delta')) 8 kappa Delta / eps'. ``'analytic'``: the smallest sigma
-    whose exact Gaussian delta at eps' for shift 8 kappa Delta is <= delta' (keeps Theorem 3.3's proof valid).
-    """
+    """Algorithm 1 line 3 (garbled in print; read consistently with the proof's final inequality): eps'=eps/2,
+    delta'=delta/(e^eps+2), kappa, sigma. ``gaussian='paper'``: sigma = sqrt(2 ln(2/delta')) 8 kappa Delta / eps';
+    ``'analytic'``: the smallest sigma whose exact Gaussian delta at eps' for shift 8 kappa Delta is <= delta'
+    (keeps Theorem 3.3's proof valid)."""
     p = user_level_params(epsilon, delta)
     sens = v.check_positive("sensitivity", sensitivity)
     v.check_choice("gaussian", gaussian, ("paper", "analytic"))
@@ -251,11 +204,7 @@ def a1_certified(params: A1Params) -> tuple[float, float]:
     return 2 * params.eps_prime, float(min(1.0, pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg))
 
 
-# ---------------------------------------------------------------------------
-# Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (Section 3.2, Appendix C)
-# ---------------------------------------------------------------------------
-
-
+# -- Deletion-sensitivity targets (Corollary 3.7, Lemma C.1) and noise scales (Section 3.2, Appendix C) --
 def log_pair_count(n: int, r: int) -> float:
     """ln P_r, P_r = sum_{s=0}^{r} C(n, s)(n - s): the number of (deleted set, extra user) pairs of Corollary 3.7."""
     n = v.check_int("n", n, min_value=2)
@@ -345,11 +294,7 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
         t = int(math.floor(math.log2(n / n0))) if n >= n0 else 0
         if t < 1:
             raise ValueError(f"n={n} must be >= 2 N0 = {2 * n0} for Phased-SCO (Algorithm 4)")
-        groups = []
-        for i in range(1, t + 1):
-            lo, hi = n // 2**i, n // 2 ** (i - 1)
-            groups.append((lo, hi))
-        return groups
+        return [(n // 2**i, n // 2 ** (i - 1)) for i in range(1, t + 1)]
     t = max(1, math.ceil(math.log2(n * m) - 1e-12))
     size = n // t
     if size < n0:
@@ -357,10 +302,7 @@ def phased_sco_groups(n: int, m: int, epsilon: float, delta: float, variant: str
     return [(i * size, (i + 1) * size) for i in range(t)]
 
 
-# ---------------------------------------------------------------------------
-# The privacy contract (dpjax.accounting.privacy_spec.PrivacySpec) for every mechanism and schedule
-# ---------------------------------------------------------------------------
-
+# -- The privacy contract (dpjax.accounting.privacy_spec.PrivacySpec) for every mechanism and schedule --
 # Mechanism names, by the paper's numbering (Ghazi et al. 2023):
 #   A1  Algorithm 1, DelOutputPert (generic deletion-sensitivity output perturbation)
 #   A2  Algorithm 2, SCOutputPert (A1 on a strongly convex ERM minimiser; Theorem 3.1)
@@ -381,14 +323,12 @@ _STABLE_SET = ("A1", "A2", "A2c", "A3", "A4", "A4b", "A5", "A6")
 class UserLevelPrivacy(StatedRelation, PrivacySpec):
     """User-level (replace-one-user) guarantee of a schedule of output-perturbation calls.
 
-    ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint
-    groups (parallel composition, the paper's accounting in Theorems 4.1/5.1). The schedule is scale-free in (eps, delta),
-    so ``calibrate`` returns the ``epsilon``/``delta`` arguments of the mechanism. ``mode='rate-shape'``
-    (idealised noise, no stability test) and ``mode='certificate-stop'`` (the superseded behaviour: stop when
-    the certificate fails and the exact fallback is infeasible, a data-dependent output) are NOT private:
-    ``epsilon`` reports infinity with that reason and ``calibrate`` refuses. ``releasable`` is False where
-    the certified run refuses before reading the data (no call's exact fallback is feasible): the guarantee
-    then holds vacuously -- no output exists.
+    ``calls`` are ``(eps_i, delta_i, user_group)``: basic composition within a group, maximum over disjoint groups
+    (parallel composition, Theorems 4.1/5.1). The schedule is scale-free in (eps, delta), so ``calibrate`` returns
+    the mechanism's ``epsilon``/``delta`` arguments. ``mode='rate-shape'`` (idealised noise, no stability test) and
+    ``mode='certificate-stop'`` (stop on a failed certificate: a data-dependent output) are NOT private: ``epsilon``
+    reports infinity with that reason and ``calibrate`` refuses. ``releasable`` is False where the certified run
+    refuses before reading the data (the guarantee then holds vacuously: no output exists).
     """
 
     mechanism: str
@@ -455,12 +395,11 @@ class UserLevelPrivacy(StatedRelation, PrivacySpec):
 
 
 def min_users(mechanism: str, epsilon: float, delta: float, m: int = 1, n: int | None = None) -> int:
-    """Smallest number of users for which the mechanism's constants are defined (n >= 8 kappa + 2 for one call, Corollary 3.7).
+    """Smallest number of users for which the mechanism's constants are defined.
 
-    A1/A2/A2c/B2-free calls: n >= 8 kappa + 2 (Corollary 3.7 with r = 4 kappa <= n/2); A3: the same with the
-    per-phase kappa at (eps/T, delta/T), T = ceil(log2(n m)) (``n`` needed since T depends on it; the
-    smallest n satisfying n >= 8 kappa_T + 2 is found by iteration); A4: 2 N0; A4b: T N0; A5/A6: the
-    requirement of their second stage at (eps/2, delta/2) (A6 with its user split: twice that); B1: 1.
+    A1/A2/A2c: n >= 8 kappa + 2 (Corollary 3.7 with r = 4 kappa <= n/2); A3: the same with the per-phase kappa at
+    (eps/T, delta/T), T = ceil(log2(n m)) (the smallest such n found by iteration); A4: 2 N0; A4b: T N0; A5/A6: the
+    requirement of their second stage at (eps/2, delta/2) (A6 with its user split: twice that); B1, B2: 1.
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     m = v.check_int("m", m, min_value=1)
@@ -494,23 +433,19 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
 
     A1/A2/A2c: one call (Theorem 3.3 / 3.1). A3 Phased-ERM: T = ceil(log2(n m)) calls at (eps/T, delta/T) on the
     same users (basic composition, Theorem 4.1). A4/A4b Phased-SCO: one (eps, delta) call per disjoint user group
-    (parallel composition, Theorem 5.1). A5: A2 at (eps/2, delta/2) then A3 at (eps/2, delta/2) (Theorem 4.3).
-    A6: A2 at (eps/2, delta/2) then Phased-SCO at (eps/2, delta/2) (Theorem 5.3); with ``split_users`` the two
-    stages see disjoint halves of the users, so the total is only (eps/2, delta/2) -- reported as such. B1: the
-    Gaussian mechanism at (eps, delta) with replace-one-user sensitivity 2G/(mu n). B2 and ``mode='rate-shape'``:
-    not private. Raises when n is below the mechanism's minimum (``min_users``).
+    (parallel composition, Theorem 5.1). A5: A2 then A3, each at (eps/2, delta/2) (Theorem 4.3). A6: A2 then
+    Phased-SCO at (eps/2, delta/2) (Theorem 5.3); with ``split_users`` the stages see disjoint halves of the users,
+    so the total is (eps/2, delta/2). B1: the Gaussian mechanism at (eps, delta), replace-one-user sensitivity
+    2G/(mu n). B2 and ``mode='rate-shape'``: not private. Raises when n < ``min_users``.
 
-    What a user receives (certified mode): every call releases Algorithm 1's output, through the Appendix C
-    certificate (A2c; also the default path of A2) when it passes -- the same law as the exact stable set --
-    or through the exact enumeration when it fails; where that enumeration is infeasible at a call's
-    (users, kappa), the run refuses before reading any data (``exact_fallback_check``), so ``releasable``
-    is False and the (eps, delta) holds vacuously. ``mode='certificate-stop'`` (A2, A2c, A3-A6): the
-    superseded data-dependent stop, NOT private.
+    Certified mode: every call releases Algorithm 1's output, through the Appendix C certificate when it passes or
+    the exact enumeration when it fails; where that enumeration is infeasible at a call's (users, kappa) the run
+    refuses before reading any data (``exact_fallback_check``): ``releasable`` is False and the (eps, delta) holds
+    vacuously. ``mode='certificate-stop'`` (A2, A2c, A3-A6): the superseded data-dependent stop, NOT private.
     """
     v.check_choice("mechanism", mechanism, MECHANISMS)
     v.check_choice("mode", mode, MODES)
-    n = v.check_int("n", n, min_value=1)
-    m = v.check_int("m", m, min_value=1)
+    n, m = v.check_int("n", n, min_value=1), v.check_int("m", m, min_value=1)
     user_level_params(epsilon, delta)
     if mechanism == "B2" or mode == "rate-shape":
         return UserLevelPrivacy(mechanism, (), "rate-shape", noise_std=noise_std, budget=(epsilon, delta))
@@ -525,13 +460,11 @@ def privacy(mechanism: str, epsilon: float, delta: float, *, n: int, m: int, mod
     notes: tuple[str, ...] = ()
     users: list[int] = []  # users seen by each output-perturbation call (the exact fallback's size)
     if mechanism in ("A1", "A2", "A2c", "B1"):
-        calls = [(epsilon, delta, "all")]
-        users = [n]
+        calls, users = [(epsilon, delta, "all")], [n]
         if mechanism == "B1":
             notes = ("classical Gaussian mechanism (Dwork-Roth Thm A.1), sensitivity 2G/(mu n)",)
     elif mechanism == "A3":
-        calls = [(epsilon / t, delta / t, "all")] * t
-        users = [n] * t
+        calls, users = [(epsilon / t, delta / t, "all")] * t, [n] * t
     elif mechanism in ("A4", "A4b"):
         groups = phased_sco_groups(n, m, epsilon, delta, mechanism)
         calls = [(epsilon, delta, f"group{i}") for i, _ in enumerate(groups)]

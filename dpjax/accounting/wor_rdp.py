@@ -1,7 +1,6 @@
-"""Renyi DP of the Gaussian mechanism on a subsample drawn without replacement (replace-one), as
-dp_accounting computes it (Wang, Balle & Kasiviswanathan 2019, Theorem 27), its forward differences computed
-once per noise level instead of once per order: ``dpjax.accounting.tight`` reads it for every fixed-size
-sampled schedule (the ISRL figures' noise tables spent most of their accounting time there)."""
+"""Renyi DP of the Gaussian mechanism on a subsample drawn without replacement (replace-one), as dp_accounting
+computes it (Wang, Balle & Kasiviswanathan 2019, Theorem 27), its forward differences computed once per noise level
+instead of once per order (``dpjax.accounting.tight`` reads it for every fixed-size sampled schedule)."""
 
 from __future__ import annotations
 
@@ -13,9 +12,8 @@ __all__ = ["wor_gaussian_parts", "wor_gaussian_rdp"]
 
 
 def wor_gaussian_parts(event, neighboring):
-    """``(q, noise multiplier, count)`` if ``event`` is ``count`` self-composed Gaussians sampled without
-    replacement under replace-one (what ``RdpAccountant`` composes with ``_compute_rdp_sample_wor_gaussian``),
-    else None."""
+    """``(q, noise multiplier, count)`` if ``event`` is ``count`` self-composed Gaussians sampled without replacement
+    under replace-one (what ``RdpAccountant`` composes with ``_compute_rdp_sample_wor_gaussian``), else None."""
     import dp_accounting as dpa
 
     if neighboring is not dpa.NeighboringRelation.REPLACE_ONE or not isinstance(event, dpa.SelfComposedDpEvent):
@@ -27,17 +25,13 @@ def wor_gaussian_parts(event, neighboring):
 
 
 def wor_gaussian_rdp(q: float, sigma: float, orders) -> np.ndarray:
-    """dp_accounting's ``_compute_rdp_sample_wor_gaussian(q, sigma, orders)`` (Wang, Balle &
-    Kasiviswanathan 2019, Theorem 27), bit for bit, in a fraction of its time.
+    """dp_accounting's ``_compute_rdp_sample_wor_gaussian(q, sigma, orders)`` (Wang, Balle & Kasiviswanathan 2019,
+    Theorem 27), bit for bit, in a fraction of its time.
 
-    dp_accounting recomputes the forward differences of ``exp(cgf)`` up to order
-    alpha (``_get_forward_diffs``, O(alpha^2) pure-Python steps) for every
-    integer order it needs, twice for a fractional order; they depend only on
-    sigma and the differences up to alpha are a prefix of those up to any
-    larger order (the same operations on the same values), so they are
-    computed once, up to the largest order needed, and every order reads its
-    prefix. The rest is dp_accounting's code, line for line (Apache 2.0);
-    ``tests/accounting/test_wor_rdp.py`` checks equality with it.
+    dp_accounting recomputes the forward differences of ``exp(cgf)`` up to order alpha (``_get_forward_diffs``,
+    O(alpha^2) pure-Python steps) for every integer order it needs; they depend only on sigma and those up to alpha
+    are a prefix of those up to any larger order, so they are computed once, up to the largest order needed. The
+    rest is dp_accounting's code, line for line (Apache 2.0); ``tests/accounting/test_wor_rdp.py`` checks equality.
     """
     from dp_accounting.rdp import rdp_privacy_accountant as rpa
 

@@ -1,0 +1,314 @@
+"""DP federated simulation, dpjax against pfl-research and Flower on one workload (issue 38, item 1).
+
+Measured: MNIST split into ``--clients`` clients x 60 records; each round a Poisson cohort at rate
+``--cohort-rate`` q (expected ``q x clients``; a fixed cohort of that size where a framework has no Poisson
+sampling); 6 local SGD steps of batch 10 at client lr 0.1; MLP 784-64-10 (ReLU); DP-FedAvg with FIXED
+clipping of each client's model delta at C = ``--clip`` and Gaussian noise sigma C (``--sigma``) on the SUM
+of the cohort's clipped deltas, divided by the expected cohort; server SGD lr 1.0. Defaults C = 1.0,
+sigma = 1.0. dpjax runs in-process (XLA at its default threads); each peer runs as a subprocess with
+``--peers-python`` (torch at 1 thread), reading the same arrays from an .npz in a temp dir and printing one
+JSON line of timings (workers in ``experiments/benchmarks/fl_peers/``). A peer that is absent (no
+``--peers-python``, a missing worker, or an import failure) is skipped with the reason printed.
+
+Printed per framework: start-up (process start + imports), compile (dpjax) or first round (peers), per-round
+time (median and min of ``--repeats`` repeats, the frameworks interleaved, ``os.getloadavg()[0]`` beside each),
+end to end for ``--rounds`` (5) and ``--rounds-long`` (50) rounds, test accuracy on MNIST's test set, and the
+epsilon each framework reports at delta = 1e-5 (dpjax: its accountant for the run's schedule, Poisson
+add/remove). The sweep case runs 8 configurations (4 client learning rates x 2 noise levels) as ONE
+vmapped dpjax program (``dpjax.engine.run_many``). ``--json PATH`` writes every number with versions, date,
+load averages and the cpu count.
+
+dpjax side: family ``dp-fedavg`` (``dpjax.algorithms.DpFedAvg``) with ``clip_learning_rate = 0`` (fixed
+clipping: the count is unused and not accounted, Andrew et al. 2021, Algorithm 1 with eta_C = 0). Its local
+steps draw an independent uniform 10-subset of the client's 60 records per step (not epochs of a shuffle).
+
+Peers recipe (a venv outside the repository, CPU torch wheel first so nothing pulls a CUDA build)::
+
+    python3 -m venv /work/peers-venv
+    /work/peers-venv/bin/pip install torch==2.13.0 numpy
+    echo torch==2.13.0 > /tmp/peers-constraints.txt
+    /work/peers-venv/bin/pip install -c /tmp/peers-constraints.txt pfl==0.6.0 'flwr[simulation]==1.42.*'
+
+Run::
+
+    PYTHONPATH=$PWD JAX_PLATFORMS=cpu .venv/bin/python experiments/benchmarks/bench_fl_simulation.py \\
+        --peers-python /work/peers-venv/bin/python [--rounds-long 50] [--json out.json] [--no-peers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+_T_PROCESS = time.perf_counter()
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+DELTA = 1e-5
+RECORDS = 60
+
+
+def load_workload(clients: int, data_dir=None):
+    """MNIST (dpjax's loader) flattened to [0, 1]; the first clients x 60 training rows, 60 per client."""
+    from dpjax.data.mnist import load_mnist
+
+    d = load_mnist(data_dir)
+    x = d["train_images"].reshape(-1, 784).astype(np.float32) / 255.0
+    y = d["train_labels"].astype(np.int32)
+    n = clients * RECORDS
+    if n > len(x):
+        raise ValueError(f"clients={clients}: needs {n} records, MNIST has {len(x)}")
+    return (x[:n], y[:n], d["test_images"].reshape(-1, 784).astype(np.float32) / 255.0,
+            d["test_labels"].astype(np.int32))
+
+
+def _mlp_problem():
+    import flax.linen as nn
+
+    from dpjax.problems import FlaxProblem
+
+    class ReluMLP(nn.Module):
+        """784-64-10, ReLU."""
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(10)(nn.relu(nn.Dense(64)(x)))
+
+    return FlaxProblem(ReluMLP(), (784,), loss_kind="softmax")
+
+
+class DpjaxRunner:
+    """The workload in dpjax's public API: family dp-fedavg, fixed clipping, Poisson cohort."""
+
+    def __init__(self, args, train_x, train_y, test_x, test_y):
+        from dpjax.engine import SiloData
+
+        self.args = args
+        self.problem = _mlp_problem()
+        self.data = SiloData.from_silos([train_x[i * RECORDS:(i + 1) * RECORDS] for i in range(args.clients)],
+                                        [train_y[i * RECORDS:(i + 1) * RECORDS] for i in range(args.clients)])
+        self.test_x, self.test_y = jnp.asarray(test_x), np.asarray(test_y)
+        self.cohort = max(1, round(args.cohort_rate * args.clients))
+
+    def algorithm(self, rounds):
+        from dpjax.algorithms.dp_fedavg import DpFedAvg
+
+        return DpFedAvg(self.problem, rounds, self.cohort, sampling="poisson", sampling_rate=self.args.cohort_rate,
+                        local_steps=self.args.local_steps, local_batch_size=self.args.local_batch)
+
+    def hparams(self, client_lr=None, sigma=None):
+        from dpjax.algorithms.dp_fedavg import FedAvgHParams
+
+        return FedAvgHParams.create(learning_rate=1.0, client_learning_rate=client_lr or self.args.client_lr,
+                                    noise_multiplier=self.args.sigma if sigma is None else sigma,
+                                    noise_multiplier_count=1.0, clip_norm=self.args.clip, clip_learning_rate=0.0)
+
+    def accuracy(self, params) -> float:
+        logits = jax.vmap(lambda x: self.problem.output(params, x))(self.test_x)
+        return float(np.mean(np.argmax(np.asarray(logits), -1) == self.test_y))
+
+    def epsilon(self, rounds, hp) -> float:
+        return float(self.algorithm(rounds).privacy([RECORDS] * self.args.clients, hp).epsilon(DELTA).epsilon)
+
+    def run(self, rounds, seed=0):
+        from dpjax import engine, keys
+
+        t = time.perf_counter()
+        out = engine.run(self.algorithm(rounds), self.data, self.hparams(), keys.run_key(seed, 0))
+        jax.block_until_ready(out.output)
+        return time.perf_counter() - t, out
+
+    def sweep_hparams(self):
+        from dpjax.engine import stack_hparams
+
+        grid = [(lr, s) for lr in self.args.sweep_lrs for s in self.args.sweep_sigmas]
+        return grid, stack_hparams([self.hparams(lr, s) for lr, s in grid])
+
+    def run_sweep(self, rounds, seed=0):
+        from dpjax import engine, keys
+
+        grid, hp = self.sweep_hparams()
+        t = time.perf_counter()
+        out = engine.run_many(self.algorithm(rounds), self.data, hp, jnp.stack([keys.run_key(seed, i)
+                                                                                for i in range(len(grid))]))
+        jax.block_until_ready(out.output)
+        return time.perf_counter() - t, out, grid
+
+
+def _peer(python, worker, npz, args, mode, rounds):
+    """Runs one peer worker; returns its JSON dict or {"skipped": reason}."""
+    if not python:
+        return {"skipped": "no --peers-python"}
+    script = HERE / "fl_peers" / f"{worker}_worker.py"
+    if not script.exists():
+        return {"skipped": f"{script.name} missing"}
+    cmd = [python, str(script), "--npz", str(npz), "--mode", mode, "--rounds", str(rounds),
+           "--cohort-rate", str(args.cohort_rate), "--clip", str(args.clip), "--sigma", str(args.sigma),
+           "--client-lr", str(args.client_lr), "--local-steps", str(args.local_steps),
+           "--local-batch", str(args.local_batch), "--sweep-lrs", *map(str, args.sweep_lrs),
+           "--sweep-sigmas", *map(str, args.sweep_sigmas)]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout)
+    wall = time.perf_counter() - t
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode != 0 or not lines:
+        return {"skipped": f"{worker} failed (rc {p.returncode}): {(p.stderr or p.stdout).strip()[-300:]}"}
+    out = json.loads(lines[-1])
+    out["process_wall_s"] = wall
+    return out
+
+
+def _versions(python):
+    v = {"jax": jax.__version__, "python": platform.python_version()}
+    if python:
+        try:
+            code = ("import json,importlib.metadata as m\nd={}\nfor k in ('torch','pfl','flwr','ray'):\n"
+                    " try: d[k]=m.version(k)\n except Exception: d[k]=None\nprint(json.dumps(d))")
+            v.update(json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                               timeout=120).stdout))
+        except Exception as e:  # noqa: BLE001 -- versions are informative only
+            v["peers_error"] = repr(e)
+    return v
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--peers-python", default=None, help="python of a venv with torch, pfl, flwr")
+    p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--clients", type=int, default=1000)
+    p.add_argument("--cohort-rate", type=float, default=0.1)
+    p.add_argument("--local-steps", type=int, default=6)
+    p.add_argument("--local-batch", type=int, default=10)
+    p.add_argument("--client-lr", type=float, default=0.1)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--sigma", type=float, default=1.0)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds-long", type=int, default=50)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sweep-lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3, 1.0])
+    p.add_argument("--sweep-sigmas", type=float, nargs="+", default=[0.5, 1.0])
+    p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--peer-timeout", type=int, default=1800)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    startup = time.perf_counter() - _T_PROCESS
+    python = None if args.no_peers else args.peers_python
+    train_x, train_y, test_x, test_y = load_workload(args.clients, args.data_dir)
+    dp = DpjaxRunner(args, train_x, train_y, test_x, test_y)
+    rows = {"dpjax": {"startup_s": startup, "rounds": []}}
+    tmp = tempfile.TemporaryDirectory()
+    npz = pathlib.Path(tmp.name) / "workload.npz"
+    np.savez(npz, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
+    peers = ("pfl", "flower")
+    for peer in peers:
+        rows[peer] = {"rounds": []}
+    # single configuration: repeats interleaved (dpjax, pfl, flower, dpjax, ...)
+    for r in range(args.repeats):
+        load = os.getloadavg()[0]
+        from dpjax.engine import program
+        program._COMPILED.clear()  # a cold compile each repeat (the engine caches programs by algorithm)
+        jax.clear_caches()
+        cold, out = dp.run(args.rounds, seed=r)
+        warm, out = dp.run(args.rounds, seed=r)
+        rows["dpjax"]["rounds"].append({"load": load, "cold_s": cold, "warm_s": warm,
+                                        "compile_s": cold - warm, "per_round_s": warm / args.rounds,
+                                        "accuracy": dp.accuracy(out.output)})
+        for peer in peers:
+            res = _peer(python, peer, npz, args, "single", args.rounds)
+            res["load"] = os.getloadavg()[0]
+            rows[peer]["rounds"].append(res)
+    load = os.getloadavg()[0]
+    program._COMPILED.clear()
+    jax.clear_caches()
+    long_s, out = dp.run(args.rounds_long)
+    rows["dpjax"]["long"] = {"load": load, "rounds": args.rounds_long, "end_to_end_s": long_s,
+                             "accuracy": dp.accuracy(out.output), "epsilon": dp.epsilon(args.rounds_long, dp.hparams())}
+    rows["dpjax"]["epsilon"] = dp.epsilon(args.rounds, dp.hparams())
+    for peer in peers:
+        res = _peer(python, peer, npz, args, "single", args.rounds_long)
+        res["load"] = os.getloadavg()[0]
+        rows[peer]["long"] = res
+    sweep = {}
+    if not args.no_sweep:
+        sweep["dpjax"] = []
+        for peer in peers:
+            sweep[peer] = []
+        for r in range(args.repeats):
+            load = os.getloadavg()[0]
+            program._COMPILED.clear()
+            jax.clear_caches()
+            cold, out, grid = dp.run_sweep(args.rounds, seed=r)
+            warm, out, grid = dp.run_sweep(args.rounds, seed=r)
+            accs = [dp.accuracy(jax.tree_util.tree_map(lambda a, i=i: a[i], out.output)) for i in range(len(grid))]
+            sweep["dpjax"].append({"load": load, "cold_s": cold, "warm_s": warm, "compile_s": cold - warm,
+                                   "per_round_s": warm / args.rounds, "accuracy": accs, "grid": grid})
+            for peer in peers:
+                res = _peer(python, peer, npz, args, "sweep", args.rounds)
+                res["load"] = os.getloadavg()[0]
+                sweep[peer].append(res)
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "cpu_count": os.cpu_count(),
+              "versions": _versions(python), "args": vars(args), "single": rows, "sweep": sweep,
+              "loadavg_end": os.getloadavg()}
+    _print_table(result)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1, default=float))
+    tmp.cleanup()
+    return result
+
+
+def _stats(xs):
+    xs = [x for x in xs if x is not None]
+    return (min(xs), statistics.median(xs)) if xs else (float("nan"), float("nan"))
+
+
+def _print_table(result):
+    a = result["args"]
+    print(f"DP-FedAvg, {a['clients']} clients x {RECORDS}, q={a['cohort_rate']}, C={a['clip']} sigma={a['sigma']}, "
+          f"{a['local_steps']} local steps of {a['local_batch']}; versions {result['versions']}")
+    print("| case | framework | load avg | start-up (s) | compile / first round (s) min/med | per round (s) min/med "
+          f"| {a['rounds']}-round total (s) min/med | {a['rounds_long']}-round total (s) | test acc | epsilon |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, row in result["single"].items():
+        rs = [r for r in row["rounds"] if "skipped" not in r]
+        if not rs:
+            reason = row["rounds"][0].get("skipped") if row["rounds"] else "not run"
+            print(f"| single | {name} | | skipped: {reason} | | | | | | |")
+            continue
+        loads = "/".join(f"{r['load']:.1f}" for r in rs)
+        comp = _stats([r.get("compile_s", r.get("first_round_s")) for r in rs])
+        per = _stats([r["per_round_s"] for r in rs])
+        tot = _stats([r.get("cold_s", r.get("end_to_end_s")) for r in rs])
+        lg = row.get("long", {})
+        start = row.get("startup_s", _stats([r.get("startup_s") for r in rs])[1])
+        eps = row.get("epsilon", rs[0].get("epsilon"))
+        print(f"| single | {name} | {loads} | {start:.2f} | {comp[0]:.2f}/{comp[1]:.2f} | {per[0]:.3f}/{per[1]:.3f} "
+              f"| {tot[0]:.2f}/{tot[1]:.2f} | {lg.get('end_to_end_s', float('nan')):.2f} "
+              f"| {lg.get('accuracy', rs[-1].get('accuracy', float('nan'))):.3f} | {eps} |")
+    for name, rs0 in result["sweep"].items():
+        rs = [r for r in rs0 if "skipped" not in r]
+        if not rs:
+            print(f"| sweep x8 | {name} | | skipped: {rs0[0].get('skipped') if rs0 else 'not run'} | | | | | | |")
+            continue
+        loads = "/".join(f"{r['load']:.1f}" for r in rs)
+        comp = _stats([r.get("compile_s", r.get("first_round_s")) for r in rs])
+        per = _stats([r["per_round_s"] for r in rs])
+        tot = _stats([r.get("cold_s", r.get("end_to_end_s")) for r in rs])
+        acc = rs[-1]["accuracy"]
+        print(f"| sweep x8 | {name} | {loads} | | {comp[0]:.2f}/{comp[1]:.2f} | {per[0]:.3f}/{per[1]:.3f} "
+              f"| {tot[0]:.2f}/{tot[1]:.2f} | | {min(acc):.3f}-{max(acc):.3f} | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""experiments/benchmarks/bench_fl_simulation.py's dpjax path at a toy size (20 clients, q = 0.25, 2 rounds, no
+peers): the single-configuration and 8-configuration sweep rows are measured with positive times, a finite test
+accuracy and a finite epsilon, the peers' rows say why they were skipped, and --json writes every number."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow  # four compilations of an MLP round program
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _data_dir():
+    for d in (os.environ.get("DPJAX_DATA_DIR"), REPO.parent / "shared" / "data", REPO / "data"):
+        if d and (pathlib.Path(d) / "mnist").exists():
+            return str(d)
+    pytest.skip("MNIST not found ($DPJAX_DATA_DIR, ../shared/data)")
+
+
+def test_dpjax_rows_at_toy_size(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_fl_simulation",
+                                                  REPO / "experiments" / "benchmarks" / "bench_fl_simulation.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    out_json = tmp_path / "fl.json"
+    res = bench.main(["--clients", "20", "--cohort-rate", "0.25", "--rounds", "2", "--rounds-long", "2",
+                      "--repeats", "1", "--no-peers", "--data-dir", _data_dir(), "--json", str(out_json)])
+    dp = res["single"]["dpjax"]
+    (row,) = dp["rounds"]
+    for field in ("load", "cold_s", "warm_s", "compile_s", "per_round_s"):
+        assert math.isfinite(row[field]) and row[field] >= 0 or field == "compile_s", (field, row)
+    assert row["per_round_s"] > 0 and 0.0 <= row["accuracy"] <= 1.0
+    assert dp["long"]["end_to_end_s"] > 0 and 0.0 <= dp["long"]["accuracy"] <= 1.0
+    assert math.isfinite(dp["epsilon"]) and dp["epsilon"] > 0
+    (sw,) = res["sweep"]["dpjax"]
+    assert len(sw["accuracy"]) == 8 and all(0.0 <= a <= 1.0 for a in sw["accuracy"])
+    assert res["single"]["pfl"]["rounds"][0]["skipped"] == "no --peers-python"
+    text = capsys.readouterr().out
+    assert "| single | dpjax |" in text and "| sweep x8 | dpjax |" in text and "skipped: no --peers-python" in text
+    saved = json.loads(out_json.read_text())
+    assert saved["versions"]["jax"] and saved["cpu_count"] and saved["single"]["dpjax"]["epsilon"] == dp["epsilon"]

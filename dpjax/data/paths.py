@@ -53,7 +53,8 @@ class DatasetNotFoundError(FileNotFoundError):
         super().__init__(msg)
 
 
-def _default_cache_dir() -> pathlib.Path:
+def default_cache_dir() -> pathlib.Path:
+    """dpjax's cache directory: ``$XDG_CACHE_HOME/dpjax`` (``~/.cache/dpjax``); data and compiled programs go below it."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
     return base / "dpjax"
@@ -74,7 +75,7 @@ def data_dir(path: str | os.PathLike | None = None) -> pathlib.Path:
     env = os.environ.get(ENV_VAR)
     if env:
         return pathlib.Path(env).expanduser()
-    return _default_cache_dir()
+    return default_cache_dir()
 
 
 def named_dir_missing(path: str | os.PathLike | None = None) -> bool:

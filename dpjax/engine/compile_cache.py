@@ -25,12 +25,12 @@ _OFF = ("0", "off", "false", "no")
 
 def default_directory() -> pathlib.Path | None:
     """Where dpjax puts JAX's compilation cache, or None when ``$DPJAX_COMPILATION_CACHE`` turns it off."""
-    from dpjax.data.paths import _default_cache_dir
+    from dpjax.data.paths import default_cache_dir
 
     choice = os.environ.get(ENV_VAR, "").strip()
     if choice.lower() in _OFF:
         return None
-    return pathlib.Path(choice).expanduser() if choice else _default_cache_dir() / "jax-compilation"
+    return pathlib.Path(choice).expanduser() if choice else default_cache_dir() / "jax-compilation"
 
 
 def enable_default() -> str | None:

@@ -21,9 +21,10 @@ load averages and the cpu count.
 
 dpjax side: family ``dp-fedavg`` (``dpjax.algorithms.DpFedAvg``) with ``clip_learning_rate = 0`` (fixed
 clipping: the count is unused and not accounted, Andrew et al. 2021, Algorithm 1 with eta_C = 0). Its local
-steps draw an independent uniform 10-subset of the client's 60 records per step (not epochs of a shuffle).
+steps are one shuffled pass over the client's 60 records in batches of 10 (``local_epochs=1``, the peers'
+convention; ``--dpjax-local draws``: an independent uniform 10-subset per step).
 Peer gaps: pfl and Flower sample a FIXED cohort of q x clients (not Poisson) and divide by the actual cohort;
-pfl's epsilon is its PLD accountant given the rate q, dpjax's its default accountant; Flower reports none.
+pfl's epsilon is its PLD accountant given the rate q, dpjax's its PLD accountant (add/remove, Poisson q); Flower reports none.
 Not built yet: the ``--cifar`` case (pfl-research's CIFAR-10 benchmark setup on CIFAR-shaped data).
 
 Peers recipe (a venv outside the repository, CPU torch wheel first so nothing pulls a CUDA build)::
@@ -108,8 +109,16 @@ class DpjaxRunner:
     def algorithm(self, rounds):
         from dpjax.algorithms.dp_fedavg import DpFedAvg
 
+        steps, batch = self.args.local_steps, self.args.local_batch
+        if self.args.dpjax_local == "epochs":  # the peers' convention: shuffled passes, each record once an epoch
+            if steps * batch % RECORDS:
+                raise ValueError(f"--dpjax-local epochs needs local_steps*local_batch={steps * batch} to be whole "
+                                 f"epochs of {RECORDS} records; use --dpjax-local draws")
+            local = dict(local_epochs=steps * batch // RECORDS)
+        else:  # independent uniform subsets per step
+            local = dict(local_steps=steps)
         return DpFedAvg(self.problem, rounds, self.cohort, sampling="poisson", sampling_rate=self.args.cohort_rate,
-                        local_steps=self.args.local_steps, local_batch_size=self.args.local_batch)
+                        local_batch_size=batch, **local)
 
     def hparams(self, client_lr=None, sigma=None):
         from dpjax.algorithms.dp_fedavg import FedAvgHParams
@@ -123,7 +132,7 @@ class DpjaxRunner:
         return float(np.mean(np.argmax(np.asarray(logits), -1) == self.test_y))
 
     def epsilon(self, rounds, hp) -> float:
-        return float(self.algorithm(rounds).privacy([RECORDS] * self.args.clients, hp).epsilon(DELTA).epsilon)
+        return float(self.algorithm(rounds).privacy([RECORDS] * self.args.clients, hp).epsilon(DELTA, "pld").epsilon)  # pfl reports PLD too
 
     def run(self, rounds, seed=0):
         from dpjax import engine, keys
@@ -194,6 +203,8 @@ def main(argv=None) -> dict:
     p.add_argument("--cohort-rate", type=float, default=0.1)
     p.add_argument("--local-steps", type=int, default=6)
     p.add_argument("--local-batch", type=int, default=10)
+    p.add_argument("--dpjax-local", choices=("epochs", "draws"), default="epochs",
+                   help="dpjax's local batches: shuffled epochs (the peers' convention; default) or independent draws")
     p.add_argument("--client-lr", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--sigma", type=float, default=1.0)

@@ -215,6 +215,10 @@ def main(argv=None) -> dict:
     p.add_argument("--sweep-sigmas", type=float, nargs="+", default=[0.5, 1.0])
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--sweep-repeats", type=int, default=None, help="repeats of the sweep case (default: --repeats)")
+    p.add_argument("--peers", nargs="*", default=["pfl", "flower"], choices=("pfl", "flower"),
+                   help="peers of the single-configuration rows")
+    p.add_argument("--long-peers", nargs="*", default=["pfl", "flower"], choices=("pfl", "flower"),
+                   help="peers of the --rounds-long run (Flower's 50 rounds take > 15 min at load 2)")
     p.add_argument("--sweep-peers", nargs="*", default=["pfl", "flower"],
                    help="peers that run the sweep case (Flower's 8 runs in turn take minutes a repeat)")
     p.add_argument("--data-dir", default=None)
@@ -229,7 +233,7 @@ def main(argv=None) -> dict:
     tmp = tempfile.TemporaryDirectory()
     npz = pathlib.Path(tmp.name) / "workload.npz"
     np.savez(npz, train_x=train_x, train_y=train_y, test_x=test_x, test_y=test_y)
-    peers = ("pfl", "flower")
+    peers = tuple(args.peers)
     for peer in peers:
         rows[peer] = {"rounds": []}
     # single configuration: repeats interleaved (dpjax, pfl, flower, dpjax, ...)
@@ -254,7 +258,7 @@ def main(argv=None) -> dict:
     rows["dpjax"]["long"] = {"load": load, "rounds": args.rounds_long, "end_to_end_s": long_s,
                              "accuracy": dp.accuracy(out.output), "epsilon": dp.epsilon(args.rounds_long, dp.hparams())}
     rows["dpjax"]["epsilon"] = dp.epsilon(args.rounds, dp.hparams())
-    for peer in peers:
+    for peer in (p for p in peers if p in args.long_peers):
         res = _peer(python, peer, npz, args, "single", args.rounds_long)
         res["load"] = os.getloadavg()[0]
         rows[peer]["long"] = res

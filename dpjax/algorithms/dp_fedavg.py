@@ -79,6 +79,8 @@ class DpFedAvg(ChainFamily):
         batches of ``local_batch_size`` (FedAvg's local epochs, every record once an epoch).
       cohort_capacity: Poisson: how many sampled silos a round's static buffer holds (None: the expected m plus
         6 sqrt(m) + 8; a round sampling more is refused, never truncated).
+      client_batch: None (default): the cohort's local training vmapped; k: k silos at a time (``lax.map``;
+        ``client_batch=1`` is faster for convolutional models on CPU, ``parts.cross_device.LocalDeltas``).
       server_momentum: beta of the server's optax SGD (None: plain SGD), or Adam's / Yogi's b1.
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
@@ -98,6 +100,7 @@ class DpFedAvg(ChainFamily):
     server_optimizer: str = "sgd"
     local_epochs: int | None = None
     cohort_capacity: int | None = None
+    client_batch: int | None = None
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
@@ -115,6 +118,8 @@ class DpFedAvg(ChainFamily):
             if self.local_batch_size is None or self.local_steps != 1:
                 raise ValueError(f"local_epochs={self.local_epochs} replaces local_steps (leave it at 1, got "
                                  f"{self.local_steps}) and needs a local_batch_size (got {self.local_batch_size})")
+        if self.client_batch is not None:
+            _validate.check_int("client_batch", self.client_batch, min_value=1)
         if self.server_momentum is not None:
             _validate.check_probability("server_momentum", self.server_momentum)
         self.check_common()
@@ -127,7 +132,8 @@ class DpFedAvg(ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         server = OptaxServer(SERVER_OPTIMIZERS[self.server_optimizer](self.server_momentum))
         return Parts(SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate, self.cohort_capacity),
-                     (LocalDeltas(self.problem, self.local_steps, self.local_batch_size, local_epochs=self.local_epochs),
+                     (LocalDeltas(self.problem, self.local_steps, self.local_batch_size, local_epochs=self.local_epochs,
+                                  client_batch=self.client_batch),
                       AdaptiveClipMean(self.silos_per_round, self.neighboring), server, Averager("last")))
 
 

@@ -279,3 +279,19 @@ def test_local_epochs_use_every_record_once_an_epoch():
                               local_batch_size=3, private=False), _regression_silos(4, 7), FedAvgHParams.create(1.0, 0.05),
                      jax.random.key(0))
     assert np.all(np.isfinite(res.output))
+
+
+@pytest.mark.privacy
+def test_client_batch_trains_the_same_cohort_one_silo_at_a_time():
+    """client_batch=1 (lax.map, empty buffer slots skipped by lax.cond) and =2 (lax.map in vmapped pairs) release
+    the vmapped run's model up to float summation order; the noise and the sampled cohort are the same draws."""
+    data, key = _regression_silos(30, 6), jax.random.key(5)
+    hp = FedAvgHParams.create(0.5, noise_multiplier=0.7, noise_multiplier_count=2.0)
+    kw = dict(sampling_rate=0.2, local_steps=2, local_batch_size=3)
+    vmapped = engine.run(DpFedAvg(LinearRegression(3), 4, 6, **kw), data, hp, key)
+    for k in (1, 2):
+        mapped = engine.run(DpFedAvg(LinearRegression(3), 4, 6, client_batch=k, **kw), data, hp, key)
+        np.testing.assert_array_equal(mapped.round_metrics["num_available"], vmapped.round_metrics["num_available"])
+        np.testing.assert_allclose(mapped.output, vmapped.output, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="client_batch=0"):
+        DpFedAvg(LinearRegression(3), 4, 6, client_batch=0, **kw)

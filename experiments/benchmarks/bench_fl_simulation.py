@@ -25,7 +25,14 @@ steps are one shuffled pass over the client's 60 records in batches of 10 (``loc
 convention; ``--dpjax-local draws``: an independent uniform 10-subset per step).
 Peer gaps: pfl and Flower sample a FIXED cohort of q x clients (not Poisson) and divide by the actual cohort;
 pfl's epsilon is its PLD accountant given the rate q, dpjax's its PLD accountant (add/remove, Poisson q); Flower reports none.
-Not built yet: the ``--cifar`` case (pfl-research's CIFAR-10 benchmark setup on CIFAR-shaped data).
+
+``--cifar``: pfl-research's own CIFAR-10 benchmark setup (its ``benchmarks/cifar10``: 50 records a user, cohort 50,
+local batch 10, one local epoch, client lr 0.1, server lr 1.0, its ``simple_cnn``: conv 3x3 32, conv 3x3 64,
+max-pool 2, dense 128, dense 10) on CIFAR-shaped synthetic data (no CIFAR-10 on this machine: 32x32x3 Gaussian
+images labelled by a fixed random linear teacher, so accuracy moves but is not CIFAR's); 1,000 clients, q = 0.05,
+5 local steps of 10, 3 rounds, no long run and no sweep unless asked (a round is ~0.25 TFLOP: seconds on 2 cores).
+The CNN runs WITHOUT pfl's two dropout layers in all three frameworks (dpjax's side is deterministic; the same
+arithmetic everywhere).
 
 Peers recipe (a venv outside the repository, CPU torch wheel first so nothing pulls a CUDA build)::
 
@@ -61,21 +68,53 @@ import numpy as np  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 DELTA = 1e-5
-RECORDS = 60
+CIFAR_SHAPE = (32, 32, 3)
 
 
-def load_workload(clients: int, data_dir=None):
-    """MNIST (dpjax's loader) flattened to [0, 1]; the first clients x 60 training rows, 60 per client."""
+def load_workload(clients: int, records: int, data_dir=None):
+    """MNIST (dpjax's loader) flattened to [0, 1]; the first clients x records training rows, records per client."""
     from dpjax.data.mnist import load_mnist
 
     d = load_mnist(data_dir)
     x = d["train_images"].reshape(-1, 784).astype(np.float32) / 255.0
     y = d["train_labels"].astype(np.int32)
-    n = clients * RECORDS
+    n = clients * records
     if n > len(x):
         raise ValueError(f"clients={clients}: needs {n} records, MNIST has {len(x)}")
     return (x[:n], y[:n], d["test_images"].reshape(-1, 784).astype(np.float32) / 255.0,
             d["test_labels"].astype(np.int32))
+
+
+def cifar_shaped_workload(clients: int, records: int, test: int = 1000, seed: int = 0):
+    """Synthetic CIFAR-shaped data: N(0, 1) images of shape 32x32x3, labels argmax of a fixed random linear map of
+    the image (a learnable 10-class task), ``clients x records`` training and ``test`` test images."""
+    rng = np.random.default_rng(seed)
+    n = clients * records + test
+    x = rng.standard_normal((n, *CIFAR_SHAPE), dtype=np.float32)
+    teacher = rng.standard_normal((int(np.prod(CIFAR_SHAPE)), 10)).astype(np.float32)
+    y = np.argmax(x.reshape(n, -1) @ teacher, axis=-1).astype(np.int32)
+    m = clients * records
+    return x[:m], y[:m], x[m:], y[m:]
+
+
+def _cnn_problem():
+    import flax.linen as nn
+
+    from dpjax.problems import FlaxProblem
+
+    class SimpleCnn(nn.Module):
+        """pfl-research's benchmark ``simple_cnn`` without dropout; Glorot-uniform kernels as pfl initialises."""
+
+        @nn.compact
+        def __call__(self, x):
+            init = nn.initializers.xavier_uniform()
+            x = nn.relu(nn.Conv(32, (3, 3), padding="VALID", kernel_init=init)(x))
+            x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", kernel_init=init)(x))
+            x = nn.max_pool(x, (2, 2), strides=(2, 2))
+            x = nn.relu(nn.Dense(128, kernel_init=init)(x.reshape(-1)))
+            return nn.Dense(10, kernel_init=init)(x)
+
+    return FlaxProblem(SimpleCnn(), CIFAR_SHAPE, loss_kind="softmax")
 
 
 def _mlp_problem():
@@ -100,9 +139,10 @@ class DpjaxRunner:
         from dpjax.engine import SiloData
 
         self.args = args
-        self.problem = _mlp_problem()
-        self.data = SiloData.from_silos([train_x[i * RECORDS:(i + 1) * RECORDS] for i in range(args.clients)],
-                                        [train_y[i * RECORDS:(i + 1) * RECORDS] for i in range(args.clients)])
+        self.problem = _cnn_problem() if args.cifar else _mlp_problem()
+        r = args.records
+        self.data = SiloData.from_silos([train_x[i * r:(i + 1) * r] for i in range(args.clients)],
+                                        [train_y[i * r:(i + 1) * r] for i in range(args.clients)])
         self.test_x, self.test_y = jnp.asarray(test_x), np.asarray(test_y)
         self.cohort = max(1, round(args.cohort_rate * args.clients))
 
@@ -111,14 +151,14 @@ class DpjaxRunner:
 
         steps, batch = self.args.local_steps, self.args.local_batch
         if self.args.dpjax_local == "epochs":  # the peers' convention: shuffled passes, each record once an epoch
-            if steps * batch % RECORDS:
+            if steps * batch % self.args.records:
                 raise ValueError(f"--dpjax-local epochs needs local_steps*local_batch={steps * batch} to be whole "
-                                 f"epochs of {RECORDS} records; use --dpjax-local draws")
-            local = dict(local_epochs=steps * batch // RECORDS)
+                                 f"epochs of {self.args.records} records; use --dpjax-local draws")
+            local = dict(local_epochs=steps * batch // self.args.records)
         else:  # independent uniform subsets per step
             local = dict(local_steps=steps)
         return DpFedAvg(self.problem, rounds, self.cohort, sampling="poisson", sampling_rate=self.args.cohort_rate,
-                        local_batch_size=batch, **local)
+                        local_batch_size=batch, client_batch=self.args.dpjax_client_batch, **local)
 
     def hparams(self, client_lr=None, sigma=None):
         from dpjax.algorithms.dp_fedavg import FedAvgHParams
@@ -132,7 +172,7 @@ class DpjaxRunner:
         return float(np.mean(np.argmax(np.asarray(logits), -1) == self.test_y))
 
     def epsilon(self, rounds, hp) -> float:
-        return float(self.algorithm(rounds).privacy([RECORDS] * self.args.clients, hp).epsilon(DELTA, "pld").epsilon)  # pfl reports PLD too
+        return float(self.algorithm(rounds).privacy([self.args.records] * self.args.clients, hp).epsilon(DELTA, "pld").epsilon)  # pfl reports PLD too
 
     def run(self, rounds, seed=0):
         from dpjax import engine, keys
@@ -169,7 +209,8 @@ def _peer(python, worker, npz, args, mode, rounds):
     cmd = [python, str(script), "--npz", str(npz), "--mode", mode, "--rounds", str(rounds),
            "--cohort-rate", str(args.cohort_rate), "--clip", str(args.clip), "--sigma", str(args.sigma),
            "--client-lr", str(args.client_lr), "--local-steps", str(args.local_steps),
-           "--local-batch", str(args.local_batch), "--sweep-lrs", *map(str, args.sweep_lrs),
+           "--local-batch", str(args.local_batch), "--records", str(args.records),
+           "--model", "cnn" if args.cifar else "mlp", "--sweep-lrs", *map(str, args.sweep_lrs),
            "--sweep-sigmas", *map(str, args.sweep_sigmas)]
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.peer_timeout)
@@ -199,21 +240,27 @@ def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--peers-python", default=None, help="python of a venv with torch, pfl, flwr")
     p.add_argument("--no-peers", action="store_true")
+    p.add_argument("--cifar", action="store_true",
+                   help="pfl-research's CIFAR-10 benchmark setup (its CNN, cohort 50) on CIFAR-shaped data")
     p.add_argument("--clients", type=int, default=1000)
-    p.add_argument("--cohort-rate", type=float, default=0.1)
-    p.add_argument("--local-steps", type=int, default=6)
+    p.add_argument("--records", type=int, default=None, help="records a client (default 60; --cifar 50)")
+    p.add_argument("--cohort-rate", type=float, default=None, help="default 0.1 (cohort 100); --cifar 0.05 (50)")
+    p.add_argument("--local-steps", type=int, default=None, help="default 6; --cifar 5 (one epoch of 50)")
     p.add_argument("--local-batch", type=int, default=10)
     p.add_argument("--dpjax-local", choices=("epochs", "draws"), default="epochs",
                    help="dpjax's local batches: shuffled epochs (the peers' convention; default) or independent draws")
+    p.add_argument("--dpjax-client-batch", type=int, default=None,
+                   help="DpFedAvg(client_batch=): silos trained at a time (default: all, vmapped; --cifar 1)")
     p.add_argument("--client-lr", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--sigma", type=float, default=1.0)
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--rounds-long", type=int, default=50)
+    p.add_argument("--rounds", type=int, default=None, help="default 5; --cifar 3")
+    p.add_argument("--rounds-long", type=int, default=None, help="default 50; --cifar 0 (no long run)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--sweep-lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3, 1.0])
     p.add_argument("--sweep-sigmas", type=float, nargs="+", default=[0.5, 1.0])
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--sweep", action="store_true", help="run the sweep case with --cifar too")
     p.add_argument("--sweep-repeats", type=int, default=None, help="repeats of the sweep case (default: --repeats)")
     p.add_argument("--peers", nargs="*", default=["pfl", "flower"], choices=("pfl", "flower"),
                    help="peers of the single-configuration rows")
@@ -225,9 +272,22 @@ def main(argv=None) -> dict:
     p.add_argument("--peer-timeout", type=int, default=1800)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    # "compile" is a cold compile: dpjax's persistent compilation cache (on by default) would turn the second
+    # repeat into a cache read. Only takes effect when dpjax.engine is not imported yet (a fresh process).
+    os.environ.setdefault("DPJAX_COMPILATION_CACHE", "0")
+    preset = (dict(records=50, cohort_rate=0.05, local_steps=5, rounds=3, rounds_long=0) if args.cifar else
+              dict(records=60, cohort_rate=0.1, local_steps=6, rounds=5, rounds_long=50))
+    for name, value in preset.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.cifar and args.dpjax_client_batch is None:
+        args.dpjax_client_batch = 1  # a vmapped conv over per-client kernels is a slow grouped conv on XLA:CPU
+    if args.cifar and not args.sweep:
+        args.no_sweep = True
     startup = time.perf_counter() - _T_PROCESS
     python = None if args.no_peers else args.peers_python
-    train_x, train_y, test_x, test_y = load_workload(args.clients, args.data_dir)
+    train_x, train_y, test_x, test_y = (cifar_shaped_workload(args.clients, args.records) if args.cifar else
+                                        load_workload(args.clients, args.records, args.data_dir))
     dp = DpjaxRunner(args, train_x, train_y, test_x, test_y)
     rows = {"dpjax": {"startup_s": startup, "rounds": []}}
     tmp = tempfile.TemporaryDirectory()
@@ -251,17 +311,19 @@ def main(argv=None) -> dict:
             res = _peer(python, peer, npz, args, "single", args.rounds)
             res["load"] = os.getloadavg()[0]
             rows[peer]["rounds"].append(res)
-    load = os.getloadavg()[0]
-    program._COMPILED.clear()
-    jax.clear_caches()
-    long_s, out = dp.run(args.rounds_long)
-    rows["dpjax"]["long"] = {"load": load, "rounds": args.rounds_long, "end_to_end_s": long_s,
-                             "accuracy": dp.accuracy(out.output), "epsilon": dp.epsilon(args.rounds_long, dp.hparams())}
     rows["dpjax"]["epsilon"] = dp.epsilon(args.rounds, dp.hparams())
-    for peer in (p for p in peers if p in args.long_peers):
-        res = _peer(python, peer, npz, args, "single", args.rounds_long)
-        res["load"] = os.getloadavg()[0]
-        rows[peer]["long"] = res
+    if args.rounds_long:
+        load = os.getloadavg()[0]
+        program._COMPILED.clear()
+        jax.clear_caches()
+        long_s, out = dp.run(args.rounds_long)
+        rows["dpjax"]["long"] = {"load": load, "rounds": args.rounds_long, "end_to_end_s": long_s,
+                                 "accuracy": dp.accuracy(out.output),
+                                 "epsilon": dp.epsilon(args.rounds_long, dp.hparams())}
+        for peer in (p for p in peers if p in args.long_peers):
+            res = _peer(python, peer, npz, args, "single", args.rounds_long)
+            res["load"] = os.getloadavg()[0]
+            rows[peer]["long"] = res
     sweep = {}
     if not args.no_sweep:
         sweep["dpjax"] = []
@@ -298,7 +360,7 @@ def _stats(xs):
 
 def _print_table(result):
     a = result["args"]
-    print(f"DP-FedAvg, {a['clients']} clients x {RECORDS}, q={a['cohort_rate']}, C={a['clip']} sigma={a['sigma']}, "
+    print(f"DP-FedAvg{' (CIFAR-shaped, CNN)' if a['cifar'] else ''}, {a['clients']} clients x {a['records']}, q={a['cohort_rate']}, C={a['clip']} sigma={a['sigma']}, "
           f"{a['local_steps']} local steps of {a['local_batch']}; versions {result['versions']}")
     print("| case | framework | load avg | start-up (s) | compile / first round (s) min/med | per round (s) min/med "
           f"| {a['rounds']}-round total (s) min/med | {a['rounds_long']}-round total (s) | test acc | epsilon |")

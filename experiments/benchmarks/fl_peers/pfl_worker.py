@@ -3,10 +3,9 @@
 DP-FedAvg in pfl's idiom: ``FederatedAveraging`` on a ``SimulatedBackend`` with a
 ``CentrallyAppliedPrivacyMechanism(GaussianMechanism(C, sigma))`` (noise sigma C on the sum of the cohort's
 clipped deltas), torch at 1 thread, a fixed cohort of q x clients users a round (pfl's user sampler draws a
-fixed-size cohort; its accountant is given the rate q), epsilon from ``PLDPrivacyAccountant``."""
+fixed-size cohort; its accountant is given the rate q), epsilon from ``PLDPrivacyAccountant``. The model is
+``--model mlp`` (MNIST) or ``cnn`` (pfl-research's CIFAR-10 benchmark CNN, ``_common.make_model``)."""
 
-import argparse
-import json
 import time
 
 T0 = time.perf_counter()
@@ -23,15 +22,18 @@ from pfl.metrics import Metrics, Weighted  # noqa: E402
 from pfl.model.pytorch import PyTorchModel  # noqa: E402
 from pfl.privacy import CentrallyAppliedPrivacyMechanism, GaussianMechanism, PLDPrivacyAccountant  # noqa: E402
 
+from _common import main, make_model, round_times  # noqa: E402
+
 IMPORT_S = time.perf_counter() - T0
 torch.set_num_threads(1)
-RECORDS = 60
 
 
-class Mlp(torch.nn.Module):
-    def __init__(self):
+class Model(torch.nn.Module):
+    """pfl's PyTorchModel calls ``loss`` and ``metrics`` on the module."""
+
+    def __init__(self, kind):
         super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        self.net = make_model(kind)
 
     def forward(self, x):
         return self.net(x)
@@ -61,17 +63,18 @@ def run_one(args, d, client_lr, sigma, seed):
     torch.manual_seed(seed)
     np.random.seed(seed)
     tx, ty = torch.from_numpy(d["train_x"]), torch.from_numpy(d["train_y"].astype(np.int64))
-    clients = len(tx) // RECORDS
+    records = args.records
+    clients = len(tx) // records
     cohort = max(1, round(args.cohort_rate * clients))
 
     def make(uid):
-        return Dataset(raw_data=[tx[uid * RECORDS:(uid + 1) * RECORDS], ty[uid * RECORDS:(uid + 1) * RECORDS]],
+        return Dataset(raw_data=[tx[uid * records:(uid + 1) * records], ty[uid * records:(uid + 1) * records]],
                        user_id=uid)
 
     train = FederatedDataset(make, get_user_sampler("random", list(range(clients))))
     mech = CentrallyAppliedPrivacyMechanism(GaussianMechanism(args.clip, sigma))
     backend = SimulatedBackend(training_data=train, val_data=None, postprocessors=[mech])
-    net = Mlp()
+    net = Model(args.model)
     model = PyTorchModel(net, local_optimizer_create=torch.optim.SGD,
                          central_optimizer=torch.optim.SGD(net.parameters(), lr=1.0))
     timer = Timer()
@@ -85,35 +88,10 @@ def run_one(args, d, client_lr, sigma, seed):
     end = time.perf_counter()
     with torch.no_grad():
         acc = float((net(torch.from_numpy(d["test_x"])).argmax(-1).numpy() == d["test_y"]).mean())
-    rounds = np.diff(timer.times)
     eps = PLDPrivacyAccountant(num_compositions=args.rounds, sampling_probability=args.cohort_rate,
                                mechanism="gaussian", noise_parameter=sigma, delta=1e-5).epsilon if sigma > 0 else None
-    return {"first_round_s": float(rounds[0]), "per_round_s": float(np.median(rounds[1:] if len(rounds) > 1
-                                                                             else rounds)),
-            "end_to_end_s": end - timer.times[0], "accuracy": acc, "epsilon": eps, "cohort": cohort}
-
-
-def main():
-    p = argparse.ArgumentParser()
-    for a, t in (("--npz", str), ("--mode", str), ("--rounds", int), ("--cohort-rate", float), ("--clip", float),
-                 ("--sigma", float), ("--client-lr", float), ("--local-steps", int), ("--local-batch", int)):
-        p.add_argument(a, type=t)
-    p.add_argument("--sweep-lrs", type=float, nargs="+")
-    p.add_argument("--sweep-sigmas", type=float, nargs="+")
-    args = p.parse_args()
-    d = dict(np.load(args.npz))
-    if args.mode == "single":
-        out = run_one(args, d, args.client_lr, args.sigma, 0)
-    else:
-        t = time.perf_counter()
-        runs = [run_one(args, d, lr, s, i) for i, (lr, s) in
-                enumerate((lr, s) for lr in args.sweep_lrs for s in args.sweep_sigmas)]
-        out = {"first_round_s": sum(r["first_round_s"] for r in runs), "per_round_s": sum(r["per_round_s"] for r in runs),
-               "end_to_end_s": time.perf_counter() - t, "accuracy": [r["accuracy"] for r in runs]}
-    out["startup_s"] = time.perf_counter() - T0 - out["end_to_end_s"] if args.mode == "single" else IMPORT_S
-    out["import_s"] = IMPORT_S
-    print(json.dumps(out))
+    return {**round_times(timer.times), "end_to_end_s": end - timer.times[0], "accuracy": acc, "epsilon": eps, "cohort": cohort}
 
 
 if __name__ == "__main__":
-    main()
+    main(run_one, T0, IMPORT_S, startup_excludes_run=True)

@@ -59,3 +59,28 @@ def layout(args, config: dict | None = None) -> dict:
         raise ValueError(f"--silo-block={out['silo_block']} with --silo-compute=per-silo: use --silo-compute=blocks")
     out.setdefault("silo_block", None)
     return out
+
+
+def command_layout(args, name: str = "--silo-devices"):
+    """The flags as a context around a command's compute: ``dpjax.engine.silo_sharding.layout`` (every
+    ``engine.run_grid`` inside shards its runs' silos), or a null context without them. The device count is checked
+    now (jax is loaded), before anything compiles; a command that ran no grid says the flags did nothing."""
+    import contextlib
+
+    chosen = layout(args)
+    if not chosen:
+        return contextlib.nullcontext()
+    from dpjax.engine import silo_sharding
+
+    silo_sharding.resolve_devices(chosen["silo_devices"], name)
+
+    @contextlib.contextmanager
+    def active():
+        with silo_sharding.layout(**chosen) as current:
+            yield current
+        if not current.used:
+            from dpjax import progress
+            progress.stage(f"note: {name} did nothing: this command ran no grid of runs through "
+                           "dpjax.engine.run_grid")
+
+    return active()

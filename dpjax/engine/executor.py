@@ -361,13 +361,14 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
 
 
 # ----------------------------------------------------------------------------- run_grid
-def check_silo_layout(algorithm, datas, silo_devices, silo_compute: str, silo_block, round_loop: str = "scan") -> dict:
+def check_silo_layout(algorithm, datas, silo_devices, silo_compute: str, silo_block, round_loop: str = "scan",
+                      name: str = "silo_devices") -> dict:
     """``ChunkProgram``'s silo options (``silo_devices`` resolved to devices), checked against the algorithm and every
     data split before anything compiles: a ``ValueError`` naming the option and its value."""
     _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)
     if silo_devices is None:
         raise ValueError(f"silo_block={silo_block!r} needs silo_devices (1 for blocks on one device)")
-    devices = silo_sharding.resolve_devices(silo_devices)
+    devices = silo_sharding.resolve_devices(silo_devices, name)
     if round_loop != "scan":
         raise ValueError(f"round_loop={round_loop!r} with silo_devices={silo_devices!r}: sharding a run's silos needs "
                          "round_loop='scan' (all rounds in one compiled program)")

@@ -91,9 +91,10 @@ class Sweep:
             td = self.trial(g.trials[0])
             try:
                 self.silo = check_silo_layout(self.algorithm(g), [td.train], run["silo_devices"],
-                                              run.get("silo_compute", "exact"), run.get("silo_block"))
-            except ValueError as err:
-                raise ValueError(f"run: {err}") from None
+                                              run.get("silo_compute", "exact"), run.get("silo_block"),
+                                              name="run.silo_devices")
+            except ValueError as err:  # the [run] table, or the --silo-* flags that override it
+                raise ValueError(f"[run] / --silo-*: {err}") from None
 
     def spans_processes(self) -> bool:
         """Whether one run's silos span several processes' devices (every process then computes every chunk)."""

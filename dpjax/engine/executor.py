@@ -17,7 +17,9 @@ Options, in one place:
 * vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x configs`` tiles,
   ``common_random_numbers`` (runs with equal keys share their random draws inside one program);
 * per-trial splits: ``run_grid(trials, ..., trial_of_run=...)``;
-* sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits);
+* sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits); one run's silos:
+  ``run(..., silo_devices=)`` and ``run_grid(..., silo_devices=)`` (or the active ``silo_sharding.layout``, which
+  ``dpjax run / reproduce --silo-devices`` set);
 * evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last (``program.eval_schedule``);
 * resumable store: ``execute(..., store=...)`` skips the chunks a store reports finished and hands it every checked
   chunk (``ChunkStore``); with ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;

@@ -345,7 +345,13 @@ class ChunkProgram:
     ``initial_params``) runs a chunk's rounds with ``host_loop`` instead: a chunk of one run executes
     ``dpjax.engine.run(..., round_loop="host")``'s unbatched programs, a wider chunk
     ``run_many(..., round_loop="host")``'s vmapped ones (one key per lane, or one shared key with ``common_keys``), so
-    the results equal those calls bit for bit."""
+    the results equal those calls bit for bit.
+
+    ``silo_devices`` (resolved devices; ``silo_compute``, ``silo_block`` as in ``engine.run``): one chunk at a time,
+    its data's silo axis split over these devices (``_silo_sharded``; the mesh may span ``jax.distributed``
+    processes, every one of which then runs each chunk), instead of one chunk per device. ``"exact"`` gives the
+    bits of the program without ``silo_devices``, ``"blocks"`` those of one device with the same ``silo_block``
+    (tests/sweep/silo_sharding_cli_check.py)."""
 
     def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, *, round_loop: str = "scan",
                  silo_devices=None, silo_compute: str = "exact", silo_block: int | None = None, **options):

@@ -110,3 +110,20 @@ def test_layouts_that_keep_the_bits_are_not_part_of_the_sweep(tmp_path, capsys):
     assert blocked.to_dict()["run"] == {"silo_block": 1} and blocked.to_dict() != plain
     per_silo = SweepConfig.from_dict({**d, "run": {"silo_devices": 2, "silo_compute": "per-silo"}}).to_dict()
     assert per_silo["run"] == {"silo_compute": "per-silo"}
+
+
+def test_a_command_that_runs_no_grid_says_the_flags_did_nothing(capsys):
+    import argparse
+
+    from dpjax import _silo_flags, progress
+    from dpjax.engine import silo_sharding
+    args = argparse.Namespace(silo_devices=1, silo_compute=None, silo_block=None)
+    progress.configure(quiet=False)
+    with _silo_flags.command_layout(args) as layout:
+        assert silo_sharding.current_layout() is layout and layout.silo_compute == "exact"
+    assert silo_sharding.current_layout() is None
+    assert "note: --silo-devices did nothing" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"--silo-devices=3 asks for more devices than there are"):
+        _silo_flags.command_layout(argparse.Namespace(silo_devices=3, silo_compute=None, silo_block=None))
+    with pytest.raises(ValueError, match=r"--silo-block needs --silo-devices"):
+        _silo_flags.command_layout(argparse.Namespace(silo_devices=None, silo_compute=None, silo_block=2))

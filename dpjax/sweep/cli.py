@@ -145,7 +145,8 @@ def _sweep(args) -> int:
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
                                   vmap_width=cfg.vmap_width if args.vmap_width is None else args.vmap_width)
-    flags = {k: getattr(args, k) for k in ("silo_devices", "silo_compute", "silo_block") if getattr(args, k) is not None}
+    flags = {k: getattr(args, k) for k in ("silo_devices", "silo_compute", "silo_block")
+             if getattr(args, k) is not None}
     if flags:  # over the config's [run] table (checked as one: SweepConfig)
         cfg = dataclasses.replace(cfg, run={**cfg.run, **flags})
     if args.data_dir is not None:

@@ -60,7 +60,8 @@ def _main(argv) -> tuple[int, str]:
 
 
 def _compare(a: pd.DataFrame, b: pd.DataFrame) -> tuple[bool, float]:
-    a, b = a.sort_values(list(a.columns[:2])).reset_index(drop=True), b.sort_values(list(b.columns[:2])).reset_index(drop=True)
+    order = list(a.columns[:2])
+    a, b = a.sort_values(order).reset_index(drop=True), b.sort_values(order).reset_index(drop=True)
     assert list(a.columns) == list(b.columns) and len(a) == len(b) and len(a), (a.columns, b.columns)
     num = [c for c in a.columns if pd.api.types.is_float_dtype(a[c])]
     same = a.equals(b)
@@ -89,8 +90,8 @@ def main() -> None:
     (tmp / "table.toml").write_text(CONFIG.replace("[static]", "[run]\nsilo_devices = \"all\"\n[static]"))
     assert _main(["sweep", str(tmp / "table.toml"), "--quiet", "--out", str(tmp / "table")])[0] == 0
     runs, evals = load_results(tmp / "table")
-    print(f"sweep table devices=8 {'IDENTICAL' if _compare(ref_runs, runs)[0] and _compare(ref_evals, evals)[0] else 'DIFFERENT'}",
-          flush=True)
+    same = _compare(ref_runs, runs)[0] and _compare(ref_evals, evals)[0]
+    print(f"sweep table devices=8 {'IDENTICAL' if same else 'DIFFERENT'}", flush=True)
 
     task = ["run", "isrl-mnist-trial", "--rounds", "2", "--repetitions", "2", "--learning-rates", "0.1", "1.0",
             "--no-baseline", "--quiet"]

@@ -108,6 +108,23 @@ MAX_SEED = 2**32 - 1
 MAX_ROUNDS = 2**30
 
 
+def check_devices_spec(name: str, value: Any) -> int | str:
+    """A number of devices as a config or a flag gives it: an int >= 1 (or its text) or ``"all"``."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "all":
+            return "all"
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{_fmt(name, value)} must be a number of devices (an int >= 1) or 'all'") from None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{_fmt(name, value)} must be a number of devices (an int >= 1) or 'all'")
+    if value < 1:
+        raise ValueError(f"{_fmt(name, value)} must be >= 1 (a number of devices) or 'all'")
+    return int(value)
+
+
 def check_seed(name: str, value: Any) -> int:
     """An integer seed in ``[0, MAX_SEED]`` (see :data:`MAX_SEED`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

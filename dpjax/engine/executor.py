@@ -17,7 +17,9 @@ Options, in one place:
 * vmapped runs: ``run_many``'s runs axis, the chunks' ``trials x repetitions x configs`` tiles,
   ``common_random_numbers`` (runs with equal keys share their random draws inside one program);
 * per-trial splits: ``run_grid(trials, ..., trial_of_run=...)``;
-* sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits);
+* sharding: ``devices`` (``shard_map`` over the runs axis; 1 device or 8, same bits); one run's silos:
+  ``run(..., silo_devices=)`` and ``run_grid(..., silo_devices=)`` (or the active ``silo_sharding.layout``, which
+  ``dpjax run / reproduce --silo-devices`` set);
 * evaluation schedule: ``eval_fn`` every ``eval_every`` rounds and after the last (``program.eval_schedule``);
 * resumable store: ``execute(..., store=...)`` skips the chunks a store reports finished and hands it every checked
   chunk (``ChunkStore``); with ``share=(i, P)`` process ``i`` of ``P`` computes every ``P``-th chunk;
@@ -195,7 +197,8 @@ def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: P
         round; for CNNs on CPU, see ``dpjax.engine.program``). Same rounds and keys; float results may differ in the
         last bits.
       silo_devices: devices to shard the silo axis of this one run over (``dpjax.engine.silo_sharding``: the data's
-        silos split evenly, the model replicated; the number of silos a multiple of the number of devices);
+        silos split evenly, the model replicated; the number of silos a multiple of the number of devices): an int
+        ``N`` (the first ``N`` local devices), ``"all"`` or a sequence of distinct ``jax.Device``;
         ``round_loop="scan"`` only.
       silo_compute: with ``silo_devices``: ``"exact"`` (default; the data gathered once, every device computes all
         silos: bit-identical to the unsharded run, tested on 8 host devices) or ``"per-silo"`` (each device computes its
@@ -214,6 +217,10 @@ def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: P
             raise ValueError(f"round_loop={round_loop!r} with silo_devices or silo_block: needs round_loop='scan'")
         _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)
         mesh = None if silo_devices is None else silo_sharding.silo_mesh(silo_devices, int(data.num_silos))
+        if mesh is not None and not silo_sharding.addressable(mesh):
+            raise ValueError(f"silo_devices={silo_devices!r} includes other processes' devices; run() shards over "
+                             "this process's devices (jax.local_devices()): one run over several processes is "
+                             "`dpjax sweep CONFIG --distributed --silo-devices all`")
         silo_blocks.check_run(algorithm, silo_block, silo_compute, int(data.num_silos), mesh)
         put = (lambda t: t) if mesh is None else functools.partial(silo_sharding.replicate, mesh=mesh)
         out = compiled_runner(algorithm, eval_fn, eval_every, False, None, None, silo_mesh=mesh,
@@ -296,7 +303,7 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
             consequence: str = "No result was returned.") -> tuple[list[str], int]:
     """Runs the chunks the store has not finished; returns ``(ids computed, number skipped)``.
 
-    Chunks are taken in order, consecutive chunks of one group ``len(program.devices)`` at a time (one per device); each
+    Chunks are taken in order, consecutive chunks of one group ``program.chunks_at_once`` at a time (one per device); each
     finished chunk's runs pass the result check (``checks.check_runs``; on failure the chunk is not written and
     ``consequence`` ends the message) and are handed to ``store.write`` at once, so a killed execution keeps every chunk
     written before. ``share=(i, P)``: only chunks whose position is ``i`` mod ``P`` (process ``i`` of ``P``);
@@ -326,7 +333,7 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
     while i < len(todo):
         prog = program_of(todo[i])
         batch = [todo[i]]
-        while len(batch) < len(prog.devices) and i + len(batch) < len(todo) and todo[i + len(batch)].group == todo[i].group:
+        while len(batch) < prog.chunks_at_once and i + len(batch) < len(todo) and todo[i + len(batch)].group == todo[i].group:
             batch.append(todo[i + len(batch)])
         i += len(batch)
         for c, out in zip(batch, prog.run_chunks([c.args() for c in batch])):
@@ -356,6 +363,24 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
 
 
 # ----------------------------------------------------------------------------- run_grid
+def check_silo_layout(algorithm, datas, silo_devices, silo_compute: str, silo_block, round_loop: str = "scan",
+                      name: str = "silo_devices") -> dict:
+    """``ChunkProgram``'s silo options (``silo_devices`` resolved to devices), checked against the algorithm and every
+    data split before anything compiles: a ``ValueError`` naming the option and its value."""
+    _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)
+    if silo_devices is None:
+        raise ValueError(f"silo_block={silo_block!r} needs silo_devices (1 for blocks on one device)")
+    devices = silo_sharding.resolve_devices(silo_devices, name)
+    if round_loop != "scan":
+        raise ValueError(f"round_loop={round_loop!r} with silo_devices={silo_devices!r}: sharding a run's silos needs "
+                         "round_loop='scan' (all rounds in one compiled program)")
+    for data in datas:
+        num_silos = int(data.num_silos)
+        mesh = silo_sharding.silo_mesh(devices, num_silos)
+        silo_blocks.check_run(algorithm, silo_block, silo_compute, num_silos, mesh)
+    return {"silo_devices": devices, "silo_compute": silo_compute, "silo_block": silo_block}
+
+
 def _trials(data, eval_data, params, trial_of_run, num_runs: int) -> tuple[list[Trial], np.ndarray]:
     """The trials and each run's trial index (one split: one trial holding every run)."""
     if not isinstance(data, (list, tuple)):
@@ -446,7 +471,8 @@ class _GridCollector:
 
 def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None, eval_every: int | None = None,
              common_random_numbers: bool = True, params=None, trial_of_run=None, chunk_size: int = 256, devices=None,
-             on_nonfinite: str = "mark", round_loop: str = "scan", pad_to: int | None = None) -> GridResult:
+             on_nonfinite: str = "mark", round_loop: str = "scan", pad_to: int | None = None, silo_devices=None,
+             silo_compute: str = "exact", silo_block: int | None = None) -> GridResult:
     """Runs ``len(run_keys)`` runs of ``algorithm`` in compiled chunks, on one data split or one per trial.
 
     Args:
@@ -472,8 +498,17 @@ def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None
       pad_to: chunks narrower than this are padded (by repeating their first run) to ``min(pad_to, chunk_size)`` lanes,
         so grids of different sizes of one algorithm reuse one compiled program (a step-size grid extension of a few
         runs then costs a chunk's execution, not a compilation). A run's lane count is part of its program: its last
-        bits may differ from an unpadded call's."""
+        bits may differ from an unpadded call's.
+      silo_devices: shard each run's silos over these devices (as ``run``'s; default: the active
+        ``silo_sharding.layout``, if any, else none): one chunk at a time spans the devices, instead of one chunk per
+        device. ``silo_compute="exact"`` (and ``"blocks"`` against one device with the same ``silo_block``) gives the
+        unsharded grid's bits; ``"per-silo"`` agrees to float rounding.
+      silo_compute, silo_block: as in ``run``, with ``silo_devices``."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
+    layout = silo_sharding.current_layout() if silo_devices is None else None
+    if layout is not None:
+        silo_devices, silo_compute, silo_block = layout.silo_devices, layout.silo_compute, layout.silo_block
+        layout.used += 1
     _validate.check_int("chunk_size", chunk_size, min_value=1)
     if pad_to is not None:
         _validate.check_int("pad_to", pad_to, min_value=1)
@@ -490,11 +525,15 @@ def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None
     devices = tuple(devices) if devices is not None else tuple(jax.local_devices()[:1])
     if round_loop == "host" and len(devices) != 1:
         raise ValueError(f"devices={devices!r}: round_loop='host' runs on one device")
+    silo = {}
+    if silo_devices is not None or silo_block is not None:
+        silo = check_silo_layout(algorithm, [t.data for t in trials], silo_devices, silo_compute, silo_block,
+                                 round_loop)
     chunks, widths = _grid_chunks(algorithm.problem, trials, trial_index, jax.tree_util.tree_map(np.asarray, hparams),
                                   key_data, common_random_numbers, chunk_size, pad_to)
     # One program per trial; equal-shape trials find the compiled program in ``program``'s cache.
     programs = {t: ChunkProgram(algorithm, eval_fn, eval_every, (1, 1, w), w, devices, round_loop=round_loop,
-                                trial_axis=False, common_keys=common_random_numbers, initial_params=True)
+                                trial_axis=False, common_keys=common_random_numbers, initial_params=True, **silo)
                 for t, w in widths.items()}
     collector = _GridCollector(num_runs)
     execute(chunks, lambda c: programs[c.group], collector, on_nonfinite=on_nonfinite)

@@ -35,6 +35,7 @@ every round is an entry computation. Same rounds and keys; float results may dif
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from typing import Any, Callable
@@ -298,6 +299,37 @@ def _sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, 
     return jax.jit(fn), mesh
 
 
+@functools.lru_cache(maxsize=32)
+def _silo_sharded(algorithm, eval_fn, eval_every, shape, vmap_width, devices: tuple, silo_compute: str,
+                  silo_block, options: tuple = ()):
+    """One chunk at a time with the silo axis of its data split over ``devices`` (``silo_sharding``): the chunk
+    function of ``_sharded`` on a device axis of one chunk, its data's silos sharded (``[1, Tc, N, ...]`` with a
+    trial axis, ``[N, ...]`` without), everything else and the outputs replicated."""
+    mesh = Mesh(np.array(devices), (silo_sharding.SILO_AXIS,))
+    options = dict(options)
+    trial_axis = options.get("trial_axis", True)
+    inner = chunk_fn(algorithm, eval_fn, eval_every, shape, vmap_width, **options)
+    per_chunk = _per_chunk_args(trial_axis)
+    block_mesh = mesh if silo_compute == "blocks" else None
+
+    def one_chunk(*args):
+        hp, data, eval_data, kd, params = (jax.tree_util.tree_map(lambda a: a[0], x) if sharded else x
+                                           for x, sharded in zip(args, per_chunk))
+        if silo_compute == "exact":  # every device the unsharded program on all silos
+            data = silo_sharding.replicated(data, mesh)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(silo_sharding.tracing(mesh, per_silo=silo_compute == "per-silo"))
+            if silo_block is not None:
+                stack.enter_context(silo_blocks.tracing(block_mesh, silo_block))
+            out = inner(hp, data, eval_data, kd, params)
+        return jax.tree_util.tree_map(lambda a: a[None], out)
+
+    silo_dim = 2 if trial_axis else 0  # [device = 1, trial, silo, ...] or [silo, ...]
+    whole = NamedSharding(mesh, P())
+    shardings = (whole, NamedSharding(mesh, P(*([None] * silo_dim), silo_sharding.SILO_AXIS)), whole, whole, whole)
+    return jax.jit(one_chunk, in_shardings=shardings, out_shardings=whole), shardings
+
+
 def _stack_devices(per_device: list, per_chunk: tuple[bool, ...]):
     """Stacks per-device chunk arguments on a leading device axis (shared arguments: the first's)."""
     stack = lambda *xs: np.stack([np.asarray(x) for x in xs])  # noqa: E731
@@ -313,14 +345,36 @@ class ChunkProgram:
     ``initial_params``) runs a chunk's rounds with ``host_loop`` instead: a chunk of one run executes
     ``dpjax.engine.run(..., round_loop="host")``'s unbatched programs, a wider chunk
     ``run_many(..., round_loop="host")``'s vmapped ones (one key per lane, or one shared key with ``common_keys``), so
-    the results equal those calls bit for bit."""
+    the results equal those calls bit for bit.
+
+    ``silo_devices`` (resolved devices; ``silo_compute``, ``silo_block`` as in ``engine.run``): one chunk at a time,
+    its data's silo axis split over these devices (``_silo_sharded``; the mesh may span ``jax.distributed``
+    processes, every one of which then runs each chunk), instead of one chunk per device. ``"exact"`` gives the
+    bits of the program without ``silo_devices``, ``"blocks"`` those of one device with the same ``silo_block``
+    (tests/sweep/silo_sharding_cli_check.py)."""
 
     def __init__(self, algorithm, eval_fn, eval_every, shape, vmap_width, devices, *, round_loop: str = "scan",
-                 **options):
+                 silo_devices=None, silo_compute: str = "exact", silo_block: int | None = None, **options):
         self.devices = tuple(devices)
         self.shape = tuple(shape)
         self.round_loop = round_loop
         self.options = options
+        self.silo_devices = None if silo_devices is None else tuple(silo_devices)
+        #: chunks computed side by side (one per device); one when each chunk's silos span the devices
+        self.chunks_at_once = 1 if self.silo_devices is not None else len(self.devices)
+        if self.silo_devices is not None:
+            if round_loop != "scan":
+                raise ValueError(f"round_loop={round_loop!r} with silo_devices: sharding a run's silos needs "
+                                 "round_loop='scan' (all rounds in one compiled program)")
+            self.static_key = (algorithm, eval_fn, eval_every, self.shape, int(vmap_width), self.silo_devices,
+                               silo_compute, silo_block, tuple(sorted(options.items())))
+            self.fn, self.shardings = _silo_sharded(*self.static_key)
+            self.per_chunk = _per_chunk_args(options.get("trial_axis", True))
+            self._compiled = None
+            return
+        if silo_block is not None:
+            raise ValueError("silo_block without silo_devices: ChunkProgram computes blocks of silos only "
+                             "with its silos sharded (silo_devices=1 for one device)")
         if round_loop == "host":
             if len(self.devices) != 1 or options.get("trial_axis", True) or not options.get("initial_params"):
                 raise ValueError("round_loop='host' runs chunks without a trial axis, from given initial "
@@ -335,6 +389,8 @@ class ChunkProgram:
         self._compiled = None
 
     def _put(self, args):
+        if self.silo_devices is not None:  # the mesh may span processes: each places its devices' pieces
+            return tuple(silo_sharding.put(a, s) for a, s in zip(args, self.shardings))
         return tuple(jax.device_put(a, s) for a, s in zip(args, self.shardings))
 
     def _compile(self, args):
@@ -353,7 +409,7 @@ class ChunkProgram:
         if self.round_loop == "host":
             return None
         try:
-            ma = self._compile(_stack_devices([chunk_args] * len(self.devices), self.per_chunk)).memory_analysis()
+            ma = self._compile(_stack_devices([chunk_args] * self.chunks_at_once, self.per_chunk)).memory_analysis()
             return int(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes)
         except Exception:  # not every backend reports it
             return None
@@ -362,13 +418,18 @@ class ChunkProgram:
         """Runs up to ``len(devices)`` chunks at once, one per device; returns their outputs in order.
 
         Idle devices redo the last chunk (same program, discarded output)."""
-        if not 1 <= len(chunk_args) <= len(self.devices):
-            raise ValueError(f"{len(chunk_args)} chunks for {len(self.devices)} device(s); give 1 to {len(self.devices)}")
+        at_once = self.chunks_at_once
+        if not 1 <= len(chunk_args) <= at_once:
+            raise ValueError(f"{len(chunk_args)} chunks for {at_once} at once; give 1 to {at_once}")
         if self.round_loop == "host":
             return [self._host_chunk(*args) for args in chunk_args]
-        padded = list(chunk_args) + [chunk_args[-1]] * (len(self.devices) - len(chunk_args))
+        padded = list(chunk_args) + [chunk_args[-1]] * (at_once - len(chunk_args))
         args = _stack_devices(padded, self.per_chunk)
-        out = jax.device_get(self._compile(args)(*self._put(args)))
+        out = self._compile(args)(*self._put(args))
+        if self.silo_devices is not None:  # replicated outputs: this process's copy (the mesh may span processes)
+            out = jax.tree_util.tree_map(lambda a: np.asarray(a.addressable_data(0)), out)
+        else:
+            out = jax.device_get(out)
         return [jax.tree_util.tree_map(lambda a: a[i], out) for i in range(len(chunk_args))]
 
     def _host_chunk(self, hp, data, eval_data, kd, params):

@@ -45,27 +45,103 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import numbers
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from dpjax import _validate
+
 SILO_AXIS = "silos"
 SILO_COMPUTE = ("exact", "per-silo", "blocks")
 _MESH: contextvars.ContextVar = contextvars.ContextVar("dpjax_silo_mesh", default=None)
 
 
-def silo_mesh(devices, num_silos: int) -> Mesh:
-    """A 1-d mesh ``("silos",)`` over ``devices``; ``num_silos`` must be a multiple of their number."""
-    devices = tuple(devices)
+def check_spec(value, name: str = "silo_devices"):
+    """``value`` as given in a config file or on the command line: an int >= 1 or ``"all"``
+    (``dpjax._validate.check_devices_spec``, pure Python: commands check it before jax is loaded)."""
+    return _validate.check_devices_spec(name, value)
+
+
+def _available_note(available) -> str:
+    kinds = sorted({d.platform for d in available})
+    note = f"{len(available)} device(s) available ({', '.join(kinds)})"
+    if kinds == ["cpu"]:
+        note += ("; XLA_FLAGS=--xla_force_host_platform_device_count=N (set before jax loads) makes N host "
+                 "devices")
+    return note
+
+
+def resolve_devices(silo_devices, name: str = "silo_devices") -> tuple:
+    """The devices ``silo_devices`` names, checked (a ``ValueError`` naming ``name`` and the value otherwise).
+
+    ``silo_devices``: an int ``N >= 1`` (the first ``N`` of ``jax.local_devices()``; under ``jax.distributed``,
+    ``N = jax.device_count()`` is every process's devices), ``"all"`` (``jax.devices()``: this process's, or every
+    process's under ``jax.distributed``), or a sequence of distinct ``jax.Device`` objects."""
+    if isinstance(silo_devices, (str, numbers.Integral)):
+        spec = check_spec(silo_devices, name)
+        local, everyone = jax.local_devices(), jax.devices()
+        if spec == "all" or (spec == len(everyone) and spec > len(local)):
+            return tuple(everyone)
+        if spec > len(local):
+            if len(everyone) > len(local):
+                raise ValueError(f"{name}={silo_devices!r}: this process has {len(local)} device(s) of "
+                                 f"{len(everyone)} over {jax.process_count()} processes; give at most "
+                                 f"{len(local)} (a share of this process's devices) or 'all' (one mesh over every "
+                                 "process's devices)")
+            raise ValueError(f"{name}={silo_devices!r} asks for more devices than there are: "
+                             f"{_available_note(local)}")
+        return tuple(local[:spec])
+    try:
+        devices = tuple(silo_devices)
+    except TypeError:
+        raise ValueError(f"{name}={silo_devices!r} must be a number of devices (an int >= 1), 'all' or a "
+                         "sequence of jax devices (e.g. jax.devices()[:4])") from None
     if not devices:
-        raise ValueError("silo_devices=() must name at least one device")
+        raise ValueError(f"{name}={silo_devices!r} must name at least one device")
+    for d in devices:
+        if not isinstance(d, jax.Device):
+            raise ValueError(f"{name}={silo_devices!r} holds {d!r}, which is not a jax device; give jax.Device "
+                             "objects (e.g. jax.devices()[:4]), a number of devices or 'all'")
+    seen = set()
+    for d in devices:
+        if d in seen:
+            raise ValueError(f"{name}={silo_devices!r} names {d} twice; each device can hold one share of the "
+                             "silos")
+        seen.add(d)
+    return devices
+
+
+def silo_mesh(devices, num_silos: int) -> Mesh:
+    """A 1-d mesh ``("silos",)`` over ``devices`` (as ``resolve_devices`` takes them); ``num_silos`` must be a
+    multiple of their number."""
+    devices = resolve_devices(devices)
     if num_silos % len(devices):
         raise ValueError(f"silo_devices holds {len(devices)} devices but the data has {num_silos} silos; the "
                          f"number of silos must be a multiple of the number of devices (pad with empty silos "
                          f"or use {[k for k in range(1, len(devices) + 1) if num_silos % k == 0][-1]} devices)")
     return Mesh(np.array(devices), (SILO_AXIS,))
+
+
+def addressable(mesh: Mesh) -> bool:
+    """Whether every device of ``mesh`` belongs to this process (not so for a mesh over several processes'
+    devices under ``jax.distributed``)."""
+    return all(d.process_index == jax.process_index() for d in mesh.devices.flat)
+
+
+def put(tree, sharding):
+    """``tree``'s leaves (host arrays, the same in every process) placed with ``sharding``; over several processes
+    each process places the pieces its own devices hold (``jax.make_array_from_callback``)."""
+    if all(d.process_index == jax.process_index() for d in sharding.device_set):
+        return jax.tree_util.tree_map(lambda a: jax.device_put(a, sharding), tree)
+
+    def one(a):
+        a = np.asarray(a)
+        return jax.make_array_from_callback(a.shape, sharding, lambda index: a[index])
+
+    return jax.tree_util.tree_map(one, tree)
 
 
 def shard_data(data, mesh: Mesh):
@@ -95,6 +171,36 @@ def tracing(mesh: Mesh | None, per_silo: bool = False):
         yield
     finally:
         _MESH.reset(token)
+
+
+class Layout:
+    """How the grids run inside ``layout(...)`` shard each run's silos (``silo_devices`` as ``resolve_devices`` takes
+    it, ``silo_compute``, ``silo_block``); ``used`` counts the grids that took it."""
+
+    def __init__(self, silo_devices, silo_compute: str = "exact", silo_block: int | None = None):
+        self.silo_devices, self.silo_compute, self.silo_block = silo_devices, silo_compute, silo_block
+        self.used = 0
+
+
+_LAYOUT: contextvars.ContextVar = contextvars.ContextVar("dpjax_silo_layout", default=None)
+
+
+@contextlib.contextmanager
+def layout(silo_devices, silo_compute: str = "exact", silo_block: int | None = None):
+    """While active, ``engine.run_grid`` calls that pass no ``silo_devices`` shard each run's silos this way: how
+    ``dpjax run --silo-devices`` and ``dpjax reproduce --silo-devices`` reach the grids a task or figure runs without
+    every driver growing the options. Yields the ``Layout`` (its ``used`` says whether any grid took it)."""
+    current = Layout(silo_devices, silo_compute, silo_block)
+    token = _LAYOUT.set(current)
+    try:
+        yield current
+    finally:
+        _LAYOUT.reset(token)
+
+
+def current_layout() -> Layout | None:
+    """The innermost active ``layout``, or None."""
+    return _LAYOUT.get()
 
 
 _LOCAL_BLOCK: contextvars.ContextVar = contextvars.ContextVar("dpjax_local_block", default=False)

@@ -19,8 +19,12 @@ def _run(args) -> int:
     what = f"reproduce {args.figure}{' --quick' if args.quick else ''}"
     progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
+    from dpjax import _silo_flags
     if getattr(args, "report_only", False):
+        if _silo_flags.layout(args):
+            raise ValueError("--silo-devices/--silo-compute/--silo-block with --report-only: a report computes no run")
         return _report_only(fig, args)
+    silo = _silo_flags.command_layout(args)  # the flags and the device count, before any output is claimed
     options = {}
     if args.construction is not None:
         if args.construction not in fig.constructions:
@@ -39,7 +43,8 @@ def _run(args) -> int:
     progress.stage(f"{what}: running into {out} (stage lines on stderr; --quiet silences them)")
     try:
         with progress.grid(fig.name):  # the grids the figure runs show a bar / stage lines
-            report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
+            with silo:  # --silo-devices: every grid the command runs shards its runs' silos
+                report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
     except BaseException:
         outputs.release_output_dir(out, created)
         raise
@@ -92,4 +97,6 @@ def add_parser(subparsers) -> None:
                         "public scripts do (figures that offer it: see --list)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress (stage lines and bars on stderr); the result line and errors still print")
+    from dpjax import _silo_flags
+    _silo_flags.add_arguments(p)
     p.set_defaults(func=_run)

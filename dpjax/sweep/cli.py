@@ -14,6 +14,12 @@ Several processes (hosts) can share one DIR (on a shared file system):
 Either way process i computes chunks i, i+P, i+2P, ... and the directory ends
 up bit-identical to a single-process sweep. See ``dpjax.sweep.multihost``
 for a multi-host recipe.
+
+One run too large for a device: ``--silo-devices N|all`` (or the config's
+``[run] silo_devices``) splits each run's silos over N local devices, one
+chunk at a time on all of them; with ``--distributed --silo-devices all`` over
+every process's devices (every process computes each chunk, process 0 stores
+it). ``--silo-compute exact`` (default) stores the unsharded sweep's bits.
 """
 
 from __future__ import annotations
@@ -139,6 +145,10 @@ def _sweep(args) -> int:
     if args.chunk_size is not None or args.vmap_width is not None:  # 0 or less is refused, never "automatic"
         cfg = dataclasses.replace(cfg, chunk_size=cfg.chunk_size if args.chunk_size is None else args.chunk_size,
                                   vmap_width=cfg.vmap_width if args.vmap_width is None else args.vmap_width)
+    flags = {k: getattr(args, k) for k in ("silo_devices", "silo_compute", "silo_block")
+             if getattr(args, k) is not None}
+    if flags:  # over the config's [run] table (checked as one: SweepConfig)
+        cfg = dataclasses.replace(cfg, run={**cfg.run, **flags})
     if args.data_dir is not None:
         if "data_dir" not in datasets.get_dataset(cfg.data["name"]).defaults:
             raise ValueError(f"--data-dir={args.data_dir!r}: dataset {cfg.data['name']!r} reads no files")
@@ -200,6 +210,8 @@ def add_parser(subparsers) -> None:
                    help="seconds to wait for all processes to connect (default 300)")
     d.add_argument("--shutdown-timeout", type=int, default=None,
                    help="seconds a finished process waits for the others at the end (default 3600)")
+    from dpjax import _silo_flags
+    _silo_flags.add_arguments(p)
     p.add_argument("--data-dir", default=None,
                    help="directory holding the datasets (sets data.data_dir; default: the config's, then "
                         "$DPJAX_DATA_DIR, then ~/.cache/dpjax)")

@@ -38,6 +38,20 @@ allocated; neither is part of the sweep's identity, so raising one never invalid
 
 ``dpjax sweep --max-runs N --max-data-mb M`` override them.
 
+One run's silos over several devices (``dpjax.engine.silo_sharding``; ``dpjax sweep --silo-devices N|all
+--silo-compute MODE --silo-block B`` override the table)::
+
+    [run]
+    silo_devices = 8                  # or "all": the first 8 of jax.devices() (every process's with --distributed)
+    silo_compute = "exact"            # "exact" (default), "per-silo" or "blocks" (with silo_block)
+    silo_block = 4                    # silos a device computes at a time ("blocks")
+
+Each chunk then runs on all the devices at once, its data's silo axis split over them (the number of silos a multiple
+of the number of devices), instead of one chunk per device. ``silo_devices`` is a layout, not part of the sweep:
+``"exact"`` and ``"blocks"`` store the same bits on any number of devices (``"blocks"``: the same bits as one device
+with the same ``silo_block``), so a sweep resumes with another count. ``silo_block`` and ``silo_compute = "per-silo"``
+(last-bit differences) change the program and are part of the sweep.
+
 Grid axes are: ``trial`` (data split), ``repetition`` (run seed), the algorithm's per-run hyperparameters (e.g.
 ``learning_rate``, ``noise_std``, ``clip_norm``), ``epsilon`` (converted to ``noise_std`` per run by the accountant, so
 it excludes a ``noise_std`` axis) and any static field of the algorithm (each distinct static combination is compiled
@@ -58,7 +72,10 @@ from typing import Any
 from dpjax import _validate
 
 TOP_LEVEL_KEYS = ("name", "algorithm", "num_rounds", "eval_every", "seed", "on_nonfinite", "static", "data", "privacy",
-                  "grid", "chunk_size", "vmap_width", "max_runs", "max_data_mb")
+                  "grid", "chunk_size", "vmap_width", "max_runs", "max_data_mb", "run")
+#: Keys of the ``[run]`` table: how one run is laid out over devices (``dpjax.engine.silo_sharding``).
+RUN_KEYS = ("silo_devices", "silo_compute", "silo_block")
+SILO_COMPUTE = ("exact", "per-silo", "blocks")  # dpjax.engine.silo_sharding.SILO_COMPUTE (no jax imported here)
 #: Largest grid a sweep builds without being told (``max_runs``): 14x the largest packaged config
 #: (7,200 runs); a typo such as ``logspace = [-3, -1, 1000000000]`` is refused before any expansion.
 DEFAULT_MAX_RUNS = 100_000
@@ -177,6 +194,44 @@ def parse_maxnorm(value) -> float | None:
     return None
 
 
+def check_run_table(run) -> dict:
+    """The ``[run]`` table, checked (a ``ValueError`` naming ``run.<key>`` and its value); ``silo_devices`` as an int
+    or ``"all"`` (the device count is checked against the devices once jax has loaded)."""
+    if not isinstance(run, dict):
+        raise ValueError(f"run={run!r} must be a table (keys {RUN_KEYS})")
+    for k in run:
+        if k not in RUN_KEYS:
+            raise ValueError(f"run.{k} is not a known key; known: {RUN_KEYS}")
+    out = dict(run)
+    if "silo_devices" in out:
+        out["silo_devices"] = _validate.check_devices_spec("run.silo_devices", out["silo_devices"])
+    if "silo_compute" in out:
+        _validate.check_choice("run.silo_compute", out["silo_compute"], SILO_COMPUTE)
+    if "silo_block" in out:
+        out["silo_block"] = _validate.check_int("run.silo_block", out["silo_block"], min_value=1)
+    compute = out.get("silo_compute", "exact")
+    if (compute != "exact" or "silo_block" in out) and "silo_devices" not in out:
+        what = "run.silo_block" if "silo_block" in out else f"run.silo_compute={compute!r}"
+        raise ValueError(f"{what} needs run.silo_devices (the devices one run's silos are split over; 1 for one "
+                         "device)")
+    if compute == "blocks" and "silo_block" not in out:
+        raise ValueError("run.silo_compute='blocks' needs run.silo_block (the silos a device computes at a time)")
+    if compute == "per-silo" and "silo_block" in out:
+        raise ValueError("run.silo_block with run.silo_compute='per-silo': use silo_compute = 'blocks'")
+    return out
+
+
+def run_identity(run: dict) -> dict:
+    """The part of a ``[run]`` table that decides a sweep's bits: ``silo_block`` and a ``"per-silo"``
+    ``silo_compute`` (``"exact"`` and ``"blocks"`` keep the unsharded bits on any number of devices)."""
+    identity = {}
+    if run.get("silo_block") is not None:
+        identity["silo_block"] = run["silo_block"]
+    if run.get("silo_compute") == "per-silo":
+        identity["silo_compute"] = "per-silo"
+    return identity
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
     """A resolved sweep configuration (see the module docstring for the fields). ``grid`` maps each axis to a tuple of
@@ -198,8 +253,10 @@ class SweepConfig:
     vmap_width: int | None = None
     max_runs: int | None = None  # None: DEFAULT_MAX_RUNS (a limit, not part of the sweep: see LIMIT_KEYS)
     max_data_mb: float | None = None  # None: DEFAULT_MAX_DATA_MB
+    run: dict = dataclasses.field(default_factory=dict)  # [run]: RUN_KEYS (see the module docstring)
 
     def __post_init__(self):
+        object.__setattr__(self, "run", check_run_table(self.run))
         from dpjax import algorithms  # late: the families import jax
         from dpjax.engine import registry
         from dpjax.sweep import datasets
@@ -324,6 +381,11 @@ class SweepConfig:
         d = dataclasses.asdict(self)
         for k in LIMIT_KEYS:
             d.pop(k)
+        identity = run_identity(self.run)
+        if identity:
+            d["run"] = identity
+        else:  # no [run] table, or a layout that keeps the bits: a directory of the unsharded sweep
+            d.pop("run")
         d["grid"] = {k: list(v) for k, v in self.grid.items()}
         return d
 

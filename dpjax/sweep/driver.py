@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from dpjax import _validate
-from dpjax.engine.executor import Chunk, execute
+from dpjax.engine.executor import Chunk, check_silo_layout, execute
 from dpjax.engine.run_inputs import run_key_data
 from dpjax import algorithms
 from dpjax.engine import registry
@@ -79,6 +79,27 @@ class Sweep:
         # products. Measured on the Fig. 4 grid (2 trials, 360 runs, 2 busy cores): width 4 took 49.5 s, 20 took
         # 11.0 s, 60 took 9.7 s. The memory check (fit_memory) still halves it when a chunk would not fit.
         self.vmap_width = cfg.vmap_width if cfg.vmap_width is not None else self.chunk_size
+        self.silo: dict = {}  # ChunkProgram's silo options (``check_silo``): one run's silos over devices
+
+    def check_silo(self) -> None:
+        """Resolves and checks the config's ``[run]`` layout against every group's algorithm and data (before any
+        compilation): ``ValueError`` naming ``run.<key>``."""
+        run = self.cfg.run
+        if "silo_devices" not in run:
+            return
+        for g in self.groups:
+            td = self.trial(g.trials[0])
+            try:
+                self.silo = check_silo_layout(self.algorithm(g), [td.train], run["silo_devices"],
+                                              run.get("silo_compute", "exact"), run.get("silo_block"),
+                                              name="run.silo_devices")
+            except ValueError as err:  # the [run] table, or the --silo-* flags that override it
+                raise ValueError(f"[run] / --silo-*: {err}") from None
+
+    def spans_processes(self) -> bool:
+        """Whether one run's silos span several processes' devices (every process then computes every chunk)."""
+        return bool(self.silo) and not all(d.process_index == jax.process_index()
+                                           for d in self.silo["silo_devices"])
 
     def trial(self, t) -> datasets.TrialData:
         if t not in self._trials:
@@ -146,7 +167,7 @@ class Sweep:
             alg = self.algorithm(self.groups[c.group])
             shape = (len(c.trial_idx), len(c.rep_idx), len(c.cfg_idx))
             self._programs[c.group] = ChunkProgram(alg, self.eval_fn(alg.problem), self.cfg.eval_every, shape,
-                                                   self.vmap_width, self.devices)
+                                                   self.vmap_width, self.devices, **self.silo)
         return self._programs[c.group]
 
     def fit_memory(self, chunks) -> None:
@@ -195,6 +216,20 @@ class Sweep:
                 evals.append({"run_id": rid, "eval_round": int(r)} | {m: float(arr[run, e]) for m, arr in ev.items()})
 
         return pd.DataFrame(runs), pd.DataFrame(evals)
+
+
+class _ReadOnlyStore:
+    """A process > 0 of a sweep whose runs span every process's devices: it computes each chunk with process 0 (one
+    program over all devices) and stores nothing; process 0 writes."""
+
+    def __init__(self, store: "_DirectoryStore"):
+        self.store = store
+
+    def finished(self, chunk: Chunk) -> bool:
+        return self.store.finished(chunk)
+
+    def write(self, chunk: Chunk, results: dict) -> None:
+        pass
 
 
 class _DirectoryStore:
@@ -282,6 +317,7 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
         # Resume with the stored (possibly auto-chosen) tiling: same chunks, same lanes, same bits.
         cfg = dataclasses.replace(cfg, chunk_size=old.get("chunk_size"), vmap_width=old.get("vmap_width"))
     sw = Sweep(cfg, devices)
+    sw.check_silo()
     chunks = plan_lib.build_chunks(sw.groups, sw.chunk_size)
     if old is None and cfg.chunk_size is None:
         sw.fit_memory(chunks)
@@ -292,8 +328,13 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
     plan = {c.chunk_id: c for c in chunks}
     work = [Chunk(c.chunk_id, c.group, tuple(c.lanes()), functools.partial(sw.chunk_args, c),
                   functools.partial(sw.describe, c)) for c in chunks]
-    computed, skipped = execute(work, lambda chunk: sw.program(plan[chunk.id]), _DirectoryStore(store, sw, plan),
-                                on_nonfinite=cfg.on_nonfinite, share=(process_index, process_count),
+    target = _DirectoryStore(store, sw, plan)
+    share = (process_index, process_count)
+    if sw.spans_processes():  # one program over every process's devices: all compute each chunk, process 0 stores
+        target = target if process_index == 0 else _ReadOnlyStore(target)
+        share = (0, 1)
+    computed, skipped = execute(work, lambda chunk: sw.program(plan[chunk.id]), target,
+                                on_nonfinite=cfg.on_nonfinite, share=share,
                                 max_chunks=max_chunks, progress=f"sweep {cfg.name}" if progress else None,
                                 pause=sleep_between_chunks, consequence="Nothing of this chunk was written.")
     runs, evals = store.load()

@@ -12,6 +12,8 @@ def _run_isrl_mnist(args) -> int:
     from dpjax.tasks import isrl_mnist
 
     _validate.check_seed("--seed", args.seed)  # before anything is loaded
+    from dpjax import _silo_flags
+    silo = _silo_flags.command_layout(args)  # the flags, then the device count (loads jax)
 
     cfg = isrl_mnist.IsrlMnistConfig(
         epsilon=args.epsilon,
@@ -33,7 +35,8 @@ def _run_isrl_mnist(args) -> int:
     # Checked here too so that the message names the flag; run() then writes into the claimed directory.
     path, created = outputs.claim_output_dir(out, isrl_mnist.run_identity(cfg), overwrite=args.overwrite)
     try:
-        summary = isrl_mnist.run(cfg, path, progress=not (args.no_progress or args.quiet), overwrite=True)
+        with silo:  # --silo-devices: every grid the command runs shards its runs' silos
+            summary = isrl_mnist.run(cfg, path, progress=not (args.no_progress or args.quiet), overwrite=True)
     except BaseException:
         outputs.release_output_dir(path, created)
         raise
@@ -82,5 +85,7 @@ def add_parser(subparsers) -> None:
     m.add_argument("--no-progress", action="store_true", help="no progress bar")
     m.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
+    from dpjax import _silo_flags
+    _silo_flags.add_arguments(m)
     m.set_defaults(func=_run_isrl_mnist)
     p.set_defaults(func=lambda args: p.error("give a TASK: isrl-mnist-trial (dpjax run --help lists the tasks)"))

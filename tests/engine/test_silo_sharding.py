@@ -62,13 +62,61 @@ def test_sharded_runs_equal_the_unsharded_run_on_8_host_devices():
     assert noise_rows == {"exact": ["16"], "per-silo": ["2"]}, r.stdout
 
 
+def _tiny(num_silos: int = 3):
+    xs = [np.zeros((4, 2), np.float32)] * num_silos
+    data = SiloData.from_silos(xs, [np.zeros(4, np.float32)] * num_silos)
+    return NoisyMbSgd(LogisticRegression(2), 2, 2), data, MbSgdHParams.create(0.1)
+
+
+@pytest.mark.parametrize("silo_devices, message", [
+    (2, r"silo_devices=2 asks for more devices than there are: 1 device\(s\) available \(cpu\); XLA_FLAGS="),
+    (0, r"silo_devices=0 must be >= 1 \(a number of devices\) or 'all'"),
+    (-1, r"silo_devices=-1 must be >= 1"),
+    (True, r"silo_devices=True must be a number of devices"),
+    (2.0, r"silo_devices=2.0 must be a number of devices"),
+    ("cpu:0", r"silo_devices='cpu:0' must be a number of devices"),
+    (["cpu:0"], r"silo_devices=\['cpu:0'\] holds 'cpu:0', which is not a jax device"),
+    ([0], r"silo_devices=\[0\] holds 0, which is not a jax device"),
+    ([], r"silo_devices=\[\] must name at least one device"),
+    ("dup", r"silo_devices=\[.*\] names .* twice; each device can hold one share"),
+])
+def test_bad_silo_devices_are_value_errors_naming_the_value(silo_devices, message):
+    """dpjax#39: an int gave ``TypeError: 'int' object is not iterable``, a repeated device a bare ``AssertionError``,
+    a device name an ``AttributeError``."""
+    alg, data, hp = _tiny(4)
+    if silo_devices == "dup":
+        silo_devices = [jax.devices()[0]] * 2
+    with pytest.raises(ValueError, match=message):
+        run(alg, data, hp, keys.run_key(0, 0), silo_devices=silo_devices)
+
+
+@pytest.mark.slow
+def test_a_number_of_devices_or_all_shards_over_the_local_devices():
+    alg, data, hp = _tiny(4)
+    ref = run(alg, data, hp, keys.run_key(0, 0))
+    for spec in (1, "all", "ALL", jax.devices()[:1]):
+        got = run(alg, data, hp, keys.run_key(0, 0), silo_devices=spec)
+        assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(got.output),
+                                                        jax.tree_util.tree_leaves(ref.output)))
+
+
+def test_run_grid_checks_its_silo_options():
+    from dpjax.engine import run_grid, silo_sharding, stack_hparams
+    alg, data, hp = _tiny(4)
+    hps, rk = stack_hparams([hp]), keys.run_key(0, 0)[None]
+    with pytest.raises(ValueError, match=r"silo_devices=0 must be >= 1"):
+        run_grid(alg, data, hps, rk, silo_devices=0)
+    with pytest.raises(ValueError, match=r"silo_block=2 needs silo_devices"):
+        run_grid(alg, data, hps, rk, silo_block=2)
+    with pytest.raises(ValueError, match=r"round_loop='host' with silo_devices=1"):
+        run_grid(alg, data, hps, rk, silo_devices=1, round_loop="host")
+    with pytest.raises(ValueError, match=r"silo_devices=\[\] must name at least one device"):
+        with silo_sharding.layout([]):  # the layout a command sets reaches the grids inside it
+            run_grid(alg, data, hps, rk)
+
+
 def test_silo_devices_must_divide_the_silos():
-    xs = [np.zeros((4, 2), np.float32)] * 3
-    data = SiloData.from_silos(xs, [np.zeros(4, np.float32)] * 3)
-    alg = NoisyMbSgd(LogisticRegression(2), 2, 2)
-    hp = MbSgdHParams.create(0.1)
-    with pytest.raises(ValueError, match="multiple of the number of devices"):
-        run(alg, data, hp, keys.run_key(0, 0), silo_devices=[jax.devices()[0]] * 2)
+    alg, data, hp = _tiny(3)
     with pytest.raises(ValueError, match="silo_compute='all' must be one of"):
         run(alg, data, hp, keys.run_key(0, 0), silo_devices=jax.devices()[:1], silo_compute="all")
     with pytest.raises(ValueError, match="round_loop='scan'"):

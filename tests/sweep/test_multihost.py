@@ -39,8 +39,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch_pair(cfg_path, out, port):
-    """Runs ``dpjax sweep --distributed`` as processes 0 and 1 on 127.0.0.1:port; returns (procs, logs).
+def _launch_pair(cfg_path, out, port, extra=()):
+    """Runs ``dpjax sweep --distributed`` (plus ``extra`` flags) as processes 0 and 1 on 127.0.0.1:port; returns
+    (procs, logs).
 
     Bounded by TIMEOUT_S; children still running on the way out are killed.
     """
@@ -48,7 +49,7 @@ def _launch_pair(cfg_path, out, port):
                      JAX_COORDINATOR_BIND_ADDRESS=f"127.0.0.1:{port}")  # loopback only
     base = [sys.executable, "-m", "dpjax.cli", "sweep", str(cfg_path), "--out", str(out), "--no-progress",
             "--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
-            "--init-timeout", "120", "--shutdown-timeout", "300"]
+            "--init-timeout", "120", "--shutdown-timeout", "300", *extra]
     procs = []
     try:
         for i in range(2):
@@ -99,6 +100,35 @@ def test_two_processes_with_jax_distributed_equal_one_process(tmp_path, referenc
     assert [int(e["process_index"]) for e in envs] == [0, 1]
     assert all(len(e["devices"]) == 2 for e in envs)
     assert not list(out.rglob("*.tmp"))
+
+
+@pytest.mark.slow
+def test_one_run_over_two_processes_equals_one_process(tmp_path):
+    """``--distributed --silo-devices all``: each run's 4 silos over the 4 devices of 2 processes (one program over
+    both; every process computes every chunk, process 0 stores it) stores the bits of one process on one device.
+    ``--silo-compute exact`` (the default) keeps the unsharded program; what crosses the processes is the data's
+    gather and the replicated outputs."""
+    d = tomllib.loads(TINY)
+    d["data"]["num_silos"] = 4
+    d["grid"]["trial"] = 1
+    d["chunk_size"] = 4
+    ref = run_sweep(SweepConfig.from_dict(d), tmp_path / "single", devices=jax.local_devices()[:1], progress=False)
+    cfg_path = tmp_path / "four_silos.toml"
+    cfg_path.write_text(TINY.replace("num_silos = 3", "num_silos = 4").replace("trial = 3", "trial = 1")
+                        .replace('name = "tiny"', 'name = "tiny"\nchunk_size = 4'))
+    for attempt in range(2):  # a second try only if the free port was taken in between
+        out = tmp_path / f"shared{attempt}"
+        procs, logs = _launch_pair(cfg_path, out, _free_port(), ["--silo-devices", "all"])
+        if not any("address already in use" in log.lower() for log in logs):
+            break
+    for i, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, f"process {i}:\n{log[-4000:]}"
+        assert f"(process {i} of 2): computed 4 chunk(s)" in log, log  # every chunk, on all 4 devices
+        assert "holds 4 of 4 chunks" in log, log
+    runs, evals = load_results(out)
+    assert len(runs) == 12
+    pd.testing.assert_frame_equal(runs, ref.runs, check_exact=True)
+    pd.testing.assert_frame_equal(evals, ref.evals, check_exact=True)
 
 
 @pytest.mark.parametrize(

@@ -107,10 +107,11 @@ class LocalDeltas:
     ``engine.conv_layout.canonical_convs`` (XLA:CPU's fast convolutions inside the step loop).
 
     ``client_batch``: None (default) trains all computed silos at once under ``vmap``; ``k`` trains them ``k`` at a
-    time (``lax.map(..., batch_size=k)``). Vmapping a convolution over per-silo kernels makes it a grouped
-    convolution, which XLA:CPU runs ~2.5x slower per silo than one silo's (pfl-research's CIFAR CNN on 2 cores):
-    ``client_batch=1`` is the faster choice there, and it skips the cohort buffer's empty slots; dense models gain
-    from the batched matmuls of ``vmap``."""
+    time (``lax.map`` over vmapped chunks of k), skipping every chunk that holds no reporting silo. Vmapping a
+    convolution over per-silo kernels makes it a grouped convolution, which XLA:CPU runs ~2.5x slower per silo
+    than one silo's (pfl-research's CIFAR CNN on 2 cores): ``client_batch=1`` is the faster choice there; dense
+    models gain from the batched matmuls of ``vmap``, and a chunk size near the expected cohort skips the Poisson
+    buffer's empty tail."""
 
     problem: Any
     local_steps: int
@@ -146,6 +147,25 @@ class LocalDeltas:
         rows, valid = jax.vmap(epoch)(jnp.arange(self.local_epochs))
         return rows.reshape(-1, b), valid.reshape(-1, b)
 
+    def _in_chunks(self, one_silo, available, inputs, params):
+        """``one_silo`` over the computed silos ``client_batch`` at a time (``lax.map`` over vmapped chunks); a chunk
+        holding no reporting silo trains nothing (``lax.cond``): the Poisson buffer holds its sampled silos first and
+        is sized for the tail (~m + 6 sqrt(m) + 8), so its last chunks are mostly empty. Their deltas are zeros,
+        weighted 0 as before. (Under a vmapped sweep the cond computes both branches: no saving, same numbers.)"""
+        k, slots = self.client_batch, available.shape[0]
+        chunks = -(-slots // k)
+        # padded slots repeat slot 0 (PRNG keys cannot be zero-padded); their outputs are cut off below
+        pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], chunks * k - slots, axis=0)]).reshape(  # noqa: E731
+            chunks, k, *a.shape[1:])
+        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros((k, *p.shape), p.dtype), params)
+
+        def chunk(args):
+            avail, *silo_args = args
+            return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), lambda: zeros)
+
+        out = jax.lax.map(chunk, jax.tree_util.tree_map(pad, (available, *inputs)))
+        return jax.tree_util.tree_map(lambda a: a.reshape(chunks * k, *a.shape[2:])[:slots], out)
+
     def update(self, batch: Batch, state, ctx: Context):
         params, data = ctx.query, ctx.data
         lr = getattr(ctx.hparams, self.lr_field)
@@ -176,14 +196,8 @@ class LocalDeltas:
         inputs = (rows, data.sizes[rows], silo_keys)
         if self.client_batch is None:
             deltas = jax.vmap(one_silo)(*inputs)
-        elif self.client_batch == 1:
-            # one silo at a time: a slot of the cohort buffer that holds no sampled silo trains nothing (its
-            # delta is weighted 0 either way; the buffer is sized for the Poisson tail, ~m + 6 sqrt(m) + 8)
-            zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-            deltas = jax.lax.map(lambda a: jax.lax.cond(a[0], lambda: one_silo(*a[1:]), lambda: zeros),
-                                 (batch.available, *inputs))
         else:
-            deltas = jax.lax.map(lambda a: one_silo(*a), inputs, batch_size=self.client_batch)
+            deltas = self._in_chunks(one_silo, batch.available, inputs, params)
         return PerUnitVectors(deltas, batch.available.astype(jnp.float32), per_silo=True), state
 
 

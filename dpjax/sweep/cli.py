@@ -178,7 +178,7 @@ def _plot(args) -> int:
     from dpjax.sweep.plot import completeness, plot_store
     out = plot_store(args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
                      lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-                     partial=args.partial)
+                     partial=args.partial, reference=args.reference)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")
@@ -247,6 +247,8 @@ def add_parser(subparsers) -> None:
                        help="log-scale x axis (default: log when the x values span a decade or more)")
     scale.add_argument("--linear-x", dest="logx", action="store_const", const=False, help="linear x axis")
     q.add_argument("--out", default=None, help="output image (default STORE/figure.png)")
+    q.add_argument("--reference", default=None, metavar="DIR",
+                   help="another sweep directory (e.g. the non-private twin's) drawn as a dashed reference level")
     q.add_argument("--partial", action="store_true",
                    help="plot a sweep directory that holds only some of its chunks (refused otherwise)")
     q.add_argument("--quiet", action="store_true", help="no stage lines on stderr")

@@ -39,6 +39,17 @@ def extrapolate_full(timings: dict) -> float:
     return total
 
 
+def bars_note(seeds) -> str:
+    """What the bars of the accuracy panel are: ``no bars (1 seed)``, ``bars: sample SD over 3 seeds``, or for mixed
+    counts ``bars: sample SD over 2/3 seeds; none where 1 seed``."""
+    counts = sorted(set(int(s) for s in seeds))
+    several = [c for c in counts if c > 1]
+    if not several:
+        return "no bars: 1 seed"
+    return (f"bars: sample SD over {'/'.join(map(str, several))} seeds"
+            + ("; none where 1 seed" if 1 in counts else ""))
+
+
 def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
     import matplotlib
 
@@ -55,10 +66,8 @@ def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
             ax1.plot([names.index(n) - 0.4, names.index(n) + 0.4], [v, v], "k--")
     ax1.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
     ax1.set_xlabel("variant")
-    seeds = sorted({best[n]["seeds"] for n in names})
     ax1.set_ylabel("best test accuracy (%, mean over seeds)")
-    ax1.set_title("MNIST, sigma = 2 (dashed: paper; bars: sample SD over "
-                  + "/".join(map(str, seeds)) + " seeds" + (", none for 1 seed)" if 1 in seeds else ")"), fontsize=9)
+    ax1.set_title(f"MNIST, sigma = 2 (dashed: paper; {bars_note([best[n]['seeds'] for n in names])})", fontsize=9)
     for name, rows in privacy.items():
         for acc, style in (("strong-exact", "-o"), ("sqrt-gE", ":"), ("generic-group", "--")):
             pts = [(r["group_size"], r["epsilon"]) for r in rows if r["accountant"] == acc]

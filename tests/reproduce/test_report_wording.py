@@ -57,3 +57,23 @@ def test_paper_sigma_far_above_nominal_gets_a_sentence():
     assert "ε = 2.7e+05 at nominal 3" in note and isrl.outputs.LABELS[LOCAL] in note
     assert isrl.outputs.LABELS[MB] + " (" not in note  # MB-SGD's σ is at its nominal ε: no sentence
     assert note in isrl.outputs._noise_table_md(noise)
+
+
+def test_dpsgd_inf_series_is_named_not_listed_undrawn(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from dpjax.reproduce import dpsgd_mnist_report as rep
+
+    monkeypatch.setattr(plt, "close", lambda *a, **k: None)
+    plt.close("all")
+    best = {"BC-SH": {"mean": 0.95, "std": 0.01, "seeds": 2}, "SGD": {"mean": 0.98, "std": 0.0, "seeds": 1}}
+    privacy = {"BC-SH": [{"group_size": g, "epsilon": 2.0 * g, "accountant": "strong-exact"} for g in (1, 2)],
+               "SGD": [{"group_size": g, "epsilon": math.inf, "accountant": "strong-exact"} for g in (1, 2)]}
+    rep.plot(tmp_path / "f.png", best, privacy)
+    fig = plt.figure(plt.get_fignums()[-1])
+    ax2 = fig.axes[1]
+    labels = [t.get_text() for t in ax2.get_legend().get_texts()]
+    assert labels == ["BC-SH strong-exact"] and "ε = inf, not drawn: SGD strong-exact" in ax2.get_title()
+    assert "bars: sample SD over 2 seeds; none where 1 seed" in fig.axes[0].get_title()
+    monkeypatch.undo()
+    plt.close("all")

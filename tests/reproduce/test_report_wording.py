@@ -45,6 +45,20 @@ def test_close_means_from_two_trials_are_inconclusive_not_yes():
     assert isrl.claims.claims_mnist(_summary(above), EXP)[0]["verdict"] == "differs"
 
 
+def test_beating_the_non_private_line_by_0_001_from_two_trials_is_inconclusive():
+    """The issue's case: MB-SGD 0.147 vs non-private Local SGD 0.148 (2 trials x 1 repetition) was 'holds: yes'."""
+    exp = isrl.config.Experiment("m", "test_error", (isrl.config.Setting(25, 12),), (18.0,), 18.0, 5, 1, 1, (0.1,),
+                                 (0.1,), calibrations=("paper",))
+    vals = {(LOCAL_NP, "none", math.inf): (0.148, 0.146, 0.150, 2), (MB_NP, "none", math.inf): (0.13, 0.13, 0.13, 2),
+            (MB, "paper", 18.0): (0.147, 0.145, 0.149, 2), (LOCAL, "paper", 18.0): (0.151, 0.150, 0.152, 2)}
+    claims = isrl.claims.claims_mnist(_summary(vals), exp)
+    (np_claim,) = [c for c in claims if "non-private" in c["claim"]]
+    assert np_claim["holds"] and np_claim["verdict"] == "inconclusive"
+    far = vals | {(LOCAL_NP, "none", math.inf): (0.20, 0.19, 0.21, 2)}
+    (np_claim,) = [c for c in isrl.claims.claims_mnist(_summary(far), exp) if "non-private" in c["claim"]]
+    assert np_claim["verdict"] == "holds"
+
+
 def test_paper_sigma_far_above_nominal_gets_a_sentence():
     noise = pd.DataFrame([
         {"setting": "N=25, M=12", "algorithm": LOCAL, "epsilon": 3.0, "calibration": "paper", "sigma_over_L": 0.1,

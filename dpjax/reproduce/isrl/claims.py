@@ -57,11 +57,13 @@ def compare_below(a: tuple[float, float, int], b: tuple[float, float, int]) -> s
     return "inconclusive"
 
 
-def _below_every_eps(summ, setting, a_alg, b_alg, cal, eps_values) -> dict:
+def _below_every_eps(summ, setting, a_alg, b_alg, cal, eps_values, nonprivate: bool = False) -> dict:
     """``{"verdict", "verdict_reason"}`` of "a below b at every ε" by ``compare_below`` per ε: holds when every ε holds,
-    differs when one differs, else inconclusive (naming the ε that cannot tell)."""
-    per = {e: compare_below(_interval(summ, setting, a_alg, cal, e), _interval(summ, setting, b_alg, cal, e))
-           for e in eps_values}
+    differs when one differs, else inconclusive (naming the ε that cannot tell). ``nonprivate``: b is a non-private
+    line (calibration "none", ε = inf), the same interval at every ε."""
+    b_at = (lambda e: _interval(summ, setting, b_alg, "none", math.inf)) if nonprivate else \
+        (lambda e: _interval(summ, setting, b_alg, cal, e))
+    per = {e: compare_below(_interval(summ, setting, a_alg, cal, e), b_at(e)) for e in eps_values}
     n = min((_interval(summ, setting, a_alg, cal, e)[2] for e in eps_values), default=0)
     if per and all(v == "holds" for v in per.values()):
         return {"verdict": "holds", "verdict_reason": ""}
@@ -95,7 +97,8 @@ def claims_mnist(summ, exp: Experiment) -> list[dict]:
                     "claim": "ISRL-DP MB-SGD beats non-private Local SGD for ε ≥ 12", "setting": st.label,
                     "calibration": cal,
                     "measured": "; ".join(f"ε={e:g}: {fmt_value(mb[e])}" for e in sorted(big)) + f" vs non-private Local SGD {fmt_value(np_local)}",
-                    "holds": all(mb[e] < np_local for e in big)})
+                    "holds": all(mb[e] < np_local for e in big),
+                    **_below_every_eps(summ, st, MB, LOCAL_NP, cal, sorted(big), nonprivate=True)})
     return out
 
 

@@ -70,7 +70,7 @@ def test_paper_sigma_far_above_nominal_gets_a_sentence():
     note = isrl.outputs.noise_note(noise)
     assert "ε = 2.7e+05 at nominal 3" in note and isrl.outputs.LABELS[LOCAL] in note
     assert isrl.outputs.LABELS[MB] + " (" not in note  # MB-SGD's σ is at its nominal ε: no sentence
-    assert note in isrl.outputs._noise_table_md(noise)
+    assert note in isrl.outputs.noise_table_md(noise)
 
 
 def test_dpsgd_inf_series_is_named_not_listed_undrawn(tmp_path, monkeypatch):

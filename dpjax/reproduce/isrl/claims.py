@@ -71,9 +71,8 @@ def _below_every_eps(summ, setting, a_alg, b_alg, cal, eps_values, nonprivate: b
     if differs:
         return {"verdict": "differs", "verdict_reason": "intervals above at ε = " + ", ".join(f"{e:g}" for e in differs)}
     unsure = [e for e, v in per.items() if v == "inconclusive"]
-    return {"verdict": "inconclusive",
-            "verdict_reason": (f"p5–p95 trial intervals overlap or have < 2 trials (here {n}) at ε = "
-                               + ", ".join(f"{e:g}" for e in unsure))}
+    why = (f"{n} trial: no interval" if n < 2 else f"the p5–p95 intervals over {n} trials overlap")
+    return {"verdict": "inconclusive", "verdict_reason": f"{why} at ε = " + ", ".join(f"{e:g}" for e in unsure)}
 
 
 def fmt_value(v: float) -> str:

@@ -42,7 +42,7 @@ def _table(summ: pd.DataFrame, exp: Experiment) -> str:
     return "\n".join(lines)
 
 
-def _noise_table_md(noise: pd.DataFrame) -> str:
+def noise_table_md(noise: pd.DataFrame) -> str:
     if not len(noise):
         return ""
     cell = lambda g, col: f"{g[col].iloc[0]:.4g}" if len(g) else "—"  # noqa: E731  (a calibration not run)
@@ -190,7 +190,7 @@ def write_outputs(out_dir: pathlib.Path, exp: Experiment, result: dict, *, quick
         lines += ["## The same selections on the official MNIST test set (10,000 images, parity labels)", "",
                   "The generalisation gap between constructions: under the authors' construction most pooled test "
                   "rows are copies of training images.", "", _table(official, exp), ""]
-    lines += ["## Noise: paper vs tight calibration", "", _noise_table_md(result["noise"]), "",
+    lines += ["## Noise: paper vs tight calibration", "", noise_table_md(result["noise"]), "",
               "## Pooled training optimum (Newton) and heterogeneity υ*²", "", _optimum_md(optimum), ""]
     edge = selected[selected["edge"] & np.isfinite(selected["train_loss"])]
     lines.append(f"Selected step size at an end of its grid in {len(edge)}/{len(selected)} selections "

@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import logging
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -47,11 +46,11 @@ from dpjax import _validate as v
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
+from dpjax.accounting.absl_logs import unconverged_orders
 from dpjax.accounting.calibration import bisect_threshold
 
 __all__ = [
     "TIGHT_ACCOUNTANTS",
-    "unconverged_orders",
     "PLD_MAX_POINTS",
     "PLD_MAX_SINGLE_POINTS",
     "certifies",
@@ -245,37 +244,6 @@ def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np
     if schedule.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
         notes += ("no amplification by shuffling claimed: each record is in one block per epoch",)
     return orders, np.asarray(acc.rdp, dtype=float), notes
-
-
-class _Unconverged(logging.Filter):
-    """Drops dp_accounting's ``_compute_log_a_frac failed to converge`` records, keeping each one's order."""
-
-    def __init__(self):
-        super().__init__()
-        self.orders: list[float] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith("_compute_log_a_frac failed to converge"):
-            args = record.args if isinstance(record.args, tuple) else ()
-            self.orders.append(float(args[-1]) if args else math.nan)  # (iterations, q, sigma, alpha)
-            return False
-        return True  # any other record (e.g. "Negative Renyi divergence") still reaches the user
-
-
-@contextlib.contextmanager
-def unconverged_orders():
-    """Within the block, dp_accounting's per-order "failed to converge" absl warnings are not printed; yields the
-    list of the orders they named (dp_accounting excludes those orders itself: their RDP is inf, a valid bound).
-
-    Scoped to dpjax's own call, so a user's direct dp_accounting calls still log; other records pass through.
-    absl logs through the standard ``logging`` logger ``"absl"``, so no absl import is needed.
-    """
-    logger, flt = logging.getLogger("absl"), _Unconverged()
-    logger.addFilter(flt)
-    try:
-        yield flt.orders
-    finally:
-        logger.removeFilter(flt)
 
 
 def _base(schedule: GaussianSchedule) -> GaussianSchedule:

@@ -193,6 +193,53 @@ def _retired_algorithms() -> dict[str, str]:
     return {}
 
 
+def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
+    """``precheck``'s grid part: the size before expansion, each axis, the numeric values it can judge alone."""
+    grid = d.get("grid")
+    if "grid" in d and (not isinstance(grid, dict) or not grid):
+        problems.append("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
+    elif isinstance(grid, dict):
+        sized = check(grid_size, grid)
+        limit = max_runs if max_runs is not None else d.get("max_runs") if isinstance(d.get("max_runs"), int) else None
+        limit = DEFAULT_MAX_RUNS if limit is None else limit
+        if sized is not None and sized[0] > limit:
+            problems.append(f"grid has {sized[0]:,} runs ({sized[1]}), above max_runs={limit:,}; shrink the grid, or "
+                            "raise the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
+        elif sized is not None:
+            for k, spec in grid.items():
+                values = check(expand_axis, k, spec)
+                if k not in POSITIVE_HPARAMS or values is None:
+                    continue
+                for i, val in enumerate(values):  # numbers only: "2*maxnorm" and the like need the family
+                    if k == "epsilon" and not _is_real(val):
+                        problems.append(f"grid.epsilon[{i}]={val!r} must be a number")
+                    elif _is_real(val):
+                        check(check_hparam_value, f"grid.{k}[{i}]", k, val)
+        if "epsilon" in grid and not isinstance(d.get("privacy"), dict):
+            problems.append("grid.epsilon needs a [privacy] table with accountant and delta")
+
+
+def _precheck_privacy(privacy, problems: list, check) -> None:
+    """``precheck``'s [privacy] part: keys, the accountant's name, delta."""
+    if privacy is not None:
+        if not isinstance(privacy, dict):
+            problems.append(f"privacy={privacy!r} must be a table")
+        else:
+            for k in privacy:
+                if k not in PRIVACY_KEYS:
+                    problems.append(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
+            if "accountant" not in privacy or "delta" not in privacy:
+                problems.append("privacy must set both accountant and delta")
+            if "accountant" in privacy:
+                from dpjax.accounting import api  # pure Python
+                from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS
+
+                check(_validate.check_choice, "privacy.accountant", privacy["accountant"],
+                      api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
+            if privacy.get("delta", "1/n^2") != "1/n^2":
+                check(_validate.check_open_unit, "privacy.delta", privacy["delta"])
+
+
 def precheck(d: Any, *, max_runs: int | None = None) -> None:
     """Every check of a raw config table that needs no jax, ALL problems in one ``ValueError`` (``"; "``-joined).
 
@@ -245,46 +292,8 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
         problems.append(f"data={d['data']!r} must be a table with a 'name' key")
     if "static" in d and not isinstance(d["static"], dict):
         problems.append(f"static={d['static']!r} must be a table")
-    grid = d.get("grid")
-    if "grid" in d and (not isinstance(grid, dict) or not grid):
-        problems.append("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
-    elif isinstance(grid, dict):
-        sized = check(grid_size, grid)
-        limit = max_runs if max_runs is not None else d.get("max_runs") if isinstance(d.get("max_runs"), int) else None
-        limit = DEFAULT_MAX_RUNS if limit is None else limit
-        if sized is not None and sized[0] > limit:
-            problems.append(f"grid has {sized[0]:,} runs ({sized[1]}), above max_runs={limit:,}; shrink the grid, or "
-                            "raise the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
-        elif sized is not None:
-            for k, spec in grid.items():
-                values = check(expand_axis, k, spec)
-                if k not in POSITIVE_HPARAMS or values is None:
-                    continue
-                for i, val in enumerate(values):  # numbers only: "2*maxnorm" and the like need the family
-                    if k == "epsilon" and not _is_real(val):
-                        problems.append(f"grid.epsilon[{i}]={val!r} must be a number")
-                    elif _is_real(val):
-                        check(check_hparam_value, f"grid.{k}[{i}]", k, val)
-        if "epsilon" in grid and not isinstance(d.get("privacy"), dict):
-            problems.append("grid.epsilon needs a [privacy] table with accountant and delta")
-    privacy = d.get("privacy")
-    if privacy is not None:
-        if not isinstance(privacy, dict):
-            problems.append(f"privacy={privacy!r} must be a table")
-        else:
-            for k in privacy:
-                if k not in PRIVACY_KEYS:
-                    problems.append(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
-            if "accountant" not in privacy or "delta" not in privacy:
-                problems.append("privacy must set both accountant and delta")
-            if "accountant" in privacy:
-                from dpjax.accounting import api  # pure Python
-                from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS
-
-                check(_validate.check_choice, "privacy.accountant", privacy["accountant"],
-                      api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
-            if privacy.get("delta", "1/n^2") != "1/n^2":
-                check(_validate.check_open_unit, "privacy.delta", privacy["delta"])
+    _precheck_grid(d, max_runs, problems, check)
+    _precheck_privacy(d.get("privacy"), problems, check)
     if problems:
         raise ValueError(f"{len(problems)} problem(s) in the config: " + "; ".join(problems)
                          if len(problems) > 1 else problems[0])

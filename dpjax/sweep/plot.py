@@ -166,6 +166,24 @@ def _bar_units(runs, chosen, *, select_over, by, metric):
     return reps[keys + [metric]], "repetitions"
 
 
+def _ylabel(metric: str, bars, unit: str, percentiles) -> str:
+    """The y label: the metric, what the mean is over, and what the bars are (or that there are none)."""
+    n_units = int(bars["n_trials"].max()) if len(bars) else 0
+    spread = (f"bars: p{percentiles[0]:g}-p{percentiles[1]:g} over {n_units} {unit}" if n_units > 1
+              else "no bars: 1 trial, 1 repetition")
+    return f"{metric}\n(mean over {unit}; {spread})"
+
+
+def _reference_level(reference, select_over, criterion: str, metric: str) -> float:
+    """The mean ``metric`` of another sweep directory, ``select_over`` chosen per trial as in the plotted one."""
+    ref_runs, _ = load_results(reference)
+    if len(ref_runs) == 0:
+        raise ValueError(f"reference={str(reference)!r} has no finished runs yet")
+    ref_by = ["trial"] if "trial" in ref_runs.columns else []
+    return float(_selected(ref_runs, select_over=select_over, by=ref_by, criterion=criterion,
+                           metric=metric)[metric].mean())
+
+
 def _widen_flat(ax, values, is_rate: bool) -> bool:
     """Widens a linear y axis to at least the minimum span around the data's middle; True when it did."""
     v = np.asarray(values, float)
@@ -216,14 +234,7 @@ def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning
         partial_note = f" (partial: {done[0]} of {done[1]} chunks)"
     else:
         partial_note = ""
-    ref_mean = None
-    if reference is not None:  # checked before drawing anything
-        ref_runs, _ = load_results(reference)
-        if len(ref_runs) == 0:
-            raise ValueError(f"reference={str(reference)!r} has no finished runs yet")
-        ref_by = ["trial"] if "trial" in ref_runs.columns else []
-        ref_mean = float(_selected(ref_runs, select_over=select_over, by=ref_by, criterion=criterion,
-                                   metric=metric)[metric].mean())
+    ref_mean = None if reference is None else _reference_level(reference, select_over, criterion, metric)
     line_cols = [lines] if lines else _static_lines(runs, x)
     by = line_cols + [x, "trial"]
     chosen = _selected(runs, select_over=select_over, by=by, criterion=criterion, metric=metric)
@@ -250,10 +261,7 @@ def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning
                    label=f"reference: {pathlib.Path(reference).name} ({ref_mean:.3g})")
         drawn += 1
     ax.set_xlabel(x)
-    n_units = int(bars["n_trials"].max()) if len(bars) else 0
-    spread = (f"bars: p{percentiles[0]:g}-p{percentiles[1]:g} over {n_units} {unit}" if n_units > 1
-              else "no bars: 1 trial, 1 repetition")
-    ax.set_ylabel(f"{metric}\n(mean over {unit}; {spread})")
+    ax.set_ylabel(_ylabel(metric, bars, unit, percentiles))
     if logx if logx is not None else spans_decades(bars.loc[finite, x]):
         ax.set_xscale("log")
     if logy if logy is not None else spans_decades(pd.concat([bars["mean"], bars["p_lo"], bars["p_hi"]])):

@@ -11,11 +11,12 @@ Quick start::
     compute_epsilon(s, 1e-5, "best")           # the smaller, naming the accountant that certified it
     compute_epsilon([s, s2], 1e-5, "pld")      # heterogeneous composition (one neighbouring relation)
     calibrate_noise(s, 1.0, 1e-5, "best")      # noise_std (absolute); / s.sensitivity = noise multiplier
+    calibrate_schedule(s, 1.0, 1e-5, "best")   # the calibrated schedule: .noise_std, .noise_multiplier named
 
 See README.md in this package for which accountant certifies what.
 """
 
-from dpjax.accounting.api import ACCOUNTANTS, CALIBRATION_RTOL, calibrate_noise, compute_epsilon
+from dpjax.accounting.api import ACCOUNTANTS, CALIBRATION_RTOL, calibrate_noise, calibrate_schedule, compute_epsilon
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, PrivacyUnit, Sampling, SdpReport
 from dpjax.accounting.isrl import (
     isrl_authors_code_calibration,
@@ -34,6 +35,7 @@ __all__ = [
     "Sampling",
     "SdpReport",
     "calibrate_noise",
+    "calibrate_schedule",
     "compute_epsilon",
     "isrl_authors_code_calibration",
     "isrl_experiment_calibration",

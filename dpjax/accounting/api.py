@@ -35,7 +35,7 @@ from dpjax.accounting.tight import (
     tight_epsilon,
 )
 
-__all__ = ["ACCOUNTANTS", "compute_epsilon", "calibrate_noise", "use_probability", "CALIBRATION_RTOL",
+__all__ = ["ACCOUNTANTS", "compute_epsilon", "calibrate_noise", "calibrate_schedule", "use_probability", "CALIBRATION_RTOL",
            "PLD_CALIBRATION_RTOL", "MIN_NOISE_MULTIPLIER"]
 
 PAPER_ACCOUNTANTS = ("paper", "paper-experiment")
@@ -157,8 +157,10 @@ def calibrate_noise(
 ) -> float:
     """Smallest noise_std (ignoring ``schedule.noise_std``) with epsilon <= target.
 
-    Returns the absolute noise standard deviation (divide by
-    ``schedule.sensitivity`` for the noise multiplier). Never overshoots: the
+    Returns the absolute noise standard deviation, a bare float: divide by
+    ``schedule.sensitivity`` for the noise multiplier, or call
+    ``calibrate_schedule`` for the calibrated schedule, whose ``noise_std``,
+    ``noise_multiplier`` and ``sensitivity`` are named. Never overshoots: the
     returned noise_std gives ``compute_epsilon(...).epsilon <= target_epsilon``
     with the same accountant (checked on the same function), and it exceeds
     the smallest such noise_std by at most a factor (1 + CALIBRATION_RTOL)
@@ -296,3 +298,13 @@ def _calibrate_paper(schedule, target, delta, accountant, eps_at) -> float:
             return sigma
         sigma *= 1 + 1e-12
     raise ValueError(f"accountant={accountant!r} calibration did not reach target_epsilon={target!r}")
+
+
+def calibrate_schedule(
+    schedule: GaussianSchedule, target_epsilon: float, delta: float, accountant: str = "rdp"
+) -> GaussianSchedule:
+    """``schedule`` with the noise ``calibrate_noise`` finds (its ``noise_std`` ignored): the result names its parts,
+    ``.noise_std`` (absolute), ``.noise_multiplier`` (std / sensitivity) and ``.sensitivity``, and is what
+    ``compute_epsilon`` certifies (``<= target_epsilon``, never overshooting)."""
+    std = calibrate_noise(schedule, target_epsilon, delta, accountant)
+    return _check_schedule(schedule).replace(noise_std=std)

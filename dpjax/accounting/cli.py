@@ -8,7 +8,11 @@ Examples::
         --dataset-size 1238 --steps 35 --delta 6.5e-7 --json
 
 `--noise-multiplier` is noise std / sensitivity (sensitivity = 2 x contribution bound under replace-one, 1 x under
-add/remove). With `--epsilon`, the noise is calibrated (never overshooting). `--sampling-rate q` is accounted exactly
+add/remove). `--neighboring` follows the sampling unless given, as DP-FedAvg's does: add-remove for Poisson (the
+relation of Abadi et al. 2016, dp_accounting and Opacus, whose multiplier is std / clip norm), replace-one for the
+fixed-size schemes and full batches (add/remove needs a data set of unknown size). Under replace-one the multiplier
+is std / (2 x clip norm), so the same number is twice the noise of an add/remove one; every replace-one result says so
+in a note. With `--epsilon`, the noise is calibrated (never overshooting). `--sampling-rate q` is accounted exactly
 for Poisson sampling; the fixed-size schemes need q n to be an integer batch. The default `--accountant best` reports
 the smallest epsilon any tight accountant certifies and names it. `--json` prints one JSON object with at least
 epsilon, delta, noise_multiplier, noise_std, accountant.
@@ -25,7 +29,8 @@ from dpjax import _validate as v
 from dpjax.accounting.api import ACCOUNTANTS, calibrate_noise, compute_epsilon
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 
-__all__ = ["add_account_parser", "batch_size_for_rate", "build_parser", "main", "run"]
+__all__ = ["REPLACE_ONE_NOTE", "add_account_parser", "batch_size_for_rate", "build_parser", "default_neighboring", "main",
+           "run"]
 
 
 def _count(flag: str):
@@ -34,7 +39,8 @@ def _count(flag: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson")
+    p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson",
+                   help="how each step's batch is drawn (default: %(default)s)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--noise-multiplier", type=float, help="noise std / sensitivity")
     g.add_argument("--epsilon", type=float, help="target epsilon: calibrate the noise")
@@ -45,12 +51,30 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dataset-size", type=_count("--dataset-size"), required=True)
     p.add_argument("--steps", type=_count("--steps"), required=True)
     p.add_argument("--delta", type=float, required=True)
-    p.add_argument("--neighboring", choices=[n.value for n in Neighboring], default="replace-one")
-    p.add_argument("--unit", choices=[u.value for u in PrivacyUnit], default="record")
-    p.add_argument("--group-size", type=_count("--group-size"), default=1)
+    p.add_argument("--neighboring", choices=[n.value for n in Neighboring], default=None,
+                   help="the neighbouring relation (default: add-remove for poisson, replace-one otherwise)")
+    p.add_argument("--unit", choices=[u.value for u in PrivacyUnit], default="record",
+                   help="what one neighbour differs in, a label of the guarantee (default: %(default)s)")
+    p.add_argument("--group-size", type=_count("--group-size"), default=1,
+                   help="records covered at once (default: %(default)s)")
     p.add_argument("--accountant", choices=list(ACCOUNTANTS), default="best",
-                   help="'best' (default): the smallest epsilon of the tight accountants that certify")
+                   help="'best': the smallest epsilon of the tight accountants that certify (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def default_neighboring(sampling: str) -> str:
+    """``--neighboring``'s default: add-remove for Poisson sampling, replace-one for the rest (DP-FedAvg's rule).
+
+    Poisson with add/remove is the relation under which Abadi et al. (2016), dp_accounting and Opacus state their
+    noise multiplier (std / clip norm), so their schedules typed here mean the same; a fixed-size batch (or a full one)
+    needs a public data set size, which add/remove does not give (``GaussianSchedule`` refuses the pair).
+    """
+    return Neighboring.ADD_REMOVE.value if sampling == Sampling.POISSON.value else Neighboring.REPLACE_ONE.value
+
+
+REPLACE_ONE_NOTE = ("neighbouring=replace-one: noise multiplier = noise std / (2 x clip norm), the sensitivity of "
+                    "swapping one record; dp_accounting and Opacus state std / clip norm under add/remove, so the same "
+                    "multiplier here is twice their noise (--neighboring add-remove for their convention, Poisson only)")
 
 
 def batch_size_for_rate(sampling: str, sampling_rate: float, dataset_size: int) -> float | int | None:
@@ -89,8 +113,9 @@ def run(args: argparse.Namespace) -> dict:
         k = args.batch_size
     else:
         raise ValueError("batch_size=None: give --batch-size or --sampling-rate (or --sampling full)")
+    neighboring = args.neighboring if args.neighboring is not None else default_neighboring(args.sampling)
     base = GaussianSchedule(noise_std=1.0, contribution_bound=1.0, sampling=args.sampling, dataset_size=n,
-                            batch_size=k, steps=args.steps, neighboring=args.neighboring, unit=args.unit,
+                            batch_size=k, steps=args.steps, neighboring=neighboring, unit=args.unit,
                             group_size=args.group_size)
     multiplier = getattr(args, "noise_multiplier", None)
     if multiplier is not None:
@@ -103,6 +128,8 @@ def run(args: argparse.Namespace) -> dict:
                               "group_size": args.group_size}
     if args.epsilon is not None:
         out["target_epsilon"] = args.epsilon
+    if base.neighboring is Neighboring.REPLACE_ONE:  # the number means another noise than dp_accounting's: say so
+        out["notes"] = [*out["notes"], REPLACE_ONE_NOTE]
     return out
 
 
@@ -114,6 +141,8 @@ def _table(out: dict) -> str:
     label = {"neighboring": "neighbouring"}
     lines = [f"{label.get(k, k.replace('_', ' ')):<26}" + (f"{v_:.6g}" if isinstance(v_, float) else str(v_))
              for k, v_ in ((k, out[k]) for k in keys)]
+    if out["neighboring"] == Neighboring.REPLACE_ONE.value:  # beside the number, not only in the notes below
+        lines.insert(1, f"{'convention':<26}replace-one: noise multiplier = std / (2 x clip norm), see the note")
     return "\n".join(lines + [f"note: {n}" for n in out["notes"]])
 
 

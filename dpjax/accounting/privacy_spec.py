@@ -75,7 +75,9 @@ class PrivacySpec(abc.ABC):
 
     @abc.abstractmethod
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
-        """Hyperparameter values (``field -> value``) meeting ``target_epsilon``."""
+        """Hyperparameter values meeting ``target_epsilon``, keyed by the family's hparams field names -- for every
+        Gaussian family ``{"noise_multiplier": z}`` (std / sensitivity), read as ``spec.calibrate(...)[
+        "noise_multiplier"]`` and passed on as the hparams' field of that name."""
 
     def dp_event(self):
         """The run as a ``dp_accounting.DpEvent``; here ``UnsupportedDpEvent``: no dp_accounting event

@@ -131,7 +131,8 @@ class GaussianSchedule:
       steps: number of releases (rounds) that may touch this data set.
       neighboring: `Neighboring` relation (default replace-one, as in all five
         papers).
-      unit: `PrivacyUnit` label of the guarantee.
+      unit: `PrivacyUnit` label of the guarantee (default ``record``, central
+        DP; the ISRL-DP families pass ``record-in-silo`` themselves).
       group_size: g >= 1; the guarantee covers any g records at once.
       sampling_rate: POISSON only: the declared public rate q that the sampler
         draws with (then ``inclusion_probability`` is q exactly, and ``batch_size`` is the
@@ -150,7 +151,7 @@ class GaussianSchedule:
     batch_size: int | None
     steps: int
     neighboring: Neighboring = Neighboring.REPLACE_ONE
-    unit: PrivacyUnit = PrivacyUnit.RECORD_IN_SILO
+    unit: PrivacyUnit = PrivacyUnit.RECORD
     group_size: int = 1
     sampling_rate: float | None = None
 

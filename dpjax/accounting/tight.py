@@ -46,6 +46,7 @@ from dpjax import _validate as v
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
+from dpjax.accounting.absl_logs import unconverged_orders
 from dpjax.accounting.calibration import bisect_threshold
 
 __all__ = [
@@ -235,9 +236,13 @@ def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np
         q, z, count = wor
         return orders, np.zeros_like(orders) + count * wor_rdp.wor_gaussian_rdp(q, z, orders), notes
     acc = dpa_rdp.RdpAccountant(orders=list(orders), neighboring_relation=schedule.dp_neighboring_relation)
-    acc.compose(event)
+    with unconverged_orders() as excluded:
+        acc.compose(event)
+    if excluded:  # said once, in the report, instead of one absl WARNING per order on stderr
+        notes = (f"dp_accounting's RDP series did not converge at {len(excluded)} order(s) "
+                 f"({min(excluded):g} .. {max(excluded):g}): those orders are excluded (RDP = inf there)",)
     if schedule.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-        notes = ("no amplification by shuffling claimed: each record is in one block per epoch",)
+        notes += ("no amplification by shuffling claimed: each record is in one block per epoch",)
     return orders, np.asarray(acc.rdp, dtype=float), notes
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -145,8 +146,46 @@ class AuditResult:
     def passed(self) -> bool:
         return self.below_certificate and self.below_exact and all(m.caught for m in self.mutants)
 
+    @property
+    def threshold(self) -> float:
+        """What a mutant's bound must exceed: the smaller of the certified and the canary pair's exact epsilon."""
+        return min(self.certificate.epsilon, self.exact_epsilon if self.exact_epsilon is not None else math.inf)
+
+    @property
+    def runs_needed(self) -> int | None:
+        """Runs per dataset at which every uncaught mutant's test would be caught (``stats.runs_to_exceed`` on its
+        observed rates); None when one would not be caught by any number of runs up to ``stats.MAX_RUNS`` (or all
+        are caught)."""
+        need = [stats.runs_to_exceed(m.bound, self.threshold) for m in self.mutants if not m.caught]
+        return None if not need or None in need else max(max(need), self.runs + 1)
+
+    @property
+    def verdict(self) -> str:
+        """``PASS``; ``FAIL`` (a bound above a threshold, or a mutant that more runs would not catch); or
+        ``INCONCLUSIVE``: no violation found, but too few runs to catch the mutants (``runs_needed`` would decide)."""
+        if self.passed:
+            return "PASS"
+        if self.below_certificate and self.below_exact and self.runs_needed is not None:
+            return "INCONCLUSIVE"
+        return "FAIL"
+
+    def failed_criteria(self) -> list[str]:
+        """Each criterion not met, in words (empty when passed)."""
+        out = []
+        if not self.below_certificate:
+            out.append(f"lower bound {self.bound.epsilon:.3f} >= certified {self.certificate.epsilon:.3f}")
+        if not self.below_exact:
+            out.append(f"lower bound {self.bound.epsilon:.3f} > the pair's exact {self.exact_epsilon:.3f}")
+        for m in self.mutants:
+            if not m.caught:
+                out.append(f"mutant {m.name} not caught ({m.bound.epsilon:.3f} <= {self.threshold:.3f})")
+        if self.verdict == "INCONCLUSIVE":
+            out.append(f"{self.runs} runs too few: about {self.runs_needed} would decide (--runs)")
+        return out
+
     def as_dict(self) -> dict:
-        return {"name": self.name, "description": self.description, "passed": self.passed,
+        return {"name": self.name, "description": self.description, "passed": self.passed, "verdict": self.verdict,
+                "failed_criteria": self.failed_criteria(), "runs_needed": self.runs_needed,
                 "below_certificate": self.below_certificate, "below_exact": self.below_exact,
                 "certificate": dataclasses.asdict(self.certificate), "lower_bound": self.bound.as_dict(),
                 "mutants": [m.as_dict() for m in self.mutants], "exact": self.exact, "runs_per_dataset": self.runs,

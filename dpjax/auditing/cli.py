@@ -10,7 +10,10 @@ Writes ``audit.md`` (table) and ``audit.json`` into ``--out``; refuses to
 overwrite an earlier report unless ``--overwrite`` (checked before any run).
 Exit status 0 when every audit passes (lower bound below the certified
 epsilon and below the canary pair's exact epsilon where it is computed, every
-mutant caught), 1 otherwise, 2 on bad input.
+mutant caught), 1 otherwise, 2 on bad input. An audit that finds no violation
+but whose runs are too few to catch its own mutants is INCONCLUSIVE (exit 1),
+with the number of runs that would decide; every other miss is FAIL, and the
+summary line names the criterion each one missed.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         exact = "-" if result.exact_epsilon is None else f"{result.exact_epsilon:.3f}"
         print(f"{name}: certified {result.certificate.epsilon:.3f}, exact {exact}, lower bound {result.bound.epsilon:.3f}, "
               + ", ".join(f"{m.name} {m.bound.epsilon:.3f}" for m in result.mutants)
-              + f" -> {'PASS' if result.passed else 'FAIL'} ({result.seconds:.1f} s)", flush=True)
+              + f" -> {result.verdict} ({result.seconds:.1f} s)"
+              + (f": {'; '.join(result.failed_criteria())}" if not result.passed else ""), flush=True)
         results.append(result)
     wall = time.perf_counter() - start
     meta = {"mechanisms": names, "runs_per_dataset": args.runs, "seed": args.seed, "confidence": args.confidence,
@@ -103,13 +107,24 @@ def run(args: argparse.Namespace) -> int:
             f.write(json_report(results, meta))
     else:
         print(md)
-    print(summary_line(names, [r.passed for r in results], wall), flush=True)
+    print(summary_line(names, [r.passed for r in results], wall, results=results), flush=True)
     return 0 if meta["passed"] else 1
 
 
-def summary_line(names, passed, seconds: float) -> str:
-    """``audit: 22 of 24 passed, 2 failed (dp-ftrl, user-level) in 310 s``: the last line of ``dpjax audit``."""
-    failed = [n for n, ok in zip(names, passed) if not ok]
-    line = f"audit: {len(names) - len(failed)} of {len(names)} passed"
+def summary_line(names, passed, seconds: float, results=None) -> str:
+    """``audit: 22 of 24 passed, 1 failed (dp-ftrl: lower bound 3.1 >= certified 2.0), 1 inconclusive (dp-sgd: 2000
+    runs too few: about 40000 would decide) in 310 s``: the last line of ``dpjax audit``. Without ``results`` (the
+    ``AuditResult`` per name) a non-passed audit is a failure named without its criterion."""
+    by_verdict = {"FAIL": [], "INCONCLUSIVE": []}
+    for i, (name, ok) in enumerate(zip(names, passed)):
+        if ok:
+            continue
+        r = None if results is None else results[i]
+        verdict = "FAIL" if r is None else r.verdict
+        by_verdict[verdict].append(name if r is None else f"{name}: {'; '.join(r.failed_criteria())}")
+    failed, unsure = by_verdict["FAIL"], by_verdict["INCONCLUSIVE"]
+    line = f"audit: {len(names) - len(failed) - len(unsure)} of {len(names)} passed"
     line += f", {len(failed)} failed ({', '.join(failed)})" if failed else ", none failed"
+    if unsure:
+        line += f", {len(unsure)} inconclusive ({', '.join(unsure)})"
     return line + f" in {seconds:.0f} s"

@@ -35,13 +35,14 @@ def markdown_report(results: Sequence[AuditResult], header: str = "") -> str:
         lines.append(
             f"| {r.name} | {_fmt(r.certificate.epsilon)} ({r.certificate.delta:g}) | {r.certificate.accountant} | "
             f"{_fmt(b.epsilon)} ({b.confidence:.0%}) | {b.false_positives} / {b.false_negatives} of {b.runs_d} | "
-            f"{mutants} | {exact} | {'PASS' if r.passed else 'FAIL'} |")
+            f"{mutants} | {exact} | {r.verdict} |")
     lines.append("")
     for r in results:
         lines.append(f"* **{r.name}**: {r.description}; relation {r.certificate.neighboring}; "
                      + ", ".join(f"{k} = {v}" for k, v in r.details.items())
                      + (f"; exact: {json.dumps(r.exact, default=str)}" if r.exact else "")
-                     + f"; {r.seconds:.1f} s")
+                     + f"; {r.seconds:.1f} s"
+                     + (f"; **{r.verdict}**: {'; '.join(r.failed_criteria())}" if not r.passed else ""))
     return "\n".join(lines) + "\n"
 
 

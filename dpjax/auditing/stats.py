@@ -31,7 +31,7 @@ from dpjax import _validate as v
 MAX_RUNS = 10**7
 
 __all__ = ["clopper_pearson", "clopper_pearson_upper", "epsilon_from_rates", "EpsilonLowerBound", "epsilon_lower_bound",
-           "select_threshold", "select_and_bound"]
+           "select_threshold", "select_and_bound", "runs_to_exceed"]
 
 
 def clopper_pearson_upper(successes, trials, alpha: float):
@@ -183,3 +183,34 @@ def select_and_bound(selection_d, selection_d_prime, evaluation_d, evaluation_d_
     return epsilon_lower_bound(evaluation_d, evaluation_d_prime, threshold, delta,
                                orientation=orientation, confidence=confidence)
 
+
+
+def runs_to_exceed(bound: EpsilonLowerBound, epsilon: float, *, max_runs: int = MAX_RUNS) -> int | None:
+    """Runs per dataset (both halves, as ``run_audit``'s ``runs``) at which ``bound``'s test would bound epsilon above
+    ``epsilon``, or None when no number up to ``max_runs`` would.
+
+    The test's observed rates ``FP / runs_d`` and ``FN / runs_d'`` are taken as its true rates and the evaluation half
+    grown until their Clopper-Pearson bounds (at ``bound.confidence``) give a lower bound above ``epsilon``
+    (``epsilon_from_rates`` decreases in both rates, and each bound decreases with the trials at a fixed rate, so the
+    search is a bisection). An estimate: the observed rates are noisy, and zero counts make it optimistic (at least
+    this many runs are needed). None also when the observed rates themselves certify no more than ``epsilon``: more
+    runs of this test cannot catch it.
+    """
+    epsilon = float(epsilon)
+    max_runs = v.check_int("max_runs", max_runs, min_value=2)
+    half = (1.0 - bound.confidence) / 2.0
+    p_fp, p_fn = bound.false_positives / bound.runs_d, bound.false_negatives / bound.runs_d_prime
+
+    def eps_at(n_eval: int) -> float:
+        return float(epsilon_from_rates(clopper_pearson_upper(p_fp * n_eval, n_eval, half),
+                                        clopper_pearson_upper(p_fn * n_eval, n_eval, half), bound.delta))
+
+    if (p_fp > 0 or p_fn > 0) and float(epsilon_from_rates(p_fp, p_fn, bound.delta)) <= epsilon:
+        return None
+    lo, hi = 1, max_runs - max_runs // 2  # evaluation runs: run_audit's runs - runs // 2
+    if eps_at(hi) <= epsilon:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if eps_at(mid) > epsilon else (mid, hi)
+    return 2 * hi

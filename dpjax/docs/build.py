@@ -56,6 +56,10 @@ HEADING = re.compile(r"^(#{1,6})(\s)", re.MULTILINE)
 FENCE = re.compile(r"^\s*(```|~~~)")
 
 
+#: Seconds between the "mkdocs still building" stage lines (a full build takes minutes and mkdocs prints nothing).
+HEARTBEAT_SECONDS = 30
+
+
 class DocsError(ValueError):
     """The site cannot be built (missing sources or the docs extra)."""
 
@@ -73,19 +77,36 @@ def warning_lines(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.match(r"^\s*(WARNING|ERROR)\b", line)]
 
 
-def find_repo_root(repo: str | os.PathLike | None = None) -> pathlib.Path:
+def _missing(root: pathlib.Path) -> list[str]:
+    return [name for name in ("experiments", "notebooks", "README.md") if not (root / name).exists()]
+
+
+def find_repo_root(repo: str | os.PathLike | None = None, cwd: str | os.PathLike | None = None) -> pathlib.Path:
     """The source checkout whose ``experiments/`` and ``notebooks/`` the site is built from.
 
     The site reads the kept reports and notebooks, which live beside the package in a checkout, not inside an installed
-    wheel. Default: the folder holding this ``dpjax`` package.
+    wheel. Default: the folder holding this ``dpjax`` package (an editable install), else the working directory ``cwd``
+    or a folder above it that is a dpjax checkout (holds ``dpjax/__init__.py`` too): after ``pip install ".[docs]"``
+    (not editable) the package lives in site-packages, and the README's ``dpjax docs build`` runs in the clone.
     """
-    root = pathlib.Path(repo).resolve() if repo is not None else PACKAGE_DIR.parent
-    missing = [name for name in ("experiments", "notebooks", "README.md") if not (root / name).exists()]
-    if missing:
-        raise DocsError(
-            f"repo={str(root)!r} is not a dpjax source checkout (no {', '.join(missing)}); the site is built "
-            "from the kept reports and notebooks of a checkout: pass --repo DIR")
-    return root
+    if repo is not None:
+        root = pathlib.Path(repo).resolve()
+        if _missing(root):
+            raise DocsError(
+                f"repo={str(root)!r} is not a dpjax source checkout (no {', '.join(_missing(root))}); the site is "
+                "built from the kept reports and notebooks of a checkout: pass --repo DIR")
+        return root
+    if not _missing(PACKAGE_DIR.parent):
+        return PACKAGE_DIR.parent
+    here = pathlib.Path(os.getcwd() if cwd is None else cwd).resolve()
+    for root in (here, *here.parents):
+        if not _missing(root) and (root / "dpjax" / "__init__.py").is_file():
+            return root
+    raise DocsError(
+        f"no dpjax source checkout found: the installed package ({str(PACKAGE_DIR)!r}) has none beside it and "
+        f"neither has the working directory ({str(here)!r}) or a folder above it (experiments/, notebooks/, "
+        "README.md, dpjax/); the site is built from a checkout's kept reports and notebooks: run this in the clone, "
+        "or pass --repo DIR")
 
 
 # -- Markdown helpers ----------------------------------------------------------------------------------------------
@@ -519,15 +540,32 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
         staging = pathlib.Path(keep_staging).resolve() if keep_staging else pathlib.Path(tmp)
         if keep_staging and staging.exists():
             shutil.rmtree(staging)
+        from dpjax import progress
+
+        progress.stage(f"docs: staging the pages, the kept reports and the API pages of {root}")
         stage(root, staging)
         cmd = [sys.executable, "-m", "mkdocs", "build", "--config-file", str(staging / "mkdocs.yml"),
                "--site-dir", str(out), "--clean"]
         if strict:
             cmd.append("--strict")
         env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+        progress.stage(f"docs: mkdocs build{' --strict' if strict else ''} into {out} (minutes: it renders the "
+                       "notebooks and an API page per module)")
         # Run inside the staging folder: mkdocs-jupyter writes a .cache/ folder into the working directory.
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=staging)
-    log = proc.stdout + proc.stderr
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=staging)
+        started = time.perf_counter()
+        try:
+            while True:
+                try:
+                    stdout, stderr = proc.communicate(timeout=HEARTBEAT_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:  # communicate() again keeps the output read so far
+                    progress.stage(f"docs: mkdocs still building ({time.perf_counter() - started:.0f} s)")
+        except BaseException:  # Ctrl-C: leave no mkdocs running behind
+            proc.kill()
+            proc.wait()
+            raise
+    log = stdout + stderr
     if proc.returncode != 0:
         problems = warning_lines(log)
         raise DocsBuildFailed(
@@ -536,8 +574,16 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
     return log
 
 
-def main_build(out: str, repo: str | None, strict: bool, keep_staging: str | None) -> int:
-    """``dpjax docs build``: builds, prints the warnings and the time taken; a failed build prints its log."""
+def main_build(out: str, repo: str | None, strict: bool, keep_staging: str | None, dry_run: bool = False) -> int:
+    """``dpjax docs build``: builds, prints the warnings and the time taken; a failed build prints its log.
+    ``dry_run``: only resolves the checkout and the output folder and says what would be built."""
+    if dry_run:
+        root = find_repo_root(repo)
+        target = pathlib.Path(out).resolve()
+        if target.exists() and not target.is_dir():
+            raise DocsError(f"out={str(target)!r} exists and is not a folder")
+        print(f"dpjax docs: would build the site from {root} (pages from {PAGES_DIR}) into {target}")
+        return 0
     start = time.perf_counter()
     try:
         log = build_site(out, repo, strict=strict, keep_staging=keep_staging)

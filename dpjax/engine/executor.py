@@ -322,11 +322,10 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
         _progress.stage(f"{title}: {sum(len(c.lanes) for c in todo)} runs in {len(todo)} compiled chunk(s) "
                         f"(the first of each shape compiles)")
         bar = _progress.bar(total=sum(len(c.lanes) for c in todo), unit="run", desc=title, smoothing=0.1)
-    elif progress is not None:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=sum(len(c.lanes) for c in todo), unit="run", desc=progress, smoothing=0.1)
+    elif progress is not None:  # a bar on a terminal only; a log gets stage lines (dpjax.progress)
+        bar = _progress.bar(total=sum(len(c.lanes) for c in todo), unit="run", desc=progress, smoothing=0.1)
         bar.set_postfix_str(f"chunks 0/{len(todo)} ({skipped} done before)")
+    title = _progress.grid_title() if announce else progress
     computed: list[str] = []
     last_line = time.perf_counter()
     i = 0
@@ -347,8 +346,8 @@ def execute(chunks: Sequence[Chunk], program_of: Callable[[Chunk], ChunkProgram]
                               f"{skipped + len(computed)} chunk(s) stored before are intact: fix the disk and rerun "
                               f"the same command to resume") from err
             computed.append(c.id)
-            if announce and bar.disable and time.perf_counter() - last_line > 10:  # a log, not a terminal
-                _progress.stage(f"{_progress.grid_title()}: chunk {len(computed)}/{len(todo)} done")
+            if bar is not None and bar.disable and time.perf_counter() - last_line > 10:  # a log, not a terminal
+                _progress.stage(f"{title}: chunk {len(computed)}/{len(todo)} done")
                 last_line = time.perf_counter()
             if bar is not None:
                 bar.update(len(c.lanes))

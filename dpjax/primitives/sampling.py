@@ -239,6 +239,15 @@ def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
 def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
     """Poisson sampling: each real record joins independently w.p. ``rate``.
 
+    Args:
+      key: the PRNG key of this draw.
+      size: how many records are real: rows ``0 .. size - 1`` of the padded data (an int, or a traced int such as one
+        silo's size in a ``SiloData``); rows ``size .. n_max - 1`` are padding and never drawn. For an unpadded data
+        set of n records, ``size = n_max = n``.
+      n_max: the padded number of rows (static): the length of the index space the draw runs over.
+      rate: q, each real record's inclusion probability (the accounted sampling rate).
+      max_batch_size: the static length of the returned buffer, e.g. ``default_poisson_capacity(q n)``.
+
     Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
     fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import os
 import pathlib
 
@@ -39,6 +41,17 @@ def extrapolate_full(timings: dict) -> float:
     return total
 
 
+def bars_note(seeds) -> str:
+    """What the bars of the accuracy panel are: ``no bars (1 seed)``, ``bars: sample SD over 3 seeds``, or for mixed
+    counts ``bars: sample SD over 2/3 seeds; none where 1 seed``."""
+    counts = sorted(set(int(s) for s in seeds))
+    several = [c for c in counts if c > 1]
+    if not several:
+        return "no bars: 1 seed"
+    return (f"bars: sample SD over {'/'.join(map(str, several))} seeds"
+            + ("; none where 1 seed" if 1 in counts else ""))
+
+
 def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
     import matplotlib
 
@@ -55,23 +68,26 @@ def plot(path: pathlib.Path, best: dict, privacy: dict) -> None:
             ax1.plot([names.index(n) - 0.4, names.index(n) + 0.4], [v, v], "k--")
     ax1.set_xticks(range(len(names)), names, rotation=20, fontsize=8)
     ax1.set_xlabel("variant")
-    seeds = sorted({best[n]["seeds"] for n in names})
     ax1.set_ylabel("best test accuracy (%, mean over seeds)")
-    ax1.set_title("MNIST, sigma = 2 (dashed: paper; bars: sample SD over "
-                  + "/".join(map(str, seeds)) + " seeds" + (", none for 1 seed)" if 1 in seeds else ")"), fontsize=9)
+    ax1.set_title(f"MNIST, sigma = 2 (dashed: paper; {bars_note([best[n]['seeds'] for n in names])})", fontsize=9)
+    not_drawn = []  # series whose every epsilon is inf (e.g. the non-private baseline): named, not in the legend
     for name, rows in privacy.items():
         for acc, style in (("strong-exact", "-o"), ("sqrt-gE", ":"), ("generic-group", "--")):
             pts = [(r["group_size"], r["epsilon"]) for r in rows if r["accountant"] == acc]
-            if pts:
-                ax2.plot(*zip(*pts), style, label=f"{name} {acc}")
+            finite = [(g, e) for g, e in pts if math.isfinite(e)]
+            if finite:
+                ax2.plot(*zip(*finite), style, label=f"{name} {acc}")
+            elif pts:
+                not_drawn.append(f"{name} {acc}")
     ax2.set_xscale("log", base=2)
     from dpjax.sweep.plot import spans_decades
 
-    if spans_decades([r["epsilon"] for rows in privacy.values() for r in rows]):
+    if spans_decades([r["epsilon"] for rows in privacy.values() for r in rows if math.isfinite(r["epsilon"])]):
         ax2.set_yscale("log")
     ax2.set_xlabel("group size g")
     ax2.set_ylabel("epsilon at delta = 1e-5")
-    ax2.set_title("privacy of the selected configurations")
+    ax2.set_title("privacy of the selected configurations"
+                  + (f"\n(ε = inf, not drawn: {', '.join(not_drawn)})" if not_drawn else ""), fontsize=9)
     if ax2.get_legend_handles_labels()[0]:
         ax2.legend(fontsize=6)
     fig.tight_layout()

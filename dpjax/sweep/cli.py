@@ -117,13 +117,23 @@ def resolve_config(config: str) -> pathlib.Path:
                      "(`dpjax sweep --list` describes them)")
 
 
+def show_config(name: str) -> str:
+    """``dpjax sweep --show NAME``: the text of a packaged config (or of a config file), to read or to copy
+    (``dpjax sweep --show dp_ftrl_tree > my.toml``)."""
+    return resolve_config(name).read_text(encoding="utf-8")
+
+
 def _sweep(args) -> int:
-    if args.list or args.algorithms:
-        flag = "--list" if args.list else "--algorithms"
-        if args.list and args.algorithms:
-            raise ValueError("--list and --algorithms are exclusive: give one listing")
+    listings = [f for f, on in (("--list", args.list), ("--algorithms", args.algorithms),
+                                ("--show", args.show is not None)) if on]
+    if listings:
+        if len(listings) > 1:
+            raise ValueError(f"{' and '.join(listings)} are exclusive: give one listing")
         if args.config is not None:
-            raise ValueError(f"{flag} takes no CONFIG (got {args.config!r})")
+            raise ValueError(f"{listings[0]} takes no CONFIG (got {args.config!r})")
+        if args.show is not None:
+            print(show_config(args.show), end="")
+            return 0
         print("\n".join(listing_lines() if args.list else algorithm_lines()))
         return 0
     if args.config is None:
@@ -132,12 +142,13 @@ def _sweep(args) -> int:
     if args.out is None:
         raise ValueError("the following arguments are required: --out (the sweep directory: created, resumed if "
                          "it exists)")
+    from dpjax.sweep.config import SweepConfig, precheck
+    precheck(SweepConfig.read_toml(path), max_runs=args.max_runs)  # every jax-free check, before jax loads
     from dpjax import progress
     progress.configure(quiet=args.quiet)
     progress.stage(f"sweep {args.config}: loading jax and the families, reading {path}")
     index, count, distributed = _share(args)
     from dpjax.sweep import multihost
-    from dpjax.sweep.config import SweepConfig
     from dpjax.sweep.driver import run_sweep
     import dataclasses
     from dpjax.sweep import datasets
@@ -177,7 +188,7 @@ def _plot(args) -> int:
     from dpjax.sweep.plot import completeness, plot_store
     out = plot_store(args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
                      lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-                     partial=args.partial)
+                     partial=args.partial, reference=args.reference)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")
@@ -185,13 +196,19 @@ def _plot(args) -> int:
 
 
 def add_parser(subparsers) -> None:
+    from dpjax.sweep import config as config_lib  # jax-free: its docstring is the file layout
+    layout = config_lib.__doc__.split("\n\n", 1)[1]
     p = subparsers.add_parser("sweep", help="run (or resume) a hyperparameter sweep as compiled chunks",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                              epilog="The config file (TOML), as `dpjax sweep --show NAME` prints a packaged one:\n\n"
+                                     + layout)
     p.add_argument("config", nargs="?", default=None, metavar="CONFIG",
                    help="sweep config: a TOML file, or the name of a packaged config (see --list)")
     p.add_argument("--list", action="store_true", help="list the packaged sweep configs with a line each")
     p.add_argument("--algorithms", action="store_true",
                    help="list the algorithms a config's `algorithm =` can name, with a line each")
+    p.add_argument("--show", default=None, metavar="NAME",
+                   help="print a packaged config's TOML (copy it: dpjax sweep --show NAME > my.toml)")
     p.add_argument("--out", default=None, help="sweep directory (created; resumed if it exists); required to run")
     p.add_argument("--chunk-size", type=int, default=None, help="runs per stored chunk (default: automatic)")
     p.add_argument("--vmap-width", type=int, default=None, help="runs computed simultaneously (default: automatic)")
@@ -242,6 +259,8 @@ def add_parser(subparsers) -> None:
                        help="log-scale x axis (default: log when the x values span a decade or more)")
     scale.add_argument("--linear-x", dest="logx", action="store_const", const=False, help="linear x axis")
     q.add_argument("--out", default=None, help="output image (default STORE/figure.png)")
+    q.add_argument("--reference", default=None, metavar="DIR",
+                   help="another sweep directory (e.g. the non-private twin's) drawn as a dashed reference level")
     q.add_argument("--partial", action="store_true",
                    help="plot a sweep directory that holds only some of its chunks (refused otherwise)")
     q.add_argument("--quiet", action="store_true", help="no stage lines on stderr")

@@ -232,6 +232,130 @@ def run_identity(run: dict) -> dict:
     return identity
 
 
+def _retired_algorithms() -> dict[str, str]:
+    """``dpjax.engine.registry.RETIRED`` (retired name -> its replacement), read from the module's source: the
+    registry imports jax, and ``precheck`` must not."""
+    import ast
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "engine" / "registry.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id == "RETIRED" and node.value is not None:
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+    return {}
+
+
+def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
+    """``precheck``'s grid part: the size before expansion, each axis, the numeric values it can judge alone."""
+    grid = d.get("grid")
+    if "grid" in d and (not isinstance(grid, dict) or not grid):
+        problems.append("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
+    elif isinstance(grid, dict):
+        sized = check(grid_size, grid)
+        limit = max_runs if max_runs is not None else d.get("max_runs") if isinstance(d.get("max_runs"), int) else None
+        limit = DEFAULT_MAX_RUNS if limit is None else limit
+        if sized is not None and sized[0] > limit:
+            problems.append(f"grid has {sized[0]:,} runs ({sized[1]}), above max_runs={limit:,}; shrink the grid, or "
+                            "raise the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
+        elif sized is not None:
+            for k, spec in grid.items():
+                values = check(expand_axis, k, spec)
+                if k not in POSITIVE_HPARAMS or values is None:
+                    continue
+                for i, val in enumerate(values):  # numbers only: "2*maxnorm" and the like need the family
+                    if k == "epsilon" and not _is_real(val):
+                        problems.append(f"grid.epsilon[{i}]={val!r} must be a number")
+                    elif _is_real(val):
+                        check(check_hparam_value, f"grid.{k}[{i}]", k, val)
+        if "epsilon" in grid and not isinstance(d.get("privacy"), dict):
+            problems.append("grid.epsilon needs a [privacy] table with accountant and delta")
+
+
+def _precheck_privacy(privacy, problems: list, check) -> None:
+    """``precheck``'s [privacy] part: keys, the accountant's name, delta."""
+    if privacy is not None:
+        if not isinstance(privacy, dict):
+            problems.append(f"privacy={privacy!r} must be a table")
+        else:
+            for k in privacy:
+                if k not in PRIVACY_KEYS:
+                    problems.append(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
+            if "accountant" not in privacy or "delta" not in privacy:
+                problems.append("privacy must set both accountant and delta")
+            if "accountant" in privacy:
+                from dpjax.accounting import api  # pure Python
+                from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS
+
+                check(_validate.check_choice, "privacy.accountant", privacy["accountant"],
+                      api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
+            if privacy.get("delta", "1/n^2") != "1/n^2":
+                check(_validate.check_open_unit, "privacy.delta", privacy["delta"])
+
+
+def precheck(d: Any, *, max_runs: int | None = None) -> None:
+    """Every check of a raw config table that needs no jax, ALL problems in one ``ValueError`` (``"; "``-joined).
+
+    ``dpjax sweep`` runs it before jax and the families load (tens of seconds on a loaded machine), so a typo costs a
+    fraction of a second and every typo is named at once. ``SweepConfig`` repeats these checks and adds the ones that
+    need the family (its static and per-run fields) and the dataset. ``max_runs``: the command line's limit.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"config={d!r} must be a table")
+    problems: list[str] = []
+
+    def check(fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as err:
+            problems.append(str(err))
+            return None
+
+    for k in d:
+        if k not in TOP_LEVEL_KEYS:
+            problems.append(f"{k} is not a known config key; known: {TOP_LEVEL_KEYS}")
+    for k in ("algorithm", "num_rounds", "data", "grid"):
+        if k not in d:
+            problems.append(f"{k} is missing from the config")
+    if "name" in d and not (isinstance(d["name"], str) and d["name"]):
+        problems.append(f"name={d['name']!r} must be a non-empty string")
+    if "algorithm" in d:
+        from dpjax import algorithms  # the package module only: families are read from their source, no jax
+
+        declared, name = algorithms.declared_families(), d["algorithm"]
+        retired = _retired_algorithms()
+        if isinstance(name, str) and name in retired:
+            problems.append(retired[name])
+        elif declared is not None and name not in declared:
+            problems.append(f"algorithm={name!r} is unknown; known: {tuple(sorted(declared))} "
+                            "(`dpjax sweep --algorithms` describes them)")
+    rounds = check(_validate.check_rounds, "num_rounds", d["num_rounds"]) if "num_rounds" in d else None
+    if d.get("eval_every") is not None:
+        check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+    if "seed" in d:
+        check(_validate.check_seed, "seed", d["seed"])
+    if "on_nonfinite" in d:
+        check(_validate.check_choice, "on_nonfinite", d["on_nonfinite"], ("mark", "raise"))
+    for k in ("chunk_size", "vmap_width", "max_runs"):
+        if d.get(k) is not None:
+            check(_validate.check_int, k, d[k], min_value=1)
+    if d.get("max_data_mb") is not None:
+        check(_validate.check_positive, "max_data_mb", d["max_data_mb"])
+    if "data" in d and not (isinstance(d["data"], dict) and "name" in d["data"]):
+        problems.append(f"data={d['data']!r} must be a table with a 'name' key")
+    if "static" in d and not isinstance(d["static"], dict):
+        problems.append(f"static={d['static']!r} must be a table")
+    if "run" in d:
+        check(check_run_table, d["run"])
+    _precheck_grid(d, max_runs, problems, check)
+    _precheck_privacy(d.get("privacy"), problems, check)
+    if problems:
+        raise ValueError(f"{len(problems)} problem(s) in the config: " + "; ".join(problems)
+                         if len(problems) > 1 else problems[0])
+
+
 @dataclasses.dataclass(frozen=True)
 class SweepConfig:
     """A resolved sweep configuration (see the module docstring for the fields). ``grid`` maps each axis to a tuple of

@@ -151,6 +151,27 @@ class Sweep:
         self._hp_cache[key] = vals
         return vals
 
+    def check_calibration(self) -> None:
+        """Calibrates every grid ``epsilon`` point on each group's first trial before any chunk runs, and refuses ALL
+        the infeasible ones in one ``ValueError`` (one message per epsilon value), not one per attempt. The
+        calibrations are cached, so the chunks reuse them; other trials' splits are calibrated when they run."""
+        if "epsilon" not in self.cfg.grid:
+            return
+        failed: dict[float, str] = {}
+        for g in self.groups:
+            for h, axes in enumerate(g.configs):
+                eps = float(axes["epsilon"])
+                if eps in failed:
+                    continue
+                try:
+                    self.hparams(g, g.trials[0], h)
+                except ValueError as err:
+                    failed[eps] = " ".join(str(err).split())
+        if failed:
+            values = sorted({float(e) for e in self.cfg.grid["epsilon"]})
+            raise ValueError(f"grid.epsilon: {len(failed)} of {len(values)} value(s) cannot be calibrated: "
+                             + "; ".join(f"epsilon={e:g}: {m}" for e, m in sorted(failed.items())))
+
     def chunk_args(self, c: plan_lib.Chunk):
         g = self.groups[c.group]
         trials = [g.trials[i] for i in c.trial_idx]
@@ -318,6 +339,7 @@ def _run_locked(cfg, store, devices, source_text, progress, process_index, proce
         cfg = dataclasses.replace(cfg, chunk_size=old.get("chunk_size"), vmap_width=old.get("vmap_width"))
     sw = Sweep(cfg, devices)
     sw.check_silo()
+    sw.check_calibration()  # every infeasible epsilon named at once, before memory fitting or any compile
     chunks = plan_lib.build_chunks(sw.groups, sw.chunk_size)
     if old is None and cfg.chunk_size is None:
         sw.fit_memory(chunks)

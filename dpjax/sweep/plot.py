@@ -141,12 +141,80 @@ def completeness(store) -> tuple[int, int] | None:
     return len(s.finished_chunks() & expected), len(expected)
 
 
+#: Smallest y span ``dpjax plot`` draws for an error rate (absolute) and for any other metric (relative to its
+#: largest magnitude): a flat curve zoomed to its own 5e-4 range makes seed noise look like a trend.
+MIN_RATE_SPAN = 0.05
+MIN_RELATIVE_SPAN = 0.1
+
+
+def _selected(runs, *, select_over, by, criterion, metric):
+    """One row per ``by`` group: the metric of the ``select_over`` value chosen by mean ``criterion`` (or the mean)."""
+    if select_over:
+        return select.select_best(runs, over=select_over, by=by, criterion=criterion, report=metric)
+    select.check_columns(runs, by + [metric], "column")
+    return runs.groupby(by, dropna=False)[metric].mean().reset_index()
+
+
+def _bar_units(runs, chosen, *, select_over, by, metric):
+    """``(rows, unit)``: the rows the bars spread over. Trials when some point has several; with a single trial, the
+    selected configuration's repetitions (its runs, one row each), so a 1-trial sweep with repetitions gets bars."""
+    trials = chosen.groupby([c for c in by if c != "trial"], dropna=False)["trial"].nunique()
+    if len(trials) and trials.max() > 1:
+        return chosen, "trials"
+    keys = by + ([select_over] if select_over else [])
+    reps = runs.merge(chosen[keys].drop_duplicates(), on=keys, how="inner")
+    return reps[keys + [metric]], "repetitions"
+
+
+def _ylabel(metric: str, bars, unit: str, percentiles) -> str:
+    """The y label: the metric, what the mean is over, and what the bars are (or that there are none)."""
+    n_units = int(bars["n_trials"].max()) if len(bars) else 0
+    spread = (f"bars: p{percentiles[0]:g}-p{percentiles[1]:g} over {n_units} {unit}" if n_units > 1
+              else "no bars: 1 trial, 1 repetition")
+    return f"{metric}\n(mean over {unit}; {spread})"
+
+
+def _reference_level(reference, select_over, criterion: str, metric: str) -> float:
+    """The mean ``metric`` of another sweep directory, ``select_over`` chosen per trial as in the plotted one."""
+    ref_runs, _ = load_results(reference)
+    if len(ref_runs) == 0:
+        raise ValueError(f"reference={str(reference)!r} has no finished runs yet")
+    ref_by = ["trial"] if "trial" in ref_runs.columns else []
+    return float(_selected(ref_runs, select_over=select_over, by=ref_by, criterion=criterion,
+                           metric=metric)[metric].mean())
+
+
+def _widen_flat(ax, values, is_rate: bool) -> bool:
+    """Widens a linear y axis to at least the minimum span around the data's middle; True when it did."""
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if v.size == 0 or ax.get_yscale() != "linear":
+        return False
+    lo, hi = float(v.min()), float(v.max())
+    need = MIN_RATE_SPAN if is_rate else MIN_RELATIVE_SPAN * max(abs(lo), abs(hi), 1e-12)
+    if hi - lo >= need:
+        return False
+    mid = (lo + hi) / 2
+    lo_, hi_ = mid - need / 2, mid + need / 2
+    if is_rate and lo_ < 0:
+        lo_, hi_ = 0.0, need
+    ax.set_ylim(lo_, hi_)
+    return True
+
+
 def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning_rate", criterion: str = "train_loss",
                metric: str = "test_error", lines: str | None = None, out=None, percentiles=(5.0, 95.0),
                title: str | None = None, logx: bool | None = None, logy: bool | None = None,
-               partial: bool = False) -> pathlib.Path:
+               partial: bool = False, reference=None) -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions, then plots the mean
     ``metric`` over trials against ``x`` with percentile bars.
+
+    Bars spread over the trials; a sweep of one trial gets them over the selected configuration's repetitions instead,
+    and the axis label says which (and how many), or that there are none. A linear y axis spans at least
+    ``MIN_RATE_SPAN`` (error rates) or ``MIN_RELATIVE_SPAN`` of the values, so a flat curve is drawn flat. Points at a
+    non-finite ``x`` (epsilon = inf) are drawn as a horizontal line named in the legend, not dropped silently.
+    ``reference``: another sweep directory (e.g. the non-private twin's), its ``metric`` selected the same way and
+    averaged, drawn as a dashed horizontal line.
 
     ``logx``/``logy``: log axes; ``None`` (default): log when the plotted values are positive and span at least a decade
     (``spans_decades``). ``title``: default "<metric> vs <x>" with the store's name and the selection rule.
@@ -166,30 +234,42 @@ def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning
         partial_note = f" (partial: {done[0]} of {done[1]} chunks)"
     else:
         partial_note = ""
+    ref_mean = None if reference is None else _reference_level(reference, select_over, criterion, metric)
     line_cols = [lines] if lines else _static_lines(runs, x)
     by = line_cols + [x, "trial"]
-    if select_over:
-        chosen = select.select_best(runs, over=select_over, by=by, criterion=criterion, report=metric)
-    else:
-        select.check_columns(runs, by + [metric], "column")
-        chosen = runs.groupby(by, dropna=False)[metric].mean().reset_index()
+    chosen = _selected(runs, select_over=select_over, by=by, criterion=criterion, metric=metric)
+    units, unit = _bar_units(runs, chosen, select_over=select_over, by=by, metric=metric)
     is_rate = metric.endswith("error")
-    bars = select.error_bars(chosen, x=x, value=metric, lines=line_cols, percentiles=percentiles,
+    bars = select.error_bars(units, x=x, value=metric, lines=line_cols, percentiles=percentiles,
                              clip=(0.0, 1.0) if is_rate else None)
+    finite = np.isfinite(bars[x].to_numpy(float))
     fig, ax = new_figure(squeeze=True, figsize=(7, 4.6))
     groups = list(bars.groupby(line_cols, dropna=False)) if line_cols else [((), bars)]
+    drawn = 0
     for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{c}={v}" for c, v in zip(line_cols, key)) or metric
-        percentile_errorbar(ax, sub[x], sub["mean"], sub["p_lo"], sub["p_hi"], label=label)
+        fin = sub[np.isfinite(sub[x].to_numpy(float))]
+        if len(fin):
+            percentile_errorbar(ax, fin[x], fin["mean"], fin["p_lo"], fin["p_hi"], label=label)
+            drawn += 1
+        for _, row in sub[~np.isfinite(sub[x].to_numpy(float))].iterrows():  # e.g. epsilon = inf: a level, no x
+            ax.axhline(row["mean"], ls=":", color="gray", label=f"{label} at {x}={row[x]:g} ({row['mean']:.3g})")
+            drawn += 1
+    if ref_mean is not None:
+        ax.axhline(ref_mean, ls="--", color="black",
+                   label=f"reference: {pathlib.Path(reference).name} ({ref_mean:.3g})")
+        drawn += 1
     ax.set_xlabel(x)
-    ax.set_ylabel(f"{metric}\n(mean over trials; bars: p{percentiles[0]:g}-p{percentiles[1]:g})")
-    if logx if logx is not None else spans_decades(bars[x]):
+    ax.set_ylabel(_ylabel(metric, bars, unit, percentiles))
+    if logx if logx is not None else spans_decades(bars.loc[finite, x]):
         ax.set_xscale("log")
     if logy if logy is not None else spans_decades(pd.concat([bars["mean"], bars["p_lo"], bars["p_hi"]])):
         ax.set_yscale("log")
+    levels = [bars["mean"], bars["p_lo"], bars["p_hi"]] + ([pd.Series([ref_mean])] if ref_mean is not None else [])
+    _widen_flat(ax, pd.concat(levels), is_rate)
     ax.grid(alpha=0.3, which="both")
-    if len(groups) > 1:
+    if drawn > 1:
         ax.legend(fontsize=8)
     chosen_by = f"\n{select_over} chosen per point by the mean {criterion}" if select_over else ""
     ax.set_title((title or f"{metric} vs {x} ({pathlib.Path(store).name}){chosen_by}") + partial_note, fontsize=10)

@@ -149,15 +149,22 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
 
 def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, dataset) -> dict[str, Any]:
     import jax
-    from tqdm.auto import tqdm
 
+    from dpjax import progress as _progress
     from dpjax.engine import SiloData
 
     start = time.perf_counter()
     stages = ["load data", "calibrate noise", "train ISRL-DP MB-SGD", "train non-private MB-SGD", "write results"]
-    bar = tqdm(total=len(stages), desc="isrl-mnist-trial", disable=not progress, unit="stage")
+    # A bar on a terminal only (dpjax.progress.bar); a log gets one stage line per stage instead of carriage returns.
+    bar = _progress.bar(total=len(stages), desc="isrl-mnist-trial", unit="stage",
+                        **({} if progress else {"disable": True}))
 
-    bar.set_postfix_str(stages[0])
+    def at(i: int) -> None:  # stage i starts
+        bar.set_postfix_str(stages[i])
+        if progress and bar.disable:
+            _progress.stage(f"isrl-mnist-trial [{i + 1}/{len(stages)}]: {stages[i]}")
+
+    at(0)
     fed = dataset if dataset is not None else prepare_data(cfg)
     train = SiloData.from_silos(fed.train_x, fed.train_y)
     _validate.check_le("silos_per_round", cfg.silos_per_round, "num_silos", train.num_silos)
@@ -169,22 +176,22 @@ def _run(cfg: IsrlMnistConfig, out_dir: pathlib.Path | None, *, progress: bool, 
     lipschitz = 2.0 * max(float(np.max(np.linalg.norm(x, axis=1))) for x in fed.train_x)
     bar.update()
 
-    bar.set_postfix_str(stages[1])
+    at(1)
     noise = _calibrate(cfg, train, n, delta, lipschitz)
     bar.update()
 
     runs = _Runs(cfg, train, fed, noise["algorithm"].problem, lipschitz)
-    bar.set_postfix_str(stages[2])
+    at(2)
     private_final, private_div, private_by_lr, private_lr = runs.sweep(noise["algorithm"], noise["noise_multiplier"])
     bar.update()
-    bar.set_postfix_str(stages[3])
+    at(3)
     baseline = None
     if cfg.baseline:
         twin = dataclasses.replace(noise["algorithm"], private=False)
         baseline = runs.sweep(twin, 0.0)
     bar.update()
 
-    bar.set_postfix_str(stages[4])
+    at(4)
     rows = _result_rows(cfg, runs.grid, (private_final, private_div), baseline, noise["certified"].accountant)
     summary = {
         "task": "isrl-mnist-trial",

@@ -259,7 +259,8 @@ def test_passes_count_dropped_remainder_records():
 
 # ------------------------------------------------------------------ finding 7 (accounting half of finding 11)
 def test_cli_noise_multiplier(capsys):
-    args = ["--batch-size", "10", "--dataset-size", "1000", "--steps", "100", "--delta", "1e-5", "--accountant", "rdp"]
+    args = ["--batch-size", "10", "--dataset-size", "1000", "--steps", "100", "--delta", "1e-5", "--accountant", "rdp",
+            "--neighboring", "replace-one"]
     new, err_new = _cli_json(capsys, "--noise-multiplier", "2", *args)
     assert not err_new and new["noise_multiplier"] == 2.0
     assert new["noise_std"] == pytest.approx(2.0 * 2)  # replace-one: sensitivity 2 x contribution bound 1

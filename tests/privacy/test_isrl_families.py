@@ -147,7 +147,8 @@ def test_shuffled_mbsgd_local_report_at_k_above_one():
     mult = check_shift_values(-shift / ETA * n / unit, spec.sensitivity, "shuffled: silo shift", max_multiple=k)
     check_rate(mult.sum(), mult.size * k, spec.inclusion_probability / k, "shuffled: canary multiplicity")
     f32 = lambda v: float(np.float32(v))  # noqa: E731  (hparams hold float32 values)
-    measured = GaussianSchedule(2 * f32(Z), 1.0, "with-replacement", min(sizes), k, rounds)  # std z 2 (C/K) / (C/K)
+    measured = GaussianSchedule(2 * f32(Z), 1.0, "with-replacement", min(sizes), k, rounds,  # std z 2 (C/K) / (C/K)
+                                unit="record-in-silo")
     assert spec == measured
     plan = family.dp_plan(sizes, hp)
     report = shuffled_gaussian_report(plan, plan.aggregation, 1e-5)  # what privacy().epsilon reports centrally

@@ -33,6 +33,48 @@ def _private_curve(summ, setting, alg, cal) -> dict[float, float]:
     return {float(e): float(m) for e, m in zip(s.epsilon, s["mean"]) if math.isfinite(e)}
 
 
+def _interval(summ, setting: Setting, alg: str, cal: str, eps: float) -> tuple[float, float, int]:
+    """``(p_lo, p_hi, n_trials)`` of one curve's point (the trial interval ``selected_means`` gives)."""
+    s = summ[(summ.num_silos == setting.num_silos) & (summ.silos_per_round == setting.silos_per_round)
+             & (summ.algorithm == alg) & (summ.calibration == cal)]
+    s = s[np.isclose(s.epsilon, eps)]
+    if not len(s) or "p_lo" not in s.columns:
+        return math.nan, math.nan, 0
+    return float(s["p_lo"].iloc[0]), float(s["p_hi"].iloc[0]), int(s["n_trials"].iloc[0])
+
+
+def compare_below(a: tuple[float, float, int], b: tuple[float, float, int]) -> str:
+    """The verdict rule for "a is below b" on two trial intervals ``(lo, hi, n)``: ``holds`` when a's interval lies
+    below b's, ``differs`` when above, ``inconclusive`` when they overlap or either point has fewer than 2 trials (a
+    mean of one trial, or of two close ones, cannot tell 0.147 from 0.148)."""
+    (a_lo, a_hi, a_n), (b_lo, b_hi, b_n) = a, b
+    if min(a_n, b_n) < 2 or not all(map(math.isfinite, (a_lo, a_hi, b_lo, b_hi))):
+        return "inconclusive"
+    if a_hi < b_lo:
+        return "holds"
+    if a_lo > b_hi:
+        return "differs"
+    return "inconclusive"
+
+
+def _below_every_eps(summ, setting, a_alg, b_alg, cal, eps_values, nonprivate: bool = False) -> dict:
+    """``{"verdict", "verdict_reason"}`` of "a below b at every ε" by ``compare_below`` per ε: holds when every ε holds,
+    differs when one differs, else inconclusive (naming the ε that cannot tell). ``nonprivate``: b is a non-private
+    line (calibration "none", ε = inf), the same interval at every ε."""
+    b_at = (lambda e: _interval(summ, setting, b_alg, "none", math.inf)) if nonprivate else \
+        (lambda e: _interval(summ, setting, b_alg, cal, e))
+    per = {e: compare_below(_interval(summ, setting, a_alg, cal, e), b_at(e)) for e in eps_values}
+    n = min((_interval(summ, setting, a_alg, cal, e)[2] for e in eps_values), default=0)
+    if per and all(v == "holds" for v in per.values()):
+        return {"verdict": "holds", "verdict_reason": ""}
+    differs = [e for e, v in per.items() if v == "differs"]
+    if differs:
+        return {"verdict": "differs", "verdict_reason": "intervals above at ε = " + ", ".join(f"{e:g}" for e in differs)}
+    unsure = [e for e, v in per.items() if v == "inconclusive"]
+    why = (f"{n} trial: no interval" if n < 2 else f"the p5–p95 intervals over {n} trials overlap")
+    return {"verdict": "inconclusive", "verdict_reason": f"{why} at ε = " + ", ".join(f"{e:g}" for e in unsure)}
+
+
 def fmt_value(v: float) -> str:
     return "nan" if not math.isfinite(v) else f"{v:.3f}"
 
@@ -47,14 +89,15 @@ def claims_mnist(summ, exp: Experiment) -> list[dict]:
             out.append({
                 "claim": "ISRL-DP MB-SGD beats ISRL-DP Local SGD at every ε", "setting": st.label, "calibration": cal,
                 "measured": "; ".join(f"ε={e:g}: {fmt_value(mb[e])} vs {fmt_value(lo.get(e, math.nan))}" for e in sorted(mb)),
-                "holds": len(wins) == len(mb)})
+                "holds": len(wins) == len(mb), **_below_every_eps(summ, st, MB, LOCAL, cal, sorted(mb))})
             big = [e for e in mb if e >= 12]
             if big:
                 out.append({
                     "claim": "ISRL-DP MB-SGD beats non-private Local SGD for ε ≥ 12", "setting": st.label,
                     "calibration": cal,
                     "measured": "; ".join(f"ε={e:g}: {fmt_value(mb[e])}" for e in sorted(big)) + f" vs non-private Local SGD {fmt_value(np_local)}",
-                    "holds": all(mb[e] < np_local for e in big)})
+                    "holds": all(mb[e] < np_local for e in big),
+                    **_below_every_eps(summ, st, MB, LOCAL_NP, cal, sorted(big), nonprivate=True)})
     return out
 
 
@@ -69,7 +112,8 @@ def claims_insurance(summ, exp: Experiment) -> list[dict]:
                 "claim": "ISRL-DP MB-SGD beats ISRL-DP Local SGD, especially for ε ≤ 2", "setting": st.label,
                 "calibration": cal,
                 "measured": "; ".join(f"ε={e:g}: {fmt_value(mb[e])} vs {fmt_value(lo.get(e, math.nan))}" for e in sorted(mb)),
-                "holds": bool(small) and all(mb[e] < lo.get(e, math.inf) for e in small)})
+                "holds": bool(small) and all(mb[e] < lo.get(e, math.inf) for e in small),
+                **_below_every_eps(summ, st, MB, LOCAL, cal, small)})
             big = sorted(e for e in mb if e >= 2)
             if big:
                 out.append({
@@ -123,5 +167,5 @@ def claims_obesity(summ, exp: Experiment) -> list[dict]:
                 "setting": st.label, "calibration": cal,
                 "measured": f"lower at {len(lower)}/{len(rel)} ε" + (f" ({', '.join(f'{e:g}' for e in lower)})"
                                                                      if lower else ""),
-                "holds": bool(rel) and len(lower) == len(rel)})
+                "holds": bool(rel) and len(lower) == len(rel), **_below_every_eps(summ, st, MB, LOCAL, cal, sorted(rel))})
     return out

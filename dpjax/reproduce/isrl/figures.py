@@ -14,13 +14,15 @@ from dpjax.reproduce.isrl.config import (AUTHORS_NOTES, COMMON_NOTES, Experiment
                                          insurance_task, mnist_experiment, mnist_task, obesity_experiment,
                                          obesity_task)
 from dpjax.reproduce.isrl.driver import run_experiment
-from dpjax.reproduce.isrl.outputs import UPSILON_NOTE, claims_table, plot_figure, title_with_optimum, write_outputs
+from dpjax.reproduce.isrl.outputs import (UPSILON_NOTE, claims_table, noise_table_md, plot_figure,
+                                         title_with_optimum, write_outputs)
 
 
 def report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
     """Rewrites the title, the claims table and the figure of a kept ISRL run from its results.csv,
     optimum.csv and meta.json (the selected configurations' test metric per trial; nothing re-run). The other
-    sections (test-metric table, noise, optimum, selection notes) are kept as they are."""
+    sections (test-metric table, optimum, selection notes) are kept as they are; the noise table and its sentence are
+    rewritten from noise.csv where it is kept."""
     import json
 
     out_dir = pathlib.Path(out_dir)
@@ -52,6 +54,11 @@ def report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
     start = lines.index("## Claims")
     end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("## "))
     lines[start:end] = ["## Claims", "", claims_table(claims), ""]
+    noise_heading = "## Noise: paper vs tight calibration"
+    if (out_dir / "noise.csv").exists() and noise_heading in lines:  # the table and its sentence, from noise.csv
+        start = lines.index(noise_heading)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = [noise_heading, "", noise_table_md(pd.read_csv(out_dir / "noise.csv")), ""]
     return report.write_report(out_dir, lines)
 
 

@@ -11,6 +11,7 @@ import os
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # four compilations of an MLP round program
@@ -48,3 +49,21 @@ def test_dpjax_rows_at_toy_size(tmp_path, capsys):
     assert "| single | dpjax |" in text and "| sweep x8 | dpjax |" in text and "skipped: no --peers-python" in text
     saved = json.loads(out_json.read_text())
     assert saved["versions"]["jax"] and saved["cpu_count"] and saved["single"]["dpjax"]["epsilon"] == dp["epsilon"]
+
+
+def test_cifar_case_runs_the_cnn_one_client_at_a_time():
+    """--cifar at a toy size: pfl-research's CNN on CIFAR-shaped data, 50 records a client, one local epoch of 5
+    batches, the cohort trained one client at a time (client_batch=1), no long run and no sweep by default."""
+    spec = importlib.util.spec_from_file_location("bench_fl_simulation_cifar",
+                                                  REPO / "experiments" / "benchmarks" / "bench_fl_simulation.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    res = bench.main(["--cifar", "--clients", "6", "--cohort-rate", "0.5", "--rounds", "2", "--repeats", "1",
+                      "--no-peers"])
+    assert res["args"]["records"] == 50 and res["args"]["local_steps"] == 5 and res["args"]["dpjax_client_batch"] == 1
+    (row,) = res["single"]["dpjax"]["rounds"]
+    assert row["per_round_s"] > 0 and 0.0 <= row["accuracy"] <= 1.0
+    assert "long" not in res["single"]["dpjax"] and res["sweep"] == {}
+    x, y, tx, ty = bench.cifar_shaped_workload(3, 50, test=10)
+    assert x.shape == (150, 32, 32, 3) and tx.shape == (10, 32, 32, 3) and set(np.unique(y)) <= set(range(10))

@@ -64,14 +64,27 @@ def tree_all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
+#: Most evaluation points of one run: each stores its metrics on the host (``[runs, evaluations]`` arrays), so a
+#: schedule of 10^9 points would exhaust memory before the first round; a larger one is refused up front.
+MAX_EVALUATIONS = 10**6
+
+
 def eval_schedule(num_rounds: int, eval_every: int | None) -> np.ndarray:
-    """Completed-round counts at which ``eval_fn`` runs (always includes the last)."""
+    """Completed-round counts at which ``eval_fn`` runs (always includes the last).
+
+    Built in closed form (``np.arange``, never a Python list of every round); more than ``MAX_EVALUATIONS`` points is a
+    ``ValueError`` naming ``eval_every``."""
     if eval_every is None:
-        return np.array([num_rounds])
-    points = list(range(eval_every, num_rounds + 1, eval_every))
-    if not points or points[-1] != num_rounds:
-        points.append(num_rounds)
-    return np.array(points)
+        return np.array([num_rounds], np.int64)
+    num_rounds, eval_every = int(num_rounds), int(eval_every)
+    count = num_rounds // eval_every + (num_rounds % eval_every != 0)
+    if count > MAX_EVALUATIONS:
+        raise ValueError(f"eval_every={eval_every} over num_rounds={num_rounds} gives {count} evaluations; at most "
+                         f"{MAX_EVALUATIONS} are stored (choose eval_every >= {-(-num_rounds // MAX_EVALUATIONS)})")
+    points = np.arange(eval_every, num_rounds + 1, eval_every, dtype=np.int64)
+    if points.size == 0 or points[-1] != num_rounds:
+        points = np.append(points, np.int64(num_rounds))
+    return points
 
 
 def _round(algorithm, state, data, run_key, r):

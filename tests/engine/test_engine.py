@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpjax import keys
+from dpjax.engine import program
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.engine import NonFiniteError, SiloData, run, run_many, stack_hparams
 from dpjax.primitives import FixedAvailability, FullAvailability, RandomAvailability
@@ -157,6 +158,20 @@ def test_paper_average_output_excludes_last_iterate(data):
 
 
 @pytest.mark.slow
+def test_eval_schedule_is_closed_form_and_bounded():
+    """10^12 rounds: the schedule is built without a list of every round, and one with more points than are stored is
+    refused naming eval_every (it was a MemoryError from ``list(range(...))``)."""
+    import time
+    start = time.perf_counter()
+    pts = program.eval_schedule(10**12, 10**7)
+    assert pts.size == 10**5 and pts[0] == 10**7 and pts[-1] == 10**12 and time.perf_counter() - start < 1.0
+    np.testing.assert_array_equal(program.eval_schedule(10, 4), [4, 8, 10])
+    np.testing.assert_array_equal(program.eval_schedule(12, 4), [4, 8, 12])
+    np.testing.assert_array_equal(program.eval_schedule(7, None), [7])
+    with pytest.raises(ValueError, match=r"eval_every=1 over num_rounds=1000000000 gives 1000000000 evaluations"):
+        program.eval_schedule(10**9, 1)
+
+
 def test_eval_schedule_and_metrics(algo, data):
     x, y, m = data.pooled()
     res = run(

@@ -350,11 +350,24 @@ class NoPrivacy(StatedRelation, PrivacySpec):
 @dataclasses.dataclass(frozen=True)
 class TreeAggregationPrivacy(GaussianPrivacy):
     """Tree aggregation restarted every epoch (Kairouz et al. 2021, Appendix D; DP-FTRL-TreeRestart):
-    the epochs' trees of ``step_counts`` leaves, composed. Its Gaussian rules (``schedules``: one unsampled
-    schedule of ``sum_e (floor(log2 T_e) + 1)`` releases) and its DpEvent, dp_accounting's
-    ``SingleEpochTreeAggregationDpEvent`` per epoch under ``REPLACE_SPECIAL``, give the same RDP."""
+    the epochs' trees, ``tree_counts = ((leaves, how many), ...)`` (closed form: a run of 10^9 one-round epochs is one
+    pair), composed. Its Gaussian rules (``schedules``: one unsampled schedule of ``sum_e (floor(log2 T_e) + 1)``
+    releases) and its DpEvent, dp_accounting's ``SingleEpochTreeAggregationDpEvent`` per epoch (self-composed per
+    tree size) under ``REPLACE_SPECIAL``, give the same RDP."""
 
-    step_counts: tuple[int, ...] = ()
+    tree_counts: tuple[tuple[int, int], ...] = ()
+
+    #: Most epochs ``step_counts`` lists one by one (beyond, ``tree_counts`` is the only form).
+    MAX_LISTED_EPOCHS = 10**6
+
+    @property
+    def step_counts(self) -> tuple[int, ...]:
+        """The leaves of every epoch's tree, one entry per epoch (refused beyond ``MAX_LISTED_EPOCHS`` epochs)."""
+        epochs = sum(count for _, count in self.tree_counts)
+        if epochs > self.MAX_LISTED_EPOCHS:
+            raise ValueError(f"step_counts of {epochs} epochs is not listed one by one (at most "
+                             f"{self.MAX_LISTED_EPOCHS}); read tree_counts, {self.tree_counts}")
+        return tuple(leaves for leaves, count in self.tree_counts for _ in range(count))
 
     @property
     def dp_neighboring_relation(self):
@@ -369,7 +382,9 @@ class TreeAggregationPrivacy(GaussianPrivacy):
         if s.noise_std == 0:
             return dp_accounting.NonPrivateDpEvent()
         z = s.noise_std / (s.group_size * s.sensitivity)
-        trees = [dp_accounting.SingleEpochTreeAggregationDpEvent(z, t) for t in self.step_counts]
+        trees = [dp_accounting.SingleEpochTreeAggregationDpEvent(z, leaves) if count == 1 else
+                 dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(z, leaves), count)
+                 for leaves, count in self.tree_counts]
         return trees[0] if len(trees) == 1 else dp_accounting.ComposedDpEvent(trees)
 
 

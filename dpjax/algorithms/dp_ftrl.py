@@ -57,10 +57,23 @@ def tree_depth(leaves: int) -> int:
     return int(leaves).bit_length()
 
 
+def epoch_tree_counts(num_rounds: int, rounds_per_epoch: int) -> tuple[tuple[int, int], ...]:
+    """The run's trees in closed form, ``((leaves, how many), ...)``: ``num_rounds // rounds_per_epoch`` full trees and
+    one of the remaining rounds (at most two entries, whatever the number of rounds: 10^9 rounds of 1-round epochs
+    are one pair, not 10^9 trees)."""
+    full, rest = divmod(int(num_rounds), int(rounds_per_epoch))
+    return tuple((leaves, count) for leaves, count in ((int(rounds_per_epoch), full), (rest, 1)) if leaves and count)
+
+
 def epoch_trees(num_rounds: int, rounds_per_epoch: int) -> tuple[int, ...]:
-    """The leaves of every tree of a run restarting its tree every ``rounds_per_epoch`` rounds."""
-    full, rest = divmod(num_rounds, rounds_per_epoch)
-    return (rounds_per_epoch,) * full + ((rest,) if rest else ())
+    """The leaves of every tree of a run restarting its tree every ``rounds_per_epoch`` rounds (one entry per epoch;
+    ``epoch_tree_counts`` is the closed form for long runs)."""
+    return tuple(leaves for leaves, count in epoch_tree_counts(num_rounds, rounds_per_epoch) for _ in range(count))
+
+
+def tree_releases(num_rounds: int, rounds_per_epoch: int) -> int:
+    """``sum_e tree_depth(T_e)``: the node releases a record enters over the run (closed form)."""
+    return sum(count * tree_depth(leaves) for leaves, count in epoch_tree_counts(num_rounds, rounds_per_epoch))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,13 +122,13 @@ class TreeEvent:
         if per_epoch < 1:
             raise ValueError(f"batch_size={sel.batch_sizes[0]} must be <= the smallest silo size "
                              f"{min(sel.dataset_sizes)}")
-        trees = epoch_trees(plan.num_rounds, per_epoch)
+        trees = epoch_tree_counts(plan.num_rounds, per_epoch)
         unsampled = dataclasses.replace(sel, sampling=Sampling.FULL, batch_sizes=None)
-        noises = (dataclasses.replace(self.noise, steps=sum(tree_depth(t) for t in trees)),)
+        noises = (dataclasses.replace(self.noise, steps=tree_releases(plan.num_rounds, per_epoch)),)
         spec = dataclasses.replace(plan, selection=unsampled, noises=noises).gaussian_spec()
         if not isinstance(spec, GaussianPrivacy):
             return spec
-        return TreeAggregationPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, step_counts=trees)
+        return TreeAggregationPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, tree_counts=trees)
 
 
 @dataclasses.dataclass(frozen=True)

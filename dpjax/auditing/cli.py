@@ -32,6 +32,7 @@ _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerate
           "diff2-gd", "dp-gd", "diff2-bvr", "user-level", "dp-fedavg", "dp-fedavg-count",
           "dp-ftrl", "dp-fedadam", "dp-scaffold")
 _FILES = ("audit.md", "audit.json")
+RUNS = 100_000  # --runs default of the canary audits
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -40,8 +41,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("mechanisms", nargs="*", metavar="MECHANISM", help=f"one or more of {', '.join(_NAMES)}")
     p.add_argument("--all", action="store_true", help="audit every mechanism")
     from dpjax import _validate as v
-    p.add_argument("--runs", type=v.flag_type("--runs", v.parse_int), default=100_000,
-                   help=f"runs per dataset (half select the threshold, half bound; at most {MAX_RUNS:.0e})")
+    p.add_argument("--runs", type=v.flag_type("--runs", v.parse_int), default=None,
+                   help=f"runs per dataset (half select the threshold, half bound; default {RUNS:.0e}, at most "
+                        f"{MAX_RUNS:.0e}; not for `training`)")
     p.add_argument("--seed", type=v.flag_type("--seed", v.parse_int), default=0, help="0 .. 2**32 - 1 (default 0)")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--out", default=None, help="directory for audit.md and audit.json (default: print only)")
@@ -65,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"mechanisms=[]: name one or more of {_NAMES} or pass --all")
     for name in names:
         v.check_choice("mechanism", name, _NAMES)
+    from dpjax.auditing import training_cli
+    ignored = training_cli.given_flags(args)
+    if ignored:  # the canary audits fix their mechanisms' sizes and mutants: these flags would do nothing
+        raise ValueError(f"{ignored[0]}: a flag of `dpjax audit training` only; the canary audit of "
+                         f"{', '.join(names) if len(names) <= 3 else f'{len(names)} mechanisms'} has no such setting")
+    if args.runs is None:
+        args.runs = RUNS
     v.check_int("runs", args.runs, min_value=2, max_value=MAX_RUNS)  # the scores are float64 [runs] arrays
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)

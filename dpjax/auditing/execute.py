@@ -103,12 +103,13 @@ def trajectory(output_params, eval_data) -> dict:
     return {"params": ravel_pytree(output_params)[0]}
 
 
-def run_family(family, data, hparams, run_keys: jax.Array, *, params: Any):
+def run_family(family, data, hparams, run_keys: jax.Array, *, params: Any, eval_every: int = 1):
     """Runs ``family`` once per key in ``run_keys`` (same ``data`` and ``hparams`` for all runs) through
     ``dpjax.engine.run_many`` and returns its ``RunResult``; ``eval_metrics["params"]`` holds the flattened output
     parameters after every round, ``[runs, rounds, P]``, and ``round_metrics`` the family's per-round metrics ``[runs,
-    rounds, ...]``."""
+    rounds, ...]`` (``eval_every``: keep the parameters every that many rounds and after the last instead)."""
     from dpjax.engine import executor
     runs = int(run_keys.shape[0])
     batched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(jnp.asarray(a), (runs,) + jnp.shape(a)), hparams)
-    return executor.run_many(family, data, batched, run_keys, params=params, eval_fn=trajectory, eval_every=1)
+    return executor.run_many(family, data, batched, run_keys, params=params, eval_fn=trajectory,
+                              eval_every=eval_every)

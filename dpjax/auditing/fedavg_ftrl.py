@@ -28,7 +28,7 @@ import numpy as np
 
 from dpjax.accounting import gdp
 from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
-from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_trees, tree_depth
+from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, tree_depth, tree_releases
 from dpjax.auditing.audit import CanaryAudit, Certificate, FamilyRun
 from dpjax.auditing.execute import CanaryProbe
 from dpjax.engine.silos import SiloData
@@ -159,7 +159,7 @@ def dp_ftrl_audit(noise_multiplier: float = 2.0, clip_norm: float = 0.5, n: int 
         return jnp.sum(prefix[:, nodes])
 
     z = noise_multiplier
-    releases = sum(tree_depth(t) for t in epoch_trees(rounds, per_epoch))
+    releases = tree_releases(rounds, per_epoch)
     mutants = {"half-noise": {"noise_multiplier": z / 2},
                "noise-not-scaled-by-clip": {"clip_norm": 4 * clip_norm, "noise_multiplier": z / 4}}
     return _audit("dp-ftrl", "dp-ftrl", "DP-FTRL, tree aggregation restarted every epoch (DpFtrl.step: the block, "

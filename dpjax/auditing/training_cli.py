@@ -20,20 +20,32 @@ __all__ = ["add_arguments", "run"]
 _FILES = ("training_audit.md", "training_audit.json")
 
 
+#: The training audit's own flags with their defaults. They default to ``None`` on the parser so that the canary
+#: audits can tell a flag given from a flag left alone (and refuse it: they would ignore it).
+DEFAULTS = {"family": None, "mutant": "all", "canaries": 1_000_000, "rounds": 4, "noise_multiplier": 4.0,
+            "delta": 1e-9}
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The ``training`` audit's flags on the ``dpjax audit`` parser (ignored by the canary audits)."""
+    """The ``training`` audit's flags on the ``dpjax audit`` parser (refused by the canary audits)."""
     from dpjax import _validate as v
-    from dpjax.auditing.training import FAMILIES, MUTANTS
-    g = p.add_argument_group("dpjax audit training (one-run audit of a training run)")
-    g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: both)")
-    g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default="all",
+    from dpjax.auditing.training import FAMILIES, MAX_ROUNDS, MUTANTS
+    g = p.add_argument_group("dpjax audit training (one-run audit of a training run; refused by the other audits)")
+    g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: all three)")
+    g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default=None,
                    help="mutants to run beside the honest run: one, none or all (default)")
-    g.add_argument("--canaries", type=v.flag_type("--canaries", v.parse_int), default=1_000_000,
+    g.add_argument("--canaries", type=v.flag_type("--canaries", v.parse_int), default=None,
                    help="Dirac gradient canaries = training records (default 10^6)")
-    g.add_argument("--rounds", type=v.flag_type("--rounds", v.parse_int), default=4, help="training rounds (default 4)")
-    g.add_argument("--noise-multiplier", type=float, default=4.0, help="sigma (default 4: GDP mu 0.5 over 4 rounds)")
-    g.add_argument("--delta", type=float, default=1e-9, help="delta of certificate and bound (default 1e-9; "
+    g.add_argument("--rounds", type=v.flag_type("--rounds", v.parse_int), default=None,
+                   help=f"training rounds (default 4, at most {MAX_ROUNDS})")
+    g.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default 4: GDP mu 0.5 over 4 rounds)")
+    g.add_argument("--delta", type=float, default=None, help="delta of certificate and bound (default 1e-9; "
                    "2 x canaries x delta must stay well below 1 - confidence)")
+
+
+def given_flags(args: argparse.Namespace) -> list[str]:
+    """The training-only flags set on the command line (``--rounds 8``, ...)."""
+    return [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in DEFAULTS if getattr(args, k, None) is not None]
 
 
 def markdown(audits, header: str) -> str:
@@ -55,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     extra = [m for m in args.mechanisms if m != "training"]
     if extra or args.all:
         raise ValueError(f"mechanisms={args.mechanisms!r}: 'training' runs alone (no other MECHANISM, no --all)")
+    if args.runs is not None:  # one training run per family and mutant: nothing to repeat
+        raise ValueError(f"--runs={args.runs}: `dpjax audit training` trains once per family and mutant (a one-run "
+                         "audit); its size is --canaries, not --runs")
+    for k, default in DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, default)
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
     if args.out is not None:

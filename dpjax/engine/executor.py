@@ -146,6 +146,7 @@ def _check_common(algorithm, eval_every, on_nonfinite, round_loop) -> None:
     _validate.check_choice("round_loop", round_loop, ROUND_LOOPS)
     if eval_every is not None:
         _validate.check_int("eval_every", eval_every, min_value=1, max_value=algorithm.num_rounds)
+        eval_schedule(algorithm.num_rounds, eval_every)  # refuses more evaluations than are stored, before compiling
 
 
 def _check_runs_axis(hparams, num_runs: int) -> None:

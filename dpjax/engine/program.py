@@ -65,14 +65,27 @@ def tree_all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in leaves]))
 
 
+#: Most evaluation points of one run: each stores its metrics on the host (``[runs, evaluations]`` arrays), so a
+#: schedule of 10^9 points would exhaust memory before the first round; a larger one is refused up front.
+MAX_EVALUATIONS = 10**6
+
+
 def eval_schedule(num_rounds: int, eval_every: int | None) -> np.ndarray:
-    """Completed-round counts at which ``eval_fn`` runs (always includes the last)."""
+    """Completed-round counts at which ``eval_fn`` runs (always includes the last).
+
+    Built in closed form (``np.arange``, never a Python list of every round); more than ``MAX_EVALUATIONS`` points is a
+    ``ValueError`` naming ``eval_every``."""
     if eval_every is None:
-        return np.array([num_rounds])
-    points = list(range(eval_every, num_rounds + 1, eval_every))
-    if not points or points[-1] != num_rounds:
-        points.append(num_rounds)
-    return np.array(points)
+        return np.array([num_rounds], np.int64)
+    num_rounds, eval_every = int(num_rounds), int(eval_every)
+    count = num_rounds // eval_every + (num_rounds % eval_every != 0)
+    if count > MAX_EVALUATIONS:
+        raise ValueError(f"eval_every={eval_every} over num_rounds={num_rounds} gives {count} evaluations; at most "
+                         f"{MAX_EVALUATIONS} are stored (choose eval_every >= {-(-num_rounds // MAX_EVALUATIONS)})")
+    points = np.arange(eval_every, num_rounds + 1, eval_every, dtype=np.int64)
+    if points.size == 0 or points[-1] != num_rounds:
+        points = np.append(points, np.int64(num_rounds))
+    return points
 
 
 def _round(algorithm, state, data, run_key, r):
@@ -83,30 +96,69 @@ def _round(algorithm, state, data, run_key, r):
     return state, metrics
 
 
-def trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, run_key):
-    """One run, traced: returns ``(state, output, round_metrics, eval_metrics)``."""
+def _scan_rounds(one_round, state, start, length: int):
+    """``lax.scan`` of ``one_round(state, r)`` for ``r = start, ..., start + length - 1``, the round index kept in the
+    carry: scanning over ``jnp.arange(length)`` would materialise a ``[length]`` int32 array (4 GB for 10^9 rounds)."""
+    def body(carry, _):
+        state, r = carry
+        state, out = one_round(state, r)
+        return (state, r + 1), out
+
+    (state, _), out = jax.lax.scan(body, (state, jnp.asarray(start, jnp.int32)), None, length=length)
+    return state, out
+
+
+def trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, run_key, *, flags: bool = False):
+    """One run, traced: returns ``(state, output, round_metrics, eval_metrics)``.
+
+    ``flags=True``: ``round_metrics`` is replaced by ``checks.run_flags``' ``(diverged_round, overflow_round)``, kept
+    in the scan's carry (first round whose iterate was not finite / whose Poisson batch overflowed, -1 if none), so the
+    program holds O(1) per run instead of ``[num_rounds]`` arrays of every per-round metric (10^9 rounds were GBs)."""
     state = algorithm.init(params, hparams, data, run_key)
-    one_round = lambda state, r: _round(algorithm, state, data, run_key, r)  # noqa: E731
+    if flags:
+        none = jnp.full((), -1, jnp.int32)
+
+        def one_round(carry, r):
+            state, diverged, overflow = carry
+            state, m = _round(algorithm, state, data, run_key, r)
+            diverged = jnp.where((diverged < 0) & ~m["finite"], r.astype(jnp.int32), diverged)
+            if "sampling_overflow" in m:
+                overflow = jnp.where((overflow < 0) & jnp.any(m["sampling_overflow"]), r.astype(jnp.int32), overflow)
+            return (state, diverged, overflow), None
+
+        state = (state, none, none)
+    else:
+        one_round = lambda state, r: _round(algorithm, state, data, run_key, r)  # noqa: E731
+    output = lambda state: algorithm.output_params(state[0] if flags else state)  # noqa: E731
+
+    def finish(state, round_metrics, evals):
+        if flags:
+            state, diverged, overflow = state
+            round_metrics = (diverged, overflow)
+        return state, algorithm.output_params(state), round_metrics, evals
+
     num_rounds = algorithm.num_rounds
     if eval_fn is None:
-        state, round_metrics = jax.lax.scan(one_round, state, jnp.arange(num_rounds))
-        return state, algorithm.output_params(state), round_metrics, {}
+        state, round_metrics = _scan_rounds(one_round, state, 0, num_rounds)
+        return finish(state, round_metrics, {})
 
     every = eval_every or num_rounds
     num_chunks, remainder = divmod(num_rounds, every)
 
     def chunk(state, c):
-        state, m = jax.lax.scan(one_round, state, c * every + jnp.arange(every))
-        return state, (m, eval_fn(algorithm.output_params(state), eval_data))
+        state, m = _scan_rounds(one_round, state, c * every, every)
+        return state, (m, eval_fn(output(state), eval_data))
 
     state, (round_metrics, evals) = jax.lax.scan(chunk, state, jnp.arange(num_chunks))
-    round_metrics = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), round_metrics)
+    if not flags:
+        round_metrics = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), round_metrics)
     if remainder:
-        state, tail = jax.lax.scan(one_round, state, num_chunks * every + jnp.arange(remainder))
-        last_eval = eval_fn(algorithm.output_params(state), eval_data)
-        round_metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), round_metrics, tail)
+        state, tail = _scan_rounds(one_round, state, num_chunks * every, remainder)
+        last_eval = eval_fn(output(state), eval_data)
+        if not flags:
+            round_metrics = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), round_metrics, tail)
         evals = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), evals, last_eval)
-    return state, algorithm.output_params(state), round_metrics, evals
+    return finish(state, round_metrics, evals)
 
 
 def run_program(algorithm, eval_fn, eval_every, *, key_data: bool = False, init_params: bool = False,
@@ -115,18 +167,18 @@ def run_program(algorithm, eval_fn, eval_every, *, key_data: bool = False, init_
 
     ``key_data``: ``key`` is raw key data (``jax.random.key_data``), wrapped here;
     ``init_params``: the starting point is ``problem.init_params`` of the key's ``"local"`` stream (``params`` is
-    ignored); ``flags``: return ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``) instead of
-    ``(state, output, round_metrics, evals)``."""
+    ignored); ``flags``: return ``{"diverged_round", "overflow_round", "evals"}`` (``checks.run_flags``, reduced in the
+    round loop's carry) instead of ``(state, output, round_metrics, evals)``."""
 
     def lane(hparams, data, eval_data, key, params):
         if key_data:
             key = jax.random.wrap_key_data(key)
         if init_params:
             params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
-        out = trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, key)
+        out = trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, key, flags=flags)
         if not flags:
             return out
-        diverged, overflow = run_flags(out[2], jnp)
+        diverged, overflow = out[2]
         return {"diverged_round": diverged, "overflow_round": overflow, "evals": out[3]}
 
     return lane

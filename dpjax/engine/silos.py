@@ -68,6 +68,20 @@ class SiloData:
                     raise ValueError(f"{name}[{i}] has dtype {a.dtype}; silo data must be numeric")
                 if a.ndim < 1:
                     raise ValueError(f"{name}[{i}] is a scalar; every silo needs an array with one row per record")
+        for i, x in enumerate(xs):
+            if x.ndim < 2:  # a 1-d silo is ambiguous: n records of one feature, or one record of n features
+                raise ValueError(f"xs[{i}] has shape {x.shape}; features need a record axis and a feature axis, "
+                                 f"[records, features...] (one feature per record: x.reshape(-1, 1))")
+        target = np.dtype(dtype)
+        for name, arrs, kind in (("xs", xs, target), ("ys", ys, None if label_dtype is None else np.dtype(label_dtype))):
+            if kind is None or kind.kind not in "iub":
+                continue
+            for i, a in enumerate(arrs):
+                if a.dtype.kind == "f" and np.any(a.astype(kind) != a):
+                    what = "dtype" if name == "xs" else "label_dtype"
+                    raise ValueError(f"{what}={kind.name} would truncate the float values of {name}[{i}] "
+                                     f"(e.g. {a.reshape(-1)[np.flatnonzero(a.astype(kind) != a)[0]].item()!r}); keep a float "
+                                     f"{what} or round the data first")
         feat_shape = xs[0].shape[1:]
         label_shape = ys[0].shape[1:]
         for i, (x, y) in enumerate(zip(xs, ys)):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import jax
+import numpy as np
 import jax.numpy as jnp
 
 from dpjax import _validate
@@ -104,6 +105,27 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm
 
 
+def check_mask(mask) -> None:
+    """A concrete ``mask`` (host array) holds 0/1 flags or non-negative finite multiplicities; a ``ValueError`` names
+    the first bad entry (``mask[3]=-1.0``: a negative weight would subtract a record, outside the sensitivity).
+    Traced masks are the caller's contract (read on the host only where concrete, vectorised)."""
+    if mask is None or _validate._is_tracer(mask):  # noqa: SLF001 (the shared tracer test)
+        return
+    try:
+        arr = np.asarray(mask)
+    except Exception:  # noqa: BLE001 (not host-readable: left to the trace)
+        return
+    if arr.dtype == bool:
+        return
+    if arr.dtype.kind not in "iuf":
+        raise ValueError(f"mask has dtype {arr.dtype}; give 0/1 flags (bool or numbers) or non-negative multiplicities")
+    bad = ~np.isfinite(arr) | (arr < 0) if arr.dtype.kind == "f" else arr < 0
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise ValueError(f"mask[{i}]={arr.reshape(-1)[i].item()!r} must be 0/1 (padding) or a non-negative finite "
+                         "multiplicity")
+
+
 def clipped_sum(
     grads: PyTree,
     clip_norm,
@@ -122,6 +144,7 @@ def clipped_sum(
     Returns:
       ``ClippedSum(total, count, sensitivity)``."""
     sensitivity = sensitivity_of_clipped_sum(clip_norm, neighboring)
+    check_mask(mask)
     clipped = clip_per_example(grads, clip_norm)
     leaves = jax.tree_util.tree_leaves(clipped)
     batch = leaves[0].shape[0]

@@ -152,6 +152,7 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
     axis; a flax linen ``model.apply({"params": params}, x_i)`` inside it); ``x`` ``[B, ...]``, ``y``
     ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(jnp.inf if clip_norm is None else clip_norm, neighboring)
+    clipping.check_mask(mask)  # the per-example path refuses the same masks
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, force_fallback):
         bound = jnp.inf if clip_norm is None else clip_norm
@@ -164,8 +165,13 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
         mats = _materialised_leaves(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
     else:
         parts, mats = layer_parts(plan, jax.tree_util.tree_leaves(params), inputs, deltas)
-        coef = _clip_coefficients(parts_sq_norms(parts), clip_norm, weights)
-    total = weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0)
+        sq = parts_sq_norms(parts)
+        # As clipping.clip_to_norm: a non-finite gradient (overflow) contributes zero when the clip is finite, so one
+        # record cannot turn the total into NaN; unclipped (clip inf) it propagates, on both paths.
+        finite = jnp.isfinite(sq) | ~jnp.isfinite(clip_norm)
+        coef = jnp.where(finite, _clip_coefficients(sq, clip_norm, weights), 0.0)
+    total = weighted_layer_sums(plan, params, inputs, deltas, coef, mats, rows=weights != 0,
+                                finite_rows=clip_norm is not None)
     return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
 
 

@@ -363,12 +363,15 @@ def _weight_grad(call: LayerCall, role: str, a, cot, shape):
     return jnp.einsum("btv,btf->vf", _flat_d(call, cot), a.reshape(a.shape[0], -1, a.shape[-1])).reshape(shape)
 
 
-def weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset(), rows=None) -> PyTree:
+def weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, skip=frozenset(), rows=None,
+                        finite_rows: bool = False) -> PyTree:
     """``sum_i coef_i grad l_i`` as a params pytree: per ghost layer, the batch's weight gradient with output cotangents
     ``coef_i delta_i`` (``A^T diag(coef) D`` for dense), ``sum_i coef_i G_i`` where the per-example gradient was
     materialised. Calls in ``skip`` contribute nothing (outside ``mats``). ``rows`` (default ``coef != 0``): the rows
     whose inputs are used; pass the data mask so that inputs shared by a vmapped batch of runs (the data) stay shared
-    instead of being masked once per run."""
+    instead of being masked once per run. ``finite_rows``: also drop input rows holding a non-finite entry (their
+    coefficient is 0: a clipped NaN/inf gradient contributes zero, as in ``clipping.clip_to_norm``; the test reads the
+    input alone, so data shared by vmapped runs stays shared)."""
     leaves, treedef = jax.tree_util.tree_flatten(params)
     out = [jnp.zeros_like(leaf) for leaf in leaves]
     keep = coef != 0  # masked rows add nothing, even if NaN
@@ -387,7 +390,10 @@ def weighted_layer_sums(plan: GhostPlan, params, inputs, deltas, coef, mats, ski
                 d, a = deltas[k], inputs[k]
                 c = coef.reshape((-1,) + (1,) * (d.ndim - 1)).astype(d.dtype)
                 cots[k] = jnp.where(c != 0, c * d, jnp.zeros_like(d))
-                ins[k] = jnp.where(used.reshape((-1,) + (1,) * (a.ndim - 1)), a, jnp.zeros_like(a))
+                take = used.reshape((-1,) + (1,) * (a.ndim - 1))
+                if finite_rows:
+                    take = take & jnp.all(jnp.isfinite(a), axis=tuple(range(1, a.ndim)), keepdims=True)
+                ins[k] = jnp.where(take, a, jnp.zeros_like(a))
             g = _weight_grad(plan.calls[k], role, ins[k], cots[k], leaves[leaf].shape)
             out[leaf] = out[leaf] + g.astype(out[leaf].dtype)
     return jax.tree_util.tree_unflatten(treedef, out)

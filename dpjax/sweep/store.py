@@ -4,6 +4,8 @@ Layout::
 
     DIR/config.json        resolved SweepConfig (+ chunk_size, vmap_width) — the resume contract
     DIR/config.toml        the file the sweep was started from (if any), verbatim
+    DIR/config.sha256.json SHA-256 of config.json and config.toml as written: a resume or a load refuses a directory
+                           whose stored config was edited since (its results belong to the original)
     DIR/env-<p>.json       versions, devices, host, time (one per process p)
     DIR/runs/<chunk>.csv   one row per run: id, axes, resolved hparams, diverged_round, final metrics
     DIR/evals/<chunk>.csv  one row per (run, evaluation round): id, eval_round, metrics
@@ -38,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 TMP_SUFFIX = ".tmp"
+CONFIG_CHECKSUMS = "config.sha256.json"
 # A temporary file is written and renamed within milliseconds; one older than this was left by a killed process.
 # Younger ones may belong to another process writing into the same sweep directory right now (multi-host mode).
 STALE_TEMP_SECONDS = 600.0
@@ -166,9 +169,52 @@ class Store:
     def config_path(self) -> pathlib.Path:
         return self.root / "config.json"
 
+    @property
+    def checksum_path(self) -> pathlib.Path:
+        return self.root / CONFIG_CHECKSUMS
+
+    def _config_files(self) -> dict[str, pathlib.Path]:
+        return {name: self.root / name for name in ("config.json", "config.toml")}
+
+    def _write_checksums(self) -> None:
+        sums = {name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for name, p in self._config_files().items() if p.exists()}
+        atomic_write_text(self.checksum_path, json.dumps(sums, indent=2, sort_keys=True) + "\n")
+
+    def verify_config(self) -> None:
+        """``ValueError`` naming the file when the stored ``config.json`` or ``config.toml`` no longer has the SHA-256
+        recorded when the sweep started: the chunks were computed from the original, so resuming (or presenting the
+        results) under the edited file would attribute one configuration's results to another. A directory written
+        before checksums were kept has none to check (they are recorded on its next resume)."""
+        try:
+            recorded = json.loads(self.checksum_path.read_text())
+            if not isinstance(recorded, dict):
+                raise ValueError
+        except FileNotFoundError:
+            return
+        except ValueError:
+            raise ValueError(f"{self.checksum_path} is damaged; this sweep directory's stored config cannot be "
+                             "verified (start a new --out directory)") from None
+        for name, path in self._config_files().items():
+            want = recorded.get(name)
+            if want is None:
+                continue
+            try:
+                got = hashlib.sha256(path.read_bytes()).hexdigest()
+            except FileNotFoundError:
+                raise ValueError(f"{path} is missing: the sweep directory's stored config was deleted after the "
+                                 "sweep started; restore it or start a new --out directory") from None
+            if got != want:
+                raise ValueError(
+                    f"{path} was modified after the sweep started (sha256 {got[:12]}..., recorded {want[:12]}... in "
+                    f"{self.checksum_path.name}): the results in this directory were computed from the original "
+                    "config; restore the file or start a new --out directory") from None
+
     def read_config(self) -> dict | None:
+        """The stored resolved config (``None`` for a new directory), after :meth:`verify_config`."""
         if not self.config_path.exists():
             return None
+        self.verify_config()
         try:
             return json.loads(self.config_path.read_text())
         except ValueError:
@@ -189,8 +235,11 @@ class Store:
                 atomic_write_text(self.config_path, json.dumps(resolved, indent=2, sort_keys=True) + "\n")
                 if source_text is not None:
                     atomic_write_text(self.root / "config.toml", source_text)
+                self._write_checksums()
             else:
                 check_same_sweep(self.root, old, resolved)
+                if not self.checksum_path.exists():  # a directory of an older dpjax: record them from now on
+                    self._write_checksums()
         atomic_write_text(self.root / f"env-{process_index}.json", json.dumps(env, indent=2) + "\n")
         self.clean_temporaries()
 

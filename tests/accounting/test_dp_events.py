@@ -75,8 +75,10 @@ def test_dp_ftrl_event_is_dp_accountings_restarted_tree():
     family, hp = GAUSSIAN["dp-ftrl (tree aggregation)"]
     spec = family.privacy(SIZES, hp)
     assert isinstance(spec, TreeAggregationPrivacy) and spec.step_counts == (5, 5, 3)
+    assert spec.tree_counts == ((5, 2), (3, 1))  # the closed form: one entry per tree size
     event = spec.dp_event()
-    assert [e.step_counts for e in event.events] == [5, 5, 3]
+    (fives, three) = event.events
+    assert (fives.count, fives.event.step_counts, three.step_counts) == (2, 5, 3)
     assert spec.dp_neighboring_relation is dp_accounting.NeighboringRelation.REPLACE_SPECIAL
     # the same releases as the Gaussian rules' count: depth 3 + 3 + 2 unsampled Gaussians
     assert spec.schedule.steps == 8

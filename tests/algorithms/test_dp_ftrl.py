@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_trees, tree_depth
+from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_tree_counts, epoch_trees, tree_depth, tree_releases
 from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
 from dpjax import engine
 from dpjax.engine.chain import DataShape
@@ -47,6 +47,34 @@ def test_tree_depth_is_the_most_released_nodes_over_one_leaf(leaves):
 
 def test_epoch_trees_restart_every_epoch():
     assert epoch_trees(20, 6) == (6, 6, 6, 2) and epoch_trees(12, 6) == (6, 6) and epoch_trees(4, 6) == (4,)
+
+
+def test_epoch_tree_counts_are_the_closed_form_of_epoch_trees():
+    for rounds, per_epoch in [(20, 6), (12, 6), (4, 6), (1, 1), (37, 5)]:
+        listed = epoch_trees(rounds, per_epoch)
+        pairs = epoch_tree_counts(rounds, per_epoch)
+        assert tuple(t for t, k in pairs for _ in range(k)) == listed
+        assert tree_releases(rounds, per_epoch) == sum(tree_depth(t) for t in listed)
+
+
+@pytest.mark.privacy
+def test_privacy_of_a_billion_rounds_is_closed_form_and_fast():
+    """10^9 rounds of 10-round epochs: 10^8 trees of 4 node releases each, accounted without listing the trees (it
+    held > 2.2 GB and answered nothing in 9 minutes). RDP of the closed form equals dp_accounting's on the
+    self-composed tree event; the Gaussian rules see 4 x 10^8 releases."""
+    import time
+
+    start = time.perf_counter()
+    family = DpFtrl(LinearRegression(3), 10**9, 10)
+    hp = FtrlHParams.create(0.1, 1000.0, 1.0)
+    spec = family.privacy([100, 100], hp)
+    assert spec.tree_counts == ((10, 10**8),) and spec.schedule.steps == 4 * 10**8
+    eps = spec.epsilon(DELTA, "rdp").epsilon
+    assert time.perf_counter() - start < 10
+    accountant = dpa.rdp.RdpAccountant(neighboring_relation=spec.dp_neighboring_relation)
+    assert accountant.compose(spec.dp_event()).get_epsilon(DELTA) == pytest.approx(eps, rel=1e-6)
+    with pytest.raises(ValueError, match="step_counts of 100000000 epochs"):
+        spec.step_counts
 
 
 def silos(n=24, num=3, dim=3, seed=0, zero=False):

@@ -34,6 +34,15 @@ def test_audit_writes_markdown_and_json(tmp_path, capsys):
     (["audit", "dp-gd", "--all"], "not both"),
     (["audit", "dp-gd", "--runs", "1"], "runs=1"),
     (["audit", "dp-gd", "--confidence", "1.5"], "confidence=1.5"),
+    # flags of the other kind of audit are refused, not ignored
+    (["audit", "training", "--runs", "5"], "--runs=5"),
+    (["audit", "dp-ftrl", "--family", "isrl-mbsgd"], "--family isrl-mbsgd"),
+    (["audit", "dp-fedavg", "--mutant", "no-clip"], "--mutant no-clip"),
+    (["audit", "dp-gd", "--rounds", "8"], "--rounds 8"),
+    (["audit", "--all", "--canaries", "100"], "--canaries 100"),
+    # bounded: a schedule of 10^9 rounds is refused up front (it was a MemoryError from the evaluation schedule)
+    (["audit", "training", "--rounds", "1000000000", "--family", "isrl-mbsgd", "--mutant", "none", "--canaries",
+      "1000"], "rounds=1000000000"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, needle, capsys):
     assert main(argv) == 2

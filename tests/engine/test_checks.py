@@ -95,3 +95,21 @@ def test_divergence_rule():
     bad = diverged(np.array([-1, 2, -1, -1, -1]), np.array([1.0, 1.0, np.nan, np.inf, 5.0]), threshold=4.0)
     np.testing.assert_array_equal(bad, [False, True, True, True, True])
     np.testing.assert_array_equal(diverged(np.array([-1, 0])), [False, True])
+
+
+def test_from_silos_refuses_1d_features_and_truncating_dtypes():
+    """1-d features per silo (records or features?) and dtype=int32 over float features (silently truncated) are
+    refused, naming the argument; integral floats cast exactly and stay accepted."""
+    import numpy as np
+    import pytest
+    from dpjax.engine.silos import SiloData
+
+    y = [np.zeros(4, np.float32)]
+    with pytest.raises(ValueError, match=r"xs\[0\] has shape \(4,\); features need a record axis"):
+        SiloData.from_silos([np.arange(4.0)], y)
+    with pytest.raises(ValueError, match=r"dtype=int32 would truncate the float values of xs\[0\] \(e.g. 0\.5\)"):
+        SiloData.from_silos([np.full((4, 2), 0.5)], y, dtype=np.int32)
+    with pytest.raises(ValueError, match=r"label_dtype=int32 would truncate the float values of ys\[0\]"):
+        SiloData.from_silos([np.ones((4, 2))], [np.full(4, 0.25)], label_dtype=np.int32)
+    data = SiloData.from_silos([np.full((4, 2), 3.0)], y, dtype=np.int32)
+    assert int(data.x[0, 0, 0]) == 3

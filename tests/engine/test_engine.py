@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dpjax import keys
+from dpjax.engine import program
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.engine import NonFiniteError, SiloData, run, run_many, stack_hparams
 from dpjax.primitives import FixedAvailability, FullAvailability, RandomAvailability
@@ -157,6 +158,65 @@ def test_paper_average_output_excludes_last_iterate(data):
 
 
 @pytest.mark.slow
+def _largest_array(jaxpr) -> int:
+    """The most elements of any value in ``jaxpr`` and its sub-jaxprs (scan bodies, ...)."""
+    from jax.extend import core as jcore
+    most = 0
+    for eqn in jaxpr.eqns:
+        for var in list(eqn.invars) + list(eqn.outvars):
+            shape = getattr(getattr(var, "aval", None), "shape", ())
+            most = max(most, int(np.prod(shape)) if shape else 1)
+        for p in eqn.params.values():
+            for sub in (p if isinstance(p, (tuple, list)) else (p,)):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    most = max(most, _largest_array(sub.jaxpr))
+                elif isinstance(sub, jcore.Jaxpr):
+                    most = max(most, _largest_array(sub))
+    return most
+
+
+@pytest.mark.parametrize("eval_every", [None, 10**8])
+def test_a_sweep_lane_of_a_billion_rounds_holds_no_per_round_array(data, eval_every):
+    """The lane a sweep compiles keeps its round index and its divergence/overflow flags in the scan's carry: no
+    ``[num_rounds]`` array (10^9 rounds were a 4 GB ``arange`` plus every per-round metric, growing past 8 GB)."""
+    rounds = 10**9
+    algo = NoisyMbSgd(LogisticRegression(DIM), num_rounds=rounds, batch_size=6)
+    lane = program.run_program(algo, lambda p, e: {"norm": jnp.sum(p ** 2)}, eval_every, flags=True)
+    hp = MbSgdHParams.create(0.5, 0.2, 1.0)
+    jaxpr = jax.make_jaxpr(lane)(hp, data, None, jax.random.key(0), jnp.zeros(DIM))
+    assert _largest_array(jaxpr.jaxpr) < 10**6
+
+
+def test_flags_in_the_carry_equal_the_per_round_metrics(data):
+    """The carried flags are ``checks.run_flags`` of the per-round metrics (also for a run that diverges mid-way)."""
+    from dpjax.engine.checks import run_flags
+    algo = NoisyMbSgd(LinearRegression(DIM), num_rounds=40, batch_size=6)
+    for lr in (0.01, 1e6):  # the second grows geometrically (clip far away) to inf after a few rounds
+        hp = MbSgdHParams.create(lr, 0.0, 3e38)
+        args = (hp, data, None, jax.random.key(1), jnp.ones(DIM))
+        eval_fn = lambda p, e: {"norm": jnp.sum(p ** 2)}  # noqa: E731
+        full = jax.jit(program.run_program(algo, eval_fn, 4))(*args)
+        flags = jax.jit(program.run_program(algo, eval_fn, 4, flags=True))(*args)
+        diverged, overflow = run_flags(jax.device_get(full[2]))
+        assert int(flags["diverged_round"]) == int(diverged) and int(flags["overflow_round"]) == int(overflow)
+        np.testing.assert_array_equal(flags["evals"]["norm"], full[3]["norm"])
+        assert (int(diverged) > 0) == (lr > 1)
+
+
+def test_eval_schedule_is_closed_form_and_bounded():
+    """10^12 rounds: the schedule is built without a list of every round, and one with more points than are stored is
+    refused naming eval_every (it was a MemoryError from ``list(range(...))``)."""
+    import time
+    start = time.perf_counter()
+    pts = program.eval_schedule(10**12, 10**7)
+    assert pts.size == 10**5 and pts[0] == 10**7 and pts[-1] == 10**12 and time.perf_counter() - start < 1.0
+    np.testing.assert_array_equal(program.eval_schedule(10, 4), [4, 8, 10])
+    np.testing.assert_array_equal(program.eval_schedule(12, 4), [4, 8, 12])
+    np.testing.assert_array_equal(program.eval_schedule(7, None), [7])
+    with pytest.raises(ValueError, match=r"eval_every=1 over num_rounds=1000000000 gives 1000000000 evaluations"):
+        program.eval_schedule(10**9, 1)
+
+
 def test_eval_schedule_and_metrics(algo, data):
     x, y, m = data.pooled()
     res = run(

@@ -322,3 +322,38 @@ def test_diff2_path_selector_says_which_path_ran_and_carried_ghost_run_equals_pe
         diff2.clipping_path(linear, w, data.x[0], data.y[0][:, 0], "ghost")
     with pytest.raises(ValueError, match="path"):
         diff2.Diff2GD(problem, 3, path="fast")
+
+
+@pytest.mark.privacy
+@pytest.mark.parametrize("path", ["ghost", "per-example"])
+def test_negative_or_nonfinite_masks_are_refused_on_both_paths(path):
+    """A mask of -1 returned a negated sum (a record subtracted: outside the sensitivity); both drop-in paths refuse
+    it, naming the entry."""
+    loss, params, x, y = _setup(MLP())
+    fn = gc.ghost_clipped_sum if path == "ghost" else clipping.per_example_clipped_sum
+    for bad, needle in [(-1.0, r"mask\[2\]=-1\.0"), (float("nan"), r"mask\[2\]=nan")]:
+        mask = np.ones(9)
+        mask[2] = bad
+        with pytest.raises(ValueError, match=needle):
+            fn(loss, params, x, y, 1.0, jnp.asarray(mask))
+    fn(loss, params, x, y, 1.0, jnp.asarray([1, 0, 2, 1, 1, 1, 1, 1, 1]))  # multiplicities stay accepted
+
+
+@pytest.mark.privacy
+# Not "cnn": there the reference itself fails -- vmap(grad) of a convolution batches into one grouped convolution in
+# which a NaN example turns every example's kernel gradient into NaN (the per-example path then zeroes them all).
+@pytest.mark.parametrize("name", ["mlp"])
+def test_a_nonfinite_example_contributes_zero_on_both_paths(name):
+    """One NaN (or inf) input row: the per-example path zeroes that gradient (``clip_to_norm``); ghost clipping gave a
+    NaN total. Both now give the clipped sum of the other rows; unclipped (``clip_norm=None``) both propagate it."""
+    loss, params, x, y = _setup(*CASES[name])
+    for poison in (jnp.nan, jnp.inf):
+        bad = x.at[4, 3].set(poison)
+        keep = jnp.asarray([1, 1, 1, 1, 0, 1, 1, 1, 1], jnp.float64)
+        ghost = gc.ghost_clipped_sum(loss, params, bad, y, 0.5, require_fast=True).total
+        ref = clipping.per_example_clipped_sum(loss, params, bad, y, 0.5).total
+        others = clipping.per_example_clipped_sum(loss, params, x, y, 0.5, keep).total
+        _close(ghost, others)
+        _close(ref, others)
+        unclipped = gc.ghost_clipped_sum(loss, params, bad, y, None, require_fast=True).total
+        assert not all(bool(jnp.all(jnp.isfinite(u))) for u in jax.tree_util.tree_leaves(unclipped))

@@ -97,6 +97,26 @@ def test_different_config_in_same_dir_is_refused(full):
         run_sweep(tiny_cfg(seed=4), out, progress=False)
 
 
+def test_edited_stored_config_is_refused_naming_the_file(tmp_path):
+    """Editing the directory's own config.toml (seed 3 -> 9) would present seed 3's results as seed 9's: resuming
+    and loading refuse, naming the file; so does an edited config.json."""
+    first = run_sweep(tiny_cfg(), tmp_path, source_text=TINY, progress=False, max_chunks=1)
+    assert first.computed_chunks == ["g000-c000000"]
+    stored = tmp_path / "config.toml"
+    assert stored.read_text() == TINY
+    stored.write_text(TINY.replace("seed = 3", "seed = 9"))
+    with pytest.raises(ValueError, match=r"config\.toml was modified after the sweep started"):
+        run_sweep(tiny_cfg(), tmp_path, source_text=TINY, progress=False)
+    with pytest.raises(ValueError, match=r"config\.toml was modified"):
+        load_results(tmp_path)
+    stored.write_text(TINY)  # restored: the resume goes on
+    assert run_sweep(tiny_cfg(), tmp_path, source_text=TINY, progress=False, max_chunks=0).skipped_chunks == 1
+    conf = tmp_path / "config.json"
+    conf.write_text(conf.read_text().replace('"seed": 3', '"seed": 9'))
+    with pytest.raises(ValueError, match=r"config\.json was modified"):
+        load_results(tmp_path)
+
+
 @pytest.mark.slow
 def test_sigkill_mid_sweep_then_resume(full, tmp_path):
     """SIGKILL the CLI after its first chunk; the rerun redoes nothing finished and the table is unchanged."""

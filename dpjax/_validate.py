@@ -140,7 +140,7 @@ def check_rounds(name: str, value: Any) -> int:
     return check_int(name, value, min_value=1, max_value=MAX_ROUNDS)
 
 
-def _is_tracer(value: Any) -> bool:
+def is_tracer(value: Any) -> bool:
     jax = sys.modules.get("jax")  # never import jax here: the accounting layer uses this module
     return jax is not None and isinstance(value, jax.core.Tracer)
 
@@ -154,7 +154,7 @@ def concrete_scalar(value: Any) -> Any:
     """
     if isinstance(value, numbers.Number):
         return value
-    if _is_tracer(value):
+    if is_tracer(value):
         return None
     kind = getattr(getattr(value, "dtype", None), "kind", None)
     if kind is not None and kind in "fiub" and getattr(value, "size", None) == 1:
@@ -167,7 +167,7 @@ def concrete_scalar(value: Any) -> Any:
 
 def concrete_array(value: Any):
     """A NumPy array of ``value``'s entries when it is a concrete numeric array of any size, else ``None``."""
-    if isinstance(value, numbers.Number) or _is_tracer(value):
+    if isinstance(value, numbers.Number) or is_tracer(value):
         return None
     kind = getattr(getattr(value, "dtype", None), "kind", None)
     if kind is None or kind not in "fiub" or getattr(value, "shape", None) is None:
@@ -230,7 +230,7 @@ def check_if_concrete(check, name: str, value: Any, **kwargs) -> None:
     if scalar is not None:
         check(name, scalar, **kwargs)
         return
-    if _is_tracer(value):
+    if is_tracer(value):
         if checking_traced():
             _check_traced(check, name, value, kwargs)
         return

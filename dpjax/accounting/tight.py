@@ -43,6 +43,7 @@ import numpy as np
 from scipy import special, stats
 
 from dpjax import _validate as v
+from dpjax.accounting.pld_dense import dense_for_self_compose
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting import gdp as _gdp
 from dpjax.accounting import wor_rdp
@@ -318,31 +319,7 @@ def _pld_of(schedule: GaussianSchedule, interval: float):
     ``PLDAccountant`` composing ``schedule.to_dp_event()``)."""
     _, _, count = _pld_event_parameters(schedule)
     pld = _single_pld(schedule, interval)
-    return pld if count == 1 else _dense_for(pld, count).self_compose(count, _PLD_TAIL_TRUNCATION)
-
-
-def _dense_for(pld, count: int):
-    """``pld`` with its PMFs made dense where dp_accounting's own ``self_compose(count)`` would make them dense.
-
-    Its sparse self-composition decides that by computing ``size ** count`` as a Python integer: for a sparse PMF of a
-    few points (large noise) and 10^8 steps that is a number of hundreds of millions of bits, computed before anything
-    else (the cause of ``dpjax account ... --steps 100000000`` never answering). The same test in logarithms, then
-    the same dense self-composition: the same PLD, bit for bit."""
-    from dp_accounting.pld import pld_pmf, privacy_loss_distribution as pld_lib
-
-    sparse_max = pld_pmf._MAX_PMF_SPARSE_SIZE  # noqa: SLF001 (the threshold its self_compose uses)
-
-    def dense(pmf):
-        if not isinstance(pmf, pld_pmf.SparsePLDPmf) or pmf.size <= 1:
-            return pmf
-        if count < 64:  # small powers: the library's exact integer test
-            return pmf.to_dense_pmf() if pmf.size ** count > sparse_max else pmf
-        return pmf.to_dense_pmf() if count * math.log(pmf.size) > math.log(sparse_max) + 1e-9 else pmf
-
-    remove, add = pld._pmf_remove, pld._pmf_add  # noqa: SLF001 (no public accessor for the PMFs)
-    if pld._symmetric:  # noqa: SLF001
-        return pld_lib.PrivacyLossDistribution(dense(remove))
-    return pld_lib.PrivacyLossDistribution(dense(remove), dense(add))
+    return pld if count == 1 else dense_for_self_compose(pld, count).self_compose(count, _PLD_TAIL_TRUNCATION)
 
 
 def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:

@@ -109,7 +109,7 @@ def check_mask(mask) -> None:
     """A concrete ``mask`` (host array) holds 0/1 flags or non-negative finite multiplicities; a ``ValueError`` names
     the first bad entry (``mask[3]=-1.0``: a negative weight would subtract a record, outside the sensitivity).
     Traced masks are the caller's contract (read on the host only where concrete, vectorised)."""
-    if mask is None or _validate._is_tracer(mask):  # noqa: SLF001 (the shared tracer test)
+    if mask is None or _validate.is_tracer(mask):
         return
     try:
         arr = np.asarray(mask)

@@ -295,6 +295,8 @@ def test_client_batch_trains_the_same_cohort_one_silo_at_a_time():
         np.testing.assert_allclose(mapped.output, vmapped.output, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="client_batch=0"):
         DpFedAvg(LinearRegression(3), 4, 6, client_batch=0, **kw)
+
+
 def _pooled_population(num_silos, n_max=8, dim=3, pool=40, seed=0):
     """``num_silos`` clients of 4..n_max distinct records drawn from one pool of ``pool`` records."""
     from dpjax.engine import PooledSiloData
@@ -309,6 +311,8 @@ def _pooled_population(num_silos, n_max=8, dim=3, pool=40, seed=0):
     dict(sampling_rate=0.1, local_steps=2, local_batch_size=4),  # Poisson buffer, independent minibatch draws
     pytest.param(dict(sampling_rate=0.1, local_epochs=2, local_batch_size=3), marks=pytest.mark.slow),  # epochs
     pytest.param(dict(sampling="without-replacement", local_steps=2), marks=pytest.mark.slow),  # every record a step
+    pytest.param(dict(sampling_rate=0.2, local_steps=2, local_batch_size=3, client_batch=2),
+                 marks=pytest.mark.slow),  # the cohort trained in lax.map chunks
 ])
 def test_a_record_pool_population_runs_the_same_numbers_as_its_materialised_silos(kw):
     """``PooledSiloData`` against its ``materialize()`` (the same silos as a padded ``SiloData``), same key:

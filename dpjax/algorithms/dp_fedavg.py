@@ -20,6 +20,10 @@ Privacy (Andrew et al. 2021, Theorem 1): each round is one Gaussian mechanism of
 ``z = (z_Delta^-2 + z_b^-2)^-1/2`` (the paper's ``z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2``; see ``adaptive_clipping``);
 the run is R of them subsampled at the silo rate, unit "user". Calibration sets z_Delta with z_b fixed (Algorithm 1
 derives z_Delta from z and sigma_b). ``private=False`` is FedAvg with a server optimizer (FedOpt): no clip, no noise.
+
+Data: a ``SiloData`` or, at cross-device scale, a ``PooledSiloData`` (the clients as index rows into one shared
+record pool; a Poisson round then gathers only its cohort's records: per-round time and memory set by the cohort,
+not the population; ``experiments/benchmarks/bench_cross_device_scale.py``). No part keeps per-client state.
 """
 
 from __future__ import annotations
@@ -104,6 +108,8 @@ class DpFedAvg(ChainFamily):
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
+    # its parts read the data through silo_masks / silo_records: a PooledSiloData population runs as it is
+    supports_pooled_data = True
 
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SILO_SAMPLINGS)

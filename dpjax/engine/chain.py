@@ -59,7 +59,10 @@ class DataShape(NamedTuple):
 
     @classmethod
     def of(cls, data) -> "DataShape":
-        records = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data.x, data.y))
+        if hasattr(data, "record_structs"):  # PooledSiloData: the shapes, not the N x n_max records
+            records = tuple(data.record_structs())
+        else:
+            records = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (data.x, data.y))
         return cls(int(data.num_silos), int(data.n_max), records)
 
     @classmethod
@@ -264,6 +267,9 @@ class ChainFamily(FamilyBase):
         raise NotImplementedError(f"{type(self).__name__} declares no parts")
 
     supports_silo_blocks = True
+    # True where every part reads the data only through silo_masks / silo_records / sizes (the methods SiloData and
+    # PooledSiloData share): the executor then accepts a record pool (dpjax.engine.silos)
+    supports_pooled_data = False
 
     def validate(self, data) -> None:
         """Host-side checks against the data: ``FamilyBase``'s (availability, the sampler's rounds) where the

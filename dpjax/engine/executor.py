@@ -57,7 +57,7 @@ from dpjax import progress as _progress
 from dpjax.engine import silo_blocks, silo_sharding
 from dpjax.engine.checks import ON_NONFINITE, check_runs, run_flags
 from dpjax.engine.program import ROUND_LOOPS, ChunkProgram, compiled_runner, eval_schedule, host_loop
-from dpjax.engine.silos import SiloData
+from dpjax.engine.silos import PooledSiloData, SiloData
 
 PyTree = Any
 EvalFn = Callable[[PyTree, PyTree], dict]
@@ -132,13 +132,19 @@ def _check_keys(name: str, value, batch_ndim: int) -> None:
 
 
 def _check_data(algorithm, data: SiloData, batched: bool) -> None:
-    """The algorithm's host-side checks plus the problem's label check (when it has one)."""
-    per_trial = [jax.tree_util.tree_map(lambda a: a[i], data) for i in range(data.x.shape[0])] if batched else [data]
+    """The algorithm's host-side checks plus the problem's label check (when it has one); a ``PooledSiloData``
+    only for a family that reads it (``supports_pooled_data``)."""
+    if isinstance(data, PooledSiloData) and not getattr(algorithm, "supports_pooled_data", False):
+        raise ValueError(f"data=PooledSiloData: {type(algorithm).__name__} reads the silos' padded records directly "
+                         "(only families with supports_pooled_data, e.g. DpFedAvg, read a record pool); pass "
+                         "data.materialize() (a SiloData) for a small population")
+    num_trials = jax.tree_util.tree_leaves(data)[0].shape[0] if batched else 0
+    per_trial = [jax.tree_util.tree_map(lambda a: a[i], data) for i in range(num_trials)] if batched else [data]
     check_labels = getattr(algorithm.problem, "check_labels", None)
     for d in per_trial:
         algorithm.validate(d)
         if check_labels is not None:
-            check_labels(np.asarray(d.y)[np.asarray(d.mask)])
+            check_labels(d.real_labels() if hasattr(d, "real_labels") else np.asarray(d.y)[np.asarray(d.mask)])
 
 
 def _check_common(algorithm, eval_every, on_nonfinite, round_loop) -> None:
@@ -214,6 +220,9 @@ def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: P
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
     if silo_block is not None or silo_devices is not None:
+        if isinstance(data, PooledSiloData):
+            raise ValueError("silo_devices / silo_block with data=PooledSiloData: sharding and blocking split the "
+                             "materialised silo axis; run a record pool unsharded (its round is the cohort's)")
         if round_loop != "scan":
             raise ValueError(f"round_loop={round_loop!r} with silo_devices or silo_block: needs round_loop='scan'")
         _validate.check_choice("silo_compute", silo_compute, silo_sharding.SILO_COMPUTE)

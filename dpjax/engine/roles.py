@@ -61,7 +61,8 @@ class Context(NamedTuple):
       round: the 0-based round index (int32 scalar; a local loop's context counts its steps).
       key: at ``init`` the run key, in ``update`` the round key (``dpjax.keys.round_key``).
       hparams: the run's hyperparameters (the non-private twin's: noise 0, clip inf).
-      data: the run's ``SiloData`` (padded ``[N, n_max, ...]`` records and their sizes).
+      data: the run's ``SiloData`` (padded ``[N, n_max, ...]`` records and their sizes), or a ``PooledSiloData``
+        (index rows into one record pool) for a family with ``supports_pooled_data``.
       batch: the round's ``Batch`` once the selection has run (None before, and at ``init``).
       params: the iterate at the round's start (the run's params).
       query: where the round's clients compute: ``params``, unless the server keeps the iterate

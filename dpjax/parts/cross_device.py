@@ -6,6 +6,10 @@ sends one model delta; the server divides the sum by the public expected number 
   uniform m-subset; every record of a sampled silo is in its batch; privacy unit "user";
 * ``LocalDeltas`` (client): non-private local SGD from the server model, one unit per silo;
 * ``PublicMean`` (aggregator): the sampled silos' sum over a public denominator.
+
+Both read the data only through the methods ``SiloData`` and ``PooledSiloData`` share (``silo_masks``,
+``silo_records``, ``sizes``), and a Poisson round computes only its cohort's buffer: on a ``PooledSiloData`` population
+a round's cost and memory are the cohort's, plus O(N) scalars (the N inclusion draws and per-silo keys).
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ class SampledSilos:
         else:
             availability = sampling_lib.FixedAvailability(self.silos_per_round)
             silo_ids, available = available_silos(availability, ctx.key, data.num_silos)
-        weights = data.mask if silo_ids is None else data.mask[silo_ids]
+        weights = data.silo_masks(silo_ids)
         return Batch(silo_ids, available, None, weights, jnp.broadcast_to(overflow, available.shape), data.num_silos), state
 
     def event(self, silo_sizes) -> SelectionEvent:
@@ -111,7 +115,11 @@ class LocalDeltas:
     convolution over per-silo kernels makes it a grouped convolution, which XLA:CPU runs ~2.5x slower per silo
     than one silo's (pfl-research's CIFAR CNN on 2 cores): ``client_batch=1`` is the faster choice there; dense
     models gain from the batched matmuls of ``vmap``, and a chunk size near the expected cohort skips the Poisson
-    buffer's empty tail."""
+    buffer's empty tail.
+
+    The records are read through ``data.silo_records`` / ``data.silo_masks``, so the part runs on ``SiloData`` and on
+    ``PooledSiloData`` (a population of index rows into one record pool: a step gathers its B records from the
+    pool) alike."""
 
     problem: Any
     local_steps: int
@@ -177,7 +185,7 @@ class LocalDeltas:
 
         def one_silo(silo, size, key):
             if self.local_batch_size is None:  # every record, every step
-                x, y, mask = data.x[silo], data.y[silo], data.mask[silo]
+                (x, y), mask = data.silo_records(silo), data.silo_masks(silo)
 
                 def step(w, _):
                     return optax.tree.sub(w, optax.tree.scale(lr, grad(w, x, y, mask))), None
@@ -186,7 +194,7 @@ class LocalDeltas:
 
             def step(w, batch_rows):
                 rows, valid = batch_rows
-                x, y = data.x[silo, rows], data.y[silo, rows]  # the B records of this step only
+                x, y = data.silo_records(silo, rows)  # the B records of this step only
                 return optax.tree.sub(w, optax.tree.scale(lr, grad(w, x, y, valid))), None
 
             steps = self._batches(key, size, data.n_max)

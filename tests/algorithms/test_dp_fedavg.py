@@ -295,3 +295,66 @@ def test_client_batch_trains_the_same_cohort_one_silo_at_a_time():
         np.testing.assert_allclose(mapped.output, vmapped.output, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="client_batch=0"):
         DpFedAvg(LinearRegression(3), 4, 6, client_batch=0, **kw)
+
+
+def _pooled_population(num_silos, n_max=8, dim=3, pool=40, seed=0):
+    """``num_silos`` clients of 4..n_max distinct records drawn from one pool of ``pool`` records."""
+    from dpjax.engine import PooledSiloData
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(pool, dim)).astype(np.float32)
+    rows = [rng.choice(pool, size=int(rng.integers(4, n_max + 1)), replace=False) for _ in range(num_silos)]
+    return PooledSiloData.from_indices(x, x @ np.arange(1.0, dim + 1, dtype=np.float32), rows)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(sampling_rate=0.1, local_steps=2, local_batch_size=4),  # Poisson buffer, independent minibatch draws
+    pytest.param(dict(sampling_rate=0.1, local_epochs=2, local_batch_size=3), marks=pytest.mark.slow),  # epochs
+    pytest.param(dict(sampling="without-replacement", local_steps=2), marks=pytest.mark.slow),  # every record a step
+    pytest.param(dict(sampling_rate=0.2, local_steps=2, local_batch_size=3, client_batch=2),
+                 marks=pytest.mark.slow),  # the cohort trained in lax.map chunks
+])
+def test_a_record_pool_population_runs_the_same_numbers_as_its_materialised_silos(kw):
+    """``PooledSiloData`` against its ``materialize()`` (the same silos as a padded ``SiloData``), same key:
+    the same cohorts, the same local batches and bit-identical outputs (a masked padded row contributes an exact
+    zero whichever record it holds)."""
+    pooled = _pooled_population(60)
+    alg = DpFedAvg(LinearRegression(3), 5, 6, **kw)
+    hp, key = FedAvgHParams.create(0.5, noise_multiplier=0.7, noise_multiplier_count=2.0), jax.random.key(3)
+    a, b = engine.run(alg, pooled, hp, key), engine.run(alg, pooled.materialize(), hp, key)
+    np.testing.assert_array_equal(a.round_metrics["num_available"], b.round_metrics["num_available"])
+    np.testing.assert_array_equal(a.output, b.output)
+    assert not np.array_equal(a.output, engine.run(alg, pooled, hp, jax.random.key(4)).output)
+
+
+@pytest.mark.slow
+def test_a_record_pool_round_holds_no_population_sized_records():
+    """Structural: the compiled run's argument bytes grow with the population N by exactly its index rows and sizes
+    (4 (n_max + 1) bytes a client; the pool is N-independent), its temporaries and bytes accessed by O(N) scalars
+    (the N inclusion draws and per-client keys, well under one client's records, 4 n_max d bytes) -- where the
+    materialised SiloData's grow by a client's records each. Per-round time is then the cohort's (the benchmark
+    bench_cross_device_scale.py measures it); expected cohort m = 10 at every N."""
+    from dpjax import keys
+    from dpjax.engine.program import compiled_runner
+
+    dim, n_max = 256, 8
+    record_row = 4 * n_max * dim  # one client's materialised records
+    hp = FedAvgHParams.create(0.5, noise_multiplier=0.7, noise_multiplier_count=2.0)
+
+    def stats(data):
+        alg = DpFedAvg(LinearRegression(dim), 3, 10, sampling_rate=10 / data.num_silos, local_steps=2,
+                       local_batch_size=4)
+        params = alg.problem.init_params(jax.random.key(0))
+        compiled = compiled_runner(alg, None, None, False, None, None).lower(hp, data, None, keys.run_key(0, 0),
+                                                                             params).compile()
+        mem, cost = compiled.memory_analysis(), compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        return mem.argument_size_in_bytes, mem.temp_size_in_bytes, cost["bytes accessed"]
+
+    small, large = (_pooled_population(n, n_max, dim, pool=200) for n in (200, 2000))
+    added = 1800
+    (arg_s, temp_s, acc_s), (arg_l, temp_l, acc_l) = stats(small), stats(large)
+    assert arg_l - arg_s == added * 4 * (n_max + 1)
+    assert (temp_l - temp_s) / added < 64 and (acc_l - acc_s) / added < record_row / 8
+    mat_arg, _, mat_acc = stats(large.materialize())  # the contrast: a client's records each
+    assert mat_arg >= 2000 * record_row > 8 * arg_l and (mat_acc - acc_l) / added > record_row / 2

@@ -512,7 +512,8 @@ def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None
         ``silo_sharding.layout``, if any, else none): one chunk at a time spans the devices, instead of one chunk per
         device. ``silo_compute="exact"`` (and ``"blocks"`` against one device with the same ``silo_block``) gives the
         unsharded grid's bits; ``"per-silo"`` agrees to float rounding.
-      silo_compute, silo_block: as in ``run``, with ``silo_devices``."""
+      silo_compute: as in ``run``, with ``silo_devices``.
+      silo_block: as in ``run``, with ``silo_devices``."""
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     layout = silo_sharding.current_layout() if silo_devices is None else None
     if layout is not None:

@@ -264,7 +264,7 @@ def _fake_trace_run(pattern: str):
     """A loop-free ``trace_run``: ``pattern`` of ``r`` (a round) and ``e`` (an evaluation) after ``init``."""
     from dpjax.engine import program as prog
 
-    def trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, run_key):
+    def trace_run(algorithm, eval_fn, eval_every, params, hparams, data, eval_data, run_key, *, flags=False):
         state = algorithm.init(params, hparams, data, run_key)
         metrics, evals, r = [], [], 0
         for c in pattern:
@@ -276,6 +276,10 @@ def _fake_trace_run(pattern: str):
                 evals.append(eval_fn(algorithm.output_params(state), eval_data))
         stack = lambda *xs: jnp.stack(xs)  # noqa: E731
         round_metrics = jax.tree_util.tree_map(stack, *metrics)
+        if flags:  # as the engine's trace_run(flags=True): the two first-bad-round flags, not every metric
+            from dpjax.engine import checks
+
+            round_metrics = checks.run_flags(round_metrics, jnp)
         evals = jax.tree_util.tree_map(stack, *evals) if evals else {}
         return state, algorithm.output_params(state), round_metrics, evals
 

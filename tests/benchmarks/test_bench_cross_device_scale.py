@@ -4,23 +4,15 @@ bytes growing with the population by exactly its index rows, the ratio row and t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
-import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-
+from tests.benchmarks._bench_module import load_bench
 
 @pytest.mark.slow  # two subprocesses, each compiling an MLP round program
 def test_quick_grid(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("bench_cross_device_scale",
-                                                  REPO / "experiments" / "benchmarks" / "bench_cross_device_scale.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_cross_device_scale")
     out_json = tmp_path / "scale.json"
     res = bench.main(["--quick", "--json", str(out_json)])
     small, large = res["cases"]
@@ -43,10 +35,7 @@ def test_quick_grid(tmp_path, capsys):
 
 
 def test_cli_refuses_a_cohort_above_the_population(capsys):
-    spec = importlib.util.spec_from_file_location("bench_cross_device_scale_cli",
-                                                  REPO / "experiments" / "benchmarks" / "bench_cross_device_scale.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_cross_device_scale", "bench_cross_device_scale_cli")
     with pytest.raises(SystemExit) as exc:
         bench.main(["--clients", "100", "--cohorts", "1000"])
     assert exc.value.code == 2

@@ -4,15 +4,15 @@ accuracy and a finite epsilon, the peers' rows say why they were skipped, and --
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
+
+from tests.benchmarks._bench_module import load_bench
 
 pytestmark = pytest.mark.slow  # four compilations of an MLP round program
 
@@ -27,11 +27,7 @@ def _data_dir():
 
 
 def test_dpjax_rows_at_toy_size(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("bench_fl_simulation",
-                                                  REPO / "experiments" / "benchmarks" / "bench_fl_simulation.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_fl_simulation", "bench_fl_simulation")
     out_json = tmp_path / "fl.json"
     res = bench.main(["--clients", "20", "--cohort-rate", "0.25", "--rounds", "2", "--rounds-long", "2",
                       "--repeats", "1", "--no-peers", "--data-dir", _data_dir(), "--json", str(out_json)])
@@ -54,11 +50,7 @@ def test_dpjax_rows_at_toy_size(tmp_path, capsys):
 def test_cifar_case_runs_the_cnn_one_client_at_a_time():
     """--cifar at a toy size: pfl-research's CNN on CIFAR-shaped data, 50 records a client, one local epoch of 5
     batches, the cohort trained one client at a time (client_batch=1), no long run and no sweep by default."""
-    spec = importlib.util.spec_from_file_location("bench_fl_simulation_cifar",
-                                                  REPO / "experiments" / "benchmarks" / "bench_fl_simulation.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_bench("bench_fl_simulation", "bench_fl_simulation_cifar")
     res = bench.main(["--cifar", "--clients", "6", "--cohort-rate", "0.5", "--rounds", "2", "--repeats", "1",
                       "--no-peers"])
     assert res["args"]["records"] == 50 and res["args"]["local_steps"] == 5 and res["args"]["dpjax_client_batch"] == 1

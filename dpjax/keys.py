@@ -134,3 +134,19 @@ def _is_seed(seed) -> bool:
 def key_data(key: jax.Array) -> jnp.ndarray:
     """The raw uint32 words of a (typed) key, for equality checks in tests."""
     return jax.random.key_data(key)
+
+
+def check_key(name: str, value, batch_ndim: int = 0) -> None:
+    """``value`` is a PRNG key array with ``batch_ndim`` leading axes: typed (``jax.random.key``) or raw
+    ``uint32 [..., 2]`` (``jax.random.PRNGKey``); a ``ValueError`` naming ``name`` otherwise (an int seed passed where
+    a key belongs gets this, not jax's message about key data)."""
+    dtype = getattr(value, "dtype", None)
+    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
+    raw = dtype == jnp.uint32 and jnp.ndim(value) >= 1 and jnp.shape(value)[-1] == 2
+    what = "one key (jax.random.key(seed))" if batch_ndim == 0 else "a batch of keys (e.g. dpjax.keys.run_keys(seed, n))"
+    if not (typed or raw):
+        shown = value if jnp.ndim(value) == 0 and dtype is None else f"an array of shape {jnp.shape(value)} and dtype {dtype}"
+        raise ValueError(f"{name}={shown!r} must be a PRNG key array: {what}")
+    ndim = jnp.ndim(value) - (0 if typed else 1)
+    if ndim != batch_ndim:
+        raise ValueError(f"{name} has {ndim} key axes (shape {jnp.shape(value)}); expected {what}")

@@ -67,3 +67,13 @@ class HParams:
             floating = jnp.issubdtype(field_dtype, jnp.floating)
             stored[f.name] = jnp.asarray(values[f.name], dtype if (dtype is not None and floating) else field_dtype)
         return cls(**stored)
+
+    def validate(self) -> None:
+        """Re-runs every field's check on the values it holds (entry by entry for a stack of runs).
+
+        ``create`` cannot read values traced under ``jit``/``vmap``; hparams built there come out concrete, so the
+        executor calls this at its boundary before compiling: a negative clip built inside ``jax.jit`` is refused
+        there (``clip_norm=-1.0 must be > 0``) instead of running with a meaningless sensitivity."""
+        for f in dataclasses.fields(self):
+            check, check_kwargs, _ = f.metadata[_META]
+            _validate.check_if_concrete(check, f.name, getattr(self, f.name), **check_kwargs)

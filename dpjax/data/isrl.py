@@ -72,6 +72,12 @@ class MnistDigits:
             raise ValueError("images must be uint8 (0..255) or floats already scaled to [0, 1]")
         if not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0 or labels.max() > 9:
             raise ValueError("labels must be integer digits 0..9")
+        missing = sorted(set(range(10)) - set(np.unique(labels).tolist()))
+        if missing:
+            # every ISRL silo pairs an even and an odd digit: a label set without some digit is a wrong file or
+            # split, not a shortfall that a smaller n_per_digit would fix
+            raise ValueError(f"labels hold no image of digit(s) {missing} (present: "
+                             f"{sorted(np.unique(labels).tolist())}); the 25 pair silos need all ten digits 0..9")
         return cls(images, labels, pixels, tuple(np.flatnonzero(labels == k) for k in range(10)))
 
     def rows(self, idx) -> np.ndarray:
@@ -127,7 +133,7 @@ def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -
         if need > digits.by_digit[k].size:
             raise ValueError(
                 f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {need} images of digit {k} "
-                f"without replacement, only {digits.by_digit[k].size} available (use replace=True or a smaller n)")
+                f"without replacement, only {digits.by_digit[k].size} available (pass replace=True to isrl_mnist_silos, or a smaller n_per_digit)")
     perms = [rng.permutation(digits.by_digit[k]) for k in range(10)]
     used = np.zeros(digits.pixels.shape[0], bool)
     own = []
@@ -143,7 +149,7 @@ def _disjoint_draws(digits: MnistDigits, sizes: MnistSiloSizes, rng, p: float) -
     if 25 * n_pool > free.size:
         raise ValueError(
             f"n_per_digit={sizes.n_per_digit} with heterogeneity_p={p} needs {25 * n_pool} pool images without "
-            f"replacement, only {free.size} left (use replace=True or a smaller n)")
+            f"replacement, only {free.size} left (pass replace=True to isrl_mnist_silos, or a smaller n_per_digit)")
     return [np.concatenate([own[m], free[m * n_pool : (m + 1) * n_pool]]) for m in range(25)]
 
 

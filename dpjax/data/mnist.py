@@ -14,11 +14,13 @@ tried by :func:`load_mnist`:
 from __future__ import annotations
 
 import gzip
+import math
 import importlib.metadata
 import json
 import os
 import pathlib
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -58,8 +60,12 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     """
     path = pathlib.Path(path)
     opener = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"{path} is a truncated or corrupt gzip file ({' '.join(str(err).split())}); delete it and "
+                         "download again") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise ValueError(f"{path} is not an IDX file (bad magic number)")
     code, ndim = raw[2], raw[3]
@@ -70,11 +76,14 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
         raise ValueError(f"{path}: truncated IDX header")
     shape = tuple(int(s) for s in np.frombuffer(raw, ">u4", count=ndim, offset=4))
     dtype = np.dtype(_IDX_DTYPES[code])
-    count = int(np.prod(shape, dtype=np.int64))
-    if len(raw) - header != count * dtype.itemsize:
-        raise ValueError(
-            f"{path}: IDX payload has {len(raw) - header} bytes, header shape {shape} needs "
-            f"{count * dtype.itemsize}")
+    count = math.prod(shape)  # Python ints: a corrupt header's 2^32-sized dims would overflow int64
+    payload, need = len(raw) - header, count * dtype.itemsize
+    if payload < need:
+        raise ValueError(f"{path} is truncated (an interrupted download?): its header declares shape {shape}, "
+                         f"{need} bytes of data, but the file holds {payload}; delete it and download again")
+    if payload > need:
+        raise ValueError(f"{path} is not a valid IDX file: {payload - need} bytes follow the {need} bytes its header "
+                         f"shape {shape} declares")
     arr = np.frombuffer(raw, dtype, count=count, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="), copy=True)
 

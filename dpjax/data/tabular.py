@@ -45,14 +45,18 @@ def _read_csv(paths: list[pathlib.Path]) -> tuple[list[str], list[list[str]]]:
             reader = csv.reader(f)
             try:
                 h = [c.strip() for c in next(reader)]
+                before = len(rows)
+                rows.extend(r for r in reader if r and any(c.strip() for c in r))
             except StopIteration:
                 raise ValueError(f"{p} is empty") from None
+            except (UnicodeDecodeError, csv.Error) as err:
+                # a binary or corrupt download: name the file, not only the codec's byte offset
+                raise ValueError(f"{p} is not a readable UTF-8 CSV file ({' '.join(str(err).split())}); "
+                                 "re-download it or pass the right --data-dir") from None
             if header is None:
                 header = h
             elif h != header:
                 raise ValueError(f"{p} has header {h}, expected {header}")
-            before = len(rows)
-            rows.extend(r for r in reader if r and any(c.strip() for c in r))
             if len(rows) == before:
                 raise ValueError(f"{p} has a header but no data rows")
     return header, rows

@@ -55,6 +55,7 @@ import numpy as np
 from dpjax import _validate, keys
 from dpjax import progress as _progress
 from dpjax.engine import silo_blocks, silo_sharding
+from dpjax.primitives import trees
 from dpjax.engine.checks import ON_NONFINITE, check_runs, run_flags
 from dpjax.engine.program import ROUND_LOOPS, ChunkProgram, compiled_runner, eval_schedule, host_loop
 from dpjax.engine.silos import PooledSiloData, SiloData
@@ -117,23 +118,15 @@ class Trial:
 
 # ----------------------------------------------------------------------------- argument checks
 def _check_keys(name: str, value, batch_ndim: int) -> None:
-    """``value`` is a PRNG key array with ``batch_ndim`` leading axes: typed (``jax.random.key``)
-    or raw ``uint32 [..., 2]`` (``jax.random.PRNGKey``)."""
-    dtype = getattr(value, "dtype", None)
-    typed = dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
-    raw = dtype == np.uint32 and np.ndim(value) >= 1 and np.shape(value)[-1] == 2
-    what = "one key (jax.random.key(seed))" if batch_ndim == 0 else "a batch of keys (e.g. dpjax.keys.run_keys(seed, n))"
-    if not (typed or raw):
-        shown = value if np.ndim(value) == 0 else f"an array of shape {np.shape(value)} and dtype {dtype}"
-        raise ValueError(f"{name}={shown!r} must be a PRNG key array: {what}")
-    ndim = np.ndim(value) - (0 if typed else 1)
-    if ndim != batch_ndim:
-        raise ValueError(f"{name} has {ndim} key axes (shape {np.shape(value)}); expected {what}")
+    keys.check_key(name, value, batch_ndim)
 
 
 def _check_data(algorithm, data: SiloData, batched: bool) -> None:
     """The algorithm's host-side checks plus the problem's label check (when it has one); a ``PooledSiloData``
     only for a family that reads it (``supports_pooled_data``)."""
+    if not isinstance(data, (SiloData, PooledSiloData)):
+        raise ValueError(f"data={type(data).__name__} must be a dpjax SiloData (e.g. SiloData.from_silos(xs, ys)) or "
+                         "PooledSiloData")
     if isinstance(data, PooledSiloData) and not getattr(algorithm, "supports_pooled_data", False):
         raise ValueError(f"data=PooledSiloData: {type(algorithm).__name__} reads the silos' padded records directly "
                          "(only families with supports_pooled_data, e.g. DpFedAvg, read a record pool); pass "
@@ -153,6 +146,29 @@ def _check_common(algorithm, eval_every, on_nonfinite, round_loop) -> None:
     if eval_every is not None:
         _validate.check_int("eval_every", eval_every, min_value=1, max_value=algorithm.num_rounds)
         eval_schedule(algorithm.num_rounds, eval_every)  # refuses more evaluations than are stored, before compiling
+
+
+def _check_params(algorithm, params, key, batched: bool) -> None:
+    """Given initial ``params`` have the structure and shapes of the problem's own (``jax.eval_shape`` of its
+    ``init_params``: no computation), a runs axis first when ``batched``."""
+    init = getattr(algorithm.problem, "init_params", None)
+    if params is None or init is None:
+        return
+    reference = jax.eval_shape(init, keys.run_stream_key(key, "local"))
+    given = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], getattr(a, "dtype", None)),
+                                   params) if batched else params
+    trees.check_same_structure("params", given, "the problem's init_params", reference)
+
+
+def _check_hparams(hparams) -> None:
+    """Concrete hparams re-checked at the boundary (``HParams.validate``): values built under a trace skipped
+    ``create``'s checks. Nested hparams (pytrees of dataclasses) are checked wherever they declare ``validate``."""
+    def declares(node) -> bool:
+        return dataclasses.is_dataclass(node) and not isinstance(node, type) and callable(getattr(node, "validate", None))
+
+    for node in jax.tree_util.tree_leaves(hparams, is_leaf=declares):
+        if declares(node):
+            node.validate()
 
 
 def _check_runs_axis(hparams, num_runs: int) -> None:
@@ -217,6 +233,8 @@ def run(algorithm, data: SiloData, hparams: PyTree, key: jax.Array, *, params: P
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("key", key, 0)
     _check_data(algorithm, data, batched=False)
+    _check_hparams(hparams)
+    _check_params(algorithm, params, key, batched=False)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(key, "local"))
     if silo_block is not None or silo_devices is not None:
@@ -262,7 +280,9 @@ def run_many(algorithm, data: SiloData, hparams: PyTree, keys_: jax.Array, *, pa
     _check_common(algorithm, eval_every, on_nonfinite, round_loop)
     _check_keys("keys_ (shared_key=True)" if shared_key else "keys_", keys_, 0 if shared_key else 1)
     _check_runs_axis(hparams, jax.tree_util.tree_leaves(hparams)[0].shape[0] if shared_key else keys_.shape[0])
+    _check_hparams(hparams)
     _check_data(algorithm, data, batched=data_batched)
+    _check_params(algorithm, params, keys_ if shared_key else keys_[0], batched=params_batched)
     if params is None:
         params = algorithm.problem.init_params(keys.run_stream_key(keys_ if shared_key else keys_[0], "local"))
         params_batched = False
@@ -529,6 +549,7 @@ def run_grid(algorithm, data, hparams, run_keys, *, eval_fn=None, eval_data=None
     if num_runs == 0:
         raise ValueError("run_keys holds no key; a grid needs at least one run")
     _check_runs_axis(hparams, num_runs)
+    _check_hparams(hparams)
     trials, trial_index = _trials(data, eval_data, params, trial_of_run, num_runs)
     for trial in trials:
         _check_data(algorithm, trial.data, batched=False)

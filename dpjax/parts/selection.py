@@ -308,8 +308,15 @@ class SubsetBatches:
         ms = self.num_subsets * self.subset_size
         need = self.rounds_per_epoch * ms if self.sampling == "shuffle" else ms
         if need > n:
-            raise ValueError(f"rounds_per_epoch*num_subsets*subset_size={need} must be <= the smallest silo "
-                             f"size n={n} for sampling={self.sampling!r}")
+            if self.sampling == "shuffle" and ms <= n:
+                # a shuffled epoch deals disjoint batches of s*m records to its rounds from one permutation
+                raise ValueError(
+                    f"a shuffled epoch needs rounds_per_epoch={self.rounds_per_epoch} batches of num_subsets="
+                    f"{self.num_subsets} x subset_size={self.subset_size} records, {need} in all, but the smallest "
+                    f"silo holds n={n}: lower rounds_per_epoch, num_subsets or subset_size (rounds_per_epoch <= "
+                    f"{n // ms} here)")
+            raise ValueError(f"a batch of num_subsets={self.num_subsets} x subset_size={self.subset_size} = {need} "
+                             f"records must be <= the smallest silo size n={n} (sampling={self.sampling!r})")
 
     def event(self, silo_sizes) -> SubsetSelectionEvent:
         batch = self.num_subsets * self.subset_size  # the expected batch m for Poisson (s = 1)

@@ -23,6 +23,7 @@ import numpy as np
 import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax.primitives import trees
 from dpjax.accounting.schedules import Neighboring, coerce_enum
 
 PyTree = Any
@@ -34,6 +35,7 @@ _TINY = 1e-30
 
 def global_norm(tree: PyTree) -> jax.Array:
     """l2 norm of all leaves of ``tree`` (any pytree of arrays) taken together: a float scalar (shape ``()``)."""
+    trees.check_array_tree("tree", tree)
     leaves = jax.tree_util.tree_leaves(tree)
     return jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in leaves))
 
@@ -77,6 +79,7 @@ def clip_per_example(grads: PyTree, clip_norm) -> PyTree:
     ``grads``: a pytree whose leaves share a leading example axis B (``per_example_grads``' output);
     each example is clipped jointly over all its leaves. Returns the same shapes."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
+    trees.check_leading_axis("grads", grads)
     return jax.vmap(clip_to_norm, in_axes=(0, None))(grads, clip_norm)
 
 
@@ -103,6 +106,27 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm
+
+
+def check_batch_shapes(x, y, mask=None) -> None:
+    """``x``, ``y`` (arrays or pytrees of arrays) and ``mask`` share one leading batch axis B (``mask`` is ``[B]``):
+    a ``ValueError`` naming both sizes, instead of ``vmap``'s message about its internal arguments. Shapes are static,
+    so this holds under ``jit`` too."""
+    sizes = {}
+    for name, tree in (("x", x), ("y", y)):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+            shape = np.shape(leaf)
+            where = name + jax.tree_util.keystr(path)
+            if not shape:
+                raise ValueError(f"{where} is a scalar; it must have a leading batch axis [B, ...]")
+            sizes[where] = shape[0]
+    if len(set(sizes.values())) > 1:
+        listed = ", ".join(f"{k} has {v}" for k, v in sizes.items())
+        raise ValueError(f"x and y must have the same leading batch size B (one row per example): {listed}")
+    if mask is not None and sizes:
+        b = next(iter(sizes.values()))
+        if np.shape(mask) != (b,):
+            raise ValueError(f"mask has shape {np.shape(mask)}; it must be [B] = ({b},), one flag per example of x")
 
 
 def check_mask(mask) -> None:
@@ -179,4 +203,5 @@ def per_example_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: 
         res = per_example_clipped_sum(loss_fn, jnp.zeros(d), x, y, clip_norm=1.0)   # x [B, d], y [B]
         noisy = add_gaussian_noise(key, res.total, sigma * res.sensitivity)
     """
+    check_batch_shapes(x, y, mask)
     return clipped_sum(per_example_grads(loss_fn, params, x, y), clip_norm, mask, neighboring)

@@ -153,6 +153,7 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
     ``[B, ...]``, ``mask`` ``[B]``. Returns ``GhostClippedSum`` with ``total`` shaped like ``params``."""
     sensitivity = clipping.sensitivity_of_clipped_sum(jnp.inf if clip_norm is None else clip_norm, neighboring)
     clipping.check_mask(mask)  # the per-example path refuses the same masks
+    clipping.check_batch_shapes(x, y, mask)
     plan = make_plan(loss_fn, params, x, y)
     if not _resolve(plan, require_fast, force_fallback):
         bound = jnp.inf if clip_norm is None else clip_norm

@@ -3,12 +3,14 @@ hooks), and whether every parameter is covered by a ghost layer (:mod:`dpjax.pri
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import re
 from collections.abc import Mapping
 from typing import Any, Callable
 
+import flax
 import flax.linen as nn
 import jax
 import jax.extend as jex
@@ -442,7 +444,9 @@ class NNXLoss:
     rest: tuple = ()
 
     def __call__(self, params, x, y):
-        return self.loss(nnx.merge(self.graphdef, params, *self.rest), x, y)
+        model = nnx.merge(self.graphdef, params, *self.rest)
+        with _batch_norm_refusal(model):
+            return self.loss(model, x, y)
 
     def _observed(self, params, x, y, observer: Observer):
         model = nnx.merge(self.graphdef, params, *self.rest)
@@ -453,9 +457,28 @@ class NNXLoss:
             node.__class__ = _hooked_class(type(node))
         _NNX_ACTIVE.append(observer)
         try:
-            return self.loss(model, x, y)
+            with _batch_norm_refusal(model):
+                return self.loss(model, x, y)
         finally:
             _NNX_ACTIVE.pop()
+
+
+@contextlib.contextmanager
+def _batch_norm_refusal(model):
+    """flax raises ``TraceContextError`` when a training-mode ``nnx.BatchNorm`` updates its batch statistics inside the
+    per-example trace; that is a modelling error (batch statistics couple the examples, so a per-example gradient and
+    its clipped sensitivity do not exist), reported as such with the layers that cause it."""
+    try:
+        yield
+    except flax.errors.TraceContextError as err:
+        training = ["/".join(str(p) for p in path) or "(the top-level module)" for path, node in nnx.iter_graph(model)
+                    if isinstance(node, nnx.BatchNorm) and not node.use_running_average]
+        if not training:
+            raise
+        raise ValueError(f"BatchNorm {', '.join(repr(t) for t in training)} is in training mode (use_running_average="
+                         "False): its batch statistics couple the examples, so per-example gradients and their clipped "
+                         "sensitivity are undefined; call model.eval() (or set use_running_average=True) before DP "
+                         "training, or use LayerNorm / GroupNorm") from None
 
 
 def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, PyTree]:

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import _validate
+from dpjax.keys import check_key
+from dpjax.primitives import trees
 
 PyTree = Any
 
@@ -106,11 +108,22 @@ def _threefry_normal(words, offset: int, shape) -> jax.Array:
     return np.float32(np.sqrt(2)) * jax.lax.erf_inv(uniform)
 
 
+def check_noise_args(key, tree: PyTree, std) -> None:
+    """One key, a pytree of numeric arrays and a scalar std (>= 0 when concrete): refused by name otherwise (a
+    per-leaf std is not this function's contract: scale the leaves instead)."""
+    check_key("key", key)
+    trees.check_array_tree("tree", tree)
+    if not hasattr(std, "dtype") and not isinstance(std, (int, float, np.number)) or np.ndim(std) != 0:
+        shape = np.shape(std) if hasattr(std, "shape") else type(std).__name__
+        raise ValueError(f"std must be a scalar (one standard deviation for every entry), got {shape}")
+    _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
+
+
 def gaussian_like(key: jax.Array, tree: PyTree, std) -> PyTree:
     """Independent ``N(0, std^2)`` entries with the shapes and dtypes of ``tree``.
 
     A concrete ``std`` must be finite and >= 0 (a traced one is checked in ``dpjax.primitives.checked`` mode)."""
-    _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
+    check_noise_args(key, tree, std)
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     dtypes = {jnp.dtype(leaf.dtype) for leaf in leaves}
     if len(dtypes) == 1 and len(leaves) > 1:
@@ -143,5 +156,5 @@ def add_gaussian_noise(key: jax.Array, tree: PyTree, std) -> PyTree:
 
     A concrete ``std`` must be finite and >= 0 (a negative one would silently
     act as ``|std|``); a traced one is the caller's responsibility."""
-    _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
+    check_noise_args(key, tree, std)
     return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, std))

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate
+from dpjax.primitives import trees
 from dpjax.primitives.clipping import global_norm
 
 _TINY = 1e-30  # the norm floor of clipping.clip_to_norm: 0/0 never happens, tiny norms scale by 1
@@ -27,6 +28,7 @@ def project_l2_ball(tree: PyTree, radius, center: PyTree | None = None) -> PyTre
     if radius is None:
         return tree
     _validate.check_if_concrete(_validate.check_nonnegative, "radius", radius, allow_inf=True)
+    trees.check_array_tree("tree", tree)
     if center is None:
         center = jax.tree_util.tree_map(jnp.zeros_like, tree)
     offset = jax.tree_util.tree_map(jnp.subtract, tree, center)

@@ -14,7 +14,8 @@ from flax import nnx
 from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.data import isrl, mnist, tabular
 from dpjax.engine import SiloData, run, run_grid, run_many
-from dpjax.primitives import clipping, ghost_clipping
+from dpjax.primitives import clipping, ghost_clipping, projection
+from dpjax.primitives import noise as noise_lib
 from dpjax.problems import LogisticRegression
 
 
@@ -144,3 +145,36 @@ def test_shuffled_epoch_too_large_says_which_knob():
     with pytest.raises(ValueError, match=r"num_subsets=3 x subset_size=20 = 60 records must be <= .* n=50"):
         batch.validate(data)
     SubsetBatches("shuffle", subset_size=4, num_subsets=3, rounds_per_epoch=4, num_rounds=10).validate(data)
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: noise_lib.add_gaussian_noise(jax.random.key(0), {"a": jnp.zeros(3)}, {"b": 1.0}),
+     r"std must be a scalar .* got dict"),
+    (lambda: noise_lib.add_gaussian_noise(jax.random.key(0), {"a": jnp.zeros(3)}, jnp.ones(2)),
+     r"std must be a scalar .* got \(2,\)"),
+    (lambda: noise_lib.gaussian_like(jax.random.key(0), {"a": "x"}, 1.0), r"tree\['a'\] is a str"),
+    (lambda: noise_lib.add_gaussian_noise(0, {"a": jnp.zeros(3)}, 1.0), r"key=0 must be a PRNG key array"),
+    (lambda: clipping.clip_to_norm({"a": "x"}, 1.0), r"tree\['a'\] is a str"),
+    (lambda: clipping.global_norm("abc"), r"tree is a str"),
+    (lambda: clipping.clip_per_example({"a": jnp.zeros((3, 2)), "b": jnp.zeros(4)}, 1.0),
+     r"grads\['a'\] has 3, grads\['b'\] has 4"),
+    (lambda: clipping.clipped_sum({"a": jnp.zeros((3, 2)), "b": jnp.zeros(4)}, 1.0), r"one leading example axis"),
+    (lambda: projection.project_l2_ball({"a": "x"}, 1.0), r"tree\['a'\] is a str"),
+])
+def test_wrong_pytrees_are_refused_by_name(call, message):
+    # each was a raw jax message (abstract-array interpretation, vmap axis sizes, key data, float() of a dict)
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_run_refuses_wrong_params_and_data_by_name():
+    algo = NoisyMbSgd(LogisticRegression(3), num_rounds=1, batch_size=2)
+    hp = MbSgdHParams.create(0.1, 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"params has tree structure .*init_params has"):
+        run(algo, _silos(), hp, jax.random.key(0), params={"w": jnp.zeros(3)})
+    with pytest.raises(ValueError, match=r"params has shape \(4,\); the problem's init_params has \(3,\)"):
+        run(algo, _silos(), hp, jax.random.key(0), params=jnp.zeros(4))
+    with pytest.raises(ValueError, match=r"data=tuple must be a dpjax SiloData"):
+        run(algo, ([np.zeros((3, 3))], [np.zeros(3)]), hp, jax.random.key(0))
+    out = run(algo, _silos(), hp, jax.random.key(0), params=jnp.zeros(3))  # the right structure runs
+    assert np.all(np.isfinite(np.asarray(out.output)))

@@ -188,7 +188,7 @@ def _plot(args) -> int:
     from dpjax.sweep.plot import completeness, plot_store
     out = plot_store(args.store, x=args.x, select_over=args.select_over, criterion=args.criterion, metric=args.metric,
                      lines=args.lines, out=args.out, percentiles=(args.lo, args.hi), title=args.title, logx=args.logx,
-                     partial=args.partial, reference=args.reference)
+                     partial=args.partial, reference=args.reference, bars=args.bars)
     done = completeness(args.store)
     note = f" (partial: {done[0]} of {done[1]} chunks)" if done is not None and done[0] < done[1] else ""
     print(f"figure written to {out}{note}")
@@ -263,6 +263,9 @@ def add_parser(subparsers) -> None:
                    help="another sweep directory (e.g. the non-private twin's) drawn as a dashed reference level")
     q.add_argument("--partial", action="store_true",
                    help="plot a sweep directory that holds only some of its chunks (refused otherwise)")
+    q.add_argument("--bars", choices=("auto", "trials", "runs"), default="auto",
+                   help="what the error bars spread over: trials, every run (trials x repetitions), or auto (trials "
+                        "when there are several, else repetitions; default)")
     q.add_argument("--quiet", action="store_true", help="no stage lines on stderr")
     q.set_defaults(func=_plot)
 

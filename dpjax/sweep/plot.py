@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from dpjax import _validate
 from dpjax.sweep import select
 from dpjax.sweep.store import load_results
 
@@ -155,15 +156,22 @@ def _selected(runs, *, select_over, by, criterion, metric):
     return runs.groupby(by, dropna=False)[metric].mean().reset_index()
 
 
-def _bar_units(runs, chosen, *, select_over, by, metric):
-    """``(rows, unit)``: the rows the bars spread over. Trials when some point has several; with a single trial, the
-    selected configuration's repetitions (its runs, one row each), so a 1-trial sweep with repetitions gets bars."""
+BAR_UNITS = ("auto", "trials", "runs")
+
+
+def _bar_units(runs, chosen, *, select_over, by, metric, bars: str = "auto"):
+    """``(rows, unit)``: the rows the bars spread over. ``bars="trials"``: one row per trial (the mean over its
+    repetitions: the spread of the data split); ``"runs"``: every run of the selected configuration, trials x
+    repetitions (the spread of split and seed together); ``"auto"``: trials when some point has several, else the
+    repetitions, so a 1-trial sweep with repetitions gets bars."""
+    _validate.check_choice("bars", bars, BAR_UNITS)
     trials = chosen.groupby([c for c in by if c != "trial"], dropna=False)["trial"].nunique()
-    if len(trials) and trials.max() > 1:
+    several_trials = bool(len(trials) and trials.max() > 1)
+    if bars == "trials" or (bars == "auto" and several_trials):
         return chosen, "trials"
     keys = by + ([select_over] if select_over else [])
     reps = runs.merge(chosen[keys].drop_duplicates(), on=keys, how="inner")
-    return reps[keys + [metric]], "repetitions"
+    return reps[keys + [metric]], ("runs (trials x repetitions)" if several_trials else "repetitions")
 
 
 def _ylabel(metric: str, bars, unit: str, percentiles) -> str:
@@ -205,12 +213,13 @@ def _widen_flat(ax, values, is_rate: bool) -> bool:
 def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning_rate", criterion: str = "train_loss",
                metric: str = "test_error", lines: str | None = None, out=None, percentiles=(5.0, 95.0),
                title: str | None = None, logx: bool | None = None, logy: bool | None = None,
-               partial: bool = False, reference=None) -> pathlib.Path:
+               partial: bool = False, reference=None, bars: str = "auto") -> pathlib.Path:
     """Selects ``select_over`` per (x, line, trial) by mean ``criterion`` over repetitions, then plots the mean
     ``metric`` over trials against ``x`` with percentile bars.
 
-    Bars spread over the trials; a sweep of one trial gets them over the selected configuration's repetitions instead,
-    and the axis label says which (and how many), or that there are none. A linear y axis spans at least
+    Bars spread over the trials; a sweep of one trial gets them over the selected configuration's repetitions instead
+    (``bars="auto"``); ``bars="runs"`` spreads them over every run of the selected configuration (trials x
+    repetitions), ``bars="trials"`` over trials only. The axis label says which (and how many), or that there are none. A linear y axis spans at least
     ``MIN_RATE_SPAN`` (error rates) or ``MIN_RELATIVE_SPAN`` of the values, so a flat curve is drawn flat. Points at a
     non-finite ``x`` (epsilon = inf) are drawn as a horizontal line named in the legend, not dropped silently.
     ``reference``: another sweep directory (e.g. the non-private twin's), its ``metric`` selected the same way and
@@ -222,6 +231,7 @@ def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning
     A sweep directory holding only some of its planned chunks (interrupted, or a full disk) is refused with a
     ``ValueError`` saying "k of n chunks", unless ``partial=True``: the figure then says so in its title.
     """
+    _validate.check_choice("bars", bars, BAR_UNITS)
     runs, _ = load_results(store)
     if len(runs) == 0:
         raise ValueError(f"store={str(store)!r} has no finished runs yet")
@@ -238,7 +248,7 @@ def plot_store(store, *, x: str = "epsilon", select_over: str | None = "learning
     line_cols = [lines] if lines else _static_lines(runs, x)
     by = line_cols + [x, "trial"]
     chosen = _selected(runs, select_over=select_over, by=by, criterion=criterion, metric=metric)
-    units, unit = _bar_units(runs, chosen, select_over=select_over, by=by, metric=metric)
+    units, unit = _bar_units(runs, chosen, select_over=select_over, by=by, metric=metric, bars=bars)
     is_rate = metric.endswith("error")
     bars = select.error_bars(units, x=x, value=metric, lines=line_cols, percentiles=percentiles,
                              clip=(0.0, 1.0) if is_rate else None)

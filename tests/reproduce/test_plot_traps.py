@@ -64,3 +64,23 @@ def test_epsilon_inf_is_drawn_and_a_reference_is_added(tmp_path, captured):  # n
     levels = sorted(round(float(line.get_ydata()[0]), 4) for line in fig.axes[0].get_lines()
                     if len(set(np.asarray(line.get_ydata(), float))) == 1 and len(line.get_ydata()) == 2)
     assert 0.08 in levels and pytest.approx(0.1, abs=1e-3) in levels
+
+
+def test_several_trials_with_repetitions_can_spread_bars_over_every_run(tmp_path, captured):  # noqa: F811
+    from dpjax.sweep.plot import plot_store
+
+    rows = _rows([1.0, 2.0], trials=3, reps=2, err=lambda e: 0.3 / e)
+    store = _store(tmp_path / "s", rows)
+    out = plot_store(store, out=tmp_path / "fig.png", bars="runs")
+    assert "over 6 runs (trials x repetitions)" in captured()[-1].axes[0].get_ylabel()
+    bars = pd.read_csv(out.with_suffix(".csv"))
+    assert (bars["n_trials"] == 6).all()
+    # the selected learning rate (min train_loss = lr) is 0.1: the bars' mean is the mean of its 6 runs
+    frame = pd.DataFrame(rows)
+    for _, row in bars.iterrows():
+        chosen = frame[(frame.epsilon == row["epsilon"]) & (frame.learning_rate == 0.1)]["test_error"]
+        assert row["mean"] == pytest.approx(chosen.mean(), rel=1e-12)
+    plot_store(store, out=tmp_path / "fig2.png")  # auto: several trials -> bars over the 3 trials
+    assert "over 3 trials" in captured()[-1].axes[0].get_ylabel()
+    with pytest.raises(ValueError, match=r"bars='seeds'"):
+        plot_store(store, out=tmp_path / "fig3.png", bars="seeds")

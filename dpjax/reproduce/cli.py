@@ -17,14 +17,18 @@ def _run(args) -> int:
     _validate.check_seed("--seed", args.seed)  # before anything is loaded or claimed
     progress.configure(quiet=args.quiet)
     what = f"reproduce {args.figure}{' --quick' if args.quick else ''}"
+    from dpjax import _silo_flags
+    if getattr(args, "report_only", False) and (_silo_flags.layout(args) or args.distributed):
+        raise ValueError("--silo-devices/--silo-compute/--silo-block/--distributed with --report-only: a report "
+                         "computes no run")
+    _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax is used), then the devices
+    _silo_flags.check_one_run_distributed(args, f"reproduce {args.figure}")
+    index, count = _silo_flags.join_runtime(args)
     progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
-    from dpjax import _silo_flags
     if getattr(args, "report_only", False):
-        if _silo_flags.layout(args):
-            raise ValueError("--silo-devices/--silo-compute/--silo-block with --report-only: a report computes no run")
         return _report_only(fig, args)
-    silo = _silo_flags.command_layout(args)  # the flags and the device count, before any output is claimed
+    silo = _silo_flags.command_layout(args)  # the device count, before any output is claimed
     options = {}
     if args.construction is not None:
         if args.construction not in fig.constructions:
@@ -38,17 +42,24 @@ def _run(args) -> int:
                        f"{'-' + args.construction if args.construction and args.construction != 'paper' else ''}")
     identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed,
                 "construction": args.construction or "paper"}
-    out, created = outputs.claim_output_dir(out, identity, overwrite=args.overwrite)  # before any compute
     start = time.perf_counter()
-    progress.stage(f"{what}: running into {out} (stage lines on stderr; --quiet silences them)")
-    try:
-        with progress.grid(fig.name):  # the grids the figure runs show a bar / stage lines
-            with silo:  # --silo-devices: every grid the command runs shards its runs' silos
-                report = fig.fn(out, quick=args.quick, seed=args.seed, **options)
-    except BaseException:
-        outputs.release_output_dir(out, created)
-        raise
-    outputs.finish_output_dir(out, identity)
+    with _silo_flags.follower_output(index) as scratch:  # --distributed: processes > 0 write into a scratch dir
+        target = out if scratch is None else pathlib.Path(scratch) / "out"
+        target, created = outputs.claim_output_dir(target, identity, overwrite=args.overwrite)  # before any compute
+        progress.stage(f"{what}: running into {target} (stage lines on stderr; --quiet silences them)")
+        try:
+            with progress.grid(fig.name):  # the grids the figure runs show a bar / stage lines
+                with silo:  # --silo-devices: every grid the command runs shards its runs' silos
+                    report = fig.fn(target, quick=args.quick, seed=args.seed, **options)
+        except BaseException:
+            outputs.release_output_dir(target, created)
+            raise
+        outputs.finish_output_dir(target, identity)
+        _silo_flags.leave_runtime()
+    if index > 0:
+        print(f"{fig.name}: process {index} of {count} done in {time.perf_counter() - start:.1f} s; process 0 "
+              f"wrote {out}")
+        return 0
     print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
     return 0
 
@@ -99,4 +110,6 @@ def add_parser(subparsers) -> None:
                    help="no progress (stage lines and bars on stderr); the result line and errors still print")
     from dpjax import _silo_flags
     _silo_flags.add_arguments(p)
+    _silo_flags.add_distributed_arguments(p, "with --silo-devices all the figure's runs span every process's "
+                                             "devices (process 0 writes --out)")
     p.set_defaults(func=_run)

@@ -28,9 +28,6 @@ import argparse
 import pathlib
 import sys
 
-_DISTRIBUTED_ONLY = ("coordinator", "num_processes", "process_id")
-INIT_TIMEOUT = 300  # s: all processes must connect within this
-SHUTDOWN_TIMEOUT = 3600  # s: a process that finished its share waits this long for the others
 LEADER_WAIT = 3600  # s: processes > 0 wait this long for process 0 to write config.json (it may compile first)
 
 
@@ -39,21 +36,14 @@ def _share(args) -> tuple[int, int, bool]:
 
     Runs before anything else touches JAX (``jax.distributed.initialize`` must).
     """
-    flag = lambda k: "--" + k.replace("_", "-")
+    from dpjax import _silo_flags
     if args.distributed:
         for k in ("process_index", "process_count"):
             if getattr(args, k) is not None:
-                raise ValueError(f"{flag(k)} and --distributed are exclusive: with --distributed the process "
-                                 "index and count come from JAX (jax.process_index(), jax.process_count())")
-        from dpjax.sweep import multihost
-        index, count = multihost.initialize(
-            args.coordinator, args.num_processes, args.process_id,
-            initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
-            shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout)
-        return index, count, True
-    for k in _DISTRIBUTED_ONLY + ("init_timeout", "shutdown_timeout"):
-        if getattr(args, k) is not None:
-            raise ValueError(f"{flag(k)} needs --distributed (JAX's multi-process runtime)")
+                raise ValueError(f"--{k.replace('_', '-')} and --distributed are exclusive: with --distributed the "
+                                 "process index and count come from JAX (jax.process_index(), jax.process_count())")
+        return (*_silo_flags.join_runtime(args), True)
+    _silo_flags.join_runtime(args)  # refuses a runtime flag without --distributed
     index = 0 if args.process_index is None else args.process_index
     count = 1 if args.process_count is None else args.process_count
     return index, count, False
@@ -216,18 +206,8 @@ def add_parser(subparsers) -> None:
                    help="this host's index when several share --out without --distributed (default 0)")
     p.add_argument("--process-count", type=int, default=None,
                    help="number of hosts sharing --out without --distributed (default 1)")
-    d = p.add_argument_group("JAX multi-process runtime (jax.distributed)")
-    d.add_argument("--distributed", action="store_true",
-                   help="join JAX's multi-process runtime; the process index/count come from JAX")
-    d.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="process 0's coordinator address (default: JAX_COORDINATOR_ADDRESS or cluster detection)")
-    d.add_argument("--num-processes", type=int, default=None, help="number of processes (default: detected)")
-    d.add_argument("--process-id", type=int, default=None, help="this process's id (default: detected)")
-    d.add_argument("--init-timeout", type=int, default=None,
-                   help="seconds to wait for all processes to connect (default 300)")
-    d.add_argument("--shutdown-timeout", type=int, default=None,
-                   help="seconds a finished process waits for the others at the end (default 3600)")
     from dpjax import _silo_flags
+    _silo_flags.add_distributed_arguments(p, "the process index/count come from JAX")
     _silo_flags.add_arguments(p)
     p.add_argument("--data-dir", default=None,
                    help="directory holding the datasets (sets data.data_dir; default: the config's, then "

@@ -1,6 +1,6 @@
 """``--silo-devices N|all``, ``--silo-compute MODE`` and ``--silo-block B``: one run's silos over devices, from the
-command line (``dpjax sweep``, ``dpjax run``, ``dpjax reproduce``; ``dpjax.engine.silo_sharding``), and
-``--distributed`` (JAX's multi-process runtime: with ``--silo-devices all`` one run spans every process's devices).
+command line (``dpjax sweep``, ``dpjax run``, ``dpjax reproduce``; ``dpjax.engine.silo_sharding``); ``--distributed``
+and its flags are ``dpjax.sweep.multihost``'s.
 
 Pure Python (no jax): the flags are parsed and checked before a command loads anything; the device count is checked
 against the devices once jax has loaded (``silo_sharding.resolve_devices``)."""
@@ -86,64 +86,3 @@ def command_layout(args, name: str = "--silo-devices"):
 
     return active()
 
-
-INIT_TIMEOUT = 300  # s: all processes must connect within this
-SHUTDOWN_TIMEOUT = 3600  # s: a process that finished its share waits this long for the others
-DISTRIBUTED_ONLY = ("coordinator", "num_processes", "process_id", "init_timeout", "shutdown_timeout")
-
-
-def add_distributed_arguments(parser, what: str) -> None:
-    """``--distributed`` and the runtime's flags (one argument group); ``what`` says what the processes share."""
-    d = parser.add_argument_group("JAX multi-process runtime (jax.distributed)")
-    d.add_argument("--distributed", action="store_true",
-                   help=f"join JAX's multi-process runtime; {what}")
-    d.add_argument("--coordinator", default=None, metavar="HOST:PORT",
-                   help="process 0's coordinator address (default: JAX_COORDINATOR_ADDRESS or cluster detection)")
-    d.add_argument("--num-processes", type=int, default=None, help="number of processes (default: detected)")
-    d.add_argument("--process-id", type=int, default=None, help="this process's id (default: detected)")
-    d.add_argument("--init-timeout", type=int, default=None,
-                   help=f"seconds to wait for all processes to connect (default {INIT_TIMEOUT})")
-    d.add_argument("--shutdown-timeout", type=int, default=None,
-                   help=f"seconds a finished process waits for the others at the end (default {SHUTDOWN_TIMEOUT})")
-
-
-def join_runtime(args) -> tuple[int, int]:
-    """``(process_index, process_count)``: joins JAX's runtime with ``--distributed`` (before anything else touches
-    JAX, as ``jax.distributed.initialize`` must), ``(0, 1)`` without it; a runtime flag without ``--distributed`` is a
-    ``ValueError`` naming it."""
-    if not getattr(args, "distributed", False):
-        for k in DISTRIBUTED_ONLY:
-            if getattr(args, k, None) is not None:
-                raise ValueError(f"--{k.replace('_', '-')} needs --distributed (JAX's multi-process runtime)")
-        return 0, 1
-    from dpjax.sweep import multihost
-    return multihost.initialize(
-        args.coordinator, args.num_processes, args.process_id,
-        initialization_timeout=INIT_TIMEOUT if args.init_timeout is None else args.init_timeout,
-        shutdown_timeout=SHUTDOWN_TIMEOUT if args.shutdown_timeout is None else args.shutdown_timeout)
-
-
-def check_one_run_distributed(args, command: str) -> None:
-    """``dpjax run`` / ``dpjax reproduce`` compute one figure's grids, so ``--distributed`` means one run's silos over
-    every process's devices: it needs ``--silo-devices all`` (checked before the runtime is joined)."""
-    if getattr(args, "distributed", False) and getattr(args, "silo_devices", None) != "all":
-        raise ValueError(f"--distributed with `dpjax {command}` needs --silo-devices all: every process computes the "
-                         "same grids over all processes' devices (process 0 writes the output); to split a grid's "
-                         "runs over processes use `dpjax sweep CONFIG --distributed`")
-
-
-def follower_output(index: int):
-    """Where process ``index`` writes: process 0 the command's ``--out``; the others compute the same replicated
-    results, so theirs go to a scratch directory removed at the end (a shared file system never sees two writers)."""
-    import contextlib
-    import tempfile
-
-    if index == 0:
-        return contextlib.nullcontext(None)
-    return tempfile.TemporaryDirectory(prefix=f"dpjax-process-{index}-")
-
-
-def leave_runtime() -> None:
-    """The end-of-command barrier of ``--distributed`` (no-op otherwise): every process has finished."""
-    from dpjax.sweep import multihost
-    multihost.finish()

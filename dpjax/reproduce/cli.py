@@ -18,12 +18,13 @@ def _run(args) -> int:
     progress.configure(quiet=args.quiet)
     what = f"reproduce {args.figure}{' --quick' if args.quick else ''}"
     from dpjax import _silo_flags
+    from dpjax.sweep import multihost
     if getattr(args, "report_only", False) and (_silo_flags.layout(args) or args.distributed):
         raise ValueError("--silo-devices/--silo-compute/--silo-block/--distributed with --report-only: a report "
                          "computes no run")
     _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax is used), then the devices
-    _silo_flags.check_one_run_distributed(args, f"reproduce {args.figure}")
-    index, count = _silo_flags.join_runtime(args)
+    multihost.check_one_run_distributed(args, f"reproduce {args.figure}")
+    index, count = multihost.join_runtime(args)
     progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
     if getattr(args, "report_only", False):
@@ -43,7 +44,7 @@ def _run(args) -> int:
     identity = {"command": "reproduce", "figure": fig.name, "quick": args.quick, "seed": args.seed,
                 "construction": args.construction or "paper"}
     start = time.perf_counter()
-    with _silo_flags.follower_output(index) as scratch:  # --distributed: processes > 0 write into a scratch dir
+    with multihost.follower_output(index) as scratch:  # --distributed: processes > 0 write into a scratch dir
         target = out if scratch is None else pathlib.Path(scratch) / "out"
         target, created = outputs.claim_output_dir(target, identity, overwrite=args.overwrite)  # before any compute
         progress.stage(f"{what}: running into {target} (stage lines on stderr; --quiet silences them)")
@@ -55,7 +56,7 @@ def _run(args) -> int:
             outputs.release_output_dir(target, created)
             raise
         outputs.finish_output_dir(target, identity)
-        _silo_flags.leave_runtime()
+        multihost.leave_runtime()
     if index > 0:
         print(f"{fig.name}: process {index} of {count} done in {time.perf_counter() - start:.1f} s; process 0 "
               f"wrote {out}")
@@ -109,7 +110,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--quiet", action="store_true",
                    help="no progress (stage lines and bars on stderr); the result line and errors still print")
     from dpjax import _silo_flags
+    from dpjax.sweep import multihost
     _silo_flags.add_arguments(p)
-    _silo_flags.add_distributed_arguments(p, "with --silo-devices all the figure's runs span every process's "
+    multihost.add_distributed_arguments(p, "with --silo-devices all the figure's runs span every process's "
                                              "devices (process 0 writes --out)")
     p.set_defaults(func=_run)

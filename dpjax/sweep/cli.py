@@ -36,14 +36,14 @@ def _share(args) -> tuple[int, int, bool]:
 
     Runs before anything else touches JAX (``jax.distributed.initialize`` must).
     """
-    from dpjax import _silo_flags
+    from dpjax.sweep import multihost
     if args.distributed:
         for k in ("process_index", "process_count"):
             if getattr(args, k) is not None:
                 raise ValueError(f"--{k.replace('_', '-')} and --distributed are exclusive: with --distributed the "
                                  "process index and count come from JAX (jax.process_index(), jax.process_count())")
-        return (*_silo_flags.join_runtime(args), True)
-    _silo_flags.join_runtime(args)  # refuses a runtime flag without --distributed
+        return (*multihost.join_runtime(args), True)
+    multihost.join_runtime(args)  # refuses a runtime flag without --distributed
     index = 0 if args.process_index is None else args.process_index
     count = 1 if args.process_count is None else args.process_count
     return index, count, False
@@ -207,7 +207,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--process-count", type=int, default=None,
                    help="number of hosts sharing --out without --distributed (default 1)")
     from dpjax import _silo_flags
-    _silo_flags.add_distributed_arguments(p, "the process index/count come from JAX")
+    from dpjax.sweep import multihost
+    multihost.add_distributed_arguments(p, "the process index/count come from JAX")
     _silo_flags.add_arguments(p)
     p.add_argument("--data-dir", default=None,
                    help="directory holding the datasets (sets data.data_dir; default: the config's, then "

@@ -13,9 +13,10 @@ def _run_isrl_mnist(args) -> int:
 
     _validate.check_seed("--seed", args.seed)  # before anything is loaded
     from dpjax import _silo_flags
+    from dpjax.sweep import multihost
     _silo_flags.layout(args)  # the flags' consistency, then the runtime, then the device count (loads jax)
-    _silo_flags.check_one_run_distributed(args, "run isrl-mnist-trial")
-    index, count = _silo_flags.join_runtime(args)
+    multihost.check_one_run_distributed(args, "run isrl-mnist-trial")
+    index, count = multihost.join_runtime(args)
     silo = _silo_flags.command_layout(args)
 
     cfg = isrl_mnist.IsrlMnistConfig(
@@ -35,7 +36,7 @@ def _run_isrl_mnist(args) -> int:
     from dpjax import outputs
 
     out = args.out or pathlib.Path("runs") / f"isrl-mnist-trial-{datetime.datetime.now():%Y%m%d-%H%M%S}"
-    with _silo_flags.follower_output(index) as scratch:  # --distributed: processes > 0 write into a scratch dir
+    with multihost.follower_output(index) as scratch:  # --distributed: processes > 0 write into a scratch dir
         out = out if scratch is None else pathlib.Path(scratch) / "out"
         # Checked here too so that the message names the flag; run() then writes into the claimed directory.
         path, created = outputs.claim_output_dir(out, isrl_mnist.run_identity(cfg), overwrite=args.overwrite)
@@ -46,7 +47,7 @@ def _run_isrl_mnist(args) -> int:
         except BaseException:
             outputs.release_output_dir(path, created)
             raise
-        _silo_flags.leave_runtime()
+        multihost.leave_runtime()
     if index > 0:
         print(f"process {index} of {count}: computed the trial with process 0, which wrote {args.out or 'runs/'}")
         return 0
@@ -96,8 +97,9 @@ def add_parser(subparsers) -> None:
     m.add_argument("--quiet", action="store_true", help="no progress bar (as --no-progress)")
     m.add_argument("--json", action="store_true", help="print the summary as JSON")
     from dpjax import _silo_flags
+    from dpjax.sweep import multihost
     _silo_flags.add_arguments(m)
-    _silo_flags.add_distributed_arguments(m, "with --silo-devices all the trial's runs span every process's devices "
+    multihost.add_distributed_arguments(m, "with --silo-devices all the trial's runs span every process's devices "
                                              "(process 0 writes --out)")
     m.set_defaults(func=_run_isrl_mnist)
     p.set_defaults(func=lambda args: p.error("give a TASK: isrl-mnist-trial (dpjax run --help lists the tasks)"))

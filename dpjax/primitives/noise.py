@@ -114,8 +114,9 @@ def check_noise_args(key, tree: PyTree, std) -> None:
     check_key("key", key)
     trees.check_array_tree("tree", tree)
     if not hasattr(std, "dtype") and not isinstance(std, (int, float, np.number)) or np.ndim(std) != 0:
-        shape = np.shape(std) if hasattr(std, "shape") else type(std).__name__
-        raise ValueError(f"std must be a scalar (one standard deviation for every entry), got {shape}")
+        shape = f"shape {np.shape(std)}" if hasattr(std, "shape") else type(std).__name__
+        shown = repr(std) if len(repr(std)) <= 60 else repr(std)[:57] + "..."
+        raise ValueError(f"std={shown} must be a scalar (one standard deviation for every entry), got {shape}")
     _validate.check_if_concrete(_validate.check_nonnegative, "std", std)
 
 

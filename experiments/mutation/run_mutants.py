@@ -195,6 +195,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "silo_keys = batch.select(keys.silo_keys(noise_key, batch.num_silos))",
       "silo_keys = batch.select(jnp.stack([noise_key] * batch.num_silos))",
       "every silo draws the same noise (the silos' noises do not average out)", (f"{PRIV}/test_isrl_families.py",)),
+    M("N12", "noise", "dpjax/engine/silo_blocks.py",
+      "with keys.silo_window(num_silos, first + start), silo_sharding.local_block():",
+      "with keys.silo_window(num_silos, start), silo_sharding.local_block():",
+      "every device's silo blocks start at silo 0's keys (devices' silos share noise)",
+      (f"{PRIV}/test_layout_draws.py",)),
     # -- privacy reports / schedules ------------------------------------------------------------------
     M("R01", "report", "dpjax/parts/selection.py", "releases_per_round=self.num_steps)",
       "releases_per_round=1)", "Local SGD report counts one release per round (right only at K = 1)",

@@ -83,7 +83,7 @@ def poisson_epsilon_reported(z: float, batch_size, dataset_size: int, steps: int
 
 
 def shuffle_gap(noise_multiplier: float, batch_size: int, dataset_size: int, epochs: int, delta: float, *,
-                neighboring: str = "replace-one", steps: int | None = None,
+                neighboring: str = "replace-one", steps: int | None = None, steps_per_epoch: int | None = None,
                 certified: PrivacyReport | None = None) -> ShuffleGap:
     """The three numbers of a shuffled run (module docstring).
 
@@ -93,6 +93,8 @@ def shuffle_gap(noise_multiplier: float, batch_size: int, dataset_size: int, epo
       batch_size: b records per step (a DP-SGD-General round: m s); steps per epoch T = floor(n / b).
       dataset_size: n.
       epochs: E, a fresh permutation each; ``steps`` (default T E) may end inside an epoch.
+      steps_per_epoch: T (default and largest: floor(n / b)); with fewer, every epoch leaves records out and the
+        lower-bound pair (each record in exactly one step per epoch) does not apply: no lower bound is claimed.
       delta: the target delta of all three numbers.
       certified: the run's own certificate where a sharper accountant applies (e.g. DP-SGD-General's strong-exact
         report); default: the no-amplification bound of the shuffled schedule.
@@ -103,7 +105,8 @@ def shuffle_gap(noise_multiplier: float, batch_size: int, dataset_size: int, epo
     e = v.check_int("epochs", epochs, min_value=1)
     d = v.check_open_unit("delta", delta)
     rel = Neighboring(v.check_choice("neighboring", neighboring, tuple(x.value for x in Neighboring)))
-    t = n // b
+    t = n // b if steps_per_epoch is None else v.check_int("steps_per_epoch", steps_per_epoch, min_value=1,
+                                                          max_value=n // b)
     steps = t * e if steps is None else v.check_int("steps", steps, min_value=1, max_value=t * e)
     # z = noise std / clip norm: the multiplier of the Poisson convention and of Chua et al.'s sigma
     z = 2.0 * sigma if rel is Neighboring.REPLACE_ONE else sigma
@@ -122,7 +125,9 @@ def shuffle_gap(noise_multiplier: float, batch_size: int, dataset_size: int, epo
     pois = GapEntry("poisson", poisson_epsilon_reported(z, b, n, steps, d), d,
                     f"pld, add/remove, q = {b}/{n}, {steps} steps, multiplier std/clip = {z:g}")
     full_epochs = steps // t
-    if full_epochs >= 1:
+    if t < n // b:
+        low, method = 0.0, f"epochs of {t} < floor(n/b) = {n // b} steps leave records out: no lower bound claimed"
+    elif full_epochs >= 1:
         pair = "best-replace-one" if rel is Neighboring.REPLACE_ONE else "paper"
         low = lb.shuffle_epsilon_lower_bound(z, t, full_epochs, d, pair=pair)
         method = (f"ABLQ_S pair {pair}, T = {t} steps/epoch, {full_epochs} reshuffled epoch(s), "

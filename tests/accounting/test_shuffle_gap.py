@@ -28,7 +28,8 @@ def test_three_numbers_pinned_independently():
     # the Poisson number of an Opacus-style report: q = b/n, T E steps, multiplier std/clip = 2 sigma, add/remove
     acc = dpa.pld.PLDAccountant()
     acc.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(b / n, dpa.GaussianDpEvent(2 * sigma)), (n // b) * e))
-    assert g.poisson.epsilon == pytest.approx(acc.get_epsilon(d), rel=1e-3)
+    # the 1e-3 pessimistic grid is within a few grid steps of the 1e-4 default
+    assert acc.get_epsilon(d) <= g.poisson.epsilon <= acc.get_epsilon(d) + 5e-3
     assert g.poisson.epsilon < g.lower_bound.epsilon <= g.certified.epsilon
     assert [x.key for x in g.entries()] == ["certified", "poisson", "lower_bound"]
 

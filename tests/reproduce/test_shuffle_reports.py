@@ -62,3 +62,18 @@ def test_missing_labels_catches_a_report_with_the_poisson_number_alone():
     from dpjax.accounting.shuffle_gap import LABELS
 
     assert missing_labels(f"{LABELS['poisson']}: ε = 1.2") == [LABELS["certified"], LABELS["lower_bound"]]
+
+
+def test_batch_clipping_n9_rows_hold_the_three_numbers():
+    from dpjax.accounting.shuffle_gap import LABELS
+    from dpjax.reproduce import batch_clipping_privacy as B
+
+    rows = []
+    B.n9_shuffle_gap(rows)
+    by_key = {}
+    for r in rows:
+        by_key.setdefault(r["key"], {})[r["metric"]] = r["value"]
+    assert len(by_key) == 2
+    for key, vals in by_key.items():
+        assert set(vals) == set(LABELS.values()), key
+        assert vals[LABELS["lower_bound"]] <= vals[LABELS["certified"]]

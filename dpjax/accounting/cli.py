@@ -130,6 +130,12 @@ def run(args: argparse.Namespace) -> dict:
         out["target_epsilon"] = args.epsilon
     if base.neighboring is Neighboring.REPLACE_ONE:  # the number means another noise than dp_accounting's: say so
         out["notes"] = [*out["notes"], REPLACE_ONE_NOTE]
+    if base.sampling is Sampling.SHUFFLE:  # never the certificate alone: the Poisson number and the lower bound too
+        from dpjax.accounting.shuffle_gap import shuffle_gap
+
+        out["shuffle_gap"] = shuffle_gap(std / base.sensitivity, base.batch_size, n, base.passes, args.delta,
+                                         neighboring=base.neighboring.value, steps=args.steps,
+                                         certified=report).as_dict()
     return out
 
 
@@ -143,6 +149,8 @@ def _table(out: dict) -> str:
              for k, v_ in ((k, out[k]) for k in keys)]
     if out["neighboring"] == Neighboring.REPLACE_ONE.value:  # beside the number, not only in the notes below
         lines.insert(1, f"{'convention':<26}replace-one: noise multiplier = std / (2 x clip norm), see the note")
+    lines += [f"{e['label']}: ε = {e['epsilon'] if isinstance(e['epsilon'], str) else format(e['epsilon'], '.6g')} "
+              f"({e['method']})" for e in out.get("shuffle_gap", {}).values()]
     return "\n".join(lines + [f"note: {n}" for n in out["notes"]])
 
 

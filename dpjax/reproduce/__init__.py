@@ -32,7 +32,7 @@ __all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "g
 # Modules that register figures; append yours (one line) when you add one.
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
                               "dpjax.reproduce.shuffle_sco", "dpjax.reproduce.dpsgd_mnist",
-                              "dpjax.reproduce.batch_clipping_privacy"]
+                              "dpjax.reproduce.batch_clipping_privacy", "dpjax.reproduce.shuffling_gap"]
 
 
 _ISRL = "ISRL-DP (Lowy & Razaviyayn, ICLR 2023)"
@@ -73,6 +73,11 @@ LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "isrl-mnist": "Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε "
                       "(the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)",
         "isrl-obesity": "Fig. 6: obesity softmax regression (7 single-class silos, M = 3), test error vs ε",
+    }),
+    **_figures("dpjax.reproduce.shuffling_gap", "Chua et al., How Private are DP-SGD Implementations? (ICML 2024); "
+               "Scalable DP-SGD (NeurIPS 2024)", ("paper",), {
+        "shuffling-gap": "shuffled DP-SGD: Chua et al.'s lower bound vs the Poisson epsilon across sigma and epochs, "
+                         "van Dijk et al.'s configurations on the same axes",
     }),
     **_figures("dpjax.reproduce.shuffle_sco", _SCO, ("paper",), {
         "shuffle-sco-protocols": "P_1D/P_vec: moments vs exact formulas, bit vs count level, exact hockey-stick, MC "

@@ -74,13 +74,18 @@ __all__ = ["dpsgd_mnist", "merge_parts", "privacy_rows", "report_only", "run_pro
 
 
 def privacy_rows(alg, n_train: int, hparams) -> list[dict]:
-    """The selected configuration's guarantees (strong-exact, sqrt-gE, generic-group; standard at g = 1)."""
+    """The selected configuration's guarantees (strong-exact, sqrt-gE, generic-group; standard at g = 1; for shuffled
+    variants at g = 1 also the Poisson number a typical implementation reports and Chua et al.'s lower bound)."""
+    from dpjax.reproduce import shuffle_report
+
     rows = []
     for g in GROUPS:
         spec = alg.privacy([n_train], hparams, group_size=g)
         for acc in ("strong-exact", "sqrt-gE", "generic-group") + (("standard",) if g == 1 else ()):
             rep = spec.epsilon(DELTA, acc)
             rows.append({"group_size": g, "accountant": acc, "epsilon": rep.epsilon, "notes": " | ".join(rep.notes)})
+            if g == 1 and acc == "strong-exact":  # a shuffled run: the Poisson number and the lower bound beside it
+                rows += shuffle_report.gap_rows(shuffle_report.family_gap(alg, n_train, rep))
     return rows
 
 

@@ -59,10 +59,16 @@ def test_report_lists_the_checks_first(tmp_path):
     rows += [{"demo": "N8", "key": "implementation audit (S4)", "metric": m, "value": v}
              for m, v in (("min(beta_emp - G_sqrt(E)/sigma)", -1e-3), ("max(beta_emp - G_sqrt(E)/sigma)", 6e-3),
                           ("all points on/above curve", True))]
+    from dpjax.accounting.shuffle_gap import LABELS
+    from dpjax.reproduce.shuffle_report import missing_labels
+
+    rows += [{"demo": "N9", "key": "SH-BC m=1 s=60", "metric": label, "value": v}
+             for label, v in zip(LABELS.values(), (8.3, 0.09, 0.03))]
     n8 = ((None, None, None, True), (None, None, None, True))
     text = B.write_report(tmp_path, rows, [(0.01, 9.18, 1.4, 0.6), (0.1, 9.03, 1.4, 0.6)],
                           [(10000, 2, 1.7e-5, 1.0, 1.0)], table, n8,
                           1.0).read_text()
+    assert not missing_labels(text.split("## N9")[1].split("## N8")[0])  # the shuffled runs: never one number alone
     head = text.split("## N1, N3")[0]
     assert "## Checks (" in head and "| claim (whose)" in head and "| holds" in head
     with open(tmp_path / "results.csv", "w", newline="") as f:

@@ -1,0 +1,291 @@
+"""Cheu, Joseph, Mao & Peng, "Shuffle private stochastic convex optimization" (ICLR 2022): every parameter
+calculator and closed form pinned to the paper's printed formula, computed here with plain ``math``.
+
+Issue #42 item 3. Each expected value below is evaluated from the formula quoted in its comment (paper
+lemma/theorem/equation; where the paper's printed formula is wrong or unreadable, the corrected one from
+``shared/spec/shuffle_private_sco.md`` is used and the comment says so), never by calling another dpjax
+function. Tolerance: 1e-12 relative (the expressions are a handful of float operations), exact for integers.
+
+Inventory (calculator -> test):
+
+* ``accounting.pvec.p1d_params`` (Lemma 3.1 g, b, p) -> ``test_p1d_params``
+* ``accounting.pvec.pvec_params`` mode ``paper`` (Thm 3.2 proof: gamma, eps_hat, g, b, p) -> ``test_pvec_params_paper``
+* ``accounting.pvec.pvec_params`` mode ``lemma_opt`` (Lemma 3.3 with S, c_e) -> ``test_pvec_params_lemma_opt``
+* ``accounting.pvec.pvec_epsilon`` (Lemma A.1 alpha, Lemma 3.1 eps_hat, Lemma 3.3 both forms) ->
+  ``test_pvec_epsilon_lemma``, ``test_pvec_epsilon_printed``
+* ``accounting.pvec.pvec_sum_std`` / ``accounting.shuffle_sco.pvec_total_variance`` (Lemma 3.1 variance,
+  Appendix A.1) -> ``test_pvec_std_and_variance``
+* ``accounting.pvec.spread_shift`` (numerical mode worst shift ceil(2 + g/sqrt d)) -> ``test_spread_shift``
+* ``accounting.shuffle_sco.p_sgd_plan`` (Thm 4.1: B, T, L_G, eta) -> ``test_p_sgd_plan``
+* ``accounting.shuffle_sco.smoothing_beta`` (Thm 4.7 beta_s) -> ``test_smoothing_beta``
+* ``accounting.shuffle_sco.acsa_nu`` (Thm 4.3 L_t constant; Lan 2012 policy) -> ``test_acsa_nu``
+* ``accounting.shuffle_sco.p_agd_plan`` batch (Thm 4.3 B) -> ``test_p_agd_batch``
+* ``accounting.shuffle_sco.pan_private_plan`` noise (Alg. 6 / Lemma C.4 zeta^2) -> ``test_pan_private_noise``
+* ``accounting.shuffle_sco.pgd_rounds`` (Lemma B.6 T) -> ``test_pgd_rounds``
+* ``accounting.shuffle_sco.pgd_round_budget`` advanced (Alg. 5 eps_r, delta_r) -> ``test_pgd_round_budget``
+* ``accounting.shuffle_sco.compose_epsilon`` advanced (Dwork-Rothblum-Vadhan) -> ``test_compose_epsilon_advanced``
+* ``accounting.sco_transcript.grouped_trials`` -> not pinned here (a re-grouping of the binomial trials, tested in
+  tests/accounting/test_shuffle_sco.py; not a formula of the paper).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpjax.accounting import pvec as pv
+from dpjax.accounting import shuffle_sco as sco
+
+pytestmark = pytest.mark.privacy
+REL = 1e-12
+
+
+def close(actual, expected, rel=REL):
+    assert actual == pytest.approx(expected, rel=rel, abs=0.0), (actual, expected)
+
+
+# -- Lemma 3.1 (P_1D): g >= sqrt(n) on normalised inputs (printed "g [?] n" is unreadable: corrected per the spec,
+#    S-3), b = floor(180 g^2 ln(2/delta)/(eps^2 n)) + 1 (smallest b with b > 180 g^2 ln(2/delta)/(eps^2 n)),
+#    p = 90 g^2 ln(2/delta)/(b eps^2 n).
+@pytest.mark.parametrize("eps, delta, n", [(1.0, 1e-5, 1000), (0.3, 1e-7, 50), (7.5, 0.01, 12345)])
+def test_p1d_params(eps, delta, n):
+    got = pv.p1d_params(eps, delta, n)
+    g = max(math.ceil(math.sqrt(n)), 4)
+    x = g * g * math.log(2 / delta) / (eps * eps * n)
+    b = math.floor(180 * x) + 1
+    assert (got.g, got.b) == (g, b)
+    close(got.p, 90 * x / b)
+    assert got.p < 0.5
+
+
+# -- Theorem 3.2's proof, paper mode: gamma = delta_hat = delta/(d+1), eps_hat = eps/(18 sqrt(ln(1/gamma))),
+#    g = max(ceil(sqrt n), ceil(sqrt d), 4) (normalised rule, spec S-3), b, p of Lemma 3.1 at (eps_hat, delta_hat).
+@pytest.mark.parametrize("eps, delta, n, d", [(1.0, 1e-5, 1000, 10), (4.0, 1e-6, 10000, 50),
+                                              (0.5, 1e-3, 7, 300), (1.0, 1e-6, 51, 10)])
+def test_pvec_params_paper(eps, delta, n, d):
+    got = pv.pvec_params(eps, delta, n, d, "paper")
+    gamma = delta / (d + 1)
+    eps_hat = eps / (18 * math.sqrt(math.log(1 / gamma)))
+    g = max(math.ceil(math.sqrt(n)), math.ceil(math.sqrt(d)), 4)
+    x = g * g * math.log(2 / gamma) / (eps_hat**2 * n)
+    b = math.floor(180 * x) + 1
+    assert (got.g, got.b) == (g, b)
+    close(got.eps_hat, eps_hat)
+    close(got.delta_hat, gamma)
+    close(got.p, 90 * x / b)
+
+
+def test_pvec_params_paper_worked_example():
+    # Spec 2.14's worked example (P_SGD row n = 1e5: B = 51 inputs, d = 10, eps = 1, delta = 1e-6):
+    # paper g = 8, b = 20,061,188, eps_hat = 0.013797, gamma = 9.0909e-8 (printed to 5 digits).
+    got = pv.pvec_params(1.0, 1e-6, 51, 10, "paper")
+    assert (got.g, got.b) == (8, 20_061_188)
+    close(got.eps_hat, 0.013797, rel=5e-5)
+    close(got.delta_hat, 9.0909e-8, rel=1e-5)
+
+
+# -- lemma_opt mode (Lemmas 3.1 + 3.3 with the proof's Hoeffding constant, spec S-11): g = max(ceil(sqrt n),
+#    ceil(10 sqrt d), 4), S = 4d/g^2 + 4 sqrt(d)/g + 1, eps_hat the root of
+#    sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2 = eps, c_e = (e^{eps_max} - 1)/eps_max, eps_max = eps_hat(2/g + 1).
+def _lemma_opt_root(eps, gamma, g, d):
+    s = 4 * d / g**2 + 4 * math.sqrt(d) / g + 1
+    lin = math.sqrt(2 * math.log(1 / gamma) * s)
+
+    def f(e):
+        em = e * (2 / g + 1)
+        return lin * e + (math.exp(em) - 1) / em * s * e * e - eps
+
+    lo, hi = 1e-300, eps / lin  # f(lo) < 0 <= f(hi)
+    for _ in range(2000):  # plain bisection to the last float
+        mid = 0.5 * (lo + hi)
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if f(mid) <= 0 else (lo, mid)
+    return lo
+
+
+@pytest.mark.parametrize("eps, delta, n, d", [(1.0, 1e-5, 1000, 10), (4.0, 1e-6, 10000, 50),
+                                              (15.0, 1e-6, 1000, 10), (0.2, 1e-4, 30, 3)])
+def test_pvec_params_lemma_opt(eps, delta, n, d):
+    got = pv.pvec_params(eps, delta, n, d, "lemma_opt")
+    gamma = delta / (d + 1)
+    g = max(math.ceil(math.sqrt(n)), math.ceil(10 * math.sqrt(d)), 4)
+    eps_hat = _lemma_opt_root(eps, gamma, g, d)
+    x = g * g * math.log(2 / gamma) / (eps_hat**2 * n)
+    b = math.floor(180 * x) + 1
+    assert got.g == g
+    close(got.eps_hat, eps_hat, rel=1e-11)  # two bisections to the same root: a few ulps of slack in eps_hat
+    assert abs(got.b - b) <= 1 and got.b == math.floor(180 * got.g**2 * math.log(2 / gamma)
+                                                       / (got.eps_hat**2 * n)) + 1
+    close(got.p, 90 * x / b, rel=1e-10)
+
+
+def test_pvec_params_table():
+    # Spec 2.3 table, row eps = 1, delta = 1e-5, d = 10, n = 1000 (printed to 3-4 digits):
+    # paper eps_hat 0.0149, g 32, b 1.21e7, std 3442; lemma_opt eps_hat 0.1526, g 32, b 1.16e5, std 336.
+    paper = pv.pvec_params(1.0, 1e-5, 1000, 10, "paper")
+    opt = pv.pvec_params(1.0, 1e-5, 1000, 10, "lemma_opt")
+    assert paper.g == opt.g == 32
+    close(paper.eps_hat, 0.0149, rel=5e-3)
+    close(paper.b, 1.21e7, rel=5e-3)
+    close(opt.eps_hat, 0.1526, rel=5e-4)
+    close(opt.b, 1.16e5, rel=5e-3)
+    close(pv.pvec_sum_std(paper), 3442, rel=5e-4)
+    close(pv.pvec_sum_std(opt), 336, rel=2e-3)
+
+
+# -- pvec_epsilon: Lemma A.1 with m = b n, t = g: alpha = sqrt(10 ln(2/delta_hat)/(b n p)), Lemma 3.1's
+#    eps_hat = 3 g alpha; gamma = delta_hat = delta/(d+1); eps_max = eps_hat (2/g + 1).
+#    "lemma": eps = sqrt(2 ln(1/gamma) S) eps_hat + (e^{eps_max} - 1)/eps_max S eps_hat^2 (Lemma 3.3 with the
+#    Hoeffding constant of its proof, spec S-11); "printed": Lemma 3.3 as printed with sum eps_j^2 <= 9 eps_hat^2
+#    and e^x - 1 <= 2x: eps = 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma)). delta = d delta_hat + gamma.
+CASES = [(32, 116_000, 0.37, 1000, 10, 1e-5), (100, 1_500_000, 0.41, 1000, 100, 1e-5),
+         (64, 3_000_000, 0.2, 4000, 30, 1e-7)]
+
+
+@pytest.mark.parametrize("g, b, p, n, d, delta", CASES)
+def test_pvec_epsilon_lemma(g, b, p, n, d, delta):
+    got = pv.pvec_epsilon(g, b, p, n, d, delta, "lemma")
+    gamma = delta / (d + 1)
+    alpha = math.sqrt(10 * math.log(2 / gamma) / (b * n * p))
+    eps_hat = 3 * g * alpha
+    s = 4 * d / g**2 + 4 * math.sqrt(d) / g + 1
+    em = eps_hat * (2 / g + 1)
+    close(got.alpha, alpha)
+    close(got.eps_hat, eps_hat)
+    close(got.epsilon, math.sqrt(2 * math.log(1 / gamma) * s) * eps_hat + (math.exp(em) - 1) / em * s * eps_hat**2)
+    close(got.delta, d * gamma + gamma)
+
+
+@pytest.mark.parametrize("g, b, p, n, d, delta", CASES)
+def test_pvec_epsilon_printed(g, b, p, n, d, delta):
+    got = pv.pvec_epsilon(g, b, p, n, d, delta, "printed")
+    gamma = delta / (d + 1)
+    eps_hat = 3 * g * math.sqrt(10 * math.log(2 / gamma) / (b * n * p))
+    close(got.epsilon, 18 * eps_hat**2 + 6 * eps_hat * math.sqrt(math.log(1 / gamma)))
+
+
+# -- Lemma 3.1 variance (Appendix A.1) with worst-case rounding r(1-r) <= 1/4 and range Delta = 2 Delta_2:
+#    std = (2 Delta_2/g) sqrt(n/4 + n b p (1-p)); P_vec total variance on m inputs = d (2 Delta_2/g)^2 (m/4 + m b p(1-p)).
+@pytest.mark.parametrize("eps, delta, n, d, delta2, m", [(1.0, 1e-5, 1000, 10, 1.0, 1000), (4.0, 1e-6, 500, 20, 0.3, 400),
+                                                        (0.7, 1e-4, 64, 5, 2.5, 70)])
+def test_pvec_std_and_variance(eps, delta, n, d, delta2, m):
+    params = pv.pvec_params(eps, delta, n, d, "paper")
+    g, b, p = params.g, params.b, params.p
+    close(pv.pvec_sum_std(params, delta2), (2 * delta2 / g) * math.sqrt(n / 4 + n * b * p * (1 - p)))
+    close(sco.pvec_total_variance(params, delta2, m), d * (2 * delta2 / g) ** 2 * (m / 4 + m * b * p * (1 - p)))
+
+
+# -- numerical mode's spread worst case: k_j = ceil(2 + g/sqrt(d)) (spec 2.3 "Numerical" mode).
+@pytest.mark.parametrize("g, d", [(32, 10), (100, 7), (45, 100)])
+def test_spread_shift(g, d):
+    assert pv.spread_shift(g, d) == math.ceil(2 + g / math.sqrt(d))
+
+
+# -- P_vec parameters by hand (paper mode, as in test_pvec_params_paper), for the plans below.
+def _paper_pvec(eps, delta, n, d):
+    gamma = delta / (d + 1)
+    eps_hat = eps / (18 * math.sqrt(math.log(1 / gamma)))
+    g = max(math.ceil(math.sqrt(n)), math.ceil(math.sqrt(d)), 4)
+    x = g * g * math.log(2 / gamma) / (eps_hat**2 * n)
+    b = math.floor(180 * x) + 1
+    return g, b, 90 * x / b
+
+
+# -- Theorem 4.1 (batch reconstructed from the proof, spec S-2): B = sqrt(d) ln(d/delta)/eps (rounded, clipped to
+#    [1, n]), T = floor(n/B), L_G^2 = L^2 + Var_vec(B)/B^2, eta = D/(L_G sqrt T), bound D L_G/sqrt(T).
+@pytest.mark.parametrize("n, d, eps, delta, lip, diam", [(100_000, 10, 1.0, 1e-6, 1.0, 1.0),
+                                                        (50_000, 20, 2.0, 1e-5, 0.5, 3.0),
+                                                        (200_000, 5, 0.5, 1e-7, 2.0, 0.7)])
+def test_p_sgd_plan(n, d, eps, delta, lip, diam):
+    plan = sco.p_sgd_plan(n, d, eps, delta, lip, diam, mode="paper")
+    (phase,) = plan.phases
+    B = min(max(round(math.sqrt(d) * math.log(d / delta) / eps), 1), n)
+    T = n // B
+    g, b, p = _paper_pvec(eps, delta, B, d)
+    var = d * (2 * lip / g) ** 2 * (B / 4 + B * b * p * (1 - p))
+    lg = math.sqrt(lip**2 + var / B**2)
+    assert (phase.batch, phase.rounds) == (B, T)
+    close(phase.step, diam / (lg * math.sqrt(T)))
+    close(plan.bound, diam * lg / math.sqrt(T))
+
+
+def test_p_sgd_plan_worked_example():
+    # Spec 2.14, paper mode n = 1e5, d = 10, eps = 1, delta = 1e-6: B = 51, T = 1960, L_G = 247.9, eta = 9.11e-5,
+    # bound 5.60 (printed digits).
+    plan = sco.p_sgd_plan(100_000, 10, 1.0, 1e-6, mode="paper")
+    (phase,) = plan.phases
+    assert (phase.batch, phase.rounds) == (51, 1960)
+    close(phase.step, 9.11e-5, rel=1e-3)
+    close(plan.bound, 5.60, rel=1e-3)
+
+
+# -- Theorem 4.7: beta_s = (eps n)^{2/3} L / (d^{1/3} D ln^{2/3}(d/delta)).
+@pytest.mark.parametrize("n, d, eps, delta, lip, diam", [(10_000, 10, 1.0, 1e-6, 1.0, 1.0),
+                                                        (123_456, 64, 3.0, 1e-5, 0.3, 2.0),
+                                                        (5_000, 3, 0.25, 1e-8, 4.0, 0.5)])
+def test_smoothing_beta(n, d, eps, delta, lip, diam):
+    expected = (eps * n) ** (2 / 3) * lip / (d ** (1 / 3) * diam * math.log(d / delta) ** (2 / 3))
+    close(sco.smoothing_beta(n, d, eps, delta, lip, diam), expected)
+
+
+# -- AC-SA constant: "paper" (Thm 4.3): L_t (t+1) = (T+2)^{3/2} sigma/D + beta; "lan" (spec S-6, Lan 2012):
+#    nu = max(2 beta, (T+2)^{3/2} sigma/(sqrt 6 D)).
+@pytest.mark.parametrize("T, sigma, diam, beta", [(20, 2.624, 1.0, 1.0), (206, 0.083, 3.0, 0.2), (52, 0.01, 1.0, 7.0)])
+def test_acsa_nu(T, sigma, diam, beta):
+    close(sco.acsa_nu(T, sigma, diam, beta, "paper"), (T + 2) ** 1.5 * sigma / diam + beta)
+    close(sco.acsa_nu(T, sigma, diam, beta, "lan"), max(2 * beta, (T + 2) ** 1.5 * sigma / (math.sqrt(6) * diam)))
+
+
+# -- Theorem 4.3: B = n^{3/5} d^{1/5} L^{2/5} ln^{2/5}(d/delta) / (eps^{2/5} beta^{2/5} D^{2/5}) (rounded, in [1, n]),
+#    T = floor(n/B), sigma_or^2 = L^2/B + Var_vec(B)/B^2.
+@pytest.mark.parametrize("n, d, eps, delta, beta", [(100_000, 10, 1.0, 1e-6, 1.0), (1_000_000, 10, 1.0, 1e-6, 1.0),
+                                                   (300_000, 25, 2.0, 1e-5, 4.0)])
+def test_p_agd_batch(n, d, eps, delta, beta):
+    plan = sco.p_agd_plan(n, d, eps, delta, 1.0, 1.0, smoothness=beta, mode="paper", schedule="paper")
+    (phase,) = plan.phases
+    B = min(max(round(n ** 0.6 * d ** 0.2 * math.log(d / delta) ** 0.4 / (eps * beta) ** 0.4), 1), n)
+    T = n // B
+    g, b, p = _paper_pvec(eps, delta, B, d)
+    sigma = math.sqrt(1 / B + d * (2 / g) ** 2 * (B / 4 + B * b * p * (1 - p)) / B**2)
+    assert (phase.batch, phase.rounds) == (B, T)
+    close(phase.step, (T + 2) ** 1.5 * sigma + beta)
+    close(plan.bound, beta / T**2 + sigma / math.sqrt(T))
+
+
+# -- Algorithm 6 / Lemma C.4: zeta^2 = 8 L^2 ln(2/delta)/(B^2 eps^2) per draw on the batch MEAN, i.e. std B zeta on
+#    the batch sum; requires 0 < eps, delta < 1.
+@pytest.mark.parametrize("n, d, eps, delta, lip", [(100_000, 10, 0.5, 1e-6, 1.0), (20_000, 4, 0.9, 1e-4, 2.0),
+                                                  (500_000, 50, 0.1, 1e-8, 0.25)])
+def test_pan_private_noise(n, d, eps, delta, lip):
+    plan = sco.pan_private_plan(n, d, eps, delta, lip, 1.0, smoothness=1.0)
+    (phase,) = plan.phases
+    B = phase.batch
+    close(phase.noise_std, B * math.sqrt(8 * lip**2 * math.log(2 / delta) / (B * B * eps * eps)))
+
+
+# -- Lemma B.6: T = min{n, eps^2 n^2/(d ln^2(nd/delta))} (floored, >= 1).
+@pytest.mark.parametrize("n, d, eps, delta", [(10_000, 10, 1.0, 1e-6), (1_000, 3, 4.0, 1e-5), (100_000, 200, 0.5, 1e-8)])
+def test_pgd_rounds(n, d, eps, delta):
+    expected = max(1, min(n, math.floor(eps**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
+    assert sco.pgd_rounds(n, d, eps, delta) == expected
+    assert 1 < expected  # non-trivial inputs
+
+
+# -- Algorithm 5: eps_r = eps/(2 sqrt(2 T ln(1/delta))), delta_r = delta/(T+1).
+@pytest.mark.parametrize("eps, delta, T", [(1.0, 1e-6, 50), (4.0, 1e-5, 7), (0.3, 1e-8, 1234)])
+def test_pgd_round_budget(eps, delta, T):
+    er, dr = sco.pgd_round_budget(eps, delta, T, "advanced")
+    close(er, eps / (2 * math.sqrt(2 * T * math.log(1 / delta))))
+    close(dr, delta / (T + 1))
+
+
+# -- Advanced composition (Dwork, Rothblum & Vadhan 2010; Dwork-Roth Thm 3.20), spec 3.4's form with
+#    delta' = delta - k delta0: eps = sqrt(2 k ln(1/delta')) eps0 + k eps0 (e^{eps0} - 1).
+@pytest.mark.parametrize("eps0, delta0, k, delta", [(0.05, 1e-9, 100, 1e-6), (0.3, 1e-7, 12, 1e-5),
+                                                    (0.01, 2e-10, 2000, 1e-6)])
+def test_compose_epsilon_advanced(eps0, delta0, k, delta):
+    slack = delta - k * delta0
+    expected = math.sqrt(2 * k * math.log(1 / slack)) * eps0 + k * eps0 * (math.exp(eps0) - 1)
+    close(sco.compose_epsilon(eps0, delta0, k, delta, "advanced"), expected)

@@ -24,8 +24,21 @@ Inventory (calculator -> test):
 * ``accounting.shuffle_sco.pgd_rounds`` (Lemma B.6 T) -> ``test_pgd_rounds``
 * ``accounting.shuffle_sco.pgd_round_budget`` advanced (Alg. 5 eps_r, delta_r) -> ``test_pgd_round_budget``
 * ``accounting.shuffle_sco.compose_epsilon`` advanced (Dwork-Rothblum-Vadhan) -> ``test_compose_epsilon_advanced``
-* ``accounting.sco_transcript.grouped_trials`` -> not pinned here (a re-grouping of the binomial trials, tested in
-  tests/accounting/test_shuffle_sco.py; not a formula of the paper).
+* ``primitives.shuffle_protocols.pvec_variance`` (Lemma 3.1 exact variance with the actual rounding) ->
+  ``test_pvec_variance_exact``
+* ``accounting.shuffle_sco.pvec_round_epsilon`` (Claim A.8 / Corollary A.9 honest fraction) ->
+  ``test_pvec_round_epsilon_honest_fraction``
+* ``accounting.shuffle_sco.pan_private_epsilon`` (Lemma C.5 paper form; exact Gaussian) -> ``test_pan_private_epsilon_paper``,
+  ``test_gaussian_approx_epsilon``
+* ``accounting.pvec.pvec_gaussian_approx_epsilon`` (diagnostic) -> ``test_gaussian_approx_epsilon``
+* ``accounting.pvec.pvec_numerical_epsilon`` (numerical PLD mode, not in the paper) -> ``test_numerical_epsilon_vs_exact``
+  (against the exact hockey-stick divergence of shifted binomials; tolerance = the PLD discretisation)
+* ``accounting.sco_transcript.grouped_trials`` -> ``test_grouped_trials``; ``accounting.shuffle_sco.bits_per_user``
+  (Corollaries B.8-B.11, exact) -> ``test_bits_per_user``
+* Not pinned by hand: ``shuffle_sco.transcript_epsilon`` / ``gaussian_approx_transcript_epsilon`` (compositions of the
+  pinned per-round forms with ``compose_epsilon``), ``shuffle_sco.p1d_count_pmf`` / ``hockey_stick`` /
+  ``audit_lower_bound`` (audit tooling, not calculators; tests/accounting/test_shuffle_sco.py), ``phased_plan`` (a
+  schedule of pinned convex plans).
 """
 
 from __future__ import annotations
@@ -289,3 +302,117 @@ def test_compose_epsilon_advanced(eps0, delta0, k, delta):
     slack = delta - k * delta0
     expected = math.sqrt(2 * k * math.log(1 / slack)) * eps0 + k * eps0 * (math.exp(eps0) - 1)
     close(sco.compose_epsilon(eps0, delta0, k, delta, "advanced"), expected)
+
+
+# -- Lemma 3.1's exact variance (Appendix A.1) with the actual rounding: inputs shifted by Delta_2 into [0, Delta],
+#    Delta = 2 Delta_2, r_i = frac((x_i + Delta_2) g/Delta): Var_j = (Delta/g)^2 (sum_i r_i(1 - r_i) + m b p (1-p)).
+def test_pvec_variance_exact():
+    import numpy as np
+
+    from dpjax.primitives import shuffle_protocols as sp
+
+    bound = 0.8
+    x = np.array([[0.13, -0.5, 0.79], [-0.8, 0.31, 0.0], [0.444, 0.7, -0.123], [0.05, -0.33, 0.6]])
+    for g, b, p in [(32, 116_000, 0.37), (7, 5000, 0.12), (100, 40, 0.45)]:
+        got = sp.pvec_variance(x, sp.PvecParams(g, b, p), bound)  # host numbers (create() would device_put)
+        for j in range(3):
+            rr = [((xi + bound) * g / (2 * bound)) % 1.0 for xi in x[:, j]]
+            expected = (2 * bound / g) ** 2 * (sum(r * (1 - r) for r in rr) + 4 * b * p * (1 - p))
+            close(float(got[j]), expected)
+
+
+# -- Claim A.8 / Corollary A.9 (robust shuffle privacy): with only a fraction h >= 1/3 of honest users, the printed
+#    guarantee becomes eps/h (needs eps <= 1, g >= 3); the "lemma" form certifies P_vec on ceil(h m) inputs.
+@pytest.mark.parametrize("g, b, p, m, d, delta, h", [(32, 3_000_000, 0.45, 1000, 10, 1e-5, 0.5),
+                                                    (64, 9_000_000, 0.4, 4000, 30, 1e-7, 0.75),
+                                                    (40, 5_000_000, 0.3, 2000, 16, 1e-6, 0.34)])
+def test_pvec_round_epsilon_honest_fraction(g, b, p, m, d, delta, h):
+    gamma = delta / (d + 1)
+    eps_hat = 3 * g * math.sqrt(10 * math.log(2 / gamma) / (b * m * p))
+    printed = 18 * eps_hat**2 + 6 * eps_hat * math.sqrt(math.log(1 / gamma))
+    assert printed <= 1
+    close(sco.pvec_round_epsilon(g, b, p, m, d, delta, "printed", h), printed / h)
+    mh = math.ceil(h * m)
+    eh = 3 * g * math.sqrt(10 * math.log(2 / gamma) / (b * mh * p))
+    s = 4 * d / g**2 + 4 * math.sqrt(d) / g + 1
+    em = eh * (2 / g + 1)
+    close(sco.pvec_round_epsilon(g, b, p, m, d, delta, "lemma", h),
+          math.sqrt(2 * math.log(1 / gamma) * s) * eh + (math.exp(em) - 1) / em * s * eh**2)
+
+
+# -- Lemma C.5 (pan-private, paper form): eps = Delta sqrt(2 ln(2/delta))/zeta with Delta = 2L on the batch sum.
+@pytest.mark.parametrize("zeta, lip, delta", [(40.0, 1.0, 1e-6), (12.5, 0.5, 1e-5), (300.0, 3.0, 1e-9)])
+def test_pan_private_epsilon_paper(zeta, lip, delta):
+    close(sco.pan_private_epsilon(zeta, lip, delta, "pan-paper"), 2 * lip * math.sqrt(2 * math.log(2 / delta)) / zeta)
+
+
+# -- Analytic Gaussian (Balle & Wang 2018 Thm 8) by hand: delta(eps) = Phi(s/(2 sd) - eps sd/s) - e^eps Phi(-s/(2 sd)
+#    - eps sd/s), inverted by bisection.
+def _gauss_eps(sd, s, delta):
+    phi = lambda t: 0.5 * math.erfc(-t / math.sqrt(2))  # noqa: E731
+    f = lambda e: phi(s / (2 * sd) - e * sd / s) - math.exp(e) * phi(-s / (2 * sd) - e * sd / s) - delta  # noqa: E731
+    lo, hi = 0.0, 1.0
+    while f(hi) > 0:
+        hi *= 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) > 0 else (lo, mid)
+    return hi
+
+
+# -- gaussian_approx diagnostic (spec 3.3): count noise N(0, n b p (1-p)), shift norm g + 2 sqrt(d); and the
+#    pan-analytic form (exact Gaussian, std B zeta, sensitivity 2L).
+@pytest.mark.parametrize("g, b, p, n, d, delta", CASES)
+def test_gaussian_approx_epsilon(g, b, p, n, d, delta):
+    expected = _gauss_eps(math.sqrt(n * b * p * (1 - p)), g + 2 * math.sqrt(d), delta)
+    close(pv.pvec_gaussian_approx_epsilon(g, b, p, n, d, delta), expected, rel=1e-10)  # two root finds
+    close(sco.pan_private_epsilon(40.0 * g, 1.5, delta, "pan-analytic"), _gauss_eps(40.0 * g, 3.0, delta), rel=1e-10)
+
+
+# -- Trial regrouping (counts above int32): per = ceil(b/groups), p' = b p/(groups per) keeps b p.
+@pytest.mark.parametrize("b, p, groups", [(20_061_188, 0.4999, 4), (3_028_194, 0.31, 7), (1001, 0.2, 3)])
+def test_grouped_trials(b, p, groups):
+    from dpjax.accounting.sco_transcript import grouped_trials
+
+    per = math.ceil(b / groups)
+    got_b, got_p = grouped_trials(b, p, groups)
+    assert got_b == per and groups * per >= b
+    close(got_p, b * p / (groups * per))
+
+
+# -- Communication (spec 3.5; Corollaries B.8-B.11 computed exactly): each P_vec call costs a user d (g + b) bits;
+#    a sequential protocol uses each user in one call.
+def test_bits_per_user():
+    plan = sco.p_sgd_plan(100_000, 10, 1.0, 1e-6, mode="paper")
+    g, b, _ = _paper_pvec(1.0, 1e-6, 51, 10)
+    assert sco.bits_per_user(plan) == 10 * (g + b)
+
+
+# -- numerical mode (spec 2.3, not from the paper): PLD of k + Bin(m, p) vs Bin(m, p) with pessimistic rounding.
+#    Pinned to the exact hockey-stick divergence of the two binomials (d = 1, one call), both orders, computed with
+#    exact binomial masses: dpjax's epsilon must be >= the exact one (pessimistic) and within the PLD discretisation.
+def _exact_shift_eps(m, p, k, delta):
+    lc = lambda z: math.lgamma(m + 1) - math.lgamma(z + 1) - math.lgamma(m - z + 1)  # noqa: E731
+    pmf = [math.exp(lc(z) + z * math.log(p) + (m - z) * math.log1p(-p)) for z in range(m + 1)]
+    P = lambda z: pmf[z] if 0 <= z <= m else 0.0  # noqa: E731
+    Q = lambda z: pmf[z - k] if 0 <= z - k <= m else 0.0  # noqa: E731
+
+    def dlt(e):
+        ee = math.exp(e)
+        return max(sum(max(P(z) - ee * Q(z), 0.0) for z in range(m + k + 1)),
+                   sum(max(Q(z) - ee * P(z), 0.0) for z in range(m + k + 1)))
+
+    lo, hi = 0.0, 20.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if dlt(mid) > delta else (lo, mid)
+    return hi
+
+
+@pytest.mark.parametrize("g, b, p, n, delta", [(8, 20, 0.3, 50, 1e-3), (12, 30, 0.45, 40, 1e-4), (6, 100, 0.1, 20, 1e-2)])
+def test_numerical_epsilon_vs_exact(g, b, p, n, delta):
+    k = math.ceil(2 + g)  # spread shift for d = 1
+    exact = _exact_shift_eps(n * b, p, k, delta)
+    cert = pv.pvec_numerical_epsilon(g, b, p, n, 1, delta)
+    assert cert.shift == k and cert.heuristic
+    assert exact - 1e-9 <= cert.epsilon <= exact + 5e-3  # pessimistic; 1e-4 discretisation of the loss values

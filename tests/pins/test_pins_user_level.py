@@ -27,6 +27,11 @@ Inventory (calculator -> test):
 * ``accounting.user_level.phased_sco_groups`` (Algorithm 4 halving ranges; equal split A4b) -> ``test_phased_sco_groups``
 * ``user_level.phased.phase_lambdas`` / ``sco_lambda`` / ``problems.erm_lambda`` / ``phased.localisation_radius``
   (Algorithm 3 line 5, Theorems 4.1/5.1 lambda, R' of Algorithms 5/6) -> ``test_phase_schedules``
+* ``accounting.user_level.min_users`` (Theorem 3.1's n >= C log(1/delta)/eps made explicit, per mechanism) ->
+  ``test_min_users``
+* Not pinned by hand: ``exact_feasible`` / ``MAX_EXACT_*`` (a compute budget, not a formula of the paper);
+  ``UserLevelPrivacy`` / ``privacy()`` reports (compositions of the pinned per-call numbers; report fields are
+  issue #42 item 4).
 """
 
 from __future__ import annotations
@@ -241,3 +246,28 @@ def test_phase_schedules(G, R, n, m, d, A, T):
     close(problems.erm_lambda(G, R, n, m, d, A), G / R * A * math.sqrt(d) / (n * math.sqrt(m)))
     close(phased.sco_lambda(G, R, n, m, d, A, T), G / R * max(A * T * math.sqrt(d) / (n * math.sqrt(m)), math.sqrt(T / (n * m))))
     close(phased.localisation_radius(0.7, d, 0.01), 0.7 * (math.sqrt(d) + math.sqrt(2 * math.log(100))))
+
+
+# -- Minimum users (spec 3.3, A17 explicit constants): A1/A2/A2c n >= N0 = 8 kappa + 2; A4: 2 N0 (T = floor(log2(n/N0))
+#    >= 1); A3: the smallest n with n >= 8 kappa(eps/T, delta/T) + 2, T = ceil(log2(n m)); A4b: n >= T N0;
+#    A5/A6: their second stage at (eps/2, delta/2) (A6 splits the users in half: twice that); B1/B2: 1.
+def _min_n(need):
+    n = 2
+    while need(n) > n:  # both requirements grow only through log2(n m): scan upward from the fixed point's left
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("eps, delta, m", [(1.0, 1e-6, 100), (0.5, 1e-5, 3), (0.8, 1e-8, 1000)])
+def test_min_users(eps, delta, m):
+    n0 = lambda e, d: 8 * _a1(e, d)[2] + 2  # noqa: E731
+    T = lambda n: math.ceil(math.log2(n * m))  # noqa: E731
+    a3 = lambda e, d: _min_n(lambda n: n0(e / T(n), d / T(n)))  # noqa: E731
+    a4b = lambda e, d: _min_n(lambda n: T(n) * n0(e, d))  # noqa: E731
+    assert ul.min_users("A2", eps, delta, m) == ul.min_users("A1", eps, delta, m) == n0(eps, delta)
+    assert ul.min_users("A4", eps, delta, m) == 2 * n0(eps, delta)
+    assert ul.min_users("A3", eps, delta, m) == a3(eps, delta)
+    assert ul.min_users("A4b", eps, delta, m) == a4b(eps, delta)
+    assert ul.min_users("A5", eps, delta, m) == max(n0(eps / 2, delta / 2), a3(eps / 2, delta / 2))
+    assert ul.min_users("A6", eps, delta, m) == 2 * max(n0(eps / 2, delta / 2), a4b(eps / 2, delta / 2))
+    assert ul.min_users("B1", eps, delta, m) == 1

@@ -24,7 +24,12 @@ Inventory (calculator -> test):
 * ``algorithms.schedules.smoothing_beta`` (Thm D.2 and F.2 beta) -> ``test_smoothing_beta``
 * ``algorithms.schedules.multistage_stages`` (Appendix E.1 R_k, nu_k) -> ``test_multistage_stages``
 * ``algorithms.schedules.unbalanced_parameters`` (Algorithm 7, K_i = ceil(c n_i)) -> ``test_unbalanced_parameters``
+* ``reproduce.isrl.constructions.experiment_batch_size`` (Appendix I vs the authors' floor) ->
+  ``test_experiment_batch_size_constructions``
 * the shuffle chain (Thm G.1) -> tests/pins/test_pins_shuffle_amplification.py; P_vec (Alg. 6) -> test_pins_pvec.py
+* Not pinned by hand: ``accounting.tight`` / ``accounting.wor_rdp`` (dp_accounting RDP/PLD; wor_rdp is checked bit for
+  bit against dp_accounting in tests/accounting/test_wor_rdp.py), ``reproduce.isrl.constructions.server_noise_equivalent``
+  (a rescaling of table entries, no paper formula).
 """
 
 from __future__ import annotations
@@ -198,3 +203,19 @@ def test_unbalanced_parameters():
     assert got["batch_sizes"] == tuple(min(n, math.ceil(c * n - 1e-12)) for n in sizes)
     for s, n, e, dl in zip(got["noise_stds"], sizes, epss, deltas):
         close(s, math.sqrt(256 * L**2 * R * math.log(2.5 * R / dl) * math.log(2 / dl) / (n**2 * e**2)))
+
+
+# -- Experiments' K from the sweep's largest eps: Appendix I ceil(n sqrt(eps_max)/(2 sqrt R)); the authors' scripts
+#    int(max(1, n sqrt(eps_max/(4R)))) (a floor). Spec/docstring: n = 1238, R = 35, eps_max = 18 -> 444 vs 443.
+@pytest.mark.parametrize("n, R, eps_max", [(1238, 35, 18.0), (8673, 25, 15.0), (300, 12, 0.5)])
+def test_experiment_batch_size_constructions(n, R, eps_max):
+    from dpjax.reproduce.isrl.constructions import experiment_batch_size
+
+    assert experiment_batch_size(n, R, eps_max, "paper") == min(max(math.ceil(n * math.sqrt(eps_max) / (2 * math.sqrt(R))), 1), n)
+    assert experiment_batch_size(n, R, eps_max, "authors") == int(max(1, math.floor(n * math.sqrt(eps_max / (4 * R)))))
+
+
+def test_experiment_batch_size_spec_value():
+    from dpjax.reproduce.isrl.constructions import experiment_batch_size
+
+    assert (experiment_batch_size(1238, 35, 18.0, "paper"), experiment_batch_size(1238, 35, 18.0, "authors")) == (444, 443)

@@ -160,7 +160,8 @@ def test_f_upper_spec_values():
 
 # -- Lemma B.5 mixture {mu: q} incl. a mu = 0 atom: delta(eps) = sum_c q_c delta_GDP(eps; mu_c) (+ dropped mass);
 #    f(a) = sum q_c Phi(Lambda/mu_c - mu_c/2) where 1 - a = sum q_c Phi(Lambda/mu_c + mu_c/2) (atom: rejects all
-#    for Lambda < 0; a inside its jump is the randomised test at Lambda = 0). Spec V4, law {0: 0.2, 1: 0.5, 2: 0.3}: delta(0.5) = 0.298967, f(0.05) = 0.647857, f(0.3) = 0.303731.
+#    for Lambda < 0; a inside its jump is the randomised test at Lambda = 0). Spec V4, law {0: 0.2, 1: 0.5, 2: 0.3}:
+#    delta(0.5) = 0.298967, f(0.05) = 0.647857, f(0.3) = 0.303731.
 LAW = {0.0: 0.2, 1.0: 0.5, 2.0: 0.3}
 
 

@@ -26,6 +26,8 @@ Inventory (calculator -> test):
 * ``algorithms.schedules.unbalanced_parameters`` (Algorithm 7, K_i = ceil(c n_i)) -> ``test_unbalanced_parameters``
 * ``reproduce.isrl.constructions.experiment_batch_size`` (Appendix I vs the authors' floor) ->
   ``test_experiment_batch_size_constructions``
+* ``accounting.conversions`` (group privacy paper/tight, ISRL -> central / user-level, D.3.5 hybrid budget) ->
+  ``test_conversions``
 * the shuffle chain (Thm G.1) -> tests/pins/test_pins_shuffle_amplification.py; P_vec (Alg. 6) -> test_pins_pvec.py
 * Not pinned by hand: ``accounting.tight`` / ``accounting.wor_rdp`` (dp_accounting RDP/PLD; wor_rdp is checked bit for
   bit against dp_accounting in tests/accounting/test_wor_rdp.py), ``reproduce.isrl.constructions.server_noise_equivalent``
@@ -219,3 +221,22 @@ def test_experiment_batch_size_spec_value():
     from dpjax.reproduce.isrl.constructions import experiment_batch_size
 
     assert (experiment_batch_size(1238, 35, 18.0, "paper"), experiment_batch_size(1238, 35, 18.0, "authors")) == (444, 443)
+
+
+# -- Section 1 / Appendix C conversions: ISRL-DP (eps0, delta0) => user-level DP over a silo's n records by group
+#    privacy: (n eps0, n e^{(n-1) eps0} delta0) (paper), or delta0 (e^{n eps0} - 1)/(e^{eps0} - 1) = delta0 sum_{i<n}
+#    e^{i eps0} (induction, "tight"); Appendix D.3.5 hybrid design eps0 = eps/n, delta0 = delta/(4n).
+@pytest.mark.parametrize("eps0, delta0, n", [(0.01, 1e-9, 50), (0.002, 1e-12, 1000), (0.3, 1e-8, 7)])
+def test_conversions(eps0, delta0, n):
+    from dpjax.accounting import conversions as cv
+
+    e, d = cv.isrl_to_user_level(eps0, delta0, n, "paper")
+    close(e, n * eps0)
+    close(d, n * math.exp((n - 1) * eps0) * delta0)
+    e, d = cv.group_privacy(eps0, delta0, n, "tight")
+    close(e, n * eps0)
+    close(d, delta0 * math.fsum(math.exp(i * eps0) for i in range(n)), rel=1e-11)  # closed form vs the sum
+    assert cv.isrl_to_central(eps0, delta0) == (eps0, delta0)
+    e, d = cv.hybrid_isrl_budget(n * eps0, 4 * n * delta0, n)
+    close(e, eps0)
+    close(d, delta0)

@@ -35,6 +35,8 @@ Inventory (calculator -> test):
   (against the exact hockey-stick divergence of shifted binomials; tolerance = the PLD discretisation)
 * ``accounting.sco_transcript.grouped_trials`` -> ``test_grouped_trials``; ``accounting.shuffle_sco.bits_per_user``
   (Corollaries B.8-B.11, exact) -> ``test_bits_per_user``
+* ``accounting.kov_composition.optimal_composition_delta`` (Kairouz-Oh-Viswanath Thm 3.3, P_GD's optimal
+  composition) -> ``test_kov_optimal_composition``
 * Not pinned by hand: ``shuffle_sco.transcript_epsilon`` / ``gaussian_approx_transcript_epsilon`` (compositions of the
   pinned per-round forms with ``compose_epsilon``), ``shuffle_sco.p1d_count_pmf`` / ``hockey_stick`` /
   ``audit_lower_bound`` (audit tooling, not calculators; tests/accounting/test_shuffle_sco.py), ``phased_plan`` (a
@@ -416,3 +418,19 @@ def test_numerical_epsilon_vs_exact(g, b, p, n, delta):
     cert = pv.pvec_numerical_epsilon(g, b, p, n, 1, delta)
     assert cert.shift == k and cert.heuristic
     assert exact - 1e-9 <= cert.epsilon <= exact + 5e-3  # pessimistic; 1e-4 discretisation of the loss values
+
+
+# -- Kairouz, Oh & Viswanath (2015) Thm 3.3, used by P_GD's "optimal" composition: k-fold (eps0, delta0) at
+#    eps = (k - 2i) eps0 is delta = 1 - (1 - delta0)^k (1 - delta_i), delta_i = sum_{l=0}^{i-1} C(k, l)
+#    (e^{(k-l) eps0} - e^{(k-2i+l) eps0})/(1 + e^{eps0})^k (the printed form); between those points, the hockey-stick
+#    of the composed randomized-response pair: sum_j C(k,j) e^{(k-j) eps0}/(1+e^{eps0})^k (1 - e^{eps - (k-2j) eps0})_+.
+@pytest.mark.parametrize("eps0, delta0, k, i", [(0.1, 1e-7, 50, 20), (0.5, 1e-6, 12, 3), (0.02, 1e-9, 400, 190)])
+def test_kov_optimal_composition(eps0, delta0, k, i):
+    eps = (k - 2 * i) * eps0
+    di = math.fsum(math.comb(k, l) * (math.exp((k - l) * eps0) - math.exp((k - 2 * i + l) * eps0))
+                   for l in range(i)) / (1 + math.exp(eps0)) ** k
+    close(sco.optimal_composition_delta(eps0, delta0, k, eps), 1 - (1 - delta0) ** k * (1 - di), rel=1e-10)
+    e2 = eps + 0.37 * eps0  # off the grid
+    rr = math.fsum(math.comb(k, j) * math.exp((k - j) * eps0) / (1 + math.exp(eps0)) ** k
+                   * max(0.0, 1 - math.exp(e2 - (k - 2 * j) * eps0)) for j in range(k + 1))
+    close(sco.optimal_composition_delta(eps0, delta0, k, e2), 1 - (1 - delta0) ** k * (1 - rr), rel=1e-10)

@@ -25,7 +25,7 @@ Inventory (calculator -> test):
 * ``algorithms.schedules.multistage_stages`` (Appendix E.1 R_k, nu_k) -> ``test_multistage_stages``
 * ``algorithms.schedules.unbalanced_parameters`` (Algorithm 7, K_i = ceil(c n_i)) -> ``test_unbalanced_parameters``
 * ``reproduce.isrl.constructions.experiment_batch_size`` (Appendix I vs the authors' floor) ->
-  ``test_experiment_batch_size_constructions``
+  tests/pins/test_pins_isrl_constructions.py (its own file: importing dpjax.reproduce takes seconds)
 * ``accounting.conversions`` (group privacy paper/tight, ISRL -> central / user-level, D.3.5 hybrid budget) ->
   ``test_conversions``
 * the shuffle chain (Thm G.1) -> tests/pins/test_pins_shuffle_amplification.py; P_vec (Alg. 6) -> test_pins_pvec.py
@@ -205,22 +205,6 @@ def test_unbalanced_parameters():
     assert got["batch_sizes"] == tuple(min(n, math.ceil(c * n - 1e-12)) for n in sizes)
     for s, n, e, dl in zip(got["noise_stds"], sizes, epss, deltas):
         close(s, math.sqrt(256 * L**2 * R * math.log(2.5 * R / dl) * math.log(2 / dl) / (n**2 * e**2)))
-
-
-# -- Experiments' K from the sweep's largest eps: Appendix I ceil(n sqrt(eps_max)/(2 sqrt R)); the authors' scripts
-#    int(max(1, n sqrt(eps_max/(4R)))) (a floor). Spec/docstring: n = 1238, R = 35, eps_max = 18 -> 444 vs 443.
-@pytest.mark.parametrize("n, R, eps_max", [(1238, 35, 18.0), (8673, 25, 15.0), (300, 12, 0.5)])
-def test_experiment_batch_size_constructions(n, R, eps_max):
-    from dpjax.reproduce.isrl.constructions import experiment_batch_size
-
-    assert experiment_batch_size(n, R, eps_max, "paper") == min(max(math.ceil(n * math.sqrt(eps_max) / (2 * math.sqrt(R))), 1), n)
-    assert experiment_batch_size(n, R, eps_max, "authors") == int(max(1, math.floor(n * math.sqrt(eps_max / (4 * R)))))
-
-
-def test_experiment_batch_size_spec_value():
-    from dpjax.reproduce.isrl.constructions import experiment_batch_size
-
-    assert (experiment_batch_size(1238, 35, 18.0, "paper"), experiment_batch_size(1238, 35, 18.0, "authors")) == (444, 443)
 
 
 # -- Section 1 / Appendix C conversions: ISRL-DP (eps0, delta0) => user-level DP over a silo's n records by group

@@ -22,6 +22,8 @@ Inventory (calculator -> test):
 * ``accounting.shuffle_sco.p_agd_plan`` batch (Thm 4.3 B) -> ``test_p_agd_batch``
 * ``accounting.shuffle_sco.pan_private_plan`` noise (Alg. 6 / Lemma C.4 zeta^2) -> ``test_pan_private_noise``
 * ``accounting.shuffle_sco.pgd_rounds`` (Lemma B.6 T) -> ``test_pgd_rounds``
+* ``accounting.shuffle_sco.p_gd_plan`` paper mode (Alg. 5, Lemma B.6, Thm 4.9: T, eps_r, delta_r, beta, eta, bound) ->
+  ``test_p_gd_plan``
 * ``accounting.shuffle_sco.pgd_round_budget`` advanced (Alg. 5 eps_r, delta_r) -> ``test_pgd_round_budget``
 * ``accounting.shuffle_sco.compose_epsilon`` advanced (Dwork-Rothblum-Vadhan) -> ``test_compose_epsilon_advanced``
 * ``primitives.shuffle_protocols.pvec_variance`` (Lemma 3.1 exact variance with the actual rounding) ->
@@ -40,7 +42,8 @@ Inventory (calculator -> test):
 * Not pinned by hand: ``shuffle_sco.transcript_epsilon`` / ``gaussian_approx_transcript_epsilon`` (compositions of the
   pinned per-round forms with ``compose_epsilon``), ``shuffle_sco.p1d_count_pmf`` / ``hockey_stick`` /
   ``audit_lower_bound`` (audit tooling, not calculators; tests/accounting/test_shuffle_sco.py), ``phased_plan`` (a
-  schedule of pinned convex plans).
+  schedule of pinned convex plans), ``central_gd_plan`` / ``local_sgd_plan`` (baselines on the exact Gaussian
+  mechanism, not the paper's formulas).
 """
 
 from __future__ import annotations
@@ -434,3 +437,27 @@ def test_kov_optimal_composition(eps0, delta0, k, i):
     rr = math.fsum(math.comb(k, j) * math.exp((k - j) * eps0) / (1 + math.exp(eps0)) ** k
                    * max(0.0, 1 - math.exp(e2 - (k - 2 * j) * eps0)) for j in range(k + 1))
     close(sco.optimal_composition_delta(eps0, delta0, k, e2), 1 - (1 - delta0) ** k * (1 - rr), rel=1e-10)
+
+
+# -- P_GD (Algorithm 5, Lemma B.6, Theorem 4.9), paper mode: T = min{n, eps^2 n^2/(d ln^2(nd/delta))}; each round
+#    P_vec at eps_r = eps/(2 sqrt(2T ln(1/delta))), delta_r = delta/(T+1) on all n users; non-smooth: envelope
+#    beta = (L/D) min{sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))}; eta = D/(L sqrt T), capped at 2/beta (stability,
+#    Lemma B.5); bound D^2/(2 eta T) + eta (L^2 + Var_vec/n^2)/2 + L^2 T eta/n + L^2/(2 beta).
+@pytest.mark.parametrize("n, d, eps, delta, lip, diam", [(10_000, 10, 1.0, 1e-6, 1.0, 1.0), (2_000, 3, 4.0, 1e-5, 0.5, 2.0),
+                                                        (50_000, 20, 2.0, 1e-7, 2.0, 0.3)])
+def test_p_gd_plan(n, d, eps, delta, lip, diam):
+    plan = sco.p_gd_plan(n, d, eps, delta, lip, diam, mode="paper")
+    (phase,) = plan.phases
+    T = max(1, min(n, math.floor(eps**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
+    er, dr = eps / (2 * math.sqrt(2 * T * math.log(1 / delta))), delta / (T + 1)
+    g, b, p = _paper_pvec(er, dr, n, d)
+    beta = (lip / diam) * min(math.sqrt(n), eps * n / (math.sqrt(d) * math.log(n * d / delta) ** 1.5))
+    eta = min(diam / (lip * math.sqrt(T)), 2 / beta)
+    var_mean = d * (2 * lip / g) ** 2 * (n / 4 + n * b * p * (1 - p)) / n**2
+    bound = (diam**2 / (2 * eta * T) + eta * (lip**2 + var_mean) / 2 + lip**2 * T * eta / n + lip**2 / (2 * beta))
+    assert phase.rounds == T and (phase.pvec.g, phase.pvec.b) == (g, b)
+    close(phase.pvec.epsilon, er)
+    close(phase.pvec.delta, dr)
+    close(phase.smoothing, beta)
+    close(phase.step, eta)
+    close(plan.bound, bound)

@@ -55,7 +55,7 @@ def _uses_real_data(item) -> bool:
 # Privacy-critical tests carry the ``privacy`` marker (they stay in the default suite; ``-m privacy``
 # selects them, e.g. for experiments/mutation/run_mutants.py).
 # Folders (paths under tests/, with everything below them) and file names (anywhere under tests/).
-_PRIVACY_PATHS = ("privacy", "accounting", "auditing", "user_level", "algorithms", "parts", "reproduce/diff2",
+_PRIVACY_PATHS = ("privacy", "pins", "accounting", "auditing", "user_level", "algorithms", "parts", "reproduce/diff2",
                   "reproduce/shuffle_sco", "test_clipping.py", "test_noise.py", "test_sampling.py",
                   "test_ghost_clipping.py", "test_contract.py", "test_batch_clipping_privacy.py",
                   "test_dpsgd_mnist_authors.py", "test_dpsgd_mnist_report.py",

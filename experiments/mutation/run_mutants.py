@@ -323,7 +323,7 @@ def _run(work: Path, paths, timeout: float, cache: Path | None) -> tuple[str, st
 
 # Every privacy-marked path of the default suite (tests/conftest.py), tests/privacy first: pytest runs
 # the paths in this order and -x stops at the first failure.
-FULL_PATHS = ("tests/privacy", "tests/accounting", "tests/auditing", "tests/user_level", "tests/primitives/test_clipping.py",
+FULL_PATHS = ("tests/privacy", "tests/pins", "tests/accounting", "tests/auditing", "tests/user_level", "tests/primitives/test_clipping.py",
               "tests/primitives/test_noise.py", "tests/primitives/test_sampling.py", "tests/primitives/test_ghost_clipping.py", "tests/engine/test_contract.py",
               "tests/algorithms", "tests/parts", "tests/reproduce/diff2", "tests/reproduce/shuffle_sco",
               "tests/reproduce/test_batch_clipping_privacy.py", "tests/reproduce/test_dpsgd_mnist_authors.py",

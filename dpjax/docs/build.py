@@ -407,6 +407,16 @@ def check_reproduce_commands(text: str, page: str, figures: set[str]) -> None:
     if unknown:
         raise DocsError(f"{page} names figures that `dpjax reproduce` does not have: {', '.join(unknown)}")
 
+def mechanism_nav() -> list:
+    """One page per mechanism (``pages/mechanisms/*.md``, titled by its first heading), so a new mechanism's page
+    joins the navigation by being added, without an edit here."""
+    nav = []
+    for page in sorted((PAGES_DIR / "mechanisms").glob("*.md")):
+        title, _ = split_title(page.read_text(encoding="utf-8"))
+        nav.append({title: f"mechanisms/{page.name}"})
+    return nav
+
+
 def _notebook_title(path: pathlib.Path) -> str:
     import json
     nb = json.loads(path.read_text(encoding="utf-8"))
@@ -506,7 +516,8 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
     config["nav"] = [
         {"Home": "index.md"}, {"Getting started": "getting-started.md"}, {"A longer tour": "tour.md"},
         {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"}, {"Papers": ["papers/index.md", *paper_nav]},
-        {"Accounting guide": "accounting.md"}, {"Reliability promises": "reliability.md"},
+        {"Accounting guide": "accounting.md"}, {"Mechanisms": mechanism_nav()},
+        {"Reliability promises": "reliability.md"},
         {"Privacy audits": "audits.md"},
         {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"}, {"Sharding": "sharding.md"}]},
         {"Notebooks": ["notebooks/index.md", *nb_nav]}, {"API reference": ["api/index.md", *api_nav(modules)]},

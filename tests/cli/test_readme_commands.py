@@ -90,7 +90,10 @@ def test_cheap_readme_commands_run_from_an_empty_directory(item, tmp_path):
     assert res.stdout.strip()
     if argv[0] == "account":  # the comment beside the command states the result
         text = source.read_text(encoding="utf-8")
-        claimed = re.search(r"--accountant rdp +# ε = ([0-9.]+)", text).group(1)
+        # the comment after the command's last argument: "... --accountant rdp   # ε = 2.5966"
+        found = re.search(re.escape(shlex.split(command)[-1]) + r" +# ε = ([0-9.]+)", text)
+        assert found, f"{source.name}: `{command}` needs a '# ε = ...' comment stating its result"
+        claimed = found.group(1)
         measured = re.search(r"^epsilon +([0-9.]+)", res.stdout, flags=re.M).group(1)
         decimals = len(claimed.split(".")[1])
         assert round(float(measured), decimals) == float(claimed), (claimed, res.stdout)

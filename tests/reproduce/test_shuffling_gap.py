@@ -29,6 +29,11 @@ def test_reduced_figure_writes_table_figure_report(tmp_path, monkeypatch):
             assert cell[("shuffle lower bound", e, z)] <= cell[("deterministic", e, z)] + 1e-6
     assert cell[("shuffle lower bound", 1, 0.8)] > cell[("poisson", 1, 0.8)]  # the papers' regime: small sigma
     assert not missing_labels(text.split("van Dijk et al.'s shuffled configurations")[1])
+    # the comparison with the authors' code (issue #41): two rows in quick mode, each within 2 %
+    against = text.split("## Against the papers")[1]
+    assert "NOT values read from the papers" in against.replace("\n", " ")
+    diffs = [float(line.split("|")[7]) for line in against.splitlines() if line.startswith("| 1000 ")]
+    assert len(diffs) == 2 and all(abs(x) < 0.02 for x in diffs)
     with pytest.raises(ValueError, match="never overwritten"):
         sg.shuffling_gap(tmp_path, quick=True, seed=0)
 

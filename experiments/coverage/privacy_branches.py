@@ -8,9 +8,9 @@
 Why branches, not lines: a privacy bug hides in the arm of an ``if`` no test takes (a relation, a sampling
 scheme, a layer form); line coverage counts a one-line ``x if c else y`` as covered when only one side ran.
 
-What it measures: ``coverage run --branch`` over the modules of ``GROUPS`` while pytest runs
-``-m "privacy and not slow"`` (``--with-slow``: every privacy-marked test, as CI's slow pass does), in this
-process's interpreter, serially (xdist workers would escape the measurement). Subprocesses the tests start
+What it measures: branch coverage (pytest-cov, xdist workers combined: ``--workers``, default ``auto``) over the
+modules of ``GROUPS`` while pytest runs ``-m "privacy and not slow"`` (``--with-slow``: every privacy-marked test, as
+CI's slow pass does). Subprocesses the tests start
 (CLI tests) are not measured: what they reach counts as uncovered unless an in-process test reaches it too.
 
 Output: one row per group (branches, covered, %), then per file; with ``--uncovered`` every missing branch as
@@ -55,22 +55,23 @@ def _files() -> dict[str, list[Path]]:
     return out
 
 
-def measure(with_slow: bool, pytest_args: list[str]) -> dict:
-    """Runs the privacy tests under ``coverage run --branch`` and returns coverage's JSON report."""
+def measure(with_slow: bool, pytest_args: list[str], workers: str) -> dict:
+    """Runs the privacy tests with branch coverage (pytest-cov, so xdist workers are measured and combined) and
+    returns coverage's JSON report."""
     files = [str(p) for paths in _files().values() for p in paths]
     with tempfile.TemporaryDirectory() as tmp:
-        data, report = os.path.join(tmp, ".coverage"), os.path.join(tmp, "coverage.json")
+        rc_file, report = os.path.join(tmp, "coveragerc"), os.path.join(tmp, "coverage.json")
+        with open(rc_file, "w") as f:
+            f.write("[run]\nbranch = True\ndata_file = " + os.path.join(tmp, ".coverage") + "\ninclude =\n"
+                    + "".join(f"    {p}\n" for p in files))
         marker = "privacy" if with_slow else "privacy and not slow"
         env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"), PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "coverage", "run", "--branch", f"--data-file={data}",
-               f"--include={','.join(files)}", "-m", "pytest", "-m", marker, "-p", "no:cacheprovider",
-               "-p", "no:xdist", "-q", "--no-header", *pytest_args]
-        print("+", " ".join(cmd[:8]), "... -m pytest -m", repr(marker), *pytest_args, flush=True)
+        cmd = [sys.executable, "-m", "pytest", "-m", marker, "-p", "no:cacheprovider", "-q", "--no-header",
+               "--cov", f"--cov-config={rc_file}", f"--cov-report=json:{report}", "-n", workers, *pytest_args]
+        print("+", " ".join(cmd), flush=True)
         rc = subprocess.run(cmd, cwd=REPO, env=env).returncode
         if rc not in (0, 5):
             raise SystemExit(f"error: the privacy tests failed under coverage (pytest exit {rc}); fix them first")
-        subprocess.run([sys.executable, "-m", "coverage", "json", f"--data-file={data}", "-o", report, "-q"],
-                       cwd=REPO, env=env, check=True)
         with open(report) as f:
             return json.load(f)
 
@@ -122,6 +123,7 @@ def main(argv=None) -> int:
     ap.add_argument("--with-slow", action="store_true", help="also the slow privacy-marked tests (CI's slow pass)")
     ap.add_argument("--uncovered", action="store_true", help="list every uncovered branch")
     ap.add_argument("--data", type=Path, default=None, help="a `coverage json` report to read instead of measuring")
+    ap.add_argument("--workers", default="auto", help="pytest-xdist workers (-n), default auto")
     ap.add_argument("--save", type=Path, default=None, help="write the coverage JSON report here")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. a test path), after --")
     args = ap.parse_args(argv)
@@ -135,13 +137,13 @@ def main(argv=None) -> int:
         report = json.loads(args.data.read_text())
     else:
         try:
-            import coverage  # noqa: F401
+            import pytest_cov  # noqa: F401
         except ImportError:
-            print("error: coverage is not installed (pip install coverage; it is in dpjax's [test] extra)",
+            print("error: pytest-cov is not installed (pip install pytest-cov; it is in dpjax's [test] extra)",
                   file=sys.stderr)
             return 2
         try:
-            report = measure(args.with_slow, args.pytest_args)
+            report = measure(args.with_slow, args.pytest_args, args.workers)
         except SystemExit as e:
             print(e, file=sys.stderr)
             return 2

@@ -85,6 +85,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA), "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
     "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA), "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
     "dp-scaffold": dp_scaffold_audit,
+    "balls-in-bins": balls_in_bins_audit,
 
 }
 

@@ -283,3 +283,71 @@ class BinnedSelectionEvent:
         base = GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
         p = overflow_probability(plan.num_rounds, self.tails())
         return BinnedPrivacy(base, self.sampling.value, p, _NOTES[self.sampling])
+
+
+def account_cli(args) -> dict:
+    """``dpjax account --sampling balls-in-bins|cyclic-poisson|min-separation``: the certified result dict (the
+    ideal, unbuffered run; a part's static buffer adds its overflow charge through its event).
+
+    ``--num-bins``: B (bins per epoch) or b (groups); default ``dataset_size // batch_size`` (balls-in-bins,
+    min-separation; replace-one only) or 1 (cyclic Poisson). Cyclic Poisson's rate: ``--sampling-rate``, else
+    ``batch_size b / dataset_size``. ``--mc-samples N`` adds, for balls-in-bins under add/remove, Chua et al.'s Monte
+    Carlo epsilon -- labelled an estimate, never the reported epsilon."""
+    scheme = coerce_enum("sampling", args.sampling, BinnedSampling)
+    n, k = args.dataset_size, args.batch_size
+    cyclic = scheme is BinnedSampling.CYCLIC_POISSON
+    neighboring = args.neighboring or ("replace-one" if scheme is BinnedSampling.MIN_SEPARATION else "add-remove")
+    if args.num_bins is not None:
+        period = v.check_int("num_bins", args.num_bins, min_value=1)
+    elif cyclic:
+        period = 1
+    else:
+        if k is None:
+            raise ValueError(f"num_bins=None: give --num-bins (or --batch-size, for B = n // K) with "
+                             f"sampling={scheme.value!r}")
+        if neighboring == "add-remove":
+            raise ValueError("num_bins=None under add-remove: B = n // K would be read from the data set's size, "
+                             "which differs between neighbours; give --num-bins")
+        period = max(1, n // k)
+    rate = None
+    if cyclic:
+        if args.sampling_rate is not None:
+            rate = args.sampling_rate
+        elif k is not None and neighboring == "replace-one":
+            rate = min(1.0, k * period / n)
+        else:
+            raise ValueError("sampling_rate=None: cyclic Poisson needs --sampling-rate q (or --batch-size under "
+                             "replace-one, for q = K b / n)")
+    elif args.sampling_rate is not None:
+        raise ValueError(f"sampling_rate={args.sampling_rate!r}: sampling={scheme.value!r} takes --num-bins, not a "
+                         "rate")
+    spec = binned_privacy(scheme, 1.0, args.steps, period, sampling_rate=rate, neighboring=neighboring,
+                          unit=args.unit, group_size=args.group_size, dataset_size=n)
+    if args.noise_multiplier is not None:
+        z = v.check_nonnegative("noise_multiplier", args.noise_multiplier)
+    else:
+        z = spec.calibrate(args.epsilon, args.delta, args.accountant)["noise_multiplier"]
+    spec = binned_privacy(scheme, z, args.steps, period, sampling_rate=rate, neighboring=neighboring,
+                          unit=args.unit, group_size=args.group_size, dataset_size=n)
+    report = spec.epsilon(args.delta, args.accountant)
+    kk = participations(args.steps, period)
+    notes = list(report.notes) + [f"{'B' if scheme is BinnedSampling.BALLS_IN_BINS else 'b'} = {period}: each record "
+                                  f"enters at most {kk} of the {args.steps} steps"]
+    out = report.as_dict() | {"noise_multiplier": z, "sampling_rate": rate, "batch_size": k, "dataset_size": n,
+                              "steps": args.steps, "group_size": args.group_size, "num_bins": period,
+                              "participations": kk, "notes": notes}
+    if args.epsilon is not None:
+        out["target_epsilon"] = args.epsilon
+    samples = getattr(args, "mc_samples", None)
+    if samples:
+        if scheme is not BinnedSampling.BALLS_IN_BINS or neighboring != "add-remove":
+            raise ValueError(f"mc_samples={samples!r}: the Monte Carlo estimate is balls-in-bins' under add-remove")
+        from dpjax.accounting import balls_in_bins_mc
+
+        est = balls_in_bins_mc.mc_epsilon(z, args.steps, period, args.delta, num_samples=samples)
+        out["monte_carlo_estimate"] = dataclasses.asdict(est)
+        out["notes"].append(f"Monte Carlo ESTIMATE (not certified): epsilon ~ {est.epsilon:.4g} "
+                            f"(delta {est.delta:.3g} +- {est.stderr:.2g}, {samples} samples"
+                            + ("; UNRESOLVED: the standard error is above delta / 4, raise --mc-samples)"
+                               if est.stderr > args.delta / 4 else ")"))
+    return out

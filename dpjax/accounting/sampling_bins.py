@@ -297,6 +297,9 @@ def account_cli(args) -> dict:
     n, k = args.dataset_size, args.batch_size
     cyclic = scheme is BinnedSampling.CYCLIC_POISSON
     neighboring = args.neighboring or ("replace-one" if scheme is BinnedSampling.MIN_SEPARATION else "add-remove")
+    samples = getattr(args, "mc_samples", None)
+    if samples and (scheme is not BinnedSampling.BALLS_IN_BINS or neighboring != "add-remove"):
+        raise ValueError(f"mc_samples={samples!r}: the Monte Carlo estimate is balls-in-bins' under add-remove")
     if args.num_bins is not None:
         period = v.check_int("num_bins", args.num_bins, min_value=1)
     elif cyclic:
@@ -338,10 +341,7 @@ def account_cli(args) -> dict:
                               "participations": kk, "notes": notes}
     if args.epsilon is not None:
         out["target_epsilon"] = args.epsilon
-    samples = getattr(args, "mc_samples", None)
     if samples:
-        if scheme is not BinnedSampling.BALLS_IN_BINS or neighboring != "add-remove":
-            raise ValueError(f"mc_samples={samples!r}: the Monte Carlo estimate is balls-in-bins' under add-remove")
         from dpjax.accounting import balls_in_bins_mc
 
         est = balls_in_bins_mc.mc_epsilon(z, args.steps, period, args.delta, num_samples=samples)

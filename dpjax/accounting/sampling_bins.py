@@ -160,7 +160,9 @@ def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: in
       num_steps: T, the noisy rounds.
       period: B (bins per epoch) or b (groups).
       sampling_rate: q, cyclic Poisson's rate (required there, refused elsewhere).
-      neighboring, unit, group_size: the guarantee's relation, unit and group size.
+      neighboring: the guarantee's neighbouring relation.
+      unit: its privacy unit.
+      group_size: the records it protects at once.
       dataset_size: the smallest data set (only checked against ``group_size``; default: large).
       overflow: the run's overflow probability (``overflow_probability``).
       field: the hparams field calibration returns.

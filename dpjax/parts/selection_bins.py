@@ -24,7 +24,9 @@ BINNED_SCHEMES = ("balls-in-bins", "cyclic-poisson", "min-separation")
 class BinnedBatches(SiloBatches):
     """Availability x a balls-in-bins / cyclic-Poisson / min-separation record sampler.
 
-    Args (beyond ``SiloBatches``' ``availability``, ``dense``, ``all_silos``, ``unit``):
+    Beyond ``SiloBatches``' ``availability``, ``dense``, ``all_silos`` and ``unit``, its fields:
+
+    Args:
       scheme: ``"balls-in-bins"``, ``"cyclic-poisson"`` or ``"min-separation"``.
       batch_size: K, the public (expected) batch, the minibatch divisor.
       num_bins: B (bins per epoch) or b (groups); None: balls-in-bins / min-separation read ``max(1, n // K)`` from

@@ -27,6 +27,7 @@ import sys
 
 from dpjax import _validate as v
 from dpjax.accounting.api import ACCOUNTANTS, calibrate_noise, compute_epsilon
+from dpjax.accounting.sampling_bins import BinnedSampling, account_cli
 from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyUnit, Sampling
 
 __all__ = ["REPLACE_ONE_NOTE", "add_account_parser", "batch_size_for_rate", "build_parser", "default_neighboring", "main",
@@ -39,8 +40,12 @@ def _count(flag: str):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sampling", choices=[s.value for s in Sampling], default="poisson",
-                   help="how each step's batch is drawn (default: %(default)s)")
+    p.add_argument("--sampling", choices=[s.value for s in Sampling] + [s.value for s in BinnedSampling],
+                   default="poisson", help="how each step's batch is drawn (default: %(default)s)")
+    p.add_argument("--num-bins", type=_count("--num-bins"), default=None,
+                   help="balls-in-bins: B batches an epoch; cyclic-poisson / min-separation: b groups")
+    p.add_argument("--mc-samples", type=_count("--mc-samples"), default=None,
+                   help="balls-in-bins: also print Chua et al.'s Monte Carlo estimate (never certified)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--noise-multiplier", type=float, help="noise std / sensitivity")
     g.add_argument("--epsilon", type=float, help="target epsilon: calibrate the noise")
@@ -106,6 +111,10 @@ def batch_size_for_rate(sampling: str, sampling_rate: float, dataset_size: int) 
 
 def run(args: argparse.Namespace) -> dict:
     """Compute the result dict for parsed arguments (raises ValueError on invalid input)."""
+    if args.sampling in {s.value for s in BinnedSampling}:
+        return account_cli(args)  # balls-in-bins / cyclic Poisson / min-separation (dpjax.accounting.sampling_bins)
+    if getattr(args, "num_bins", None) is not None or getattr(args, "mc_samples", None) is not None:
+        raise ValueError(f"num_bins / mc_samples: sampling={args.sampling!r} takes neither")
     n = args.dataset_size
     if args.sampling_rate is not None:
         k = batch_size_for_rate(args.sampling, args.sampling_rate, n)

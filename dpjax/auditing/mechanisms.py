@@ -36,6 +36,7 @@ dp-fedadam (``fedavg_ftrl``)        dp-fedadam                  RDP, the joint G
 diff2-gd, dp-gd, diff2-bvr          diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
 (``diff2``)
 user-level (``user_level``)         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
+balls-in-bins (``sampling_bins``)   (sampler, not a family)     GDP, one Gaussian per epoch (no amplification)
 dp-fedavg(-count), dp-ftrl          dp-fedavg, dp-ftrl          RDP: Theorem 1 of Andrew et al.; the tree's depth
 (``fedavg_ftrl``)
 ==================================  ==========================  ==================================================
@@ -52,6 +53,7 @@ from dpjax.auditing.dpsgd import dp_sgd_audit, dpsgd_general_audit
 from dpjax.auditing.fedavg_ftrl import dp_fedadam_audit, dp_fedavg_audit, dp_fedavg_count_audit, dp_ftrl_audit
 from dpjax.auditing.isrl import (dp_scaffold_audit, isrl_accelerated_audit, isrl_local_sgd_audit, isrl_mbsgd_audit,
                                  isrl_shuffled_audit, isrl_unbalanced_audit)
+from dpjax.auditing.sampling_bins import balls_in_bins_audit
 from dpjax.auditing.shuffle import sdp_accelerated_audit, shuffle_acsa_audit, shuffle_sgd_audit
 from dpjax.auditing.user_level import user_level_audit
 
@@ -83,6 +85,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA), "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
     "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA), "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
     "dp-scaffold": dp_scaffold_audit,
+    "balls-in-bins": balls_in_bins_audit,
 
 }
 

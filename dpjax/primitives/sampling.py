@@ -452,6 +452,11 @@ SAMPLERS = {
     "one-pass": OnePass,
     "poisson": Poisson,
 }
+from dpjax.primitives import sampling_bins as _bins  # noqa: E402  (balls-in-bins, cyclic Poisson, min-separation)
+
+SAMPLERS["balls-in-bins"] = _bins.BallsInBins
+SAMPLERS["cyclic-poisson"] = _bins.CyclicPoisson
+SAMPLERS["min-separation"] = _bins.MinSeparation
 
 
 def make_sampler(scheme: str, batch_size: int | None = None, sampling_rate: float | None = None) -> Sampler:

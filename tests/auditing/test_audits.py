@@ -54,7 +54,7 @@ def test_every_audit_runs_a_registered_family_and_every_private_family_has_one()
     private = {name for name, entry in ALGORITHMS.items() if entry.private}
     assert set(FAMILY_AUDITS) == private
     named = {a for audits in FAMILY_AUDITS.values() for a in audits}
-    assert named | {"user-level"} == set(audit_names())
+    assert named | {"user-level", "balls-in-bins"} == set(audit_names())
     for family_name, audits in FAMILY_AUDITS.items():
         entry = ALGORITHMS[family_name]
         for name in audits:

@@ -41,7 +41,8 @@ from dpjax.engine.roles import Batch, Context, Sensitive
 from dpjax.primitives import ghost_clipping
 from dpjax.primitives import sampling as sampling_lib
 
-__all__ = ["UserSampling", "RecordSampling", "UserRecords", "UserRecordGradients", "ClipUserMean", "ClipRecords"]
+__all__ = ["UserSampling", "RecordSampling", "UserRecords", "UserRecordGradients", "ClipUserMean", "ClipRecords",
+           "user_mean_loss", "pack_user_labels"]
 
 
 def _capacity(expected: float, slots: int, declared: int | None) -> int:
@@ -154,14 +155,14 @@ class UserRecordGradients:
         return UserRecords(x, y, batch.weights.astype(jnp.float32)), state
 
 
-def _packed(y, weights):
+def pack_user_labels(y, weights):
     """``y [M, B, ...]`` and ``weights [M, B]`` as one float array ``[M, B, d + 1]`` (the ghost path takes one label
     array per example; integer labels below 2^24 are exact in float32)."""
     flat = y.reshape(y.shape[:2] + (-1,)).astype(jnp.float32)
     return jnp.concatenate([flat, weights[..., None].astype(jnp.float32)], axis=-1)
 
 
-def _masked_mean_loss(loss, label_shape, label_dtype):
+def user_mean_loss(loss, label_shape, label_dtype):
     """The loss of one user ``(x [B, ...], packed [B, d + 1])``: the weighted mean of its records' losses (the mean
     over its real records)."""
     def user_loss(params, x, packed):
@@ -194,8 +195,8 @@ class ClipUserMean:
     def update(self, units: UserRecords, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)
         present = jnp.any(units.weights > 0, axis=1).astype(jnp.float32)
-        loss = _masked_mean_loss(self.problem.loss, units.y.shape[2:], units.y.dtype)
-        total = ghost_clipping.ghost_clipped_sum(loss, ctx.query, units.x, _packed(units.y, units.weights),
+        loss = user_mean_loss(self.problem.loss, units.y.shape[2:], units.y.dtype)
+        total = ghost_clipping.ghost_clipped_sum(loss, ctx.query, units.x, pack_user_labels(units.y, units.weights),
                                                  clip_norm, present, "add-remove").total
         return Sensitive(total, jnp.asarray(clip_norm, jnp.float32), "add-remove").divided(self.denominator), state
 

@@ -97,5 +97,4 @@ class UserLevelDpSgd(OutputRule, ChainFamily):
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)
 
 register_family("user-level-dpsgd", UserLevelDpSgd,
-                "user-level DP-SGD on record data (Charles et al. 2024): ULS (sample users, clip each user's mean "
-                "gradient) or ELS (sample records, group privacy)")
+                "user-level DP-SGD on record data (Charles et al. 2024): ULS sampling users or ELS sampling records")

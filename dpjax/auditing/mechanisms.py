@@ -36,8 +36,8 @@ dp-fedadam (``fedavg_ftrl``)        dp-fedadam                  RDP, the joint G
 diff2-gd, dp-gd, diff2-bvr          diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounting) of the DIFF2 schedules
 (``diff2``)
 user-level (``user_level``)         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
-user-level-dpsgd-uls                user-level-dpsgd            PLD, Poisson over users, add/remove one user
-(``user_dpsgd``)
+user-level-dpsgd-uls, -els          user-level-dpsgd            PLD: Poisson over users (ULS); the mixture of
+(``user_dpsgd``)                                                Gaussians of a user's k records (ELS)
 dp-fedavg(-count), dp-ftrl          dp-fedavg, dp-ftrl          RDP: Theorem 1 of Andrew et al.; the tree's depth
 (``fedavg_ftrl``)
 ==================================  ==========================  ==================================================
@@ -55,7 +55,7 @@ from dpjax.auditing.fedavg_ftrl import dp_fedadam_audit, dp_fedavg_audit, dp_fed
 from dpjax.auditing.isrl import (dp_scaffold_audit, isrl_accelerated_audit, isrl_local_sgd_audit, isrl_mbsgd_audit,
                                  isrl_shuffled_audit, isrl_unbalanced_audit)
 from dpjax.auditing.shuffle import sdp_accelerated_audit, shuffle_acsa_audit, shuffle_sgd_audit
-from dpjax.auditing.user_dpsgd import user_dpsgd_audit
+from dpjax.auditing.user_dpsgd import user_dpsgd_audit, user_dpsgd_els_audit
 from dpjax.auditing.user_level import user_level_audit
 
 __all__ = ["AUDITS", "DELTA", "FAMILY_AUDITS", "build_audit", "audit_names"]
@@ -86,7 +86,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA), "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
     "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA), "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
     "dp-scaffold": dp_scaffold_audit,
-    "user-level-dpsgd-uls": user_dpsgd_audit,
+    "user-level-dpsgd-uls": user_dpsgd_audit, "user-level-dpsgd-els": user_dpsgd_els_audit,
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
@@ -99,7 +99,7 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
     "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),
-    "user-level-dpsgd": ("user-level-dpsgd-uls",),
+    "user-level-dpsgd": ("user-level-dpsgd-uls", "user-level-dpsgd-els"),
 }
 
 

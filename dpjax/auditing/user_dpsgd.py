@@ -17,6 +17,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from dpjax.accounting.user_dpsgd import binomial_pmf
 from dpjax.algorithms.user_level_dpsgd import DpSgdHParams, UserLevelDpSgd
 from dpjax.auditing.audit import CanaryAudit, FamilyRun
 from dpjax.auditing.canaries import CANARY_SCALE, family_audit, inclusion_mixture, mutants
@@ -25,7 +26,7 @@ from dpjax.engine.chain import DataShape, Parts
 from dpjax.engine.silos import SiloData
 from dpjax.parts.user_records import ClipRecords
 
-__all__ = ["PerRecordClippingUls", "user_dpsgd_audit"]
+__all__ = ["PerRecordClippingUls", "user_dpsgd_audit", "user_dpsgd_els_audit"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,11 +38,11 @@ class PerRecordClippingUls(UserLevelDpSgd):
         return super().parts(shape).with_role("clipper", lambda _: ClipRecords(self.problem, float(self.batch_size)))
 
 
-def _users(num_users: int, records: int, dim: int, canary: bool) -> SiloData:
-    """``num_users`` users of ``records`` zero records each, the last one (``canary``) of ``100 C e_1`` records."""
+def _users(num_users: int, records: int, dim: int, canary: bool, value: float = 1.0) -> SiloData:
+    """``num_users`` users of ``records`` zero records each, the last one (``canary``) of ``value e_1`` records."""
     xs = [np.zeros((records, dim), np.float32) for _ in range(num_users)]
     if canary:
-        xs[-1][:, 0] = 1.0  # scaled by the clip norm in user_dpsgd_audit
+        xs[-1][:, 0] = value
     return SiloData.from_silos(xs, [np.zeros(records, np.float32) for _ in range(num_users)])
 
 
@@ -55,8 +56,7 @@ def user_dpsgd_audit(noise_multiplier: float = 1.0, clip_norm: float = 0.5, num_
                             sampling_rate=sampling_rate, records_per_user=records_per_user)
     divisor = float(family.batch_size)
     value = CANARY_SCALE * clip_norm
-    dp = _users(num_users, records_per_user, dim, canary=True)
-    dp = dataclasses.replace(dp, x=dp.x * value)
+    dp = _users(num_users, records_per_user, dim, canary=True, value=value)
     d = _users(num_users - 1, records_per_user, dim, canary=False)
     std = noise_multiplier * clip_norm  # of the sum (C: add/remove one user)
     score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * divisor / std, [1 - sampling_rate, sampling_rate],
@@ -75,3 +75,35 @@ def user_dpsgd_audit(noise_multiplier: float = 1.0, clip_norm: float = 0.5, num_
         {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "num_users": num_users,
          "records_per_user": records_per_user, "sampling_rate": sampling_rate, "num_rounds": num_rounds},
         params)
+
+
+def user_dpsgd_els_audit(noise_multiplier: float = 2.0, clip_norm: float = 0.5, num_users: int = 3,
+                         records_per_user: int = 2, sampling_rate: float = 0.5, num_rounds: int = 3,
+                         dim: int = 2) -> CanaryAudit:
+    """ELS (records w.p. q, every record clipped, each user's first k records drawable): the canary user holds 2k
+    records ``100 C e_1``, of which the sampler may draw k, so a round shifts the released sum by ``B C`` with
+    ``B ~ Binomial(k, q)``; certified by the family's ELS accountant (the mixture-of-Gaussians PLD). Mutants: half the
+    noise, and the contribution bound not enforced (the sampler draws all 2k of the canary's records while the
+    accountant charges k)."""
+    k = records_per_user
+    slots = num_users * 2 * k
+    family = UserLevelDpSgd(CanaryProbe(dim), num_rounds, "example", batch_size=max(1, round(sampling_rate * slots)),
+                            sampling_rate=sampling_rate, records_per_user=k)
+    divisor = float(family.batch_size)
+    dp = _users(num_users, 2 * k, dim, canary=True, value=CANARY_SCALE * clip_norm)
+    d = _users(num_users - 1, 2 * k, dim, canary=False)
+    std = noise_multiplier * clip_norm
+    score, exact = inclusion_mixture(lambda inc: -inc[:, 0] * divisor / std, list(binomial_pmf(k, sampling_rate)),
+                                     clip_norm / std, num_rounds, m_d=0.0)
+    hparams = lambda inp: DpSgdHParams.create(1.0, inp["noise_multiplier"], inp["clip_norm"])  # noqa: E731
+    unbounded = dataclasses.replace(family, records_per_user=2 * k)  # draws the canary's 2k records
+    params = jnp.zeros((dim,), jnp.float32)
+    audit_mutants = {**mutants({"noise_multiplier": noise_multiplier}),
+                     "contribution-bound-not-enforced": FamilyRun(unbounded, "user-level-dpsgd", hparams, params)}
+    return family_audit(
+        "user-level-dpsgd-els", "user-level-dpsgd",
+        "user-level DP-SGD, ELS (UserLevelDpSgd: Poisson over each user's first k records, per-record clip, group "
+        "privacy)", family, hparams, dp.silo_sizes(), d, dp,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm}, score, "pld", audit_mutants, exact,
+        {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "num_users": num_users,
+         "records_per_user": k, "sampling_rate": sampling_rate, "num_rounds": num_rounds}, params)

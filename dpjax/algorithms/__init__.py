@@ -17,6 +17,7 @@ families (the names sweep configs and ``dpjax sweep`` use) with a line each.
 * ``DpSgdGeneral`` (``DpSgdHParams``): DP-SGD-General (van Dijk et al., Algorithm 1)
 * ``DpFedAvg`` (``FedAvgHParams``): DP-FedAvg with adaptive clipping (Andrew et al.)
 * ``DpFtrl`` (``FtrlHParams``): DP-FTRL with tree aggregation (Kairouz et al.)
+* ``UserLevelDpSgd`` (``DpSgdHParams``): user-level DP-SGD on record data, ULS or ELS (Charles et al.)
 
 The names are imported on first use (the family modules import jax).
 """
@@ -38,6 +39,7 @@ _EXPORTS = {
     "DpFedAvg": "dp_fedavg", "FedAvgHParams": "dp_fedavg",
     "DpScaffold": "dp_scaffold", "ScaffoldHParams": "dp_scaffold",
     "DpFtrl": "dp_ftrl", "FtrlHParams": "dp_ftrl",
+    "UserLevelDpSgd": "user_level_dpsgd",
 }
 
 __all__ = [*_EXPORTS, "algorithm_entry", "load_families"]

@@ -254,6 +254,10 @@ def _override(data, changes: Mapping[str, Any]):
     return out
 
 
+def _is_mechanism(mutant) -> bool:
+    return callable(mutant) or isinstance(mutant, FamilyRun)
+
+
 def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence: float = 0.95,
               chunk: int = 25_000) -> AuditResult:
     """Runs the canary experiment of ``audit`` and its mutants.
@@ -265,7 +269,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     seed = v.check_seed("seed", seed)
     v.check_open_unit("confidence", confidence)
     overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))
-                 for name, m in audit.mutants.items() if not callable(m)}
+                 for name, m in audit.mutants.items() if not _is_mechanism(m)}
     start = time.perf_counter()
     delta = audit.certificate.delta
     main = _scorer(audit.mechanism, audit.score)
@@ -276,7 +280,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
         threshold = min(threshold, float(exact["epsilon"]))
     mutants = []
     for i, (name, mutant) in enumerate(sorted(audit.mutants.items()), start=1):
-        if callable(mutant):
+        if _is_mechanism(mutant):  # another mechanism (a function, or a mutant family's FamilyRun)
             fn, data, neighbour = _scorer(mutant, audit.score), audit.dataset, audit.neighbour
         else:
             fn, (data, neighbour) = main, overrides[name]

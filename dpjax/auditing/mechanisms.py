@@ -37,6 +37,8 @@ diff2-gd, dp-gd, diff2-bvr          diff2-gd, dp-gd, diff2-bvr  RDP (dp-accounti
 (``diff2``)
 user-level (``user_level``)         (user_level, not a family)  Theorem 3.3's proof (test-mode kappa, sigma)
 balls-in-bins (``sampling_bins``)   (sampler, not a family)     GDP, one Gaussian per epoch (no amplification)
+user-level-dpsgd-uls, -els          user-level-dpsgd            PLD: Poisson over users (ULS); the mixture of
+(``user_dpsgd``)                                                Gaussians of a user's k records (ELS)
 dp-fedavg(-count), dp-ftrl          dp-fedavg, dp-ftrl          RDP: Theorem 1 of Andrew et al.; the tree's depth
 (``fedavg_ftrl``)
 ==================================  ==========================  ==================================================
@@ -55,6 +57,7 @@ from dpjax.auditing.isrl import (dp_scaffold_audit, isrl_accelerated_audit, isrl
                                  isrl_shuffled_audit, isrl_unbalanced_audit)
 from dpjax.auditing.sampling_bins import balls_in_bins_audit
 from dpjax.auditing.shuffle import sdp_accelerated_audit, shuffle_acsa_audit, shuffle_sgd_audit
+from dpjax.auditing.user_dpsgd import user_dpsgd_audit, user_dpsgd_els_audit
 from dpjax.auditing.user_level import user_level_audit
 
 __all__ = ["AUDITS", "DELTA", "FAMILY_AUDITS", "build_audit", "audit_names"]
@@ -87,6 +90,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "dp-scaffold": dp_scaffold_audit,
     "balls-in-bins": balls_in_bins_audit,
 
+    "user-level-dpsgd-uls": user_dpsgd_audit, "user-level-dpsgd-els": user_dpsgd_els_audit,
 }
 
 #: Every registered private family and the audits that run its step (``user-level`` runs the
@@ -99,6 +103,7 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
     "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),
+    "user-level-dpsgd": ("user-level-dpsgd-uls", "user-level-dpsgd-els"),
 }
 
 

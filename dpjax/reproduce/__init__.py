@@ -32,7 +32,8 @@ __all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "g
 # Modules that register figures; append yours (one line) when you add one.
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
                               "dpjax.reproduce.shuffle_sco", "dpjax.reproduce.dpsgd_mnist",
-                              "dpjax.reproduce.batch_clipping_privacy", "dpjax.reproduce.shuffling_gap"]
+                              "dpjax.reproduce.batch_clipping_privacy", "dpjax.reproduce.shuffling_gap",
+                              "dpjax.reproduce.user_dpsgd"]
 
 
 _ISRL = "ISRL-DP (Lowy & Razaviyayn, ICLR 2023)"
@@ -86,6 +87,10 @@ LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
                              "baselines",
         "shuffle-sco-regimes": "Table 1 slopes in per-protocol regimes (eps, n-range, AC-SA schedule) where they are "
                                "measurable",
+    }),
+    **_figures("dpjax.reproduce.user_dpsgd", "Charles et al., Fine-Tuning Large Language Models with User-Level DP "
+               "(2024)", ("paper",), {
+        "user-level-dpsgd": "ELS vs ULS test error at equal user-level epsilon, MNIST dealt to power-law users",
     }),
     **_figures("dpjax.reproduce.user_level", _UL, ("paper",), {
         "user-level-audit": "D9: exact hockey-stick audit of Algorithm 1 on toy neighbours",

@@ -28,6 +28,7 @@ from dpjax.algorithms.local_sgd import LocalSgd
 from dpjax.algorithms.shuffle_sco import ScoHParams, ShuffleAcsa, ShuffleSgd
 from dpjax.algorithms.shuffled import SdpHParams, SdpOnePassAccelerated, ShuffledNoisyMbSgd
 from dpjax.algorithms.unbalanced import UnbalancedHParams, UnbalancedNoisyMbSgd
+from dpjax.algorithms.user_level_dpsgd import UserLevelDpSgd
 from dpjax.primitives.shuffle_protocols import PvecParams
 from dpjax.problems import LinearRegression
 from dpjax import engine
@@ -372,6 +373,11 @@ MORE = {
                     lambda p, r: (DpScaffold(p, R, 2, 2, 4), ScaffoldHParams.create(1.0, 0.1, 0.8))),
     "scaffold": ({"silos_per_round": 2, "local_steps": 2, "batch_size": 4}, {"client_learning_rate": [0.1]},
                  lambda p, r: (DpScaffold(p, R, 2, 2, 4, private=False), ScaffoldHParams.create(1.0, 0.1))),
+    # user-level DP-SGD (ULS): the 3 silos are 3 users, 2 expected a step, each user's first 8 records
+    "user-level-dpsgd": ({"unit": "user", "batch_size": 2, "sampling_rate": 2 / N_SILOS, "records_per_user": 8},
+                         {"learning_rate": [0.5], "noise_multiplier": [0.8]},
+                         lambda p, r: (UserLevelDpSgd(p, R, "user", 2, 2 / N_SILOS, 8),
+                                       DpSgdHParams.create(r.learning_rate, r.noise_multiplier))),
 }
 
 

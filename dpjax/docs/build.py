@@ -87,8 +87,7 @@ def find_repo_root(repo: str | os.PathLike | None = None, cwd: str | os.PathLike
     The site reads the kept reports and notebooks, which live beside the package in a checkout, not inside an installed
     wheel. Default: the folder holding this ``dpjax`` package (an editable install), else the working directory ``cwd``
     or a folder above it that is a dpjax checkout (holds ``dpjax/__init__.py`` too): after ``pip install ".[docs]"``
-    (not editable) the package lives in site-packages, and the README's ``dpjax docs build`` runs in the clone.
-    """
+    (not editable) the package lives in site-packages, and the README's ``dpjax docs build`` runs in the clone."""
     if repo is not None:
         root = pathlib.Path(repo).resolve()
         if _missing(root):
@@ -145,8 +144,7 @@ def rewrite_links(text: str, source: str, dest: str, site_files: dict[str, str])
 
     A link to a repository file that is on the site (``site_files``: repository path -> site path) points at its page; a
     link to anything else (source files, CSVs) becomes the path in code, since the site does not carry it. External
-    links and anchors are kept.
-    """
+    links and anchors are kept."""
     src_dir = posixpath.dirname(source)
     dest_dir = posixpath.dirname(dest)
 
@@ -249,8 +247,7 @@ def expand_markers(text: str, page: str, ctx: Context) -> str:
     * ``<!-- dpjax-docs: claims PAPER -->``: the claims section of each of the paper's kept reports, full-protocol runs
       open and quick ones folded, each linking to its whole report;
     * ``<!-- dpjax-docs: api-table -->``: the top-level modules and packages with their docstrings' first lines;
-    * ``<!-- dpjax-docs: algorithms -->``: the registered algorithms with their registry descriptions.
-    """
+    * ``<!-- dpjax-docs: algorithms -->``: the registered algorithms with their registry descriptions."""
 
     def replace(m: re.Match) -> str:
         kind, arg = m.group("kind"), m.group("arg").split()
@@ -408,13 +405,9 @@ def check_reproduce_commands(text: str, page: str, figures: set[str]) -> None:
         raise DocsError(f"{page} names figures that `dpjax reproduce` does not have: {', '.join(unknown)}")
 
 def mechanism_nav() -> list:
-    """One page per mechanism (``pages/mechanisms/*.md``, titled by its first heading), so a new mechanism's page
-    joins the navigation by being added, without an edit here."""
-    nav = []
-    for page in sorted((PAGES_DIR / "mechanisms").glob("*.md")):
-        title, _ = split_title(page.read_text(encoding="utf-8"))
-        nav.append({title: f"mechanisms/{page.name}"})
-    return nav
+    """``pages/mechanisms/*.md`` by their first heading: a mechanism's page joins the nav by being added."""
+    return [{split_title(p.read_text(encoding="utf-8"))[0]: f"mechanisms/{p.name}"}
+            for p in sorted((PAGES_DIR / "mechanisms").glob("*.md"))]
 
 
 def _notebook_title(path: pathlib.Path) -> str:
@@ -517,8 +510,7 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
         {"Home": "index.md"}, {"Getting started": "getting-started.md"}, {"A longer tour": "tour.md"},
         {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"}, {"Papers": ["papers/index.md", *paper_nav]},
         {"Accounting guide": "accounting.md"}, {"Mechanisms": mechanism_nav()},
-        {"Reliability promises": "reliability.md"},
-        {"Privacy audits": "audits.md"},
+        {"Reliability promises": "reliability.md"}, {"Privacy audits": "audits.md"},
         {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"}, {"Sharding": "sharding.md"}]},
         {"Notebooks": ["notebooks/index.md", *nb_nav]}, {"API reference": ["api/index.md", *api_nav(modules)]},
         {"The test suite": "testing.md"}, {"Contributing and about": "contributing.md"},
@@ -533,8 +525,7 @@ def build_site(out: str | os.PathLike, repo: str | os.PathLike | None = None, *,
     """Builds the site into ``out`` with ``mkdocs build`` (``--strict`` by default); returns mkdocs' log.
 
     Raises ``DocsBuildFailed`` (with the log) when the build fails (in strict mode: any warning), ``DocsError`` when the
-    docs extra or the checkout's sources are missing.
-    """
+    docs extra or the checkout's sources are missing."""
     out = pathlib.Path(out).resolve()
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "search" / "search_index.json").is_file())):
         # mkdocs empties its site folder first: never let it delete something that is not a site.

@@ -15,19 +15,30 @@ with the strategy ``C`` normalised to unit largest column norm, ``Delta`` a reco
   Gaussian of multiplier ``z`` (column-norm sensitivity), composed adaptively:
   ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), ceil(n / b))``. Neighbouring: add/remove.
 
+In a family (``DpSgd(noise="band-mf")``) the privatizer's ``BandMfEvent`` reads the DP plan: records in a fixed order
+cut into blocks and cycled (``one-pass`` selection, ``T = floor(n_min / B)`` rounds an epoch) participate every ``T``
+rounds, so ``min_sep = T``, ``k = ceil(R / T)`` and, for ``bands <= T``, ``sens(C) <= sqrt(k)``: the run's
+``BandMfPrivacy`` is ``multi_epoch_event(z, sqrt(k))``. dpjax has no cyclic-Poisson batch selection yet, so no family
+reports ``amplified_event``; it is the accountant such a selection will read.
+
 Pure Python + dp_accounting (no jax).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import dp_accounting
 from dp_accounting.pld import pld_privacy_accountant
+from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpjax import _validate as v
+from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, StatedRelation
+from dpjax.accounting.schedules import PrivacyReport, Sampling
 
-__all__ = ["separated_sensitivity", "multi_epoch_event", "amplified_event", "band_mf_epsilon"]
+__all__ = ["separated_sensitivity", "multi_epoch_event", "amplified_event", "band_mf_epsilon", "BandMfPrivacy",
+           "BandMfEvent"]
 
 
 def separated_sensitivity(num_rounds: int, min_sep: int, bands: int) -> float:
@@ -68,3 +79,109 @@ def band_mf_epsilon(event: dp_accounting.DpEvent, delta: float, *, discretizatio
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=v.check_positive(
         "discretization", discretization))
     return float(acc.compose(event).get_epsilon(d))
+
+
+def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
+    acc = rdp_privacy_accountant.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    return float(acc.compose(event).get_epsilon(delta))
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMfPrivacy(StatedRelation, PrivacySpec):
+    """A BandMF run, multi-epoch without amplification (Choquette-Choo et al., NeurIPS 2023, Sec. 4; ICML 2023,
+    Thm 2.1): one Gaussian mechanism of multiplier ``noise_multiplier / strategy_sensitivity``.
+
+    The multiplier ``z`` is w.r.t. the round message's own l2 sensitivity under ``neighboring`` (the clipper's bound:
+    ``2C/B`` under replace-one), so the event is a unit-sensitivity Gaussian, composed under dp_accounting's
+    ``ADD_OR_REMOVE_ONE`` (as dpjax's unsampled Gaussian schedules are). ``epsilon(delta, "pld")`` is
+    ``band_mf_epsilon(multi_epoch_event(z, sens))``; ``"rdp"`` is dp_accounting's RDP accountant on the same event.
+    ``calibrate`` returns ``{noise_field: z}`` meeting a target epsilon (``z / sens`` scales linearly)."""
+
+    noise_multiplier: float
+    strategy_sensitivity: float
+    noise_field: str = "noise_multiplier"
+    num_rounds: int = 1
+    bands: int = 1
+    min_sep: int = 1
+    neighboring: str = "replace-one"
+    privacy_unit: str = "record"
+
+    accountants = ("pld", "rdp")
+
+    def __post_init__(self):
+        v.check_positive("noise_multiplier", self.noise_multiplier)
+        v.check_positive("strategy_sensitivity", self.strategy_sensitivity)
+
+    def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        return multi_epoch_event(noise_multiplier, self.strategy_sensitivity)
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        return self.event_at(self.noise_multiplier)
+
+    def dp_event_at(self, scale: float) -> dp_accounting.DpEvent:
+        return self.event_at(self.noise_multiplier * v.check_positive("scale", scale))
+
+    @property
+    def dp_neighboring_relation(self):
+        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
+        event = self.event_at(z)
+        return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
+
+    def epsilon(self, delta: float, accountant: str = "pld") -> PrivacyReport:
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        delta = v.check_open_unit("delta", delta)
+        k = -(-self.num_rounds // self.min_sep)
+        note = (f"BandMF multi-epoch (Choquette-Choo et al. 2023): one Gaussian of multiplier z / sens(C) = "
+                f"{self.noise_multiplier:g} / {self.strategy_sensitivity:.6g}; {self.bands} bands, <= {k} "
+                f"participations >= {self.min_sep} rounds apart; no amplification")
+        return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
+                             Sampling.ONE_PASS.value, self.neighboring, self.privacy_unit, self.noise_multiplier,
+                             (note,))
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
+        from dpjax.accounting import calibration
+
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        target = v.check_positive("target_epsilon", target_epsilon)
+        delta = v.check_open_unit("delta", delta)
+        z = calibration.smallest_scale(lambda z: self._epsilon_at(z, delta, accountant), target,
+                                       start=self.noise_multiplier, rtol=1e-4, min_scale=1e-6,
+                                       what=self.noise_field)
+        return {self.noise_field: z}
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMfEvent:
+    """The BandMF privatizer's event (``dpjax.parts.band_mf.BandMfNoise.events``): its noise (``noise``, a
+    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's
+    ``BandMfPrivacy`` (module docstring); it needs the fixed-order ``one-pass`` selection (b-min-separation
+    ``T = floor(n_min / B)``) and ``bands <= T``, and refuses anything else with a ValueError."""
+
+    noise: object
+    bands: int
+
+    def spec(self, plan) -> PrivacySpec:
+        sel = plan.selection
+        if sel.sampling is not Sampling.ONE_PASS or len(set(sel.batch_sizes)) != 1 or sel.batch_sizes[0] is None:
+            raise ValueError(f"{plan.label}: BandMF is accounted for records in a fixed order (one-pass blocks of one "
+                             f"batch size), got sampling={sel.sampling.value!r}")
+        z = self.noise.noise_multiplier
+        if isinstance(z, tuple):
+            raise ValueError(f"{plan.label}: BandMF noise is added once on the aggregate; noise_multiplier={z!r} "
+                             "must be one value")
+        min_sep = min(sel.dataset_sizes) // sel.batch_sizes[0]
+        if min_sep < 1:
+            raise ValueError(f"batch_size={sel.batch_sizes[0]} must be <= the smallest silo size "
+                             f"{min(sel.dataset_sizes)}")
+        if self.bands > min_sep:
+            raise ValueError(f"bands={self.bands} must be <= the rounds between a record's participations, "
+                             f"{min_sep} (= smallest silo size // batch_size: b-min-separation)")
+        if z == 0:
+            return NoPrivacy(f"{plan.label} adds no noise (noise multiplier 0)", plan.clip.neighboring.value,
+                             sel.unit.value)
+        # any g records: sensitivity <= g sqrt(k) (triangle inequality over the group's members)
+        sens = plan.group_size * separated_sensitivity(plan.num_rounds, min_sep, self.bands)
+        return BandMfPrivacy(z, sens, self.noise.field, plan.num_rounds, self.bands, min_sep,
+                             plan.clip.neighboring.value, sel.unit.value)

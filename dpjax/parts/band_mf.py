@@ -24,8 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpjax import keys
+from dpjax.accounting.band_mf import BandMfEvent
+from dpjax.accounting.events import NoiseEvent
 from dpjax.engine.roles import Context, Sensitive
-from dpjax.parts.privatizers import gaussian_std
+from dpjax.parts.privatizers import gaussian_std, host_multiplier
 from dpjax.primitives import noise
 
 
@@ -78,3 +80,9 @@ class BandMfNoise:
         z, state = self.correlate(fresh, state)
         value = jax.tree_util.tree_map(lambda v, n: v + std.astype(n.dtype) * n, message.value, z)
         return message.replace(value=value), state
+
+    def events(self, hparams, num_rounds: int) -> tuple[BandMfEvent]:
+        """The run's releases for the accountant: one ``BandMfEvent`` (its ``spec(plan)`` reads the selection's
+        separation; ``dpjax.accounting.band_mf``)."""
+        z = host_multiplier(getattr(hparams, self.noise_field))
+        return (BandMfEvent(NoiseEvent(self.noise_field, z, "server"), self.bands),)

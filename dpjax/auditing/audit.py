@@ -6,7 +6,8 @@ A mechanism is a ``FamilyRun`` -- a registered algorithm family driven through t
 catalogue (``mechanisms.py``) runs a family's own step. ``CanaryAudit`` bundles it with the neighbouring pair (D, D'), a
 distinguishing score ``score(output) -> scalar`` (large = "came from D'"), the certified ``Certificate`` for the same
 configuration, and mutants (the same mechanism with a privacy bug: half the noise, a clip not applied) that the audit
-must catch. A mutant is either another mechanism function or, when the datasets are dicts that carry the mechanism's
+must catch. A mutant is either another mechanism (a function, or a ``FamilyRun`` of a mutated family) or, when the
+datasets are dicts that carry the mechanism's
 public hyperparameters as array leaves (e.g. ``{"x": ..., "noise_std": 1.0}``), a dict of overridden leaves
 (``{"noise_std": 0.5}``): the same compiled program then runs the mutant. Auditing a new mechanism takes a few lines::
 
@@ -254,6 +255,11 @@ def _override(data, changes: Mapping[str, Any]):
     return out
 
 
+def _is_mechanism(mutant) -> bool:
+    """A mutant given as a mechanism (a function or a ``FamilyRun`` of a mutated family), not as overrides."""
+    return callable(mutant) or isinstance(mutant, FamilyRun)
+
+
 def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence: float = 0.95,
               chunk: int = 25_000) -> AuditResult:
     """Runs the canary experiment of ``audit`` and its mutants.
@@ -265,7 +271,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
     seed = v.check_seed("seed", seed)
     v.check_open_unit("confidence", confidence)
     overrides = {name: (_override(audit.dataset, m), _override(audit.neighbour, m))
-                 for name, m in audit.mutants.items() if not callable(m)}
+                 for name, m in audit.mutants.items() if not _is_mechanism(m)}
     start = time.perf_counter()
     delta = audit.certificate.delta
     main = _scorer(audit.mechanism, audit.score)
@@ -276,7 +282,7 @@ def run_audit(audit: CanaryAudit, runs: int = 100_000, seed: int = 0, confidence
         threshold = min(threshold, float(exact["epsilon"]))
     mutants = []
     for i, (name, mutant) in enumerate(sorted(audit.mutants.items()), start=1):
-        if callable(mutant):
+        if _is_mechanism(mutant):
             fn, data, neighbour = _scorer(mutant, audit.score), audit.dataset, audit.neighbour
         else:
             fn, (data, neighbour) = main, overrides[name]

@@ -506,7 +506,8 @@ def stage(root: pathlib.Path, dest: pathlib.Path) -> dict:
     config["nav"] = [
         {"Home": "index.md"}, {"Getting started": "getting-started.md"}, {"A longer tour": "tour.md"},
         {"Tutorial: a new algorithm": "tutorial-new-algorithm.md"}, {"Papers": ["papers/index.md", *paper_nav]},
-        {"Accounting guide": "accounting.md"}, {"Reliability promises": "reliability.md"},
+        {"Accounting guide": "accounting.md"}, {"BandMF (correlated noise)": "band-mf.md"},
+        {"Reliability promises": "reliability.md"},
         {"Privacy audits": "audits.md"},
         {"Performance": [{"Benchmarks": "benchmarks.md"}, {"Roofline": "roofline.md"}, {"Sharding": "sharding.md"}]},
         {"Notebooks": ["notebooks/index.md", *nb_nav]}, {"API reference": ["api/index.md", *api_nav(modules)]},

@@ -34,6 +34,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpjax import _validate as v
+from dpjax.accounting import gdp
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, StatedRelation
 from dpjax.accounting.schedules import PrivacyReport, Sampling
 
@@ -94,7 +95,8 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
     The multiplier ``z`` is w.r.t. the round message's own l2 sensitivity under ``neighboring`` (the clipper's bound:
     ``2C/B`` under replace-one), so the event is a unit-sensitivity Gaussian, composed under dp_accounting's
     ``ADD_OR_REMOVE_ONE`` (as dpjax's unsampled Gaussian schedules are). ``epsilon(delta, "pld")`` is
-    ``band_mf_epsilon(multi_epoch_event(z, sens))``; ``"rdp"`` is dp_accounting's RDP accountant on the same event.
+    ``band_mf_epsilon(multi_epoch_event(z, sens))``; ``"rdp"`` is dp_accounting's RDP accountant on the same event;
+    ``"gdp"`` the Gaussian's exact epsilon (``mu = sens / z``, Balle & Wang, ICML 2018, Thm 8); ``"best"`` the smallest.
     ``calibrate`` returns ``{noise_field: z}`` meeting a target epsilon (``z / sens`` scales linearly)."""
 
     noise_multiplier: float
@@ -106,7 +108,7 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
     neighboring: str = "replace-one"
     privacy_unit: str = "record"
 
-    accountants = ("pld", "rdp")
+    accountants = ("pld", "rdp", "gdp", "best")
 
     def __post_init__(self):
         v.check_positive("noise_multiplier", self.noise_multiplier)
@@ -126,6 +128,10 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
         return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
     def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
+        if accountant == "best":
+            return min(self._epsilon_at(z, delta, a) for a in ("pld", "rdp", "gdp"))
+        if accountant == "gdp":
+            return gdp.gdp_epsilon(self.strategy_sensitivity / z, delta)
         event = self.event_at(z)
         return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
 
@@ -136,6 +142,8 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
         note = (f"BandMF multi-epoch (Choquette-Choo et al. 2023): one Gaussian of multiplier z / sens(C) = "
                 f"{self.noise_multiplier:g} / {self.strategy_sensitivity:.6g}; {self.bands} bands, <= {k} "
                 f"participations >= {self.min_sep} rounds apart; no amplification")
+        if accountant == "best":  # the smallest certified epsilon, naming its accountant
+            accountant = min(("pld", "rdp", "gdp"), key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
         return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
                              Sampling.ONE_PASS.value, self.neighboring, self.privacy_unit, self.noise_multiplier,
                              (note,))

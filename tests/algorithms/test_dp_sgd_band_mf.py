@@ -63,6 +63,10 @@ def test_report_is_the_multi_epoch_band_mf_event_after_a_run(rounds, batch, band
     # independent: the analytic Gaussian of mu = sqrt(k) / z (PLD discretisation 1e-4 in the loss: ~1e-3 relative)
     assert report.epsilon == pytest.approx(_gaussian_eps(math.sqrt(k) / z, DELTA), rel=2e-3)
     assert report.epsilon >= _gaussian_eps(math.sqrt(k) / z, DELTA) * (1 - 1e-6)  # PLD is pessimistic
+    exact = spec.epsilon(DELTA, "gdp").epsilon
+    assert exact == pytest.approx(_gaussian_eps(math.sqrt(k) / z, DELTA), rel=1e-6)
+    best = spec.epsilon(DELTA, "best")
+    assert best.epsilon == min(exact, report.epsilon, spec.epsilon(DELTA, "rdp").epsilon) and best.accountant == "gdp"
     z_cal = spec.calibrate(2.0, DELTA)["noise_multiplier"]
     assert z_cal / math.sqrt(k) == pytest.approx(optimize.brentq(lambda m: _gaussian_eps(1 / m, DELTA) - 2.0, 0.1, 20),
                                                  rel=3e-3)
@@ -130,7 +134,7 @@ def test_noise_state_is_bands_minus_one_times_d_whatever_the_rounds(bands):
     dim = 7
     sizes, totals = (16, 16), []
     for rounds in (8, 64):
-        family = band_mf(dim=dim, rounds=rounds, batch=4, bands=bands)
+        family = band_mf(dim=dim, rounds=rounds, batch=2, bands=bands)  # T = 8 >= bands
         state = engine.run(family, silos(sizes, dim), DpSgdHParams.create(0.1, 1.0, 1.0), jax.random.key(0)).state
         assert _floats(state.parts["privatizer"]) == (bands - 1) * dim
         totals.append(_floats(state))

@@ -8,8 +8,8 @@ Round t:
 1. ``EpochBlocks``: every silo's records in a fixed order (``order="shuffled-once"``: a permutation drawn once per run;
    ``"given"``: the stored order) cut into blocks of ``B`` and cycled, so a record joins every ``T = floor(n_min / B)``
    rounds: b-min-separation with ``min_sep = T`` and at most ``k = ceil(R / T)`` participations;
-2. per-example clipped gradients (``ClipPerUnit``, replace-one: the fixed positions make the data set's size public), the
-   public mean over the batch and the silos (sensitivity ``2C / (B N)``);
+2. per-example clipped gradients (``ClipPerUnit``, replace-one: the fixed positions make the data set's size
+   public), the public mean over the batch and the silos (sensitivity ``2C / (B N)``);
 3. ``BandMfNoise`` (``dpjax.parts.band_mf``) adds ``z x sensitivity x (C^{-1} w)_t`` from its ``(bands - 1) x d``
    buffer, ``C`` the banded Toeplitz strategy: ``band_coeffs`` if given, else
    ``dpjax.primitives.banded_mf.optimize_banded_toeplitz(R, bands)`` (the prefix-sum workload over the run's ``R``

@@ -146,3 +146,22 @@ def test_zero_noise_is_dp_ftrls_sgd_on_the_same_order():
     ours = engine.run(band_mf(rounds=10, bands=3), data, DpSgdHParams.create(0.1, 0.0, 1e9), key)
     ftrl = engine.run(DpFtrl(LinearRegression(3), 10, 3), data, FtrlHParams.create(0.1, 0.0, 1e9), key)
     np.testing.assert_allclose(ours.output, ftrl.output, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.privacy
+def test_sweepable_through_the_registry_and_calibrated_to_a_target():
+    """The registry builds it from a sweep's static table (a TOML list for band_coeffs); calibration meets the
+    target from below: z = sqrt(k) x the Gaussian multiplier of eps = 3 (T = 10 // 2 = 5, k = 20 / 5 = 4)."""
+    from dpjax.algorithms import load_families
+    from dpjax.engine import registry
+
+    load_families()
+    entry = registry.get_algorithm("dp-sgd")
+    fam = entry.build(LinearRegression(3), 20, {"batch_size": 2, "noise": "band-mf", "sampling": "one-pass",
+                                                "neighboring": "replace-one", "bands": 2, "band_coeffs": [1.0, 0.4]})
+    assert fam.band_coeffs == (1.0, 0.4)
+    values = {"learning_rate": 0.1, "clip_norm": 1.0, "noise_multiplier": 1.0}
+    z = entry.calibrate(fam, [10, 10], values, 3.0, DELTA, "pld")["noise_multiplier"]
+    spec = fam.privacy([10, 10], entry.make_hparams({**values, "noise_multiplier": z}, fam))
+    assert 3.0 * (1 - 1e-3) <= spec.epsilon(DELTA, "pld").epsilon <= 3.0
+    assert z / 2 == pytest.approx(optimize.brentq(lambda m: _gaussian_eps(1 / m, DELTA) - 3.0, 0.1, 20), rel=3e-3)

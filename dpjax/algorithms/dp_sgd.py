@@ -15,6 +15,11 @@ declared rate q (every silo's records are drawn with it), a ``GaussianPrivacy`` 
 Without replacement: DP-SGD-General's accountants for subsampled individual clipping (first the exact strong-adversary
 one, ``"standard"`` the amplification-by-subsampling RDP bound), at every silo's size, the worst. ``private=False`` is
 the non-private twin (noise 0, no clip).
+
+``noise="band-mf"`` (with ``sampling="one-pass"``, replace-one) replaces the independent noise by banded
+matrix-factorization noise (Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023, Alg. 1):
+records in a fixed order, cycled, and ``C^{-1}``-correlated noise of ``bands`` bands (``dpjax.algorithms.band_mf_sgd``);
+its guarantee is the multi-epoch BandMF event (``dpjax.accounting.band_mf``, no amplification).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import optax
 
 from dpjax import _validate
+from dpjax.algorithms import band_mf_sgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
@@ -41,6 +47,7 @@ OPTIMIZERS = {
     "rmsprop": optax.scale_by_rms(decay=0.9, eps=1e-8),  # optax.rmsprop's defaults
 }
 _SAMPLING = {"poisson": "poisson", "without-replacement": "subsample"}
+NOISES = ("gaussian", "band-mf")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +58,8 @@ class DpSgd(OutputRule, ChainFamily):
       problem: a dpjax problem (e.g. ``dpjax.problems.FlaxProblem``).
       num_rounds: R optimizer steps.
       batch_size: K, expected records per silo per step.
-      sampling: ``"poisson"`` (default; add-remove) or ``"without-replacement"`` (fixed batches; replace-one).
+      sampling: ``"poisson"`` (default; add-remove) or ``"without-replacement"`` (fixed batches; replace-one);
+        ``"one-pass"`` (fixed order, blocks cycled; replace-one) with ``noise="band-mf"``.
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
@@ -59,7 +67,12 @@ class DpSgd(OutputRule, ChainFamily):
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: q, each record's public inclusion probability (``"poisson"``; required under
         add/remove). ``batch_size`` K stays the public divisor (expected batch per silo), so
-        ``K = q n`` for the public silo size n gives the unbiased mean."""
+        ``K = q n`` for the public silo size n gives the unbiased mean.
+      noise: ``"gaussian"`` (independent, default) or ``"band-mf"`` (BandMF correlated noise).
+      bands: ``"band-mf"``: the strategy's bands b (default 1), optimised for the run's prefix sums; must be <= the
+        rounds between a record's participations, ``n_min // batch_size``.
+      band_coeffs: ``"band-mf"``: a given strategy ``(c_0, ..., c_{b-1})`` instead of the optimised one.
+      order: ``"band-mf"``: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (stored order)."""
 
     problem: Any
     num_rounds: int
@@ -69,12 +82,26 @@ class DpSgd(OutputRule, ChainFamily):
     private: bool = True
     neighboring: str = "add-remove"
     sampling_rate: float | None = None
+    noise: str = "gaussian"
+    bands: int | None = None
+    band_coeffs: tuple | None = None
+    order: str = "shuffled-once"
 
     hparams_type = DpSgdHParams
 
     def __post_init__(self):
-        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))
+        _validate.check_choice("noise", self.noise, NOISES)
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        if self.noise == "band-mf":
+            _validate.check_int("num_rounds", self.num_rounds, min_value=1)
+            coeffs = band_mf_sgd.check_config(self.num_rounds, self.sampling, self.neighboring, self.order,
+                                              self.bands, self.band_coeffs)
+            object.__setattr__(self, "band_coeffs", coeffs)
+            self.check_common()
+            return
+        if self.bands is not None or self.band_coeffs is not None:
+            raise ValueError(f"bands={self.bands!r}, band_coeffs={self.band_coeffs!r} need noise='band-mf'")
+        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))
         self.check_common()
         self.general()  # the configuration is valid DP-SGD-General
 
@@ -87,9 +114,15 @@ class DpSgd(OutputRule, ChainFamily):
                             sampling_rate=self.sampling_rate)
 
     def validate(self, data: SiloData) -> None:
+        if self.noise == "band-mf":
+            band_mf_sgd.validate_data(self.batch_size, self.bands, self.band_coeffs, data)
+            return
         self.general().validate(data)
 
     def parts(self, shape: DataShape) -> Parts:
+        if self.noise == "band-mf":
+            return band_mf_sgd.band_mf_parts(self.problem, self.num_rounds, self.batch_size, self.order, self.bands,
+                                             self.band_coeffs, OPTIMIZERS[self.optimizer], self.output, self.window)
         return self.general().parts(shape)
 
 

@@ -6,7 +6,8 @@ A mechanism is a ``FamilyRun`` -- a registered algorithm family driven through t
 catalogue (``mechanisms.py``) runs a family's own step. ``CanaryAudit`` bundles it with the neighbouring pair (D, D'), a
 distinguishing score ``score(output) -> scalar`` (large = "came from D'"), the certified ``Certificate`` for the same
 configuration, and mutants (the same mechanism with a privacy bug: half the noise, a clip not applied) that the audit
-must catch. A mutant is either another mechanism function or, when the datasets are dicts that carry the mechanism's
+must catch. A mutant is either another mechanism (a function, or a ``FamilyRun`` of a mutated family) or, when the
+datasets are dicts that carry the mechanism's
 public hyperparameters as array leaves (e.g. ``{"x": ..., "noise_std": 1.0}``), a dict of overridden leaves
 (``{"noise_std": 0.5}``): the same compiled program then runs the mutant. Auditing a new mechanism takes a few lines::
 
@@ -255,6 +256,7 @@ def _override(data, changes: Mapping[str, Any]):
 
 
 def _is_mechanism(mutant) -> bool:
+    """A mutant given as a mechanism (a function or a ``FamilyRun`` of a mutated family), not as overrides."""
     return callable(mutant) or isinstance(mutant, FamilyRun)
 
 

@@ -26,7 +26,8 @@ from dpjax.auditing.stats import MAX_RUNS  # the package __init__ imports stats 
 __all__ = ["add_parser", "run", "summary_line"]
 
 _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerated", "isrl-unbalanced", "isrl-shuffled",
-          "sdp-accelerated", "shuffle-sgd", "shuffle-acsa", "dp-sgd", "dpsgd-general-shuffle-individual",
+          "sdp-accelerated", "shuffle-sgd", "shuffle-acsa", "dp-sgd", "dp-sgd-band-mf",
+          "dp-sgd-band-mf-separation", "dpsgd-general-shuffle-individual",
           "dpsgd-general-shuffle-batch", "dpsgd-general-subsample-individual", "dpsgd-general-subsample-batch",
           "dpsgd-general-poisson", "dpsgd-general-subsample-individual-g2", "dpsgd-general-subsample-batch-g2",
           "diff2-gd", "dp-gd", "diff2-bvr", "user-level", "dp-fedavg", "dp-fedavg-count",

@@ -30,6 +30,8 @@ sdp-accelerated (``shuffle``)       sdp-accelerated             P_vec Thm 3.2 (l
 shuffle-sgd                         shuffle-sgd                 P_vec Thm 3.2 (lemma constants)
 shuffle-acsa                        shuffle-acsa                pan-privacy, Lemma C.4 (analytic Gaussian)
 dp-sgd (``dpsgd``)                  dp-sgd                      PLD, Poisson, add/remove
+dp-sgd-band-mf(-separation)         dp-sgd (noise="band-mf")    PLD, multi-epoch BandMF (one Gaussian)
+(``band_mf``)
 dpsgd-general-*                     dpsgd-general               van Dijk et al. exact strong adversary / PLD
 dp-scaffold (``isrl``)              dp-scaffold                 RDP, R K subsampled releases (one round here)
 dp-fedadam (``fedavg_ftrl``)        dp-fedadam                  RDP, the joint Gaussian (one round here)
@@ -49,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dpjax.auditing.audit import CanaryAudit
+from dpjax.auditing.band_mf import band_mf_audit
 from dpjax.auditing.canaries import DELTA
 from dpjax.auditing.diff2 import diff2_audit, dp_gd_audit
 from dpjax.auditing.dpsgd import dp_sgd_audit, dpsgd_general_audit
@@ -77,7 +80,8 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "isrl-local-sgd": isrl_local_sgd_audit, "isrl-accelerated": isrl_accelerated_audit,
     "isrl-unbalanced": isrl_unbalanced_audit, "isrl-shuffled": isrl_shuffled_audit,
     "sdp-accelerated": sdp_accelerated_audit, "shuffle-sgd": shuffle_sgd_audit, "shuffle-acsa": shuffle_acsa_audit,
-    "dp-sgd": dp_sgd_audit,
+    "dp-sgd": dp_sgd_audit, "dp-sgd-band-mf": band_mf_audit,
+    "dp-sgd-band-mf-separation": lambda: band_mf_audit("separation"),
     **{f"dpsgd-general-{s}-{c}": lambda s=s, c=c: dpsgd_general_audit(s, c, **_DPSGD[s])
        for s in ("shuffle", "subsample") for c in ("individual", "batch")},
     "dpsgd-general-poisson": lambda: dpsgd_general_audit("poisson", "individual", **_DPSGD["poisson"]),
@@ -99,7 +103,7 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "isrl-mbsgd": ("isrl-mbsgd", "isrl-mbsgd-poisson"), "isrl-local-sgd": ("isrl-local-sgd",),
     "isrl-accelerated": ("isrl-accelerated",), "isrl-unbalanced": ("isrl-unbalanced",),
     "isrl-shuffled": ("isrl-shuffled",), "sdp-accelerated": ("sdp-accelerated",), "shuffle-sgd": ("shuffle-sgd",),
-    "shuffle-acsa": ("shuffle-acsa",), "dp-sgd": ("dp-sgd",),
+    "shuffle-acsa": ("shuffle-acsa",), "dp-sgd": ("dp-sgd", "dp-sgd-band-mf", "dp-sgd-band-mf-separation"),
     "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
     "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),

@@ -25,7 +25,8 @@ RUNS = 20_000  # runs per dataset (see the module docstring)
 
 # With one canary record batch and individual clipping release the same law (same numbers in
 # experiments/audit); batch clipping's code path stays in the default suite through the g = 2 audit.
-_SLOW = ("dpsgd-general-shuffle-batch", "dpsgd-general-subsample-batch")
+_SLOW = ("dpsgd-general-shuffle-batch", "dpsgd-general-subsample-batch",
+         "dp-sgd-band-mf", "dp-sgd-band-mf-separation")  # 48 rounds; construction: test_band_mf_audit.py
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in audit_names()])

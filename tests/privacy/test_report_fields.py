@@ -362,3 +362,71 @@ def test_every_registered_family_is_pinned_or_listed():
     twins = {k for k, e in ALGORITHMS.items() if not e.private}
     assert private == PINNED | set(NOT_PINNED), "a new private family: pin its report fields here"
     assert twins == set(TWINS), "a new non-private twin: add it to TWINS"
+
+
+# ----------------------------------------------------------------------------- `dpjax account`
+def _account(*argv, table=False):
+    """``dpjax account ARGV`` -> its JSON object, or (table=True) the printed table as label -> text."""
+    from dpjax.accounting import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main([*argv, *(() if table else ("--json",))]) == 0
+    if not table:
+        return json.loads(out.getvalue())
+    rows, notes = {}, []
+    for line in out.getvalue().splitlines():
+        if line.startswith("note: "):
+            notes.append(line[len("note: "):])
+        else:  # "<label padded to 26>value"
+            rows[line[:26].strip()] = line[26:]
+    return rows, notes
+
+
+def test_account_json_poisson_rate():
+    # Poisson at the declared rate q = 0.25 of n = 12 (expected batch q n = 3), default relation add/remove:
+    # sensitivity = the contribution bound s = 1, so noise_std = z = 1.5; R = 6 Poisson-sampled Gaussians.
+    out = _account("--sampling", "poisson", "--noise-multiplier", "1.5", "--sampling-rate", "0.25",
+                   "--dataset-size", "12", "--steps", "6", "--delta", str(DELTA), "--accountant", "rdp")
+    want = _rdp_epsilon([dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.25, dpa.GaussianDpEvent(Z)), 6)])
+    assert out["epsilon"] == pytest.approx(want, rel=1e-9)
+    assert (out["delta"], out["accountant"], out["sampling"], out["neighboring"], out["unit"]) == \
+        (DELTA, "rdp", "poisson", "add-remove", "record")
+    assert out["noise_multiplier"] == Z and out["noise_std"] == Z
+    assert out["sampling_rate"] == 0.25 and out["batch_size"] == 3.0
+    assert (out["dataset_size"], out["steps"], out["group_size"]) == (12, 6, 1)
+    assert "target_epsilon" not in out
+    assert all("did not converge" in n for n in out["notes"])  # no replace-one note under add/remove
+
+
+def test_account_table_without_replacement():
+    # Uniform K = 4 of n = 12, default relation replace-one: sensitivity 2s, noise_std = 2z = 3; the printed
+    # table carries every field (floats to 6 significant digits), the convention line and the replace-one note.
+    rows, notes = _account("--sampling", "without-replacement", "--noise-multiplier", "1.5", "--batch-size", "4",
+                           "--dataset-size", "12", "--steps", "6", "--delta", str(DELTA), "--accountant", "rdp",
+                           table=True)
+    want = _rdp_epsilon([_wor(12, 4, Z, 6)], RO)
+    assert float(rows["epsilon"]) == pytest.approx(want, rel=1e-5)  # printed with %.6g
+    assert rows["convention"].startswith("replace-one: noise multiplier = std / (2 x clip norm)")
+    assert float(rows["delta"]) == DELTA
+    assert float(rows["noise multiplier"]) == Z and float(rows["noise std"]) == 2 * Z
+    assert (rows["accountant"], rows["sampling"], rows["neighbouring"], rows["unit"]) == \
+        ("rdp", "without-replacement", "replace-one", "record")
+    assert (int(rows["group size"]), int(rows["dataset size"]), int(rows["batch size"]), int(rows["steps"])) == \
+        (1, 12, 4, 6)
+    assert float(rows["sampling rate"]) == pytest.approx(4 / 12, rel=1e-6)
+    assert len(notes) == 1 and notes[0].startswith("neighbouring=replace-one: noise multiplier = noise std / (2 x")
+
+
+def test_account_calibrated_full_batch():
+    # --epsilon: the printed multiplier z* must meet the target on dp_accounting's own curve (R = 6 full-batch
+    # Gaussians of multiplier z*), and no more than the calibration tolerance (1e-6 relative) above the
+    # smallest such z: at z* (1 - 1e-5) the target is missed. noise_std = 2 z* (replace-one).
+    out = _account("--sampling", "full", "--epsilon", "3.0", "--dataset-size", "12", "--steps", "6",
+                   "--delta", str(DELTA), "--accountant", "rdp")
+    z = out["noise_multiplier"]
+    assert _rdp_epsilon([_gauss(z, 6)]) <= 3.0 < _rdp_epsilon([_gauss(z * (1 - 1e-5), 6)])
+    assert out["epsilon"] == pytest.approx(_rdp_epsilon([_gauss(z, 6)]), rel=1e-9)
+    assert out["target_epsilon"] == 3.0 and out["noise_std"] == pytest.approx(2 * z, rel=1e-12)
+    assert (out["sampling"], out["neighboring"], out["sampling_rate"], out["batch_size"], out["steps"]) == \
+        ("full", "replace-one", 1.0, None, 6)

@@ -430,3 +430,38 @@ def test_account_calibrated_full_batch():
     assert out["target_epsilon"] == 3.0 and out["noise_std"] == pytest.approx(2 * z, rel=1e-12)
     assert (out["sampling"], out["neighboring"], out["sampling_rate"], out["batch_size"], out["steps"]) == \
         ("full", "replace-one", 1.0, None, 6)
+
+
+# ----------------------------------------------------------------------------- user-level (Ghazi et al. 2023)
+@pytest.mark.parametrize("mechanism,n,m,calls", [
+    # A3 Phased-ERM (Thm 4.1): T = ceil(log2(n m)) calls at (eps/T, delta/T) on the same users; basic
+    # composition: T (eps/T) = eps. n = 1850 users, m = 1: T = ceil(log2 1850) = 11 (1024 < 1850 <= 2048).
+    ("A3", 1850, 1, math.ceil(math.log2(1850 * 1))),
+    # B1: one classical Gaussian mechanism call at (eps, delta)
+    ("B1", 10, 3, 1),
+])
+def test_user_level_report(mechanism, n, m, calls):
+    from dpjax.accounting import user_level as ul
+
+    eps, dlt, std = 1.0, 1e-3, 0.7  # a requested delta above the schedule's delta is reported as requested
+    r = ul.privacy(mechanism, eps, dlt, n=n, m=m, noise_std=std).epsilon(2 * dlt)
+    assert r.epsilon == pytest.approx(eps, rel=1e-12)  # calls x (eps / calls), basic composition
+    assert (r.delta, r.accountant, r.sampling, r.neighboring, r.unit, r.noise_std) == \
+        (2 * dlt, "basic", "full", "replace-one", "user", std)
+    head = re.fullmatch(r"(\d+) call\(s\) of (\w+); basic composition within user groups, parallel composition "
+                        r"across disjoint groups", r.notes[0])
+    assert head and (int(head[1]), head[2]) == (calls, mechanism)
+    for note in r.notes[1:]:  # the other notes: B1's mechanism, or a call's size that cannot be released
+        size = re.match(r"not releasable at this size: the exact fallback of a call on (\d+) users", note)
+        assert (size and int(size[1]) == n) or note.startswith("classical Gaussian mechanism (Dwork-Roth Thm A.1)")
+
+
+@pytest.mark.parametrize("mechanism,mode", [("B2", "certified"), ("A3", "rate-shape")])
+def test_user_level_not_private_report(mechanism, mode):
+    # B2 (Thm 4.1's idealised M') and rate-shape mode are not private: epsilon inf, accountant 'none'.
+    from dpjax.accounting import user_level as ul
+
+    r = ul.privacy(mechanism, 0.9, 1e-3, n=1850, m=1, mode=mode, noise_std=0.7).epsilon(1e-3)
+    assert (r.epsilon, r.delta, r.accountant, r.sampling, r.neighboring, r.unit, r.noise_std) == \
+        (math.inf, 1e-3, "none", "full", "replace-one", "user", 0.7)
+    assert len(r.notes) == 1 and "NOT private" in r.notes[0]

@@ -185,6 +185,7 @@ def test_diff2_gd_report():
     assert int(m[1]) == 2
 
 
+@pytest.mark.slow  # its own without-replacement RDP curve composed with Gaussians: ~3 s
 def test_diff2_bvr_report():
     # DIFF2-BVR-L-SGD (Murata-Suzuki 2023, Prop. E.2): the restart / difference releases of DIFF2-GD plus
     # K ceil(R/P) = 2 x ceil(6/2) = 6 local releases per client (paper count) of WOR(12, b = 3) minibatches
@@ -274,17 +275,18 @@ def test_dpsgd_general_shuffle_report(accountant):
 
 @pytest.mark.parametrize("name", ["dp-fedavg", "dp-fedadam"])
 def test_dp_fedavg_report(name):
-    # DP-FedAvg (McMahan et al. 2018): users (silos) Poisson-sampled at q = 0.5, add/remove user; a user moves the
+    # DP-FedAvg (McMahan et al. 2018): users (silos) Poisson-sampled at q = 0.25, add/remove user; a user moves the
     # clipped update sum by <= C (std z C) and the clipped count by <= 1 (std z_c): one Gaussian of the
     # pair with mu^2 = 1/z^2 + 1/z_c^2, i.e. multiplier (z^-2 + z_c^-2)^(-1/2) = noise_std (units of C).
-    zc = 4.0
-    r = _report(name, {"silos_per_round": 2, "sampling_rate": 0.5},
-                {"noise_multiplier": Z, "noise_multiplier_count": zc, "clip_norm": CLIP})
-    z_joint = (Z**-2 + zc**-2) ** -0.5
+    # z = 2.5, z_c = 1.875: 1/6.25 + 1/3.515625 = 1/2.25, so the joint multiplier is 1.5 (dp-sgd's event).
+    z, zc = 2.5, 1.875
+    r = _report(name, {"silos_per_round": 2, "sampling_rate": 0.25},
+                {"noise_multiplier": z, "noise_multiplier_count": zc, "clip_norm": CLIP})
+    z_joint = (z**-2 + zc**-2) ** -0.5
     notes = r.notes
     assert all("did not converge" in n for n in notes)
     _check(r, epsilon=_rdp_epsilon([dpa.SelfComposedDpEvent(
-        dpa.PoissonSampledDpEvent(0.5, dpa.GaussianDpEvent(z_joint)), 6)]),
+        dpa.PoissonSampledDpEvent(0.25, dpa.GaussianDpEvent(z_joint)), 6)]),
         accountant="rdp", sampling="poisson", neighboring="add-remove", unit="user", noise_std=z_joint,
         notes=[r".*"] * len(notes))
 

@@ -467,3 +467,31 @@ def test_user_level_not_private_report(mechanism, mode):
     assert (r.epsilon, r.delta, r.accountant, r.sampling, r.neighboring, r.unit, r.noise_std) == \
         (math.inf, 1e-3, "none", "full", "replace-one", "user", 0.7)
     assert len(r.notes) == 1 and "NOT private" in r.notes[0]
+
+
+# ----------------------------------------------------------------------------- reproduce: privacy rows
+def test_dpsgd_mnist_privacy_rows():
+    # The DP-SGD-General reproduction's privacy table (dpjax.reproduce.dpsgd_mnist.privacy_rows) for a subsampled
+    # individual-clipping run: s = 1, m = 4 of n = 12, R = 6 rounds, sigma = 1.5 -> E = R m s / n = 2 epoch-
+    # equivalents. Rows per group size g in (1, 2, 4, 8): 'sqrt-gE' = G_{sqrt(gE)/sigma}, 'generic-group' =
+    # G_{g sqrt(E)/sigma} (Dong-Roth-Su GDP at delta), 'standard' (g = 1): R WOR(12, 4) Gaussians of multiplier
+    # sigma (a record moves the sum by 2C, std 2C sigma); every row's first note prints s, m, rounds, E, sigma.
+    from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
+    from dpjax.reproduce import dpsgd_mnist
+    from dpjax.reproduce.dpsgd_mnist_config import DELTA as MNIST_DELTA
+    from dpjax.reproduce.dpsgd_mnist_config import GROUPS
+
+    assert MNIST_DELTA == DELTA  # the hand values below are at the reproduction's delta
+    alg = DpSgdGeneral(LinearRegression(2), 6, 1, 4, 3, sampling="subsample")
+    rows = dpsgd_mnist.privacy_rows(alg, 12, DpSgdHParams.create(0.1, Z, CLIP))
+    e = 6 * 4 * 1 / 12
+    want = {(g, "sqrt-gE"): _gdp_epsilon(math.sqrt(g * e) / Z) for g in GROUPS}
+    want |= {(g, "generic-group"): _gdp_epsilon(g * math.sqrt(e) / Z) for g in GROUPS}
+    want[1, "standard"] = _rdp_epsilon([_wor(12, 4, Z, 6)], RO)
+    got = {(r["group_size"], r["accountant"]): r for r in rows}
+    assert set(got) == set(want) | {(g, "strong-exact") for g in GROUPS}  # a subsampled run: no gap rows
+    for key, eps in want.items():
+        assert got[key]["epsilon"] == pytest.approx(eps, rel=1e-6), key
+    for r in rows:
+        m = re.match(_GENERAL_NOTE, r["notes"])
+        assert m and _general_numbers(m) == (1, 4, 6, e, Z), r["notes"]

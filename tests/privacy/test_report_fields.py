@@ -495,3 +495,27 @@ def test_dpsgd_mnist_privacy_rows():
     for r in rows:
         m = re.match(_GENERAL_NOTE, r["notes"])
         assert m and _general_numbers(m) == (1, 4, 6, e, Z), r["notes"]
+
+
+def test_isrl_noise_table_fields():
+    # The ISRL-DP reproduction's noise table (dpjax.reproduce.isrl_protocol.noise_table, the sigma / epsilon rows of
+    # its figures), 'paper' calibration at L = 1 (Lowy-Razaviyayn, ISRL-DP Appendix I):
+    #   MB-SGD:    sigma^2 = 8 ln(1/delta) R / (n^2 eps^2)        (std of a silo's K-record mean)
+    #   Local SGD: sigma^2 = 8 R K ln(1/delta) / (n^2 eps^2)      (std of each of the R K one-record steps)
+    # and realized_epsilon = the RDP epsilon of that sigma: MB-SGD's R WOR(n, K) releases of multiplier
+    # sigma / (2/K), Local SGD's R K WOR(n, 1) releases of multiplier sigma / 2. The epsilons are chosen so that
+    # both multipliers are 1.5 (n = 12; MB-SGD R = 6, K = 4, sigma = 0.75; Local SGD R = 3, K = 2, sigma = 3).
+    from dpjax.reproduce.isrl_protocol import noise_table
+
+    ln = math.log(1 / DELTA)
+    cases = [("mbsgd", 6, 4, 0.75, _wor(12, 4, Z, 6)), ("local-sgd", 3, 2, 3.0, _wor(12, 1, Z, 3 * 2))]
+    for kind, rounds, k, sigma, event in cases:
+        steps = rounds * (k if kind == "local-sgd" else 1)
+        eps = math.sqrt(8 * ln * steps / (12**2 * sigma**2))  # the formula above solved for eps at this sigma
+        (entry,) = noise_table(kind, n=12, rounds=rounds, batch_size=k, epsilons=(eps,), delta=DELTA,
+                               epsilon_max=eps, calibrations=("paper",)).values()
+        # the paper's sigma is the Appendix I moments-accountant form: named 'paper-experiment' (dpjax's accountant of it)
+        assert (entry.calibration, entry.epsilon, entry.accountant) == ("paper", eps, "paper-experiment")
+        assert entry.sigma_unit == pytest.approx(sigma, rel=1e-12), kind
+        # hparams hold the multiplier in float32: relative 1e-7 in z, far less in epsilon
+        assert entry.realized_epsilon == pytest.approx(_rdp_epsilon([event], RO), rel=1e-6), kind

@@ -273,7 +273,8 @@ def test_dpsgd_general_shuffle_report(accountant):
     assert _general_numbers(m) == (4, 2, 6, 6.0, Z)
 
 
-@pytest.mark.parametrize("name", ["dp-fedavg", "dp-fedadam"])
+# dp-fedadam is dp-fedavg's class with another server optimizer (same privacy): in the slow pass (~1 s)
+@pytest.mark.parametrize("name", ["dp-fedavg", pytest.param("dp-fedadam", marks=pytest.mark.slow)])
 def test_dp_fedavg_report(name):
     # DP-FedAvg (McMahan et al. 2018): users (silos) Poisson-sampled at q = 0.25, add/remove user; a user moves the
     # clipped update sum by <= C (std z C) and the clipped count by <= 1 (std z_c): one Gaussian of the
@@ -497,6 +498,7 @@ def test_dpsgd_mnist_privacy_rows():
         assert m and _general_numbers(m) == (1, 4, 6, e, Z), r["notes"]
 
 
+@pytest.mark.slow  # ~3 s (two calibrated tables): keeps the default run of this module under 10 s
 def test_isrl_noise_table_fields():
     # The ISRL-DP reproduction's noise table (dpjax.reproduce.isrl_protocol.noise_table, the sigma / epsilon rows of
     # its figures), 'paper' calibration at L = 1 (Lowy-Razaviyayn, ISRL-DP Appendix I):

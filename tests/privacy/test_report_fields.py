@@ -17,16 +17,19 @@ Inventory (report -> fields -> where pinned before this module; "-" = nowhere in
     isrl-local-sgd, isrl-accelerated, dp-scaffold, dp-ftrl, dp-gd, diff2-gd, diff2-bvr, dp-sgd (two
     relations), dp-fedavg / dp-fedadam (joint update+count multiplier), dpsgd-general,
     isrl-unbalanced, isrl-shuffled.
-  * accountant / sampling / neighboring / unit: a few families' strings checked in
-    tests/algorithms (dp_sgd, dpsgd_general, shuffled); most families - -> pinned here for all above.
-  * delta: - (never asserted equal to the requested one for a family) -> pinned here.
+  * accountant / sampling / neighboring / unit: some strings of some families checked in
+    tests/algorithms (dp_sgd, dpsgd_general, dp_fedavg, dp_scaffold, dp_ftrl, diff2, shuffled,
+    shuffle_sco); isrl-mbsgd, isrl-local-sgd, isrl-accelerated, isrl-unbalanced, dp-gd - -> all
+    four strings pinned here for every family above.
+  * delta: asserted for isrl-shuffled only (tests/algorithms/test_shuffled.py) -> pinned here.
   * epsilon: pinned independently for some (shuffle-sgd gdp, dpsgd-general strong-exact via
     dpjax.accounting.bc, i.e. NOT independent of dpjax); most families only "dp_event gives the
     same RDP" (tests/accounting) -> pinned here against dp_accounting on hand-built events.
   * notes: the numbers they print (per-silo count and worst silo, composition count, dpsgd-general's
     s / m / rounds / epochs / sigma, isrl-shuffled's M and R) - -> parsed and pinned here.
-  * non-private twins (``NoPrivacy``): epsilon inf, accountant 'none', sampling 'n/a', noise_std 0
-    checked for some twins in tests/sweep -> pinned here for every registered twin.
+  * non-private twins (``NoPrivacy``): 'n/a' checked for dp-sgd's twin only (tests/sweep/test_dp_sgd)
+    -> epsilon / delta / strings / noise_std 0 / the note pinned here for every registered twin, and a
+    completeness test fails when a family or twin is registered without a pin here.
 ``dpjax account`` (dpjax/accounting/cli.py) printed / JSON fields: epsilon and neighbouring pinned
   (tests/accounting/test_cli.py, against compute_epsilon: not independent); noise_std against the
   schedule; sampling_rate / batch_size / steps / dataset_size / group_size / unit / the table's
@@ -34,9 +37,15 @@ Inventory (report -> fields -> where pinned before this module; "-" = nowhere in
 User-level (dpjax/accounting/user_level.py ``privacy(...).epsilon``): totals pinned in
   tests/pins/test_pins_user_level.py (composition); report strings / noise_std / delta / the printed
   call count - -> pinned here.
-Not covered here (left for the second half of the item): the reproduce figure reports
-  (dpjax/reproduce/report.py and the per-paper privacy rows), P_vec / shuffle-SCO transcript reports
-  (``SdpReport.details``), sdp-accelerated and shuffle-sgd / shuffle-acsa family reports.
+Reproduce: the DP-SGD-General reproduction's privacy rows (dpsgd_mnist.privacy_rows: no test compared its
+  epsilons with a hand value) -> sqrt-gE / generic-group (GDP by hand) / standard (WOR RDP) rows and the
+  notes' numbers pinned here; the ISRL-DP noise table (isrl_protocol.noise_table): MB-SGD's paper sigma
+  pinned (tests/reproduce/test_isrl_protocol.py), realized epsilon only bounded -> both kinds' sigma_unit,
+  realized_epsilon and accountant pinned here (slow pass).
+Not covered here (left for later): the other reproduce figure reports (diff2, shuffle-SCO, user-level
+  figures, batch_clipping_privacy N1-N8), P_vec / shuffle-SCO transcript reports (``SdpReport.details``),
+  sdp-accelerated and shuffle-sgd / shuffle-acsa family reports, strong-exact epsilons (a mixture no
+  dp_accounting event expresses), and the 'not releasable' note's kappa (a calculator: tests/pins).
 """
 
 from __future__ import annotations
@@ -192,7 +201,8 @@ def test_diff2_bvr_report():
     # with multiplier z3 (smallest silo n = 12); noise_std = 2 min(z1, z2, z3).
     z2, z3 = 2.0, 2.5
     r = _report("diff2-bvr", {"local_steps": 2, "batch_size": 3},
-                {"learning_rate": 0.1, "restart_interval": 2, "noise_multiplier_restart": Z, "noise_multiplier_diff": z2,
+                {"learning_rate": 0.1, "restart_interval": 2, "noise_multiplier_restart": Z,
+                 "noise_multiplier_diff": z2,
                  "noise_multiplier_local": z3, "clip_restart": CLIP, "clip_diff": 3.0, "clip_local": 1.5})
     (m,) = _check(r, epsilon=_rdp_epsilon([_gauss(Z, 3), _gauss(z2, 3), _wor(12, 3, z3, 6)], RO), accountant="rdp",
                   sampling="full+without-replacement", neighboring="replace-one", unit="record",
@@ -253,7 +263,9 @@ def _general_numbers(match):
 def _gdp_epsilon(mu: float) -> float:
     """The epsilon of mu-GDP at DELTA: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
     (Dong-Roth-Su 2022, Cor. 2.13), solved for eps."""
-    f = lambda e: stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2) - DELTA  # noqa: E731
+    def f(e):
+        return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2) - DELTA
+
     return optimize.brentq(f, 0.0, 100.0, xtol=1e-14, rtol=1e-14)
 
 
@@ -516,7 +528,7 @@ def test_isrl_noise_table_fields():
         eps = math.sqrt(8 * ln * steps / (12**2 * sigma**2))  # the formula above solved for eps at this sigma
         (entry,) = noise_table(kind, n=12, rounds=rounds, batch_size=k, epsilons=(eps,), delta=DELTA,
                                epsilon_max=eps, calibrations=("paper",)).values()
-        # the paper's sigma is the Appendix I moments-accountant form: named 'paper-experiment' (dpjax's accountant of it)
+        # the paper's sigma is Appendix I's moments-accountant form: named 'paper-experiment' (dpjax's accountant)
         assert (entry.calibration, entry.epsilon, entry.accountant) == ("paper", eps, "paper-experiment")
         assert entry.sigma_unit == pytest.approx(sigma, rel=1e-12), kind
         # hparams hold the multiplier in float32: relative 1e-7 in z, far less in epsilon

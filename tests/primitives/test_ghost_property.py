@@ -136,7 +136,10 @@ def _conv_dims(r, regime, rank):
         kk = c_in * math.prod(kernel)
         got = "t1" if p == 1 else "mat" if _is_mat(p, kk, c_out) else "tiny" if p <= 4 else "gram"
         if p >= 1 and got == regime:
-            padding = pads[0] if pads[0] in ("SAME", "VALID") else tuple(pads)
+            if all(isinstance(pd, str) for pd in pads):  # all SAME or all VALID
+                padding = pads[0]
+            else:  # flax wants pairs in every dimension once one is a pair
+                padding = tuple((0, 0) if pd == "VALID" else pd for pd in pads)
             return dict(size=size, kernel=kernel, strides=strides, dil=dil, padding=padding, c_in=c_in, c_out=c_out)
     raise AssertionError(f"no convolution found in regime {regime}")
 

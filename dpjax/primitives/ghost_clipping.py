@@ -160,6 +160,11 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
         res = clipping.per_example_clipped_sum(loss_fn, params, x, y, bound, mask, neighboring)
         return GhostClippedSum(res.total, res.count, sensitivity, False)
     weights = _weights(mask, x.shape[0])
+    if mask is not None and jnp.issubdtype(x.dtype, jnp.inexact):
+        # A masked row's input never enters the pass: the per-example parameters of a materialised layer are a
+        # vmapped kernel, which XLA may lower as one grouped op with zero-masked weights, where 0 * NaN in one row
+        # turns every row's gradient (hence norm and clip factor) into NaN (found by test_ghost_property).
+        x = jnp.where((weights != 0).reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.zeros_like(x))
     inputs, deltas = capture_layer_io(loss_fn, params, x, y, plan)
     if clip_norm is None:
         coef = weights

@@ -52,6 +52,7 @@ class Mutant:
 
 M = Mutant
 PRIV = "tests/privacy"
+GP, GHOST = "dpjax/primitives/ghost_passes.py", "tests/primitives/test_ghost_property.py"
 MUTANTS: tuple[Mutant, ...] = (
     # -- accountants that drop a trailing partial epoch ------------------------------------------
     M("P01", "partial-epoch", "dpjax/accounting/schedules.py",
@@ -147,6 +148,57 @@ MUTANTS: tuple[Mutant, ...] = (
       "return Sensitive(total, jnp.asarray(clip_norm, jnp.float32) / denominator, self.neighboring), state",
       "minibatch-average clipping (ClipMinibatchMean) bounded as per-example (C/K instead of C)",
       (f"{PRIV}/test_isrl_families.py",)),
+    # -- ghost norms: one dropped term per norm form (an underestimated norm clips too little) ------------------
+    M("G01", "ghost-norm", GP, "return jnp.sum(jnp.square(a[:, 0]), -1) * jnp.sum(jnp.square(d[:, 0]), -1)",
+      "return jnp.sum(jnp.square(a[:, 0]), -1) * jnp.sum(jnp.square(d[:, 0, 1:]), -1)",
+      "T = 1 dense norm ||a||^2 ||d||^2 drops the first output feature", (GHOST,)),
+    M("G02", "ghost-norm", GP, "gram_a = jnp.sum(a[:, :, None, :] * a[:, None, :, :], axis=-1)",
+      "gram_a = jnp.sum(a[:, :, None, :] * a[:, None, :, :], axis=-1) * jnp.eye(t)",
+      "tiny Gram form (T <= 4) drops the cross-position terms t != s", (GHOST,)),
+    M("G03", "ghost-norm", GP, 'gram_a = jnp.einsum("btk,bsk->bts", a, a, precision=HIGHEST_PRECISION)',
+      'gram_a = jnp.einsum("btk,bsk->bts", a, a, precision=HIGHEST_PRECISION) * jnp.eye(t)',
+      "Gram form (T > 4) drops the cross-position terms t != s", (GHOST,)),
+    M("G04", "ghost-norm", GP,
+      'return jnp.sum(jnp.square(jnp.einsum("btk,btc->bkc", a, d, precision=HIGHEST_PRECISION)), axis=(1, 2))',
+      'return jnp.sum(jnp.square(jnp.einsum("btk,btc->bkc", a[:, 1:], d[:, 1:], precision=HIGHEST_PRECISION)), '
+      'axis=(1, 2))', "materialised branch of _outer_sq_norms (DIFF2's stacked factors) drops a position", (GHOST,)),
+    M("G05", "ghost-norm", GP, "same = (idx[:, :, None] == idx[:, None, :]) & (idx[:, :, None] < v)",
+      "same = (idx[:, :, None] == idx[:, None, :]) & (idx[:, :, None] < v) & jnp.eye(idx.shape[1], dtype=bool)",
+      "embedding Gram form drops the repeated-token terms (idx_t = idx_s, t != s)", (GHOST,)),
+    M("G06", "ghost-norm", GP, "+ _outer_sq_norms(q, dv) + 2.0 * cross", "+ _outer_sq_norms(q, dv)",
+      "tied embedding / read-out norm drops the cross term", (GHOST,)),
+    M("G07", "ghost-norm", GP, "total = total + jnp.sum(jnp.square(p[1]), axis=-1)",
+      "total = total + jnp.sum(jnp.square(p[1][:, 1:]), axis=-1)",
+      "materialised leaves' norm drops the first coordinate", (GHOST,)),
+    M("G08", "ghost-norm", GP, 'g = jnp.zeros((idx.shape[0], v, d.shape[-1]), d.dtype).at[b, idx].add(d, mode="drop")',
+      'g = jnp.zeros((idx.shape[0], v, d.shape[-1]), d.dtype).at[b, idx].set(d, mode="drop")',
+      "materialised embedding gradient: a repeated token overwrites instead of adding", (GHOST,)),
+    M("G09", "ghost-norm", GP, 'g = jnp.einsum("btk,btc->bkc", a, d, precision=HIGHEST_PRECISION)\n    if layout',
+      'g = jnp.einsum("btk,btc->bkc", a[:, 1:], d[:, 1:], precision=HIGHEST_PRECISION)\n    if layout',
+      "materialised A^T D (dense, read-out, unfolded conv) drops the first position", (GHOST,)),
+    M("G10", "ghost-norm", GP, 'return jnp.einsum("bkt,bct->bkc", p, dt, precision=HIGHEST_PRECISION)',
+      'return jnp.einsum("bkt,bct->bkc", p[:, :, 1:], dt[:, :, 1:], precision=HIGHEST_PRECISION)',
+      "per-example convolution kernel gradients (whole or chunked) drop the first output position", (GHOST,)),
+    M("G11", "ghost-norm", GP, "return (\"vec\", jnp.sum(_flat_d(call, d), axis=1))",
+      "return (\"vec\", _flat_d(call, d)[:, 0])", "bias gradient from the first position only", (GHOST,)),
+    M("G12", "ghost-norm", GP, "a = jnp.concatenate([c[0][1] for c in cs], axis=1)\n"
+      "            d = jnp.concatenate([c[0][2] for c in cs], axis=1)",
+      "a = jnp.concatenate([c[0][1] for c in cs[:1]], axis=1)\n"
+      "            d = jnp.concatenate([c[0][2] for c in cs[:1]], axis=1)",
+      "a layer called twice: the Gram form stacks only its first call", (GHOST,)),
+    M("G13", "ghost-norm", GP, "if part is None:  # the materialised gradient of this leaf: sum of its contributions\n"
+      "            g = sum(dense_of(c, shape) for c, _ in cs)",
+      "if part is None:  # the materialised gradient of this leaf: sum of its contributions\n"
+      "            g = dense_of(cs[0][0], shape)",
+      "a parameter shared by layers of different kinds: only the first call's gradient", (GHOST,)),
+    M("G14", "ghost-norm", GP, "return (\"outer\", jnp.concatenate([p[1], p[1] - q[1]], 1), "
+      "jnp.concatenate([p[2] - q[2], q[2]], 1), False)", "return (\"outer\", p[1], p[2] - q[2], False)",
+      "DIFF2 difference of a layer with parameter-dependent input drops (A - A')^T D'", (GHOST,)),
+    M("G15", "ghost-norm", GP, "return (\"embed\", p[1], p[2] - q[2], True, p[4])",
+      "return (\"embed\", p[1], p[2], True, p[4])",
+      "DIFF2 embedding difference drops the previous iterate's term", (GHOST,)),
+    M("G16", "ghost-norm", GP, "return (\"tied\", diff(p[1], q[1]), diff(p[2], q[2]))",
+      "return (\"tied\", diff(p[1], q[1]), p[2])", "DIFF2 tied table: read-out side not differenced", (GHOST,)),
     # -- noise ----------------------------------------------------------------------------------------
     M("N01", "noise", "dpjax/parts/clipping.py",
       "clipped = Sensitive(total, jnp.asarray(clip_norm, jnp.float32), self.neighboring)",

@@ -383,6 +383,8 @@ NOT_PINNED = {
                    "(SdpReport.details): left for later",
     "shuffle-acsa": "as shuffle-sgd",
     "sdp-accelerated": "P_vec report (pvec-lemma): the second half of issue 42 item 4",
+    "user-level-dpsgd": "new this session: its epsilon is pinned against dp_accounting built in the test "
+                        "(tests/user_level_dpsgd/test_accounting.py); the other fields: left for later",
 }
 PINNED = {"isrl-mbsgd", "isrl-local-sgd", "isrl-accelerated", "dp-scaffold", "isrl-unbalanced", "dp-gd", "diff2-gd",
           "diff2-bvr", "dp-ftrl", "dp-sgd", "dp-fedavg", "dp-fedadam", "dpsgd-general", "isrl-shuffled"}

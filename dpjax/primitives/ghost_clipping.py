@@ -116,6 +116,15 @@ def _weights(mask, batch, dtype=jnp.float32):
     return jnp.ones((batch,), dtype) if mask is None else mask.astype(dtype)
 
 
+def _zero_masked_rows(x, mask, weights):
+    """``x`` with its masked rows zeroed before a batched ghost pass: the per-example parameters of a materialised
+    layer are a vmapped kernel, which XLA may lower as one grouped op with zero-masked weights, where 0 * NaN in one
+    row turns every row's gradient (hence norm and clip factor) into NaN (found by test_ghost_property)."""
+    if mask is None or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return jnp.where((weights != 0).reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.zeros_like(x))
+
+
 def _resolve(plan: GhostPlan, require_fast: bool, force_fallback: bool) -> bool:
     if force_fallback:
         return False
@@ -160,11 +169,7 @@ def ghost_clipped_sum(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Ar
         res = clipping.per_example_clipped_sum(loss_fn, params, x, y, bound, mask, neighboring)
         return GhostClippedSum(res.total, res.count, sensitivity, False)
     weights = _weights(mask, x.shape[0])
-    if mask is not None and jnp.issubdtype(x.dtype, jnp.inexact):
-        # A masked row's input never enters the pass: the per-example parameters of a materialised layer are a
-        # vmapped kernel, which XLA may lower as one grouped op with zero-masked weights, where 0 * NaN in one row
-        # turns every row's gradient (hence norm and clip factor) into NaN (found by test_ghost_property).
-        x = jnp.where((weights != 0).reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.zeros_like(x))
+    x = _zero_masked_rows(x, mask, weights)
     inputs, deltas = capture_layer_io(loss_fn, params, x, y, plan)
     if clip_norm is None:
         coef = weights
@@ -264,6 +269,7 @@ def clipped_difference_sum(
             g = jax.tree_util.tree_map(lambda u, v: jnp.where(use_difference, u - v, u), g, g_prev)
         res = clipping.clipped_sum(g, clip_norm, mask)
         return GhostClippedSum(res.total, res.count, sensitivity, False)
+    x = _zero_masked_rows(x, mask, weights)  # as ghost_clipped_sum: a NaN padding row stays out of the real rows
     passes = capture_layer_io(loss_fn, params, x, y, plan)
     if static_plain:
         inputs, deltas = passes

@@ -523,6 +523,10 @@ def _programs(loss, x, y, mask, full=True):
         pairs["DIFF2 clipped differences"] = (
             clipping.clipped_sum(diffs, cd, mask).total,
             gc.clipped_difference_sum(loss, p, q, x, y, cd, mask, require_fast=True).total)
+        if full:  # DIFF2 with NaN padding rows: the same guard as the clipped sum's
+            pairs["DIFF2 clipped differences, NaN padding rows"] = (
+                pairs["DIFF2 clipped differences"][0],
+                gc.clipped_difference_sum(loss, p, q, x_nan, y, cd, mask, require_fast=True).total)
         return ref_norms, norms, diff_norms, pairs
 
     return run

@@ -255,7 +255,8 @@ def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
         problems.append("grid is empty; give at least one axis (e.g. learning_rate = [0.1])")
     elif isinstance(grid, dict):
         sized = check(grid_size, grid)
-        limit = max_runs if max_runs is not None else d.get("max_runs") if isinstance(d.get("max_runs"), int) else None
+        own = d.get("max_runs")  # a refused limit (0, "many") is reported by precheck, not used to size the grid
+        limit = max_runs if max_runs is not None else own if isinstance(own, int) and own >= 1 else None
         limit = DEFAULT_MAX_RUNS if limit is None else limit
         if sized is not None and sized[0] > limit:
             problems.append(f"grid has {sized[0]:,} runs ({sized[1]}), above max_runs={limit:,}; shrink the grid, or "
@@ -349,6 +350,8 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
         problems.append(f"static={d['static']!r} must be a table")
     if "run" in d:
         check(check_run_table, d["run"])
+    if max_runs is not None and check(_validate.check_int, "max_runs", max_runs, min_value=1) is None:
+        max_runs = None  # the command line's limit is refused above; size the grid against the config's own
     _precheck_grid(d, max_runs, problems, check)
     _precheck_privacy(d.get("privacy"), problems, check)
     if problems:

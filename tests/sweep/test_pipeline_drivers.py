@@ -14,7 +14,11 @@ convolution gradients moved to chunked strided-slice patches (issue #25: the sam
 another order; largest relative change 1.09e-7, in test_accuracy; batch clipping bit-identical). The ``isrl_grid/local/`` arrays were re-recorded with ``--only isrl_grid``
 when Local SGD's sequential steps moved the runs axis inside the silo axis and clipped a GLM record by
 its closed form (issue #25: the same arithmetic in another layout; largest relative change 7.7e-7, in
-train_loss; the MB-SGD and softmax arrays bit-identical).
+train_loss; the MB-SGD and softmax arrays bit-identical). ``dpsgd_mnist_grid/ic/diverged`` was
+re-recorded (``--only dpsgd_mnist_grid``) when ``ghost_clipped_sum`` began zeroing a non-finite
+example's contribution as ``clip_to_norm`` does (e4c5a94, issue #39): the lr = 3e38 run's one
+overflowing example no longer turns round 1's sum into NaN, so it diverges at round 5 instead of 1;
+every other array bit-identical.
 """
 
 import numpy as np

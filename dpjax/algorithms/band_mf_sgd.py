@@ -72,8 +72,9 @@ def check_config(num_rounds: int, sampling: str, neighboring: str, order: str, b
     period of a binned selection defaulting to the strategy's bands (the cyclic period and the bands tied, as
     NeurIPS 2023, Thm 4 states it)."""
     if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling={sampling!r} must be one of {SAMPLINGS} with noise='band-mf' (a record's "
-                         "participations separated, or cyclic Poisson groups: BandMF's accounting)")
+        raise ValueError(f"sampling={sampling!r} must be 'one-pass', 'cyclic-poisson' or 'min-separation' with "
+                         "noise='band-mf' (a record's participations separated, or cyclic Poisson groups: BandMF's "
+                         "accounting)")
     if sampling == "one-pass":
         if neighboring != "replace-one":
             raise ValueError(f"neighboring={neighboring!r} must be 'replace-one' with noise='band-mf' and "

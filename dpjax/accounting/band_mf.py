@@ -15,11 +15,16 @@ with the strategy ``C`` normalised to unit largest column norm, ``Delta`` a reco
   Gaussian of multiplier ``z`` (column-norm sensitivity), composed adaptively:
   ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), ceil(n / b))``. Neighbouring: add/remove.
 
-In a family (``DpSgd(noise="band-mf")``) the privatizer's ``BandMfEvent`` reads the DP plan: records in a fixed order
-cut into blocks and cycled (``one-pass`` selection, ``T = floor(n_min / B)`` rounds an epoch) participate every ``T``
-rounds, so ``min_sep = T``, ``k = ceil(R / T)`` and, for ``bands <= T``, ``sens(C) <= sqrt(k)``: the run's
-``BandMfPrivacy`` is ``multi_epoch_event(z, sqrt(k))``. dpjax has no cyclic-Poisson batch selection yet, so no family
-reports ``amplified_event``; it is the accountant such a selection will read.
+In a family (``DpSgd(noise="band-mf")``) the privatizer's ``BandMfEvent`` reads the DP plan's selection:
+
+* records in a fixed order cut into blocks and cycled (``one-pass``, ``T = floor(n_min / B)`` rounds an epoch)
+  participate every ``T`` rounds, so ``min_sep = T``, ``k = ceil(R / T)`` and, for ``bands <= T``,
+  ``sens(C) <= sqrt(k)``: the run's ``BandMfPrivacy`` is ``multi_epoch_event(z, sqrt(k))``;
+* ``min-separation`` groups (``dpjax.parts.selection_bins``, period ``p``): the same with ``min_sep = p``;
+* ``cyclic-poisson`` groups (period ``p >= bands``, rate ``q``): ``BandMfAmplifiedPrivacy``, i.e.
+  ``amplified_event(z, q, R, p)`` (a record's participations are ``p >= bands`` rounds apart, so the columns of ``C``
+  they touch have disjoint supports and each is its own Poisson-subsampled Gaussian: Thm 4, stated there for
+  ``p = bands``), wrapped in the selection's overflow charge (``dpjax.accounting.sampling_bins.BinnedPrivacy``).
 
 Pure Python + dp_accounting (no jax).
 """
@@ -36,10 +41,11 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from dpjax import _validate as v
 from dpjax.accounting import gdp
 from dpjax.accounting.privacy_spec import NoPrivacy, PrivacySpec, StatedRelation
-from dpjax.accounting.schedules import PrivacyReport, Sampling
+from dpjax.accounting.sampling_bins import BinnedPrivacy, BinnedSampling, BinnedSelectionEvent, overflow_probability
+from dpjax.accounting.schedules import Neighboring, PrivacyReport, Sampling
 
 __all__ = ["separated_sensitivity", "multi_epoch_event", "amplified_event", "band_mf_epsilon", "BandMfPrivacy",
-           "BandMfEvent"]
+           "BandMfAmplifiedPrivacy", "BandMfEvent"]
 
 
 def separated_sensitivity(num_rounds: int, min_sep: int, bands: int) -> float:
@@ -107,6 +113,7 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
     min_sep: int = 1
     neighboring: str = "replace-one"
     privacy_unit: str = "record"
+    sampling: str = Sampling.ONE_PASS.value  # the selection's name, reported as the report's ``sampling``
 
     accountants = ("pld", "rdp", "gdp", "best")
 
@@ -145,8 +152,80 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
         if accountant == "best":  # the smallest certified epsilon, naming its accountant
             accountant = min(("pld", "rdp", "gdp"), key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
         return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
-                             Sampling.ONE_PASS.value, self.neighboring, self.privacy_unit, self.noise_multiplier,
-                             (note,))
+                             self.sampling, self.neighboring, self.privacy_unit, self.noise_multiplier, (note,))
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
+        from dpjax.accounting import calibration
+
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        target = v.check_positive("target_epsilon", target_epsilon)
+        delta = v.check_open_unit("delta", delta)
+        z = calibration.smallest_scale(lambda z: self._epsilon_at(z, delta, accountant), target,
+                                       start=self.noise_multiplier, rtol=1e-4, min_scale=1e-6,
+                                       what=self.noise_field)
+        return {self.noise_field: z}
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMfAmplifiedPrivacy(StatedRelation, PrivacySpec):
+    """Amplified BandMF under cyclic Poisson sampling (Choquette-Choo et al., NeurIPS 2023, Thm 4): the records in
+    ``period >= bands`` groups, round ``t`` Poisson-samples group ``t mod period`` at rate ``sampling_rate``; the run is
+    ``amplified_event(z, q, R, period)``: ``ceil(R / period)`` Poisson-subsampled Gaussians of multiplier ``z``,
+    composed under add/remove.
+
+    ``epsilon(delta, "pld")`` is ``band_mf_epsilon(amplified_event(...))`` (dp_accounting's PLD); ``"rdp"`` its RDP
+    accountant on the same event; ``"best"`` the smaller. ``calibrate`` returns ``{noise_field: z}``."""
+
+    noise_multiplier: float
+    sampling_rate: float
+    num_rounds: int
+    period: int
+    bands: int
+    noise_field: str = "noise_multiplier"
+    neighboring: str = "add-remove"
+    privacy_unit: str = "record"
+
+    accountants = ("pld", "rdp", "best")
+
+    def __post_init__(self):
+        v.check_positive("noise_multiplier", self.noise_multiplier)
+        v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False)
+        v.check_int("bands", self.bands, min_value=1)
+        v.check_int("period", self.period, min_value=1)
+        if self.bands > self.period:
+            raise ValueError(f"bands={self.bands} must be <= the cyclic period num_bins={self.period} (a record's "
+                             "participations must be >= bands rounds apart)")
+        if self.neighboring != Neighboring.ADD_REMOVE.value:
+            raise ValueError(f"neighboring={self.neighboring!r}: amplified BandMF is accounted under add-remove")
+
+    def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
+        return amplified_event(noise_multiplier, self.sampling_rate, self.num_rounds, self.period)
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        return self.event_at(self.noise_multiplier)
+
+    @property
+    def dp_neighboring_relation(self):
+        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
+        if accountant == "best":
+            return min(self._epsilon_at(z, delta, a) for a in ("pld", "rdp"))
+        event = self.event_at(z)
+        return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
+
+    def epsilon(self, delta: float, accountant: str = "pld") -> PrivacyReport:
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        delta = v.check_open_unit("delta", delta)
+        k = -(-self.num_rounds // self.period)
+        note = (f"amplified BandMF (Choquette-Choo et al., NeurIPS 2023, Thm 4): {k} Poisson-subsampled Gaussians of "
+                f"multiplier {self.noise_multiplier:g} at q = {self.sampling_rate:g} (cyclic Poisson, "
+                f"{self.period} groups, {self.bands} bands)")
+        if accountant == "best":
+            accountant = min(("pld", "rdp"), key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
+        return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
+                             BinnedSampling.CYCLIC_POISSON.value, self.neighboring, self.privacy_unit,
+                             self.noise_multiplier, (note,))
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
         from dpjax.accounting import calibration
@@ -163,22 +242,27 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
 @dataclasses.dataclass(frozen=True)
 class BandMfEvent:
     """The BandMF privatizer's event (``dpjax.parts.band_mf.BandMfNoise.events``): its noise (``noise``, a
-    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's
-    ``BandMfPrivacy`` (module docstring); it needs the fixed-order ``one-pass`` selection (b-min-separation
-    ``T = floor(n_min / B)``) and ``bands <= T``, and refuses anything else with a ValueError."""
+    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's guarantee
+    (module docstring): ``BandMfPrivacy`` for the fixed-order ``one-pass`` selection (b-min-separation
+    ``T = floor(n_min / B)``, ``bands <= T``) or ``min-separation`` groups, the amplified ``BandMfAmplifiedPrivacy``
+    (with the buffer's overflow charge) for ``cyclic-poisson`` groups of period ``>= bands``; anything else is refused
+    with a ValueError."""
 
     noise: object
     bands: int
 
     def spec(self, plan) -> PrivacySpec:
         sel = plan.selection
-        if sel.sampling is not Sampling.ONE_PASS or len(set(sel.batch_sizes)) != 1 or sel.batch_sizes[0] is None:
-            raise ValueError(f"{plan.label}: BandMF is accounted for records in a fixed order (one-pass blocks of one "
-                             f"batch size), got sampling={sel.sampling.value!r}")
         z = self.noise.noise_multiplier
         if isinstance(z, tuple):
             raise ValueError(f"{plan.label}: BandMF noise is added once on the aggregate; noise_multiplier={z!r} "
                              "must be one value")
+        if isinstance(sel, BinnedSelectionEvent):
+            return self._binned_spec(plan, sel, z)
+        if sel.sampling is not Sampling.ONE_PASS or len(set(sel.batch_sizes)) != 1 or sel.batch_sizes[0] is None:
+            raise ValueError(f"{plan.label}: BandMF is accounted for records in a fixed order (one-pass blocks of one "
+                             f"batch size), min-separation or cyclic-Poisson groups, got sampling="
+                             f"{sel.sampling.value!r}")
         min_sep = min(sel.dataset_sizes) // sel.batch_sizes[0]
         if min_sep < 1:
             raise ValueError(f"batch_size={sel.batch_sizes[0]} must be <= the smallest silo size "
@@ -193,3 +277,30 @@ class BandMfEvent:
         sens = plan.group_size * separated_sensitivity(plan.num_rounds, min_sep, self.bands)
         return BandMfPrivacy(z, sens, self.noise.field, plan.num_rounds, self.bands, min_sep,
                              plan.clip.neighboring.value, sel.unit.value)
+
+    def _binned_spec(self, plan, sel: BinnedSelectionEvent, z: float) -> PrivacySpec:
+        """min-separation groups: multi-epoch at ``min_sep = p``; cyclic Poisson: amplified (module docstring)."""
+        period = min(sel.periods)
+        if sel.sampling is BinnedSampling.BALLS_IN_BINS:
+            raise ValueError(f"{plan.label}: sampling='balls-in-bins' with BandMF noise: a record's bins in two "
+                             "epochs can be adjacent rounds (no separation); use 'cyclic-poisson' or 'min-separation'")
+        if self.bands > period:
+            raise ValueError(f"bands={self.bands} must be <= the cyclic period num_bins={period} (a record's "
+                             "participations are num_bins rounds apart: b-min-separation)")
+        neighboring = plan.clip.neighboring
+        if neighboring is Neighboring.ADD_REMOVE and sel.size_derived:
+            raise ValueError(f"{plan.label}: the number of groups (or the rate) was read from the data set's size, "
+                             "which differs between add/remove neighbours; declare num_bins (and sampling_rate)")
+        if z == 0:
+            return NoPrivacy(f"{plan.label} adds no noise (noise multiplier 0)", neighboring.value, sel.unit.value)
+        if sel.sampling is BinnedSampling.MIN_SEPARATION:
+            sens = plan.group_size * separated_sensitivity(plan.num_rounds, period, self.bands)
+            return BandMfPrivacy(z, sens, self.noise.field, plan.num_rounds, self.bands, period, neighboring.value,
+                                 sel.unit.value, sampling=sel.sampling.value)
+        if neighboring is not Neighboring.ADD_REMOVE or plan.group_size != 1:
+            raise ValueError(f"{plan.label}: amplified BandMF is accounted for one record under add-remove, got "
+                             f"neighboring={neighboring.value!r}, group_size={plan.group_size}")
+        amplified = BandMfAmplifiedPrivacy(z, max(sel.rates), plan.num_rounds, period, self.bands, self.noise.field,
+                                           neighboring.value, sel.unit.value)
+        return BinnedPrivacy(amplified, sel.sampling.value, overflow_probability(plan.num_rounds, sel.tails()),
+                             "cyclic Poisson: the static buffer's overflow probability is charged to delta")

@@ -19,8 +19,15 @@ Round t:
 Privacy: ``BandMfNoise.events`` gives a ``dpjax.accounting.band_mf.BandMfEvent``, whose ``spec(plan)`` is the
 multi-epoch guarantee (NeurIPS 2023, Sec. 4, with Choquette-Choo et al., "Multi-Epoch Matrix Factorization Mechanisms
 for Private Machine Learning", ICML 2023, Thm 2.1): one Gaussian of multiplier ``z / sqrt(k)`` when ``bands <= T``
-(refused otherwise). dpjax has no cyclic-Poisson batch selection yet, so the amplified guarantee (NeurIPS 2023, Thm 4)
-is not reported by a family.
+(refused otherwise).
+
+``sampling="cyclic-poisson"`` (add/remove) replaces step 1 by ``dpjax.parts.selection_bins.BinnedBatches``: the records
+of every silo split once into ``num_bins`` p groups (default: the bands b, the period and the bands tied as in NeurIPS
+2023, Thm 4; ``p < b`` is refused), round t Poisson-samples group ``t mod p`` at the public ``sampling_rate`` q. The
+same ``BandMfEvent`` then reads the selection's ``BinnedSelectionEvent`` and reports the amplified guarantee:
+``ceil(R / p)`` Poisson-subsampled Gaussians of multiplier z (``dpjax.accounting.band_mf.amplified_event``), with the
+static buffer's overflow charged to delta. ``sampling="min-separation"`` (all of group ``t mod p``) is the multi-epoch
+guarantee at ``min_sep = p`` (``dpjax.algorithms.binned_sgd`` builds both rounds).
 """
 
 from __future__ import annotations
@@ -30,15 +37,18 @@ import functools
 import jax
 
 from dpjax import _validate
+from dpjax.algorithms import binned_sgd
 from dpjax.algorithms.dp_ftrl import EpochBlocks
 from dpjax.engine.chain import Parts
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, MinibatchGradient, OptaxServer
 from dpjax.parts.band_mf import BandMfNoise
 from dpjax.primitives import banded_mf
 
-__all__ = ["ORDERS", "optimized_coeffs", "strategy_coeffs", "check_config", "band_mf_parts", "validate_data"]
+__all__ = ["ORDERS", "SAMPLINGS", "optimized_coeffs", "strategy_coeffs", "check_config", "band_mf_parts", "validate_data"]
 
 ORDERS = ("shuffled-once", "given")
+#: The selections BandMF is accounted for: fixed-order blocks, min-separation groups, cyclic Poisson (amplified).
+SAMPLINGS = ("one-pass", "cyclic-poisson", "min-separation")
 
 
 @functools.lru_cache(maxsize=32)
@@ -56,29 +66,53 @@ def strategy_coeffs(num_rounds: int, bands: int | None, band_coeffs) -> tuple[fl
     return optimized_coeffs(int(num_rounds), 1 if bands is None else int(bands))
 
 
-def check_config(num_rounds: int, sampling: str, neighboring: str, order: str, bands, band_coeffs) -> tuple:
-    """Validates the band-mf configuration of ``DpSgd``; returns ``band_coeffs`` as a tuple (or None)."""
-    if sampling != "one-pass":
-        raise ValueError(f"sampling={sampling!r} must be 'one-pass' with noise='band-mf' (records in a fixed order, "
-                         "so a record's participations are separated: BandMF's accounting)")
-    if neighboring != "replace-one":
-        raise ValueError(f"neighboring={neighboring!r} must be 'replace-one' with noise='band-mf' (fixed positions)")
+def check_config(num_rounds: int, sampling: str, neighboring: str, order: str, bands, band_coeffs, *,
+                 num_bins=None, sampling_rate=None) -> tuple:
+    """Validates the band-mf configuration of ``DpSgd``; returns ``(band_coeffs as a tuple or None, num_bins)``, the
+    period of a binned selection defaulting to the strategy's bands (the cyclic period and the bands tied, as
+    NeurIPS 2023, Thm 4 states it)."""
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling={sampling!r} must be 'one-pass', 'cyclic-poisson' or 'min-separation' with "
+                         "noise='band-mf' (a record's participations separated, or cyclic Poisson groups: BandMF's "
+                         "accounting)")
+    if sampling == "one-pass":
+        if neighboring != "replace-one":
+            raise ValueError(f"neighboring={neighboring!r} must be 'replace-one' with noise='band-mf' and "
+                             "sampling='one-pass' (fixed positions)")
+        if num_bins is not None:
+            raise ValueError(f"num_bins={num_bins!r}: sampling='one-pass' cycles blocks of batch_size; the period "
+                             "is n_min // batch_size")
+    elif sampling == "cyclic-poisson" and neighboring != "add-remove":
+        raise ValueError(f"neighboring={neighboring!r} must be 'add-remove' with noise='band-mf' and "
+                         "sampling='cyclic-poisson' (amplified BandMF, NeurIPS 2023, Thm 4)")
     _validate.check_choice("order", order, ORDERS)
     if bands is not None:
         _validate.check_int("bands", bands, min_value=1, max_value=num_rounds)
-    if band_coeffs is None:
-        return None
-    coeffs = tuple(float(x) for x in band_coeffs)
-    if bands is not None and len(coeffs) != bands:
-        raise ValueError(f"band_coeffs has {len(coeffs)} entries; bands={bands} must match")
-    BandMfNoise(coeffs)  # validates c_0 > 0, finite
-    return coeffs
+    coeffs = None
+    if band_coeffs is not None:
+        coeffs = tuple(float(x) for x in band_coeffs)
+        if bands is not None and len(coeffs) != bands:
+            raise ValueError(f"band_coeffs has {len(coeffs)} entries; bands={bands} must match")
+        BandMfNoise(coeffs)  # validates c_0 > 0, finite
+    if sampling == "one-pass":
+        return coeffs, None
+    b = len(coeffs) if coeffs is not None else (1 if bands is None else bands)
+    period = b if num_bins is None else _validate.check_int("num_bins", num_bins, min_value=1)
+    if b > period:
+        raise ValueError(f"bands={b} must be <= num_bins={period}, the cyclic period (a record's participations "
+                         "are num_bins rounds apart; BandMF's accounting needs them >= bands apart)")
+    binned_sgd.check_config(sampling, neighboring, period, sampling_rate)
+    return coeffs, period
 
 
 def band_mf_parts(problem, num_rounds: int, batch_size: int, order: str, bands, band_coeffs, server_optimizer,
-                  output: str, window: int) -> Parts:
-    """The round's parts (module docstring)."""
+                  output: str, window: int, selection=None, neighboring: str = "replace-one") -> Parts:
+    """The round's parts (module docstring); ``selection`` a ``BinnedBatches`` (cyclic Poisson, min-separation)
+    instead of the fixed-order blocks."""
     noise = BandMfNoise(strategy_coeffs(num_rounds, bands, band_coeffs))
+    if selection is not None:
+        return binned_sgd.binned_parts(problem, batch_size, selection, neighboring, noise, server_optimizer, output,
+                                       window)
     return Parts(EpochBlocks(batch_size, order == "shuffled-once"),
                  (MinibatchGradient(problem, batch_size), ClipPerUnit("clip_norm", "replace-one"), Aggregate("mean"),
                   noise, OptaxServer(server_optimizer), Averager(output, window)))

@@ -20,6 +20,12 @@ the non-private twin (noise 0, no clip).
 matrix-factorization noise (Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023, Alg. 1):
 records in a fixed order, cycled, and ``C^{-1}``-correlated noise of ``bands`` bands (``dpjax.algorithms.band_mf_sgd``);
 its guarantee is the multi-epoch BandMF event (``dpjax.accounting.band_mf``, no amplification).
+
+``sampling="balls-in-bins"``, ``"cyclic-poisson"`` or ``"min-separation"`` (``num_bins`` B or b, cyclic Poisson's
+``sampling_rate`` q, the static buffer's ``capacity``) selects with ``dpjax.parts.selection_bins.BinnedBatches``
+(``dpjax.algorithms.binned_sgd``); the privacy report is the selection event's certified accountant
+(``dpjax.accounting.sampling_bins``, what ``dpjax account --sampling ...`` prints for the same schedule), and with
+``noise="band-mf"`` and cyclic Poisson the amplified BandMF guarantee (Choquette-Choo et al., NeurIPS 2023, Thm 4).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 import optax
 
 from dpjax import _validate
-from dpjax.algorithms import band_mf_sgd
+from dpjax.algorithms import band_mf_sgd, binned_sgd
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
@@ -59,7 +65,9 @@ class DpSgd(OutputRule, ChainFamily):
       num_rounds: R optimizer steps.
       batch_size: K, expected records per silo per step.
       sampling: ``"poisson"`` (default; add-remove) or ``"without-replacement"`` (fixed batches; replace-one);
-        ``"one-pass"`` (fixed order, blocks cycled; replace-one) with ``noise="band-mf"``.
+        ``"balls-in-bins"``, ``"cyclic-poisson"``, ``"min-separation"`` (``dpjax.algorithms.binned_sgd``; either
+        relation); ``"one-pass"`` (fixed order, blocks cycled; replace-one) with ``noise="band-mf"``, which also takes
+        ``"cyclic-poisson"`` (add-remove: amplified) and ``"min-separation"``.
       optimizer: a key of ``OPTIMIZERS`` (``"adam"`` default).
       private: clip and add noise (True) or the non-private twin.
       neighboring: ``"add-remove"`` (default; Poisson) or ``"replace-one"`` (without replacement).
@@ -72,7 +80,12 @@ class DpSgd(OutputRule, ChainFamily):
       bands: ``"band-mf"``: the strategy's bands b (default 1), optimised for the run's prefix sums; must be <= the
         rounds between a record's participations, ``n_min // batch_size``.
       band_coeffs: ``"band-mf"``: a given strategy ``(c_0, ..., c_{b-1})`` instead of the optimised one.
-      order: ``"band-mf"``: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (stored order)."""
+      order: ``"band-mf"``: ``"shuffled-once"`` (a permutation drawn once per run) or ``"given"`` (stored order).
+      num_bins: the binned samplings' period: B bins an epoch (balls-in-bins) or b groups (cyclic Poisson,
+        min-separation); required under add/remove (None: ``n // K`` of each silo, replace-one only; cyclic
+        Poisson: 1). With ``noise="band-mf"`` it defaults to ``bands`` and must be ``>= bands``.
+      capacity: balls-in-bins / cyclic Poisson: the static batch buffer (None: the sampler's default; its overflow
+        probability is charged to delta)."""
 
     problem: Any
     num_rounds: int
@@ -86,24 +99,47 @@ class DpSgd(OutputRule, ChainFamily):
     bands: int | None = None
     band_coeffs: tuple | None = None
     order: str = "shuffled-once"
+    num_bins: int | None = None
+    capacity: int | None = None
 
     hparams_type = DpSgdHParams
 
     def __post_init__(self):
         _validate.check_choice("noise", self.noise, NOISES)
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
+        binned_sgd.check_unused(self.sampling, self.num_bins, self.capacity)
         if self.noise == "band-mf":
             _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-            coeffs = band_mf_sgd.check_config(self.num_rounds, self.sampling, self.neighboring, self.order,
-                                              self.bands, self.band_coeffs)
+            coeffs, period = band_mf_sgd.check_config(self.num_rounds, self.sampling, self.neighboring, self.order,
+                                                      self.bands, self.band_coeffs, num_bins=self.num_bins,
+                                                      sampling_rate=self.sampling_rate)
             object.__setattr__(self, "band_coeffs", coeffs)
+            object.__setattr__(self, "num_bins", period)
             self.check_common()
+            self.selection  # noqa: B018  (validates the binned selection's numbers)
             return
         if self.bands is not None or self.band_coeffs is not None:
             raise ValueError(f"bands={self.bands!r}, band_coeffs={self.band_coeffs!r} need noise='band-mf'")
-        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING))
+        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING) + binned_sgd.BINNED_SAMPLINGS)
         self.check_common()
+        if self.binned:
+            binned_sgd.check_config(self.sampling, self.neighboring, self.num_bins, self.sampling_rate)
+            self.selection  # noqa: B018
+            return
         self.general()  # the configuration is valid DP-SGD-General
+
+    @property
+    def binned(self) -> bool:
+        """A balls-in-bins / cyclic-Poisson / min-separation selection (``dpjax.algorithms.binned_sgd``)."""
+        return self.sampling in binned_sgd.BINNED_SAMPLINGS
+
+    @property
+    def selection(self):
+        """The binned selection part (None for the other samplings)."""
+        if not self.binned:
+            return None
+        return binned_sgd.selection(self.sampling, self.batch_size, self.num_bins, self.sampling_rate,
+                                    self.capacity)
 
     def general(self) -> DpSgdGeneral:
         """This run as DP-SGD-General: ``s = 1``, ``m = K`` (individual clipping), noise on the server."""
@@ -114,6 +150,9 @@ class DpSgd(OutputRule, ChainFamily):
                             sampling_rate=self.sampling_rate)
 
     def validate(self, data: SiloData) -> None:
+        if self.binned:
+            self.selection.validate(data)
+            return
         if self.noise == "band-mf":
             band_mf_sgd.validate_data(self.batch_size, self.bands, self.band_coeffs, data)
             return
@@ -122,7 +161,11 @@ class DpSgd(OutputRule, ChainFamily):
     def parts(self, shape: DataShape) -> Parts:
         if self.noise == "band-mf":
             return band_mf_sgd.band_mf_parts(self.problem, self.num_rounds, self.batch_size, self.order, self.bands,
-                                             self.band_coeffs, OPTIMIZERS[self.optimizer], self.output, self.window)
+                                             self.band_coeffs, OPTIMIZERS[self.optimizer], self.output, self.window,
+                                             self.selection, self.neighboring)
+        if self.binned:
+            return binned_sgd.binned_parts(self.problem, self.batch_size, self.selection, self.neighboring, None,
+                                           OPTIMIZERS[self.optimizer], self.output, self.window)
         return self.general().parts(shape)
 
 

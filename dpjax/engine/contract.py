@@ -79,7 +79,7 @@ def check_sampling_rate(sampling: str, neighboring: str, sampling_rate) -> None:
     reads the data set's size, which differs between neighbours (one record more lowers every other record's rate), so
     the sampled law would not be the accounted one. Checked from the configuration alone, before any data is touched."""
     if sampling_rate is not None:
-        if sampling != "poisson":
+        if sampling not in ("poisson", "cyclic-poisson"):  # cyclic Poisson: the rate inside the round's group
             raise ValueError(f"sampling_rate={sampling_rate!r} is Poisson's public rate; sampling={sampling!r} "
                              "draws fixed-size batches and takes none")
         _validate.check_probability("sampling_rate", sampling_rate, allow_zero=False)

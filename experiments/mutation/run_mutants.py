@@ -27,8 +27,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
+import math
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -128,9 +131,9 @@ MUTANTS: tuple[Mutant, ...] = (
       "scale = jnp.minimum(1.0, 2.0 * clip_norm / jnp.maximum(norm, _TINY))",
       "clip to 2C (accountant: C)", (f"{PRIV}/test_isrl_families.py", f"{PRIV}/test_central_families.py")),
     M("C02", "clipping", "dpjax/parts/clients.py",
-      "denominator = self.denominator(data.sizes)\n        if jnp.ndim(denominator) == 1:",
-      "denominator = jnp.maximum(jnp.sum(batch.weights.astype(jnp.float32), axis=-1), 1.0)\n"
-      "        if jnp.ndim(denominator) == 1:",
+      "denominator = self.denominator(ctx.data.sizes)\n        if jnp.ndim(denominator) == 1:\n"
+      "            denominator = batch.select(denominator)\n",
+      "denominator = jnp.maximum(jnp.sum(weights.astype(jnp.float32), axis=-1), 1.0)\n",
       "minibatch mean divided by the realised (Poisson) batch size, not the public K (the noise follows it)",
       (f"{PRIV}/test_isrl_families.py",)),
     M("C03", "clipping", "dpjax/parts/clipping.py",
@@ -228,15 +231,15 @@ MUTANTS: tuple[Mutant, ...] = (
       "noise = [_threefry_normal(words, int(o), leaf.shape) * jnp.asarray(std, dtype) ** 2",
       "multi-leaf noise scaled by the variance (right only at std = 1)", ("tests/primitives/test_noise.py",)),
     M("N07", "noise", "dpjax/parts/privatizers.py",
-      "lambda g, z: g + std.astype(z.dtype) * z,",
-      "lambda g, z: g + std.astype(z.dtype) * z / z.shape[-1] ** 0.5,",
+      "lambda g, z: g + std.astype(z.dtype) * z[step][None],",
+      "lambda g, z: g + std.astype(z.dtype) * z[step][None] / z.shape[-1] ** 0.5,",
       "Local SGD per-step noise shrunk by the leaf size", (f"{PRIV}/test_isrl_families.py",)),
     M("N08", "noise", "dpjax/parts/users.py",
       'total = total + std * jax.random.normal(keys.stream_key(ctx.key, "server_noise"), total.shape)',
       "total = total", "pan-private AC-SA draws once per batch (Algorithm 6 draws twice)",
       (f"{PRIV}/test_protocol_families.py",)),
     M("N09", "noise", "dpjax/algorithms/accelerated.py",
-      'clipper=ClipPerUnit("clip_norm", self.neighboring),', 'clipper=ClipPerUnit("clip_norm", "add-remove"),',
+      'ClipPerUnit("clip_norm", self.neighboring),', 'ClipPerUnit("clip_norm", "add-remove"),',
       "accelerated MB-SGD's clipper bound stated for add/remove (C/K) under replace-one: half the noise",
       (f"{PRIV}/test_isrl_families.py",)),
     M("N10", "noise", "dpjax/engine/program.py",
@@ -253,8 +256,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "every device's silo blocks start at silo 0's keys (devices' silos share noise)",
       (f"{PRIV}/test_layout_draws.py",)),
     # -- privacy reports / schedules ------------------------------------------------------------------
-    M("R01", "report", "dpjax/parts/selection.py", "releases_per_round=self.num_steps)",
-      "releases_per_round=1)", "Local SGD report counts one release per round (right only at K = 1)",
+    M("R01", "report", "dpjax/parts/selection.py", '1, "record-in-silo",\n                              releases_per_round=self.num_steps)',
+      '1, "record-in-silo",\n                              releases_per_round=1)', "Local SGD report counts one release per round (right only at K = 1)",
       (f"{PRIV}/test_isrl_families.py", f"{PRIV}/test_accountants.py")),
     M("R02", "report", "dpjax/accounting/shuffle.py",
       "sampling = Sampling.WITHOUT_REPLACEMENT if k == 1 else sel.sampling",
@@ -283,8 +286,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "the DP plan accounts half the clipper's contribution (DP-SGD: a mean's C/K for the sum at K = 2)",
       (f"{PRIV}/test_central_families.py",)),
     M("R08", "report", "dpjax/accounting/sco_transcript.py",
-      "mus.append(math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min)",
-      "mus.append(math.inf if z_min == 0 else 1.0 / z_min)",
+      "mus = [math.inf if z_min == 0 else math.sqrt(_calls(ph)) / z_min for ph",
+      "mus = [math.inf if z_min == 0 else 1.0 / z_min for ph",
       "Gaussian transcript mu ignores the number of releases (a fully interactive phase's rounds)",
       (f"{PRIV}/test_protocol_families.py",)),
     M("R09", "report", "dpjax/algorithms/diff2_parts.py",
@@ -382,10 +385,88 @@ FULL_PATHS = ("tests/privacy", "tests/pins", "tests/accounting", "tests/auditing
               "tests/reproduce/test_dpsgd_mnist_report.py")
 
 
+# -- the rotating sample (CI's slow pass) ------------------------------------------------------------------
+#: Seed of the ONE fixed order of the catalogue that every rotation slices: a rotation's sample is one chunk of K
+#: consecutive mutants of it, so any ceil(N / K) consecutive rotations cover every mutant (a seed per rotation
+#: would not). Adding a mutant reshuffles the order (N changes): a cycle in progress restarts, nothing is lost.
+ORDER_SEED = 20261203
+
+
+def rotation_order(ids) -> list[str]:
+    """The catalogue's fixed shuffled order (``ORDER_SEED``, independent of the rotation)."""
+    order = list(ids)
+    random.Random(f"{ORDER_SEED}:{len(order)}").shuffle(order)
+    return order
+
+
+def rotating_sample(ids, k: int, rotation: int) -> tuple[list[str], int, int]:
+    """Rotation ``rotation``'s sample of ``k`` of ``ids``: ``(sample, chunk, chunks)``. The fixed order is cut into
+    ``chunks = ceil(N / k)`` chunks of ``k``; rotation r takes chunk ``r mod chunks`` (the last, shorter chunk filled
+    up from the first), so consecutive rotations take consecutive chunks and every ``chunks`` of them cover all."""
+    ids = list(ids)
+    if not ids:
+        raise ValueError("ids=[] must name at least one mutant")
+    if k < 1:
+        raise ValueError(f"k={k} must be >= 1")
+    if rotation < 0:
+        raise ValueError(f"rotation={rotation} must be >= 0")
+    k = min(k, len(ids))
+    chunks = math.ceil(len(ids) / k)
+    chunk = rotation % chunks
+    order = rotation_order(ids)
+    picked = order[chunk * k:(chunk + 1) * k]
+    return picked + order[:k - len(picked)], chunk, chunks
+
+
+def resolve_rotation(spec: str, today: datetime.date | None = None) -> tuple[int, str]:
+    """``--rotation``: an integer >= 0; ``date`` (default): days since 1970-01-01 UTC (one chunk a day: a CI run a
+    day covers the catalogue in ``chunks`` days); ``commits``: the number of commits of HEAD (one chunk a commit).
+    Returns ``(rotation, how it was derived)``."""
+    if spec == "date":
+        today = today or datetime.datetime.now(datetime.timezone.utc).date()
+        return (today - datetime.date(1970, 1, 1)).days, f"UTC date {today.isoformat()}"
+    if spec == "commits":
+        out = subprocess.run(["git", "rev-list", "--count", "HEAD"], cwd=REPO, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise ValueError(f"rotation={spec!r}: git rev-list --count HEAD failed: {out.stderr.strip()}")
+        return int(out.stdout), "commits of HEAD"
+    try:
+        value = int(spec)
+    except ValueError:
+        raise ValueError(f"rotation={spec!r} must be an integer >= 0, 'date' or 'commits'") from None
+    if value < 0:
+        raise ValueError(f"rotation={value} must be >= 0")
+    return value, "given"
+
+
+def run_in_budget(mutants, run_one, budget_s: float, clock=time.perf_counter):
+    """Runs ``run_one(m)`` for the mutants IN ORDER while they fit ``budget_s`` seconds: before each mutant after the
+    first, if the time spent plus the longest mutant so far would pass the budget, it and the rest are skipped (the
+    order is the rotation's, so a skipped tail is the next thing to cover, never a reshuffled choice).
+    Returns ``(results, skipped)``: ``results`` the ``(mutant, run_one's result, seconds)`` of those that ran."""
+    results, start, longest = [], clock(), 0.0
+    for i, m in enumerate(mutants):
+        if results and (clock() - start) + longest > budget_s:
+            return results, list(mutants[i:])
+        t0 = clock()
+        got = run_one(m)
+        secs = clock() - t0
+        longest = max(longest, secs)
+        results.append((m, got, secs))
+    return results, []
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--full", action="store_true", help="run every privacy-marked test of the default suite (-x)")
     p.add_argument("--only", nargs="*", default=None, metavar="ID")
+    p.add_argument("--sample", type=int, default=None, metavar="K",
+                   help="run the rotation's K mutants only (CI's slow pass; see --rotation)")
+    p.add_argument("--rotation", default="date", metavar="R",
+                   help="which rotation --sample takes: an integer, 'date' (days since 1970, UTC; default) or "
+                        "'commits' (git rev-list --count HEAD); printed")
+    p.add_argument("--budget-s", type=float, default=math.inf, metavar="S",
+                   help="stop starting mutants when the next would pass S seconds (estimate: the longest so far)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant")
     p.add_argument("--scratch", default="/tmp/dpjax-mutants")
     p.add_argument("--no-cache", action="store_true", help="no JAX persistent compilation cache")
@@ -394,6 +475,21 @@ def main(argv=None) -> int:
     p.add_argument("--list", action="store_true")
     args = p.parse_args(argv)
     mutants = [m for m in MUTANTS if args.only is None or m.id in args.only]
+    if args.only is not None and len(mutants) != len(set(args.only)):
+        unknown = sorted(set(args.only) - {m.id for m in MUTANTS})
+        print(f"run_mutants: error: --only names unknown mutants: {' '.join(unknown)}", file=sys.stderr)
+        return 2
+    if args.sample is not None:
+        try:
+            rotation, how = resolve_rotation(args.rotation)
+            ids, chunk, chunks = rotating_sample([m.id for m in mutants], args.sample, rotation)
+        except ValueError as e:
+            print(f"run_mutants: error: {e}", file=sys.stderr)
+            return 2
+        by_id = {m.id: m for m in mutants}
+        mutants = [by_id[i] for i in ids]
+        print(f"rotation {rotation} ({how}): chunk {chunk} of {chunks} (K = {len(ids)} of {len(by_id)} mutants; "
+              f"every {chunks} consecutive rotations cover all): {' '.join(ids)}", flush=True)
     if args.list:
         for m in mutants:
             print(f"{m.id} [{m.kind}] {m.file}: {m.why}")
@@ -411,26 +507,35 @@ def main(argv=None) -> int:
         if status != "missed":
             print("run_mutants: error: the unmutated tests do not pass; no mutant can be judged", file=sys.stderr)
             return 2
-    rows, start = [], time.perf_counter()
-    for m in mutants:
+
+    def run_one(m):
         _workdir(base, work, m)
         status, test, secs = _run(work, FULL_PATHS if args.full else m.targets, args.timeout, cache)
-        rows.append({"id": m.id, "kind": m.kind, "file": m.file, "why": m.why, "status": status, "caught_by": test,
-                     "seconds": round(secs, 1)})
         print(f"{m.id} {status:7s} {secs:6.0f} s  {test or '-'}  ({m.why})", flush=True)
+        return status, test, secs
+
+    start = time.perf_counter()
+    results, skipped = run_in_budget(mutants, run_one, args.budget_s)
+    rows = [{"id": m.id, "kind": m.kind, "file": m.file, "why": m.why, "status": status, "caught_by": test,
+             "seconds": round(secs, 1)} for m, (status, test, secs), _ in results]
     total = time.perf_counter() - start
     caught = sum(r["status"] == "caught" for r in rows)
-    print(f"\n{caught}/{len(rows)} caught ({'full privacy suite' if args.full else 'targeted tests'}, "
-          f"{total:.0f} s)\n")
-    print("| mutant | class | file | change | caught by |\n|---|---|---|---|---|")
+    survivors = [r for r in rows if r["status"] != "caught"]
+    print(f"\nmutation score: {caught}/{len(rows)} caught ({'full privacy suite' if args.full else 'targeted tests'}, "
+          f"{total:.0f} s" + (f"; {len(skipped)} not run, over the {args.budget_s:.0f} s budget: "
+                               f"{' '.join(m.id for m in skipped)}" if skipped else "") + ")")
+    for r in survivors:
+        print(f"SURVIVED ({r['status']}): {r['id']} [{r['kind']}] {r['file']}: {r['why']}")
+    print("\n| mutant | class | file | change | caught by |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['id']} | {r['kind']} | `{r['file']}` | {r['why']} | "
               f"{('`' + r['caught_by'] + '`') if r['status'] == 'caught' else '**' + r['status'].upper() + '**'} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"mode": "full" if args.full else "targeted", "seconds": total,
-                                               "caught": caught, "total": len(rows), "mutants": rows}, indent=2))
+                                               "caught": caught, "total": len(rows),
+                                               "skipped": [m.id for m in skipped], "mutants": rows}, indent=2))
     shutil.rmtree(work, ignore_errors=True)
-    return 0 if caught == len(rows) else 1
+    return 0 if not survivors else 1
 
 
 if __name__ == "__main__":

@@ -17,8 +17,23 @@ CLI inputs run ``python -m dpjax.cli ...`` in a subprocess (``JAX_PLATFORMS=cpu`
 ``wait4``, 10 s wall limit; a few at a time); API inputs run in-process (``SIGALRM`` at 10 s, RSS growth from
 ``getrusage``). The script prints the counts table by class and surface.
 
-Counts: not yet recorded (the helper session that wrote it ran out of time before the first full run; run it and
-put the table here).
+Counts, first run (2026-12-03, main at 0ddc065, no fixes; 361 s on the shared 2-core machine), 189 CLI + 159 API:
+
+    class            CLI   API  total
+    traceback          0     2      2
+    silent accept      5     8     13
+    memory             1     1      2
+    hang              16     4     20
+    unclear           20     7     27
+    wrong answer       1     0      1
+    clean refusal    127   116    243
+    correct answer    19    21     40
+
+Not yet triaged: some of these are the battery's own mistakes, not dpjax's. The 9 band-mf TOML cases use
+``sampling = "one-pass"``, which sweeps do not offer (a clean refusal of that key, classed "unclear" because it does
+not name the key the case meant); the cyclic-poisson CLI cases lack the ``--sampling-rate`` that scheme requires; the
+sweep-flag "hangs" may be valid inputs that start a sweep or jax's import under load (> 10 s), not hangs.
+No fixes were made after this run.
 """
 
 from __future__ import annotations

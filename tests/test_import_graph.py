@@ -54,8 +54,6 @@ LONG_FUNCTIONS: dict[str, str] = {
                                                 "traces in order",
     "dpjax.reproduce.diff2.figures:write_outputs": "the report's sections in the order they are printed",
     "dpjax.reproduce.isrl.outputs:write_outputs": "the report's sections in the order they are printed",
-    "dpjax.sweep.config:SweepConfig.__post_init__": "every config field's validation in field order, each error "
-                                                    "naming its field",
 }
 #: Private names still used across modules: "importer -> target.name": reason.
 PRIVATE_ALLOWED: dict[str, str] = {}

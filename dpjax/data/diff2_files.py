@@ -41,6 +41,15 @@ def _not_found(name: str, base: pathlib.Path, sub: str, files: list[str], remote
         f"call dpjax.data.download_diff2({remote_key!r}, data_dir) (fetches {url}); upstream: {UPSTREAM[remote_key]}")
 
 
+def _find(data_dir, name: str, sub: str, files: list[str], remote_key: str) -> pathlib.Path:
+    """The first of ``files`` found under ``sub`` of the data directory; ``DatasetNotFoundError`` naming them if none."""
+    base = _data_dir(data_dir)
+    p = find_file(base, sub, files)
+    if p is None:
+        raise _not_found(name, base, sub, files, remote_key)
+    return p
+
+
 def _open_text(path: pathlib.Path):
     return gzip.open(path, "rt") if path.name.endswith(".gz") else open(path)
 
@@ -102,10 +111,7 @@ def load_california_housing(data_dir: str | os.PathLike | None = None, *, verify
     Reads ``cal_housing.data`` (no header; column order of ``cal_housing.domain``). Not scikit-learn's per-household
     variant.
     """
-    base = _data_dir(data_dir)
-    p = find_file(base, "california_housing", ["cal_housing.data"])
-    if p is None:
-        raise _not_found("California housing", base, "california_housing", ["cal_housing.data"], "california_housing")
+    p = _find(data_dir, "California housing", "california_housing", ["cal_housing.data"], "california_housing")
     a = _loadtxt(p, p)
     if a.shape[1] != 9:
         raise ValueError(f"{p} has {a.shape[1]} columns, expected 9")
@@ -153,11 +159,7 @@ def load_blogfeedback(data_dir: str | os.PathLike | None = None, *, verify: bool
     Only the training file is read: the paper's 60,021 rows also pool the 60 daily test files, which the authors' code
     (reference doc B.5) does not use.
     """
-    base = _data_dir(data_dir)
-    names = ["blogData_train.csv", "blogData_train.csv.gz"]
-    p = find_file(base, "blogfeedback", names)
-    if p is None:
-        raise _not_found("BlogFeedback", base, "blogfeedback", names, "blogfeedback")
+    p = _find(data_dir, "BlogFeedback", "blogfeedback", ["blogData_train.csv", "blogData_train.csv.gz"], "blogfeedback")
     df = _read_csv_table(p, 281)
     if df is not None:
         a = _float_frame(df, p)
@@ -182,11 +184,8 @@ def load_kddcup99(data_dir: str | os.PathLike | None = None, *, symbolic: str = 
     ``kddcup.data_10_percent`` or ``kddcup.data_10_percent.gz``.
     """
     check_choice("symbolic", symbolic, ("one_hot", "codes"))
-    base = _data_dir(data_dir)
-    names = ["kddcup.data_10_percent.gz", "kddcup.data_10_percent"]
-    p = find_file(base, "kddcup99_10pct", names)
-    if p is None:
-        raise _not_found("KDD Cup 99 (10%)", base, "kddcup99_10pct", names, "kddcup99")
+    p = _find(data_dir, "KDD Cup 99 (10%)", "kddcup99_10pct", ["kddcup.data_10_percent.gz", "kddcup.data_10_percent"],
+              "kddcup99")
     sym_idx = [KDD_FEATURES.index(c) for c in KDD_SYMBOLIC]
     num_idx = [i for i in range(41) if i not in sym_idx]
     df = _read_csv_table(p, 42)
@@ -281,11 +280,7 @@ def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train",
     """LIBSVM ``a9a`` (UCI Adult, 123 binary features, labels +1/-1): ``split="train"`` (32561 rows, file ``a9a``) or
     ``"test"`` (16281 rows, file ``a9a.t``)."""
     check_choice("split", split, ("train", "test"))
-    base = _data_dir(data_dir)
-    name = "a9a" if split == "train" else "a9a.t"
-    p = find_file(base, "libsvm_a9a", [name])
-    if p is None:
-        raise _not_found("LIBSVM a9a", base, "libsvm_a9a", [name], "a9a")
+    p = _find(data_dir, "LIBSVM a9a", "libsvm_a9a", ["a9a" if split == "train" else "a9a.t"], "a9a")
     out = load_svmlight(p, n_features=123)
     check_known_file(p, out["x"].shape[0], verify)
     return out
@@ -293,10 +288,7 @@ def load_a9a(data_dir: str | os.PathLike | None = None, *, split: str = "train",
 
 def load_w8a(data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
     """LIBSVM ``w8a`` (300 binary features, labels +1/-1; 49749 rows, file ``w8a``)."""
-    base = _data_dir(data_dir)
-    p = find_file(base, "libsvm_w8a", ["w8a"])
-    if p is None:
-        raise _not_found("LIBSVM w8a", base, "libsvm_w8a", ["w8a"], "w8a")
+    p = _find(data_dir, "LIBSVM w8a", "libsvm_w8a", ["w8a"], "w8a")
     out = load_svmlight(p, n_features=300)
     check_known_file(p, out["x"].shape[0], verify)
     return out

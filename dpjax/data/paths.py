@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import os
 import pathlib
-import shutil
 import tempfile
 import urllib.request
 from collections.abc import Sequence
@@ -151,14 +150,6 @@ def download(url: str, dest: str | os.PathLike, sha256: str | None = None, *, ti
         got = h.hexdigest()
         if sha256 is not None and got != sha256:
             raise ValueError(f"checksum mismatch for {url}: sha256 {got}, expected {sha256}")
-    return dest
-
-
-def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike) -> pathlib.Path:
-    """Copies ``src`` to ``dest`` through a temporary file and :func:`os.replace`."""
-    dest = pathlib.Path(dest)
-    with _atomic_file(dest) as out, open(src, "rb") as inp:
-        shutil.copyfileobj(inp, out)
     return dest
 
 

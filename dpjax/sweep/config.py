@@ -259,8 +259,7 @@ def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
         limit = max_runs if max_runs is not None else own if isinstance(own, int) and own >= 1 else None
         limit = DEFAULT_MAX_RUNS if limit is None else limit
         if sized is not None and sized[0] > limit:
-            problems.append(f"grid has {sized[0]:,} runs ({sized[1]}), above max_runs={limit:,}; shrink the grid, or "
-                            "raise the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
+            problems.append(_runs_over_limit(*sized, limit))
         elif sized is not None:
             for k, spec in grid.items():
                 values = check(expand_axis, k, spec)
@@ -275,20 +274,56 @@ def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
             problems.append("grid.epsilon needs a [privacy] table with accountant and delta")
 
 
-def _precheck_privacy(privacy, problems: list, check) -> None:
-    """``precheck``'s [privacy] part: keys, the accountant's name, delta."""
+def _raise(message: str):
+    raise ValueError(message)
+
+
+def _call(fn, *args, **kwargs):
+    return fn(*args, **kwargs)
+
+
+def _runs_over_limit(size: int, shape: str, limit: int) -> str:
+    return (f"grid has {size:,} runs ({shape}), above max_runs={limit:,}; shrink the grid, or raise the limit with "
+            "max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
+
+
+def _check_fields(d: dict, fail, check) -> None:
+    """The checks of the plain fields shared by ``precheck`` (``fail``/``check`` collect every problem) and
+    ``SweepConfig`` (they raise the first): name, rounds, seed, sizes, the data and static tables."""
+    if "name" in d and not (isinstance(d["name"], str) and d["name"]):
+        fail(f"name={d['name']!r} must be a non-empty string")
+    rounds = check(_validate.check_rounds, "num_rounds", d["num_rounds"]) if "num_rounds" in d else None
+    if d.get("eval_every") is not None:
+        check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+    if "seed" in d:
+        check(_validate.check_seed, "seed", d["seed"])
+    if "on_nonfinite" in d:
+        check(_validate.check_choice, "on_nonfinite", d["on_nonfinite"], ("mark", "raise"))
+    for k in ("chunk_size", "vmap_width", "max_runs"):
+        if d.get(k) is not None:
+            check(_validate.check_int, k, d[k], min_value=1)
+    if d.get("max_data_mb") is not None:
+        check(_validate.check_positive, "max_data_mb", d["max_data_mb"])
+    if "data" in d and not (isinstance(d["data"], dict) and "name" in d["data"]):
+        fail(f"data={d['data']!r} must be a table with a 'name' key")
+    if "static" in d and not isinstance(d["static"], dict):
+        fail(f"static={d['static']!r} must be a table")
+
+
+def _check_privacy(privacy, fail, check) -> None:
+    """The [privacy] table: keys, the accountant's name, delta (``fail``/``check`` as in ``_check_fields``)."""
     if privacy is not None:
         if not isinstance(privacy, dict):
-            problems.append(f"privacy={privacy!r} must be a table")
+            fail(f"privacy={privacy!r} must be a table")
         else:
             for k in privacy:
                 if k not in PRIVACY_KEYS:
-                    problems.append(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
+                    fail(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
             if "accountant" not in privacy or "delta" not in privacy:
-                problems.append("privacy must set both accountant and delta")
+                fail("privacy must set both accountant and delta")
             if "accountant" in privacy:
                 from dpjax.accounting import api  # pure Python
-                from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS
+                from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS  # DP-SGD-General's reports
 
                 check(_validate.check_choice, "privacy.accountant", privacy["accountant"],
                       api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
@@ -320,8 +355,6 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
     for k in ("algorithm", "num_rounds", "data", "grid"):
         if k not in d:
             problems.append(f"{k} is missing from the config")
-    if "name" in d and not (isinstance(d["name"], str) and d["name"]):
-        problems.append(f"name={d['name']!r} must be a non-empty string")
     if "algorithm" in d:
         from dpjax import algorithms  # the package module only: families are read from their source, no jax
 
@@ -332,28 +365,13 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
         elif declared is not None and name not in declared:
             problems.append(f"algorithm={name!r} is unknown; known: {tuple(sorted(declared))} "
                             "(`dpjax sweep --algorithms` describes them)")
-    rounds = check(_validate.check_rounds, "num_rounds", d["num_rounds"]) if "num_rounds" in d else None
-    if d.get("eval_every") is not None:
-        check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
-    if "seed" in d:
-        check(_validate.check_seed, "seed", d["seed"])
-    if "on_nonfinite" in d:
-        check(_validate.check_choice, "on_nonfinite", d["on_nonfinite"], ("mark", "raise"))
-    for k in ("chunk_size", "vmap_width", "max_runs"):
-        if d.get(k) is not None:
-            check(_validate.check_int, k, d[k], min_value=1)
-    if d.get("max_data_mb") is not None:
-        check(_validate.check_positive, "max_data_mb", d["max_data_mb"])
-    if "data" in d and not (isinstance(d["data"], dict) and "name" in d["data"]):
-        problems.append(f"data={d['data']!r} must be a table with a 'name' key")
-    if "static" in d and not isinstance(d["static"], dict):
-        problems.append(f"static={d['static']!r} must be a table")
+    _check_fields(d, problems.append, check)
     if "run" in d:
         check(check_run_table, d["run"])
     if max_runs is not None and check(_validate.check_int, "max_runs", max_runs, min_value=1) is None:
         max_runs = None  # the command line's limit is refused above; size the grid against the config's own
     _precheck_grid(d, max_runs, problems, check)
-    _precheck_privacy(d.get("privacy"), problems, check)
+    _check_privacy(d.get("privacy"), problems.append, check)
     if problems:
         raise ValueError(f"{len(problems)} problem(s) in the config: " + "; ".join(problems)
                          if len(problems) > 1 else problems[0])
@@ -390,24 +408,11 @@ class SweepConfig:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
         entry = algorithms.algorithm_entry(self.algorithm)
-        _validate.check_rounds("num_rounds", self.num_rounds)
-        if self.eval_every is not None:
-            _validate.check_int("eval_every", self.eval_every, min_value=1, max_value=self.num_rounds)
-        _validate.check_seed("seed", self.seed)
-        _validate.check_choice("on_nonfinite", self.on_nonfinite, ("mark", "raise"))
-        for k in ("chunk_size", "vmap_width", "max_runs"):
-            if getattr(self, k) is not None:
-                _validate.check_int(k, getattr(self, k), min_value=1)
-        if self.max_data_mb is not None:
-            _validate.check_positive("max_data_mb", self.max_data_mb)
-        if not isinstance(self.data, dict) or "name" not in self.data:
-            raise ValueError(f"data={self.data!r} must be a table with a 'name' key")
+        _check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, _raise, _call)
         dataset = datasets.get_dataset(self.data["name"])
         dataset.check_options(self.data)
         dataset.check_size(dataset.resolve(self.data),
                            DEFAULT_MAX_DATA_MB if self.max_data_mb is None else self.max_data_mb)
-        if not isinstance(self.static, dict):
-            raise ValueError(f"static={self.static!r} must be a table")
         for k in self.static:
             if k not in entry.static_fields:
                 raise ValueError(f"static.{k} is not a static field of algorithm {self.algorithm!r}; "
@@ -418,8 +423,7 @@ class SweepConfig:
         size, shape = grid_size(self.grid)
         limit = DEFAULT_MAX_RUNS if self.max_runs is None else self.max_runs
         if size > limit:
-            raise ValueError(f"grid has {size:,} runs ({shape}), above max_runs={limit:,}; shrink the grid, or raise "
-                             "the limit with max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
+            raise ValueError(_runs_over_limit(size, shape, limit))
         grid = {}
         for k, spec in self.grid.items():
             if k not in SPECIAL_AXES and k not in entry.hparam_fields and k not in entry.static_fields:
@@ -451,21 +455,7 @@ class SweepConfig:
                     raise ValueError(f"grid.epsilon and grid.{k} are exclusive (epsilon sets {k})")
             if not isinstance(self.privacy, dict):
                 raise ValueError("grid.epsilon needs a [privacy] table with accountant and delta")
-        if self.privacy is not None:
-            if not isinstance(self.privacy, dict):
-                raise ValueError(f"privacy={self.privacy!r} must be a table")
-            for k in self.privacy:
-                if k not in PRIVACY_KEYS:
-                    raise ValueError(f"privacy.{k} is not a known key; known: {PRIVACY_KEYS}")
-            if "accountant" not in self.privacy or "delta" not in self.privacy:
-                raise ValueError("privacy must set both accountant and delta")
-            from dpjax.accounting import api
-            from dpjax.accounting.batch_clipping import BATCH_CLIPPING_ACCOUNTANTS  # DP-SGD-General's reports
-            _validate.check_choice("privacy.accountant", self.privacy["accountant"],
-                                   api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
-            d = self.privacy["delta"]
-            if d != "1/n^2":
-                _validate.check_open_unit("privacy.delta", d)
+        _check_privacy(self.privacy, _raise, _call)
         entry.check_static(self.static, self.grid, self.num_rounds)
 
     # -- file forms ----------------------------------------------------------

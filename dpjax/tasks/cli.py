@@ -20,19 +20,9 @@ def _run_isrl_mnist(args) -> int:
     silo = _silo_flags.command_layout(args)
 
     cfg = isrl_mnist.IsrlMnistConfig(
-        epsilon=args.epsilon,
-        rounds=args.rounds,
-        silos_per_round=args.silos_per_round,
-        seed=args.seed,
-        batch_size=args.batch_size,
-        epsilon_max=args.epsilon_max,
-        sampling=args.sampling,
-        calibration=args.calibration,
-        learning_rates=tuple(args.learning_rates) if args.learning_rates else None,
-        repetitions=args.repetitions,
-        baseline=not args.no_baseline,
-        data_dir=args.data_dir,
-    )
+        **{k: getattr(args, k) for k in ("epsilon", "rounds", "silos_per_round", "seed", "batch_size", "epsilon_max",
+                                         "sampling", "calibration", "repetitions", "data_dir")},
+        learning_rates=tuple(args.learning_rates) if args.learning_rates else None, baseline=not args.no_baseline)
     from dpjax import outputs
 
     out = args.out or pathlib.Path("runs") / f"isrl-mnist-trial-{datetime.datetime.now():%Y%m%d-%H%M%S}"

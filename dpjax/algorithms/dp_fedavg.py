@@ -39,7 +39,7 @@ from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.parts import Averager, OptaxServer
 from dpjax.parts.adaptive_clipping import AdaptiveClipMean, JointGaussianEvent, JointGaussianPrivacy
-from dpjax.parts.cross_device import SILO_SAMPLINGS, LocalDeltas, SampledSilos
+from dpjax.parts.cross_device import INPUT_LAYER_UPDATES, SILO_SAMPLINGS, LocalDeltas, SampledSilos
 
 __all__ = ["DpFedAvg", "FedAvgHParams", "JointGaussianEvent", "JointGaussianPrivacy", "SERVER_OPTIMIZERS"]
 
@@ -85,6 +85,8 @@ class DpFedAvg(ChainFamily):
         6 sqrt(m) + 8; a round sampling more is refused, never truncated).
       client_batch: None (default): the cohort's local training vmapped; k: k silos at a time (``lax.map``;
         ``client_batch=1`` is faster for convolutional models on CPU, ``parts.cross_device.LocalDeltas``).
+      input_layer: ``"materialized"``, ``"low-rank"`` or ``"auto"``: how local steps update a Dense first layer
+        (``"low-rank"``: no per-silo kernel copies, ``dpjax.engine.input_dense``; the same deltas up to rounding).
       server_momentum: beta of the server's optax SGD (None: plain SGD), or Adam's / Yogi's b1.
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.
@@ -105,6 +107,7 @@ class DpFedAvg(ChainFamily):
     local_epochs: int | None = None
     cohort_capacity: int | None = None
     client_batch: int | None = None
+    input_layer: str = "materialized"
 
     hparams_type = FedAvgHParams
     noise_fields = ("noise_multiplier", "noise_multiplier_count")
@@ -114,6 +117,7 @@ class DpFedAvg(ChainFamily):
     def __post_init__(self):
         _validate.check_choice("sampling", self.sampling, SILO_SAMPLINGS)
         _validate.check_choice("server_optimizer", self.server_optimizer, tuple(SERVER_OPTIMIZERS))
+        _validate.check_choice("input_layer", self.input_layer, INPUT_LAYER_UPDATES)
         if self.neighboring is None:
             object.__setattr__(self, "neighboring", "add-remove" if self.sampling == "poisson" else "replace-one")
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
@@ -139,7 +143,7 @@ class DpFedAvg(ChainFamily):
         server = OptaxServer(SERVER_OPTIMIZERS[self.server_optimizer](self.server_momentum))
         return Parts(SampledSilos(self.silos_per_round, self.sampling, self.sampling_rate, self.cohort_capacity),
                      (LocalDeltas(self.problem, self.local_steps, self.local_batch_size, local_epochs=self.local_epochs,
-                                  client_batch=self.client_batch),
+                                  client_batch=self.client_batch, input_layer=self.input_layer),
                       AdaptiveClipMean(self.silos_per_round, self.neighboring), server, Averager("last")))
 
 

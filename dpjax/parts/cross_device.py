@@ -25,12 +25,15 @@ import optax
 from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.conv_layout import canonical_convs
+from dpjax.engine.input_dense import low_rank_local_sgd, split_input_dense
 from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
 from dpjax.parts.selection import available_silos
 from dpjax.primitives import sampling as sampling_lib
 
 SILO_SAMPLINGS = ("poisson", "without-replacement")
+#: How local steps update a Dense first layer (``LocalDeltas.input_layer``).
+INPUT_LAYER_UPDATES = ("materialized", "low-rank", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +122,14 @@ class LocalDeltas:
 
     The records are read through ``data.silo_records`` / ``data.silo_masks``, so the part runs on ``SiloData`` and on
     ``PooledSiloData`` (a population of index rows into one record pool: a step gathers its B records from the
-    pool) alike."""
+    pool) alike.
+
+    ``input_layer``: ``"materialized"`` (default) runs every step on the silo's own copy of the parameters;
+    ``"low-rank"`` keeps a Dense first layer's kernel in its low-rank form (``dpjax.engine.input_dense``: one matmul
+    with the server kernel for the whole cohort's records plus each silo's record Gram matrix, no per-silo kernel
+    copies; the same deltas up to float32 rounding, ~2x faster on XLA:CPU for an MNIST MLP) and refuses a model that
+    does not start with ``x @ W`` on the flat record; ``"auto"``: low-rank where the model allows it. Needs
+    ``local_batch_size``."""
 
     problem: Any
     local_steps: int
@@ -127,11 +137,42 @@ class LocalDeltas:
     lr_field: str = "client_learning_rate"
     local_epochs: int | None = None
     client_batch: int | None = None
+    input_layer: str = "materialized"
 
     roles = ("client",)
 
+    #: Largest per-silo record Gram state (``N x n_max^2`` floats) the low-rank form keeps across rounds.
+    GRAM_STATE_BYTES = 256 << 20
+
+    def __post_init__(self):
+        _validate.check_choice("input_layer", self.input_layer, INPUT_LAYER_UPDATES)
+        if self.input_layer != "materialized" and self.local_batch_size is None:
+            raise ValueError(f"input_layer={self.input_layer!r} needs a local_batch_size (steps on all of a silo's "
+                             "records keep the materialised form)")
+
+    def _input_split(self, params, x, y):
+        """The low-rank split of the problem's loss (``input_dense.split_input_dense``), or None."""
+        if self.input_layer == "materialized":
+            return None
+        split = split_input_dense(self.problem.loss, params, jnp.zeros(x.shape[1:], x.dtype),
+                                  jnp.zeros(y.shape[1:], y.dtype))
+        if split is None and self.input_layer == "low-rank":
+            raise ValueError(f"input_layer='low-rank' needs a model whose first operation is a Dense layer on the flat "
+                             f"record (h = x @ W, the kernel used nowhere else); {type(self.problem).__name__}'s "
+                             f"model does not start that way (use input_layer='auto' or 'materialized')")
+        return split
+
     def init(self, params, ctx: Context):
-        return ()
+        """``()``, or for the low-rank form on a materialised ``SiloData`` every silo's record Gram matrix
+        ``[N, n_max, n_max]`` (data only, computed once: a round gathers its batches' entries instead of forming
+        them), when it fits ``GRAM_STATE_BYTES``."""
+        data = ctx.data
+        x = getattr(data, "x", None)  # PooledSiloData has no materialised records: its rounds form their Grams
+        if (self.input_layer == "materialized" or x is None or x.ndim != 3
+                or x.shape[0] * x.shape[1] ** 2 * 4 > self.GRAM_STATE_BYTES
+                or self._input_split(params, x[0], data.y[0]) is None):
+            return ()
+        return jnp.einsum("nrd,nsd->nrs", x, x)
 
     def _batches(self, key, size, n_max: int):
         """``(rows [steps, B], valid [steps, B])`` of one silo's local steps."""
@@ -165,11 +206,12 @@ class LocalDeltas:
         # padded slots repeat slot 0 (PRNG keys cannot be zero-padded); their outputs are cut off below
         pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], chunks * k - slots, axis=0)]).reshape(  # noqa: E731
             chunks, k, *a.shape[1:])
-        zeros = jax.tree_util.tree_map(lambda p: jnp.zeros((k, *p.shape), p.dtype), params)
+        # the zeros are made in the branch that returns them: made outside, XLA re-broadcasts them every iteration
+        zeros = lambda: jax.tree_util.tree_map(lambda p: jnp.zeros((k, *p.shape), p.dtype), params)  # noqa: E731
 
         def chunk(args):
             avail, *silo_args = args
-            return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), lambda: zeros)
+            return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), zeros)
 
         out = jax.lax.map(chunk, jax.tree_util.tree_map(pad, (available, *inputs)))
         return jax.tree_util.tree_map(lambda a: a.reshape(chunks * k, *a.shape[2:])[:slots], out)
@@ -198,6 +240,15 @@ class LocalDeltas:
                 return optax.tree.sub(w, optax.tree.scale(lr, grad(w, x, y, valid))), None
 
             steps = self._batches(key, size, data.n_max)
+            rows, valid = steps
+            if self.input_layer != "materialized":
+                x, y = data.silo_records(silo, rows.reshape(-1))  # every step's B records, in step order
+                split = self._input_split(params, x, y)
+                if split is not None:
+                    flat = rows.reshape(-1)
+                    gram = state[silo][flat][:, flat] if isinstance(state, jax.Array) else None
+                    x, y = x.reshape(*rows.shape, *x.shape[1:]), y.reshape(*rows.shape, *y.shape[1:])
+                    return low_rank_local_sgd(split, params, x, y, valid, lr, gram)
             return optax.tree.sub(params, jax.lax.scan(step, params, steps)[0])
 
         rows = batch.rows()

@@ -159,7 +159,8 @@ class DpjaxRunner:
             local = dict(local_steps=steps)
         return DpFedAvg(self.problem, rounds, self.cohort, sampling="poisson", sampling_rate=self.args.cohort_rate,
                         local_batch_size=batch,
-                        client_batch=None if sweep else self.args.dpjax_client_batch, **local)
+                        client_batch=None if sweep else self.args.dpjax_client_batch,
+                        input_layer=self.args.dpjax_input_layer, **local)
 
     def hparams(self, client_lr=None, sigma=None):
         from dpjax.algorithms.dp_fedavg import FedAvgHParams
@@ -252,6 +253,8 @@ def main(argv=None) -> dict:
                    help="dpjax's local batches: shuffled epochs (the peers' convention; default) or independent draws")
     p.add_argument("--dpjax-client-batch", type=int, default=None,
                    help="DpFedAvg(client_batch=) of the single runs (default: a quarter of the expected cohort; --cifar 1)")
+    p.add_argument("--dpjax-input-layer", choices=("materialized", "low-rank", "auto"), default="auto",
+                   help="DpFedAvg(input_layer=): the MLP's first Dense kernel in low-rank form (auto: where it applies)")
     p.add_argument("--client-lr", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--sigma", type=float, default=1.0)

@@ -222,3 +222,41 @@ def test_sweepable_through_the_registry_and_calibrated_to_a_target():
     assert 2.0 * (1 - 1e-3) <= eps <= 2.0
     ref = optimize.brentq(lambda s: pld_epsilon(amplified(s, 0.5, 4), DELTA) - 2.0, 0.3, 20, xtol=1e-6)
     assert z == pytest.approx(ref, rel=2e-3)
+
+
+@pytest.mark.privacy
+def test_a_cohort_over_its_buffer_refuses_the_run():
+    """q = 1 puts a whole group of 6 in a 2-client buffer: the run is refused (never silently truncated), and the
+    privacy report, whose overflow charge is then 1, refuses too."""
+    from dpjax.engine.checks import SamplingOverflowError
+
+    fam = DpFedAvgBandMf(LinearRegression(2), 3, 2, sampling_rate=1.0, bands=1, num_groups=3, cohort_capacity=2)
+    with pytest.raises(SamplingOverflowError, match="overflowed its buffer at round 0"):
+        engine.run(fam, clients(18, dim=2), hparams(1.0), jax.random.key(0))
+    with pytest.raises(ValueError, match="raise the capacity"):
+        fam.privacy([5] * 18, hparams(1.0)).epsilon(DELTA)
+
+
+@pytest.mark.slow
+@pytest.mark.privacy
+def test_noise_on_the_family_rounds_has_the_inverse_strategy_covariance():
+    """Zero data (every delta 0), server SGD at eta = 1: w_t - w_{t-1} = -std z_t with z = C^{-1} w and
+    std = z_mult x C / m (add/remove: one user moves the clipped sum by C). 20000 runs: a sample covariance
+    entry's std is <= sqrt(2 / runs) x (largest variance, here < 2.5) = 0.025, so 0.08 is > 3 of them."""
+    rounds, m, coeffs = 6, 2, (1.0, 0.6, 0.2)
+    fam = DpFedAvgBandMf(LinearRegression(1), rounds, m, sampling_rate=0.5, bands=3, band_coeffs=coeffs)
+    xs = [np.zeros((3, 1), np.float32)] * 12
+    data = SiloData.from_silos(xs, [np.zeros(3, np.float32)] * 12)
+    runs = 20_000
+    hp = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (runs,)), hparams(0.9, clip=0.5))
+    res = engine.run_many(fam, data, hp, jax.random.split(jax.random.key(3), runs),
+                          eval_fn=lambda params, _: {"w": params}, eval_every=1)
+    w = np.asarray(res.eval_metrics["w"], np.float64)[:, :, 0]
+    std = float(np.float32(0.9)) * float(np.float32(0.5)) / m
+    z = -np.diff(np.concatenate([np.zeros((runs, 1)), w], axis=1), axis=1) / std
+    c = np.asarray(coeffs) / np.linalg.norm(coeffs)
+    strategy = sum(ck * np.eye(rounds, k=-k) for k, ck in enumerate(c))  # the banded Toeplitz C, written out
+    inv = np.linalg.inv(strategy)
+    expected = inv @ inv.T
+    assert expected.max() < 2.5 and np.abs(expected - np.diag(np.diag(expected))).max() > 0.2
+    np.testing.assert_allclose(np.cov(z, rowvar=False), expected, atol=0.08)

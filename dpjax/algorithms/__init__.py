@@ -16,6 +16,7 @@ families (the names sweep configs and ``dpjax sweep`` use) with a line each.
 * ``DpSgd`` (``DpSgdHParams``): central DP-SGD with an optax optimizer
 * ``DpSgdGeneral`` (``DpSgdHParams``): DP-SGD-General (van Dijk et al., Algorithm 1)
 * ``DpFedAvg`` (``FedAvgHParams``): DP-FedAvg with adaptive clipping (Andrew et al.)
+* ``DpFedAvgBandMf`` (``BandMfFedAvgHParams``): DP-FedAvg with BandMF noise, cyclic Poisson client groups
 * ``DpFtrl`` (``FtrlHParams``): DP-FTRL with tree aggregation (Kairouz et al.)
 * ``UserLevelDpSgd`` (``DpSgdHParams``): user-level DP-SGD on record data, ULS or ELS (Charles et al.)
 
@@ -37,6 +38,7 @@ _EXPORTS = {
     "Diff2GD": "diff2", "Diff2BvrLSgd": "diff2", "Diff2HParams": "diff2",
     "DpSgd": "dp_sgd", "DpSgdGeneral": "dpsgd_general", "DpSgdHParams": "dpsgd_general",
     "DpFedAvg": "dp_fedavg", "FedAvgHParams": "dp_fedavg",
+    "DpFedAvgBandMf": "band_mf_fedavg", "BandMfFedAvgHParams": "band_mf_fedavg",
     "DpScaffold": "dp_scaffold", "ScaffoldHParams": "dp_scaffold",
     "DpFtrl": "dp_ftrl", "FtrlHParams": "dp_ftrl",
     "UserLevelDpSgd": "user_level_dpsgd",

@@ -31,7 +31,7 @@ _NAMES = ("isrl-mbsgd", "isrl-mbsgd-poisson", "isrl-local-sgd", "isrl-accelerate
           "dpsgd-general-shuffle-batch", "dpsgd-general-subsample-individual", "dpsgd-general-subsample-batch",
           "dpsgd-general-poisson", "dpsgd-general-subsample-individual-g2", "dpsgd-general-subsample-batch-g2",
           "diff2-gd", "dp-gd", "diff2-bvr", "user-level", "dp-fedavg", "dp-fedavg-count",
-          "dp-ftrl", "dp-fedadam", "dp-scaffold", "balls-in-bins", "user-level-dpsgd-uls",
+          "dp-ftrl", "dp-fedadam", "dp-scaffold", "dp-fedavg-band-mf", "balls-in-bins", "user-level-dpsgd-uls",
           "user-level-dpsgd-els")
 _FILES = ("audit.md", "audit.json")
 RUNS = 100_000  # --runs default of the canary audits

@@ -32,6 +32,8 @@ shuffle-acsa                        shuffle-acsa                pan-privacy, Lem
 dp-sgd (``dpsgd``)                  dp-sgd                      PLD, Poisson, add/remove
 dp-sgd-band-mf(-separation)         dp-sgd (noise="band-mf")    PLD, multi-epoch BandMF (one Gaussian)
 (``band_mf``)
+dp-fedavg-band-mf                   dp-fedavg-band-mf           PLD, amplified BandMF (cyclic Poisson over
+(``band_mf_fedavg``)                                            client groups, add/remove of a user)
 dpsgd-general-*                     dpsgd-general               van Dijk et al. exact strong adversary / PLD
 dp-scaffold (``isrl``)              dp-scaffold                 RDP, R K subsampled releases (one round here)
 dp-fedadam (``fedavg_ftrl``)        dp-fedadam                  RDP, the joint Gaussian (one round here)
@@ -52,6 +54,7 @@ from collections.abc import Callable
 
 from dpjax.auditing.audit import CanaryAudit
 from dpjax.auditing.band_mf import band_mf_audit
+from dpjax.auditing.band_mf_fedavg import band_mf_fedavg_audit
 from dpjax.auditing.canaries import DELTA
 from dpjax.auditing.diff2 import diff2_audit, dp_gd_audit
 from dpjax.auditing.dpsgd import dp_sgd_audit, dpsgd_general_audit
@@ -91,7 +94,7 @@ AUDITS: dict[str, Callable[[], CanaryAudit]] = {
     "user-level": user_level_audit,
     "dp-fedavg": lambda: dp_fedavg_audit(delta=DELTA), "dp-fedavg-count": lambda: dp_fedavg_count_audit(delta=DELTA),
     "dp-ftrl": lambda: dp_ftrl_audit(delta=DELTA), "dp-fedadam": lambda: dp_fedadam_audit(delta=DELTA),
-    "dp-scaffold": dp_scaffold_audit,
+    "dp-scaffold": dp_scaffold_audit, "dp-fedavg-band-mf": band_mf_fedavg_audit,
     "balls-in-bins": balls_in_bins_audit,
 
     "user-level-dpsgd-uls": user_dpsgd_audit, "user-level-dpsgd-els": user_dpsgd_els_audit,
@@ -107,6 +110,7 @@ FAMILY_AUDITS: dict[str, tuple[str, ...]] = {
     "dpsgd-general": tuple(n for n in AUDITS if n.startswith("dpsgd-general")), "diff2-gd": ("diff2-gd",),
     "dp-gd": ("dp-gd",), "diff2-bvr": ("diff2-bvr",), "dp-fedavg": ("dp-fedavg", "dp-fedavg-count"),
     "dp-ftrl": ("dp-ftrl",), "dp-fedadam": ("dp-fedadam",), "dp-scaffold": ("dp-scaffold",),
+    "dp-fedavg-band-mf": ("dp-fedavg-band-mf",),
     "user-level-dpsgd": ("user-level-dpsgd-uls", "user-level-dpsgd-els"),
 }
 

@@ -28,7 +28,8 @@ RUNS = 20_000  # runs per dataset (see the module docstring)
 # dp-fedavg-count (~65 s, the slowest of the default suite): DP-FedAvg's code path stays in the default run through
 # the dp-fedavg audit; the count-noise variant runs in the slow pass.
 _SLOW = ("dpsgd-general-shuffle-batch", "dpsgd-general-subsample-batch", "dp-fedavg-count",
-         "dp-sgd-band-mf", "dp-sgd-band-mf-separation")  # 48 rounds; construction: test_band_mf_audit.py
+         "dp-sgd-band-mf", "dp-sgd-band-mf-separation",  # 48 rounds; construction: test_band_mf_audit.py
+         "dp-fedavg-band-mf")  # ~6 s; construction: test_band_mf_fedavg_audit.py
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in _SLOW else n for n in audit_names()])

@@ -20,6 +20,7 @@ from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
 from dpjax.accounting import CALIBRATION_RTOL
 from dpjax.algorithms.diff2 import Diff2BvrLSgd, Diff2GD, Diff2HParams
 from dpjax.algorithms.dp_scaffold import DpScaffold, ScaffoldHParams
+from dpjax.algorithms.band_mf_fedavg import BandMfFedAvgHParams, DpFedAvgBandMf
 from dpjax.algorithms.dp_fedavg import DpFedAvg, FedAvgHParams
 from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams
 from dpjax.algorithms.dp_sgd import DpSgd
@@ -354,6 +355,12 @@ MORE = {
     "fedavg-server-opt": ({"silos_per_round": 2, "sampling": "without-replacement"}, {"learning_rate": [0.5]},
                           lambda p, r: (DpFedAvg(p, R, 2, sampling="without-replacement", private=False),
                                         FedAvgHParams.create(0.5))),
+    # DP-FedAvg with BandMF noise: the 3 clients in 3 cyclic groups, q = 0.5 inside the round's group, 2 bands
+    "dp-fedavg-band-mf": ({"silos_per_round": 1, "sampling_rate": 0.5, "bands": 2, "num_groups": 3,
+                           "band_coeffs": [1.0, 0.4]}, {"learning_rate": [0.5], "noise_multiplier": [0.8]},
+                          lambda p, r: (DpFedAvgBandMf(p, R, 1, sampling_rate=0.5, bands=2, num_groups=3,
+                                                       band_coeffs=(1.0, 0.4)),
+                                        BandMfFedAvgHParams.create(r.learning_rate, noise_multiplier=0.8))),
     # DP-FTRL (tree aggregation; n = 40, B = 8: R = 4 rounds of a 5-round epoch) and SGD on the same order
     "dp-ftrl": ({"batch_size": 8}, {"learning_rate": [0.5], "noise_multiplier": [0.5], "clip_norm": [1.0]},
                 lambda p, r: (DpFtrl(p, R, 8), FtrlHParams.create(0.5, 0.5, 1.0))),

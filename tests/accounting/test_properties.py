@@ -32,7 +32,9 @@ def test_rdp_eps_increases_with_rate_decreases_with_sigma(std, k, dk, t):
     assert compute_epsilon(sched(std * 1.3, k, t), 1e-5).epsilon <= base + 1e-12
 
 
-@settings(max_examples=6)
+# 3 draws (was 6; issue #39: each draw is three PLD compositions, ~1 s): any draw with a non-monotone or
+# above-RDP PLD epsilon still fails.
+@settings(max_examples=3)
 @given(sig, rate, st.integers(1, 300))
 def test_pld_monotone_in_sigma_and_below_rdp(std, k, t):
     a = compute_epsilon(sched(std, k, t), 1e-5, "pld").epsilon
@@ -51,7 +53,9 @@ def test_calibration_never_overshoots(target, k, t, delta, sampling):
     assert compute_epsilon(s.replace(noise_std=std * 0.999), delta, "rdp").epsilon > target * (1 - 1e-3) or eps >= 0.99 * target
 
 
-@settings(max_examples=4)
+# 2 draws (was 4; issue #39: each draw is a bisection of ~15 PLD compositions, ~5 s): the property is checked
+# exactly on every draw (epsilon at the returned std <= target), so one overshooting draw still fails.
+@settings(max_examples=2)
 @given(st.floats(0.5, 8.0), st.integers(10, 200))
 def test_pld_calibration_never_overshoots(target, t):
     s = sched(1.0, 50, t)

@@ -9,6 +9,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# Each case starts 2-3 fresh Python+JAX processes (~17 s a test on CI's 2 cores): experiment-scale start-ups, so
+# they run in the slow pass (CI runs it too), not in the default suite (issue #39).
+pytestmark = pytest.mark.slow
+
 SCRIPT = r"""
 import json, sys
 import jax, jax.numpy as jnp

@@ -28,6 +28,9 @@ EXPECTED = {
     "isrl_dp_federated.ipynb": ("size: quick", "MNIST from", "accountant=rdp", "ISRL-DP eps=3", "ISRL-DP eps=18"),
     "user_level_output_perturbation.ipynb": ("size: quick", "accountant=basic", "exact epsilon of this pair",
                                              "sc_output_pert refuses", "Theorem 4.1: -0.5"),
+    "privacy_units_and_shuffling.ipynb": ("size: quick", "lower bound for shuffling (Chua et al. 2024",
+                                          "Poisson-reported epsilon below the shuffling lower bound in 6 of 6",
+                                          "accountant=pld+truncation", "truncation", "unit=user"),
     "diff2_gradient_differences.ipynb": ("size: quick", "California housing from", "accountant=rdp",
                                          "DIFF2-GD: min train loss", "DP-GD   : min train loss"),
 }

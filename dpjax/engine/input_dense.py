@@ -105,13 +105,24 @@ def low_rank_local_sgd(split: InputDenseSplit, params, x, y, valid, lr, gram=Non
     ``x`` [S, B, d] / ``y`` [S, B] are the client's step batches, ``valid`` [S, B] their real rows; each step descends
     the mean loss over its valid rows (the materialised steps' ``masked_mean``), step size ``lr``. ``gram``: the rows'
     Gram matrix ``[S B, S B]`` if the caller has it (e.g. gathered from a per-silo Gram kept across rounds)."""
+    leaves, h, _ = low_rank_local_factors(split, params, x, y, valid, lr, gram)
+    rows = x.reshape(h.shape[0], -1)
+    leaves[split.kernel_index] = rows.T @ h
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+
+
+def low_rank_local_factors(split: InputDenseSplit, params, x, y, valid, lr, gram=None):
+    """``low_rank_local_sgd``'s delta with its kernel leaf left in factored form: ``(leaves, h, gram)``, ``leaves`` the
+    other leaves' deltas in ``jax.tree.leaves(params)`` order (None at ``split.kernel_index``), and the kernel's delta
+    ``X^T h`` for the rows ``X = x.reshape(S B, d)``, ``h = lr G`` ``[S B, width]`` (zero at invalid rows) and their
+    Gram ``X X^T`` ``[S B, S B]`` (``factored_sq_norms`` reads it: the delta's norm without forming it)."""
     steps, batch = valid.shape
-    leaves, treedef = jax.tree_util.tree_flatten(params)
+    leaves = jax.tree_util.tree_leaves(params)
     k = split.kernel_index
     kernel = leaves[k]
     rows = x.reshape(steps * batch, -1)
     pre = (rows @ kernel).reshape(steps, batch, -1)                       # X W_0: the server kernel, no copy
-    gram = (rows @ rows.T if gram is None else gram).reshape(steps, batch, steps * batch)  # X_s X^T, all rows
+    gram = rows @ rows.T if gram is None else gram
     per_record = jax.vmap(split.rest, in_axes=(None, 0, 0))
 
     def masked_mean(lv, h, yb, vb):
@@ -128,7 +139,27 @@ def low_rank_local_sgd(split: InputDenseSplit, params, x, y, valid, lr, gram=Non
         return (lv, jax.lax.dynamic_update_slice(g_all, g_h.astype(g_all.dtype), (s * batch, 0))), None
 
     g0 = jnp.zeros((steps * batch, kernel.shape[1]), kernel.dtype)
-    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (jnp.arange(steps), pre, gram, y, valid))
+    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (jnp.arange(steps), pre, gram.reshape(steps, batch, -1), y,
+                                                         valid))
     # lr scales the [S B, width] G, not the [d, width] product: one pass over the small operand
-    deltas = [rows.T @ (lr * g_all) if i == k else a - b for i, (a, b) in enumerate(zip(leaves, final))]
-    return jax.tree_util.tree_unflatten(treedef, deltas)
+    deltas = [None if i == k else a - b for i, (a, b) in enumerate(zip(leaves, final))]
+    return deltas, lr * g_all, gram
+
+
+# ----------------------------------------------------- Clipping and summing factored deltas (one silo: one X^T h)
+def factored_sq_norms(gram, h):
+    """``||X_i^T h_i||_F^2 = <X_i X_i^T, h_i h_i^T>`` for every silo ``i`` (``gram`` [M, R, R], ``h`` [M, R, w]): the
+    kernel deltas' squared norms from the Gram, no [d, w] matrix per silo (ghost clipping's identity: Goodfellow 2015;
+    Li et al., "Large Language Models Can Be Strong Differentially Private Learners", ICLR 2022). Dropping the Gram
+    (``||h||^2``) would understate the norm, and the clip: a privacy bug the tests pin."""
+    return jnp.sum(h * jnp.einsum("mrs,msw->mrw", gram, h), axis=(1, 2))
+
+
+def factored_weighted_sum(records, h, coefficients):
+    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d], ``h`` [M, R, w], ``coefficients`` [M]): ONE
+    ``[d, M R] x [M R, w]`` matmul over the cohort's rows instead of M per-silo products and their [M, d, w] buffer.
+    A silo of coefficient 0 adds exactly nothing, even if its ``h`` overflowed (inf x 0 is kept out by a select)."""
+    c = coefficients.astype(h.dtype)[:, None, None]
+    scaled = jnp.where(c != 0, h * c, jnp.zeros_like(h))
+    m, r, w = h.shape
+    return records.reshape(m * r, -1).T @ scaled.reshape(m * r, w)

@@ -105,24 +105,29 @@ def low_rank_local_sgd(split: InputDenseSplit, params, x, y, valid, lr, gram=Non
     ``x`` [S, B, d] / ``y`` [S, B] are the client's step batches, ``valid`` [S, B] their real rows; each step descends
     the mean loss over its valid rows (the materialised steps' ``masked_mean``), step size ``lr``. ``gram``: the rows'
     Gram matrix ``[S B, S B]`` if the caller has it (e.g. gathered from a per-silo Gram kept across rounds)."""
-    leaves, h, _ = low_rank_local_factors(split, params, x, y, valid, lr, gram)
-    rows = x.reshape(h.shape[0], -1)
-    leaves[split.kernel_index] = rows.T @ h
+    steps, batch = valid.shape
+    records = x.reshape(steps * batch, -1)
+    index = jnp.arange(steps * batch).reshape(steps, batch)
+    leaves, h, _ = low_rank_local_factors(split, params, records, index, y, valid, lr, gram)
+    leaves[split.kernel_index] = records.T @ h
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
 
 
-def low_rank_local_factors(split: InputDenseSplit, params, x, y, valid, lr, gram=None):
-    """``low_rank_local_sgd``'s delta with its kernel leaf left in factored form: ``(leaves, h, gram)``, ``leaves`` the
-    other leaves' deltas in ``jax.tree.leaves(params)`` order (None at ``split.kernel_index``), and the kernel's delta
-    ``X^T h`` for the rows ``X = x.reshape(S B, d)``, ``h = lr G`` ``[S B, width]`` (zero at invalid rows) and their
-    Gram ``X X^T`` ``[S B, S B]`` (``factored_sq_norms`` reads it: the delta's norm without forming it)."""
-    steps, batch = valid.shape
+def low_rank_local_factors(split: InputDenseSplit, params, records, index, y, valid, lr, gram=None):
+    """``low_rank_local_sgd`` on rows named by index: step s trains on ``records[index[s]]`` (``records`` [R, d] the
+    client's rows, ``index`` [S, B] into them; a row may recur, e.g. once an epoch), labels ``y`` [S, B], real rows
+    ``valid``. Returns ``(leaves, h, gram)``: the other leaves' deltas in ``jax.tree.leaves(params)`` order (None at
+    ``split.kernel_index``) and the kernel's delta in factored form ``records^T h``, ``h = lr G`` [R, width] (row r:
+    the sum of its steps' pre-activation gradients, zero for a row no valid position used) with the rows' Gram
+    ``records records^T`` [R, R] (given, or formed here; ``factored_sq_norms`` reads it).
+
+    Indexing the silo's own rows rather than the steps' copies keeps ``X W_0``, the Gram and ``X^T h`` at the silo's
+    n rows for any number of epochs (E n in step order), and a Gram kept per silo needs no permutation gather."""
     leaves = jax.tree_util.tree_leaves(params)
     k = split.kernel_index
     kernel = leaves[k]
-    rows = x.reshape(steps * batch, -1)
-    pre = (rows @ kernel).reshape(steps, batch, -1)                       # X W_0: the server kernel, no copy
-    gram = rows @ rows.T if gram is None else gram
+    pre = (records @ kernel)[index]                                       # X W_0: the server kernel, no copy
+    gram = records @ records.T if gram is None else gram
     per_record = jax.vmap(split.rest, in_axes=(None, 0, 0))
 
     def masked_mean(lv, h, yb, vb):
@@ -131,17 +136,16 @@ def low_rank_local_factors(split: InputDenseSplit, params, x, y, valid, lr, gram
     grad = jax.grad(masked_mean, argnums=(0, 1))
 
     def step(carry, inputs):
-        lv, g_all = carry  # g_all [S B, width]: the earlier steps' G, zeros from step s on
-        s, pre_s, gram_s, yb, vb = inputs
-        h = pre_s - lr * (gram_s @ g_all)
-        g_leaves, g_h = grad(lv, h, yb, vb)
+        lv, g_all = carry  # g_all [R, width]: the earlier steps' G, added at their rows
+        idx, pre_s, gram_s, yb, vb = inputs
+        h = pre_s - lr * (gram_s @ g_all)  # x W_s = x W_0 - lr sum_{s' < s} (x X^T) G_{s'}
+        g_leaves, g_h = grad(lv, h, yb, vb)  # g_h is 0 at invalid positions (the where's cotangent)
         lv = [a if i == k else a - lr * g for i, (a, g) in enumerate(zip(lv, g_leaves))]
-        return (lv, jax.lax.dynamic_update_slice(g_all, g_h.astype(g_all.dtype), (s * batch, 0))), None
+        return (lv, g_all.at[idx].add(g_h.astype(g_all.dtype))), None
 
-    g0 = jnp.zeros((steps * batch, kernel.shape[1]), kernel.dtype)
-    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (jnp.arange(steps), pre, gram.reshape(steps, batch, -1), y,
-                                                         valid))
-    # lr scales the [S B, width] G, not the [d, width] product: one pass over the small operand
+    g0 = jnp.zeros((records.shape[0], kernel.shape[1]), kernel.dtype)
+    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (index, pre, gram[index], y, valid))
+    # lr scales the [R, width] G, not the [d, width] product: one pass over the small operand
     deltas = [None if i == k else a - b for i, (a, b) in enumerate(zip(leaves, final))]
     return deltas, lr * g_all, gram
 

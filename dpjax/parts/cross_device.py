@@ -248,35 +248,53 @@ class LocalDeltas:
                 x, y = data.silo_records(silo, rows)  # the B records of this step only
                 return optax.tree.sub(w, optax.tree.scale(lr, grad(w, x, y, valid))), None
 
-            steps = self._batches(key, size, data.n_max)
-            rows, valid = steps
-            if split is not None:
-                flat = rows.reshape(-1)
-                x, y = data.silo_records(silo, flat)  # every step's B records, in step order
-                gram = state[silo][flat][:, flat] if isinstance(state, jax.Array) else None
-                leaves, h, gram = low_rank_local_factors(split, params, x.reshape(*rows.shape, *x.shape[1:]),
-                                                         y.reshape(*rows.shape, *y.shape[1:]), valid, lr, gram)
-                return leaves, x, h, gram
-            return optax.tree.sub(params, jax.lax.scan(step, params, steps)[0])
+            return optax.tree.sub(params, jax.lax.scan(step, params, self._batches(key, size, data.n_max))[0])
 
         rows = batch.rows()
+        weights = batch.available.astype(jnp.float32)
+        if split is not None:
+            return self._low_rank_units(split, batch, state, ctx, silo_keys, lr, weights), state
         inputs = (rows, data.sizes[rows], silo_keys)
         if self.client_batch is None:
-            out = jax.vmap(one_silo)(*inputs)
+            deltas = jax.vmap(one_silo)(*inputs)
         else:
-            out = self._in_chunks(one_silo, batch.available, inputs)
-        weights = batch.available.astype(jnp.float32)
-        if split is None:
-            return PerUnitVectors(out, weights, per_silo=True), state
-        leaves, x, h, gram = out
+            deltas = self._in_chunks(one_silo, batch.available, inputs)
+        return PerUnitVectors(deltas, weights, per_silo=True), state
+
+    def _low_rank_units(self, split, batch, state, ctx, silo_keys, lr, weights):
+        """The computed silos' deltas in the low-rank form (``input_dense.low_rank_local_factors``) as
+        ``FactoredDeltas`` (or, ``factored_units=False``, their materialised ``PerUnitVectors``). The records are
+        gathered once for the cohort: a silo's own n_max rows when its steps visit at least as many positions (local
+        epochs: its Gram kept as state is used as it is), else the steps' rows in step order."""
+        data, params, rows = ctx.data, ctx.query, batch.rows()
+        steps, valid = jax.vmap(lambda key, size: self._batches(key, size, data.n_max))(silo_keys, data.sizes[rows])
+        m, s, b = steps.shape
+        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
+        if s * b >= data.n_max:
+            records, labels = jax.vmap(data.silo_records)(rows)
+            index, gram = steps, state[rows] if kept else None
+        else:
+            flat = steps.reshape(m, s * b)
+            records, labels = jax.vmap(data.silo_records)(rows, flat)
+            index = jnp.broadcast_to(jnp.arange(s * b).reshape(s, b), steps.shape)
+            gram = jax.vmap(lambda g, r: g[r][:, r])(state[rows], flat) if kept else None
+        y = jax.vmap(lambda lab, i: lab[i])(labels, index)
+
+        def one_silo(x, i, yy, v, g):
+            return low_rank_local_factors(split, params, x, i, yy, v, lr, g)
+
+        inputs = (records, index, y, valid, gram)
+        if self.client_batch is None:
+            leaves, h, gram = jax.vmap(one_silo)(*inputs)
+        else:
+            leaves, h, gram = self._in_chunks(one_silo, batch.available, inputs)
         k = split.kernel_index
-        # every silo's kernel delta X_i^T h_i, at the top level: dead code (dropped by XLA) when the clipper reads
-        # the factors instead
-        leaves[k] = jnp.einsum("mrd,mrw->mdw", x, h)
+        # every silo's kernel delta X_i^T h_i: dead code (dropped by XLA) when the clipper reads the factors instead
+        leaves[k] = jnp.einsum("mrd,mrw->mdw", records, h)
         deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
         if not self.factored_units:
-            return PerUnitVectors(deltas, weights, per_silo=True), state
-        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=x, h=h, gram=gram), state
+            return PerUnitVectors(deltas, weights, per_silo=True)
+        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,6 +26,12 @@ class Mlp(nn.Module):
         return nn.Dense(3)(nn.tanh(nn.Dense(5)(x)))
 
 
+#: two local epochs in batches of 4 (the silo's own rows, its kept Gram as it is); two independent draws of 2 records
+#: (4 positions < n_max 6: the steps' rows in step order, the Gram permuted)
+EPOCHS = dict(local_steps=1, local_batch_size=4, local_epochs=2)
+STEP_ORDER = dict(local_steps=2, local_batch_size=2)
+
+
 def _data_and_context(noise):
     """float64 silos of unequal sizes (3..6 records, n_max 6: two local epochs in batches of 4 leave padded, masked
     rows) and a round's context."""
@@ -43,13 +49,14 @@ def _problem():
     return FlaxProblem(Mlp(), (7,), loss_kind="softmax")
 
 
-def _units(ctx):
+def _units(ctx, local=None):
     """The round's Poisson cohort (unsampled silos weigh 0) and its deltas: low-rank (factored) and materialised."""
     batch, _ = SampledSilos(6, sampling_rate=0.5).update(ctx.data, (), ctx)
     ctx = ctx._replace(batch=batch)
-    low_rank = LocalDeltas(_problem(), 1, 4, local_epochs=2, input_layer="low-rank")
+    local = local or EPOCHS
+    low_rank = LocalDeltas(_problem(), input_layer="low-rank", **local)
     factored, _ = low_rank.update(batch, low_rank.init(ctx.params, ctx), ctx)
-    materialized, _ = LocalDeltas(_problem(), 1, 4, local_epochs=2).update(batch, (), ctx)
+    materialized, _ = LocalDeltas(_problem(), **local).update(batch, (), ctx)
     return ctx, factored, materialized
 
 
@@ -64,7 +71,7 @@ def _factored_norms(units):
     return jnp.sqrt(rest + input_dense.factored_sq_norms(units.gram, units.h))
 
 
-def _release_errors(noise=0.0):
+def _release_errors(noise=0.0, local=None):
     """Max relative errors of (norms, released mean leaves, next clip bound): factored against materialised, the clip
     bound between two reporting silos' norms (it clips some of them and not others). One jitted round (eager float64
     dispatch costs ~30 s); built fresh per call, so a monkeypatched mutant is traced."""
@@ -72,7 +79,7 @@ def _release_errors(noise=0.0):
 
     @jax.jit
     def release(ctx, clip):
-        ctx, factored, materialized = _units(ctx)
+        ctx, factored, materialized = _units(ctx, local)
         assert isinstance(factored, FactoredDeltas) and type(materialized) is PerUnitVectors
         clipper = AdaptiveClipMean(6)
         out_f, c_f = clipper.update(factored, clip, ctx)
@@ -91,12 +98,13 @@ def _release_errors(noise=0.0):
 
 
 @pytest.mark.privacy
-def test_factored_clip_sum_equals_the_materialised_one_in_float64():
+@pytest.mark.parametrize("local", [EPOCHS, STEP_ORDER], ids=["epochs-silo-rows", "draws-step-order"])
+def test_factored_clip_sum_equals_the_materialised_one_in_float64(local):
     """Exact in real arithmetic (||X^T h||^2 = <X X^T, h h^T>; sum_i s_i X_i^T h_i = X_all^T (s * h_all)), so float64
     agrees to rounding: ~1e-15 relative, asserted at 1e-10. The released mean (noise 0), the adaptive bound moved by the
     count of unclipped silos, and the per-silo norms."""
     with jax.enable_x64(True):
-        norm_err, mean_err, clip_err = _release_errors()
+        norm_err, mean_err, clip_err = _release_errors(local=local)
     assert norm_err <= 1e-10 and mean_err <= 1e-10 and clip_err <= 1e-10, (norm_err, mean_err, clip_err)
 
 

@@ -13,6 +13,12 @@ record Gram matrix, and no client ever holds a copy of W: on XLA:CPU a cohort of
 per-step kernel updates (100 x 50k floats) dominate the round (``experiments/benchmarks/bench_fl_simulation.py``).
 Exact in real arithmetic; float32 results differ from the materialised steps by rounding (~1e-6 relative).
 
+The delta need not be formed either: ``||X^T h||_F^2 = <X X^T, h h^T>`` from the Gram the client already has, and the
+cohort's clipped sum ``sum_i s_i X_i^T h_i = X_all^T (s * h_all)`` is one ``[d, M R] x [M R, width]`` matmul
+(``factored_sq_norms``, ``factored_weighted_sum``; ``dpjax.engine.roles.FactoredDeltas`` carries the factors to the
+clipper, which alone decides the scales ``s_i``): on the MNIST MLP round this drops the ``[M, d, width]`` deltas and
+the memory passes over them (~0.8x the round, ``experiments/benchmarks/bench_fl_simulation.py``).
+
 ``split_input_dense(loss, params, x, y)`` finds the kernel from the loss's jaxpr (a record's first operation a
 ``dot_general`` of the record with one parameter leaf, used nowhere else) and returns the loss of the rest of the model
 as a function of ``h``; None when the model does not start that way (the caller keeps the materialised steps). The

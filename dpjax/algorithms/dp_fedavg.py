@@ -86,7 +86,8 @@ class DpFedAvg(ChainFamily):
       client_batch: None (default): the cohort's local training vmapped; k: k silos at a time (``lax.map``;
         ``client_batch=1`` is faster for convolutional models on CPU, ``parts.cross_device.LocalDeltas``).
       input_layer: ``"materialized"``, ``"low-rank"`` or ``"auto"``: how local steps update a Dense first layer
-        (``"low-rank"``: no per-silo kernel copies, ``dpjax.engine.input_dense``; the same deltas up to rounding).
+        (``"low-rank"``: no per-silo kernel copies, ``dpjax.engine.input_dense``; the same deltas up to rounding, and the
+        clipper takes the kernels' norms from the records' Gram and their clipped sum as one matmul).
       server_momentum: beta of the server's optax SGD (None: plain SGD), or Adam's / Yogi's b1.
       server_optimizer: a key of ``SERVER_OPTIMIZERS`` (``"sgd"``, ``"adam"``: DP-FedAdam, ...).
       neighboring: of one silo's data; None: ``"add-remove"`` for Poisson, ``"replace-one"`` for a fixed m.

@@ -13,6 +13,12 @@ record Gram matrix, and no client ever holds a copy of W: on XLA:CPU a cohort of
 per-step kernel updates (100 x 50k floats) dominate the round (``experiments/benchmarks/bench_fl_simulation.py``).
 Exact in real arithmetic; float32 results differ from the materialised steps by rounding (~1e-6 relative).
 
+The delta need not be formed either: ``||X^T h||_F^2 = <X X^T, h h^T>`` from the Gram the client already has, and the
+cohort's clipped sum ``sum_i s_i X_i^T h_i = X_all^T (s * h_all)`` is one ``[d, M R] x [M R, width]`` matmul
+(``factored_sq_norms``, ``factored_weighted_sum``; ``dpjax.engine.roles.FactoredDeltas`` carries the factors to the
+clipper, which alone decides the scales ``s_i``): on the MNIST MLP round this drops the ``[M, d, width]`` deltas and
+the memory passes over them (~0.8x the round, ``experiments/benchmarks/bench_fl_simulation.py``).
+
 ``split_input_dense(loss, params, x, y)`` finds the kernel from the loss's jaxpr (a record's first operation a
 ``dot_general`` of the record with one parameter leaf, used nowhere else) and returns the loss of the rest of the model
 as a function of ``h``; None when the model does not start that way (the caller keeps the materialised steps). The
@@ -106,12 +112,28 @@ def low_rank_local_sgd(split: InputDenseSplit, params, x, y, valid, lr, gram=Non
     the mean loss over its valid rows (the materialised steps' ``masked_mean``), step size ``lr``. ``gram``: the rows'
     Gram matrix ``[S B, S B]`` if the caller has it (e.g. gathered from a per-silo Gram kept across rounds)."""
     steps, batch = valid.shape
-    leaves, treedef = jax.tree_util.tree_flatten(params)
+    records = x.reshape(steps * batch, -1)
+    index = jnp.arange(steps * batch).reshape(steps, batch)
+    leaves, h, _ = low_rank_local_factors(split, params, records, index, y, valid, lr, gram)
+    leaves[split.kernel_index] = records.T @ h
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+
+
+def low_rank_local_factors(split: InputDenseSplit, params, records, index, y, valid, lr, gram=None):
+    """``low_rank_local_sgd`` on rows named by index: step s trains on ``records[index[s]]`` (``records`` [R, d] the
+    client's rows, ``index`` [S, B] into them; a row may recur, e.g. once an epoch), labels ``y`` [S, B], real rows
+    ``valid``. Returns ``(leaves, h, gram)``: the other leaves' deltas in ``jax.tree.leaves(params)`` order (None at
+    ``split.kernel_index``) and the kernel's delta in factored form ``records^T h``, ``h = lr G`` [R, width] (row r:
+    the sum of its steps' pre-activation gradients, zero for a row no valid position used) with the rows' Gram
+    ``records records^T`` [R, R] (given, or formed here; ``factored_sq_norms`` reads it).
+
+    Indexing the silo's own rows rather than the steps' copies keeps ``X W_0``, the Gram and ``X^T h`` at the silo's
+    n rows for any number of epochs (E n in step order), and a Gram kept per silo needs no permutation gather."""
+    leaves = jax.tree_util.tree_leaves(params)
     k = split.kernel_index
     kernel = leaves[k]
-    rows = x.reshape(steps * batch, -1)
-    pre = (rows @ kernel).reshape(steps, batch, -1)                       # X W_0: the server kernel, no copy
-    gram = (rows @ rows.T if gram is None else gram).reshape(steps, batch, steps * batch)  # X_s X^T, all rows
+    pre = (records @ kernel)[index]                                       # X W_0: the server kernel, no copy
+    gram = records @ records.T if gram is None else gram
     per_record = jax.vmap(split.rest, in_axes=(None, 0, 0))
 
     def masked_mean(lv, h, yb, vb):
@@ -120,15 +142,34 @@ def low_rank_local_sgd(split: InputDenseSplit, params, x, y, valid, lr, gram=Non
     grad = jax.grad(masked_mean, argnums=(0, 1))
 
     def step(carry, inputs):
-        lv, g_all = carry  # g_all [S B, width]: the earlier steps' G, zeros from step s on
-        s, pre_s, gram_s, yb, vb = inputs
-        h = pre_s - lr * (gram_s @ g_all)
-        g_leaves, g_h = grad(lv, h, yb, vb)
+        lv, g_all = carry  # g_all [R, width]: the earlier steps' G, added at their rows
+        idx, pre_s, gram_s, yb, vb = inputs
+        h = pre_s - lr * (gram_s @ g_all)  # x W_s = x W_0 - lr sum_{s' < s} (x X^T) G_{s'}
+        g_leaves, g_h = grad(lv, h, yb, vb)  # g_h is 0 at invalid positions (the where's cotangent)
         lv = [a if i == k else a - lr * g for i, (a, g) in enumerate(zip(lv, g_leaves))]
-        return (lv, jax.lax.dynamic_update_slice(g_all, g_h.astype(g_all.dtype), (s * batch, 0))), None
+        return (lv, g_all.at[idx].add(g_h.astype(g_all.dtype))), None
 
-    g0 = jnp.zeros((steps * batch, kernel.shape[1]), kernel.dtype)
-    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (jnp.arange(steps), pre, gram, y, valid))
-    # lr scales the [S B, width] G, not the [d, width] product: one pass over the small operand
-    deltas = [rows.T @ (lr * g_all) if i == k else a - b for i, (a, b) in enumerate(zip(leaves, final))]
-    return jax.tree_util.tree_unflatten(treedef, deltas)
+    g0 = jnp.zeros((records.shape[0], kernel.shape[1]), kernel.dtype)
+    (final, g_all), _ = jax.lax.scan(step, (leaves, g0), (index, pre, gram[index], y, valid))
+    # lr scales the [R, width] G, not the [d, width] product: one pass over the small operand
+    deltas = [None if i == k else a - b for i, (a, b) in enumerate(zip(leaves, final))]
+    return deltas, lr * g_all, gram
+
+
+# ----------------------------------------------------- Clipping and summing factored deltas (one silo: one X^T h)
+def factored_sq_norms(gram, h):
+    """``||X_i^T h_i||_F^2 = <X_i X_i^T, h_i h_i^T>`` for every silo ``i`` (``gram`` [M, R, R], ``h`` [M, R, w]): the
+    kernel deltas' squared norms from the Gram, no [d, w] matrix per silo (ghost clipping's identity: Goodfellow 2015;
+    Li et al., "Large Language Models Can Be Strong Differentially Private Learners", ICLR 2022). Dropping the Gram
+    (``||h||^2``) would understate the norm, and the clip: a privacy bug the tests pin."""
+    return jnp.sum(h * jnp.einsum("mrs,msw->mrw", gram, h), axis=(1, 2))
+
+
+def factored_weighted_sum(records, h, coefficients):
+    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d], ``h`` [M, R, w], ``coefficients`` [M]): ONE
+    ``[d, M R] x [M R, w]`` matmul over the cohort's rows instead of M per-silo products and their [M, d, w] buffer.
+    A silo of coefficient 0 adds exactly nothing, even if its ``h`` overflowed (inf x 0 is kept out by a select)."""
+    c = coefficients.astype(h.dtype)[:, None, None]
+    scaled = jnp.where(c != 0, h * c, jnp.zeros_like(h))
+    m, r, w = h.shape
+    return records.reshape(m * r, -1).T @ scaled.reshape(m * r, w)

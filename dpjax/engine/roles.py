@@ -223,6 +223,20 @@ class PerUnitVectors:
     per_silo: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class FactoredDeltas(PerUnitVectors):
+    """One unit per silo whose leaf ``kernel_index`` (of ``jax.tree.leaves(vectors)``) is also given in factored form:
+    silo i's ``X_i^T h_i`` with ``records`` ``X`` [M, R, d], ``h`` [M, R, w] and the rows' Gram ``X_i X_i^T`` [M, R, R]
+    (``dpjax.engine.input_dense``). ``vectors`` holds every leaf, the kernel's materialised too, so a clipper that does
+    not know the form clips the same deltas; one that does (``AdaptiveClipMean``) takes the norms from the Gram and the
+    clipped sum as one matmul, and XLA drops the unused [M, d, w] buffer."""
+
+    kernel_index: int = 0
+    records: Any = None
+    h: Any = None
+    gram: Any = None
+
+
 # ----------------------------------------------------------------------------- The one signature
 ROLES = ("selection", "client", "clipper", "privatizer", "aggregator", "server", "averager")
 

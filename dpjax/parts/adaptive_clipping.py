@@ -30,7 +30,8 @@ import jax.numpy as jnp
 from dpjax import keys
 from dpjax.accounting.events import ClipEvent, NoiseEvent
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy
-from dpjax.engine.roles import Context, PerUnitVectors, Sensitive
+from dpjax.engine import input_dense
+from dpjax.engine.roles import Context, FactoredDeltas, PerUnitVectors, Sensitive
 from dpjax.parts.cross_device import PublicMean
 from dpjax.parts.privatizers import GaussianNoise, gaussian_std, host_multiplier
 from dpjax.primitives import clipping
@@ -101,17 +102,44 @@ class AdaptiveClipMean:
 
     def update(self, units: PerUnitVectors, clip_norm, ctx: Context) -> tuple[Sensitive, jax.Array]:
         hp, w = ctx.hparams, units.weights
-        norms = jax.vmap(clipping.global_norm)(units.vectors)
-        clipped = jax.tree_util.tree_map(lambda t: t * w.reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype),
-                                         clipping.clip_per_example(units.vectors, clip_norm))
+        if isinstance(units, FactoredDeltas):
+            norms, mean = self._factored_mean(units, clip_norm, ctx)
+        else:
+            norms = jax.vmap(clipping.global_norm)(units.vectors)
+            clipped = jax.tree_util.tree_map(lambda t: t * w.reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype),
+                                             clipping.clip_per_example(units.vectors, clip_norm))
+            mean, _ = PublicMean(self.expected_silos).update(Sensitive(clipped, clip_norm, self.neighboring), (), ctx)
         count = Sensitive(jnp.sum(w * ((norms <= clip_norm) - 0.5)), jnp.float32(0.5), self.neighboring)
         std = gaussian_std(getattr(hp, self.count_field), count.sensitivity)
         noisy = count.value + std * jax.random.normal(keys.stream_key(ctx.key, "server_noise"))
         fraction = jnp.clip(noisy / self.expected_silos + 0.5, 0.0, 1.0)
         new_clip = clip_norm * jnp.exp(-hp.clip_learning_rate * (fraction - hp.target_quantile))
-        mean, _ = PublicMean(self.expected_silos).update(Sensitive(clipped, clip_norm, self.neighboring), (), ctx)
         released, _ = GaussianNoise(self.noise_field, placement="server").update(mean, (), ctx)
         return released, new_clip
+
+    def _factored_mean(self, units: FactoredDeltas, clip_norm, ctx: Context):
+        """The norms and the clipped mean of ``units`` with its kernel leaf in factored form: the same values as the
+        materialised path to float rounding. Norms: the other leaves' squares plus ``<X X^T, h h^T>``; the kernel's
+        clipped sum ``X_all^T (s * h_all)``, one matmul, with ``s_i`` = clip factor x weight x availability (what
+        ``clip_per_example``, the weights and ``Aggregate``'s ``available`` multiply each delta by). The other leaves,
+        the bound C, the public divisor and the noise go through ``PublicMean`` and ``GaussianNoise`` as before (the
+        kernel's leaf there is a placeholder, replaced by its factored mean): same sensitivity, tree, keys, draws."""
+        k, w = units.kernel_index, units.weights
+        leaves, treedef = jax.tree_util.tree_flatten(units.vectors)
+        rest_sq = sum(jnp.sum(jnp.square(t).reshape(t.shape[0], -1), axis=1) for i, t in enumerate(leaves) if i != k)
+        norms = jnp.sqrt(rest_sq + input_dense.factored_sq_norms(units.gram, units.h))
+        scale, keep = clipping.clip_coefficients(norms, clip_norm)
+        kept = lambda t: jnp.where(keep.reshape((-1,) + (1,) * (t.ndim - 1)),  # noqa: E731
+                                   t * (scale * w).reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype), 0)
+        placeholder = jnp.zeros((leaves[k].shape[0], 1), leaves[k].dtype)
+        clipped = [placeholder if i == k else kept(t) for i, t in enumerate(leaves)]
+        mean, _ = PublicMean(self.expected_silos).update(
+            Sensitive(jax.tree_util.tree_unflatten(treedef, clipped), clip_norm, self.neighboring), (), ctx)
+        coefficients = jnp.where(keep, scale * w * ctx.batch.available.astype(scale.dtype), 0.0)
+        kernel_sum = input_dense.factored_weighted_sum(units.records, units.h, coefficients)
+        mean_leaves = jax.tree_util.tree_leaves(mean.value)
+        mean_leaves[k] = kernel_sum / jnp.asarray(self.expected_silos).astype(kernel_sum.dtype)  # Sensitive.divided's
+        return norms, mean.replace(value=jax.tree_util.tree_unflatten(treedef, mean_leaves))
 
     def event(self, hparams) -> ClipEvent:
         return ClipEvent(self.neighboring)

@@ -25,8 +25,8 @@ import optax
 from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.conv_layout import canonical_convs
-from dpjax.engine.input_dense import low_rank_local_sgd, split_input_dense
-from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive
+from dpjax.engine.input_dense import low_rank_local_factors, split_input_dense
+from dpjax.engine.roles import Batch, Context, FactoredDeltas, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
 from dpjax.parts.selection import available_silos
 from dpjax.primitives import sampling as sampling_lib
@@ -129,7 +129,9 @@ class LocalDeltas:
     with the server kernel for the whole cohort's records plus each silo's record Gram matrix, no per-silo kernel
     copies; the same deltas up to float32 rounding, ~2x faster on XLA:CPU for an MNIST MLP) and refuses a model that
     does not start with ``x @ W`` on the flat record; ``"auto"``: low-rank where the model allows it. Needs
-    ``local_batch_size``."""
+    ``local_batch_size``. In the low-rank form the units are ``FactoredDeltas`` (``factored_units``, default): the
+    kernel's delta ``X^T h`` also kept as its factors, so a clipper that reads them (``AdaptiveClipMean``) clips and
+    sums the cohort's kernels without the ``[M, d, width]`` deltas; False hands over the materialised deltas only."""
 
     problem: Any
     local_steps: int
@@ -138,6 +140,7 @@ class LocalDeltas:
     local_epochs: int | None = None
     client_batch: int | None = None
     input_layer: str = "materialized"
+    factored_units: bool = True
 
     roles = ("client",)
 
@@ -152,7 +155,7 @@ class LocalDeltas:
 
     def _input_split(self, params, x, y):
         """The low-rank split of the problem's loss (``input_dense.split_input_dense``), or None."""
-        if self.input_layer == "materialized":
+        if self.input_layer == "materialized" or self.local_batch_size is None:
             return None
         split = split_input_dense(self.problem.loss, params, jnp.zeros(x.shape[1:], x.dtype),
                                   jnp.zeros(y.shape[1:], y.dtype))
@@ -196,7 +199,7 @@ class LocalDeltas:
         rows, valid = jax.vmap(epoch)(jnp.arange(self.local_epochs))
         return rows.reshape(-1, b), valid.reshape(-1, b)
 
-    def _in_chunks(self, one_silo, available, inputs, params):
+    def _in_chunks(self, one_silo, available, inputs):
         """``one_silo`` over the computed silos ``client_batch`` at a time (``lax.map`` over vmapped chunks); a chunk
         holding no reporting silo trains nothing (``lax.cond``): the Poisson buffer holds its sampled silos first and
         is sized for the tail (~m + 6 sqrt(m) + 8), so its last chunks are mostly empty. Their deltas are zeros,
@@ -206,11 +209,12 @@ class LocalDeltas:
         # padded slots repeat slot 0 (PRNG keys cannot be zero-padded); their outputs are cut off below
         pad = lambda a: jnp.concatenate([a, jnp.repeat(a[:1], chunks * k - slots, axis=0)]).reshape(  # noqa: E731
             chunks, k, *a.shape[1:])
-        # the zeros are made in the branch that returns them: made outside, XLA re-broadcasts them every iteration
-        zeros = lambda: jax.tree_util.tree_map(lambda p: jnp.zeros((k, *p.shape), p.dtype), params)  # noqa: E731
 
         def chunk(args):
             avail, *silo_args = args
+            # the zeros are made in the branch that returns them: made outside, XLA re-broadcasts them every iteration
+            shapes = jax.eval_shape(jax.vmap(one_silo), *silo_args)
+            zeros = lambda: jax.tree_util.tree_map(lambda t: jnp.zeros(t.shape, t.dtype), shapes)  # noqa: E731
             return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), zeros)
 
         out = jax.lax.map(chunk, jax.tree_util.tree_map(pad, (available, *inputs)))
@@ -224,6 +228,11 @@ class LocalDeltas:
         masked_mean = lambda p, x, y, valid: (jnp.sum(jnp.where(valid, loss(p, x, y), 0.0))  # noqa: E731
                                               / jnp.maximum(jnp.sum(valid), 1))
         grad = canonical_convs(jax.grad(masked_mean))
+
+        split = None
+        if self.input_layer != "materialized" and self.local_batch_size is not None:
+            record = jax.eval_shape(lambda: data.silo_records(jnp.int32(0), jnp.zeros((1,), jnp.int32)))
+            split = self._input_split(params, *record)
 
         def one_silo(silo, size, key):
             if self.local_batch_size is None:  # every record, every step
@@ -239,25 +248,53 @@ class LocalDeltas:
                 x, y = data.silo_records(silo, rows)  # the B records of this step only
                 return optax.tree.sub(w, optax.tree.scale(lr, grad(w, x, y, valid))), None
 
-            steps = self._batches(key, size, data.n_max)
-            rows, valid = steps
-            if self.input_layer != "materialized":
-                x, y = data.silo_records(silo, rows.reshape(-1))  # every step's B records, in step order
-                split = self._input_split(params, x, y)
-                if split is not None:
-                    flat = rows.reshape(-1)
-                    gram = state[silo][flat][:, flat] if isinstance(state, jax.Array) else None
-                    x, y = x.reshape(*rows.shape, *x.shape[1:]), y.reshape(*rows.shape, *y.shape[1:])
-                    return low_rank_local_sgd(split, params, x, y, valid, lr, gram)
-            return optax.tree.sub(params, jax.lax.scan(step, params, steps)[0])
+            return optax.tree.sub(params, jax.lax.scan(step, params, self._batches(key, size, data.n_max))[0])
 
         rows = batch.rows()
+        weights = batch.available.astype(jnp.float32)
+        if split is not None:
+            return self._low_rank_units(split, batch, state, ctx, silo_keys, lr, weights), state
         inputs = (rows, data.sizes[rows], silo_keys)
         if self.client_batch is None:
             deltas = jax.vmap(one_silo)(*inputs)
         else:
-            deltas = self._in_chunks(one_silo, batch.available, inputs, params)
-        return PerUnitVectors(deltas, batch.available.astype(jnp.float32), per_silo=True), state
+            deltas = self._in_chunks(one_silo, batch.available, inputs)
+        return PerUnitVectors(deltas, weights, per_silo=True), state
+
+    def _low_rank_units(self, split, batch, state, ctx, silo_keys, lr, weights):
+        """The computed silos' deltas in the low-rank form (``input_dense.low_rank_local_factors``) as
+        ``FactoredDeltas`` (or, ``factored_units=False``, their materialised ``PerUnitVectors``). The records are
+        gathered once for the cohort: a silo's own n_max rows when its steps visit at least as many positions (local
+        epochs: its Gram kept as state is used as it is), else the steps' rows in step order."""
+        data, params, rows = ctx.data, ctx.query, batch.rows()
+        steps, valid = jax.vmap(lambda key, size: self._batches(key, size, data.n_max))(silo_keys, data.sizes[rows])
+        m, s, b = steps.shape
+        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
+        if s * b >= data.n_max:
+            records, labels = jax.vmap(data.silo_records)(rows)
+            index, gram = steps, state[rows] if kept else None
+        else:
+            flat = steps.reshape(m, s * b)
+            records, labels = jax.vmap(data.silo_records)(rows, flat)
+            index = jnp.broadcast_to(jnp.arange(s * b).reshape(s, b), steps.shape)
+            gram = jax.vmap(lambda g, r: g[r][:, r])(state[rows], flat) if kept else None
+        y = jax.vmap(lambda lab, i: lab[i])(labels, index)
+
+        def one_silo(x, i, yy, v, g):
+            return low_rank_local_factors(split, params, x, i, yy, v, lr, g)
+
+        inputs = (records, index, y, valid, gram)
+        if self.client_batch is None:
+            leaves, h, gram = jax.vmap(one_silo)(*inputs)
+        else:
+            leaves, h, gram = self._in_chunks(one_silo, batch.available, inputs)
+        k = split.kernel_index
+        # every silo's kernel delta X_i^T h_i: dead code (dropped by XLA) when the clipper reads the factors instead
+        leaves[k] = jnp.einsum("mrd,mrw->mdw", records, h)
+        deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+        if not self.factored_units:
+            return PerUnitVectors(deltas, weights, per_silo=True)
+        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,11 +55,17 @@ def clip_to_norm(tree: PyTree, clip_norm) -> PyTree:
     (issue 23). Zero has norm <= C, so the sum's sensitivity is unchanged. Without clipping
     (``clip_norm = inf``, the non-private twin) the NaN propagates as before."""
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
-    norm = global_norm(tree)
-    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))
-    keep = jnp.isfinite(norm) | ~jnp.isfinite(clip_norm)
+    scale, keep = clip_coefficients(global_norm(tree), clip_norm)
     return jax.tree_util.tree_map(lambda leaf: jnp.where(keep, leaf * scale.astype(leaf.dtype),
                                                          jnp.zeros_like(leaf)), tree)
+
+
+def clip_coefficients(norms, clip_norm):
+    """``clip_to_norm``'s rule for vectors of l2 norms ``norms`` (any shape): ``(scale, keep)``, the factor
+    ``min(1, clip_norm / norm)`` and whether the vector is kept (a finite norm, or no clipping); a vector not kept
+    becomes zero (select it out: ``inf x 0`` is NaN). For clippers that have the norms without the vectors."""
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norms, _TINY))
+    return scale, jnp.isfinite(norms) | ~jnp.isfinite(clip_norm)
 
 
 def per_example_grads(loss_fn: Callable, params: PyTree, x: jax.Array, y: jax.Array) -> PyTree:

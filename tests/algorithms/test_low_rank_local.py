@@ -92,6 +92,7 @@ def test_low_rank_steps_equal_materialised_steps_in_float64():
     dict(local_steps=3, local_batch_size=2),
     dict(local_epochs=2, local_batch_size=4),  # a partial last batch for every silo under 8 records
     dict(local_steps=2, local_batch_size=3, client_batch=4),
+    dict(local_steps=2, local_batch_size=2),  # 4 step positions < n_max 6: the steps' rows in step order
 ])
 def test_dp_fedavg_low_rank_releases_the_materialised_model(kw):
     """Same key, same cohort, same noise: the released model agrees to float32 rounding, on a SiloData (per-silo Gram

@@ -40,7 +40,7 @@ import jax
 
 from dpjax import _validate
 from dpjax.algorithms import band_mf_sgd
-from dpjax.algorithms.dp_fedavg import SERVER_OPTIMIZERS
+from dpjax.algorithms.dp_fedavg import SERVER_OPTIMIZERS, check_local_training
 from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.parts import Averager, ClipPerUnit, OptaxServer
@@ -129,17 +129,7 @@ class DpFedAvgBandMf(ChainFamily):
                                                   sampling_rate=self.sampling_rate)
         object.__setattr__(self, "band_coeffs", coeffs)
         object.__setattr__(self, "num_groups", period)
-        if self.local_batch_size is not None:
-            _validate.check_int("local_batch_size", self.local_batch_size, min_value=1)
-        if self.local_epochs is not None:
-            _validate.check_int("local_epochs", self.local_epochs, min_value=1)
-            if self.local_batch_size is None or self.local_steps != 1:
-                raise ValueError(f"local_epochs={self.local_epochs} replaces local_steps (leave it at 1, got "
-                                 f"{self.local_steps}) and needs a local_batch_size (got {self.local_batch_size})")
-        if self.client_batch is not None:
-            _validate.check_int("client_batch", self.client_batch, min_value=1)
-        if self.server_momentum is not None:
-            _validate.check_probability("server_momentum", self.server_momentum)
+        check_local_training(self)
         self.selection_part  # noqa: B018  (validates the rate, the capacity)
         self.check_common()
 

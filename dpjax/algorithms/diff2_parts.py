@@ -37,7 +37,7 @@ import optax
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import ClipEvent, NoiseEvent
-from dpjax.engine.roles import Batch, Context, Sensitive, released
+from dpjax.engine.roles import Batch, Context, Sensitive, Stateless, released
 from dpjax.parts.privatizers import gaussian_std, host_multiplier
 from dpjax.primitives import clipping, ghost_clipping, noise
 
@@ -315,14 +315,11 @@ class RadiusClipper:
 
 # ----------------------------------------------------------------------------- aggregator
 @dataclasses.dataclass(frozen=True)
-class SiloMean:
+class SiloMean(Stateless):
     """``(1/P) sum_p d_r^(p)`` over all P silos (Alg. 1 step 4); a record lives in one silo, so
     the bound is the largest silo's bound over P (``2 radius / (n_min P)`` replace-one)."""
 
     roles = ("aggregator",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         count = jax.tree_util.tree_leaves(messages.value)[0].shape[0]
@@ -377,7 +374,7 @@ class RoundNoise:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepNoise:
+class StepNoise(Stateless):
     """Gaussian noise of one local step, ``N(0, (z sensitivity)^2 I)`` with ``z = noise_field``,
     drawn from the round key's ``stream`` folded with the local step index ``ctx.round``
     (inside the local loop the context counts local steps)."""
@@ -386,9 +383,6 @@ class StepNoise:
     stream: str = "local"
 
     roles = ("privatizer",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         std = gaussian_std(getattr(ctx.hparams, self.noise_field), message.sensitivity)

@@ -225,11 +225,10 @@ class BandMfAmplifiedPrivacy(_BandMfGuarantee, StatedRelation, PrivacySpec):
 @dataclasses.dataclass(frozen=True)
 class BandMfEvent:
     """The BandMF privatizer's event (``dpjax.parts.band_mf.BandMfNoise.events``): its noise (``noise``, a
-    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's guarantee
-    (module docstring): ``BandMfPrivacy`` for the fixed-order ``one-pass`` selection (b-min-separation
-    ``T = floor(n_min / B)``, ``bands <= T``) or ``min-separation`` groups, the amplified ``BandMfAmplifiedPrivacy``
-    (with the buffer's overflow charge) for ``cyclic-poisson`` groups of period ``>= bands``; anything else is refused
-    with a ValueError."""
+    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's guarantee (module
+    docstring): ``BandMfPrivacy`` for the fixed-order ``one-pass`` selection (b-min-separation ``T = floor(n_min / B)``,
+    ``bands <= T``) or ``min-separation`` groups, the amplified ``BandMfAmplifiedPrivacy`` (with the buffer's overflow
+    charge) for ``cyclic-poisson`` groups of period ``>= bands``; anything else is refused with a ValueError."""
 
     noise: object
     bands: int

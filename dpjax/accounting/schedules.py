@@ -140,8 +140,7 @@ class GaussianSchedule:
         dataset_size. Under add/remove the data set's size is not public, so a
         rate read from it would be data-dependent: declare q.
 
-    Raises:
-      ValueError: naming the offending argument and its value.
+    Raises: ValueError: naming the offending argument and its value.
     """
 
     noise_std: float
@@ -229,10 +228,9 @@ class GaussianSchedule:
     def blocks_per_epoch(self) -> int:
         """floor(n/K): disjoint full blocks of K records in one permutation.
 
-        ONE_PASS and SHUFFLE walk one permutation block by block (block r is
-        positions [rK, (r+1)K), as ``dpjax.primitives.sampling.OnePass`` slices
-        it) and start a new epoch instead of wrapping around, so the n mod K
-        records at the end of each epoch's permutation are not used that epoch.
+        ONE_PASS and SHUFFLE walk one permutation block by block (block r is positions [rK, (r+1)K), as
+        ``dpjax.primitives.sampling.OnePass`` slices it) and start a new epoch instead of wrapping around, so the n mod
+        K records at the end of each epoch's permutation are not used that epoch.
         """
         if self.sampling not in (Sampling.ONE_PASS, Sampling.SHUFFLE):
             raise ValueError(f"blocks_per_epoch is undefined for sampling={self.sampling.value!r}")
@@ -242,11 +240,10 @@ class GaussianSchedule:
     def passes(self) -> int:
         """Most releases that touch one given record (deterministic participation).
 
-        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one
-        block per epoch and an epoch is ``blocks_per_epoch`` = floor(n/K) steps,
-        so it is used at most ceil(steps / floor(n/K)) times (in every epoch, in
-        the worst case). ceil(steps*K/n) would under-count when n mod K > 0:
-        n = 10, K = 4, 5 steps is 3 epochs of 2 blocks, not 2.
+        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one block per epoch and an epoch is
+        ``blocks_per_epoch`` = floor(n/K) steps, so it is used at most ceil(steps / floor(n/K)) times (in every epoch,
+        in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs of 2
+        blocks, not 2.
         """
         if self.sampling is Sampling.FULL:
             return self.steps

@@ -155,16 +155,13 @@ class GhostRecords:
 
 @dataclasses.dataclass(frozen=True)
 class RecordDifferences:
-    """DIFF2's units of one round, every silo (leading axis ``[M]``): per-record gradients
-    (``restart``) or per-record gradient differences, described for the clipper.
+    """DIFF2's units of one round, every silo (leading axis ``[M]``): per-record gradients (``restart``) or per-record
+    gradient differences, described for the clipper.
 
-    Attributes:
-      restart: True (static), or a traced bool: the round restarts the estimator.
-      displacement: ``||x_{r-1} - x_{r-2}||`` (the difference radius is ``C2`` times it).
-      weights: bool ``[M, B]`` (None: every row).
-      denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``).
-      vectors: the per-record vectors ``[M, B, ...]`` (per-record path), or None.
-      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
+    Attributes: restart: True (static), or a traced bool: the round restarts the estimator. displacement:
+      ``||x_{r-1} - x_{r-2}||`` (the difference radius is ``C2`` times it). weights: bool ``[M, B]`` (None: every row).
+      denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``). vectors: the per-record vectors
+      ``[M, B, ...]`` (per-record path), or None. ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
 
     restart: Any
     displacement: Any
@@ -199,15 +196,12 @@ def _ghost_passes(problem, params, x, y):
 
 @dataclasses.dataclass(frozen=True)
 class Diff2Client:
-    """Step 2 of Alg. 1 before clipping: every silo's per-record gradients at ``x_{r-1}`` (restart)
-    or their differences to ``x_{r-2}`` (difference round), as ``RecordDifferences``.
+    """Step 2 of Alg. 1 before clipping: every silo's per-record gradients at ``x_{r-1}`` (restart) or their differences
+    to ``x_{r-2}`` (difference round), as ``RecordDifferences``.
 
-    Args:
-      problem: the problem (per-record ``loss``).
-      schedule: the ``RestartSchedule``.
-      path: ``"auto"`` | ``"ghost"`` | ``"per-record"`` (``clipping_path``).
-      carry: keep the per-record work at ``x_{r-1}`` in the state for the next round.
-      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
+    Args: problem: the problem (per-record ``loss``). schedule: the ``RestartSchedule``. path: ``"auto"`` | ``"ghost"``
+      | ``"per-record"`` (``clipping_path``). carry: keep the per-record work at ``x_{r-1}`` in the state for the next
+      round. records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
 
     problem: Any
     schedule: RestartSchedule

@@ -1,7 +1,6 @@
 """Tight accountants for `GaussianSchedule`s: RDP, PLD, zCDP and exact GDP.
 
-Which accountant certifies which schedule (others are refused with a
-``ValueError`` naming ``accountant``):
+Which accountant certifies which schedule (others are refused with a ``ValueError`` naming ``accountant``):
 
 ============  ===========================================================================
 accountant    certifies
@@ -23,11 +22,10 @@ accountant    certifies
               mu = sqrt(passes) g Delta / sigma (Balle-Wang 2018; Dong-Roth-Su 2022).
 ============  ===========================================================================
 
-Group privacy (g > 1): exact for the deterministic-participation schemes (the
-sensitivity is multiplied by g); for random sampling the (eps, delta) group
-conversion eps_g = g eps, delta_g = delta (e^{g eps} - 1)/(e^eps - 1) is
-optimised over the base epsilon (Dwork-Roth 2014 Thm 2.2 generalised, by
-induction), which is valid for every accountant.
+Group privacy (g > 1): exact for the deterministic-participation schemes (the sensitivity is multiplied by g); for
+random sampling the (eps, delta) group conversion eps_g = g eps, delta_g = delta (e^{g eps} - 1)/(e^eps - 1) is
+optimised over the base epsilon (Dwork-Roth 2014 Thm 2.2 generalised, by induction), which is valid for every
+accountant.
 """
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ Plans (``ProtocolPlan``: one ``Phase`` per block of rounds sharing their paramet
   Non-smooth losses run on the envelope with beta = (L/D) min(sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))).
 * ``pan_private_plan`` -- pan-private AC-SA, Appendix C, Algorithm 6 / Theorem C.3: zeta^2 = 8 L^2 ln(2/delta)/(B^2
   eps^2), batch formulas of Theorems 4.3/4.7 with ln^2(d/delta) -> ln(1/delta).
-* ``central_gd_plan`` / ``local_sgd_plan`` -- Gaussian reference baselines (not in the paper): noisy full-batch GD
-  composed exactly (GDP), and one-pass SGD with per-user Gaussian noise (B = 1).
+* ``local_sgd_plan`` -- the Gaussian reference baseline (not in the paper): one-pass SGD with per-user Gaussian noise
+  (B = 1).
 
 P_vec parameters come from ``dpjax.accounting.pvec.pvec_params`` (``"paper"``: Theorem 3.2's constants; ``"lemma_opt"``:
 the same lemmas, optimised constants). ``V(B)``, the exact total variance of P_vec on B inputs with worst-case rounding,
@@ -52,7 +52,7 @@ from dpjax.accounting.kov_composition import optimal_composition_delta
 
 __all__ = [
     "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS", "pvec_total_variance", "p_sgd_plan", "p_agd_plan",
-    "phased_plan", "p_gd_plan", "pan_private_plan", "central_gd_plan", "local_sgd_plan", "smoothing_beta",
+    "phased_plan", "p_gd_plan", "pan_private_plan", "local_sgd_plan", "smoothing_beta",
     "pgd_rounds", "pgd_round_budget", "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES",
     "pvec_round_epsilon", "transcript_epsilon", "bits_per_user", "pan_private_epsilon",
     "gaussian_approx_transcript_epsilon", "REPORT_ONLY"
@@ -356,23 +356,6 @@ def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None
     phase = Phase(T, start, n, False, eta, s, D, eps_r, dr, _gd_bound(T, eta, L, D, var_mean, n, s), pv)
     return ProtocolPlan("p_gd", mode, n, d, eps, dl, L, D, smoothness if smoothness else s, None, (phase,),
                         composition=comp)
-
-
-def central_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, start=0,
-                    rounds=None) -> ProtocolPlan:
-    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity 2L,
-    replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
-    n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
-    T = pgd_rounds(n, d, eps, dl) if rounds is None else rounds
-    sigma = gdp.gaussian_mechanism_sigma(eps, dl, 2 * L, count=T)
-    s = 0.0 if smoothness is not None else (L / D) * min(math.sqrt(n), eps * n / math.sqrt(d))
-    eta = D / (L * math.sqrt(T))
-    if smoothness is not None or s:
-        eta = min(eta, 2 / (smoothness or s))
-    phase = Phase(T, start, n, False, eta, s, D, eps, dl, _gd_bound(T, eta, L, D, d * sigma**2 / n**2, n, s),
-                  None, sigma)
-    return ProtocolPlan("central_gd", "gaussian", n, d, eps, dl, L, D, smoothness or s, None, (phase,),
-                        composition="gdp")
 
 
 def local_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, start=0, batch=1) -> ProtocolPlan:

@@ -121,10 +121,6 @@ class ProtocolPlan:
         """The explicit bound of the last phase (the protocol's output)."""
         return self.phases[-1].bound
 
-    @property
-    def users_used(self) -> int:
-        return sum(p.users for p in self.phases)
-
     def bits_per_user(self) -> int:
         return bits_per_user(self)
 

@@ -1,20 +1,16 @@
 """PRNG key discipline.
 
-Every random draw in dpjax derives from one *run key*
-(``run_key(seed, *path)``: the seed's key folded in by the run's position
-in its experiment, e.g. trial and repetition):
+Every random draw in dpjax derives from one *run key* (``run_key(seed, *path)``: the seed's key folded in by the run's
+position in its experiment, e.g. trial and repetition):
 
     run_key --fold_in(r)--> round key --fold_in(stream id)--> stream key --split(N)--> per-silo keys
 
-``fold_in`` by round index (rather than sequential splitting) gives *common
-random numbers* across configurations: two runs that differ only in a step
-size or noise level see the same availability masks and minibatches, which
-makes paired comparisons less noisy and lets ``sigma = 0`` reproduce the
-non-private twin exactly.
+``fold_in`` by round index (rather than sequential splitting) gives *common random numbers* across configurations: two
+runs that differ only in a step size or noise level see the same availability masks and minibatches, which makes paired
+comparisons less noisy and lets ``sigma = 0`` reproduce the non-private twin exactly.
 
-Stream identifiers are fixed small integers, so that adding a new stream
-never changes the keys of the existing ones. ``tests/test_keys.py`` checks that
-no two (round, stream, silo) triples ever share a key.
+Stream identifiers are fixed small integers, so that adding a new stream never changes the keys of the existing ones.
+``tests/test_keys.py`` checks that no two (round, stream, silo) triples ever share a key.
 """
 
 from __future__ import annotations
@@ -81,9 +77,8 @@ def silo_keys(key: jax.Array, num_silos: int) -> jax.Array:
 
 
 def over_silos(draw, num_silos: int) -> jax.Array:
-    """``draw(num_silos)``, a draw with one row per silo from ONE key (e.g. the availability mask);
-    inside ``silo_window(total, first)`` the block's rows of ``draw(total)``, the values those silos
-    get in the whole run."""
+    """``draw(num_silos)``, a draw with one row per silo from ONE key (e.g. the availability mask); inside
+    ``silo_window(total, first)`` the block's rows of ``draw(total)``, the values those silos get in the whole run."""
     window = _SILO_WINDOW.get()
     if window is None:
         return draw(num_silos)
@@ -103,15 +98,13 @@ def silo_window(total: int, first):
 
 
 def run_key(seed, *path: int) -> jax.Array:
-    """The key of one run: ``jax.random.key(seed)`` (or ``seed`` itself if it is
-    already a key) folded in by each index of ``path`` in turn.
+    """The key of one run: ``jax.random.key(seed)`` (or ``seed`` itself if it is already a key) folded in by each index
+    of ``path`` in turn.
 
-    The one run-key convention of every driver: the path names where the run
-    sits in its experiment, outermost first, e.g. ``(trial, repetition)`` in a
-    sweep or ``(trial, setting, family, repetition)`` in the ISRL figures.
-    Runs that share a path prefix and differ only in hyperparameters get the
-    same key (common random numbers); ``run_key(run_key(s, a), b) ==
-    run_key(s, a, b)``, so a driver may hand a prefix key to a sub-driver.
+    The one run-key convention of every driver: the path names where the run sits in its experiment, outermost first,
+    e.g. ``(trial, repetition)`` in a sweep or ``(trial, setting, family, repetition)`` in the ISRL figures. Runs that
+    share a path prefix and differ only in hyperparameters get the same key (common random numbers);
+    ``run_key(run_key(s, a), b) == run_key(s, a, b)``, so a driver may hand a prefix key to a sub-driver.
     """
     if _is_seed(seed) and _validate.concrete_scalar(seed) is not None:
         _validate.check_seed("seed", _validate.concrete_scalar(seed))  # jax keeps 32 bits: 2**32 would repeat 0

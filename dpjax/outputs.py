@@ -1,15 +1,12 @@
 """Output directories of ``dpjax run`` and ``dpjax reproduce``: never lose a result.
 
-:func:`claim_output_dir` runs *before* any compute. It refuses an output path
-that is a file or cannot be written, and a directory holding a different
-run's results unless ``overwrite=True``. A run is identified by a small JSON
-record (``.dpjax-run.json``: the command and its configuration) written by
-:func:`finish_output_dir` after the results; a directory with results but no
-record (or another record) counts as a different run. :func:`release_output_dir`
-removes a directory this run created when the run failed before writing
-anything, so a failed run leaves no empty output directory behind.
-:func:`check_report_dir` is the lighter check of commands that write a few named report files
-(``dpjax audit``, ``dpjax audit training``) into a directory created only at the end.
+:func:`claim_output_dir` runs *before* any compute. It refuses an output path that is a file or cannot be written, and a
+directory holding a different run's results unless ``overwrite=True``. A run is identified by a small JSON record
+(``.dpjax-run.json``: the command and its configuration) written by :func:`finish_output_dir` after the results; a
+directory with results but no record (or another record) counts as a different run. :func:`release_output_dir` removes a
+directory this run created when the run failed before writing anything, so a failed run leaves no empty output directory
+behind. :func:`check_report_dir` is the lighter check of commands that write a few named report files (``dpjax audit``,
+``dpjax audit training``) into a directory created only at the end.
 """
 
 from __future__ import annotations
@@ -29,9 +26,8 @@ def _identity_text(identity: dict) -> str:
 def claim_output_dir(out, identity: dict, *, overwrite: bool = False, flag: str = "--out") -> tuple[pathlib.Path, bool]:
     """Checks (and creates) the output directory ``out`` for the run ``identity``.
 
-    Returns ``(path, created)``. Raises ``ValueError`` naming ``flag`` when
-    ``out`` is a file, holds another run's results (without ``overwrite``) or
-    is not writable (checked by creating and removing a temporary file).
+    Returns ``(path, created)``. Raises ``ValueError`` naming ``flag`` when ``out`` is a file, holds another run's
+    results (without ``overwrite``) or is not writable (checked by creating and removing a temporary file).
     """
     path = pathlib.Path(out).expanduser()
     if path.exists() and not path.is_dir():
@@ -83,10 +79,9 @@ def release_output_dir(path: pathlib.Path, created: bool) -> None:
 
 
 def check_report_dir(out: str, files, *, overwrite: bool) -> None:
-    """Checks, before any compute, that the report ``files`` can be written into the directory ``out``
-    (created only when the report is written, so a failed run leaves nothing): ``out`` is no file, holds
-    none of ``files`` unless ``overwrite``, and its nearest existing ancestor is a writable directory.
-    Raises ``ValueError`` naming ``out``."""
+    """Checks, before any compute, that the report ``files`` can be written into the directory ``out`` (created only
+    when the report is written, so a failed run leaves nothing): ``out`` is no file, holds none of ``files`` unless
+    ``overwrite``, and its nearest existing ancestor is a writable directory. Raises ``ValueError`` naming ``out``."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise ValueError(f"out={out!r} is a file; give a directory")
     existing = [f for f in files if os.path.exists(os.path.join(out, f))]

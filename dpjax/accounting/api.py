@@ -2,18 +2,15 @@
 
 Accountants (see README.md for the full certification table):
 
-* tight: ``rdp``, ``pld``, ``zcdp``, ``gdp`` (`dpjax.accounting.tight`), and
-  ``best``: the smallest epsilon of rdp, pld and gdp among those that
-  certify the schedule (the report's ``accountant`` names the winner);
-* ``paper``: the ISRL-DP paper's printed guarantee for Noisy MB-SGD
-  (with/without-replacement sampling; ISRL Thm D.1) or for the one-pass
-  variant (ISRL Thm 3.1) -- a reproduction of a claim, not a certificate;
-* ``paper-experiment``: the ISRL-DP Appendix I moments-accountant form
-  (add/remove calibration, reported for comparison only).
+* tight: ``rdp``, ``pld``, ``zcdp``, ``gdp`` (`dpjax.accounting.tight`), and ``best``: the smallest epsilon of rdp, pld
+  and gdp among those that certify the schedule (the report's ``accountant`` names the winner);
+* ``paper``: the ISRL-DP paper's printed guarantee for Noisy MB-SGD (with/without-replacement sampling; ISRL Thm D.1) or
+  for the one-pass variant (ISRL Thm 3.1) -- a reproduction of a claim, not a certificate;
+* ``paper-experiment``: the ISRL-DP Appendix I moments-accountant form (add/remove calibration, reported for comparison
+  only).
 
-`compute_epsilon` also takes a sequence of schedules: their composition
-(heterogeneous, e.g. DIFF2's restart and difference rounds), with every tight
-accountant; schedules that mix neighbouring relations are refused.
+`compute_epsilon` also takes a sequence of schedules: their composition (heterogeneous, e.g. DIFF2's restart and
+difference rounds), with every tight accountant; schedules that mix neighbouring relations are refused.
 """
 
 from __future__ import annotations
@@ -157,14 +154,12 @@ def calibrate_noise(
 ) -> float:
     """Smallest noise_std (ignoring ``schedule.noise_std``) with epsilon <= target.
 
-    Returns the absolute noise standard deviation, a bare float: divide by
-    ``schedule.sensitivity`` for the noise multiplier, or call
-    ``calibrate_schedule`` for the calibrated schedule, whose ``noise_std``,
-    ``noise_multiplier`` and ``sensitivity`` are named. Never overshoots: the
-    returned noise_std gives ``compute_epsilon(...).epsilon <= target_epsilon``
-    with the same accountant (checked on the same function), and it exceeds
-    the smallest such noise_std by at most a factor (1 + CALIBRATION_RTOL)
-    (RDP/zCDP/GDP) or (1 + PLD_CALIBRATION_RTOL) (PLD, "best").
+    Returns the absolute noise standard deviation, a bare float: divide by ``schedule.sensitivity`` for the noise
+    multiplier, or call ``calibrate_schedule`` for the calibrated schedule, whose ``noise_std``, ``noise_multiplier``
+    and ``sensitivity`` are named. Never overshoots: the returned noise_std gives
+    ``compute_epsilon(...).epsilon <= target_epsilon`` with the same accountant (checked on the same function), and it
+    exceeds the smallest such noise_std by at most a factor (1 + CALIBRATION_RTOL) (RDP/zCDP/GDP) or (1 +
+    PLD_CALIBRATION_RTOL) (PLD, "best").
 
     Raises:
       ValueError: invalid argument, an accountant that cannot certify the
@@ -196,16 +191,13 @@ def calibrate_noise(
 
 
 def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, accountant: str) -> float:
-    """Bracket by factors of 4, Brent on log noise_std, then bisection on the
-    verified side: the smallest noise_std with eps <= target to a relative
-    width CALIBRATION_RTOL (PLD_CALIBRATION_RTOL for PLD).
+    """Bracket by factors of 4, Brent on log noise_std, then bisection on the verified side: the smallest noise_std with
+    eps <= target to a relative width CALIBRATION_RTOL (PLD_CALIBRATION_RTOL for PLD).
 
-    PLD searches first on a 4x coarser grid (cheap), then re-brackets around
-    that root and finishes on the reporting grid. The final evaluations are
-    ``tight_epsilon`` itself, so the returned value -- the upper end of the
-    final bracket, where eps <= target was evaluated -- meets the target as
-    `compute_epsilon` reports it. An epsilon of 0 (tiny targets: eps already 0
-    at the bracket's top) is handled by the bisection.
+    PLD searches first on a 4x coarser grid (cheap), then re-brackets around that root and finishes on the reporting
+    grid. The final evaluations are ``tight_epsilon`` itself, so the returned value -- the upper end of the final
+    bracket, where eps <= target was evaluated -- meets the target as `compute_epsilon` reports it. An epsilon of 0
+    (tiny targets: eps already 0 at the bracket's top) is handled by the bisection.
     """
     cache: dict[tuple[float, float], float] = {}
 
@@ -233,9 +225,8 @@ def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, ac
 def use_probability(schedule: GaussianSchedule) -> float:
     """Probability that a given record is used by at least one release.
 
-    Without noise the two neighbouring runs differ only when it is, so the
-    schedule is (0, p)-DP for every noise level including 0: a delta >= p
-    needs no noise. Group privacy (g > 1) and deterministic participation: 1.
+    Without noise the two neighbouring runs differ only when it is, so the schedule is (0, p)-DP for every noise level
+    including 0: a delta >= p needs no noise. Group privacy (g > 1) and deterministic participation: 1.
     """
     if schedule.group_size > 1 or schedule.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
         return 1.0

@@ -93,8 +93,48 @@ def _rdp_epsilon(event: dp_accounting.DpEvent, delta: float) -> float:
     return float(acc.compose(event).get_epsilon(delta))
 
 
+class _BandMfGuarantee:
+    """``epsilon`` / ``calibrate`` of the two BandMF guarantees: each is one dp_accounting event of multiplier ``z``
+    (``event_at``); ``"best"`` is the smallest of the other accountants, naming it."""
+
+    def dp_event(self) -> dp_accounting.DpEvent:
+        return self.event_at(self.noise_multiplier)
+
+    @property
+    def dp_neighboring_relation(self):
+        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+
+    def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
+        if accountant == "best":
+            return min(self._epsilon_at(z, delta, a) for a in self.accountants[:-1])
+        if accountant == "gdp":
+            return gdp.gdp_epsilon(self.strategy_sensitivity / z, delta)
+        event = self.event_at(z)
+        return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
+
+    def epsilon(self, delta: float, accountant: str = "pld") -> PrivacyReport:
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        delta = v.check_open_unit("delta", delta)
+        if accountant == "best":
+            accountant = min(self.accountants[:-1], key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
+        return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
+                             self._report_sampling(), self.neighboring, self.privacy_unit, self.noise_multiplier,
+                             (self._note(),))
+
+    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
+        from dpjax.accounting import calibration
+
+        accountant = v.check_choice("accountant", accountant, self.accountants)
+        target = v.check_positive("target_epsilon", target_epsilon)
+        delta = v.check_open_unit("delta", delta)
+        z = calibration.smallest_scale(lambda z: self._epsilon_at(z, delta, accountant), target,
+                                       start=self.noise_multiplier, rtol=1e-4, min_scale=1e-6,
+                                       what=self.noise_field)
+        return {self.noise_field: z}
+
+
 @dataclasses.dataclass(frozen=True)
-class BandMfPrivacy(StatedRelation, PrivacySpec):
+class BandMfPrivacy(_BandMfGuarantee, StatedRelation, PrivacySpec):
     """A BandMF run, multi-epoch without amplification (Choquette-Choo et al., NeurIPS 2023, Sec. 4; ICML 2023,
     Thm 2.1): one Gaussian mechanism of multiplier ``noise_multiplier / strategy_sensitivity``.
 
@@ -124,50 +164,21 @@ class BandMfPrivacy(StatedRelation, PrivacySpec):
     def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return multi_epoch_event(noise_multiplier, self.strategy_sensitivity)
 
-    def dp_event(self) -> dp_accounting.DpEvent:
-        return self.event_at(self.noise_multiplier)
-
     def dp_event_at(self, scale: float) -> dp_accounting.DpEvent:
         return self.event_at(self.noise_multiplier * v.check_positive("scale", scale))
 
-    @property
-    def dp_neighboring_relation(self):
-        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    def _report_sampling(self) -> str:
+        return self.sampling
 
-    def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
-        if accountant == "best":
-            return min(self._epsilon_at(z, delta, a) for a in ("pld", "rdp", "gdp"))
-        if accountant == "gdp":
-            return gdp.gdp_epsilon(self.strategy_sensitivity / z, delta)
-        event = self.event_at(z)
-        return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
-
-    def epsilon(self, delta: float, accountant: str = "pld") -> PrivacyReport:
-        accountant = v.check_choice("accountant", accountant, self.accountants)
-        delta = v.check_open_unit("delta", delta)
+    def _note(self) -> str:
         k = -(-self.num_rounds // self.min_sep)
-        note = (f"BandMF multi-epoch (Choquette-Choo et al. 2023): one Gaussian of multiplier z / sens(C) = "
+        return (f"BandMF multi-epoch (Choquette-Choo et al. 2023): one Gaussian of multiplier z / sens(C) = "
                 f"{self.noise_multiplier:g} / {self.strategy_sensitivity:.6g}; {self.bands} bands, <= {k} "
                 f"participations >= {self.min_sep} rounds apart; no amplification")
-        if accountant == "best":  # the smallest certified epsilon, naming its accountant
-            accountant = min(("pld", "rdp", "gdp"), key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
-        return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
-                             self.sampling, self.neighboring, self.privacy_unit, self.noise_multiplier, (note,))
-
-    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
-        from dpjax.accounting import calibration
-
-        accountant = v.check_choice("accountant", accountant, self.accountants)
-        target = v.check_positive("target_epsilon", target_epsilon)
-        delta = v.check_open_unit("delta", delta)
-        z = calibration.smallest_scale(lambda z: self._epsilon_at(z, delta, accountant), target,
-                                       start=self.noise_multiplier, rtol=1e-4, min_scale=1e-6,
-                                       what=self.noise_field)
-        return {self.noise_field: z}
 
 
 @dataclasses.dataclass(frozen=True)
-class BandMfAmplifiedPrivacy(StatedRelation, PrivacySpec):
+class BandMfAmplifiedPrivacy(_BandMfGuarantee, StatedRelation, PrivacySpec):
     """Amplified BandMF under cyclic Poisson sampling (Choquette-Choo et al., NeurIPS 2023, Thm 4): the records in
     ``period >= bands`` groups, round ``t`` Poisson-samples group ``t mod period`` at rate ``sampling_rate``; the run is
     ``amplified_event(z, q, R, period)``: ``ceil(R / period)`` Poisson-subsampled Gaussians of multiplier ``z``,
@@ -201,52 +212,23 @@ class BandMfAmplifiedPrivacy(StatedRelation, PrivacySpec):
     def event_at(self, noise_multiplier: float) -> dp_accounting.DpEvent:
         return amplified_event(noise_multiplier, self.sampling_rate, self.num_rounds, self.period)
 
-    def dp_event(self) -> dp_accounting.DpEvent:
-        return self.event_at(self.noise_multiplier)
+    def _report_sampling(self) -> str:
+        return BinnedSampling.CYCLIC_POISSON.value
 
-    @property
-    def dp_neighboring_relation(self):
-        return dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-
-    def _epsilon_at(self, z: float, delta: float, accountant: str) -> float:
-        if accountant == "best":
-            return min(self._epsilon_at(z, delta, a) for a in ("pld", "rdp"))
-        event = self.event_at(z)
-        return band_mf_epsilon(event, delta) if accountant == "pld" else _rdp_epsilon(event, delta)
-
-    def epsilon(self, delta: float, accountant: str = "pld") -> PrivacyReport:
-        accountant = v.check_choice("accountant", accountant, self.accountants)
-        delta = v.check_open_unit("delta", delta)
+    def _note(self) -> str:
         k = -(-self.num_rounds // self.period)
-        note = (f"amplified BandMF (Choquette-Choo et al., NeurIPS 2023, Thm 4): {k} Poisson-subsampled Gaussians of "
+        return (f"amplified BandMF (Choquette-Choo et al., NeurIPS 2023, Thm 4): {k} Poisson-subsampled Gaussians of "
                 f"multiplier {self.noise_multiplier:g} at q = {self.sampling_rate:g} (cyclic Poisson, "
                 f"{self.period} groups, {self.bands} bands)")
-        if accountant == "best":
-            accountant = min(("pld", "rdp"), key=lambda a: self._epsilon_at(self.noise_multiplier, delta, a))
-        return PrivacyReport(self._epsilon_at(self.noise_multiplier, delta, accountant), delta, accountant,
-                             BinnedSampling.CYCLIC_POISSON.value, self.neighboring, self.privacy_unit,
-                             self.noise_multiplier, (note,))
-
-    def calibrate(self, target_epsilon: float, delta: float, accountant: str = "pld") -> dict:
-        from dpjax.accounting import calibration
-
-        accountant = v.check_choice("accountant", accountant, self.accountants)
-        target = v.check_positive("target_epsilon", target_epsilon)
-        delta = v.check_open_unit("delta", delta)
-        z = calibration.smallest_scale(lambda z: self._epsilon_at(z, delta, accountant), target,
-                                       start=self.noise_multiplier, rtol=1e-4, min_scale=1e-6,
-                                       what=self.noise_field)
-        return {self.noise_field: z}
 
 
 @dataclasses.dataclass(frozen=True)
 class BandMfEvent:
     """The BandMF privatizer's event (``dpjax.parts.band_mf.BandMfNoise.events``): its noise (``noise``, a
-    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's guarantee
-    (module docstring): ``BandMfPrivacy`` for the fixed-order ``one-pass`` selection (b-min-separation
-    ``T = floor(n_min / B)``, ``bands <= T``) or ``min-separation`` groups, the amplified ``BandMfAmplifiedPrivacy``
-    (with the buffer's overflow charge) for ``cyclic-poisson`` groups of period ``>= bands``; anything else is refused
-    with a ValueError."""
+    ``dpjax.accounting.events.NoiseEvent``) and its strategy's ``bands``. ``spec(plan)`` is the run's guarantee (module
+    docstring): ``BandMfPrivacy`` for the fixed-order ``one-pass`` selection (b-min-separation ``T = floor(n_min / B)``,
+    ``bands <= T``) or ``min-separation`` groups, the amplified ``BandMfAmplifiedPrivacy`` (with the buffer's overflow
+    charge) for ``cyclic-poisson`` groups of period ``>= bands``; anything else is refused with a ValueError."""
 
     noise: object
     bands: int

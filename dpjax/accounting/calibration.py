@@ -1,24 +1,19 @@
 """The one calibration routine: the smallest noise scale whose epsilon meets a target.
 
-Every ``PrivacySpec`` is calibrated here. A spec exposes a one-parameter
-family of mechanisms, ``epsilon_at(scale)``, whose epsilon does not increase as
-the scale grows (more noise: a Gaussian noise multiplier times ``scale``, P_vec
-parameters from the calculator at ``epsilon' / scale``, ...). ``smallest_scale``
-finds the smallest scale with ``epsilon_at(scale) <= target``:
+Every ``PrivacySpec`` is calibrated here. A spec exposes a one-parameter family of mechanisms, ``epsilon_at(scale)``,
+whose epsilon does not increase as the scale grows (more noise: a Gaussian noise multiplier times ``scale``, P_vec
+parameters from the calculator at ``epsilon' / scale``, ...). ``smallest_scale`` finds the smallest scale with
+``epsilon_at(scale) <= target``:
 
-1. bracket by factors of 4 from ``start`` (refusing targets no noise reaches,
-   and targets met at every scale down to ``min_scale``: "needs no noise");
-2. Brent's method on ``log epsilon`` against ``log scale`` (where epsilon is
-   finite and positive at both ends) for a root estimate, a step either side
-   of it to re-bracket;
-3. bisection on ``log scale`` down to a relative width ``rtol``, always
-   keeping ``epsilon(lo) > target >= epsilon(hi)``.
+1. bracket by factors of 4 from ``start`` (refusing targets no noise reaches, and targets met at every scale down to
+   ``min_scale``: "needs no noise");
+2. Brent's method on ``log epsilon`` against ``log scale`` (where epsilon is finite and positive at both ends) for a
+   root estimate, a step either side of it to re-bracket;
+3. bisection on ``log scale`` down to a relative width ``rtol``, always keeping ``epsilon(lo) > target >= epsilon(hi)``.
 
-It returns ``hi``: a scale at which the target was *evaluated* to hold, so a
-calibrated run never overshoots its target under the same accountant.
-``coarse_epsilon_at`` (optional) is a cheaper, slightly different curve (PLD
-on a coarser grid): the root is found on it first, then re-bracketed and
-finished on ``epsilon_at``.
+It returns ``hi``: a scale at which the target was *evaluated* to hold, so a calibrated run never overshoots its target
+under the same accountant. ``coarse_epsilon_at`` (optional) is a cheaper, slightly different curve (PLD on a coarser
+grid): the root is found on it first, then re-bracketed and finished on ``epsilon_at``.
 
 Pure Python: never imports jax.
 """
@@ -141,11 +136,9 @@ def smallest_scale(epsilon_at: EpsilonAt, target: float, *, start: float = 1.0, 
         to narrow the bracket that ``epsilon_at`` refines.
       coarse_rtol: relative width of the coarse curve's bracket.
 
-    Returns:
-      A scale at which ``epsilon_at(scale) <= target`` was evaluated.
+    Returns: A scale at which ``epsilon_at(scale) <= target`` was evaluated.
 
-    Raises:
-      ValueError: a target no noise level reaches, or one met even at ``min_scale``.
+    Raises: ValueError: a target no noise level reaches, or one met even at ``min_scale``.
     """
     cache: dict[float, float] = {}
 

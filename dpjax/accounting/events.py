@@ -1,63 +1,48 @@
 """A run's privacy, assembled from what its parts say they do (a DP plan).
 
-Each part of a round contributes one immutable event, in the spirit of
-``dp_accounting``'s ``DpEvent`` and ``jax_privacy``'s execution plan
-(clipper x batch selection x noise x rounds):
+Each part of a round contributes one immutable event, in the spirit of ``dp_accounting``'s ``DpEvent`` and
+``jax_privacy``'s execution plan (clipper x batch selection x noise x rounds):
 
-* the batch selection: ``SelectionEvent`` -- the sampling scheme, each
-  protected data set's size and batch size, the privacy unit, how many
-  releases a record can be part of per round, and (Poisson) the declared
-  public rate q its sampler draws with;
+* the batch selection: ``SelectionEvent`` -- the sampling scheme, each protected data set's size and batch size, the
+  privacy unit, how many releases a record can be part of per round, and (Poisson) the declared public rate q its
+  sampler draws with;
 * the clipper: ``ClipEvent`` -- the neighbouring relation its bound is stated for;
-* the privatizer: one ``NoiseEvent`` per kind of release -- the noise
-  multiplier (std / sensitivity; the sensitivity itself came from the clipper
-  at run time), the hparams field it lives in, where the noise is added
-  (each silo's own message, or once on the server's aggregate) and how many
-  such releases the run makes.
+* the privatizer: one ``NoiseEvent`` per kind of release -- the noise multiplier (std / sensitivity; the sensitivity
+  itself came from the clipper at run time), the hparams field it lives in, where the noise is added (each silo's own
+  message, or once on the server's aggregate) and how many such releases the run makes.
 
-``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the
-``PrivacySpec`` every driver reads (``epsilon`` / ``calibrate``); ``dp_event()``
-is the same run as a ``dp_accounting.DpEvent`` where one expresses it. Because the
-run's noise std is ``noise_multiplier x sensitivity`` (computed from the
-clipped value itself), the accountants need the multiplier, the sampling and
-the number of releases only: the schedules below have contribution bound 1 and
-noise std ``multiplier x sensitivity(1)``.
+``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the ``PrivacySpec`` every driver reads
+(``epsilon`` / ``calibrate``); ``dp_event()`` is the same run as a ``dp_accounting.DpEvent`` where one expresses it.
+Because the run's noise std is ``noise_multiplier x sensitivity`` (computed from the clipped value itself), the
+accountants need the multiplier, the sampling and the number of releases only: the schedules below have contribution
+bound 1 and noise std ``multiplier x sensitivity(1)``.
 
 Rules (stated once, here):
 
-* noise on each silo's own message (ISRL-DP, unit ``record-in-silo``): every
-  silo's transcript is its own guarantee and the run's epsilon is the largest.
-  Silos with the same (multiplier, batch size) are accounted together at the
-  smallest silo (the largest sampling rate); otherwise one schedule per silo
-  (``PerSiloPrivacy``). Every round counts for every silo (availability gives
-  no amplification: who reports is visible).
-* noise once on the aggregate (central DP, unit ``record``): one schedule at the
-  smallest silo's rate ``K / n_min`` (an upper bound on every record's rate).
-* Poisson sampling: the rate is the selection's declared ``sampling_rate`` q --
-  the number its sampler draws with -- for every silo; without one, ``K / n``
-  of the data set's size, which is public only under replace-one. Under
-  add/remove the size differs between neighbours, so a plan with an undeclared
-  Poisson rate is refused (ValueError naming ``sampling_rate``).
-* several noise events (e.g. DIFF2's restart and difference rounds): their
-  schedules composed (RDP curves added / PLDs composed); calibration scales all
-  multipliers by one common factor, keeping the ratios the family chose.
-* ``group_size`` g protects any g records at once (the Gaussian schedules'
-  ``group_size``; the batch-clipping accountant's replace-up-to-g).
+* noise on each silo's own message (ISRL-DP, unit ``record-in-silo``): every silo's transcript is its own guarantee and
+  the run's epsilon is the largest. Silos with the same (multiplier, batch size) are accounted together at the smallest
+  silo (the largest sampling rate); otherwise one schedule per silo (``PerSiloPrivacy``). Every round counts for every
+  silo (availability gives no amplification: who reports is visible).
+* noise once on the aggregate (central DP, unit ``record``): one schedule at the smallest silo's rate ``K / n_min`` (an
+  upper bound on every record's rate).
+* Poisson sampling: the rate is the selection's declared ``sampling_rate`` q -- the number its sampler draws with -- for
+  every silo; without one, ``K / n`` of the data set's size, which is public only under replace-one. Under add/remove
+  the size differs between neighbours, so a plan with an undeclared Poisson rate is refused (ValueError naming
+  ``sampling_rate``).
+* several noise events (e.g. DIFF2's restart and difference rounds): their schedules composed (RDP curves added / PLDs
+  composed); calibration scales all multipliers by one common factor, keeping the ratios the family chose.
+* ``group_size`` g protects any g records at once (the Gaussian schedules' ``group_size``; the batch-clipping
+  accountant's replace-up-to-g).
 
-Mechanisms whose accountant is not one of these Gaussian rules bring their own:
-an event with a ``spec(plan)`` method -- a privatizer's (P_vec's
-``dpjax.accounting.pvec.PvecEvent``), the aggregator's (a shuffler's
-``dpjax.accounting.shuffle.ShuffleEvent``) or the batch selection's
-(``SubsetSelectionEvent``) -- is dispatched to, in that order,
-and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules'
-guarantee, e.g. the silos' own ISRL-DP guarantee under a shuffler). m clipped
-subsets of s records per round drawn by shuffling or fixed-size subsampling
-(``SubsetSelectionEvent``, DP-SGD-General) take the exact f-DP batch-clipping
-accountant of ``dpjax.accounting.batch_clipping`` (the strong adversary who sees
-every round's index sets), at every silo's size, the worst reported; its ``s``
-(records per clipped unit: 1 = individual clipping) is the clipper's
-``ClipEvent.unit_records``. Poisson subsets (individual clipping) take the
-Gaussian rules.
+Mechanisms whose accountant is not one of these Gaussian rules bring their own: an event with a ``spec(plan)`` method --
+a privatizer's (P_vec's ``dpjax.accounting.pvec.PvecEvent``), the aggregator's (a shuffler's
+``dpjax.accounting.shuffle.ShuffleEvent``) or the batch selection's (``SubsetSelectionEvent``) -- is dispatched to, in
+that order, and reads the rest of the plan (``gaussian_spec()`` gives the Gaussian rules' guarantee, e.g. the silos' own
+ISRL-DP guarantee under a shuffler). m clipped subsets of s records per round drawn by shuffling or fixed-size
+subsampling (``SubsetSelectionEvent``, DP-SGD-General) take the exact f-DP batch-clipping accountant of
+``dpjax.accounting.batch_clipping`` (the strong adversary who sees every round's index sets), at every silo's size, the
+worst reported; its ``s`` (records per clipped unit: 1 = individual clipping) is the clipper's
+``ClipEvent.unit_records``. Poisson subsets (individual clipping) take the Gaussian rules.
 
 Pure Python: never imports jax.
 """
@@ -75,12 +60,11 @@ from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPri
 
 @runtime_checkable
 class OwnAccountant(Protocol):
-    """An event with its own accountant -- a paper's (shuffle amplification, P_vec transcripts, tree
-    aggregation, adaptive clipping's joint Gaussian, ...), where no ``dp_accounting`` event expresses
-    the mechanism: ``spec(plan)`` is the run's guarantee given the rest of the plan. The plan asks, in
-    order, the privatizers' events, the aggregator's, then the batch selection's (``DpPlan.spec``);
-    every other event takes the Gaussian rules, whose schedules map onto ``dp_accounting``
-    (``GaussianSchedule.to_dp_event``)."""
+    """An event with its own accountant -- a paper's (shuffle amplification, P_vec transcripts, tree aggregation,
+    adaptive clipping's joint Gaussian, ...), where no ``dp_accounting`` event expresses the mechanism: ``spec(plan)``
+    is the run's guarantee given the rest of the plan. The plan asks, in order, the privatizers' events, the
+    aggregator's, then the batch selection's (``DpPlan.spec``); every other event takes the Gaussian rules, whose
+    schedules map onto ``dp_accounting`` (``GaussianSchedule.to_dp_event``)."""
 
     def spec(self, plan: "DpPlan") -> PrivacySpec: ...
 
@@ -170,11 +154,10 @@ class SubsetSelectionEvent(SelectionEvent):
     def spec(self, plan: "DpPlan") -> PrivacySpec:
         """Shuffled or subsampled subsets: the exact batch-clipping accountant; Poisson: the Gaussian rules.
 
-        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of
-        one unit); with noise on the aggregate (pooled silos) one record still enters only its own
-        silo's subsets and the other silos' terms are independent of it, so each silo's law applies
-        to its records and the run's guarantee is the worst silo's -- the same numbers as noise on
-        every silo.
+        One noise event (the round's Gaussian, multiplier sigma w.r.t. the replace sensitivity 2C of one unit); with
+        noise on the aggregate (pooled silos) one record still enters only its own silo's subsets and the other silos'
+        terms are independent of it, so each silo's law applies to its records and the run's guarantee is the worst
+        silo's -- the same numbers as noise on every silo.
         """
         from dpjax.accounting import batch_clipping
 
@@ -200,9 +183,8 @@ class SubsetSelectionEvent(SelectionEvent):
 
 @dataclasses.dataclass(frozen=True)
 class ClipEvent:
-    """The clipper's neighbouring relation (its bound is per unit of that relation) and how many
-    records one clipped unit holds (``unit_records``: 1 = individual clipping, s = batch clipping
-    of s-record subsets)."""
+    """The clipper's neighbouring relation (its bound is per unit of that relation) and how many records one clipped
+    unit holds (``unit_records``: 1 = individual clipping, s = batch clipping of s-record subsets)."""
 
     neighboring: Neighboring = Neighboring.REPLACE_ONE
     unit_records: int = 1

@@ -25,7 +25,6 @@ from dpjax.accounting.gdp import gdp_delta
 __all__ = [
     "tradeoff_gaussian", "tradeoff_eps_delta", "delta_from_tradeoff", "epsilon_from_tradeoff", "mixture_tradeoff",
     "mixture_delta", "mixture_epsilon", "f_lower", "f_upper", "f_lower_beta_star", "delta_from_lower",
-    "compose_gaussian_tradeoffs"
 ]
 
 
@@ -192,10 +191,3 @@ def f_upper(mu: float, u: float, alpha):
 def delta_from_lower(mu: float, l: float, epsilon: float) -> float:
     """delta(eps) certified by f^L: delta_GDP(eps; mu) + l."""
     return min(1.0, gdp_delta(mu, epsilon) + v.check_probability("l", l))
-
-
-def compose_gaussian_tradeoffs(*mus: float) -> float:
-    """G_{mu_1} (x) ... (x) G_{mu_k} = G_{sqrt(sum mu_i^2)}."""
-    from dpjax.accounting.gdp import gdp_compose
-
-    return gdp_compose(*mus)

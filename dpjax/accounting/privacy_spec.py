@@ -1,42 +1,33 @@
 """One privacy method for every algorithm family: ``privacy(silo_sizes, hparams) -> PrivacySpec``.
 
-A ``PrivacySpec`` says what a run releases in terms the accounting layer
-understands, and answers the two questions a driver asks of any family:
+A ``PrivacySpec`` says what a run releases in terms the accounting layer understands, and answers the two questions a
+driver asks of any family:
 
 * ``epsilon(delta, accountant)`` -- the guarantee of the run as configured;
-* ``calibrate(target_epsilon, delta, accountant)`` -- the hyperparameter
-  values (a dict ``field -> value`` to ``dataclasses.replace`` into the
-  family's hparams) that meet a target epsilon, never overshooting it.
+* ``calibrate(target_epsilon, delta, accountant)`` -- the hyperparameter values (a dict ``field -> value`` to
+  ``dataclasses.replace`` into the family's hparams) that meet a target epsilon, never overshooting it.
 
 Kinds:
 
-* ``GaussianPrivacy``: one or more ``GaussianSchedule``s composed (e.g. DIFF2's
-  restart and difference rounds). Calibration scales every schedule's noise by
-  one common factor, so the ratios between the noise fields that the family
+* ``GaussianPrivacy``: one or more ``GaussianSchedule``s composed (e.g. DIFF2's restart and difference rounds).
+  Calibration scales every schedule's noise by one common factor, so the ratios between the noise fields that the family
   chose are kept.
-* ``PerSiloPrivacy``: ISRL-DP with unbalanced silos -- each silo has its own
-  guarantee; the run's epsilon is the largest, calibration returns one noise
-  value per silo.
-* ``ReportPrivacy``: protocols whose accountant is not a Gaussian schedule
-  (shuffle amplification, P_vec); wraps the family's epsilon and calibration
-  functions.
-* ``NoPrivacy``: non-private twins; epsilon is infinite and calibration is
-  refused with the reason.
+* ``PerSiloPrivacy``: ISRL-DP with unbalanced silos -- each silo has its own guarantee; the run's epsilon is the
+  largest, calibration returns one noise value per silo.
+* ``ReportPrivacy``: protocols whose accountant is not a Gaussian schedule (shuffle amplification, P_vec); wraps the
+  family's epsilon and calibration functions.
+* ``NoPrivacy``: non-private twins; epsilon is infinite and calibration is refused with the reason.
 
-Every PrivacySpec names its neighbouring relation and privacy unit, and refuses a
-composition of schedules whose relations differ (such a number would certify
-neither).
+Every PrivacySpec names its neighbouring relation and privacy unit, and refuses a composition of schedules whose
+relations differ (such a number would certify neither).
 
-``dp_event()`` is the run as a ``dp_accounting.DpEvent`` where one expresses it
-(the Gaussian rules: Poisson / without-replacement sampled, self-composed and
-composed Gaussians; DP-FTRL's restarted trees), to be composed in an accountant
-built with ``dp_neighboring_relation``: dp_accounting's ``RdpAccountant`` gives
-dpjax's own RDP epsilon on it (tested for every registered family), and
-``dp_event_at(scale)`` is the one-parameter family that
-``dp_accounting.calibrate_dp_mechanism`` searches. Mechanisms no DpEvent expresses
-(shuffle amplification, P_vec transcripts, f-DP batch clipping, user-level,
-group privacy under sampling) answer ``dp_accounting.UnsupportedDpEvent``: dpjax's
-own accountant certifies them. Pure Python: never imports jax.
+``dp_event()`` is the run as a ``dp_accounting.DpEvent`` where one expresses it (the Gaussian rules: Poisson /
+without-replacement sampled, self-composed and composed Gaussians; DP-FTRL's restarted trees), to be composed in an
+accountant built with ``dp_neighboring_relation``: dp_accounting's ``RdpAccountant`` gives dpjax's own RDP epsilon on it
+(tested for every registered family), and ``dp_event_at(scale)`` is the one-parameter family that
+``dp_accounting.calibrate_dp_mechanism`` searches. Mechanisms no DpEvent expresses (shuffle amplification, P_vec
+transcripts, f-DP batch clipping, user-level, group privacy under sampling) answer ``dp_accounting.UnsupportedDpEvent``:
+dpjax's own accountant certifies them. Pure Python: never imports jax.
 """
 
 from __future__ import annotations
@@ -195,9 +186,8 @@ class GaussianPrivacy(PrivacySpec):
     def calibrate(self, target_epsilon: float, delta: float, accountant: str = "rdp") -> dict[str, Any]:
         """Noise meeting ``target_epsilon`` (multipliers or stds, see ``multipliers``).
 
-        One schedule: ``dpjax.accounting.calibrate_noise`` (the current noise
-        is ignored). Several: the current noises fix the ratios (all must be
-        > 0) and one common factor is found by ``calibration.smallest_scale``.
+        One schedule: ``dpjax.accounting.calibrate_noise`` (the current noise is ignored). Several: the current noises
+        fix the ratios (all must be > 0) and one common factor is found by ``calibration.smallest_scale``.
         """
         from dpjax.accounting import api, calibration
 
@@ -218,9 +208,8 @@ class GaussianPrivacy(PrivacySpec):
 class PerSiloPrivacy(PrivacySpec):
     """ISRL-DP with per-silo guarantees (unbalanced silos, per-silo budgets).
 
-    The run is (max_i epsilon_i, delta)-ISRL-DP. ``calibrate`` returns one
-    tuple of per-silo noise stds for ``field``, each silo calibrated to the
-    target on its own schedule.
+    The run is (max_i epsilon_i, delta)-ISRL-DP. ``calibrate`` returns one tuple of per-silo noise stds for ``field``,
+    each silo calibrated to the target on its own schedule.
     """
 
     silos: tuple[GaussianPrivacy, ...]
@@ -269,9 +258,8 @@ class PerSiloPrivacy(PrivacySpec):
 class ReportPrivacy(StatedRelation, PrivacySpec):
     """A protocol whose accountant is its own (shuffle amplification, P_vec, f-DP batch clipping).
 
-    The protocol is a one-parameter family of noise levels: ``scale = 1`` is
-    the run as configured, larger scales add more noise. Calibration is the
-    one routine, ``calibration.smallest_scale`` on ``epsilon_fn``.
+    The protocol is a one-parameter family of noise levels: ``scale = 1`` is the run as configured, larger scales add
+    more noise. Calibration is the one routine, ``calibration.smallest_scale`` on ``epsilon_fn``.
 
     Attributes:
       epsilon_fn: ``epsilon_fn(delta, accountant, scale) -> PrivacyReport`` (an

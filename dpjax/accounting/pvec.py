@@ -1,33 +1,31 @@
-"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (Cheu et al., ICLR 2022, Algorithms 1-2,
-Lemma 3.1, Theorem 3.2).
+"""Cheu et al. shuffle protocols P_1D / P_vec: parameter calculators (Cheu et al., ICLR 2022, Algorithms 1-2, Lemma 3.1,
+Theorem 3.2).
 
-Inputs are l2-bounded vectors (||x|| <= Delta_2) shifted into [0, 2 Delta_2] per coordinate; each coordinate runs
-P_1D with range 2 Delta_2, precision g, b binomial trials with success probability p. Guarantee: (eps, delta)-shuffle
-DP for eps <= 15, delta < 1/2 (Thm 3.2 via Lemma 3.1 per coordinate and the heterogeneous advanced composition
-Lemma 3.3). Calculator modes (the optional ``numerical`` and ``gaussian_approx`` accounts are at the end):
+Inputs are l2-bounded vectors (||x|| <= Delta_2) shifted into [0, 2 Delta_2] per coordinate; each coordinate runs P_1D
+with range 2 Delta_2, precision g, b binomial trials with success probability p. Guarantee: (eps, delta)-shuffle DP for
+eps <= 15, delta < 1/2 (Thm 3.2 via Lemma 3.1 per coordinate and the heterogeneous advanced composition Lemma 3.3).
+Calculator modes (the optional ``numerical`` and ``gaussian_approx`` accounts are at the end):
 
 * ``paper``: eps_hat = eps/(18 sqrt(ln(1/gamma))), gamma = delta/(d+1), g = max(ceil(sqrt n), ceil(sqrt d), 4)
   (normalised inputs), b = floor(180 g^2 ln(2/delta_hat)/(eps_hat^2 n)) + 1, p = 90 g^2 ln(2/delta_hat)/(b eps_hat^2 n).
-* ``lemma_opt``: g = max(ceil(sqrt n), ceil(10 sqrt d), 4), S = 4d/g^2 + 4 sqrt(d)/g + 1, eps_hat solves
-  sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2 = eps with c_e = (e^{eps_max} - 1)/eps_max,
-  eps_max = eps_hat (2/g + 1) (still proven by the paper's lemmas).
+* ``lemma_opt``: g = max(ceil(sqrt n), ceil(10 sqrt d), 4), S = 4d/g^2 + 4 sqrt(d)/g + 1, eps_hat solves sqrt(2
+  ln(1/gamma) S) eps_hat + c_e S eps_hat^2 = eps with c_e = (e^{eps_max} - 1)/eps_max, eps_max = eps_hat (2/g + 1)
+  (still proven by the paper's lemmas).
 
-The inverse, ``pvec_epsilon``: which (eps, delta) do given (g, b, p) certify for n summed d-dimensional vectors?
-Lemma A.1 with m = b n trials and t = g fixes alpha = sqrt(10 ln(2/delta_hat)/(b n p)) (so that
-2 exp(-alpha^2 b n p/10) = delta_hat) and Lemma 3.1's eps_hat = 3 g alpha = g sqrt(90 ln(2/delta_hat)/(b n p)) --
-the calculator's relation read backwards. The coordinates are composed with Lemma 3.3 at
-gamma = delta_hat = delta/(d + 1):
+The inverse, ``pvec_epsilon``: which (eps, delta) do given (g, b, p) certify for n summed d-dimensional vectors? Lemma
+A.1 with m = b n trials and t = g fixes alpha = sqrt(10 ln(2/delta_hat)/(b n p)) (so that 2 exp(-alpha^2 b n p/10) =
+delta_hat) and Lemma 3.1's eps_hat = 3 g alpha = g sqrt(90 ln(2/delta_hat)/(b n p)) -- the calculator's relation read
+backwards. The coordinates are composed with Lemma 3.3 at gamma = delta_hat = delta/(d + 1):
 
-* ``composition="lemma"`` (default; Lemma 3.3 with the Hoeffding constant its proof invokes (the printed one is
-  looser) and the exact sum bound S of ``lemma_opt``): eps = sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2;
-* ``composition="printed"``: Lemma 3.3 as printed (2 sqrt(ln(1/gamma) sum eps_j^2)) with the proof's
-  Sum eps_j^2 <= 9 eps_hat^2 (needs g >= sqrt d) and e^x - 1 <= 2x (needs eps_j <= 1):
-  eps = 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma)).
+* ``composition="lemma"`` (default; Lemma 3.3 with the Hoeffding constant its proof invokes (the printed one is looser)
+  and the exact sum bound S of ``lemma_opt``): eps = sqrt(2 ln(1/gamma) S) eps_hat + c_e S eps_hat^2;
+* ``composition="printed"``: Lemma 3.3 as printed (2 sqrt(ln(1/gamma) sum eps_j^2)) with the proof's Sum eps_j^2 <= 9
+  eps_hat^2 (needs g >= sqrt d) and e^x - 1 <= 2x (needs eps_j <= 1): eps = 18 eps_hat^2 + 6 eps_hat sqrt(ln(1/gamma)).
 
-``pvec_epsilon`` of ``pvec_params(eps, ..., "lemma_opt")`` returns eps; ``"paper"`` parameters certify much less
-than their nominal eps (e.g. eps = 1, delta = 1e-5, d = 10, n = 1000: 0.094 with "lemma", 0.337 with "printed").
-The protocol's per-coordinate std is ~350-530x (paper) / ~45-55x (lemma_opt) that of a Gaussian mechanism with
-the same l2 sensitivity.
+``pvec_epsilon`` of ``pvec_params(eps, ..., "lemma_opt")`` returns eps; ``"paper"`` parameters certify much less than
+their nominal eps (e.g. eps = 1, delta = 1e-5, d = 10, n = 1000: 0.094 with "lemma", 0.337 with "printed"). The
+protocol's per-coordinate std is ~350-530x (paper) / ~45-55x (lemma_opt) that of a Gaussian mechanism with the same l2
+sensitivity.
 """
 
 from __future__ import annotations
@@ -52,9 +50,8 @@ COMPOSITIONS = ("lemma", "printed")
 
 @dataclass(frozen=True)
 class _PvecNumbers:
-    """The numbers of one P_vec invocation that its parameters and its certificate share: the
-    (epsilon, delta) guarantee on ``n`` vectors of dimension ``d``, the protocol's g, b, p and
-    Lemma 3.1's per-coordinate eps_hat, delta_hat."""
+    """The numbers of one P_vec invocation that its parameters and its certificate share: the (epsilon, delta) guarantee
+    on ``n`` vectors of dimension ``d``, the protocol's g, b, p and Lemma 3.1's per-coordinate eps_hat, delta_hat."""
 
     epsilon: float
     delta: float

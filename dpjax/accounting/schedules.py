@@ -1,30 +1,26 @@
 """Immutable privacy schedules: what a run does to each protected record.
 
-A *schedule* is the accounting-side description of a compiled run. The engine
-builds it from the same config object that drives the run (e.g.
-``NoisyMbSgd.privacy(silo_sizes, hparams).schedules``), so the numbers are never
-typed twice. Accountants (``dpjax.accounting.compute_epsilon`` and friends)
-consume schedules and refuse, with a ``ValueError`` naming ``accountant``, any
-schedule they cannot certify -- the same contract as ``dp_accounting``'s
+A *schedule* is the accounting-side description of a compiled run. The engine builds it from the same config object that
+drives the run (e.g. ``NoisyMbSgd.privacy(silo_sizes, hparams).schedules``), so the numbers are never typed twice.
+Accountants (``dpjax.accounting.compute_epsilon`` and friends) consume schedules and refuse, with a ``ValueError``
+naming ``accountant``, any schedule they cannot certify -- the same contract as ``dp_accounting``'s
 ``PrivacyAccountant.supports``.
 
 Conventions (stated once, used everywhere):
 
-* ``contribution_bound`` s is the largest l2 norm of ONE record's contribution
-  to the released vector (for a minibatch mean of per-example gradients
-  clipped at C with batch size K, s = C/K).
-* ``Sensitive.contribution_bound`` (``dpjax.engine.roles``) is this same s inside
-  the compiled step (traced, one per silo): one name, ``contribution_bound``, for
-  one quantity (``bound`` alone also names audit lower bounds and rate bounds).
-* The l2 sensitivity follows from the neighbouring relation:
-  replace-one -> 2 s (the record's contribution changes from g to g'),
-  add/remove -> s.
+* ``contribution_bound`` s is the largest l2 norm of ONE record's contribution to the released vector (for a minibatch
+  mean of per-example gradients clipped at C with batch size K, s = C/K).
+* ``Sensitive.contribution_bound`` (``dpjax.engine.roles``) is this same s inside the compiled step (traced, one per
+  silo): one name, ``contribution_bound``, for one quantity (``bound`` alone also names audit lower bounds and rate
+  bounds).
+* The l2 sensitivity follows from the neighbouring relation: replace-one -> 2 s (the record's contribution changes from
+  g to g'), add/remove -> s.
 * ``noise_multiplier`` = noise_std / sensitivity (the usual DP-SGD sigma).
-* ``group_size`` g: the guarantee protects any g records at once (group
-  privacy); g = 1 is the ordinary record-level guarantee.
+* ``group_size`` g: the guarantee protects any g records at once (group privacy); g = 1 is the ordinary record-level
+  guarantee.
 
-Mapping to ``dp_accounting`` (``to_dp_event`` plus ``dp_neighboring_relation``
-are a pair: compose the event in an accountant built with that relation):
+Mapping to ``dp_accounting`` (``to_dp_event`` plus ``dp_neighboring_relation`` are a pair: compose the event in an
+accountant built with that relation):
 
 =====================  ===========================================  ==========
 sampling               event                                         relation
@@ -37,14 +33,12 @@ one-pass / shuffle     SelfComposed(Gauss(std/Delta), passes)         ADD_OR_REM
                        (passes = ceil(steps / floor(n/K)))
 =====================  ===========================================  ==========
 
-For the unsampled cases the sensitivity Delta (2s or s) is folded into the
-noise multiplier, so the event means the same thing to every dp_accounting
-accountant (``RdpAccountant`` ignores the relation for a bare Gaussian, while
-``PLDAccountant`` doubles the sensitivity under REPLACE_ONE).
-``dp_accounting``'s without-replacement RDP bound (Wang-Balle-Kasiviswanathan
-2019, Thm 27) takes the replace-one sensitivity, hence std/2s there, while its
-PLD for Poisson sampling under REPLACE_ONE takes the per-record bound s and
-analyses the pair (1-q)N(0,std^2) + qN(s) vs (1-q)N(0,std^2) + qN(-s).
+For the unsampled cases the sensitivity Delta (2s or s) is folded into the noise multiplier, so the event means the same
+thing to every dp_accounting accountant (``RdpAccountant`` ignores the relation for a bare Gaussian, while
+``PLDAccountant`` doubles the sensitivity under REPLACE_ONE). ``dp_accounting``'s without-replacement RDP bound
+(Wang-Balle-Kasiviswanathan 2019, Thm 27) takes the replace-one sensitivity, hence std/2s there, while its PLD for
+Poisson sampling under REPLACE_ONE takes the per-record bound s and analyses the pair (1-q)N(0,std^2) + qN(s) vs
+(1-q)N(0,std^2) + qN(-s).
 """
 
 from __future__ import annotations
@@ -140,8 +134,7 @@ class GaussianSchedule:
         dataset_size. Under add/remove the data set's size is not public, so a
         rate read from it would be data-dependent: declare q.
 
-    Raises:
-      ValueError: naming the offending argument and its value.
+    Raises: ValueError: naming the offending argument and its value.
     """
 
     noise_std: float
@@ -229,10 +222,9 @@ class GaussianSchedule:
     def blocks_per_epoch(self) -> int:
         """floor(n/K): disjoint full blocks of K records in one permutation.
 
-        ONE_PASS and SHUFFLE walk one permutation block by block (block r is
-        positions [rK, (r+1)K), as ``dpjax.primitives.sampling.OnePass`` slices
-        it) and start a new epoch instead of wrapping around, so the n mod K
-        records at the end of each epoch's permutation are not used that epoch.
+        ONE_PASS and SHUFFLE walk one permutation block by block (block r is positions [rK, (r+1)K), as
+        ``dpjax.primitives.sampling.OnePass`` slices it) and start a new epoch instead of wrapping around, so the n mod
+        K records at the end of each epoch's permutation are not used that epoch.
         """
         if self.sampling not in (Sampling.ONE_PASS, Sampling.SHUFFLE):
             raise ValueError(f"blocks_per_epoch is undefined for sampling={self.sampling.value!r}")
@@ -242,11 +234,10 @@ class GaussianSchedule:
     def passes(self) -> int:
         """Most releases that touch one given record (deterministic participation).
 
-        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one
-        block per epoch and an epoch is ``blocks_per_epoch`` = floor(n/K) steps,
-        so it is used at most ceil(steps / floor(n/K)) times (in every epoch, in
-        the worst case). ceil(steps*K/n) would under-count when n mod K > 0:
-        n = 10, K = 4, 5 steps is 3 epochs of 2 blocks, not 2.
+        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one block per epoch and an epoch is
+        ``blocks_per_epoch`` = floor(n/K) steps, so it is used at most ceil(steps / floor(n/K)) times (in every epoch,
+        in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs of 2
+        blocks, not 2.
         """
         if self.sampling is Sampling.FULL:
             return self.steps

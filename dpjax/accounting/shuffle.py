@@ -1,14 +1,13 @@
 """Amplification by shuffling and the shuffle-model chains.
 
-* `fmt_closed_form_epsilon`: Feldman, McMillan & Talwar (2021), "Hiding among the clones", Thm 3.1: n shuffled
-  eps0-DP local reports are (eps, delta)-DP with eps = ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta))
-  /sqrt(n) + 8 e^eps0/n)) when eps0 <= ln(n/(16 ln(2/delta))) (ValueError otherwise).
-* `fmt_numerical_delta` / `fmt_numerical_epsilon`: the same paper's dominating pair (Thm 3.2), evaluated exactly:
-  C ~ Bin(n-1, e^{-eps0}) clones, A ~ Bin(C, 1/2), D ~ Bern(e^eps0/(e^eps0+1)); P = (A + D, C - A + 1 - D) vs
-  Q = (A + 1 - D, C - A + D); delta(eps) = E_C sum_k (P - e^eps Q)_+, both orders; the truncated binomial mass is
-  charged to delta.
-* `approx_dp_shuffle_delta`: the approximate-DP extension used for ISRL-DP's Theorem G.1
-  (delta = delta_s + (e^eps + 1)(1 + e^{-eps0}/2) n delta0, reconstructed; <= 9 n delta0 in the paper's regime).
+* `fmt_closed_form_epsilon`: Feldman, McMillan & Talwar (2021), "Hiding among the clones", Thm 3.1: n shuffled eps0-DP
+  local reports are (eps, delta)-DP with eps = ln(1 + (e^eps0 - 1)/(e^eps0 + 1) (8 sqrt(e^eps0 ln(4/delta)) /sqrt(n) + 8
+  e^eps0/n)) when eps0 <= ln(n/(16 ln(2/delta))) (ValueError otherwise).
+* `fmt_numerical_delta` / `fmt_numerical_epsilon`: the same paper's dominating pair (Thm 3.2), evaluated exactly: C ~
+  Bin(n-1, e^{-eps0}) clones, A ~ Bin(C, 1/2), D ~ Bern(e^eps0/(e^eps0+1)); P = (A + D, C - A + 1 - D) vs Q = (A + 1 -
+  D, C - A + D); delta(eps) = E_C sum_k (P - e^eps Q)_+, both orders; the truncated binomial mass is charged to delta.
+* `approx_dp_shuffle_delta`: the approximate-DP extension used for ISRL-DP's Theorem G.1 (delta = delta_s + (e^eps +
+  1)(1 + e^{-eps0}/2) n delta0, reconstructed; <= 9 n delta0 in the paper's regime).
 * `isrl_shuffle_chain`: ISRL-DP shuffled Noisy MB-SGD (Section 5), Theorem G.1's structure with explicit constants
   (neither mode is exact: the chain stacks closed-form bounds).
 * `ShuffleEvent`: the shuffler as an event of a family's DP plan; `shuffled_gaussian_privacy` /

@@ -1,41 +1,40 @@
-"""Parameter rules, bounds and transcript accounting of the shuffle-private SCO protocols (Cheu, Joseph, Mao &
-Peng, ICLR 2022, Section 4 and Appendices B-C). Pure Python; the paper's units: ``n`` users, dimension ``d``,
-Lipschitz ``L``, diameter ``D`` of Theta, smoothness ``beta``, strong convexity ``lam``; natural logarithms.
+"""Parameter rules, bounds and transcript accounting of the shuffle-private SCO protocols (Cheu, Joseph, Mao & Peng,
+ICLR 2022, Section 4 and Appendices B-C). Pure Python; the paper's units: ``n`` users, dimension ``d``, Lipschitz ``L``,
+diameter ``D`` of Theta, smoothness ``beta``, strong convexity ``lam``; natural logarithms.
 
-Plans (``ProtocolPlan``: one ``Phase`` per block of rounds sharing their parameters; round ``r`` of a phase uses
-rows ``[start + r * batch, start + (r + 1) * batch)`` (fresh users) or ``[start, start + batch)`` (fully interactive)):
+Plans (``ProtocolPlan``: one ``Phase`` per block of rounds sharing their parameters; round ``r`` of a phase uses rows
+``[start + r * batch, start + (r + 1) * batch)`` (fresh users) or ``[start, start + batch)`` (fully interactive)):
 
-* ``p_sgd_plan`` -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps (the printed batch is
-  unreadable; the proof's balance), T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
+* ``p_sgd_plan`` -- P_SGD, Algorithm 3 / Theorem 4.1: B = sqrt(d) ln(d/delta)/eps (the printed batch is unreadable; the
+  proof's balance), T = floor(n/B), eta = D/(L_G sqrt T), L_G^2 = L^2 + V(B)/B^2.
 * ``p_agd_plan`` -- P_AGD, Algorithm 4 / Theorem 4.3: B = n^{3/5} d^{1/5} (L ln(d/delta))^{2/5}/(eps beta D)^{2/5},
-  sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's
-  stepsize policy, alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3), or with ``schedule="paper"`` Theorem
-  4.3's alpha_t = 2/(t+2), L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (``acsa_nu``). ``smoothed=True`` is
-  Theorem 4.7: the beta_s-Moreau envelope, beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)), P_vec norm
-  bound L (the unconstrained envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
-* ``phased_plan`` -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups of floor(n/k) users;
-  phase i runs the convex plan with distance D_{i-1}, D_i = min(D, sqrt(2 E_i/lam)) from its explicit bound E_i.
-* ``p_gd_plan`` -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round,
-  T = min(n, eps^2 n^2/(d ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget (eps/(2 sqrt(2 T ln(1/delta))),
-  delta/(T+1)) (paper) or the largest eps_r whose optimal T-fold composition (Kairouz, Oh & Viswanath 2015) meets
-  eps (``composition="optimal"``). Non-smooth losses run on the envelope with
-  beta = (L/D) min(sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))).
-* ``pan_private_plan`` -- pan-private AC-SA, Appendix C, Algorithm 6 / Theorem C.3:
-  zeta^2 = 8 L^2 ln(2/delta)/(B^2 eps^2), batch formulas of Theorems 4.3/4.7 with ln^2(d/delta) -> ln(1/delta).
-* ``central_gd_plan`` / ``local_sgd_plan`` -- Gaussian reference baselines (not in the paper): noisy full-batch GD
-  composed exactly (GDP), and one-pass SGD with per-user Gaussian noise (B = 1).
+  sigma_or^2 = L^2/B + V(B)/B^2; AC-SA constant nu = max(2 beta, (T+2)^{3/2} sigma_or/(sqrt 6 D)) (Lan 2012's stepsize
+  policy, alpha_1 = 1; the printed 2/(t+2) gives alpha_1 = 2/3), or with ``schedule="paper"`` Theorem 4.3's alpha_t =
+  2/(t+2), L_t = ((T+2)^{3/2} sigma_or/D + beta)/(t+1) (``acsa_nu``). ``smoothed=True`` is Theorem 4.7: the
+  beta_s-Moreau envelope, beta_s = (eps n)^{2/3} L/(d^{1/3} D ln^{2/3}(d/delta)), P_vec norm bound L (the unconstrained
+  envelope) or 2L (``mode="paper"``, Lemma 4.6 as stated).
+* ``phased_plan`` -- Theorem 4.8 / 4.9 (Lemma B.7): k = ceil(log2 log2 n) + 1 disjoint groups of floor(n/k) users; phase
+  i runs the convex plan with distance D_{i-1}, D_i = min(D, sqrt(2 E_i/lam)) from its explicit bound E_i.
+* ``p_gd_plan`` -- P_GD, Algorithm 5 / Lemma B.6 / Theorem 4.9: all n users every round, T = min(n, eps^2 n^2/(d
+  ln^2(nd/delta))), eta = D/(L sqrt T); per-round budget (eps/(2 sqrt(2 T ln(1/delta))), delta/(T+1)) (paper) or the
+  largest eps_r whose optimal T-fold composition (Kairouz, Oh & Viswanath 2015) meets eps (``composition="optimal"``).
+  Non-smooth losses run on the envelope with beta = (L/D) min(sqrt n, eps n/(sqrt d ln^{3/2}(nd/delta))).
+* ``pan_private_plan`` -- pan-private AC-SA, Appendix C, Algorithm 6 / Theorem C.3: zeta^2 = 8 L^2 ln(2/delta)/(B^2
+  eps^2), batch formulas of Theorems 4.3/4.7 with ln^2(d/delta) -> ln(1/delta).
+* ``local_sgd_plan`` -- the Gaussian reference baseline (not in the paper): one-pass SGD with per-user Gaussian noise
+  (B = 1).
 
-P_vec parameters come from ``dpjax.accounting.pvec.pvec_params`` (``"paper"``: Theorem 3.2's constants;
-``"lemma_opt"``: the same lemmas, optimised constants). ``V(B)``, the exact total variance of P_vec on B inputs
-with worst-case rounding, is ``d (2L/g)^2 (B/4 + B b p (1-p))``.
+P_vec parameters come from ``dpjax.accounting.pvec.pvec_params`` (``"paper"``: Theorem 3.2's constants; ``"lemma_opt"``:
+the same lemmas, optimised constants). ``V(B)``, the exact total variance of P_vec on B inputs with worst-case rounding,
+is ``d (2L/g)^2 (B/4 + B b p (1-p))``.
 
-Transcript accounting (``transcript_epsilon``): sequential plans use every user once (parallel composition: the
-largest per-round eps), fully interactive phases compose their rounds (advanced composition, Dwork, Rothblum &
-Vadhan 2010 as in Section 3.4, or the optimal composition theorem). Robust shuffle privacy (Appendix A.3, Claim A.8,
-Corollary A.9): with only ``honest_frac`` of a round's users running the randomizer, ``pvec_round_epsilon``
-certifies Lemma 3.1/3.3 at ceil(honest_frac m) inputs (``composition="lemma"``) or the paper's eps/honest_frac
-(``"printed"``, needs honest_frac >= 1/3, eps <= 1, g >= 3). Communication (Corollaries B.8-B.11, computed exactly
-from (g, b); the printed corollaries are garbled): d (g + b) one-bit messages per P_vec call a user takes part in.
+Transcript accounting (``transcript_epsilon``): sequential plans use every user once (parallel composition: the largest
+per-round eps), fully interactive phases compose their rounds (advanced composition, Dwork, Rothblum & Vadhan 2010 as in
+Section 3.4, or the optimal composition theorem). Robust shuffle privacy (Appendix A.3, Claim A.8, Corollary A.9): with
+only ``honest_frac`` of a round's users running the randomizer, ``pvec_round_epsilon`` certifies Lemma 3.1/3.3 at
+ceil(honest_frac m) inputs (``composition="lemma"``) or the paper's eps/honest_frac (``"printed"``, needs honest_frac >=
+1/3, eps <= 1, g >= 3). Communication (Corollaries B.8-B.11, computed exactly from (g, b); the printed corollaries are
+garbled): d (g + b) one-bit messages per P_vec call a user takes part in.
 """
 
 from __future__ import annotations
@@ -53,7 +52,7 @@ from dpjax.accounting.kov_composition import optimal_composition_delta
 
 __all__ = [
     "Phase", "ProtocolPlan", "COMPOSITIONS", "PVEC_ACCOUNTANTS", "pvec_total_variance", "p_sgd_plan", "p_agd_plan",
-    "phased_plan", "p_gd_plan", "pan_private_plan", "central_gd_plan", "local_sgd_plan", "smoothing_beta",
+    "phased_plan", "p_gd_plan", "pan_private_plan", "local_sgd_plan", "smoothing_beta",
     "pgd_rounds", "pgd_round_budget", "optimal_composition_delta", "compose_epsilon", "acsa_nu", "ACSA_SCHEDULES",
     "pvec_round_epsilon", "transcript_epsilon", "bits_per_user", "pan_private_epsilon",
     "gaussian_approx_transcript_epsilon", "REPORT_ONLY"
@@ -121,10 +120,6 @@ class ProtocolPlan:
     def bound(self) -> float:
         """The explicit bound of the last phase (the protocol's output)."""
         return self.phases[-1].bound
-
-    @property
-    def users_used(self) -> int:
-        return sum(p.users for p in self.phases)
 
     def bits_per_user(self) -> int:
         return bits_per_user(self)
@@ -314,9 +309,8 @@ def compose_epsilon(eps0: float, delta0: float, k: int, delta: float, compositio
 
 
 def pgd_round_budget(epsilon, delta, rounds, composition="advanced") -> tuple[float, float]:
-    """Per-round (eps_r, delta_r) with delta_r = delta/(T+1). ``"advanced"``: the paper's
-    eps_r = eps/(2 sqrt(2 T ln(1/delta))); ``"optimal"``: the largest eps_r (bisection) whose
-    optimal T-fold composition is (eps, delta)."""
+    """Per-round (eps_r, delta_r) with delta_r = delta/(T+1). ``"advanced"``: the paper's eps_r = eps/(2 sqrt(2 T
+    ln(1/delta))); ``"optimal"``: the largest eps_r (bisection) whose optimal T-fold composition is (eps, delta)."""
     eps, dl = v.check_positive("epsilon", epsilon), v.check_open_unit("delta", delta)
     T = v.check_int("rounds", rounds, min_value=1)
     dr = dl / (T + 1)
@@ -358,23 +352,6 @@ def p_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None
     phase = Phase(T, start, n, False, eta, s, D, eps_r, dr, _gd_bound(T, eta, L, D, var_mean, n, s), pv)
     return ProtocolPlan("p_gd", mode, n, d, eps, dl, L, D, smoothness if smoothness else s, None, (phase,),
                         composition=comp)
-
-
-def central_gd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, smoothness=None, *, start=0,
-                    rounds=None) -> ProtocolPlan:
-    """Central-DP baseline: P_GD's schedule with the Gaussian mechanism on each round's sum (sensitivity 2L,
-    replace-one), T rounds composed exactly in GDP (sigma = 2L sqrt(T)/mu(eps, delta))."""
-    n, d, eps, dl, L, D = _check_problem(n, d, epsilon, delta, lipschitz, diameter)
-    T = pgd_rounds(n, d, eps, dl) if rounds is None else rounds
-    sigma = gdp.gaussian_mechanism_sigma(eps, dl, 2 * L, count=T)
-    s = 0.0 if smoothness is not None else (L / D) * min(math.sqrt(n), eps * n / math.sqrt(d))
-    eta = D / (L * math.sqrt(T))
-    if smoothness is not None or s:
-        eta = min(eta, 2 / (smoothness or s))
-    phase = Phase(T, start, n, False, eta, s, D, eps, dl, _gd_bound(T, eta, L, D, d * sigma**2 / n**2, n, s),
-                  None, sigma)
-    return ProtocolPlan("central_gd", "gaussian", n, d, eps, dl, L, D, smoothness or s, None, (phase,),
-                        composition="gdp")
 
 
 def local_sgd_plan(n, d, epsilon, delta, lipschitz=1.0, diameter=1.0, *, start=0, batch=1) -> ProtocolPlan:

@@ -1,7 +1,6 @@
 """Tight accountants for `GaussianSchedule`s: RDP, PLD, zCDP and exact GDP.
 
-Which accountant certifies which schedule (others are refused with a
-``ValueError`` naming ``accountant``):
+Which accountant certifies which schedule (others are refused with a ``ValueError`` naming ``accountant``):
 
 ============  ===========================================================================
 accountant    certifies
@@ -23,11 +22,10 @@ accountant    certifies
               mu = sqrt(passes) g Delta / sigma (Balle-Wang 2018; Dong-Roth-Su 2022).
 ============  ===========================================================================
 
-Group privacy (g > 1): exact for the deterministic-participation schemes (the
-sensitivity is multiplied by g); for random sampling the (eps, delta) group
-conversion eps_g = g eps, delta_g = delta (e^{g eps} - 1)/(e^eps - 1) is
-optimised over the base epsilon (Dwork-Roth 2014 Thm 2.2 generalised, by
-induction), which is valid for every accountant.
+Group privacy (g > 1): exact for the deterministic-participation schemes (the sensitivity is multiplied by g); for
+random sampling the (eps, delta) group conversion eps_g = g eps, delta_g = delta (e^{g eps} - 1)/(e^eps - 1) is
+optimised over the base epsilon (Dwork-Roth 2014 Thm 2.2 generalised, by induction), which is valid for every
+accountant.
 """
 
 from __future__ import annotations
@@ -107,10 +105,9 @@ class NotComputableError(ValueError):
 def check_computable(schedules, accountant: str | None = None) -> None:
     """``NotComputableError`` when a schedule lies outside the float64 domain of the accountants.
 
-    Zero noise is accepted (epsilon = inf, reported as such). A noise multiplier
-    below :data:`MIN_ACCOUNTED_NOISE_MULTIPLIER` means epsilon = inf for every
-    practical purpose; above :data:`MAX_ACCOUNTED_NOISE_MULTIPLIER` it is
-    negligible; neither is computable in float64.
+    Zero noise is accepted (epsilon = inf, reported as such). A noise multiplier below
+    :data:`MIN_ACCOUNTED_NOISE_MULTIPLIER` means epsilon = inf for every practical purpose; above
+    :data:`MAX_ACCOUNTED_NOISE_MULTIPLIER` it is negligible; neither is computable in float64.
     """
     for i, s in enumerate(check_composable(schedules)):
         where = "schedule" if isinstance(schedules, GaussianSchedule) else f"schedules[{i}]"
@@ -185,10 +182,9 @@ def _refuse(accountant: str, schedule: GaussianSchedule, why: str) -> ValueError
 def conditioned_rdp(schedule: GaussianSchedule, orders: np.ndarray | None = None) -> np.ndarray:
     """Per-schedule RDP by conditioning on the multiplicity Q of the changed record.
 
-    Couple the two runs so that all draws coincide; the changed
-    record then appears Q times in the batch (Q ~ Bin(K, 1/n) with replacement,
-    Q ~ Bernoulli(q) for Poisson) and the released means differ by at most
-    2 s Q. Since exp((alpha-1) D_alpha) is jointly convex,
+    Couple the two runs so that all draws coincide; the changed record then appears Q times in the batch (Q ~ Bin(K,
+    1/n) with replacement, Q ~ Bernoulli(q) for Poisson) and the released means differ by at most 2 s Q. Since
+    exp((alpha-1) D_alpha) is jointly convex,
 
         exp((alpha-1) D_alpha(P || P')) <= E_Q exp(alpha (alpha-1) (2 s Q)^2 / (2 sigma^2)),
 
@@ -291,10 +287,9 @@ def _refuse_pld_fixed_size(schedule: GaussianSchedule) -> ValueError:
 
 
 def _pld_event_parameters(schedule: GaussianSchedule) -> tuple[float, float, int]:
-    """(noise multiplier, sampling probability, compositions) of the DpEvent
-    dp_accounting would compose: deterministic schedules are one Gaussian with
-    multiplier z/sqrt(passes) (as ``PLDAccountant`` composes a SelfComposed
-    Gaussian), Poisson ones a subsampled Gaussian self-composed ``steps`` times."""
+    """(noise multiplier, sampling probability, compositions) of the DpEvent dp_accounting would compose: deterministic
+    schedules are one Gaussian with multiplier z/sqrt(passes) (as ``PLDAccountant`` composes a SelfComposed Gaussian),
+    Poisson ones a subsampled Gaussian self-composed ``steps`` times."""
     if schedule.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
         raise _refuse_pld_fixed_size(schedule)
     base = _base(schedule)
@@ -323,13 +318,11 @@ def _pld_of(schedule: GaussianSchedule, interval: float):
 
 
 def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
-    """Widths, in privacy-loss units, of the single-step PMF dp_accounting
-    builds for `schedule` and of its self-composition (0 if none); the number
-    of grid points is about width / interval.
+    """Widths, in privacy-loss units, of the single-step PMF dp_accounting builds for `schedule` and of its
+    self-composition (0 if none); the number of grid points is about width / interval.
 
-    Measured on a coarse grid (~4096 points per step): the single step's
-    support, and for self-composition the Chernoff truncation bounds that
-    ``self_compose`` itself uses (tail mass 1e-15).
+    Measured on a coarse grid (~4096 points per step): the single step's support, and for self-composition the Chernoff
+    truncation bounds that ``self_compose`` itself uses (tail mass 1e-15).
     """
     from dp_accounting.pld import common
 
@@ -352,14 +345,12 @@ def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
 
 
 def choose_pld_discretization(schedules, epsilon_scale: float) -> tuple[float, bool]:
-    """(value-discretisation interval, whether memory forced it coarser) for
-    one schedule or a composition (whose grid widths add).
+    """(value-discretisation interval, whether memory forced it coarser) for one schedule or a composition (whose grid
+    widths add).
 
-    The interval is ``min(PLD_DISCRETIZATION, PLD_RELATIVE_DISCRETIZATION *
-    epsilon_scale)``, raised where needed so that no PMF exceeds
-    ``PLD_MAX_SINGLE_POINTS`` (one step) or ``PLD_MAX_POINTS`` (composed)
-    points (2x margin on `pld_loss_width`). Any interval
-    gives a valid (pessimistic) upper bound; a coarse one is only looser.
+    The interval is ``min(PLD_DISCRETIZATION, PLD_RELATIVE_DISCRETIZATION * epsilon_scale)``, raised where needed so
+    that no PMF exceeds ``PLD_MAX_SINGLE_POINTS`` (one step) or ``PLD_MAX_POINTS`` (composed) points (2x margin on
+    `pld_loss_width`). Any interval gives a valid (pessimistic) upper bound; a coarse one is only looser.
     """
     wanted = PLD_DISCRETIZATION
     if math.isfinite(epsilon_scale) and epsilon_scale > 0:
@@ -374,9 +365,8 @@ def choose_pld_discretization(schedules, epsilon_scale: float) -> tuple[float, b
 def group_privacy_epsilon(delta_fn: Callable[[float], float], group_size: int, delta: float) -> float:
     """Smallest g*eps with delta_fn(eps) * (e^{g eps}-1)/(e^eps-1) <= delta.
 
-    `delta_fn(eps)` is the base (single-record) privacy curve. Group privacy of
-    (eps, delta)-DP: (g eps, delta * sum_{i<g} e^{i eps})-DP. Any feasible eps
-    gives a valid guarantee; we scan a log grid and refine by bisection.
+    `delta_fn(eps)` is the base (single-record) privacy curve. Group privacy of (eps, delta)-DP: (g eps, delta *
+    sum_{i<g} e^{i eps})-DP. Any feasible eps gives a valid guarantee; we scan a log grid and refine by bisection.
     """
     g = v.check_int("group_size", group_size, min_value=1)
     delta = v.check_open_unit("delta", delta)
@@ -460,17 +450,14 @@ def tight_epsilon(
 ) -> PrivacyReport:
     """(epsilon, delta) of one schedule or of the composition of several.
 
-    `accountant`: one of `TIGHT_ACCOUNTANTS` or ``"best"`` (the smallest epsilon
-    of rdp, pld and, for deterministic participation, gdp, among those that
-    certify; the report names the winner). A composition needs one
-    neighbouring relation, unit and group size (see `check_composable`).
+    `accountant`: one of `TIGHT_ACCOUNTANTS` or ``"best"`` (the smallest epsilon of rdp, pld and, for deterministic
+    participation, gdp, among those that certify; the report names the winner). A composition needs one neighbouring
+    relation, unit and group size (see `check_composable`).
 
-    `pld_discretization` overrides the PLD value-discretisation interval
-    (default: `choose_pld_discretization`, i.e. <= 1e-4 and <= 1e-3 x the RDP
-    epsilon, coarsened only to keep the grid <= `PLD_MAX_POINTS`;
-    dp_accounting's pessimistic discretisation keeps the result an upper
-    bound for any interval). `pld_coarsening` multiplies the automatic
-    interval (calibration's cheap first search).
+    `pld_discretization` overrides the PLD value-discretisation interval (default: `choose_pld_discretization`, i.e. <=
+    1e-4 and <= 1e-3 x the RDP epsilon, coarsened only to keep the grid <= `PLD_MAX_POINTS`; dp_accounting's pessimistic
+    discretisation keeps the result an upper bound for any interval). `pld_coarsening` multiplies the automatic interval
+    (calibration's cheap first search).
     """
     v.check_choice("accountant", accountant, TIGHT_ACCOUNTANTS + ("best",))
     scheds = check_composable(schedules)

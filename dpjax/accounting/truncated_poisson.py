@@ -32,7 +32,7 @@ from scipy import stats
 from dpjax import _validate as v
 from dpjax.accounting.schedules import PrivacyReport
 
-__all__ = ["truncation_probability", "truncation_delta", "truncated_poisson_delta", "truncated_poisson_report"]
+__all__ = ["truncation_probability", "truncation_delta", "truncated_poisson_report"]
 
 
 def truncation_probability(dataset_size: int, sampling_rate: float, capacity: int) -> float:
@@ -57,16 +57,6 @@ def _poisson_pld(noise_multiplier: float, sampling_rate: float, steps: int):
     acc.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(sampling_rate, dpa.GaussianDpEvent(noise_multiplier)),
                                         steps))
     return acc
-
-
-def truncated_poisson_delta(noise_multiplier: float, sampling_rate: float, dataset_size: int, capacity: int,
-                            steps: int, epsilon: float) -> float:
-    """delta(eps) of R rounds of truncated Poisson sampling with Gaussian noise (add/remove, multiplier std / clip)."""
-    z = v.check_positive("noise_multiplier", noise_multiplier)
-    eps = v.check_nonnegative("epsilon", epsilon)
-    acc = _poisson_pld(z, v.check_probability("sampling_rate", sampling_rate, allow_zero=False),
-                       v.check_int("steps", steps, min_value=1))
-    return min(1.0, acc.get_delta(eps) + truncation_delta(dataset_size, sampling_rate, capacity, steps, eps))
 
 
 def truncated_poisson_report(noise_multiplier: float, sampling_rate: float, dataset_size: int, capacity: int,

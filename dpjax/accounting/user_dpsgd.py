@@ -1,26 +1,25 @@
 """Accountants of user-level DP-SGD on record data: user-level sampling (ULS) and example-level sampling (ELS).
 
 The two ways of training with user-level DP compared by Charles, Ganesh, McKenna, McMahan, Mitchell, Pillutla & Rush
-("Fine-Tuning Large Language Models with User-Level Differential Privacy", 2024, Section 3; also Chua et al., "Mind
-the Privacy Unit!", COLM 2024). Neighbouring data sets differ by all records of one user (add/remove one user); every
-step adds ``N(0, (z C)^2 I)`` to a clipped sum (z the noise multiplier, C the clip norm), and the run releases every
-iterate.
+("Fine-Tuning Large Language Models with User-Level Differential Privacy", 2024, Section 3; also Chua et al., "Mind the
+Privacy Unit!", COLM 2024). Neighbouring data sets differ by all records of one user (add/remove one user); every step
+adds ``N(0, (z C)^2 I)`` to a clipped sum (z the noise multiplier, C the clip norm), and the run releases every iterate.
 
-* **ULS**: every user joins a step independently with the public probability q; a sampled user's (up to k) records
-  give ONE gradient, their mean, clipped to C. One user moves the sum by at most C: each step is the Poisson-subsampled
-  Gaussian mechanism at the user level, ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` composed T times (Abadi et
-  al. 2016 at the user level; McMahan et al., ICLR 2018, DP-FedAvg's accounting).
+* **ULS**: every user joins a step independently with the public probability q; a sampled user's (up to k) records give
+  ONE gradient, their mean, clipped to C. One user moves the sum by at most C: each step is the Poisson-subsampled
+  Gaussian mechanism at the user level, ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` composed T times (Abadi et al.
+  2016 at the user level; McMahan et al., ICLR 2018, DP-FedAvg's accounting).
 * **ELS**: every record joins independently with probability q, each record's gradient clipped to C, each user holding
-  at most k records of the data set (the contribution bound). Adding a user adds ``B ~ Binomial(k, q)`` clipped terms
-  to a step's sum, a shift of at most ``B C``. The privacy loss of one step is that of the mixture-of-Gaussians
-  mechanism ``N(0, z^2)`` vs ``sum_b P(B = b) N(b, z^2)`` (in units of C), and this pair dominates the group of k
-  records under Poisson sampling -- the worst case is every record's clipped gradient equal -- so composing it T times
-  is tight up to discretisation (Ganesh, "Tight Group-Level DP Guarantees for DP-SGD with Sampling via Mixture of
-  Gaussians Mechanisms", arXiv:2401.10294, 2024, Section 3; the mixture event of Choquette-Choo, Ganesh, Steinke &
-  Thakurta, "Privacy Amplification for Matrix Mechanisms", ICLR 2024). It is dp_accounting's
-  ``MixtureOfGaussiansDpEvent`` with ``sensitivities = (0, 1, ..., k)`` and ``sampling_probs`` the Binomial(k, q) pmf
-  (computed exactly in rationals, then rounded), composed by its PLD accountant; RDP has no rule for that event and is
-  refused (a looser RDP group-privacy conversion would not be the tight number this module promises).
+  at most k records of the data set (the contribution bound). Adding a user adds ``B ~ Binomial(k, q)`` clipped terms to
+  a step's sum, a shift of at most ``B C``. The privacy loss of one step is that of the mixture-of-Gaussians mechanism
+  ``N(0, z^2)`` vs ``sum_b P(B = b) N(b, z^2)`` (in units of C), and this pair dominates the group of k records under
+  Poisson sampling -- the worst case is every record's clipped gradient equal -- so composing it T times is tight up to
+  discretisation (Ganesh, "Tight Group-Level DP Guarantees for DP-SGD with Sampling via Mixture of Gaussians
+  Mechanisms", arXiv:2401.10294, 2024, Section 3; the mixture event of Choquette-Choo, Ganesh, Steinke & Thakurta,
+  "Privacy Amplification for Matrix Mechanisms", ICLR 2024). It is dp_accounting's ``MixtureOfGaussiansDpEvent`` with
+  ``sensitivities = (0, 1, ..., k)`` and ``sampling_probs`` the Binomial(k, q) pmf (computed exactly in rationals, then
+  rounded), composed by its PLD accountant; RDP has no rule for that event and is refused (a looser RDP group-privacy
+  conversion would not be the tight number this module promises).
 
 A group of g users (``group_size``) is the same mixture with ``g`` (ULS) or ``g k`` (ELS) terms.
 
@@ -203,13 +202,12 @@ class UserDpSgdPrivacy(PrivacySpec):
 
 @dataclasses.dataclass(frozen=True)
 class UserSelectionEvent(SelectionEvent):
-    """The batch selection of a ULS or ELS run (``dpjax.parts.user_records``): Poisson at the declared rate over
-    the users (``level="user"``) or over every user's first k records (``level="example"``); ``dataset_sizes`` are
-    the users' sizes. Its own accountant: ``spec(plan)`` is the run's ``UserDpSgdPrivacy``.
+    """The batch selection of a ULS or ELS run (``dpjax.parts.user_records``): Poisson at the declared rate over the
+    users (``level="user"``) or over every user's first k records (``level="example"``); ``dataset_sizes`` are the
+    users' sizes. Its own accountant: ``spec(plan)`` is the run's ``UserDpSgdPrivacy``.
 
-    Attributes:
-      level: ``"user"`` (ULS) or ``"example"`` (ELS).
-      records_per_user: k, the records of a user that can enter a round (ELS: its contribution bound)."""
+    Attributes: level: ``"user"`` (ULS) or ``"example"`` (ELS). records_per_user: k, the records of a user that can
+      enter a round (ELS: its contribution bound)."""
 
     level: str = "user"
     records_per_user: int = 1

@@ -1,25 +1,24 @@
 """User-level DP output perturbation (Ghazi et al., ICML 2023, Section 3).
 
-Algorithm 1 (DelOutputPert) at (eps, delta) with target deletion sensitivity Delta: eps' = eps/2,
-delta' = delta/(e^eps + 2), kappa = ceil(1 + ln(1/delta')/eps') (rounded up: the paper's kappa need not be an
-integer), TDLap(eps', delta') on {0..2 kappa} with pmf proportional to exp(-eps'|r - kappa|), Gaussian std
-sigma = sqrt(2 ln(2/delta')) 8 kappa Delta/eps'. Guarantee: (eps, delta) user-level DP (replace-one-user; also
-add/remove-one-user, Section 2), including the failure output. Schedules compose by basic composition over calls
-on the same users and parallel composition (max) over disjoint user groups (the proofs of Theorems 4.1/5.1).
+Algorithm 1 (DelOutputPert) at (eps, delta) with target deletion sensitivity Delta: eps' = eps/2, delta' = delta/(e^eps
++ 2), kappa = ceil(1 + ln(1/delta')/eps') (rounded up: the paper's kappa need not be an integer), TDLap(eps', delta') on
+{0..2 kappa} with pmf proportional to exp(-eps'|r - kappa|), Gaussian std sigma = sqrt(2 ln(2/delta')) 8 kappa
+Delta/eps'. Guarantee: (eps, delta) user-level DP (replace-one-user; also add/remove-one-user, Section 2), including the
+failure output. Schedules compose by basic composition over calls on the same users and parallel composition (max) over
+disjoint user groups (the proofs of Theorems 4.1/5.1).
 
-``privacy(mechanism, epsilon, delta, n=, m=, mode=)`` returns the ``PrivacySpec`` (``UserLevelPrivacy``) of one
-run of Algorithm 1/2, A2c (Appendix C), Phased-ERM (Algorithm 3, Theorem 4.1), Phased-SCO (Algorithm 4 and the
-equal split A4b, Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselines B1/B2; ``min_users`` the
-smallest n for which its constants are defined.
+``privacy(mechanism, epsilon, delta, n=, m=, mode=)`` returns the ``PrivacySpec`` (``UserLevelPrivacy``) of one run of
+Algorithm 1/2, A2c (Appendix C), Phased-ERM (Algorithm 3, Theorem 4.1), Phased-SCO (Algorithm 4 and the equal split A4b,
+Theorem 5.1), Algorithms 5/6 (Theorems 4.3/5.3) and the baselines B1/B2; ``min_users`` the smallest n for which its
+constants are defined.
 
-Algorithm 1's stable set is computed exactly (every deletion set of <= 4 kappa + 1 users) or, in the
-polynomial-time version of Appendix C, skipped when the Lemma C.1 certificate shows that S = {} is stable (the
-exact algorithm would then release the same f(x) + N(0, sigma^2 I) for every R1: the same output law); when the
-certificate fails the paper falls back to the exact algorithm. ``exact_feasible(n, kappa)`` decides from public
-quantities only whether that fallback can run; where it cannot, the mechanisms refuse before reading the data
-(``exact_fallback_check``). Stopping as "not releasable" on a failed certificate instead makes the stop a
-deterministic function of the data (an unbounded privacy loss); it survives only as the explicit, NOT private
-``mode='certificate-stop'`` (issue 23).
+Algorithm 1's stable set is computed exactly (every deletion set of <= 4 kappa + 1 users) or, in the polynomial-time
+version of Appendix C, skipped when the Lemma C.1 certificate shows that S = {} is stable (the exact algorithm would
+then release the same f(x) + N(0, sigma^2 I) for every R1: the same output law); when the certificate fails the paper
+falls back to the exact algorithm. ``exact_feasible(n, kappa)`` decides from public quantities only whether that
+fallback can run; where it cannot, the mechanisms refuse before reading the data (``exact_fallback_check``). Stopping as
+"not releasable" on a failed certificate instead makes the stop a deterministic function of the data (an unbounded
+privacy loss); it survives only as the explicit, NOT private ``mode='certificate-stop'`` (issue 23).
 """
 
 from __future__ import annotations

@@ -1,16 +1,15 @@
-"""DP-FedAvg with banded matrix-factorization noise, cross-device: the clients' participation pattern is the
-separation (Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta & Xu, "(Amplified) Banded Matrix Factorization:
-A unified approach to private training", NeurIPS 2023, Alg. 1 with the cyclic Poisson sampling of Sec. 4 / Alg. 2
-over client groups, amplified by Thm 4; user-level DP, the silo being the user, as DP-FedAvg's McMahan, Ramage,
-Talwar & Zhang, "Learning Differentially Private Recurrent Language Models", ICLR 2018).
+"""DP-FedAvg with banded matrix-factorization noise, cross-device: the clients' participation pattern is the separation
+(Choquette-Choo, Ganesh, McKenna, McMahan, Rush, Thakurta & Xu, "(Amplified) Banded Matrix Factorization: A unified
+approach to private training", NeurIPS 2023, Alg. 1 with the cyclic Poisson sampling of Sec. 4 / Alg. 2 over client
+groups, amplified by Thm 4; user-level DP, the silo being the user, as DP-FedAvg's McMahan, Ramage, Talwar & Zhang,
+"Learning Differentially Private Recurrent Language Models", ICLR 2018).
 
 Round t:
 
-1. ``CyclicSilos`` (``dpjax.parts.cyclic_silos``): the N clients split once into ``num_groups`` p groups (default:
-   the strategy's bands b; ``p < b`` is refused); ``"cyclic-poisson"`` samples each client of group ``t mod p`` with
-   the public ``sampling_rate`` q into a static cohort buffer, ``"min-separation"`` takes the whole group;
-2. every sampled client runs DP-FedAvg's local SGD (``dpjax.parts.cross_device.LocalDeltas``) and sends its model
-   delta;
+1. ``CyclicSilos`` (``dpjax.parts.cyclic_silos``): the N clients split once into ``num_groups`` p groups (default: the
+   strategy's bands b; ``p < b`` is refused); ``"cyclic-poisson"`` samples each client of group ``t mod p`` with the
+   public ``sampling_rate`` q into a static cohort buffer, ``"min-separation"`` takes the whole group;
+2. every sampled client runs DP-FedAvg's local SGD (``dpjax.parts.cross_device.LocalDeltas``) and sends its model delta;
 3. FIXED clipping of every delta to ``clip_norm`` C (``ClipPerUnit``, one unit per client), the sum over the PUBLIC
    expected cohort m (``PublicMean``): sensitivity ``C / m`` under add/remove of a user;
 4. ``BandMfNoise`` (``dpjax.parts.band_mf``) adds ``z x (C / m) x (C_s^{-1} w)_t`` from its ``(b - 1) x d`` buffer,
@@ -19,16 +18,16 @@ Round t:
    ``learning_rate``.
 
 Privacy: nothing here re-derives an event. The privatizer's ``BandMfEvent`` reads the selection's
-``BinnedSelectionEvent`` over the population of N users: cyclic Poisson gives the amplified guarantee
-(``ceil(R / p)`` Poisson-subsampled Gaussians of multiplier z at rate q,
-``dpjax.accounting.band_mf.amplified_event``, add/remove), with the cohort buffer's overflow tail charged to delta;
-min-separation the multi-epoch one (one Gaussian of multiplier ``z / sqrt(ceil(R / p))``).
+``BinnedSelectionEvent`` over the population of N users: cyclic Poisson gives the amplified guarantee (``ceil(R / p)``
+Poisson-subsampled Gaussians of multiplier z at rate q, ``dpjax.accounting.band_mf.amplified_event``, add/remove), with
+the cohort buffer's overflow tail charged to delta; min-separation the multi-epoch one (one Gaussian of multiplier
+``z / sqrt(ceil(R / p))``).
 
-Adaptive clipping is refused (``clipping="adaptive"``): Andrew et al.'s (NeurIPS 2021) noisy count is a second
-release on every round's cohort; with independent noise both are one Gaussian per round (their Thm 1), but here the
-deltas' noise is correlated across rounds and the amplified analysis (Thm 4) covers one banded mechanism, not a
-per-round count interleaved with it and moving the clip, i.e. the sensitivity, of later rounds. That composition
-needs its own proof; until then the clip is a fixed public number.
+Adaptive clipping is refused (``clipping="adaptive"``): Andrew et al.'s (NeurIPS 2021) noisy count is a second release
+on every round's cohort; with independent noise both are one Gaussian per round (their Thm 1), but here the deltas'
+noise is correlated across rounds and the amplified analysis (Thm 4) covers one banded mechanism, not a per-round count
+interleaved with it and moving the clip, i.e. the sensitivity, of later rounds. That composition needs its own proof;
+until then the clip is a fixed public number.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ import jax
 
 from dpjax import _validate
 from dpjax.algorithms import band_mf_sgd
-from dpjax.algorithms.dp_fedavg import SERVER_OPTIMIZERS
+from dpjax.algorithms.dp_fedavg import SERVER_OPTIMIZERS, check_local_training
 from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.parts import Averager, ClipPerUnit, OptaxServer
@@ -69,23 +68,19 @@ class BandMfFedAvgHParams(HParams):
 class DpFedAvgBandMf(ChainFamily):
     """DP-FedAvg with BandMF noise under cyclic Poisson (or min-separation) participation of client groups.
 
-    Args:
-      problem: a dpjax problem; num_rounds: R.
-      silos_per_round: m, the public expected cohort and the mean's divisor.
-      sampling_rate: q, a client's public inclusion probability in its group's rounds (``"cyclic-poisson"``).
-      bands: b, the strategy's bands (None: 1, independent noise).
-      band_coeffs: a given strategy ``(c_0, ..., c_{b-1})`` instead of the optimised one.
-      num_groups: p, the public number of client groups, the cyclic period (None: b); ``p >= b``.
-      sampling: ``"cyclic-poisson"`` (amplified, add/remove) or ``"min-separation"`` (whole groups, multi-epoch).
-      local_steps: each client's local SGD steps (DP-FedAvg's, ``dpjax.parts.cross_device.LocalDeltas``).
-      local_batch_size: records per local step (None: all the client's records).
-      local_epochs: E passes over the client's shuffled records instead of ``local_steps`` (leave that at 1).
-      client_batch: None: the cohort's local training vmapped; k: k clients at a time.
-      server_optimizer: a key of ``dpjax.algorithms.dp_fedavg.SERVER_OPTIMIZERS``.
-      server_momentum: beta of the server's SGD, or Adam's / Yogi's b1.
-      cohort_capacity: cyclic Poisson's cohort buffer (None: the binomial tail bound, 1e-15 a round).
-      neighboring: ``"add-remove"`` (cyclic Poisson needs it) or ``"replace-one"`` (min-separation only).
-      clipping: ``"fixed"``; ``"adaptive"`` is refused (module docstring)."""
+    Args: problem: a dpjax problem; num_rounds: R. silos_per_round: m, the public expected cohort and the mean's
+      divisor. sampling_rate: q, a client's public inclusion probability in its group's rounds (``"cyclic-poisson"``).
+      bands: b, the strategy's bands (None: 1, independent noise). band_coeffs: a given strategy ``(c_0, ..., c_{b-1})``
+      instead of the optimised one. num_groups: p, the public number of client groups, the cyclic period (None: b);
+      ``p >= b``. sampling: ``"cyclic-poisson"`` (amplified, add/remove) or ``"min-separation"`` (whole groups,
+      multi-epoch). local_steps: each client's local SGD steps (DP-FedAvg's, ``dpjax.parts.cross_device.LocalDeltas``).
+      local_batch_size: records per local step (None: all the client's records). local_epochs: E passes over the
+      client's shuffled records instead of ``local_steps`` (leave that at 1). client_batch: None: the cohort's local
+      training vmapped; k: k clients at a time. server_optimizer: a key of
+      ``dpjax.algorithms.dp_fedavg.SERVER_OPTIMIZERS``. server_momentum: beta of the server's SGD, or Adam's / Yogi's
+      b1. cohort_capacity: cyclic Poisson's cohort buffer (None: the binomial tail bound, 1e-15 a round). neighboring:
+      ``"add-remove"`` (cyclic Poisson needs it) or ``"replace-one"`` (min-separation only). clipping: ``"fixed"``;
+      ``"adaptive"`` is refused (module docstring)."""
 
     problem: Any
     num_rounds: int
@@ -129,17 +124,7 @@ class DpFedAvgBandMf(ChainFamily):
                                                   sampling_rate=self.sampling_rate)
         object.__setattr__(self, "band_coeffs", coeffs)
         object.__setattr__(self, "num_groups", period)
-        if self.local_batch_size is not None:
-            _validate.check_int("local_batch_size", self.local_batch_size, min_value=1)
-        if self.local_epochs is not None:
-            _validate.check_int("local_epochs", self.local_epochs, min_value=1)
-            if self.local_batch_size is None or self.local_steps != 1:
-                raise ValueError(f"local_epochs={self.local_epochs} replaces local_steps (leave it at 1, got "
-                                 f"{self.local_steps}) and needs a local_batch_size (got {self.local_batch_size})")
-        if self.client_batch is not None:
-            _validate.check_int("client_batch", self.client_batch, min_value=1)
-        if self.server_momentum is not None:
-            _validate.check_probability("server_momentum", self.server_momentum)
+        check_local_training(self)
         self.selection_part  # noqa: B018  (validates the rate, the capacity)
         self.check_common()
 

@@ -37,7 +37,7 @@ import optax
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import ClipEvent, NoiseEvent
-from dpjax.engine.roles import Batch, Context, Sensitive, released
+from dpjax.engine.roles import Batch, Context, Sensitive, Stateless, released
 from dpjax.parts.privatizers import gaussian_std, host_multiplier
 from dpjax.primitives import clipping, ghost_clipping, noise
 
@@ -155,16 +155,13 @@ class GhostRecords:
 
 @dataclasses.dataclass(frozen=True)
 class RecordDifferences:
-    """DIFF2's units of one round, every silo (leading axis ``[M]``): per-record gradients
-    (``restart``) or per-record gradient differences, described for the clipper.
+    """DIFF2's units of one round, every silo (leading axis ``[M]``): per-record gradients (``restart``) or per-record
+    gradient differences, described for the clipper.
 
-    Attributes:
-      restart: True (static), or a traced bool: the round restarts the estimator.
-      displacement: ``||x_{r-1} - x_{r-2}||`` (the difference radius is ``C2`` times it).
-      weights: bool ``[M, B]`` (None: every row).
-      denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``).
-      vectors: the per-record vectors ``[M, B, ...]`` (per-record path), or None.
-      ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
+    Attributes: restart: True (static), or a traced bool: the round restarts the estimator. displacement:
+      ``||x_{r-1} - x_{r-2}||`` (the difference radius is ``C2`` times it). weights: bool ``[M, B]`` (None: every row).
+      denominator: the public divisor of each silo's sum (``[M]`` silo sizes, or ``b``). vectors: the per-record vectors
+      ``[M, B, ...]`` (per-record path), or None. ghost: ``GhostPasses`` / ``GhostRecords`` (ghost path), or None."""
 
     restart: Any
     displacement: Any
@@ -199,15 +196,12 @@ def _ghost_passes(problem, params, x, y):
 
 @dataclasses.dataclass(frozen=True)
 class Diff2Client:
-    """Step 2 of Alg. 1 before clipping: every silo's per-record gradients at ``x_{r-1}`` (restart)
-    or their differences to ``x_{r-2}`` (difference round), as ``RecordDifferences``.
+    """Step 2 of Alg. 1 before clipping: every silo's per-record gradients at ``x_{r-1}`` (restart) or their differences
+    to ``x_{r-2}`` (difference round), as ``RecordDifferences``.
 
-    Args:
-      problem: the problem (per-record ``loss``).
-      schedule: the ``RestartSchedule``.
-      path: ``"auto"`` | ``"ghost"`` | ``"per-record"`` (``clipping_path``).
-      carry: keep the per-record work at ``x_{r-1}`` in the state for the next round.
-      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
+    Args: problem: the problem (per-record ``loss``). schedule: the ``RestartSchedule``. path: ``"auto"`` | ``"ghost"``
+      | ``"per-record"`` (``clipping_path``). carry: keep the per-record work at ``x_{r-1}`` in the state for the next
+      round. records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
 
     problem: Any
     schedule: RestartSchedule
@@ -315,14 +309,11 @@ class RadiusClipper:
 
 # ----------------------------------------------------------------------------- aggregator
 @dataclasses.dataclass(frozen=True)
-class SiloMean:
+class SiloMean(Stateless):
     """``(1/P) sum_p d_r^(p)`` over all P silos (Alg. 1 step 4); a record lives in one silo, so
     the bound is the largest silo's bound over P (``2 radius / (n_min P)`` replace-one)."""
 
     roles = ("aggregator",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         count = jax.tree_util.tree_leaves(messages.value)[0].shape[0]
@@ -377,7 +368,7 @@ class RoundNoise:
 
 
 @dataclasses.dataclass(frozen=True)
-class StepNoise:
+class StepNoise(Stateless):
     """Gaussian noise of one local step, ``N(0, (z sensitivity)^2 I)`` with ``z = noise_field``,
     drawn from the round key's ``stream`` folded with the local step index ``ctx.round``
     (inside the local loop the context counts local steps)."""
@@ -386,9 +377,6 @@ class StepNoise:
     stream: str = "local"
 
     roles = ("privatizer",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         std = gaussian_std(getattr(ctx.hparams, self.noise_field), message.sensitivity)

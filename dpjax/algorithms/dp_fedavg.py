@@ -69,6 +69,22 @@ class FedAvgHParams(HParams):
     clip_learning_rate: Any = hparam(0.2, _validate.check_nonnegative)
 
 
+def check_local_training(family) -> None:
+    """The local-training and server fields DP-FedAvg and its BandMF variant share (``local_batch_size``,
+    ``local_epochs`` instead of ``local_steps``, ``client_batch``, ``server_momentum``)."""
+    if family.local_batch_size is not None:
+        _validate.check_int("local_batch_size", family.local_batch_size, min_value=1)
+    if family.local_epochs is not None:
+        _validate.check_int("local_epochs", family.local_epochs, min_value=1)
+        if family.local_batch_size is None or family.local_steps != 1:
+            raise ValueError(f"local_epochs={family.local_epochs} replaces local_steps (leave it at 1, got "
+                             f"{family.local_steps}) and needs a local_batch_size (got {family.local_batch_size})")
+    if family.client_batch is not None:
+        _validate.check_int("client_batch", family.client_batch, min_value=1)
+    if family.server_momentum is not None:
+        _validate.check_probability("server_momentum", family.server_momentum)
+
+
 @dataclasses.dataclass(frozen=True)
 class DpFedAvg(ChainFamily):
     """DP-FedAvg with adaptive clipping and (``private=False``) FedOpt, its non-private twin.
@@ -122,17 +138,7 @@ class DpFedAvg(ChainFamily):
         if self.neighboring is None:
             object.__setattr__(self, "neighboring", "add-remove" if self.sampling == "poisson" else "replace-one")
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
-        if self.local_batch_size is not None:
-            _validate.check_int("local_batch_size", self.local_batch_size, min_value=1)
-        if self.local_epochs is not None:
-            _validate.check_int("local_epochs", self.local_epochs, min_value=1)
-            if self.local_batch_size is None or self.local_steps != 1:
-                raise ValueError(f"local_epochs={self.local_epochs} replaces local_steps (leave it at 1, got "
-                                 f"{self.local_steps}) and needs a local_batch_size (got {self.local_batch_size})")
-        if self.client_batch is not None:
-            _validate.check_int("client_batch", self.client_batch, min_value=1)
-        if self.server_momentum is not None:
-            _validate.check_probability("server_momentum", self.server_momentum)
+        check_local_training(self)
         self.check_common()
 
     def validate(self, data) -> None:

@@ -65,12 +65,6 @@ def epoch_tree_counts(num_rounds: int, rounds_per_epoch: int) -> tuple[tuple[int
     return tuple((leaves, count) for leaves, count in ((int(rounds_per_epoch), full), (rest, 1)) if leaves and count)
 
 
-def epoch_trees(num_rounds: int, rounds_per_epoch: int) -> tuple[int, ...]:
-    """The leaves of every tree of a run restarting its tree every ``rounds_per_epoch`` rounds (one entry per epoch;
-    ``epoch_tree_counts`` is the closed form for long runs)."""
-    return tuple(leaves for leaves, count in epoch_tree_counts(num_rounds, rounds_per_epoch) for _ in range(count))
-
-
 def tree_releases(num_rounds: int, rounds_per_epoch: int) -> int:
     """``sum_e tree_depth(T_e)``: the node releases a record enters over the run (closed form)."""
     return sum(count * tree_depth(leaves) for leaves, count in epoch_tree_counts(num_rounds, rounds_per_epoch))

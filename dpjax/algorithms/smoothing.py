@@ -26,23 +26,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from dpjax import _validate
+from dpjax.problems.glm import masked_mean, max_row_norm
 
 _TINY = 1e-30
-
-
-def _masked_mean(values, mask):
-    if mask is None:
-        return jnp.mean(values)
-    w = mask.astype(values.dtype)
-    return jnp.sum(values * w) / jnp.maximum(jnp.sum(w), 1.0)
-
-
-def _max_row_norm(x) -> float:
-    x = np.asarray(x, dtype=np.float64).reshape(np.shape(x)[0], -1)
-    return float(np.max(np.linalg.norm(x, axis=1))) if x.shape[0] else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +50,7 @@ class _LinearNonSmooth:
         return jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
 
     def lipschitz_bound(self, x) -> float:
-        return _max_row_norm(x)
+        return max_row_norm(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +71,7 @@ class AbsoluteRegression(_LinearNonSmooth):
         return params - s * x
 
     def evaluate(self, params, x, y, mask=None):
-        return {"loss": _masked_mean(self._losses(params, x, y), mask)}
+        return {"loss": masked_mean(self._losses(params, x, y), mask)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +92,7 @@ class HingeClassification(_LinearNonSmooth):
 
     def evaluate(self, params, x, y, mask=None):
         wrong = (jnp.sign(x @ params) != y).astype(jnp.float32)
-        return {"loss": _masked_mean(self._losses(params, x, y), mask), "error": _masked_mean(wrong, mask)}
+        return {"loss": masked_mean(self._losses(params, x, y), mask), "error": masked_mean(wrong, mask)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +133,7 @@ class MoreauEnvelope:
         """The base problem's metrics (the true, unsmoothed loss) plus the envelope loss."""
         out = dict(self.base.evaluate(params, x, y, mask))
         env = jax.vmap(self.loss, in_axes=(None, 0, 0))(params, x, y)
-        out["envelope_loss"] = _masked_mean(env, mask)
+        out["envelope_loss"] = masked_mean(env, mask)
         return out
 
     def lipschitz_bound(self, x):

@@ -9,12 +9,11 @@ and the pair is one Gaussian of shift ``||C x|| / z`` noise stds. The canary sit
 order: it joins rounds ``0, T, 2T, ...`` (``T = n // B``, ``k = R / T`` times); with ``bands <= T`` the Gram matrix
 vanishes between them, ``||C x|| = sqrt(k)``, and the exact epsilon of the pair is the certificate's Gaussian.
 
-Two catalogue audits, each with the mutants its score is built to see (mutants other than half-noise are a
-``FamilyRun`` of the same family with one part changed):
+Two catalogue audits, each with the mutants its score is built to see (mutants other than half-noise are a ``FamilyRun``
+of the same family with one part changed):
 
-* ``dp-sgd-band-mf-separation``, ``separation-ignored``: the selection repeats each block ``k`` times in a row
-  (every record still joins ``k`` rounds, but consecutive ones): the cross terms of ``C^T C`` add,
-  ``||C x_adj|| > sqrt(k)``;
+* ``dp-sgd-band-mf-separation``, ``separation-ignored``: the selection repeats each block ``k`` times in a row (every
+  record still joins ``k`` rounds, but consecutive ones): the cross terms of ``C^T C`` add, ``||C x_adj|| > sqrt(k)``;
 * ``dp-sgd-band-mf``, ``noise-not-correlated``: the privatizer's buffer keeps the fresh draws ``w`` instead of the
   released ``z``, so the noise is ``M w`` (``M`` with first column ``(1, -c_1, ..., -c_{b-1}) / c_0``), not
   ``C^{-1} w``;
@@ -23,8 +22,8 @@ Two catalogue audits, each with the mutants its score is built to see (mutants o
 Scores: each mutant's likelihood-ratio direction in ``u`` (the audited pair's ``C^T C x_sep`` for half the noise,
 the fresh buffer's ``(M M^T)^{-1} x_sep``, the repeated blocks' ``C^T C x_adj``), scaled to unit std under the audited
 noise; ``dp-sgd-band-mf`` takes the larger of its two. The exact epsilon is of the whole release (a threshold at least
-as tight as the score's). The optimal direction of one bug is nearly blind to the other (an effective shift of half
-the pair's), hence two audits rather than one score for all.
+as tight as the score's). The optimal direction of one bug is nearly blind to the other (an effective shift of half the
+pair's), hence two audits rather than one score for all.
 """
 
 from __future__ import annotations

@@ -1,22 +1,20 @@
 """Canary audit of DP-FedAvg with BandMF noise over cyclic-Poisson client groups (``DpFedAvgBandMf``, registered as
 ``dp-fedavg-band-mf``), part of the catalogue (``dpjax.auditing.mechanisms``): a ``FamilyRun`` of the family's own step
 (cyclic Poisson cohort, local SGD, fixed clip, public mean, ``dpjax.parts.band_mf.BandMfNoise``, SGD), certified by its
-``privacy()`` (amplified BandMF, Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023,
-Thm 4).
+``privacy()`` (amplified BandMF, Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023, Thm 4).
 
-The pair (add/remove of a user): D' holds ``users`` clients, one record each, the canary user's record at
-``100 C e_1`` and every other record 0; D lacks the canary user. On ``CanaryProbe`` (loss ``<w, x>``) with client and
-server learning rates 1 and one local step, a client's delta is its record, so the canary's clipped delta is
-``C e_1`` and every other delta 0. The negated increments along ``e_1``, in noise stds ``sigma = z C / m``, are
-``u = b / z + C_s^{-1} w`` (``b_t`` = 1 when the canary is in round t's cohort, ``C_s`` the strategy), so
-``v = C_s u = C_s b / z + w``.
+The pair (add/remove of a user): D' holds ``users`` clients, one record each, the canary user's record at ``100 C e_1``
+and every other record 0; D lacks the canary user. On ``CanaryProbe`` (loss ``<w, x>``) with client and server learning
+rates 1 and one local step, a client's delta is its record, so the canary's clipped delta is ``C e_1`` and every other
+delta 0. The negated increments along ``e_1``, in noise stds ``sigma = z C / m``, are ``u = b / z + C_s^{-1} w``
+(``b_t`` = 1 when the canary is in round t's cohort, ``C_s`` the strategy), so ``v = C_s u = C_s b / z + w``.
 
 The canary's group ``g`` is uniform over the ``p`` groups (``users`` a multiple of ``p``); it joins rounds
 ``g, g + p, ...`` each w.p. q. For ``p >= bands`` those columns of ``C_s`` have disjoint supports, so given ``g`` the
 pair is ``k = R / p`` independent releases ``N(b_j a_j, 1)`` (``a_j = ||C_s e_t|| / z <= 1 / z``) along the unit
 columns. The score is the exact log-likelihood ratio of D' against D given ``v``:
-``log mean_g prod_j (1 - q + q exp(a_j s_j - a_j^2 / 2))``, ``s_j`` the projections. The exact epsilon reported is
-an upper bound on the pair's: ``k`` i.i.d. Poisson-subsampled Gaussians of shift ``1 / z`` (each ``a_j <= 1 / z``; a
+``log mean_g prod_j (1 - q + q exp(a_j s_j - a_j^2 / 2))``, ``s_j`` the projections. The exact epsilon reported is an
+upper bound on the pair's: ``k`` i.i.d. Poisson-subsampled Gaussians of shift ``1 / z`` (each ``a_j <= 1 / z``; a
 mixture over ``g`` of pairs never leaks more than its worst), which is the certificate's event.
 
 Mutants (the standard multiplier ones, ``canaries.mutants``): half the noise, and a clip the noise does not follow.

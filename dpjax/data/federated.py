@@ -86,11 +86,3 @@ class FederatedDataset:
     def pooled_train(self) -> tuple[np.ndarray, np.ndarray]:
         """All silos' training data concatenated (silo 0 first)."""
         return np.concatenate(self.train_x), np.concatenate(self.train_y)
-
-    def pooled_test(self) -> tuple[np.ndarray, np.ndarray]:
-        """The pooled test set: ``pooled_test_x/y`` if set, else the silos' test sets concatenated."""
-        if self.pooled_test_x is not None:
-            return self.pooled_test_x, self.pooled_test_y
-        if not self.test_x:
-            raise ValueError(f"{self.name} has no test data")
-        return np.concatenate(self.test_x), np.concatenate(self.test_y)

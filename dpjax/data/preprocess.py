@@ -18,10 +18,8 @@ __all__ = ["PCA", "label_encode", "minmax_scale", "one_hot", "pca_fit", "pca_tra
 class PCA:
     """A fitted PCA: ``z = (x - mean) @ components.T``.
 
-    Attributes:
-      mean: ``[d]`` float64 feature means of the fitting data.
-      components: ``[k, d]`` float64 orthonormal rows, by decreasing variance.
-      explained_variance: ``[k]`` variances along the components (ddof = 1).
+    Attributes: mean: ``[d]`` float64 feature means of the fitting data. components: ``[k, d]`` float64 orthonormal
+      rows, by decreasing variance. explained_variance: ``[k]`` variances along the components (ddof = 1).
       explained_variance_ratio: ``[k]`` fractions of the total variance.
     """
     mean: np.ndarray

@@ -1,22 +1,21 @@
 """Convolutions relabelled into the layout XLA:CPU runs fast, inside loops too (issue 38: the CNN round).
 
-XLA:CPU runs a convolution through Eigen only when its dimension labels are canonical (``b01f_01io->b01f``:
-batch first and feature last in the input and output, the kernel's spatial dimensions first), and its
-``ConvCanonicalization`` pass, which rewrites any other convolution into that form with transposes, visits only
-the program's entry computation. A convolution inside a ``while`` body -- every local step under ``lax.scan``,
-every round of the engine's round loop -- keeps its labels and is emitted as a generic loop nest. The forward
-pass of an NHWC model is canonical already, but JAX's transpose rules label the kernel gradient
-``f01b_i01o->01bf`` (the batch axis contracted as the feature): measured on this 2-core CPU (jax 0.10.2), the
-kernel gradient of a 3x3 conv 32 -> 64 over 10 images of 32x32 takes 3.7 s in a 5-step loop and 0.14 s
-unrolled, and pfl-research's CIFAR-10 CNN round took 194 s against pfl's 0.58 s.
+XLA:CPU runs a convolution through Eigen only when its dimension labels are canonical (``b01f_01io->b01f``: batch first
+and feature last in the input and output, the kernel's spatial dimensions first), and its ``ConvCanonicalization`` pass,
+which rewrites any other convolution into that form with transposes, visits only the program's entry computation. A
+convolution inside a ``while`` body -- every local step under ``lax.scan``, every round of the engine's round loop --
+keeps its labels and is emitted as a generic loop nest. The forward pass of an NHWC model is canonical already, but
+JAX's transpose rules label the kernel gradient ``f01b_i01o->01bf`` (the batch axis contracted as the feature): measured
+on this 2-core CPU (jax 0.10.2), the kernel gradient of a 3x3 conv 32 -> 64 over 10 images of 32x32 takes 3.7 s in a
+5-step loop and 0.14 s unrolled, and pfl-research's CIFAR-10 CNN round took 194 s against pfl's 0.58 s.
 
 ``canonical_convs(fn)`` traces ``fn`` (typically a gradient function, so that the transpose rules have run) and
 evaluates its jaxpr with every ``conv_general_dilated`` rewritten as transposes around a canonically labelled
 convolution -- the rewrite ``ConvCanonicalization`` would have made -- recursing into every sub-jaxpr (``pjit``,
-``scan``, ``while``, ``cond``, custom derivatives). The dimension labels only say which axis is which, so the
-result is the same convolution for any strides, padding, dilation and groups; the numbers agree up to the order of
-float accumulation inside the convolution. Elsewhere than on the CPU backend it returns ``fn`` unchanged (GPU and
-TPU compilers choose layouts themselves)."""
+``scan``, ``while``, ``cond``, custom derivatives). The dimension labels only say which axis is which, so the result is
+the same convolution for any strides, padding, dilation and groups; the numbers agree up to the order of float
+accumulation inside the convolution. Elsewhere than on the CPU backend it returns ``fn`` unchanged (GPU and TPU
+compilers choose layouts themselves)."""
 
 from __future__ import annotations
 

@@ -252,6 +252,13 @@ class Part(Protocol):
     def update(self, value, state, ctx: Context) -> tuple[Any, Any]: ...
 
 
+class Stateless:
+    """Base of the parts that keep nothing across rounds: ``init`` is ``()``."""
+
+    def init(self, params, ctx: Context):
+        return ()
+
+
 def released(value):
     """The pytree a ``Sensitive`` carries (a bare pytree as it is): what a server steps with."""
     return value.value if isinstance(value, Sensitive) else value

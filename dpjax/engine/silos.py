@@ -30,11 +30,8 @@ import numpy as np
 class SiloData:
     """Per-silo data, silo axis first.
 
-    Attributes:
-      x: features ``[N, n_max, ...]``.
-      y: labels/targets ``[N, n_max, ...]``.
-      mask: ``[N, n_max]`` bool, true on real rows.
-      sizes: ``[N]`` int32, number of real rows of each silo."""
+    Attributes: x: features ``[N, n_max, ...]``. y: labels/targets ``[N, n_max, ...]``. mask: ``[N, n_max]`` bool, true
+      on real rows. sizes: ``[N]`` int32, number of real rows of each silo."""
 
     x: jax.Array
     y: jax.Array
@@ -166,18 +163,15 @@ class PooledSiloData:
     """Silos as rows of indices into one shared record pool: the cross-device form of ``SiloData``.
 
     Silo ``i``'s records are ``pool_x[index[i, :sizes[i]]]`` (and ``pool_y`` likewise); entries of ``index`` past
-    ``sizes[i]`` are 0 and never read as records (their mask is false). Records may be shared between silos (a
-    benchmark population drawn from one data set), or each record belong to one silo (``from_assignment``: a data set
-    split by user). The memory of the data is the pool's plus ``4 (n_max + 1)`` bytes a silo, and a round reads only
-    the rows its cohort's local steps gather (``silo_records`` inside the compiled round): per-round cost and memory
-    are the cohort's. ``materialize()`` is the equal ``SiloData`` (same silos, same rows; padded rows zeros), so a
-    run on either form with the same key computes the same numbers (tested).
+    ``sizes[i]`` are 0 and never read as records (their mask is false). Records may be shared between silos (a benchmark
+    population drawn from one data set), or each record belong to one silo (``from_assignment``: a data set split by
+    user). The memory of the data is the pool's plus ``4 (n_max + 1)`` bytes a silo, and a round reads only the rows its
+    cohort's local steps gather (``silo_records`` inside the compiled round): per-round cost and memory are the
+    cohort's. ``materialize()`` is the equal ``SiloData`` (same silos, same rows; padded rows zeros), so a run on either
+    form with the same key computes the same numbers (tested).
 
-    Attributes:
-      pool_x: features ``[P, ...]`` of the pool's records.
-      pool_y: labels/targets ``[P, ...]``.
-      index: ``[N, n_max]`` int32 pool rows of each silo's records.
-      sizes: ``[N]`` int32, number of real rows of each silo."""
+    Attributes: pool_x: features ``[P, ...]`` of the pool's records. pool_y: labels/targets ``[P, ...]``. index:
+      ``[N, n_max]`` int32 pool rows of each silo's records. sizes: ``[N]`` int32, number of real rows of each silo."""
 
     pool_x: jax.Array
     pool_y: jax.Array

@@ -23,11 +23,9 @@ __all__ = ["UserSplit"]
 class UserSplit:
     """Records grouped by user.
 
-    Attributes:
-      data: one silo per user (``SiloData`` ``[U, m, ...]`` with its mask, or ``PooledSiloData`` index rows).
-      user_id: ``[n]`` the owner of every record of the data set (host NumPy).
-      users: ``[U]`` the distinct user ids, silo ``u`` being user ``users[u]``.
-      index: ``[U, m]`` the data-set row of each slot (0 past the user's size).
+    Attributes: data: one silo per user (``SiloData`` ``[U, m, ...]`` with its mask, or ``PooledSiloData`` index rows).
+      user_id: ``[n]`` the owner of every record of the data set (host NumPy). users: ``[U]`` the distinct user ids,
+      silo ``u`` being user ``users[u]``. index: ``[U, m]`` the data-set row of each slot (0 past the user's size).
       sizes: ``[U]`` each user's records in ``data`` (at most the contribution bound ``max_records``)."""
 
     data: SiloData | PooledSiloData

@@ -21,7 +21,7 @@ from jax.flatten_util import ravel_pytree
 from dpjax import _validate, keys
 from dpjax.accounting.shuffle import ShuffleEvent
 from dpjax.engine.contract import AGGREGATIONS
-from dpjax.engine.roles import Context, Gated, Sensitive
+from dpjax.engine.roles import Context, Gated, Sensitive, Stateless
 from dpjax.primitives import sampling as sampling_lib
 
 PyTree = Any
@@ -109,7 +109,7 @@ def _aggregate_bound(message: Sensitive, available, how: str):
 
 
 @dataclasses.dataclass(frozen=True)
-class Aggregate:
+class Aggregate(Stateless):
     """``"mean"``: ``sum_{i in S_r} g_i / M_r`` (the papers); ``"sum"``: ``sum_{i in S_r} g_i``
     (the ISRL-DP authors' scripts: the step size times ``M_r``).
 
@@ -131,9 +131,6 @@ class Aggregate:
         if self.denominator is not None:
             _validate.check_positive("denominator", self.denominator)
 
-    def init(self, params, ctx: Context):
-        return ()
-
     def update(self, messages, state, ctx: Context):
         """A ``Sensitive``'s mean (or sum) with its bound; values released already (post-processing of
         noise added inside the silo, e.g. local models) are combined as they are."""
@@ -149,7 +146,7 @@ class Aggregate:
 
 
 @dataclasses.dataclass(frozen=True)
-class ShuffledAggregate:
+class ShuffledAggregate(Stateless):
     """Behind a shuffler (ISRL-DP Section 5): the aggregate is a function of the multiset of
     reports only (``shuffled_aggregate``, the round's ``"shuffle"`` stream).
 
@@ -173,9 +170,6 @@ class ShuffledAggregate:
                              "availability model")
         n = len(silo_sizes)
         return ShuffleEvent(min_available(self.availability, n), n, self.participation, self.isrl_bound)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         batch = ctx.batch

@@ -18,7 +18,7 @@ from jax.custom_batching import custom_vmap
 
 from dpjax.engine.problem import has_closed_form_clipping
 from dpjax.engine.chain import fold, init_all
-from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors
+from dpjax.engine.roles import Batch, Context, PerExampleGradients, PerUnitVectors, Stateless
 from dpjax.primitives.projection import project_l2_ball
 
 
@@ -48,25 +48,20 @@ def _batch_records(problem, batch: Batch, data):
 
 
 @dataclasses.dataclass(frozen=True)
-class MinibatchGradient:
+class MinibatchGradient(Stateless):
     """Each silo's ``(1/K_i) sum_{j in batch_i} grad f(w, x_ij)``, clipped per example by the clipper.
 
     The divisor is public: the sampler's (expected) batch size ``K``, one ``K_i`` per silo (``batch_sizes``, unbalanced
     silos; the batch selection keeps each silo's first ``K_i`` records), or the silo size for full batches.
 
-    Args:
-      problem: the problem (``loss``; a closed-form clipped sum if it has one).
-      batch_size: K, or None for full batches (divide by the silo size).
-      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
+    Args: problem: the problem (``loss``; a closed-form clipped sum if it has one). batch_size: K, or None for full
+      batches (divide by the silo size). batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
 
     problem: Any
     batch_size: int | None = None
     batch_sizes: tuple | None = None
 
     roles = ("client",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def denominator(self, silo_sizes):
         """The public divisor of every silo's message: ``K``, or ``[N]``: the ``K_i`` or the silo sizes
@@ -86,16 +81,13 @@ class MinibatchGradient:
 
 
 @dataclasses.dataclass(frozen=True)
-class ExampleGradients:
+class ExampleGradients(Stateless):
     """Each silo's per-example gradients of its batch, kept apart (``reduce=False``): the inputs of a
     local randomizer such as P_vec (Cheu et al. 2022, Algorithm 2), which sums them itself."""
 
     problem: Any
 
     roles = ("client",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def denominator(self, silo_sizes):
         """Every unit is one record's clipped gradient, undivided."""
@@ -108,7 +100,7 @@ class ExampleGradients:
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalSteps:
+class LocalSteps(Stateless):
     """The local loop of the local-update families (Local SGD; Lowy & Razaviyayn 2023, App. I): from the server model,
     ``num_steps`` sequential single-record steps per silo, ``w <- Proj_W(w - eta inner(grad f(w, x_j)))`` on the records
     of the batch selection (one per step), the message being the last local iterate.
@@ -130,9 +122,6 @@ class LocalSteps:
     def denominator(self, silo_sizes):
         """Every step's message is one record's clipped gradient, undivided."""
         return 1.0
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, batch: Batch, state, ctx: Context):
         """The local models ``[M, ...]`` of the computed silos."""
@@ -213,7 +202,7 @@ UPDATE_RULES = ("gradient", "local")
 
 
 @dataclasses.dataclass(frozen=True)
-class SubsetUpdate:
+class SubsetUpdate(Stateless):
     """DP-SGD-General's update rule ``A`` on each of the round's ``m`` subsets, all from the same ``w``
     (van Dijk et al., Algorithm 1): the ``m`` units the clipper clips and sums, ``U = sum_h [a_h]_C``.
 
@@ -229,9 +218,6 @@ class SubsetUpdate:
     local_optimizer: Any = optax.identity()
 
     roles = ("client",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def denominator(self, silo_sizes):
         """1: the privatizer's message is the clipped sum ``U`` itself (sensitivity 2C, the paper's noise

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from dpjax.accounting.events import ClipEvent
 from dpjax.engine.problem import has_closed_form_clipping
-from dpjax.engine.roles import Context, PerExampleGradients, PerUnitVectors, Sensitive
+from dpjax.engine.roles import Context, PerExampleGradients, PerUnitVectors, Sensitive, Stateless
 from dpjax.primitives import clipping
 
 
@@ -48,7 +48,7 @@ def _silo_clipped_sum(units: PerExampleGradients, clip_norm, neighboring: str):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipPerUnit:
+class ClipPerUnit(Stateless):
     """Clip every unit (an example's gradient, or a client-computed vector) to ``C``.
 
     Args:
@@ -63,9 +63,6 @@ class ClipPerUnit:
     unit_records: int = 1
 
     roles = ("clipper",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)
@@ -98,7 +95,7 @@ class ClipPerUnit:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipVectors:
+class ClipVectors(Stateless):
     """Clip every unit to ``C`` and keep the units apart: the inputs of a local randomizer (P_vec,
     Cheu et al. 2022, Algorithm 2: vectors of norm <= L), ``[M, U, ...]`` with bound ``C``.
 
@@ -108,9 +105,6 @@ class ClipVectors:
     neighboring: str = "replace-one"
 
     roles = ("clipper",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, units, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)

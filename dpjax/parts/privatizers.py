@@ -19,7 +19,7 @@ import numpy as np
 
 from dpjax import keys
 from dpjax.accounting.events import NoiseEvent, Placement
-from dpjax.engine.roles import Context, Sensitive
+from dpjax.engine.roles import Context, Sensitive, Stateless
 from dpjax.primitives import noise
 
 
@@ -41,7 +41,7 @@ def host_multiplier(value) -> float | tuple[float, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class GaussianNoise:
+class GaussianNoise(Stateless):
     """Gaussian noise ``N(0, (z x sensitivity)^2 I)``.
 
     Args:
@@ -60,9 +60,6 @@ class GaussianNoise:
 
     def __post_init__(self):
         Placement(self.placement)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         batch = ctx.batch

@@ -41,7 +41,7 @@ from dpjax import keys
 from dpjax.accounting import sco_transcript
 from dpjax.accounting.pvec import PvecEvent
 from dpjax.accounting.shuffle import ShuffleEvent
-from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.engine.roles import Batch, Context, Sensitive, Stateless
 from dpjax.parts.aggregators import min_available
 from dpjax.primitives import shuffle_protocols
 
@@ -167,7 +167,7 @@ def pvec_bits_sum(key, vectors, mask, params, bound, g_max: int, b_max: int):
     return analyze_bit_counts(ones, jnp.sum(mask.astype(jnp.float32)), params, bound)
 
 
-class _PvecPart:
+class _PvecPart(Stateless):
     """What the randomizer and the analyzer share: stateless, and the (g, b, p) of the round from hparams
     ``params_field`` (one for the run, or round ``r``'s of per-round arrays with ``per_round``) at a
     ``level`` of the simulation."""
@@ -175,9 +175,6 @@ class _PvecPart:
     def __post_init__(self):
         if self.level not in LEVELS:
             raise ValueError(f"level={self.level!r} must be one of {LEVELS}")
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def round_pvec(self, ctx: Context) -> shuffle_protocols.PvecParams:
         pv = getattr(ctx.hparams, self.params_field)

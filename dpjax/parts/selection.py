@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from dpjax import keys
 from dpjax.accounting.events import SelectionEvent, SubsetSelectionEvent
 from dpjax.engine import silo_sharding
-from dpjax.engine.roles import Batch, Context
+from dpjax.engine.roles import Batch, Context, Stateless
 from dpjax.primitives import sampling as sampling_lib
 
 
@@ -182,7 +182,7 @@ class LocalStepRecords:
 
 
 @dataclasses.dataclass(frozen=True)
-class LocalStepBatches:
+class LocalStepBatches(Stateless):
     """A uniform ``batch_size``-subset of every available silo's records for each of K sequential local
     steps, drawn independently per step (``Batch.indices`` ``[M, K, b]``; step k's subset from the
     silo's key of the round's ``"sampling"`` stream folded with k). Host-side, each step is its own
@@ -194,9 +194,6 @@ class LocalStepBatches:
     batch_size: int = 1
 
     roles = ("selection",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         silo_ids, available = available_silos(self.availability, ctx.key, data.num_silos)

@@ -1,11 +1,10 @@
 """Batch selection parts beyond Poisson: balls-in-bins, cyclic Poisson, b-min-separation.
 
-``BinnedBatches`` is ``SiloBatches`` (``dpjax.parts.selection``: same signature, same key streams, the same
-``Batch``; gather or dense path) with a sampler of ``dpjax.primitives.sampling_bins``, and its host-side event is
-``dpjax.accounting.sampling_bins.BinnedSelectionEvent``, which carries its own certified accountant (and charges
-the static buffer's overflow probability to delta). References: Chua et al., "Balls-and-Bins Sampling for DP-SGD",
-AISTATS 2025; Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023 (cyclic Poisson,
-b-min-separation).
+``BinnedBatches`` is ``SiloBatches`` (``dpjax.parts.selection``: same signature, same key streams, the same ``Batch``;
+gather or dense path) with a sampler of ``dpjax.primitives.sampling_bins``, and its host-side event is
+``dpjax.accounting.sampling_bins.BinnedSelectionEvent``, which carries its own certified accountant (and charges the
+static buffer's overflow probability to delta). References: Chua et al., "Balls-and-Bins Sampling for DP-SGD", AISTATS
+2025; Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023 (cyclic Poisson, b-min-separation).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from dpjax.engine.averaging import IterateAverager
-from dpjax.engine.roles import Context, Gated, released, served
+from dpjax.engine.roles import Context, Gated, Stateless, released, served
 from dpjax.parts.aggregators import aggregate
 from dpjax.primitives.projection import project_l2_ball
 
@@ -84,7 +84,7 @@ class Averager:
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelAveraging:
+class ModelAveraging(Stateless):
     """The server of the local-update families (FedAvg; Lowy & Razaviyayn 2023, App. I) on the
     available silos' local models ``[M, ...]``: ``"mean"`` averages them (the paper), ``"sum"``
     adds their summed local updates ``w^i - w`` to the server model (the ISRL-DP authors'
@@ -94,9 +94,6 @@ class ModelAveraging:
     projection_radius: float | None = None
 
     roles = ("server", "aggregator")
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, models, state, ctx: Context):
         available, params = ctx.batch.available, ctx.params

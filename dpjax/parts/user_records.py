@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from dpjax import _validate, keys
 from dpjax.accounting.events import ClipEvent
 from dpjax.accounting.user_dpsgd import UserSelectionEvent
-from dpjax.engine.roles import Batch, Context, Sensitive
+from dpjax.engine.roles import Batch, Context, Sensitive, Stateless
 from dpjax.primitives import ghost_clipping
 from dpjax.primitives import sampling as sampling_lib
 
@@ -51,7 +51,7 @@ def _capacity(expected: float, slots: int, declared: int | None) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class UserSampling:
+class UserSampling(Stateless):
     """ULS: each user w.p. the public ``sampling_rate`` q, with its first ``records_per_user`` k records.
 
     Args:
@@ -67,9 +67,6 @@ class UserSampling:
     capacity: int | None = None
 
     roles = ("selection",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         n, q = data.num_silos, self.sampling_rate
@@ -92,7 +89,7 @@ class UserSampling:
 
 
 @dataclasses.dataclass(frozen=True)
-class RecordSampling:
+class RecordSampling(Stateless):
     """ELS: each record among every user's first ``records_per_user`` k w.p. the public ``sampling_rate`` q.
 
     Args:
@@ -108,9 +105,6 @@ class RecordSampling:
     capacity: int | None = None
 
     roles = ("selection",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         n, width = data.num_silos, min(self.records_per_user, data.n_max)
@@ -142,13 +136,10 @@ class UserRecords(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class UserRecordGradients:
+class UserRecordGradients(Stateless):
     """The client of both units: the batch's (user, slot) records, gathered (``data.silo_records``)."""
 
     roles = ("client",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, batch: Batch, state, ctx: Context):
         x, y = ctx.data.silo_records(batch.rows()[:, None], batch.indices)
@@ -178,7 +169,7 @@ def user_mean_loss(loss, label_shape, label_dtype):
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipUserMean:
+class ClipUserMean(Stateless):
     """ULS: every user's mean gradient clipped to C, summed, over the public ``denominator`` (bound C / m,
     add/remove one user). A user with no real record (a padded buffer row) contributes exactly zero."""
 
@@ -188,9 +179,6 @@ class ClipUserMean:
     records_per_user: int = 1
 
     roles = ("clipper", "aggregator")
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, units: UserRecords, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)
@@ -205,7 +193,7 @@ class ClipUserMean:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipRecords:
+class ClipRecords(Stateless):
     """ELS: every sampled record's gradient clipped to C (ghost clipping), summed over the batch, over the public
     ``denominator`` (bound C / m per record, add/remove one record)."""
 
@@ -217,9 +205,6 @@ class ClipRecords:
 
     def __post_init__(self):
         _validate.check_positive("denominator", self.denominator)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, units: UserRecords, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)

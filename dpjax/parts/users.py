@@ -35,7 +35,7 @@ from dpjax.accounting import sco_transcript
 from dpjax.accounting.schedules import PrivacyUnit, Sampling
 from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.contract import sgd_updates
-from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive, Served, released
+from dpjax.engine.roles import Batch, Context, PerUnitVectors, Sensitive, Served, Stateless, released
 from dpjax.parts.privatizers import gaussian_std
 from dpjax.primitives.projection import project_l2_ball
 
@@ -47,16 +47,13 @@ def _windows(hparams) -> sco_transcript.RoundWindows:
 
 
 @dataclasses.dataclass(frozen=True)
-class UserWindows:
+class UserWindows(Stateless):
     """Round ``r``'s users ``[start_r, start_r + batch_r)`` of the one silo (data-independent), as
     ``max_batch`` indices and a mask (users beyond the window or the data are masked)."""
 
     max_batch: int
 
     roles = ("selection",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, tuple]:
         hp, r = ctx.hparams, ctx.round
@@ -77,7 +74,7 @@ class UserWindows:
 
 
 @dataclasses.dataclass(frozen=True)
-class UserGradients:
+class UserGradients(Stateless):
     """Every user's gradient of ``problem.loss``, or with ``smoothed`` that of its Moreau envelope
     ``s (w - prox_{loss/s}(w))`` with the round's ``smoothing`` s (``problem.prox``), flattened
     (``ravel_pytree`` order): units ``[1, max_batch, P]`` for the clipper, weighted by the window."""
@@ -87,9 +84,6 @@ class UserGradients:
     smoothing_field: str = "smoothing"
 
     roles = ("client",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def denominator(self, silo_sizes):
         """Every unit is one user's vector, undivided (``ChainFamily.message_sensitivity``)."""
@@ -115,7 +109,7 @@ MECHANISMS = ("none", "central", "local", "pan-private", "surrogate")
 
 
 @dataclasses.dataclass(frozen=True)
-class UserGaussian:
+class UserGaussian(Stateless):
     """The round's users' clipped vectors summed, plus Gaussian noise of the round's multiplier ``z_r`` (hparams
     ``noise_field[r]``) times the sensitivity 2L of that sum, from the round's ``"noise"`` stream (privatizer,
     ``placement="silo"``: the one silo is the round's users, so noise on its sum is also the curator's noise on the
@@ -135,9 +129,6 @@ class UserGaussian:
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
             raise ValueError(f"mechanism={self.mechanism!r} must be one of {MECHANISMS}")
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, message: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         mask = ctx.batch.weights[0]
@@ -207,16 +198,13 @@ def _float32_multipliers(noise_std: np.ndarray, sens: np.float32, factor: np.nda
 
 
 @dataclasses.dataclass(frozen=True)
-class BatchMean:
+class BatchMean(Stateless):
     """The privatized sum ``[1, P]`` divided by the public number of users ``batch_r`` (aggregator):
     the flat ``[P]`` mean gradient, bound ``L / batch_r``."""
 
     batch_field: str = "batch"
 
     roles = ("aggregator",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, messages: Sensitive, state, ctx: Context) -> tuple[Sensitive, tuple]:
         users = getattr(ctx.hparams, self.batch_field)[ctx.round].astype(jnp.float32)

@@ -79,7 +79,7 @@ from dpjax.primitives.ghost_plan import MATERIALISED, GhostPlan, NNXLoss, make_p
 
 __all__ = [  # the planning (ghost_plan) and the one batched pass (ghost_passes) are internal modules
     "GhostClippedSum", "GhostFallbackError", "NNXLoss", "carried_passes", "clipped_difference_from_passes",
-    "clipped_difference_mean", "clipped_difference_sum", "ghost_clipped_sum", "layer_passes", "make_plan",
+    "clipped_difference_sum", "ghost_clipped_sum", "layer_passes", "make_plan",
     "nnx_loss", "per_example_grad_norms",
 ]
 
@@ -281,10 +281,3 @@ def clipped_difference_sum(
     total = clipped_difference_from_passes(plan, params, prev_params, passes, prev_passes, clip_norm, weights,
                                            use_difference)
     return GhostClippedSum(total, jnp.sum(weights), sensitivity, True)
-
-
-def clipped_difference_mean(loss_fn, params, prev_params, x, y, clip_norm, mask, count, *, use_difference=True):
-    """DIFF2's ClippedMean (Algorithm 2) of per-record gradient differences (or of gradients when ``use_difference`` is
-    False), divided by the true record count ``count``."""
-    res = clipped_difference_sum(loss_fn, params, prev_params, x, y, clip_norm, mask, use_difference=use_difference)
-    return jax.tree_util.tree_map(lambda t: t / jnp.asarray(count, t.dtype), res.total)

@@ -75,10 +75,6 @@ class FullAvailability:
         """E[1/M_r]."""
         return 1.0 / num_silos
 
-    def expected_inverse_square(self, num_silos: int) -> float:
-        """E[1/M_r^2]."""
-        return 1.0 / num_silos**2
-
 
 @dataclasses.dataclass(frozen=True)
 class FixedAvailability:
@@ -106,9 +102,6 @@ class FixedAvailability:
 
     def expected_inverse(self, num_silos: int) -> float:
         return 1.0 / self.num_available
-
-    def expected_inverse_square(self, num_silos: int) -> float:
-        return 1.0 / self.num_available**2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,9 +134,6 @@ class RandomAvailability:
 
     def expected_inverse(self, num_silos: int) -> float:
         return sum(p / m for m, p in enumerate(self.pmf, start=1))
-
-    def expected_inverse_square(self, num_silos: int) -> float:
-        return sum(p / m**2 for m, p in enumerate(self.pmf, start=1))
 
 
 Availability = FullAvailability | FixedAvailability | RandomAvailability

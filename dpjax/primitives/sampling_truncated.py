@@ -90,12 +90,6 @@ class TruncatedPoisson:
         idx, mask, overflow = self.draw(key, size, n_max, round_index, silo_state)
         return jnp.zeros((n_max,), jnp.float32).at[idx].add(mask.astype(jnp.float32)), overflow
 
-    def expected_overflow_rounds(self, size: int, num_rounds: int) -> float:
-        """E[number of truncated rounds] = R Pr[Bin(size, q) > B] (monitoring; the certificate charges its own)."""
-        from scipy import stats
-
-        return float(num_rounds * stats.binom.sf(self.capacity, size, self.sampling_rate))
-
 
 def default_capacity(expected_batch_size: float, num_rounds: int, tail: float = 1e-12) -> int:
     """A capacity B whose normal-approximate per-run truncation mass is about ``tail`` (a starting point only: the

@@ -15,8 +15,8 @@ the shift), parameters ``(g, b, p)``::
 
 Simulation. The analyzer's output depends on the shuffled bits only through the per-coordinate count of ones, so the
 engine never materialises bits: per coordinate it draws the rounded sum exactly and the binomial noise
-``Binomial(m b, p)`` exactly, which is equal in distribution to the bit-level protocol (``pvec_bits_numpy`` is the
-bit-level reference the tests compare against).
+``Binomial(m b, p)`` exactly, which is equal in distribution to the bit-level protocol (tests/algorithms/test_shuffled.py
+compares it with a bit-level reference).
 
 Precision. ``m b`` reaches 1e9-1e10 and ``count - p b m`` is a catastrophic cancellation: the binomial noise must
 be drawn with 64-bit integers. JAX's global x64 flag is NOT flipped (a local ``jax.enable_x64`` context inside a
@@ -251,30 +251,3 @@ def pvec_sum(key: jax.Array, vectors: jax.Array, params: PvecParams, bound, mask
     k_round, k_noise = jax.random.split(key)
     report = pvec_user_counts(k_round, k_noise, vectors, mask, params, bound, max_granularity)
     return pvec_analyze(report, params, bound)
-
-
-# ----------------------------------------------------------------------------- NumPy references (tests)
-def pvec_bits_numpy(x: np.ndarray, params: PvecParams, bound: float, rng: np.random.Generator) -> np.ndarray:
-    """Bit-level reference: materialises every labelled one-bit message, shuffles
-    them, and runs the analyzer on the shuffled list. Small g, b, m only.
-
-    ``x``: ``[m, d]`` (NumPy, each coordinate in ``[-bound, bound]``). Returns float64 ``[d]``."""
-    x = np.asarray(x, np.float64)
-    m, d = x.shape
-    g, b, p = params.numbers()
-    delta = 2.0 * bound
-    labels, bits = [], []
-    for k in range(m):
-        for j in range(d):
-            scaled = min(max((x[k, j] + bound) * g / delta, 0.0), g)
-            low = np.floor(scaled)
-            xhat = int(low) + int(rng.random() < scaled - low)
-            eta2 = int(np.sum(rng.random(b) < p))
-            ones = xhat + eta2
-            labels.append(np.full(g + b, j))
-            bits.append(np.r_[np.ones(ones, np.int64), np.zeros(g + b - ones, np.int64)])
-    labels, bits = np.concatenate(labels), np.concatenate(bits)
-    order = rng.permutation(len(bits))  # the shuffler
-    labels, bits = labels[order], bits[order]
-    ones_per_label = np.bincount(labels, weights=bits, minlength=d)
-    return (delta / g) * (ones_per_label - p * b * m) - m * bound

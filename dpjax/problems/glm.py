@@ -57,7 +57,8 @@ def _row_norms(x, row_sq_norms_):
     return jnp.sqrt(row_sq_norms(x) if row_sq_norms_ is None else row_sq_norms_)
 
 
-def _max_row_norm(x) -> float:
+def max_row_norm(x) -> float:
+    """The largest l2 norm of a row of ``x`` (host-side, float64): a GLM's Lipschitz constant per unit parameter."""
     x = np.asarray(x, dtype=np.float64).reshape(np.shape(x)[0], -1)
     return float(np.max(np.linalg.norm(x, axis=1))) if x.shape[0] else 0.0
 
@@ -132,7 +133,7 @@ class LogisticRegression:
         return {"loss": masked_mean(losses, mask), "error": masked_mean(wrong, mask)}
 
     def lipschitz_bound(self, x) -> float:
-        return _max_row_norm(x)
+        return max_row_norm(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +183,7 @@ class SoftmaxRegression:
         return {"loss": masked_mean(losses, mask), "error": masked_mean(wrong, mask)}
 
     def lipschitz_bound(self, x) -> float:
-        return float(np.sqrt(2.0)) * _max_row_norm(x)
+        return float(np.sqrt(2.0)) * max_row_norm(x)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -186,9 +186,8 @@ def hparams_maker(algorithm, silo_sizes: tuple, per_silo_factors: tuple | None =
 
 
 def spec_hparams(algorithm, silo_sizes):
-    """``make_hparams(spec)`` for ``dpjax.sweep.table``: the family's hparams of a run spec, its
-    absolute ``noise_std`` converted by the family's own message sensitivity at the spec's clip
-    (``noise_multiplier_for``)."""
+    """``make_hparams(spec)`` for ``dpjax.sweep.table``: the family's hparams of a run spec, its absolute ``noise_std``
+    converted by the family's own message sensitivity at the spec's clip (``noise_multiplier_for``)."""
 
     # One hparams object per distinct (algorithm, silo sizes, step size, clip, noise std) for the whole process:
     # a grid's repetitions, its extensions' re-requests and every later trial and panel with the same silos
@@ -211,10 +210,9 @@ def build_specs(
     repetitions: int,
     nonprivate_clip: bool,
 ) -> list[RunSpec]:
-    """The runs of one algorithm family in one trial: for each (calibration, epsilon)
-    in ``noise`` every (step size, clip) pair x repetition with sigma = sigma_unit * clip,
-    plus the non-private twin (sigma = 0; clipped over ``clip_norms`` if
-    ``nonprivate_clip``, else unclipped)."""
+    """The runs of one algorithm family in one trial: for each (calibration, epsilon) in ``noise`` every (step size,
+    clip) pair x repetition with sigma = sigma_unit * clip, plus the non-private twin (sigma = 0; clipped over
+    ``clip_norms`` if ``nonprivate_clip``, else unclipped)."""
     _validate.check_int("repetitions", repetitions, min_value=1)
     if not learning_rates or not clip_norms:
         raise ValueError("learning_rates and clip_norms must be non-empty")

@@ -1,6 +1,5 @@
-"""The one report writer of the reproductions: markdown tables (pandas
-``to_markdown``), ``report.md``, ``meta.json``, the tidy ``results.csv`` and
-the machine line every report states.
+"""The one report writer of the reproductions: markdown tables (pandas ``to_markdown``), ``report.md``, ``meta.json``,
+the tidy ``results.csv`` and the machine line every report states.
 
 Cells are written verbatim (``disable_numparse``): a reproduction formats its numbers itself (significant digits,
 intervals, "—" for a missing run), and the table keeps them exactly as formatted.

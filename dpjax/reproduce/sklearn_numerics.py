@@ -1,7 +1,6 @@
-"""scikit-learn's numerics the papers' public scripts rely on, without scikit-learn: its
-``train_test_split`` (``authors_train_test_split``) and ``StandardScaler`` statistics
-(``standard_scaler_fit``), bit for bit. The authors' constructions of ``dpjax.reproduce.isrl``
-and ``dpjax.reproduce.diff2`` build their data with them."""
+"""scikit-learn's numerics the papers' public scripts rely on, without scikit-learn: its ``train_test_split``
+(``authors_train_test_split``) and ``StandardScaler`` statistics (``standard_scaler_fit``), bit for bit. The authors'
+constructions of ``dpjax.reproduce.isrl`` and ``dpjax.reproduce.diff2`` build their data with them."""
 
 from __future__ import annotations
 

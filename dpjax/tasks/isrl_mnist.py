@@ -127,11 +127,10 @@ def run(cfg: IsrlMnistConfig, out_dir: str | os.PathLike | None = None, *, progr
         overwrite: bool = False) -> dict[str, Any]:
     """Runs one trial and returns (and writes) its summary.
 
-    Writes ``config.json``, ``results.csv`` (tidy: algorithm, epsilon, trial, learning_rate, repetition, metric,
-    value, accountant) and ``summary.json`` into ``out_dir`` when given. ``out_dir`` is checked before any compute: a
-    file, an unwritable path, or a directory holding a different run's results (unless ``overwrite``) raise
-    ``ValueError`` (see :mod:`dpjax.outputs`). ``dataset`` may pass a prebuilt ``FederatedDataset`` (tests use a small
-    synthetic one).
+    Writes ``config.json``, ``results.csv`` (tidy: algorithm, epsilon, trial, learning_rate, repetition, metric, value,
+    accountant) and ``summary.json`` into ``out_dir`` when given. ``out_dir`` is checked before any compute: a file, an
+    unwritable path, or a directory holding a different run's results (unless ``overwrite``) raise ``ValueError`` (see
+    :mod:`dpjax.outputs`). ``dataset`` may pass a prebuilt ``FederatedDataset`` (tests use a small synthetic one).
     """
     from dpjax import outputs
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_tree_counts, epoch_trees, tree_depth, tree_releases
+from dpjax.algorithms.dp_ftrl import DpFtrl, FtrlHParams, epoch_tree_counts, tree_depth, tree_releases
 from dpjax.algorithms.isrl_mbsgd import NoisyMbSgd
 from dpjax import engine
 from dpjax.engine.chain import DataShape
@@ -32,6 +32,11 @@ def prefix_nodes(t: int) -> list[tuple[int, int]]:
             nodes.append((start, start + 2 ** level - 1))
             start += 2 ** level
     return nodes
+
+
+def epoch_trees(num_rounds: int, rounds_per_epoch: int) -> tuple[int, ...]:
+    """The leaves of each epoch's tree, one entry per epoch (the last epoch holds what is left)."""
+    return tuple(min(rounds_per_epoch, num_rounds - s) for s in range(0, num_rounds, rounds_per_epoch))
 
 
 def released_nodes(leaves: int) -> set[tuple[int, int]]:

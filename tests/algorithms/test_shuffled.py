@@ -59,10 +59,36 @@ def test_pvec_unbiased_with_the_exact_variance():
     assert np.all(np.abs(est.var(0, ddof=1) / var - 1) <= 5 * math.sqrt(2 / reps))
 
 
+def pvec_bits_numpy(x: np.ndarray, params: sp.PvecParams, bound: float, rng: np.random.Generator) -> np.ndarray:
+    """Bit-level reference: materialises every labelled one-bit message, shuffles
+    them, and runs the analyzer on the shuffled list. Small g, b, m only.
+
+    ``x``: ``[m, d]`` (NumPy, each coordinate in ``[-bound, bound]``). Returns float64 ``[d]``."""
+    x = np.asarray(x, np.float64)
+    m, d = x.shape
+    g, b, p = params.numbers()
+    delta = 2.0 * bound
+    labels, bits = [], []
+    for k in range(m):
+        for j in range(d):
+            scaled = min(max((x[k, j] + bound) * g / delta, 0.0), g)
+            low = np.floor(scaled)
+            xhat = int(low) + int(rng.random() < scaled - low)
+            eta2 = int(np.sum(rng.random(b) < p))
+            ones = xhat + eta2
+            labels.append(np.full(g + b, j))
+            bits.append(np.r_[np.ones(ones, np.int64), np.zeros(g + b - ones, np.int64)])
+    labels, bits = np.concatenate(labels), np.concatenate(bits)
+    order = rng.permutation(len(bits))  # the shuffler
+    labels, bits = labels[order], bits[order]
+    ones_per_label = np.bincount(labels, weights=bits, minlength=d)
+    return (delta / g) * (ones_per_label - p * b * m) - m * bound
+
+
 def test_count_level_equals_bit_level_in_distribution():
     rng = np.random.default_rng(0)
     x = np.array([[0.3, -1.2], [1.1, 0.4], [-0.7, 0.9]])
-    bits = np.array([sp.pvec_bits_numpy(x, PARAMS, BOUND, rng) for _ in range(400)])
+    bits = np.array([pvec_bits_numpy(x, PARAMS, BOUND, rng) for _ in range(400)])
     counts = np.asarray(_many_sums(jax.random.split(jax.random.key(9), 2000), jnp.asarray(x, jnp.float32)))
     for j in range(2):
         assert stats.ks_2samp(bits[:, j], counts[:, j]).pvalue > 1e-3

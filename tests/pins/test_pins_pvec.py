@@ -42,7 +42,7 @@ Inventory (calculator -> test):
 * Not pinned by hand: ``shuffle_sco.transcript_epsilon`` / ``gaussian_approx_transcript_epsilon`` (compositions of the
   pinned per-round forms with ``compose_epsilon``), ``shuffle_sco.p1d_count_pmf`` / ``hockey_stick`` /
   ``audit_lower_bound`` (audit tooling, not calculators; tests/accounting/test_shuffle_sco.py), ``phased_plan`` (a
-  schedule of pinned convex plans), ``central_gd_plan`` / ``local_sgd_plan`` (baselines on the exact Gaussian
+  schedule of pinned convex plans), ``local_sgd_plan`` (the baseline on the exact Gaussian
   mechanism, not the paper's formulas).
 """
 

@@ -1,13 +1,12 @@
-"""The DIFF2 experiments' data and noise as the authors' public scripts build them
-(``lawrenceztang/CE-PLSGM``, ``src/utils/load_dataset.py``, ``src/train.py`` and
-``src/optimizers.py``, the DIFF2 code the CE-PLSGM fork was built on); the paper's construction is
-``dpjax.data.diff2`` and ``dpjax.accounting.diff2``.
+"""The DIFF2 experiments' data and noise as the authors' public scripts build them (``lawrenceztang/CE-PLSGM``,
+``src/utils/load_dataset.py``, ``src/train.py`` and ``src/optimizers.py``, the DIFF2 code the CE-PLSGM fork was built
+on); the paper's construction is ``dpjax.data.diff2`` and ``dpjax.accounting.diff2``.
 
 Data (``load_authors_raw``, ``authors_diff2_silos``): scikit-learn's California housing feature set
-(``california_housing_sklearn``), symbolic columns label-encoded and not standardised (BlogFeedback's columns
-262-268), one fixed ``train_test_split(test_size=0.2, random_state=0)`` for every seed, ``StandardScaler`` statistics
-from the training split only, computed on float32 features, and every training record dealt to a client (no remainder
-dropped). Noise: ``diff2_gd_sigmas_script``.
+(``california_housing_sklearn``), symbolic columns label-encoded and not standardised (BlogFeedback's columns 262-268),
+one fixed ``train_test_split(test_size=0.2, random_state=0)`` for every seed, ``StandardScaler`` statistics from the
+training split only, computed on float32 features, and every training record dealt to a client (no remainder dropped).
+Noise: ``diff2_gd_sigmas_script``.
 """
 
 from __future__ import annotations
@@ -75,12 +74,11 @@ def label_encode_columns(data: dict, columns) -> dict:
 
 
 def load_authors_raw(name: str, data_dir: str | os.PathLike | None = None, *, verify: bool = True) -> dict:
-    """The unscaled table of ``name`` (a key of ``dpjax.data.diff2.DIFF2_DATASETS``) as the authors'
-    ``load_dataset.py`` builds it: California housing through scikit-learn's feature set
-    (:func:`california_housing_sklearn`); BlogFeedback's columns 262-268 label-encoded and not
-    standardised; KDD Cup 99's three symbolic columns label-encoded in place (``symbolic="codes"``: its
-    class is not in the public scripts, but their ``My_Dataset`` can only take numbers, so the string
-    columns must go through its ``LabelEncoder`` step); gas turbine, a9a and w8a unchanged."""
+    """The unscaled table of ``name`` (a key of ``dpjax.data.diff2.DIFF2_DATASETS``) as the authors' ``load_dataset.py``
+    builds it: California housing through scikit-learn's feature set (:func:`california_housing_sklearn`);
+    BlogFeedback's columns 262-268 label-encoded and not standardised; KDD Cup 99's three symbolic columns label-encoded
+    in place (``symbolic="codes"``: its class is not in the public scripts, but their ``My_Dataset`` can only take
+    numbers, so the string columns must go through its ``LabelEncoder`` step); gas turbine, a9a and w8a unchanged."""
     v.check_choice("name", name, tuple(DIFF2_DATASETS))
     if name == "kddcup99":
         return load_kddcup99(data_dir, symbolic="codes", verify=verify)
@@ -95,11 +93,10 @@ def load_authors_raw(name: str, data_dir: str | os.PathLike | None = None, *, ve
 def authors_diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, scale_target: bool = True,
                         name: str = "diff2", dtype=np.float32):
     """The authors' ``My_Dataset`` + ``random_split_to_local_datasets``: the split is scikit-learn's
-    ``train_test_split(test_size=0.2, random_state=0)`` (``authors_train_test_split``), the same for
-    every ``seed``; features are cast to float32 first and standardised with ``StandardScaler``
-    statistics of the training split (``standard_scaler_fit``); every training record is dealt
-    round-robin (``n_min`` is the smallest client). Targets and dealing as ``dpjax.data.diff2_silos``
-    (``dealt_diff2_silos``); metadata ``construction="authors"``."""
+    ``train_test_split(test_size=0.2, random_state=0)`` (``authors_train_test_split``), the same for every ``seed``;
+    features are cast to float32 first and standardised with ``StandardScaler`` statistics of the training split
+    (``standard_scaler_fit``); every training record is dealt round-robin (``n_min`` is the smallest client). Targets
+    and dealing as ``dpjax.data.diff2_silos`` (``dealt_diff2_silos``); metadata ``construction="authors"``."""
     v.check_choice("task", task, ("regression", "classification"))
     seed = check_seed(seed)
     if not isinstance(scale_target, bool):

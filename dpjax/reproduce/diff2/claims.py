@@ -48,9 +48,8 @@ def paired_one_sided_pvalue(a, b) -> float:
 
 
 def summarize(result: dict, protocol: Protocol, metrics, construction: str = "paper") -> dict:
-    """Applies the step-size rule and the per-panel configuration choice per seed
-    (``construction="authors"``: :func:`authors_step_size_search`, and a stopped
-    run's checkpoints after its stop are not used).
+    """Applies the step-size rule and the per-panel configuration choice per seed (``construction="authors"``:
+    :func:`authors_step_size_search`, and a stopped run's checkpoints after its stop are not used).
 
     Returns ``{(algorithm, eps): {metric: {"curves": [seeds, checkpoints], "best": [...], "final": [...], "choice":
     [Config per seed], "fallback": n}}}``.

@@ -121,9 +121,8 @@ def build_configs(protocol: Protocol, epsilons, n_min: int, construction: str = 
 
 
 def verify_privacy(configs: list[Config], protocol: Protocol, n_min: int) -> dict:
-    """Re-derives each private configuration's epsilon through the algorithm's
-    ``privacy`` and ``compose_epsilon`` (dp_accounting RDP) and at
-    alpha_0 (paper); raises if any exceeds its target."""
+    """Re-derives each private configuration's epsilon through the algorithm's ``privacy`` and ``compose_epsilon``
+    (dp_accounting RDP) and at alpha_0 (paper); raises if any exceeds its target."""
     from dpjax.accounting import diff2 as acc
     from dpjax.algorithms import diff2 as alg
 

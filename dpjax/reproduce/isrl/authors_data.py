@@ -40,14 +40,13 @@ def _pooled_draws(digits: MnistDigits, sizes: MnistSiloSizes, seed: int, p: floa
 
 def authors_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, pca_dim: int | None = 50,
                         heterogeneity_p: float = 0.0, pca: PCA | None = None, dtype=np.float32):
-    """The 25 pair silos of ``load_MNIST2``: the pool of each digit is its **first** ``n_per_digit`` images
-    in file order (the same 7,740 images in every trial, shared by the five silos holding that digit);
-    each silo draws ``2 n_per_digit`` rows **with replacement** from its pair's pool (evens first, as in
-    the script) and, for ``p > 0``, from the pool of all digits; then scikit-learn's
-    ``train_test_split(test_size=0.2, random_state=1)`` (``authors_train_test_split``, bit for bit), so
-    most test rows are copies of training images. The with-replacement draws use ``RandomState(seed)``:
-    the script's global ``np.random`` state at that point depends on everything it ran before.
-    Features and labels as ``dpjax.data.isrl_mnist_silos`` (metadata ``construction="authors"``).
+    """The 25 pair silos of ``load_MNIST2``: the pool of each digit is its **first** ``n_per_digit`` images in file
+    order (the same 7,740 images in every trial, shared by the five silos holding that digit); each silo draws
+    ``2 n_per_digit`` rows **with replacement** from its pair's pool (evens first, as in the script) and, for ``p > 0``,
+    from the pool of all digits; then scikit-learn's ``train_test_split(test_size=0.2, random_state=1)``
+    (``authors_train_test_split``, bit for bit), so most test rows are copies of training images. The with-replacement
+    draws use ``RandomState(seed)``: the script's global ``np.random`` state at that point depends on everything it ran
+    before. Features and labels as ``dpjax.data.isrl_mnist_silos`` (metadata ``construction="authors"``).
     """
     seed = check_seed(seed)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)

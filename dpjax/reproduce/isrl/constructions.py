@@ -31,14 +31,14 @@ import numpy as np
 from dpjax import _validate
 from dpjax.accounting.events import ClipEvent
 from dpjax.algorithms.unbalanced import UnbalancedNoisyMbSgd
-from dpjax.engine.roles import Context, PerExampleGradients, Sensitive
+from dpjax.engine.roles import Context, PerExampleGradients, Sensitive, Stateless
 from dpjax.primitives import clipping
 from dpjax.reproduce import CONSTRUCTIONS
 from dpjax.reproduce.isrl_protocol import hparams_maker
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipMinibatchMean:
+class ClipMinibatchMean(Stateless):
     """Clip each silo's unclipped minibatch MEAN gradient to ``C`` (the ISRL-DP authors' insurance
     script): one record can move the message by up to ``2C``, not ``2C/K``, and the bound says so."""
 
@@ -46,9 +46,6 @@ class ClipMinibatchMean:
     neighboring: str = "replace-one"
 
     roles = ("clipper",)
-
-    def init(self, params, ctx: Context):
-        return ()
 
     def update(self, units: PerExampleGradients, state, ctx: Context) -> tuple[Sensitive, tuple]:
         clip_norm = getattr(ctx.hparams, self.clip_field)

@@ -89,14 +89,13 @@ def axis_counts(rng, n, d):
 
 @functools.partial(jax.jit, static_argnames=("rounds",))
 def pgd_axis_run(counts, theta_star, n, step, smoothing, radius, noise_std, keys, *, rounds: int):
-    """Smoothed P_GD (Algorithm 5 on the Moreau envelope, Theorem 4.9) on the ``axis_nonsmooth`` instance,
-    one run per (``noise_std``, ``keys``) row, from sufficient statistics: a user with a = s e_j,
-    y = s theta*_j has envelope gradient beta (w - prox) = clip(beta (w_j - theta*_j), -1, 1) e_j (norm <= 1
-    <= L, so P_vec's clipping is the identity), hence the round's gradient sum over all n users is
-    counts * clip(beta (w - theta*), -1, 1): O(d) per round instead of O(n d). The aggregator is P_vec's
-    variance-matched Gaussian surrogate (``noise_std``: std of the noise on the round's sum, 0 for the
-    twin), divided by the public n; projected step; output the average of theta_0..theta_{T-1} (float32
-    Kahan sum: T reaches 1e7). Same recursion as ``ShuffleSgd`` with the plan's hparams
+    """Smoothed P_GD (Algorithm 5 on the Moreau envelope, Theorem 4.9) on the ``axis_nonsmooth`` instance, one run per
+    (``noise_std``, ``keys``) row, from sufficient statistics: a user with a = s e_j, y = s theta*_j has envelope
+    gradient beta (w - prox) = clip(beta (w_j - theta*_j), -1, 1) e_j (norm <= 1 <= L, so P_vec's clipping is the
+    identity), hence the round's gradient sum over all n users is counts * clip(beta (w - theta*), -1, 1): O(d) per
+    round instead of O(n d). The aggregator is P_vec's variance-matched Gaussian surrogate (``noise_std``: std of the
+    noise on the round's sum, 0 for the twin), divided by the public n; projected step; output the average of
+    theta_0..theta_{T-1} (float32 Kahan sum: T reaches 1e7). Same recursion as ``ShuffleSgd`` with the plan's hparams
     (tests/reproduce/shuffle_sco/test_instances.py compares them with exact sums)."""
     counts = jnp.asarray(counts, jnp.float32)
     theta_star = jnp.asarray(theta_star, jnp.float32)

@@ -120,3 +120,11 @@ def test_quick_run_writes_report_figure_and_equal_epsilons(tmp_path, mnist_dir):
     before = text
     (tmp_path / "run" / "report.md").unlink()
     assert cn._report_only(tmp_path / "run", quick=True).read_text() == before
+
+
+def test_missing_mnist_is_one_clear_error_and_leaves_no_output(tmp_path):
+    from dpjax.reproduce import correlated_noise as cn
+
+    with pytest.raises(ValueError, match="(?i)mnist"):
+        cn.correlated_noise(tmp_path / "out", quick=True, seed=0, data_dir=tmp_path / "no-such-dir")
+    assert not (tmp_path / "out").exists()

@@ -15,7 +15,8 @@ import re
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CORE = ("algorithms", "parts", "engine", "primitives", "data")
 WORD = re.compile(r"\bconstruction\b")
-PAPER_PACKAGES = ("diff2", "dpsgd_mnist", "isrl", "shuffle_sco", "user_level", "batch_clipping_privacy")
+PAPER_PACKAGES = ("diff2", "dpsgd_mnist", "isrl", "shuffle_sco", "user_level", "batch_clipping_privacy",
+                  "correlated_noise")
 
 
 def construction_lines(package_dir: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:

@@ -33,7 +33,7 @@ __all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "g
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
                               "dpjax.reproduce.shuffle_sco", "dpjax.reproduce.dpsgd_mnist",
                               "dpjax.reproduce.batch_clipping_privacy", "dpjax.reproduce.shuffling_gap",
-                              "dpjax.reproduce.user_dpsgd"]
+                              "dpjax.reproduce.user_dpsgd", "dpjax.reproduce.correlated_noise"]
 
 
 _ISRL = "ISRL-DP (Lowy & Razaviyayn, ICLR 2023)"
@@ -59,6 +59,11 @@ LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     **_figures("dpjax.reproduce.batch_clipping_privacy", _BC, ("paper",), {
         "batch-clipping-privacy": "accountant demonstrations N1-N8: sqrt(g) law, printed bounds, adversaries, Table "
                                   "1, audits",
+    }),
+    **_figures("dpjax.reproduce.correlated_noise", "Choquette-Choo et al., (Amplified) Banded Matrix Factorization "
+               "(NeurIPS 2023); Chua et al., Balls-and-Bins Sampling for DP-SGD (AISTATS 2025)", ("paper",), {
+        "correlated-noise": "MNIST test accuracy vs epsilon: DP-SGD Poisson / balls-in-bins, tree DP-FTRL, amplified "
+                            "BandMF at equal epsilon and steps, with each strategy's RMSE",
     }),
     **_figures("dpjax.reproduce.diff2", _DIFF2, _BOTH, {
         "diff2-classification": "Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover "

@@ -5,7 +5,9 @@ Subsampling", NeurIPS 2024, multiple epochs) -- issue #41's acceptance: within 2
 WHERE THE REFERENCE NUMBERS COME FROM. The plotted values in the papers themselves could not be read here: both
 papers give their results as figures only (no table gives the epsilon of the shuffle lower bound), and the stored
 copies of the paper texts reachable from this project hold only the openings (title, abstract, start of the
-introduction), never the figures. The NUMBERS BELOW ARE THEREFORE NOT READ FROM THE PAPERS. They were computed with
+introduction), never the figures (re-checked 2026-12-03 with the full-text copies the search tool holds: still only
+their openings; what could be read, the setting of the NeurIPS paper's Figures 3 and 6 from their captions, is used
+in tests/accounting/test_shuffle_gap_paper_values.py). The NUMBERS BELOW ARE THEREFORE NOT READ FROM THE PAPERS. They were computed with
 the authors' public code that draws those figures: google-research/google-research, directory
 dpsgd_batch_sampler_accounting (README: "code for obtaining bounds ... as developed in the following papers", both
 papers), file dpsgd_bounds.py at commit 4c4299485319ed72ef782020c81784be5468924e, run unchanged on 2026-12-03 with

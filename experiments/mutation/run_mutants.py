@@ -127,8 +127,8 @@ MUTANTS: tuple[Mutant, ...] = (
       (f"{PRIV}/test_poisson_rates.py",)),
     # -- clipping -----------------------------------------------------------------------------------
     M("C01", "clipping", "dpjax/primitives/clipping.py",
-      "scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norm, _TINY))",
-      "scale = jnp.minimum(1.0, 2.0 * clip_norm / jnp.maximum(norm, _TINY))",
+      "scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norms, _TINY))",
+      "scale = jnp.minimum(1.0, 2.0 * clip_norm / jnp.maximum(norms, _TINY))",
       "clip to 2C (accountant: C)", (f"{PRIV}/test_isrl_families.py", f"{PRIV}/test_central_families.py")),
     M("C02", "clipping", "dpjax/parts/clients.py",
       "denominator = self.denominator(ctx.data.sizes)\n        if jnp.ndim(denominator) == 1:\n"

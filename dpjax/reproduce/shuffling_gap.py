@@ -55,7 +55,7 @@ CHUA_REFERENCE = ((1000, 1, 0.6, 1e-6, 8.833273872733116, 2.1069573616413746),
 #: (5, 2.7e-8)) is NOT read -- the paper plots it only -- but computed with the authors' code at that setting
 #: (dpsgd_bounds.py @ 4c42994, get_sigma of DeterministicAccountant, ShuffleAccountant(reshuffle=True / False),
 #: PoissonPLDAccountant(pessimistic_estimate=True), q = 1/T untruncated; run 2026-12-03, dp_accounting 0.6.0).
-#: tests/accounting/test_shuffle_gap_paper_values.py holds the same numbers with all the sources.
+#: tests/accounting/test_shuffle_gap_paper_values.py pins dpjax's accountants to them, with all the sources.
 CHUA_FIGURE = {
     "epsilon": 5.0, "delta": 2.7e-8, "batch_size": 65536, "dataset_size": 36_672_493,
     "sigmas": {

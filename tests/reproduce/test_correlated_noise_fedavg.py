@@ -34,8 +34,10 @@ def _rdp(event, delta=F.cfgmod.DELTA):
 
 
 def test_equal_compute_every_method_runs_the_same_rounds_cohort_and_local_training():
+    from dpjax.reproduce.correlated_noise import fedavg_outputs
+
     fams = _families()
-    assert tuple(fams) == F.METHODS
+    assert tuple(fams) == F.METHODS == fedavg_outputs.METHODS
     assert {f.num_rounds for f in fams.values()} == {TINY["rounds"]}
     assert {f.silos_per_round for f in fams.values()} == {TINY["cohort"]}  # the public divisor m
     assert {(f.local_steps, f.local_batch_size) for f in fams.values()} == {(1, 2)}

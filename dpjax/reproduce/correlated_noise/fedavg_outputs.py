@@ -10,13 +10,14 @@ import numpy as np
 
 from dpjax.reproduce import report as rep
 from dpjax.reproduce.correlated_noise import config as cfgmod
-from dpjax.reproduce.correlated_noise.fedavg import METHODS
-from dpjax.reproduce.correlated_noise.outputs import _fmt_acc, _value, summary
+from dpjax.reproduce.correlated_noise.outputs import summary
 
 __all__ = ["tidy_rows", "plot", "write_report", "compare", "LABELS"]
 
+#: the methods in ``fedavg.METHODS``' order (kept here so this module does not import the protocol's)
 LABELS = {"poisson": "DP-FedAvg, Poisson clients", "band-mf": "BandMF, cyclic Poisson (amplified)",
           "band-mf-min-sep": "BandMF, min-separation (no amplification)"}
+METHODS = tuple(LABELS)
 CAL_METRICS = ("noise_multiplier", "certified_epsilon", "pld_epsilon", "rmse", "rmse_per_z", "max_per_z", "bands")
 #: the verdict rule: a claim over the epsilon axis is judged only from at least this many epsilons spanning at least
 #: a decade (``dpjax.sweep.select``'s MIN_POINTS / MIN_DECADES: "a verdict is no stronger than its data")
@@ -37,6 +38,14 @@ def tidy_rows(cal: list[dict], runs: list[dict]) -> list[dict]:
                      "metric": "test_accuracy", "value": r["test_accuracy"], "accountant": cfgmod.ACCOUNTANT,
                      "learning_rate": r["learning_rate"], "neighboring": "", "seconds": r["train_seconds"]})
     return rows
+
+
+def _value(rows, method, eps, metric):
+    return next(r["value"] for r in rows if r["algorithm"] == method and r["epsilon"] == eps and r["metric"] == metric)
+
+
+def _fmt_acc(s) -> str:
+    return f"{s['mean']:.4f} [{s['lo']:.4f}, {s['hi']:.4f}]"
 
 
 def compare(best: dict, method: str, baseline: str, epsilons) -> dict:

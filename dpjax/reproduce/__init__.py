@@ -65,6 +65,12 @@ LISTING: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
         "correlated-noise": "MNIST test accuracy vs epsilon: DP-SGD Poisson / balls-in-bins, tree DP-FTRL, amplified "
                             "BandMF at equal epsilon and steps, with each strategy's RMSE",
     }),
+    **_figures("dpjax.reproduce.correlated_noise", "Choquette-Choo et al., (Amplified) Banded Matrix Factorization "
+               "(NeurIPS 2023); McMahan et al., DP-FedAvg (ICLR 2018)", ("paper",), {
+        "correlated-noise-fedavg": "MNIST over 1,000 clients: DP-FedAvg with Poisson clients vs amplified BandMF "
+                                   "(cyclic Poisson) vs BandMF under min-separation, at equal user-level epsilon "
+                                   "and rounds, with RMSE",
+    }),
     **_figures("dpjax.reproduce.diff2", _DIFF2, _BOTH, {
         "diff2-classification": "Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover "
                                 "Type), eps 3",

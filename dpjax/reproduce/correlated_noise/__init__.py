@@ -8,7 +8,8 @@ Manurangsi, Sinha & Zhang, "Balls-and-Bins Sampling for DP-SGD", AISTATS 2025; K
 Thakurta & Xu, "Practical and Private (Deep) Learning without Sampling or Shuffling", ICML 2021 (Alg. 1); Abadi et
 al., "Deep Learning with Differential Privacy", CCS 2016 (Alg. 1). The protocol is in ``config``, the calibration and
 trainings in ``measure``, the files in ``outputs``. Writes ``results.csv`` (tidy), ``correlated_noise.png``,
-``report.md`` and ``meta.json``.
+``report.md`` and ``meta.json``. Its cross-device half, ``dpjax reproduce correlated-noise-fedavg`` (module
+``fedavg``), does the same for DP-FedAvg over MNIST dealt to clients.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     meta = json.loads((out / "meta.json").read_text())
     outputs.plot(out / "correlated_noise.png", rows)
     return outputs.write_report(out, rows, meta)
+
+
+# the cross-device half (DP-FedAvg over clients), registered as ``correlated-noise-fedavg``
+from dpjax.reproduce.correlated_noise import fedavg  # noqa: E402,F401
 
 
 @register("correlated-noise", paper=PAPER,
@@ -70,3 +75,7 @@ def correlated_noise(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None
     rep.write_meta(out, meta)
     outputs.plot(out / "correlated_noise.png", rows)
     return outputs.write_report(out, rows, meta)
+
+
+# the cross-device half (DP-FedAvg over clients), registered as ``correlated-noise-fedavg``
+from dpjax.reproduce.correlated_noise import fedavg  # noqa: E402,F401

@@ -54,15 +54,18 @@ def test_a_million_epochs_answers_with_rdp_and_a_capped_lower_bound():
         <= g.lower_bound.epsilon <= g.certified.epsilon
 
 
-def test_the_lower_bound_beyond_the_cap_is_that_of_the_first_epochs():
+def test_the_lower_bound_beyond_the_cap_is_that_of_the_first_epochs(monkeypatch):
+    monkeypatch.setattr(lb, "MAX_COMPOSED_EPOCHS", 50)  # the rule at a small cap (the real one: the test above)
     with _within(LIMIT_S):
-        capped = lb.shuffle_epsilon_lower_bound(4.0, 10, 10**7, 1e-5)
-        first = lb.shuffle_epsilon_lower_bound(4.0, 10, lb.MAX_COMPOSED_EPOCHS, 1e-5)
-        delta_capped = lb.shuffle_delta_lower_bound(4.0, 10, 10**7, 1.0)
-    assert capped == first and 0 < capped < math.inf
-    assert 0 < delta_capped <= 1
-    with pytest.raises(ValueError, match=r"epochs=10000001 must be <= 100000"):
-        lb.multi_epoch_pld(4.0, 10, 10**7 + 1)  # the PLD itself claims E epochs: refused, not capped
+        capped = lb.shuffle_epsilon_lower_bound(2.0, 10, 10**7, 1e-5)
+        first = lb.shuffle_epsilon_lower_bound(2.0, 10, 50, 1e-5)
+        fewer = lb.shuffle_epsilon_lower_bound(2.0, 10, 20, 1e-5)
+        delta_capped = lb.shuffle_delta_lower_bound(2.0, 10, 10**7, 1.0)
+        delta_first = lb.shuffle_delta_lower_bound(2.0, 10, 50, 1.0)
+    assert capped == first and fewer < first < math.inf
+    assert delta_capped == delta_first and 0 < delta_capped <= 1
+    with pytest.raises(ValueError, match=r"epochs=51 must be <= 50"):
+        lb.multi_epoch_pld(2.0, 10, 51)  # the PLD itself claims E epochs: refused, not capped
 
 
 def test_a_huge_data_set_answers_and_says_rdp_underflows():

@@ -89,3 +89,13 @@ def test_a_large_epsilon_uses_rdp_and_a_paper_sized_one_the_pld():
     assert sg.poisson_accountant(z, steps, rdp) == "rdp"
     assert sg.poisson_accountant(2.0, 500, 5.0) == "pld"
     assert sg.poisson_accountant(2.0, sg.PLD_MAX_STEPS + 1) == "rdp"
+
+
+def test_the_rdp_fallback_logs_nothing(caplog):
+    import logging
+
+    # q = 0.5 at z = 1: dp_accounting's fractional-order series does not converge at the low orders (one absl WARNING
+    # each when called directly)
+    with caplog.at_level(logging.WARNING):
+        sg.poisson_epsilon_reported(1.0, 50, 100, 2000, 1e-5)
+    assert not [r for r in caplog.records if "failed to converge" in r.getMessage()]

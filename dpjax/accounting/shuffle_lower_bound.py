@@ -44,8 +44,8 @@ from scipy import optimize, special
 
 from dpjax import _validate as v
 
-__all__ = ["PAPER_PAIR", "SWAP_PAIR", "PAIRS", "single_epoch_delta", "single_epoch_epsilon", "multi_epoch_pld",
-           "shuffle_epsilon_lower_bound", "shuffle_delta_lower_bound"]
+__all__ = ["PAPER_PAIR", "SWAP_PAIR", "PAIRS", "MAX_COMPOSED_EPOCHS", "single_epoch_delta", "single_epoch_epsilon",
+           "multi_epoch_pld", "shuffle_epsilon_lower_bound", "shuffle_delta_lower_bound"]
 
 #: (mean of P's hit coordinate, mean of Q's) in units of the contribution bound: Chua et al.'s zero-out pair.
 PAPER_PAIR = (2.0, 1.0)
@@ -56,6 +56,11 @@ _EPS_MAX = 200.0  # epsilons searched up to here; a bound that reaches it is rep
 _MAX_SLICES = 200_000
 _MAX_GRID = 200_000
 _LOSS_CAP = 500.0
+#: The most reshuffled epochs whose PLD is composed (`multi_epoch_pld`: dp_accounting's self-composition grows with E;
+#: 10^5 epochs took ~1 s, 10^6 ~12 s). A run of more epochs releases these epochs' outputs and more, so its privacy
+#: loss is at least theirs (marginalising is post-processing): the bound of the first ``MAX_COMPOSED_EPOCHS`` epochs
+#: is still a lower bound for it, and `shuffle_epsilon_lower_bound` / `shuffle_delta_lower_bound` return that one.
+MAX_COMPOSED_EPOCHS = 10**5
 
 
 def _pair(pair) -> tuple[float, float]:
@@ -138,7 +143,7 @@ def multi_epoch_pld(noise_multiplier: float, steps_per_epoch: int, epochs: int, 
     from dp_accounting import pld
 
     z, t = _check(noise_multiplier, steps_per_epoch)
-    e = v.check_int("epochs", epochs, min_value=1)
+    e = v.check_int("epochs", epochs, min_value=1, max_value=MAX_COMPOSED_EPOCHS)
     hi, lo = _pair(pair)
     disc = v.check_positive("discretization", discretization)
     log_tr = float(log_truncation) - math.log(2 * e)
@@ -183,7 +188,9 @@ def shuffle_delta_lower_bound(noise_multiplier: float, steps_per_epoch: int, epo
     if e == 1 or not reshuffle:
         return single_epoch_delta(noise_multiplier / math.sqrt(e), steps_per_epoch, epsilon, pair)
     eps = v.check_nonnegative("epsilon", epsilon)
-    return float(multi_epoch_pld(noise_multiplier, steps_per_epoch, e, pair, discretization).get_delta_for_epsilon(eps))
+    # beyond MAX_COMPOSED_EPOCHS: the bound of the first ones (still a lower bound, see MAX_COMPOSED_EPOCHS)
+    pl = multi_epoch_pld(noise_multiplier, steps_per_epoch, min(e, MAX_COMPOSED_EPOCHS), pair, discretization)
+    return float(pl.get_delta_for_epsilon(eps))
 
 
 def shuffle_epsilon_lower_bound(noise_multiplier: float, steps_per_epoch: int, epochs: int, delta: float,
@@ -199,5 +206,6 @@ def shuffle_epsilon_lower_bound(noise_multiplier: float, steps_per_epoch: int, e
                    for p in PAIRS)
     if e == 1 or not reshuffle:
         return single_epoch_epsilon(noise_multiplier / math.sqrt(e), steps_per_epoch, d, pair)
-    pl = multi_epoch_pld(noise_multiplier, steps_per_epoch, e, pair, discretization)
+    # beyond MAX_COMPOSED_EPOCHS: the bound of the first ones (still a lower bound, see MAX_COMPOSED_EPOCHS)
+    pl = multi_epoch_pld(noise_multiplier, steps_per_epoch, min(e, MAX_COMPOSED_EPOCHS), pair, discretization)
     return float(pl.get_epsilon_for_delta(d))

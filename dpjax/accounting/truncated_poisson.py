@@ -39,7 +39,8 @@ def truncation_probability(dataset_size: int, sampling_rate: float, capacity: in
     """Pr[Bin(n + 1, q) > B]: one round's truncation probability on the data set or its add/remove neighbour."""
     n = v.check_int("dataset_size", dataset_size, min_value=1)
     q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
-    b = v.check_int("capacity", capacity, min_value=1)
+    # a capacity above n is no sampler's (truncated_poisson_sample refuses it): most likely n and B swapped
+    b = v.check_int("capacity", capacity, min_value=1, max_value=n)
     return float(stats.binom.sf(b, n + 1, q))
 
 
@@ -68,8 +69,8 @@ def truncated_poisson_report(noise_multiplier: float, sampling_rate: float, data
     q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
     r = v.check_int("steps", steps, min_value=1)
     d = v.check_open_unit("delta", delta)
+    eta = r * truncation_probability(dataset_size, q, capacity)  # validates n and the capacity before the PLD
     acc = _poisson_pld(z, q, r)
-    eta = r * truncation_probability(dataset_size, q, capacity)
     if 2 * eta >= d:
         raise ValueError(f"capacity={capacity}: the truncation probability summed over {r} rounds ({eta:.3g}) leaves "
                          f"no room in delta={delta!r}; raise the capacity")

@@ -42,8 +42,9 @@ from dpjax.accounting.events import SelectionEvent
 from dpjax.accounting.privacy_spec import PrivacySpec
 from dpjax.accounting.schedules import Neighboring, PrivacyReport
 
-__all__ = ["LEVELS", "PLD_DISCRETIZATION", "RDP_ORDERS", "UserDpSgdPrivacy", "UserSelectionEvent", "binomial_pmf",
-           "uls_dp_event", "els_dp_event", "epsilon_of_event"]
+__all__ = ["LEVELS", "FIELDS", "MAX_PMF_TERMS", "MAX_MIXTURE_TERMS", "PLD_DISCRETIZATION", "PLD_MAX_STEPS", "RDP_ORDERS",
+           "UserDpSgdPrivacy", "UserSelectionEvent", "binomial_pmf", "uls_dp_event", "els_dp_event",
+           "epsilon_of_event"]
 
 #: ``"user"``: user-level sampling (ULS); ``"example"``: example-level sampling with group privacy (ELS).
 LEVELS = ("user", "example")
@@ -54,17 +55,32 @@ PLD_DISCRETIZATION = {"user": 1e-4, "example": 1e-3}
 #: RDP orders: integers, where dp_accounting's Poisson-subsampled Gaussian RDP is an exact finite sum.
 RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512)
 _ACCOUNTANTS = {"user": ("pld", "rdp", "best"), "example": ("pld", "best")}
+#: The hparams fields ``calibrate`` may return: the user-level family keeps its multiplier in ``noise_multiplier``
+#: (``dpjax.algorithms.user_level_dpsgd``); any other name would be a dict key no hparams reads.
+FIELDS = ("noise_multiplier",)
+#: Bounded work before an answer. ``binomial_pmf`` sums exact rationals whose size grows with k (k = 256: 0.3 s,
+#: k = 1000: 9 s); dp_accounting builds a mixture's PLD point by point in Python, its cost growing with the terms
+#: (ELS at T = 100: k = 8 ~17 s, k = 32 ~37 s on a loaded 2-core machine); the PLD's self-composition grows with the
+#: steps (ULS at 10^5 steps ~3 s; 10^12 steps: MemoryError). Beyond these the inputs are refused up front, naming the
+#: argument (ULS beyond ``PLD_MAX_STEPS``: use ``accountant="rdp"``, whose cost does not depend on the steps).
+MAX_PMF_TERMS = 256
+MAX_MIXTURE_TERMS = 64
+PLD_MAX_STEPS = 10**5
 
 
 def binomial_pmf(k: int, q: float) -> tuple[float, ...]:
     """``P(B = b)`` for ``B ~ Binomial(k, q)``, ``b = 0..k``: each term ``comb(k, b) q^b (1 - q)^(k - b)``
-    summed in exact rationals (the float q read exactly) and rounded once, so no cancellation."""
-    k = v.check_int("k", k, min_value=0)
+    summed in exact rationals (the float q read exactly) and rounded once, so no cancellation. ``k`` at most
+    ``MAX_PMF_TERMS`` (the exact sum's cost grows with k)."""
+    k = v.check_int("k", k, min_value=0, max_value=MAX_PMF_TERMS)
     q = Fraction(v.check_probability("q", q))
     return tuple(float(math.comb(k, b) * q**b * (1 - q) ** (k - b)) for b in range(k + 1))
 
 
-def _mixture(noise_multiplier: float, terms: int, q: float):
+def _mixture(noise_multiplier: float, terms: int, q: float, what: str):
+    if terms > MAX_MIXTURE_TERMS:
+        raise ValueError(f"{what}: a mixture of {terms + 1} Gaussians exceeds MAX_MIXTURE_TERMS={MAX_MIXTURE_TERMS} "
+                         "shifts (dp_accounting builds its PLD point by point; its cost grows with the terms)")
     return dp_events.MixtureOfGaussiansDpEvent(noise_multiplier, tuple(float(b) for b in range(terms + 1)),
                                                binomial_pmf(terms, q))
 
@@ -77,7 +93,7 @@ def uls_dp_event(noise_multiplier: float, sampling_rate: float, num_steps: int, 
     steps = v.check_int("num_steps", num_steps, min_value=1)
     g = v.check_int("group_size", group_size, min_value=1)
     step = (dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)) if g == 1
-            else _mixture(z, g, q))
+            else _mixture(z, g, q, f"group_size={group_size!r}"))
     return dp_accounting.SelfComposedDpEvent(step, steps)
 
 
@@ -90,12 +106,20 @@ def els_dp_event(noise_multiplier: float, sampling_rate: float, num_steps: int, 
     steps = v.check_int("num_steps", num_steps, min_value=1)
     k = v.check_int("records_per_user", records_per_user, min_value=1)
     g = v.check_int("group_size", group_size, min_value=1)
-    return dp_accounting.SelfComposedDpEvent(_mixture(z, k * g, q), steps)
+    what = f"records_per_user={records_per_user!r}" + (f" x group_size={group_size!r}" if g > 1 else "")
+    return dp_accounting.SelfComposedDpEvent(_mixture(z, k * g, q, what), steps)
+
+
+def _rdp_supports(event) -> bool:
+    """Whether dp_accounting's RDP accountant has a rule for ``event``."""
+    return dp_accounting.rdp.RdpAccountant(list(RDP_ORDERS), dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+                                           ).supports(event)
 
 
 def epsilon_of_event(event, delta: float, accountant: str = "pld", pld_interval: float = 1e-4) -> float:
     """The event's epsilon at ``delta`` under add/remove: dp_accounting's PLD accountant (pessimistic, discretisation
-    ``pld_interval``) or its RDP accountant at ``RDP_ORDERS``."""
+    ``pld_interval``; at most ``PLD_MAX_STEPS`` self-composed steps, refused above) or its RDP accountant at
+    ``RDP_ORDERS``."""
     delta = v.check_open_unit("delta", delta)
     v.check_choice("accountant", accountant, ("pld", "rdp"))
     relation = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
@@ -106,6 +130,12 @@ def epsilon_of_event(event, delta: float, accountant: str = "pld", pld_interval:
         acc = dp_accounting.rdp.RdpAccountant(list(RDP_ORDERS), relation)
     if not acc.supports(event):
         raise ValueError(f"accountant={accountant!r} has no rule for {type(event).__name__}; use 'pld'")
+    steps = event.count if isinstance(event, dp_accounting.SelfComposedDpEvent) else 1
+    if accountant == "pld" and steps > PLD_MAX_STEPS:
+        alt = ("use accountant='rdp' (its cost does not depend on the steps)" if _rdp_supports(event) else
+               "no accountant here bounds it at that size (RDP has no rule for the mixture)")
+        raise ValueError(f"num_steps={steps!r} exceeds PLD_MAX_STEPS={PLD_MAX_STEPS}: the PLD's self-composition "
+                         f"grows with the steps; {alt}")
     return float(acc.compose(event).get_epsilon(delta))
 
 
@@ -135,6 +165,7 @@ class UserDpSgdPrivacy(PrivacySpec):
 
     def __post_init__(self):
         v.check_choice("level", self.level, LEVELS)
+        v.check_choice("field", self.field, FIELDS)
         self.event_at(1.0)  # validates the numbers
 
     @property
@@ -166,6 +197,8 @@ class UserDpSgdPrivacy(PrivacySpec):
 
     def _epsilon(self, delta: float, accountant: str, scale: float, interval: float | None = None) -> float:
         names = [a for a in self.accountants if a != "best"] if accountant == "best" else [accountant]
+        if accountant == "best" and len(names) > 1 and self.num_steps > PLD_MAX_STEPS:
+            names.remove("pld")  # "best" of what can be computed: the PLD would refuse (epsilon_of_event)
         return min(epsilon_of_event(self.event_at(scale), delta, a, interval or self.interval) for a in names)
 
     def _accountant(self, accountant: str | None) -> str:

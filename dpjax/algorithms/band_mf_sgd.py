@@ -33,6 +33,7 @@ guarantee at ``min_sep = p`` (``dpjax.algorithms.binned_sgd`` builds both rounds
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 
@@ -44,11 +45,31 @@ from dpjax.parts import Aggregate, Averager, ClipPerUnit, MinibatchGradient, Opt
 from dpjax.parts.band_mf import BandMfNoise
 from dpjax.primitives import banded_mf
 
-__all__ = ["ORDERS", "SAMPLINGS", "optimized_coeffs", "strategy_coeffs", "check_config", "band_mf_parts", "validate_data"]
+__all__ = ["ORDERS", "SAMPLINGS", "MAX_OPTIMIZED_ROUNDS", "optimized_coeffs", "strategy_coeffs", "check_config",
+           "band_mf_parts", "validate_data"]
 
 ORDERS = ("shuffled-once", "given")
 #: The selections BandMF is accounted for: fixed-order blocks, min-separation groups, cyclic Poisson (amplified).
 SAMPLINGS = ("one-pass", "cyclic-poisson", "min-separation")
+#: The most rounds whose strategy is optimised (``bands > 1`` without ``band_coeffs``): the prefix loss is an O(R b)
+#: scan evaluated ~200 times by L-BFGS (10^5 rounds: ~30 s on a loaded 2-core machine; 10^9 would need days and a
+#: 4 GB scan). Beyond it, give ``band_coeffs`` (e.g. ``optimize_banded_toeplitz`` at a shorter horizon: the optimal
+#: coefficients change little with R, and any coefficients are accounted exactly).
+MAX_OPTIMIZED_ROUNDS = 10**5
+
+
+def _check_coeffs(band_coeffs) -> tuple[float, ...]:
+    """``band_coeffs`` as a tuple of floats: a non-empty sequence of finite numbers with ``band_coeffs[0] > 0``."""
+    if isinstance(band_coeffs, (str, bytes)):
+        raise TypeError(f"band_coeffs={band_coeffs!r} must be a sequence of numbers (c_0, ..., c_(b-1)), not a string")
+    try:
+        coeffs = tuple(float(x) for x in band_coeffs)
+    except (TypeError, ValueError):
+        raise TypeError(f"band_coeffs={band_coeffs!r} must be a sequence of real numbers (c_0, ..., c_(b-1))") from None
+    if not coeffs or not all(math.isfinite(c) for c in coeffs) or not coeffs[0] > 0:
+        raise ValueError(f"band_coeffs={band_coeffs!r} must be a non-empty sequence of finite numbers with "
+                         "band_coeffs[0] > 0 (the strategy's diagonal: C must be invertible)")
+    return coeffs
 
 
 @functools.lru_cache(maxsize=32)
@@ -86,14 +107,24 @@ def check_config(num_rounds: int, sampling: str, neighboring: str, order: str, b
         raise ValueError(f"neighboring={neighboring!r} must be 'add-remove' with noise='band-mf' and "
                          "sampling='cyclic-poisson' (amplified BandMF, NeurIPS 2023, Thm 4)")
     _validate.check_choice("order", order, ORDERS)
+    num_rounds = _validate.check_rounds("num_rounds", num_rounds)
     if bands is not None:
         _validate.check_int("bands", bands, min_value=1, max_value=num_rounds)
     coeffs = None
     if band_coeffs is not None:
-        coeffs = tuple(float(x) for x in band_coeffs)
+        coeffs = _check_coeffs(band_coeffs)
         if bands is not None and len(coeffs) != bands:
-            raise ValueError(f"band_coeffs has {len(coeffs)} entries; bands={bands} must match")
-        BandMfNoise(coeffs)  # validates c_0 > 0, finite
+            raise ValueError(f"band_coeffs has {len(coeffs)} entries; bands={bands} must match "
+                             f"(band_coeffs={band_coeffs!r})")
+        if len(coeffs) > num_rounds:
+            raise ValueError(f"band_coeffs has {len(coeffs)} entries ({band_coeffs!r}); at most num_rounds={num_rounds} "
+                             "(a band beyond the last round never applies)")
+        BandMfNoise(coeffs)
+    elif bands is not None and bands > 1 and num_rounds > MAX_OPTIMIZED_ROUNDS:
+        raise ValueError(f"num_rounds={num_rounds!r} with bands={bands}: the strategy is optimised for at most "
+                         f"MAX_OPTIMIZED_ROUNDS={MAX_OPTIMIZED_ROUNDS} rounds (an O(R bands) loss, ~200 evaluations); "
+                         "give band_coeffs (e.g. dpjax.primitives.banded_mf.optimize_banded_toeplitz at a shorter "
+                         "horizon)")
     if sampling == "one-pass":
         return coeffs, None
     b = len(coeffs) if coeffs is not None else (1 if bands is None else bands)

@@ -60,6 +60,8 @@ class SiloData:
 
         Raises ``ValueError`` (naming the argument) for an empty list, mismatched numbers of silos or rows, empty silos,
         inconsistent feature shapes, or NaN/inf values."""
+        dtype = _storage_dtype("dtype", dtype)
+        label_dtype = None if label_dtype is None else _storage_dtype("label_dtype", label_dtype)
         for name, arrs in (("xs", xs), ("ys", ys)):
             if hasattr(arrs, "shape") or isinstance(arrs, (str, bytes)) or not isinstance(arrs, Sequence):
                 raise ValueError(f"{name} (a {type(arrs).__name__}{getattr(arrs, 'shape', '')}) must be a list "
@@ -145,6 +147,19 @@ class SiloData:
             self.y.reshape((n,) + self.y.shape[2:]),
             self.mask.reshape((n,)),
         )
+
+
+def _storage_dtype(name: str, value) -> np.dtype:
+    """``np.dtype(value)`` for a ``dtype`` / ``label_dtype`` argument: a ``TypeError`` naming it for a value NumPy
+    does not read as a dtype (``label_dtype='colour'``: "data type 'colour' not understood"), or a non-real one."""
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        raise TypeError(f"{name}={value!r} is not a dtype; give a real numeric one (e.g. jnp.float32, jnp.int32)"
+                        ) from None
+    if not (dt.kind in "iub" or jnp.issubdtype(dt, jnp.floating)):  # jnp.floating: also bfloat16 (kind 'V')
+        raise TypeError(f"{name}={value!r} ({dt}) must be a real numeric dtype (float, int or bool)")
+    return dt
 
 
 def _check_records(name: str, a: np.ndarray) -> None:
@@ -246,6 +261,8 @@ class PooledSiloData:
         ignored). The pool is stored once as ``dtype`` (labels as int32 for integer labels, else ``dtype``, or
         ``label_dtype``). Raises ``ValueError`` naming the argument for an empty pool or population, a pool of
         mismatched lengths, non-numeric or non-finite records, an empty silo, or a row outside ``[0, P)``."""
+        dtype = _storage_dtype("dtype", dtype)
+        label_dtype = None if label_dtype is None else _storage_dtype("label_dtype", label_dtype)
         pool_x, pool_y = np.asarray(pool_x), np.asarray(pool_y)
         _check_records("pool_x", pool_x)
         _check_records("pool_y", pool_y)

@@ -16,6 +16,7 @@ Abadi et al. 2016 and jax_privacy), never per-leaf.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -109,9 +110,21 @@ def sensitivity_of_clipped_sum(clip_norm, neighboring: str = "replace-one"):
     ``2 * clip_norm`` under replace-one, ``clip_norm`` under add/remove. The
     record is assumed to appear once in the sum."""
     coerce_enum("neighboring", neighboring, Neighboring)
+    _check_clip_type(clip_norm)
     # any concrete kind (Python, NumPy, jax scalar or array): a negative clip norm gives a negative sensitivity
     _validate.check_if_concrete(_validate.check_nonnegative, "clip_norm", clip_norm, allow_inf=True)
     return 2.0 * clip_norm if neighboring == "replace-one" else clip_norm
+
+
+def _check_clip_type(clip_norm) -> None:
+    """A clip norm is a real number or a real array (concrete or traced): a ``TypeError`` naming it otherwise (a str
+    reached ``2.0 * "1.0"``: "can't multiply sequence by non-int")."""
+    if isinstance(clip_norm, numbers.Real):  # bools go on to check_nonnegative's ValueError, as before
+        return
+    kind = getattr(getattr(clip_norm, "dtype", None), "kind", None)
+    if kind not in ("f", "i", "u", "b"):
+        raise TypeError(f"clip_norm={clip_norm!r} must be a real number >= 0 (or a real scalar array), not "
+                        f"{type(clip_norm).__name__}" + (f" of dtype {clip_norm.dtype}" if kind else ""))
 
 
 def check_batch_shapes(x, y, mask=None) -> None:
@@ -123,6 +136,10 @@ def check_batch_shapes(x, y, mask=None) -> None:
         for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
             shape = np.shape(leaf)
             where = name + jax.tree_util.keystr(path)
+            if getattr(getattr(leaf, "dtype", None), "kind", None) == "c":
+                # a complex input gives complex losses: the ghost path silently dropped the imaginary part
+                raise TypeError(f"{where} has dtype {leaf.dtype}; a per-example loss needs real inputs (complex "
+                                "features have no clipped-gradient meaning here)")
             if not shape:
                 raise ValueError(f"{where} is a scalar; it must have a leading batch axis [B, ...]")
             sizes[where] = shape[0]

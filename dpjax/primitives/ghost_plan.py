@@ -443,6 +443,11 @@ class NNXLoss:
     loss: Callable
     rest: tuple = ()
 
+    def __post_init__(self):
+        if not callable(self.loss):
+            raise TypeError(f"loss={self.loss!r} must be callable: loss(model, x_i, y_i) -> the scalar loss of one "
+                            "example")
+
     def __call__(self, params, x, y):
         model = nnx.merge(self.graphdef, params, *self.rest)
         with _batch_norm_refusal(model):
@@ -465,20 +470,32 @@ class NNXLoss:
 
 @contextlib.contextmanager
 def _batch_norm_refusal(model):
-    """flax raises ``TraceContextError`` when a training-mode ``nnx.BatchNorm`` updates its batch statistics inside the
-    per-example trace; that is a modelling error (batch statistics couple the examples, so a per-example gradient and
-    its clipped sensitivity do not exist), reported as such with the layers that cause it."""
+    """flax raises ``TraceContextError`` when the loss mutates NNX state inside the per-example trace, which is a
+    modelling error reported as such, naming the layers that cause it: a training-mode ``nnx.BatchNorm`` updates its
+    batch statistics (they couple the examples, so a per-example gradient and its clipped sensitivity do not exist);
+    a training-mode ``nnx.Dropout`` advances its stateful ``Rngs`` stream (a key drawn once outside the per-example
+    trace cannot be advanced inside it)."""
     try:
         yield
     except flax.errors.TraceContextError as err:
-        training = ["/".join(str(p) for p in path) or "(the top-level module)" for path, node in nnx.iter_graph(model)
-                    if isinstance(node, nnx.BatchNorm) and not node.use_running_average]
-        if not training:
-            raise
-        raise ValueError(f"BatchNorm {', '.join(repr(t) for t in training)} is in training mode (use_running_average="
-                         "False): its batch statistics couple the examples, so per-example gradients and their clipped "
-                         "sensitivity are undefined; call model.eval() (or set use_running_average=True) before DP "
-                         "training, or use LayerNorm / GroupNorm") from None
+        def paths(kind, training):
+            return [repr("/".join(str(p) for p in path) or "(the top-level module)")
+                    for path, node in nnx.iter_graph(model) if isinstance(node, kind) and training(node)]
+
+        norms = paths(nnx.BatchNorm, lambda n: not n.use_running_average)
+        if norms:
+            raise ValueError(f"BatchNorm {', '.join(norms)} is in training mode (use_running_average="
+                             "False): its batch statistics couple the examples, so per-example gradients and their "
+                             "clipped sensitivity are undefined; call model.eval() (or set use_running_average=True) "
+                             "before DP training, or use LayerNorm / GroupNorm") from None
+        drops = paths(nnx.Dropout, lambda n: not n.deterministic and n.rate > 0)
+        if drops:
+            raise ValueError(f"Dropout {', '.join(drops)} is in training mode (deterministic=False): it draws its mask "
+                             "from the model's stateful Rngs, which cannot advance inside the per-example trace; call "
+                             "model.eval() (or set deterministic=True), or pass it a key explicitly "
+                             "(self.dropout(h, rngs=key))") from None
+        raise ValueError(f"the NNX model mutates its state inside the per-example loss ({err}); per-example "
+                         "gradients need a loss that does not update Variables: call model.eval() first") from None
 
 
 def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, PyTree]:
@@ -494,6 +511,8 @@ def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, P
     if not isinstance(model, nnx.Module):
         raise TypeError(f"model={type(model).__name__} must be a flax.nnx.Module (for a graphdef and state "
                         f"use NNXLoss(graphdef, loss, rest) directly)")
+    if not callable(loss):
+        raise TypeError(f"loss={loss!r} must be callable: loss(model, x_i, y_i) -> the scalar loss of one example")
     graphdef, params, rest = nnx.split(model, params_filter, ...)
     return NNXLoss(graphdef, loss, (rest,)), params
 

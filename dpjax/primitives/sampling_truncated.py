@@ -33,7 +33,10 @@ def truncated_poisson_sample(key: jax.Array, size, n_max: int, rate, capacity: i
     random ``capacity`` of them are kept (the joined rows ranked by independent uniform scores). ``count`` is the
     untruncated Poisson batch size (for monitoring only: it is not part of the released batch)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
+    n_max = _validate.check_int("n_max", n_max, min_value=1)
     _validate.check_int("capacity", capacity, min_value=1, max_value=n_max)
+    # a size above n_max would read rows past the padded array as real (jnp.arange(n_max) < size is then all True)
+    _validate.check_if_concrete(_validate.check_int, "size", size, min_value=0, max_value=n_max)
     k_join, k_rank = jax.random.split(key)
     chosen = (jax.random.uniform(k_join, (n_max,)) < rate) & (jnp.arange(n_max) < size)
     # rank the joined rows by fresh uniform scores: the first `capacity` are a uniform subset of them
@@ -62,6 +65,9 @@ class TruncatedPoisson:
         _validate.check_int("batch_size", self.batch_size, min_value=1)
         _validate.check_probability("sampling_rate", self.sampling_rate, allow_zero=False)
         _validate.check_int("capacity", self.capacity, min_value=1)
+        if self.capacity < self.batch_size:  # most batches would be cut: the truncation term would exceed any delta
+            raise ValueError(f"capacity={self.capacity!r} must be >= batch_size={self.batch_size!r}, the expected "
+                             "batch (default_capacity gives one whose truncation is negligible)")
 
     def validate(self, min_size: int, num_rounds: int) -> None:
         if self.capacity > min_size:
@@ -93,8 +99,12 @@ class TruncatedPoisson:
 
 def default_capacity(expected_batch_size: float, num_rounds: int, tail: float = 1e-12) -> int:
     """A capacity B whose normal-approximate per-run truncation mass is about ``tail`` (a starting point only: the
-    certificate uses the exact binomial tail): E + z sqrt(E) with z the normal quantile of tail / R."""
+    certificate uses the exact binomial tail): E + z sqrt(E) with z the normal quantile of tail / R. ``tail`` in
+    (0, 1) (0 would ask for an infinite capacity), ``num_rounds`` >= 1, ``expected_batch_size`` > 0."""
     from scipy import stats
 
-    z = float(stats.norm.isf(tail / max(1, num_rounds)))
-    return int(math.ceil(expected_batch_size + z * math.sqrt(expected_batch_size))) + 1
+    expected = _validate.check_positive("expected_batch_size", expected_batch_size)
+    rounds = _validate.check_int("num_rounds", num_rounds, min_value=1)
+    tail = _validate.check_open_unit("tail", tail)
+    z = float(stats.norm.isf(tail / rounds))
+    return int(math.ceil(expected + z * math.sqrt(expected))) + 1

@@ -25,6 +25,8 @@ def _run(args) -> int:
     _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax is used), then the devices
     multihost.check_one_run_distributed(args, f"reproduce {args.figure}")
     index, count = multihost.join_runtime(args)
+    if getattr(args, "report_only", False):
+        _check_kept_run(args)  # before the figure's module (and jax) loads: a wrong --out costs no import
     progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
     if getattr(args, "report_only", False):
@@ -63,6 +65,18 @@ def _run(args) -> int:
         return 0
     print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
     return 0
+
+
+def _check_kept_run(args) -> None:
+    """``--report-only``'s checks of ``--out`` that need no figure module: a kept run's results.csv is there."""
+    if args.out is None:
+        raise ValueError("--report-only needs --out, the directory of the kept run")
+    out = pathlib.Path(args.out)
+    if not (out / "results.csv").is_file():
+        what = "does not exist" if not out.exists() else "is not a directory" if not out.is_dir() else \
+            "holds no results.csv"
+        raise ValueError(f"--report-only: --out={args.out!r} {what}; --report-only rewrites the report of a kept run "
+                         f"(run `dpjax reproduce {args.figure}{' --quick' if args.quick else ''} --out DIR` first)")
 
 
 def _report_only(fig, args) -> int:

@@ -318,6 +318,9 @@ def account_cli(args) -> dict:
             raise ValueError("num_bins=None under add-remove: B = n // K would be read from the data set's size, "
                              "which differs between neighbours; give --num-bins")
         period = max(1, n // k)
+    if samples is not None:  # the estimate's cost, refused before any accounting runs
+        from dpjax.accounting.balls_in_bins_mc import check_work
+        check_work(samples, args.steps, period, "--mc-samples")
     rate = None
     if cyclic:
         if args.sampling_rate is not None:
@@ -355,7 +358,6 @@ def account_cli(args) -> dict:
     if samples:
         from dpjax.accounting import balls_in_bins_mc
 
-        balls_in_bins_mc.check_work(samples, args.steps, period, "--mc-samples")
         est = balls_in_bins_mc.mc_epsilon(z, args.steps, period, args.delta, num_samples=samples)
         out["monte_carlo_estimate"] = dataclasses.asdict(est)
         out["notes"].append(f"Monte Carlo ESTIMATE (not certified): epsilon ~ {est.epsilon:.4g} "

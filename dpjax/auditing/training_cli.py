@@ -90,6 +90,16 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, k, default)
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
+    # training_audit's checks of the sizes, repeated before jax and the families load (seconds): a typo is refused
+    # at once; that function checks them again for its Python callers
+    canaries = v.check_int("canaries", args.canaries, min_value=2, max_value=2**24)
+    v.check_int("rounds", args.rounds, min_value=1, max_value=training_constants()["MAX_ROUNDS"])
+    v.check_positive("noise_multiplier", args.noise_multiplier)
+    delta = v.check_open_unit("delta", args.delta)
+    if 2 * canaries * delta >= 1 - args.confidence:
+        raise ValueError(f"delta={delta!r} is too large for canaries={canaries}: the bound's delta term "
+                         f"2 m delta = {2 * canaries * delta:.3g} must be below 1 - confidence = "
+                         f"{1 - args.confidence:.3g}")
     if args.out is not None:
         outputs.check_report_dir(args.out, _FILES, overwrite=args.overwrite)
     import jax  # after every check of the flags: a bad one costs no jax import

@@ -22,7 +22,14 @@ def _run(args) -> int:
     if getattr(args, "report_only", False) and (_silo_flags.layout(args) or args.distributed):
         raise ValueError("--silo-devices/--silo-compute/--silo-block/--distributed with --report-only: a report "
                          "computes no run")
-    _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax is used), then the devices
+    if args.figure not in reproduce.LISTING:  # before any figure module (and jax) loads: they are all listed
+        import difflib
+        close = difflib.get_close_matches(args.figure, list(reproduce.LISTING), n=1)
+        raise ValueError(f"figure={args.figure!r} is unknown" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + "; `dpjax reproduce --list` shows the figures")
+    chosen = _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax), then the devices
+    if chosen and not args.distributed:
+        _silo_flags.check_host_devices(chosen["silo_devices"], "--silo-devices")
     multihost.check_one_run_distributed(args, f"reproduce {args.figure}")
     index, count = multihost.join_runtime(args)
     if getattr(args, "report_only", False):

@@ -49,20 +49,6 @@ def _share(args) -> tuple[int, int, bool]:
     return index, count, False
 
 
-def _host_device_count() -> int | None:
-    """This process's device count if it is known without loading jax, else None: with ``JAX_PLATFORMS=cpu`` (and
-    jax not loaded yet, nor ``JAX_NUM_CPU_DEVICES`` set) it is XLA's host platform count,
-    ``--xla_force_host_platform_device_count`` in ``XLA_FLAGS`` (default 1)."""
-    import os
-    import re
-
-    if "jax" in sys.modules or os.environ.get("JAX_PLATFORMS", "").strip().lower() != "cpu" \
-            or "JAX_NUM_CPU_DEVICES" in os.environ:
-        return None
-    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
-    return int(found[-1]) if found else 1
-
-
 def precheck_flags(args, raw: dict) -> None:
     """The command line's checks that need no jax, run before it loads (tens of seconds on a loaded machine): the
     sizes, this process's share, the silo layout over the config's ``[run]`` table (the messages
@@ -73,6 +59,11 @@ def precheck_flags(args, raw: dict) -> None:
     for k in ("chunk_size", "vmap_width", "max_chunks"):  # 0 or less is refused, never "automatic" or "nothing"
         if getattr(args, k) is not None:
             v.check_int(k, getattr(args, k), min_value=1)
+    if getattr(args, "max_data_mb", None) is not None:
+        v.check_positive("max_data_mb", args.max_data_mb)
+    out = getattr(args, "out", None)
+    if out is not None and pathlib.Path(out).exists() and not pathlib.Path(out).is_dir():
+        raise ValueError(f"out={str(out)!r} is a file, not a directory; choose a directory path")
     if not args.distributed:  # with --distributed the share comes from JAX (and _share refuses these flags)
         count = 1 if args.process_count is None else v.check_int("process_count", args.process_count, min_value=1)
         if args.process_index is not None:
@@ -89,11 +80,9 @@ def precheck_flags(args, raw: dict) -> None:
     if block is not None and isinstance(silos, int) and not isinstance(silos, bool) and block > silos:
         raise ValueError(f"run.silo_block={block} is more than the data's {silos} silos (data.num_silos): a block is "
                          "at most the silos of one device")
-    devices, available = run.get("silo_devices"), _host_device_count()
-    if isinstance(devices, int) and available is not None and devices > available and not args.distributed:
-        raise ValueError(f"run.silo_devices={devices!r} asks for more devices than there are: {available} device(s) "
-                         "available (cpu); XLA_FLAGS=--xla_force_host_platform_device_count=N (set before jax loads) "
-                         "makes N host devices")
+    if not args.distributed:  # (with --distributed a number may count every process's devices)
+        from dpjax import _silo_flags
+        _silo_flags.check_host_devices(run.get("silo_devices"), "run.silo_devices")
 
 
 #: The sweep configs shipped inside the package (``dpjax sweep NAME`` runs one from any directory).

@@ -165,6 +165,15 @@ BEFORE_JAX = {  # id: (argv, what the one error line must say)
     "audit-training-and-mech": ([*AUDIT_TRAINING, "dp-sgd"], ["training", "dp-sgd", "runs alone"]),
     "report-only-missing": ([*KEPT, "--out", "{tmp}/nothing"], ["--report-only", "{tmp}/nothing", "does not exist"]),
     "report-only-empty": ([*KEPT, "--out", "{tmp}"], ["--report-only", "holds no results.csv"]),
+    "out-is-file": (["sweep", "{tmp}/c.toml", "--out", "{tmp}/c.toml"], ["c.toml", "is a file"]),
+    "max-data-0": ([*SWEEP, "--max-data-mb", "0"], ["max_data_mb=0"]),
+    "audit-training-rounds-0": ([*AUDIT_TRAINING, "--rounds", "0"], ["rounds=0 must be >= 1"]),
+    "audit-training-canaries-0": ([*AUDIT_TRAINING[:-1], "0"], ["canaries=0 must be >= 2"]),
+    "audit-training-noise-0": ([*AUDIT_TRAINING, "--noise-multiplier", "0"], ["noise_multiplier=0"]),
+    "audit-training-delta-half": ([*AUDIT_TRAINING, "--delta", "0.5"], ["delta=0.5 is too large"]),
+    "reproduce-unknown": (["reproduce", "shuffling-gaps", "--quiet"], ["figure='shuffling-gaps'", "shuffling-gap'?"]),
+    "reproduce-silo-devices-2": (["reproduce", "shuffling-gap", "--quiet", "--out", "{tmp}/r", "--silo-devices", "2"],
+                                 ["--silo-devices=2 asks for more devices than there are: 1 device(s)"]),
 }
 
 _SCRIPT = """

@@ -287,6 +287,11 @@ def _runs_over_limit(size: int, shape: str, limit: int) -> str:
             "max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
 
 
+#: ``dpjax.engine.program.MAX_EVALUATIONS`` (that module imports jax; tests/cli/test_cli_edges.py checks the two agree):
+#: the most evaluation points a run stores.
+MAX_EVALUATIONS = 10**6
+
+
 def _check_fields(d: dict, fail, check) -> None:
     """The checks of the plain fields shared by ``precheck`` (``fail``/``check`` collect every problem) and
     ``SweepConfig`` (they raise the first): name, rounds, seed, sizes, the data and static tables."""
@@ -294,7 +299,11 @@ def _check_fields(d: dict, fail, check) -> None:
         fail(f"name={d['name']!r} must be a non-empty string")
     rounds = check(_validate.check_rounds, "num_rounds", d["num_rounds"]) if "num_rounds" in d else None
     if d.get("eval_every") is not None:
-        check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+        every = check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+        count = None if rounds is None or every is None else -(-rounds // every)
+        if count is not None and count > MAX_EVALUATIONS:  # engine.program.eval_schedule's limit, before jax
+            fail(f"eval_every={every} over num_rounds={rounds} gives {count} evaluations; at most {MAX_EVALUATIONS} "
+                 f"are stored (choose eval_every >= {-(-rounds // MAX_EVALUATIONS)})")
     if "seed" in d:
         check(_validate.check_seed, "seed", d["seed"])
     if "on_nonfinite" in d:

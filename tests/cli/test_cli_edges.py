@@ -133,7 +133,9 @@ BANDMF = textwrap.dedent("""
     noise_multiplier = [1.0]
     clip_norm = [1.0]
     """)
-FILES = {"c.toml": TINY, "pink.toml": BANDMF.format(noise="pink", extra=""),
+FILES = {"c.toml": TINY, "ftrl.toml": TINY.replace('"isrl-mbsgd"', '"dp-ftrl"').replace("num_rounds = 6", "num_rounds = "
+                                                                                      "1000000000").replace(
+    'sampling = "without-replacement"\n', ""), "pink.toml": BANDMF.format(noise="pink", extra=""),
          "devices.toml": TINY + "\n[run]\nsilo_devices = 2\n"}
 SWEEP = ["sweep", "{tmp}/c.toml", "--out", "{tmp}/o", "--quiet"]
 KEPT = ["reproduce", "shuffling-gap", "--quiet", "--report-only"]
@@ -165,6 +167,8 @@ BEFORE_JAX = {  # id: (argv, what the one error line must say)
     "audit-training-and-mech": ([*AUDIT_TRAINING, "dp-sgd"], ["training", "dp-sgd", "runs alone"]),
     "report-only-missing": ([*KEPT, "--out", "{tmp}/nothing"], ["--report-only", "{tmp}/nothing", "does not exist"]),
     "report-only-empty": ([*KEPT, "--out", "{tmp}"], ["--report-only", "holds no results.csv"]),
+    "toml-eval-points": (["sweep", "{tmp}/ftrl.toml", "--out", "{tmp}/o"],
+                         ["eval_every=3 over num_rounds=1000000000 gives 333333334 evaluations"]),
     "out-is-file": (["sweep", "{tmp}/c.toml", "--out", "{tmp}/c.toml"], ["c.toml", "is a file"]),
     "max-data-0": ([*SWEEP, "--max-data-mb", "0"], ["max_data_mb=0"]),
     "audit-training-rounds-0": ([*AUDIT_TRAINING, "--rounds", "0"], ["rounds=0 must be >= 1"]),
@@ -295,3 +299,10 @@ def test_band_mf_fields_are_checked_with_the_noise_they_belong_to(extra, message
 
     with pytest.raises(ValueError, match=message):
         SweepConfig.from_dict(tomllib.loads(BANDMF.format(noise="band-mf", extra=extra)))
+
+
+def test_the_pre_jax_evaluation_limit_is_the_engines():
+    from dpjax.engine import program
+    from dpjax.sweep import config
+
+    assert config.MAX_EVALUATIONS == program.MAX_EVALUATIONS

@@ -169,6 +169,8 @@ BEFORE_JAX = {  # id: (argv, what the one error line must say)
     "report-only-empty": ([*KEPT, "--out", "{tmp}"], ["--report-only", "holds no results.csv"]),
     "toml-eval-points": (["sweep", "{tmp}/ftrl.toml", "--out", "{tmp}/o"],
                          ["eval_every=3 over num_rounds=1000000000 gives 333333334 evaluations"]),
+    "reproduce-no-data": (["reproduce", "user-level-dpsgd", "--quick", "--quiet", "--out", "{tmp}/r", "--data-dir",
+                           "{tmp}/nodata"], ["--data-dir=", "nodata", "does not exist"]),
     "out-is-file": (["sweep", "{tmp}/c.toml", "--out", "{tmp}/c.toml"], ["c.toml", "is a file"]),
     "max-data-0": ([*SWEEP, "--max-data-mb", "0"], ["max_data_mb=0"]),
     "audit-training-rounds-0": ([*AUDIT_TRAINING, "--rounds", "0"], ["rounds=0 must be >= 1"]),

@@ -22,7 +22,7 @@ def _run(args) -> int:
     if getattr(args, "report_only", False) and (_silo_flags.layout(args) or args.distributed):
         raise ValueError("--silo-devices/--silo-compute/--silo-block/--distributed with --report-only: a report "
                          "computes no run")
-    if args.figure not in reproduce.LISTING and args.figure not in reproduce._REGISTRY:
+    if not reproduce.is_known(args.figure):
         # before any figure module (and jax) loads: LISTING names every figure of FIGURE_MODULES
         import difflib
         close = difflib.get_close_matches(args.figure, list(reproduce.LISTING), n=1)

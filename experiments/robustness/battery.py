@@ -34,6 +34,28 @@ Not yet triaged: some of these are the battery's own mistakes, not dpjax's. The 
 not name the key the case meant); the cyclic-poisson CLI cases lack the ``--sampling-rate`` that scheme requires; the
 sweep-flag "hangs" may be valid inputs that start a sweep or jax's import under load (> 10 s), not hangs.
 No fixes were made after this run.
+
+CLI half after the CLI fixes (2026-12-04, branch edgescli; ``--only cli --jobs 3``, 173 s, load average 10-16 on the
+shared machine; battery_after_cli.txt), with the battery's own mistakes fixed: the band-mf TOML cases use
+``sampling = "min-separation"``, the cyclic-poisson cases pass ``--sampling-rate`` (and a new ``cyclic-no-rate`` case
+expects the refusal that says what to pass), ``bins-mc-float`` gives 2.5 (``1e3`` is an exact integer, accepted on
+purpose), ``silo-block-not-blocks`` and ``cyclic-noise-0`` (epsilon = inf, as plain Poisson answers) expect "any", the
+dp-ftrl case drops the static ``sampling`` it does not have, and ``bins-mc-over-work`` is new; 191 CLI inputs:
+
+    class            CLI
+    traceback          0
+    silent accept      0
+    memory             0
+    hang              14
+    unclear            0
+    wrong answer       0
+    clean refusal    154
+    correct answer    23
+
+The 14 "hangs" all load jax and the family: 11 are clean refusals of a static field that only building the family
+checks (17-20 s under load ~21, 9.9 s alone at load 11), ``silo-block-not-blocks`` is a valid sweep that starts,
+``toml-bandmf-rounds-1e9`` a valid 10^9-round sweep that trains, and ``toml-bandmf-bands-over-sep`` is accepted and
+trained (bands 6 over 4 min-separation groups: a band-mf question, left open).
 """
 
 from __future__ import annotations

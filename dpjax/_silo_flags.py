@@ -41,6 +41,32 @@ def add_arguments(parser) -> None:
                    default=None, metavar="B", help="with --silo-compute blocks: silos a device computes at a time")
 
 
+def host_device_count() -> int | None:
+    """This process's device count where it is known without loading jax, else None: with ``JAX_PLATFORMS=cpu`` (jax
+    not loaded yet, ``JAX_NUM_CPU_DEVICES`` unset) it is XLA's host platform count, ``XLA_FLAGS``'s
+    ``--xla_force_host_platform_device_count`` (default 1)."""
+    import os
+    import re
+    import sys
+
+    if "jax" in sys.modules or os.environ.get("JAX_PLATFORMS", "").strip().lower() != "cpu" \
+            or "JAX_NUM_CPU_DEVICES" in os.environ:
+        return None
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else 1
+
+
+def check_host_devices(silo_devices, name: str = "--silo-devices") -> None:
+    """Refuses a number of devices above ``host_device_count()`` before jax loads (the message
+    ``silo_sharding.resolve_devices`` gives once it has); ``"all"``, None or an unknown count pass (checked later).
+    Not for ``--distributed``, where a number may count every process's devices."""
+    available = host_device_count()
+    if isinstance(silo_devices, int) and available is not None and silo_devices > available:
+        raise ValueError(f"{name}={silo_devices!r} asks for more devices than there are: {available} device(s) "
+                         "available (cpu); XLA_FLAGS=--xla_force_host_platform_device_count=N (set before jax loads) "
+                         "makes N host devices")
+
+
 def layout(args, config: dict | None = None) -> dict:
     """``{"silo_devices", "silo_compute", "silo_block"}`` from the flags over ``config`` (a sweep's ``[run]`` table),
     checked for consistency (a ``ValueError`` naming the flag); ``{}`` when no run is sharded."""

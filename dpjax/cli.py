@@ -120,7 +120,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     parser = build_parser(None if command is None else [command], lazy=command is None)
     try:
-        args = parser.parse_args(_attach_negative_numbers(argv))
+        args, extra = parser.parse_known_args(_attach_negative_numbers(argv))
+        if extra and command == "dpjax.auditing.cli" and not any(t.startswith("-") for t in extra):
+            # `dpjax audit training --family X dp-sgd`: argparse leaves a name after the flags over; it is a
+            # MECHANISM like the first ones, so `run` can say what is wrong with the list (not "unrecognized")
+            args.mechanisms, extra = [*args.mechanisms, *extra], []
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
     except BrokenPipeError:  # `dpjax --help | head`
         return _closed_stdout()
     if not getattr(args, "func", None):

@@ -28,6 +28,27 @@ from dpjax import _validate as v
 
 _CHUNK_FLOATS = 2**22  # samples x epochs x bins drawn at once (32 MiB of float64)
 
+#: The most samples per direction an estimate takes: its float64 [samples] loss arrays (and the hockey-stick terms
+#: of both directions) stay under ~0.5 GB.
+MAX_SAMPLES = 10**7
+#: The most normal draws (samples x epochs x bins) per direction ``check_work`` lets a command make: about 2-3 s of
+#: one loaded CPU core each way, so `dpjax account --mc-samples` answers within seconds or is refused up front.
+MAX_DRAWS = 10**7
+
+
+def check_work(num_samples: int, num_steps: int, num_bins: int, name: str = "num_samples") -> int:
+    """``num_samples`` if ``num_samples x epochs x bins <= MAX_DRAWS`` (the estimate's cost), else a ``ValueError``
+    naming ``name``, the value and the largest count that fits."""
+    n = v.check_int(name, num_samples, min_value=1, max_value=MAX_SAMPLES)
+    per_sample = _num_epochs(num_steps, num_bins) * v.check_int("num_bins", num_bins, min_value=1)
+    if n * per_sample > MAX_DRAWS:
+        fits = MAX_DRAWS // per_sample
+        raise ValueError(f"{name}={n} with {num_bins} bins over {-(-num_steps // num_bins)} epoch(s) is "
+                         f"{n * per_sample:.3g} normal draws per direction, above the limit {MAX_DRAWS:.0e} "
+                         + (f"(about 2 s each); give at most {fits}" if fits >= 1 else
+                            "even for one sample: no Monte Carlo estimate for this schedule"))
+    return n
+
 
 @dataclasses.dataclass(frozen=True)
 class MonteCarloEstimate:

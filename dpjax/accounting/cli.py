@@ -109,8 +109,18 @@ def batch_size_for_rate(sampling: str, sampling_rate: float, dataset_size: int) 
     return k_int
 
 
+#: The most steps `--sampling shuffle` accounts: beside the certificate it prints the Poisson epsilon (dp_accounting's
+#: PLD, whose cost grows with the steps) and Chua et al.'s lower bound (a PLD composed over the epochs); at 1e6 steps
+#: the three take ~15 s on a loaded 2-core machine and 1e7 ran for minutes, so a longer schedule is refused up front.
+SHUFFLE_MAX_STEPS = 100_000
+
+
 def run(args: argparse.Namespace) -> dict:
     """Compute the result dict for parsed arguments (raises ValueError on invalid input)."""
+    if args.sampling == Sampling.SHUFFLE.value and args.steps > SHUFFLE_MAX_STEPS:
+        raise ValueError(f"--steps={args.steps} with --sampling shuffle: at most {SHUFFLE_MAX_STEPS} steps (the "
+                         "Poisson epsilon and the shuffling lower bound printed beside the certificate cost minutes "
+                         "beyond); account a longer shuffled run through dpjax.accounting.compute_epsilon")
     if args.sampling in {s.value for s in BinnedSampling}:
         return account_cli(args)  # balls-in-bins / cyclic Poisson / min-separation (dpjax.accounting.sampling_bins)
     if getattr(args, "num_bins", None) is not None or getattr(args, "mc_samples", None) is not None:

@@ -300,10 +300,14 @@ def account_cli(args) -> dict:
     cyclic = scheme is BinnedSampling.CYCLIC_POISSON
     neighboring = args.neighboring or ("replace-one" if scheme is BinnedSampling.MIN_SEPARATION else "add-remove")
     samples = getattr(args, "mc_samples", None)
-    if samples and (scheme is not BinnedSampling.BALLS_IN_BINS or neighboring != "add-remove"):
+    if samples is not None and (scheme is not BinnedSampling.BALLS_IN_BINS or neighboring != "add-remove"):
         raise ValueError(f"mc_samples={samples!r}: the Monte Carlo estimate is balls-in-bins' under add-remove")
+    if samples is not None:  # 0 would silently print no estimate; a huge count would fill the memory
+        from dpjax.accounting.balls_in_bins_mc import MAX_SAMPLES
+        v.check_int("--mc-samples", samples, min_value=1, max_value=MAX_SAMPLES)
     if args.num_bins is not None:
-        period = v.check_int("num_bins", args.num_bins, min_value=1)
+        # more bins (groups) than records leaves most of them empty: a typo, not a schedule
+        period = v.check_int("--num-bins", args.num_bins, min_value=1, max_value=n)
     elif cyclic:
         period = 1
     else:
@@ -314,15 +318,23 @@ def account_cli(args) -> dict:
             raise ValueError("num_bins=None under add-remove: B = n // K would be read from the data set's size, "
                              "which differs between neighbours; give --num-bins")
         period = max(1, n // k)
+    if samples is not None:  # the estimate's cost, refused before any accounting runs
+        from dpjax.accounting.balls_in_bins_mc import check_work
+        check_work(samples, args.steps, period, "--mc-samples")
     rate = None
     if cyclic:
         if args.sampling_rate is not None:
             rate = args.sampling_rate
         elif k is not None and neighboring == "replace-one":
             rate = min(1.0, k * period / n)
+        elif k is not None:  # add/remove: q = K b / n would be read from n, which differs between neighbours
+            raise ValueError(f"sampling_rate=None: cyclic Poisson under neighboring={neighboring!r} needs "
+                             f"--sampling-rate q (each record's inclusion rate in its group's steps), given instead "
+                             f"of --batch-size {k}; or pass --neighboring replace-one to keep --batch-size "
+                             f"(q = batch_size x num_bins / dataset_size = {min(1.0, k * period / n):.6g})")
         else:
-            raise ValueError("sampling_rate=None: cyclic Poisson needs --sampling-rate q (or --batch-size under "
-                             "replace-one, for q = K b / n)")
+            raise ValueError("sampling_rate=None: cyclic Poisson needs --sampling-rate q (each record's inclusion "
+                             "rate in its group's steps)")
     elif args.sampling_rate is not None:
         raise ValueError(f"sampling_rate={args.sampling_rate!r}: sampling={scheme.value!r} takes --num-bins, not a "
                          "rate")

@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     v.check_int("runs", args.runs, min_value=2, max_value=MAX_RUNS)  # the scores are float64 [runs] arrays
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
+    check_runs(args.runs, args.confidence)
     if args.out is not None:
         outputs.check_report_dir(args.out, _FILES, overwrite=args.overwrite)
 
@@ -120,6 +121,33 @@ def run(args: argparse.Namespace) -> int:
         print(md)
     print(summary_line(names, [r.passed for r in results], wall, results=results), flush=True)
     return 0 if meta["passed"] else 1
+
+
+def min_runs(confidence: float) -> int:
+    """The fewest ``--runs`` (per dataset) whose audit can report any epsilon above 0 at ``confidence``.
+
+    Half the runs, m, bound epsilon; with no error at all the one-sided Clopper-Pearson bounds on both rates (each at
+    level ``1 - alpha / 2``, ``alpha = 1 - confidence``: ``dpjax.auditing.stats``) are ``u = 1 - (alpha / 2)^(1/m)``,
+    and ``eps >= log((1 - delta - u) / u)`` is positive only when ``u < (1 - delta) / 2``: even at delta = 0 that
+    needs ``(alpha / 2)^(1/m) > 1/2``, i.e. ``m > log2(2 / alpha)``. With fewer runs every outcome, mutants included,
+    reads "no violation": the audit cannot decide anything."""
+    import math
+
+    half = math.floor(math.log2(2.0 / (1.0 - confidence))) + 1
+    return 2 * half
+
+
+def check_runs(runs: int, confidence: float) -> int:
+    """``--runs``: even (half choose the threshold, half bound epsilon) and at least ``min_runs(confidence)``."""
+    if runs % 2:
+        raise ValueError(f"--runs={runs} must be even: half the runs choose the test's threshold and the other half "
+                         f"bound epsilon (give {runs + 1})")
+    need = min_runs(confidence)
+    if runs < need:
+        raise ValueError(f"--runs={runs} is too few to decide anything at --confidence={confidence:g}: with "
+                         f"{runs // 2} runs bounding epsilon no outcome gives a lower bound above 0, so no mutant "
+                         f"could be caught; give at least {need}")
+    return runs
 
 
 def summary_line(names, passed, seconds: float, results=None) -> str:

@@ -26,10 +26,27 @@ DEFAULTS = {"family": None, "mutant": "all", "canaries": 1_000_000, "rounds": 4,
             "delta": 1e-9}
 
 
+def training_constants() -> dict:
+    """``FAMILIES``, ``MUTANTS`` and ``MAX_ROUNDS`` of ``dpjax.auditing.training``, read from its source: that module
+    imports jax (seconds), and ``dpjax audit``'s parser, so every refusal of a flag, must not."""
+    import ast
+    import pathlib
+
+    tree = ast.parse((pathlib.Path(__file__).parent / "training.py").read_text(encoding="utf-8"))
+    want = ("FAMILIES", "MUTANTS", "MAX_ROUNDS")
+    found = {n.targets[0].id: ast.literal_eval(n.value) for n in tree.body
+             if isinstance(n, ast.Assign) and len(n.targets) == 1 and getattr(n.targets[0], "id", None) in want}
+    if set(found) != set(want):  # not literals any more: import the module after all
+        from dpjax.auditing import training
+        return {k: getattr(training, k) for k in want}
+    return found
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``training`` audit's flags on the ``dpjax audit`` parser (refused by the canary audits)."""
     from dpjax import _validate as v
-    from dpjax.auditing.training import FAMILIES, MAX_ROUNDS, MUTANTS
+    c = training_constants()
+    FAMILIES, MAX_ROUNDS, MUTANTS = c["FAMILIES"], c["MAX_ROUNDS"], c["MUTANTS"]
     g = p.add_argument_group("dpjax audit training (one-run audit of a training run; refused by the other audits)")
     g.add_argument("--family", choices=FAMILIES, default=None, help="family to train (default: all three)")
     g.add_argument("--mutant", choices=MUTANTS + ("none", "all"), default=None,
@@ -61,9 +78,7 @@ def markdown(audits, header: str) -> str:
 def run(args: argparse.Namespace) -> int:
     import platform
     import time
-    import jax
     from dpjax import _validate as v, outputs
-    from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
     extra = [m for m in args.mechanisms if m != "training"]
     if extra or args.all:
         raise ValueError(f"mechanisms={args.mechanisms!r}: 'training' runs alone (no other MECHANISM, no --all)")
@@ -75,8 +90,20 @@ def run(args: argparse.Namespace) -> int:
             setattr(args, k, default)
     v.check_seed("--seed", args.seed)
     v.check_open_unit("confidence", args.confidence)
+    # training_audit's checks of the sizes, repeated before jax and the families load (seconds): a typo is refused
+    # at once; that function checks them again for its Python callers
+    canaries = v.check_int("canaries", args.canaries, min_value=2, max_value=2**24)
+    v.check_int("rounds", args.rounds, min_value=1, max_value=training_constants()["MAX_ROUNDS"])
+    v.check_positive("noise_multiplier", args.noise_multiplier)
+    delta = v.check_open_unit("delta", args.delta)
+    if 2 * canaries * delta >= 1 - args.confidence:
+        raise ValueError(f"delta={delta!r} is too large for canaries={canaries}: the bound's delta term "
+                         f"2 m delta = {2 * canaries * delta:.3g} must be below 1 - confidence = "
+                         f"{1 - args.confidence:.3g}")
     if args.out is not None:
         outputs.check_report_dir(args.out, _FILES, overwrite=args.overwrite)
+    import jax  # after every check of the flags: a bad one costs no jax import
+    from dpjax.auditing.training import FAMILIES, MUTANTS, format_row, training_audit
     families = FAMILIES if args.family is None else (args.family,)
     mutants = (None,) + (MUTANTS if args.mutant == "all" else () if args.mutant == "none" else (args.mutant,))
     start = time.perf_counter()

@@ -61,8 +61,9 @@ ISRL_EXPERIMENT = "isrl-experiment"  # K = ceil(n sqrt(eps_max) / (2 sqrt R)) (I
 SIZE_RULE_FIELDS = ("batch_size", "local_steps")  # int fields that accept ISRL_EXPERIMENT
 # Static fields that every other field's one-at-a-time check carries: Poisson's public rate belongs to
 # its sampling scheme and relation (a family refuses Poisson under add/remove without one, and a rate
-# for a fixed-size scheme), so none is checked without the others.
-CARRIED_STATIC = ("sampling", "neighboring", "sampling_rate")
+# for a fixed-size scheme), so none is checked without the others; the noise kind likewise (DP-SGD's
+# bands and band_coeffs need noise="band-mf", so checked without it they would be refused for the wrong reason).
+CARRIED_STATIC = ("sampling", "neighboring", "sampling_rate", "noise")
 _NOT_CONFIGURABLE = ("problem", "num_rounds", "log_indices")
 
 

@@ -27,7 +27,7 @@ import dataclasses
 import importlib
 from typing import Callable
 
-__all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "get", "listing_lines", "register"]
+__all__ = ["CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "get", "is_known", "listing_lines", "register"]
 
 # Modules that register figures; append yours (one line) when you add one.
 FIGURE_MODULES: list[str] = ["dpjax.reproduce.diff2", "dpjax.reproduce.isrl", "dpjax.reproduce.user_level",
@@ -162,6 +162,12 @@ def register(name: str, *, paper: str, description: str, constructions: tuple[st
         return fn
 
     return deco
+
+
+def is_known(name: str) -> bool:
+    """Whether ``name`` is a figure, without importing any figure module: listed in ``LISTING`` (every figure of
+    ``FIGURE_MODULES``) or registered already (``register`` called by other code)."""
+    return name in LISTING or name in _REGISTRY
 
 
 def figures() -> dict[str, Figure]:

@@ -22,9 +22,21 @@ def _run(args) -> int:
     if getattr(args, "report_only", False) and (_silo_flags.layout(args) or args.distributed):
         raise ValueError("--silo-devices/--silo-compute/--silo-block/--distributed with --report-only: a report "
                          "computes no run")
-    _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax is used), then the devices
+    if not reproduce.is_known(args.figure):
+        # before any figure module (and jax) loads: LISTING names every figure of FIGURE_MODULES
+        import difflib
+        close = difflib.get_close_matches(args.figure, list(reproduce.LISTING), n=1)
+        raise ValueError(f"figure={args.figure!r} is unknown" + (f" (did you mean {close[0]!r}?)" if close else "")
+                         + "; `dpjax reproduce --list` shows the figures")
+    chosen = _silo_flags.layout(args)  # the flags' consistency, then the runtime (before jax), then the devices
+    if chosen and not args.distributed:
+        _silo_flags.check_host_devices(chosen["silo_devices"], "--silo-devices")
     multihost.check_one_run_distributed(args, f"reproduce {args.figure}")
+    if args.distributed:  # joining the runtime waits for the other processes: every flag is checked first
+        _check_flags_before_loading(args)
     index, count = multihost.join_runtime(args)
+    if not args.distributed:
+        _check_flags_before_loading(args)
     progress.stage(f"{what}: loading the figure's code (jax, the figure module)")
     fig = reproduce.get(args.figure)
     if getattr(args, "report_only", False):
@@ -63,6 +75,32 @@ def _run(args) -> int:
         return 0
     print(f"{fig.name}: done in {time.perf_counter() - start:.1f} s; report: {report}")
     return 0
+
+
+def _check_flags_before_loading(args) -> None:
+    """The checks that need only ``LISTING`` and the file system, before the figure's module (and jax) loads."""
+    if getattr(args, "report_only", False):
+        _check_kept_run(args)  # a wrong --out costs no import
+        return
+    constructions = reproduce.LISTING[args.figure][3] if args.figure in reproduce.LISTING else None
+    if args.construction is not None and constructions is not None and args.construction not in constructions:
+        raise ValueError(f"--construction={args.construction!r}: {args.figure} offers {constructions}")
+    if args.data_dir is not None and not pathlib.Path(args.data_dir).is_dir():
+        # no figure downloads into it (dpjax.data.download_* are explicit), so a missing one is always an error
+        raise ValueError(f"--data-dir={args.data_dir!r} does not exist (or is not a directory): give the directory "
+                         "holding the datasets (dpjax.data.download_mnist(DIR) fetches MNIST)")
+
+
+def _check_kept_run(args) -> None:
+    """``--report-only``'s checks of ``--out`` that need no figure module: a kept run's results.csv is there."""
+    if args.out is None:
+        raise ValueError("--report-only needs --out, the directory of the kept run")
+    out = pathlib.Path(args.out)
+    if not (out / "results.csv").is_file():
+        what = " (it does not exist)" if not out.exists() else " (it is not a directory)" if not out.is_dir() else ""
+        raise ValueError(f"--report-only: --out={args.out!r} holds no results.csv of a kept run{what}; --report-only "
+                         f"rewrites the report of a kept run (run `dpjax reproduce {args.figure}"
+                         f"{' --quick' if args.quick else ''} --out DIR` first)")
 
 
 def _report_only(fig, args) -> int:

@@ -49,6 +49,42 @@ def _share(args) -> tuple[int, int, bool]:
     return index, count, False
 
 
+def precheck_flags(args, raw: dict) -> None:
+    """The command line's checks that need no jax, run before it loads (tens of seconds on a loaded machine): the
+    sizes, this process's share, the silo layout over the config's ``[run]`` table (the messages
+    ``SweepConfig``/``run_sweep`` give later). ``raw``: the config file's table, already ``precheck``ed."""
+    from dpjax import _validate as v
+    from dpjax.sweep.config import check_run_table
+
+    for k in ("chunk_size", "vmap_width", "max_chunks"):  # 0 or less is refused, never "automatic" or "nothing"
+        if getattr(args, k) is not None:
+            v.check_int(k, getattr(args, k), min_value=1)
+    if getattr(args, "max_data_mb", None) is not None:
+        v.check_positive("max_data_mb", args.max_data_mb)
+    out = getattr(args, "out", None)
+    if out is not None and pathlib.Path(out).exists() and not pathlib.Path(out).is_dir():
+        raise ValueError(f"out={str(out)!r} is a file, not a directory; choose a directory path")
+    if not args.distributed:  # with --distributed the share comes from JAX (and _share refuses these flags)
+        count = 1 if args.process_count is None else v.check_int("process_count", args.process_count, min_value=1)
+        if args.process_index is not None:
+            v.check_int("process_index", args.process_index, min_value=0)
+            if args.process_index >= count:
+                raise ValueError(f"process_index={args.process_index} must be < process_count={count} (--process-"
+                                 f"count{'' if args.process_count is not None else ', default 1'}): process i of P "
+                                 "computes chunks i, i+P, ...")
+    flags = {k: getattr(args, k) for k in ("silo_devices", "silo_compute", "silo_block")
+             if getattr(args, k) is not None}
+    table = raw.get("run") if isinstance(raw.get("run"), dict) else {}
+    run = check_run_table({**table, **flags})  # the messages SweepConfig gives the merged table
+    block, silos = run.get("silo_block"), (raw.get("data") or {}).get("num_silos")
+    if block is not None and isinstance(silos, int) and not isinstance(silos, bool) and block > silos:
+        raise ValueError(f"run.silo_block={block} is more than the data's {silos} silos (data.num_silos): a block is "
+                         "at most the silos of one device")
+    if not args.distributed:  # (with --distributed a number may count every process's devices)
+        from dpjax import _silo_flags
+        _silo_flags.check_host_devices(run.get("silo_devices"), "run.silo_devices")
+
+
 #: The sweep configs shipped inside the package (``dpjax sweep NAME`` runs one from any directory).
 CONFIGS_DIR = pathlib.Path(__file__).resolve().parent / "configs"
 
@@ -110,6 +146,13 @@ def resolve_config(config: str) -> pathlib.Path:
 def show_config(name: str) -> str:
     """``dpjax sweep --show NAME``: the text of a packaged config (or of a config file), to read or to copy
     (``dpjax sweep --show dp_ftrl_tree > my.toml``)."""
+    configs = packaged_configs()
+    if not name.strip():
+        raise ValueError(f"--show={name!r} is empty: give a packaged config's name (one of {', '.join(configs)}) "
+                         "or a config file")
+    if pathlib.Path(name).is_dir():
+        raise ValueError(f"--show={name!r} is a directory: give a packaged config's name (`dpjax sweep --list`) or "
+                         "a config file (TOML)")
     return resolve_config(name).read_text(encoding="utf-8")
 
 
@@ -121,6 +164,9 @@ def _sweep(args) -> int:
             raise ValueError(f"{' and '.join(listings)} are exclusive: give one listing")
         if args.config is not None:
             raise ValueError(f"{listings[0]} takes no CONFIG (got {args.config!r})")
+        if args.out is not None:  # a listing writes nothing: --out would be silently ignored
+            raise ValueError(f"{listings[0]} with --out={args.out!r}: a listing prints and writes no sweep directory; "
+                             f"to run a config give CONFIG --out DIR")
         if args.show is not None:
             print(show_config(args.show), end="")
             return 0
@@ -133,7 +179,9 @@ def _sweep(args) -> int:
         raise ValueError("the following arguments are required: --out (the sweep directory: created, resumed if "
                          "it exists)")
     from dpjax.sweep.config import SweepConfig, precheck
-    precheck(SweepConfig.read_toml(path), max_runs=args.max_runs)  # every jax-free check, before jax loads
+    raw = SweepConfig.read_toml(path)
+    precheck(raw, max_runs=args.max_runs)  # every jax-free check, before jax loads
+    precheck_flags(args, raw)
     from dpjax import progress
     progress.configure(quiet=args.quiet)
     progress.stage(f"sweep {args.config}: loading jax and the families, reading {path}")

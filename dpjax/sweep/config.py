@@ -287,6 +287,11 @@ def _runs_over_limit(size: int, shape: str, limit: int) -> str:
             "max_runs = N in the config (dpjax sweep --max-runs N) if you mean it")
 
 
+#: ``dpjax.engine.program.MAX_EVALUATIONS`` (that module imports jax; tests/cli/test_cli_edges.py checks the two agree):
+#: the most evaluation points a run stores.
+MAX_EVALUATIONS = 10**6
+
+
 def _check_fields(d: dict, fail, check) -> None:
     """The checks of the plain fields shared by ``precheck`` (``fail``/``check`` collect every problem) and
     ``SweepConfig`` (they raise the first): name, rounds, seed, sizes, the data and static tables."""
@@ -294,7 +299,11 @@ def _check_fields(d: dict, fail, check) -> None:
         fail(f"name={d['name']!r} must be a non-empty string")
     rounds = check(_validate.check_rounds, "num_rounds", d["num_rounds"]) if "num_rounds" in d else None
     if d.get("eval_every") is not None:
-        check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+        every = check(_validate.check_int, "eval_every", d["eval_every"], min_value=1, max_value=rounds)
+        count = None if rounds is None or every is None else -(-rounds // every)
+        if count is not None and count > MAX_EVALUATIONS:  # engine.program.eval_schedule's limit, before jax
+            fail(f"eval_every={every} over num_rounds={rounds} gives {count} evaluations; at most {MAX_EVALUATIONS} "
+                 f"are stored (choose eval_every >= {-(-rounds // MAX_EVALUATIONS)})")
     if "seed" in d:
         check(_validate.check_seed, "seed", d["seed"])
     if "on_nonfinite" in d:
@@ -329,6 +338,57 @@ def _check_privacy(privacy, fail, check) -> None:
                       api.ACCOUNTANTS + BATCH_CLIPPING_ACCOUNTANTS)
             if privacy.get("delta", "1/n^2") != "1/n^2":
                 check(_validate.check_open_unit, "privacy.delta", privacy["delta"])
+
+
+def declared_choices(class_name: str) -> dict[str, tuple]:
+    """``{field: choices}`` of a family class's ``_validate.check_choice("field", self.field, NAME)`` checks, read
+    from its module's source (``NAME`` a module-level tuple of literals) without importing it (no jax): ``precheck``
+    refuses a static value outside them in a fraction of a second (``noise = "pink"``). Checks of another form are
+    left to ``SweepConfig`` (the family is built there)."""
+    import ast
+
+    from dpjax import algorithms
+
+    for path in sorted(pathlib.Path(algorithms.__file__).parent.glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if f"class {class_name}" not in text:
+            continue
+        tree = ast.parse(text)
+        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+        if cls is None:
+            continue
+        consts = {}
+        for n in tree.body:
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                try:
+                    value = ast.literal_eval(n.value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    continue
+                if isinstance(value, tuple) and all(isinstance(x, str) for x in value):
+                    consts[n.targets[0].id] = value
+        out = {}
+        for n in ast.walk(cls):
+            if (isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "check_choice"
+                    and len(n.args) == 3 and isinstance(n.args[0], ast.Constant) and isinstance(n.args[2], ast.Name)
+                    and isinstance(n.args[1], ast.Attribute) and n.args[1].attr == n.args[0].value
+                    and n.args[2].id in consts):
+                out[n.args[0].value] = consts[n.args[2].id]
+        return out
+    return {}
+
+
+def _precheck_static(d: dict, problems: list) -> None:
+    """``precheck``'s part of the static table: values outside a family's declared choices (``declared_choices``)."""
+    from dpjax import algorithms
+
+    static, name = d.get("static"), d.get("algorithm")
+    declared = algorithms.declared_families()
+    if not isinstance(static, dict) or not isinstance(name, str) or not declared or name not in declared:
+        return
+    choices = declared_choices(declared[name][0])
+    for k, value in static.items():
+        if k in choices and isinstance(value, str) and value not in choices[k]:
+            problems.append(f"static.{k}={value!r}: {k}={value!r} must be one of {choices[k]}")
 
 
 def precheck(d: Any, *, max_runs: int | None = None) -> None:
@@ -366,6 +426,7 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
             problems.append(f"algorithm={name!r} is unknown; known: {tuple(sorted(declared))} "
                             "(`dpjax sweep --algorithms` describes them)")
     _check_fields(d, problems.append, check)
+    _precheck_static(d, problems)
     if "run" in d:
         check(check_run_table, d["run"])
     if max_runs is not None and check(_validate.check_int, "max_runs", max_runs, min_value=1) is None:

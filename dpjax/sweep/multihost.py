@@ -162,7 +162,9 @@ def join_runtime(args) -> tuple[int, int]:
     if not getattr(args, "distributed", False):
         for k in DISTRIBUTED_ONLY:
             if getattr(args, k, None) is not None:
-                raise ValueError(f"--{k.replace('_', '-')} needs --distributed (JAX's multi-process runtime)")
+                flag = f"--{k.replace('_', '-')}"
+                raise ValueError(f"{flag} needs --distributed (JAX's multi-process runtime); got "
+                                 f"{flag}={getattr(args, k)!r}")
         return 0, 1
     return initialize(
         args.coordinator, args.num_processes, args.process_id,

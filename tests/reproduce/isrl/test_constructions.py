@@ -82,6 +82,7 @@ def test_cli_refuses_a_construction_the_figure_lacks(tmp_path):
         quick = True
         seed = 0
         quiet = True
+        distributed = False  # the parser always sets it (multihost.add_distributed_arguments)
 
     with pytest.raises(ValueError, match="offers"):
         cli._run(Args())

@@ -25,8 +25,8 @@ model (flax linen or NNX, by seed parity) from blocks of every supported layer k
 regime (``T = 1`` / tiny Gram / Gram / materialised, exactly at or just past a switch) by rotating with the
 seed and its sizes at random inside that regime, so every 8 consecutive seeds cover every form (slow test).
 The default run checks a fast sample: two small models made of a few of the drawn blocks (``FAST_CASES``), each
-one program sharing one ghost pass per iterate (``_programs(full=False)``; about 4 s of CPU for both, trace and
-compile, where the entry points' separate passes cost about 6 s);
+one program sharing one ghost pass per iterate (``_programs(full=False)``: 4-6 s of setup at load 7 on the
+shared 2-core machine, where the entry points' separate passes took 7-9 s);
 ``test_generator_reaches_every_norm_form`` asserts that they alone reach every form (``FormRecorder`` wraps the
 norm routines while the programs are traced and records which form ran: ``REQUIRED``, including each ghost layer
 kind's leaves on both sides of its switch and each branch of the clipped sums), so a term dropped from any form fails
@@ -66,10 +66,12 @@ BATCH = 5          # rows 1 and 3 are padding (mask 0), row 4 has multiplicity 2
 REAL_ROWS = (0, 2, 4)
 CLASSES = 3
 # Compile-time bound (as tests/primitives/test_ghost_layers.py): XLA's cheap CPU settings, and the loop emitters
-# instead of the fusion emitters (halves the compile time of these programs); arithmetic unchanged.
+# instead of the fusion emitters (halves the compile time of these programs), and one LLVM module instead of
+# parallel codegen splits (-12 % compile CPU on the shared 2-core machine); arithmetic unchanged.
 jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0,
                                                    "xla_llvm_disable_expensive_passes": True,
-                                                   "xla_cpu_use_fusion_emitters": False})
+                                                   "xla_cpu_use_fusion_emitters": False,
+                                                   "xla_cpu_parallel_codegen_split_count": 1})
 
 REGIMES = ("t1", "tiny", "gram", "mat")
 
@@ -415,7 +417,9 @@ class FormRecorder:
     each call took. Names: ``outer:t1|tiny|gram|mat`` (the four branches of ``_outer_sq_norms``), ``embed:gram``,
     ``tied:cross``, ``vec:<source>`` (materialised per-example gradients: ``layer`` (LayerNorm, grouped conv, ...),
     ``bias``, ``conv-whole``/``conv-chunked``, ``outer-plain``/``outer-transposed``/``outer-conv``, ``index``),
-    ``shared:<kinds>`` (leaf groups of several calls) and ``diff:<part>`` (DIFF2 difference factors)."""
+    ``shared:<kinds>`` (leaf groups of several calls), ``diff:<part>`` (DIFF2 difference factors),
+    ``leaf:<kinds>:ghost|mat`` (a ghost layer kind's leaf and the side of its switch it took) and ``sum:<kind>``
+    (the branch of the clipped sums' weight-gradient pass, ``ghost_passes._weight_grad``)."""
 
     def __init__(self, monkeypatch):
         self.hits = collections.Counter()

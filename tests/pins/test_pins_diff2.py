@@ -225,3 +225,26 @@ def test_diff2_bvr_sigmas(eps, delta, R, T, K, b, n, P, u1, u2):
 def test_diff2_bvr_sigma3_spec_value():
     _, _, s3 = df.diff2_bvr_sigmas(3.0, 1e-5, 2000, 20, 10, 12, 1651, 10, 3.0, 3.0)
     close(s3, 0.3551, rel=2e-4)
+
+
+# -- diff2_bvr_epsilon: Lemma B.4 (Mironov) eps = RDP_total(alpha) + log(1/delta)/(alpha - 1) with E9's
+#    RDP_total(alpha) = 2 alpha m/(n^2 P^2 s1^2) + 2 alpha (R - m)/(n^2 P^2 s2^2) + K ceil(R/P) eps'_3(alpha),
+#    m = ceil(R/T), eps'_3 by E2 (Lemma B.7) at gamma = b/n; paper: at alpha_0 = 1 + ceil(2 log(1/delta)/eps_target);
+#    tight: the min over integer orders 2..max_order.
+@pytest.mark.parametrize("R, T, K, b, n, P, s1, s2, s3, delta, target", [
+    (2000, 20, 10, 12, 1651, 10, 2e-3, 2e-2, 0.4, 1e-5, 3.0),
+    (300, 9, 5, 20, 800, 4, 1e-2, 5e-2, 0.8, 1e-6, 1.0),
+    (64, 5, 3, 6, 250, 3, 2e-2, 0.1, 1.1, 1e-4, 2.0)])
+def test_diff2_bvr_epsilon(R, T, K, b, n, P, s1, s2, s3, delta, target):
+    m = math.ceil(R / T)
+
+    def rdp_total(alpha):
+        base = 2 * alpha * m / (n**2 * P**2 * s1**2) + 2 * alpha * (R - m) / (n**2 * P**2 * s2**2)
+        return base + K * math.ceil(R / P) * _e2(alpha, b / n, lambda j: 2 * j / (b * b * s3 * s3))
+
+    a0 = 1 + math.ceil(2 * math.log(1 / delta) / target)
+    paper = rdp_total(a0) + math.log(1 / delta) / (a0 - 1)
+    tight = min(rdp_total(a) + math.log(1 / delta) / (a - 1) for a in range(2, 65))
+    close(df.diff2_bvr_epsilon(R, T, K, b, n, P, s1, s2, s3, delta, "paper", eps_target=target), paper)
+    close(df.diff2_bvr_epsilon(R, T, K, b, n, P, s1, s2, s3, delta, "tight", max_order=64), tight)
+    assert tight <= paper

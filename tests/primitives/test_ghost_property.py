@@ -24,9 +24,12 @@ clipped, so each difference norm, compared nowhere else, enters the sum). ``draw
 model (flax linen or NNX, by seed parity) from blocks of every supported layer kind; each block draws its
 regime (``T = 1`` / tiny Gram / Gram / materialised, exactly at or just past a switch) by rotating with the
 seed and its sizes at random inside that regime, so every 8 consecutive seeds cover every form (slow test).
-The default run checks a fast sample: two small models made of a few of the drawn blocks (``FAST_CASES``);
+The default run checks a fast sample: two small models made of a few of the drawn blocks (``FAST_CASES``), each
+one program sharing one ghost pass per iterate (``_programs(full=False)``: 4-6 s of setup at load 7 on the
+shared 2-core machine, where the entry points' separate passes took 7-9 s);
 ``test_generator_reaches_every_norm_form`` asserts that they alone reach every form (``FormRecorder`` wraps the
-norm routines while the programs are traced and records which form ran), so a term dropped from any form fails
+norm routines while the programs are traced and records which form ran: ``REQUIRED``, including each ghost layer
+kind's leaves on both sides of its switch and each branch of the clipped sums), so a term dropped from any form fails
 the default run (the ``G`` mutants of ``experiments/mutation/run_mutants.py``). The whole drawn models, with
 the NaN padding rows too, run under ``slow``.
 
@@ -63,10 +66,12 @@ BATCH = 5          # rows 1 and 3 are padding (mask 0), row 4 has multiplicity 2
 REAL_ROWS = (0, 2, 4)
 CLASSES = 3
 # Compile-time bound (as tests/primitives/test_ghost_layers.py): XLA's cheap CPU settings, and the loop emitters
-# instead of the fusion emitters (halves the compile time of these programs); arithmetic unchanged.
+# instead of the fusion emitters (halves the compile time of these programs), and one LLVM module instead of
+# parallel codegen splits (-12 % compile CPU on the shared 2-core machine); arithmetic unchanged.
 jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0,
                                                    "xla_llvm_disable_expensive_passes": True,
-                                                   "xla_cpu_use_fusion_emitters": False})
+                                                   "xla_cpu_use_fusion_emitters": False,
+                                                   "xla_cpu_parallel_codegen_split_count": 1})
 
 REGIMES = ("t1", "tiny", "gram", "mat")
 
@@ -412,13 +417,15 @@ class FormRecorder:
     each call took. Names: ``outer:t1|tiny|gram|mat`` (the four branches of ``_outer_sq_norms``), ``embed:gram``,
     ``tied:cross``, ``vec:<source>`` (materialised per-example gradients: ``layer`` (LayerNorm, grouped conv, ...),
     ``bias``, ``conv-whole``/``conv-chunked``, ``outer-plain``/``outer-transposed``/``outer-conv``, ``index``),
-    ``shared:<kinds>`` (leaf groups of several calls) and ``diff:<part>`` (DIFF2 difference factors)."""
+    ``shared:<kinds>`` (leaf groups of several calls), ``diff:<part>`` (DIFF2 difference factors),
+    ``leaf:<kinds>:ghost|mat`` (a ghost layer kind's leaf and the side of its switch it took) and ``sum:<kind>``
+    (the branch of the clipped sums' weight-gradient pass, ``ghost_passes._weight_grad``)."""
 
     def __init__(self, monkeypatch):
         self.hits = collections.Counter()
         mp = monkeypatch
         orig_outer, orig_embed, orig_dense_of = gp._outer_sq_norms, gp._embed_sq_norms, gp.dense_of
-        orig_contrib, orig_chunk = gp.layer_contribution, gp._conv_chunk
+        orig_contrib, orig_chunk, orig_weight_grad = gp.layer_contribution, gp._conv_chunk, gp._weight_grad
         orig_parts, orig_sq, orig_diff = gc.layer_parts, gc.parts_sq_norms, gc.difference_parts
 
         def outer(a, d):
@@ -446,17 +453,25 @@ class FormRecorder:
                 self.hits["vec:bias"] += 1
             return orig_contrib(call, role, a, d)
 
+        def weight_grad(call, role, a, cot, shape):
+            self.hits["sum:" + ("bias" if role == "bias" else call.kind)] += 1
+            return orig_weight_grad(call, role, a, cot, shape)
+
         def chunk(batch, patch_floats):
             got = orig_chunk(batch, patch_floats)
             self.hits["vec:conv-chunked" if got < batch else "vec:conv-whole"] += 1
             return got
 
         def layer_parts(plan, leaves, inputs, deltas):
-            for _, contribs in plan.leaf_groups:
+            out = orig_parts(plan, leaves, inputs, deltas)
+            for leaf, contribs in plan.leaf_groups:
                 kinds = sorted({plan.calls[k].kind for k, _ in contribs})
                 if len(contribs) > 1 and any(role != "bias" for _, role in contribs):
                     self.hits["shared:" + "+".join(kinds)] += 1
-            return orig_parts(plan, leaves, inputs, deltas)
+                if all(role != "bias" for _, role in contribs) and gp.MATERIALISED not in kinds:
+                    # each ghost layer kind on both sides of its Gram / materialised switch
+                    self.hits["leaf:" + "+".join(kinds) + (":mat" if leaf in out[1] else ":ghost")] += 1
+            return out
 
         def parts_sq(parts):
             for p in parts:
@@ -472,7 +487,7 @@ class FormRecorder:
         for mod, name, fn in ((gp, "_outer_sq_norms", outer), (gp, "_embed_sq_norms", embed),
                               (gp, "dense_of", dense_of),
                               (gc, "dense_of", dense_of), (gp, "layer_contribution", contribution),
-                              (gc, "layer_contribution", contribution), (gp, "_conv_chunk", chunk),
+                              (gc, "layer_contribution", contribution), (gp, "_conv_chunk", chunk), (gp, "_weight_grad", weight_grad),
                               (gc, "layer_parts", layer_parts), (gc, "parts_sq_norms", parts_sq),
                               (gc, "difference_parts", diff)):
             mp.setattr(mod, name, fn)
@@ -486,7 +501,16 @@ REQUIRED = frozenset({
     "vec:outer-transposed", "vec:outer-conv", "vec:index",
     "shared:dense", "shared:attend+embed", "shared:dense+materialised", "shared:conv+materialised",
     "diff:vec", "diff:outer:fixed", "diff:outer:dependent", "diff:embed:fixed", "diff:tied",
+    # each ghost layer kind's leaves on both sides of its Gram / materialised switch (a Gram-form convolution
+    # unfolds its patches with strides and paddings), and each branch of the clipped sums' weight-gradient pass
+    "leaf:dense:ghost", "leaf:dense:mat", "leaf:conv:ghost", "leaf:conv:mat", "leaf:embed:ghost",
+    "leaf:attend+embed:ghost", "leaf:attend+embed:mat",
+    "sum:dense", "sum:conv", "sum:embed", "sum:attend", "sum:bias",
 })
+# The whole models also reach an embedding and a read-out (``attend`` only) on their own, on both sides of the
+# switch: the same routines as the tied table's two sides (``_embed_sq_norms`` / ``dense_of`` index scatter,
+# ``_outer_sq_norms`` / ``dense_of`` transposed), which the fast sample reaches through the tied table.
+REQUIRED_SLOW = REQUIRED | {"leaf:embed:mat", "leaf:attend:ghost", "leaf:attend:mat"}
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -495,35 +519,69 @@ def _perturbed(params):
 
 
 def _programs(loss, x, y, mask, full=True):
-    """Ghost and reference (vmap(grad)) quantities of one case, as one function of the parameters. ``full=False``
-    (the fast sample): without the NaN padding rows (they differ from the clipped sum only in the inputs' rows)."""
+    """Ghost and reference (vmap(grad)) quantities of one case, as one function of the parameters.
 
-    def run(p):
-        q = _perturbed(p)  # inside the program: eager ops would each compile
-        grads = clipping.per_example_grads(loss, p, x, y)
+    ``full=True`` (slow): through the public entry points (``per_example_grad_norms``, ``ghost_clipped_sum``
+    clipped and unclipped, ``clipped_difference_sum``), with NaN padding rows too. Each entry point plans and
+    captures on its own, so this program traces the model 9 times (7 ghost passes and 2 ``vmap(grad)``) and
+    compiles ~0.5 MB of HLO. ``full=False`` (the fast sample): the same quantities from one ghost pass per
+    iterate (``layer_passes``, the carried-pass API DIFF2 runs on): the norm routines, the clipped and unclipped
+    sums' weight-gradient pass and DIFF2's ``clipped_difference_from_passes`` are the same code, the model is
+    traced 4 times instead of 9 and the program costs about half the CPU time (trace + compile; the run itself
+    is ~0.1 s). The entry points' own lines (the plan, masked-row zeroing, the NaN guard) are covered by the slow
+    cases, ``test_ghost_clipping.py`` and ``test_ghost_layers.py``."""
+
+    def reference(p, q):
+        # both iterates' per-example gradients in one vmap over the stacked parameters: one copy of the
+        # model's backward pass in the program instead of two (a third of the fast sample's compile time)
+        both = jax.vmap(lambda w: clipping.per_example_grads(loss, w, x, y))(
+            jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), p, q))
+        grads = jax.tree_util.tree_map(lambda g: g[0], both)
         ref_norms = jax.vmap(clipping.global_norm)(grads)
         c = jnp.median(ref_norms[jnp.asarray(REAL_ROWS)])  # one real row clipped, one at the clip, one under
-        norms, _ = gc.per_example_grad_norms(loss, p, x, y, require_fast=True)
-        pairs = {"clipped sum": (clipping.clipped_sum(grads, c, mask).total,
-                                 gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True).total)}
-        # unclipped: the materialised leaves come from their own routine (no norms)
-        pairs["unclipped sum"] = (clipping.clipped_sum(grads, jnp.inf, mask).total,
-                                  gc.ghost_clipped_sum(loss, p, x, y, None, mask, require_fast=True).total)
-        if full:
-            # NaN in the padding rows: they contribute nothing (the reference: the rows as they were)
-            x_nan = x.at[jnp.asarray([1, 3]), :, 1:].set(jnp.nan)
-            pairs["clipped sum, NaN padding rows"] = (
-                pairs["clipped sum"][0], gc.ghost_clipped_sum(loss, p, x_nan, y, c, mask, require_fast=True).total)
-        diffs = jax.tree_util.tree_map(jnp.subtract, grads, clipping.per_example_grads(loss, q, x, y))
+        diffs = jax.tree_util.tree_map(lambda g: g[0] - g[1], both)
         diff_norms = jax.vmap(clipping.global_norm)(diffs)
         # half the smallest norm of a real row: every real row clipped, so every difference norm enters the sum
         # (at the median of all rows the padding rows' large norms leave the real rows unclipped, and a dropped
         # term of a difference norm would not show)
         cd = 0.5 * jnp.min(jnp.where(mask != 0, diff_norms, jnp.inf))
-        pairs["DIFF2 clipped differences"] = (
-            clipping.clipped_sum(diffs, cd, mask).total,
-            gc.clipped_difference_sum(loss, p, q, x, y, cd, mask, require_fast=True).total)
-        if full:  # DIFF2 with NaN padding rows: the same guard as the clipped sum's
+        return grads, ref_norms, c, diffs, diff_norms, cd
+
+    def run(p):
+        q = _perturbed(p)  # inside the program: eager ops would each compile
+        grads, ref_norms, c, diffs, diff_norms, cd = reference(p, q)
+        pairs = {}
+        if full:
+            norms, _ = gc.per_example_grad_norms(loss, p, x, y, require_fast=True)
+            ghost_clipped = gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True).total
+            # unclipped: the materialised leaves come from their own routine (no norms)
+            ghost_unclipped = gc.ghost_clipped_sum(loss, p, x, y, None, mask, require_fast=True).total
+            ghost_diff = gc.clipped_difference_sum(loss, p, q, x, y, cd, mask, require_fast=True).total
+        else:
+            plan = gc.make_plan(loss, p, x, y)
+            assert plan.fast, plan.reason
+            # both iterates' passes in one vmap over the stacked parameters (one copy of the pass in the program)
+            both = jax.vmap(lambda w: gc.layer_passes(loss, w, x, y, plan))(
+                jax.tree_util.tree_map(lambda u, v: jnp.stack([u, v]), p, q))
+            passes, passes_q = (jax.tree_util.tree_map(lambda a, i=i: a[i], both) for i in (0, 1))
+            leaves, rows = jax.tree_util.tree_leaves(p), mask != 0
+            parts, mats = gc.layer_parts(plan, leaves, *passes)
+            sq = gc.parts_sq_norms(parts)
+            norms = jnp.sqrt(sq)
+            ghost_clipped = gp.weighted_layer_sums(plan, p, *passes, gc._clip_coefficients(sq, c, mask), mats,
+                                                   rows=rows)
+            ghost_unclipped = gp.weighted_layer_sums(plan, p, *passes, mask,
+                                                     gc._materialised_leaves(plan, leaves, *passes), rows=rows)
+            ghost_diff = gc.clipped_difference_from_passes(plan, p, q, passes, passes_q, cd, mask)
+        pairs["clipped sum"] = (clipping.clipped_sum(grads, c, mask).total, ghost_clipped)
+        pairs["unclipped sum"] = (clipping.clipped_sum(grads, jnp.inf, mask).total, ghost_unclipped)
+        pairs["DIFF2 clipped differences"] = (clipping.clipped_sum(diffs, cd, mask).total, ghost_diff)
+        if full:
+            # NaN in the padding rows: they contribute nothing (the reference: the rows as they were)
+            x_nan = x.at[jnp.asarray([1, 3]), :, 1:].set(jnp.nan)
+            pairs["clipped sum, NaN padding rows"] = (
+                pairs["clipped sum"][0], gc.ghost_clipped_sum(loss, p, x_nan, y, c, mask, require_fast=True).total)
+            # DIFF2 with NaN padding rows: the same guard as the clipped sum's
             pairs["DIFF2 clipped differences, NaN padding rows"] = (
                 pairs["DIFF2 clipped differences"][0],
                 gc.clipped_difference_sum(loss, p, q, x_nan, y, cd, mask, require_fast=True).total)
@@ -580,11 +638,12 @@ def check_results(seed: int, results):
 
 
 # The default run's sample: two small models (a few of the drawn blocks) that together reach every form (asserted
-# below); (seed, blocks kept). Seed 5 (NNX, chunked convolution gradients): a Dense (Gram), an embedding (Gram),
-# a tied table materialised on the embedding side (index scatter, transposed read-out), the mixed-kind shares;
+# below); (seed, blocks kept). Seed 5 (NNX, chunked convolution gradients): a Dense (Gram), a 2-D convolution in
+# the ghost (unfolded-patch) form with strides (2, 1), an embedding (Gram), a tied table materialised on the
+# embedding side (index scatter, transposed read-out), the mixed-kind shares;
 # seed 2 (linen): a Dense called twice, a materialised 2-D convolution (whole batch), a tied table with both sides
 # ghost (cross term).
-FAST_CASES = ((5, (0, 6, 7, "mix")), (2, (2, 5, 7)))
+FAST_CASES = ((5, (0, 5, 6, 7, "mix")), (2, (2, 5, 7)))
 SLOW_SEEDS = tuple(range(16))  # two ranges of 8 (each reaches every form)
 
 
@@ -620,4 +679,50 @@ def test_every_seed_range_reaches_every_norm_form():
         hits = collections.Counter()
         for seed in range(start, start + 8):
             hits.update(forms_of(seed))
-        assert REQUIRED <= set(hits), (start, sorted(REQUIRED - set(hits)))
+        assert REQUIRED_SLOW <= set(hits), (start, sorted(REQUIRED_SLOW - set(hits)))
+
+
+class _IdsNet(nn.Module):
+    """Embedding ids the generator never draws: negative ids (flax's ``jnp.take`` wraps them, ``id + V``) into a
+    Gram-form table (``V F = 15 > T^2 = 9``) and a materialised one (``V F = 4 <= 9``), and a one-row table,
+    which flax broadcasts whatever the id (``ghost_passes._embed_index`` maps every id to row 0)."""
+
+    @nn.compact
+    def __call__(self, x):
+        ids = x[:, 0].astype(jnp.int32)
+        h = [nn.Embed(5, 3, name="gram")(ids), nn.Embed(2, 2, name="mat")(ids % 2 - 2 * (ids < 0)),
+             nn.Embed(1, 4, name="one_row")(jnp.abs(ids))]
+        return nn.Dense(CLASSES, name="head")(jnp.concatenate([jnp.tanh(v.mean(0)) for v in h]))
+
+
+def test_negative_ids_and_a_one_row_table_equal_vmap_grad(monkeypatch):
+    """Norms and clipped sums of embeddings looked up by negative ids (wrapped) and of a one-row table (every id
+    is row 0) equal ``vmap(grad)``'s: an id mapped to the out-of-range row would drop its term from the norm."""
+    r = np.random.default_rng(11)
+    ids = np.array([[-5, 4, -1], [3, -3, -3], [0, -2, 2], [-4, 1, 4], [2, 2, -5]])  # -5..4: every row, both signs
+    assert (ids < 0).any(axis=1).all() and (np.abs(ids) > 0).any(axis=1).all()
+    x = np.concatenate([ids[..., None].astype(np.float64), r.normal(size=ids.shape + (1,))], -1)
+    y = jnp.asarray(r.integers(0, CLASSES, size=len(ids)))
+    x = jnp.asarray(x)
+    mask = jnp.asarray([1.0, 0.0, 1.0, 1.0, 2.0], jnp.float64)
+    module = _IdsNet()
+    params = _random_params(jax.eval_shape(module.init, jax.random.key(0), np.asarray(x[0])), 11)
+    loss = lambda p, xi, yi: _ce(module.apply(p, xi), yi)  # noqa: E731
+    rec = FormRecorder(monkeypatch)
+    seen = []
+    orig_index = gp._embed_index
+    monkeypatch.setattr(gp, "_embed_index", lambda call, idx: (seen.append(call.spec.num_embeddings),
+                                                                orig_index(call, idx))[1])
+
+    def run(p):
+        grads = clipping.per_example_grads(loss, p, x, y)
+        ref = jax.vmap(clipping.global_norm)(grads)
+        c = jnp.median(ref)
+        norms, _ = gc.per_example_grad_norms(loss, p, x, y, require_fast=True)
+        return ref, norms, clipping.clipped_sum(grads, c, mask).total, \
+            gc.ghost_clipped_sum(loss, p, x, y, c, mask, require_fast=True).total
+
+    ref, norms, want, got = jax.device_get(jit(run)(params))
+    assert {"embed:gram", "vec:index"} <= set(rec.hits) and 1 in seen, (rec.hits, seen)
+    np.testing.assert_allclose(norms, ref, rtol=RTOL, atol=0)
+    _assert_close_trees(want, got, "clipped sum")

@@ -136,7 +136,8 @@ class AdaptiveClipMean:
         mean, _ = PublicMean(self.expected_silos).update(
             Sensitive(jax.tree_util.tree_unflatten(treedef, clipped), clip_norm, self.neighboring), (), ctx)
         coefficients = jnp.where(keep, scale * w * ctx.batch.available.astype(scale.dtype), 0.0)
-        kernel_sum = input_dense.factored_weighted_sum(units.records, units.h, coefficients)
+        kernel_sum = input_dense.factored_weighted_sum(units.records, units.h, coefficients,
+                                                       live=ctx.batch.available, chunk=units.live_chunk)
         mean_leaves = jax.tree_util.tree_leaves(mean.value)
         mean_leaves[k] = kernel_sum / jnp.asarray(self.expected_silos).astype(kernel_sum.dtype)  # Sensitive.divided's
         return norms, mean.replace(value=jax.tree_util.tree_unflatten(treedef, mean_leaves))

@@ -131,7 +131,14 @@ class LocalDeltas:
     does not start with ``x @ W`` on the flat record; ``"auto"``: low-rank where the model allows it. Needs
     ``local_batch_size``. In the low-rank form the units are ``FactoredDeltas`` (``factored_units``, default): the
     kernel's delta ``X^T h`` also kept as its factors, so a clipper that reads them (``AdaptiveClipMean``) clips and
-    sums the cohort's kernels without the ``[M, d, width]`` deltas; False hands over the materialised deltas only."""
+    sums the cohort's kernels without the ``[M, d, width]`` deltas; False hands over the materialised deltas only.
+
+    ``chunk_gather`` (low-rank form with ``client_batch``; default True): each chunk of ``client_batch`` silos gathers
+    its own records, Grams and local batches inside its ``lax.cond``, and the units tell the clipper to sum the kernels
+    over the chunks up to the last sampled silo only (``FactoredDeltas.live_chunk``): the Poisson buffer's empty tail
+    (the default buffer is ~1.7x the expected cohort) is neither gathered nor multiplied. The same deltas; the kernel
+    sum's matmul is shorter, so it differs from False (the whole buffer gathered, one matmul over it: the path before
+    issue #38) by float rounding only."""
 
     problem: Any
     local_steps: int
@@ -141,6 +148,8 @@ class LocalDeltas:
     client_batch: int | None = None
     input_layer: str = "materialized"
     factored_units: bool = True
+    chunk_gather: bool = True
+    keep_grams: bool = True
 
     roles = ("client",)
 
@@ -168,10 +177,12 @@ class LocalDeltas:
     def init(self, params, ctx: Context):
         """``()``, or for the low-rank form on a materialised ``SiloData`` every silo's record Gram matrix
         ``[N, n_max, n_max]`` (data only, computed once: a round gathers its batches' entries instead of forming
-        them), when it fits ``GRAM_STATE_BYTES``."""
+        them), when it fits ``GRAM_STATE_BYTES`` and ``keep_grams`` (a family sets it False for a run that visits
+        fewer silos than it has: ``num_rounds x`` the expected cohort ``< N``, where forming the visited silos' Grams
+        each round costs less than forming all N once)."""
         data = ctx.data
         x = getattr(data, "x", None)  # PooledSiloData has no materialised records: its rounds form their Grams
-        if (self.input_layer == "materialized" or x is None or x.ndim != 3
+        if (self.input_layer == "materialized" or not self.keep_grams or x is None or x.ndim != 3
                 or x.shape[0] * x.shape[1] ** 2 * 4 > self.GRAM_STATE_BYTES
                 or self._input_split(params, x[0], data.y[0]) is None):
             return ()
@@ -267,9 +278,11 @@ class LocalDeltas:
         gathered once for the cohort: a silo's own n_max rows when its steps visit at least as many positions (local
         epochs: its Gram kept as state is used as it is), else the steps' rows in step order."""
         data, params, rows = ctx.data, ctx.query, batch.rows()
+        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
+        if self.client_batch is not None and self.chunk_gather:
+            return self._low_rank_chunked(split, batch, state if kept else None, ctx, silo_keys, lr, weights)
         steps, valid = jax.vmap(lambda key, size: self._batches(key, size, data.n_max))(silo_keys, data.sizes[rows])
         m, s, b = steps.shape
-        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
         if s * b >= data.n_max:
             records, labels = jax.vmap(data.silo_records)(rows)
             index, gram = steps, state[rows] if kept else None
@@ -295,6 +308,36 @@ class LocalDeltas:
         if not self.factored_units:
             return PerUnitVectors(deltas, weights, per_silo=True)
         return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram)
+
+    def _low_rank_chunked(self, split, batch, grams, ctx, silo_keys, lr, weights):
+        """``_low_rank_units`` with each chunk's gathers (records, labels, kept Grams) and local batches inside its
+        chunk (``_in_chunks``): an empty chunk of the Poisson buffer gathers nothing. The same rows, indices and
+        factors as the whole-buffer gather, silo by silo."""
+        data, params, rows = ctx.data, ctx.query, batch.rows()
+        n_max = data.n_max
+
+        def one_silo(row, key, size):
+            steps, valid = self._batches(key, size, n_max)
+            s, b = steps.shape
+            if s * b >= n_max:  # the silo's own rows, indexed by the steps (its kept Gram as it is)
+                records, labels = data.silo_records(row)
+                index, gram = steps, None if grams is None else grams[row]
+            else:  # the steps' rows in step order
+                flat = steps.reshape(s * b)
+                records, labels = data.silo_records(row, flat)
+                index = jnp.arange(s * b).reshape(s, b)
+                gram = None if grams is None else grams[row][flat][:, flat]
+            leaves, h, gram = low_rank_local_factors(split, params, records, index, labels[index], valid, lr, gram)
+            return leaves, h, gram, records
+
+        leaves, h, gram, records = self._in_chunks(one_silo, batch.available, (rows, silo_keys, data.sizes[rows]))
+        k = split.kernel_index
+        leaves[k] = jnp.einsum("mrd,mrw->mdw", records, h)  # dead code when the clipper reads the factors
+        deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+        if not self.factored_units:
+            return PerUnitVectors(deltas, weights, per_silo=True)
+        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram,
+                              live_chunk=self.client_batch)
 
 
 @dataclasses.dataclass(frozen=True)

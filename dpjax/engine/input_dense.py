@@ -166,7 +166,8 @@ def factored_sq_norms(gram, h):
 
 
 def factored_weighted_sum(records, h, coefficients, live=None, chunk=None):
-    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d], ``h`` [M, R, w], ``coefficients`` [M]): ONE
+    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d] or a function of n giving the first n silos' [n, R, d]; ``h``
+    [M, R, w], ``coefficients`` [M]): ONE
     ``[d, M R] x [M R, w]`` matmul over the cohort's rows instead of M per-silo products and their [M, d, w] buffer.
     A silo of coefficient 0 adds exactly nothing, even if its ``h`` overflowed (inf x 0 is kept out by a select).
 
@@ -179,15 +180,18 @@ def factored_weighted_sum(records, h, coefficients, live=None, chunk=None):
     c = coefficients.astype(h.dtype)[:, None, None]
     scaled = jnp.where(c != 0, h * c, jnp.zeros_like(h))
     m, r, w = h.shape
+    first = records if callable(records) else (lambda n: records[:n])  # noqa: E731
     if live is None or chunk is None or chunk >= m:
-        return records.reshape(m * r, -1).T @ scaled.reshape(m * r, w)
+        return first(m).reshape(m * r, -1).T @ scaled.reshape(m * r, w)
+    one = jax.eval_shape(lambda: first(1))
+    d, dtype = one.shape[-1], jnp.result_type(one.dtype, scaled.dtype)
     last = jnp.max(jnp.where(live, jnp.arange(m), -1))  # -1: nobody sampled
     needed = ((last + chunk) // chunk).astype(jnp.int32)  # chunks covering slots 0 .. last (0 if none)
 
     def prefix(j):
         n = min(j * chunk, m)
         if n == 0:
-            return lambda: jnp.zeros((records.shape[-1], w), jnp.result_type(records.dtype, scaled.dtype))
-        return lambda: records[:n].reshape(n * r, -1).T @ scaled[:n].reshape(n * r, w)
+            return lambda: jnp.zeros((d, w), dtype)
+        return lambda: first(n).reshape(n * r, -1).T @ scaled[:n].reshape(n * r, w)
 
     return jax.lax.switch(needed, [prefix(j) for j in range(-(-m // chunk) + 1)])

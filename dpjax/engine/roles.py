@@ -233,13 +233,17 @@ class FactoredDeltas(PerUnitVectors):
 
     ``live_chunk`` k (static, or None): the units are a Poisson buffer whose available silos come first and the client
     trained them k at a time; the clipper may then sum the kernels over the first ``ceil((last available + 1) / k)``
-    chunks of k rows only (``input_dense.factored_weighted_sum``), skipping the buffer's empty tail."""
+    chunks of k rows only (``input_dense.factored_weighted_sum``), skipping the buffer's empty tail. Such a client
+    may hand ``records`` as a function of n returning the first n silos' records (gathered again where the sum needs
+    them) and the kernels' squared norms ``kernel_sq_norms`` [M] (``input_dense.factored_sq_norms`` of each silo's Gram
+    and h, formed where they were) instead of the Gram."""
 
     kernel_index: int = 0
     records: Any = None
     h: Any = None
     gram: Any = None
     live_chunk: int | None = None
+    kernel_sq_norms: Any = None
 
 
 # ----------------------------------------------------------------------------- The one signature

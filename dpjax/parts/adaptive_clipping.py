@@ -127,7 +127,9 @@ class AdaptiveClipMean:
         k, w = units.kernel_index, units.weights
         leaves, treedef = jax.tree_util.tree_flatten(units.vectors)
         rest_sq = sum(jnp.sum(jnp.square(t).reshape(t.shape[0], -1), axis=1) for i, t in enumerate(leaves) if i != k)
-        norms = jnp.sqrt(rest_sq + input_dense.factored_sq_norms(units.gram, units.h))
+        kernel_sq = (input_dense.factored_sq_norms(units.gram, units.h) if units.kernel_sq_norms is None
+                     else units.kernel_sq_norms)  # formed by the client, chunk by chunk
+        norms = jnp.sqrt(rest_sq + kernel_sq)
         scale, keep = clipping.clip_coefficients(norms, clip_norm)
         kept = lambda t: jnp.where(keep.reshape((-1,) + (1,) * (t.ndim - 1)),  # noqa: E731
                                    t * (scale * w).reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype), 0)

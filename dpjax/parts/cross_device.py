@@ -25,7 +25,7 @@ import optax
 from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
 from dpjax.engine.conv_layout import canonical_convs
-from dpjax.engine.input_dense import low_rank_local_factors, split_input_dense
+from dpjax.engine.input_dense import factored_sq_norms, low_rank_local_factors, split_input_dense
 from dpjax.engine.roles import Batch, Context, FactoredDeltas, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
 from dpjax.parts.selection import available_silos
@@ -51,20 +51,26 @@ class SampledSilos:
     sampling: str = "poisson"
     sampling_rate: float | None = None
     cohort_capacity: int | None = None
+    capacity_multiple: int = 1
 
     def __post_init__(self):
         if self.sampling_rate is not None:
             sampling_lib.make_sampler(self.sampling, self.silos_per_round, self.sampling_rate)
         if self.cohort_capacity is not None:
             _validate.check_int("cohort_capacity", self.cohort_capacity, min_value=1)
+        _validate.check_int("capacity_multiple", self.capacity_multiple, min_value=1)
 
     def capacity(self, num_silos: int) -> int:
         """How many silos a Poisson round computes: the sampled ones gathered into a static buffer of
         ``cohort_capacity`` (default ``qN + 6 sqrt(qN) + 8``, overflow probability < 1e-8 a round), all N when
-        that is not fewer. A round that samples more refuses the run (``SamplingOverflowError``), never truncates."""
+        that is not fewer. A round that samples more refuses the run (``SamplingOverflowError``), never truncates.
+        The default rounds up to a multiple of ``capacity_multiple`` (a client training k silos at a time then cuts
+        the buffer into whole chunks, with no padded copy of it): a larger buffer holds the same sampled silos in the
+        same slots and only overflows less."""
         cap = self.cohort_capacity
         if cap is None:
             cap = sampling_lib.default_poisson_capacity(math.ceil(self.inclusion_probability(num_silos) * num_silos))
+            cap = -(-cap // self.capacity_multiple) * self.capacity_multiple
         return min(cap, num_silos)
 
     def inclusion_probability(self, num_silos):
@@ -228,6 +234,8 @@ class LocalDeltas:
             zeros = lambda: jax.tree_util.tree_map(lambda t: jnp.zeros(t.shape, t.dtype), shapes)  # noqa: E731
             return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), zeros)
 
+        if chunks * k == slots:  # whole chunks (SampledSilos.capacity_multiple): no padded copy in, no slice out
+            pad = lambda a: a.reshape(chunks, k, *a.shape[1:])  # noqa: E731
         out = jax.lax.map(chunk, jax.tree_util.tree_map(pad, (available, *inputs)))
         return jax.tree_util.tree_map(lambda a: a.reshape(chunks * k, *a.shape[2:])[:slots], out)
 
@@ -328,16 +336,25 @@ class LocalDeltas:
                 index = jnp.arange(s * b).reshape(s, b)
                 gram = None if grams is None else grams[row][flat][:, flat]
             leaves, h, gram = low_rank_local_factors(split, params, records, index, labels[index], valid, lr, gram)
-            return leaves, h, gram, records
+            sq_norm = factored_sq_norms(gram[None], h[None])[0]  # the kernel's ||X^T h||^2, from the chunk's Gram
+            return leaves, h, sq_norm, (None if s * b >= n_max else flat)
 
-        leaves, h, gram, records = self._in_chunks(one_silo, batch.available, (rows, silo_keys, data.sizes[rows]))
+        leaves, h, sq_norms, flat = self._in_chunks(one_silo, batch.available, (rows, silo_keys, data.sizes[rows]))
+
+        def records_of(n):
+            """The first n computed silos' rows, gathered again where they are needed (the kernel's clipped sum, the
+            materialised deltas): not carried out of the chunks as an [M, R, d] buffer."""
+            if flat is None:
+                return jax.vmap(data.silo_records)(rows[:n])[0]
+            return jax.vmap(data.silo_records)(rows[:n], flat[:n])[0]
+
         k = split.kernel_index
-        leaves[k] = jnp.einsum("mrd,mrw->mdw", records, h)  # dead code when the clipper reads the factors
-        deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+        leaves[k] = jnp.einsum("mrd,mrw->mdw", records_of(rows.shape[0]), h)  # dead code when the clipper reads the
+        deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)  # factors
         if not self.factored_units:
             return PerUnitVectors(deltas, weights, per_silo=True)
-        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram,
-                              live_chunk=self.client_batch)
+        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records_of, h=h,
+                              live_chunk=self.client_batch, kernel_sq_norms=sq_norms)
 
 
 @dataclasses.dataclass(frozen=True)

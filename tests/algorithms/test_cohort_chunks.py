@@ -114,11 +114,15 @@ def test_chunked_round_releases_the_whole_buffer_round_in_float64(local, keep_gr
                 units, _ = client.update(batch, state, ctx)
                 assert isinstance(units, FactoredDeltas) and units.live_chunk == (3 if chunked else None)
                 released, new_clip = AdaptiveClipMean(8).update(units, clip, ctx)
-                out.append((released.value, new_clip, released.sensitivity, input_dense.factored_sq_norms(
-                    units.gram, units.h)))
+                sq = input_dense.factored_sq_norms(units.gram, units.h) if units.gram is not None else None
+                if chunked:  # the chunks' norms, formed where the chunk had its Gram; no Gram carried out
+                    assert units.gram is None and callable(units.records)
+                    sq = units.kernel_sq_norms
+                out.append((released.value, new_clip, released.sensitivity, sq))
             return batch.available, out
 
         available, [(mean_c, clip_c, sens_c, norms_c), (mean_w, clip_w, sens_w, norms_w)] = release(ctx, 1.0)
+        assert _rel(norms_c, norms_w) <= 1e-10  # the kernels' squared norms: the clip's input
         count = int(np.sum(available))
         assert 0 < count and -(-count // 3) * 3 + 3 <= 33 and not np.any(np.asarray(available)[count:])
         s = np.sort(np.sqrt(np.asarray(norms_w))[:count])

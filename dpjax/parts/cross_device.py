@@ -24,8 +24,9 @@ import optax
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
+from dpjax.engine import input_dense
 from dpjax.engine.conv_layout import canonical_convs
-from dpjax.engine.input_dense import factored_sq_norms, low_rank_local_factors, split_input_dense
+from dpjax.engine.input_dense import low_rank_local_factors, split_input_dense
 from dpjax.engine.roles import Batch, Context, FactoredDeltas, PerUnitVectors, Sensitive
 from dpjax.parts.aggregators import Aggregate
 from dpjax.parts.selection import available_silos
@@ -336,7 +337,8 @@ class LocalDeltas:
                 index = jnp.arange(s * b).reshape(s, b)
                 gram = None if grams is None else grams[row][flat][:, flat]
             leaves, h, gram = low_rank_local_factors(split, params, records, index, labels[index], valid, lr, gram)
-            sq_norm = factored_sq_norms(gram[None], h[None])[0]  # the kernel's ||X^T h||^2, from the chunk's Gram
+            # the kernel's ||X^T h||^2 from the chunk's Gram (through the module: one definition, one mutation site)
+            sq_norm = input_dense.factored_sq_norms(gram[None], h[None])[0]
             return leaves, h, sq_norm, (None if s * b >= n_max else flat)
 
         leaves, h, sq_norms, flat = self._in_chunks(one_silo, batch.available, (rows, silo_keys, data.sizes[rows]))

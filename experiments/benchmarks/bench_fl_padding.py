@@ -4,10 +4,12 @@ Both code paths run in one process, interleaved (before, after, before, ...), on
 ``bench_fl_simulation.py`` (1,000 clients x 60 records, Poisson q = 0.1, one local epoch in batches of 10, MLP 784-64-10,
 fixed clipping, sigma 1, low-rank input layer, ``client_batch`` 25):
 
-* ``before``: ``LocalDeltas(chunk_gather=False, keep_grams=True)`` -- the whole 168-slot Poisson buffer gathered and
-  the clipped kernel sum one matmul over it, every client's record Gram formed at the start of the run; the sweep
+* ``before``: ``LocalDeltas(chunk_gather=False, keep_grams=True)``, ``SampledSilos(capacity_multiple=1)`` -- the
+  whole 168-slot Poisson buffer gathered (the chunks' last one padded), the kernels' norms and their clipped sum over
+  all of it, every client's record Gram formed at the start of the run; the sweep
   vmapped over independent run keys with one vmap over the whole buffer (``client_batch=None``);
-* ``after``: the chunks gather their own records and the kernel sum stops at the last sampled silo's chunk; the Grams
+* ``after``: a 175-slot buffer (whole chunks of 25), the chunks gather their own records and form the kernels' norms,
+  the kernel sum gathers and multiplies up to the last sampled silo's chunk only; the Grams
   formed only for the visited silos where the run visits fewer than N (``dp_fedavg.keep_record_grams``); the sweep
   with common random numbers (``run_many(shared_key=True)``, dpjax sweeps' convention: the cohort, the batches and
   the noise draws shared by the 8 configurations, so the gathers run once and the matmuls take the 8 kernels as one)
@@ -54,7 +56,7 @@ class BeforeDpFedAvg(DpFedAvg):
         p = super().parts(shape)
         chain = tuple(dataclasses.replace(c, chunk_gather=False, keep_grams=True) if isinstance(c, LocalDeltas) else c
                       for c in p.chain)
-        return dataclasses.replace(p, chain=chain)
+        return dataclasses.replace(p, selection=dataclasses.replace(p.selection, capacity_multiple=1), chain=chain)
 
 
 def before(algo: DpFedAvg) -> BeforeDpFedAvg:

@@ -118,16 +118,20 @@ def test_chunked_round_releases_the_whole_buffer_round_in_float64(local, keep_gr
                 if chunked:  # the chunks' norms, formed where the chunk had its Gram; no Gram carried out
                     assert units.gram is None and callable(units.records)
                     sq = units.kernel_sq_norms
+                    kernel = jax.tree_util.tree_leaves(units.vectors)[units.kernel_index]  # X^T h itself
+                    out.append(jnp.sum(jnp.square(kernel), axis=(1, 2)))
                 out.append((released.value, new_clip, released.sensitivity, sq))
             return batch.available, out
 
-        available, [(mean_c, clip_c, sens_c, norms_c), (mean_w, clip_w, sens_w, norms_w)] = release(ctx, 1.0)
-        assert _rel(norms_c, norms_w) <= 1e-10  # the kernels' squared norms: the clip's input
+        available, [direct, (mean_c, clip_c, sens_c, norms_c), (mean_w, clip_w, sens_w, norms_w)] = release(ctx, 1.0)
+        # the kernels' squared norms (the clip's input): against the whole-buffer path and against ||X^T h||^2 formed
+        # without the Gram (a norm that drops the Gram, or takes another chunk's, fails here)
+        assert _rel(norms_c, norms_w) <= 1e-10 and _rel(norms_c, direct) <= 1e-10
         count = int(np.sum(available))
         assert 0 < count and -(-count // 3) * 3 + 3 <= 33 and not np.any(np.asarray(available)[count:])
         s = np.sort(np.sqrt(np.asarray(norms_w))[:count])
         clip = float(s[len(s) // 2])  # some silos clipped, some not
-        available, [(mean_c, clip_c, sens_c, _), (mean_w, clip_w, sens_w, _)] = release(ctx, clip)
+        available, [_, (mean_c, clip_c, sens_c, _), (mean_w, clip_w, sens_w, _)] = release(ctx, clip)
         assert float(sens_c) == float(sens_w)
         for a, b in zip(jax.tree_util.tree_leaves(mean_c), jax.tree_util.tree_leaves(mean_w)):
             assert _rel(a, b) <= 1e-10, _rel(a, b)

@@ -221,7 +221,9 @@ class LocalDeltas:
         """``one_silo`` over the computed silos ``client_batch`` at a time (``lax.map`` over vmapped chunks); a chunk
         holding no reporting silo trains nothing (``lax.cond``): the Poisson buffer holds its sampled silos first and
         is sized for the tail (~m + 6 sqrt(m) + 8), so its last chunks are mostly empty. Their deltas are zeros,
-        weighted 0 as before. (Under a vmapped sweep the cond computes both branches: no saving, same numbers.)"""
+        weighted 0 as before. (Under a vmapped sweep with a key per configuration the cohorts differ, the predicate is
+        batched and the cond computes both branches: no saving, same numbers. With one shared key -- common random
+        numbers, ``run_many(shared_key=True)`` -- the cohort is the configurations' one and the cond still skips.)"""
         k, slots = self.client_batch, available.shape[0]
         chunks = -(-slots // k)
         # padded slots repeat slot 0 (PRNG keys cannot be zero-padded); their outputs are cut off below

@@ -75,6 +75,27 @@ def timed(fn):
     return cold, time.perf_counter() - t, time.process_time() - c, out
 
 
+#: The round's floor arithmetic a sampled client (60 records, MLP 784-64-10): its records through the first layer
+#: (x W, 2 R d w) and the first kernel's gradient (X^T G, 2 R d w), the second layer forward and backward (~3 x 2 R w c);
+#: what any local SGD of one epoch must compute (materialised per-step kernels add their updates, the low-rank form its
+#: Gram). Padding slots and the Grams are not in the floor.
+FLOOR_FLOPS_PER_CLIENT = 2 * 60 * 784 * 64 * 2 + 3 * 2 * 60 * 64 * 10
+
+
+def peak_flops(n=2048, repeats=5):
+    """Best float32 matmul rate of this process, as wall FLOP/s and as FLOP per CPU-second (the load-robust unit)."""
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    jax.block_until_ready(f(a))
+    wall, cpu = [], []
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        jax.block_until_ready(f(a))
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return 2 * n ** 3 / min(wall), 2 * n ** 3 / min(cpu)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
@@ -103,6 +124,7 @@ def main(argv=None):
             row["load"].append(os.getloadavg()[0])
             cold, warm, cpu, out = timed(lambda: engine.run(algo, dp.data, dp.hparams(), keys.run_key(0, 0)))
             outs[name] = out.output
+            row.setdefault("sampled", float(jnp.sum(out.round_metrics["num_available"])) / r)
             row["per_round"].append(warm / r)
             row["cpu_round"].append(cpu / r)
             row["compile"].append(cold - warm)
@@ -114,6 +136,7 @@ def main(argv=None):
         print(f"repeat {rep + 1}/{args.repeats} done, load {os.getloadavg()[0]:.1f}", flush=True)
     diff = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree_util.tree_leaves(outs["before"]),
                                                                 jax.tree_util.tree_leaves(outs["after"])))
+    peak_wall, peak_cpu = peak_flops()
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     lo = lambda xs: min(xs) if xs else float("nan")  # noqa: E731
     print(f"DP-FedAvg MNIST 1000 x 60, q 0.1, {r} rounds, client_batch {args.client_batch}; jax {jax.__version__}; "
@@ -130,6 +153,16 @@ def main(argv=None):
               f"| {med(row['compile']):.2f}/{lo(row['compile']):.2f} "
               f"| {1e3 * med(row['grid_round']):.1f}/{1e3 * lo(row['grid_round']):.1f} | {1e3 * med(row['grid_cpu']):.1f} "
               f"| {ratio:.2f}, {cratio:.2f} | {med(row['grid_compile']):.2f} |")
+    floor = rows["after"]["sampled"] * FLOOR_FLOPS_PER_CLIENT
+    print(f"roofline: {rows['after']['sampled']:.1f} sampled clients a round x {FLOOR_FLOPS_PER_CLIENT / 1e6:.1f} MFLOP = "
+          f"{floor / 1e9:.2f} GFLOP; peak matmul {peak_wall / 1e9:.1f} GFLOP/s wall, {peak_cpu / 1e9:.1f} GFLOP per "
+          f"CPU-s (2048^2, load {os.getloadavg()[0]:.1f}); floor {1e3 * floor / peak_wall:.1f} ms wall, "
+          f"{1e3 * floor / peak_cpu:.1f} CPU-ms")
+    for name, row in rows.items():
+        print(f"  {name}: measured / floor = {med(row['per_round']) * peak_wall / floor:.2f} (wall), "
+              f"{med(row['cpu_round']) * peak_cpu / floor:.2f} (CPU); grid of 8 / its floor (8 x, every "
+              f"configuration its own kernels) = {med(row['grid_round']) * peak_wall / (8 * floor):.2f} (wall), "
+              f"{med(row['grid_cpu']) * peak_cpu / (8 * floor):.2f} (CPU)")
     print(f"after / before per round: wall {med(rows['after']['per_round']) / med(rows['before']['per_round']):.2f}, "
           f"CPU {med(rows['after']['cpu_round']) / med(rows['before']['cpu_round']):.2f}; "
           f"load avg at the end {os.getloadavg()}")

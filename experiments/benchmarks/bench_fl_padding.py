@@ -1,8 +1,8 @@
 """Side by side (issue #38): bench_fl_simulation's dpjax workload on the path before and after the padding cut.
 
 Both code paths run in one process, interleaved (before, after, before, ...), on the MNIST workload of
-``bench_fl_simulation.py`` (1,000 clients x 60 records, Poisson q = 0.1, one local epoch in batches of 10, MLP 784-64-10,
-fixed clipping, sigma 1, low-rank input layer, ``client_batch`` 25):
+``bench_fl_simulation.py`` (1,000 clients x 60 records, Poisson q = 0.1, one local epoch in batches of 10, MLP
+784-64-10, fixed clipping, sigma 1, low-rank input layer, ``client_batch`` 25):
 
 * ``before``: ``LocalDeltas(chunk_gather=False, keep_grams=True)``, ``SampledSilos(capacity_multiple=1)`` -- the
   whole 168-slot Poisson buffer gathered (the chunks' last one padded), the kernels' norms and their clipped sum over
@@ -76,7 +76,8 @@ def timed(fn):
 
 
 #: The round's floor arithmetic a sampled client (60 records, MLP 784-64-10): its records through the first layer
-#: (x W, 2 R d w) and the first kernel's gradient (X^T G, 2 R d w), the second layer forward and backward (~3 x 2 R w c);
+#: (x W, 2 R d w) and the first kernel's gradient (X^T G, 2 R d w), the second layer forward and backward
+#: (~3 x 2 R w c);
 #: what any local SGD of one epoch must compute (materialised per-step kernels add their updates, the low-rank form its
 #: Gram). Padding slots and the Grams are not in the floor.
 FLOOR_FLOPS_PER_CLIENT = 2 * 60 * 784 * 64 * 2 + 3 * 2 * 60 * 64 * 10
@@ -106,7 +107,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     ns = argparse.Namespace(cifar=False, records=60, clients=1000, local_steps=6, local_batch=10, dpjax_local="epochs",
                             cohort_rate=0.1, dpjax_client_batch=args.client_batch, dpjax_input_layer="auto",
-                            client_lr=0.1, sigma=1.0, clip=1.0, sweep_lrs=[0.03, 0.1, 0.3, 1.0], sweep_sigmas=[0.5, 1.0])
+                            client_lr=0.1, sigma=1.0, clip=1.0, sweep_lrs=[0.03, 0.1, 0.3, 1.0],
+                            sweep_sigmas=[0.5, 1.0])
     dp = fl.DpjaxRunner(ns, *fl.load_workload(1000, 60, args.data_dir))
     r = args.rounds
     after_single = dp.algorithm(r)
@@ -151,10 +153,12 @@ def main(argv=None):
               f"| {1e3 * med(row['per_round']):.1f}/{1e3 * lo(row['per_round']):.1f} "
               f"| {1e3 * med(row['cpu_round']):.1f}/{1e3 * lo(row['cpu_round']):.1f} "
               f"| {med(row['compile']):.2f}/{lo(row['compile']):.2f} "
-              f"| {1e3 * med(row['grid_round']):.1f}/{1e3 * lo(row['grid_round']):.1f} | {1e3 * med(row['grid_cpu']):.1f} "
+              f"| {1e3 * med(row['grid_round']):.1f}/{1e3 * lo(row['grid_round']):.1f} "
+              f"| {1e3 * med(row['grid_cpu']):.1f} "
               f"| {ratio:.2f}, {cratio:.2f} | {med(row['grid_compile']):.2f} |")
     floor = rows["after"]["sampled"] * FLOOR_FLOPS_PER_CLIENT
-    print(f"roofline: {rows['after']['sampled']:.1f} sampled clients a round x {FLOOR_FLOPS_PER_CLIENT / 1e6:.1f} MFLOP = "
+    print(f"roofline: {rows['after']['sampled']:.1f} sampled clients a round x "
+          f"{FLOOR_FLOPS_PER_CLIENT / 1e6:.1f} MFLOP = "
           f"{floor / 1e9:.2f} GFLOP; peak matmul {peak_wall / 1e9:.1f} GFLOP/s wall, {peak_cpu / 1e9:.1f} GFLOP per "
           f"CPU-s (2048^2, load {os.getloadavg()[0]:.1f}); floor {1e3 * floor / peak_wall:.1f} ms wall, "
           f"{1e3 * floor / peak_cpu:.1f} CPU-ms")

@@ -165,11 +165,33 @@ def factored_sq_norms(gram, h):
     return jnp.sum(h * jnp.einsum("mrs,msw->mrw", gram, h), axis=(1, 2))
 
 
-def factored_weighted_sum(records, h, coefficients):
-    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d], ``h`` [M, R, w], ``coefficients`` [M]): ONE
+def factored_weighted_sum(records, h, coefficients, live=None, chunk=None):
+    """``sum_i c_i X_i^T h_i`` (``records`` [M, R, d] or a function of n giving the first n silos' [n, R, d]; ``h``
+    [M, R, w], ``coefficients`` [M]): ONE
     ``[d, M R] x [M R, w]`` matmul over the cohort's rows instead of M per-silo products and their [M, d, w] buffer.
-    A silo of coefficient 0 adds exactly nothing, even if its ``h`` overflowed (inf x 0 is kept out by a select)."""
+    A silo of coefficient 0 adds exactly nothing, even if its ``h`` overflowed (inf x 0 is kept out by a select).
+
+    ``live`` [M] bool and ``chunk`` k: every silo of nonzero coefficient is live (the caller's promise: its
+    coefficients carry the availability factor). The matmul then runs over the first ``j k`` silos only, ``j`` the
+    fewest chunks of k holding the last live one (``lax.switch`` over the ``ceil(M / k) + 1`` prefix lengths): a Poisson
+    buffer's sampled silos come first, so its empty tail (~40 % of the default buffer) costs nothing. ``live`` is the
+    batch's availability, not the coefficients, so under a vmapped grid with common random numbers the switch index
+    is shared by the configurations and stays a branch (a per-configuration index would run every branch)."""
     c = coefficients.astype(h.dtype)[:, None, None]
     scaled = jnp.where(c != 0, h * c, jnp.zeros_like(h))
     m, r, w = h.shape
-    return records.reshape(m * r, -1).T @ scaled.reshape(m * r, w)
+    first = records if callable(records) else (lambda n: records[:n])  # noqa: E731
+    if live is None or chunk is None or chunk >= m:
+        return first(m).reshape(m * r, -1).T @ scaled.reshape(m * r, w)
+    one = jax.eval_shape(lambda: first(1))
+    d, dtype = one.shape[-1], jnp.result_type(one.dtype, scaled.dtype)
+    last = jnp.max(jnp.where(live, jnp.arange(m), -1))  # -1: nobody sampled
+    needed = ((last + chunk) // chunk).astype(jnp.int32)  # chunks covering slots 0 .. last (0 if none)
+
+    def prefix(j):
+        n = min(j * chunk, m)
+        if n == 0:
+            return lambda: jnp.zeros((d, w), dtype)
+        return lambda: first(n).reshape(n * r, -1).T @ scaled[:n].reshape(n * r, w)
+
+    return jax.lax.switch(needed, [prefix(j) for j in range(-(-m // chunk) + 1)])

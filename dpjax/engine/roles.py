@@ -229,12 +229,21 @@ class FactoredDeltas(PerUnitVectors):
     silo i's ``X_i^T h_i`` with ``records`` ``X`` [M, R, d], ``h`` [M, R, w] and the rows' Gram ``X_i X_i^T`` [M, R, R]
     (``dpjax.engine.input_dense``). ``vectors`` holds every leaf, the kernel's materialised too, so a clipper that does
     not know the form clips the same deltas; one that does (``AdaptiveClipMean``) takes the norms from the Gram and the
-    clipped sum as one matmul, and XLA drops the unused [M, d, w] buffer."""
+    clipped sum as one matmul, and XLA drops the unused [M, d, w] buffer.
+
+    ``live_chunk`` k (static, or None): the units are a Poisson buffer whose available silos come first and the client
+    trained them k at a time; the clipper may then sum the kernels over the first ``ceil((last available + 1) / k)``
+    chunks of k rows only (``input_dense.factored_weighted_sum``), skipping the buffer's empty tail. Such a client
+    may hand ``records`` as a function of n returning the first n silos' records (gathered again where the sum needs
+    them) and the kernels' squared norms ``kernel_sq_norms`` [M] (``input_dense.factored_sq_norms`` of each silo's Gram
+    and h, formed where they were) instead of the Gram."""
 
     kernel_index: int = 0
     records: Any = None
     h: Any = None
     gram: Any = None
+    live_chunk: int | None = None
+    kernel_sq_norms: Any = None
 
 
 # ----------------------------------------------------------------------------- The one signature

@@ -127,7 +127,9 @@ class AdaptiveClipMean:
         k, w = units.kernel_index, units.weights
         leaves, treedef = jax.tree_util.tree_flatten(units.vectors)
         rest_sq = sum(jnp.sum(jnp.square(t).reshape(t.shape[0], -1), axis=1) for i, t in enumerate(leaves) if i != k)
-        norms = jnp.sqrt(rest_sq + input_dense.factored_sq_norms(units.gram, units.h))
+        kernel_sq = (input_dense.factored_sq_norms(units.gram, units.h) if units.kernel_sq_norms is None
+                     else units.kernel_sq_norms)  # formed by the client, chunk by chunk
+        norms = jnp.sqrt(rest_sq + kernel_sq)
         scale, keep = clipping.clip_coefficients(norms, clip_norm)
         kept = lambda t: jnp.where(keep.reshape((-1,) + (1,) * (t.ndim - 1)),  # noqa: E731
                                    t * (scale * w).reshape((-1,) + (1,) * (t.ndim - 1)).astype(t.dtype), 0)
@@ -136,7 +138,8 @@ class AdaptiveClipMean:
         mean, _ = PublicMean(self.expected_silos).update(
             Sensitive(jax.tree_util.tree_unflatten(treedef, clipped), clip_norm, self.neighboring), (), ctx)
         coefficients = jnp.where(keep, scale * w * ctx.batch.available.astype(scale.dtype), 0.0)
-        kernel_sum = input_dense.factored_weighted_sum(units.records, units.h, coefficients)
+        kernel_sum = input_dense.factored_weighted_sum(units.records, units.h, coefficients,
+                                                       live=ctx.batch.available, chunk=units.live_chunk)
         mean_leaves = jax.tree_util.tree_leaves(mean.value)
         mean_leaves[k] = kernel_sum / jnp.asarray(self.expected_silos).astype(kernel_sum.dtype)  # Sensitive.divided's
         return norms, mean.replace(value=jax.tree_util.tree_unflatten(treedef, mean_leaves))

@@ -24,6 +24,7 @@ import optax
 
 from dpjax import _validate, keys
 from dpjax.accounting.events import SelectionEvent
+from dpjax.engine import input_dense
 from dpjax.engine.conv_layout import canonical_convs
 from dpjax.engine.input_dense import low_rank_local_factors, split_input_dense
 from dpjax.engine.roles import Batch, Context, FactoredDeltas, PerUnitVectors, Sensitive
@@ -51,20 +52,26 @@ class SampledSilos:
     sampling: str = "poisson"
     sampling_rate: float | None = None
     cohort_capacity: int | None = None
+    capacity_multiple: int = 1
 
     def __post_init__(self):
         if self.sampling_rate is not None:
             sampling_lib.make_sampler(self.sampling, self.silos_per_round, self.sampling_rate)
         if self.cohort_capacity is not None:
             _validate.check_int("cohort_capacity", self.cohort_capacity, min_value=1)
+        _validate.check_int("capacity_multiple", self.capacity_multiple, min_value=1)
 
     def capacity(self, num_silos: int) -> int:
         """How many silos a Poisson round computes: the sampled ones gathered into a static buffer of
         ``cohort_capacity`` (default ``qN + 6 sqrt(qN) + 8``, overflow probability < 1e-8 a round), all N when
-        that is not fewer. A round that samples more refuses the run (``SamplingOverflowError``), never truncates."""
+        that is not fewer. A round that samples more refuses the run (``SamplingOverflowError``), never truncates.
+        The default rounds up to a multiple of ``capacity_multiple`` (a client training k silos at a time then cuts
+        the buffer into whole chunks, with no padded copy of it): a larger buffer holds the same sampled silos in the
+        same slots and only overflows less."""
         cap = self.cohort_capacity
         if cap is None:
             cap = sampling_lib.default_poisson_capacity(math.ceil(self.inclusion_probability(num_silos) * num_silos))
+            cap = -(-cap // self.capacity_multiple) * self.capacity_multiple
         return min(cap, num_silos)
 
     def inclusion_probability(self, num_silos):
@@ -131,7 +138,14 @@ class LocalDeltas:
     does not start with ``x @ W`` on the flat record; ``"auto"``: low-rank where the model allows it. Needs
     ``local_batch_size``. In the low-rank form the units are ``FactoredDeltas`` (``factored_units``, default): the
     kernel's delta ``X^T h`` also kept as its factors, so a clipper that reads them (``AdaptiveClipMean``) clips and
-    sums the cohort's kernels without the ``[M, d, width]`` deltas; False hands over the materialised deltas only."""
+    sums the cohort's kernels without the ``[M, d, width]`` deltas; False hands over the materialised deltas only.
+
+    ``chunk_gather`` (low-rank form with ``client_batch``; default True): each chunk of ``client_batch`` silos gathers
+    its own records, Grams and local batches inside its ``lax.cond``, and the units tell the clipper to sum the kernels
+    over the chunks up to the last sampled silo only (``FactoredDeltas.live_chunk``): the Poisson buffer's empty tail
+    (the default buffer is ~1.7x the expected cohort) is neither gathered nor multiplied. The same deltas; the kernel
+    sum's matmul is shorter, so it differs from False (the whole buffer gathered, one matmul over it: the path before
+    issue #38) by float rounding only."""
 
     problem: Any
     local_steps: int
@@ -141,6 +155,8 @@ class LocalDeltas:
     client_batch: int | None = None
     input_layer: str = "materialized"
     factored_units: bool = True
+    chunk_gather: bool = True
+    keep_grams: bool = True
 
     roles = ("client",)
 
@@ -168,10 +184,12 @@ class LocalDeltas:
     def init(self, params, ctx: Context):
         """``()``, or for the low-rank form on a materialised ``SiloData`` every silo's record Gram matrix
         ``[N, n_max, n_max]`` (data only, computed once: a round gathers its batches' entries instead of forming
-        them), when it fits ``GRAM_STATE_BYTES``."""
+        them), when it fits ``GRAM_STATE_BYTES`` and ``keep_grams`` (a family sets it False for a run that visits
+        fewer silos than it has: ``num_rounds x`` the expected cohort ``< N``, where forming the visited silos' Grams
+        each round costs less than forming all N once)."""
         data = ctx.data
         x = getattr(data, "x", None)  # PooledSiloData has no materialised records: its rounds form their Grams
-        if (self.input_layer == "materialized" or x is None or x.ndim != 3
+        if (self.input_layer == "materialized" or not self.keep_grams or x is None or x.ndim != 3
                 or x.shape[0] * x.shape[1] ** 2 * 4 > self.GRAM_STATE_BYTES
                 or self._input_split(params, x[0], data.y[0]) is None):
             return ()
@@ -203,7 +221,9 @@ class LocalDeltas:
         """``one_silo`` over the computed silos ``client_batch`` at a time (``lax.map`` over vmapped chunks); a chunk
         holding no reporting silo trains nothing (``lax.cond``): the Poisson buffer holds its sampled silos first and
         is sized for the tail (~m + 6 sqrt(m) + 8), so its last chunks are mostly empty. Their deltas are zeros,
-        weighted 0 as before. (Under a vmapped sweep the cond computes both branches: no saving, same numbers.)"""
+        weighted 0 as before. (Under a vmapped sweep with a key per configuration the cohorts differ, the predicate is
+        batched and the cond computes both branches: no saving, same numbers. With one shared key -- common random
+        numbers, ``run_many(shared_key=True)`` -- the cohort is the configurations' one and the cond still skips.)"""
         k, slots = self.client_batch, available.shape[0]
         chunks = -(-slots // k)
         # padded slots repeat slot 0 (PRNG keys cannot be zero-padded); their outputs are cut off below
@@ -217,6 +237,8 @@ class LocalDeltas:
             zeros = lambda: jax.tree_util.tree_map(lambda t: jnp.zeros(t.shape, t.dtype), shapes)  # noqa: E731
             return jax.lax.cond(jnp.any(avail), lambda: jax.vmap(one_silo)(*silo_args), zeros)
 
+        if chunks * k == slots:  # whole chunks (SampledSilos.capacity_multiple): no padded copy in, no slice out
+            pad = lambda a: a.reshape(chunks, k, *a.shape[1:])  # noqa: E731
         out = jax.lax.map(chunk, jax.tree_util.tree_map(pad, (available, *inputs)))
         return jax.tree_util.tree_map(lambda a: a.reshape(chunks * k, *a.shape[2:])[:slots], out)
 
@@ -267,9 +289,11 @@ class LocalDeltas:
         gathered once for the cohort: a silo's own n_max rows when its steps visit at least as many positions (local
         epochs: its Gram kept as state is used as it is), else the steps' rows in step order."""
         data, params, rows = ctx.data, ctx.query, batch.rows()
+        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
+        if self.client_batch is not None and self.chunk_gather:
+            return self._low_rank_chunked(split, batch, state if kept else None, ctx, silo_keys, lr, weights)
         steps, valid = jax.vmap(lambda key, size: self._batches(key, size, data.n_max))(silo_keys, data.sizes[rows])
         m, s, b = steps.shape
-        kept = isinstance(state, jax.Array)  # per-silo Grams [N, n_max, n_max]
         if s * b >= data.n_max:
             records, labels = jax.vmap(data.silo_records)(rows)
             index, gram = steps, state[rows] if kept else None
@@ -295,6 +319,46 @@ class LocalDeltas:
         if not self.factored_units:
             return PerUnitVectors(deltas, weights, per_silo=True)
         return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records, h=h, gram=gram)
+
+    def _low_rank_chunked(self, split, batch, grams, ctx, silo_keys, lr, weights):
+        """``_low_rank_units`` with each chunk's gathers (records, labels, kept Grams) and local batches inside its
+        chunk (``_in_chunks``): an empty chunk of the Poisson buffer gathers nothing. The same rows, indices and
+        factors as the whole-buffer gather, silo by silo."""
+        data, params, rows = ctx.data, ctx.query, batch.rows()
+        n_max = data.n_max
+
+        def one_silo(row, key, size):
+            steps, valid = self._batches(key, size, n_max)
+            s, b = steps.shape
+            if s * b >= n_max:  # the silo's own rows, indexed by the steps (its kept Gram as it is)
+                records, labels = data.silo_records(row)
+                index, gram = steps, None if grams is None else grams[row]
+            else:  # the steps' rows in step order
+                flat = steps.reshape(s * b)
+                records, labels = data.silo_records(row, flat)
+                index = jnp.arange(s * b).reshape(s, b)
+                gram = None if grams is None else grams[row][flat][:, flat]
+            leaves, h, gram = low_rank_local_factors(split, params, records, index, labels[index], valid, lr, gram)
+            # the kernel's ||X^T h||^2 from the chunk's Gram (through the module: one definition, one mutation site)
+            sq_norm = input_dense.factored_sq_norms(gram[None], h[None])[0]
+            return leaves, h, sq_norm, (None if s * b >= n_max else flat)
+
+        leaves, h, sq_norms, flat = self._in_chunks(one_silo, batch.available, (rows, silo_keys, data.sizes[rows]))
+
+        def records_of(n):
+            """The first n computed silos' rows, gathered again where they are needed (the kernel's clipped sum, the
+            materialised deltas): not carried out of the chunks as an [M, R, d] buffer."""
+            if flat is None:
+                return jax.vmap(data.silo_records)(rows[:n])[0]
+            return jax.vmap(data.silo_records)(rows[:n], flat[:n])[0]
+
+        k = split.kernel_index
+        leaves[k] = jnp.einsum("mrd,mrw->mdw", records_of(rows.shape[0]), h)  # dead code when the clipper reads the
+        deltas = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)  # factors
+        if not self.factored_units:
+            return PerUnitVectors(deltas, weights, per_silo=True)
+        return FactoredDeltas(deltas, weights, per_silo=True, kernel_index=k, records=records_of, h=h,
+                              live_chunk=self.client_batch, kernel_sq_norms=sq_norms)
 
 
 @dataclasses.dataclass(frozen=True)

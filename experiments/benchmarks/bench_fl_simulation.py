@@ -16,7 +16,10 @@ end to end for ``--rounds`` (5) and ``--rounds-long`` (50) rounds, test accuracy
 epsilon each framework reports at delta = 1e-5 (dpjax: its accountant for the run's schedule, Poisson
 add/remove). The sweep case runs 8 configurations (4 client learning rates x 2 noise levels) as ONE
 vmapped dpjax program (``dpjax.engine.run_many``) against the peers' 8 runs in turn (``--sweep-repeats``,
-``--sweep-peers``: Flower's 8 Ray simulations take minutes a repeat). ``--json PATH`` writes every number with versions, date,
+``--sweep-peers``: Flower's 8 Ray simulations take minutes a repeat). dpjax's sweep shares one run key over the 8
+configurations (``--sweep-keys shared``, common random numbers as ``dpjax sweep`` uses: the same cohorts, batches and
+noise draws, so the gathers and sampling run once and the first layer's matmuls take the 8 kernels side by side);
+``--sweep-keys independent`` gives each configuration its own key, as the peers' runs in turn have their own seeds. ``--json PATH`` writes every number with versions, date,
 load averages and the cpu count.
 
 dpjax side: family ``dp-fedavg`` (``dpjax.algorithms.DpFedAvg``) with ``clip_learning_rate = 0`` (fixed
@@ -195,8 +198,11 @@ class DpjaxRunner:
 
         grid, hp = self.sweep_hparams()
         t = time.perf_counter()
-        out = engine.run_many(self.algorithm(rounds, sweep=True), self.data, hp, jnp.stack([keys.run_key(seed, i)
-                                                                                for i in range(len(grid))]))
+        if self.args.sweep_keys == "shared":  # common random numbers: one cohort, one set of batches and noise draws
+            out = engine.run_many(self.algorithm(rounds), self.data, hp, keys.run_key(seed, 0), shared_key=True)
+        else:
+            out = engine.run_many(self.algorithm(rounds, sweep=True), self.data, hp,
+                                  jnp.stack([keys.run_key(seed, i) for i in range(len(grid))]))
         jax.block_until_ready(out.output)
         return time.perf_counter() - t, out, grid
 
@@ -264,6 +270,9 @@ def main(argv=None) -> dict:
     p.add_argument("--sweep-lrs", type=float, nargs="+", default=[0.03, 0.1, 0.3, 1.0])
     p.add_argument("--sweep-sigmas", type=float, nargs="+", default=[0.5, 1.0])
     p.add_argument("--no-sweep", action="store_true")
+    p.add_argument("--sweep-keys", choices=("shared", "independent"), default="shared",
+                   help="the sweep's run keys: one shared key (common random numbers, dpjax sweeps' convention: the 8 "
+                        "configurations see the same cohorts, batches and noise draws; default) or one key each")
     p.add_argument("--sweep", action="store_true", help="run the sweep case with --cifar too")
     p.add_argument("--sweep-repeats", type=int, default=None, help="repeats of the sweep case (default: --repeats)")
     p.add_argument("--peers", nargs="*", default=["pfl", "flower"], choices=("pfl", "flower"),
@@ -287,8 +296,9 @@ def main(argv=None) -> dict:
     if args.dpjax_client_batch is None:
         # CNN: a vmapped conv over per-client kernels is a slow grouped conv on XLA:CPU, so one client at a time;
         # MLP: vmapped chunks of ~a quarter of the expected cohort skip the Poisson buffer's empty tail (measured
-        # 0.09-0.12 s a round against 0.13-0.15 s for one vmap over the whole buffer). The sweep keeps one vmap:
-        # under run_many's vmap a chunk's lax.cond computes both branches.
+        # 0.09-0.12 s a round against 0.13-0.15 s for one vmap over the whole buffer). A sweep with independent keys
+        # keeps one vmap (under run_many's vmap a chunk's lax.cond on a per-configuration cohort computes both
+        # branches); with a shared key (the default) the cohort is one for all configurations and the chunks skip.
         args.dpjax_client_batch = 1 if args.cifar else max(1, round(args.cohort_rate * args.clients / 4))
     if args.cifar and not args.sweep:
         args.no_sweep = True
@@ -369,7 +379,7 @@ def _stats(xs):
 def _print_table(result):
     a = result["args"]
     print(f"DP-FedAvg{' (CIFAR-shaped, CNN)' if a['cifar'] else ''}, {a['clients']} clients x {a['records']}, q={a['cohort_rate']}, C={a['clip']} sigma={a['sigma']}, "
-          f"{a['local_steps']} local steps of {a['local_batch']}; versions {result['versions']}")
+          f"{a['local_steps']} local steps of {a['local_batch']}; sweep keys {a.get('sweep_keys')}; versions {result['versions']}")
     print("| case | framework | load avg | start-up (s) | compile / first round (s) min/med | per round (s) min/med "
           f"| {a['rounds']}-round total (s) min/med | {a['rounds_long']}-round total (s) | test acc | epsilon |")
     print("|---|---|---|---|---|---|---|---|---|---|")

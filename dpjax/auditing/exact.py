@@ -121,9 +121,17 @@ def mixture_pair_epsilon(components_d, components_d_prime, rounds: int, delta: f
         # the FFT composes the sub-probability of finite loss: its mass is (1 - inf_mass)^rounds;
         # every run with an infinite-loss round counts in full
         infinite = 1.0 - (1.0 - inf_mass) ** rounds
+        # delta(eps) = sum_{values > eps} composed (1 - e^{eps - values}) = S0 - e^eps S1 with suffix sums S0 of
+        # composed and S1 of composed e^{-values} above eps: O(log size) per bisection step instead of an exp over the
+        # whole grid (95 % of an audit's exact eps, issue #39). Summed from the top, so the large e^{-values} of the
+        # negative losses below eps never enter.
+        tail = np.cumsum(composed[::-1])[::-1]
+        tail_scaled = np.cumsum((composed * np.exp(-values))[::-1])[::-1]
 
         def delta_fn(eps):
-            return min(1.0, float(np.dot(composed, np.clip(1.0 - np.exp(eps - values), 0.0, None))) + infinite)
+            i = int(np.searchsorted(values, eps, side="right"))
+            finite = max(0.0, float(tail[i] - math.exp(eps) * tail_scaled[i])) if i < size else 0.0
+            return min(1.0, finite + infinite)
 
         return _epsilon_of(delta_fn, delta)
 

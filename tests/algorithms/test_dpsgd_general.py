@@ -418,8 +418,14 @@ def test_privacy_poisson_baseline_and_central_placement_through_the_gaussian_rul
         for acc in ("rdp", "pld"):
             assert spec.epsilon(delta, acc).epsilon == pytest.approx(api.compute_epsilon(hand, delta, acc).epsilon,
                                                                      rel=1e-12)
-        assert spec.unit == unit and spec.calibrate(2.0, delta, "rdp")["noise_multiplier"] == pytest.approx(
-            api.calibrate_noise(hand, 2.0, delta, "rdp"), rel=1e-3)
+        # The family's calibration meets the target on the hand-built schedule and 0.1 % less noise does not, i.e. it
+        # is the hand schedule's own calibration to the routine's width (checked at its definition: two epsilons, where
+        # running api.calibrate_noise(hand) again cost ~13 RDP compositions per placement, issue #39).
+        z = spec.calibrate(2.0, delta, "rdp")["noise_multiplier"]
+        def at(m):
+            return api.compute_epsilon(hand.replace(noise_std=m * hand.sensitivity), delta, "rdp").epsilon
+
+        assert spec.unit == unit and at(z) <= 2.0 < at(z * (1 - 1e-3))
     with pytest.raises(ValueError, match="group_size"):  # more records than the smallest silo holds
         DpSgdGeneral(PROBLEM, 9, **kw).privacy([100, 80], hp, group_size=81).epsilon(delta)
 

@@ -169,3 +169,11 @@ def test_calibrate_refuses_a_non_schedule_and_an_unreachable_target():
     assert rho + 2 * math.sqrt(rho * math.log(1 / DELTA)) > 1e-8
     with pytest.raises(ValueError, match="target_epsilon=1e-12 cannot be reached by any noise level"):
         api.calibrate_noise(_sched("full", batch=None, steps=4), 1e-12, DELTA, "zcdp")
+
+
+def test_calibrate_best_is_the_smallest_accountants_noise():
+    # full batch: gdp is exact (the others upper bounds on epsilon, so they need at least as much noise): "best" is
+    # gdp's noise, the closed form
+    sched = _sched("full", batch=None, steps=4)
+    want = _gdp_sigma(1.0, 4, 2 * S, DELTA)
+    assert want * (1 - 1e-9) <= api.calibrate_noise(sched, 1.0, DELTA, "best") <= want * (1 + 2e-6)

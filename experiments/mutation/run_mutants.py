@@ -346,6 +346,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "factor = 1.0",
       "(eps, delta) group conversion drops the sum_{i<g} e^{i eps} factor on delta",
       (f"{PRIV}/test_branches_tight.py",)),
+    M("R20", "report", "dpjax/accounting/privacy_spec.py",
+      "worst = max(range(len(reports)), key=lambda i: reports[i].epsilon)",
+      "worst = min(range(len(reports)), key=lambda i: reports[i].epsilon)",
+      "ISRL-DP per-silo guarantee reports the most private silo's epsilon, not the worst",
+      (f"{PRIV}/test_branches_privacy_spec.py",)),
     # -- BandMF accounting ----------------------------------------------------------------------------
     M("B01", "band-mf", BMF, "return math.sqrt(-(-n // sep))", "return math.sqrt(n // sep)",
       "BandMF separated sensitivity counts floor(R / min_sep) participations (drops the last partial epoch)",

@@ -351,6 +351,10 @@ MUTANTS: tuple[Mutant, ...] = (
       "worst = min(range(len(reports)), key=lambda i: reports[i].epsilon)",
       "ISRL-DP per-silo guarantee reports the most private silo's epsilon, not the worst",
       (f"{PRIV}/test_branches_privacy_spec.py",)),
+    M("R21", "report", "dpjax/accounting/events.py",
+      "return 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0", "return 1.0",
+      "the DP plan's Gaussian schedules take the add/remove sensitivity under replace-one (noise std z, not 2 z)",
+      (f"{PRIV}/test_branches_events_schedules.py",)),
     # -- BandMF accounting ----------------------------------------------------------------------------
     M("B01", "band-mf", BMF, "return math.sqrt(-(-n // sep))", "return math.sqrt(n // sep)",
       "BandMF separated sensitivity counts floor(R / min_sep) participations (drops the last partial epoch)",

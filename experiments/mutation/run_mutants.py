@@ -97,6 +97,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "    trunc = (1.0 + math.exp(eps)) * eta\n    poisson_delta", "    trunc = eta\n    poisson_delta",
       "truncated Poisson report prints (and re-checks) R Pr without the (1 + e^eps) factor",
       (f"{PRIV}/test_branches_truncated_poisson.py",)),
+    M("T07", "truncated-mass", "dpjax/accounting/sampling_bins.py",
+      "charge = (1.0 + math.exp(min(epsilon_bound, 700.0))) * self.overflow_probability",
+      "charge = self.overflow_probability",
+      "a binned scheme's buffer overflow charged to delta without the (1 + e^eps) factor",
+      (f"{PRIV}/test_branches_sampling_bins.py",)),
     # -- the sampler that runs ----------------------------------------------------------------------
     M("S01", "sampling", "dpjax/primitives/sampling.py",
       "return poisson_sample(key, size, n_max, self.inclusion_probability(size), self.padded_size(n_max))",

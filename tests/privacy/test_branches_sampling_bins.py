@@ -98,3 +98,14 @@ def test_calibration_with_a_buffer_charges_the_overflow_at_the_target():
     spec = sb.binned_privacy("min-separation", 1.0, 10, 5, overflow=p)
     got = spec.calibrate(target, delta, "gdp")["noise_multiplier"]
     assert want * (1 - 1e-9) <= got <= want * (1 + 2e-6)
+
+
+def test_dp_event_only_when_nothing_can_overflow():
+    import dp_accounting as dpa
+
+    # no buffer: the ideal run's event, ceil(10 / 5) = 2 Gaussians of multiplier 1 (add/remove, sensitivity 1)
+    assert sb.binned_privacy("min-separation", 1.0, 10, 5).dp_event() == dpa.SelfComposedDpEvent(
+        dpa.GaussianDpEvent(1.0), 2)
+    # an overflow charge is no DpEvent: refused as unsupported, never the ideal run's event
+    assert isinstance(sb.binned_privacy("min-separation", 1.0, 10, 5, overflow=1e-7).dp_event(),
+                      dpa.UnsupportedDpEvent)

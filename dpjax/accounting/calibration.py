@@ -90,15 +90,24 @@ def refine_bracket(eps_at: EpsilonAt, target: float, lo: float, hi: float, rtol:
 
 
 def rebracket(eps_at: EpsilonAt, target: float, lo: float, hi: float) -> tuple[float, float]:
-    """Moves a bracket found on a nearby curve until it brackets the root of ``eps_at``."""
+    """Moves a bracket found on a nearby curve until it brackets the root of ``eps_at``.
+
+    Refuses (ValueError) when 40 growing steps (a factor ~1e200) do not reach a feasible ``hi``: the bisection
+    after it would otherwise return a scale at which the target was never met."""
     for k in range(40):
         if eps_at(hi) <= target:
             break
         lo, hi = hi, hi * (1 + 1e-3 * 2**k)
+    else:
+        raise ValueError(f"target_epsilon={target!r} cannot be reached: epsilon is still {eps_at(hi):.3g} at scale "
+                         f"{hi:.3g}, far above where the coarse curve met it")
     for k in range(40):
         if eps_at(lo) > target:
             break
         hi, lo = lo, lo / (1 + 1e-3 * 2**k)
+    else:
+        raise ValueError(f"target_epsilon={target!r} is met at every scale down to {lo:.3g} (epsilon "
+                         f"{eps_at(lo):.3g} there): this delta needs (almost) no noise, nothing to calibrate")
     return lo, hi
 
 

@@ -88,7 +88,7 @@ def _law(law: Mapping[float, float]) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("law={} must be a non-empty mapping mu -> probability")
     mus = np.array([v.check_nonnegative("law key (mu)", m) for m in law], dtype=float)
     ps = np.array([v.check_probability("law value (probability)", p) for p in law.values()], dtype=float)
-    total = ps.sum()
+    total = float(ps.sum())  # a float in the message, not np.float64(...)
     if not total <= 1.0 + 1e-9:
         raise ValueError(f"law probabilities sum to {total!r} > 1")
     return mus, ps

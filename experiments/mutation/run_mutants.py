@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 @dataclasses.dataclass(frozen=True)
 class Mutant:
     id: str
-    kind: str  # accountant / truncated-mass / sampling / clipping / noise / step / report / user-level
+    kind: str  # accountant / truncated-mass / sampling / clipping / noise / step / report / user-level / band-mf
     file: str
     old: str
     new: str
@@ -56,6 +56,7 @@ class Mutant:
 M = Mutant
 PRIV = "tests/privacy"
 GP, GHOST = "dpjax/primitives/ghost_passes.py", "tests/primitives/test_ghost_property.py"
+BMF = "dpjax/accounting/band_mf.py"
 MUTANTS: tuple[Mutant, ...] = (
     # -- accountants that drop a trailing partial epoch ------------------------------------------
     M("P01", "partial-epoch", "dpjax/accounting/schedules.py",
@@ -87,6 +88,20 @@ MUTANTS: tuple[Mutant, ...] = (
     M("T04", "truncated-mass", "dpjax/accounting/shuffle.py", "float(np.dot(wc, d)) + dropped",
       "float(np.dot(wc, d))", "FMT shuffle delta without the binomial mass left out of its tables",
       (f"{PRIV}/test_accountants.py",)),
+    M("T05", "truncated-mass", "dpjax/accounting/truncated_poisson.py",
+      "        trunc = (1.0 + math.exp(eps)) * eta\n        if trunc >= d",
+      "        trunc = 2.0 * eta\n        if trunc >= d",
+      "truncated Poisson charges (1 + e^0) R Pr, not (1 + e^eps) R Pr: the eps found leaves the truncation unpaid",
+      ("tests/primitives/test_sampling_truncated.py", f"{PRIV}/test_branches_truncated_poisson.py")),
+    M("T06", "truncated-mass", "dpjax/accounting/truncated_poisson.py",
+      "    trunc = (1.0 + math.exp(eps)) * eta\n    poisson_delta", "    trunc = eta\n    poisson_delta",
+      "truncated Poisson report prints (and re-checks) R Pr without the (1 + e^eps) factor",
+      (f"{PRIV}/test_branches_truncated_poisson.py",)),
+    M("T07", "truncated-mass", "dpjax/accounting/sampling_bins.py",
+      "charge = (1.0 + math.exp(min(epsilon_bound, 700.0))) * self.overflow_probability",
+      "charge = self.overflow_probability",
+      "a binned scheme's buffer overflow charged to delta without the (1 + e^eps) factor",
+      (f"{PRIV}/test_branches_sampling_bins.py",)),
     # -- the sampler that runs ----------------------------------------------------------------------
     M("S01", "sampling", "dpjax/primitives/sampling.py",
       "return poisson_sample(key, size, n_max, self.inclusion_probability(size), self.padded_size(n_max))",
@@ -336,6 +351,68 @@ MUTANTS: tuple[Mutant, ...] = (
       "group_size=self.group_size, sampling_rate=self.selection.sampling_rate)", "group_size=self.group_size)",
       "the accountant reads K / n_min of the data instead of the declared Poisson rate the sampler uses",
       (f"{PRIV}/test_poisson_rates.py",)),
+    M("R13", "report", "dpjax/accounting/calibration.py",
+      "        return refine_bracket(eps, target, lo, hi, rtol)[1]",
+      "        return refine_bracket(eps, target, lo, hi, rtol)[0]",
+      "calibration returns the bracket's infeasible low end (a noise level whose epsilon exceeds the target)",
+      (f"{PRIV}/test_branches_gdp_calibration.py",)),
+    M("R14", "report", "dpjax/accounting/calibration.py",
+      "lo, hi = hi, hi * (1 + 1e-3 * 2**k)\n    else:", "lo, hi = hi, hi * (1 + 1e-3 * 2**k)\n    if False:",
+      "coarse-then-fine calibration returns a scale the fine curve never met (no refusal)",
+      (f"{PRIV}/test_branches_gdp_calibration.py",)),
+    M("R15", "report", "dpjax/accounting/gdp.py", "    if f(lo) > 0:\n        return 0.0",
+      "    if f(lo) > 0:\n        return lo",
+      "gdp_mu claims mu = 1e-8 where no mu meets (eps, delta): a Gaussian sigma for an unreachable target",
+      (f"{PRIV}/test_branches_gdp_calibration.py",)),
+    M("R16", "report", "dpjax/accounting/gdp.py", "    if f(0.0) <= 0:\n        return 0.0",
+      "    if f(0.0) <= 1:\n        return 0.0",
+      "gdp_epsilon reports eps = 0 while delta(0) is up to e times the target delta",
+      (f"{PRIV}/test_branches_gdp_calibration.py",)),
+    M("R17", "report", "dpjax/accounting/api.py",
+      "lip = schedule.contribution_bound * (k if k is not None else n)  # s = L/K",
+      "lip = schedule.contribution_bound  # s = L/K",
+      "ISRL paper accountant reads the mean's bound s as the per-example Lipschitz L = s K (eps K times too small)",
+      (f"{PRIV}/test_branches_api.py",)),
+    M("R18", "report", "dpjax/accounting/tight.py",
+      "mu = math.sqrt(sum(s.passes * (g * s.sensitivity / s.noise_std) ** 2 for s in scheds))",
+      "mu = math.sqrt(sum(s.passes * (s.sensitivity / s.noise_std) ** 2 for s in scheds))",
+      "GDP/zCDP of deterministic schedules ignore the group size (a group of g accounted as one record)",
+      (f"{PRIV}/test_branches_tight.py",)),
+    M("R19", "report", "dpjax/accounting/tight.py",
+      "factor = math.expm1(g * eps) / math.expm1(eps) if g * eps < 700 else math.inf",
+      "factor = 1.0",
+      "(eps, delta) group conversion drops the sum_{i<g} e^{i eps} factor on delta",
+      (f"{PRIV}/test_branches_tight.py",)),
+    M("R20", "report", "dpjax/accounting/privacy_spec.py",
+      "worst = max(range(len(reports)), key=lambda i: reports[i].epsilon)",
+      "worst = min(range(len(reports)), key=lambda i: reports[i].epsilon)",
+      "ISRL-DP per-silo guarantee reports the most private silo's epsilon, not the worst",
+      (f"{PRIV}/test_branches_privacy_spec.py",)),
+    M("R21", "report", "dpjax/accounting/events.py",
+      "return 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0", "return 1.0",
+      "the DP plan's Gaussian schedules take the add/remove sensitivity under replace-one (noise std z, not 2 z)",
+      (f"{PRIV}/test_branches_events_schedules.py",)),
+    # -- BandMF accounting ----------------------------------------------------------------------------
+    M("B01", "band-mf", BMF, "return math.sqrt(-(-n // sep))", "return math.sqrt(n // sep)",
+      "BandMF separated sensitivity counts floor(R / min_sep) participations (drops the last partial epoch)",
+      (f"{PRIV}/test_branches_band_mf.py", "tests/accounting/test_band_mf.py")),
+    M("B02", "band-mf", BMF,
+      "sens = plan.group_size * separated_sensitivity(plan.num_rounds, min_sep, self.bands)",
+      "sens = separated_sensitivity(plan.num_rounds, min_sep, self.bands)",
+      "BandMF one-pass plan ignores the group size (a group of g records accounted as one)",
+      (f"{PRIV}/test_branches_band_mf.py",)),
+    M("B03", "band-mf", BMF, "amplified = BandMfAmplifiedPrivacy(z, max(sel.rates)",
+      "amplified = BandMfAmplifiedPrivacy(z, min(sel.rates)",
+      "amplified BandMF accounted at the smallest silo rate (the worst silo samples more)",
+      (f"{PRIV}/test_branches_band_mf.py",)),
+    M("B04", "band-mf", BMF, "return dp_accounting.SelfComposedDpEvent(inner, -(-n // b))",
+      "return dp_accounting.SelfComposedDpEvent(inner, n // b)",
+      "amplified BandMF composes floor(R / p) rounds per record (drops the partial cycle)",
+      (f"{PRIV}/test_branches_band_mf.py",)),
+    M("B05", "band-mf", BMF, "return gdp.gdp_epsilon(self.strategy_sensitivity / z, delta)",
+      "return gdp.gdp_epsilon(1.0 / z, delta)",
+      "BandMF's GDP accountant drops the strategy sensitivity (k participations accounted as one)",
+      (f"{PRIV}/test_branches_band_mf.py",)),
     # -- user-level mechanisms ------------------------------------------------------------------------
     M("U01", "user-level", "dpjax/accounting/user_level.py", "float(min(1.0, pmf[0] + pmf[-1] + math.exp(params.eps_prime) * dg))",
       "float(min(1.0, pmf[0] + pmf[-1] + dg))",

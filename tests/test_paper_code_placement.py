@@ -40,7 +40,7 @@ def test_the_detector_finds_a_construction_switch(tmp_path):
 def test_reproduce_exports_its_registry_not_the_papers_internals():
     import dpjax.reproduce as reproduce
 
-    assert set(reproduce.__all__) == {"CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "get",
+    assert set(reproduce.__all__) == {"CONSTRUCTIONS", "FIGURE_MODULES", "Figure", "LISTING", "figures", "get", "is_known",
                                       "listing_lines", "register"}
     assert all(hasattr(reproduce, name) for name in reproduce.__all__)
     exported = {p: importlib.import_module(f"dpjax.reproduce.{p}").__dict__.get("__all__") for p in PAPER_PACKAGES}

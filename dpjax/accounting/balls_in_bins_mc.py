@@ -54,11 +54,15 @@ def check_work(num_samples: int, num_steps: int, num_bins: int, name: str = "num
 class MonteCarloEstimate:
     """An (epsilon, delta) ESTIMATE from sampled privacy losses: not a guarantee.
 
-    Attributes: epsilon: the epsilon of the estimated pair. delta: the sample mean of the hockey-stick divergence at
-      epsilon. stderr: the standard error of the delta estimate. delta_upper: ``delta + z stderr`` (z = 3): a confidence
-      bound of the estimate, still not a certificate. num_samples: samples per direction. direction: ``"P||Q"`` (remove)
-      or ``"Q||P"`` (add), the larger. certified: always False: a sample mean certifies nothing. label: what the number
-      is, for every printed form.
+    Attributes:
+      epsilon: the epsilon of the estimated pair.
+      delta: the sample mean of the hockey-stick divergence at epsilon.
+      stderr: the standard error of the delta estimate.
+      delta_upper: ``delta + z stderr`` (z = 3), a confidence bound of the estimate, still not a certificate.
+      num_samples: samples per direction.
+      direction: ``"P||Q"`` (remove) or ``"Q||P"`` (add), the larger.
+      certified: always False (a sample mean certifies nothing).
+      label: what the number is, for every printed form.
     """
 
     epsilon: float

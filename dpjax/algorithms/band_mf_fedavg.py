@@ -68,19 +68,24 @@ class BandMfFedAvgHParams(HParams):
 class DpFedAvgBandMf(ChainFamily):
     """DP-FedAvg with BandMF noise under cyclic Poisson (or min-separation) participation of client groups.
 
-    Args: problem: a dpjax problem; num_rounds: R. silos_per_round: m, the public expected cohort and the mean's
-      divisor. sampling_rate: q, a client's public inclusion probability in its group's rounds (``"cyclic-poisson"``).
-      bands: b, the strategy's bands (None: 1, independent noise). band_coeffs: a given strategy ``(c_0, ..., c_{b-1})``
-      instead of the optimised one. num_groups: p, the public number of client groups, the cyclic period (None: b);
-      ``p >= b``. sampling: ``"cyclic-poisson"`` (amplified, add/remove) or ``"min-separation"`` (whole groups,
-      multi-epoch). local_steps: each client's local SGD steps (DP-FedAvg's, ``dpjax.parts.cross_device.LocalDeltas``).
-      local_batch_size: records per local step (None: all the client's records). local_epochs: E passes over the
-      client's shuffled records instead of ``local_steps`` (leave that at 1). client_batch: None: the cohort's local
-      training vmapped; k: k clients at a time. server_optimizer: a key of
-      ``dpjax.algorithms.dp_fedavg.SERVER_OPTIMIZERS``. server_momentum: beta of the server's SGD, or Adam's / Yogi's
-      b1. cohort_capacity: cyclic Poisson's cohort buffer (None: the binomial tail bound, 1e-15 a round). neighboring:
-      ``"add-remove"`` (cyclic Poisson needs it) or ``"replace-one"`` (min-separation only). clipping: ``"fixed"``;
-      ``"adaptive"`` is refused (module docstring)."""
+    Args:
+      problem: a dpjax problem.
+      num_rounds: R.
+      silos_per_round: m, the public expected cohort and the mean's divisor.
+      sampling_rate: q, a client's public inclusion probability in its group's rounds (``"cyclic-poisson"``).
+      bands: b, the strategy's bands (None: 1, independent noise).
+      band_coeffs: a given strategy ``(c_0, ..., c_{b-1})`` instead of the optimised one.
+      num_groups: p, the public number of client groups, the cyclic period (None: b); ``p >= b``.
+      sampling: ``"cyclic-poisson"`` (amplified, add/remove) or ``"min-separation"`` (whole groups, multi-epoch).
+      local_steps: each client's local SGD steps (DP-FedAvg's, ``dpjax.parts.cross_device.LocalDeltas``).
+      local_batch_size: records per local step (None: all the client's records).
+      local_epochs: E passes over the client's shuffled records instead of ``local_steps`` (leave that at 1).
+      client_batch: None: the cohort's local training vmapped; k: k clients at a time.
+      server_optimizer: a key of ``dpjax.algorithms.dp_fedavg.SERVER_OPTIMIZERS``.
+      server_momentum: beta of the server's SGD, or Adam's / Yogi's b1.
+      cohort_capacity: cyclic Poisson's cohort buffer (None: the binomial tail bound, 1e-15 a round).
+      neighboring: ``"add-remove"`` (cyclic Poisson needs it) or ``"replace-one"`` (min-separation only).
+      clipping: ``"fixed"``; ``"adaptive"`` is refused (module docstring)."""
 
     problem: Any
     num_rounds: int

@@ -199,9 +199,12 @@ class Diff2Client:
     """Step 2 of Alg. 1 before clipping: every silo's per-record gradients at ``x_{r-1}`` (restart) or their differences
     to ``x_{r-2}`` (difference round), as ``RecordDifferences``.
 
-    Args: problem: the problem (per-record ``loss``). schedule: the ``RestartSchedule``. path: ``"auto"`` | ``"ghost"``
-      | ``"per-record"`` (``clipping_path``). carry: keep the per-record work at ``x_{r-1}`` in the state for the next
-      round. records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
+    Args:
+      problem: the problem (per-record ``loss``).
+      schedule: the ``RestartSchedule``.
+      path: ``"auto"`` | ``"ghost"`` | ``"per-record"`` (``clipping_path``).
+      carry: keep the per-record work at ``x_{r-1}`` in the state for the next round.
+      records: the data's ``(x, y)`` shapes (``DataShape.records``), which shape the carried work."""
 
     problem: Any
     schedule: RestartSchedule

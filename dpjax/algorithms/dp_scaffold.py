@@ -99,8 +99,12 @@ class ScaffoldClient:
 class DpScaffold(ChainFamily):
     """DP-SCAFFOLD and (``private=False``) SCAFFOLD.
 
-    Args: problem: a dpjax problem; num_rounds: R. silos_per_round: l, the silos available each round (a uniform
-      l-subset). local_steps: K; batch_size: s, the records of each local step."""
+    Args:
+      problem: a dpjax problem.
+      num_rounds: R.
+      silos_per_round: l, the silos available each round (a uniform l-subset).
+      local_steps: K.
+      batch_size: s, the records of each local step."""
 
     problem: Any
     num_rounds: int

@@ -269,13 +269,17 @@ class _ShuffleScoBase(ChainFamily):
 class ShuffleSgd(_ShuffleScoBase):
     """P_SGD (Algorithm 3), P_GD (Algorithm 5) and phased P_GD, with their Gaussian baselines.
 
-    Args: problem: a dpjax problem (per-example ``loss``; ``prox`` when ``smoothed``). num_rounds: T (all phases).
-      max_batch: static upper bound on the users of a round (n for P_GD). aggregator: see the module docstring
-      (``"pvec"``: count-level P_vec, default). smoothed: run on the Moreau envelope with the per-round parameter
-      ``hparams.smoothing``. output: ``"average"`` of theta_0..theta_{T-1} of the last phase (Algorithms 3, 5) or
-      ``"last"``. projection_radius: Theta = ball of this radius (diameter D = 2 radius). max_granularity: static bound
-      on P_vec's g (chunking of the count-level simulation). bit_buffer: ``(g_max, b_max)`` for
-      ``aggregator="pvec-bits"``. honest_frac: robust shuffle privacy: the fraction of a round's users assumed honest.
+    Args:
+      problem: a dpjax problem (per-example ``loss``; ``prox`` when ``smoothed``).
+      num_rounds: T (all phases).
+      max_batch: static upper bound on the users of a round (n for P_GD).
+      aggregator: see the module docstring (``"pvec"``: count-level P_vec, default).
+      smoothed: run on the Moreau envelope with the per-round parameter ``hparams.smoothing``.
+      output: ``"average"`` of theta_0..theta_{T-1} of the last phase (Algorithms 3, 5) or ``"last"``.
+      projection_radius: Theta = ball of this radius (diameter D = 2 radius).
+      max_granularity: static bound on P_vec's g (chunking of the count-level simulation).
+      bit_buffer: ``(g_max, b_max)`` for ``aggregator="pvec-bits"``.
+      honest_frac: robust shuffle privacy: the fraction of a round's users assumed honest.
 
     The run's params are the protocol's output so far (``PhasedSgdServer``)."""
 

@@ -198,8 +198,9 @@ def load_mnist(data_dir: str | os.PathLike | None = None, *, source: str = "auto
         is never replaced by the package.
       verify: check ``mnist.npz`` against the published copies (see :func:`dpjax.data.sources.check_known_file`).
 
-    Raises: DatasetNotFoundError: nothing found in the allowed sources. ValueError: bad ``source``, or a file with the
-      wrong layout.
+    Raises:
+      DatasetNotFoundError: nothing found in the allowed sources.
+      ValueError: bad ``source``, or a file with the wrong layout.
     """
     check_choice("source", source, ("auto", "files", "package"))
     base = _data_dir(data_dir)

@@ -165,9 +165,11 @@ class AcsaState(NamedTuple):
 class AcsaServer:
     """AC-SA as a server part: ``query`` returns ``w_md``, ``update`` steps ``(w, w_ag)``.
 
-    Args: num_rounds: R; the hparams' schedule must have R rounds (checked at ``init``). projection_radius: radius of
-      the ball W (None: R^d). step_rule: ``acsa_constants``' schedule (``"lan"`` or ``"paper"``). schedule_field: the
-      hparams field holding the ``AcsaSchedule``."""
+    Args:
+      num_rounds: R; the hparams' schedule must have R rounds (checked at ``init``).
+      projection_radius: radius of the ball W (None: R^d).
+      step_rule: ``acsa_constants``' schedule (``"lan"`` or ``"paper"``).
+      schedule_field: the hparams field holding the ``AcsaSchedule``."""
 
     num_rounds: int
     projection_radius: float | None = None

@@ -35,9 +35,10 @@ from dpjax.primitives import noise
 class BandMfNoise:
     """Server-side BandMF noise of the Toeplitz strategy ``coeffs`` (a tuple, static; normalised to unit norm).
 
-    Args: coeffs: ``(c_0, ..., c_{b-1})``, ``c_0 > 0`` (e.g. ``optimize_banded_toeplitz(rounds, bands)``). noise_field:
-      the hparams field holding the multiplier ``z``. stream: the round key's stream the fresh normals ``w_t`` come
-      from."""
+    Args:
+      coeffs: ``(c_0, ..., c_{b-1})``, ``c_0 > 0`` (e.g. ``optimize_banded_toeplitz(rounds, bands)``).
+      noise_field: the hparams field holding the multiplier ``z``.
+      stream: the round key's stream the fresh normals ``w_t`` come from."""
 
     coeffs: tuple[float, ...]
     noise_field: str = "noise_multiplier"

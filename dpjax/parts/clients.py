@@ -54,8 +54,10 @@ class MinibatchGradient(Stateless):
     The divisor is public: the sampler's (expected) batch size ``K``, one ``K_i`` per silo (``batch_sizes``, unbalanced
     silos; the batch selection keeps each silo's first ``K_i`` records), or the silo size for full batches.
 
-    Args: problem: the problem (``loss``; a closed-form clipped sum if it has one). batch_size: K, or None for full
-      batches (divide by the silo size). batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
+    Args:
+      problem: the problem (``loss``; a closed-form clipped sum if it has one).
+      batch_size: K, or None for full batches (divide by the silo size).
+      batch_sizes: one K_i per silo (None: every silo uses ``batch_size``)."""
 
     problem: Any
     batch_size: int | None = None

@@ -235,8 +235,9 @@ class MinSeparation:
     group ``t mod b``, so every record takes part exactly every b rounds (at most ``ceil(T / b)`` times in T rounds, any
     two participations >= b apart). Deterministic given the partition: no amplification.
 
-    Args: batch_size: K, the public batch (the divisor). num_groups: b; None: ``max(1, size // K)`` of each silo
-      (replace-one only).
+    Args:
+      batch_size: K, the public batch (the divisor).
+      num_groups: b; None: ``max(1, size // K)`` of each silo (replace-one only).
 
     The buffer is the largest group, ``ceil(n_max / b)`` rows (or ``2K`` with b read from the size, since
     ``ceil(s / (s // K)) <= 2K``): it never overflows.

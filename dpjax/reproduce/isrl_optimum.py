@@ -213,9 +213,11 @@ def silo_heterogeneity(model: str, w, xs: Sequence, ys: Sequence, *, num_classes
 def pooled_optimum(problem, xs: Sequence, ys: Sequence, **newton_kw) -> PooledOptimum:
     """F^*, w* (Newton on the pooled training data) and upsilon*^2 for a dpjax GLM.
 
-    Args: problem: ``LogisticRegression``, ``SoftmaxRegression`` or ``LinearRegression``. xs: the silos' training
-      features (one array per silo). ys: the silos' training labels (one array per silo). newton_kw: options of
-      `newton_minimize` (``step``, ``tol``, ``grad_tol``, ``max_iter``).
+    Args:
+      problem: ``LogisticRegression``, ``SoftmaxRegression`` or ``LinearRegression``.
+      xs: the silos' training features (one array per silo).
+      ys: the silos' training labels (one array per silo).
+      newton_kw: options of `newton_minimize` (``step``, ``tol``, ``grad_tol``, ``max_iter``).
     """
     model, num_classes, intercept = _model_of(problem)
     if len(xs) == 0 or len(xs) != len(ys):

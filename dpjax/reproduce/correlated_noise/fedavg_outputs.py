@@ -10,6 +10,7 @@ import numpy as np
 
 from dpjax.reproduce import report as rep
 from dpjax.reproduce.correlated_noise import config as cfgmod
+from dpjax.reproduce.correlated_noise import outputs
 from dpjax.reproduce.correlated_noise.outputs import summary
 
 __all__ = ["tidy_rows", "plot", "write_report", "compare", "LABELS"]
@@ -26,18 +27,8 @@ MIN_POINTS, MIN_DECADES = 4, 1.0
 
 def tidy_rows(cal: list[dict], runs: list[dict]) -> list[dict]:
     """One row per (method, epsilon, trial, metric): every run's test accuracy (trial = seed) and every calibration's
-    numbers (trial 0)."""
-    rows = []
-    for r in cal:
-        for m in CAL_METRICS:
-            rows.append({"algorithm": r["method"], "epsilon": r["target_epsilon"], "trial": 0, "metric": m,
-                         "value": r[m], "accountant": "pld" if m == "pld_epsilon" else cfgmod.ACCOUNTANT,
-                         "learning_rate": float("nan"), "neighboring": r["neighboring"], "seconds": r["seconds"]})
-    for r in runs:
-        rows.append({"algorithm": r["method"], "epsilon": r["target_epsilon"], "trial": r["seed"],
-                     "metric": "test_accuracy", "value": r["test_accuracy"], "accountant": cfgmod.ACCOUNTANT,
-                     "learning_rate": r["learning_rate"], "neighboring": "", "seconds": r["train_seconds"]})
-    return rows
+    numbers, the bands included (trial 0); the central half's layout."""
+    return outputs.tidy_rows(cal, runs, cal_metrics=CAL_METRICS)
 
 
 def _value(rows, method, eps, metric):

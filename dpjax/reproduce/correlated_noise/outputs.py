@@ -19,12 +19,12 @@ LABELS = {"poisson": "DP-SGD, Poisson", "balls-in-bins": "DP-SGD, balls-in-bins"
 CAL_METRICS = ("noise_multiplier", "certified_epsilon", "pld_epsilon", "rmse", "rmse_per_z", "max_per_z")
 
 
-def tidy_rows(cal: list[dict], runs: list[dict]) -> list[dict]:
+def tidy_rows(cal: list[dict], runs: list[dict], cal_metrics: tuple[str, ...] = CAL_METRICS) -> list[dict]:
     """One row per (method, epsilon, trial, metric): every run's test accuracy (trial = seed, with its step size) and
-    every calibration's numbers (trial 0)."""
+    every calibration's ``cal_metrics`` (trial 0)."""
     rows = []
     for r in cal:
-        for m in CAL_METRICS:
+        for m in cal_metrics:
             rows.append({"algorithm": r["method"], "epsilon": r["target_epsilon"], "trial": 0, "metric": m,
                          "value": r[m], "accountant": "pld" if m == "pld_epsilon" else cfgmod.ACCOUNTANT,
                          "learning_rate": float("nan"), "neighboring": r["neighboring"], "seconds": r["seconds"]})

@@ -5,32 +5,18 @@ large epsilon); the multi-epoch lower bound composes at most MAX_COMPOSED_EPOCHS
 are a post-processing of it, so their bound is still a lower bound). Each case runs under an alarm, so the old
 behaviour fails instead of hanging the suite."""
 
-import contextlib
 import math
-import signal
 
 import pytest
 
 from dpjax.accounting import shuffle_gap as sg
 from dpjax.accounting import shuffle_lower_bound as lb
+from tests._timing import within
 
 pytestmark = pytest.mark.privacy
 
 LIMIT_S = 30  # about 1 s on an idle machine; x30 for the shared 2-core test machine
-
-
-@contextlib.contextmanager
-def _within(seconds):
-    def _alarm(*_):
-        raise TimeoutError(f"no answer within {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+_within = within
 
 
 def _rdp(z, q, steps, delta):

@@ -4,30 +4,18 @@ binomial_pmf / ELS with k = 10^9 ran > 10 s (exact rationals, a mixture of 10^9 
 raised MemoryError inside dp_accounting's PLD; ``field='noise'`` was accepted and calibrate returned a key no hparams
 reads. Each refusal names the argument and its value, under an alarm so the old behaviour fails instead of hanging."""
 
-import contextlib
-import signal
-
 import pytest
 
 from dpjax.accounting import user_dpsgd as ud
+from tests._timing import within
 
 pytestmark = pytest.mark.privacy
 
 DELTA = 1e-5
 
 
-@contextlib.contextmanager
 def _within(seconds=5):
-    def _alarm(*_):
-        raise TimeoutError(f"no answer within {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    return within(seconds)
 
 
 def test_binomial_pmf_refuses_a_huge_k_up_front():

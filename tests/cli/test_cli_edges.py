@@ -7,12 +7,10 @@ costs a fraction of a second. Good inputs next to the refused ones (a process sh
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import pathlib
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,23 +18,10 @@ import textwrap
 import pytest
 
 from dpjax import cli
+from tests._timing import within
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-@contextlib.contextmanager
-def _within(seconds: float):
-    """Fails (instead of hanging the suite) when the body runs longer than ``seconds``."""
-    def alarm(*_):
-        raise TimeoutError(f"no answer within {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+_within = within
 
 
 def _refusal(capsys, argv) -> str:

@@ -74,28 +74,10 @@ def compare(best: dict, method: str, baseline: str, epsilons) -> dict:
 def plot(path: pathlib.Path, rows: list[dict]) -> pathlib.Path:
     """Test accuracy vs epsilon (mean, bars: the range over the seeds) and each strategy's prefix-sum RMSE at the
     calibrated noise."""
-    from dpjax.sweep.plot import new_figure, save_figure
-
-    best = summary(rows)
-    fig, axes = new_figure(1, 2, panel=(5.0, 3.8))
-    for i, method in enumerate(m for m in METHODS if any(k[0] == m for k in best)):
-        eps = sorted(e for m, e in best if m == method)
-        mean = np.array([best[method, e]["mean"] for e in eps])
-        err = np.array([[best[method, e]["mean"] - best[method, e]["lo"] for e in eps],
-                        [best[method, e]["hi"] - best[method, e]["mean"] for e in eps]])
-        axes[0, 0].errorbar(eps, mean, yerr=err, fmt="o-", capsize=3, color=f"C{i}", label=LABELS[method])
-        axes[0, 1].plot(eps, [_value(rows, method, e, "rmse") for e in eps], "o-", color=f"C{i}",
-                        label=LABELS[method])
-    axes[0, 0].set(xscale="log", xlabel="user-level epsilon (delta 1e-5, certified)", ylabel="test accuracy",
-                   title="MNIST MLP over clients, equal epsilon and rounds")
-    axes[0, 1].set(xscale="log", yscale="log", xlabel="user-level epsilon (delta 1e-5, certified)",
-                   ylabel="prefix-sum noise RMSE (units of C/m)", title="noise strategy RMSE at calibrated z")
-    ticks = sorted({e for _, e in best})
-    for ax in axes[0]:
-        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
-        ax.minorticks_off()
-        ax.legend(fontsize=7)
-    return save_figure(fig, path, title="DP-FedAvg cross-device: correlated noise at equal privacy")
+    return outputs.accuracy_and_rmse_figure(
+        path, rows, METHODS, LABELS, epsilon_label="user-level epsilon (delta 1e-5, certified)", rmse_units="C/m",
+        accuracy_title="MNIST MLP over clients, equal epsilon and rounds",
+        title="DP-FedAvg cross-device: correlated noise at equal privacy")
 
 
 def _verdict_lines(best, methods, epsilons) -> list[str]:

@@ -11,7 +11,7 @@ import numpy as np
 from dpjax.reproduce import report as rep
 from dpjax.reproduce.correlated_noise import config as cfgmod
 
-__all__ = ["tidy_rows", "plot", "write_report", "LABELS"]
+__all__ = ["tidy_rows", "plot", "accuracy_and_rmse_figure", "write_report", "LABELS"]
 
 LABELS = {"poisson": "DP-SGD, Poisson", "balls-in-bins": "DP-SGD, balls-in-bins", "tree-ftrl": "DP-FTRL, tree",
           "band-mf": "BandMF, cyclic Poisson (amplified)"}
@@ -60,28 +60,36 @@ def summary(rows: list[dict]) -> dict:
 def plot(path: pathlib.Path, rows: list[dict]) -> pathlib.Path:
     """Test accuracy vs epsilon (mean, bars: the range over the seeds) and each strategy's prefix-sum RMSE at the
     calibrated noise."""
+    return accuracy_and_rmse_figure(path, rows, cfgmod.METHODS, LABELS, epsilon_label="epsilon (delta 1e-5, certified)",
+                                    rmse_units="C/B", accuracy_title="MNIST MLP, equal epsilon and steps",
+                                    title="correlated noise and batch selection at equal privacy")
+
+
+def accuracy_and_rmse_figure(path: pathlib.Path, rows: list[dict], methods, labels: dict, *, epsilon_label: str,
+                             rmse_units: str, accuracy_title: str, title: str) -> pathlib.Path:
+    """Both halves' figure: test accuracy vs epsilon (mean, bars: the range over the seeds) of ``methods`` in that
+    order, and each one's prefix-sum RMSE at the calibrated noise (units ``rmse_units``)."""
     from dpjax.sweep.plot import new_figure, save_figure
 
     best = summary(rows)
     fig, axes = new_figure(1, 2, panel=(5.0, 3.8))
-    for i, method in enumerate(m for m in cfgmod.METHODS if any(k[0] == m for k in best)):
+    for i, method in enumerate(m for m in methods if any(k[0] == m for k in best)):
         eps = sorted(e for m, e in best if m == method)
         mean = np.array([best[method, e]["mean"] for e in eps])
         err = np.array([[best[method, e]["mean"] - best[method, e]["lo"] for e in eps],
                         [best[method, e]["hi"] - best[method, e]["mean"] for e in eps]])
-        axes[0, 0].errorbar(eps, mean, yerr=err, fmt="o-", capsize=3, color=f"C{i}", label=LABELS[method])
+        axes[0, 0].errorbar(eps, mean, yerr=err, fmt="o-", capsize=3, color=f"C{i}", label=labels[method])
         axes[0, 1].plot(eps, [_value(rows, method, e, "rmse") for e in eps], "o-", color=f"C{i}",
-                        label=LABELS[method])
-    axes[0, 0].set(xscale="log", xlabel="epsilon (delta 1e-5, certified)", ylabel="test accuracy",
-                   title="MNIST MLP, equal epsilon and steps")
-    axes[0, 1].set(xscale="log", yscale="log", xlabel="epsilon (delta 1e-5, certified)",
-                   ylabel="prefix-sum noise RMSE (units of C/B)", title="noise strategy RMSE at calibrated z")
+                        label=labels[method])
+    axes[0, 0].set(xscale="log", xlabel=epsilon_label, ylabel="test accuracy", title=accuracy_title)
+    axes[0, 1].set(xscale="log", yscale="log", xlabel=epsilon_label,
+                   ylabel=f"prefix-sum noise RMSE (units of {rmse_units})", title="noise strategy RMSE at calibrated z")
     ticks = sorted({e for _, e in best})
     for ax in axes[0]:
         ax.set_xticks(ticks, [f"{e:g}" for e in ticks])  # the epsilon grid itself, not 2 x 10^0
         ax.minorticks_off()
         ax.legend(fontsize=7)
-    return save_figure(fig, path, title="correlated noise and batch selection at equal privacy")
+    return save_figure(fig, path, title=title)
 
 
 def _fmt_acc(s) -> str:

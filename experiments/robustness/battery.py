@@ -54,8 +54,9 @@ dp-ftrl case drops the static ``sampling`` it does not have, and ``bins-mc-over-
 
 The 14 "hangs" all load jax and the family: 11 are clean refusals of a static field that only building the family
 checks (17-20 s under load ~21, 9.9 s alone at load 11), ``silo-block-not-blocks`` is a valid sweep that starts,
-``toml-bandmf-rounds-1e9`` a valid 10^9-round sweep that trains, and ``toml-bandmf-bands-over-sep`` is accepted and
-trained (bands 6 over 4 min-separation groups: a band-mf question, left open).
+``toml-bandmf-rounds-1e9`` a valid 10^9-round sweep that trains. (``toml-bandmf-bands-over-sep`` was a wrong case: with
+``num_bins`` unset min-separation's period defaults to the bands, so 6 bands over 6 groups is valid; it now sets
+``num_bins = 4`` and is refused, naming bands=6.)
 """
 
 from __future__ import annotations
@@ -401,7 +402,7 @@ def cli_cases() -> list[Case]:
         ("toml-bandmf-bands-0", bmf(extra="bands = 0"), ["bands", "0"]),
         ("toml-bandmf-bands-over", bmf(extra="bands = 1000"), ["bands", "1000"]),
         ("toml-bandmf-bands-float", bmf(extra="bands = 2.5"), ["bands", "2.5"]),
-        ("toml-bandmf-bands-over-sep", bmf(extra="bands = 6"), ["bands", "6"]),
+        ("toml-bandmf-bands-over-sep", bmf(extra="bands = 6\nnum_bins = 4"), ["bands", "6"]),  # unset num_bins = bands
         ("toml-bandmf-poisson", bmf(sampling="poisson"), ["sampling", "poisson"]),
         ("toml-bandmf-coeffs-mismatch", bmf(extra="bands = 3\nband_coeffs = [1.0, 0.5]"), ["band_coeffs", "bands"]),
         ("toml-bandmf-coeffs-zero", bmf(extra="band_coeffs = [0.0, 0.5]"), ["band_coeffs", "0"]),

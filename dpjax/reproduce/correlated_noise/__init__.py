@@ -14,7 +14,6 @@ trainings in ``measure``, the files in ``outputs``. Writes ``results.csv`` (tidy
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
@@ -29,13 +28,7 @@ PAPER = ("Choquette-Choo et al., (Amplified) Banded Matrix Factorization (NeurIP
 
 def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     """Rewrites ``report.md`` and the figure of the kept run in ``out`` from its ``results.csv`` and ``meta.json``."""
-    import pandas as pd
-
-    out = pathlib.Path(out)
-    rows = pd.read_csv(out / "results.csv").to_dict("records")
-    meta = json.loads((out / "meta.json").read_text())
-    outputs.plot(out / "correlated_noise.png", rows)
-    return outputs.write_report(out, rows, meta)
+    return outputs.rewrite_kept(out, "correlated_noise.png", outputs.plot, outputs.write_report)
 
 
 # the cross-device half (DP-FedAvg over clients), registered as ``correlated-noise-fedavg``

@@ -29,7 +29,6 @@ SGD model is theta_0 - eta x that sum), in units of C / m. The trainings are one
 
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 import time
@@ -227,15 +226,9 @@ def train(cfg: dict, fams: dict, cal: list[dict], data, seed: int) -> list[dict]
 
 def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     """Rewrites ``report.md`` and the figure of the kept run in ``out`` from its ``results.csv`` and ``meta.json``."""
-    import pandas as pd
+    from dpjax.reproduce.correlated_noise import fedavg_outputs, outputs
 
-    from dpjax.reproduce.correlated_noise import fedavg_outputs as outputs
-
-    out = pathlib.Path(out)
-    rows = pd.read_csv(out / "results.csv").to_dict("records")
-    meta = json.loads((out / "meta.json").read_text())
-    outputs.plot(out / "correlated_noise_fedavg.png", rows)
-    return outputs.write_report(out, rows, meta)
+    return outputs.rewrite_kept(out, "correlated_noise_fedavg.png", fedavg_outputs.plot, fedavg_outputs.write_report)
 
 
 @register("correlated-noise-fedavg", paper=PAPER,

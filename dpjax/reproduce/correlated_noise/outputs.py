@@ -11,7 +11,7 @@ import numpy as np
 from dpjax.reproduce import report as rep
 from dpjax.reproduce.correlated_noise import config as cfgmod
 
-__all__ = ["tidy_rows", "plot", "accuracy_and_rmse_figure", "write_report", "LABELS"]
+__all__ = ["tidy_rows", "plot", "accuracy_and_rmse_figure", "write_report", "rewrite_kept", "LABELS"]
 
 LABELS = {"poisson": "DP-SGD, Poisson", "balls-in-bins": "DP-SGD, balls-in-bins", "tree-ftrl": "DP-FTRL, tree",
           "band-mf": "BandMF, cyclic Poisson (amplified)"}
@@ -181,3 +181,17 @@ def write_report(out: pathlib.Path, rows: list[dict], meta: dict) -> pathlib.Pat
              f"Platform: {meta.get('platform', '?')}; wall time {meta.get('wall_seconds', float('nan')):.0f} s "
              f"(calibration {meta.get('calibration_seconds', float('nan')):.0f} s)."]
     return rep.write_report(out, lines)
+
+
+def rewrite_kept(out, figure: str, plot_fn, write_fn) -> pathlib.Path:
+    """``--report-only`` of either half: redraws ``figure`` with ``plot_fn`` and rewrites ``report.md`` with
+    ``write_fn`` from the kept run's ``results.csv`` and ``meta.json`` in ``out``."""
+    import json
+
+    import pandas as pd
+
+    out = pathlib.Path(out)
+    rows = pd.read_csv(out / "results.csv").to_dict("records")
+    meta = json.loads((out / "meta.json").read_text())
+    plot_fn(out / figure, rows)
+    return write_fn(out, rows, meta)

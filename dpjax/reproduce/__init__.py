@@ -147,18 +147,23 @@ class Figure:
 _REGISTRY: dict[str, Figure] = {}
 
 
-def register(name: str, *, paper: str, description: str, constructions: tuple[str, ...] = ("paper",),
-             report_only: Callable | None = None):
+def register(name: str, *, paper: str | None = None, description: str | None = None,
+             constructions: tuple[str, ...] | None = None, report_only: Callable | None = None):
     """Decorator registering a figure reproduction under ``name``.
 
-    ``constructions``: the ``CONSTRUCTIONS`` the figure offers (its function then takes ``construction=`` and names it
-    in its title, meta and report); ``report_only``: rewrites a kept run's report from its files (module docstring).
+    ``paper``, ``description`` and ``constructions`` default to the figure's ``LISTING`` entry (the one place they are
+    written); ``constructions``: the ``CONSTRUCTIONS`` the figure offers (its function then takes ``construction=`` and
+    names it in its title, meta and report); ``report_only``: rewrites a kept run's report from its files (module
+    docstring).
     """
+    _, listed_paper, listed_description, listed_constructions = LISTING.get(name, (None, "", "", ("paper",)))
 
     def deco(fn):
         if name in _REGISTRY and _REGISTRY[name].fn is not fn:
             raise ValueError(f"figure name={name!r} is registered twice")
-        _REGISTRY[name] = Figure(name, paper, description, fn, tuple(constructions), report_only)
+        _REGISTRY[name] = Figure(name, listed_paper if paper is None else paper,
+                                 listed_description if description is None else description, fn,
+                                 tuple(listed_constructions if constructions is None else constructions), report_only)
         return fn
 
     return deco

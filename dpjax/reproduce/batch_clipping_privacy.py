@@ -498,9 +498,7 @@ def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     return write_report(out, rows, n5, n6, table, n8, float(m.group(1)) if m else float("nan"), regenerated=True)
 
 
-@register("batch-clipping-privacy", paper=PAPER,
-          description="accountant demonstrations N1-N8: sqrt(g) law, printed bounds, adversaries, Table 1, audits",
-          report_only=report_only)
+@register("batch-clipping-privacy", report_only=report_only)
 def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
     out = pathlib.Path(out)
     if (out / "results.csv").exists():

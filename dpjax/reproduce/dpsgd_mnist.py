@@ -294,7 +294,6 @@ def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
                         construction=meta.get("construction", "paper"), run_rows=rows)
 
 
-@register("dpsgd-mnist", paper=PAPER, description="BC-SH vs IC-SS vs local SGD/momentum vs SGD on MNIST, sigma = 2",
-          constructions=CONSTRUCTIONS, report_only=report_only)
+@register("dpsgd-mnist", report_only=report_only)
 def dpsgd_mnist(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, construction: str = "paper") -> pathlib.Path:
     return run_protocol(pathlib.Path(out), quick=quick, seed=seed, data_dir=data_dir, construction=construction)

@@ -218,9 +218,7 @@ def write_report(out: pathlib.Path, rows: list[dict], config: dict, wall: float,
     return report.write_report(out, lines)
 
 
-@register("shuffling-gap", paper=PAPER,
-          description="shuffled DP-SGD: Chua et al.'s lower bound vs the Poisson epsilon across sigma and epochs, "
-                      "van Dijk et al.'s configurations on the same axes")
+@register("shuffling-gap")
 def shuffling_gap(out: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
     del seed  # pure accounting: nothing random
     out = pathlib.Path(out)

@@ -85,8 +85,7 @@ def _plot(out: pathlib.Path, rows) -> pathlib.Path:
     return path
 
 
-@register("user-level-dpsgd", paper=PAPER,
-          description="ELS vs ULS test error at equal user-level epsilon, MNIST dealt to power-law users")
+@register("user-level-dpsgd")
 def user_level_dpsgd(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None) -> pathlib.Path:
     from dpjax.data import load_mnist
     from dpjax.data.paths import DatasetNotFoundError

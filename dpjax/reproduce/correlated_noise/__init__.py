@@ -22,9 +22,6 @@ from dpjax.reproduce.correlated_noise import config, measure, outputs
 
 __all__ = ["correlated_noise"]
 
-PAPER = ("Choquette-Choo et al., (Amplified) Banded Matrix Factorization (NeurIPS 2023); Chua et al., Balls-and-Bins "
-         "Sampling for DP-SGD (AISTATS 2025)")
-
 
 def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     """Rewrites ``report.md`` and the figure of the kept run in ``out`` from its ``results.csv`` and ``meta.json``."""
@@ -35,10 +32,7 @@ def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
 from dpjax.reproduce.correlated_noise import fedavg  # noqa: E402,F401
 
 
-@register("correlated-noise", paper=PAPER,
-          description="MNIST test accuracy vs epsilon: DP-SGD Poisson / balls-in-bins, tree DP-FTRL, amplified "
-                      "BandMF at equal epsilon and steps, with each strategy's RMSE",
-          report_only=_report_only)
+@register("correlated-noise", report_only=_report_only)
 def correlated_noise(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, cfg: dict | None = None
                      ) -> pathlib.Path:
     """Runs the protocol (``config.QUICK`` / ``config.FULL``, entries overridden by ``cfg``) into ``out``."""

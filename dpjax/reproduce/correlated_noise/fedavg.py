@@ -41,8 +41,6 @@ from dpjax.reproduce.correlated_noise import config as cfgmod
 __all__ = ["correlated_noise_fedavg", "METHODS", "FED_QUICK", "FED_FULL", "families", "hparams", "calibrate",
            "noise_rmse", "split_clients"]
 
-PAPER = ("Choquette-Choo et al., (Amplified) Banded Matrix Factorization (NeurIPS 2023); McMahan et al., "
-         "DP-FedAvg (ICLR 2018)")
 METHODS = ("poisson", "band-mf", "band-mf-min-sep")
 #: quick: a smoke test of every code path on a small population, not a measurement
 FED_QUICK = dict(clients=200, records=10, cohort=20, rounds=12, bands=2, min_sep_bands=4, local_steps=2,
@@ -231,10 +229,7 @@ def _report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
     return outputs.rewrite_kept(out, "correlated_noise_fedavg.png", fedavg_outputs.plot, fedavg_outputs.write_report)
 
 
-@register("correlated-noise-fedavg", paper=PAPER,
-          description="MNIST over 1,000 clients: DP-FedAvg with Poisson clients vs amplified BandMF (cyclic "
-                      "Poisson) vs BandMF under min-separation, at equal user-level epsilon and rounds, with RMSE",
-          report_only=_report_only)
+@register("correlated-noise-fedavg", report_only=_report_only)
 def correlated_noise_fedavg(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, cfg: dict | None = None
                             ) -> pathlib.Path:
     """Runs the protocol (``FED_QUICK`` / ``FED_FULL``, entries overridden by ``cfg``) into ``out``."""

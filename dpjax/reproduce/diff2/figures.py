@@ -199,8 +199,7 @@ def _run_figure(out_dir, *, quick, seed, datasets, epsilons, metrics, fig_name, 
                           time.time() - t0, notes, construction)
 
 
-@register("diff2-regression", paper=PAPER, constructions=("paper", "authors"),
-          description="Figs. 1-2: DIFF2-GD vs DP-GD vs GD on California housing, gas turbine, BlogFeedback (eps 3, 5)")
+@register("diff2-regression")
 def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
                      construction: str = "paper") -> pathlib.Path:
     notes = ["BlogFeedback: only the UCI training file (52,397 rows) is available; the paper used 60,021 rows.", ""]
@@ -209,8 +208,7 @@ def diff2_regression(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=
                        construction=construction)
 
 
-@register("diff2-classification", paper=PAPER, constructions=("paper", "authors"),
-          description="Fig. 3: DIFF2-GD vs DP-GD vs GD on KDD Cup 99 (10%) and a9a (stand-in for Cover Type), eps 3")
+@register("diff2-classification")
 def diff2_classification(out_dir: pathlib.Path, *, quick: bool, seed: int, data_dir=None,
                          construction: str = "paper") -> pathlib.Path:
     notes = ["**Forest Cover Type is not available offline; LIBSVM a9a (binary, 123 binary features, training "

@@ -10,7 +10,7 @@ import pandas as pd
 
 from dpjax.reproduce import register, report
 from dpjax.reproduce.isrl.claims import claims_insurance, claims_mnist, claims_obesity, selected_means
-from dpjax.reproduce.isrl.config import (AUTHORS_NOTES, COMMON_NOTES, Experiment, PAPER, TITLES, insurance_experiment,
+from dpjax.reproduce.isrl.config import (AUTHORS_NOTES, COMMON_NOTES, Experiment, TITLES, insurance_experiment,
                                          insurance_task, mnist_experiment, mnist_task, obesity_experiment,
                                          obesity_task)
 from dpjax.reproduce.isrl.driver import run_experiment
@@ -80,9 +80,7 @@ def _figure(exp: Experiment, task_fn, claims_fn, title: str, out_dir, quick: boo
                          figure_title=title, claims=claims, notes=COMMON_NOTES + extra + tuple(notes))
 
 
-@register("isrl-mnist", paper=PAPER, constructions=("paper", "authors"), report_only=report_only,
-          description="Fig. 4 (M = 25, 12) & Fig. 7 (M = 18): MNIST even/odd logistic regression, test error vs ε "
-                      "(the figure; `dpjax run isrl-mnist-trial` is one trial at one ε)")
+@register("isrl-mnist", report_only=report_only)
 def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
                       data_dir=None) -> pathlib.Path:
     data_note = ("Silos drawn without replacement across silos (disjoint silos, disjoint train/test)."
@@ -101,8 +99,7 @@ def isrl_mnist_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construc
                           "Full protocol: M ∈ {25, 12} (Fig. 4) and 18 (Fig. 7)."))
 
 
-@register("isrl-insurance", paper=PAPER, constructions=("paper", "authors"), report_only=report_only,
-          description="Fig. 5, 8, 9: insurance linear regression, relative RMSE vs ε over an (N, M) grid")
+@register("isrl-insurance", report_only=report_only)
 def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
                           data_dir=None) -> pathlib.Path:
     rules = (("Per-example clipping at the tuned threshold; non-private baselines are tuned over the same clip grid.",
@@ -118,8 +115,7 @@ def isrl_insurance_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, cons
                    data_dir=data_dir, notes=rules + ("Relative RMSE = √(test MSE / test MSE of the pooled training mean).",))
 
 
-@register("isrl-obesity", paper=PAPER, constructions=("paper", "authors"), report_only=report_only,
-          description="Fig. 6: obesity softmax regression (7 single-class silos, M = 3), test error vs ε")
+@register("isrl-obesity", report_only=report_only)
 def isrl_obesity_figure(out_dir: pathlib.Path, *, quick: bool, seed: int, construction: str = "paper",
                         data_dir=None) -> pathlib.Path:
     noise_note = ("Per-silo noise on minibatch means (the paper's Algorithm 2)." if construction == "paper" else

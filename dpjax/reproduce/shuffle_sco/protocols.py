@@ -197,8 +197,7 @@ def plot_protocols(path, rows, plots):
     save_figure(fig, path, dpi=100, title="shuffle-sco-protocols: P_1D / P_vec checks (Lemma 3.1, Theorem 3.2)")
 
 
-@register("shuffle-sco-protocols", paper=PAPER,
-          description="P_1D/P_vec: moments vs exact formulas, bit vs count level, exact hockey-stick, MC audit")
+@register("shuffle-sco-protocols")
 def shuffle_sco_protocols(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
     out_dir = check_out_dir(out_dir)
     t0 = time.time()

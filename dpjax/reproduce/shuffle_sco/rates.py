@@ -9,7 +9,7 @@ import time
 
 from dpjax.reproduce import register
 from dpjax.reproduce.shuffle_sco.claims import result_row, slope_summary
-from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, PAPER, RATE_PROTOCOLS, TABLE1
+from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, RATE_PROTOCOLS, TABLE1
 from dpjax.reproduce.shuffle_sco.measure import build, measure, measure_point
 from dpjax.reproduce.report import write_csv
 from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, kept_results, kept_wall, rates_report
@@ -92,9 +92,7 @@ def rates_report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
     return rates_report(out_dir, rows, summaries, quick=quick, wall=kept_wall(out_dir), regenerated=True)
 
 
-@register("shuffle-sco-rates", paper=PAPER,
-          description="Table 1: excess population loss vs n and d for every protocol, fitted slopes, DP baselines",
-          report_only=rates_report_only)
+@register("shuffle-sco-rates", report_only=rates_report_only)
 def shuffle_sco_rates(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
     out_dir = check_out_dir(out_dir)
     t0 = time.time()

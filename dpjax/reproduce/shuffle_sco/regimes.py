@@ -10,7 +10,7 @@ import time
 
 from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.claims import slope_summary
-from dpjax.reproduce.shuffle_sco.config import PAPER, REGIMES, REGIME_SEEDS, TABLE1
+from dpjax.reproduce.shuffle_sco.config import REGIMES, REGIME_SEEDS, TABLE1
 from dpjax.reproduce.report import write_csv
 from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, kept_results,
                                                  kept_wall, report_head)
@@ -89,9 +89,7 @@ def regimes_report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
     return _regime_report(pathlib.Path(out_dir), rows, summaries, kept_wall(out_dir), quick, regenerated=True)
 
 
-@register("shuffle-sco-regimes", paper=PAPER,
-          description="Table 1 slopes in per-protocol regimes (eps, n-range, AC-SA schedule) where they are measurable",
-          report_only=regimes_report_only)
+@register("shuffle-sco-regimes", report_only=regimes_report_only)
 def shuffle_sco_regimes(out_dir: pathlib.Path, *, quick: bool, seed: int,
                         protocols: tuple[str, ...] | None = None) -> pathlib.Path:
     """The rows of ``shuffle-sco-rates`` whose slopes were not measurable at eps = 0.9 and n <= 3e5, and the

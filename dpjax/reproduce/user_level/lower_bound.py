@@ -79,7 +79,7 @@ def _d7(quick: bool, seed: int):
     return "Appendix D lower-bound instance", rows, claims, notes, plot, "rate-shape (A2) and certified (B1)"
 
 
-d7_figure = demonstration("user-level-lower-bound", "D7: Appendix D instance, A2 error vs d/(n^2 m), B1", _d7)
+d7_figure = demonstration("user-level-lower-bound", _d7)
 
 
 # D8: Phased-SCO as printed (A4) vs the equal split (A4b)
@@ -144,7 +144,7 @@ def _d8(quick: bool, seed: int):
         "rate-shape (NOT private)"
 
 
-d8_figure = demonstration("user-level-phased-sco", "D8: Phased-SCO as printed (A4) vs equal split (A4b)", _d8)
+d8_figure = demonstration("user-level-phased-sco", _d8)
 
 
 # D9: exact privacy audit of Algorithm 1
@@ -245,4 +245,4 @@ def _d9(quick: bool, seed: int):
         "certified (test-mode constants)"
 
 
-d9_figure = demonstration("user-level-audit", "D9: exact hockey-stick audit of Algorithm 1 on toy neighbours", _d9)
+d9_figure = demonstration("user-level-audit", _d9)

@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from dpjax import progress
-from dpjax.reproduce import register, report
+from dpjax.reproduce import LISTING, register, report
 from dpjax.reproduce.user_level.claims import select_rule_line
 from dpjax.reproduce.user_level.config import PAPER
 
@@ -74,18 +74,18 @@ def run_figure(name: str, body: Callable, out_dir, quick: bool, seed: int) -> pa
                   wall=time.perf_counter() - start, mode=mode)
 
 
-def demonstration(name: str, description: str, body: Callable) -> Callable:
-    """Registers the demonstration ``body`` (``(quick, seed) -> (title, rows, claims, notes, plot, mode)``)
-    as the figure ``name`` of the paper; returns its figure function ``(out_dir, *, quick, seed)``, which
-    runs it through ``run_figure``."""
+def demonstration(name: str, body: Callable) -> Callable:
+    """Registers the demonstration ``body`` (``(quick, seed) -> (title, rows, claims, notes, plot, mode)``) as the
+    figure ``name`` (described by its ``LISTING`` entry); returns its figure function ``(out_dir, *, quick, seed)``,
+    which runs it through ``run_figure``."""
 
     def figure(out_dir, *, quick: bool, seed: int):
         return run_figure(name, body, out_dir, quick, seed)
 
     figure.__name__ = figure.__qualname__ = body.__name__.lstrip("_") + "_figure"
     figure.__module__ = body.__module__
-    figure.__doc__ = f"{description} (``dpjax reproduce {name}``)."
-    return register(name, paper=PAPER, description=description)(figure)
+    figure.__doc__ = f"{LISTING[name][2]} (``dpjax reproduce {name}``)."
+    return register(name)(figure)
 
 
 def loglog_panels(plt, panels):

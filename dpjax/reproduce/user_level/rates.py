@@ -317,8 +317,7 @@ def _d5_tied_curvature(quick: bool, seed: int, grids: dict, theory: dict, rho: f
     return rows, claims, curves, notes
 
 
-d5_figure = demonstration("user-level-convex-erm", "D5: Theorem 4.1 Phased-ERM rate (rate-shape), "
-                          "Huber regression loss; slopes in m, n, d", _d5)
+d5_figure = demonstration("user-level-convex-erm", _d5)
 
 
 # D6: Theorems 4.3 / 5.3 (Algorithms 5 and 6, rate-shape)
@@ -437,5 +436,4 @@ def _d6(quick: bool, seed: int):
         "rate-shape (M', NOT private)"
 
 
-d6_figure = demonstration("user-level-strongly-convex", "D6: Theorems 4.3/5.3, A5 ERM and A6 SCO rates "
-                          "(rate-shape)", _d6)
+d6_figure = demonstration("user-level-strongly-convex", _d6)

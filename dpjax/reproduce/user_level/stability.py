@@ -63,7 +63,7 @@ def _d1(quick: bool, seed: int):
     return "Lemma 3.8 tail bound", rows, claims, notes, plot, "not applicable (a probability statement)"
 
 
-d1_figure = demonstration("user-level-tail", "D1: Lemma 3.8 tail, exact hypergeometric and Monte Carlo", _d1)
+d1_figure = demonstration("user-level-tail", _d1)
 
 
 # D2: Theorem 3.6
@@ -133,7 +133,7 @@ def _d2(quick: bool, seed: int):
     return "Theorem 3.6 deletion sensitivity scaling", rows, claims, notes, plot, "not applicable (no release)"
 
 
-d2_figure = demonstration("user-level-deletion", "D2: Theorem 3.6, deletion distance ~ 1/(n sqrt(m))", _d2)
+d2_figure = demonstration("user-level-deletion", _d2)
 
 
 # D3: noise scales of Algorithm 2 against m
@@ -175,7 +175,7 @@ def _d3(quick: bool, seed: int):
     return "noise scale against m", rows, claims, notes, plot, "certified"
 
 
-d3_figure = demonstration("user-level-noise", "D3: sigma of A2/A2c/B1/B0 vs m, crossover m* ~ 1e9", _d3)
+d3_figure = demonstration("user-level-noise", _d3)
 
 
 # D4: certificate pass rate (Appendix C)
@@ -235,5 +235,4 @@ def _d4(quick: bool, seed: int):
         "certificate diagnostic at the certified constants (A2c's Delta_C); no release (A2c refuses at this n)"
 
 
-d4_figure = demonstration("user-level-certificate", "D4: A2c certificate pass rate vs m, exchangeable vs "
-                          "heterogeneous users", _d4)
+d4_figure = demonstration("user-level-certificate", _d4)

@@ -500,9 +500,7 @@ def report_only(out: pathlib.Path, *, quick: bool) -> pathlib.Path:
 
 @register("batch-clipping-privacy", report_only=report_only)
 def batch_clipping_privacy(out: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
-    out = pathlib.Path(out)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
+    out = report.fresh_out(out, make=False)
     start = time.perf_counter()
     rows: list[dict] = []
     from dpjax import progress

@@ -103,10 +103,7 @@ def run_protocol(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None, co
 
     _validate.check_choice("construction", construction, CONSTRUCTIONS)
     cfg = {**(QUICK if quick else FULL), **(config or {})}
-    results = out / "results.csv"
-    if results.exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = report.fresh_out(out)
     start, cpu_start = time.perf_counter(), time.process_time()
     from dpjax.data.paths import DatasetNotFoundError
 
@@ -217,10 +214,7 @@ def merge_parts(out: pathlib.Path, parts: list[pathlib.Path]) -> pathlib.Path:
     """One output folder from runs of ``run_protocol(..., only=...)`` over disjoint variants (e.g. one
     process per variant on a loaded machine). Each variant's rows depend only on its own seeds and
     keys, so the merged results equal a single run's; wall and CPU seconds are summed."""
-    out = pathlib.Path(out)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = report.fresh_out(out)
     rows, privacy, timings, chosen, wall, cpu, metas = [], {}, {}, {}, 0.0, 0.0, []
     all_variants = None
     for part in map(pathlib.Path, parts):

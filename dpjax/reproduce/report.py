@@ -15,6 +15,18 @@ from typing import Any, Iterable, Mapping, Sequence
 TIDY_COLUMNS = ("algorithm", "epsilon", "trial", "metric", "value", "accountant")
 
 
+def fresh_out(out: pathlib.Path, *, make: bool = True) -> pathlib.Path:
+    """``out`` as a path, refused when it already holds a ``results.csv`` (kept results are never overwritten);
+    created when ``make``."""
+    out = pathlib.Path(out)
+    if (out / "results.csv").exists():
+        raise ValueError(f"out={str(out)!r} already holds results.csv; choose another --out or remove it (results are "
+                         "never overwritten)")
+    if make:
+        out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def markdown_table(rows: Iterable[Mapping[str, Any]] | Iterable[Sequence[Any]], columns: Sequence[str] | None = None
                    ) -> str:
     """A GitHub markdown table of ``rows`` (dicts, or sequences with ``columns``)."""

@@ -221,10 +221,7 @@ def write_report(out: pathlib.Path, rows: list[dict], config: dict, wall: float,
 @register("shuffling-gap")
 def shuffling_gap(out: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
     del seed  # pure accounting: nothing random
-    out = pathlib.Path(out)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = report.fresh_out(out)
     config = QUICK if quick else FULL
     start = time.perf_counter()
     rows = compute(config, VAN_DIJK_QUICK if quick else tuple(VAN_DIJK))

@@ -91,10 +91,7 @@ def user_level_dpsgd(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None
     from dpjax.data.paths import DatasetNotFoundError
     from dpjax.engine.users import UserSplit
 
-    out, cfg = pathlib.Path(out), dict(QUICK if quick else FULL)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out, cfg = rep.fresh_out(out), dict(QUICK if quick else FULL)
     start = time.perf_counter()
     try:
         d = load_mnist(data_dir)

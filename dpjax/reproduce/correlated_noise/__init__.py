@@ -41,9 +41,7 @@ def correlated_noise(out: pathlib.Path, *, quick: bool, seed: int, data_dir=None
     from dpjax.problems.mlp import MLP
     from dpjax.reproduce import report as rep
 
-    out = pathlib.Path(out)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
+    out = rep.fresh_out(out, make=False)
     conf = {**(config.QUICK if quick else config.FULL), **(cfg or {})}
     start = time.perf_counter()
     progress.stage(f"correlated-noise: loading {conf['n_train']} + {conf['n_test']} MNIST images")

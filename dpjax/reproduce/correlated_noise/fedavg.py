@@ -191,32 +191,19 @@ def calibrations(cfg: dict, fams: dict, with_pld: bool) -> list[dict]:
 
 
 def train(cfg: dict, fams: dict, cal: list[dict], data, seed: int) -> list[dict]:
-    """Test accuracy of every (method, epsilon, seed): one ``run_grid`` per method, one chunk per seed."""
-    import jax
-
-    from dpjax import progress
-    from dpjax.engine import run_grid, stack_hparams
+    """Test accuracy of every (method, epsilon, seed): one ``measure.final_accuracy`` grid per method."""
+    from dpjax.reproduce.correlated_noise.measure import final_accuracy
 
     clients, xte, yte = data
     rows = []
     for method, fam in fams.items():
         zs = {r["target_epsilon"]: r["noise_multiplier"] for r in cal if r["method"] == method}
         grid = [(s, eps) for s in range(cfg["seeds"]) for eps in cfg["epsilons"]]
-        hps = stack_hparams([hparams(method, cfg, zs[eps]) for _, eps in grid])
-        keys = jax.random.split(jax.random.key(seed), cfg["seeds"])
-        run_keys = jax.numpy.stack([jax.random.fold_in(keys[s], i) for i, (s, _) in enumerate(grid)])
-        problem = fam.problem
-
-        def eval_fn(params, ed):
-            return {"test_accuracy": 1.0 - problem.evaluate(params, ed[0], ed[1])["error"]}
-
-        progress.stage(f"correlated-noise-fedavg: training {method} ({len(grid)} runs x {cfg['rounds']} rounds)")
-        t0 = time.perf_counter()
-        res = run_grid(fam, clients, hps, run_keys, eval_fn=eval_fn, eval_data=(xte, yte),
-                       common_random_numbers=False, chunk_size=len(grid) // cfg["seeds"])
-        acc = np.asarray(res.evals["test_accuracy"])[:, -1]
-        wall = time.perf_counter() - t0
-        for (s, eps), a, bad in zip(grid, acc, np.asarray(res.diverged_round)):
+        acc, diverged, wall = final_accuracy(
+            fam, clients, [hparams(method, cfg, zs[eps]) for _, eps in grid], [s for s, _ in grid], seed,
+            cfg["seeds"], (xte, yte),
+            f"correlated-noise-fedavg: training {method} ({len(grid)} runs x {cfg['rounds']} rounds)")
+        for (s, eps), a, bad in zip(grid, acc, diverged):
             rows.append({"method": method, "target_epsilon": eps, "learning_rate": cfg["server_lr"], "seed": s,
                          "test_accuracy": float(a) if bad < 0 else float("nan"), "train_seconds": wall})
     return rows
@@ -239,9 +226,7 @@ def correlated_noise_fedavg(out: pathlib.Path, *, quick: bool, seed: int, data_d
     from dpjax.reproduce import report as rep
     from dpjax.reproduce.correlated_noise import fedavg_outputs as outputs
 
-    out = pathlib.Path(out)
-    if (out / "results.csv").exists():
-        raise ValueError(f"out={out} already holds results.csv; choose another --out (results are never overwritten)")
+    out = rep.fresh_out(out, make=False)
     conf = {**(FED_QUICK if quick else FED_FULL), **(cfg or {})}
     check_config(conf)
     start = time.perf_counter()

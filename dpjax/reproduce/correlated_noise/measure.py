@@ -55,13 +55,33 @@ def calibrations(cfg: dict, fams: dict, with_pld: bool) -> list[dict]:
     return rows
 
 
-def train(cfg: dict, fams: dict, cal: list[dict], data, seed: int) -> list[dict]:
-    """Test accuracy of every (method, epsilon, step size, seed): one ``run_grid`` per method, the runs ordered by
-    seed and one chunk per seed (each seed's chunk starts from its own first key's initialisation)."""
+def final_accuracy(fam, data, hparams: list, run_seeds: list[int], seed: int, n_seeds: int, eval_data, stage: str):
+    """Final test accuracy of each run, its divergence round and the wall seconds: one ``run_grid`` over the stacked
+    ``hparams``, run i keyed ``fold_in(key of its seed run_seeds[i], i)``, one chunk per seed (each seed's chunk starts
+    from its own first key's initialisation). Both halves of the reproduction train through it."""
     import jax
 
     from dpjax import progress
-    from dpjax.engine import SiloData, run_grid, stack_hparams
+    from dpjax.engine import run_grid, stack_hparams
+
+    keys = jax.random.split(jax.random.key(seed), n_seeds)
+    run_keys = jax.numpy.stack([jax.random.fold_in(keys[s], i) for i, s in enumerate(run_seeds)])
+    problem = fam.problem
+
+    def eval_fn(params, ed):
+        return {"test_accuracy": 1.0 - problem.evaluate(params, ed[0], ed[1])["error"]}
+
+    progress.stage(stage)
+    t0 = time.perf_counter()
+    res = run_grid(fam, data, stack_hparams(hparams), run_keys, eval_fn=eval_fn, eval_data=eval_data,
+                   common_random_numbers=False, chunk_size=len(run_seeds) // n_seeds)
+    return np.asarray(res.evals["test_accuracy"])[:, -1], np.asarray(res.diverged_round), time.perf_counter() - t0
+
+
+def train(cfg: dict, fams: dict, cal: list[dict], data, seed: int) -> list[dict]:
+    """Test accuracy of every (method, epsilon, step size, seed): one ``final_accuracy`` grid per method, the runs
+    ordered by seed."""
+    from dpjax.engine import SiloData
 
     xtr, ytr, xte, yte = data
     silos = SiloData.from_silos([xtr], [ytr])
@@ -69,21 +89,10 @@ def train(cfg: dict, fams: dict, cal: list[dict], data, seed: int) -> list[dict]
     for method, (fam, hp) in fams.items():
         zs = {r["target_epsilon"]: r["noise_multiplier"] for r in cal if r["method"] == method}
         grid = [(s, eps, lr) for s in range(cfg["seeds"]) for eps in cfg["epsilons"] for lr in cfg["lrs"]]
-        hps = stack_hparams([hp.create(lr, zs[eps], 1.0) for _, eps, lr in grid])
-        keys = jax.random.split(jax.random.key(seed), cfg["seeds"])
-        run_keys = jax.numpy.stack([jax.random.fold_in(keys[s], i) for i, (s, _, _) in enumerate(grid)])
-        problem = fam.problem
-
-        def eval_fn(params, ed):
-            return {"test_accuracy": 1.0 - problem.evaluate(params, ed[0], ed[1])["error"]}
-
-        progress.stage(f"correlated-noise: training {method} ({len(grid)} runs x {cfg['steps']} steps)")
-        t0 = time.perf_counter()
-        res = run_grid(fam, silos, hps, run_keys, eval_fn=eval_fn, eval_data=(xte, yte),
-                       common_random_numbers=False, chunk_size=len(grid) // cfg["seeds"])
-        acc = np.asarray(res.evals["test_accuracy"])[:, -1]
-        wall = time.perf_counter() - t0
-        for (s, eps, lr), a, bad in zip(grid, acc, np.asarray(res.diverged_round)):
+        acc, diverged, wall = final_accuracy(
+            fam, silos, [hp.create(lr, zs[eps], 1.0) for _, eps, lr in grid], [s for s, _, _ in grid], seed,
+            cfg["seeds"], (xte, yte), f"correlated-noise: training {method} ({len(grid)} runs x {cfg['steps']} steps)")
+        for (s, eps, lr), a, bad in zip(grid, acc, diverged):
             rows.append({"method": method, "target_epsilon": eps, "learning_rate": lr, "seed": s,
                          "test_accuracy": float(a) if bad < 0 else float("nan"), "train_seconds": wall})
     return rows

@@ -12,15 +12,6 @@ from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, PAPER, PG
 from dpjax.sweep import select
 
 
-def check_out_dir(out_dir: pathlib.Path) -> pathlib.Path:
-    out_dir = pathlib.Path(out_dir)
-    if (out_dir / "results.csv").exists():
-        raise ValueError(f"out={str(out_dir)!r} already holds results.csv; choose another --out or remove it "
-                         "(results are never overwritten)")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return out_dir
-
-
 def _log_ticks(ax, values, axis="x"):
     """Ticks at exactly the grid's values on a log axis, plain numbers, no minor labels (the default minor
     labels of a short log axis overlap)."""

@@ -18,7 +18,6 @@ from dpjax.primitives import shuffle_protocols as sp
 from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.config import PAPER
 from dpjax.reproduce.report import write_csv
-from dpjax.reproduce.shuffle_sco.outputs import check_out_dir
 
 
 # Protocol-level validation
@@ -199,7 +198,7 @@ def plot_protocols(path, rows, plots):
 
 @register("shuffle-sco-protocols")
 def shuffle_sco_protocols(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
-    out_dir = check_out_dir(out_dir)
+    out_dir = report.fresh_out(out_dir)
     t0 = time.time()
     rows, plots = protocol_checks(quick, seed)
     wall = time.time() - t0

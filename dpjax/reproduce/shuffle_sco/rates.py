@@ -7,12 +7,12 @@ import pathlib
 import time
 
 
-from dpjax.reproduce import register
+from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.claims import result_row, slope_summary
 from dpjax.reproduce.shuffle_sco.config import DELTA_RATES, EPS_RATES, INSTANCES, RATE_PROTOCOLS, TABLE1
 from dpjax.reproduce.shuffle_sco.measure import build, measure, measure_point
 from dpjax.reproduce.report import write_csv
-from dpjax.reproduce.shuffle_sco.outputs import check_out_dir, kept_results, kept_wall, rates_report
+from dpjax.reproduce.shuffle_sco.outputs import kept_results, kept_wall, rates_report
 
 
 def protocol_sweep(protocol: str, n_grid, d_grid, d0: int, seeds: int, seed: int, *, eps: float = EPS_RATES,
@@ -94,7 +94,7 @@ def rates_report_only(out_dir: pathlib.Path, *, quick: bool) -> pathlib.Path:
 
 @register("shuffle-sco-rates", report_only=rates_report_only)
 def shuffle_sco_rates(out_dir: pathlib.Path, *, quick: bool, seed: int) -> pathlib.Path:
-    out_dir = check_out_dir(out_dir)
+    out_dir = report.fresh_out(out_dir)
     t0 = time.time()
     rows, summaries = rate_sweep(quick, seed)
     wall = time.time() - t0

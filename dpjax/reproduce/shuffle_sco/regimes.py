@@ -12,7 +12,7 @@ from dpjax.reproduce import register, report
 from dpjax.reproduce.shuffle_sco.claims import slope_summary
 from dpjax.reproduce.shuffle_sco.config import REGIMES, REGIME_SEEDS, TABLE1
 from dpjax.reproduce.report import write_csv
-from dpjax.reproduce.shuffle_sco.outputs import (check_out_dir, fmt_points, fmt_slope, fmt_verdict, kept_results,
+from dpjax.reproduce.shuffle_sco.outputs import (fmt_points, fmt_slope, fmt_verdict, kept_results,
                                                  kept_wall, report_head)
 from dpjax.reproduce.shuffle_sco.rates import protocol_sweep
 
@@ -99,7 +99,7 @@ def shuffle_sco_regimes(out_dir: pathlib.Path, *, quick: bool, seed: int,
         unknown = set(protocols) - {r[0] for r in REGIMES}
         if unknown:
             raise ValueError(f"protocols={sorted(unknown)!r} must be among {sorted({r[0] for r in REGIMES})}")
-    out_dir = check_out_dir(out_dir)
+    out_dir = report.fresh_out(out_dir)
     t0 = time.time()
     rows, summaries = [], []
     seeds = 2 if quick else REGIME_SEEDS

@@ -54,23 +54,17 @@ MAX_ROUNDS = 10_000
 ACCOUNTANTS = {"dpsgd-general": "strong-exact", "isrl-mbsgd": "rdp", "dp-scaffold": "rdp"}
 
 
+@dataclasses.dataclass(frozen=True)
 class DiracProbe:
     """``dim``-dimensional parameters; a record ``x = (index, value)`` has loss ``value x params[index]``, so its
     gradient is ``value e_index`` at every ``w`` (a Dirac gradient canary). Implements the closed-form clipping protocol
     (``dpjax.engine.problem.ClosedFormClipping``): a clipped sum of ``n`` records costs O(n), not O(n dim), so 10^6
     canaries fit in one run."""
 
-    def __init__(self, dim: int):
-        self.dim = v.check_int("dim", dim, min_value=1)
+    dim: int
 
-    def __repr__(self) -> str:
-        return f"DiracProbe({self.dim})"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, DiracProbe) and other.dim == self.dim
-
-    def __hash__(self) -> int:
-        return hash(("DiracProbe", self.dim))
+    def __post_init__(self):
+        v.check_int("dim", self.dim, min_value=1)
 
     @staticmethod
     def _split(x):

@@ -14,6 +14,7 @@ gradient path runs on it as well as the per-example path.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -23,21 +24,12 @@ from jax.flatten_util import ravel_pytree
 __all__ = ["CanaryProbe", "AutodiffProbe", "DifferenceProbe", "run_family", "trajectory"]
 
 
+@dataclasses.dataclass(frozen=True)
 class _LinearProbe:
     """Loss ``<w, x>`` on ``d``-dimensional records (labels ignored): ``grad = x`` at every ``w``. Equal (and hashed) by
     type and ``d``: a static argument of compiled programs."""
 
-    def __init__(self, dim: int):
-        self.dim = int(dim)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.dim})"
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and other.dim == self.dim
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, self.dim))
+    dim: int
 
     def loss(self, params, x, y):
         del y
@@ -71,19 +63,11 @@ class AutodiffProbe(_LinearProbe):
     path (``vmap(grad)`` + ``clipped_sum``, the path of neural networks)."""
 
 
+@dataclasses.dataclass(frozen=True)
 class DifferenceProbe:
     """1-D loss ``y (x w + (x w)^2 / 2)`` for the gradient-difference families (DIFF2): gradient ``y x (1 + x w)``; the
     gradient difference between two iterates is ``y x^2 (w - w')``. A record with ``|x|`` large saturates every clip
     with sign ``y``; records with ``x = 0`` contribute nothing."""
-
-    def __repr__(self) -> str:
-        return "DifferenceProbe()"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, DifferenceProbe)
-
-    def __hash__(self) -> int:
-        return hash("DifferenceProbe")
 
     def loss(self, params, x, y):
         u = jnp.vdot(params, x)

@@ -22,7 +22,7 @@ from dpjax.data.diff2_files import (CAL_HOUSING_FEATURES, GAS_TURBINE_FEATURES, 
                                     load_blogfeedback, load_california_housing, load_gas_turbine, load_kddcup99,
                                     load_svmlight, load_w8a)
 from dpjax.data.federated import FederatedDataset
-from dpjax.data.isrl import check_seed, check_train_fraction
+from dpjax.data.isrl import check_train_fraction
 from dpjax.data.preprocess import split_sizes, standardize_fit
 from dpjax.data.sources import download_dataset
 
@@ -124,7 +124,7 @@ def diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, train_fr
     """
     check_choice("task", task, ("regression", "classification"))
     check_choice("normalization_stats", normalization_stats, ("all", "train"))
-    seed = check_seed(seed)
+    seed = check_int("seed", seed, min_value=0)
     train_fraction = check_train_fraction(train_fraction)
     for flag_name, flag in (("scale_target", scale_target), ("drop_remainder", drop_remainder)):
         if not isinstance(flag, bool):

@@ -7,7 +7,6 @@ ISRL-DP Section 6 / Appendix I: MNIST, binary logistic regression (Fig. 4/7); he
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import weakref
 
 import numpy as np
@@ -37,12 +36,6 @@ def _projected_images(images: np.ndarray, rows, pca: PCA, pca_dim: int) -> np.nd
     feats.setflags(write=False)
     _PROJECTION_CACHE[:] = [(weakref.ref(images), pca, pca_dim, feats)]
     return feats
-
-
-def check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed={seed!r} must be a non-negative integer")
-    return int(seed)
 
 
 def check_train_fraction(train_fraction) -> float:
@@ -178,7 +171,7 @@ def isrl_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, train
 
     ``metadata["train_indices"]``/``["test_indices"]`` give the row of ``images`` behind every record.
     """
-    seed = check_seed(seed)
+    seed = check_int("seed", seed, min_value=0)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
     train_fraction = check_train_fraction(train_fraction)
     p = check_probability("heterogeneity_p", heterogeneity_p)
@@ -314,7 +307,7 @@ def insurance_silos(data: dict, *, n_silos: int, seed: int, train_fraction: floa
     x, y = _check_loader_dict("data", data, 6)
     n = x.shape[0]
     n_silos = check_int("n_silos", n_silos, min_value=1, max_value=n)
-    seed = check_seed(seed)
+    seed = check_int("seed", seed, min_value=0)
     train_fraction = check_train_fraction(train_fraction)
     check_choice("standardize", standardize, ("per_silo", "pooled", "none"))
     _check_bools(add_bias=add_bias)
@@ -367,7 +360,7 @@ def obesity_silos(data: dict, *, seed: int, train_fraction: float = 0.8, n_per_s
     per-silo test lists are empty).
     """
     x, y = _check_loader_dict("data", data, 16)
-    seed = check_seed(seed)
+    seed = check_int("seed", seed, min_value=0)
     train_fraction = check_train_fraction(train_fraction)
     _check_bools(replace=replace, add_bias=add_bias)
     names = list(data.get("feature_names", []))

@@ -20,7 +20,6 @@ from dpjax import _validate as v
 from dpjax.accounting.diff2 import alpha0, count_restarts
 from dpjax.data.diff2 import DIFF2_DATASETS, dealt_diff2_silos, diff2_table
 from dpjax.data.diff2_files import CAL_HOUSING_FEATURES, load_kddcup99
-from dpjax.data.isrl import check_seed
 from dpjax.data.preprocess import label_encode
 from dpjax.reproduce.sklearn_numerics import authors_train_test_split, standard_scaler_fit
 
@@ -98,7 +97,7 @@ def authors_diff2_silos(data: dict, *, seed: int, task: str, n_silos: int = 10, 
     (``standard_scaler_fit``); every training record is dealt round-robin (``n_min`` is the smallest client). Targets
     and dealing as ``dpjax.data.diff2_silos`` (``dealt_diff2_silos``); metadata ``construction="authors"``."""
     v.check_choice("task", task, ("regression", "classification"))
-    seed = check_seed(seed)
+    seed = v.check_int("seed", seed, min_value=0)
     if not isinstance(scale_target, bool):
         raise ValueError(f"scale_target={scale_target!r} must be a bool")
     x, _, cols = diff2_table(data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpjax._validate import check_int, check_probability
-from dpjax.data.isrl import (ISRL_MNIST_PAIRS, MnistDigits, MnistSiloSizes, check_seed, mnist_parity_silos)
+from dpjax.data.isrl import (ISRL_MNIST_PAIRS, MnistDigits, MnistSiloSizes, mnist_parity_silos)
 from dpjax.data.preprocess import PCA
 from dpjax.reproduce.sklearn_numerics import authors_train_test_split
 
@@ -48,7 +48,7 @@ def authors_mnist_silos(images, labels, *, seed: int, n_per_digit: int = 774, pc
     draws use ``RandomState(seed)``: the script's global ``np.random`` state at that point depends on everything it ran
     before. Features and labels as ``dpjax.data.isrl_mnist_silos`` (metadata ``construction="authors"``).
     """
-    seed = check_seed(seed)
+    seed = check_int("seed", seed, min_value=0)
     n_per_digit = check_int("n_per_digit", n_per_digit, min_value=1)
     p = check_probability("heterogeneity_p", heterogeneity_p)
     digits = MnistDigits.of(images, labels)

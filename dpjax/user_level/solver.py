@@ -89,13 +89,6 @@ def _weighted(weights, per_user):
     return jnp.tensordot(weights, per_user, axes=1) / jnp.maximum(total, 1e-300), total
 
 
-def objective(loss: Loss, theta, x, y, weights, reg, center, smoothed: bool = False):
-    """F(theta) (the true loss unless ``smoothed``)."""
-    per_user = jax.vmap(lambda a, b: jnp.mean(loss.value(theta, a, b, jnp, smoothed), axis=0))(x, y)
-    val, _ = _weighted(weights, per_user)
-    return val + 0.5 * reg * jnp.sum((theta - center) ** 2)
-
-
 @functools.partial(jax.jit, static_argnames=("loss", "iters"))
 def argmin(loss: Loss, x, y, weights, reg, center, ball_centers, ball_radii, iters: int = SOLVER_ITERS):
     """The oracle theta*(x_mask) over K (see the module docstring); jit-compiled, vmappable over masks."""

@@ -104,18 +104,14 @@ def _check_kept_run(args) -> None:
 
 
 def _report_only(fig, args) -> int:
-    """Rewrites the report of a kept run in --out from its files (no compute)."""
+    """Rewrites the report of a kept run in --out (checked by ``_check_kept_run``) from its files (no compute)."""
     import json
 
     if fig.report_only is None:
         with_it = [f.name for f in reproduce.figures().values() if f.report_only is not None]
         raise ValueError(f"--report-only: {fig.name} cannot regenerate its report from kept results "
                          f"(figures that can: {', '.join(with_it) or 'none'})")
-    if args.out is None:
-        raise ValueError("--report-only needs --out, the directory of the kept run")
     out = pathlib.Path(args.out)
-    if not (out / "results.csv").is_file():
-        raise ValueError(f"--out={args.out!r} holds no results.csv of a kept run")
     record = out / outputs.RECORD
     if record.is_file():
         kept = json.loads(record.read_text())

@@ -1,13 +1,12 @@
 """Reports of shuffled runs never show one number alone: the certificate, the Poisson epsilon a typical implementation
 would report (not a certificate for the run) and Chua et al.'s lower bound for shuffling, each labelled
-(`dpjax.accounting.shuffle_gap`). The reproductions that print a shuffled run's epsilon call these helpers;
-`missing_labels` is what tests check their reports with."""
+(`dpjax.accounting.shuffle_gap`). The reproductions that print a shuffled run's epsilon call these helpers."""
 
 from __future__ import annotations
 
 from dpjax.accounting.shuffle_gap import LABELS, ShuffleGap, shuffle_gap
 
-__all__ = ["GAP_ACCOUNTANTS", "family_gap", "gap_rows", "gap_lines", "missing_labels"]
+__all__ = ["GAP_ACCOUNTANTS", "family_gap", "gap_rows", "gap_lines"]
 
 #: The accountant names the extra privacy rows of a shuffled variant carry (beside its certificate's).
 GAP_ACCOUNTANTS = {"poisson": "poisson-reported (not a certificate)", "lower_bound": "shuffle-lower-bound (Chua et al.)"}
@@ -38,8 +37,3 @@ def gap_lines(name: str, certified_epsilon: float, rows: list[dict]) -> list[str
         if acc in by_acc:
             out.append(f"  * {LABELS[key]}: ε = {by_acc[acc]['epsilon']:.4g}")
     return out
-
-
-def missing_labels(text: str) -> list[str]:
-    """The labels of the three numbers that ``text`` (a report) lacks."""
-    return [label for label in LABELS.values() if label not in text]

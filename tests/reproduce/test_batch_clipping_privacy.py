@@ -60,7 +60,7 @@ def test_report_lists_the_checks_first(tmp_path):
              for m, v in (("min(beta_emp - G_sqrt(E)/sigma)", -1e-3), ("max(beta_emp - G_sqrt(E)/sigma)", 6e-3),
                           ("all points on/above curve", True))]
     from dpjax.accounting.shuffle_gap import LABELS
-    from dpjax.reproduce.shuffle_report import missing_labels
+    from tests.reproduce import missing_labels
 
     rows += [{"demo": "N9", "key": "SH-BC m=1 s=60", "metric": label, "value": v}
              for label, v in zip(LABELS.values(), (8.3, 0.09, 0.03))]

@@ -8,7 +8,8 @@ import pytest
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.reproduce import dpsgd_mnist as exp
 from dpjax.reproduce import dpsgd_mnist_config as cfg
-from dpjax.reproduce.shuffle_report import GAP_ACCOUNTANTS, missing_labels
+from dpjax.reproduce.shuffle_report import GAP_ACCOUNTANTS
+from tests.reproduce import missing_labels
 
 pytestmark = pytest.mark.privacy
 

@@ -6,7 +6,7 @@ import csv
 import pytest
 
 from dpjax.reproduce import shuffling_gap as sg
-from dpjax.reproduce.shuffle_report import missing_labels
+from tests.reproduce import missing_labels
 
 pytestmark = pytest.mark.privacy
 

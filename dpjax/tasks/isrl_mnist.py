@@ -91,15 +91,6 @@ class IsrlMnistConfig:
         return tuple(float(self.silos_per_round * v) for v in np.exp(np.linspace(-6.0, 0.0, 10)))
 
 
-def _atomic_write(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def json_default(obj):
     """``json.dumps`` default for NumPy scalars and arrays (the summary and config files)."""
     if isinstance(obj, (np.floating, np.integer)):
@@ -319,6 +310,8 @@ def _result_rows(cfg: IsrlMnistConfig, grid, private, baseline, accountant: str)
 def _write_outputs(out: pathlib.Path, cfg: IsrlMnistConfig, rows: list[tuple], summary: dict) -> None:
     """``config.json``, ``results.csv`` and ``summary.json`` (each written atomically); adds ``out_dir``
     to the summary."""
+    from dpjax.sweep.store import atomic_write_text as _atomic_write
+
     _atomic_write(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2, default=json_default))
     header = "algorithm,epsilon,trial,learning_rate,repetition,metric,value,diverged,accountant\n"
     body = "".join(",".join(str(c) for c in row) + "\n" for row in rows)

@@ -11,6 +11,7 @@ behind. :func:`check_report_dir` is the lighter check of commands that write a f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -67,15 +68,9 @@ def release_output_dir(path: pathlib.Path, created: bool) -> None:
     holds no files; never removes anything that holds a file."""
     if not created or not path.is_dir():
         return
-    for sub in sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        try:
+    for sub in [*sorted((p for p in path.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)), path]:
+        with contextlib.suppress(OSError):  # not empty: it holds a file
             sub.rmdir()
-        except OSError:
-            pass
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def check_report_dir(out: str, files, *, overwrite: bool) -> None:

@@ -63,11 +63,10 @@ import time
 import numpy as np
 
 from dpjax.reproduce import register, report
-from dpjax.reproduce.dpsgd_mnist_config import (AUTHORS_LR_DECAY, AUTHORS_REPO, CONSTRUCTIONS, DELTA, FULL, GROUPS,
-                                                LOCAL_BATCH, MINI_BATCH, PAPER, PAPER_ACCURACY, QUICK, ROUND_RECORDS,
-                                                SIGMA, authors_variants, cnn, construction_variants, describe,
-                                                edge_requests, family_kwargs, load, select_best, variants)
-from dpjax.reproduce.dpsgd_mnist_report import (accuracy_cell, extrapolate_full, noise_reading, plot, write_report)
+from dpjax.reproduce.dpsgd_mnist_config import (CONSTRUCTIONS, DELTA, FULL, GROUPS, QUICK, SIGMA, cnn,
+                                                construction_variants, describe, edge_requests, family_kwargs, load,
+                                                select_best)
+from dpjax.reproduce.dpsgd_mnist_report import extrapolate_full, plot, write_report
 
 # The configuration and the report live in dpsgd_mnist_config / dpsgd_mnist_report (import them from there).
 __all__ = ["dpsgd_mnist", "merge_parts", "privacy_rows", "report_only", "run_protocol", "train_grid"]

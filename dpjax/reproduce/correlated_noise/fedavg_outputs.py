@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import pathlib
 
-import numpy as np
 
 from dpjax.reproduce import report as rep
 from dpjax.reproduce.correlated_noise import config as cfgmod

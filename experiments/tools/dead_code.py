@@ -4,7 +4,8 @@ For every module-level function, class and constant, and every private (``_name`
 a ``Name`` / ``Attribute`` load in any other Python file of ``dpjax/``, ``experiments/``, ``tests/`` and the notebooks'
 code cells, a string constant equal to the name (or ending in ``.name`` / ``:name``: registries and ``getattr``), or a
 whole-word mention in the hand-written docs pages, the README or a notebook's text. Imports, ``__all__`` entries,
-docstrings and the definition itself do not count as uses. It prints two lists:
+docstrings and the definition itself do not count as uses; decorated functions (registrations) are not listed. It prints
+two lists:
 
 * ``DEAD``: used nowhere at all;
 * ``TEST-ONLY``: used only under ``tests/``.
@@ -69,7 +70,8 @@ def definitions(path: pathlib.Path) -> list[tuple[str, int, str]]:
     out = []
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out.append((node.name, node.lineno, "def"))
+            if not node.decorator_list:  # a decorated function is registered (``@register``, ...): used by name
+                out.append((node.name, node.lineno, "def"))
         elif isinstance(node, ast.ClassDef):
             out.append((node.name, node.lineno, "class"))
             out += [(f"{m.name}", m.lineno, f"method of {node.name}") for m in node.body

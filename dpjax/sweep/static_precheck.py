@@ -51,7 +51,7 @@ def family_class(class_name: str):
 def declared_choices(class_name: str) -> dict[str, tuple]:
     """``{field: choices}`` of a family class's ``_validate.check_choice("field", self.field, NAME)`` checks, read
     from its module's source (``NAME`` a module-level tuple of literals) without importing it (no jax): ``precheck``
-    refuses a static value outside them in a fraction of a second (``unit = "record"``). A family's other static
+    refuses a static value outside them in a fraction of a second (dp-fedavg's ``sampling``). A family's other static
     rules are ``dpjax.algorithms.static_rules``' (``check_rule``)."""
     import ast
 

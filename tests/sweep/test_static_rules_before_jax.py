@@ -200,3 +200,13 @@ def test_the_carried_fields_are_the_registrys():
     from dpjax.sweep import static_precheck
 
     assert static_precheck.registry_literal("CARRIED_STATIC", None) == registry.CARRIED_STATIC
+
+
+def test_every_packaged_config_passes_the_pre_jax_check():
+    """No false refusal of a shipped config (``dpjax sweep NAME``) by the rules read before jax."""
+    from dpjax.sweep import cli as sweep_cli
+
+    configs = sweep_cli.packaged_configs()
+    assert configs
+    for name, path in configs.items():
+        precheck(tomllib.loads(path.read_text(encoding="utf-8")))

@@ -33,12 +33,11 @@ guarantee at ``min_sep = p`` (``dpjax.algorithms.binned_sgd`` builds both rounds
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 
 from dpjax import _validate
-from dpjax.algorithms import binned_sgd
+from dpjax.algorithms import binned_sgd, static_rules
 from dpjax.algorithms.dp_ftrl import EpochBlocks
 from dpjax.engine.chain import Parts
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, MinibatchGradient, OptaxServer
@@ -48,28 +47,11 @@ from dpjax.primitives import banded_mf
 __all__ = ["ORDERS", "SAMPLINGS", "MAX_OPTIMIZED_ROUNDS", "optimized_coeffs", "strategy_coeffs", "check_config",
            "band_mf_parts", "validate_data"]
 
-ORDERS = ("shuffled-once", "given")
-#: The selections BandMF is accounted for: fixed-order blocks, min-separation groups, cyclic Poisson (amplified).
-SAMPLINGS = ("one-pass", "cyclic-poisson", "min-separation")
-#: The most rounds whose strategy is optimised (``bands > 1`` without ``band_coeffs``): the prefix loss is an O(R b)
-#: scan evaluated ~200 times by L-BFGS (10^5 rounds: ~30 s on a loaded 2-core machine; 10^9 would need days and a
-#: 4 GB scan). Beyond it, give ``band_coeffs`` (e.g. ``optimize_banded_toeplitz`` at a shorter horizon: the optimal
-#: coefficients change little with R, and any coefficients are accounted exactly).
-MAX_OPTIMIZED_ROUNDS = 10**5
-
-
-def _check_coeffs(band_coeffs) -> tuple[float, ...]:
-    """``band_coeffs`` as a tuple of floats: a non-empty sequence of finite numbers with ``band_coeffs[0] > 0``."""
-    if isinstance(band_coeffs, (str, bytes)):
-        raise TypeError(f"band_coeffs={band_coeffs!r} must be a sequence of numbers (c_0, ..., c_(b-1)), not a string")
-    try:
-        coeffs = tuple(float(x) for x in band_coeffs)
-    except (TypeError, ValueError):
-        raise TypeError(f"band_coeffs={band_coeffs!r} must be a sequence of real numbers (c_0, ..., c_(b-1))") from None
-    if not coeffs or not all(math.isfinite(c) for c in coeffs) or not coeffs[0] > 0:
-        raise ValueError(f"band_coeffs={band_coeffs!r} must be a non-empty sequence of finite numbers with "
-                         "band_coeffs[0] > 0 (the strategy's diagonal: C must be invertible)")
-    return coeffs
+# The static rules (pure Python: ``dpjax sweep`` checks a config with them before jax loads) live in
+# ``dpjax.algorithms.static_rules``; their names stay importable from here.
+ORDERS = static_rules.BAND_MF_ORDERS
+SAMPLINGS = static_rules.BAND_MF_SAMPLINGS
+MAX_OPTIMIZED_ROUNDS = static_rules.MAX_OPTIMIZED_ROUNDS
 
 
 @functools.lru_cache(maxsize=32)
@@ -87,53 +69,9 @@ def strategy_coeffs(num_rounds: int, bands: int | None, band_coeffs) -> tuple[fl
     return optimized_coeffs(int(num_rounds), 1 if bands is None else int(bands))
 
 
-def check_config(num_rounds: int, sampling: str, neighboring: str, order: str, bands, band_coeffs, *,
-                 num_bins=None, sampling_rate=None) -> tuple:
-    """Validates the band-mf configuration of ``DpSgd``; returns ``(band_coeffs as a tuple or None, num_bins)``, the
-    period of a binned selection defaulting to the strategy's bands (the cyclic period and the bands tied, as
-    NeurIPS 2023, Thm 4 states it)."""
-    if sampling not in SAMPLINGS:
-        raise ValueError(f"sampling={sampling!r} must be 'one-pass', 'cyclic-poisson' or 'min-separation' with "
-                         "noise='band-mf' (a record's participations separated, or cyclic Poisson groups: BandMF's "
-                         "accounting)")
-    if sampling == "one-pass":
-        if neighboring != "replace-one":
-            raise ValueError(f"neighboring={neighboring!r} must be 'replace-one' with noise='band-mf' and "
-                             "sampling='one-pass' (fixed positions)")
-        if num_bins is not None:
-            raise ValueError(f"num_bins={num_bins!r}: sampling='one-pass' cycles blocks of batch_size; the period "
-                             "is n_min // batch_size")
-    elif sampling == "cyclic-poisson" and neighboring != "add-remove":
-        raise ValueError(f"neighboring={neighboring!r} must be 'add-remove' with noise='band-mf' and "
-                         "sampling='cyclic-poisson' (amplified BandMF, NeurIPS 2023, Thm 4)")
-    _validate.check_choice("order", order, ORDERS)
-    num_rounds = _validate.check_rounds("num_rounds", num_rounds)
-    if bands is not None:
-        _validate.check_int("bands", bands, min_value=1, max_value=num_rounds)
-    coeffs = None
-    if band_coeffs is not None:
-        coeffs = _check_coeffs(band_coeffs)
-        if bands is not None and len(coeffs) != bands:
-            raise ValueError(f"band_coeffs has {len(coeffs)} entries; bands={bands} must match "
-                             f"(band_coeffs={band_coeffs!r})")
-        if len(coeffs) > num_rounds:
-            raise ValueError(f"band_coeffs has {len(coeffs)} entries ({band_coeffs!r}); at most num_rounds={num_rounds} "
-                             "(a band beyond the last round never applies)")
-        BandMfNoise(coeffs)
-    elif bands is not None and bands > 1 and num_rounds > MAX_OPTIMIZED_ROUNDS:
-        raise ValueError(f"num_rounds={num_rounds!r} with bands={bands}: the strategy is optimised for at most "
-                         f"MAX_OPTIMIZED_ROUNDS={MAX_OPTIMIZED_ROUNDS} rounds (an O(R bands) loss, ~200 evaluations); "
-                         "give band_coeffs (e.g. dpjax.primitives.banded_mf.optimize_banded_toeplitz at a shorter "
-                         "horizon)")
-    if sampling == "one-pass":
-        return coeffs, None
-    b = len(coeffs) if coeffs is not None else (1 if bands is None else bands)
-    period = b if num_bins is None else _validate.check_int("num_bins", num_bins, min_value=1)
-    if b > period:
-        raise ValueError(f"bands={b} must be <= num_bins={period}, the cyclic period (a record's participations "
-                         "are num_bins rounds apart; BandMF's accounting needs them >= bands apart)")
-    binned_sgd.check_config(sampling, neighboring, period, sampling_rate)
-    return coeffs, period
+#: Validates the band-mf configuration of ``DpSgd``; returns ``(band_coeffs as a tuple or None, num_bins)`` (the rule
+#: ``dpjax sweep`` checks before jax loads).
+check_config = static_rules.band_mf
 
 
 def band_mf_parts(problem, num_rounds: int, batch_size: int, order: str, bands, band_coeffs, server_optimizer,

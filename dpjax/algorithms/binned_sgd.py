@@ -28,7 +28,7 @@ Public numbers: under add/remove the data set's size is not public, so ``num_bin
 
 from __future__ import annotations
 
-from dpjax import _validate
+from dpjax.algorithms import static_rules
 from dpjax.engine.chain import Parts
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, MinibatchGradient, OptaxServer
 from dpjax.parts.selection_bins import BINNED_SCHEMES, BinnedBatches
@@ -36,30 +36,10 @@ from dpjax.parts.selection_bins import BINNED_SCHEMES, BinnedBatches
 __all__ = ["BINNED_SAMPLINGS", "NEIGHBORINGS", "check_config", "check_unused", "selection", "binned_parts"]
 
 BINNED_SAMPLINGS = BINNED_SCHEMES
-NEIGHBORINGS = ("add-remove", "replace-one")
-
-
-def check_config(sampling: str, neighboring: str, num_bins, sampling_rate) -> None:
-    """Validates a binned selection of ``DpSgd`` (Gaussian or BandMF noise): the scheme, the relation and the public
-    numbers each relation needs."""
-    _validate.check_choice("sampling", sampling, BINNED_SAMPLINGS)
-    _validate.check_choice("neighboring", neighboring, NEIGHBORINGS)
-    if num_bins is not None:
-        _validate.check_int("num_bins", num_bins, min_value=1)
-    if neighboring == "add-remove":
-        if num_bins is None and sampling != "cyclic-poisson":
-            raise ValueError(f"num_bins=None with sampling={sampling!r} under add-remove: B = n // K would be read "
-                             "from the data set's size, which differs between neighbours; declare num_bins")
-        if sampling == "cyclic-poisson" and sampling_rate is None:
-            raise ValueError("sampling_rate=None with sampling='cyclic-poisson' under add-remove: q = K b / n would "
-                             "be read from the data set's size; declare the public rate sampling_rate")
-
-
-def check_unused(sampling: str, num_bins, capacity) -> None:
-    """``num_bins`` / ``capacity`` belong to the binned selections: refused with any other ``sampling``."""
-    if sampling not in BINNED_SAMPLINGS and (num_bins is not None or capacity is not None):
-        raise ValueError(f"num_bins={num_bins!r}, capacity={capacity!r} need sampling in {BINNED_SAMPLINGS}, got "
-                         f"sampling={sampling!r}")
+NEIGHBORINGS = static_rules.NEIGHBORINGS
+#: The binned selection's static checks (pure Python: ``dpjax sweep`` runs them before jax loads).
+check_config = static_rules.binned_selection
+check_unused = static_rules.binned_unused
 
 
 def selection(sampling: str, batch_size: int, num_bins, sampling_rate, capacity) -> BinnedBatches:

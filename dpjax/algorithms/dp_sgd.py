@@ -36,7 +36,7 @@ from typing import Any
 import optax
 
 from dpjax import _validate
-from dpjax.algorithms import band_mf_sgd, binned_sgd
+from dpjax.algorithms import band_mf_sgd, binned_sgd, static_rules
 from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
@@ -52,8 +52,8 @@ OPTIMIZERS = {
     "adamw": optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(1e-4)),  # optax.adamw's defaults
     "rmsprop": optax.scale_by_rms(decay=0.9, eps=1e-8),  # optax.rmsprop's defaults
 }
-_SAMPLING = {"poisson": "poisson", "without-replacement": "subsample"}
-NOISES = ("gaussian", "band-mf")
+_SAMPLING = static_rules.DP_SGD_SAMPLINGS
+NOISES = static_rules.NOISES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,25 +105,17 @@ class DpSgd(OutputRule, ChainFamily):
     hparams_type = DpSgdHParams
 
     def __post_init__(self):
-        _validate.check_choice("noise", self.noise, NOISES)
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        binned_sgd.check_unused(self.sampling, self.num_bins, self.capacity)
+        # the jax-free rule (noise, sampling, BandMF's fields, a binned selection's numbers) that `dpjax sweep`
+        # also checks before jax loads: one definition (static_rules.dp_sgd)
+        for k, v in static_rules.check("DpSgd", vars(self)).items():
+            object.__setattr__(self, k, v)
         if self.noise == "band-mf":
-            _validate.check_int("num_rounds", self.num_rounds, min_value=1)
-            coeffs, period = band_mf_sgd.check_config(self.num_rounds, self.sampling, self.neighboring, self.order,
-                                                      self.bands, self.band_coeffs, num_bins=self.num_bins,
-                                                      sampling_rate=self.sampling_rate)
-            object.__setattr__(self, "band_coeffs", coeffs)
-            object.__setattr__(self, "num_bins", period)
             self.check_common()
             self.selection  # noqa: B018  (validates the binned selection's numbers)
             return
-        if self.bands is not None or self.band_coeffs is not None:
-            raise ValueError(f"bands={self.bands!r}, band_coeffs={self.band_coeffs!r} need noise='band-mf'")
-        _validate.check_choice("sampling", self.sampling, tuple(_SAMPLING) + binned_sgd.BINNED_SAMPLINGS)
         self.check_common()
         if self.binned:
-            binned_sgd.check_config(self.sampling, self.neighboring, self.num_bins, self.sampling_rate)
             self.selection  # noqa: B018
             return
         self.general()  # the configuration is valid DP-SGD-General

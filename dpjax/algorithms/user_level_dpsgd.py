@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any
 
 from dpjax import _validate
+from dpjax.algorithms import static_rules
 from dpjax.algorithms.dp_sgd import OPTIMIZERS
 from dpjax.algorithms.dpsgd_general import DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
@@ -33,7 +34,7 @@ from dpjax.parts.user_records import ClipRecords, ClipUserMean, RecordSampling, 
 
 __all__ = ["UNITS", "UserLevelDpSgd"]
 
-UNITS = ("user", "example")
+UNITS = static_rules.USER_UNITS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,12 +72,9 @@ class UserLevelDpSgd(OutputRule, ChainFamily):
     supports_silo_blocks = False  # a round computes a sampled buffer of users, not every silo
 
     def __post_init__(self):
-        _validate.check_choice("unit", self.unit, UNITS)
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
-        _validate.check_probability("sampling_rate", self.sampling_rate, allow_zero=False)
-        _validate.check_int("records_per_user", self.records_per_user, min_value=1)
-        if self.capacity is not None:
-            _validate.check_int("capacity", self.capacity, min_value=1)
+        # unit, q, k, capacity: the jax-free rule `dpjax sweep` also checks before jax loads (one definition)
+        static_rules.check("UserLevelDpSgd", vars(self))
         self.check_common()
 
     def validate(self, data) -> None:

@@ -233,19 +233,10 @@ def run_identity(run: dict) -> dict:
 
 
 def _retired_algorithms() -> dict[str, str]:
-    """``dpjax.engine.registry.RETIRED`` (retired name -> its replacement), read from the module's source: the
-    registry imports jax, and ``precheck`` must not."""
-    import ast
+    """``dpjax.engine.registry.RETIRED`` (retired name -> its replacement), read from its source (no jax)."""
+    from dpjax.sweep import static_precheck
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "engine" / "registry.py"
-    for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        target = getattr(node, "target", None) or (node.targets[0] if isinstance(node, ast.Assign) else None)
-        if isinstance(target, ast.Name) and target.id == "RETIRED" and node.value is not None:
-            try:
-                return ast.literal_eval(node.value)
-            except ValueError:
-                return {}
-    return {}
+    return static_precheck.registry_literal("RETIRED", {})
 
 
 def _precheck_grid(d: dict, max_runs, problems: list, check) -> None:
@@ -340,57 +331,6 @@ def _check_privacy(privacy, fail, check) -> None:
                 check(_validate.check_open_unit, "privacy.delta", privacy["delta"])
 
 
-def declared_choices(class_name: str) -> dict[str, tuple]:
-    """``{field: choices}`` of a family class's ``_validate.check_choice("field", self.field, NAME)`` checks, read
-    from its module's source (``NAME`` a module-level tuple of literals) without importing it (no jax): ``precheck``
-    refuses a static value outside them in a fraction of a second (``noise = "pink"``). Checks of another form are
-    left to ``SweepConfig`` (the family is built there)."""
-    import ast
-
-    from dpjax import algorithms
-
-    for path in sorted(pathlib.Path(algorithms.__file__).parent.glob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if f"class {class_name}" not in text:
-            continue
-        tree = ast.parse(text)
-        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
-        if cls is None:
-            continue
-        consts = {}
-        for n in tree.body:
-            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-                try:
-                    value = ast.literal_eval(n.value)
-                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                    continue
-                if isinstance(value, tuple) and all(isinstance(x, str) for x in value):
-                    consts[n.targets[0].id] = value
-        out = {}
-        for n in ast.walk(cls):
-            if (isinstance(n, ast.Call) and getattr(n.func, "attr", getattr(n.func, "id", None)) == "check_choice"
-                    and len(n.args) == 3 and isinstance(n.args[0], ast.Constant) and isinstance(n.args[2], ast.Name)
-                    and isinstance(n.args[1], ast.Attribute) and n.args[1].attr == n.args[0].value
-                    and n.args[2].id in consts):
-                out[n.args[0].value] = consts[n.args[2].id]
-        return out
-    return {}
-
-
-def _precheck_static(d: dict, problems: list) -> None:
-    """``precheck``'s part of the static table: values outside a family's declared choices (``declared_choices``)."""
-    from dpjax import algorithms
-
-    static, name = d.get("static"), d.get("algorithm")
-    declared = algorithms.declared_families()
-    if not isinstance(static, dict) or not isinstance(name, str) or not declared or name not in declared:
-        return
-    choices = declared_choices(declared[name][0])
-    for k, value in static.items():
-        if k in choices and isinstance(value, str) and value not in choices[k]:
-            problems.append(f"static.{k}={value!r}: {k}={value!r} must be one of {choices[k]}")
-
-
 def precheck(d: Any, *, max_runs: int | None = None) -> None:
     """Every check of a raw config table that needs no jax, ALL problems in one ``ValueError`` (``"; "``-joined).
 
@@ -415,6 +355,8 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
     for k in ("algorithm", "num_rounds", "data", "grid"):
         if k not in d:
             problems.append(f"{k} is missing from the config")
+    from dpjax.sweep import static_precheck  # pure Python: families are read from their source, no jax
+
     if "algorithm" in d:
         from dpjax import algorithms  # the package module only: families are read from their source, no jax
 
@@ -426,7 +368,7 @@ def precheck(d: Any, *, max_runs: int | None = None) -> None:
             problems.append(f"algorithm={name!r} is unknown; known: {tuple(sorted(declared))} "
                             "(`dpjax sweep --algorithms` describes them)")
     _check_fields(d, problems.append, check)
-    _precheck_static(d, problems)
+    static_precheck.check_static(d, problems)
     if "run" in d:
         check(check_run_table, d["run"])
     if max_runs is not None and check(_validate.check_int, "max_runs", max_runs, min_value=1) is None:

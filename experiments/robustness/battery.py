@@ -57,6 +57,20 @@ checks (17-20 s under load ~21, 9.9 s alone at load 11), ``silo-block-not-blocks
 ``toml-bandmf-rounds-1e9`` a valid 10^9-round sweep that trains. (``toml-bandmf-bands-over-sep`` was a wrong case: with
 ``num_bins`` unset min-separation's period defaults to the bands, so 6 bands over 6 groups is valid; it now sets
 ``num_bins = 4`` and is refused, naming bands=6.)
+
+CLI half after branch refuse (2026-12-04 21:17-21:20, ``--only cli --jobs 2``, 207 s, load average 11.0-11.4;
+battery_after_cli.txt): the band-mf and user-level-dpsgd static fields are checked before jax by the families' own
+rules (``dpjax.algorithms.static_rules``, read by ``dpjax.sweep.static_precheck``), 0.6-0.7 s per refusal:
+
+    class            CLI
+    traceback          0
+    silent accept      0
+    memory             0
+    hang               2   (both valid inputs: silo-block-not-blocks starts, toml-bandmf-rounds-1e9 trains)
+    unclear            0
+    wrong answer       0
+    clean refusal    166
+    correct answer    23
 """
 
 from __future__ import annotations

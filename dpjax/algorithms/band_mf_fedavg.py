@@ -38,7 +38,7 @@ from typing import Any
 import jax
 
 from dpjax import _validate
-from dpjax.algorithms import band_mf_sgd
+from dpjax.algorithms import band_mf_sgd, static_rules
 from dpjax.algorithms.dp_fedavg import SERVER_OPTIMIZERS, check_local_training
 from dpjax.algorithms.hparams import HParams, hparam
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
@@ -119,6 +119,8 @@ class DpFedAvgBandMf(ChainFamily):
         _validate.check_choice("sampling", self.sampling, SAMPLINGS)
         _validate.check_choice("server_optimizer", self.server_optimizer, tuple(SERVER_OPTIMIZERS))
         _validate.check_int("silos_per_round", self.silos_per_round, min_value=1)
+        if self.band_coeffs is not None:  # checked before its length is read: band_coeffs=0 has none
+            object.__setattr__(self, "band_coeffs", static_rules.check_band_coeffs(self.band_coeffs))
         b = len(self.band_coeffs) if self.band_coeffs is not None else (self.bands or 1)
         if self.num_groups is not None and _validate.check_int("num_groups", self.num_groups, min_value=1) < b:
             raise ValueError(f"bands={b} must be <= num_groups={self.num_groups}, the cyclic period (a client's "

@@ -50,3 +50,11 @@ def test_an_unbounded_optimisation_is_refused_up_front():
     fam = _band_mf(num_rounds=10**9, band_coeffs=(1.0, 0.5, 0.25, 0.125))
     assert fam.band_coeffs == (1.0, 0.5, 0.25, 0.125)
     assert band_mf_sgd.MAX_OPTIMIZED_ROUNDS < 10**9
+
+
+@pytest.mark.parametrize("coeffs", [0, 1.5])
+def test_dp_fedavg_band_mf_names_a_scalar_band_coeffs(coeffs):
+    # a scalar was read with len() before it was checked: "object of type 'int' has no len()"
+    from dpjax.algorithms.band_mf_fedavg import DpFedAvgBandMf
+    with pytest.raises(TypeError, match=r"band_coeffs=.* must be a sequence of real numbers"):
+        DpFedAvgBandMf(LinearRegression(3), 8, 2, sampling_rate=0.5, band_coeffs=coeffs)

@@ -226,7 +226,11 @@ def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
     return jnp.argsort(scores)
 
 
-def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
+#: folded into a Poisson draw's key for the truncated batch's random start row (a stream apart from the coins)
+_TRUNCATION_STREAM = 0x74726E63
+
+
+def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int, truncate: bool = False):
     """Poisson sampling: each real record joins independently w.p. ``rate``.
 
     Args:
@@ -237,20 +241,34 @@ def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
       n_max: the padded number of rows (static): the length of the index space the draw runs over.
       rate: q, each real record's inclusion probability (the accounted sampling rate).
       max_batch_size: the static length of the returned buffer, e.g. ``default_poisson_capacity(q n)``.
+      truncate: truncated Poisson (Chua et al., "Scalable DP-SGD: Shuffling vs. Poisson Subsampling", NeurIPS 2024):
+        when more than ``max_batch_size`` records join, keep the first ``max_batch_size`` of them in cyclic row order
+        from a uniformly random start row (every real record equally likely to be kept, by cyclic symmetry), and
+        report no overflow: the truncation is charged by the accountant
+        (``dpjax.accounting.truncated_poisson``). The coins are the same as without it, so whenever nothing is cut
+        the batch is bit for bit the untruncated one (the coupling the charge rests on).
 
     Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
     fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
-    no longer applies: callers must surface it (the engine refuses such runs). A concrete ``rate`` must be in [0, 1] (a
+    no longer applies: callers must surface it (the engine refuses such runs); with ``truncate`` it is always false. A concrete ``rate`` must be in [0, 1] (a
     traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
     _validate.check_int("max_batch_size", max_batch_size, min_value=1)
     chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
     count = jnp.sum(chosen)
+    if truncate:
+        # rank of each joined row in cyclic order from `start` (inclusive cumulative count): one pass, no sort
+        start = jax.random.randint(jax.random.fold_in(key, _TRUNCATION_STREAM), (), 0, jnp.maximum(size, 1))
+        rows = jnp.arange(n_max)
+        cum = jnp.cumsum(chosen)
+        before = jnp.where(start > 0, cum[jnp.maximum(start - 1, 0)], 0)
+        rank = jnp.where(rows >= start, cum - before, cum + (count - before))
+        chosen = chosen & (rank <= max_batch_size)
     (idx,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
     mask = jnp.arange(max_batch_size) < count
-    return idx, mask, count > max_batch_size
+    return idx, mask, (count > max_batch_size) & (not truncate)
 
 
 def default_poisson_capacity(expected_batch_size: int) -> int:

@@ -52,8 +52,9 @@ __all__ = ["LEVELS", "FIELDS", "MAX_PMF_TERMS", "MAX_MIXTURE_TERMS", "PLD_DISCRE
 #: ``"user"``: user-level sampling (ULS); ``"example"``: example-level sampling with group privacy (ELS).
 LEVELS = ("user", "example")
 #: The PLD accountant's discretisation by level (pessimistic estimates: upper bounds at any interval). ULS: dp_accounting's
-#: default. ELS: dp_accounting builds the mixture's PLD point by point in Python (k = 4 at 1e-4 takes ~2 minutes);
-#: 1e-3 costs ~10 s and moves epsilon by ~1e-3 relative (up: the estimate stays pessimistic).
+#: default. ELS: the mixture's PLD is inverted at every point of the grid (``_VectorMixturePrivacyLoss``; k = 4,
+#: T = 200 at 1e-4: ~18 s, ~2 minutes with dp_accounting's scalar bisection); 1e-3 costs ~1.3 s and moves epsilon by
+#: ~1e-6 relative there (up: the estimate stays pessimistic).
 PLD_DISCRETIZATION = {"user": 1e-4, "example": 1e-3}
 #: RDP orders: integers, where dp_accounting's Poisson-subsampled Gaussian RDP is an exact finite sum.
 RDP_ORDERS = tuple(range(2, 129)) + (160, 192, 256, 384, 512)
@@ -62,10 +63,11 @@ _ACCOUNTANTS = {"user": ("pld", "rdp", "best"), "example": ("pld", "best")}
 #: (``dpjax.algorithms.user_level_dpsgd``); any other name would be a dict key no hparams reads.
 FIELDS = ("noise_multiplier",)
 #: Bounded work before an answer. ``binomial_pmf`` sums exact rationals whose size grows with k (k = 256: 0.3 s,
-#: k = 1000: 9 s); dp_accounting builds a mixture's PLD point by point in Python, its cost growing with the terms
-#: (ELS at T = 100: k = 8 ~17 s, k = 32 ~37 s on a loaded 2-core machine); the PLD's self-composition grows with the
-#: steps (ULS at 10^5 steps ~3 s; 10^12 steps: MemoryError). Beyond these the inputs are refused up front, naming the
-#: argument (ULS beyond ``PLD_MAX_STEPS``: use ``accountant="rdp"``, whose cost does not depend on the steps).
+#: k = 1000: 9 s); a mixture's PLD costs more with more terms (ELS at T = 200, interval 1e-3: k = 8 ~4 s,
+#: k = 32 ~23 s on a loaded 2-core machine, 6-12x less than dp_accounting's scalar path at k <= 16); the PLD's
+#: self-composition grows with the steps (ULS at 10^5 steps ~3 s; 10^12 steps: MemoryError). Beyond these the
+#: inputs are refused up front, naming the argument (ULS beyond ``PLD_MAX_STEPS``: use ``accountant="rdp"``, whose
+#: cost does not depend on the steps).
 MAX_PMF_TERMS = 256
 MAX_MIXTURE_TERMS = 64
 PLD_MAX_STEPS = 10**5

@@ -251,8 +251,8 @@ def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int, 
     Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
     fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
-    no longer applies: callers must surface it (the engine refuses such runs); with ``truncate`` it is always false. A concrete ``rate`` must be in [0, 1] (a
-    traced one is checked in ``dpjax.primitives.checked`` mode)."""
+    no longer applies: callers must surface it (the engine refuses such runs); with ``truncate`` it is always false.
+    A concrete ``rate`` must be in [0, 1] (a traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
     _validate.check_int("max_batch_size", max_batch_size, min_value=1)

@@ -48,6 +48,7 @@ import math
 from scipy import stats
 
 import dataclasses
+import functools
 
 from dpjax import _validate as v
 from dpjax.accounting.events import SubsetSelectionEvent
@@ -85,7 +86,12 @@ def truncated_capacity(dataset_size: int, sampling_rate: float, steps: int, mass
     n = v.check_int("dataset_size", dataset_size, min_value=1)
     q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
     r = v.check_int("steps", steps, min_value=1)
-    mass = v.check_open_unit("mass", mass)
+    return _capacity(n, q, r, v.check_open_unit("mass", mass))
+
+
+@functools.lru_cache(maxsize=256)
+def _capacity(n: int, q: float, r: int, mass: float) -> int:
+    # cached: the selection part asks at every trace and the event three times per certificate
     lo, hi = 0, n + 1  # Pr[Bin(n + 1, q) > n + 1] = 0 <= mass
     while lo < hi:
         mid = (lo + hi) // 2

@@ -57,8 +57,8 @@ from dpjax.accounting.sampling_bins import BinnedPrivacy
 from dpjax.accounting.schedules import PrivacyReport
 
 __all__ = ["TRUNCATION_MASS", "truncation_probability", "truncation_delta", "truncated_poisson_report",
-           "truncated_capacity", "full_buffer", "selection_capacity", "run_truncation_mass", "TruncatedPoissonPrivacy",
-           "TruncatedPoissonSelectionEvent"]
+           "truncated_capacity", "full_buffer", "selection_capacity", "run_truncation_mass", "truncation_mass",
+           "TruncatedPoissonPrivacy", "TruncatedPoissonSelectionEvent"]
 
 #: The per-silo, per-run truncation probability the default capacity is sized for (module docstring).
 TRUNCATION_MASS = 1e-18
@@ -124,11 +124,20 @@ def run_truncation_mass(dataset_sizes, sampling_rate: float, steps: int) -> floa
     q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
     r = v.check_int("steps", steps, min_value=1)
     n_max = max(sizes)
-    truncating = [n for n in (n_max - 1, n_max, n_max + 1) if n >= 1 and not full_buffer(n, q, r)]
+    return truncation_mass([n + 1 for n in sizes], (n_max - 1, n_max, n_max + 1), q, r)
+
+
+def truncation_mass(trials, buffer_rows, sampling_rate: float, steps: int) -> float:
+    """``R sum_j Pr[Bin(trials_j, q) > B_-]``, ``B_- = min selection_capacity(n')`` over the ``buffer_rows`` n' (the
+    padded rows of the data set and of its neighbours) whose buffer truncates; 0 when none does. ``trials``: an upper
+    bound on each buffer's joined candidates on the data set or a neighbour (``run_truncation_mass``: n_i + 1)."""
+    q = v.check_probability("sampling_rate", sampling_rate, allow_zero=False)
+    r = v.check_int("steps", steps, min_value=1)
+    truncating = [int(n) for n in buffer_rows if n >= 1 and not full_buffer(int(n), q, r)]
     if not truncating:
         return 0.0
     b = min(truncated_capacity(n, q, r) for n in truncating)
-    return min(1.0, r * sum(float(stats.binom.sf(b, n + 1, q)) for n in sizes))
+    return min(1.0, r * sum(float(stats.binom.sf(b, int(t), q)) for t in trials))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -220,7 +220,9 @@ class UserDpSgdPrivacy(PrivacySpec):
       records_per_user: k, the contribution bound (ELS: the group each user is; ULS: reported only).
       group_size: g users protected at once.
       field: the hparams field ``calibrate`` returns.
-      pld_interval: the PLD discretisation (None: ``PLD_DISCRETIZATION[level]``)."""
+      pld_interval: the PLD discretisation (None: ``PLD_DISCRETIZATION[level]``).
+      truncation: eta, the probability that the run, or its run on a neighbour, cuts a truncated Poisson batch
+        (``dpjax.accounting.truncated_poisson``); charged to delta as ``(1 + e^eps) eta`` (0: nothing cut)."""
 
     level: str
     noise_multiplier: float
@@ -230,9 +232,11 @@ class UserDpSgdPrivacy(PrivacySpec):
     group_size: int = 1
     field: str = "noise_multiplier"
     pld_interval: float | None = None
+    truncation: float = 0.0
 
     def __post_init__(self):
         v.check_choice("level", self.level, LEVELS)
+        v.check_probability("truncation", self.truncation)
         v.check_choice("field", self.field, FIELDS)
         self.event_at(1.0)  # validates the numbers
 
@@ -275,14 +279,30 @@ class UserDpSgdPrivacy(PrivacySpec):
     def epsilon(self, delta: float, accountant: str | None = None) -> PrivacyReport:
         accountant = self._accountant(accountant)
         delta = v.check_open_unit("delta", delta)
-        eps = self._epsilon(delta, accountant, 1.0)
+        charge = 0.0
+        if self.truncation > 0:  # eps(delta / 2) bounds eps at any delta' >= delta / 2: the charge is safe
+            charge = self._charge(delta, self._epsilon(delta / 2, accountant, 1.0))
+        eps = self._epsilon(delta - charge, accountant, 1.0)
         what = ("ULS: user-level Poisson-subsampled Gaussian" if self.level == "user" else
                 f"ELS: group privacy of k={self.records_per_user} records by the mixture-of-Gaussians PLD "
                 "(Ganesh 2024)")
         notes = (what, f"q={self.sampling_rate:g}, T={self.num_steps}, k={self.records_per_user}")
         if self.group_size > 1:
             notes += (f"group of {self.group_size} users",)
-        return PrivacyReport(eps, delta, accountant, "poisson", "add-remove", "user", self.noise_multiplier, notes)
+        sampling = "poisson"
+        if self.truncation > 0:
+            sampling = "truncated-poisson"
+            notes += (f"truncated Poisson: truncation probability {self.truncation:.3g} charged to delta "
+                      f"({charge:.3g}, (1 + e^eps) x it); the untruncated run is accounted at delta={delta - charge:.6g}",)
+        return PrivacyReport(eps, delta, accountant, sampling, "add-remove", "user", self.noise_multiplier, notes)
+
+    def _charge(self, delta: float, epsilon_bound: float) -> float:
+        """``(1 + e^eps_bound) eta``, refused when it takes more than half of delta."""
+        charge = (1.0 + math.exp(min(epsilon_bound, 700.0))) * self.truncation
+        if charge > delta / 2:
+            raise ValueError(f"delta={delta!r}: the truncation probability {self.truncation:.3g} costs {charge:.3g} "
+                             "of it (more than half); raise delta or the noise, or choose poisson_selection='buffered'")
+        return charge
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str | None = None) -> dict[str, Any]:
         """``{field: z}``: the smallest noise multiplier (relative width 1e-4) whose epsilon is at most the target
@@ -292,6 +312,8 @@ class UserDpSgdPrivacy(PrivacySpec):
         accountant = self._accountant(accountant)
         target = v.check_positive("target_epsilon", target_epsilon)
         delta = v.check_open_unit("delta", delta)
+        if self.truncation > 0:  # the calibrated eps is <= the target: charging (1 + e^target) eta is safe
+            delta -= self._charge(delta, target)
         base = self.noise_multiplier if self.noise_multiplier > 0 else 1.0
         spec = dataclasses.replace(self, noise_multiplier=base)
         # ELS: a coarse PLD (interval 10x wider, still an upper bound) narrows the bracket the fine one refines
@@ -308,15 +330,17 @@ class UserSelectionEvent(SelectionEvent):
     users' sizes. Its own accountant: ``spec(plan)`` is the run's ``UserDpSgdPrivacy``.
 
     Attributes: level: ``"user"`` (ULS) or ``"example"`` (ELS). records_per_user: k, the records of a user that can
-      enter a round (ELS: its contribution bound)."""
+      enter a round (ELS: its contribution bound). truncation: the truncated Poisson buffer's eta (0: nothing cut)."""
 
     level: str = "user"
     records_per_user: int = 1
+    truncation: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
         v.check_choice("level", self.level, LEVELS)
         v.check_int("records_per_user", self.records_per_user, min_value=1)
+        v.check_probability("truncation", self.truncation)
         if self.sampling_rate is None:
             raise ValueError("sampling_rate=None: user-level DP-SGD samples at a declared public rate q")
 
@@ -334,4 +358,4 @@ class UserSelectionEvent(SelectionEvent):
         noise = plan.noises[0]
         steps = noise.steps if noise.steps is not None else plan.num_rounds * self.releases_per_round
         return UserDpSgdPrivacy(self.level, noise.noise_multiplier, self.sampling_rate, steps, self.records_per_user,
-                                plan.group_size, noise.field)
+                                plan.group_size, noise.field, truncation=self.truncation)

@@ -142,3 +142,24 @@ def test_existing_truncated_sampler_marginal_matches_the_default_rule():
     k = np.arange(N + 1)
     assert TruncatedPoisson(10, Q, B).inclusion_probability(N) == pytest.approx(
         float(np.sum(np.minimum(k, B) * stats.binom.pmf(k, N, Q))) / N, rel=1e-12)
+
+
+def test_user_level_selections_charge_their_truncation():
+    """ULS samples users (a neighbour adds one), ELS samples every user's first k records (a neighbour adds k)."""
+    from dpjax.algorithms.user_level_dpsgd import UserLevelDpSgd
+
+    sizes, q, r, k, delta = (3,) * 1_500 + (9,) * 500, 0.02, 8, 2, 1e-6
+    users = len(sizes)
+    for unit, trials, rows in (("user", users + 1, users - 1),
+                               ("example", sum(min(m, k) for m in sizes) + k, (users - 1) * k)):
+        fam = UserLevelDpSgd(P, r, unit, batch_size=40, sampling_rate=q, records_per_user=k)
+        old = UserLevelDpSgd(P, r, unit, batch_size=40, sampling_rate=q, records_per_user=k,
+                             poisson_selection="buffered").privacy(sizes, HP)
+        rep = fam.privacy(sizes, HP).epsilon(delta)
+        eta = r * stats.binom.sf(_capacity(rows, q, r), trials, q)  # the smallest neighbour buffer, independently
+        charge = (1 + math.exp(old.epsilon(delta / 2).epsilon)) * eta
+        assert 0 < charge < 1e-9 * delta and rep.sampling == "truncated-poisson", unit
+        assert rep.epsilon == old.epsilon(delta - charge).epsilon >= old.epsilon(delta).epsilon, unit
+        assert f"truncation probability {eta:.3g} charged to delta" in " ".join(rep.notes), unit
+    with pytest.raises(ValueError, match="poisson_selection='x'"):
+        UserLevelDpSgd(P, r, "user", batch_size=40, sampling_rate=q, poisson_selection="x")

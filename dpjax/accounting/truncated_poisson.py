@@ -19,8 +19,11 @@ certifies M' (delta_P: dp_accounting's PLD of the Poisson-subsampled Gaussian, a
 terms; ``truncation_delta`` is the second. (The coupling needs the truncated batch to equal the Poisson batch whenever
 no truncation happens, which `truncated_poisson_sample` guarantees.)
 
-**The default Poisson selection of DP-SGD and DP-SGD-General** (``poisson_selection="truncated"``,
-``dpjax.parts.selection.SubsetBatches``) is this mechanism, sized so that its charge is negligible and never refused:
+**The default Poisson selection of DP-SGD, DP-SGD-General and user-level DP-SGD** (``poisson_selection="truncated"``:
+``dpjax.parts.selection.SubsetBatches``; ``dpjax.parts.user_records``' ULS over users and ELS over every user's first
+k records, where a neighbour adds up to k candidates, so ``n_i + k`` trials) is this mechanism, sized so that its
+charge is negligible and never refused. The others with a Poisson buffer keep the refusing one: ISRL-DP's
+``SiloBatches`` (per-silo guarantees; its gather path), DP-FedAvg's cohort (``dpjax.parts.cross_device``):
 
 * capacity. ``truncated_capacity(n, q, R)`` is the smallest B with ``R Pr[Bin(n + 1, q) > B] <= TRUNCATION_MASS``
   (1e-18, per silo and run), n the padded silo size ``n_max``. Every silo's charge is then at most

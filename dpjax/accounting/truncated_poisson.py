@@ -30,6 +30,9 @@ charge is negligible and never refused. The others with a Poisson buffer keep th
   ``(1 + e^eps) 1e-18``, which is <= 1e-3 delta for every delta >= 1e-15 (1 + e^eps): every delta >= 1e-8 at
   eps <= 16 (and >= 3e-12 at eps <= 8). Example: n = 60,000, q = 1/240, R = 480 gives B = 413 (the expected batch is
   250).
+* what it cannot certify: the charge must fit in half of delta at eps(delta / 2), so a run certifies
+  eps <= ln(delta / (2 eta) - 1) only, about 29 at delta = 1e-5 (eta ~ 1e-18). A weaker run (eps above that: little
+  noise, or ELS with a large k) is refused with that bound named; ``"buffered"`` still reports its eps.
 * large data sets only. When ``n <= 2 B`` (``full_buffer``) a buffer of all n rows costs at most twice the truncated
   one, so the buffer holds every row: exact Poisson, nothing to charge, a DpEvent as before. Above it (n > 2 B) the
   batch is truncated at B and the certificate charges the truncation (``run_truncation_mass``).
@@ -153,8 +156,10 @@ class TruncatedPoissonPrivacy(BinnedPrivacy):
         charge = (1.0 + math.exp(min(epsilon_bound, 700.0))) * self.overflow_probability
         if charge > delta / 2:
             eta = self.overflow_probability
+            top = math.log(max(delta / (2 * eta) - 1, 1.0))
             raise ValueError(f"delta={delta!r}: truncated Poisson's truncation probability {eta:.3g} over the run "
-                             f"costs {charge:.3g} of it (more than half); raise delta or the noise, or choose "
+                             f"costs {charge:.3g} of it at eps={epsilon_bound:.3g} (more than half; this buffer "
+                             f"certifies eps <= {top:.3g} only); raise delta or the noise, or choose "
                              "poisson_selection='buffered'")
         return delta - charge
 

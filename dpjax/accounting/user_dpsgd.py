@@ -300,8 +300,10 @@ class UserDpSgdPrivacy(PrivacySpec):
         """``(1 + e^eps_bound) eta``, refused when it takes more than half of delta."""
         charge = (1.0 + math.exp(min(epsilon_bound, 700.0))) * self.truncation
         if charge > delta / 2:
+            top = math.log(max(delta / (2 * self.truncation) - 1, 1.0))
             raise ValueError(f"delta={delta!r}: the truncation probability {self.truncation:.3g} costs {charge:.3g} "
-                             "of it (more than half); raise delta or the noise, or choose poisson_selection='buffered'")
+                             f"of it at eps={epsilon_bound:.3g} (more than half; this buffer certifies eps <= {top:.3g} "
+                             "only); raise delta or the noise, or choose poisson_selection='buffered'")
         return charge
 
     def calibrate(self, target_epsilon: float, delta: float, accountant: str | None = None) -> dict[str, Any]:

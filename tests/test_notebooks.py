@@ -30,7 +30,8 @@ EXPECTED = {
                                              "sc_output_pert refuses", "Theorem 4.1: -0.5"),
     "privacy_units_and_shuffling.ipynb": ("size: quick", "lower bound for shuffling (Chua et al. 2024",
                                           "Poisson-reported epsilon below the shuffling lower bound in 6 of 6",
-                                          "accountant=pld+truncation", "truncation", "unit=user"),
+                                          "accountant=pld+truncation", "truncation", "sampling=truncated-poisson",
+                                          "buffered 360 rows", "unit=user"),
     "diff2_gradient_differences.ipynb": ("size: quick", "California housing from", "accountant=rdp",
                                          "DIFF2-GD: min train loss", "DP-GD   : min train loss"),
 }

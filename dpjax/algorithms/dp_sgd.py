@@ -85,7 +85,10 @@ class DpSgd(OutputRule, ChainFamily):
         min-separation); required under add/remove (None: ``n // K`` of each silo, replace-one only; cyclic
         Poisson: 1). With ``noise="band-mf"`` it defaults to ``bands`` and must be ``>= bands``.
       capacity: balls-in-bins / cyclic Poisson: the static batch buffer (None: the sampler's default; its overflow
-        probability is charged to delta)."""
+        probability is charged to delta).
+      poisson_selection: ``"poisson"``: ``"truncated"`` (default; truncated Poisson on a large data set, the
+        truncation charged to delta) or ``"buffered"`` (the former buffer that refuses an overflowing run), as in
+        ``DpSgdGeneral``."""
 
     problem: Any
     num_rounds: int
@@ -101,6 +104,7 @@ class DpSgd(OutputRule, ChainFamily):
     order: str = "shuffled-once"
     num_bins: int | None = None
     capacity: int | None = None
+    poisson_selection: str = "truncated"
 
     hparams_type = DpSgdHParams
 
@@ -110,6 +114,9 @@ class DpSgd(OutputRule, ChainFamily):
         # also checks before jax loads: one definition (static_rules.dp_sgd)
         for k, v in static_rules.check("DpSgd", vars(self)).items():
             object.__setattr__(self, k, v)
+        if self.poisson_selection != "truncated" and (self.sampling != "poisson" or self.noise != "gaussian"):
+            raise ValueError(f"poisson_selection={self.poisson_selection!r} is how a Poisson batch is held; "
+                             f"sampling={self.sampling!r}, noise={self.noise!r} does not use it (leave it 'truncated')")
         if self.noise == "band-mf":
             self.check_common()
             self.selection  # noqa: B018  (validates the binned selection's numbers)
@@ -139,7 +146,7 @@ class DpSgd(OutputRule, ChainFamily):
                             rounds_per_epoch=1, sampling=_SAMPLING[self.sampling],
                             server_optimizer=OPTIMIZERS[self.optimizer], private=self.private,
                             neighboring=self.neighboring, placement="server", output=self.output, window=self.window,
-                            sampling_rate=self.sampling_rate)
+                            sampling_rate=self.sampling_rate, poisson_selection=self.poisson_selection)
 
     def validate(self, data: SiloData) -> None:
         if self.binned:

@@ -61,7 +61,7 @@ from dpjax.engine.contract import OutputRule
 from dpjax.engine.silos import SiloData
 from dpjax.parts import Aggregate, Averager, ClipPerUnit, GaussianNoise, SubsetBatches, SubsetUpdate, OptaxServer
 from dpjax.parts.clients import UPDATE_RULES
-from dpjax.parts.selection import SUBSET_SAMPLINGS
+from dpjax.parts.selection import POISSON_SELECTIONS, SUBSET_SAMPLINGS
 
 PyTree = Any
 SAMPLINGS = tuple(SUBSET_SAMPLINGS)
@@ -120,7 +120,11 @@ class DpSgdGeneral(OutputRule, ChainFamily):
       output: the released iterate (``OutputRule``; ``"last"`` is the paper's).
       window: the averaging window of ``output="average"`` (``OutputRule``).
       sampling_rate: ``"poisson"`` only, and required there (add/remove): the public rate q each
-        record is drawn with; the accountant reads the same q (``m`` stays the public divisor)."""
+        record is drawn with; the accountant reads the same q (``m`` stays the public divisor).
+      poisson_selection: ``"poisson"``: ``"truncated"`` (default: truncated Poisson on a large data set, its
+        truncation charged to delta, exact Poisson with a buffer of every row on a small one;
+        ``dpjax.accounting.truncated_poisson``) or ``"buffered"`` (the former static buffer, the run refused when a
+        batch does not fit, nothing charged; kept for reproductions made with it)."""
 
     problem: Any
     num_rounds: int
@@ -138,6 +142,7 @@ class DpSgdGeneral(OutputRule, ChainFamily):
     neighboring: str = "replace-one"
     placement: str = "silo"
     sampling_rate: float | None = None
+    poisson_selection: str = "truncated"
 
     hparams_type = DpSgdHParams
 
@@ -154,6 +159,10 @@ class DpSgdGeneral(OutputRule, ChainFamily):
         if self.sampling == "poisson" and (self.subset_size != 1 or self.update_rule != "gradient" or self.filtering):
             raise ValueError(f"sampling='poisson' is individual-clipping DP-SGD: subset_size={self.subset_size} "
                              "must be 1, update_rule 'gradient' and filtering False")
+        _validate.check_choice("poisson_selection", self.poisson_selection, POISSON_SELECTIONS)
+        if self.poisson_selection != "truncated" and self.sampling != "poisson":
+            raise ValueError(f"poisson_selection={self.poisson_selection!r} is how a Poisson batch is held; "
+                             f"sampling={self.sampling!r} draws fixed-size batches (leave it 'truncated')")
         if self.update_rule == "local" and self.subset_size % self.local_batch_size:
             raise ValueError(f"local_batch_size={self.local_batch_size} must divide subset_size={self.subset_size}")
         if self.filtering and self.placement != "silo":
@@ -212,7 +221,8 @@ class DpSgdGeneral(OutputRule, ChainFamily):
         release = (noise, aggregate) if self.placement == "silo" else (aggregate, noise)
         return Parts(
             SubsetBatches(self.sampling, self.subset_size, self.num_subsets, self.rounds_per_epoch,
-                          self.num_rounds, self.filtering, self.filter_threshold, unit, self.sampling_rate),
+                          self.num_rounds, self.filtering, self.filter_threshold, unit, self.sampling_rate,
+                          self.poisson_selection),
             (SubsetUpdate(self.problem, self.update_rule, self.local_batch_size, self.local_optimizer),
              ClipPerUnit("clip_norm", self.neighboring, unit_records=self.subset_size), *release,
              OptaxServer(self.server_optimizer), Averager(self.output, self.window)))

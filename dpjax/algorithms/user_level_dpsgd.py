@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from dpjax import _validate
 from dpjax.algorithms import static_rules
 from dpjax.algorithms.dp_sgd import OPTIMIZERS
@@ -30,7 +32,8 @@ from dpjax.algorithms.dpsgd_general import DpSgdHParams
 from dpjax.engine.chain import ChainFamily, DataShape, Parts
 from dpjax.engine.contract import OutputRule
 from dpjax.parts import Averager, GaussianNoise, OptaxServer
-from dpjax.parts.user_records import ClipRecords, ClipUserMean, RecordSampling, UserRecordGradients, UserSampling
+from dpjax.parts.user_records import (POISSON_SELECTIONS, ClipRecords, ClipUserMean, RecordSampling,
+                                      UserRecordGradients, UserSampling)
 
 __all__ = ["UNITS", "UserLevelDpSgd"]
 
@@ -51,7 +54,11 @@ class UserLevelDpSgd(OutputRule, ChainFamily):
       records_per_user: k: the records of a sampled user (ULS) / each user's contribution bound (ELS).
       optimizer: a key of ``dp_sgd.OPTIMIZERS``.
       private: clip and add noise (False: the non-private twin of the same rounds).
-      capacity: the static buffer of sampled users / records (None: expected + 6 sqrt + 8).
+      capacity: the static buffer of sampled users / records (None: ``poisson_selection``'s; a declared one is the
+        buffered selection's).
+      poisson_selection: ``"truncated"`` (default: truncated Poisson on a large population, the cut charged to
+        delta; a buffer of every candidate on a small one) or ``"buffered"`` (expected + 6 sqrt + 8, the run refused
+        on overflow, nothing charged); ``dpjax.accounting.truncated_poisson``.
       output: the released iterate (``OutputRule``); window: its averaging window."""
 
     problem: Any
@@ -63,6 +70,7 @@ class UserLevelDpSgd(OutputRule, ChainFamily):
     optimizer: str = "sgd"
     private: bool = True
     capacity: int | None = None
+    poisson_selection: str = "truncated"
 
     hparams_type = DpSgdHParams
     # not fields: what check_common validates the declared rate against (Poisson, add/remove one user)
@@ -75,18 +83,28 @@ class UserLevelDpSgd(OutputRule, ChainFamily):
         _validate.check_choice("optimizer", self.optimizer, tuple(OPTIMIZERS))
         # unit, q, k, capacity: the jax-free rule `dpjax sweep` also checks before jax loads (one definition)
         static_rules.check("UserLevelDpSgd", vars(self))
+        _validate.check_choice("poisson_selection", self.poisson_selection, POISSON_SELECTIONS)
         self.check_common()
 
     def validate(self, data) -> None:
         if int(data.num_silos) < 1:
             raise ValueError("data has no users (one silo per user)")
+        if self.unit == "example" and self.poisson_selection == "truncated" and self.capacity is None:
+            largest = max(int(m) for m in np.asarray(data.sizes))
+            k = self.records_per_user
+            if min(k, int(data.n_max)) != min(k, largest):  # the buffer is sized from the slots, the charge from sizes
+                raise ValueError(f"n_max={data.n_max} rows padded beyond the largest user ({largest} records) with "
+                                 f"records_per_user={k}: the truncated buffer's slots and its charge would differ; "
+                                 "pad to the largest user or choose poisson_selection='buffered'")
 
     def parts(self, shape: DataShape) -> Parts:
         if self.unit == "user":
-            selection = UserSampling(self.batch_size, self.sampling_rate, self.records_per_user, self.capacity)
+            selection = UserSampling(self.batch_size, self.sampling_rate, self.records_per_user, self.capacity,
+                                     self.num_rounds, self.poisson_selection)
             clip = ClipUserMean(self.problem, float(self.batch_size), records_per_user=self.records_per_user)
         else:
-            selection = RecordSampling(self.batch_size, self.sampling_rate, self.records_per_user, self.capacity)
+            selection = RecordSampling(self.batch_size, self.sampling_rate, self.records_per_user, self.capacity,
+                                       self.num_rounds, self.poisson_selection)
             clip = ClipRecords(self.problem, float(self.batch_size))
         return Parts(selection, (UserRecordGradients(), clip, GaussianNoise("noise_multiplier", placement="server"),
                                  OptaxServer(OPTIMIZERS[self.optimizer]), Averager(self.output, self.window)))

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import keys
+from dpjax.accounting import truncated_poisson
 from dpjax.accounting.events import SelectionEvent, SubsetSelectionEvent
 from dpjax.engine import silo_sharding
 from dpjax.engine.roles import Batch, Context, Stateless
@@ -219,6 +220,8 @@ class LocalStepBatches(Stateless):
                               "record-in-silo", releases_per_round=self.num_steps)
 
 
+#: How a Poisson selection holds its random-size batch (``SubsetBatches``' docstring).
+POISSON_SELECTIONS = ("truncated", "buffered")
 #: DP-SGD-General's batch selections and the accounting names of their samplings.
 SUBSET_SAMPLINGS = {"shuffle": "shuffle", "subsample": "without-replacement", "poisson": "poisson"}
 _FILTER_STREAM = 11  # folded into a silo's sampling key for Appendix D's filtering coins
@@ -232,9 +235,13 @@ class SubsetBatches:
     ``"shuffle"`` takes block ``b`` of the epoch's uniform permutation (drawn once per epoch and silo from the run key,
     held in the state: ``[N, epochs, n_max]``; the last ``n - B m s`` records sit the epoch out); ``"subsample"`` a
     fresh uniform ``ms``-subset in random order (consecutive rows: a uniform partition into ``m`` subsets);
-    ``"poisson"`` each record w.p. the public ``sampling_rate`` q (``s = 1``; a static buffer of ``E + 6 sqrt(E) + 8``
-    rows, E the expected batch ``max(m, q n_max)``, ``overflow`` when it does not fit; without a declared q, ``m / n``
-    of the silo's size, which only replace-one makes public -- the DP plan refuses it under add/remove).
+    ``"poisson"`` each record w.p. the public ``sampling_rate`` q (``s = 1``). ``poisson_selection="truncated"``
+    (default): truncated Poisson (``dpjax.accounting.truncated_poisson``): a buffer of every row on a small data set
+    (exact Poisson), else of ``truncated_capacity(n_max, q, R)`` rows with the batch cut there and the truncation
+    charged to delta by the event (``TruncatedPoissonSelectionEvent``); the run never stops on a full buffer.
+    ``"buffered"``: the former static buffer of ``E + 6 sqrt(E) + 8`` rows, E the expected batch ``max(m, q n_max)``,
+    ``overflow`` (the engine refuses the run) when it does not fit, nothing charged. Without a declared q: ``m / n`` of
+    the silo's size, which only replace-one makes public (the DP plan refuses it under add/remove), always buffered.
 
     With ``filtering`` (Appendix D) every subset is kept w.p. 1/2 by a data-independent coin
     (``info["keep"]`` ``[M, m]``) and a silo runs its round when at least ``filter_threshold``
@@ -249,10 +256,19 @@ class SubsetBatches:
     filter_threshold: int = 1
     unit: str = "record-in-silo"
     sampling_rate: float | None = None
+    poisson_selection: str = "truncated"
 
     def __post_init__(self):
         if self.sampling_rate is not None:
             sampling_lib.make_sampler(SUBSET_SAMPLINGS[self.sampling], self.num_subsets, self.sampling_rate)
+        if self.poisson_selection not in POISSON_SELECTIONS:
+            raise ValueError(f"poisson_selection={self.poisson_selection!r} must be one of {POISSON_SELECTIONS}")
+
+    @property
+    def truncated(self) -> bool:
+        """The default truncated Poisson selection (Poisson at a declared rate, ``poisson_selection="truncated"``)."""
+        return (self.sampling == "poisson" and self.sampling_rate is not None
+                and self.poisson_selection == "truncated")
 
     @property
     def stored_epochs(self) -> int:
@@ -282,6 +298,11 @@ class SubsetBatches:
         if self.sampling == "subsample":
             idx = sampling_lib.sample_without_replacement(key, size, n_max, m * s).reshape(m, s)
             return idx, jnp.ones((m, s), bool), jnp.asarray(False)
+        if self.truncated:
+            cap = truncated_poisson.selection_capacity(n_max, self.sampling_rate, self.num_rounds)
+            idx, mask, overflow = sampling_lib.poisson_sample(key, size, n_max, self.sampling_rate, cap,
+                                                              truncate=cap < n_max)
+            return idx[:, None], mask[:, None], overflow
         sampler = sampling_lib.Poisson(m, sampling_rate=self.sampling_rate)
         idx, mask, overflow = sampler.draw(key, size, n_max, round_index, None)
         return idx[:, None], mask[:, None], overflow
@@ -302,6 +323,12 @@ class SubsetBatches:
 
     def validate(self, data) -> None:
         n = int(data.min_size)
+        if self.truncated and not truncated_poisson.full_buffer(data.n_max, self.sampling_rate, self.num_rounds):
+            largest = int(max(int(k) for k in jax.device_get(data.sizes)))
+            if largest != data.n_max:  # the buffer is sized from n_max, the charge from the silo sizes
+                raise ValueError(f"n_max={data.n_max} rows padded beyond the largest silo ({largest} records): the "
+                                 "truncated Poisson buffer is sized from the padded rows and its charge from the "
+                                 "silo sizes; pad to the largest silo or choose poisson_selection='buffered'")
         ms = self.num_subsets * self.subset_size
         need = self.rounds_per_epoch * ms if self.sampling == "shuffle" else ms
         if need > n:
@@ -317,7 +344,8 @@ class SubsetBatches:
 
     def event(self, silo_sizes) -> SubsetSelectionEvent:
         batch = self.num_subsets * self.subset_size  # the expected batch m for Poisson (s = 1)
-        return SubsetSelectionEvent(SUBSET_SAMPLINGS[self.sampling], tuple(int(n) for n in silo_sizes), batch,
+        kind = truncated_poisson.TruncatedPoissonSelectionEvent if self.truncated else SubsetSelectionEvent
+        return kind(SUBSET_SAMPLINGS[self.sampling], tuple(int(n) for n in silo_sizes), batch,
                                     self.unit, num_subsets=self.num_subsets,
                                     rounds_per_epoch=self.rounds_per_epoch, filtering=self.filtering,
                                     sampling_rate=self.sampling_rate)

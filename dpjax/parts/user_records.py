@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from dpjax import _validate, keys
+from dpjax.accounting import truncated_poisson
 from dpjax.accounting.events import ClipEvent
 from dpjax.accounting.user_dpsgd import UserSelectionEvent
 from dpjax.engine.roles import Batch, Context, Sensitive, Stateless
@@ -50,6 +51,19 @@ def _capacity(expected: float, slots: int, declared: int | None) -> int:
     return max(1, min(cap, slots))
 
 
+#: ``"truncated"``: truncated Poisson (``dpjax.accounting.truncated_poisson``: a buffer of every candidate on a small
+#: population, else of ``truncated_capacity`` rows, the cut charged to delta); ``"buffered"``: the former buffer of
+#: ``E + 6 sqrt(E) + 8`` rows whose overflow the engine refuses (nothing charged).
+POISSON_SELECTIONS = ("truncated", "buffered")
+
+
+def _truncating(part) -> bool:
+    """The part holds its Poisson batch truncated: the default, with the run's rounds known and no declared capacity."""
+    if part.poisson_selection not in POISSON_SELECTIONS:
+        raise ValueError(f"poisson_selection={part.poisson_selection!r} must be one of {POISSON_SELECTIONS}")
+    return part.poisson_selection == "truncated" and part.num_rounds is not None and part.capacity is None
+
+
 @dataclasses.dataclass(frozen=True)
 class UserSampling(Stateless):
     """ULS: each user w.p. the public ``sampling_rate`` q, with its first ``records_per_user`` k records.
@@ -58,22 +72,28 @@ class UserSampling(Stateless):
       users_per_round: m, the expected number of users a round (the public divisor of the sum).
       sampling_rate: q (declared: under add/remove the number of users is not public).
       records_per_user: k, the records of a sampled user that enter its mean gradient.
-      capacity: the static buffer of sampled users (None: ``qN + 6 sqrt(qN) + 8``; more sampled users is an
-        overflow, which the engine refuses)."""
+      capacity: the static buffer of sampled users (None: ``poisson_selection``'s; a declared one is buffered: more
+        sampled users is an overflow, which the engine refuses).
+      num_rounds: the run's T (sizes the truncated buffer; None: buffered).
+      poisson_selection: ``"truncated"`` (default) or ``"buffered"`` (``POISSON_SELECTIONS``)."""
 
     users_per_round: int
     sampling_rate: float
     records_per_user: int
     capacity: int | None = None
+    num_rounds: int | None = None
+    poisson_selection: str = "truncated"
 
     roles = ("selection",)
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         n, q = data.num_silos, self.sampling_rate
         key = keys.stream_key(ctx.key, "sampling")
-        cap = _capacity(q * n, n, self.capacity)
+        cut = _truncating(self)
+        cap = (truncated_poisson.selection_capacity(n, q, self.num_rounds) if cut else
+               _capacity(q * n, n, self.capacity))
         if cap < n:
-            ids, available, overflow = sampling_lib.poisson_sample(key, n, n, q, cap)
+            ids, available, overflow = sampling_lib.poisson_sample(key, n, n, q, cap, truncate=cut)
         else:
             ids, available, overflow = jnp.arange(n), jax.random.uniform(key, (n,)) < q, jnp.asarray(False)
         width = min(self.records_per_user, data.n_max)
@@ -83,9 +103,11 @@ class UserSampling(Stateless):
 
     def event(self, silo_sizes) -> UserSelectionEvent:
         """Poisson over the users (the protected units), rate q, m of them expected."""
-        return UserSelectionEvent("poisson", tuple(int(s) for s in silo_sizes), self.users_per_round, "user",
-                                  sampling_rate=self.sampling_rate, level="user",
-                                  records_per_user=self.records_per_user)
+        sizes = tuple(int(s) for s in silo_sizes)
+        eta = (truncated_poisson.run_truncation_mass((len(sizes),), self.sampling_rate, self.num_rounds)
+               if _truncating(self) else 0.0)
+        return UserSelectionEvent("poisson", sizes, self.users_per_round, "user", sampling_rate=self.sampling_rate,
+                                  level="user", records_per_user=self.records_per_user, truncation=eta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,34 +118,54 @@ class RecordSampling(Stateless):
       records_per_round: the expected batch (the public divisor of the sum).
       sampling_rate: q.
       records_per_user: k, the contribution bound (a user's records past its first k are never drawn).
-      capacity: the static buffer of sampled records (None: from ``q x num_users x k``, an upper bound of the
-        expected batch)."""
+      capacity: the static buffer of sampled records (None: ``poisson_selection``'s; a declared one is buffered, from
+        ``q x num_users x k`` when buffered and undeclared, an upper bound of the expected batch).
+      num_rounds: the run's T (sizes the truncated buffer; None: buffered).
+      poisson_selection: ``"truncated"`` (default) or ``"buffered"`` (``POISSON_SELECTIONS``)."""
 
     records_per_round: int
     sampling_rate: float
     records_per_user: int
     capacity: int | None = None
+    num_rounds: int | None = None
+    poisson_selection: str = "truncated"
 
     roles = ("selection",)
 
     def update(self, data, state, ctx: Context) -> tuple[Batch, Any]:
         n, width = data.num_silos, min(self.records_per_user, data.n_max)
-        cap = _capacity(self.sampling_rate * n * width, n * width, self.capacity)
+        truncating = _truncating(self)
+        cap = (truncated_poisson.selection_capacity(n * width, self.sampling_rate, self.num_rounds) if truncating
+               else _capacity(self.sampling_rate * n * width, n * width, self.capacity))
+        cut = truncating and cap < n * width
         key = keys.stream_key(ctx.key, "sampling")
         real = jnp.arange(width)[None, :] < jnp.minimum(data.sizes, self.records_per_user)[:, None]
         chosen = (jax.random.uniform(key, (n, width)) < self.sampling_rate) & real
         count = jnp.sum(chosen)
-        (flat,) = jnp.nonzero(chosen.reshape(-1), size=cap, fill_value=0)
+        chosen = chosen.reshape(-1)
+        if cut:  # truncated Poisson: the same coins, the first `cap` joined slots from a random start slot
+            chosen = sampling_lib.cut_cyclic(jax.random.fold_in(key, sampling_lib.TRUNCATION_STREAM), chosen,
+                                             n * width, cap)
+        (flat,) = jnp.nonzero(chosen, size=cap, fill_value=0)
         available = jnp.arange(cap) < count
         users, slots = flat // width, flat % width
-        overflow = jnp.broadcast_to(count > cap, available.shape)
+        overflow = jnp.broadcast_to((count > cap) & (not cut), available.shape)
         return Batch(users, available, slots[:, None], available[:, None], overflow, n), state
 
     def event(self, silo_sizes) -> UserSelectionEvent:
         """Poisson over the records, rate q; every user a group of at most k of them."""
-        return UserSelectionEvent("poisson", tuple(int(s) for s in silo_sizes), self.records_per_round, "user",
-                                  sampling_rate=self.sampling_rate, level="example",
-                                  records_per_user=self.records_per_user)
+        sizes = tuple(int(s) for s in silo_sizes)
+        eta = 0.0
+        if _truncating(self):
+            # candidates: every user's first k records; a neighbour adds or removes one user (up to k of them) and
+            # one user's row of width slots (module docstring of dpjax.accounting.truncated_poisson)
+            k, users = self.records_per_user, len(sizes)
+            width = min(k, max(sizes))
+            rows = tuple(u * width for u in (users - 1, users, users + 1))
+            eta = truncated_poisson.truncation_mass([sum(min(m, k) for m in sizes) + k], rows, self.sampling_rate,
+                                                    self.num_rounds)
+        return UserSelectionEvent("poisson", sizes, self.records_per_round, "user", sampling_rate=self.sampling_rate,
+                                  level="example", records_per_user=self.records_per_user, truncation=eta)
 
 
 class UserRecords(NamedTuple):

@@ -226,7 +226,11 @@ def valid_first_permutation(key: jax.Array, size, n_max: int) -> jax.Array:
     return jnp.argsort(scores)
 
 
-def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
+#: folded into a Poisson draw's key for the truncated batch's random start row (a stream apart from the coins)
+TRUNCATION_STREAM = 0x74726E63
+
+
+def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int, truncate: bool = False):
     """Poisson sampling: each real record joins independently w.p. ``rate``.
 
     Args:
@@ -237,20 +241,53 @@ def poisson_sample(key: jax.Array, size, n_max: int, rate, max_batch_size: int):
       n_max: the padded number of rows (static): the length of the index space the draw runs over.
       rate: q, each real record's inclusion probability (the accounted sampling rate).
       max_batch_size: the static length of the returned buffer, e.g. ``default_poisson_capacity(q n)``.
+      truncate: truncated Poisson (Chua et al., "Scalable DP-SGD: Shuffling vs. Poisson Subsampling", NeurIPS 2024):
+        the joined rows listed in cyclic row order from a uniformly random start row, the first ``max_batch_size`` of
+        them kept when more join (every real record equally likely to be kept, by cyclic symmetry), and no overflow
+        reported: the truncation is charged by the accountant (``dpjax.accounting.truncated_poisson``). The coins are
+        the same as without it, so whenever nothing is cut the batch holds exactly the untruncated batch's records
+        (the coupling the charge rests on), in another order.
 
     Returns ``(idx [max_batch_size], mask [max_batch_size], overflow)``; the sampled records are gathered into a
     fixed-size buffer (``jnp.nonzero`` with ``size=``) and ``mask`` marks the real ones. ``overflow`` is true when more
     than ``max_batch_size`` records were drawn, in which case the batch was truncated and the Poisson privacy analysis
-    no longer applies: callers must surface it (the engine refuses such runs). A concrete ``rate`` must be in [0, 1] (a
-    traced one is checked in ``dpjax.primitives.checked`` mode)."""
+    no longer applies: callers must surface it (the engine refuses such runs); with ``truncate`` it is always false.
+    A concrete ``rate`` must be in [0, 1] (a traced one is checked in ``dpjax.primitives.checked`` mode)."""
     _validate.check_if_concrete(_validate.check_probability, "rate", rate)
     _check_sizes(size, n_max)
     _validate.check_int("max_batch_size", max_batch_size, min_value=1)
     chosen = (jax.random.uniform(key, (n_max,)) < rate) & (jnp.arange(n_max) < size)
+    if truncate:
+        # one cumulative sum gives every joined row its cyclic rank; the kept rows are scattered to their rank's slot
+        # (rows in cyclic order from the start, not ascending: the same set as the untruncated batch when nothing is
+        # cut, at the cost of the untruncated gather, which is a cumulative sum and a scatter too)
+        rank, count = _cyclic_ranks(jax.random.fold_in(key, TRUNCATION_STREAM), chosen, size)
+        slot = jnp.where(chosen & (rank <= max_batch_size), rank - 1, max_batch_size)
+        idx = jnp.zeros((max_batch_size,), jnp.int32).at[slot].set(jnp.arange(n_max, dtype=jnp.int32), mode="drop")
+        return idx, jnp.arange(max_batch_size) < count, jnp.asarray(False)
     count = jnp.sum(chosen)
     (idx,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
     mask = jnp.arange(max_batch_size) < count
     return idx, mask, count > max_batch_size
+
+
+def cut_cyclic(key: jax.Array, chosen: jax.Array, size, capacity: int) -> jax.Array:
+    """Truncated Poisson's cut: of the true rows of ``chosen`` (bool ``[n]``), the first ``capacity`` in cyclic row
+    order from a uniformly random start row in ``[0, size)``; all of them when no more than ``capacity`` are true.
+    One cumulative sum, no sort (``top_k`` over n rows costs ~20x a Poisson draw on CPU)."""
+    rank, _ = _cyclic_ranks(key, chosen, size)
+    return chosen & (rank <= capacity)
+
+
+def _cyclic_ranks(key: jax.Array, chosen: jax.Array, size):
+    """``(rank, count)``: each true row's 1-based rank among the true rows of ``chosen`` in cyclic order from a
+    uniformly random start row in ``[0, size)``, and their number."""
+    start = jax.random.randint(key, (), 0, jnp.maximum(size, 1))
+    cum = jnp.cumsum(chosen)
+    count = cum[-1]
+    before = jnp.where(start > 0, cum[jnp.maximum(start - 1, 0)], 0)
+    rank = jnp.where(jnp.arange(chosen.shape[0]) >= start, cum - before, cum + (count - before))
+    return rank, count
 
 
 def default_poisson_capacity(expected_batch_size: int) -> int:

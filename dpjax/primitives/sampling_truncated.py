@@ -6,8 +6,9 @@ padded with masked dummies of weight 0).
 The batch has the static size B (``capacity``) whatever the draw, so it runs inside ``jit``/``scan`` without the
 overflow flag of `dpjax.primitives.sampling.Poisson`: truncation is part of this mechanism and is accounted for
 (`dpjax.accounting.truncated_poisson`: the probability that a Poisson batch exceeds B, summed over rounds, is charged
-to delta). It is an opt-in scheme (``scheme = "truncated-poisson"``), not the default Poisson selection: making it
-the default would move existing certified numbers (their delta would carry the truncation term).
+to delta). This sampler is the opt-in form with a capacity you choose (``scheme = "truncated-poisson"``, a uniformly
+random subset kept); the default Poisson selection of DP-SGD, DP-SGD-General and user-level DP-SGD is
+``dpjax.primitives.sampling.poisson_sample(..., truncate=True)`` at a capacity whose charge is negligible.
 
 Each real record's inclusion probability is q E[min(1, B / (1 + K'))], K' ~ Bin(size - 1, q)
 (`inclusion_probability`, exact).

@@ -57,7 +57,8 @@ def families(cfg: dict, problem) -> dict:
     if n % b or (n // b) % bands:
         raise ValueError(f"n_train={n} must be a multiple of batch={b} x bands={bands} (equal batches and groups)")
     return {
-        "poisson": (DpSgd(problem, r, b, sampling="poisson", sampling_rate=b / n, optimizer="sgd"), DpSgdHParams),
+        "poisson": (DpSgd(problem, r, b, sampling="poisson", sampling_rate=b / n, optimizer="sgd",
+                           poisson_selection="buffered"), DpSgdHParams),  # the kept report was made buffered
         "balls-in-bins": (DpSgd(problem, r, b, sampling="balls-in-bins", num_bins=n // b, optimizer="sgd"),
                           DpSgdHParams),
         "tree-ftrl": (DpFtrl(problem, r, b), FtrlHParams),

@@ -115,7 +115,8 @@ class AdaptiveClipMean:
         fraction = jnp.clip(noisy / self.expected_silos + 0.5, 0.0, 1.0)
         new_clip = clip_norm * jnp.exp(-hp.clip_learning_rate * (fraction - hp.target_quantile))
         released, _ = GaussianNoise(self.noise_field, placement="server").update(mean, (), ctx)
-        return released, new_clip
+        # the state keeps init's dtype: under x64 the count's float64 noise would promote it (a scan carry mismatch)
+        return released, new_clip.astype(clip_norm.dtype)
 
     def _factored_mean(self, units: FactoredDeltas, clip_norm, ctx: Context):
         """The norms and the clipped mean of ``units`` with its kernel leaf in factored form: the same values as the

@@ -114,7 +114,7 @@ def _paper_epsilon(schedule: GaussianSchedule, delta: float, accountant: str) ->
     )
 
 
-def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyReport:
+def compute_epsilon(schedule, delta: float, accountant: str = "rdp", events=None) -> PrivacyReport:
     """(epsilon, delta) guarantee of `schedule`, with the method that certified it.
 
     Args:
@@ -123,6 +123,8 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
       delta: target delta in (0, 1).
       accountant: one of `ACCOUNTANTS`; ``"best"`` reports the smallest
         epsilon of rdp/pld/gdp and names the one that certified it.
+      events: the ``dp_accounting`` DpEvents the tight accountants compose, one
+        per schedule (a ``DpPlan``'s parts' events); default: each schedule's.
 
     Raises:
       ValueError: invalid argument, schedules that mix neighbouring relations,
@@ -146,7 +148,7 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
             raise NotComputableError(f"accountant={accountant!r} gives no finite bound for this schedule (NaN in "
                                      "float64); use accountant='rdp'")
         return report
-    return tight_epsilon(schedule, delta, accountant)
+    return tight_epsilon(schedule, delta, accountant, events=events)
 
 
 def calibrate_noise(

@@ -120,3 +120,29 @@ def test_mechanisms_without_a_dp_event_and_twins_say_so():
     assert isinstance(twin.dp_event(), dp_accounting.NonPrivateDpEvent)
     with pytest.raises(ValueError, match="scale"):
         GAUSSIAN["dp-sgd poisson"][0].privacy(SIZES, GAUSSIAN["dp-sgd poisson"][1]).dp_event_at(0.0)
+
+
+def test_plan_event_is_the_parts_events_composed_and_drives_epsilon():
+    """``DpPlan.dp_event()`` is built from the parts' events (each noise event's Gaussian wrapped by the batch
+    selection, at the smallest silo), and that object is what the RDP and PLD accountants compose."""
+    import dataclasses
+
+    from dpjax.accounting.events import ClipEvent, DpPlan, NoiseEvent, SelectionEvent
+
+    sel = SelectionEvent("poisson", (40, 30, 50), 5, sampling_rate=0.1)
+    plan = DpPlan(sel, ClipEvent("add-remove"), (NoiseEvent("a", 1.5), NoiseEvent("b", 3.0, steps=4)), num_rounds=6)
+    a, b = (dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(z)),
+                                              n) for z, n in ((1.5, 6), (3.0, 4)))
+    assert plan.dp_event() == dp_accounting.ComposedDpEvent([a, b])
+    spec = plan.gaussian_spec()
+    assert spec.events == (a, b)
+    ar = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    assert spec.epsilon(DELTA, "rdp").epsilon == pytest.approx(_rdp_epsilon_of(plan.dp_event(), ar), rel=1e-9)
+    # the events, not the schedules, decide: the same schedules with the second release's event replaced by the first's
+    swapped = dataclasses.replace(spec, events=(a, a))
+    assert swapped.epsilon(DELTA, "rdp").epsilon == pytest.approx(
+        _rdp_epsilon_of(dp_accounting.ComposedDpEvent([a, a]), ar), rel=1e-9)
+    assert swapped.epsilon(DELTA, "pld").epsilon > spec.epsilon(DELTA, "pld").epsilon  # 6 releases at 1.5 > 4 at 3
+    # unsampled releases of a group of 2: the group folded into the Gaussian (z / g), a record in every round
+    full = DpPlan(SelectionEvent("full", (30,), None), ClipEvent(), (NoiseEvent("a", 3.0),), num_rounds=5, group_size=2)
+    assert full.dp_event() == dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 5)

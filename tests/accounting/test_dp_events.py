@@ -146,3 +146,26 @@ def test_plan_event_is_the_parts_events_composed_and_drives_epsilon():
     # unsampled releases of a group of 2: the group folded into the Gaussian (z / g), a record in every round
     full = DpPlan(SelectionEvent("full", (30,), None), ClipEvent(), (NoiseEvent("a", 3.0),), num_rounds=5, group_size=2)
     assert full.dp_event() == dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 5)
+
+
+def test_single_multiplier_calibration_is_dp_accountings_calibrate_dp_mechanism(monkeypatch):
+    """One Gaussian schedule under 'rdp', where dpjax's RDP is dp_accounting's RdpAccountant on its event (unsampled,
+    one-pass, Poisson add/remove): ``calibrate_dp_mechanism`` finds the noise; it meets the target on dpjax's report
+    and a std smaller by the documented tolerance does not. Poisson under replace-one (dpjax's conditioned bound, no
+    dp_accounting RDP) keeps dpjax's search."""
+    from dpjax.accounting import api
+    from dpjax.accounting.schedules import GaussianSchedule
+
+    calls = []
+    real = mc.calibrate_dp_mechanism
+    monkeypatch.setattr(mc, "calibrate_dp_mechanism", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for s in (GaussianSchedule(1.0, 1.0, "full", 100, None, 30), GaussianSchedule(1.0, 1.0, "one-pass", 100, 10, 25)):
+        std = api.calibrate_noise(s, 1.5, DELTA, "rdp")
+        assert len(calls) == 1
+        assert api.compute_epsilon(s.replace(noise_std=std), DELTA, "rdp").epsilon <= 1.5
+        smaller = std / (1 + 2 * api.CALIBRATION_RTOL)
+        assert _rdp_epsilon_of(s.replace(noise_std=smaller).to_dp_event(), s.dp_neighboring_relation) > 1.5
+        calls.clear()
+    conditioned = GaussianSchedule(4.0, 1.0, "poisson", 100, 10, 5, neighboring="replace-one")
+    api.calibrate_noise(conditioned, 1.5, DELTA, "rdp")
+    assert not calls

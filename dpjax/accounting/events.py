@@ -12,19 +12,16 @@ Each part of a round contributes one immutable event, in the spirit of ``dp_acco
   message, or once on the server's aggregate) and how many such releases the run makes.
 
 ``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the ``PrivacySpec`` every driver reads
-(``epsilon`` / ``calibrate``). Where ``dp_accounting`` expresses a part's event, the part's event yields it, as in
-jax_privacy's execution plan: a noise event its ``GaussianDpEvent(z)`` (``NoiseEvent.dp_event``), the batch selection
-wraps it (``SelectionEvent.dp_event``: Poisson- or without-replacement-sampled, or the Gaussian itself for a full or
-one-pass batch) and self-composes it over the releases, several noise events are composed; ``DpPlan.dp_event()`` is
-that composition, and it is the very object the RDP and PLD accountants compose for ``epsilon`` (the spec's
-``events``). Because the run's noise std is ``noise_multiplier x sensitivity`` (computed from the clipped value
-itself), the accountants need the multiplier, the sampling and the number of releases only: the schedules below (what
-the paper accountants, zCDP / GDP and the PLD grid read) have contribution bound 1 and noise std
-``multiplier x sensitivity(1)``. What no DpEvent states stays dpjax's: per-silo ISRL-DP (every silo its own guarantee:
-one event per silo, ``PerSiloPrivacy``), group privacy under random sampling (one record's event, then the (eps,
-delta) group conversion), and the RDP of Poisson sampling under replace-one and of sampling with replacement
-(dp_accounting's RdpAccountant has no bound for them: the multiplicity-conditioned one; the PLD of the former is
-dp_accounting's). The replace-one sensitivity 2 is folded into the multiplier.
+(``epsilon`` / ``calibrate``). As in jax_privacy's execution plan, each part's event yields its ``dp_accounting``
+event where one exists: a noise event its ``GaussianDpEvent(z)``, the batch selection wraps it (Poisson- or
+without-replacement-sampled, or bare for a full or one-pass batch) over the releases; ``DpPlan.dp_event()`` composes
+them, and the RDP and PLD accountants compose that very object for ``epsilon`` (the spec's ``events``). The run's
+noise std is ``noise_multiplier x sensitivity`` (from the clipped value itself), so the schedules below (read by the
+paper accountants, zCDP / GDP and the PLD grid) have contribution bound 1 and noise std ``multiplier x
+sensitivity(1)``; replace-one's sensitivity 2 is folded into the multiplier. What no DpEvent states stays dpjax's:
+per-silo ISRL-DP (one event per silo, ``PerSiloPrivacy``), group privacy under random sampling (one record's event,
+then the (eps, delta) conversion), the RDP of Poisson under replace-one and of sampling with replacement (the
+multiplicity-conditioned bound; dp_accounting's RdpAccountant has none).
 
 Rules (stated once, here):
 
@@ -63,7 +60,7 @@ import enum
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from dpjax import _validate as v
-from dpjax.accounting.schedules import (GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum, dp_relation,
+from dpjax.accounting.schedules import (GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum,
                                        sampled_gaussian_event)
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
 
@@ -129,10 +126,6 @@ class SelectionEvent:
                                  f"sampling={self.sampling.value!r} takes none")
             object.__setattr__(self, "sampling_rate",
                                v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
-
-    def dp_relation(self, neighboring: Neighboring):
-        """The ``dp_accounting.NeighboringRelation`` that ``dp_event`` is stated for (``schedules.dp_relation``)."""
-        return dp_relation(self.sampling, neighboring)
 
     def dp_event(self, release, steps: int, neighboring: Neighboring, silo: int = 0, group_size: int = 1):
         """``steps`` releases of ``release`` (a ``NoiseEvent.dp_event``: ``GaussianDpEvent(z)``, z = std / the

@@ -243,9 +243,10 @@ def _rdp_is_dp_accountings(schedule: GaussianSchedule) -> bool:
 
 def _calibrate_dp_mechanism(schedule: GaussianSchedule, target: float, delta: float, lo: float, hi: float, eps_at):
     """``dp_accounting.calibrate_dp_mechanism`` over the noise std of the schedule's DpEvent in dpjax's bracket [lo,
-    hi] (``eps(lo) > target >= eps(hi)``), to ``CALIBRATION_RTOL * lo`` in the std: within (1 + CALIBRATION_RTOL) of
-    the smallest std meeting the target. The answer is re-checked on ``eps_at`` (what ``compute_epsilon`` reports)
-    and moved up by ulps until it meets it; None where dp_accounting finds none (dpjax's own search then)."""
+    hi] (``eps(lo) > target >= eps(hi)``), to ``log1p(CALIBRATION_RTOL) / 4`` in log std (dpjax's Brent step): within
+    (1 + CALIBRATION_RTOL) of the smallest std meeting the target. The answer is re-checked on ``eps_at`` (what
+    ``compute_epsilon`` reports) and moved up by ulps until it meets it; None where dp_accounting finds none (dpjax's
+    own search then)."""
     from dp_accounting import mechanism_calibration as mc
     from dp_accounting.rdp import RdpAccountant
 
@@ -257,11 +258,14 @@ def _calibrate_dp_mechanism(schedule: GaussianSchedule, target: float, delta: fl
     relation, orders = schedule.dp_neighboring_relation, list(rdp_orders())
     try:
         with float64_guard("rdp"), unconverged_orders():
-            std = mc.calibrate_dp_mechanism(lambda: RdpAccountant(orders, relation),
-                                            lambda x: schedule.replace(noise_std=x).to_dp_event(), target, delta,
-                                            mc.ExplicitBracketInterval(lo, hi), tol=CALIBRATION_RTOL * lo)
+            # over log std (epsilon is about a power of the std: Brent converges in a few steps)
+            log_std = mc.calibrate_dp_mechanism(lambda: RdpAccountant(orders, relation),
+                                                lambda u: schedule.replace(noise_std=math.exp(u)).to_dp_event(),
+                                                target, delta, mc.ExplicitBracketInterval(math.log(lo), math.log(hi)),
+                                                tol=math.log1p(CALIBRATION_RTOL) / 4)
     except ValueError:  # brentq found no sign change on this curve
         return None
+    std = None if log_std is None else math.exp(log_std)
     for _ in range(16):  # the same curve: at most float summation order apart
         if std is None or eps_at(std) <= target:
             return std

@@ -131,8 +131,9 @@ def test_plan_event_is_the_parts_events_composed_and_drives_epsilon():
 
     sel = SelectionEvent("poisson", (40, 30, 50), 5, sampling_rate=0.1)
     plan = DpPlan(sel, ClipEvent("add-remove"), (NoiseEvent("a", 1.5), NoiseEvent("b", 3.0, steps=4)), num_rounds=6)
-    a, b = (dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(z)),
-                                              n) for z, n in ((1.5, 6), (3.0, 4)))
+    dpa = dp_accounting
+    a, b = (dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(z)), n)
+            for z, n in ((1.5, 6), (3.0, 4)))
     assert plan.dp_event() == dp_accounting.ComposedDpEvent([a, b])
     spec = plan.gaussian_spec()
     assert spec.events == (a, b)

@@ -143,10 +143,15 @@ def test_plan_event_is_the_parts_events_composed_and_drives_epsilon():
     swapped = dataclasses.replace(spec, events=(a, a))
     assert swapped.epsilon(DELTA, "rdp").epsilon == pytest.approx(
         _rdp_epsilon_of(dp_accounting.ComposedDpEvent([a, a]), ar), rel=1e-9)
-    assert swapped.epsilon(DELTA, "pld").epsilon > spec.epsilon(DELTA, "pld").epsilon  # 6 releases at 1.5 > 4 at 3
-    # unsampled releases of a group of 2: the group folded into the Gaussian (z / g), a record in every round
-    full = DpPlan(SelectionEvent("full", (30,), None), ClipEvent(), (NoiseEvent("a", 3.0),), num_rounds=5, group_size=2)
-    assert full.dp_event() == dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.5), 5)
+    # unsampled releases of a group of 2: the group folded into the Gaussian (z / g), a record in every round; the
+    # PLD reads the events too (mu^2 adds: 5 / 1.5^2 + 4 / 3^2 against 10 / 1.5^2 with the first event twice)
+    full = DpPlan(SelectionEvent("full", (30,), None), ClipEvent(), (NoiseEvent("a", 3.0), NoiseEvent("b", 6.0, steps=4)),
+                  num_rounds=5, group_size=2)
+    c, d = dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(1.5), 5), dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(3.0), 4)
+    assert full.dp_event() == dpa.ComposedDpEvent([c, d])
+    unsampled = full.gaussian_spec()
+    assert dataclasses.replace(unsampled, events=(c, c)).epsilon(DELTA, "pld").epsilon > \
+        unsampled.epsilon(DELTA, "pld").epsilon
 
 
 def test_single_multiplier_calibration_is_dp_accountings_calibrate_dp_mechanism(monkeypatch):

@@ -217,17 +217,9 @@ class GaussianSchedule:
 
     @property
     def passes(self) -> int:
-        """Most releases that touch one given record (deterministic participation).
-
-        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one block per epoch and an epoch is
-        ``blocks_per_epoch`` = floor(n/K) steps, so it is used at most ceil(steps / floor(n/K)) times (in every epoch,
-        in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs of 2
-        blocks, not 2.
-        """
-        if self.sampling is Sampling.FULL:
-            return self.steps
-        if self.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-            return -(-self.steps // self.blocks_per_epoch)
+        """Most releases that touch one given record (deterministic participation: ``passes``)."""
+        if self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+            return passes(self.sampling, self.steps, self.dataset_size, self.batch_size)
         raise ValueError(f"passes is undefined for sampling={self.sampling.value!r} (random participation)")
 
     def replace(self, **kw: Any) -> "GaussianSchedule":
@@ -255,6 +247,18 @@ class GaussianSchedule:
         return sampled_gaussian_event(self.sampling, self.neighboring, release, self.steps, self.dataset_size,
                                       self.batch_size, self.inclusion_probability,
                                       1 if deterministic else self.group_size)
+
+
+def passes(sampling: Sampling, steps: int, dataset_size: int, batch_size) -> int:
+    """Most of ``steps`` releases that touch one given record under deterministic participation: ``steps`` for FULL.
+    ONE_PASS and SHUFFLE walk one permutation block by block and an epoch is floor(n/K) blocks
+    (``GaussianSchedule.blocks_per_epoch``), so a record is used at most ceil(steps / floor(n/K)) times (in every
+    epoch, in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs
+    of 2 blocks, not 2."""
+    if sampling is Sampling.FULL:
+        return steps
+    blocks_per_epoch = dataset_size // batch_size
+    return -(-steps // blocks_per_epoch)
 
 
 def dp_relation(sampling: Sampling, neighboring: Neighboring):
@@ -290,7 +294,7 @@ def sampled_gaussian_event(sampling: Sampling, neighboring: Neighboring, release
     f = 2 under replace-one, 1 under add/remove: dp_accounting's Poisson Gaussian is stated per record's bound s (its
     REPLACE_ONE PLD compares (1-q)N(0) + qN(s) with (1-q)N(0) + qN(-s)), while its without-replacement RDP (Wang,
     Balle & Kasiviswanathan 2019, Thm 27) takes the replace-one sensitivity 2s. A record is in at most one block of an
-    epoch (deterministic participation: no amplification claimed; ``GaussianSchedule.passes``), and a group of g
+    epoch (deterministic participation: no amplification claimed; ``passes``), and a group of g
     records moves the released sums by at most g times the sensitivity in total, so group privacy is exact there
     (z / g). Group privacy under random sampling is no DpEvent: ValueError (dpjax's accountant converts the
     per-record curve instead).
@@ -301,8 +305,8 @@ def sampled_gaussian_event(sampling: Sampling, neighboring: Neighboring, release
     if z == 0:
         return dpa.NonPrivateDpEvent()
     if sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
-        passes = steps if sampling is Sampling.FULL else -(-steps // (dataset_size // batch_size))
-        return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z / g) if g != 1 else release, passes)
+        count = passes(sampling, steps, dataset_size, batch_size)
+        return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z / g) if g != 1 else release, count)
     if g != 1:
         raise ValueError(f"group_size={g} with sampling={sampling.value!r} has no dp_accounting DpEvent; use "
                          "dpjax.accounting.compute_epsilon (group privacy)")

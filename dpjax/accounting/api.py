@@ -230,11 +230,10 @@ def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, ac
 
 
 def _rdp_is_dp_accountings(schedule: GaussianSchedule) -> bool:
-    """Whether dpjax's RDP of ``schedule`` is dp_accounting's ``RdpAccountant`` composing its DpEvent, and a cheap
-    one: Poisson under add/remove (one record) and deterministic participation. Not so: with-replacement sampling and
-    Poisson under replace-one (dpjax's conditioned bound), group privacy under sampling (dpjax's conversion), and
-    without-replacement sampling, whose RdpAccountant curve recomputes O(alpha^2) forward differences per order on
-    every evaluation (dpjax computes them once a noise level: ``wor_rdp``)."""
+    """Whether dpjax's RDP of ``schedule`` is dp_accounting's ``RdpAccountant`` on its DpEvent, at a cheap curve:
+    Poisson add/remove (one record) and deterministic participation. Not with replacement or Poisson replace-one (the
+    conditioned bound), group privacy under sampling (the conversion), nor without replacement (RdpAccountant redoes
+    O(alpha^2) forward differences per order each evaluation; ``wor_rdp`` does them once a noise level)."""
     if schedule.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
         return True
     return (schedule.sampling is Sampling.POISSON and schedule.neighboring is Neighboring.ADD_REMOVE
@@ -242,11 +241,9 @@ def _rdp_is_dp_accountings(schedule: GaussianSchedule) -> bool:
 
 
 def _calibrate_dp_mechanism(schedule: GaussianSchedule, target: float, delta: float, lo: float, hi: float, eps_at):
-    """``dp_accounting.calibrate_dp_mechanism`` over the noise std of the schedule's DpEvent in dpjax's bracket [lo,
-    hi] (``eps(lo) > target >= eps(hi)``), to ``log1p(CALIBRATION_RTOL) / 4`` in log std (dpjax's Brent step): within
-    (1 + CALIBRATION_RTOL) of the smallest std meeting the target. The answer is re-checked on ``eps_at`` (what
-    ``compute_epsilon`` reports) and moved up by ulps until it meets it; None where dp_accounting finds none (dpjax's
-    own search then)."""
+    """``dp_accounting.calibrate_dp_mechanism`` over log std of the schedule's DpEvent in dpjax's bracket (``eps(lo) >
+    target >= eps(hi)``) to log1p(CALIBRATION_RTOL) / 4: within (1 + CALIBRATION_RTOL) of the smallest std meeting the
+    target, re-checked on ``eps_at`` (what ``compute_epsilon`` reports); None: dpjax's own search decides."""
     from dp_accounting import mechanism_calibration as mc
     from dp_accounting.rdp import RdpAccountant
 
@@ -258,7 +255,6 @@ def _calibrate_dp_mechanism(schedule: GaussianSchedule, target: float, delta: fl
     relation, orders = schedule.dp_neighboring_relation, list(rdp_orders())
     try:
         with float64_guard("rdp"), unconverged_orders():
-            # over log std (epsilon is about a power of the std: Brent converges in a few steps)
             log_std = mc.calibrate_dp_mechanism(lambda: RdpAccountant(orders, relation),
                                                 lambda u: schedule.replace(noise_std=math.exp(u)).to_dp_event(),
                                                 target, delta, mc.ExplicitBracketInterval(math.log(lo), math.log(hi)),

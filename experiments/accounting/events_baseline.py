@@ -3,6 +3,8 @@
     python experiments/accounting/events_baseline.py record OUT.json     # epsilon and calibrated noise of each case
     python experiments/accounting/events_baseline.py compare OLD.json NEW.json
 
+``events_baseline_25556a3.json`` is the record of the code before issue #37 item 3 (commit 25556a3).
+
 ``compare`` prints the largest relative change, every epsilon at a given noise that DEcreased (more privacy claimed:
 a bug) and every calibrated noise that moved (calibration re-checks its answer against the reported epsilon, so a
 moved one still meets its target; the search's tolerance is ``api.CALIBRATION_RTOL``). Cases: ``dpjax account``

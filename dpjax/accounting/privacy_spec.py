@@ -410,7 +410,9 @@ def scaled_event(event, factor: float):
         return dpa.PoissonSampledDpEvent(event.sampling_probability, scaled_event(event.event, factor))
     if isinstance(event, (dpa.SampledWithoutReplacementDpEvent, dpa.SampledWithReplacementDpEvent)):
         return type(event)(event.source_dataset_size, event.sample_size, scaled_event(event.event, factor))
-    return event  # NonPrivateDpEvent: no noise at any scale
+    if isinstance(event, dpa.NonPrivateDpEvent):
+        return event  # no noise at any scale
+    raise ValueError(f"event={event!r} has no noise multiplier to scale")  # never leave a release unscaled
 
 
 def gaussian(schedules: GaussianSchedule | Sequence[GaussianSchedule], noise_fields: str | Sequence[str] = "noise_std"

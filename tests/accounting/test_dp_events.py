@@ -175,3 +175,17 @@ def test_single_multiplier_calibration_is_dp_accountings_calibrate_dp_mechanism(
     conditioned = GaussianSchedule(4.0, 1.0, "poisson", 100, 10, 5, neighboring="replace-one")
     api.calibrate_noise(conditioned, 1.5, DELTA, "rdp")
     assert not calls
+
+
+def test_scaled_event_scales_every_gaussian_and_refuses_what_it_cannot():
+    from dpjax.accounting.privacy_spec import scaled_event
+
+    dpa = dp_accounting
+    event = dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(2.0)), 3),
+                                 dpa.SampledWithoutReplacementDpEvent(10, 2, dpa.GaussianDpEvent(1.0))])
+    assert scaled_event(event, 1.5) == dpa.ComposedDpEvent([
+        dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(3.0)), 3),
+        dpa.SampledWithoutReplacementDpEvent(10, 2, dpa.GaussianDpEvent(1.5))])
+    assert scaled_event(dpa.NonPrivateDpEvent(), 2.0) == dpa.NonPrivateDpEvent()
+    with pytest.raises(ValueError, match="no noise multiplier to scale"):
+        scaled_event(dpa.SingleEpochTreeAggregationDpEvent(1.0, 4), 2.0)

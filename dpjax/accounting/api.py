@@ -21,7 +21,7 @@ import math
 from dpjax import _validate as v
 from dpjax.accounting import calibration
 from dpjax.accounting import isrl as _isrl
-from dpjax.accounting.schedules import GaussianSchedule, PrivacyReport, Sampling
+from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyReport, Sampling
 from dpjax.accounting.tight import (
     MAX_ACCOUNTED_NOISE_MULTIPLIER,
     TIGHT_ACCOUNTANTS,
@@ -114,7 +114,7 @@ def _paper_epsilon(schedule: GaussianSchedule, delta: float, accountant: str) ->
     )
 
 
-def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyReport:
+def compute_epsilon(schedule, delta: float, accountant: str = "rdp", events=None) -> PrivacyReport:
     """(epsilon, delta) guarantee of `schedule`, with the method that certified it.
 
     Args:
@@ -123,6 +123,8 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
       delta: target delta in (0, 1).
       accountant: one of `ACCOUNTANTS`; ``"best"`` reports the smallest
         epsilon of rdp/pld/gdp and names the one that certified it.
+      events: the ``dp_accounting`` DpEvents the tight accountants compose, one
+        per schedule (a ``DpPlan``'s parts' events); default: each schedule's.
 
     Raises:
       ValueError: invalid argument, schedules that mix neighbouring relations,
@@ -146,7 +148,7 @@ def compute_epsilon(schedule, delta: float, accountant: str = "rdp") -> PrivacyR
             raise NotComputableError(f"accountant={accountant!r} gives no finite bound for this schedule (NaN in "
                                      "float64); use accountant='rdp'")
         return report
-    return tight_epsilon(schedule, delta, accountant)
+    return tight_epsilon(schedule, delta, accountant, events=events)
 
 
 def calibrate_noise(
@@ -191,8 +193,9 @@ def calibrate_noise(
 
 
 def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, accountant: str) -> float:
-    """Bracket by factors of 4, Brent on log noise_std, then bisection on the verified side: the smallest noise_std with
-    eps <= target to a relative width CALIBRATION_RTOL (PLD_CALIBRATION_RTOL for PLD).
+    """Bracket by factors of 4, then ``dp_accounting.calibrate_dp_mechanism`` where dpjax's RDP is dp_accounting's
+    (``_rdp_is_dp_accountings``), else Brent on log noise_std and bisection on the verified side: the smallest
+    noise_std with eps <= target to a relative width CALIBRATION_RTOL (PLD_CALIBRATION_RTOL for PLD).
 
     PLD searches first on a 4x coarser grid (cheap), then re-brackets around that root and finishes on the reporting
     grid. The final evaluations are ``tight_epsilon`` itself, so the returned value -- the upper end of the final
@@ -214,12 +217,56 @@ def _calibrate_tight(schedule: GaussianSchedule, target: float, delta: float, ac
     pld = accountant == "pld"
     first = (lambda std: eps_at(std, 4.0)) if pld else eps_at
     lo, hi = _bracket(schedule, target, delta, first)
+    if accountant == "rdp" and _rdp_is_dp_accountings(schedule):
+        found = _calibrate_dp_mechanism(schedule, target, delta, lo, hi, eps_at)
+        if found is not None:
+            return found
     lo, hi = calibration.refine_bracket(first, target, lo, hi, 1e-3 if pld else CALIBRATION_RTOL)
     if not pld:
         return hi
     # re-bracket on the reporting grid around the coarse root, widening geometrically
     lo, hi = calibration.rebracket(eps_at, target, lo, hi)
     return calibration.refine_bracket(eps_at, target, lo, hi, PLD_CALIBRATION_RTOL)[1]
+
+
+def _rdp_is_dp_accountings(schedule: GaussianSchedule) -> bool:
+    """Whether dpjax's RDP of ``schedule`` is dp_accounting's ``RdpAccountant`` on its DpEvent, at a cheap curve:
+    Poisson add/remove (one record) and deterministic participation. Not with replacement or Poisson replace-one (the
+    conditioned bound), group privacy under sampling (the conversion), nor without replacement (RdpAccountant redoes
+    O(alpha^2) forward differences per order each evaluation; ``wor_rdp`` does them once a noise level)."""
+    if schedule.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+        return True
+    return (schedule.sampling is Sampling.POISSON and schedule.neighboring is Neighboring.ADD_REMOVE
+            and schedule.group_size == 1)
+
+
+def _calibrate_dp_mechanism(schedule: GaussianSchedule, target: float, delta: float, lo: float, hi: float, eps_at):
+    """``dp_accounting.calibrate_dp_mechanism`` over log std of the schedule's DpEvent in dpjax's bracket (``eps(lo) >
+    target >= eps(hi)``) to log1p(CALIBRATION_RTOL) / 4: within (1 + CALIBRATION_RTOL) of the smallest std meeting the
+    target, re-checked on ``eps_at`` (what ``compute_epsilon`` reports); None: dpjax's own search decides."""
+    from dp_accounting import mechanism_calibration as mc
+    from dp_accounting.rdp import RdpAccountant
+
+    from dpjax.accounting.absl_logs import unconverged_orders
+    from dpjax.accounting.tight import rdp_orders
+
+    if not math.isfinite(eps_at(lo)):
+        return None
+    relation, orders = schedule.dp_neighboring_relation, list(rdp_orders())
+    try:
+        with float64_guard("rdp"), unconverged_orders():
+            log_std = mc.calibrate_dp_mechanism(lambda: RdpAccountant(orders, relation),
+                                                lambda u: schedule.replace(noise_std=math.exp(u)).to_dp_event(),
+                                                target, delta, mc.ExplicitBracketInterval(math.log(lo), math.log(hi)),
+                                                tol=math.log1p(CALIBRATION_RTOL) / 4)
+    except ValueError:  # brentq found no sign change on this curve
+        return None
+    std = None if log_std is None else math.exp(log_std)
+    for _ in range(16):  # the same curve: at most float summation order apart
+        if std is None or eps_at(std) <= target:
+            return std
+        std = math.nextafter(std, math.inf)
+    return None
 
 
 def use_probability(schedule: GaussianSchedule) -> float:

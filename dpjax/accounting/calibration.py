@@ -1,9 +1,14 @@
-"""The one calibration routine: the smallest noise scale whose epsilon meets a target.
+"""dpjax's calibration routine: the smallest noise scale whose epsilon meets a target.
 
-Every ``PrivacySpec`` is calibrated here. A spec exposes a one-parameter family of mechanisms, ``epsilon_at(scale)``,
-whose epsilon does not increase as the scale grows (more noise: a Gaussian noise multiplier times ``scale``, P_vec
-parameters from the calculator at ``epsilon' / scale``, ...). ``smallest_scale`` finds the smallest scale with
-``epsilon_at(scale) <= target``:
+A single Gaussian schedule whose RDP is dp_accounting's (unsampled, one-pass, Poisson under add/remove) is calibrated
+by ``dp_accounting.calibrate_dp_mechanism`` on its DpEvent (``api.calibrate_noise``); every other ``PrivacySpec`` is
+calibrated here, for what calibrate_dp_mechanism does not do: one common scale of several multipliers (DIFF2's
+ratios kept), one-parameter families that are no DpEvent (shuffle amplification, P_vec, f-DP batch clipping), a
+coarse PLD grid re-bracketed onto the reporting one, and curves dp_accounting's RDP does not give (without-replacement
+sampling's fast curve, the conditioned bound, group conversion). A spec exposes a one-parameter family of
+mechanisms, ``epsilon_at(scale)``, whose epsilon does not increase as the scale grows (more noise: a Gaussian noise
+multiplier times ``scale``, P_vec parameters from the calculator at ``epsilon' / scale``, ...). ``smallest_scale``
+finds the smallest scale with ``epsilon_at(scale) <= target``:
 
 1. bracket by factors of 4 from ``start`` (refusing targets no noise reaches, and targets met at every scale down to
    ``min_scale``: "needs no noise");

@@ -12,10 +12,16 @@ Each part of a round contributes one immutable event, in the spirit of ``dp_acco
   message, or once on the server's aggregate) and how many such releases the run makes.
 
 ``DpPlan(selection, clip, noises, num_rounds).spec()`` turns them into the ``PrivacySpec`` every driver reads
-(``epsilon`` / ``calibrate``); ``dp_event()`` is the same run as a ``dp_accounting.DpEvent`` where one expresses it.
-Because the run's noise std is ``noise_multiplier x sensitivity`` (computed from the clipped value itself), the
-accountants need the multiplier, the sampling and the number of releases only: the schedules below have contribution
-bound 1 and noise std ``multiplier x sensitivity(1)``.
+(``epsilon`` / ``calibrate``). As in jax_privacy's execution plan, each part's event yields its ``dp_accounting``
+event where one exists: a noise event its ``GaussianDpEvent(z)``, the batch selection wraps it (Poisson- or
+without-replacement-sampled, or bare for a full or one-pass batch) over the releases; ``DpPlan.dp_event()`` composes
+them, and the RDP and PLD accountants compose that very object for ``epsilon`` (the spec's ``events``). The run's
+noise std is ``noise_multiplier x sensitivity`` (from the clipped value itself), so the schedules below (read by the
+paper accountants, zCDP / GDP and the PLD grid) have contribution bound 1 and noise std ``multiplier x
+sensitivity(1)``; replace-one's sensitivity 2 is folded into the multiplier. What no DpEvent states stays dpjax's:
+per-silo ISRL-DP (one event per silo, ``PerSiloPrivacy``), group privacy under random sampling (one record's event,
+then the (eps, delta) conversion), the RDP of Poisson under replace-one and of sampling with replacement (the
+multiplicity-conditioned bound; dp_accounting's RdpAccountant has none).
 
 Rules (stated once, here):
 
@@ -54,7 +60,8 @@ import enum
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from dpjax import _validate as v
-from dpjax.accounting.schedules import GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum
+from dpjax.accounting.schedules import (GaussianSchedule, Neighboring, PrivacyUnit, Sampling, coerce_enum,
+                                       sampled_gaussian_event)
 from dpjax.accounting.privacy_spec import GaussianPrivacy, NoPrivacy, PerSiloPrivacy, PrivacySpec
 
 
@@ -64,7 +71,7 @@ class OwnAccountant(Protocol):
     adaptive clipping's joint Gaussian, ...), where no ``dp_accounting`` event expresses the mechanism: ``spec(plan)``
     is the run's guarantee given the rest of the plan. The plan asks, in order, the privatizers' events, the
     aggregator's, then the batch selection's (``DpPlan.spec``); every other event takes the Gaussian rules, whose
-    schedules map onto ``dp_accounting`` (``GaussianSchedule.to_dp_event``)."""
+    parts' events are ``dp_accounting`` events (``NoiseEvent.dp_event`` wrapped by ``SelectionEvent.dp_event``)."""
 
     def spec(self, plan: "DpPlan") -> PrivacySpec: ...
 
@@ -119,6 +126,14 @@ class SelectionEvent:
                                  f"sampling={self.sampling.value!r} takes none")
             object.__setattr__(self, "sampling_rate",
                                v.check_probability("sampling_rate", self.sampling_rate, allow_zero=False))
+
+    def dp_event(self, release, steps: int, neighboring: Neighboring, silo: int = 0, group_size: int = 1):
+        """``steps`` releases of ``release`` (a ``NoiseEvent.dp_event``: ``GaussianDpEvent(z)``, z = std / the
+        relation's sensitivity) on the batches this selection draws from silo ``silo``, as the ``DpEvent`` of
+        ``schedules.sampled_gaussian_event`` (its table: Poisson- or without-replacement-sampled, or, for
+        deterministic participation, the Gaussian itself self-composed over the passes, the group folded in)."""
+        return sampled_gaussian_event(self.sampling, neighboring, release, steps, self.dataset_sizes[silo],
+                                      self.batch_sizes[silo], self.inclusion_probability(silo), group_size)
 
     def inclusion_probability(self, silo: int) -> float:
         """The probability that the sampler includes a given record of silo ``silo`` in a round
@@ -222,6 +237,16 @@ class NoiseEvent:
         if self.steps is not None:
             v.check_int("steps", self.steps, min_value=0)
 
+    def dp_event(self, silo: int = 0):
+        """One release at silo ``silo``: ``dp_accounting.GaussianDpEvent(z)``, z = std / the clipper's sensitivity
+        (the batch selection wraps it: ``SelectionEvent.dp_event``)."""
+        import dp_accounting
+
+        return dp_accounting.GaussianDpEvent(DpPlan._z(self, silo))
+
+
+#: Deterministic participation: a record is in at most one batch per epoch (no amplification claimed).
+_DETERMINISTIC = (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE)
 
 #: The samplings the batch-clipping accountant covers, by its names for them.
 _BATCH_CLIPPING = {Sampling.SHUFFLE: "shuffle", Sampling.WITHOUT_REPLACEMENT: "subsample"}
@@ -275,8 +300,12 @@ class DpPlan:
         if len(ks) != 1:
             return None
         (k,) = ks
-        n = min(sel.dataset_sizes[i] for i in silos)
-        schedules, fields = [], []
+        smallest = min(silos, key=lambda i: sel.dataset_sizes[i])
+        n = sel.dataset_sizes[smallest]
+        # group privacy: folded into the event under deterministic participation; under sampling the event is one
+        # record's and dpjax's accountant converts its curve (no DpEvent expresses group privacy there)
+        g = self.group_size if sel.sampling in _DETERMINISTIC else 1
+        schedules, fields, events = [], [], []
         for noise in self.noises:
             zs = {self._z(noise, i) for i in silos}
             if len(zs) != 1:
@@ -286,7 +315,8 @@ class DpPlan:
                 continue
             schedules.append(self._schedule(n, k, zs.pop(), steps, sel.unit))
             fields.append(noise.field)
-        return GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
+            events.append(sel.dp_event(noise.dp_event(smallest), steps, self.clip.neighboring, smallest, g))
+        return GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True, events=tuple(events))
 
     @staticmethod
     def _z(noise: NoiseEvent, silo: int) -> float:
@@ -306,8 +336,12 @@ class DpPlan:
         return self.gaussian_spec()
 
     def dp_event(self):
-        """The run as a ``dp_accounting.DpEvent`` (``spec().dp_event()``; ``UnsupportedDpEvent`` for a mechanism
-        with its own accountant that no DpEvent expresses), like jax_privacy's execution plan's event."""
+        """The run as a ``dp_accounting.DpEvent``, like jax_privacy's execution plan's ``dp_event``: under the
+        Gaussian rules, each noise event's ``GaussianDpEvent`` wrapped by the batch selection
+        (``SelectionEvent.dp_event``), the noise events composed -- the very events ``epsilon`` composes
+        (``gaussian_spec().events``); per-silo ISRL-DP: silo 0's (``PerSiloPrivacy.dp_event(silo)``: each silo is its
+        own guarantee, which no one DpEvent states). A mechanism with its own accountant answers its spec's event
+        (``UnsupportedDpEvent`` where none expresses it)."""
         return self.spec().dp_event()
 
     def _no_noise(self) -> bool:

@@ -106,11 +106,18 @@ class GaussianPrivacy(PrivacySpec):
       multipliers: the fields hold noise multipliers (std / sensitivity; every
         family's hparams): ``calibrate`` returns ``noise_std / sensitivity``.
         False: absolute stds (``GaussianSchedule.noise_std``).
+      events: for each schedule, the ``dp_accounting.DpEvent`` the accountants
+        compose (RDP composes it, PLD reads its Gaussian, rate and count): a
+        ``DpPlan``'s are its parts' events, so ``dp_event()`` and ``epsilon``
+        read one object. Under random sampling with ``group_size`` > 1 it is
+        one record's event (dpjax converts the curve to the group's). ``()``:
+        each schedule's own (``GaussianSchedule.to_dp_event``).
     """
 
     schedules: tuple[GaussianSchedule, ...]
     noise_fields: tuple[str, ...] = ("noise_std",)
     multipliers: bool = False
+    events: tuple = ()
 
     def __post_init__(self):
         schedules = tuple(self.schedules)
@@ -131,6 +138,12 @@ class GaussianPrivacy(PrivacySpec):
             raise ValueError(f"schedules mix privacy units {sorted(units)}; account them separately")
         object.__setattr__(self, "schedules", schedules)
         object.__setattr__(self, "noise_fields", fields)
+        from dpjax.accounting import tight
+
+        events = tuple(self.events) or tuple(tight.accounted_event(s) for s in schedules)
+        if len(events) != len(schedules):
+            raise ValueError(f"events has {len(events)} entries for {len(schedules)} schedules")
+        object.__setattr__(self, "events", events)
 
     @property
     def neighboring(self) -> str:
@@ -143,9 +156,10 @@ class GaussianPrivacy(PrivacySpec):
     def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
         from dpjax.accounting import api
 
-        # one schedule, or their composition (RDP curves added / PLDs composed; mixed relations refused)
+        # one schedule, or their composition (RDP curves added / PLDs composed; mixed relations refused), of the
+        # events dp_event() states
         return api.compute_epsilon(self.schedules[0] if len(self.schedules) == 1 else list(self.schedules),
-                                   delta, accountant)
+                                   delta, accountant, events=self.events)
 
     @property
     def schedule(self) -> GaussianSchedule:
@@ -157,7 +171,8 @@ class GaussianPrivacy(PrivacySpec):
     def scaled(self, factor: float) -> "GaussianPrivacy":
         """The same releases with every noise std multiplied by ``factor``."""
         return dataclasses.replace(self, schedules=tuple(s.replace(noise_std=s.noise_std * factor)
-                                                         for s in self.schedules))
+                                                         for s in self.schedules),
+                                   events=tuple(scaled_event(e, factor) for e in self.events))
 
     @property
     def dp_neighboring_relation(self):
@@ -169,11 +184,14 @@ class GaussianPrivacy(PrivacySpec):
         return relations.pop()
 
     def dp_event(self):
-        """The composition of the schedules' events (``GaussianSchedule.to_dp_event``; a ``ValueError`` for
-        group privacy under sampling, which no DpEvent expresses)."""
+        """The composition of ``events`` (a ``ValueError`` for group privacy under sampling, which no DpEvent
+        expresses: ``events`` are one record's there)."""
         import dp_accounting
 
-        events = [s.to_dp_event() for s in self.schedules]
+        for s in self.schedules:
+            if s.group_size != 1:
+                s.to_dp_event()  # random sampling: no DpEvent expresses group privacy; raises, naming group_size
+        events = list(self.events)
         return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
 
     def dp_event_at(self, scale: float):
@@ -341,7 +359,8 @@ class TreeAggregationPrivacy(GaussianPrivacy):
     the epochs' trees, ``tree_counts = ((leaves, how many), ...)`` (closed form: a run of 10^9 one-round epochs is one
     pair), composed. Its Gaussian rules (``schedules``: one unsampled schedule of ``sum_e (floor(log2 T_e) + 1)``
     releases) and its DpEvent, dp_accounting's ``SingleEpochTreeAggregationDpEvent`` per epoch (self-composed per
-    tree size) under ``REPLACE_SPECIAL``, give the same RDP."""
+    tree size) under ``REPLACE_SPECIAL``, give the same RDP. ``epsilon`` composes the Gaussian rules' ``events``:
+    dp_accounting's PLD accountant has no tree-aggregation event, and its RDP of one is theirs."""
 
     tree_counts: tuple[tuple[int, int], ...] = ()
 
@@ -374,6 +393,26 @@ class TreeAggregationPrivacy(GaussianPrivacy):
                  dp_accounting.SelfComposedDpEvent(dp_accounting.SingleEpochTreeAggregationDpEvent(z, leaves), count)
                  for leaves, count in self.tree_counts]
         return trees[0] if len(trees) == 1 else dp_accounting.ComposedDpEvent(trees)
+
+
+def scaled_event(event, factor: float):
+    """``event`` with every Gaussian's noise multiplier times ``factor`` (the one-parameter family that calibration
+    searches)."""
+    import dp_accounting as dpa
+
+    if isinstance(event, dpa.GaussianDpEvent):
+        return dpa.GaussianDpEvent(event.noise_multiplier * factor)
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return dpa.SelfComposedDpEvent(scaled_event(event.event, factor), event.count)
+    if isinstance(event, dpa.ComposedDpEvent):
+        return dpa.ComposedDpEvent([scaled_event(e, factor) for e in event.events])
+    if isinstance(event, dpa.PoissonSampledDpEvent):
+        return dpa.PoissonSampledDpEvent(event.sampling_probability, scaled_event(event.event, factor))
+    if isinstance(event, (dpa.SampledWithoutReplacementDpEvent, dpa.SampledWithReplacementDpEvent)):
+        return type(event)(event.source_dataset_size, event.sample_size, scaled_event(event.event, factor))
+    if isinstance(event, dpa.NonPrivateDpEvent):
+        return event  # no noise at any scale
+    raise ValueError(f"event={event!r} has no noise multiplier to scale")  # never leave a release unscaled
 
 
 def gaussian(schedules: GaussianSchedule | Sequence[GaussianSchedule], noise_fields: str | Sequence[str] = "noise_std"

@@ -19,26 +19,9 @@ Conventions (stated once, used everywhere):
 * ``group_size`` g: the guarantee protects any g records at once (group privacy); g = 1 is the ordinary record-level
   guarantee.
 
-Mapping to ``dp_accounting`` (``to_dp_event`` plus ``dp_neighboring_relation`` are a pair: compose the event in an
-accountant built with that relation):
-
-=====================  ===========================================  ==========
-sampling               event                                         relation
-=====================  ===========================================  ==========
-poisson                SelfComposed(PoissonSampled(q, Gauss(std/s)))  schedule's
-without-replacement    SelfComposed(SampledWOR(n, K, Gauss(std/2s)))  REPLACE_ONE
-with-replacement       SelfComposed(SampledWR(n, K, Gauss(std/2s)))   REPLACE_ONE
-full                   SelfComposed(Gauss(std/Delta), steps)          ADD_OR_REMOVE
-one-pass / shuffle     SelfComposed(Gauss(std/Delta), passes)         ADD_OR_REMOVE
-                       (passes = ceil(steps / floor(n/K)))
-=====================  ===========================================  ==========
-
-For the unsampled cases the sensitivity Delta (2s or s) is folded into the noise multiplier, so the event means the same
-thing to every dp_accounting accountant (``RdpAccountant`` ignores the relation for a bare Gaussian, while
-``PLDAccountant`` doubles the sensitivity under REPLACE_ONE). ``dp_accounting``'s without-replacement RDP bound
-(Wang-Balle-Kasiviswanathan 2019, Thm 27) takes the replace-one sensitivity, hence std/2s there, while its PLD for
-Poisson sampling under REPLACE_ONE takes the per-record bound s and analyses the pair (1-q)N(0,std^2) + qN(s) vs
-(1-q)N(0,std^2) + qN(-s).
+Mapping to ``dp_accounting``: ``sampled_gaussian_event`` (its table) is the one mapping of a batch selection's
+Gaussian releases onto a ``DpEvent``; a family's plan reaches it through its parts' events
+(``dpjax.accounting.events.SelectionEvent.dp_event``), a bare schedule through ``to_dp_event``.
 """
 
 from __future__ import annotations
@@ -52,6 +35,8 @@ from typing import Any
 from dpjax import _validate as v
 
 __all__ = [
+    "dp_relation",
+    "sampled_gaussian_event",
     "Neighboring",
     "Sampling",
     "PrivacyUnit",
@@ -232,17 +217,9 @@ class GaussianSchedule:
 
     @property
     def passes(self) -> int:
-        """Most releases that touch one given record (deterministic participation).
-
-        ``steps`` for FULL. For ONE_PASS and SHUFFLE a record is in at most one block per epoch and an epoch is
-        ``blocks_per_epoch`` = floor(n/K) steps, so it is used at most ceil(steps / floor(n/K)) times (in every epoch,
-        in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs of 2
-        blocks, not 2.
-        """
-        if self.sampling is Sampling.FULL:
-            return self.steps
-        if self.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE):
-            return -(-self.steps // self.blocks_per_epoch)
+        """Most releases that touch one given record (deterministic participation: ``passes``)."""
+        if self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+            return passes(self.sampling, self.steps, self.dataset_size, self.batch_size)
         raise ValueError(f"passes is undefined for sampling={self.sampling.value!r} (random participation)")
 
     def replace(self, **kw: Any) -> "GaussianSchedule":
@@ -253,50 +230,94 @@ class GaussianSchedule:
     @property
     def dp_neighboring_relation(self):
         """The ``dp_accounting.NeighboringRelation`` to pair with ``to_dp_event()``."""
-        import dp_accounting
-
-        nr = dp_accounting.NeighboringRelation
-        if self.sampling is Sampling.POISSON:
-            return nr.REPLACE_ONE if self.neighboring is Neighboring.REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
-        if self.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
-            return nr.REPLACE_ONE
-        return nr.ADD_OR_REMOVE_ONE
+        return dp_relation(self.sampling, self.neighboring)
 
     def to_dp_event(self):
-        """The equivalent ``dp_accounting.DpEvent`` (see the module table).
+        """The equivalent ``dp_accounting.DpEvent``: ``sampled_gaussian_event`` of one Gaussian release of multiplier
+        ``noise_std / (group_size x sensitivity)`` (the group folded in: exact under deterministic participation).
 
         Raises:
           ValueError: if no DpEvent describes the schedule (group_size > 1 with
             random sampling: group privacy is not a DpEvent).
         """
-        import dp_accounting as dpa
+        import dp_accounting
 
-        if self.noise_std == 0:
-            return dpa.NonPrivateDpEvent()
-        s = self.contribution_bound
-        if self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
-            # Deterministic participation: a group of g records moves the sum
-            # by <= g*Delta in total (possibly spread over several blocks of an
-            # epoch; Gaussian composition is tight for the sum of squares,
-            # which is <= (g Delta)^2).
-            nm = self.noise_std / (self.group_size * self.sensitivity)
-            return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(nm), self.passes)
-        if self.group_size != 1:
-            raise ValueError(
-                f"group_size={self.group_size} with sampling={self.sampling.value!r} has no "
-                "dp_accounting DpEvent; use dpjax.accounting.compute_epsilon (group privacy)"
-            )
-        if self.sampling is Sampling.POISSON:
-            inner = dpa.PoissonSampledDpEvent(self.inclusion_probability, dpa.GaussianDpEvent(self.noise_std / s))
-        elif self.sampling is Sampling.WITHOUT_REPLACEMENT:
-            inner = dpa.SampledWithoutReplacementDpEvent(
-                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
-            )
-        else:  # WITH_REPLACEMENT
-            inner = dpa.SampledWithReplacementDpEvent(
-                self.dataset_size, self.batch_size, dpa.GaussianDpEvent(self.noise_std / (2 * s))
-            )
-        return dpa.SelfComposedDpEvent(inner, self.steps)
+        deterministic = self.sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE)
+        release = dp_accounting.GaussianDpEvent(self.noise_std / (self.group_size * self.sensitivity))
+        return sampled_gaussian_event(self.sampling, self.neighboring, release, self.steps, self.dataset_size,
+                                      self.batch_size, self.inclusion_probability,
+                                      1 if deterministic else self.group_size)
+
+
+def passes(sampling: Sampling, steps: int, dataset_size: int, batch_size) -> int:
+    """Most of ``steps`` releases that touch one given record under deterministic participation: ``steps`` for FULL.
+    ONE_PASS and SHUFFLE walk one permutation block by block and an epoch is floor(n/K) blocks
+    (``GaussianSchedule.blocks_per_epoch``), so a record is used at most ceil(steps / floor(n/K)) times (in every
+    epoch, in the worst case). ceil(steps*K/n) would under-count when n mod K > 0: n = 10, K = 4, 5 steps is 3 epochs
+    of 2 blocks, not 2."""
+    if sampling is Sampling.FULL:
+        return steps
+    blocks_per_epoch = dataset_size // batch_size
+    return -(-steps // blocks_per_epoch)
+
+
+def dp_relation(sampling: Sampling, neighboring: Neighboring):
+    """The ``dp_accounting.NeighboringRelation`` that ``sampled_gaussian_event`` is stated for: Poisson, the clipper's
+    relation; the fixed-size samplings, REPLACE_ONE (the only relation they are meaningful for); deterministic
+    participation, ADD_OR_REMOVE_ONE (the relation's sensitivity is folded into the multiplier, so the bare Gaussian
+    means the same to every dp_accounting accountant: ``RdpAccountant`` ignores the relation of a Gaussian,
+    ``PLDAccountant`` would double it under REPLACE_ONE)."""
+    import dp_accounting
+
+    nr = dp_accounting.NeighboringRelation
+    if sampling is Sampling.POISSON:
+        return nr.REPLACE_ONE if neighboring is Neighboring.REPLACE_ONE else nr.ADD_OR_REMOVE_ONE
+    return nr.REPLACE_ONE if sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT) else \
+        nr.ADD_OR_REMOVE_ONE
+
+
+def sampled_gaussian_event(sampling: Sampling, neighboring: Neighboring, release, steps: int, dataset_size: int,
+                           batch_size, rate: float, group_size: int = 1):
+    """``steps`` releases of ``release`` (``GaussianDpEvent(z)``, z = std / the relation's sensitivity) on batches of
+    ``batch_size`` K drawn by ``sampling`` from ``dataset_size`` n records (Poisson at ``rate`` q), as a ``DpEvent``
+    stated for ``dp_relation(sampling, neighboring)`` -- the one mapping onto dp_accounting of a batch selection's
+    event (``events.SelectionEvent.dp_event``) and of a schedule's (``GaussianSchedule.to_dp_event``):
+
+    ====================  ============================================================
+    poisson               SelfComposed(PoissonSampled(q, Gaussian(f z)), steps)
+    without-replacement   SelfComposed(SampledWithoutReplacement(n, K, Gaussian(z)), steps)
+    with-replacement      SelfComposed(SampledWithReplacement(n, K, Gaussian(z)), steps)
+    full                  SelfComposed(Gaussian(z / g), steps)
+    one-pass / shuffle    SelfComposed(Gaussian(z / g), ceil(steps / floor(n / K)))
+    ====================  ============================================================
+
+    f = 2 under replace-one, 1 under add/remove: dp_accounting's Poisson Gaussian is stated per record's bound s (its
+    REPLACE_ONE PLD compares (1-q)N(0) + qN(s) with (1-q)N(0) + qN(-s)), while its without-replacement RDP (Wang,
+    Balle & Kasiviswanathan 2019, Thm 27) takes the replace-one sensitivity 2s. A record is in at most one block of an
+    epoch (deterministic participation: no amplification claimed; ``passes``), and a group of g
+    records moves the released sums by at most g times the sensitivity in total, so group privacy is exact there
+    (z / g). Group privacy under random sampling is no DpEvent: ValueError (dpjax's accountant converts the
+    per-record curve instead).
+    """
+    import dp_accounting as dpa
+
+    z, g = release.noise_multiplier, v.check_int("group_size", group_size, min_value=1)
+    if z == 0:
+        return dpa.NonPrivateDpEvent()
+    if sampling in (Sampling.FULL, Sampling.ONE_PASS, Sampling.SHUFFLE):
+        count = passes(sampling, steps, dataset_size, batch_size)
+        return dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z / g) if g != 1 else release, count)
+    if g != 1:
+        raise ValueError(f"group_size={g} with sampling={sampling.value!r} has no dp_accounting DpEvent; use "
+                         "dpjax.accounting.compute_epsilon (group privacy)")
+    if sampling is Sampling.POISSON:
+        f = 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0
+        inner = dpa.PoissonSampledDpEvent(rate, dpa.GaussianDpEvent(f * z))
+    elif sampling is Sampling.WITHOUT_REPLACEMENT:
+        inner = dpa.SampledWithoutReplacementDpEvent(dataset_size, batch_size, release)
+    else:
+        inner = dpa.SampledWithReplacementDpEvent(dataset_size, batch_size, release)
+    return dpa.SelfComposedDpEvent(inner, steps)
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,10 @@ def conditioned_rdp(schedule: GaussianSchedule, orders: np.ndarray | None = None
     return schedule.steps * rdp
 
 
-def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def _rdp_vector(schedule: GaussianSchedule, orders=None, event=None) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+    """The RDP curve of ``event`` (the schedule's accounted DpEvent, ``accounted_event``) composed in dp_accounting's
+    ``RdpAccountant``, except where dp_accounting's RDP has no bound for the event: with-replacement sampling and
+    Poisson under replace-one (the multiplicity-conditioned bound, ``conditioned_rdp``)."""
     from dp_accounting import rdp as dpa_rdp
 
     orders = rdp_orders() if orders is None else np.asarray(orders, dtype=float)
@@ -227,7 +230,7 @@ def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np
             + ("; prefer accountant='pld'" if schedule.sampling is Sampling.POISSON else ""),
         )
         return orders, conditioned_rdp(schedule.replace(group_size=1), orders), notes
-    event = _base(schedule).to_dp_event()
+    event = accounted_event(schedule) if event is None else event
     wor = wor_rdp.wor_gaussian_parts(event, schedule.dp_neighboring_relation)
     if wor is not None:  # dp_accounting's own numbers, its O(alpha^2) forward differences computed once
         q, z, count = wor
@@ -243,10 +246,11 @@ def _rdp_vector(schedule: GaussianSchedule, orders=None) -> tuple[np.ndarray, np
     return orders, np.asarray(acc.rdp, dtype=float), notes
 
 
-def _base(schedule: GaussianSchedule) -> GaussianSchedule:
-    """The schedule whose DpEvent is accounted: group size folded into the
-    sensitivity for deterministic participation, else 1 (group conversion after)."""
-    return schedule if schedule.sampling in _DETERMINISTIC else schedule.replace(group_size=1)
+def accounted_event(schedule: GaussianSchedule):
+    """The ``dp_accounting.DpEvent`` the accountants compose for ``schedule``: its own (``to_dp_event``) with the
+    group folded in under deterministic participation, one record's under random sampling (group privacy is then
+    dpjax's (eps, delta) conversion of that event's curve: no DpEvent expresses it)."""
+    return (schedule if schedule.sampling in _DETERMINISTIC else schedule.replace(group_size=1)).to_dp_event()
 
 
 def _rdp_delta_fn(orders, rdp) -> Callable[[float], float]:
@@ -286,38 +290,41 @@ def _refuse_pld_fixed_size(schedule: GaussianSchedule) -> ValueError:
     )
 
 
-def _pld_event_parameters(schedule: GaussianSchedule) -> tuple[float, float, int]:
-    """(noise multiplier, sampling probability, compositions) of the DpEvent dp_accounting would compose: deterministic
-    schedules are one Gaussian with multiplier z/sqrt(passes) (as ``PLDAccountant`` composes a SelfComposed Gaussian),
-    Poisson ones a subsampled Gaussian self-composed ``steps`` times."""
+def _pld_event_parameters(schedule: GaussianSchedule, event=None) -> tuple[float, float, int]:
+    """(noise multiplier, sampling probability, compositions) of ``event`` (default: ``accounted_event(schedule)``),
+    read as ``PLDAccountant`` composes it: a self-composed Gaussian (deterministic participation) is one Gaussian of
+    multiplier z/sqrt(passes), a Poisson-sampled one is self-composed ``steps`` times. dpjax builds the PLD itself
+    from these (``_single_pld``) to choose the grid and to self-compose densely (``dense_for_self_compose``)."""
     if schedule.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
         raise _refuse_pld_fixed_size(schedule)
-    base = _base(schedule)
-    if schedule.sampling in _DETERMINISTIC:
-        z = base.noise_std / (base.group_size * base.sensitivity)
-        return z / math.sqrt(base.passes), 1.0, 1
-    return base.noise_std / base.contribution_bound, base.inclusion_probability, base.steps
+    import dp_accounting as dpa
+
+    event = accounted_event(schedule) if event is None else event
+    inner, count = event.event, event.count
+    if isinstance(inner, dpa.PoissonSampledDpEvent):
+        return inner.event.noise_multiplier, inner.sampling_probability, count
+    return inner.noise_multiplier / math.sqrt(count), 1.0, 1
 
 
-def _single_pld(schedule: GaussianSchedule, interval: float):
+def _single_pld(schedule: GaussianSchedule, interval: float, event=None):
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    z, q, _ = _pld_event_parameters(schedule)
+    z, q, _ = _pld_event_parameters(schedule, event)
     return pld_lib.from_gaussian_mechanism(
         standard_deviation=z, value_discretization_interval=interval, sampling_prob=q,
         neighboring_relation=schedule.dp_neighboring_relation,
     )
 
 
-def _pld_of(schedule: GaussianSchedule, interval: float):
+def _pld_of(schedule: GaussianSchedule, interval: float, event=None):
     """dp_accounting's PrivacyLossDistribution of `schedule` (same construction as
-    ``PLDAccountant`` composing ``schedule.to_dp_event()``)."""
-    _, _, count = _pld_event_parameters(schedule)
-    pld = _single_pld(schedule, interval)
+    ``PLDAccountant`` composing ``event``, default ``accounted_event(schedule)``)."""
+    _, _, count = _pld_event_parameters(schedule, event)
+    pld = _single_pld(schedule, interval, event)
     return pld if count == 1 else dense_for_self_compose(pld, count).self_compose(count, _PLD_TAIL_TRUNCATION)
 
 
-def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
+def pld_loss_width(schedule: GaussianSchedule, event=None) -> tuple[float, float]:
     """Widths, in privacy-loss units, of the single-step PMF dp_accounting builds for `schedule` and of its
     self-composition (0 if none); the number of grid points is about width / interval.
 
@@ -326,14 +333,14 @@ def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
     """
     from dp_accounting.pld import common
 
-    z, q, count = _pld_event_parameters(schedule)
+    z, q, count = _pld_event_parameters(schedule, event)
     mu = 1.0 / z
     # privacy loss +-mu t - mu^2/2 with t within sqrt(-2 log mass) ~ 10 sd of either mean (mixtures
     # span both: about mu^2/2 + 20 mu; replace-one pairs twice that)
     t_max = math.sqrt(-2.0 * _PLD_LOG_MASS_TRUNCATION) + 1.0
     factor = 2.0 if schedule.neighboring is Neighboring.REPLACE_ONE else 1.0
     coarse = max(factor * (2.0 * t_max * mu + mu * mu / 2.0), 1e-300) / 4096
-    pld = _single_pld(schedule, coarse)
+    pld = _single_pld(schedule, coarse, event)
     single = composed = 0.0
     for pmf in (pld._pmf_remove, pld._pmf_add):  # noqa: SLF001 (no public accessor for the PMF)
         dense = pmf.to_dense_pmf()
@@ -344,7 +351,7 @@ def pld_loss_width(schedule: GaussianSchedule) -> tuple[float, float]:
     return single, composed
 
 
-def choose_pld_discretization(schedules, epsilon_scale: float) -> tuple[float, bool]:
+def choose_pld_discretization(schedules, epsilon_scale: float, events=None) -> tuple[float, bool]:
     """(value-discretisation interval, whether memory forced it coarser) for one schedule or a composition (whose grid
     widths add).
 
@@ -355,7 +362,8 @@ def choose_pld_discretization(schedules, epsilon_scale: float) -> tuple[float, b
     wanted = PLD_DISCRETIZATION
     if math.isfinite(epsilon_scale) and epsilon_scale > 0:
         wanted = min(wanted, PLD_RELATIVE_DISCRETIZATION * epsilon_scale)
-    widths = [pld_loss_width(s) for s in check_composable(schedules)]
+    scheds = check_composable(schedules)
+    widths = [pld_loss_width(s, e) for s, e in zip(scheds, events or (None,) * len(scheds))]
     floor = 2.0 * max(max(single for single, _ in widths) / PLD_MAX_SINGLE_POINTS,
                       sum(max(single, composed) for single, composed in widths) / PLD_MAX_POINTS)
     return (floor, True) if floor > wanted else (wanted, False)
@@ -435,19 +443,19 @@ def certifies(accountant: str, schedules) -> bool:
 _HINT_ORDERS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 128, 256, 512, 1024)
 
 
-def rdp_curve(scheds, orders=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per-order RDP of the composition (curves add, Mironov 2017 Prop. 1)."""
+def rdp_curve(scheds, orders=None, events=None) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per-order RDP of the composition (curves add, Mironov 2017 Prop. 1) of the schedules' ``events``."""
     total, notes = None, []
-    for s in scheds:
-        orders, rdp, extra = _rdp_vector(s, orders)
+    for s, e in zip(scheds, events or (None,) * len(scheds)):
+        orders, rdp, extra = _rdp_vector(s, orders, e)
         total = rdp if total is None else total + rdp
         notes.extend(n for n in extra if n not in notes)
     return orders, total, notes
 
 
 def tight_epsilon(
-    schedules, delta: float, accountant: str, pld_discretization: float | None = None, pld_coarsening: float = 1.0
-) -> PrivacyReport:
+    schedules, delta: float, accountant: str, pld_discretization: float | None = None, pld_coarsening: float = 1.0,
+    events=None) -> PrivacyReport:
     """(epsilon, delta) of one schedule or of the composition of several.
 
     `accountant`: one of `TIGHT_ACCOUNTANTS` or ``"best"`` (the smallest epsilon of rdp, pld and, for deterministic
@@ -457,19 +465,23 @@ def tight_epsilon(
     `pld_discretization` overrides the PLD value-discretisation interval (default: `choose_pld_discretization`, i.e. <=
     1e-4 and <= 1e-3 x the RDP epsilon, coarsened only to keep the grid <= `PLD_MAX_POINTS`; dp_accounting's pessimistic
     discretisation keeps the result an upper bound for any interval). `pld_coarsening` multiplies the automatic interval
-    (calibration's cheap first search).
+    (calibration's cheap first search). `events`: the DpEvents the accountants compose, one per schedule
+    (``accounted_event``; a ``DpPlan``'s are its parts' events); default: each schedule's own.
     """
     v.check_choice("accountant", accountant, TIGHT_ACCOUNTANTS + ("best",))
     scheds = check_composable(schedules)
     delta = v.check_open_unit("delta", delta)
+    events = tuple(events) if events else None
+    if events is not None and len(events) != len(scheds):
+        raise ValueError(f"events has {len(events)} entries for {len(scheds)} schedules")
     if accountant == "best":
-        return _best_epsilon(schedules, delta)
+        return _best_epsilon(schedules, delta, events)
     check_computable(schedules, accountant)
     with float64_guard(accountant):
-        return _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening)
+        return _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening, events)
 
 
-def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening) -> PrivacyReport:
+def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening, events) -> PrivacyReport:
     first = scheds[0]
     g = first.group_size
     deterministic = all(s.sampling in _DETERMINISTIC for s in scheds)
@@ -520,7 +532,7 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
         return report(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)))
 
     if accountant == "rdp":
-        orders, rdp, rdp_notes = rdp_curve(comp)
+        orders, rdp, rdp_notes = rdp_curve(comp, None, events)
         notes.extend(rdp_notes)
         if convert_group:
             return report(group_privacy_epsilon(_rdp_delta_fn(orders, rdp), g, delta))
@@ -530,7 +542,7 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
     for s in scheds:
         if s.sampling in (Sampling.WITHOUT_REPLACEMENT, Sampling.WITH_REPLACEMENT):
             raise _refuse_pld_fixed_size(s)
-    pld, interval, coarsened = _composed_pld(comp, delta, pld_discretization, pld_coarsening)
+    pld, interval, coarsened = _composed_pld(comp, delta, pld_discretization, pld_coarsening, events)
     if any(s.sampling in (Sampling.ONE_PASS, Sampling.SHUFFLE) for s in scheds):
         notes.append("no amplification by shuffling claimed: each record is in one block per epoch")
     if convert_group:
@@ -540,29 +552,30 @@ def _tight_epsilon(scheds, delta, accountant, pld_discretization, pld_coarsening
     if coarsened:
         notes.append(f"PLD discretisation coarsened to {interval:.3g} to bound the grid "
                      f"({PLD_MAX_SINGLE_POINTS} points a step, {PLD_MAX_POINTS} composed; still an upper bound)")
-        rdp_report = tight_epsilon(scheds, delta, "rdp")
+        rdp_report = tight_epsilon(scheds, delta, "rdp", events=events)
         if rdp_report.epsilon < eps:
             return dataclasses.replace(rdp_report, notes=rdp_report.notes + (notes[-1], (
                 f"accountant='pld' fell back to rdp: the memory-bounded PLD grid certifies only {eps:.6g}")))
     return report(eps)
 
 
-def _composed_pld(comp, delta: float, pld_discretization, pld_coarsening: float):
+def _composed_pld(comp, delta: float, pld_discretization, pld_coarsening: float, events=None):
     """``(pld, interval, coarsened)``: the composed PLD of the schedules ``comp`` on the grid
     ``pld_discretization`` or, when ``None``, the one ``choose_pld_discretization`` picks from an
     RDP hint of the epsilon (times ``pld_coarsening``; ``coarsened`` when memory bounded it)."""
+    events = events or (None,) * len(comp)
     interval, coarsened = pld_discretization, False
     if interval is None:
-        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS)
-        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta))
+        hint_orders, hint_rdp, _ = rdp_curve(comp, _HINT_ORDERS, events)
+        interval, coarsened = choose_pld_discretization(comp, _rdp_eps(hint_orders, hint_rdp, delta), events)
         interval *= pld_coarsening
-    pld = _pld_of(comp[0], interval)
-    for s in comp[1:]:
-        pld = pld.compose(_pld_of(s, interval))
+    pld = _pld_of(comp[0], interval, events[0])
+    for s, e in zip(comp[1:], events[1:]):
+        pld = pld.compose(_pld_of(s, interval, e))
     return pld, interval, coarsened
 
 
-def _best_epsilon(schedules, delta: float) -> PrivacyReport:
+def _best_epsilon(schedules, delta: float, events=None) -> PrivacyReport:
     """The smallest epsilon among rdp, pld and gdp (where each certifies and computes), naming the winner."""
     check_computable(schedules)
     scheds = check_composable(schedules)
@@ -570,7 +583,7 @@ def _best_epsilon(schedules, delta: float) -> PrivacyReport:
     for a in ("rdp", "pld", "gdp"):
         if certifies(a, scheds):
             try:
-                reports.append(tight_epsilon(schedules, delta, a))
+                reports.append(tight_epsilon(schedules, delta, a, events=events))
             except NotComputableError as err:  # e.g. PLD's grid overflows where RDP still computes
                 failed.append((a, err))
     if not reports:

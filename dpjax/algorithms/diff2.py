@@ -371,7 +371,7 @@ class Diff2BvrLSgd(_Diff2Family):
         if isinstance(local_spec, NoPrivacy):
             return local_spec
         return GaussianPrivacy(spec.schedules + local_spec.schedules, spec.noise_fields + local_spec.noise_fields,
-                               multipliers=True)
+                               multipliers=True, events=spec.events + local_spec.events)
 
 
 from dpjax.engine.registry import register_family  # noqa: E402  (after the classes: registration only)

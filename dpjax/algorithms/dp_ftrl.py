@@ -122,7 +122,8 @@ class TreeEvent:
         spec = dataclasses.replace(plan, selection=unsampled, noises=noises).gaussian_spec()
         if not isinstance(spec, GaussianPrivacy):
             return spec
-        return TreeAggregationPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, tree_counts=trees)
+        return TreeAggregationPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, spec.events,
+                                      tree_counts=trees)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,7 +76,8 @@ class JointGaussianEvent:
         spec = dataclasses.replace(plan, noises=(dataclasses.replace(self.delta, noise_multiplier=z),)).gaussian_spec()
         if not isinstance(spec, GaussianPrivacy):
             return spec
-        return JointGaussianPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, z_b, self.count.field)
+        return JointGaussianPrivacy(spec.schedules, spec.noise_fields, spec.multipliers, spec.events,
+                                    count_multiplier=z_b, count_field=self.count.field)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,7 +60,7 @@ BMF = "dpjax/accounting/band_mf.py"
 MUTANTS: tuple[Mutant, ...] = (
     # -- accountants that drop a trailing partial epoch ------------------------------------------
     M("P01", "partial-epoch", "dpjax/accounting/schedules.py",
-      "return -(-self.steps // self.blocks_per_epoch)", "return max(1, self.steps // self.blocks_per_epoch)",
+      "return -(-steps // blocks_per_epoch)", "return max(1, steps // blocks_per_epoch)",
       "one-pass/shuffle passes = floor(steps / blocks) (drops the last partial epoch)",
       (f"{PRIV}/test_accountants.py",)),
     M("P02", "partial-epoch", "dpjax/accounting/batch_clipping.py",
@@ -71,8 +71,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "return max(1, num_rounds // t)",
       "DIFF2: floor(R/T) restart rounds (the restart schedule the round noise part's events count)",
       (f"{PRIV}/test_accountants.py",)),
-    M("P04", "partial-epoch", "dpjax/accounting/schedules.py", "return self.dataset_size // self.batch_size",
-      "return -(-self.dataset_size // self.batch_size)",
+    M("P04", "partial-epoch", "dpjax/accounting/schedules.py", "blocks_per_epoch = dataset_size // batch_size",
+      "blocks_per_epoch = -(-dataset_size // batch_size)",
       "one-pass/shuffle epochs of ceil(n/K) blocks (the partial block counted as one: fewer passes)",
       (f"{PRIV}/test_accountants.py",)),
     # -- delta that loses truncated mass ----------------------------------------------------------
@@ -323,10 +323,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "factor = 2.0 if self.neighboring is Neighboring.REPLACE_ONE else 1.0", "factor = 1.0",
       "replace-one sensitivity s instead of 2 s", (f"{PRIV}/test_isrl_families.py",)),
     M("R04", "report", "dpjax/accounting/schedules.py",
-      "dpa.SampledWithoutReplacementDpEvent(\n                self.dataset_size, self.batch_size, "
-      "dpa.GaussianDpEvent(self.noise_std / (2 * s))",
-      "dpa.SampledWithoutReplacementDpEvent(\n                self.dataset_size, self.batch_size, "
-      "dpa.GaussianDpEvent(self.noise_std / s)",
+      "inner = dpa.SampledWithoutReplacementDpEvent(dataset_size, batch_size, release)",
+      "inner = dpa.SampledWithoutReplacementDpEvent(dataset_size, batch_size, dpa.GaussianDpEvent(2 * z))",
       "without-replacement RDP event with the add/remove multiplier", ("tests/accounting/test_tight.py",)),
     M("R05", "report", "dpjax/accounting/tight.py",
       "expo = a * (a - 1) * (2 * s * j[None, :]) ** 2 / (2 * sigma**2)",
@@ -352,8 +350,8 @@ MUTANTS: tuple[Mutant, ...] = (
     M("R10", "report", "dpjax/accounting/shuffle_sco.py", "sens = 2 * v.check_positive(\"lipschitz\", lipschitz)",
       "sens = v.check_positive(\"lipschitz\", lipschitz)", "pan-privacy with sensitivity L instead of 2L",
       (f"{PRIV}/test_protocol_families.py",)),
-    M("R11", "report", "dpjax/accounting/events.py", "n = min(sel.dataset_sizes[i] for i in silos)",
-      "n = max(sel.dataset_sizes[i] for i in silos)",
+    M("R11", "report", "dpjax/accounting/events.py", "smallest = min(silos, key=lambda i: sel.dataset_sizes[i])",
+      "smallest = max(silos, key=lambda i: sel.dataset_sizes[i])",
       "the DP plan's Gaussian rules at the largest silo: Poisson at K / n_max under replace-one",
       (f"{PRIV}/test_poisson_rates.py", f"{PRIV}/test_central_families.py", f"{PRIV}/test_isrl_families.py")),
     M("R12", "report", "dpjax/accounting/events.py",
@@ -401,6 +399,10 @@ MUTANTS: tuple[Mutant, ...] = (
       "return 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0", "return 1.0",
       "the DP plan's Gaussian schedules take the add/remove sensitivity under replace-one (noise std z, not 2 z)",
       (f"{PRIV}/test_branches_events_schedules.py",)),
+    M("R22", "report", "dpjax/accounting/schedules.py",
+      "f = 2.0 if neighboring is Neighboring.REPLACE_ONE else 1.0", "f = 1.0",
+      "the Poisson DpEvent under replace-one states the multiplier per 2s, not per record's bound s (PLD: half the "
+      "noise accounted)", ("tests/accounting/test_tight.py",)),
     # -- BandMF accounting ----------------------------------------------------------------------------
     M("B01", "band-mf", BMF, "return math.sqrt(-(-n // sep))", "return math.sqrt(n // sep)",
       "BandMF separated sensitivity counts floor(R / min_sep) participations (drops the last partial epoch)",

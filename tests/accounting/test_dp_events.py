@@ -120,3 +120,72 @@ def test_mechanisms_without_a_dp_event_and_twins_say_so():
     assert isinstance(twin.dp_event(), dp_accounting.NonPrivateDpEvent)
     with pytest.raises(ValueError, match="scale"):
         GAUSSIAN["dp-sgd poisson"][0].privacy(SIZES, GAUSSIAN["dp-sgd poisson"][1]).dp_event_at(0.0)
+
+
+def test_plan_event_is_the_parts_events_composed_and_drives_epsilon():
+    """``DpPlan.dp_event()`` is built from the parts' events (each noise event's Gaussian wrapped by the batch
+    selection, at the smallest silo), and that object is what the RDP and PLD accountants compose."""
+    import dataclasses
+
+    from dpjax.accounting.events import ClipEvent, DpPlan, NoiseEvent, SelectionEvent
+
+    sel = SelectionEvent("poisson", (40, 30, 50), 5, sampling_rate=0.1)
+    plan = DpPlan(sel, ClipEvent("add-remove"), (NoiseEvent("a", 1.5), NoiseEvent("b", 3.0, steps=4)), num_rounds=6)
+    dpa = dp_accounting
+    a, b = (dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(z)), n)
+            for z, n in ((1.5, 6), (3.0, 4)))
+    assert plan.dp_event() == dp_accounting.ComposedDpEvent([a, b])
+    spec = plan.gaussian_spec()
+    assert spec.events == (a, b)
+    ar = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+    assert spec.epsilon(DELTA, "rdp").epsilon == pytest.approx(_rdp_epsilon_of(plan.dp_event(), ar), rel=1e-9)
+    # the events, not the schedules, decide: the same schedules with the second release's event replaced by the first's
+    swapped = dataclasses.replace(spec, events=(a, a))
+    assert swapped.epsilon(DELTA, "rdp").epsilon == pytest.approx(
+        _rdp_epsilon_of(dp_accounting.ComposedDpEvent([a, a]), ar), rel=1e-9)
+    # unsampled releases of a group of 2: the group folded into the Gaussian (z / g), a record in every round; the
+    # PLD reads the events too (mu^2 adds: 5 / 1.5^2 + 4 / 3^2 against 10 / 1.5^2 with the first event twice)
+    full = DpPlan(SelectionEvent("full", (30,), None), ClipEvent(), (NoiseEvent("a", 3.0), NoiseEvent("b", 6.0, steps=4)),
+                  num_rounds=5, group_size=2)
+    c, d = dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(1.5), 5), dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(3.0), 4)
+    assert full.dp_event() == dpa.ComposedDpEvent([c, d])
+    unsampled = full.gaussian_spec()
+    assert dataclasses.replace(unsampled, events=(c, c)).epsilon(DELTA, "pld").epsilon > \
+        unsampled.epsilon(DELTA, "pld").epsilon
+
+
+def test_single_multiplier_calibration_is_dp_accountings_calibrate_dp_mechanism(monkeypatch):
+    """One Gaussian schedule under 'rdp', where dpjax's RDP is dp_accounting's RdpAccountant on its event (unsampled,
+    one-pass, Poisson add/remove): ``calibrate_dp_mechanism`` finds the noise; it meets the target on dpjax's report
+    and a std smaller by the documented tolerance does not. Poisson under replace-one (dpjax's conditioned bound, no
+    dp_accounting RDP) keeps dpjax's search."""
+    from dpjax.accounting import api
+    from dpjax.accounting.schedules import GaussianSchedule
+
+    calls = []
+    real = mc.calibrate_dp_mechanism
+    monkeypatch.setattr(mc, "calibrate_dp_mechanism", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for s in (GaussianSchedule(1.0, 1.0, "full", 100, None, 30), GaussianSchedule(1.0, 1.0, "one-pass", 100, 10, 25)):
+        std = api.calibrate_noise(s, 1.5, DELTA, "rdp")
+        assert len(calls) == 1
+        assert api.compute_epsilon(s.replace(noise_std=std), DELTA, "rdp").epsilon <= 1.5
+        smaller = std / (1 + 2 * api.CALIBRATION_RTOL)
+        assert _rdp_epsilon_of(s.replace(noise_std=smaller).to_dp_event(), s.dp_neighboring_relation) > 1.5
+        calls.clear()
+    conditioned = GaussianSchedule(4.0, 1.0, "poisson", 100, 10, 5, neighboring="replace-one")
+    api.calibrate_noise(conditioned, 1.5, DELTA, "rdp")
+    assert not calls
+
+
+def test_scaled_event_scales_every_gaussian_and_refuses_what_it_cannot():
+    from dpjax.accounting.privacy_spec import scaled_event
+
+    dpa = dp_accounting
+    event = dpa.ComposedDpEvent([dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(2.0)), 3),
+                                 dpa.SampledWithoutReplacementDpEvent(10, 2, dpa.GaussianDpEvent(1.0))])
+    assert scaled_event(event, 1.5) == dpa.ComposedDpEvent([
+        dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(0.1, dpa.GaussianDpEvent(3.0)), 3),
+        dpa.SampledWithoutReplacementDpEvent(10, 2, dpa.GaussianDpEvent(1.5))])
+    assert scaled_event(dpa.NonPrivateDpEvent(), 2.0) == dpa.NonPrivateDpEvent()
+    with pytest.raises(ValueError, match="no noise multiplier to scale"):
+        scaled_event(dpa.SingleEpochTreeAggregationDpEvent(1.0, 4), 2.0)

@@ -143,33 +143,37 @@ class BinnedPrivacy(PrivacySpec):
 
 
 _NOTES = {
-    BinnedSampling.BALLS_IN_BINS: ("balls-in-bins: certified as ceil(T/B) Gaussians (each record in one batch per "
-                                   "epoch), amplified only through the certified random-allocation PLD (add/remove, "
-                                   "group size 1); a Monte Carlo value is only an estimate"),
+    BinnedSampling.BALLS_IN_BINS: ("balls-in-bins: certified without amplification (each record in one batch per "
+                                   "epoch: ceil(T/B) Gaussians); the amplified value is only a Monte Carlo estimate"),
     BinnedSampling.CYCLIC_POISSON: "cyclic Poisson: ceil(T/b) Poisson-sampled Gaussians at the group rate q",
     BinnedSampling.MIN_SEPARATION: "b-min-separation: ceil(T/b) Gaussians, no amplification",
 }
 
 
-def _certified(base: GaussianPrivacy, sampling: BinnedSampling, period: int,
-               discretization: float | None) -> PrivacySpec:
+_AMPLIFIED_NOTE = ("balls-in-bins: certified by the random-allocation PLD (add/remove, group size 1), capped by "
+                   "ceil(T/B) Gaussians; a Monte Carlo value is only an estimate")
+
+
+def _certified(base: GaussianPrivacy, sampling: BinnedSampling, period: int, discretization: float | None,
+               amplified: bool = True) -> tuple[PrivacySpec, str]:
     """``base`` wrapped in the random-allocation certificate where it applies (balls-in-bins, add/remove, group size
-    1, B > 1, noise > 0); else ``base`` (the no-amplification bound)."""
+    1, B > 1, noise > 0, ``amplified``), else ``base`` (the no-amplification bound); with the report's note."""
     from dpjax.accounting import random_allocation as ra
 
-    s0 = base.schedules[0]
-    applies = (sampling is BinnedSampling.BALLS_IN_BINS and base.neighboring == Neighboring.ADD_REMOVE.value
-               and period > 1 and all(s.group_size == 1 and s.noise_std > 0 for s in base.schedules)
-               and s0.contribution_bound == 1.0)
+    applies = (amplified and sampling is BinnedSampling.BALLS_IN_BINS
+               and base.neighboring == Neighboring.ADD_REMOVE.value and period > 1
+               and all(s.group_size == 1 and s.noise_std > 0 and s.contribution_bound == 1.0
+                       for s in base.schedules))
     if not applies:
-        return base
-    return ra.AllocationPrivacy(base, period, ra.DEFAULT_DISCRETIZATION if discretization is None else discretization)
+        return base, _NOTES[sampling]
+    h = ra.DEFAULT_DISCRETIZATION if discretization is None else discretization
+    return ra.AllocationPrivacy(base, period, h), _AMPLIFIED_NOTE
 
 
 def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: int, *, sampling_rate=None,
                    neighboring="add-remove", unit="record", group_size: int = 1, dataset_size: int | None = None,
                    overflow: float = 0.0, field: str = "noise_multiplier",
-                   discretization: float | None = None) -> BinnedPrivacy:
+                   discretization: float | None = None, amplified: bool = True) -> BinnedPrivacy:
     """The certified bound of one scheme: ``BinnedPrivacy`` over ``participations(num_steps, period)`` releases.
 
     Args:
@@ -186,6 +190,7 @@ def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: in
       field: the hparams field calibration returns.
       discretization: the random-allocation certificate's loss grid (balls-in-bins under add/remove; default
         ``random_allocation.DEFAULT_DISCRETIZATION``).
+      amplified: False keeps balls-in-bins at the no-amplification bound (for comparison).
     """
     sampling = coerce_enum("sampling", sampling, BinnedSampling)
     z = v.check_nonnegative("noise_multiplier", noise_multiplier)
@@ -204,8 +209,8 @@ def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: in
     else:
         schedule = GaussianSchedule(sampling="full", batch_size=None, **common)
     base = GaussianPrivacy((schedule,), (field,), multipliers=True)
-    return BinnedPrivacy(_certified(base, sampling, int(period), discretization), sampling.value,
-                         overflow, _NOTES[sampling])
+    spec, note = _certified(base, sampling, int(period), discretization, amplified)
+    return BinnedPrivacy(spec, sampling.value, overflow, note)
 
 
 def binned_epsilon(sampling, noise_multiplier: float, num_steps: int, period: int, delta: float,
@@ -305,8 +310,8 @@ class BinnedSelectionEvent:
             fields.append(noise.field)
         base = GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
         p = overflow_probability(plan.num_rounds, self.tails())
-        return BinnedPrivacy(_certified(base, self.sampling, min(self.periods), None), self.sampling.value, p,
-                             _NOTES[self.sampling])
+        spec, note = _certified(base, self.sampling, min(self.periods), None)
+        return BinnedPrivacy(spec, self.sampling.value, p, note)
 
 
 def account_cli(args) -> dict:

@@ -22,7 +22,8 @@ What is certified here, and what is not:
   ``dpjax.accounting.sampling_bins``' no-amplification bound (ceil(T/B) Gaussians).
 * T rounds with B bins are ``ceil(T / B)`` full epochs: a final partial epoch releases a prefix of a full epoch's B
   outputs, which is post-processing of the full epoch, so counting it whole is an upper bound.
-* The reported epsilon is the smaller of this PLD and the no-amplification composition (both certified).
+* The reported epsilon is the smaller of this PLD and the no-amplification composition (both certified), under the
+  accountants ``pld`` and ``best`` (``CERTIFYING_ACCOUNTANTS``); ``rdp`` and ``gdp`` report the composition.
 
 The ordering the theory gives, and the tests check: for the same z, B and E,
 
@@ -62,6 +63,12 @@ TAIL_TRUNCATION = 1e-12
 MAX_BINS = 10**6
 
 ACCOUNTANT = "random-allocation-pld"
+#: The accountants that claim the random-allocation PLD: it is a PLD, so the tight ones ("pld", and "best", which
+#: takes the smallest certified value). "rdp" and "gdp" keep the no-amplification composition (no RDP or GDP curve
+#: of the allocation is ported), with a note; so does every calibration under them.
+CERTIFYING_ACCOUNTANTS = ("pld", "best")
+_UNCLAIMED = ("balls-in-bins: accountant={!r} certifies without amplification; accountant 'pld' or 'best' reports "
+              "the certified random-allocation PLD")
 NOTE = ("balls-in-bins: CERTIFIED random-allocation PLD (Feldman & Shenfeld 2026, dp_accounting PR #414 ported), "
         "add/remove, ceil(T/B) epochs of fresh 1-of-B allocations")
 
@@ -116,14 +123,12 @@ def poisson_marginal_epsilon(noise_multiplier: float, num_bins: int, num_epochs:
     subsampled Gaussian at rate 1/B (post-processing can only lower epsilon), composed over the E epochs. Computed by
     dp_accounting's PLD with optimistic rounding (``pessimistic_estimate=False``), so it is a lower bound on that
     composition too."""
-    import dp_accounting
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     z, b, e, _ = _check(noise_multiplier, num_bins, num_epochs, DEFAULT_DISCRETIZATION)
     delta = v.check_open_unit("delta", delta)
-    del dp_accounting
     pld = pld_lib.from_gaussian_mechanism(z, sampling_prob=1.0 / b, value_discretization_interval=1e-4,
-                                          pessimistic_estimate=False)
+                                          pessimistic_estimate=False, use_connect_dots=False)
     return float(pld.self_compose(e).get_epsilon_for_delta(delta))
 
 
@@ -184,6 +189,8 @@ class AllocationPrivacy(PrivacySpec):
     def epsilon(self, delta: float, accountant: str = "rdp") -> PrivacyReport:
         delta = v.check_open_unit("delta", delta)
         plain = self.base.epsilon(delta, accountant)
+        if accountant not in CERTIFYING_ACCOUNTANTS:
+            return dataclasses.replace(plain, notes=plain.notes + (_UNCLAIMED.format(accountant),))
         eps = self._allocation_epsilon(delta)
         if eps >= plain.epsilon:  # no amplification left to claim: the composition is the tighter certificate
             return dataclasses.replace(plain, notes=plain.notes + (
@@ -201,6 +208,8 @@ class AllocationPrivacy(PrivacySpec):
         target = v.check_positive("target_epsilon", target_epsilon)
         delta = v.check_open_unit("delta", delta)
         plain = self.base.calibrate(target, delta, accountant)
+        if accountant not in CERTIFYING_ACCOUNTANTS:
+            return plain
         # the no-amplification noise meets the target and the certificate is <= that bound, so the answer is a
         # factor <= 1 of it (its ratios between noise events kept)
         units = dataclasses.replace(self, base=dataclasses.replace(self.base, schedules=tuple(

@@ -16,7 +16,6 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import stats
 
 from dpjax.accounting import balls_in_bins_mc as mc
-from dpjax.accounting import random_allocation as ra
 from dpjax.accounting import sampling_bins as acc
 from dpjax.accounting import tight
 from dpjax.accounting.events import ClipEvent, DpPlan, NoiseEvent
@@ -41,9 +40,7 @@ def test_unamplified_bound_is_the_analytic_gaussian_of_ceil_t_over_b_releases(sc
     # (the relation only fixes Delta, which the multiplier is relative to)
     k = math.ceil(steps / period)
     reference = gaussian_mechanism.get_epsilon_gaussian(z / math.sqrt(k), delta)
-    # amplified=False: balls-in-bins under add/remove reports the random-allocation certificate
-    # (tests/sampling_bins/test_random_allocation.py), capped by this bound
-    report = acc.binned_epsilon(scheme, z, steps, period, delta, "gdp", neighboring=relation, amplified=False)
+    report = acc.binned_epsilon(scheme, z, steps, period, delta, "gdp", neighboring=relation)
     assert report.epsilon == pytest.approx(reference, rel=RTOL)
     assert report.sampling == scheme and report.neighboring == relation
     assert any("no amplification" in n or "without amplification" in n for n in report.notes)
@@ -111,16 +108,12 @@ def test_overflow_is_charged_to_delta_exactly_as_stated():
     p = steps * sum(stats.binom.sf(cap, n, 1 / bins) for n in sizes)
     assert spec.overflow_probability == pytest.approx(p, rel=1e-9) and p > 0
     k = math.ceil(steps / bins)
-    # the ideal run's bound: the random-allocation certificate (add/remove), capped by k Gaussians
-    def ideal(d):
-        return min(ra.allocation_epsilon(z, bins, k, d), gaussian_mechanism.get_epsilon_gaussian(z / math.sqrt(k), d))
-
-    eps_half = ideal(delta / 2)
+    eps_half = gaussian_mechanism.get_epsilon_gaussian(z / math.sqrt(k), delta / 2)
     reduced = delta - (1 + math.exp(eps_half)) * p
-    expected = ideal(reduced)
+    expected = gaussian_mechanism.get_epsilon_gaussian(z / math.sqrt(k), reduced)
     report = spec.epsilon(delta, "gdp")
     assert report.epsilon == pytest.approx(expected, rel=RTOL) and report.delta == delta
-    assert report.epsilon > ideal(delta)  # the charge costs
+    assert report.epsilon > gaussian_mechanism.get_epsilon_gaussian(z / math.sqrt(k), delta)  # the charge costs
     assert any("overflow probability" in n for n in report.notes)
     # a buffer that overflows too often is refused, naming capacity
     small = dataclass_replace(event, capacity=100)
@@ -175,7 +168,7 @@ def test_monte_carlo_is_an_estimate_that_matches_exact_pairs():
     d_at_exact = mc.mc_delta(sigma, 2, 2, exact_eps, num_samples=100_000, seed=1)
     assert abs(d_at_exact.delta - delta) <= 5 * d_at_exact.stderr
     # the estimate is below the certified (unamplified) bound: amplification is real, and unclaimed
-    certified = acc.binned_epsilon("balls-in-bins", sigma, 2, 2, delta, "gdp", amplified=False).epsilon
+    certified = acc.binned_epsilon("balls-in-bins", sigma, 2, 2, delta, "gdp").epsilon
     assert est.epsilon < certified
 
 

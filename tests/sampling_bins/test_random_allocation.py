@@ -202,7 +202,7 @@ def test_ordering_and_monte_carlo_on_the_whole_bench(z, b):
 
 
 def test_binned_accountant_reports_the_certificate_and_keeps_the_composition_as_its_cap():
-    report = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, "gdp", discretization=H)
+    report = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, "best", discretization=H)
     cert = ra.allocation_epsilon(2.0, 10, 10, 1e-6, discretization=H)
     plain = gaussian_mechanism.get_epsilon_gaussian(2.0 / math.sqrt(10), 1e-6)
     assert report.epsilon == cert < plain and report.accountant == ra.ACCOUNTANT
@@ -212,17 +212,24 @@ def test_binned_accountant_reports_the_certificate_and_keeps_the_composition_as_
 
 @pytest.mark.parametrize("kwargs", [{"neighboring": "replace-one"}, {"group_size": 2}])
 def test_relations_the_upstream_accountant_does_not_state_keep_the_unamplified_bound(kwargs):
-    report = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, "gdp", **kwargs)
+    report = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, "best", **kwargs)
     assert report.accountant != ra.ACCOUNTANT
     assert not isinstance(acc.binned_privacy("balls-in-bins", 2.0, 100, 10, **kwargs).base, ra.AllocationPrivacy)
 
 
+@pytest.mark.parametrize("accountant", ["rdp", "gdp"])
+def test_accountants_without_an_allocation_curve_keep_the_composition_and_say_so(accountant):
+    report = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, accountant)
+    plain = acc.binned_epsilon("balls-in-bins", 2.0, 100, 10, 1e-6, accountant, amplified=False)
+    assert report.epsilon == plain.epsilon and report.accountant != ra.ACCOUNTANT
+    assert any("'pld' or 'best'" in n for n in report.notes)
+
+
 def test_calibration_meets_the_target_under_the_certificate():
     spec = acc.binned_privacy("balls-in-bins", 1.0, 20, 10, discretization=1e-2)
-    z = spec.calibrate(2.0, 1e-5, "gdp")["noise_multiplier"]
-    at = acc.binned_epsilon("balls-in-bins", z, 20, 10, 1e-5, "gdp", discretization=1e-2)
-    plain_z = acc.binned_privacy("balls-in-bins", 1.0, 20, 10, neighboring="add-remove").base.base.calibrate(
-        2.0, 1e-5, "gdp")["noise_multiplier"]
+    z = spec.calibrate(2.0, 1e-5, "pld")["noise_multiplier"]
+    at = acc.binned_epsilon("balls-in-bins", z, 20, 10, 1e-5, "pld", discretization=1e-2)
+    plain_z = spec.calibrate(2.0, 1e-5, "gdp")["noise_multiplier"]  # gdp: the unamplified composition
     assert at.epsilon <= 2.0 and at.accountant == ra.ACCOUNTANT
     assert 1.9 < at.epsilon and z < plain_z  # amplification lowers the noise the target needs
 

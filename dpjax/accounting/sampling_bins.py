@@ -9,9 +9,10 @@ The samplers are ``dpjax.primitives.sampling_bins``'s. Each bound below is a com
   T rounds it enters at most ``E = ceil(T / B)`` releases, each with the one-record sensitivity. Whatever the bin
   of the differing record, the run is then an adaptive composition of E Gaussian mechanisms (the mixture over its
   bins is dominated by each component: joint convexity), i.e. ``SelfComposed(Gaussian(z), E)`` -- certified and
-  always valid, but it claims NO amplification from the random allocation. Chua et al.'s amplified number is only
-  available here as a Monte Carlo ESTIMATE (``dpjax.accounting.balls_in_bins_mc``), never as a certificate
-  (dp_accounting 0.6 has no random-allocation accountant).
+  always valid, but it claims NO amplification. Under add/remove (group size 1) the amplified bound is certified too:
+  ``dpjax.accounting.random_allocation`` (the random-allocation PLD of Feldman & Shenfeld 2026, dp_accounting's
+  unreleased accountant, ported), and the report is the smaller of the two. Chua et al.'s Monte Carlo number
+  (``dpjax.accounting.balls_in_bins_mc``) stays an ESTIMATE, never the reported epsilon.
 * **cyclic Poisson** (Choquette-Choo et al., "(Amplified) Banded Matrix Factorization", NeurIPS 2023, Section 4):
   a record's group is Poisson-sampled at rate q once every b rounds, so the run is ``ceil(T / b)`` compositions of
   ``PoissonSampled(q, Gaussian(z))`` (dp_accounting's PLD / RDP).
@@ -74,7 +75,7 @@ def overflow_probability(num_steps: int, tails) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class BinnedPrivacy(PrivacySpec):
-    """A ``GaussianPrivacy`` bound with the scheme's name and the overflow charge (module docstring).
+    """A ``GaussianPrivacy`` (or, balls-in-bins under add/remove, ``AllocationPrivacy``) bound with the scheme's name and the overflow charge (module docstring).
 
     Attributes:
       base: the certified bound of the ideal (unbuffered) run.
@@ -83,7 +84,7 @@ class BinnedPrivacy(PrivacySpec):
       note: what the bound claims (written into every report).
     """
 
-    base: GaussianPrivacy
+    base: PrivacySpec
     sampling: str
     overflow_probability: float = 0.0
     note: str = ""
@@ -149,9 +150,30 @@ _NOTES = {
 }
 
 
+_AMPLIFIED_NOTE = ("balls-in-bins: certified by the random-allocation PLD (add/remove, group size 1), capped by "
+                   "ceil(T/B) Gaussians; a Monte Carlo value is only an estimate")
+
+
+def _certified(base: GaussianPrivacy, sampling: BinnedSampling, period: int, discretization: float | None,
+               amplified: bool = True) -> tuple[PrivacySpec, str]:
+    """``base`` wrapped in the random-allocation certificate where it applies (balls-in-bins, add/remove, group size
+    1, B > 1, noise > 0, ``amplified``), else ``base`` (the no-amplification bound); with the report's note."""
+    from dpjax.accounting import random_allocation as ra
+
+    applies = (amplified and sampling is BinnedSampling.BALLS_IN_BINS
+               and base.neighboring == Neighboring.ADD_REMOVE.value and period > 1
+               and all(s.group_size == 1 and s.noise_std > 0 and s.contribution_bound == 1.0
+                       for s in base.schedules))
+    if not applies:
+        return base, _NOTES[sampling]
+    h = ra.DEFAULT_DISCRETIZATION if discretization is None else discretization
+    return ra.AllocationPrivacy(base, period, h), _AMPLIFIED_NOTE
+
+
 def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: int, *, sampling_rate=None,
                    neighboring="add-remove", unit="record", group_size: int = 1, dataset_size: int | None = None,
-                   overflow: float = 0.0, field: str = "noise_multiplier") -> BinnedPrivacy:
+                   overflow: float = 0.0, field: str = "noise_multiplier",
+                   discretization: float | None = None, amplified: bool = True) -> BinnedPrivacy:
     """The certified bound of one scheme: ``BinnedPrivacy`` over ``participations(num_steps, period)`` releases.
 
     Args:
@@ -166,6 +188,9 @@ def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: in
       dataset_size: the smallest data set (only checked against ``group_size``; default: large).
       overflow: the run's overflow probability (``overflow_probability``).
       field: the hparams field calibration returns.
+      discretization: the random-allocation certificate's loss grid (balls-in-bins under add/remove; default
+        ``random_allocation.DEFAULT_DISCRETIZATION``).
+      amplified: False keeps balls-in-bins at the no-amplification bound (for comparison).
     """
     sampling = coerce_enum("sampling", sampling, BinnedSampling)
     z = v.check_nonnegative("noise_multiplier", noise_multiplier)
@@ -184,7 +209,8 @@ def binned_privacy(sampling, noise_multiplier: float, num_steps: int, period: in
     else:
         schedule = GaussianSchedule(sampling="full", batch_size=None, **common)
     base = GaussianPrivacy((schedule,), (field,), multipliers=True)
-    return BinnedPrivacy(base, sampling.value, overflow, _NOTES[sampling])
+    spec, note = _certified(base, sampling, int(period), discretization, amplified)
+    return BinnedPrivacy(spec, sampling.value, overflow, note)
 
 
 def binned_epsilon(sampling, noise_multiplier: float, num_steps: int, period: int, delta: float,
@@ -280,11 +306,12 @@ class BinnedSelectionEvent:
                                  sampling_rate=max(self.rates) if self.rates else None, neighboring=neighboring,
                                  unit=self.unit, group_size=plan.group_size, dataset_size=min(self.dataset_sizes),
                                  field=noise.field)
-            schedules.extend(one.base.schedules)
+            schedules.extend(getattr(one.base, "base", one.base).schedules)
             fields.append(noise.field)
         base = GaussianPrivacy(tuple(schedules), tuple(fields), multipliers=True)
         p = overflow_probability(plan.num_rounds, self.tails())
-        return BinnedPrivacy(base, self.sampling.value, p, _NOTES[self.sampling])
+        spec, note = _certified(base, self.sampling, min(self.periods), None)
+        return BinnedPrivacy(spec, self.sampling.value, p, note)
 
 
 def account_cli(args) -> dict:

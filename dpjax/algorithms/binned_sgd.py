@@ -18,9 +18,10 @@ Privacy: nothing here re-derives an event. With Gaussian noise the plan asks the
 ``BinnedSelectionEvent`` (``dpjax.accounting.sampling_bins``: ``ceil(T / B)`` Gaussians, or ``ceil(T / b)``
 Poisson-sampled ones, certified; the buffer's overflow charged to delta), the numbers ``dpjax account --sampling ...``
 prints for the same schedule. With BandMF noise the privatizer's ``BandMfEvent`` reads that selection event
-(``dpjax.accounting.band_mf``: amplified under cyclic Poisson, multi-epoch under min-separation). Balls-in-bins is
-certified WITHOUT amplification; the amplified number of Chua et al. exists only as a Monte Carlo estimate
-(``dpjax.accounting.balls_in_bins_mc``), never reported as a family's epsilon.
+(``dpjax.accounting.band_mf``: amplified under cyclic Poisson, multi-epoch under min-separation). Balls-in-bins under
+add/remove is certified WITH amplification by the random-allocation PLD (``dpjax.accounting.random_allocation``,
+Feldman & Shenfeld 2026; accountants ``pld`` and ``best``), else without; Chua et al.'s Monte Carlo number
+(``dpjax.accounting.balls_in_bins_mc``) stays an estimate, never reported as a family's epsilon.
 
 Public numbers: under add/remove the data set's size is not public, so ``num_bins`` (and cyclic Poisson's
 ``sampling_rate``) must be declared; under replace-one they may be read from each silo's size.

@@ -2,7 +2,8 @@
 part of the catalogue (``dpjax.auditing.mechanisms``). Its mechanism is one epoch of noisy batch sums over
 ``dpjax.parts.selection_bins.BinnedBatches``' sampler (``dpjax.primitives.sampling_bins.BallsInBins``), not a
 registry family: the audit checks the sampler's privacy property -- a record is in exactly one batch an epoch --
-which is what the certified bound (``dpjax.accounting.sampling_bins``: one Gaussian per epoch) rests on.
+which is what the certified bound (``dpjax.accounting.sampling_bins``: the random-allocation PLD of
+``dpjax.accounting.random_allocation``, capped by one Gaussian per epoch) rests on.
 
 Canary: ``n`` rows, all zero but the canary row 0 (0 on D: the same output law as the record absent, add/remove;
 1 on D', the clip norm). Round t of the epoch releases ``sum_{i in bin t} x_i + N(0, sigma^2)``: the output is
@@ -94,14 +95,15 @@ def exact_two_bins(sigma: float, delta: float) -> float:
 
 def balls_in_bins_audit(sigma: float = 1.0, n: int = 8, delta: float = 1e-3) -> CanaryAudit:
     """One epoch of B = 2 balls-in-bins batches of ``n`` records (n / 2 expected each), noise std ``sigma`` (clip 1,
-    add/remove); certificate: ``dpjax.accounting.sampling_bins`` (one Gaussian of multiplier sigma per epoch,
-    analytic); exact: ``exact_two_bins``; mutant: record 0 in two bins (``TwoBinsMutant``)."""
+    add/remove); certificate: ``dpjax.accounting.sampling_bins`` under ``best`` (the certified random-allocation PLD,
+    which the unamplified Gaussian of multiplier sigma caps); exact: ``exact_two_bins``; mutant: record 0 in two bins
+    (``TwoBinsMutant``)."""
     from dpjax.accounting import sampling_bins as acc
 
     num_bins = 2
     sampler = BallsInBins(batch_size=n // num_bins, num_bins=num_bins, capacity=n)
     mutant = TwoBinsMutant(batch_size=n // num_bins, num_bins=num_bins, capacity=n)
-    cert = acc.binned_epsilon("balls-in-bins", sigma, num_bins, num_bins, delta, "gdp", neighboring="add-remove")
+    cert = acc.binned_epsilon("balls-in-bins", sigma, num_bins, num_bins, delta, "best", neighboring="add-remove")
     zero = np.zeros(n, np.float32)
     one = zero.copy()
     one[0] = 1.0
@@ -115,9 +117,9 @@ def balls_in_bins_audit(sigma: float = 1.0, n: int = 8, delta: float = 1e-3) -> 
     return CanaryAudit(
         name="balls-in-bins",
         description=(f"one epoch of B={num_bins} balls-in-bins batch sums (n={n}, sigma={sigma}), canary absent vs "
-                     "present; certified without amplification"),
+                     "present; certified by the random-allocation PLD"),
         mechanism=_mechanism(sampler, n, num_bins), dataset=d, neighbour=dp, score=score,
-        certificate=Certificate(cert.epsilon, delta, "dpjax.accounting.sampling_bins (gdp)", "add-remove"),
+        certificate=Certificate(cert.epsilon, delta, f"dpjax.accounting.sampling_bins ({cert.accountant})", "add-remove"),
         mutants={"record-in-two-bins": _mechanism(mutant, n, num_bins)},
         exact=lambda: {"epsilon": exact_two_bins(sigma, delta)},
         details={"num_bins": num_bins, "n": n, "sigma": sigma})

@@ -40,7 +40,8 @@ def test_family_epsilon_is_dpjax_accounts(capsys, sampling, extra, neighboring, 
     cap = None if sampling == "min-separation" else 30  # min-separation's groups never overflow: no buffer to size
     fam = DpSgd(LinearRegression(3), 10, 3, sampling=sampling, neighboring=neighboring, capacity=cap, **extra)
     spec = fam.privacy(SIZES, DpSgdHParams.create(0.1, Z, 1.0))
-    acc = "rdp" if sampling == "cyclic-poisson" else "gdp"
+    # balls-in-bins: "best" claims the random-allocation PLD ("gdp" would keep the unamplified bound)
+    acc = {"cyclic-poisson": "rdp", "balls-in-bins": "best"}.get(sampling, "gdp")
     ours = spec.epsilon(DELTA, acc)
     out = _account(capsys, ["--sampling", sampling, "--noise-multiplier", str(Z), "--dataset-size", "24", "--steps",
                             "10", "--delta", str(DELTA), "--neighboring", neighboring, "--accountant", acc] + argv)
@@ -49,11 +50,16 @@ def test_family_epsilon_is_dpjax_accounts(capsys, sampling, extra, neighboring, 
         ra = dpa.rdp.RdpAccountant(list(tight.rdp_orders()))
         ra.compose(dpa.PoissonSampledDpEvent(0.25, dpa.GaussianDpEvent(Z)), k)
         assert ours.epsilon == pytest.approx(ra.get_epsilon(DELTA), rel=1e-6)
+    elif sampling == "balls-in-bins":  # add/remove: the certified random-allocation PLD of k fresh epochs, below k
+        # Gaussians; the Monte Carlo number is named an estimate, never reported
+        from dpjax.accounting import random_allocation as ra
+
+        assert ours.epsilon == ra.allocation_epsilon(Z, 4, k, DELTA) and ours.accountant == ra.ACCOUNTANT
+        assert ours.epsilon < gaussian_mechanism.get_epsilon_gaussian(Z / math.sqrt(k), DELTA)
+        assert any("only an estimate" in n for n in ours.notes)
     else:  # replace-one: std 2 z C / K for sensitivity 2C / K -- the same multiplier z
         assert ours.epsilon == pytest.approx(gaussian_mechanism.get_epsilon_gaussian(Z / math.sqrt(k), DELTA),
                                              rel=1e-6)
-    if sampling == "balls-in-bins":  # the amplified Monte Carlo number is named an estimate, never reported
-        assert any("only a Monte Carlo estimate" in n for n in ours.notes)
 
 
 def test_binned_configurations_are_refused_by_name():

@@ -9,6 +9,7 @@ import pytest
 from dp_accounting import gaussian_mechanism
 
 from dpjax.accounting import cli
+from dpjax.accounting import random_allocation as ra
 
 pytestmark = pytest.mark.privacy
 
@@ -20,12 +21,13 @@ def _json(capsys, argv):
     return rc, json.loads(capsys.readouterr().out)
 
 
-def test_balls_in_bins_epsilon_is_ceil_t_over_b_gaussians(capsys):
+def test_balls_in_bins_epsilon_is_the_random_allocation_certificate_of_ceil_t_over_b_epochs(capsys):
     rc, out = _json(capsys, ["--sampling", "balls-in-bins", "--noise-multiplier", "2.0", "--num-bins", "100"] + COMMON)
-    # 250 steps of 100 bins: every record in at most 3 releases -> one Gaussian of multiplier 2 / sqrt(3)
+    # 250 steps of 100 bins: 3 epochs of fresh 1-of-100 allocations (the partial epoch counted whole), certified by
+    # the random-allocation PLD and strictly below the unamplified 3 Gaussians (one of multiplier 2 / sqrt(3))
     assert rc == 0 and out["participations"] == 3 and out["neighboring"] == "add-remove"
-    assert out["epsilon"] == pytest.approx(gaussian_mechanism.get_epsilon_gaussian(2.0 / math.sqrt(3), 1e-5),
-                                           rel=1e-6)
+    assert out["epsilon"] == ra.allocation_epsilon(2.0, 100, 3, 1e-5) and out["accountant"] == ra.ACCOUNTANT
+    assert out["epsilon"] < gaussian_mechanism.get_epsilon_gaussian(2.0 / math.sqrt(3), 1e-5)
     assert "monte_carlo_estimate" not in out
 
 

@@ -60,10 +60,13 @@ def test_balls_in_bins_family_runs_and_its_privacy_is_the_binned_accountant():
     out = run(algo, data, hp, jax.random.key(0))
     assert np.all(np.isfinite(np.asarray(jax.tree_util.tree_leaves(out.output)[0])))
     assert not np.asarray(out.round_metrics["sampling_overflow"]).any()
-    report = algo.privacy([24, 20], hp).epsilon(1e-5, "gdp")
-    # 6 rounds of 4 bins: 2 epochs, each record in <= 2 releases -> a Gaussian of multiplier 1.5 / sqrt 2
-    assert report.epsilon == pytest.approx(gaussian_mechanism.get_epsilon_gaussian(1.5 / math.sqrt(2), 1e-5),
-                                           rel=1e-6)
+    report = algo.privacy([24, 20], hp).epsilon(1e-5, "best")
+    # 6 rounds of 4 bins: 2 epochs of fresh 1-of-4 allocations -> the random-allocation certificate, below the
+    # unamplified bound (each record in <= 2 releases: a Gaussian of multiplier 1.5 / sqrt 2)
+    from dpjax.accounting import random_allocation as ra
+
+    assert report.epsilon == ra.allocation_epsilon(1.5, 4, 2, 1e-5) and report.accountant == ra.ACCOUNTANT
+    assert report.epsilon < gaussian_mechanism.get_epsilon_gaussian(1.5 / math.sqrt(2), 1e-5)
     assert report.sampling == "balls-in-bins"
 
 

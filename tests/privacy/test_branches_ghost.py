@@ -262,6 +262,31 @@ class _NNXEmbed(nnx.Module):
         return jnp.sum(jnp.tanh(self.emb(ids)))
 
 
+class _NNXGeneral(nnx.Module):
+    def __init__(self, rngs):
+        self.lg = nnx.LinearGeneral(3, (2, 2), rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.sum(jnp.tanh(self.lg(x)))
+
+
+class _NNXDropout(nnx.Module):
+    def __init__(self, rngs):
+        self.lin = nnx.Linear(3, 2, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.sum(self.drop(self.lin(x)))
+
+
+class _NNXRemat(nnx.Module):
+    def __init__(self, rngs):
+        self.lin = nnx.Linear(3, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.sum(nnx.remat(lambda m, v: m(v))(self.lin, x))
+
+
 class _Counter(nnx.Variable):
     pass
 
@@ -294,6 +319,18 @@ def test_nnx_constructions_materialised_refused_and_exact():
     assert [c.kind for c in plan.calls] == ["embed"]
     norms, _ = gc.per_example_grad_norms(loss_fn, params, ids, y)
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss_fn, params, ids, y), rtol=RTOL)
+    loss_fn, params = gc.nnx_loss(_NNXGeneral(rngs), lambda m, xi, yi: m(xi) * yi)
+    plan = gpl.make_plan(loss_fn, params, x, y)
+    assert [c.kind for c in plan.calls] == ["dense"] and plan.calls[0].spec == gpl.DenseSpec((0,), 2)
+    norms, _ = gc.per_example_grad_norms(loss_fn, params, x, y)
+    np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss_fn, params, x, y), rtol=1e-6)
+    loss_fn, params = gc.nnx_loss(_NNXRemat(rngs), lambda m, xi, yi: m(xi))
+    plan = gpl.make_plan(loss_fn, params, x, y)
+    assert not plan.fast and "is called inside a JAX transformation" in plan.reason
+    # a training-mode Dropout advances its stateful Rngs inside the per-example trace: refused by name
+    loss_fn, params = gc.nnx_loss(_NNXDropout(rngs), lambda m, xi, yi: m(xi))
+    with pytest.raises(ValueError, match=r"Dropout 'drop' is in training mode \(deterministic=False\)"):
+        gc.ghost_clipped_sum(loss_fn, params, x, y, 1.0)
     # a loss that updates a Variable other than BatchNorm/Dropout state: the general refusal
     loss_fn, params = gc.nnx_loss(_NNXMutates(rngs), lambda m, xi, yi: jnp.sum(m(xi)))
     with pytest.raises(ValueError, match="the NNX model mutates its state inside the per-example loss"):

@@ -1,0 +1,76 @@
+"""Branches of the parts' declarations reached by tests that can fail (issue 42, item 1): cyclic client groups,
+per-silo batch sizes, user-level privatizers and servers, the noise multiplier read back host-side, AC-SA's step
+schedules. A part that accepted a declaration its accountant does not cover (a cyclic-Poisson rate read from the
+data, a surrogate mechanism that certifies nothing) would report a guarantee the run does not have.
+
+Expected values are the definitions' (AC-SA's Lan constants ``alpha_t = 2/(t+1)``, ``eta_t = 4 nu/(t(t+1))``, by hand)
+or the refusal naming the argument and its value.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from dpjax.accounting import sco_transcript
+from dpjax.parts import acsa, cyclic_silos, privatizers, selection, users
+
+pytestmark = pytest.mark.privacy
+
+
+def test_acsa_lan_constants_and_an_unknown_schedule():
+    alpha, eta = acsa.acsa_constants(3, 2.0, "lan")
+    assert float(alpha) == pytest.approx(2 / 4) and float(eta) == pytest.approx(4 * 2.0 / (3 * 4))
+    alpha, eta = acsa.acsa_constants(3, 2.0, "paper")
+    assert float(alpha) == pytest.approx(2 / 5) and float(eta) == pytest.approx(2 * 2.0 / (4 * 5))
+    with pytest.raises(ValueError, match=r"schedule='nesterov' must be one of"):
+        acsa.acsa_constants(3, 2.0, "nesterov")
+
+
+def test_cyclic_client_groups_declarations():
+    with pytest.raises(ValueError, match=r"sampling_rate=None: cyclic Poisson over clients needs the public rate q"):
+        cyclic_silos.CyclicSilos(2, 3)
+    with pytest.raises(ValueError, match=r"cohort_capacity"):
+        cyclic_silos.CyclicSilos(2, 3, sampling_rate=0.5, cohort_capacity=0)
+    assert cyclic_silos.CyclicSilos(2, 3, sampling_rate=0.5, cohort_capacity=4).sampler.capacity == 4
+    sep = cyclic_silos.CyclicSilos(2, 3, scheme="min-separation")
+    assert type(sep.sampler).__name__ == "MinSeparation"
+    with pytest.raises(ValueError, match=r"num_groups=3 must be <= num_silos=2 \(every group needs a client\)"):
+        sep.validate(types.SimpleNamespace(num_silos=2))
+
+
+def test_host_multiplier_reads_one_runs_value():
+    assert privatizers.host_multiplier(np.float32(0.5)) == 0.5
+    assert privatizers.host_multiplier(np.asarray([0.5, 0.25])) == (0.5, 0.25)
+    with pytest.raises(ValueError, match=r"noise multiplier has shape \(2, 2\); pass one run's hyperparameters"):
+        privatizers.host_multiplier(np.ones((2, 2)))
+
+
+def test_local_step_noise_has_no_state_before_the_first_batch():
+    part = privatizers.LocalStepGaussian(num_steps=2)
+    assert part.init({}, types.SimpleNamespace(batch=None)) == ()
+
+
+def test_per_silo_batch_sizes_need_the_gather_path_and_a_batch_within_the_smallest_silo():
+    with pytest.raises(ValueError, match=r"batch_sizes=\(2, 3\) needs the gather path and batch_size = max K_i, got "
+                                         r"batch_size=2, dense=False"):
+        selection.SiloBatches(batch_size=2, batch_sizes=(2, 3))
+    sel = selection.LocalStepBatches(batch_size=4)
+    with pytest.raises(ValueError, match=r"batch_size=4 must be <= the smallest silo size 3"):
+        sel.validate(types.SimpleNamespace(num_silos=2, min_size=3))
+
+
+def test_user_level_privatizer_declarations():
+    with pytest.raises(ValueError, match=r"mechanism='laplace' must be one of"):
+        users.UserGaussian("laplace")
+    with pytest.raises(ValueError, match=r"mechanism='none' adds no noise; no multiplier gives a noise std"):
+        users.UserGaussian("none").multiplier_for(1.0, [4], 2.0)
+    hp = types.SimpleNamespace(start=np.asarray([0, 4]), batch=np.asarray([4, 4]), stage_round=np.asarray([1, 2]),
+                               noise_multiplier=np.asarray([1.0, 1.0]))
+    (ev,) = users.UserGaussian("surrogate").events(hp, 2)
+    assert isinstance(ev, sco_transcript.NoGuaranteeEvent)
+    assert "variance-matched surrogate of P_vec, not a DP mechanism" in ev.reason
+    with pytest.raises(ValueError, match=r"output='mean' must be one of \('average', 'last'\)"):
+        users.PhasedSgdServer(output="mean")

@@ -236,3 +236,22 @@ def test_silo_devices_on_one_host_device():
     # the values are unchanged (only their placement is constrained): each silo's row stays its own
     np.testing.assert_array_equal(np.asarray(out["a"]), np.arange(4.0))
     assert float(out["s"]) == 2.0
+
+
+# ----------------------------------------------------------------------------- the chain's noise multiplier
+def test_noise_multiplier_for_refusals_and_a_server_side_privatizer():
+    from dpjax.algorithms.dpsgd_general import DpSgdGeneral, DpSgdHParams
+    from dpjax.algorithms.isrl_mbsgd import MbSgdHParams, NoisyMbSgd
+    from dpjax.problems import LogisticRegression
+
+    algo = NoisyMbSgd(LogisticRegression(3), num_rounds=2, batch_size=4)
+    hp = MbSgdHParams.create(0.5, 0.3, 2.0)
+    # sensitivity 2C/K = 1: the multiplier of std 0.75 is 0.75 (float32-exact)
+    assert algo.noise_multiplier_for(0.75, hp, [10, 10]) == 0.75
+    with pytest.raises(ValueError, match=r"noise_std=-1.0 must be finite and >= 0"):
+        algo.noise_multiplier_for(-1.0, hp, [10, 10])
+    with pytest.raises(ValueError, match=r"noise_std=0.5 with an unbounded message \(clip norm inf\)"):
+        algo.noise_multiplier_for(0.5, MbSgdHParams.create(0.5, 0.3, float("inf")), [10, 10])
+    server = DpSgdGeneral(LogisticRegression(3), 2, 1, 4, 1, sampling="subsample", placement="server")
+    with pytest.raises(ValueError, match=r"DpSgdGeneral: the aggregate's sensitivity depends on the round's reports"):
+        server.message_sensitivity(DpSgdHParams.create(0.5, noise_multiplier=0.3, clip_norm=1.0), [10, 10])

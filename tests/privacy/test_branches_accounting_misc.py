@@ -175,3 +175,31 @@ def test_shuffle_lower_bound_single_epoch_paths():
     assert best == max(shuffle_lower_bound.single_epoch_delta(z, steps, eps, p) for p in shuffle_lower_bound.PAIRS)
     # a tiny noise multiplier: delta stays above the target up to _EPS_MAX, which is returned (that much is shown)
     assert shuffle_lower_bound.single_epoch_epsilon(1e-3, 2, 1e-12) == shuffle_lower_bound._EPS_MAX
+
+
+def test_isrl_shuffle_chain_inclusion_and_local_delta_domains():
+    # hidden participation: q = (K/n) M / N; K = n, M = 4 reports over N = 2 silos gives q = 2 > 1
+    with pytest.raises(ValueError, match=r"reports=4: the inclusion probability q = M q_rec/N = 2 exceeds 1 \(N=2\)"):
+        shuffle.isrl_shuffle_chain(1.0, 1.0, 3, 2, 4, 1, 1e-5, batch_size=3)
+    # delta0 = delta/(18 R M q) with q = 1e-9 (K = 1 of n = 1e9): 0.5/1.8e-8 > 1
+    with pytest.raises(ValueError, match=r"delta=0.5: the chain's local delta0 = delta/\(18 R M q\)"):
+        shuffle.isrl_shuffle_chain(1.0, 1.0, 10**9, 1, 1, 1, 0.5)
+
+
+def test_small_accountant_domains():
+    with pytest.raises(ValueError, match=r"delta=0.6 must be <= 1/2"):
+        user_level.user_level_params(0.5, 0.6)
+    # sum_{u <= 4 kappa + 1 = 9} C(10, u) = 2^10 - 1 oracle calls
+    assert user_level.fallback_cost(10, 2) == "1023 oracle calls; limit 300000"
+    from dpjax.accounting import balls_in_bins_mc, batch_clipping, wor_rdp
+
+    with pytest.raises(ValueError, match=r"g=11 must be <= n_records=10"):
+        batch_clipping._check_sizes(10, 1, 1, 11, 1)
+    with pytest.raises(ValueError, match=r"dataset_sizes=\(\) must name at least one silo"):
+        batch_clipping.batch_clipping_privacy(sampling="shuffle", dataset_sizes=(), s=1, m=1, num_rounds=1,
+                                              rounds_per_epoch=1, noise_multiplier=1.0)
+    # 1e6 samples x 10 bins x 1 epoch = 1e7 draws fit; 2e6 do not
+    assert balls_in_bins_mc.check_work(10**6, 10, 10) == 10**6
+    with pytest.raises(ValueError, match=r"num_samples=2000000 with 10 bins over 1 epoch\(s\) is 2e\+07 normal draws"):
+        balls_in_bins_mc.check_work(2 * 10**6, 10, 10)
+    assert list(wor_rdp.wor_gaussian_rdp(0.0, 1.0, [2.0, 8.0])) == [0.0, 0.0]  # q = 0: nothing is released

@@ -255,3 +255,27 @@ def test_noise_multiplier_for_refusals_and_a_server_side_privatizer():
     server = DpSgdGeneral(LogisticRegression(3), 2, 1, 4, 1, sampling="subsample", placement="server")
     with pytest.raises(ValueError, match=r"DpSgdGeneral: the aggregate's sensitivity depends on the round's reports"):
         server.message_sensitivity(DpSgdHParams.create(0.5, noise_multiplier=0.3, clip_norm=1.0), [10, 10])
+
+
+
+def test_a_chain_family_without_averager_or_availability():
+    from dpjax.engine import chain
+
+    seen = []
+
+    @dataclasses.dataclass(frozen=True)
+    class _Part:
+        roles: tuple
+
+        def validate(self, data):
+            seen.append(self.roles)
+
+    class _Fam(chain.ChainFamily):
+        def parts(self, shape):
+            return chain.Parts(_Part(("selection",)), (_Part(("client",)), _Part(("server",))))
+
+    state = types.SimpleNamespace(params={"w": np.arange(3.0)})
+    assert _Fam().output_params(state) is state.params       # no averager: the released iterate is the last one
+    data = types.SimpleNamespace(num_silos=2, min_size=3, n_max=3, x=np.zeros((2, 3, 4)), y=np.zeros((2, 3)))
+    _Fam().validate(data)                                     # no availability: only the parts' own checks run
+    assert seen == [("selection",), ("client",), ("server",)]

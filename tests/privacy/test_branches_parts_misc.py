@@ -74,3 +74,29 @@ def test_user_level_privatizer_declarations():
     assert "variance-matched surrogate of P_vec, not a DP mechanism" in ev.reason
     with pytest.raises(ValueError, match=r"output='mean' must be one of \('average', 'last'\)"):
         users.PhasedSgdServer(output="mean")
+
+
+def test_min_separation_clients_take_no_rate_or_buffer():
+    with pytest.raises(ValueError, match=r"sampling_rate=0.5: scheme='min-separation' takes all of the round's group"):
+        cyclic_silos.CyclicSilos(2, 3, scheme="min-separation", sampling_rate=0.5)
+    with pytest.raises(ValueError, match=r"cohort_capacity=4: min-separation cohorts are whole groups"):
+        cyclic_silos.CyclicSilos(2, 3, scheme="min-separation", cohort_capacity=4)
+
+
+def test_full_batch_denominator_is_the_silo_size():
+    from dpjax.parts.clients import MinibatchGradient
+
+    sizes = np.asarray([7.0, 9.0], np.float32)
+    assert MinibatchGradient(problem=None).denominator(sizes) is sizes           # full batch: the public size
+    assert MinibatchGradient(problem=None, batch_size=4).denominator(sizes) == 4
+
+
+def test_projection_onto_a_ball_around_a_centre():
+    import jax.numpy as jnp
+
+    from dpjax.primitives.projection import project_l2_ball
+
+    # |(3, 4) - (0, 0)| = 5 > 1 around centre (0, 0)... here centre (1, 0): offset (2, 4), norm sqrt(20)
+    out = project_l2_ball({"w": jnp.asarray([3.0, 4.0])}, 1.0, {"w": jnp.asarray([1.0, 0.0])})
+    want = np.asarray([1.0, 0.0]) + np.asarray([2.0, 4.0]) / np.sqrt(20.0)
+    np.testing.assert_allclose(np.asarray(out["w"]), want, rtol=1e-6)

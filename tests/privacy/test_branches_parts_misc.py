@@ -100,3 +100,23 @@ def test_projection_onto_a_ball_around_a_centre():
     out = project_l2_ball({"w": jnp.asarray([3.0, 4.0])}, 1.0, {"w": jnp.asarray([1.0, 0.0])})
     want = np.asarray([1.0, 0.0]) + np.asarray([2.0, 4.0]) / np.sqrt(20.0)
     np.testing.assert_allclose(np.asarray(out["w"]), want, rtol=1e-6)
+
+
+def test_a_gated_server_steps_only_when_some_silo_reported():
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from dpjax.engine.roles import Gated
+    from dpjax.parts.servers import OptaxServer
+
+    server = OptaxServer(optax.trace(0.5))
+    w = {"w": jnp.asarray([1.0, 2.0])}
+    ctx = types.SimpleNamespace(params=w, hparams=types.SimpleNamespace(learning_rate=0.1))
+    state = server.init(w, ctx)
+    u = {"w": jnp.asarray([0.5, -1.0])}
+    kept, kept_state = server.update(Gated(u, jnp.asarray(False)), state, ctx)
+    np.testing.assert_array_equal(np.asarray(kept["w"]), [1.0, 2.0])          # no report: no step, state kept
+    np.testing.assert_array_equal(np.asarray(jax.tree_util.tree_leaves(kept_state)[0]), [0.0, 0.0])
+    stepped, _ = server.update(Gated(u, jnp.asarray(True)), state, ctx)
+    np.testing.assert_allclose(np.asarray(stepped["w"]), [1.0 - 0.1 * 0.5, 2.0 + 0.1 * 1.0], rtol=1e-7)

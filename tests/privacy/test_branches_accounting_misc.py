@@ -203,3 +203,15 @@ def test_small_accountant_domains():
     with pytest.raises(ValueError, match=r"num_samples=2000000 with 10 bins over 1 epoch\(s\) is 2e\+07 normal draws"):
         balls_in_bins_mc.check_work(2 * 10**6, 10, 10)
     assert list(wor_rdp.wor_gaussian_rdp(0.0, 1.0, [2.0, 8.0])) == [0.0, 0.0]  # q = 0: nothing is released
+
+
+def test_audit_lower_bound_is_the_clopper_pearson_ratio():
+    from scipy import stats
+
+    tp, fp, trials, delta = 95, 5, 100, 1e-3
+    # Clopper-Pearson at (1 + 0.95)/2 each: TPR >= t_lo, FPR <= f_hi; eps >= ln((t_lo - delta)/f_hi)
+    t_lo = stats.beta.ppf(0.025, tp, trials - tp + 1)
+    f_hi = stats.beta.ppf(0.975, fp + 1, trials - fp)
+    want = math.log((t_lo - delta) / f_hi)
+    assert want > 1.0  # a non-trivial bound
+    assert shuffle_sco.audit_lower_bound(tp, fp, trials, delta) == pytest.approx(want, rel=1e-12)

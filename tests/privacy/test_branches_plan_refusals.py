@@ -84,3 +84,15 @@ def test_user_level_group_epsilon_is_the_binomial_mixture_pld():
     assert rep.epsilon == pytest.approx(acc.get_epsilon(delta), rel=1e-9)
     with pytest.raises(ValueError, match=r"accountant='rdp' has no rule for SelfComposedDpEvent; use 'pld'"):
         user_dpsgd.epsilon_of_event(spec.dp_event(), delta, "rdp")
+
+
+def test_round_windows_phases_and_their_refusals():
+    rw = sco_transcript.RoundWindows.of([0, 4, 0, 0], [4, 4, 2, 2], [1, 2, 1, 2])
+    # by hand: phase 1 = rounds 0-1, start advancing by the batch (fresh users); phase 2 = rounds 2-3, start fixed
+    assert [(p.first, p.rounds, p.fresh) for p in rw.phases()] == [(0, 2, True), (2, 2, False)]
+    with pytest.raises(ValueError, match=r"hparams holds schedules of shapes \[\(2,\), \(2,\), \(3,\)\]"):
+        sco_transcript.RoundWindows.of([0, 1], [1, 1], [1, 2, 3])
+    with pytest.raises(ValueError, match=r"hparams.stage_round must open a phase \(1\) at round 0"):
+        sco_transcript.RoundWindows.of([0, 1], [1, 1], [2, 3]).phases()
+    with pytest.raises(ValueError, match=r"hparams.start must either advance by the batch"):
+        sco_transcript.RoundWindows.of([0, 1, 5], [4, 4, 4], [1, 2, 3]).phases()

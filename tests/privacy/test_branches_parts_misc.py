@@ -120,3 +120,46 @@ def test_a_gated_server_steps_only_when_some_silo_reported():
     np.testing.assert_array_equal(np.asarray(jax.tree_util.tree_leaves(kept_state)[0]), [0.0, 0.0])
     stepped, _ = server.update(Gated(u, jnp.asarray(True)), state, ctx)
     np.testing.assert_allclose(np.asarray(stepped["w"]), [1.0 - 0.1 * 0.5, 2.0 + 0.1 * 1.0], rtol=1e-7)
+
+
+def test_clippers_refuse_units_they_do_not_clip():
+    import jax.numpy as jnp
+
+    from dpjax.engine.roles import PerExampleGradients, PerUnitVectors
+    from dpjax.parts.clipping import ClipPerUnit, ClipVectors
+
+    ctx = types.SimpleNamespace(hparams=types.SimpleNamespace(clip_norm=1.0))
+    keep = PerExampleGradients(None, {}, jnp.zeros((1, 2, 3)), jnp.zeros((1, 2)), jnp.ones((1, 2)), 1.0, None, None,
+                               reduce=False)
+    with pytest.raises(ValueError, match=r"ClipPerUnit sums per-example gradients; a local randomizer needs the "
+                                         r"clipped vectors themselves"):
+        ClipPerUnit().update(keep, (), ctx)
+    with pytest.raises(ValueError, match=r"units=dict is not a unit description ClipPerUnit knows"):
+        ClipPerUnit().update({}, (), ctx)
+    per_silo = PerUnitVectors({"w": jnp.ones((2, 3))}, None, 1.0, per_silo=True)
+    with pytest.raises(ValueError, match=r"units=PerUnitVectors are not per-unit vectors ClipVectors can keep apart"):
+        ClipVectors().update(per_silo, (), ctx)
+
+
+def test_pvec_bit_level_needs_static_buffers():
+    from dpjax.parts.pvec import PvecRandomizer
+
+    with pytest.raises(ValueError, match=r"bit_buffer=None: the bit level needs static \(g_max, b_max\) bit buffers"):
+        PvecRandomizer(dim=3, level="bits")
+
+
+def test_a_non_certified_user_level_schedule_certifies_nothing():
+    from dpjax.accounting.user_level import UserLevelPrivacy
+
+    # B2 (the paper's non-private baseline) and any mode other than "certified": (inf, 1), whatever the calls say
+    assert UserLevelPrivacy("B2", ((0.5, 1e-6, "a"),)).certified() == (float("inf"), 1.0)
+    assert UserLevelPrivacy("A1", ((0.5, 1e-6, "a"),), mode="rate-shape").certified() == (float("inf"), 1.0)
+    assert UserLevelPrivacy("A1", ((0.5, 1e-6, "a"),)).certified() == (0.5, 1e-6)
+
+
+def test_batch_clipping_standard_accountant_is_for_single_records():
+    from dpjax.accounting.batch_clipping import batch_clipping_report
+
+    with pytest.raises(ValueError, match=r"accountant='standard' covers group_size=1 only, got group_size=2"):
+        batch_clipping_report("standard", sampling="shuffle", n_records=100, s=2, m=5, num_rounds=10,
+                              rounds_per_epoch=10, sigma=1.0, delta=1e-5, group_size=2)

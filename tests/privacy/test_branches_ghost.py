@@ -31,10 +31,23 @@ def x64():
         yield
 
 
+# compile-time bound (as tests/primitives/test_ghost_property.py): XLA's cheap CPU settings, arithmetic unchanged
+_CHEAP = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
 def _vmap_norms(loss_fn, params, x, y):
-    g = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(params, x, y)
-    sq = sum(jnp.sum(leaf.reshape(leaf.shape[0], -1) ** 2, axis=1) for leaf in jax.tree_util.tree_leaves(g))
-    return np.sqrt(np.asarray(sq))
+    def norms(p, a, b):
+        g = jax.vmap(jax.grad(loss_fn), in_axes=(None, 0, 0))(p, a, b)
+        return jnp.sqrt(sum(jnp.sum(leaf.reshape(leaf.shape[0], -1) ** 2, axis=1)
+                            for leaf in jax.tree_util.tree_leaves(g)))
+
+    return np.asarray(jax.jit(norms, compiler_options=_CHEAP)(params, x, y))
+
+
+def _ghost_norms(loss_fn, params, x, y):
+    """``per_example_grad_norms`` compiled once, and whether the plan is the ghost one (``fast``)."""
+    norms = jax.jit(lambda p, a, b: gc.per_example_grad_norms(loss_fn, p, a, b)[0], compiler_options=_CHEAP)
+    return norms(params, x, y), gpl.make_plan(loss_fn, params, x, y).fast
 
 
 def _f64(tree):
@@ -76,7 +89,7 @@ def test_plan_of_a_tied_model_names_every_call_and_groups_the_shared_table():
                                             "BatchNorm 'bn'.__call__: materialised", "Embed 'emb'.attend: ghost attend"]
     assert (0, 3) in plan.groups and (1,) in plan.groups and (2,) in plan.groups
     assert plan.calls[1].spec == gpl.DenseSpec((1,), 2)  # T x 4 input: axis 1 contracted, two feature axes
-    norms, fast = gc.per_example_grad_norms(loss, params, ids, y)
+    norms, fast = _ghost_norms(loss, params, ids, y)
     assert fast
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss, params, ids, y), rtol=RTOL)
 
@@ -102,7 +115,7 @@ def test_a_refused_plan_describes_its_reason_and_the_entry_points_fall_back():
 
     plan = gpl.make_plan(evaluation, params, x, y)
     assert plan.fast and [c.kind for c in plan.calls] == [gpl.MATERIALISED]
-    norms, fast = gc.per_example_grad_norms(evaluation, params, x, y)
+    norms, fast = _ghost_norms(evaluation, params, x, y)
     assert fast
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(evaluation, params, x, y), rtol=RTOL)
 
@@ -116,7 +129,7 @@ def test_force_fallback_and_a_not_fast_plan_give_the_vmap_grad_norms():
         return jnp.sum(dense.apply(p, xi) ** 2) + jnp.sum(p["params"]["kernel"]) * yi
 
     assert not gpl.make_plan(outside, params, x, y).fast
-    norms, fast = gc.per_example_grad_norms(outside, params, x, y)
+    norms, fast = _ghost_norms(outside, params, x, y)
     assert not fast
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(outside, params, x, y), rtol=RTOL)
 
@@ -124,7 +137,7 @@ def test_force_fallback_and_a_not_fast_plan_give_the_vmap_grad_norms():
         return jnp.sum((dense.apply(p, xi) - yi) ** 2)
 
     g = jax.vmap(jax.grad(plain), in_axes=(None, 0, 0))(params, x, y)
-    res = gc.ghost_clipped_sum(plain, params, x, y, 0.5, force_fallback=True)
+    res = jax.jit(lambda p, a, b: gc.ghost_clipped_sum(plain, p, a, b, 0.5, force_fallback=True))(params, x, y)
     assert not res.fast_path
     # by hand: sum_i g_i min(1, C/||g_i||)
     n = _vmap_norms(plain, params, x, y)
@@ -143,8 +156,8 @@ def test_a_static_plain_restart_round_clips_the_plain_gradients_on_both_paths(fo
     def loss(p, xi, yi):
         return jnp.sum((dense.apply(p, xi) - yi) ** 2)
 
-    res = gc.clipped_difference_sum(loss, params, prev, x, y, 0.7, use_difference=False,
-                                    force_fallback=force_fallback)
+    res = jax.jit(lambda p, q, a, b: gc.clipped_difference_sum(loss, p, q, a, b, 0.7, use_difference=False,
+                                                               force_fallback=force_fallback))(params, prev, x, y)
     assert bool(res.fast_path) is (not force_fallback)
     g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(params, x, y)  # the plain gradients at params, not w - w'
     n = _vmap_norms(loss, params, x, y)
@@ -218,7 +231,7 @@ def test_conv_with_strides_none_is_the_unit_stride():
 
     plan = gpl.make_plan(loss, params, x, y)
     assert plan.calls[0].spec == gpl.ConvSpec((3,), (1,), "VALID", (1,), (1,))
-    norms, _ = gc.per_example_grad_norms(loss, params, x, y)
+    norms, _ = _ghost_norms(loss, params, x, y)
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss, params, x, y), rtol=RTOL)
 
 
@@ -232,7 +245,7 @@ def test_dense_general_with_batch_dims_is_materialised_and_exact():
 
     plan = gpl.make_plan(loss, params, x, y)
     assert [c.kind for c in plan.calls] == [gpl.MATERIALISED]
-    norms, fast = gc.per_example_grad_norms(loss, params, x, y)
+    norms, fast = _ghost_norms(loss, params, x, y)
     assert fast
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss, params, x, y), rtol=RTOL)
 
@@ -311,18 +324,18 @@ def test_nnx_constructions_materialised_refused_and_exact():
     loss_fn, params = gc.nnx_loss(_NNXTwoArgs(), lambda m, xi, yi: m(xi, yi))
     plan = gpl.make_plan(loss_fn, params, x, y)
     assert plan.fast and [c.kind for c in plan.calls] == [gpl.MATERIALISED]
-    norms, _ = gc.per_example_grad_norms(loss_fn, params, x, y)
+    norms, _ = _ghost_norms(loss_fn, params, x, y)
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss_fn, params, x, y), rtol=RTOL)
     ids = jnp.asarray([[0, 1, 1], [5, 2, 0], [3, 3, 3]])
     loss_fn, params = gc.nnx_loss(_NNXEmbed(rngs), lambda m, xi, yi: m(xi) * yi)
     plan = gpl.make_plan(loss_fn, params, ids, y)
     assert [c.kind for c in plan.calls] == ["embed"]
-    norms, _ = gc.per_example_grad_norms(loss_fn, params, ids, y)
+    norms, _ = _ghost_norms(loss_fn, params, ids, y)
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss_fn, params, ids, y), rtol=RTOL)
     loss_fn, params = gc.nnx_loss(_NNXGeneral(rngs), lambda m, xi, yi: m(xi) * yi)
     plan = gpl.make_plan(loss_fn, params, x, y)
     assert [c.kind for c in plan.calls] == ["dense"] and plan.calls[0].spec == gpl.DenseSpec((0,), 2)
-    norms, _ = gc.per_example_grad_norms(loss_fn, params, x, y)
+    norms, _ = _ghost_norms(loss_fn, params, x, y)
     np.testing.assert_allclose(np.asarray(norms), _vmap_norms(loss_fn, params, x, y), rtol=1e-6)
     loss_fn, params = gc.nnx_loss(_NNXRemat(rngs), lambda m, xi, yi: m(xi))
     plan = gpl.make_plan(loss_fn, params, x, y)

@@ -96,3 +96,13 @@ def test_round_windows_phases_and_their_refusals():
         sco_transcript.RoundWindows.of([0, 1], [1, 1], [2, 3]).phases()
     with pytest.raises(ValueError, match=r"hparams.start must either advance by the batch"):
         sco_transcript.RoundWindows.of([0, 1, 5], [4, 4, 4], [1, 2, 3]).phases()
+
+
+def test_shuffled_gaussian_report_needs_one_batch_size_and_record_sampling():
+    event = shuffle.ShuffleEvent(2, 2, "hidden", True)
+    two_sizes = NS(sampling=Sampling.WITHOUT_REPLACEMENT, batch_sizes=(4, 5), dataset_sizes=(10, 12))
+    with pytest.raises(ValueError, match=r"batch_sizes=\(4, 5\): the shuffle chain needs one batch size K"):
+        shuffle.shuffled_gaussian_report(_plan(selection=two_sizes), event, 1e-5)
+    with pytest.raises(ValueError, match=r"sampling='one-pass': the shuffle chain analyses minibatches drawn with or "
+                                         r"without replacement"):
+        shuffle.shuffled_gaussian_report(_plan(), event, 1e-5)  # K = 4 in one pass: not a random minibatch

@@ -48,3 +48,16 @@ def test_min_gate_and_refusals(tmp_path, capsys):
     assert "FAIL: primitives branch coverage 90.00 % < 95.0 %" in capsys.readouterr().err
     assert m.main(["--data", str(tmp_path / "none.json")]) == 2
     assert m.main(["--data", str(data), "--min", "120"]) == 2
+
+
+def test_gate_checks_every_group_and_the_whole_against_the_floors(tmp_path, capsys):
+    m = _script()
+    assert set(m.FLOORS) == set(m.GROUPS) | {"all"} and all(80 <= v <= 100 for v in m.FLOORS.values())
+    data = tmp_path / "cov.json"
+    data.write_text(json.dumps(_report(m, 1.0)))
+    assert m.main(["--data", str(data), "--gate"]) == 0
+    data.write_text(json.dumps(_report(m, 0.9)))  # 90 % everywhere: below every floor
+    assert m.main(["--data", str(data), "--gate"]) == 1
+    err = capsys.readouterr().err
+    for name in m.FLOORS:
+        assert f"FAIL: {name} branch coverage 90.00 %" in err

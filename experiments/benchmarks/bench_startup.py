@@ -112,15 +112,17 @@ def _spawn(cmd, env) -> tuple[float, str]:
     return wall, done.stdout
 
 
-def measure(mode: str, cache_dir: str | None, args) -> dict:
+def measure(mode: str, cache_dir: str | None, args, tree: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    if tree:  # the dpjax of this checkout (a before/after comparison), this script's benchmark code
+        env["PYTHONPATH"] = tree
     env["DPJAX_COMPILATION_CACHE"] = cache_dir or "0"
     env.setdefault("JAX_PLATFORMS", "cpu")
     load = os.getloadavg()[0]
     wall, out = _spawn([sys.executable, __file__, "--child", "--rounds", str(args.rounds),
                         "--clients", str(args.clients)], env)
     row = json.loads(out.strip().splitlines()[-1])
-    row.update(mode=mode, load=load, process=wall)
+    row.update(mode=mode if tree is None else f"{mode} {pathlib.Path(tree).name}", load=load, process=wall)
     return row
 
 
@@ -157,6 +159,8 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--modes", nargs="+", default=["cold", "warm"], choices=("cold", "warm", "off"))
     p.add_argument("--peers-python", default=None, help="python of the peers venv: pfl-research's 50 rounds too")
+    p.add_argument("--trees", nargs="+", default=None,
+                   help="repository roots whose dpjax to measure, interleaved (before/after: /work/main .)")
     p.add_argument("--importtime", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
@@ -164,14 +168,17 @@ def main(argv=None) -> dict:
         print(json.dumps(child(args)))
         return {}
     rows, interp, pfl = [], [], []
+    trees = [str(pathlib.Path(t).resolve()) for t in args.trees] if args.trees else [None]
     for r in range(args.repeats):
-        with tempfile.TemporaryDirectory() as cache:
-            for mode in args.modes:
-                load = os.getloadavg()[0]
-                interp.append({"load": load, "process": _spawn([sys.executable, "-c", "pass"], dict(os.environ))[0]})
-                rows.append(measure(mode, None if mode == "off" else cache, args))
-                print(f"repeat {r} {mode}: load {rows[-1]['load']:.1f} process {rows[-1]['process']:.2f} s",
-                      flush=True)
+        for tree in trees:
+            with tempfile.TemporaryDirectory() as cache:
+                for mode in args.modes:
+                    load = os.getloadavg()[0]
+                    interp.append({"load": load,
+                                   "process": _spawn([sys.executable, "-c", "pass"], dict(os.environ))[0]})
+                    rows.append(measure(mode, None if mode == "off" else cache, args, tree))
+                    print(f"repeat {r} {rows[-1]['mode']}: load {rows[-1]['load']:.1f} "
+                          f"process {rows[-1]['process']:.2f} s", flush=True)
         if args.peers_python:
             load = os.getloadavg()[0]
             sys.path.insert(0, str(HERE))
@@ -179,19 +186,19 @@ def main(argv=None) -> dict:
             print(f"repeat {r} pfl: load {load:.1f} process {pfl[-1]['process_wall_s']:.2f} s", flush=True)
     print(f"{args.rounds}-round DP-FedAvg MNIST MLP, min/median over {args.repeats} repeats (s); "
           f"interpreter (python -c pass) {_fmt(interp, 'process')}")
-    print("| phase | " + " | ".join(args.modes) + " |")
-    print("|---|" + "---|" * len(args.modes))
+    modes = list(dict.fromkeys(x["mode"] for x in rows))
+    print("| phase | " + " | ".join(modes) + " |")
+    print("|---|" + "---|" * len(modes))
     for phase in PHASES:
-        print(f"| {phase} | " + " | ".join(_fmt([x for x in rows if x["mode"] == m], phase) for m in args.modes)
-              + " |")
+        print(f"| {phase} | " + " | ".join(_fmt([x for x in rows if x["mode"] == m], phase) for m in modes) + " |")
     print("| load avg | " + " | ".join("/".join(f"{x['load']:.1f}" for x in rows if x["mode"] == m)
-                                       for m in args.modes) + " |")
+                                       for m in modes) + " |")
     if pfl:
         walls = [x["process_wall_s"] for x in pfl]
         print(f"pfl-research {args.rounds} rounds, process wall (s) min/median {min(walls):.2f}/"
               f"{statistics.median(walls):.2f}, its end_to_end_s (no start-up) "
               f"{_fmt(pfl, 'end_to_end_s')}; load " + "/".join(f"{x['load']:.1f}" for x in pfl))
-        for m in args.modes:
+        for m in modes:
             mine = [x["process"] for x in rows if x["mode"] == m]
             print(f"pfl process wall / dpjax {m} process wall (medians): "
                   f"{statistics.median(walls) / statistics.median(mine):.2f}x")

@@ -299,6 +299,7 @@ def main(argv=None) -> dict:
                         "compile, then a warm start read back from it; default dpjax's own directory as a user has it "
                         "(compiles there may be warm already); off DPJAX_COMPILATION_CACHE=0 (warm start = cold)")
     args = p.parse_args(argv)
+    saved_cache = os.environ.get("DPJAX_COMPILATION_CACHE"), jax.config.jax_compilation_cache_dir
     cache_root = _set_cache(args.dpjax_cache)  # before dpjax.engine is imported: it turns the cache on
     import dpjax.algorithms.dp_fedavg  # noqa: F401 -- dpjax's start-up: what the run imports
     import dpjax.engine  # noqa: F401
@@ -384,7 +385,8 @@ def main(argv=None) -> dict:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1, default=float))
     tmp.cleanup()
-    if cache_root is not None:
+    if cache_root is not None:  # main() called in a process that goes on (tests): its cache settings back
+        _restore_cache(*saved_cache)
         shutil.rmtree(cache_root, ignore_errors=True)
     return result
 
@@ -399,6 +401,17 @@ def _set_cache(choice: str) -> str | None:
     root = tempfile.mkdtemp(prefix="dpjax-bench-cache-")
     os.environ["DPJAX_COMPILATION_CACHE"] = os.path.join(root, "first")
     return root
+
+
+def _restore_cache(env_value: str | None, directory: str | None):
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if env_value is None:
+        os.environ.pop("DPJAX_COMPILATION_CACHE", None)
+    else:
+        os.environ["DPJAX_COMPILATION_CACHE"] = env_value
+    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", directory)
 
 
 def _forget_programs(cache_root: str | None = None, tag: str = ""):

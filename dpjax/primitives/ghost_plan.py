@@ -18,24 +18,7 @@ import jax.numpy as jnp
 from flax.core.tracers import current_trace
 from flax.linen import dtypes as linen_dtypes
 
-
-class _LazyNnx:
-    """``flax.nnx`` imported on first use: it costs ~0.2-0.6 s of start-up (its bridge, treescope, IPython) that a
-    linen-only run (the benchmarks' MLP, DP-FedAvg) never needs (issue #38)."""
-
-    def __getattr__(self, name):
-        from flax import nnx as module
-
-        return getattr(module, name)
-
-
-nnx = _LazyNnx()
-
-
-def _nnx_promote_dtype():
-    from flax.nnx.nn import dtypes as nnx_dtypes
-
-    return nnx_dtypes.promote_dtype
+from dpjax.primitives.lazy_nnx import nnx  # flax.nnx on first use: a linen run never pays its import
 
 
 PyTree = Any
@@ -255,7 +238,7 @@ class _NNX:
             return MATERIALISED, None
         if method == "attend":
             return ("attend", EmbedSpec(module.num_embeddings)) if t is nnx.Embed else (MATERIALISED, None)
-        default_promote = getattr(module, "promote_dtype", None) is _nnx_promote_dtype()
+        default_promote = getattr(module, "promote_dtype", None) is nnx.nn.dtypes.promote_dtype
         plain = default_promote and getattr(module, "preferred_element_type", None) is None
         ndim = args[0].ndim
         if t is nnx.Linear and plain and module.dot_general is jax.lax.dot_general:

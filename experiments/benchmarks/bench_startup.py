@@ -131,16 +131,18 @@ def importtime(top: int = 15) -> list[tuple[str, float]]:
     done = subprocess.run([sys.executable, "-X", "importtime", "-c",
                            "import dpjax.engine, dpjax.algorithms.dp_fedavg"],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return parse_importtime(done.stderr, top)
+
+
+def parse_importtime(stderr: str, top: int = 15):
+    """``(by top-level import, dpjax modules)``: (name, cumulative s) pairs, slowest first, from ``-X importtime``."""
     by_module = {}
-    for line in done.stderr.splitlines():
+    for line in stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
             continue
         _, cum_us, name = line.split(":", 1)[1].split("|")
         by_module[name[1:]] = int(cum_us) / 1e6  # one space after the bar; more: nested
-    roots = {}
-    for name, cum in by_module.items():  # a package's own top-level line carries its whole cumulative time
-        if not name.startswith(" "):
-            roots[name.strip()] = max(roots.get(name.strip(), 0.0), cum)
+    roots = {n: c for n, c in by_module.items() if not n.startswith(" ")}  # a top-level line carries its subtree
     dpjax_mods = sorted(((n.strip(), c) for n, c in by_module.items() if n.strip().startswith("dpjax")),
                         key=lambda x: -x[1])
     return sorted(roots.items(), key=lambda x: -x[1])[:top], dpjax_mods[:top]

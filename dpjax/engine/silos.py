@@ -122,7 +122,8 @@ class SiloData:
             x_pad[i, : x.shape[0]] = x
             y_pad[i, : y.shape[0]] = y
             mask[i, : x.shape[0]] = True
-        return cls(jnp.asarray(x_pad), jnp.asarray(y_pad), jnp.asarray(mask), jnp.asarray(sizes))
+        # device_put, not jnp.asarray: asarray compiles a small program for each new shape (issue #38)
+        return cls(*(jax.device_put(a) for a in (x_pad, y_pad, mask, sizes)))
 
     def silo_masks(self, silos=None) -> jax.Array:
         """The real-row masks of silos ``silos`` (an index array, or None: every silo), ``[..., n_max]``."""

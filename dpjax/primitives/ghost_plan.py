@@ -15,10 +15,10 @@ import flax.linen as nn
 import jax
 import jax.extend as jex
 import jax.numpy as jnp
-from flax import nnx
 from flax.core.tracers import current_trace
 from flax.linen import dtypes as linen_dtypes
-from flax.nnx.nn import dtypes as nnx_dtypes
+
+from dpjax.primitives.lazy_nnx import nnx  # flax.nnx on first use: a linen run never pays its import
 
 
 PyTree = Any
@@ -238,7 +238,7 @@ class _NNX:
             return MATERIALISED, None
         if method == "attend":
             return ("attend", EmbedSpec(module.num_embeddings)) if t is nnx.Embed else (MATERIALISED, None)
-        default_promote = getattr(module, "promote_dtype", None) is nnx_dtypes.promote_dtype
+        default_promote = getattr(module, "promote_dtype", None) is nnx.nn.dtypes.promote_dtype
         plain = default_promote and getattr(module, "preferred_element_type", None) is None
         ndim = args[0].ndim
         if t is nnx.Linear and plain and module.dot_general is jax.lax.dot_general:
@@ -498,7 +498,7 @@ def _batch_norm_refusal(model):
                          "gradients need a loss that does not update Variables: call model.eval() first") from None
 
 
-def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, PyTree]:
+def nnx_loss(model, loss: Callable, params_filter=None) -> tuple[NNXLoss, PyTree]:
     """``(loss_fn, params)`` for an NNX ``model``: ``params`` is the state selected by
     ``params_filter`` (default ``nnx.Param``), ``loss_fn(params, x, y) = loss(model', x, y)``
     with ``model'`` the model carrying ``params``. ``loss(model, x_i, y_i)`` is the scalar loss of one
@@ -513,7 +513,7 @@ def nnx_loss(model, loss: Callable, params_filter=nnx.Param) -> tuple[NNXLoss, P
                         f"use NNXLoss(graphdef, loss, rest) directly)")
     if not callable(loss):
         raise TypeError(f"loss={loss!r} must be callable: loss(model, x_i, y_i) -> the scalar loss of one example")
-    graphdef, params, rest = nnx.split(model, params_filter, ...)
+    graphdef, params, rest = nnx.split(model, nnx.Param if params_filter is None else params_filter, ...)
     return NNXLoss(graphdef, loss, (rest,)), params
 
 

@@ -10,7 +10,10 @@ sigma = 1.0. dpjax runs in-process (XLA at its default threads); each peer runs 
 JSON line of timings (workers in ``experiments/benchmarks/fl_peers/``). A peer that is absent (no
 ``--peers-python``, a missing worker, or an import failure) is skipped with the reason printed.
 
-Printed per framework: start-up (process start + imports), compile (dpjax) or first round (peers), per-round
+Printed per framework: start-up (process start + imports; dpjax's includes ``dpjax.engine`` and the family), compile
+(dpjax: cold, into an empty persistent cache) and warm-start compile (dpjax: the same program again with the
+in-memory caches dropped, read back from its persistent compilation cache as a second process would) or first round
+(peers), per-round
 time (median and min of ``--repeats`` repeats, the frameworks interleaved, ``os.getloadavg()[0]`` beside each),
 end to end for ``--rounds`` (5) and ``--rounds-long`` (50) rounds, test accuracy on MNIST's test set, and the
 epsilon each framework reports at delta = 1e-5 (dpjax: its accountant for the run's schedule, Poisson
@@ -19,6 +22,10 @@ vmapped dpjax program (``dpjax.engine.run_many``) against the peers' 8 runs in t
 ``--sweep-peers``: Flower's 8 Ray simulations take minutes a repeat). dpjax's sweep shares one run key over the 8
 configurations (``--sweep-keys shared``, common random numbers as ``dpjax sweep`` uses: the same cohorts, batches and
 noise draws, so the gathers and sampling run once and the first layer's matmuls take the 8 kernels side by side);
+``--dpjax-cache fresh|default|off``: dpjax's persistent compilation cache is ON, as for a user (``fresh``, the
+default: a new empty directory for each cold compile, removed at the end; ``default``: dpjax's own directory, so a
+"cold" compile may be a read; ``off``: ``DPJAX_COMPILATION_CACHE=0``, the warm start is then a second cold compile).
+The long run is timed cold and then as a warm start; "with start-up" adds the process start-up to each.
 ``--sweep-keys independent`` gives each configuration its own key, as the peers' runs in turn have their own seeds. ``--json PATH`` writes every number with versions, date,
 load averages and the cpu count.
 
@@ -58,6 +65,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -79,13 +87,16 @@ def load_workload(clients: int, records: int, data_dir=None):
     from dpjax.data.mnist import load_mnist
 
     d = load_mnist(data_dir)
-    x = d["train_images"].reshape(-1, 784).astype(np.float32) / 255.0
-    y = d["train_labels"].astype(np.int32)
     n = clients * records
-    if n > len(x):
-        raise ValueError(f"clients={clients}: needs {n} records, MNIST has {len(x)}")
-    return (x[:n], y[:n], d["test_images"].reshape(-1, 784).astype(np.float32) / 255.0,
-            d["test_labels"].astype(np.int32))
+    if n > len(d["train_images"]):
+        raise ValueError(f"clients={clients}: needs {n} records, MNIST has {len(d['train_images'])}")
+    # only the rows the clients hold, divided in place: each fresh 188 MB array costs 0.04 s idle but up to 3-8 s of
+    # page faults on a busy shared machine (measured), and x /= 255 is the same float32 division as x / 255
+    x = d["train_images"][:n].reshape(-1, 784).astype(np.float32)
+    x /= 255.0
+    test_x = d["test_images"].reshape(-1, 784).astype(np.float32)
+    test_x /= 255.0
+    return x, d["train_labels"][:n].astype(np.int32), test_x, d["test_labels"].astype(np.int32)
 
 
 def cifar_shaped_workload(clients: int, records: int, test: int = 1000, seed: int = 0):
@@ -146,7 +157,9 @@ class DpjaxRunner:
         r = args.records
         self.data = SiloData.from_silos([train_x[i * r:(i + 1) * r] for i in range(args.clients)],
                                         [train_y[i * r:(i + 1) * r] for i in range(args.clients)])
-        self.test_x, self.test_y = jnp.asarray(test_x), np.asarray(test_y)
+        self.test_x, self.test_y = jax.device_put(test_x), np.asarray(test_y)
+        # one jitted program (an eager vmap compiles each op of the model on its own)
+        self._logits = jax.jit(jax.vmap(self.problem.output, in_axes=(None, 0)))
         self.cohort = max(1, round(args.cohort_rate * args.clients))
 
     def algorithm(self, rounds, sweep=False):
@@ -173,7 +186,7 @@ class DpjaxRunner:
                                     noise_multiplier_count=1.0, clip_norm=self.args.clip, clip_learning_rate=0.0)
 
     def accuracy(self, params) -> float:
-        logits = jax.vmap(lambda x: self.problem.output(params, x))(self.test_x)
+        logits = self._logits(params, self.test_x)
         return float(np.mean(np.argmax(np.asarray(logits), -1) == self.test_y))
 
     def epsilon(self, rounds, hp) -> float:
@@ -284,10 +297,15 @@ def main(argv=None) -> dict:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--peer-timeout", type=int, default=1800)
     p.add_argument("--json", default=None)
+    p.add_argument("--dpjax-cache", choices=("fresh", "default", "off"), default="fresh",
+                   help="dpjax's persistent compilation cache: fresh (default) a new empty directory for each cold "
+                        "compile, then a warm start read back from it; default dpjax's own directory as a user has it "
+                        "(compiles there may be warm already); off DPJAX_COMPILATION_CACHE=0 (warm start = cold)")
     args = p.parse_args(argv)
-    # "compile" is a cold compile: dpjax's persistent compilation cache (on by default) would turn the second
-    # repeat into a cache read. Only takes effect when dpjax.engine is not imported yet (a fresh process).
-    os.environ.setdefault("DPJAX_COMPILATION_CACHE", "0")
+    saved_cache = os.environ.get("DPJAX_COMPILATION_CACHE"), jax.config.jax_compilation_cache_dir
+    cache_root = _set_cache(args.dpjax_cache)  # before dpjax.engine is imported: it turns the cache on
+    import dpjax.algorithms.dp_fedavg  # noqa: F401 -- dpjax's start-up: what the run imports
+    import dpjax.engine  # noqa: F401
     preset = (dict(records=50, cohort_rate=0.05, local_steps=5, rounds=3, rounds_long=0) if args.cifar else
               dict(records=60, cohort_rate=0.1, local_steps=6, rounds=5, rounds_long=50))
     for name, value in preset.items():
@@ -317,13 +335,14 @@ def main(argv=None) -> dict:
     # single configuration: repeats interleaved (dpjax, pfl, flower, dpjax, ...)
     for r in range(args.repeats):
         load = os.getloadavg()[0]
-        from dpjax.engine import program
-        program._COMPILED.clear()  # a cold compile each repeat (the engine caches programs by algorithm)
-        jax.clear_caches()
+        _forget_programs(cache_root, f"single-{r}")  # a cold compile each repeat
         cold, out = dp.run(args.rounds, seed=r)
         warm, out = dp.run(args.rounds, seed=r)
+        _forget_programs()  # a warm start: in-memory caches gone, the persistent cache kept (a second process)
+        restart, out = dp.run(args.rounds, seed=r)
         rows["dpjax"]["rounds"].append({"load": load, "cold_s": cold, "warm_s": warm,
-                                        "compile_s": cold - warm, "per_round_s": warm / args.rounds,
+                                        "compile_s": cold - warm, "warm_start_s": restart,
+                                        "warm_start_compile_s": restart - warm, "per_round_s": warm / args.rounds,
                                         "accuracy": dp.accuracy(out.output)})
         for peer in peers:
             res = _peer(python, peer, npz, args, "single", args.rounds)
@@ -332,10 +351,12 @@ def main(argv=None) -> dict:
     rows["dpjax"]["epsilon"] = dp.epsilon(args.rounds, dp.hparams())
     if args.rounds_long:
         load = os.getloadavg()[0]
-        program._COMPILED.clear()
-        jax.clear_caches()
+        _forget_programs(cache_root, "long")
         long_s, out = dp.run(args.rounds_long)
+        _forget_programs()
+        long_warm_s, _ = dp.run(args.rounds_long)
         rows["dpjax"]["long"] = {"load": load, "rounds": args.rounds_long, "end_to_end_s": long_s,
+                                 "warm_start_end_to_end_s": long_warm_s,
                                  "accuracy": dp.accuracy(out.output),
                                  "epsilon": dp.epsilon(args.rounds_long, dp.hparams())}
         for peer in (p for p in peers if p in args.long_peers):
@@ -349,8 +370,7 @@ def main(argv=None) -> dict:
             sweep[peer] = []
         for r in range(args.repeats if args.sweep_repeats is None else args.sweep_repeats):
             load = os.getloadavg()[0]
-            program._COMPILED.clear()
-            jax.clear_caches()
+            _forget_programs(cache_root, f"sweep-{r}")
             cold, out, grid = dp.run_sweep(args.rounds, seed=r)
             warm, out, grid = dp.run_sweep(args.rounds, seed=r)
             accs = [dp.accuracy(jax.tree_util.tree_map(lambda a, i=i: a[i], out.output)) for i in range(len(grid))]
@@ -368,7 +388,48 @@ def main(argv=None) -> dict:
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1, default=float))
     tmp.cleanup()
+    if cache_root is not None:  # main() called in a process that goes on (tests): its cache settings back
+        _restore_cache(*saved_cache)
+        shutil.rmtree(cache_root, ignore_errors=True)
     return result
+
+
+def _set_cache(choice: str) -> str | None:
+    """Sets ``$DPJAX_COMPILATION_CACHE`` for ``--dpjax-cache`` (read when dpjax.engine is imported); returns the
+    directory under which ``fresh`` puts one empty cache per cold compile (None otherwise)."""
+    if choice == "off":
+        os.environ["DPJAX_COMPILATION_CACHE"] = "0"
+    if choice != "fresh":
+        return None
+    root = tempfile.mkdtemp(prefix="dpjax-bench-cache-")
+    os.environ["DPJAX_COMPILATION_CACHE"] = os.path.join(root, "first")
+    return root
+
+
+def _restore_cache(env_value: str | None, directory: str | None):
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if env_value is None:
+        os.environ.pop("DPJAX_COMPILATION_CACHE", None)
+    else:
+        os.environ["DPJAX_COMPILATION_CACHE"] = env_value
+    compilation_cache.reset_cache()
+    jax.config.update("jax_compilation_cache_dir", directory)
+
+
+def _forget_programs(cache_root: str | None = None, tag: str = ""):
+    """Drops the engine's and JAX's in-memory programs, so the next run traces and compiles again; with a
+    ``cache_root`` (``--dpjax-cache fresh``) also points the persistent cache at a new empty directory: the next
+    compile is cold. Without one the persistent cache is kept: the next compile is a warm start (a cache read)."""
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from dpjax.engine import program
+
+    program._COMPILED.clear()
+    jax.clear_caches()
+    if cache_root is not None:
+        compilation_cache.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", os.path.join(cache_root, tag))
 
 
 def _stats(xs):
@@ -380,14 +441,15 @@ def _print_table(result):
     a = result["args"]
     print(f"DP-FedAvg{' (CIFAR-shaped, CNN)' if a['cifar'] else ''}, {a['clients']} clients x {a['records']}, q={a['cohort_rate']}, C={a['clip']} sigma={a['sigma']}, "
           f"{a['local_steps']} local steps of {a['local_batch']}; sweep keys {a.get('sweep_keys')}; versions {result['versions']}")
-    print("| case | framework | load avg | start-up (s) | compile / first round (s) min/med | per round (s) min/med "
-          f"| {a['rounds']}-round total (s) min/med | {a['rounds_long']}-round total (s) | test acc | epsilon |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | framework | load avg | start-up (s) | compile / first round (s) min/med | warm-start compile (s) "
+          f"min/med | per round (s) min/med | {a['rounds']}-round total (s) min/med | {a['rounds_long']}-round total (s) "
+          f"cold/warm start | {a['rounds_long']}-round with start-up (s) cold/warm | test acc | epsilon |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, row in result["single"].items():
         rs = [r for r in row["rounds"] if "skipped" not in r]
         if not rs:
             reason = row["rounds"][0].get("skipped") if row["rounds"] else "not run"
-            print(f"| single | {name} | | skipped: {reason} | | | | | | |")
+            print(f"| single | {name} | | skipped: {reason} | | | | | | | | |")
             continue
         loads = "/".join(f"{r['load']:.1f}" for r in rs)
         comp = _stats([r.get("compile_s", r.get("first_round_s")) for r in rs])
@@ -396,21 +458,26 @@ def _print_table(result):
         lg = row.get("long", {})
         start = row.get("startup_s", _stats([r.get("startup_s") for r in rs])[1])
         eps = row.get("epsilon", rs[0].get("epsilon"))
-        print(f"| single | {name} | {loads} | {start:.2f} | {comp[0]:.2f}/{comp[1]:.2f} | {per[0]:.3f}/{per[1]:.3f} "
-              f"| {tot[0]:.2f}/{tot[1]:.2f} | {lg.get('end_to_end_s', float('nan')):.2f} "
+        ws = _stats([r.get("warm_start_compile_s") for r in rs])
+        nan = float("nan")
+        long_cold = lg.get("end_to_end_s", nan)
+        long_warm = lg.get("warm_start_end_to_end_s", long_cold)
+        print(f"| single | {name} | {loads} | {start:.2f} | {comp[0]:.2f}/{comp[1]:.2f} | {ws[0]:.2f}/{ws[1]:.2f} "
+              f"| {per[0]:.3f}/{per[1]:.3f} | {tot[0]:.2f}/{tot[1]:.2f} | {long_cold:.2f}/{long_warm:.2f} "
+              f"| {lg.get('startup_s', start) + long_cold:.2f}/{lg.get('startup_s', start) + long_warm:.2f} "
               f"| {lg.get('accuracy', rs[-1].get('accuracy', float('nan'))):.3f} | {eps} |")
     for name, rs0 in result["sweep"].items():
         rs = [r for r in rs0 if "skipped" not in r]
         if not rs:
-            print(f"| sweep x8 | {name} | | skipped: {rs0[0].get('skipped') if rs0 else 'not run'} | | | | | | |")
+            print(f"| sweep x8 | {name} | | skipped: {rs0[0].get('skipped') if rs0 else 'not run'} | | | | | | | | |")
             continue
         loads = "/".join(f"{r['load']:.1f}" for r in rs)
         comp = _stats([r.get("compile_s", r.get("first_round_s")) for r in rs])
         per = _stats([r["per_round_s"] for r in rs])
         tot = _stats([r.get("cold_s", r.get("end_to_end_s")) for r in rs])
         acc = rs[-1]["accuracy"]
-        print(f"| sweep x8 | {name} | {loads} | | {comp[0]:.2f}/{comp[1]:.2f} | {per[0]:.3f}/{per[1]:.3f} "
-              f"| {tot[0]:.2f}/{tot[1]:.2f} | | {min(acc):.3f}-{max(acc):.3f} | |")
+        print(f"| sweep x8 | {name} | {loads} | | {comp[0]:.2f}/{comp[1]:.2f} | | {per[0]:.3f}/{per[1]:.3f} "
+              f"| {tot[0]:.2f}/{tot[1]:.2f} | | | {min(acc):.3f}-{max(acc):.3f} | |")
 
 
 if __name__ == "__main__":

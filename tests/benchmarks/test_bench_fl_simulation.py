@@ -37,6 +37,7 @@ def test_dpjax_rows_at_toy_size(tmp_path, capsys):
         assert math.isfinite(row[field]) and row[field] >= 0 or field == "compile_s", (field, row)
     assert row["per_round_s"] > 0 and 0.0 <= row["accuracy"] <= 1.0
     assert dp["long"]["end_to_end_s"] > 0 and 0.0 <= dp["long"]["accuracy"] <= 1.0
+    assert row["warm_start_s"] > 0 and dp["long"]["warm_start_end_to_end_s"] > 0
     assert math.isfinite(dp["epsilon"]) and dp["epsilon"] > 0
     (sw,) = res["sweep"]["dpjax"]
     assert len(sw["accuracy"]) == 8 and all(0.0 <= a <= 1.0 for a in sw["accuracy"])
@@ -45,6 +46,43 @@ def test_dpjax_rows_at_toy_size(tmp_path, capsys):
     assert "| single | dpjax |" in text and "| sweep x8 | dpjax |" in text and "skipped: no --peers-python" in text
     saved = json.loads(out_json.read_text())
     assert saved["versions"]["jax"] and saved["cpu_count"] and saved["single"]["dpjax"]["epsilon"] == dp["epsilon"]
+
+
+def test_fresh_cache_compiles_cold_then_reads_back_and_restores_the_settings(monkeypatch):
+    """--dpjax-cache fresh (the default): each cold compile writes a new empty persistent cache, the warm start
+    reads it back (JAX's cache-hit events), and the caller's cache settings are as before afterwards."""
+    import jax
+
+    bench = load_bench("bench_fl_simulation", "bench_fl_simulation_cache")
+    monkeypatch.setenv("DPJAX_COMPILATION_CACHE", "0")
+    before = jax.config.jax_compilation_cache_dir
+    min_time = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # store the toy programs too
+    events = []
+
+    def listen(name, **_):
+        events.append(name)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        bench.main(["--clients", "20", "--cohort-rate", "0.25", "--rounds", "2", "--rounds-long", "0",
+                    "--repeats", "1", "--no-peers", "--no-sweep", "--data-dir", _data_dir()])
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_time)
+    assert events.count("/jax/compilation_cache/cache_misses") > 0  # the cold compile: an empty cache
+    assert events.count("/jax/compilation_cache/cache_hits") > 0  # the warm start: read back
+    assert jax.config.jax_compilation_cache_dir == before and os.environ["DPJAX_COMPILATION_CACHE"] == "0"
+
+
+def test_cache_choices_set_the_environment_dpjax_reads(monkeypatch, tmp_path):
+    bench = load_bench("bench_fl_simulation", "bench_fl_simulation_env")
+    monkeypatch.delenv("DPJAX_COMPILATION_CACHE", raising=False)
+    assert bench._set_cache("default") is None and "DPJAX_COMPILATION_CACHE" not in os.environ
+    assert bench._set_cache("off") is None and os.environ["DPJAX_COMPILATION_CACHE"] == "0"
+    root = bench._set_cache("fresh")
+    assert os.environ["DPJAX_COMPILATION_CACHE"].startswith(root) and not os.listdir(root)
+    os.rmdir(root)
 
 
 def test_cifar_case_runs_the_cnn_one_client_at_a_time():

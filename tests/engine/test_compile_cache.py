@@ -19,9 +19,10 @@ SCRIPT = r"""
 import json, sys
 import jax, jax.numpy as jnp
 import dpjax.engine  # turns the cache on
+min_time = jax.config.jax_persistent_cache_min_compile_time_secs
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # store even this small program
 out = jax.jit(lambda x: jnp.sin(x) @ jnp.cos(x).T)(jnp.arange(64.0).reshape(8, 8))
-print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "out": out.tolist()}))
+print(json.dumps({"dir": jax.config.jax_compilation_cache_dir, "out": out.tolist(), "min": min_time}))
 """
 
 
@@ -37,6 +38,7 @@ def test_default_cache_in_dpjax_cache_dir_and_a_second_process_reads_it(tmp_path
     first = _run({}, tmp_path)
     expected = tmp_path / "xdg" / "dpjax" / "jax-compilation"
     assert first["dir"] == str(expected)
+    assert first["min"] == 0.05  # dpjax stores programs from 0.05 s of compile, not JAX's 1 s
     entries = sorted(p.name for p in expected.iterdir())
     assert entries, "the compiled program was not stored"
     second = _run({}, tmp_path)
@@ -45,8 +47,10 @@ def test_default_cache_in_dpjax_cache_dir_and_a_second_process_reads_it(tmp_path
 
 
 def test_off_and_user_choices_are_respected(tmp_path):
-    assert _run({"DPJAX_COMPILATION_CACHE": "0"}, tmp_path)["dir"] is None
+    off = _run({"DPJAX_COMPILATION_CACHE": "0"}, tmp_path)
+    assert off["dir"] is None and off["min"] == 1.0  # off: JAX's own setting untouched
     assert not (tmp_path / "xdg" / "dpjax").exists()
+    assert _run({"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "2"}, tmp_path)["min"] == 2.0  # the user's choice
     mine = tmp_path / "mine"
     assert _run({"DPJAX_COMPILATION_CACHE": str(mine)}, tmp_path)["dir"] == str(mine)
     jax_own = tmp_path / "jax-own"

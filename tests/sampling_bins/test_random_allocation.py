@@ -242,3 +242,17 @@ def test_refusals_name_the_argument(bad, match):
     h = args.pop("discretization", H)
     with pytest.raises(ValueError, match=match):
         ra.allocation_pld(args["noise_multiplier"], args["num_bins"], args["num_epochs"], discretization=h)
+
+
+def test_more_epochs_than_max_epochs_report_the_unamplified_bound_without_building_the_pld(monkeypatch):
+    # bounded work (issue #39): 10^12 steps over 100 bins were 10^10 epochs composed (> 2 GB, minutes)
+    monkeypatch.setattr(ra, "MAX_EPOCHS", 5)
+    monkeypatch.setattr(ra, "allocation_pld", lambda *a, **k: pytest.fail("the PLD was built"))
+    report = acc.binned_epsilon("balls-in-bins", 2.0, 60, 10, 1e-6, "best")  # 6 epochs
+    plain = acc.binned_epsilon("balls-in-bins", 2.0, 60, 10, 1e-6, "best", amplified=False)
+    assert report.epsilon == plain.epsilon and report.accountant != ra.ACCOUNTANT
+    assert any("MAX_EPOCHS=5" in n for n in report.notes)
+    spec = acc.binned_privacy("balls-in-bins", 1.0, 60, 10)
+    z = spec.calibrate(2.0, 1e-5, "best")["noise_multiplier"]
+    unamplified = acc.binned_privacy("balls-in-bins", 1.0, 60, 10, amplified=False).calibrate(2.0, 1e-5, "best")
+    assert z == unamplified["noise_multiplier"]

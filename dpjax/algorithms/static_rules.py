@@ -6,7 +6,7 @@ a user-level sampling rate and records per user).
 Each rule is written once, here: the family calls it when it is constructed (``DpSgd.__post_init__``), and
 ``dpjax sweep`` calls the same rule on a config's ``[static]`` table before jax and the families load
 (``dpjax.sweep.config.precheck``), so a bad static value is refused in a fraction of a second, not after jax's import
-and the family's construction (10-20 s on a loaded machine; issue #39).
+and building the family (10-20 s on a loaded machine; issue #39).
 
 ``RULES`` maps a family class's name (as ``dpjax.algorithms.declared_families`` reads it from the ``register_family``
 lines) to its rule: a function of keyword-only arguments named after the class's fields (and ``num_rounds``), that

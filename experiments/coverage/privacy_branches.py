@@ -49,7 +49,7 @@ GROUPS = {
 # slow"``, as last measured (dpjax/RELIABILITY.md section 9.4), rounded down to a whole percent. Raise a floor when the
 # coverage rises; a change that lowers the coverage below one must add tests (or list the branch with its reason in
 # RELIABILITY.md and lower the floor in the same commit, saying why).
-FLOORS = {"primitives": 98, "parts": 96, "accounting": 96, "engine": 95, "all": 96}
+FLOORS = {"primitives": 98, "parts": 95, "accounting": 95, "engine": 95, "all": 96}
 # Not privacy code although it lives there: the CLI's argument parsing and absl log filtering.
 EXCLUDED = ["dpjax/accounting/cli.py", "dpjax/accounting/absl_logs.py"]
 

@@ -182,3 +182,36 @@ def test_bad_configs_name_the_argument(kwargs, name):
     args = {"unit": "user", "batch_size": 2, "sampling_rate": 0.1, "records_per_user": 2, **kwargs}
     with pytest.raises(ValueError, match=name):
         UserLevelDpSgd(PROBLEM, 3, **args)
+
+
+@pytest.mark.privacy
+@pytest.mark.parametrize("unit", ["user", "example"])
+def test_a_large_population_is_cut_at_the_truncated_capacity_with_the_same_coins(unit):
+    """Truncated Poisson over users (ULS) / user-records (ELS) at n >> B: the batch has the capacity the certificate
+    charges for (``truncated_capacity`` of the n users, resp. n k slots), never overflows, and holds exactly the
+    users / records the untruncated (buffered) draw takes from the same coins when nothing is cut."""
+    from dpjax.accounting import truncated_poisson as tp
+
+    split = _split(seed=4, n=3000, users=1500)
+    data, q, rounds = split.data, 0.01, 50
+    hp = DpSgdHParams.create(0.1, 0.0, 0.05)
+    params = PROBLEM.init_params(jax.random.key(0))
+
+    def draw(fam):
+        sel = fam.parts(DataShape.of(data)).selection
+        ctx = Context(jnp.zeros((), jnp.int32), jax.random.key(11), hp, data, None, params, params)
+        batch, _ = jax.jit(lambda d, c: sel.update(d, (), c))(data, ctx)
+        keep = np.asarray(batch.available)
+        rows = np.asarray(batch.silo_ids)[keep] if unit == "user" else np.stack(
+            [np.asarray(batch.silo_ids)[keep], np.asarray(batch.indices)[:, 0][keep]], 1)
+        return keep.shape[0], {tuple(np.atleast_1d(r)) for r in rows}
+
+    cut = UserLevelDpSgd(PROBLEM, rounds, unit, batch_size=15, sampling_rate=q, records_per_user=K)
+    old = UserLevelDpSgd(PROBLEM, rounds, unit, batch_size=15, sampling_rate=q, records_per_user=K,
+                         poisson_selection="buffered")
+    slots = data.num_silos if unit == "user" else int(np.minimum(split.sizes, K).sum())
+    width, chosen = draw(cut)
+    assert width == tp.selection_capacity(data.num_silos if unit == "user" else data.num_silos * min(K, data.n_max),
+                                          q, rounds) < slots / 2
+    old_width, old_chosen = draw(old)
+    assert 0 < len(chosen) <= width and chosen == old_chosen  # nothing cut at this q: the same coins, the same batch

@@ -46,10 +46,11 @@ GROUPS = {
                "dpjax/engine/silo_sharding.py", "dpjax/engine/averaging.py"],
 }
 # The gate of CI's slow pass (``--gate``): each group's and the whole's branch coverage under ``-m "privacy and not
-# slow"``, as last measured (dpjax/RELIABILITY.md section 9.4), rounded down to a whole percent. Raise a floor when the
-# coverage rises; a change that lowers the coverage below one must add tests (or list the branch with its reason in
-# RELIABILITY.md and lower the floor in the same commit, saying why).
-FLOORS = {"primitives": 98, "parts": 95, "accounting": 95, "engine": 95, "all": 96}
+# slow"``, as last measured (dpjax/RELIABILITY.md section 9.4), rounded down to a whole percent (primitives, at
+# 98.04 %, one point lower: at 98 one branch of slack would be none). Raise a floor when the coverage rises; a change
+# that lowers the coverage below one must add tests (or list the branch with its reason in RELIABILITY.md and lower
+# the floor in the same commit, saying why).
+FLOORS = {"primitives": 97, "parts": 95, "accounting": 95, "engine": 95, "all": 96}
 # Not privacy code although it lives there: the CLI's argument parsing and absl log filtering.
 EXCLUDED = ["dpjax/accounting/cli.py", "dpjax/accounting/absl_logs.py"]
 

@@ -228,10 +228,26 @@ class AllocationPrivacy(PrivacySpec):
             for f, s in zip(self.base.noise_fields, self.base.schedules))))
         h = self.discretization
         coarse = max(h, COARSE_DISCRETIZATION)
-        factor = calibration.smallest_scale(
-            lambda f: units._allocation_epsilon(delta, f, h) if f < 1 else min(units._allocation_epsilon(
-                delta, f, h), target),
-            target, start=1.0, rtol=1e-3, min_scale=1e-6, what="noise scale factor",
-            coarse_epsilon_at=lambda f: units._allocation_epsilon(delta, f, coarse))
+
+        # at a factor >= 1 the no-amplification bound (reported when smaller) meets the target: both curves are capped
+        # there, so no search grows the noise past it (a coarse grid too pessimistic for a small target had grown it
+        # to z ~ 1e18, where the upstream grid breaks)
+        def fine(f):
+            eps = units._allocation_epsilon(delta, f, h)
+            return eps if f < 1 else min(eps, target)
+
+        def rough(f):
+            eps = units._allocation_epsilon(delta, f, coarse)
+            return eps if f < 1 else min(eps, target)
+
+        # the coarse grid's pessimism is nearly a constant excess in epsilon near the root (1e-2 vs 2e-3: the coarse
+        # root 10 % above the fine one, which took the fine bracket 10 growing steps to cross); the coarse curve
+        # lowered by the excess measured at its own root points the fine search close to the fine root. Only the
+        # fine curve decides: the returned factor is one where the certificate itself was evaluated <= target.
+        at = calibration.smallest_scale(rough, target, start=1.0, rtol=1e-3, min_scale=1e-6, what="noise scale factor")
+        excess = rough(at) - fine(at)
+        shifted = rough if not math.isfinite(excess) or excess <= 0 else (lambda f: rough(f) - excess)
+        factor = calibration.smallest_scale(fine, target, start=at, rtol=1e-3, min_scale=1e-6,
+                                            what="noise scale factor", coarse_epsilon_at=shifted)
         factor = min(factor, 1.0)
         return {f: float(plain[f]) * factor for f in self.base.noise_fields}

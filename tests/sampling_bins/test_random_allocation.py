@@ -256,3 +256,13 @@ def test_more_epochs_than_max_epochs_report_the_unamplified_bound_without_buildi
     z = spec.calibrate(2.0, 1e-5, "best")["noise_multiplier"]
     unamplified = acc.binned_privacy("balls-in-bins", 1.0, 60, 10, amplified=False).calibrate(2.0, 1e-5, "best")
     assert z == unamplified["noise_multiplier"]
+
+
+def test_calibration_to_a_small_target_stays_below_the_no_amplification_noise():
+    # a coarse grid too pessimistic for eps = 0.5 never met it: the search grew the noise to z ~ 1e18, where the
+    # upstream grid raised "x_max must be greater than x_min"; both curves are now capped at the plain bound's noise
+    spec = acc.binned_privacy("balls-in-bins", 1.0, 300, 10)
+    z = spec.calibrate(0.5, 1e-5, "best")["noise_multiplier"]
+    plain_z = acc.binned_privacy("balls-in-bins", 1.0, 300, 10, amplified=False).calibrate(0.5, 1e-5, "best")
+    at = acc.binned_epsilon("balls-in-bins", z, 300, 10, 1e-5, "best")
+    assert at.epsilon <= 0.5 and z <= plain_z["noise_multiplier"]

@@ -11,6 +11,7 @@ import optax
 
 from dpjax import cli
 from dpjax.accounting.privacy_spec import GaussianPrivacy
+from dpjax.accounting.truncated_poisson import TruncatedPoissonPrivacy
 from dpjax.algorithms.dp_sgd import DpSgd, DpSgdHParams
 from dpjax import engine
 from dpjax.sweep import SweepConfig, datasets, load_results
@@ -36,8 +37,10 @@ def test_dp_sgd_adam_mlp_sweeps_end_to_end_through_the_cli(tmp_path, capsys):
     row = runs.iloc[0]
     hp = DpSgdHParams.create(row.learning_rate, row.noise_multiplier, row.clip_norm)
     spec = alg.privacy(td.train.silo_sizes(), hp)
-    assert isinstance(spec, GaussianPrivacy) and spec.unit == "record" and spec.neighboring == "add-remove"
-    assert spec.schedule.inclusion_probability == alg.sampling_rate == cfg.static["sampling_rate"]  # the declared q
+    # the default truncated Poisson selection (256 records > 2 B): the Gaussian bound, the cut's probability in delta
+    assert isinstance(spec, TruncatedPoissonPrivacy) and isinstance(spec.base, GaussianPrivacy)
+    assert spec.unit == "record" and spec.neighboring == "add-remove" and 0 < spec.overflow_probability < 1e-15
+    assert spec.base.schedule.inclusion_probability == alg.sampling_rate == cfg.static["sampling_rate"]  # declared q
     eps = spec.epsilon(1e-5, "rdp").epsilon
     assert 4.0 / 1.01 <= eps <= 4.0 * (1 + 1e-6)  # calibration tolerance 1e-3 relative on sigma
 
